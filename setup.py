@@ -1,0 +1,19 @@
+"""trtllm_replayssm: ReplaySSM decoding for hybrid LLMs, as a TensorRT-LLM extension."""
+from setuptools import find_packages, setup
+
+setup(
+    name="trtllm_replayssm",
+    version="0.1.0",
+    description="ReplaySSM decoding (checkpoint + input records) for Mamba-2 / GDN / KDA hybrid LLMs",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"]),
+    # No upper pins: the machine's torch (CPU or CUDA build) stays in charge.
+    install_requires=["torch>=2.4", "triton>=3.2", "tqdm"],
+    extras_require={
+        "test": ["pytest>=8", "triton>=3.2"],
+        "bench": ["matplotlib"],
+    },
+    entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},
+)

@@ -1,0 +1,25 @@
+"""Test setup. Without CUDA, Triton kernels run under the interpreter (TRITON_INTERPRET=1), which
+must be set before any @triton.jit function is defined, hence here, before test imports."""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run scripts/device_check.sh on the H200)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,65 @@
+"""Triton helpers shared by the decode kernels, and their launch configurations.
+
+Kernels in this package do no validation: the ops in :mod:`trtllm_replayssm.ops` check every
+argument before a launch. Addressing is int64 (slot ids times slot strides exceed 2**31 for
+large pools).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["LaunchConfig", "mamba2_launch_config"]
+
+
+@triton.jit
+def process_dt(dt_ptr, dt_bias_ptr, i_h, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+    """Processed step size (fp32 scalar): softplus(dt + dt_bias), identity above 20."""
+    dt = tl.load(dt_ptr).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt += tl.load(dt_bias_ptr + i_h).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+    return dt
+
+
+@triton.jit
+def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
+                    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
+    """y += D x; y *= silu(z); store y (fp32 [BLOCK_HEAD_DIM]) into ``out`` at offsets o_p."""
+    if HAS_D:
+        if D_PER_DIM:
+            d = tl.load(D_ptr + i_h * stride_D_head + o_p, mask=m_p, other=0.0).to(tl.float32)
+        else:
+            d = tl.load(D_ptr + i_h * stride_D_head).to(tl.float32)
+        y += d * x
+    if HAS_Z:
+        z = tl.load(z_ptr + o_p, mask=m_p, other=0.0).to(tl.float32)
+        y *= z * tl.sigmoid(z)
+    tl.store(out_ptr + o_p, y.to(out_ptr.dtype.element_ty), mask=m_p)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile of one program: BLOCK_HEAD_DIM rows of one head's [head_dim, d_state] state."""
+
+    block_head_dim: int
+    num_warps: int
+
+
+def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
+                         state_dtype: torch.dtype) -> LaunchConfig:
+    """Launch configuration of the Mamba-2 decode kernels for a shape and batch.
+
+    ``route`` is ``"decode_step"`` (conventional) or ``"replay_step"``. The table was measured
+    on an H200 (benchmarks/NOTES.md has the sweep). Configurations differ only in the order of
+    fp32 reductions, so the choice moves time, not results beyond fp32 rounding.
+    """
+    if route not in ("decode_step", "replay_step"):
+        raise ValueError(f"mamba2_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
+    block = min(16, triton.next_power_of_2(head_dim))
+    return LaunchConfig(block_head_dim=block, num_warps=4)
+

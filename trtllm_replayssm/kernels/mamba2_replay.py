@@ -1,0 +1,176 @@
+"""ReplaySSM Mamba-2 decode step: output from checkpoint + records, state stored only at flush.
+
+One launch per step. Grid (cdiv(head_dim, BLOCK_HEAD_DIM), nheads, batch); each program owns a
+[BLOCK_HEAD_DIM, d_state] tile of one head's checkpoint of one row and decides on the device,
+from the row's cursor w, what the row does:
+
+* w < L-1 (non-flush): y = exp(A Λ) (S0 C) + Σ_j s_j (B_j · C) x_j + dt (B · C) x (the
+  inner-product route: the state is never formed), then the record (x, dt, B) is appended at w.
+  The checkpoint is only read.
+* w == L-1 (flush): the same y, and the tile S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ + dt x Bᵀ is
+  formed in exact fp32 and stored over the checkpoint (rounded to its dtype).
+
+Weights s_j and the decay are defined in :mod:`trtllm_replayssm.reference.mamba2`.
+
+Cursor advance without a second launch or a host sync: every program of a row reads the cursor,
+does its work, then increments the row's arrival counter (an acq_rel atomic after a CTA barrier);
+the last program to arrive writes the new cursor and resets the counter to zero. No program can
+read a cursor that a program of the same launch has already advanced, so one captured CUDA graph
+replays correctly for any number of steps and any mix of flush and non-flush rows.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from torch import Tensor
+
+from .common import LaunchConfig, mamba2_launch_config, process_dt, skip_gate_store
+
+__all__ = ["launch_mamba2_replay_step"]
+
+
+@triton.jit
+def _mamba2_replay_step_kernel(
+    # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+    # x_records [slot, nheads, L, head_dim], head_dim contiguous
+    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
+    # dt_records [slot, nheads, L] fp32, L contiguous
+    dtr_ptr, stride_dtr_slot, stride_dtr_head,
+    # B_records [slot, ngroups, L, d_state], d_state contiguous
+    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
+    # cursor, arrivals [slot] int32
+    cursor_ptr, arrivals_ptr,
+    # x, z, out [batch, nheads, head_dim], head_dim contiguous
+    x_ptr, stride_x_batch, stride_x_head,
+    z_ptr, stride_z_batch, stride_z_head,
+    out_ptr, stride_o_batch, stride_o_head,
+    # dt [batch, nheads]; A, dt_bias [nheads]; D [nheads] or [nheads, head_dim]
+    dt_ptr, stride_dt_batch, stride_dt_head,
+    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
+    # B, C [batch, ngroups, d_state], d_state contiguous
+    B_ptr, stride_B_batch, stride_B_group,
+    C_ptr, stride_C_batch, stride_C_group,
+    slot_ids_ptr,
+    head_dim, d_state, heads_per_group,
+    L: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+):
+    i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
+    if slot < 0:
+        return
+    i_b = i_b.to(tl.int64)
+    i_g = i_h // heads_per_group
+    w = tl.load(cursor_ptr + slot)
+    o_p = i_p * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+    o_n = tl.arange(0, BLOCK_D_STATE)
+    o_l = tl.arange(0, BLOCK_L)
+    m_p = o_p < head_dim
+    m_n = o_n < d_state
+    m_l = o_l < w
+
+    # Issue the checkpoint tile load first: it is the bulk of the bytes.
+    p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head + o_p[:, None] * stride_c_dim + o_n[None, :]
+    m_c = m_p[:, None] & m_n[None, :]
+    b_s0 = tl.load(p_c, mask=m_c, other=0.0).to(tl.float32)
+
+    p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
+    p_Br = Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group
+    p_dtr = dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head
+    b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                   mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+    b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :],
+                   mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+    b_dtr = tl.load(p_dtr + o_l, mask=m_l, other=0.0)
+
+    dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
+                    HAS_DT_BIAS, DT_SOFTPLUS)
+    A = tl.load(A_ptr + i_h).to(tl.float32)
+    b_x = tl.load(x_ptr + i_b * stride_x_batch + i_h * stride_x_head + o_p, mask=m_p, other=0.0).to(tl.float32)
+    b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
+    b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
+
+    # later_j = Σ_{j<i<w} dt_i, summed exactly (no subtraction of prefix sums).
+    later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
+    b_wr = tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0)
+    ckpt_decay = tl.exp(A * (tl.sum(b_dtr, axis=0) + dt))
+
+    b_bc = tl.sum(b_Br * b_C[None, :], axis=1)
+    y = ckpt_decay * tl.sum(b_s0 * b_C[None, :], axis=1)
+    y += tl.sum((b_wr * b_bc)[:, None] * b_xr, axis=0)
+    y += (dt * tl.sum(b_B * b_C, axis=0)) * b_x
+    skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head,
+                    z_ptr + i_b * stride_z_batch + i_h * stride_z_head,
+                    out_ptr + i_b * stride_o_batch + i_h * stride_o_head,
+                    HAS_D, D_PER_DIM, HAS_Z)
+
+    if w == L - 1:
+        b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
+        # Exact fp32 rank-1 updates, one record at a time, not unrolled: an FMA tl.dot or an
+        # unrolled loop costs registers (and occupancy) that every non-flush program pays too.
+        for j in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
+            wj = tl.sum(tl.where(o_l == j, b_wr, 0.0), axis=0)
+            xj = tl.load(p_xr + j * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
+            Bj = tl.load(p_Br + j * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
+            b_s += (wj * xj)[:, None] * Bj[None, :]
+        tl.store(p_c, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+    else:
+        tl.store(p_xr + w * stride_xr_pos + o_p, b_x.to(xr_ptr.dtype.element_ty), mask=m_p)
+        if i_p == 0:
+            tl.store(p_dtr + w, dt)
+            if i_h % heads_per_group == 0:
+                tl.store(p_Br + w * stride_Br_pos + o_n, b_B.to(Br_ptr.dtype.element_ty), mask=m_n)
+
+    # Every thread of this program has consumed w above; the barrier orders that before the
+    # arrival, and the last program of the row advances the cursor.
+    tl.debug_barrier()
+    n_programs = tl.num_programs(0) * tl.num_programs(1)
+    arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
+    if arrived == n_programs - 1:
+        tl.store(cursor_ptr + slot, tl.where(w == L - 1, 0, w + 1))
+        tl.store(arrivals_ptr + slot, 0)
+
+
+def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                              B_records: Tensor, cursor: Tensor, arrivals: Tensor, x: Tensor,
+                              dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, slot_ids: Tensor,
+                              D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                              dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                              out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
+    """Launch the replay step on the cache tensors; arguments already checked by the op."""
+    batch, nheads, head_dim = x.shape
+    ngroups, d_state = B.shape[1], B.shape[2]
+    L = x_records.shape[2]
+    cfg = config or mamba2_launch_config("replay_step", head_dim, d_state, batch, checkpoint.dtype)
+    grid = (triton.cdiv(head_dim, cfg.block_head_dim), nheads, batch)
+    zz = z if z is not None else x
+    DD = D if D is not None else A
+    _mamba2_replay_step_kernel[grid](
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
+        dt_records, dt_records.stride(0), dt_records.stride(1),
+        B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
+        cursor, arrivals,
+        x, x.stride(0), x.stride(1),
+        zz, zz.stride(0), zz.stride(1),
+        out, out.stride(0), out.stride(1),
+        dt, dt.stride(0), dt.stride(1),
+        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+        B, B.stride(0), B.stride(1),
+        C, C.stride(0), C.stride(1),
+        slot_ids,
+        head_dim, d_state, nheads // ngroups,
+        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
+        BLOCK_HEAD_DIM=cfg.block_head_dim, BLOCK_D_STATE=triton.next_power_of_2(d_state),
+        HAS_D=D is not None, D_PER_DIM=D is not None and D.dim() == 2, HAS_Z=z is not None,
+        HAS_DT_BIAS=dt_bias is not None, DT_SOFTPLUS=dt_softplus,
+        num_warps=cfg.num_warps,
+    )
+    return out

@@ -1,0 +1,209 @@
+"""Public Mamba-2 decode ops: validate, allocate ``out``, dispatch to ``replayssm::`` custom ops.
+
+CUDA tensors run the Triton kernels; CPU tensors run the PyTorch reference (any float dtype,
+float64 included). Both ops are ``torch.library`` custom ops with fake implementations, so they
+trace under ``torch.compile`` and record into CUDA graphs.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from torch import Tensor
+
+from ..cache import Mamba2ReplayCache
+from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
+from ._validate import FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor
+
+__all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
+
+MAX_L = 64  # records per slot supported by the replay kernel (register tile of the window)
+
+
+# --------------------------------------------------------------------------- custom ops
+# Same argument names and order as the public functions; all positional, since custom ops
+# take no keyword-only tensors.
+
+@torch.library.custom_op("replayssm::mamba2_decode_step", mutates_args=("state", "out"))
+def _mamba2_decode_step_op(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                           slot_ids: Tensor, D: Optional[Tensor], z: Optional[Tensor],
+                           dt_bias: Optional[Tensor], dt_softplus: bool, out: Tensor) -> None:
+    mamba2_decode_step_ref(state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias,
+                           dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_decode_step_op.register_kernel("cuda")
+def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
+    from ..kernels.mamba2_decode import launch_mamba2_decode_step
+    launch_mamba2_decode_step(state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z,
+                              dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_decode_step_op.register_fake
+def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
+    return None
+
+
+@torch.library.custom_op(
+    "replayssm::mamba2_replay_step",
+    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out"))
+def _mamba2_replay_step_op(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                           B_records: Tensor, cursor: Tensor, arrivals: Tensor, x: Tensor,
+                           dt: Tensor, A: Tensor, B: Tensor, C: Tensor, slot_ids: Tensor,
+                           D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
+                           dt_softplus: bool, out: Tensor) -> None:
+    mamba2_replay_step_ref(checkpoint, x_records, dt_records, B_records, cursor, x, dt, A, B, C,
+                           slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias,
+                           dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_replay_step_op.register_kernel("cuda")
+def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
+      slot_ids, D, z, dt_bias, dt_softplus, out):
+    from ..kernels.mamba2_replay import launch_mamba2_replay_step
+    launch_mamba2_replay_step(checkpoint, x_records, dt_records, B_records, cursor, arrivals,
+                              x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias,
+                              dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_replay_step_op.register_fake
+def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
+      slot_ids, D, z, dt_bias, dt_softplus, out):
+    return None
+
+
+# --------------------------------------------------------------------------- validation
+
+def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out, *,
+                  nheads: int, head_dim: int, d_state: int, ngroups: int, num_slots: int,
+                  act_dtype: Optional[torch.dtype], device: torch.device) -> int:
+    """Checks the step inputs against the layer geometry; returns batch."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: x is {type(x).__name__}; expected a torch.Tensor")
+    if x.dim() != 3:
+        raise ValueError(f"{op}: x has shape {tuple(x.shape)}; expected [batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
+    batch = x.shape[0]
+    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    act = (act_dtype,) if act_dtype is not None else floats
+    check_tensor(op, "x", x, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    act = (x.dtype,)
+    check_tensor(op, "dt", dt, "[batch, nheads]", (batch, nheads), dtypes=floats, device=device,
+                 inner_contiguous=False)
+    a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
+    check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
+    check_tensor(op, "B", B, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
+    check_tensor(op, "C", C, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
+    param = tuple(dict.fromkeys(a_dtypes + act))
+    if D is not None and isinstance(D, Tensor) and D.dim() == 2:
+        check_tensor(op, "D", D, "[nheads, head_dim]", (nheads, head_dim), dtypes=param, device=device)
+    else:
+        check_optional(op, "D", D, "[nheads]", (nheads,), dtypes=param, device=device)
+    check_optional(op, "z", z, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    check_optional(op, "dt_bias", dt_bias, "[nheads]", (nheads,), dtypes=param, device=device)
+    check_flag(op, "dt_softplus", dt_softplus)
+    check_optional(op, "out", out, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, batch, num_slots, device)
+    return batch
+
+
+def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
+    # Padding rows are not written: a fresh ``out`` starts at zero so they read as zeros.
+    return torch.zeros_like(x) if out is None else out
+
+
+# --------------------------------------------------------------------------- public API
+
+def mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *,
+                       slot_ids: Tensor, D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                       dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                       out: Optional[Tensor] = None) -> Tensor:
+    """Conventional Mamba-2 decode step: reads, updates and stores the whole state.
+
+    Args:
+        state (Tensor): [num_slots, nheads, head_dim, d_state], fp32 | bf16 | fp16 (fp64 on
+            CPU), d_state contiguous. Mutated: rows' slots get S = exp(A dt) S + dt x Bᵀ.
+        x (Tensor): [batch, nheads, head_dim], fp32 | bf16 | fp16 (fp64 on CPU).
+        dt (Tensor): [batch, nheads] raw (before dt_bias and softplus); any float dtype, any strides.
+        A (Tensor): [nheads] fp32, negative (-exp(A_log)).
+        B, C (Tensor): [batch, ngroups, d_state], dtype of x; ngroups divides nheads.
+        slot_ids (Tensor): [batch] int32; < 0 marks a padding row: nothing read or written.
+        D (Tensor, optional): [nheads] or [nheads, head_dim], fp32 or dtype of x.
+        z (Tensor, optional): like x; gates y by silu(z).
+        dt_bias (Tensor, optional): [nheads], fp32 or dtype of x.
+        dt_softplus (bool): apply softplus (threshold 20) to dt + dt_bias.
+        out (Tensor, optional): like x; padding rows are left as they were.
+    Returns:
+        Tensor: y [batch, nheads, head_dim], dtype of x (``out`` when given).
+    Raises:
+        ValueError, TypeError: before anything is written. Live slot ids are checked against
+        the state (one host sync) except during CUDA-graph capture.
+    """
+    op = "mamba2_decode_step"
+    if not isinstance(state, Tensor):
+        raise TypeError(f"{op}: state is {type(state).__name__}; expected a torch.Tensor")
+    if state.dim() != 4:
+        raise ValueError(f"{op}: state has shape {tuple(state.shape)}; expected [num_slots, nheads, head_dim, d_state]")
+    num_slots, nheads, head_dim, d_state = state.shape
+    ngroups = B.shape[1] if isinstance(B, Tensor) and B.dim() == 3 else -1
+    if ngroups < 1 or nheads % ngroups:
+        raise ValueError(f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; expected [batch, ngroups, d_state] with ngroups dividing nheads = {nheads}")
+    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
+                 dtypes=floats, device=state.device)
+    _check_inputs(op, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out,
+                  nheads=nheads, head_dim=head_dim, d_state=d_state, ngroups=ngroups,
+                  num_slots=num_slots, act_dtype=None, device=state.device)
+    out = _new_out(x, out)
+    torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_ids, D, z, dt_bias,
+                                           dt_softplus, out)
+    return out
+
+
+def mamba2_replay_step(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
+                       C: Tensor, *, slot_ids: Tensor, D: Optional[Tensor] = None,
+                       z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+                       dt_softplus: bool = True, out: Optional[Tensor] = None) -> Tensor:
+    """One Mamba-2 ReplaySSM decode step from checkpoint + records.
+
+    Args:
+        cache (Mamba2ReplayCache): mutated. Each live row with cursor w < L-1 appends its
+            record (x, processed dt, B) at position w and sets the cursor to w+1, storing no
+            state; a row with cursor L-1 folds its L-1 records and the current token into the
+            checkpoint (rounded to the checkpoint dtype once, here) and sets the cursor to 0.
+            The decision and the cursor advance happen on the device: no host sync, and one
+            captured CUDA graph serves every step.
+        x (Tensor): [batch, nheads, head_dim], the cache's activation dtype.
+        dt (Tensor): [batch, nheads] raw (before dt_bias and softplus); any float dtype, any strides.
+        A (Tensor): [nheads] fp32, negative (-exp(A_log)).
+        B, C (Tensor): [batch, ngroups, d_state], the cache's activation dtype.
+        slot_ids (Tensor): [batch] int32 physical slots; < 0 marks a padding row: nothing is
+            read or written for it, its ``out`` row is left as it was. Live ids are distinct.
+        D, z, dt_bias, dt_softplus, out: as in :func:`mamba2_decode_step`.
+    Returns:
+        Tensor: y [batch, nheads, head_dim], dtype of x (``out`` when given), equal to the
+        conventional recurrence's output up to fp32 rounding.
+    Raises:
+        ValueError, TypeError: before anything is written. Live slot ids are checked against
+        the cache (one host sync) except during CUDA-graph capture.
+    """
+    op = "mamba2_replay_step"
+    if not isinstance(cache, Mamba2ReplayCache):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected Mamba2ReplayCache")
+    if not 1 <= cache.L <= MAX_L:
+        raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
+    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
+        if not getattr(cache, name).is_contiguous():
+            raise ValueError(f"{op}: cache.{name} must be contiguous")
+    device = cache.device
+    if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
+        raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
+    _check_inputs(op, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out,
+                  nheads=cache.nheads, head_dim=cache.head_dim, d_state=cache.d_state,
+                  ngroups=cache.ngroups, num_slots=cache.num_slots, act_dtype=cache.act_dtype,
+                  device=device)
+    out = _new_out(x, out)
+    torch.ops.replayssm.mamba2_replay_step(
+        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
+        cache.arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    return out
