@@ -10,6 +10,13 @@ from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
 
+# Tolerances relative to max |ref|, from the dtypes involved:
+# activation dtype: y is rounded to it once (fp32 reordering only for f32, measured ~1e-6).
+# checkpoint dtype: rounded at each flush (2^-11 f16, 2^-9 bf16 relative), a random walk over
+# the flushes damped by the decay. y sees both.
+ACT_TOL = {"f32": 2e-5, "f16": 1e-3, "bf16": 8e-3}
+STATE_TOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+
 
 @dataclass(frozen=True)
 class Geometry:
