@@ -164,29 +164,31 @@ def run_table(args, copy_bw):
     return rows
 
 
+def sweep_configs(head_dim):
+    """Replay launch configurations tried by --sweep: one tile per program, or one head per
+    program in a pipelined loop."""
+    cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if b <= head_dim]
+    for b in (8, 16):
+        chunks = -(-head_dim // b)
+        cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (2, 3, 4)]
+    return cfgs
+
+
 def run_sweep(args):
-    blocks, warps = [8, 16, 32, 64], [1, 2, 4, 8]
-    best = {}
-    print(f"{'route':>12} {'state':>5} {'batch':>6} {'L':>3} {'best':>10} {'us':>8} {'default us':>10}  all (block,warps:us)")
+    print(f"{'state':>5} {'batch':>6} {'L':>3} {'best':>22} {'us':>8} {'default':>22} {'us':>8}")
     for state in args.state:
         for batch in args.batch:
             case = Case(args.geometry, batch, args.L[0], state, args.act)
-            for route in ("decode_step", "replay_step"):
-                res = {}
-                for b in blocks:
-                    for w in warps:
-                        if b > case.head_dim:
-                            continue
-                        res[(b, w)] = case.time(route, LaunchConfig(b, w), reps=3)[0]
-                d = mamba2_launch_config(route, case.head_dim, case.d_state, batch, case.state)
-                dt = res.get((d.block_head_dim, d.num_warps), float("nan"))
-                k = min(res, key=res.get)
-                best[(route, state, batch)] = (k, res[k])
-                print(f"{route:>12} {state:>5} {batch:>6} {args.L[0]:>3} {str(k):>10} {res[k]*1e6:8.2f} {dt*1e6:10.2f}  "
-                      + " ".join(f"{b},{w}:{t*1e6:.1f}" for (b, w), t in sorted(res.items())))
+            res = {cfg: case.time("replay_step", cfg, reps=3)[0] for cfg in sweep_configs(case.head_dim)}
+            d = mamba2_launch_config("replay_step", case.head_dim, case.d_state, batch, case.state)
+            d_t = res[d] if d in res else case.time("replay_step", d, reps=3)[0]
+            k = min(res, key=res.get)
+            fmt = lambda c: f"{c.block_head_dim},{c.num_warps},{c.chunks},{c.num_stages}"  # noqa: E731
+            print(f"{state:>5} {batch:>6} {args.L[0]:>3} {fmt(k):>22} {res[k]*1e6:8.2f} {fmt(d):>22} {d_t*1e6:8.2f}")
+            print("   all (block,warps,chunks,stages:us): " +
+                  " ".join(f"{fmt(c)}:{t*1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
             del case
             torch.cuda.empty_cache()
-    return best
 
 
 def plot(rows, path):

@@ -64,25 +64,34 @@ def test_mamba2_decode_step_kernel_matches_reference(dtypes):
 
 
 def test_mamba2_replay_step_kernel_launch_config_invisible():
-    """Two launch configurations give the same outputs and caches (to fp32 reordering)."""
+    """Launch configurations (one tile per program, or a pipelined loop over the head) give the
+    same outputs and caches, to fp32 reordering, over several flushes with padding rows."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     p = make_params(G, DEVICE)
+    cfgs = [LaunchConfig(4, 1), LaunchConfig(16, 4), LaunchConfig(8, 2, chunks=-(-G.head_dim // 8), num_stages=3)]
     caches = []
-    for _ in range(2):
+    for _ in cfgs:
         torch.manual_seed(1)
-        c = Mamba2ReplayCache.allocate(4, G.nheads, G.head_dim, G.d_state, G.ngroups, 4,
+        c = Mamba2ReplayCache.allocate(6, G.nheads, G.head_dim, G.d_state, G.ngroups, 4,
                                        state_dtype=torch.float32, act_dtype=torch.float32, device=DEVICE)
         c.checkpoint.normal_()
+        c.cursor.copy_(torch.tensor([0, 1, 2, 3, 0, 1], dtype=torch.int32))
         caches.append(c)
-    slots = torch.tensor([2, 0, 3], dtype=torch.int32, device=DEVICE)
-    for _ in range(6):
-        inp = make_step(G, 3, torch.float32, DEVICE)
+    slots = torch.tensor([2, -1, 0, 3, 5], dtype=torch.int32, device=DEVICE)
+    for _ in range(9):
+        inp = make_step(G, 5, torch.float32, DEVICE, with_z=True)
         ys = [launch_mamba2_replay_step(c.checkpoint, c.x_records, c.dt_records, c.B_records,
                                         c.cursor, c.arrivals, inp["x"], inp["dt"], p.A, inp["B"],
-                                        inp["C"], slot_ids=slots, D=p.D, dt_bias=p.dt_bias,
-                                        out=torch.empty_like(inp["x"]), config=cfg)
-              for c, cfg in zip(caches, [LaunchConfig(4, 1), LaunchConfig(16, 4)])]
-        assert rel_err(ys[0], ys[1]) < 1e-6
-    assert torch.equal(caches[0].cursor, caches[1].cursor)
-    assert rel_err(caches[0].checkpoint, caches[1].checkpoint) < 1e-6
-    assert torch.equal(caches[0].x_records, caches[1].x_records)
+                                        inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias,
+                                        out=torch.full_like(inp["x"], 42.0), config=cfg)
+              for c, cfg in zip(caches, cfgs)]
+        for y in ys[1:]:
+            assert torch.all(y[1] == 42.0)
+            assert rel_err(y, ys[0]) < 1e-6
+    for c in caches[1:]:
+        assert torch.equal(c.cursor, caches[0].cursor)
+        assert torch.equal(c.arrivals, caches[0].arrivals)
+        assert rel_err(c.checkpoint, caches[0].checkpoint) < 1e-6
+        assert torch.equal(c.x_records, caches[0].x_records)
+        assert torch.equal(c.dt_records, caches[0].dt_records)
+        assert torch.equal(c.B_records, caches[0].B_records)

@@ -44,10 +44,16 @@ def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Tile of one program: BLOCK_HEAD_DIM rows of one head's [head_dim, d_state] state."""
+    """Work of one program: ``chunks`` tiles of ``block_head_dim`` rows of one head's
+    [head_dim, d_state] state, walked in a loop software-pipelined ``num_stages`` deep.
+
+    The conventional kernel uses one chunk per program (``chunks`` and ``num_stages`` 1).
+    """
 
     block_head_dim: int
     num_warps: int
+    chunks: int = 1
+    num_stages: int = 1
 
 
 def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
@@ -60,6 +66,14 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     """
     if route not in ("decode_step", "replay_step"):
         raise ValueError(f"mamba2_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
-    block = min(16, triton.next_power_of_2(head_dim))
-    return LaunchConfig(block_head_dim=block, num_warps=4)
-
+    wide = state_dtype.itemsize >= 4
+    if route == "decode_step":
+        # Read-modify-write of one small tile per program reaches ~95% of copy bandwidth.
+        return LaunchConfig(block_head_dim=min(8 if wide else 16, triton.next_power_of_2(head_dim)), num_warps=2)
+    block = min(8, triton.next_power_of_2(head_dim))
+    if batch < 16:
+        # Few rows: spread each head over several programs to fill the GPU.
+        return LaunchConfig(block_head_dim=min(16, triton.next_power_of_2(head_dim)), num_warps=2)
+    # Many rows: one program per head, its checkpoint streamed through a cp.async pipeline so
+    # that the per-head work (weights, B.C) is paid once and loads stay in flight.
+    return LaunchConfig(block_head_dim=block, num_warps=2, chunks=triton.cdiv(head_dim, block), num_stages=3)

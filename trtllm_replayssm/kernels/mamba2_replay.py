@@ -34,6 +34,17 @@ __all__ = ["launch_mamba2_replay_step"]
 
 
 @triton.jit
+def _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                         D_ptr, stride_D_head, z_ptr, out_ptr,
+                         HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
+    """y rows o_p = exp(AΛ) (S0 C) + Σ_j s_j (B_j·C) x_j + dt (B·C) x, then D, z and store."""
+    y = ckpt_decay * tl.sum(b_s0 * b_C[None, :], axis=1)
+    y += tl.sum(coef[:, None] * b_xr, axis=0)
+    y += cur_coef * b_x
+    skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr, HAS_D, D_PER_DIM, HAS_Z)
+
+
+@triton.jit
 def _mamba2_replay_step_kernel(
     # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
     ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
@@ -58,72 +69,82 @@ def _mamba2_replay_step_kernel(
     slot_ids_ptr,
     head_dim, d_state, heads_per_group,
     L: tl.constexpr, BLOCK_L: tl.constexpr,
-    BLOCK_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
-    i_p, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
     i_b = i_b.to(tl.int64)
     i_g = i_h // heads_per_group
     w = tl.load(cursor_ptr + slot)
-    o_p = i_p * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
     o_n = tl.arange(0, BLOCK_D_STATE)
     o_l = tl.arange(0, BLOCK_L)
-    m_p = o_p < head_dim
     m_n = o_n < d_state
     m_l = o_l < w
 
-    # Issue the checkpoint tile load first: it is the bulk of the bytes.
-    p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head + o_p[:, None] * stride_c_dim + o_n[None, :]
-    m_c = m_p[:, None] & m_n[None, :]
-    b_s0 = tl.load(p_c, mask=m_c, other=0.0).to(tl.float32)
-
+    # Per-(row, head) scalars and vectors, computed once for the whole span of head_dim rows.
     p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
     p_Br = Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group
     p_dtr = dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head
-    b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
-                   mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
-    b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :],
-                   mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
     b_dtr = tl.load(p_dtr + o_l, mask=m_l, other=0.0)
-
     dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
                     HAS_DT_BIAS, DT_SOFTPLUS)
     A = tl.load(A_ptr + i_h).to(tl.float32)
-    b_x = tl.load(x_ptr + i_b * stride_x_batch + i_h * stride_x_head + o_p, mask=m_p, other=0.0).to(tl.float32)
     b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
-
+    b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :],
+                   mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
     # later_j = Σ_{j<i<w} dt_i, summed exactly (no subtraction of prefix sums).
     later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
     b_wr = tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0)
     ckpt_decay = tl.exp(A * (tl.sum(b_dtr, axis=0) + dt))
+    coef = b_wr * tl.sum(b_Br * b_C[None, :], axis=1)
+    cur_coef = dt * tl.sum(b_B * b_C, axis=0)
 
-    b_bc = tl.sum(b_Br * b_C[None, :], axis=1)
-    y = ckpt_decay * tl.sum(b_s0 * b_C[None, :], axis=1)
-    y += tl.sum((b_wr * b_bc)[:, None] * b_xr, axis=0)
-    y += (dt * tl.sum(b_B * b_C, axis=0)) * b_x
-    skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head,
-                    z_ptr + i_b * stride_z_batch + i_h * stride_z_head,
-                    out_ptr + i_b * stride_o_batch + i_h * stride_o_head,
-                    HAS_D, D_PER_DIM, HAS_Z)
-
+    p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
+    p_z = z_ptr + i_b * stride_z_batch + i_h * stride_z_head
+    p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
+    p_start = i_s * SPAN_HEAD_DIM
     if w == L - 1:
-        b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
-        # Exact fp32 rank-1 updates, one record at a time, not unrolled: an FMA tl.dot or an
-        # unrolled loop costs registers (and occupancy) that every non-flush program pays too.
-        for j in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
-            wj = tl.sum(tl.where(o_l == j, b_wr, 0.0), axis=0)
-            xj = tl.load(p_xr + j * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
-            Bj = tl.load(p_Br + j * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
-            b_s += (wj * xj)[:, None] * Bj[None, :]
-        tl.store(p_c, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+        # Flush: output, then the folded state tile stored over the checkpoint. Exact fp32
+        # rank-1 updates, one record at a time (an FMA tl.dot costs registers that every
+        # program would pay).
+        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
+            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+            m_p = o_p < head_dim
+            m_c = m_p[:, None] & m_n[None, :]
+            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
+            b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
+            b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+            _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                                 D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
+            b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
+            for j in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
+                wj = tl.sum(tl.where(o_l == j, b_wr, 0.0), axis=0)
+                xj = tl.load(p_xr + j * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
+                Bj = tl.load(p_Br + j * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
+                b_s += (wj * xj)[:, None] * Bj[None, :]
+            tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
     else:
-        tl.store(p_xr + w * stride_xr_pos + o_p, b_x.to(xr_ptr.dtype.element_ty), mask=m_p)
-        if i_p == 0:
+        # Non-flush: output from checkpoint + records (the state is never formed), append x.
+        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
+            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+            m_p = o_p < head_dim
+            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
+                           mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+            b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
+            b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+            _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                                 D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
+            tl.store(p_xr + w * stride_xr_pos + o_p, b_x.to(xr_ptr.dtype.element_ty), mask=m_p)
+        if i_s == 0:
             tl.store(p_dtr + w, dt)
             if i_h % heads_per_group == 0:
                 tl.store(p_Br + w * stride_Br_pos + o_n, b_B.to(Br_ptr.dtype.element_ty), mask=m_n)
@@ -149,7 +170,8 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
     ngroups, d_state = B.shape[1], B.shape[2]
     L = x_records.shape[2]
     cfg = config or mamba2_launch_config("replay_step", head_dim, d_state, batch, checkpoint.dtype)
-    grid = (triton.cdiv(head_dim, cfg.block_head_dim), nheads, batch)
+    span = cfg.block_head_dim * cfg.chunks
+    grid = (triton.cdiv(head_dim, span), nheads, batch)
     zz = z if z is not None else x
     DD = D if D is not None else A
     _mamba2_replay_step_kernel[grid](
@@ -168,7 +190,8 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
         slot_ids,
         head_dim, d_state, nheads // ngroups,
         L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
-        BLOCK_HEAD_DIM=cfg.block_head_dim, BLOCK_D_STATE=triton.next_power_of_2(d_state),
+        BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span,
+        BLOCK_D_STATE=triton.next_power_of_2(d_state), NUM_STAGES=cfg.num_stages,
         HAS_D=D is not None, D_PER_DIM=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_DT_BIAS=dt_bias is not None, DT_SOFTPLUS=dt_softplus,
         num_warps=cfg.num_warps,
