@@ -12,7 +12,9 @@ import torch
 
 from torch import Tensor
 
-__all__ = ["Mamba2ReplayCache"]
+__all__ = ["Mamba2ReplayCache", "MAX_L"]
+
+MAX_L = 64  # records per slot supported by the replay kernel (a register tile of the window)
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -97,8 +99,8 @@ class Mamba2ReplayCache:
                         ("d_state", d_state), ("ngroups", ngroups), ("L", L)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"Mamba2ReplayCache.allocate: {name} is {v!r}; expected a positive int")
-        if L > 64:
-            raise ValueError(f"Mamba2ReplayCache.allocate: L is {L}; expected 1 <= L <= 64")
+        if L > MAX_L:
+            raise ValueError(f"Mamba2ReplayCache.allocate: L is {L}; expected 1 <= L <= {MAX_L}")
         dt_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32
         kw = dict(device=device)
         return cls(

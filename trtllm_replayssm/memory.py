@@ -51,7 +51,8 @@ def mamba2_step_bytes(route: str, *, nheads: int, head_dim: int, d_state: int, n
         return Mamba2StepBytes(state, state, 0.0, 0.0, io)
     if route != "replay_step":
         raise ValueError(f"mamba2_step_bytes: route is {route!r}; expected 'decode_step' or 'replay_step'")
-    record = nheads * head_dim * a + nheads * 4 + ngroups * d_state * a
+    dt_bytes = 8 if state_dtype == torch.float64 else 4   # dt records follow the cache (fp32 | fp64)
+    record = nheads * head_dim * a + nheads * dt_bytes + ngroups * d_state * a
     mean_held = (L - 1) / 2.0                       # records read per step, averaged over w
     return Mamba2StepBytes(state_read=state, state_written=state / L,
                            records_read=mean_held * record,

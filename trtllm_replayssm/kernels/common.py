@@ -67,13 +67,18 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     if route not in ("decode_step", "replay_step"):
         raise ValueError(f"mamba2_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
     wide = state_dtype.itemsize >= 4
+    pow2 = triton.next_power_of_2(head_dim)
     if route == "decode_step":
         # Read-modify-write of one small tile per program reaches ~95% of copy bandwidth.
-        return LaunchConfig(block_head_dim=min(8 if wide else 16, triton.next_power_of_2(head_dim)), num_warps=2)
-    block = min(8, triton.next_power_of_2(head_dim))
-    if batch < 16:
+        return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=2)
+    # Replay: measured on an H200 with (128, 64, 128, 8), L = 16 (benchmarks/NOTES.md, v2 sweep).
+    if batch < 8:
         # Few rows: spread each head over several programs to fill the GPU.
-        return LaunchConfig(block_head_dim=min(16, triton.next_power_of_2(head_dim)), num_warps=2)
-    # Many rows: one program per head, its checkpoint streamed through a cp.async pipeline so
-    # that the per-head work (weights, B.C) is paid once and loads stay in flight.
-    return LaunchConfig(block_head_dim=block, num_warps=2, chunks=triton.cdiv(head_dim, block), num_stages=3)
+        return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=1 if wide else 2)
+    if batch < 32:
+        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1)
+    # Many rows: one program per head (or half a head), its checkpoint streamed through a
+    # cp.async pipeline, so the per-head work (weights, B.C) is paid once and loads stay in flight.
+    block = min(16 if batch < 128 else 8, pow2)
+    return LaunchConfig(block_head_dim=block, num_warps=2 if (batch < 128 and not wide) else 1,
+                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3)

@@ -12,13 +12,11 @@ import torch
 
 from torch import Tensor
 
-from ..cache import Mamba2ReplayCache
+from ..cache import MAX_L, Mamba2ReplayCache
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
 from ._validate import FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor
 
 __all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
-
-MAX_L = 64  # records per slot supported by the replay kernel (register tile of the window)
 
 
 # --------------------------------------------------------------------------- custom ops

@@ -1,0 +1,344 @@
+"""The public Mamba-2 ops and the replay cache on the CPU: dispatch to the references, argument
+validation (nothing written on a bad call), padding rows, torch.compile and torch.library.opcheck."""
+import re
+
+import pytest
+import torch
+
+from torch.library import opcheck
+
+from mamba2_cases import DTYPES, Geometry, make_params, make_step
+from trtllm_replayssm.cache import Mamba2ReplayCache
+from trtllm_replayssm.ops import mamba2_decode_step, mamba2_replay_step
+from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
+
+G = Geometry(4, 8, 16, 2)
+L = 4
+NUM_SLOTS = 6
+# Live rows at cursors 3 (a flush), 0 and 1 (appends), and a padding row; see _cache.
+SLOTS = [3, -1, 0, 5]
+CACHE_FIELDS = ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals")
+
+
+def _tensors(cache: Mamba2ReplayCache) -> list:
+    return [getattr(cache, name) for name in CACHE_FIELDS]
+
+
+def _fill(cache: Mamba2ReplayCache) -> Mamba2ReplayCache:
+    """Random checkpoints and records; cursor of slot s is s mod L."""
+    cache.checkpoint.copy_(torch.randn(cache.checkpoint.shape))
+    cache.x_records.copy_(torch.randn(cache.x_records.shape))
+    cache.B_records.copy_(torch.randn(cache.B_records.shape))
+    cache.dt_records.uniform_(0.01, 0.05)
+    cache.cursor.copy_(torch.arange(cache.num_slots, dtype=torch.int32) % cache.L)
+    return cache
+
+
+def _cache(state: str = "f32", act: str = "f32", L: int = L) -> Mamba2ReplayCache:
+    return _fill(Mamba2ReplayCache.allocate(NUM_SLOTS, G.nheads, G.head_dim, G.d_state,
+                                            G.ngroups, L, state_dtype=DTYPES[state],
+                                            act_dtype=DTYPES[act]))
+
+
+def _direct_cache(L: int) -> Mamba2ReplayCache:
+    """A float32 cache built from its tensors (bypassing ``allocate`` and its L check)."""
+    n, h, p, d, g = NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups
+    return _fill(Mamba2ReplayCache(
+        checkpoint=torch.zeros(n, h, p, d), x_records=torch.zeros(n, h, L, p),
+        dt_records=torch.zeros(n, h, L), B_records=torch.zeros(n, g, L, d),
+        cursor=torch.zeros(n, dtype=torch.int32), arrivals=torch.zeros(n, dtype=torch.int32)))
+
+
+def _step_kwargs(act: str = "f32", *, D_per_dim: bool = False, with_z: bool = True) -> dict:
+    """Valid keyword arguments of one step (all but the cache / state) for the rows of SLOTS."""
+    p = make_params(G, "cpu", D_per_dim=D_per_dim)
+    inp = make_step(G, len(SLOTS), DTYPES[act], "cpu", with_z=with_z)
+    return dict(x=inp["x"], dt=inp["dt"], A=p.A, B=inp["B"], C=inp["C"],
+                slot_ids=torch.tensor(SLOTS, dtype=torch.int32), D=p.D, z=inp["z"],
+                dt_bias=p.dt_bias, dt_softplus=True, out=torch.full_like(inp["x"], 42.0))
+
+
+def _snapshot(tensors) -> list:
+    return [t.clone() for t in tensors]
+
+
+def _assert_unchanged(tensors, before) -> None:
+    for i, (t, b) in enumerate(zip(tensors, before)):
+        assert torch.equal(t, b), f"tensor {i} changed"
+
+
+# --------------------------------------------------------------------------- dispatch
+
+CASES = [pytest.param("f32", "f32", False, True, id="sf32-af32-Dhead-z"),
+         pytest.param("f32", "bf16", True, False, id="sf32-abf16-Ddim"),
+         pytest.param("f16", "f16", False, False, id="sf16-af16"),
+         pytest.param("f64", "f64", True, True, id="sf64-af64-Ddim-z")]
+
+
+@pytest.mark.parametrize("state, act, D_per_dim, with_z", CASES)
+def test_mamba2_replay_step_equals_reference_bitwise(state, act, D_per_dim, with_z):
+    cache = _cache(state, act)
+    ref = _snapshot(_tensors(cache))
+    for _ in range(L + 1):  # every live row appends and flushes at least once
+        kw = _step_kwargs(act, D_per_dim=D_per_dim, with_z=with_z)
+        out_ref = kw["out"].clone()
+        y = mamba2_replay_step(cache, **kw)
+        mamba2_replay_step_ref(*ref[:5], **{**kw, "out": out_ref})
+        assert y is kw["out"]
+        assert torch.equal(y, out_ref)
+        _assert_unchanged(_tensors(cache), ref)
+
+
+@pytest.mark.parametrize("state, act, D_per_dim, with_z", CASES)
+def test_mamba2_decode_step_equals_reference_bitwise(state, act, D_per_dim, with_z):
+    s = torch.randn(NUM_SLOTS, G.nheads, G.head_dim, G.d_state).to(DTYPES[state])
+    s_ref = s.clone()
+    for _ in range(3):
+        kw = _step_kwargs(act, D_per_dim=D_per_dim, with_z=with_z)
+        out_ref = kw["out"].clone()
+        y = mamba2_decode_step(s, **kw)
+        mamba2_decode_step_ref(s_ref, **{**kw, "out": out_ref})
+        assert y is kw["out"]
+        assert torch.equal(y, out_ref)
+        assert torch.equal(s, s_ref)
+
+
+# --------------------------------------------------------------------------- validation
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """Same values and shape as ``t``, stride 2 in the last dimension."""
+    wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+    wide[..., ::2] = t
+    return wide[..., ::2]
+
+
+def _ids(*ids: int) -> torch.Tensor:
+    return torch.tensor(ids, dtype=torch.int32)
+
+
+# (overrides of the valid arguments k, exception, argument the message must name)
+BAD_STEP_ARGS = [
+    pytest.param(lambda k: {"x": k["x"][..., :-1]}, ValueError, "x", id="x-shape"),
+    pytest.param(lambda k: {"x": _strided(k["x"])}, ValueError, "x", id="x-strided"),
+    pytest.param(lambda k: {"dt": k["dt"][:, :-1]}, ValueError, "dt", id="dt-shape"),
+    pytest.param(lambda k: {"A": k["A"].half()}, TypeError, "A", id="A-float16"),
+    pytest.param(lambda k: {"B": torch.randn(len(SLOTS), 3, G.d_state)}, ValueError, "B",
+                 id="B-ngroups"),
+    pytest.param(lambda k: {"C": k["C"][..., :-1]}, ValueError, "C", id="C-d_state"),
+    pytest.param(lambda k: {"D": torch.randn(G.nheads + 1)}, ValueError, "D", id="D-shape"),
+    pytest.param(lambda k: {"z": k["z"][:, :-1]}, ValueError, "z", id="z-shape"),
+    pytest.param(lambda k: {"out": k["out"].double()}, TypeError, "out", id="out-dtype"),
+    pytest.param(lambda k: {"slot_ids": k["slot_ids"].long()}, TypeError, "slot_ids",
+                 id="slot_ids-int64"),
+    pytest.param(lambda k: {"slot_ids": _ids(3, -1, NUM_SLOTS, 5)}, ValueError, "slot_ids",
+                 id="slot_ids-out-of-range"),
+    pytest.param(lambda k: {"slot_ids": _ids(3, -1, 3, 5)}, ValueError, "slot_ids",
+                 id="slot_ids-duplicate"),
+    pytest.param(lambda k: {"dt_softplus": 1}, TypeError, "dt_softplus", id="dt_softplus-int"),
+]
+
+BAD_REPLAY_ARGS = BAD_STEP_ARGS + [
+    pytest.param(lambda k: {"x": k["x"].half()}, TypeError, "x", id="x-dtype-vs-cache"),
+    # The constructor accepts L = 65; the op rejects it (the kernel's window is 64 records).
+    pytest.param(lambda k: {"cache": _direct_cache(65)}, ValueError, "cache", id="cache-L65"),
+    pytest.param(lambda k: {"cache": tuple(_tensors(k["cache"]))}, TypeError, "cache",
+                 id="cache-not-a-cache"),
+]
+
+BAD_DECODE_ARGS = BAD_STEP_ARGS + [
+    pytest.param(lambda k: {"state": list(k["state"])}, TypeError, "state", id="state-list"),
+    pytest.param(lambda k: {"state": k["state"][0]}, ValueError, "state", id="state-3d"),
+]
+
+
+def _assert_raises_untouched(fn, kw: dict, override, exc, name: str, op: str) -> None:
+    """fn(**kw with override) raises ``exc`` naming ``name``; no tensor it could write changed."""
+    bad = {**kw, **override(kw)}
+    watched = [kw["out"]] + [v for v in bad.values() if isinstance(v, torch.Tensor)]
+    for c in (kw.get("cache"), bad.get("cache")):
+        if isinstance(c, Mamba2ReplayCache):
+            watched += _tensors(c)
+    before = _snapshot(watched)
+    with pytest.raises(exc, match=rf"^{op}: {re.escape(name)}\b"):
+        fn(**bad)
+    _assert_unchanged(watched, before)
+
+
+@pytest.mark.parametrize("override, exc, name", BAD_REPLAY_ARGS)
+def test_mamba2_replay_step_bad_input_raises_before_writing(override, exc, name):
+    kw = {"cache": _cache(), **_step_kwargs()}
+    _assert_raises_untouched(mamba2_replay_step, kw, override, exc, name, "mamba2_replay_step")
+
+
+@pytest.mark.parametrize("override, exc, name", BAD_DECODE_ARGS)
+def test_mamba2_decode_step_bad_input_raises_before_writing(override, exc, name):
+    kw = {"state": torch.randn(NUM_SLOTS, G.nheads, G.head_dim, G.d_state), **_step_kwargs()}
+    _assert_raises_untouched(mamba2_decode_step, kw, override, exc, name, "mamba2_decode_step")
+
+
+# --------------------------------------------------------------------------- cache
+
+def test_mamba2_replay_cache_allocate_geometry():
+    cache = Mamba2ReplayCache.allocate(5, 4, 8, 16, 2, 7, state_dtype=torch.float64,
+                                       act_dtype=torch.float64)
+    assert (cache.num_slots, cache.nheads, cache.head_dim, cache.d_state, cache.ngroups,
+            cache.L) == (5, 4, 8, 16, 2, 7)
+    assert (cache.state_dtype, cache.act_dtype) == (torch.float64, torch.float64)
+    assert cache.dt_records.dtype == torch.float64  # float64 dt records with a float64 checkpoint
+    assert cache.device == torch.device("cpu")
+    assert all(not t.any() for t in _tensors(cache))
+    bf16 = Mamba2ReplayCache.allocate(5, 4, 8, 16, 2, 7)
+    assert (bf16.state_dtype, bf16.act_dtype, bf16.dt_records.dtype) == (
+        torch.float32, torch.bfloat16, torch.float32)
+
+
+@pytest.mark.parametrize("kw, name", [
+    pytest.param(dict(L=0), "L", id="L0"),
+    pytest.param(dict(L=65), "L", id="L65"),
+    pytest.param(dict(nheads=0), "nheads", id="nheads0"),
+    pytest.param(dict(head_dim=2.0), "head_dim", id="head_dim-float"),
+    pytest.param(dict(ngroups=True), "ngroups", id="ngroups-bool"),
+])
+def test_mamba2_replay_cache_allocate_rejects_bad_geometry(kw, name):
+    args = dict(num_slots=2, nheads=4, head_dim=8, d_state=16, ngroups=2, L=4) | kw
+    with pytest.raises(ValueError, match=rf"^Mamba2ReplayCache.allocate: {name} is"):
+        Mamba2ReplayCache.allocate(**args)
+
+
+def test_mamba2_replay_cache_admit_sets_given_slots_only():
+    cache = _cache()
+    cache.cursor.fill_(2)
+    before = _snapshot(_tensors(cache))
+    state = torch.randn(2, G.nheads, G.head_dim, G.d_state, dtype=torch.float64)
+    cache.admit(torch.tensor([4, 1]), state)
+    assert torch.equal(cache.checkpoint[4], state[0].float())
+    assert torch.equal(cache.checkpoint[1], state[1].float())
+    assert cache.cursor.tolist() == [2, 0, 2, 2, 0, 2]
+    others = [0, 2, 3, 5]
+    assert torch.equal(cache.checkpoint[others], before[0][others])
+    _assert_unchanged(_tensors(cache)[1:4] + [cache.arrivals], before[1:4] + [before[5]])
+
+    cache.admit(_ids(3))  # no state: a zero checkpoint
+    assert not cache.checkpoint[3].any()
+    assert cache.cursor.tolist() == [2, 0, 2, 0, 0, 2]
+    assert torch.equal(cache.checkpoint[[0, 2, 5]], before[0][[0, 2, 5]])
+
+
+def _state(n: int) -> torch.Tensor:
+    return torch.randn(n, G.nheads, G.head_dim, G.d_state)
+
+
+@pytest.mark.parametrize("slot_ids, state, exc, name", [
+    pytest.param([0, 1], _state(3), ValueError, "state", id="state-rows"),
+    pytest.param([0], _state(1)[..., :-1], ValueError, "state", id="state-d_state"),
+    pytest.param([0], _state(1).int(), TypeError, "state", id="state-int"),
+    pytest.param([0], _state(1).tolist(), TypeError, "state", id="state-list"),
+    pytest.param([0, NUM_SLOTS], _state(2), ValueError, "slot_ids", id="slot-out-of-range"),
+    pytest.param([-1], _state(1), ValueError, "slot_ids", id="slot-negative"),
+    pytest.param([2, 2], _state(2), ValueError, "slot_ids", id="slot-duplicate"),
+    pytest.param([[0]], _state(1), ValueError, "slot_ids", id="slot-2d"),
+    pytest.param([0.0], _state(1), ValueError, "slot_ids", id="slot-float"),
+])
+def test_mamba2_replay_cache_admit_bad_args_raise_before_writing(slot_ids, state, exc, name):
+    cache = _cache()
+    before = _snapshot(_tensors(cache))
+    with pytest.raises(exc, match=rf"^Mamba2ReplayCache.admit: {name}\b"):
+        cache.admit(torch.tensor(slot_ids), state)
+    _assert_unchanged(_tensors(cache), before)
+
+
+def _replace(**over):
+    def fields(c: Mamba2ReplayCache) -> dict:
+        return {name: getattr(c, name) for name in CACHE_FIELDS} | over
+    return fields
+
+
+@pytest.mark.parametrize("fields, exc, name", [
+    pytest.param(_replace(dt_records=torch.zeros(NUM_SLOTS, G.nheads, L + 1)), ValueError,
+                 "dt_records", id="dt_records-L"),
+    pytest.param(_replace(B_records=torch.zeros(NUM_SLOTS, G.ngroups, L - 1, G.d_state)),
+                 ValueError, "B_records", id="B_records-L"),
+    pytest.param(_replace(B_records=torch.zeros(NUM_SLOTS, 3, L, G.d_state)), ValueError,
+                 "ngroups", id="ngroups-not-dividing"),
+    pytest.param(_replace(cursor=torch.zeros(NUM_SLOTS, dtype=torch.int64)), TypeError,
+                 "cursor", id="cursor-int64"),
+    pytest.param(_replace(arrivals=torch.zeros(NUM_SLOTS + 1, dtype=torch.int32)), ValueError,
+                 "arrivals", id="arrivals-shape"),
+    pytest.param(_replace(B_records=torch.zeros(NUM_SLOTS, G.ngroups, L, G.d_state,
+                                                dtype=torch.float16)), TypeError, "B_records",
+                 id="B_records-dtype"),
+    pytest.param(_replace(x_records=torch.zeros(NUM_SLOTS, G.nheads, G.head_dim, L).mT),
+                 ValueError, "x_records", id="x_records-non-contiguous"),
+])
+def test_mamba2_replay_cache_constructor_rejects_inconsistent_tensors(fields, exc, name):
+    with pytest.raises(exc, match=rf"^Mamba2ReplayCache: {name}\b"):
+        Mamba2ReplayCache(**fields(_direct_cache(L)))
+
+
+# --------------------------------------------------------------------------- padding rows
+
+@pytest.mark.parametrize("op", ["replay", "decode"])
+def test_mamba2_ops_padding_rows_keep_out(op):
+    target = _cache() if op == "replay" else torch.randn(NUM_SLOTS, G.nheads, G.head_dim, G.d_state)
+    fn = mamba2_replay_step if op == "replay" else mamba2_decode_step
+    kw = _step_kwargs()
+    pad = kw["slot_ids"] < 0
+    y = fn(target, **kw)
+    assert torch.all(y[pad] == 42.0) and not torch.any(y[~pad] == 42.0)
+    fresh = fn(target, **{**kw, "out": None})  # a fresh out reads zero in padding rows
+    assert not fresh[pad].any()
+
+
+@pytest.mark.parametrize("op", ["replay", "decode"])
+def test_mamba2_ops_all_padding_changes_nothing(op):
+    cache = _cache()
+    target = cache if op == "replay" else cache.checkpoint
+    fn = mamba2_replay_step if op == "replay" else mamba2_decode_step
+    kw = {**_step_kwargs(), "slot_ids": _ids(-1, -1, -1, -1)}
+    watched = _tensors(cache) + [kw["out"]]
+    before = _snapshot(watched)
+    fn(target, **kw)
+    _assert_unchanged(watched, before)
+
+
+# --------------------------------------------------------------------------- torch.compile
+
+def test_mamba2_replay_step_compiled_equals_eager():
+    """fullgraph tracing works: the slot-id value checks (a host read) are skipped while
+    compiling, the shape/dtype checks are static and the op has a fake implementation."""
+    def step(cache, x, dt, A, B, C, slot_ids, D, z, dt_bias, out):
+        return mamba2_replay_step(cache, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z,
+                                  dt_bias=dt_bias, out=out)
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    eager_cache = _cache()
+    compiled_cache = Mamba2ReplayCache(*_snapshot(_tensors(eager_cache)))
+    for _ in range(L + 1):
+        kw = _step_kwargs()
+        del kw["dt_softplus"]
+        out = kw.pop("out")
+        y_eager = step(eager_cache, **kw, out=out.clone())
+        y_compiled = compiled(compiled_cache, **kw, out=out.clone())
+        assert torch.equal(y_compiled, y_eager)
+        _assert_unchanged(_tensors(compiled_cache), _tensors(eager_cache))
+
+
+# --------------------------------------------------------------------------- opcheck
+
+def _opcheck_args(op: str, full: bool) -> tuple:
+    """Positional arguments of the custom op, in its definition's order (ops/mamba2.py)."""
+    kw = _step_kwargs(D_per_dim=full, with_z=full)
+    step = (kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["slot_ids"])
+    opt = (kw["D"], kw["z"], kw["dt_bias"]) if full else (None, None, None)
+    tail = opt + (full, kw["out"])
+    if op == "replay":
+        return tuple(_tensors(_cache())) + step + tail
+    return (torch.randn(NUM_SLOTS, G.nheads, G.head_dim, G.d_state),) + step + tail
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["D-z-dt_bias-softplus", "bare"])
+@pytest.mark.parametrize("op", ["replay", "decode"])
+def test_mamba2_custom_ops_opcheck(op, full):
+    custom = {"replay": torch.ops.replayssm.mamba2_replay_step.default,
+              "decode": torch.ops.replayssm.mamba2_decode_step.default}[op]
+    opcheck(custom, _opcheck_args(op, full))
