@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["LaunchConfig", "mamba2_launch_config"]
+__all__ = ["LaunchConfig", "mamba2_launch_config", "mamba2_step_args", "mamba2_step_constexprs"]
 
 
 @triton.jit
@@ -40,6 +40,26 @@ def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
         z = tl.load(z_ptr + o_p, mask=m_p, other=0.0).to(tl.float32)
         y *= z * tl.sigmoid(z)
     tl.store(out_ptr + o_p, y.to(out_ptr.dtype.element_ty), mask=m_p)
+
+
+def mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> tuple:
+    """Kernel arguments of the step inputs, in the order both Mamba-2 kernels declare them
+    (x, z, out, dt, A, dt_bias, D, B, C, slot_ids, head_dim, d_state, heads_per_group).
+    Absent optional tensors are replaced by a harmless pointer; their constexpr flag is off."""
+    zz = z if z is not None else x
+    DD = D if D is not None else A
+    return (x, x.stride(0), x.stride(1), zz, zz.stride(0), zz.stride(1),
+            out, out.stride(0), out.stride(1), dt, dt.stride(0), dt.stride(1),
+            A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+            B, B.stride(0), B.stride(1), C, C.stride(0), C.stride(1), slot_ids,
+            x.shape[2], B.shape[2], x.shape[1] // B.shape[1])
+
+
+def mamba2_step_constexprs(D, z, dt_bias, dt_softplus: bool, d_state: int) -> dict:
+    """Constexpr flags shared by both Mamba-2 kernels."""
+    return dict(BLOCK_D_STATE=triton.next_power_of_2(d_state),
+                HAS_D=D is not None, D_PER_DIM=D is not None and D.dim() == 2, HAS_Z=z is not None,
+                HAS_DT_BIAS=dt_bias is not None, DT_SOFTPLUS=dt_softplus)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, mamba2_launch_config, process_dt, skip_gate_store
+from .common import (LaunchConfig, mamba2_launch_config, mamba2_step_args, mamba2_step_constexprs,
+                     process_dt, skip_gate_store)
 
 __all__ = ["launch_mamba2_decode_step"]
 
@@ -76,25 +77,13 @@ def launch_mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B
                               config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the conventional step; arguments as ``ops.mamba2_decode_step`` (already checked)."""
     batch, nheads, head_dim = x.shape
-    ngroups, d_state = B.shape[1], B.shape[2]
+    d_state = B.shape[2]
     cfg = config or mamba2_launch_config("decode_step", head_dim, d_state, batch, state.dtype)
     grid = (triton.cdiv(head_dim, cfg.block_head_dim), nheads, batch)
-    zz = z if z is not None else x
-    DD = D if D is not None else A
     _mamba2_decode_step_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),
-        x, x.stride(0), x.stride(1),
-        zz, zz.stride(0), zz.stride(1),
-        out, out.stride(0), out.stride(1),
-        dt, dt.stride(0), dt.stride(1),
-        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
-        B, B.stride(0), B.stride(1),
-        C, C.stride(0), C.stride(1),
-        slot_ids,
-        head_dim, d_state, nheads // ngroups,
-        BLOCK_HEAD_DIM=cfg.block_head_dim, BLOCK_D_STATE=triton.next_power_of_2(d_state),
-        HAS_D=D is not None, D_PER_DIM=D is not None and D.dim() == 2, HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None, DT_SOFTPLUS=dt_softplus,
-        num_warps=cfg.num_warps,
+        *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
+        BLOCK_HEAD_DIM=cfg.block_head_dim, num_warps=cfg.num_warps,
+        **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out

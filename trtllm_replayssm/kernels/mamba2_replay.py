@@ -28,7 +28,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, mamba2_launch_config, process_dt, skip_gate_store
+from .common import (LaunchConfig, mamba2_launch_config, mamba2_step_args, mamba2_step_constexprs,
+                     process_dt, skip_gate_store)
 
 __all__ = ["launch_mamba2_replay_step"]
 
@@ -167,33 +168,21 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
                               out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the replay step on the cache tensors; arguments already checked by the op."""
     batch, nheads, head_dim = x.shape
-    ngroups, d_state = B.shape[1], B.shape[2]
+    d_state = B.shape[2]
     L = x_records.shape[2]
     cfg = config or mamba2_launch_config("replay_step", head_dim, d_state, batch, checkpoint.dtype)
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_dim, span), nheads, batch)
-    zz = z if z is not None else x
-    DD = D if D is not None else A
     _mamba2_replay_step_kernel[grid](
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
         x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
         dt_records, dt_records.stride(0), dt_records.stride(1),
         B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
         cursor, arrivals,
-        x, x.stride(0), x.stride(1),
-        zz, zz.stride(0), zz.stride(1),
-        out, out.stride(0), out.stride(1),
-        dt, dt.stride(0), dt.stride(1),
-        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
-        B, B.stride(0), B.stride(1),
-        C, C.stride(0), C.stride(1),
-        slot_ids,
-        head_dim, d_state, nheads // ngroups,
+        *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
         L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
-        BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span,
-        BLOCK_D_STATE=triton.next_power_of_2(d_state), NUM_STAGES=cfg.num_stages,
-        HAS_D=D is not None, D_PER_DIM=D is not None and D.dim() == 2, HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None, DT_SOFTPLUS=dt_softplus,
+        BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
         num_warps=cfg.num_warps,
+        **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out
