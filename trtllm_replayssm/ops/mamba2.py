@@ -75,8 +75,8 @@ def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, 
 
 def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out, *,
                   nheads: int, head_dim: int, d_state: int, ngroups: int, num_slots: int,
-                  act_dtype: Optional[torch.dtype], device: torch.device) -> int:
-    """Checks the step inputs against the layer geometry; returns batch."""
+                  act_dtype: Optional[torch.dtype], device: torch.device) -> None:
+    """Checks the step inputs against the layer geometry."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{op}: x is {type(x).__name__}; expected a torch.Tensor")
     if x.dim() != 3:
@@ -102,7 +102,6 @@ def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus,
     check_flag(op, "dt_softplus", dt_softplus)
     check_optional(op, "out", out, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
     check_slot_ids(op, slot_ids, batch, num_slots, device)
-    return batch
 
 
 def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
