@@ -97,7 +97,7 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
         return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=1 if wide else 2)
     if batch < 32:
         return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1)
-    # Many rows: one program per head (or half a head), its checkpoint streamed through a
+    # Many rows: one program per head, its checkpoint streamed through a
     # cp.async pipeline, so the per-head work (weights, B.C) is paid once and loads stay in flight.
     block = min(16 if batch < 128 else 8, pow2)
     return LaunchConfig(block_head_dim=block, num_warps=2 if (batch < 128 and not wide) else 1,

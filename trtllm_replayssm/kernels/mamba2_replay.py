@@ -1,8 +1,10 @@
 """ReplaySSM Mamba-2 decode step: output from checkpoint + records, state stored only at flush.
 
-One launch per step. Grid (cdiv(head_dim, BLOCK_HEAD_DIM), nheads, batch); each program owns a
-[BLOCK_HEAD_DIM, d_state] tile of one head's checkpoint of one row and decides on the device,
-from the row's cursor w, what the row does:
+One launch per step. Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch); each program owns
+SPAN_HEAD_DIM rows of one head's checkpoint of one row, computes the per-(row, head) weights once,
+then walks its rows in [BLOCK_HEAD_DIM, d_state] tiles (a loop software-pipelined NUM_STAGES
+deep). It decides on the device, from the row's cursor w, what the row does; flush and non-flush
+have separate loops so that each stays lean for the pipeliner:
 
 * w < L-1 (non-flush): y = exp(A Λ) (S0 C) + Σ_j s_j (B_j · C) x_j + dt (B · C) x (the
   inner-product route: the state is never formed), then the record (x, dt, B) is appended at w.
