@@ -12,7 +12,7 @@ import torch
 
 from torch import Tensor
 
-__all__ = ["Mamba2ReplayCache", "MAX_L"]
+__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L"]
 
 MAX_L = 64  # records per slot supported by the replay kernel (a register tile of the window)
 
@@ -23,6 +23,60 @@ def _check_dtype(owner: str, name: str, dtype: torch.dtype, allowed) -> None:
     if dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
         raise TypeError(f"{owner}: {name} is {dtype}; expected one of {names}")
+
+
+def _check_common_fields(cache) -> None:
+    """Every field a contiguous tensor on the checkpoint's device; a 4-D float checkpoint;
+    cursor and arrivals int32 [num_slots]."""
+    owner = type(cache).__name__
+    for f in fields(cache):
+        t = getattr(cache, f.name)
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{owner}: {f.name} is {type(t).__name__}; expected a torch.Tensor")
+        if not t.is_contiguous():
+            raise ValueError(f"{owner}: {f.name} must be contiguous")
+        if t.device != cache.checkpoint.device:
+            raise ValueError(f"{owner}: {f.name} is on {t.device}; expected {cache.checkpoint.device} (the checkpoint's device)")
+    if cache.checkpoint.dim() != 4:
+        raise ValueError(f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]")
+    _check_dtype(owner, "checkpoint", cache.checkpoint.dtype, _FLOAT_DTYPES)
+    ns = cache.checkpoint.shape[0]
+    for name in ("cursor", "arrivals"):
+        t = getattr(cache, name)
+        if tuple(t.shape) != (ns,):
+            raise ValueError(f"{owner}: {name} has shape {tuple(t.shape)}; expected [num_slots] = ({ns},)")
+        _check_dtype(owner, name, t.dtype, (torch.int32,))
+
+
+def _check_shape(owner: str, name: str, t: Tensor, dims: str, want: tuple) -> None:
+    if tuple(t.shape) != want:
+        raise ValueError(f"{owner}: {name} has shape {tuple(t.shape)}; expected {dims} = {want}")
+
+
+def _check_sizes(owner: str, **sizes) -> None:
+    for name, v in sizes.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
+    if sizes["L"] > MAX_L:
+        raise ValueError(f"{owner}: L is {sizes['L']}; expected 1 <= L <= {MAX_L}")
+
+
+def _admit(cache, slot_ids: Tensor, state: Optional[Tensor]) -> None:
+    """checkpoint[slot_ids] := state (or zeros), cursor[slot_ids] := 0, after all checks."""
+    owner = f"{type(cache).__name__}.admit"
+    slots = _check_slot_list(owner, slot_ids, cache.num_slots, cache.device)
+    if state is not None:
+        want = (slots.numel(),) + tuple(cache.checkpoint.shape[1:])
+        if not isinstance(state, Tensor):
+            raise TypeError(f"{owner}: state is {type(state).__name__}; expected a torch.Tensor")
+        if tuple(state.shape) != want:
+            raise ValueError(f"{owner}: state has shape {tuple(state.shape)}; expected [n, *checkpoint.shape[1:]] = {want}")
+        if not state.is_floating_point():
+            raise TypeError(f"{owner}: state is {state.dtype}; expected a floating dtype")
+        cache.checkpoint[slots] = state.to(cache.device, cache.checkpoint.dtype)
+    else:
+        cache.checkpoint[slots] = 0
+    cache.cursor[slots] = 0
 
 
 @dataclass
@@ -54,16 +108,7 @@ class Mamba2ReplayCache:
 
     def __post_init__(self) -> None:
         owner = "Mamba2ReplayCache"
-        for f in fields(self):
-            t = getattr(self, f.name)
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{owner}: {f.name} is {type(t).__name__}; expected a torch.Tensor")
-            if not t.is_contiguous():
-                raise ValueError(f"{owner}: {f.name} must be contiguous")
-            if t.device != self.checkpoint.device:
-                raise ValueError(f"{owner}: {f.name} is on {t.device}; expected {self.checkpoint.device} (the checkpoint's device)")
-        if self.checkpoint.dim() != 4:
-            raise ValueError(f"{owner}: checkpoint has shape {tuple(self.checkpoint.shape)}; expected [num_slots, nheads, head_dim, d_state]")
+        _check_common_fields(self)
         ns, nh, hd, ds = self.checkpoint.shape
         if self.x_records.dim() != 4:
             raise ValueError(f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim]")
@@ -77,12 +122,6 @@ class Mamba2ReplayCache:
         ng = self.B_records.shape[1]
         if ng < 1 or nh % ng:
             raise ValueError(f"{owner}: ngroups = {ng} must divide nheads = {nh}")
-        for name in ("cursor", "arrivals"):
-            t = getattr(self, name)
-            if tuple(t.shape) != (ns,):
-                raise ValueError(f"{owner}: {name} has shape {tuple(t.shape)}; expected [num_slots] = ({ns},)")
-            _check_dtype(owner, name, t.dtype, (torch.int32,))
-        _check_dtype(owner, "checkpoint", self.checkpoint.dtype, _FLOAT_DTYPES)
         _check_dtype(owner, "x_records", self.x_records.dtype, _FLOAT_DTYPES)
         if self.B_records.dtype != self.x_records.dtype:
             raise TypeError(f"{owner}: B_records is {self.B_records.dtype}; expected {self.x_records.dtype} (the x_records dtype)")
@@ -95,12 +134,8 @@ class Mamba2ReplayCache:
                  act_dtype: torch.dtype = torch.bfloat16,
                  device: Union[str, torch.device, None] = None) -> "Mamba2ReplayCache":
         """A zeroed cache (checkpoints zero, cursors 0) for the given geometry."""
-        for name, v in (("num_slots", num_slots), ("nheads", nheads), ("head_dim", head_dim),
-                        ("d_state", d_state), ("ngroups", ngroups), ("L", L)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"Mamba2ReplayCache.allocate: {name} is {v!r}; expected a positive int")
-        if L > MAX_L:
-            raise ValueError(f"Mamba2ReplayCache.allocate: L is {L}; expected 1 <= L <= {MAX_L}")
+        _check_sizes("Mamba2ReplayCache.allocate", num_slots=num_slots, nheads=nheads,
+                     head_dim=head_dim, d_state=d_state, ngroups=ngroups, L=L)
         dt_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32
         kw = dict(device=device)
         return cls(
@@ -157,19 +192,7 @@ class Mamba2ReplayCache:
             state: [n, nheads, head_dim, d_state], e.g. a prefill's final SSM states; any float
                 dtype, cast to the checkpoint dtype. None admits zero states.
         """
-        slots = _check_slot_list("Mamba2ReplayCache.admit", slot_ids, self.num_slots, self.device)
-        if state is not None:
-            want = (slots.numel(), self.nheads, self.head_dim, self.d_state)
-            if not isinstance(state, Tensor):
-                raise TypeError(f"Mamba2ReplayCache.admit: state is {type(state).__name__}; expected a torch.Tensor")
-            if tuple(state.shape) != want:
-                raise ValueError(f"Mamba2ReplayCache.admit: state has shape {tuple(state.shape)}; expected [n, nheads, head_dim, d_state] = {want}")
-            if not state.is_floating_point():
-                raise TypeError(f"Mamba2ReplayCache.admit: state is {state.dtype}; expected a floating dtype")
-            self.checkpoint[slots] = state.to(self.device, self.checkpoint.dtype)
-        else:
-            self.checkpoint[slots] = 0
-        self.cursor[slots] = 0
+        _admit(self, slot_ids, state)
 
 
 def _check_slot_list(owner: str, slot_ids: Tensor, num_slots: int, device: torch.device) -> Tensor:
@@ -186,3 +209,150 @@ def _check_slot_list(owner: str, slot_ids: Tensor, num_slots: int, device: torch
         if torch.unique(s).numel() != s.numel():
             raise ValueError(f"{owner}: slot_ids has duplicate ids; expected distinct slots")
     return s
+
+
+@dataclass
+class _DeltaRuleReplayCache:
+    """Checkpoint + records of one gated delta-rule layer (GDN or KDA) for ``num_slots`` sequences.
+
+    Attributes:
+        checkpoint: [num_slots, v_heads, head_v_dim, head_k_dim], fp32 | bf16 | fp16 (| fp64 on
+            CPU). The state after the last flush (or admission); rounded to its dtype only at
+            flush.
+        d_records: [num_slots, v_heads, L, head_v_dim], record dtype: the corrected updates
+            d_j = beta_j (v_j - S'_{j-1} k_j) of the tokens since the checkpoint (not raw v:
+            with d the window is a plain decayed sum of outer products d_j k_jᵀ).
+        k_records: [num_slots, k_heads, L, head_k_dim], record dtype: their keys after the
+            L2 normalisation, once per key head.
+        g_records: fp32 (fp64 with a fp64 checkpoint) log-decays of those tokens,
+            [num_slots, v_heads, L] (GDN, one per value head) or
+            [num_slots, v_heads, L, head_k_dim] (KDA, one per key channel).
+        cursor: [num_slots] int32 in [0, L): records held. A step with cursor L-1 flushes;
+            standard decode never writes record position L-1.
+        arrivals: [num_slots] int32, zero between launches (the replay kernel's per-row counter
+            that advances the cursor without a second launch).
+
+    The record dtype is the activation dtype by default; fp32 records keep d and k unrounded
+    (benchmarks/NOTES.md measures what that buys). Record positions at or past the cursor hold
+    stale data and are never read.
+    """
+
+    checkpoint: Tensor
+    d_records: Tensor
+    k_records: Tensor
+    g_records: Tensor
+    cursor: Tensor
+    arrivals: Tensor
+
+    PER_CHANNEL_GATE = False  # KDA: one log-decay per key channel
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        _check_common_fields(self)
+        ns, hv, dv, dk = self.checkpoint.shape
+        if self.d_records.dim() != 4:
+            raise ValueError(f"{owner}: d_records has shape {tuple(self.d_records.shape)}; expected [num_slots, v_heads, L, head_v_dim]")
+        L = self.d_records.shape[2]
+        _check_shape(owner, "d_records", self.d_records, "[num_slots, v_heads, L, head_v_dim]", (ns, hv, L, dv))
+        if self.k_records.dim() != 4:
+            raise ValueError(f"{owner}: k_records has shape {tuple(self.k_records.shape)}; expected [num_slots, k_heads, L, head_k_dim]")
+        hk = self.k_records.shape[1]
+        _check_shape(owner, "k_records", self.k_records, "[num_slots, k_heads, L, head_k_dim]", (ns, hk, L, dk))
+        if hk < 1 or hv % hk:
+            raise ValueError(f"{owner}: k_heads = {hk} must divide v_heads = {hv}")
+        if self.PER_CHANNEL_GATE:
+            _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L, head_k_dim]", (ns, hv, L, dk))
+        else:
+            _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L]", (ns, hv, L))
+        _check_dtype(owner, "d_records", self.d_records.dtype, _FLOAT_DTYPES)
+        if self.k_records.dtype != self.d_records.dtype:
+            raise TypeError(f"{owner}: k_records is {self.k_records.dtype}; expected {self.d_records.dtype} (the d_records dtype)")
+        want_g = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
+        _check_dtype(owner, "g_records", self.g_records.dtype, (want_g,))
+
+    @classmethod
+    def allocate(cls, num_slots: int, k_heads: int, v_heads: int, head_k_dim: int,
+                 head_v_dim: int, L: int, *, state_dtype: torch.dtype = torch.float32,
+                 record_dtype: torch.dtype = torch.bfloat16,
+                 device: Union[str, torch.device, None] = None) -> "_DeltaRuleReplayCache":
+        """A zeroed cache (checkpoints zero, cursors 0) for the given geometry.
+
+        ``record_dtype`` is the dtype of d_records and k_records (usually the activation
+        dtype; fp32 for unrounded records).
+        """
+        owner = f"{cls.__name__}.allocate"
+        _check_sizes(owner, num_slots=num_slots, k_heads=k_heads, v_heads=v_heads,
+                     head_k_dim=head_k_dim, head_v_dim=head_v_dim, L=L)
+        if v_heads % k_heads:
+            raise ValueError(f"{owner}: k_heads = {k_heads} must divide v_heads = {v_heads}")
+        g_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32
+        g_shape = (num_slots, v_heads, L) + ((head_k_dim,) if cls.PER_CHANNEL_GATE else ())
+        kw = dict(device=device)
+        return cls(
+            checkpoint=torch.zeros(num_slots, v_heads, head_v_dim, head_k_dim, dtype=state_dtype, **kw),
+            d_records=torch.zeros(num_slots, v_heads, L, head_v_dim, dtype=record_dtype, **kw),
+            k_records=torch.zeros(num_slots, k_heads, L, head_k_dim, dtype=record_dtype, **kw),
+            g_records=torch.zeros(g_shape, dtype=g_dtype, **kw),
+            cursor=torch.zeros(num_slots, dtype=torch.int32, **kw),
+            arrivals=torch.zeros(num_slots, dtype=torch.int32, **kw),
+        )
+
+    # Geometry, derived from the tensors.
+    @property
+    def num_slots(self) -> int:
+        return self.checkpoint.shape[0]
+
+    @property
+    def k_heads(self) -> int:
+        return self.k_records.shape[1]
+
+    @property
+    def v_heads(self) -> int:
+        return self.checkpoint.shape[1]
+
+    @property
+    def head_k_dim(self) -> int:
+        return self.checkpoint.shape[3]
+
+    @property
+    def head_v_dim(self) -> int:
+        return self.checkpoint.shape[2]
+
+    @property
+    def L(self) -> int:
+        return self.d_records.shape[2]
+
+    @property
+    def state_dtype(self) -> torch.dtype:
+        return self.checkpoint.dtype
+
+    @property
+    def record_dtype(self) -> torch.dtype:
+        return self.d_records.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.checkpoint.device
+
+    def admit(self, slot_ids: Tensor, state: Optional[Tensor] = None) -> None:
+        """Start sequences in ``slot_ids``: checkpoint := ``state`` (or zeros), cursor := 0.
+
+        Args:
+            slot_ids: [n] integer slot ids, each in [0, num_slots), distinct.
+            state: [n, v_heads, head_v_dim, head_k_dim] (e.g. a prefill's final states, in this
+                [V, K] layout; FLA-style [K, V] states must be transposed); any float dtype,
+                cast to the checkpoint dtype. None admits zero states.
+        """
+        _admit(self, slot_ids, state)
+
+
+class GDNReplayCache(_DeltaRuleReplayCache):
+    """Gated DeltaNet cache: one scalar log-decay per (token, value head); g_records [num_slots, v_heads, L]."""
+
+    PER_CHANNEL_GATE = False
+
+
+class KDAReplayCache(_DeltaRuleReplayCache):
+    """Kimi Delta Attention cache: one log-decay per key channel; g_records [num_slots, v_heads, L, head_k_dim]."""
+
+    PER_CHANNEL_GATE = True
