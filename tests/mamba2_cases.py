@@ -6,6 +6,8 @@ from typing import Optional
 
 import torch
 
+from replay_driver import as_f64, rel_err
+from replay_driver import drive_replay as drive
 from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
@@ -55,35 +57,6 @@ def make_step(g: Geometry, batch: int, act_dtype, device, *, with_z: bool = Fals
                 z=r(batch, g.nheads, g.head_dim) if with_z else None)
 
 
-def as_f64(t):
-    return None if t is None else t.detach().to("cpu", torch.float64)
-
-
-class Oracle:
-    """Float64 conventional recurrence on the CPU over the same (already rounded) inputs."""
-
-    def __init__(self, state: torch.Tensor, params: Params):
-        self.state = as_f64(state).clone()
-        self.p = Params(as_f64(params.A), as_f64(params.dt_bias), as_f64(params.D))
-
-    def step(self, inp: dict, slot_ids: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(inp["x"].shape, dtype=torch.float64)
-        mamba2_decode_step_ref(self.state, as_f64(inp["x"]), as_f64(inp["dt"]), self.p.A,
-                               as_f64(inp["B"]), as_f64(inp["C"]), slot_ids=slot_ids.cpu(),
-                               D=self.p.D, z=as_f64(inp["z"]), dt_bias=self.p.dt_bias, out=out)
-        return out
-
-
-def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |a - ref| / max |ref| (float64): scale-aware and NaN-propagating."""
-    a = a.detach().to("cpu", torch.float64)
-    ref = ref.detach().to("cpu", torch.float64)
-    err = (a - ref).abs().max()
-    if torch.isnan(err):
-        return float("inf")
-    return float(err / ref.abs().max().clamp_min(1e-30))
-
-
 def replay_with_op(cache, inp, p: Params, slot_ids, out):
     from trtllm_replayssm.ops import mamba2_replay_step
     return mamba2_replay_step(cache, inp["x"], inp["dt"], p.A, inp["B"], inp["C"],
@@ -98,62 +71,56 @@ def replay_with_launcher(cache, inp, p: Params, slot_ids, out):
         D=p.D, z=inp["z"], dt_bias=p.dt_bias, out=out)
 
 
+class Mamba2Family:
+    """The Mamba-2 family for :func:`replay_driver.drive_replay`."""
+
+    out_key = "x"
+
+    def __init__(self, g: Geometry, *, with_z: bool = False, D_per_dim: bool = False):
+        self.g, self.with_z, self.D_per_dim = g, with_z, D_per_dim
+
+    def make_params(self, device) -> Params:
+        return make_params(self.g, device, D_per_dim=self.D_per_dim)
+
+    def allocate(self, num_slots, L, state_dtype, act_dtype, device):
+        from trtllm_replayssm.cache import Mamba2ReplayCache
+        g = self.g
+        return Mamba2ReplayCache.allocate(num_slots, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
+                                          state_dtype=state_dtype, act_dtype=act_dtype, device=device)
+
+    @staticmethod
+    def poison(cache) -> None:
+        cache.x_records.normal_().mul_(1e3)
+        cache.B_records.normal_().mul_(1e3)
+        cache.dt_records.uniform_(0, 50)
+
+    def make_step(self, batch, act_dtype, device) -> dict:
+        return make_step(self.g, batch, act_dtype, device, with_z=self.with_z)
+
+    @staticmethod
+    def oracle_step(state64, p: Params, inp: dict, slot_ids) -> torch.Tensor:
+        out = torch.zeros(inp["x"].shape, dtype=torch.float64)
+        mamba2_decode_step_ref(state64, as_f64(inp["x"]), as_f64(inp["dt"]), as_f64(p.A),
+                               as_f64(inp["B"]), as_f64(inp["C"]), slot_ids=slot_ids.cpu(),
+                               D=as_f64(p.D), z=as_f64(inp["z"]), dt_bias=as_f64(p.dt_bias), out=out)
+        return out
+
+
+class Oracle:
+    """Float64 conventional recurrence on the CPU over the same (already rounded) inputs."""
+
+    def __init__(self, state: torch.Tensor, params: Params):
+        self.state = as_f64(state).clone()
+        self.p = params
+
+    def step(self, inp: dict, slot_ids: torch.Tensor) -> torch.Tensor:
+        return Mamba2Family.oracle_step(self.state, self.p, inp, slot_ids)
+
+
 def drive_replay(replay, g: Geometry, L: int, state_dtype, act_dtype, device, *, steps: int,
                  batch: int, num_slots: int, with_z: bool = False, D_per_dim: bool = False,
                  n_padding: int = 1, corrupt=None) -> dict:
-    """Run ``steps`` replay steps against the float64 oracle; return the worst errors.
-
-    Rows use random distinct slots of a pool of ``num_slots`` (unused slots are checked to stay
-    bit-identical), ``n_padding`` extra padding rows (slot -1) whose output must keep its
-    sentinel, and cursors spread over [0, L): row r is first stepped alone r mod L times.
-    ``corrupt(cache, step)`` may tamper with the cache (teeth tests).
-    """
-    from trtllm_replayssm.cache import Mamba2ReplayCache
-    p = make_params(g, device, D_per_dim=D_per_dim)
-    cache = Mamba2ReplayCache.allocate(num_slots, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                       state_dtype=state_dtype, act_dtype=act_dtype, device=device)
-    # Unused slots and unused record positions hold garbage that must never be read or touched.
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(state_dtype) * 1e3)
-    cache.x_records.normal_().mul_(1e3)
-    cache.B_records.normal_().mul_(1e3)
-    cache.dt_records.uniform_(0, 50)
-    perm = torch.randperm(num_slots)[:batch]
-    slots = perm.to(torch.int32).to(device)
-    init = torch.randn(batch, g.nheads, g.head_dim, g.d_state, device=device)
-    cache.admit(slots, init)
-    oracle = Oracle(cache.checkpoint, p)
-    untouched = torch.ones(num_slots, dtype=torch.bool)
-    untouched[perm.long()] = False
-    ckpt0 = cache.checkpoint[untouched.to(device)].clone()
-
-    worst = {"y": 0.0, "ckpt": 0.0, "flushes": 0}
-    # Spread the cursors: row r alone for r mod L steps.
-    for r in range(batch):
-        for _ in range(r % L):
-            sl = slots[r:r + 1]
-            inp = make_step(g, 1, act_dtype, device, with_z=with_z)
-            y = replay(cache, inp, p, sl, torch.empty_like(inp["x"]))
-            worst["y"] = max(worst["y"], rel_err(y, oracle.step(inp, sl)))
-    assert sorted(cache.cursor[slots.long()].tolist()) == sorted(r % L for r in range(batch))
-
-    pad = torch.full((n_padding,), -1, dtype=torch.int32, device=device)
-    for step in range(steps):
-        order = torch.randperm(batch + n_padding, device=device)
-        sl = torch.cat([slots, pad])[order]
-        inp = make_step(g, batch + n_padding, act_dtype, device, with_z=with_z)
-        out = torch.full_like(inp["x"], 42.0)
-        if corrupt is not None:
-            corrupt(cache, step)
-        y = replay(cache, inp, p, sl, out)
-        ref = oracle.step(inp, sl)
-        live = (sl >= 0).cpu()
-        assert torch.all(y[~live.to(device)] == 42.0), "padding rows must keep their output"
-        worst["y"] = max(worst["y"], rel_err(y[live.to(device)], ref[live]))
-        cur = cache.cursor[slots.long()].cpu()
-        flushed = slots[(cur == 0).to(device)].long()
-        if flushed.numel():
-            worst["flushes"] += flushed.numel()
-            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[flushed], oracle.state[flushed.cpu()]))
-    assert torch.equal(cache.checkpoint[untouched.to(device)], ckpt0), "unused slots must stay bit-identical"
-    assert torch.all(cache.arrivals == 0)
-    return worst
+    """:func:`replay_driver.drive_replay` for Mamba-2 (z and per-dim D as options)."""
+    return drive(Mamba2Family(g, with_z=with_z, D_per_dim=D_per_dim), replay, L, state_dtype,
+                 act_dtype, device, steps=steps, batch=batch, num_slots=num_slots,
+                 n_padding=n_padding, corrupt=corrupt)
