@@ -27,8 +27,10 @@ def _check_dtype(owner: str, name: str, dtype: torch.dtype, allowed) -> None:
 
 def _check_common_fields(cache) -> None:
     """Every field a contiguous tensor on the checkpoint's device; a 4-D float checkpoint;
-    cursor and arrivals int32 [num_slots]."""
+    cursor, arrivals and pending int32 [num_slots] (pending defaults to zeros)."""
     owner = type(cache).__name__
+    if cache.pending is None and isinstance(cache.cursor, Tensor):
+        cache.pending = torch.zeros_like(cache.cursor)
     for f in fields(cache):
         t = getattr(cache, f.name)
         if not isinstance(t, Tensor):
@@ -41,7 +43,7 @@ def _check_common_fields(cache) -> None:
         raise ValueError(f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]")
     _check_dtype(owner, "checkpoint", cache.checkpoint.dtype, _FLOAT_DTYPES)
     ns = cache.checkpoint.shape[0]
-    for name in ("cursor", "arrivals"):
+    for name in ("cursor", "arrivals", "pending"):
         t = getattr(cache, name)
         if tuple(t.shape) != (ns,):
             raise ValueError(f"{owner}: {name} has shape {tuple(t.shape)}; expected [num_slots] = ({ns},)")
@@ -77,6 +79,7 @@ def _admit(cache, slot_ids: Tensor, state: Optional[Tensor]) -> None:
     else:
         cache.checkpoint[slots] = 0
     cache.cursor[slots] = 0
+    cache.pending[slots] = 0
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Mamba2ReplayCache:
             L-1 is a flush; standard decode never writes record position L-1.
         arrivals: [num_slots] int32, zero between launches: the replay kernel counts its
             programs per row here to advance the cursor without a second launch.
+        pending: [num_slots] int32: window records written by a speculative verify and not
+            yet committed (0 otherwise; see :mod:`trtllm_replayssm.ops.spec`). Zeros if omitted.
 
     Record positions at or past the cursor hold stale data and are never read.
     """
@@ -105,6 +110,7 @@ class Mamba2ReplayCache:
     B_records: Tensor
     cursor: Tensor
     arrivals: Tensor
+    pending: Optional[Tensor] = None
 
     def __post_init__(self) -> None:
         owner = "Mamba2ReplayCache"
@@ -231,6 +237,8 @@ class _DeltaRuleReplayCache:
             standard decode never writes record position L-1.
         arrivals: [num_slots] int32, zero between launches (the replay kernel's per-row counter
             that advances the cursor without a second launch).
+        pending: [num_slots] int32: window records written by a speculative verify and not
+            yet committed (0 otherwise; see :mod:`trtllm_replayssm.ops.spec`). Zeros if omitted.
 
     The record dtype is the activation dtype by default; fp32 records keep d and k unrounded
     (benchmarks/NOTES.md measures what that buys). Record positions at or past the cursor hold
@@ -243,6 +251,7 @@ class _DeltaRuleReplayCache:
     g_records: Tensor
     cursor: Tensor
     arrivals: Tensor
+    pending: Optional[Tensor] = None
 
     PER_CHANNEL_GATE = False  # KDA: one log-decay per key channel
 
