@@ -1,18 +1,225 @@
-"""Byte model of the decode step: pure functions, shared by the benchmark, the demo and the pool.
+"""Byte and traffic model of the decode caches: pure functions, shared by the planner, the
+benchmark, the demo and the pool's tests.
 
-All figures are per sequence (one decode row) per layer per step, TP-local geometry.
+All figures are per sequence (one slot / decode row) per layer, TP-local geometry.
+
+Modes (per SSM layer):
+- ``conventional``: one state per sequence, read and written every step.
+- ``conventional_spec``: speculative decoding with T tokens verified per step (drafts + 1) the
+  conventional way: 1 + T state copies per sequence (the committed state and one snapshot per
+  window position, TensorRT-LLM's intermediate_ssm), 1 state read and T written per step.
+- ``replay``: ReplaySSM standard decode: checkpoint + L records, cursor + arrivals counter.
+- ``replay_spec``: ReplaySSM speculative: checkpoint + B + T records (history B, window T).
+
+Conv states: [conv_dim, d_conv - 1] per sequence; the speculative modes keep T - 1 more columns
+(the inputs of the window, so that any accepted prefix can be rolled back to), TensorRT-LLM /
+vLLM conv layout, in the conv dtype. Our replay ops need no per-step scratch: step inputs and
+outputs are activations owned by the engine, and the kernels' per-row counter (``arrivals``) is
+part of the cache, counted with the cursor.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
-__all__ = ["Mamba2StepBytes", "mamba2_step_bytes"]
+from .models import GDN, KDA, MAMBA2, AttentionGeometry, MLAGeometry
+
+__all__ = [
+    "MODES", "SPEC_MODES", "CURSOR_BYTES", "dtype_size", "gate_dtype", "state_bytes",
+    "record_bytes", "conv_width", "conv_state_bytes", "kv_bytes_per_token", "LayerBytes",
+    "ssm_layer_bytes", "StepTraffic", "ssm_layer_step_traffic", "Mamba2StepBytes",
+    "mamba2_step_bytes",
+]
+
+MODES = ("conventional", "conventional_spec", "replay", "replay_spec")
+SPEC_MODES = ("conventional_spec", "replay_spec")
+CURSOR_BYTES = 8  # cursor + arrivals, int32 each, per slot per layer
 
 
-def _size(dtype: torch.dtype) -> int:
+def dtype_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def gate_dtype(state_dtype: torch.dtype) -> torch.dtype:
+    """dtype of the dt (Mamba-2) and g (GDN/KDA) records: fp32, fp64 with a fp64 checkpoint."""
+    return torch.float64 if state_dtype == torch.float64 else torch.float32
+
+
+def _check_mode(owner: str, mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"{owner}: mode is {mode!r}; expected one of {', '.join(MODES)}")
+
+
+def state_bytes(kind: str, geometry, state_dtype: torch.dtype) -> int:
+    """One state: Mamba-2 [nheads, head_dim, d_state]; GDN/KDA [v_heads, head_v_dim, head_k_dim]."""
+    g = geometry
+    if kind == MAMBA2:
+        n = g.nheads * g.head_dim * g.d_state
+    elif kind in (GDN, KDA):
+        n = g.v_heads * g.head_v_dim * g.head_k_dim
+    else:
+        raise ValueError(f"state_bytes: kind is {kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
+    return n * dtype_size(state_dtype)
+
+
+def _mamba2_record(nheads: int, head_dim: int, d_state: int, ngroups: int, record_size: int,
+                   gate_size: int) -> int:
+    """x [nheads, head_dim] and B [ngroups, d_state] in the record dtype, dt [nheads] gate dtype."""
+    return nheads * head_dim * record_size + ngroups * d_state * record_size + nheads * gate_size
+
+
+def record_bytes(kind: str, geometry, record_dtype: torch.dtype, state_dtype: torch.dtype) -> int:
+    """One record position (one token) of a replay cache.
+
+    Mamba-2: x [nheads, head_dim], B [ngroups, d_state] (record dtype), dt [nheads] (gate dtype).
+    GDN: d [v_heads, head_v_dim], k [k_heads, head_k_dim] (record dtype), g [v_heads].
+    KDA: as GDN with g [v_heads, head_k_dim].
+    """
+    g, r, s = geometry, dtype_size(record_dtype), dtype_size(gate_dtype(state_dtype))
+    if kind == MAMBA2:
+        return _mamba2_record(g.nheads, g.head_dim, g.d_state, g.ngroups, r, s)
+    if kind in (GDN, KDA):
+        gates = g.v_heads * (g.head_k_dim if kind == KDA else 1)
+        return g.v_heads * g.head_v_dim * r + g.k_heads * g.head_k_dim * r + gates * s
+    raise ValueError(f"record_bytes: kind is {kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
+
+
+def conv_width(d_conv: int, spec_tokens: int = 1) -> int:
+    """Columns of a conv state: d_conv - 1, plus T - 1 with T tokens verified per step."""
+    return d_conv - 1 + spec_tokens - 1
+
+
+def conv_state_bytes(geometry, conv_dtype: torch.dtype, spec_tokens: int = 1) -> int:
+    """One conv state [conv_dim, conv_width(d_conv, spec_tokens)]."""
+    return geometry.conv_dim * conv_width(geometry.d_conv, spec_tokens) * dtype_size(conv_dtype)
+
+
+def kv_bytes_per_token(geometry, kv_dtype: torch.dtype) -> int:
+    """KV cache bytes one token takes in one attention layer (GQA: K and V; MLA: the latent)."""
+    if not isinstance(geometry, (AttentionGeometry, MLAGeometry)):
+        raise ValueError(f"kv_bytes_per_token: geometry is {type(geometry).__name__}; expected "
+                         f"AttentionGeometry or MLAGeometry")
+    return geometry.kv_elements_per_token * dtype_size(kv_dtype)
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """Bytes one sequence holds in one SSM layer: conv state(s), state(s) or checkpoint,
+    records, cursors."""
+
+    conv: int
+    state: int
+    records: int
+    cursors: int
+
+    @property
+    def total(self) -> int:
+        return self.conv + self.state + self.records + self.cursors
+
+
+def _check_lengths(owner: str, mode: str, buffer_len: int, spec_tokens: int) -> None:
+    for name, v in (("buffer_len", buffer_len), ("spec_tokens", spec_tokens)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
+    if mode == "replay_spec" and buffer_len < spec_tokens:
+        raise ValueError(f"{owner}: buffer_len (history B) = {buffer_len} < spec_tokens (T) = "
+                         f"{spec_tokens}; expected B >= T")
+
+
+def ssm_layer_bytes(kind: str, geometry, mode: str, *, buffer_len: int, spec_tokens: int,
+                    state_dtype: torch.dtype, record_dtype: torch.dtype,
+                    conv_dtype: torch.dtype) -> LayerBytes:
+    """Bytes per sequence of one SSM layer in ``mode`` (see the module docstring).
+
+    Args:
+        buffer_len: L (``replay``) or the history B (``replay_spec``); unused otherwise.
+        spec_tokens: T, tokens verified per step (drafts + 1) in the speculative modes.
+    """
+    owner = "ssm_layer_bytes"
+    _check_mode(owner, mode)
+    _check_lengths(owner, mode, buffer_len, spec_tokens)
+    T = spec_tokens if mode in SPEC_MODES else 1
+    conv = conv_state_bytes(geometry, conv_dtype, T)
+    state = state_bytes(kind, geometry, state_dtype)
+    if mode == "conventional":
+        return LayerBytes(conv=conv, state=state, records=0, cursors=0)
+    if mode == "conventional_spec":
+        return LayerBytes(conv=conv, state=(1 + T) * state, records=0, cursors=0)
+    positions = buffer_len if mode == "replay" else buffer_len + T
+    return LayerBytes(conv=conv, state=state,
+                      records=positions * record_bytes(kind, geometry, record_dtype, state_dtype),
+                      cursors=CURSOR_BYTES)
+
+
+@dataclass(frozen=True)
+class StepTraffic:
+    """HBM bytes one sequence moves in one decode step (one verify step of T tokens in the
+    speculative modes), averaged over steps."""
+
+    state_read: float
+    state_written: float
+    records_read: float
+    records_written: float
+    conv_read: float
+    conv_written: float
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def __add__(self, other: "StepTraffic") -> "StepTraffic":
+        return StepTraffic(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def __mul__(self, k: float) -> "StepTraffic":
+        return StepTraffic(*(getattr(self, f.name) * k for f in fields(self)))
+
+
+def _replay_window(state: float, record: float, L: int):
+    """Standard decode over one window of L steps, cursors 0 .. L-1: every step reads the
+    checkpoint; step w reads w records; steps 0 .. L-2 append one; step L-1 (the flush) writes
+    the checkpoint. Returns per-step means (state_read, state_written, records_read,
+    records_written), which is what a batch with cursors spread over [0, L) moves per row."""
+    return state, state / L, (L - 1) / 2.0 * record, record * (L - 1) / L
+
+
+def ssm_layer_step_traffic(kind: str, geometry, mode: str, *, buffer_len: int, spec_tokens: int,
+                           accepted: float, state_dtype: torch.dtype, record_dtype: torch.dtype,
+                           conv_dtype: torch.dtype) -> StepTraffic:
+    """HBM bytes per sequence per step of one SSM layer in ``mode`` (cache traffic only: the
+    step's inputs and outputs are not counted).
+
+    - conventional: read and write the state.
+    - conventional_spec: read the state, write T snapshots (issue 4's baseline).
+    - replay: :func:`_replay_window` over L = buffer_len.
+    - replay_spec [approximation; the exact flush cycle follows the speculative commit rules]:
+      read the checkpoint and about B / 2 history records, append T records; the history fills
+      by ``accepted`` tokens per step, so the checkpoint is written once per B / accepted steps.
+    - all modes read and write the conv state once.
+
+    Args:
+        accepted: mean tokens accepted per verify step, in [1, T] (replay_spec only).
+    """
+    owner = "ssm_layer_step_traffic"
+    _check_mode(owner, mode)
+    _check_lengths(owner, mode, buffer_len, spec_tokens)
+    T = spec_tokens if mode in SPEC_MODES else 1
+    if mode == "replay_spec" and not 1 <= accepted <= T:
+        raise ValueError(f"{owner}: accepted is {accepted!r}; expected 1 <= accepted <= "
+                         f"spec_tokens = {T}")
+    conv = conv_state_bytes(geometry, conv_dtype, T)
+    state = state_bytes(kind, geometry, state_dtype)
+    record = record_bytes(kind, geometry, record_dtype, state_dtype)
+    if mode == "conventional":
+        cache = (state, state, 0.0, 0.0)
+    elif mode == "conventional_spec":
+        cache = (state, T * state, 0.0, 0.0)
+    elif mode == "replay":
+        cache = _replay_window(state, record, buffer_len)
+    else:
+        B = buffer_len
+        cache = (state, state * accepted / B, B / 2.0 * record, T * record)
+    return StepTraffic(*map(float, cache), conv_read=float(conv), conv_written=float(conv))
 
 
 @dataclass(frozen=True)
@@ -37,23 +244,19 @@ class Mamba2StepBytes:
 def mamba2_step_bytes(route: str, *, nheads: int, head_dim: int, d_state: int, ngroups: int,
                       L: int, state_dtype: torch.dtype, act_dtype: torch.dtype,
                       has_z: bool = False) -> Mamba2StepBytes:
-    """Bytes per row per step of the conventional (``"decode_step"``) or replay route.
+    """Bytes per row per step of the conventional (``"decode_step"``) or replay route of one
+    Mamba-2 layer, step inputs and output included (the benchmark's and demo's model).
 
-    Replay, over one window of L steps with cursors 0 .. L-1: every step reads the checkpoint;
-    step w reads w records (x per head, fp32 dt per head, B per group); steps 0 .. L-2 append one
-    record; step L-1 (the flush) writes the checkpoint. Averages over the window are returned,
-    which is what a batch with cursors spread over [0, L) moves per row.
+    Replay: :func:`_replay_window`; records hold x and B in the activation dtype and dt in the
+    gate dtype (fp32, fp64 with a fp64 cache).
     """
-    state = nheads * head_dim * d_state * _size(state_dtype)
-    a = _size(act_dtype)
+    state = nheads * head_dim * d_state * dtype_size(state_dtype)
+    a = dtype_size(act_dtype)
     io = nheads * head_dim * a * (3 if has_z else 2) + nheads * a + 2 * ngroups * d_state * a
     if route == "decode_step":
         return Mamba2StepBytes(state, state, 0.0, 0.0, io)
     if route != "replay_step":
         raise ValueError(f"mamba2_step_bytes: route is {route!r}; expected 'decode_step' or 'replay_step'")
-    dt_bytes = 8 if state_dtype == torch.float64 else 4   # dt records follow the cache (fp32 | fp64)
-    record = nheads * head_dim * a + nheads * dt_bytes + ngroups * d_state * a
-    mean_held = (L - 1) / 2.0                       # records read per step, averaged over w
-    return Mamba2StepBytes(state_read=state, state_written=state / L,
-                           records_read=mean_held * record,
-                           records_written=record * (L - 1) / L, io=io)
+    record = _mamba2_record(nheads, head_dim, d_state, ngroups, a,
+                            dtype_size(gate_dtype(state_dtype)))
+    return Mamba2StepBytes(*_replay_window(state, record, L), io=io)

@@ -1,0 +1,231 @@
+"""Memory / traffic planner: exact bytes, NVIDIA's published figures, concurrency, traffic."""
+import json
+import math
+
+import pytest
+import torch
+
+from trtllm_replayssm.memory import (CURSOR_BYTES, MODES, conv_state_bytes, kv_bytes_per_token,
+                                     mamba2_step_bytes, record_bytes, ssm_layer_bytes,
+                                     ssm_layer_step_traffic, state_bytes)
+from trtllm_replayssm.models import GDN, KDA, MAMBA2, from_hf_config, load_model
+from trtllm_replayssm.planner import (Budget, PlanConfig, kv_token_equivalent, max_concurrency,
+                                      plan, sequence_kv_bytes_per_token, sequence_ssm_bytes,
+                                      step_traffic)
+
+FP8 = torch.float8_e4m3fn
+MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
+
+
+# --------------------------------------------------------------------------- NVIDIA's figures
+
+def test_nvidia_figures_nemotron_super():
+    model = load_model("nemotron-3-super-120b")
+    mamba, attn = model.ssm_layers[0], model.attention_layers[0]
+    # One Mamba-2 layer's fp32 state: 4 MiB per sequence.
+    state = state_bytes(MAMBA2, mamba.geometry, torch.float32)
+    assert state == 4 * MiB
+    # An FP8 KV entry of its attention layers: 0.5 KiB per token (K and V, 2 heads of 128).
+    kv = kv_bytes_per_token(attn.geometry, FP8)
+    assert kv == KiB // 2
+    # One SSM layer's state = 8,192 tokens of KV (of one attention layer).
+    assert state // kv == 8192
+    # The real config has 40 Mamba-2 and 8 attention layers: five per attention layer, so the
+    # SSM states of a sequence equal 40,960 tokens of the model's KV cache...
+    assert model.ssm_per_attention == 5
+    states = len(model.ssm_layers) * state
+    assert kv_token_equivalent(states, model, FP8) == 40960
+    # ...and their load and store per decode step equal the KV reads of 81,920 tokens.
+    t = step_traffic(model, "conventional", PlanConfig(kv_dtype=FP8))
+    assert t.state_read == t.state_written == states
+    assert kv_token_equivalent(t.state_read + t.state_written, model, FP8) == 81920
+
+
+def test_plan_reports_the_nvidia_equivalents_with_conv_states_on_top():
+    p = plan(load_model("nemotron-3-super-120b"), config=PlanConfig(kv_dtype=FP8),
+             gpu_mem_bytes=141 * GiB)
+    conv = p.modes["conventional"]
+    conv_bytes = 40 * 10240 * 3 * 2  # bf16 conv states [conv_dim, d_conv - 1] of 40 layers
+    assert p.kv_bytes_per_token == 8 * 512
+    assert conv.ssm_bytes == 40 * 4 * MiB + conv_bytes
+    assert conv.memory_kv_tokens == (40 * 4 * MiB + conv_bytes) / 4096
+    assert conv.traffic_kv_tokens == (80 * 4 * MiB + 2 * conv_bytes) / 4096
+
+
+# --------------------------------------------------------------------------- bytes
+
+@pytest.mark.parametrize("name, ring", [
+    # replayssm_brief §6.3 (vLLM's formulas, bf16 records, L = 16): Nano 278 KiB, Super 296 KiB,
+    # Qwen3.5-4B 194 KiB, Qwen3.5-122B 324 KiB per sequence per layer.
+    pytest.param("nemotron-3-nano-4b", 278 * KiB, id="nemotron-nano"),
+    pytest.param("nemotron-3-super-120b", 296 * KiB, id="nemotron-super"),
+    pytest.param("qwen3.5-4b", 194 * KiB, id="qwen3.5-4b"),
+    pytest.param("qwen3.5-122b-a10b", 324 * KiB, id="qwen3.5-122b"),
+])
+def test_record_ring_matches_published_formula(name, ring):
+    layer = load_model(name).ssm_layers[0]
+    b = ssm_layer_bytes(layer.kind, layer.geometry, "replay", buffer_len=16, spec_tokens=4,
+                        state_dtype=torch.float32, record_dtype=torch.bfloat16,
+                        conv_dtype=torch.bfloat16)
+    assert b.records == ring
+
+
+def test_record_bytes_by_family():
+    m = load_model("nemotron-3-super-120b").ssm_layers[0].geometry
+    assert record_bytes(MAMBA2, m, torch.bfloat16, torch.float32) == 128 * 64 * 2 + 8 * 128 * 2 + 128 * 4
+    g = load_model("qwen3.5-4b").ssm_layers[0].geometry
+    gdn = record_bytes(GDN, g, torch.bfloat16, torch.float32)
+    assert gdn == 32 * 128 * 2 + 16 * 128 * 2 + 32 * 4
+    # KDA keeps one log-decay per key channel: g [v_heads, head_k_dim].
+    assert record_bytes(KDA, g, torch.bfloat16, torch.float32) == gdn + 32 * 127 * 4
+    # fp64 checkpoints keep fp64 gates, as the caches do.
+    assert record_bytes(GDN, g, torch.float64, torch.float64) == (32 * 128 + 16 * 128 + 32) * 8
+
+
+def test_layer_bytes_per_mode():
+    layer = load_model("qwen3.5-122b-a10b").ssm_layers[0]
+    kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32,
+              record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
+    b = {mode: ssm_layer_bytes(layer.kind, layer.geometry, mode, **kw) for mode in MODES}
+    state, rec = 64 * 128 * 128 * 4, record_bytes(GDN, layer.geometry, torch.bfloat16, torch.float32)
+    conv1, conv4 = 12288 * 3 * 2, 12288 * 6 * 2
+    assert conv_state_bytes(layer.geometry, torch.bfloat16) == conv1
+    assert (b["conventional"].state, b["conventional"].records, b["conventional"].conv) == (state, 0, conv1)
+    assert (b["conventional_spec"].state, b["conventional_spec"].conv) == (5 * state, conv4)
+    assert (b["replay"].state, b["replay"].records, b["replay"].cursors) == (state, 16 * rec, CURSOR_BYTES)
+    assert (b["replay_spec"].records, b["replay_spec"].conv) == (20 * rec, conv4)
+    assert b["replay"].total == conv1 + state + 16 * rec + CURSOR_BYTES
+
+
+def test_tp_split_divides_ssm_and_kv_bytes():
+    # Super at TP 2: heads and groups split evenly, so every per-slot buffer halves except the
+    # per-layer cursors; KV heads 2 -> 1 per rank.
+    model = load_model("nemotron-3-super-120b")
+    whole, half = model.ssm_layers[0], model.for_tp(2).ssm_layers[0]
+    for mode in MODES:
+        kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32,
+                  record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
+        w = ssm_layer_bytes(MAMBA2, whole.geometry, mode, **kw)
+        h = ssm_layer_bytes(MAMBA2, half.geometry, mode, **kw)
+        assert (w.conv, w.state, w.records, w.cursors) == (2 * h.conv, 2 * h.state, 2 * h.records, h.cursors)
+    assert sequence_kv_bytes_per_token(model.for_tp(2), FP8) == 8 * 256
+
+
+# --------------------------------------------------------------------------- traffic
+
+def test_replay_traffic_matches_the_benchmark_model():
+    layer = load_model("nemotron-3-super-120b").ssm_layers[0]
+    g = layer.geometry
+    t = ssm_layer_step_traffic(MAMBA2, g, "replay", buffer_len=16, spec_tokens=4, accepted=4,
+                               state_dtype=torch.float32, record_dtype=torch.bfloat16,
+                               conv_dtype=torch.bfloat16)
+    b = mamba2_step_bytes("replay_step", nheads=g.nheads, head_dim=g.head_dim, d_state=g.d_state,
+                          ngroups=g.ngroups, L=16, state_dtype=torch.float32,
+                          act_dtype=torch.bfloat16)
+    assert (t.state_read, t.state_written, t.records_read, t.records_written) == \
+        (b.state_read, b.state_written, b.records_read, b.records_written)
+    assert t.state_written == 4 * MiB / 16
+    assert t.conv_read == t.conv_written == 10240 * 3 * 2
+
+
+def test_traffic_per_mode_ordering_and_spec_formulas():
+    layer = load_model("qwen3.5-4b").ssm_layers[0]
+    kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32,
+              record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
+    t = {mode: ssm_layer_step_traffic(layer.kind, layer.geometry, mode, accepted=2, **kw)
+         for mode in MODES}
+    S, rec = 2 * MiB, record_bytes(GDN, layer.geometry, torch.bfloat16, torch.float32)
+    assert (t["conventional_spec"].state_read, t["conventional_spec"].state_written) == (S, 4 * S)
+    assert (t["replay_spec"].state_written, t["replay_spec"].records_read,
+            t["replay_spec"].records_written) == (S * 2 / 16, 8 * rec, 4 * rec)
+    totals = {mode: x.total for mode, x in t.items()}
+    assert totals["replay"] < totals["replay_spec"] < totals["conventional"] < totals["conventional_spec"]
+    # Fewer accepted tokens per step: fewer flushes.
+    fewer = ssm_layer_step_traffic(layer.kind, layer.geometry, "replay_spec", accepted=1, **kw)
+    assert fewer.state_written == t["replay_spec"].state_written / 2
+
+
+def test_replay_roughly_halves_super_state_traffic():
+    # replayssm_brief §6.4: replay moves about 0.56x the baseline's bytes for Super at L = 16.
+    model, cfg = load_model("nemotron-3-super-120b"), PlanConfig()
+    ratio = step_traffic(model, "replay", cfg).total / step_traffic(model, "conventional", cfg).total
+    assert ratio == pytest.approx(0.56, abs=0.01)
+
+
+# --------------------------------------------------------------------------- concurrency
+
+def _tiny():
+    return from_hf_config({"hybrid_override_pattern": "MM*-", "mamba_num_heads": 4,
+                           "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2,
+                           "conv_kernel": 4, "num_key_value_heads": 2, "head_dim": 16}, name="tiny")
+
+
+def test_max_concurrency_is_the_largest_fitting_count():
+    model, cfg = _tiny(), PlanConfig(kv_dtype=torch.bfloat16)
+    ssm = sequence_ssm_bytes(model, "replay", cfg)
+    kv = sequence_kv_bytes_per_token(model, torch.bfloat16)
+    assert kv == 2 * 2 * 16 * 2
+    per_seq = ssm + 100 * kv
+    for n in (0, 1, 7):
+        exact = 2 * ssm + n * per_seq  # two padding slots + n sequences
+        assert max_concurrency(model, "replay", cfg, cache_bytes=exact, max_seq_len=100,
+                               num_padding_slots=2) == n
+        assert max_concurrency(model, "replay", cfg, cache_bytes=exact - 1, max_seq_len=100,
+                               num_padding_slots=2) == max(n - 1, 0)
+
+
+def test_plan_budget_and_concurrency():
+    model = load_model("nemotron-3-super-120b")
+    p = plan(model, tp_size=2, config=PlanConfig(kv_dtype=FP8), gpu_mem_bytes=141 * GiB,
+             free_fraction=0.5, weights_bytes=120 * GiB, max_seq_len=2048, num_padding_slots=1)
+    assert p.budget.weights_per_rank == 60 * GiB
+    assert p.budget.cache_bytes == int(81 * GiB * 0.5)
+    rank = model.for_tp(2)
+    for mode, mp in p.modes.items():
+        ssm = sequence_ssm_bytes(rank, mode, p.config)
+        per_seq = ssm + 2048 * 8 * 256
+        assert mp.max_concurrency == (p.budget.cache_bytes - ssm) // per_seq
+    c = {mode: mp.max_concurrency for mode, mp in p.modes.items()}
+    assert c["conventional_spec"] < c["replay_spec"] < c["replay"] < c["conventional"]
+    # ReplaySSM speculative holds ~4x the sequences of 1 + T state snapshots (T = 4).
+    assert c["replay_spec"] / c["conventional_spec"] == pytest.approx(4.0, rel=0.1)
+
+
+def test_plan_to_dict_is_json():
+    p = plan(load_model("kimi-linear-48b"), config=PlanConfig(kv_dtype=FP8), gpu_mem_bytes=80 * GiB)
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
+    assert d["model"]["layer_counts"] == {"kda": 20, "attention": 7}
+    assert d["config"]["kv_dtype"] == "fp8" and d["config"]["accepted"] == 4.0
+    assert d["attention_layers"][0]["kv_bytes_per_token"] == 576
+    assert d["ssm_layers"][0]["bytes_per_sequence"]["replay"]["total"] == \
+        sequence_ssm_bytes(p.model, "replay", p.config) // 20
+    assert set(d["modes"]) == set(MODES)
+    assert d["modes"]["conventional"]["traffic_vs_conventional"] == 1.0
+
+
+def test_plan_without_attention_has_no_kv_equivalent():
+    model = from_hf_config({"hybrid_override_pattern": "M-", "mamba_num_heads": 2,
+                            "mamba_head_dim": 4, "ssm_state_size": 4, "n_groups": 1,
+                            "conv_kernel": 4})
+    p = plan(model, gpu_mem_bytes=GiB)
+    assert math.isinf(p.modes["replay"].memory_kv_tokens)
+    assert json.loads(json.dumps(p.to_dict(), allow_nan=False))["modes"]["replay"]["memory_kv_tokens"] is None
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    pytest.param(dict(buffer_len=4, spec_tokens=8), ValueError, "expected B >= T", id="B<T"),
+    pytest.param(dict(buffer_len=60, spec_tokens=8), ValueError, "at most 64", id="B+T>64"),
+    pytest.param(dict(accepted=5.0), ValueError, "accepted is 5.0", id="accepted"),
+    pytest.param(dict(buffer_len=0), ValueError, "buffer_len is 0", id="L0"),
+    pytest.param(dict(state_dtype=torch.int8), TypeError, "state_dtype", id="state-int8"),
+])
+def test_plan_config_rejects(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        PlanConfig(**kwargs)
+
+
+def test_budget_rejects_weights_beyond_memory():
+    with pytest.raises(ValueError, match="leave nothing"):
+        Budget(gpu_mem_bytes=80 * GiB, weights_bytes=240 * GiB, tp_size=2)
+    with pytest.raises(ValueError, match="free_fraction"):
+        Budget(gpu_mem_bytes=80 * GiB, free_fraction=0)
