@@ -8,14 +8,15 @@ Modes (per SSM layer):
 - ``conventional_spec``: speculative decoding with T tokens verified per step (drafts + 1) the
   conventional way: 1 + T state copies per sequence (the committed state and one snapshot per
   window position, TensorRT-LLM's intermediate_ssm), 1 state read and T written per step.
-- ``replay``: ReplaySSM standard decode: checkpoint + L records, cursor + arrivals counter.
+- ``replay``: ReplaySSM standard decode: checkpoint + L records, and three int32 counters
+  (cursor, the kernels' arrivals counter, pending: uncommitted speculative window records).
 - ``replay_spec``: ReplaySSM speculative: checkpoint + B + T records (history B, window T).
 
 Conv states: [conv_dim, d_conv - 1] per sequence; the speculative modes keep T - 1 more columns
 (the inputs of the window, so that any accepted prefix can be rolled back to), TensorRT-LLM /
 vLLM conv layout, in the conv dtype. Our replay ops need no per-step scratch: step inputs and
 outputs are activations owned by the engine, and the kernels' per-row counter (``arrivals``) is
-part of the cache, counted with the cursor.
+part of the cache, counted with the cursors.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ __all__ = [
 
 MODES = ("conventional", "conventional_spec", "replay", "replay_spec")
 SPEC_MODES = ("conventional_spec", "replay_spec")
-CURSOR_BYTES = 8  # cursor + arrivals, int32 each, per slot per layer
+CURSOR_BYTES = 12  # cursor, arrivals and pending (cache.py), int32 each, per slot per layer
 
 
 def dtype_size(dtype: torch.dtype) -> int:
@@ -192,9 +193,11 @@ def ssm_layer_step_traffic(kind: str, geometry, mode: str, *, buffer_len: int, s
     - conventional: read and write the state.
     - conventional_spec: read the state, write T snapshots (issue 4's baseline).
     - replay: :func:`_replay_window` over L = buffer_len.
-    - replay_spec [approximation; the exact flush cycle follows the speculative commit rules]:
-      read the checkpoint and about B / 2 history records, append T records; the history fills
-      by ``accepted`` tokens per step, so the checkpoint is written once per B / accepted steps.
+    - replay_spec: with L = B + T records a row flushes when its committed history reaches B
+      records (reference/spec.py); committing ``accepted`` tokens per step, that is once per
+      B / accepted steps, and a verify reads B / 2 history records on average [a mean-field
+      approximation of the integer flush cycle]; every verify
+      reads the checkpoint and writes T window records.
     - all modes read and write the conv state once.
 
     Args:
