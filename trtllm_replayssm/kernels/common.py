@@ -42,6 +42,23 @@ def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
     tl.store(out_ptr + o_p, y.to(out_ptr.dtype.element_ty), mask=m_p)
 
 
+@triton.jit
+def advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L: tl.constexpr):
+    """End of a replay program: count it in the row's arrivals; the last program of the row
+    writes the new cursor (0 after a flush at w == L-1, else w+1) and resets the counter.
+
+    Every thread of the program has consumed w before the barrier, and the atomic is acq_rel,
+    so no program of the launch can read a cursor that this launch already advanced: one
+    captured CUDA graph replays correctly for any mix of flush and non-flush rows.
+    """
+    tl.debug_barrier()
+    n_programs = tl.num_programs(0) * tl.num_programs(1)
+    arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
+    if arrived == n_programs - 1:
+        tl.store(cursor_ptr + slot, tl.where(w == L - 1, 0, w + 1))
+        tl.store(arrivals_ptr + slot, 0)
+
+
 def mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> tuple:
     """Kernel arguments of the step inputs, in the order both Mamba-2 kernels declare them
     (x, z, out, dt, A, dt_bias, D, B, C, slot_ids, head_dim, d_state, heads_per_group).

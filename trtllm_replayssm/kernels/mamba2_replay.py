@@ -30,8 +30,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (LaunchConfig, mamba2_launch_config, mamba2_step_args, mamba2_step_constexprs,
-                     process_dt, skip_gate_store)
+from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
+                     mamba2_step_constexprs, process_dt, skip_gate_store)
 
 __all__ = ["launch_mamba2_replay_step"]
 
@@ -152,14 +152,7 @@ def _mamba2_replay_step_kernel(
             if i_h % heads_per_group == 0:
                 tl.store(p_Br + w * stride_Br_pos + o_n, b_B.to(Br_ptr.dtype.element_ty), mask=m_n)
 
-    # Every thread of this program has consumed w above; the barrier orders that before the
-    # arrival, and the last program of the row advances the cursor.
-    tl.debug_barrier()
-    n_programs = tl.num_programs(0) * tl.num_programs(1)
-    arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
-    if arrived == n_programs - 1:
-        tl.store(cursor_ptr + slot, tl.where(w == L - 1, 0, w + 1))
-        tl.store(arrivals_ptr + slot, 0)
+    advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
 
 def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,

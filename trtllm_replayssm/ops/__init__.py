@@ -1,5 +1,10 @@
 """Public ops of trtllm_replayssm (registered as ``torch.ops.replayssm.*``)."""
-from ..cache import Mamba2ReplayCache
+from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from .gated_delta import (gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step, kda_gate,
+                          kda_replay_step)
 from .mamba2 import MAX_L, mamba2_decode_step, mamba2_replay_step
 
-__all__ = ["Mamba2ReplayCache", "mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
+__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L",
+           "mamba2_decode_step", "mamba2_replay_step",
+           "gdn_decode_step", "gdn_replay_step", "gdn_gate",
+           "kda_decode_step", "kda_replay_step", "kda_gate"]

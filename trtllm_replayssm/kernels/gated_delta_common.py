@@ -1,0 +1,74 @@
+"""Triton helpers and launch arguments shared by the gated delta-rule (GDN, KDA) decode kernels.
+
+Both families run the same kernels: ``PER_CHANNEL`` (a constexpr) selects KDA's log-decay per
+key channel, [batch, v_heads, head_k_dim], over GDN's scalar per value head, [batch, v_heads].
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from torch import Tensor
+
+from .common import LaunchConfig, mamba2_launch_config
+
+__all__ = ["gated_delta_launch_config", "gated_delta_step_args", "gated_delta_step_constexprs"]
+
+
+@triton.jit
+def load_qk(q_ptr, k_ptr, o_k, m_k, scale, USE_QK_L2NORM: tl.constexpr):
+    """(scale * q̂, k̂) fp32 [BLOCK_K]: q and k of one key head, L2-normalised (eps 1e-6) when asked."""
+    b_q = tl.load(q_ptr + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k_ptr + o_k, mask=m_k, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=0) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=0) + 1e-6)
+    return b_q * scale, b_k
+
+
+@triton.jit
+def load_log_decay(g_ptr, o_k, m_k, PER_CHANNEL: tl.constexpr):
+    """The token's log-decay, fp32: [BLOCK_K] (KDA, zero on padded channels) or a scalar (GDN)."""
+    if PER_CHANNEL:
+        g = tl.load(g_ptr + o_k, mask=m_k, other=0.0).to(tl.float32)
+    else:
+        g = tl.load(g_ptr).to(tl.float32)
+    return g
+
+
+@triton.jit
+def decay_columns(b_s, decay, PER_CHANNEL: tl.constexpr):
+    """S Diag(decay) for a [BLOCK_V, BLOCK_K] state tile: per key column (KDA) or uniform (GDN)."""
+    if PER_CHANNEL:
+        b_s = b_s * decay[None, :]
+    else:
+        b_s = b_s * decay
+    return b_s
+
+
+def gated_delta_step_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out: Tensor,
+                          slot_ids: Tensor, scale: float) -> tuple:
+    """Kernel arguments of the step inputs, in the order both kernels declare them (q, k, v, g,
+    beta, out with their batch and head strides, slot_ids, scale, head_v_dim, head_k_dim,
+    v_heads per key head)."""
+    return (q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1),
+            v, v.stride(0), v.stride(1), g, g.stride(0), g.stride(1),
+            beta, beta.stride(0), beta.stride(1), out, out.stride(0), out.stride(1),
+            slot_ids, scale, v.shape[2], q.shape[2], v.shape[1] // q.shape[1])
+
+
+def gated_delta_step_constexprs(g: Tensor, head_k_dim: int, use_qk_l2norm: bool) -> dict:
+    return dict(BLOCK_K=triton.next_power_of_2(head_k_dim), PER_CHANNEL=g.dim() == 3,
+                USE_QK_L2NORM=use_qk_l2norm)
+
+
+def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, batch: int,
+                              state_dtype: torch.dtype) -> LaunchConfig:
+    """Launch configuration of the gated delta-rule kernels (``route`` as for Mamba-2).
+
+    A program walks [block_head_dim, head_k_dim] tiles of one value head's [head_v_dim,
+    head_k_dim] state, exactly as the Mamba-2 kernels walk [head_dim, d_state]; the table
+    measured for Mamba-2 applies to the same tile shapes (benchmarks/NOTES.md, gated delta v1).
+    """
+    return mamba2_launch_config(route, head_v_dim, head_k_dim, batch, state_dtype)

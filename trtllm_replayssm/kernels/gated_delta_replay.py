@@ -1,0 +1,188 @@
+"""ReplaySSM gated delta-rule (GDN, KDA) decode step: output from checkpoint + records, state
+stored only at flush.
+
+One launch per step. Grid (cdiv(head_v_dim, SPAN_V), v_heads, batch); each program owns SPAN_V
+rows of one value head's [head_v_dim, head_k_dim] checkpoint of one row and walks them in
+[BLOCK_V, head_k_dim] tiles (a loop software-pipelined NUM_STAGES deep). From the row's cursor w
+it decides on the device what the row does (notation of
+:mod:`trtllm_replayssm.reference.gated_delta`):
+
+* w < L-1 (non-flush), the inner-product route: per program, once, the decays
+  e_j = exp(Γ_j) of the records and e_0 of the checkpoint, and the scores
+  s^q_j = (e_j ⊙ k_j) · q̂, s^k_j = (e_j ⊙ k_j) · k̂ (k_j, Γ_j: [L, head_k_dim] tiles for KDA,
+  scalars per record for GDN). Per tile, S'k̂ = S0 (e_0 ⊙ k̂) + Σ_j s^k_j d_j and likewise S'q̂,
+  then d = β (v - S'k̂), o = S'q̂ + d (k̂·q̂). The checkpoint is only read; (d, k̂, g) is
+  appended at position w (k̂ once per key head).
+* w == L-1 (flush): per tile, S' = S0 Diag(e_0) + Σ_j d_j (e_j ⊙ k_j)ᵀ in exact fp32 rank-1
+  updates (Γ_j summed from the newest record back), then d, o as above from S', and
+  S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype).
+
+Γ_j = Σ_{j<i≤w} g_i is summed directly (a reverse cumsum of the records shifted by one), never
+as a difference of prefix sums. The cursor advances in the same launch
+(:func:`trtllm_replayssm.kernels.common.advance_cursor`).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import triton
+import triton.language as tl
+
+from torch import Tensor
+
+from .common import LaunchConfig, advance_cursor
+from .gated_delta_common import (decay_columns, gated_delta_launch_config, gated_delta_step_args,
+                                 gated_delta_step_constexprs, load_log_decay, load_qk)
+
+__all__ = ["launch_gated_delta_replay_step"]
+
+
+@triton.jit
+def _output_from_history(b_hq, b_hk, b_v, beta, kq, o_v, m_v, p_o):
+    """d = β (v - S'k̂); o = S'q̂ + d (k̂·q̂) stored at ``p_o`` + o_v; returns d (fp32 [BLOCK_V])."""
+    b_d = beta * (b_v - b_hk)
+    tl.store(p_o + o_v, (b_hq + b_d * kq).to(p_o.dtype.element_ty), mask=m_v)
+    return b_d
+
+
+@triton.jit
+def _gated_delta_replay_step_kernel(
+    # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_row,
+    # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
+    dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
+    kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
+    # g_records fp32 [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA)
+    gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
+    # cursor, arrivals [slot] int32
+    cursor_ptr, arrivals_ptr,
+    # q, k [batch, k_heads, head_k_dim]; v [batch, v_heads, head_v_dim]; last dims contiguous
+    q_ptr, stride_q_batch, stride_q_head,
+    k_ptr, stride_k_batch, stride_k_head,
+    v_ptr, stride_v_batch, stride_v_head,
+    # g [batch, v_heads] (GDN) or [batch, v_heads, head_k_dim] (KDA); beta [batch, v_heads]
+    g_ptr, stride_g_batch, stride_g_head,
+    beta_ptr, stride_beta_batch, stride_beta_head,
+    # out [batch, v_heads, head_v_dim]
+    out_ptr, stride_o_batch, stride_o_head,
+    slot_ids_ptr, scale,
+    head_v_dim, head_k_dim, v_per_k,
+    L: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+):
+    i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
+    if slot < 0:
+        return
+    i_b = i_b.to(tl.int64)
+    i_hk = i_h // v_per_k
+    w = tl.load(cursor_ptr + slot)
+    o_k = tl.arange(0, BLOCK_K)
+    m_k = o_k < head_k_dim
+
+    b_q, b_k = load_qk(q_ptr + i_b * stride_q_batch + i_hk * stride_q_head,
+                       k_ptr + i_b * stride_k_batch + i_hk * stride_k_head, o_k, m_k, scale, USE_QK_L2NORM)
+    g = load_log_decay(g_ptr + i_b * stride_g_batch + i_h * stride_g_head, o_k, m_k, PER_CHANNEL)
+    beta = tl.load(beta_ptr + i_b * stride_beta_batch + i_h * stride_beta_head).to(tl.float32)
+    kq = tl.sum(b_k * b_q, axis=0)
+
+    p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_dr = dr_ptr + slot * stride_dr_slot + i_h * stride_dr_head
+    p_kr = kr_ptr + slot * stride_kr_slot + i_hk * stride_kr_head
+    p_gr = gr_ptr + slot * stride_gr_slot + i_h * stride_gr_head
+    p_v = v_ptr + i_b * stride_v_batch + i_h * stride_v_head
+    p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
+    p_start = i_s * SPAN_V
+    if w == L - 1:
+        # Flush: the decayed history state S', tile by tile, from exact fp32 rank-1 updates.
+        for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
+            o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
+            m_v = o_v < head_v_dim
+            m_c = m_v[:, None] & m_k[None, :]
+            b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
+            gamma = g  # Γ_j for j = L-2, L-3, ...: the newest record is decayed by the current token only
+            b_h = tl.zeros([BLOCK_V, BLOCK_K], dtype=tl.float32)
+            for i in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
+                j = L - 2 - i
+                b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v, other=0.0).to(tl.float32)
+                b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k, other=0.0).to(tl.float32)
+                b_h += b_dj[:, None] * (tl.exp(gamma) * b_kj)[None, :]
+                gamma += load_log_decay(p_gr + j * stride_gr_pos, o_k, m_k, PER_CHANNEL)
+            b_s = decay_columns(b_s, tl.exp(gamma), PER_CHANNEL) + b_h
+            b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
+            b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
+                                       b_v, beta, kq, o_v, m_v, p_o)
+            b_s += b_d[:, None] * b_k[None, :]
+            tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+    else:
+        # Non-flush: decays and scores of the records once per program, then the tiles.
+        o_l = tl.arange(0, BLOCK_L)
+        m_l = o_l < w
+        m_next = (o_l + 1) < w
+        b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
+                       mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        if PER_CHANNEL:
+            b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
+                           mask=m_next[:, None] & m_k[None, :], other=0.0)
+            g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
+            b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
+            s_q = tl.sum(b_u * b_q[None, :], axis=1)
+            s_k = tl.sum(b_u * b_k[None, :], axis=1)
+        else:
+            b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
+            g0 = tl.load(p_gr, mask=w > 0, other=0.0)
+            b_e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)
+            s_q = b_e * tl.sum(b_kr * b_q[None, :], axis=1)
+            s_k = b_e * tl.sum(b_kr * b_k[None, :], axis=1)
+        e0 = tl.exp(tl.sum(b_gn, axis=0) + g0 + g)  # decay of the checkpoint
+        b_q0 = e0 * b_q
+        b_k0 = e0 * b_k
+        for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
+            o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
+            m_v = o_v < head_v_dim
+            b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
+                           mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+            b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
+                           mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+            b_hq = tl.sum(b_s0 * b_q0[None, :], axis=1) + tl.sum(s_q[:, None] * b_dr, axis=0)
+            b_hk = tl.sum(b_s0 * b_k0[None, :], axis=1) + tl.sum(s_k[:, None] * b_dr, axis=0)
+            b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
+            b_d = _output_from_history(b_hq, b_hk, b_v, beta, kq, o_v, m_v, p_o)
+            tl.store(p_dr + w * stride_dr_pos + o_v, b_d.to(dr_ptr.dtype.element_ty), mask=m_v)
+        if i_s == 0:
+            if PER_CHANNEL:
+                tl.store(p_gr + w * stride_gr_pos + o_k, g, mask=m_k)
+            else:
+                tl.store(p_gr + w * stride_gr_pos, g)
+            if i_h % v_per_k == 0:
+                tl.store(p_kr + w * stride_kr_pos + o_k, b_k.to(kr_ptr.dtype.element_ty), mask=m_k)
+
+    advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
+
+
+def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                                   g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
+                                   k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                                   slot_ids: Tensor, scale: float, use_qk_l2norm: bool,
+                                   out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
+    """Launch the replay step on the cache tensors; arguments already checked by the op."""
+    batch, v_heads, head_v_dim = v.shape
+    head_k_dim = q.shape[2]
+    L = d_records.shape[2]
+    cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch, checkpoint.dtype)
+    span = cfg.block_head_dim * cfg.chunks
+    grid = (triton.cdiv(head_v_dim, span), v_heads, batch)
+    _gated_delta_replay_step_kernel[grid](
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
+        k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
+        g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
+        cursor, arrivals,
+        *gated_delta_step_args(q, k, v, g, beta, out, slot_ids, scale),
+        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
+        BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
+        num_warps=cfg.num_warps,
+        **gated_delta_step_constexprs(g, head_k_dim, use_qk_l2norm),
+    )
+    return out

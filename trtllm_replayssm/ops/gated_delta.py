@@ -1,0 +1,269 @@
+"""Public gated delta-rule decode ops for Gated DeltaNet (GDN: Qwen3-Next, Qwen3.5) and Kimi
+Delta Attention (KDA: Kimi Linear): validate, allocate ``out``, dispatch to ``replayssm::`` ops.
+
+GDN and KDA share two custom ops; the log-decay's rank tells them apart (g [batch, v_heads]
+for GDN, [batch, v_heads, head_k_dim] for KDA). CUDA tensors run the Triton kernels; CPU
+tensors run the PyTorch reference (any float dtype, float64 included).
+"""
+from __future__ import annotations
+
+import math
+
+from typing import Optional, Union
+
+import torch
+
+from torch import Tensor
+
+from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
+from ..reference.gated_delta import (delta_rule_gate, gated_delta_decode_step_ref,
+                                     gated_delta_replay_step_ref)
+from ._validate import FLOAT_DTYPES, check_flag, check_slot_ids, check_tensor
+
+__all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step",
+           "gdn_gate", "kda_gate"]
+
+_REPLAY_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
+
+
+# --------------------------------------------------------------------------- custom ops
+# All arguments positional (custom ops take no keyword-only tensors); scale already resolved.
+
+@torch.library.custom_op("replayssm::gated_delta_decode_step", mutates_args=("state", "out"))
+def _gated_delta_decode_step_op(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                beta: Tensor, slot_ids: Tensor, scale: float,
+                                use_qk_l2norm: bool, out: Tensor) -> None:
+    gated_delta_decode_step_ref(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale,
+                                use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_decode_step_op.register_kernel("cuda")
+def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
+    from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
+    launch_gated_delta_decode_step(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale,
+                                   use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_decode_step_op.register_fake
+def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
+    return None
+
+
+@torch.library.custom_op("replayssm::gated_delta_replay_step", mutates_args=_REPLAY_FIELDS + ("out",))
+def _gated_delta_replay_step_op(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                                g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
+                                k: Tensor, v: Tensor, g: Tensor, beta: Tensor, slot_ids: Tensor,
+                                scale: float, use_qk_l2norm: bool, out: Tensor) -> None:
+    gated_delta_replay_step_ref(checkpoint, d_records, k_records, g_records, cursor, q, k, v, g,
+                                beta, slot_ids=slot_ids, scale=scale,
+                                use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_replay_step_op.register_kernel("cuda")
+def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids,
+      scale, use_qk_l2norm, out):
+    from ..kernels.gated_delta_replay import launch_gated_delta_replay_step
+    launch_gated_delta_replay_step(checkpoint, d_records, k_records, g_records, cursor, arrivals,
+                                   q, k, v, g, beta, slot_ids=slot_ids, scale=scale,
+                                   use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_replay_step_op.register_fake
+def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids,
+      scale, use_qk_l2norm, out):
+    return None
+
+
+# --------------------------------------------------------------------------- validation
+
+def _resolve_scale(op: str, scale, head_k_dim: int) -> float:
+    if scale is None:
+        return head_k_dim ** -0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise TypeError(f"{op}: scale is {scale!r}; expected None (head_k_dim ** -0.5) or a positive finite float")
+    return float(scale)
+
+
+def _check_inputs(op: str, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, *, per_channel: bool,
+                  k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, num_slots: int,
+                  device: torch.device) -> None:
+    """Checks the step inputs against the layer geometry."""
+    if not isinstance(q, Tensor):
+        raise TypeError(f"{op}: q is {type(q).__name__}; expected a torch.Tensor")
+    if q.dim() != 3:
+        raise ValueError(f"{op}: q has shape {tuple(q.shape)}; expected [batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
+    batch = q.shape[0]
+    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, "q", q, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=floats, device=device)
+    act = (q.dtype,)
+    check_tensor(op, "k", k, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=act, device=device)
+    check_tensor(op, "v", v, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
+    if per_channel:
+        check_tensor(op, "g", g, "[batch, v_heads, head_k_dim]", (batch, v_heads, head_k_dim), dtypes=floats, device=device)
+    else:
+        check_tensor(op, "g", g, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device,
+                     inner_contiguous=False)
+    check_tensor(op, "beta", beta, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device,
+                 inner_contiguous=False)
+    check_flag(op, "use_qk_l2norm", use_qk_l2norm)
+    if out is not None:
+        check_tensor(op, "out", out, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, batch, num_slots, device)
+
+
+def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale,
+                 use_qk_l2norm, out) -> Tensor:
+    if not isinstance(state, Tensor):
+        raise TypeError(f"{op}: state is {type(state).__name__}; expected a torch.Tensor")
+    if state.dim() != 4:
+        raise ValueError(f"{op}: state has shape {tuple(state.shape)}; expected [num_slots, v_heads, head_v_dim, head_k_dim]")
+    num_slots, v_heads, head_v_dim, head_k_dim = state.shape
+    k_heads = q.shape[1] if isinstance(q, Tensor) and q.dim() == 3 else -1
+    if k_heads < 1 or v_heads % k_heads:
+        raise ValueError(f"{op}: q has shape {tuple(q.shape) if isinstance(q, Tensor) else q}; expected [batch, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}")
+    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, "state", state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
+                 dtypes=floats, device=state.device)
+    _check_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, per_channel=per_channel,
+                  k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim,
+                  num_slots=num_slots, device=state.device)
+    scale = _resolve_scale(op, scale, head_k_dim)
+    out = torch.zeros_like(v) if out is None else out
+    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale,
+                                                use_qk_l2norm, out)
+    return out
+
+
+def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, scale,
+                 use_qk_l2norm, out) -> Tensor:
+    if not isinstance(cache, cache_type):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {cache_type.__name__}")
+    if not 1 <= cache.L <= MAX_L:
+        raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
+    for name in _REPLAY_FIELDS:
+        if not getattr(cache, name).is_contiguous():
+            raise ValueError(f"{op}: cache.{name} must be contiguous")
+    device = cache.device
+    if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
+        raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
+    _check_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out,
+                  per_channel=cache_type.PER_CHANNEL_GATE, k_heads=cache.k_heads,
+                  v_heads=cache.v_heads, head_k_dim=cache.head_k_dim, head_v_dim=cache.head_v_dim,
+                  num_slots=cache.num_slots, device=device)
+    scale = _resolve_scale(op, scale, cache.head_k_dim)
+    out = torch.zeros_like(v) if out is None else out
+    torch.ops.replayssm.gated_delta_replay_step(
+        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
+        cache.arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return out
+
+
+# --------------------------------------------------------------------------- public API
+
+_STEP_ARGS = """
+        q, k (Tensor): [batch, k_heads, head_k_dim], fp32 | bf16 | fp16 (fp64 on CPU), raw
+            (normalised in the kernel when ``use_qk_l2norm``). Value head h reads key head
+            h // (v_heads / k_heads).
+        v (Tensor): [batch, v_heads, head_v_dim], dtype of q.
+        g (Tensor): log-decay (<= 0), any float dtype: {g_layout}.
+        beta (Tensor): [batch, v_heads] in (0, 1), any float dtype, any strides.
+        slot_ids (Tensor): [batch] int32 physical slots; < 0 marks a padding row: nothing is
+            read or written for it, its ``out`` row is left as it was. Live ids are distinct.
+        scale (float, optional): multiplies q after the normalisation; None is head_k_dim^-½.
+        use_qk_l2norm (bool): L2-normalise q and k (x / sqrt(Σx² + 1e-6)) in the kernel.
+        out (Tensor, optional): like v; a fresh zeroed tensor when None.
+    Returns:
+        Tensor: o [batch, v_heads, head_v_dim], dtype of v (``out`` when given).
+    Raises:
+        ValueError, TypeError: before anything is written. Live slot ids are checked (one
+        host sync) except during CUDA-graph capture and torch.compile tracing."""
+_GDN_G = "[batch, v_heads], one per value head, any strides"
+_KDA_G = "[batch, v_heads, head_k_dim], one per key channel"
+
+
+def gdn_decode_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                    slot_ids: Tensor, scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                    out: Optional[Tensor] = None) -> Tensor:
+    return _decode_step("gdn_decode_step", False, state, q, k, v, g, beta, slot_ids, scale,
+                        use_qk_l2norm, out)
+
+
+def kda_decode_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                    slot_ids: Tensor, scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                    out: Optional[Tensor] = None) -> Tensor:
+    return _decode_step("kda_decode_step", True, state, q, k, v, g, beta, slot_ids, scale,
+                        use_qk_l2norm, out)
+
+
+def gdn_replay_step(cache: GDNReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                    beta: Tensor, *, slot_ids: Tensor, scale: Optional[float] = None,
+                    use_qk_l2norm: bool = True, out: Optional[Tensor] = None) -> Tensor:
+    return _replay_step("gdn_replay_step", GDNReplayCache, cache, q, k, v, g, beta, slot_ids,
+                        scale, use_qk_l2norm, out)
+
+
+def kda_replay_step(cache: KDAReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                    beta: Tensor, *, slot_ids: Tensor, scale: Optional[float] = None,
+                    use_qk_l2norm: bool = True, out: Optional[Tensor] = None) -> Tensor:
+    return _replay_step("kda_replay_step", KDAReplayCache, cache, q, k, v, g, beta, slot_ids,
+                        scale, use_qk_l2norm, out)
+
+
+_DECODE_DOC = """Conventional {family} decode step: reads, updates and stores the whole state.
+
+    Args:
+        state (Tensor): [num_slots, v_heads, head_v_dim, head_k_dim], fp32 | bf16 | fp16 (fp64
+            on CPU), head_k_dim contiguous. Mutated: S = S Diag(exp(g)) + d k̂ᵀ with
+            d = β (v - S Diag(exp(g)) k̂), rounded to its dtype every step.""" + _STEP_ARGS
+_REPLAY_DOC = """One {family} ReplaySSM decode step from checkpoint + records.
+
+    Args:
+        cache ({cache}): mutated. A live row with cursor w < L-1 appends its record (d, k̂, g)
+            at position w and sets the cursor to w+1, storing no state; a row with cursor L-1
+            folds its L-1 records and the current token into the checkpoint (rounded to the
+            checkpoint dtype once, here) and sets the cursor to 0. Decided and advanced on the
+            device: no host sync, and one captured CUDA graph serves every step.""" + _STEP_ARGS
+gdn_decode_step.__doc__ = _DECODE_DOC.format(family="Gated DeltaNet", g_layout=_GDN_G)
+kda_decode_step.__doc__ = _DECODE_DOC.format(family="Kimi Delta Attention", g_layout=_KDA_G)
+gdn_replay_step.__doc__ = _REPLAY_DOC.format(family="Gated DeltaNet", cache="GDNReplayCache", g_layout=_GDN_G)
+kda_replay_step.__doc__ = _REPLAY_DOC.format(family="Kimi Delta Attention", cache="KDAReplayCache", g_layout=_KDA_G)
+
+
+def _gate(op: str, per_channel: bool, a: Tensor, b: Tensor, A_log: Tensor,
+          dt_bias: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    want = 3 if per_channel else 2
+    dims = "[batch, v_heads, head_k_dim]" if per_channel else "[batch, v_heads]"
+    for name, t in (("a", a), ("b", b), ("A_log", A_log)):
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            raise TypeError(f"{op}: {name} must be a floating-point torch.Tensor")
+    if a.dim() != want:
+        raise ValueError(f"{op}: a has shape {tuple(a.shape)}; expected {dims}")
+    batch, v_heads = a.shape[:2]
+    if tuple(b.shape) != (batch, v_heads):
+        raise ValueError(f"{op}: b has shape {tuple(b.shape)}; expected [batch, v_heads] = {(batch, v_heads)}")
+    if tuple(A_log.shape) != (v_heads,):
+        raise ValueError(f"{op}: A_log has shape {tuple(A_log.shape)}; expected [v_heads] = ({v_heads},)")
+    if dt_bias is not None and (not isinstance(dt_bias, Tensor) or dt_bias.numel() != math.prod(a.shape[1:])):
+        raise ValueError(f"{op}: dt_bias must be a tensor of {math.prod(a.shape[1:])} elements (the shape of a without batch)")
+    return delta_rule_gate(a, b, A_log, dt_bias)
+
+
+def gdn_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None
+             ) -> tuple[Tensor, Tensor]:
+    """Gated DeltaNet (Qwen3-Next / Qwen3.5) g and β from the raw projections.
+
+    g = -exp(A_log) * softplus(a + dt_bias), β = sigmoid(b), both fp32 (fp64 for fp64 input).
+    Args: a, b [batch, v_heads]; A_log, dt_bias [v_heads]. Returns (g [batch, v_heads], beta).
+    """
+    return _gate("gdn_gate", False, a, b, A_log, dt_bias)
+
+
+def kda_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None
+             ) -> tuple[Tensor, Tensor]:
+    """Kimi Delta Attention (Kimi Linear) g and β from the raw projections.
+
+    g = -exp(A_log)[h] * softplus(a + dt_bias) per key channel, β = sigmoid(b), fp32.
+    Args: a [batch, v_heads, head_k_dim]; b [batch, v_heads]; A_log [v_heads];
+    dt_bias [v_heads * head_k_dim] or [v_heads, head_k_dim]. Returns (g like a, beta).
+    """
+    return _gate("kda_gate", True, a, b, A_log, dt_bias)
