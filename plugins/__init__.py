@@ -1,0 +1,26 @@
+"""trtllm_replayssm_plugins: ReplaySSM decode steps as TensorRT Python AOT plugins.
+
+Installed as ``trtllm_replayssm_plugins`` (setup.py maps it onto ``plugins/``). It imports the
+core package ``trtllm_replayssm``; the core never imports it. Nothing here imports TensorRT
+except :mod:`.tensorrt_plugin` and :mod:`.network`, which need TensorRT >= 10.9 for the AOT path
+(10.6 for the JIT path) and say so when it is missing.
+
+Modules:
+    spec: what a plugin layer launches, as plain data (argument order, scalars, grid, block).
+    mamba2: the ``replayssm::mamba2_replay_step`` plugin: inputs, attributes, shape checks,
+        the entry kernel's specialization.
+    mamba2_entry: the entry kernel (TensorRT's parameter order) around the core replay kernel.
+    ptx: offline PTX compilation fitted to TensorRT's launch convention; Triton version table.
+    tensorrt_plugin: the ``tensorrt.plugin`` registration (register, aot_impl, impl).
+    network: ``add_mamba2_replay_step`` adds the plugin layer to an ``INetworkDefinition``.
+    export: ``python -m trtllm_replayssm_plugins.export``: PTX + launch manifest to files.
+"""
+from . import mamba2
+from .ptx import KNOWN_GOOD_TRITON, CompiledKernel, compile_ptx
+from .spec import KernelSpec, TensorInfo
+
+NAMESPACE = "replayssm"
+FAMILIES = (mamba2,)
+
+__all__ = ["NAMESPACE", "FAMILIES", "KNOWN_GOOD_TRITON", "CompiledKernel", "KernelSpec",
+           "TensorInfo", "compile_ptx", "mamba2"]

@@ -1,0 +1,328 @@
+"""The ``replayssm::mamba2_replay_step`` plugin as plain data: inputs, attributes, shape rules,
+the entry kernel's specialization, scalars and grid. No TensorRT here.
+
+Plugin inputs (all always present; an absent optional is replaced by the tensor the op's
+launcher substitutes, and its flag is off: z -> x, D -> A, dt_bias -> A):
+
+    0 checkpoint  [num_slots, nheads, head_dim, d_state]   f32 | bf16 | f16
+    1 x_records   [num_slots, nheads, L, head_dim]         act (f32 | bf16 | f16)
+    2 dt_records  [num_slots, nheads, L]                   f32
+    3 B_records   [num_slots, ngroups, L, d_state]         act
+    4 cursor      [num_slots]                              i32
+    5 arrivals    [num_slots]                              i32, zero between launches
+    6 x           [batch, nheads, head_dim]                act
+    7 dt          [batch, nheads]                          f32 | bf16 | f16, raw
+    8 A           [nheads]                                 f32, negative
+    9 B          [batch, ngroups, d_state]                 act
+   10 C          [batch, ngroups, d_state]                 act
+   11 slot_ids   [batch]                                   i32; < 0: padding row
+   12 D          [nheads] | [nheads, head_dim]             f32 | act
+   13 z          [batch, nheads, head_dim]                 act
+   14 dt_bias    [nheads]                                  f32 | act
+
+Plugin outputs: 0 out (y, like x; padding and skipped rows are not written, so they hold
+whatever the buffer held), then 1..6 the cache tensors 0..5, aliased (updated in place).
+
+Attributes: the layer geometry (checked against the static dimensions of the inputs), the
+flags, and the launch configuration of the replay kernel (``LaunchConfig``), which TensorRT
+cannot choose per batch the way the op does: :meth:`Mamba2ReplayAttrs.for_layer` takes it from
+the op's heuristic for an expected batch.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, fields
+from typing import Dict, Mapping, Sequence, Tuple
+
+import torch
+import triton
+
+from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.kernels.common import mamba2_launch_config
+
+from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
+from .spec import (DTYPE_NAMES, InputDim, KernelParam, KernelSpec, Scalar, TensorInfo,
+                   check_dtype, check_rank_and_dims, specialize_scalar)
+
+__all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
+           "Mamba2ReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
+           "run_op", "tensor_infos"]
+
+PLUGIN = "mamba2_replay_step"
+INPUTS = ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals",
+          "x", "dt", "A", "B", "C", "slot_ids", "D", "z", "dt_bias")
+OUTPUTS = ("out", "checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals")
+# output index -> input index it aliases; output 0 (y) is a new tensor shaped like x.
+ALIASED_OUTPUTS = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
+_X = INPUTS.index("x")
+LIKE_INPUT = {0: _X}  # output index -> input whose shape and dtype it takes
+
+_FLOATS = ("f32", "bf16", "f16")
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+_INT32_MAX = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class Mamba2ReplayAttrs:
+    """Plugin attributes (TensorRT plugin fields), in registration order.
+
+    Geometry: nheads, head_dim, d_state, ngroups, L. Flags: has_D, has_z, has_dt_bias,
+    dt_softplus. Launch configuration (see ``trtllm_replayssm.kernels.common.LaunchConfig``):
+    block_head_dim, chunks, num_stages, num_warps.
+    """
+
+    nheads: int
+    head_dim: int
+    d_state: int
+    ngroups: int
+    L: int
+    has_D: bool
+    has_z: bool
+    has_dt_bias: bool
+    dt_softplus: bool
+    block_head_dim: int
+    chunks: int
+    num_stages: int
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        owner = f"{PLUGIN} attributes"
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(v, bool):
+                    raise TypeError(f"{owner}: {f.name} is {v!r}; expected a bool")
+            elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{owner}: {f.name} is {v!r}; expected a positive int")
+        if self.L > MAX_L:
+            raise ValueError(f"{owner}: L is {self.L}; expected 1 <= L <= {MAX_L}")
+        if self.nheads % self.ngroups:
+            raise ValueError(f"{owner}: ngroups = {self.ngroups} must divide nheads = {self.nheads}")
+        if self.block_head_dim & (self.block_head_dim - 1):
+            raise ValueError(f"{owner}: block_head_dim is {self.block_head_dim}; expected a power of 2")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"{owner}: num_warps is {self.num_warps}; expected 1, 2, 4, 8 or 16")
+        largest = max(self.nheads * self.head_dim * self.d_state, self.nheads * self.L * self.head_dim,
+                      self.ngroups * self.L * self.d_state)
+        if largest > _INT32_MAX:
+            raise ValueError(f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}")
+
+    @classmethod
+    def for_layer(cls, nheads: int, head_dim: int, d_state: int, ngroups: int, L: int, *,
+                  state_dtype: str = "f32", has_D: bool = True, has_z: bool = False,
+                  has_dt_bias: bool = True, dt_softplus: bool = True,
+                  batch_hint: int = 64) -> "Mamba2ReplayAttrs":
+        """Attributes of one layer, with the op's launch configuration for ``batch_hint`` rows."""
+        if state_dtype not in _TORCH_DTYPES:
+            raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
+        cfg = mamba2_launch_config("replay_step", head_dim, d_state, batch_hint, _TORCH_DTYPES[state_dtype])
+        return cls(nheads, head_dim, d_state, ngroups, L, has_D, has_z, has_dt_bias, dt_softplus,
+                   cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
+
+    def values(self) -> Dict[str, object]:
+        """Attribute name -> value, in registration order (TensorRT plugin fields)."""
+        return asdict(self)
+
+
+ATTRS = Mamba2ReplayAttrs
+
+
+def layer_attrs(checkpoint_shape: Sequence[int], x_records_shape: Sequence[int],
+                B_records_shape: Sequence[int], *, state_dtype: str, has_D: bool, has_z: bool,
+                has_dt_bias: bool, dt_softplus: bool, batch_hint: int) -> Mamba2ReplayAttrs:
+    """Attributes of a layer from its cache shapes (geometry axes must be static)."""
+    named = (("checkpoint", checkpoint_shape, "[num_slots, nheads, head_dim, d_state]"),
+             ("x_records", x_records_shape, "[num_slots, nheads, L, head_dim]"),
+             ("B_records", B_records_shape, "[num_slots, ngroups, L, d_state]"))
+    for name, shape, layout in named:
+        if len(shape) != 4 or any(d is None or d < 1 for d in shape[1:]):
+            raise ValueError(f"{PLUGIN}: {name} has shape {tuple(shape)}; expected {layout} with static geometry")
+    _, nheads, head_dim, d_state = checkpoint_shape
+    return Mamba2ReplayAttrs.for_layer(nheads, head_dim, d_state, B_records_shape[1], x_records_shape[2],
+                                       state_dtype=state_dtype, has_D=has_D, has_z=has_z,
+                                       has_dt_bias=has_dt_bias, dt_softplus=dt_softplus,
+                                       batch_hint=batch_hint)
+
+
+# The op's launcher passes these for an absent optional tensor; the plugin does the same.
+_SUBSTITUTES = {"D": "A", "z": "x", "dt_bias": "A"}
+
+
+def plugin_inputs(tensors: Mapping[str, object]) -> Tuple[list, Dict[str, bool]]:
+    """The plugin's input list (in :data:`INPUTS` order) from a layer's tensors, and the
+    ``has_D`` / ``has_z`` / ``has_dt_bias`` flags. An optional that is None or absent is
+    replaced by its substitute (D, dt_bias -> A; z -> x) and its flag is off.
+
+    Raises:
+        ValueError: an unknown name, or a required tensor missing.
+    """
+    unknown = sorted(set(tensors) - set(INPUTS))
+    if unknown:
+        raise ValueError(f"{PLUGIN}: unknown inputs {unknown}; expected names from {', '.join(INPUTS)}")
+    missing = [n for n in INPUTS if n not in _SUBSTITUTES and tensors.get(n) is None]
+    if missing:
+        raise ValueError(f"{PLUGIN}: missing inputs {missing}")
+    flags = {f"has_{n}": tensors.get(n) is not None for n in _SUBSTITUTES}
+    return [tensors[n] if tensors.get(n) is not None else tensors[_SUBSTITUTES[n]] for n in INPUTS], flags
+
+
+def _layouts(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Tuple[Tuple[str, tuple], ...]:
+    """Per input: (layout words, expected dims: ints for geometry, names for dynamic dims)."""
+    nh, hd, ds, ng, L = a.nheads, a.head_dim, a.d_state, a.ngroups, a.L
+    z = ("[batch, nheads, head_dim]", ("batch", nh, hd))
+    return (
+        ("[num_slots, nheads, head_dim, d_state]", ("num_slots", nh, hd, ds)),
+        ("[num_slots, nheads, L, head_dim]", ("num_slots", nh, L, hd)),
+        ("[num_slots, nheads, L]", ("num_slots", nh, L)),
+        ("[num_slots, ngroups, L, d_state]", ("num_slots", ng, L, ds)),
+        ("[num_slots]", ("num_slots",)),
+        ("[num_slots]", ("num_slots",)),
+        ("[batch, nheads, head_dim]", ("batch", nh, hd)),
+        ("[batch, nheads]", ("batch", nh)),
+        ("[nheads]", (nh,)),
+        ("[batch, ngroups, d_state]", ("batch", ng, ds)),
+        ("[batch, ngroups, d_state]", ("batch", ng, ds)),
+        ("[batch]", ("batch",)),
+        ("[nheads, head_dim]", (nh, hd)) if d_per_dim else ("[nheads]", (nh,)),
+        z,
+        ("[nheads]", (nh,)),
+    )
+
+
+def _d_per_dim(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> bool:
+    return a.has_D and infos[INPUTS.index("D")].rank == 2
+
+
+def tensor_infos(a: Mamba2ReplayAttrs, *, state_dtype: str, act_dtype: str, dt_dtype: str = "f32",
+                 param_dtype: str = "f32", d_per_dim: bool = False) -> Tuple[TensorInfo, ...]:
+    """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic), with the
+    substitutes of absent optionals; what TensorRT shows the plugin at build time."""
+    nh, hd = a.nheads, a.head_dim
+    dtypes = dict(checkpoint=state_dtype, x_records=act_dtype, dt_records="f32", B_records=act_dtype,
+                  cursor="i32", arrivals="i32", x=act_dtype, dt=dt_dtype, A="f32", B=act_dtype,
+                  C=act_dtype, slot_ids="i32", D=param_dtype if a.has_D else "f32",
+                  z=act_dtype, dt_bias=param_dtype if a.has_dt_bias else "f32")
+    layouts = _layouts(a, a.has_D and d_per_dim)
+    return tuple(TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
+                 for n, (_, dims) in zip(INPUTS, layouts))
+
+
+def check_inputs(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> None:
+    """Shape and dtype inference checks of the plugin layer (the kernel validates nothing).
+
+    Raises:
+        ValueError: wrong input count, rank, static dimension, or inconsistent batch / num_slots.
+        TypeError: wrong dtype.
+    """
+    if len(infos) != len(INPUTS):
+        raise ValueError(f"{PLUGIN}: got {len(infos)} inputs; expected {len(INPUTS)}: {', '.join(INPUTS)}")
+    by = dict(zip(INPUTS, infos))
+    d_per_dim = _d_per_dim(a, infos)
+    symbols: Dict[str, int] = {}
+    for name, info, (layout, dims) in zip(INPUTS, infos, _layouts(a, d_per_dim)):
+        check_rank_and_dims(PLUGIN, name, info, layout, dims, symbols)
+    act = by["x_records"].dtype
+    check_dtype(PLUGIN, "checkpoint", by["checkpoint"], _FLOATS)
+    check_dtype(PLUGIN, "x_records", by["x_records"], _FLOATS)
+    for name in ("B_records", "x", "B", "C", "z"):
+        check_dtype(PLUGIN, name, by[name], (act,))
+    for name in ("dt_records", "A"):
+        check_dtype(PLUGIN, name, by[name], ("f32",))
+    for name in ("cursor", "arrivals", "slot_ids"):
+        check_dtype(PLUGIN, name, by[name], ("i32",))
+    check_dtype(PLUGIN, "dt", by["dt"], _FLOATS)
+    for name in ("D", "dt_bias"):
+        check_dtype(PLUGIN, name, by[name], tuple(dict.fromkeys(("f32", act))))
+
+
+def _scalars(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
+    """The entry kernel's scalars, in its parameter order. Strides are those of dense
+    (contiguous) tensors, which is what TensorRT passes and what the op requires of caches."""
+    nh, hd, ds, ng, L = a.nheads, a.head_dim, a.d_state, a.ngroups, a.L
+    values = dict(
+        num_slots=InputDim(INPUTS.index("checkpoint"), 0),
+        stride_c_slot=nh * hd * ds, stride_c_head=hd * ds, stride_c_dim=ds,
+        stride_xr_slot=nh * L * hd, stride_xr_head=L * hd, stride_xr_pos=hd,
+        stride_dtr_slot=nh * L, stride_dtr_head=L,
+        stride_Br_slot=ng * L * ds, stride_Br_group=L * ds, stride_Br_pos=ds,
+        stride_x_batch=nh * hd, stride_x_head=hd, stride_z_batch=nh * hd, stride_z_head=hd,
+        stride_o_batch=nh * hd, stride_o_head=hd,
+        stride_dt_batch=nh, stride_dt_head=1, stride_D_head=hd if d_per_dim else 1,
+        stride_B_batch=ng * ds, stride_B_group=ds, stride_C_batch=ng * ds, stride_C_group=ds,
+        head_dim=hd, d_state=ds, heads_per_group=nh // ng,
+    )
+    return tuple(Scalar(n, v) for n, v in values.items())
+
+
+def _constexprs(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Dict[str, object]:
+    """Constexprs as ``launch_mamba2_replay_step`` passes them for this configuration."""
+    return dict(L=a.L, BLOCK_L=max(2, triton.next_power_of_2(a.L)),
+                BLOCK_HEAD_DIM=a.block_head_dim, SPAN_HEAD_DIM=a.block_head_dim * a.chunks,
+                BLOCK_D_STATE=triton.next_power_of_2(a.d_state), NUM_STAGES=a.num_stages,
+                HAS_D=a.has_D, D_PER_DIM=d_per_dim, HAS_Z=a.has_z,
+                HAS_DT_BIAS=a.has_dt_bias, DT_SOFTPLUS=a.dt_softplus)
+
+
+def kernel_spec(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
+    """The entry kernel's specialization for these attributes and input dtypes/ranks, and how
+    TensorRT launches it. ``infos`` must have passed :func:`check_inputs`."""
+    arg_names = tuple(ENTRY.arg_names)
+    d_per_dim = _d_per_dim(a, infos)
+    scalars = _scalars(a, d_per_dim)
+    constexprs = _constexprs(a, d_per_dim)
+    # The entry declares: inputs, scalars, outputs (TensorRT's order), then constexprs.
+    n_in, n_sc, n_out = len(INPUTS), len(scalars), len(OUTPUTS)
+    in_names, sc_names = arg_names[:n_in], arg_names[n_in:n_in + n_sc]
+    out_names, cx_names = arg_names[n_in + n_sc:n_in + n_sc + n_out], arg_names[n_in + n_sc + n_out:]
+    if sc_names != tuple(s.name for s in scalars) or set(cx_names) != set(constexprs):
+        raise RuntimeError(f"{PLUGIN}: the entry kernel's parameters {arg_names} do not match the plugin's plan")
+    dtypes = [i.dtype for i in infos]
+    out_dtypes = [dtypes[_X]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, n_out)]
+
+    signature: Dict[str, str] = {n: "constexpr" for n in cx_names}
+    divisible = list(in_names) + list(out_names)
+    params = []
+    for i, (name, dt) in enumerate(zip(in_names, dtypes)):
+        signature[name] = "*" + DTYPE_NAMES[dt]
+        params.append(KernelParam(name, "input", i, signature[name]))
+    runtime_scalars = []
+    for s in scalars:
+        kind, div = specialize_scalar(s.value)
+        signature[s.name] = kind
+        if kind == "constexpr":
+            constexprs[s.name] = s.value
+            continue
+        if div:
+            divisible.append(s.name)
+        params.append(KernelParam(s.name, "scalar", len(runtime_scalars), kind))
+        runtime_scalars.append(s)
+    for o, (name, dt) in enumerate(zip(out_names, out_dtypes)):
+        signature[name] = "*" + DTYPE_NAMES[dt]
+        params.append(KernelParam(name, "output", o, signature[name]))
+
+    signature = {n: signature[n] for n in arg_names}
+    key = repr((sorted(signature.items()), sorted(constexprs.items()), sorted(divisible), a.num_warps))
+    flags = "".join(c for c, on in (("D", a.has_D), ("P", d_per_dim), ("z", a.has_z),
+                                     ("b", a.has_dt_bias), ("s", a.dt_softplus)) if on)
+    variant = (f"s{dtypes[0]}_a{dtypes[1]}_nh{a.nheads}_hd{a.head_dim}_ds{a.d_state}_g{a.ngroups}"
+               f"_L{a.L}_{flags or 'none'}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}"
+               f"_{hashlib.sha1(key.encode()).hexdigest()[:8]}")
+    span = a.block_head_dim * a.chunks
+    return KernelSpec(
+        name=PLUGIN, variant=variant, fn_arg_names=arg_names, signature=signature,
+        constexprs=constexprs, divisible=tuple(divisible), params=tuple(params),
+        scalars=tuple(runtime_scalars),
+        grid=(triton.cdiv(a.head_dim, span), a.nheads, InputDim(_X, 0)),
+        num_warps=a.num_warps)
+
+
+def run_op(a: Mamba2ReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    """The layer through the ``replayssm::mamba2_replay_step`` custom op (TensorRT's JIT path):
+    ``inputs`` in plugin order (torch views of the TensorRT buffers), ``out`` the y buffer.
+    The caches are updated in place, as the aliased outputs require."""
+    t = dict(zip(INPUTS, inputs))
+    torch.ops.replayssm.mamba2_replay_step(
+        t["checkpoint"], t["x_records"], t["dt_records"], t["B_records"], t["cursor"], t["arrivals"],
+        t["x"], t["dt"], t["A"], t["B"], t["C"], t["slot_ids"],
+        t["D"] if a.has_D else None, t["z"] if a.has_z else None,
+        t["dt_bias"] if a.has_dt_bias else None, a.dt_softplus, out)

@@ -1,0 +1,189 @@
+"""PTX of a plugin's entry kernel, compiled offline by Triton, fitted to TensorRT's launch.
+
+TensorRT launches an AOT plugin's kernel with exactly its input pointers, scalars and output
+pointers. Triton >= 3.3 appends hidden trailing pointer parameters to every kernel:
+``global_scratch`` (3.3, 3.4) and ``profile_scratch`` (3.5, 3.6). TensorRT does not pass them,
+so the driver would read argument slots past the end of TensorRT's list. When a kernel needs no
+scratch (metadata sizes 0) those parameters are declared but never read; :func:`compile_ptx`
+checks exactly that and removes their declarations, so the PTX entry has exactly the plugin's
+parameter list. Anything else raises.
+
+Triton versions known to fit (hidden trailing parameters): :data:`KNOWN_GOOD_TRITON`. Triton
+3.2 and older use another compile API (``AttrsDescriptor``) and are refused, as is any version
+not in the table, until its PTX has been checked the same way.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import triton
+
+from .spec import KernelSpec
+
+__all__ = ["KNOWN_GOOD_TRITON", "MAX_SHARED_MEM", "CompiledKernel", "PtxEntry",
+           "check_triton_version", "compile_ptx", "parse_ptx_entry"]
+
+# Triton "major.minor" -> number of hidden trailing kernel parameters. Each was checked by
+# compiling the Mamba-2 entry kernel for sm_90: the hidden parameters are .u64 and unreferenced.
+KNOWN_GOOD_TRITON: Dict[str, int] = {"3.3": 1, "3.4": 1, "3.5": 2, "3.6": 2}
+
+# A launch above 48 KiB of dynamic shared memory needs cuFuncSetAttribute first; TensorRT's
+# AOT launch is not documented to do that, so such a specialization is refused.
+MAX_SHARED_MEM = 48 * 1024
+
+_ENTRY = re.compile(r"\.visible\s+\.entry\s+(\w+)\s*\((.*?)\)", re.S)
+_PARAM = re.compile(r"\.param\s+\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+(\w+)")
+
+
+@dataclass(frozen=True)
+class PtxEntry:
+    """The one ``.entry`` of a PTX module: its name and (PTX type, name) per parameter."""
+
+    name: str
+    params: Tuple[Tuple[str, str], ...]
+    target: str
+
+
+def parse_ptx_entry(ptx: str) -> PtxEntry:
+    """Parses the entry of a Triton PTX module (exactly one ``.visible .entry``)."""
+    entries = _ENTRY.findall(ptx)
+    if len(entries) != 1:
+        raise ValueError(f"expected exactly one .visible .entry in the PTX; found {len(entries)}")
+    name, body = entries[0]
+    decls = [d.strip() for d in body.split(",") if d.strip()]
+    params = []
+    for d in decls:
+        m = _PARAM.fullmatch(d)
+        if m is None:
+            raise ValueError(f"unrecognised PTX parameter declaration {d!r}")
+        params.append((m.group(1), m.group(2)))
+    target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
+    return PtxEntry(name, tuple(params), target.group(1) if target else "")
+
+
+def check_triton_version(version: Optional[str] = None) -> int:
+    """Hidden trailing parameters of the installed (or given) Triton; raises if it is not a
+    version known to fit TensorRT's launch convention."""
+    version = version or triton.__version__
+    minor = ".".join(version.split(".")[:2])
+    if minor not in KNOWN_GOOD_TRITON:
+        known = ", ".join(f"{v}.x" for v in KNOWN_GOOD_TRITON)
+        raise RuntimeError(f"Triton {version} is not known to fit TensorRT's AOT plugin launch (known: {known}); "
+                           "install one of those, or check its PTX entry signature (tests/plugins) and add it to KNOWN_GOOD_TRITON")
+    return KNOWN_GOOD_TRITON[minor]
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A plugin entry kernel compiled for one architecture, ready for TensorRT.
+
+    Attributes:
+        spec: what was compiled and how it is launched.
+        arch: compute capability as an int (80, 90, 100).
+        kernel_name: the PTX entry name (TensorRT's ``kernel_name``).
+        ptx: PTX text whose entry has exactly ``spec.params``, in order.
+        shared_mem: dynamic shared memory per block, bytes.
+        hidden_params_removed: Triton's trailing parameters taken out of the entry.
+        triton_version: the compiler that produced it.
+    """
+
+    spec: KernelSpec
+    arch: int
+    kernel_name: str
+    ptx: str
+    shared_mem: int
+    hidden_params_removed: int
+    triton_version: str
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.spec.name}_sm{self.arch}_{self.spec.variant}.ptx"
+
+    def manifest(self) -> dict:
+        """Everything a launcher needs besides the PTX (JSON-ready)."""
+        s = self.spec
+        return dict(
+            kernel_name=self.kernel_name, arch=self.arch, triton_version=self.triton_version,
+            params=[dict(name=p.name, role=p.role, index=p.index, type=p.triton_type) for p in s.params],
+            scalars=[dict(name=x.name, value=x.value if isinstance(x.value, int) else
+                          dict(input=x.value.input, axis=x.value.axis)) for x in s.scalars],
+            grid=[g if isinstance(g, int) else dict(input=g.input, axis=g.axis) for g in s.grid],
+            block=list(s.block), shared_mem=self.shared_mem,
+            constexprs={k: v for k, v in s.constexprs.items()},
+            hidden_params_removed=self.hidden_params_removed)
+
+
+def _strip_hidden_params(ptx: str, entry: PtxEntry, n_declared: int, hidden: int) -> str:
+    """Removes the ``hidden`` trailing parameters from the entry, after checking that they are
+    the expected pointers and that the body never reads them."""
+    if len(entry.params) != n_declared + hidden:
+        raise RuntimeError(f"{entry.name}: the PTX entry has {len(entry.params)} parameters; expected "
+                           f"{n_declared} declared + {hidden} hidden for Triton {triton.__version__}")
+    for ptx_type, name in entry.params[n_declared:]:
+        if ptx_type != "u64":
+            raise RuntimeError(f"{entry.name}: hidden parameter {name} is .{ptx_type}; expected a .u64 pointer")
+        if len(re.findall(rf"\b{name}\b", ptx)) != 1:
+            raise RuntimeError(f"{entry.name}: the kernel reads Triton's hidden parameter {name}; TensorRT cannot pass it")
+    if hidden == 0:
+        return ptx
+    m = _ENTRY.search(ptx)
+    decls = m.group(2).split(",")
+    kept = ",".join(decls[:n_declared])
+    if not kept.endswith("\n"):
+        kept += "\n"
+    return ptx[:m.start(2)] + kept + ptx[m.end(2):]
+
+
+_CACHE: Dict[Tuple[str, str, int], CompiledKernel] = {}
+
+
+def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
+    """Compiles ``entry_fn`` (a ``@triton.jit`` kernel) as ``spec`` says, for ``sm_{arch}``.
+
+    The result is cached per (spec, arch) within the process.
+
+    Raises:
+        RuntimeError: Triton version not known to fit; Triton running as the interpreter;
+            a kernel that needs scratch memory, clusters, cooperative or PDL launch, more than
+            48 KiB of shared memory, or whose PTX entry does not match ``spec.params``.
+    """
+    key = (spec.name, spec.variant, arch)
+    if key in _CACHE:
+        return _CACHE[key]
+    hidden = check_triton_version()
+    if not isinstance(entry_fn, triton.runtime.jit.JITFunction):
+        raise RuntimeError(f"{spec.name}: PTX export needs Triton's compiler, but {type(entry_fn).__name__} came "
+                           "(TRITON_INTERPRET=1 was set before the kernels were imported); run without it")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(entry_fn, dict(spec.signature), dict(spec.constexprs), spec.triton_attrs())
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": spec.num_warps})
+    md = compiled.metadata
+    problems = []
+    if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
+        problems.append("needs global/profile scratch memory")
+    if getattr(md, "num_ctas", 1) != 1 or getattr(md, "cluster_dims", (1, 1, 1)) not in ((1, 1, 1), [1, 1, 1]):
+        problems.append("needs a cluster launch")
+    if getattr(md, "launch_cooperative_grid", False) or getattr(md, "launch_pdl", False):
+        problems.append("needs a cooperative or programmatic-dependent launch")
+    if md.shared > MAX_SHARED_MEM:
+        problems.append(f"needs {md.shared} bytes of shared memory (> {MAX_SHARED_MEM})")
+    if md.num_warps != spec.num_warps:
+        problems.append(f"compiled for {md.num_warps} warps; the launch uses {spec.num_warps}")
+    if problems:
+        raise RuntimeError(f"{spec.name} ({spec.variant}): the kernel " + "; ".join(problems) +
+                           ": TensorRT's AOT launch cannot provide it")
+    ptx = compiled.asm["ptx"]
+    entry = parse_ptx_entry(ptx)
+    ptx = _strip_hidden_params(ptx, entry, len(spec.params), hidden)
+    entry = parse_ptx_entry(ptx)
+    want = tuple("u64" if p.triton_type.startswith("*") else "u32" for p in spec.params)
+    got = tuple(t for t, _ in entry.params)
+    if got != want:
+        raise RuntimeError(f"{spec.name}: PTX entry parameter types {got} do not match the plugin's launch list {want}")
+    result = CompiledKernel(spec, arch, entry.name, ptx, md.shared, hidden, triton.__version__)
+    _CACHE[key] = result
+    return result

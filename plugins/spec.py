@@ -1,0 +1,167 @@
+"""What a TensorRT AOT plugin layer launches, as plain data: no TensorRT, no GPU.
+
+TensorRT's Python AOT plugins (``tensorrt.plugin.aot_impl``, TensorRT >= 10.9) launch exactly
+one kernel per plugin layer, with the kernel parameters in a fixed order:
+
+    input tensor pointers (plugin input order), scalar arguments, output tensor pointers
+
+and every scalar a 32-bit integer shape expression. A :class:`KernelSpec` states all of it for
+one specialization: the Triton signature of the entry kernel, its constexprs and alignment hints,
+the runtime parameters in launch order, each scalar as a constant or a dimension of an input,
+and the grid. The TensorRT adapter (``tensorrt_plugin``) only translates a spec; the tests and
+the driver-API launch read the same spec.
+
+Specialization follows Triton's own JIT rules (``triton.runtime.jit``), so that a PTX built
+here runs the same code as the JIT launch of the ``replayssm::`` op on the same tensors: an
+integer scalar equal to 1 becomes a constexpr (and leaves the parameter list), one divisible by
+16 gets ``tt.divisibility = 16``; every pointer gets ``tt.divisibility = 16`` (TensorRT and
+PyTorch allocations are at least 256-byte aligned). Scalars that depend on a dynamic dimension
+are never specialized.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+__all__ = ["DTYPE_NAMES", "InputDim", "KernelParam", "KernelSpec", "Scalar", "TensorInfo",
+           "check_rank_and_dims", "check_dtype", "resolve", "specialize_scalar"]
+
+# dtype names used by the plugin layer (TensorRT- and torch-independent) -> Triton pointer type.
+DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32"}
+
+
+@dataclass(frozen=True)
+class InputDim:
+    """A dimension of a plugin input, known only when the engine runs (e.g. batch)."""
+
+    input: int
+    axis: int
+
+
+Dim = Union[int, InputDim]
+
+
+def resolve(dim: Dim, shapes: Sequence[Sequence]) -> object:
+    """Value of ``dim`` given the input shapes (ints, or TensorRT shape expressions)."""
+    return dim if isinstance(dim, int) else shapes[dim.input][dim.axis]
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One scalar kernel argument: its entry-kernel parameter name and its value."""
+
+    name: str
+    value: Dim
+
+
+def specialize_scalar(value: Dim) -> Tuple[str, bool]:
+    """Triton's JIT specialization of an int32 argument: ("constexpr" | "i32", divisible by 16).
+
+    A dynamic value (an :class:`InputDim`) is never specialized.
+    """
+    if isinstance(value, InputDim):
+        return "i32", False
+    if value == 1:
+        return "constexpr", False
+    return "i32", value % 16 == 0
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """A runtime parameter of the entry kernel, in TensorRT's launch order."""
+
+    name: str
+    role: str            # "input" | "scalar" | "output"
+    index: int           # plugin input / scalar / output index
+    triton_type: str     # "*fp32", "*bf16", "*i32", "i32" ...
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One specialization of a plugin's entry kernel and how TensorRT launches it.
+
+    Attributes:
+        name: the plugin (and exported kernel family) name, e.g. "mamba2_replay_step".
+        variant: the specialization in words plus a hash of the full key; the exported PTX is
+            ``{name}_sm{arch}_{variant}.ptx`` (FlashInfer-style names).
+        fn_arg_names: the entry kernel's parameter names, in declaration order.
+        signature: Triton signature: parameter name -> "*fp32" | "i32" | "constexpr" ...
+        constexprs: parameter name -> value, for every "constexpr" entry of ``signature``.
+        divisible: parameters that get ``tt.divisibility = 16``.
+        params: runtime parameters in launch order: inputs, scalars, outputs.
+        scalars: value of each runtime scalar, in launch order (constants or input dims).
+        grid: (x, y, z), each a constant or an input dim.
+        num_warps: threads per block / 32.
+    """
+
+    name: str
+    variant: str
+    fn_arg_names: Tuple[str, ...]
+    signature: Mapping[str, str]
+    constexprs: Mapping[str, object]
+    divisible: Tuple[str, ...]
+    params: Tuple[KernelParam, ...]
+    scalars: Tuple[Scalar, ...]
+    grid: Tuple[Dim, Dim, Dim]
+    num_warps: int
+
+    @property
+    def block(self) -> Tuple[int, int, int]:
+        return (self.num_warps * 32, 1, 1)
+
+    def triton_attrs(self) -> Dict[Tuple[int], list]:
+        """``ASTSource`` attrs: {(param index,): [["tt.divisibility", 16]]}."""
+        return {(self.fn_arg_names.index(n),): [["tt.divisibility", 16]] for n in self.divisible}
+
+    def scalar_values(self, shapes: Sequence[Sequence]) -> list:
+        """Runtime scalar arguments in launch order, from the input shapes."""
+        return [resolve(s.value, shapes) for s in self.scalars]
+
+    def grid_values(self, shapes: Sequence[Sequence]) -> list:
+        return [resolve(g, shapes) for g in self.grid]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the plugin layer knows of an input while TensorRT infers shapes.
+
+    Attributes:
+        dtype: "f32" | "bf16" | "f16" | "i32", or TensorRT's name for anything else.
+        rank: number of dimensions.
+        dims: per dimension an int, or None when dynamic; ``dims`` itself is None while only
+            ranks and dtypes are known (TensorRT's output-dtype pass).
+    """
+
+    dtype: str
+    rank: int
+    dims: Optional[Tuple[Optional[int], ...]] = None
+
+
+def check_dtype(plugin: str, name: str, info: TensorInfo, allowed: Sequence[str]) -> None:
+    if info.dtype not in allowed:
+        raise TypeError(f"{plugin}: {name} is {info.dtype}; expected {' | '.join(allowed)}")
+
+
+def check_rank_and_dims(plugin: str, name: str, info: TensorInfo, layout: str,
+                        expected: Sequence[Union[int, str]], symbols: Dict[str, int]) -> None:
+    """``info`` has rank ``len(expected)``; each static dim equals its expected int, and each
+    named dim (e.g. "batch") agrees with the other inputs' (recorded in ``symbols``).
+
+    Int entries are the layer geometry: TensorRT must know them when it builds (a dynamic
+    dimension there raises). Named entries may be dynamic.
+    """
+    want = "(" + ", ".join(str(e) for e in expected) + ")"
+    if info.rank != len(expected):
+        raise ValueError(f"{plugin}: {name} has rank {info.rank}; expected {layout} = {want}")
+    if info.dims is None:
+        return
+    for axis, (got, exp) in enumerate(zip(info.dims, expected)):
+        if isinstance(exp, int):
+            if got is None:
+                raise ValueError(f"{plugin}: {name} has a dynamic dimension {axis}; expected {layout} = {want} with static geometry")
+            if got != exp:
+                raise ValueError(f"{plugin}: {name} has shape {info.dims}; expected {layout} = {want}")
+        elif got is not None:
+            seen = symbols.setdefault(exp, got)
+            if seen != got:
+                raise ValueError(f"{plugin}: {name} has {exp} = {got} (shape {info.dims}); another input has {exp} = {seen}")
