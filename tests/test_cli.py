@@ -1,5 +1,7 @@
-"""trtllm-replayssm CLI: the demo's figures, ``python -m trtllm_replayssm`` and ``--help``."""
+"""trtllm-replayssm CLI: the demo's figures, ``plan``, ``python -m trtllm_replayssm`` and ``--help``."""
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -72,3 +74,103 @@ def test_main_demo_cuda_unavailable_exits_2(capsys):
         main(["demo", "--device", "cuda"])
     assert exit_info.value.code == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- plan
+
+def _plan_json(argv, capsys):
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_json_nemotron_super_figures(capsys):
+    d = _plan_json(["--model", "nemotron-3-super-120b", "--kv-dtype", "fp8"], capsys)
+    assert d["model"]["layer_counts"] == {"mamba2": 40, "moe": 40, "attention": 8}
+    assert d["model"]["ssm_per_attention"] == 5.0
+    layer = d["ssm_layers"][0]["bytes_per_sequence"]
+    assert layer["conventional"]["state"] == 4 * 2**20
+    assert layer["conventional_spec"]["state"] == 5 * 4 * 2**20  # 1 + T snapshots, T = 4
+    assert d["attention_layers"][0]["kv_bytes_per_token"] == 512
+    assert d["kv_bytes_per_token"] == 8 * 512
+    modes = d["modes"]
+    assert modes["conventional"]["traffic_per_step"]["state_read"] == 40 * 4 * 2**20
+    assert modes["replay_spec"]["max_concurrency"] > 3 * modes["conventional_spec"]["max_concurrency"]
+    assert d["budget"]["cache_bytes"] == int(141 * 2**30 * 0.9)
+
+
+def test_plan_options_reach_the_planner(capsys):
+    d = _plan_json(["--model", "qwen3.5-122b-a10b", "--tp", "4", "--gpu-mem", "80GB",
+                    "--free-fraction", "0.5", "--weights-gib", "40", "--max-seq-len", "1024",
+                    "--buffer-len", "8", "--spec-tokens", "2", "--accepted", "1.5",
+                    "--state-dtype", "bf16", "--record-dtype", "fp32", "--conv-dtype", "fp16",
+                    "--padding-slots", "0"], capsys)
+    assert d["model"]["tp_size"] == 4
+    assert d["ssm_layers"][0]["geometry"]["v_heads"] == 16
+    assert d["config"] == {"buffer_len": 8, "spec_tokens": 2, "accepted": 1.5,
+                           "state_dtype": "bf16", "record_dtype": "fp32", "conv_dtype": "fp16",
+                           "kv_dtype": "bf16"}
+    assert d["budget"]["gpu_mem_bytes"] == 80 * 10**9
+    assert d["budget"]["weights_per_rank"] == 10 * 2**30
+    assert d["budget"]["cache_bytes"] == int((80 * 10**9 - 10 * 2**30) * 0.5)
+    # 12 attention layers, K and V of 1 KV head per rank (2 / 4, replicated), bf16.
+    assert d["modes"]["replay"]["kv_bytes_per_sequence"] == 1024 * 12 * 2 * 1 * 256 * 2
+    assert d["ssm_layers"][0]["bytes_per_sequence"]["replay"]["state"] == 16 * 128 * 128 * 2
+
+
+def test_plan_reads_a_config_file(tmp_path, capsys):
+    from trtllm_replayssm.models import PRESETS
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PRESETS["kimi-linear-48b"]))
+    from_file = _plan_json(["--model", str(path)], capsys)
+    preset = _plan_json(["--model", "kimi-linear-48b"], capsys)
+    assert from_file["modes"] == preset["modes"]
+
+
+def test_plan_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: trtllm-replayssm plan") and "--kv-dtype" in out
+
+
+def test_plan_table(capsys):
+    assert main(["plan", "--model", "nemotron-3-nano-4b"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trtllm-replayssm plan: nemotron-3-nano-4b (NemotronH), TP 1")
+    for label in ("conventional spec", "replay spec", "max seqs", "= KV tokens", "mamba2 x21"):
+        assert label in out
+
+
+def test_main_module_plan_runs():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "trtllm_replayssm", "plan", "--model",
+                           "qwen3.5-4b", "--json"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"]["family"] == "Qwen3-Next/Qwen3.5"
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["--model", "nemotron-4"], "neither a preset nor a file; expected a preset \\(nemotron-3-nano-4b", id="unknown-preset"),
+    pytest.param(["--model", "nemotron-3-super-120b", "--tp", "3"], "nheads = 128 is not divisible by tp_size = 3", id="tp3"),
+    pytest.param(["--model", "qwen3.5-4b", "--gpu-mem", "12XB"], "is not a size", id="gpu-mem"),
+    pytest.param(["--model", "qwen3.5-4b", "--spec-tokens", "32"], "expected B >= T", id="B<T"),
+    pytest.param(["--model", "qwen3.5-4b", "--weights-gib", "200"], "leave nothing", id="weights"),
+    pytest.param(["--model", "qwen3.5-4b", "--kv-dtype", "int4"], "invalid choice", id="kv-dtype"),
+    pytest.param([], "--model", id="no-model"),
+])
+def test_plan_usage_error_exits_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", *argv])
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_plan_malformed_config_exits_2(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--model", str(path)])
+    assert exit_info.value.code == 2
+    assert "expected one of: NemotronH" in capsys.readouterr().err

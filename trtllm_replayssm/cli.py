@@ -6,13 +6,17 @@ handler taking the parsed arguments and returning the exit status; :data:`_SUBCO
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from typing import Optional, Sequence
 
 import torch
 
 from . import __version__
 from .demo import CPU_GEOMETRY, CUDA_GEOMETRY, DTYPES, run_mamba2_demo
+from .models import PRESETS, load_model
 from .ops import MAX_L
+from .planner import DTYPE_NAMES, PlanConfig, format_plan, plan
 
 __all__ = ["build_parser", "main"]
 
@@ -86,7 +90,83 @@ def _add_demo(subparsers) -> None:
     p.set_defaults(func=lambda args: _run_demo(args, p))
 
 
-_SUBCOMMANDS = (_add_demo,)
+# --------------------------------------------------------------------------- plan
+
+_PLAN_DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items() if name != "fp64"}
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _byte_size(text: str) -> int:
+    """'141GiB', '80GB', '1.5TiB' or a plain number of bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; expected a positive number with an optional unit "
+            f"(B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 141GiB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        model = load_model(args.model)
+        config = PlanConfig(buffer_len=args.buffer_len, spec_tokens=args.spec_tokens,
+                            accepted=args.accepted, state_dtype=_PLAN_DTYPES[args.state_dtype],
+                            record_dtype=_PLAN_DTYPES[args.record_dtype],
+                            conv_dtype=_PLAN_DTYPES[args.conv_dtype],
+                            kv_dtype=_PLAN_DTYPES[args.kv_dtype])
+        result = plan(model, tp_size=args.tp, config=config, gpu_mem_bytes=args.gpu_mem,
+                      free_fraction=args.free_fraction,
+                      weights_bytes=int(args.weights_gib * 2**30), max_seq_len=args.max_seq_len,
+                      num_padding_slots=args.padding_slots)
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))
+    print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if args.json else format_plan(result))
+    return 0
+
+
+def _add_plan(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="memory and HBM-traffic plan of a hybrid model's decode caches",
+        description="Exact bytes per SSM layer and per sequence, KV bytes per token, the most "
+                    "concurrent sequences a GPU holds, and the SSM layers' HBM traffic per "
+                    "decode step, for conventional decode, conventional speculative decode "
+                    "(1 + T state snapshots), ReplaySSM and ReplaySSM speculative (history B, "
+                    "window T). Figures are per tensor-parallel rank.")
+    p.add_argument("--model", required=True,
+                   help=f"a preset ({', '.join(PRESETS)}) or the path of a Hugging Face config.json")
+    p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel size (default: 1)")
+    p.add_argument("--gpu-mem", type=_byte_size, default=_byte_size("141GiB"),
+                   help="memory of one GPU, e.g. 141GiB or 80GB (default: 141GiB)")
+    p.add_argument("--free-fraction", type=float, default=0.9,
+                   help="share of the memory left after the weights that the caches may use, as "
+                        "TensorRT-LLM's free_gpu_memory_fraction (default: 0.9)")
+    p.add_argument("--weights-gib", type=float, default=0.0,
+                   help="weights of the whole model in GiB, split over the TP ranks (default: 0)")
+    p.add_argument("--max-seq-len", type=_positive_int, default=8192,
+                   help="KV tokens each sequence reserves (default: 8192)")
+    p.add_argument("--buffer-len", type=_positive_int, default=16,
+                   help="replay records L; the history B in speculative mode (default: 16)")
+    p.add_argument("--spec-tokens", type=_positive_int, default=4,
+                   help="T, tokens verified per speculative step: drafts + 1 (default: 4)")
+    p.add_argument("--accepted", type=float,
+                   help="mean tokens accepted per verify step, for the speculative traffic "
+                        "(default: T)")
+    p.add_argument("--state-dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="SSM state / checkpoint dtype (default: fp32)")
+    p.add_argument("--record-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
+                   help="record dtype (x, B, d, k; dt and g records are fp32) (default: bf16)")
+    p.add_argument("--conv-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
+                   help="conv state dtype (default: bf16)")
+    p.add_argument("--kv-dtype", choices=["fp8", "bf16", "fp16", "fp32"], default="bf16",
+                   help="attention KV cache dtype (default: bf16)")
+    p.add_argument("--padding-slots", type=int, default=1,
+                   help="SSM slots kept for CUDA-graph padding rows (default: 1)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=lambda args: _run_plan(args, p))
+
+
+_SUBCOMMANDS = (_add_demo, _add_plan)
 
 
 # --------------------------------------------------------------------------- entry point
