@@ -8,12 +8,16 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"]),
+    packages=find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"]) + ["trtllm_replayssm_plugins"],
+    # The TensorRT plugin lives in plugins/ and installs under a distinctive name.
+    package_dir={"trtllm_replayssm_plugins": "plugins"},
     # No upper pins: the machine's torch (CPU or CUDA build) stays in charge.
     install_requires=["torch>=2.4", "triton>=3.2", "tqdm"],
     extras_require={
         "test": ["pytest>=8", "triton>=3.2"],
         "bench": ["matplotlib"],
+        # AOT plugins (engine runs without Python) need TensorRT >= 10.9; JIT ones 10.6.
+        "tensorrt": ["tensorrt>=10.9"],
     },
     entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},
 )

@@ -28,7 +28,7 @@ from . import FAMILIES, NAMESPACE
 from .ptx import compile_ptx
 from .spec import TensorInfo
 
-__all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "import_tensorrt", "register_plugins"]
+__all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "build_arch", "import_tensorrt", "register_plugins"]
 
 MIN_TENSORRT = (10, 6)       # tensorrt.plugin (JIT) appeared in 10.6
 MIN_TENSORRT_AOT = (10, 9)   # tensorrt.plugin.aot_impl appeared in 10.9
@@ -71,6 +71,11 @@ def _info(trt, desc) -> TensorInfo:
                       tuple(e.constant_value() if e.is_constant else None for e in exprs))
 
 
+def build_arch() -> int:
+    """Compute capability of the GPU TensorRT builds on (the PTX is compiled for it)."""
+    return triton.runtime.driver.active.get_current_target().arch
+
+
 def _signature(names, annotations, tail, returns=inspect.Signature.empty) -> inspect.Signature:
     """Parameters ``names`` (annotated where ``annotations`` has an entry), then ``tail``."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -101,8 +106,7 @@ def _define(trt, trtp, family) -> None:
             descs, values = args[:n_in], args[n_in:n_in + n_attr]
             a = family.ATTRS(*values)
             spec = family.kernel_spec(a, [_info(trt, d) for d in descs])
-            arch = triton.runtime.driver.active.get_current_target().arch
-            compiled = compile_ptx(spec, family.ENTRY, arch)
+            compiled = compile_ptx(spec, family.ENTRY, build_arch())
             shapes = [d.shape_expr for d in descs]
             launch = trtp.KernelLaunchParams()
             launch.grid_x, launch.grid_y, launch.grid_z = spec.grid_values(shapes)

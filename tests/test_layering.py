@@ -33,3 +33,18 @@ def test_core_package_imports_no_plugin_builder_or_tensorrt():
         assert not loaded, loaded
     """)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_plugin_package_imports_no_builder_or_tensorrt():
+    """plugins -> core only; TensorRT is imported when a plugin is registered, not on import."""
+    proc = _run(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, "tests", "plugins")!r})
+        import plugin_cases  # trtllm_replayssm_plugins from plugins/ when not installed
+        import trtllm_replayssm_plugins.tensorrt_plugin, trtllm_replayssm_plugins.network
+        import trtllm_replayssm_plugins.export
+        banned = ("trtllm_replayssm_builders", "tensorrt", "tensorrt_llm")
+        loaded = [m for m in sys.modules if m.split(".")[0] in banned]
+        assert not loaded, loaded
+    """)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,163 @@
+"""PTX export: Triton compiles the entry kernel offline (sm_90, sm_80, sm_100, no GPU); the PTX
+entry then has exactly the plugin's launch list (Triton's hidden scratch parameters removed),
+ptxas accepts it, and the launch needs nothing TensorRT cannot give."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import triton
+
+from plugin_cases import SUBPROCESS_PRELUDE, subprocess_env
+from trtllm_replayssm_plugins import mamba2
+from trtllm_replayssm_plugins.ptx import (KNOWN_GOOD_TRITON, MAX_SHARED_MEM, _strip_hidden_params,
+                                          check_triton_version, compile_ptx, parse_ptx_entry)
+
+# (attrs, dtypes, arches): Nemotron-3-Super (TP=1) at the large-batch configuration with z,
+# Nemotron-3-Nano-4B geometry at the small-batch one (bf16 checkpoint), and every flag off at L=1.
+CASES = [
+    ("for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)", dict(state_dtype="f32", act_dtype="bf16"), [90, 80, 100]),
+    ("for_layer(96, 80, 128, 8, 16, state_dtype='bf16', batch_hint=4)", dict(state_dtype="bf16", act_dtype="bf16", d_per_dim=True), [90]),
+    ("Mamba2ReplayAttrs(8, 64, 64, 8, 1, False, False, False, False, 16, 1, 1, 2)", dict(state_dtype="f16", act_dtype="f16"), [90]),
+]
+
+_SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
+    import json, os, subprocess, sys
+    import triton
+    from trtllm_replayssm_plugins import mamba2
+    from trtllm_replayssm_plugins.ptx import compile_ptx, parse_ptx_entry
+    from trtllm_replayssm_plugins.mamba2 import Mamba2ReplayAttrs, tensor_infos
+    for_layer = Mamba2ReplayAttrs.for_layer
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    results = []
+    for attrs_src, dtypes, arches in json.loads(sys.argv[1]):
+        a = eval(attrs_src)
+        infos = tensor_infos(a, **dtypes)
+        mamba2.check_inputs(a, infos)
+        spec = mamba2.kernel_spec(a, infos)
+        for arch in arches:
+            c = compile_ptx(spec, mamba2.ENTRY, arch)
+            e = parse_ptx_entry(c.ptx)
+            ptxas = os.path.join(bin_dir, "ptxas-blackwell" if arch >= 100 and
+                                 os.path.exists(os.path.join(bin_dir, "ptxas-blackwell")) else "ptxas")
+            assembled = None
+            if os.path.exists(ptxas):
+                path = os.path.join(sys.argv[2], c.file_name)
+                open(path, "w").write(c.ptx)
+                r = subprocess.run([ptxas, f"--gpu-name={e.target}", path, "-o", path + ".cubin"],
+                                   capture_output=True, text=True)
+                assembled = r.returncode == 0 or r.stderr
+            results.append(dict(
+                attrs=attrs_src, arch=arch, file=c.file_name, kernel_name=c.kernel_name,
+                entry_name=e.name, entry_types=[t for t, _ in e.params], target=e.target,
+                spec_types=[p.triton_type for p in spec.params], roles=[p.role for p in spec.params],
+                shared=c.shared_mem, block=list(spec.block), hidden=c.hidden_params_removed,
+                num_warps=a.num_warps, assembled=assembled, manifest=c.manifest()))
+    print(json.dumps(results))
+""")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ptx")
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES), str(out)],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_mamba2_replay_ptx_entry_matches_the_plugin_launch_list(exported):
+    assert len(exported) == 5
+    for r in exported:
+        assert r["entry_name"] == r["kernel_name"] == "_mamba2_replay_step_plugin_kernel"
+        want = ["u64" if t.startswith("*") else "u32" for t in r["spec_types"]]
+        assert r["entry_types"] == want, r["file"]
+        assert r["roles"].count("input") == 15 and r["roles"].count("output") == 7
+        assert r["hidden"] == KNOWN_GOOD_TRITON[".".join(triton.__version__.split(".")[:2])]
+        assert r["file"].startswith(f"mamba2_replay_step_sm{r['arch']}_") and r["file"].endswith(".ptx")
+
+
+def test_mamba2_replay_ptx_targets_and_ptxas(exported):
+    targets = {r["arch"]: r["target"] for r in exported}
+    assert targets == {90: "sm_90a", 80: "sm_80", 100: "sm_100a"}
+    for r in exported:
+        if r["assembled"] is None:
+            pytest.skip("Triton's bundled ptxas not found")
+        assert r["assembled"] is True, f"{r['file']}: ptxas refused the exported PTX: {r['assembled']}"
+
+
+def test_mamba2_replay_ptx_launch_params(exported):
+    for r in exported:
+        assert 0 < r["shared"] <= MAX_SHARED_MEM
+        assert r["block"] == [r["num_warps"] * 32, 1, 1]
+        m = r["manifest"]
+        assert [p["role"] for p in m["params"]] == r["roles"]
+        assert m["scalars"][0] == dict(name="num_slots", value=dict(input=0, axis=0))
+        assert m["grid"][2] == dict(input=mamba2.INPUTS.index("x"), axis=0)
+
+
+# --------------------------------------------------------------------------- pure PTX helpers
+
+_PTX = """//
+.version 8.7
+.target sm_90a
+.address_size 64
+
+.visible .entry k(
+\t.param .u64 .ptr .global .align 1 k_param_0,
+\t.param .u32 k_param_1,
+\t.param .u64 .ptr .global .align 1 k_param_2,
+\t.param .u64 .ptr .global .align 1 k_param_3
+)
+.reqntid 32
+{
+\tld.param.b64 \t%rd1, [k_param_0];
+\tld.param.b32 \t%r1, [k_param_1];
+\tret;
+}
+"""
+
+
+def test_parse_ptx_entry():
+    e = parse_ptx_entry(_PTX)
+    assert e.name == "k" and e.target == "sm_90a"
+    assert e.params == (("u64", "k_param_0"), ("u32", "k_param_1"), ("u64", "k_param_2"), ("u64", "k_param_3"))
+    with pytest.raises(ValueError, match="exactly one .visible .entry"):
+        parse_ptx_entry(_PTX + _PTX.split(".address_size 64")[1])
+
+
+def test_strip_hidden_params_removes_unreferenced_trailing_pointers():
+    stripped = _strip_hidden_params(_PTX, parse_ptx_entry(_PTX), 2, 2)
+    assert parse_ptx_entry(stripped).params == (("u64", "k_param_0"), ("u32", "k_param_1"))
+    assert "k_param_2" not in stripped and "k_param_3" not in stripped
+
+
+def test_strip_hidden_params_teeth():
+    entry = parse_ptx_entry(_PTX)
+    with pytest.raises(RuntimeError, match="expected 3 declared \\+ 2 hidden"):
+        _strip_hidden_params(_PTX, entry, 3, 2)
+    with pytest.raises(RuntimeError, match="hidden parameter k_param_1 is .u32"):
+        _strip_hidden_params(_PTX, entry, 1, 3)
+    used = _PTX.replace("\tret;", "\tld.param.b64 \t%rd2, [k_param_3];\n\tret;")
+    with pytest.raises(RuntimeError, match="reads Triton's hidden parameter k_param_3"):
+        _strip_hidden_params(used, parse_ptx_entry(used), 2, 2)
+
+
+def test_triton_versions_known_to_fit():
+    assert check_triton_version("3.6.0") == 2 and check_triton_version("3.5.1") == 2
+    assert check_triton_version("3.3.1") == 1
+    for bad in ("3.2.0", "3.7.0", "4.0.0"):
+        with pytest.raises(RuntimeError, match=f"Triton {bad} is not known to fit"):
+            check_triton_version(bad)
+    check_triton_version()  # the installed Triton (CI pins 3.6.0)
+
+
+def test_compile_ptx_refuses_the_interpreter():
+    from plugin_cases import INTERPRET
+    if not INTERPRET:
+        pytest.skip("only meaningful under TRITON_INTERPRET=1")
+    a = mamba2.Mamba2ReplayAttrs.for_layer(8, 16, 16, 2, 4)
+    spec = mamba2.kernel_spec(a, mamba2.tensor_infos(a, state_dtype="f32", act_dtype="f32"))
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        compile_ptx(spec, mamba2.ENTRY, 90)

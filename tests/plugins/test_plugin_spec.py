@@ -1,0 +1,192 @@
+"""The plugin's launch plan as plain data: attribute and shape checks, argument order, scalars,
+grid, block, specialization (no TensorRT, no compilation)."""
+import pytest
+import torch
+
+import plugin_cases  # noqa: F401  (makes trtllm_replayssm_plugins importable)
+from trtllm_replayssm.kernels.common import mamba2_launch_config
+from trtllm_replayssm_plugins import mamba2
+from trtllm_replayssm_plugins.spec import InputDim, TensorInfo, specialize_scalar
+
+NEMOTRON = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=256)  # Nemotron-3-Super, TP=1
+
+
+def _infos(a=NEMOTRON, **kw):
+    return list(mamba2.tensor_infos(a, state_dtype=kw.pop("state_dtype", "f32"),
+                                    act_dtype=kw.pop("act_dtype", "bf16"), **kw))
+
+
+def _replace(infos, name, **changes):
+    i = mamba2.INPUTS.index(name)
+    old = infos[i]
+    infos[i] = TensorInfo(changes.get("dtype", old.dtype), changes.get("rank", old.rank),
+                          changes.get("dims", old.dims))
+    return infos
+
+
+# --------------------------------------------------------------------------- attributes
+
+def test_mamba2_replay_attrs_for_layer_uses_the_op_launch_config():
+    for batch in (1, 16, 64, 256):
+        a = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=batch)
+        cfg = mamba2_launch_config("replay_step", 64, 128, batch, torch.float32)
+        assert (a.block_head_dim, a.chunks, a.num_stages, a.num_warps) == \
+            (cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
+    assert list(NEMOTRON.values()) == [f for f in mamba2.Mamba2ReplayAttrs.__dataclass_fields__]
+
+
+@pytest.mark.parametrize("change,exc,words", [
+    (dict(L=65), ValueError, "L is 65"),
+    (dict(L=0), ValueError, "L is 0"),
+    (dict(ngroups=3), ValueError, "ngroups = 3 must divide"),
+    (dict(block_head_dim=12), ValueError, "power of 2"),
+    (dict(num_warps=3), ValueError, "num_warps is 3"),
+    (dict(head_dim=True), ValueError, "head_dim is True"),
+    (dict(has_z=1), TypeError, "has_z is 1"),
+    (dict(nheads=4096, head_dim=1024, d_state=1024, ngroups=1), ValueError, "int32 strides"),
+])
+def test_mamba2_replay_attrs_refuse_bad_values(change, exc, words):
+    values = {**NEMOTRON.values(), **change}
+    with pytest.raises(exc, match=words):
+        mamba2.Mamba2ReplayAttrs(**values)
+
+
+def test_mamba2_replay_layer_attrs_from_cache_shapes():
+    a = mamba2.layer_attrs((-1, 128, 64, 128), (-1, 128, 16, 64), (-1, 8, 16, 128), state_dtype="bf16",
+                           has_D=True, has_z=True, has_dt_bias=False, dt_softplus=True, batch_hint=8)
+    assert (a.nheads, a.head_dim, a.d_state, a.ngroups, a.L, a.has_z, a.has_dt_bias) == (128, 64, 128, 8, 16, True, False)
+    with pytest.raises(ValueError, match="x_records has shape .* static geometry"):
+        mamba2.layer_attrs((-1, 128, 64, 128), (-1, 128, -1, 64), (-1, 8, 16, 128), state_dtype="f32",
+                           has_D=True, has_z=True, has_dt_bias=True, dt_softplus=True, batch_hint=8)
+    with pytest.raises(TypeError, match="state_dtype"):
+        mamba2.layer_attrs((-1, 128, 64, 128), (-1, 128, 16, 64), (-1, 8, 16, 128), state_dtype="f64",
+                           has_D=True, has_z=True, has_dt_bias=True, dt_softplus=True, batch_hint=8)
+
+
+def test_mamba2_replay_plugin_inputs_substitute_absent_optionals_like_the_launcher():
+    t = {n: n for n in mamba2.INPUTS if n not in ("D", "z", "dt_bias")}
+    inputs, flags = mamba2.plugin_inputs({**t, "z": None})
+    assert flags == dict(has_D=False, has_z=False, has_dt_bias=False)
+    assert inputs[mamba2.INPUTS.index("z")] == "x"
+    assert inputs[mamba2.INPUTS.index("D")] == inputs[mamba2.INPUTS.index("dt_bias")] == "A"
+    inputs, flags = mamba2.plugin_inputs({**t, "D": "D", "z": "z", "dt_bias": "dt_bias"})
+    assert inputs == list(mamba2.INPUTS) and all(flags.values())
+    with pytest.raises(ValueError, match=r"missing inputs \['slot_ids'\]"):
+        mamba2.plugin_inputs({k: v for k, v in t.items() if k != "slot_ids"})
+    with pytest.raises(ValueError, match=r"unknown inputs \['w'\]"):
+        mamba2.plugin_inputs({**t, "w": 1})
+
+
+# --------------------------------------------------------------------------- shape inference
+
+def test_mamba2_replay_check_inputs_accepts_the_layer_and_dtype_only_pass():
+    mamba2.check_inputs(NEMOTRON, _infos())
+    mamba2.check_inputs(NEMOTRON, [TensorInfo(i.dtype, i.rank) for i in _infos()])  # dims unknown yet
+
+
+@pytest.mark.parametrize("name,change,exc,words", [
+    ("checkpoint", dict(dims=(None, 128, 80, 128)), ValueError,
+     r"checkpoint has shape \(None, 128, 80, 128\); expected \[num_slots, nheads, head_dim, d_state\] = \(num_slots, 128, 64, 128\)"),
+    ("x_records", dict(rank=3, dims=(None, 128, 16)), ValueError, "x_records has rank 3"),
+    ("B_records", dict(dims=(None, None, 16, 128)), ValueError, "B_records has a dynamic dimension 1"),
+    ("x", dict(dims=(4, 128, 64)), ValueError, "batch = "),  # B etc. have batch None: fine; slot_ids below
+    ("cursor", dict(dtype="int64"), TypeError, "cursor is int64; expected i32"),
+    ("x", dict(dtype="f16"), TypeError, "x is f16; expected bf16"),
+    ("A", dict(dtype="bf16"), TypeError, "A is bf16; expected f32"),
+    ("D", dict(dtype="f16"), TypeError, "D is f16; expected f32 | bf16"),
+    ("checkpoint", dict(dtype="f64"), TypeError, "checkpoint is f64"),
+])
+def test_mamba2_replay_check_inputs_refuses(name, change, exc, words):
+    infos = _replace(_infos(), name, **change)
+    if words == "batch = ":
+        infos = _replace(infos, "slot_ids", dims=(5,))
+    with pytest.raises(exc, match=words):
+        mamba2.check_inputs(NEMOTRON, infos)
+
+
+def test_mamba2_replay_check_inputs_num_slots_must_agree():
+    infos = _replace(_replace(_infos(), "checkpoint", dims=(9, 128, 64, 128)), "cursor", dims=(8,))
+    with pytest.raises(ValueError, match="cursor has num_slots = 8"):
+        mamba2.check_inputs(NEMOTRON, infos)
+
+
+def test_mamba2_replay_check_inputs_count():
+    with pytest.raises(ValueError, match="got 14 inputs; expected 15"):
+        mamba2.check_inputs(NEMOTRON, _infos()[:-1])
+
+
+# --------------------------------------------------------------------------- launch plan
+
+def test_mamba2_replay_kernel_spec_launch_order_inputs_scalars_outputs():
+    spec = mamba2.kernel_spec(NEMOTRON, _infos())
+    roles = [p.role for p in spec.params]
+    n_in, n_out = len(mamba2.INPUTS), len(mamba2.OUTPUTS)
+    n_sc = len(spec.scalars)
+    assert roles == ["input"] * n_in + ["scalar"] * n_sc + ["output"] * n_out
+    assert [p.index for p in spec.params] == list(range(n_in)) + list(range(n_sc)) + list(range(n_out))
+    assert [p.triton_type for p in spec.params if p.role == "scalar"] == ["i32"] * n_sc
+    assert spec.params[0].triton_type == "*fp32" and spec.params[1].triton_type == "*bf16"
+    out_types = [p.triton_type for p in spec.params if p.role == "output"]
+    assert out_types == ["*bf16", "*fp32", "*bf16", "*fp32", "*bf16", "*i32", "*i32"]
+    # The runtime parameters are the entry's non-constexpr parameters, in declaration order.
+    runtime = [n for n in spec.fn_arg_names if spec.signature[n] != "constexpr"]
+    assert [p.name for p in spec.params] == runtime
+    assert [s.name for s in spec.scalars] == [p.name for p in spec.params if p.role == "scalar"]
+
+
+def test_mamba2_replay_kernel_spec_scalars_grid_block():
+    a = NEMOTRON
+    spec = mamba2.kernel_spec(a, _infos())
+    # num_slots 9 for the cache inputs (the first six), batch 5 for the step inputs.
+    shapes = [tuple((9 if k < 6 else 5) if d is None else d for d in i.dims) for k, i in enumerate(_infos())]
+    values = dict(zip([s.name for s in spec.scalars], spec.scalar_values(shapes)))
+    assert values["num_slots"] == 9
+    assert spec.scalars[0].value == InputDim(0, 0)
+    # Dense strides of the caches and the step tensors, as the launcher passes them.
+    ckpt = torch.empty(9, 128, 64, 128)
+    x_rec = torch.empty(9, 128, 16, 64, dtype=torch.bfloat16)
+    B = torch.empty(5, 8, 128)
+    assert (values["stride_c_slot"], values["stride_c_head"], values["stride_c_dim"]) == ckpt.stride()[:3]
+    assert (values["stride_xr_slot"], values["stride_xr_head"], values["stride_xr_pos"]) == x_rec.stride()[:3]
+    assert (values["stride_B_batch"], values["stride_B_group"]) == B.stride()[:2]
+    assert (values["head_dim"], values["d_state"], values["heads_per_group"]) == (64, 128, 16)
+    # stride_dt_head and stride_D_head are 1: constexprs, as Triton's JIT makes them.
+    assert spec.constexprs["stride_dt_head"] == 1 and spec.constexprs["stride_D_head"] == 1
+    assert "stride_dt_head" not in values
+    span = a.block_head_dim * a.chunks
+    assert spec.grid == (-(-64 // span), 128, InputDim(mamba2.INPUTS.index("x"), 0))
+    assert spec.grid_values(shapes) == [-(-64 // span), 128, 5]
+    assert spec.block == (a.num_warps * 32, 1, 1)
+    assert spec.constexprs["L"] == 16 and spec.constexprs["BLOCK_D_STATE"] == 128
+
+
+def test_mamba2_replay_kernel_spec_specializes_like_the_jit():
+    """L = 1, ngroups == nheads and D per head_dim move scalars in and out of the launch list."""
+    a = mamba2.Mamba2ReplayAttrs(6, 20, 12, 6, 1, True, False, True, True, 8, 1, 1, 1)
+    spec = mamba2.kernel_spec(a, _infos(a, act_dtype="f32", d_per_dim=True))
+    names = [p.name for p in spec.params]
+    assert spec.constexprs["stride_dtr_head"] == 1 and spec.constexprs["heads_per_group"] == 1
+    assert "stride_dtr_head" not in names and "heads_per_group" not in names
+    assert "stride_D_head" in names and spec.constexprs["D_PER_DIM"] is True
+    assert "stride_c_dim" not in spec.divisible and "stride_c_head" in spec.divisible  # 12, 240
+    assert all(p.name in spec.divisible for p in spec.params if p.role != "scalar")
+    assert "num_slots" not in spec.divisible
+
+
+@pytest.mark.parametrize("value", [1, 2, 3, 15, 16, 17, 32, 48, 80, 96, 128, 8192, 2 ** 20, 2 ** 31 - 1])
+def test_specialize_scalar_matches_triton_jit(value):
+    """The bit-identity of PTX and op rests on specializing as Triton's JIT does."""
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.runtime.jit import native_specialize_impl
+    kind, attr = native_specialize_impl(CUDABackend, value, False, True, True)
+    mine = specialize_scalar(value)
+    assert mine == ("constexpr", False) if kind == "constexpr" else mine == (kind, attr == "D")
+
+
+def test_mamba2_replay_kernel_spec_variants_are_distinct():
+    specs = [mamba2.kernel_spec(NEMOTRON, _infos()),
+             mamba2.kernel_spec(NEMOTRON, _infos(dt_dtype="bf16")),
+             mamba2.kernel_spec(NEMOTRON, _infos(state_dtype="bf16")),
+             mamba2.kernel_spec(mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=1), _infos())]
+    assert len({s.variant for s in specs}) == len(specs)
+    assert specs[0].variant.startswith("sf32_abf16_nh128_hd64_ds128_g8_L16_Dbs_")
