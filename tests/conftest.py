@@ -8,8 +8,6 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from replay_driver import as_f64, rel_err
+from replay_driver import as_f64, rel_err  # noqa: F401  (rel_err re-exported to the tests)
 from replay_driver import drive_replay as drive
 from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref
 

@@ -3,7 +3,7 @@ odd shapes that exercise every mask, GQA), natively on a GPU."""
 import pytest
 import torch
 
-from conftest import INTERPRET
+from triton_mode import INTERPRET
 from gated_delta_cases import (ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step,
                                replay_with_launcher)
 from mamba2_cases import DTYPES

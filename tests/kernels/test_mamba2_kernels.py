@@ -3,7 +3,7 @@ natively on a GPU. Odd sizes (head_dim 20 or 80, d_state 12) exercise every mask
 import pytest
 import torch
 
-from conftest import INTERPRET
+from triton_mode import INTERPRET
 from mamba2_cases import (ACT_TOL, DTYPES, STATE_TOL, Geometry, Oracle, drive_replay,
                           make_params, make_step, rel_err, replay_with_launcher)
 from trtllm_replayssm.kernels.common import LaunchConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 
