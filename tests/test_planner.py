@@ -224,6 +224,11 @@ def test_plan_config_rejects(kwargs, error, message):
         PlanConfig(**kwargs)
 
 
+def test_plan_rejects_a_model_without_caches():
+    with pytest.raises(ValueError, match="no SSM or attention layer"):
+        plan(from_hf_config({"hybrid_override_pattern": "-E"}, name="ffn-only"), gpu_mem_bytes=GiB)
+
+
 def test_budget_rejects_weights_beyond_memory():
     with pytest.raises(ValueError, match="leave nothing"):
         Budget(gpu_mem_bytes=80 * GiB, weights_bytes=240 * GiB, tp_size=2)

@@ -162,6 +162,9 @@ def max_concurrency(model: HybridModel, mode: str, config: PlanConfig, *, cache_
     padding slots, SSM caches only) and KV caches fit in ``cache_bytes`` on one rank."""
     ssm = sequence_ssm_bytes(model, mode, config)
     per_seq = ssm + max_seq_len * sequence_kv_bytes_per_token(model, config.kv_dtype)
+    if per_seq == 0:
+        raise ValueError(f"max_concurrency: {model.name} has no SSM or attention layer; "
+                         f"expected a model with per-sequence caches")
     return max(0, (cache_bytes - num_padding_slots * ssm) // per_seq)
 
 
