@@ -30,7 +30,6 @@ the op's heuristic for an expected batch.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, fields
 from typing import Dict, Mapping, Sequence, Tuple
 
@@ -41,8 +40,8 @@ from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import mamba2_launch_config
 
 from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
-from .spec import (DTYPE_NAMES, InputDim, KernelParam, KernelSpec, Scalar, TensorInfo,
-                   check_dtype, check_rank_and_dims, specialize_scalar)
+from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype,
+                   check_rank_and_dims)
 
 __all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
            "Mamba2ReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
@@ -197,7 +196,6 @@ def tensor_infos(a: Mamba2ReplayAttrs, *, state_dtype: str, act_dtype: str, dt_d
                  param_dtype: str = "f32", d_per_dim: bool = False) -> Tuple[TensorInfo, ...]:
     """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic), with the
     substitutes of absent optionals; what TensorRT shows the plugin at build time."""
-    nh, hd = a.nheads, a.head_dim
     dtypes = dict(checkpoint=state_dtype, x_records=act_dtype, dt_records="f32", B_records=act_dtype,
                   cursor="i32", arrivals="i32", x=act_dtype, dt=dt_dtype, A="f32", B=act_dtype,
                   C=act_dtype, slot_ids="i32", D=param_dtype if a.has_D else "f32",
@@ -266,54 +264,17 @@ def _constexprs(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Dict[str, object]:
 def kernel_spec(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
     """The entry kernel's specialization for these attributes and input dtypes/ranks, and how
     TensorRT launches it. ``infos`` must have passed :func:`check_inputs`."""
-    arg_names = tuple(ENTRY.arg_names)
     d_per_dim = _d_per_dim(a, infos)
-    scalars = _scalars(a, d_per_dim)
-    constexprs = _constexprs(a, d_per_dim)
-    # The entry declares: inputs, scalars, outputs (TensorRT's order), then constexprs.
-    n_in, n_sc, n_out = len(INPUTS), len(scalars), len(OUTPUTS)
-    in_names, sc_names = arg_names[:n_in], arg_names[n_in:n_in + n_sc]
-    out_names, cx_names = arg_names[n_in + n_sc:n_in + n_sc + n_out], arg_names[n_in + n_sc + n_out:]
-    if sc_names != tuple(s.name for s in scalars) or set(cx_names) != set(constexprs):
-        raise RuntimeError(f"{PLUGIN}: the entry kernel's parameters {arg_names} do not match the plugin's plan")
     dtypes = [i.dtype for i in infos]
-    out_dtypes = [dtypes[_X]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, n_out)]
-
-    signature: Dict[str, str] = {n: "constexpr" for n in cx_names}
-    divisible = list(in_names) + list(out_names)
-    params = []
-    for i, (name, dt) in enumerate(zip(in_names, dtypes)):
-        signature[name] = "*" + DTYPE_NAMES[dt]
-        params.append(KernelParam(name, "input", i, signature[name]))
-    runtime_scalars = []
-    for s in scalars:
-        kind, div = specialize_scalar(s.value)
-        signature[s.name] = kind
-        if kind == "constexpr":
-            constexprs[s.name] = s.value
-            continue
-        if div:
-            divisible.append(s.name)
-        params.append(KernelParam(s.name, "scalar", len(runtime_scalars), kind))
-        runtime_scalars.append(s)
-    for o, (name, dt) in enumerate(zip(out_names, out_dtypes)):
-        signature[name] = "*" + DTYPE_NAMES[dt]
-        params.append(KernelParam(name, "output", o, signature[name]))
-
-    signature = {n: signature[n] for n in arg_names}
-    key = repr((sorted(signature.items()), sorted(constexprs.items()), sorted(divisible), a.num_warps))
     flags = "".join(c for c, on in (("D", a.has_D), ("P", d_per_dim), ("z", a.has_z),
                                      ("b", a.has_dt_bias), ("s", a.dt_softplus)) if on)
-    variant = (f"s{dtypes[0]}_a{dtypes[1]}_nh{a.nheads}_hd{a.head_dim}_ds{a.d_state}_g{a.ngroups}"
-               f"_L{a.L}_{flags or 'none'}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}"
-               f"_{hashlib.sha1(key.encode()).hexdigest()[:8]}")
-    span = a.block_head_dim * a.chunks
-    return KernelSpec(
-        name=PLUGIN, variant=variant, fn_arg_names=arg_names, signature=signature,
-        constexprs=constexprs, divisible=tuple(divisible), params=tuple(params),
-        scalars=tuple(runtime_scalars),
-        grid=(triton.cdiv(a.head_dim, span), a.nheads, InputDim(_X, 0)),
-        num_warps=a.num_warps)
+    words = (f"s{dtypes[0]}_a{dtypes[1]}_nh{a.nheads}_hd{a.head_dim}_ds{a.d_state}_g{a.ngroups}"
+             f"_L{a.L}_{flags or 'none'}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}")
+    return build_kernel_spec(
+        PLUGIN, words, ENTRY.arg_names, dtypes,
+        [dtypes[LIKE_INPUT[0]]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, len(OUTPUTS))],
+        _scalars(a, d_per_dim), _constexprs(a, d_per_dim),
+        (triton.cdiv(a.head_dim, a.block_head_dim * a.chunks), a.nheads, InputDim(_X, 0)), a.num_warps)
 
 
 def run_op(a: Mamba2ReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:

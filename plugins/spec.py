@@ -20,11 +20,12 @@ are never specialized.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["DTYPE_NAMES", "InputDim", "KernelParam", "KernelSpec", "Scalar", "TensorInfo",
-           "check_rank_and_dims", "check_dtype", "resolve", "specialize_scalar"]
+           "build_kernel_spec", "check_rank_and_dims", "check_dtype", "resolve", "specialize_scalar"]
 
 # dtype names used by the plugin layer (TensorRT- and torch-independent) -> Triton pointer type.
 DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32"}
@@ -119,6 +120,55 @@ class KernelSpec:
 
     def grid_values(self, shapes: Sequence[Sequence]) -> list:
         return [resolve(g, shapes) for g in self.grid]
+
+
+def build_kernel_spec(name: str, words: str, arg_names: Sequence[str], input_dtypes: Sequence[str],
+                      output_dtypes: Sequence[str], scalars: Sequence[Scalar],
+                      constexprs: Mapping[str, object], grid: Tuple[Dim, Dim, Dim],
+                      num_warps: int) -> KernelSpec:
+    """The :class:`KernelSpec` of an entry kernel that declares its parameters as TensorRT
+    passes them: one pointer per input, ``scalars`` (in order), one pointer per output, then
+    the ``constexprs``. Scalars are specialized as Triton's JIT does (:func:`specialize_scalar`).
+
+    Args:
+        words: readable part of the variant (geometry, dtypes, flags, configuration).
+    Raises:
+        RuntimeError: the entry's parameter list is not inputs, scalars, outputs, constexprs.
+    """
+    arg_names = tuple(arg_names)
+    n_in, n_sc, n_out = len(input_dtypes), len(scalars), len(output_dtypes)
+    in_names, sc_names = arg_names[:n_in], arg_names[n_in:n_in + n_sc]
+    out_names, cx_names = arg_names[n_in + n_sc:n_in + n_sc + n_out], arg_names[n_in + n_sc + n_out:]
+    if sc_names != tuple(x.name for x in scalars) or set(cx_names) != set(constexprs):
+        raise RuntimeError(f"{name}: the entry kernel's parameters {arg_names} are not "
+                           f"{n_in} inputs, scalars {tuple(x.name for x in scalars)}, {n_out} outputs, "
+                           f"constexprs {tuple(constexprs)}")
+    constexprs = dict(constexprs)
+    signature: Dict[str, str] = {n: "constexpr" for n in cx_names}
+    divisible = list(in_names) + list(out_names)
+    params, runtime_scalars = [], []
+    for i, (n, dt) in enumerate(zip(in_names, input_dtypes)):
+        signature[n] = "*" + DTYPE_NAMES[dt]
+        params.append(KernelParam(n, "input", i, signature[n]))
+    for x in scalars:
+        kind, div = specialize_scalar(x.value)
+        signature[x.name] = kind
+        if kind == "constexpr":
+            constexprs[x.name] = x.value
+            continue
+        if div:
+            divisible.append(x.name)
+        params.append(KernelParam(x.name, "scalar", len(runtime_scalars), kind))
+        runtime_scalars.append(x)
+    for o, (n, dt) in enumerate(zip(out_names, output_dtypes)):
+        signature[n] = "*" + DTYPE_NAMES[dt]
+        params.append(KernelParam(n, "output", o, signature[n]))
+    signature = {n: signature[n] for n in arg_names}
+    key = repr((sorted(signature.items()), sorted(constexprs.items()), sorted(divisible), num_warps))
+    return KernelSpec(name=name, variant=f"{words}_{hashlib.sha1(key.encode()).hexdigest()[:8]}",
+                      fn_arg_names=arg_names, signature=signature, constexprs=constexprs,
+                      divisible=tuple(divisible), params=tuple(params),
+                      scalars=tuple(runtime_scalars), grid=grid, num_warps=num_warps)
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,15 @@ def test_fake_tensorrt_has_teeth(fresh):
         trtp.impl("t::p")(lambda n, x, outputs, stream: None)
     with pytest.raises(ValueError, match="has no annotation"):
         trtp.register("t::q")(lambda x: None)
+
+
+def test_example_engine_script_skips_with_its_reason():
+    import importlib.util
+    import subprocess
+    import sys
+    if importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available():
+        pytest.skip("TensorRT and a GPU are here: the example runs for real")
+    proc = subprocess.run([sys.executable, f"{plugin_cases.ROOT}/examples/trt_engine_mamba2.py"],
+                          env=plugin_cases.subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("skipped: ")
