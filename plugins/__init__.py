@@ -10,17 +10,20 @@ Modules:
     mamba2: the ``replayssm::mamba2_replay_step`` plugin: inputs, attributes, shape checks,
         the entry kernel's specialization.
     mamba2_entry: the entry kernel (TensorRT's parameter order) around the core replay kernel.
+    gated_delta, gated_delta_entry: the same for ``replayssm::gated_delta_replay_step`` (GDN,
+        KDA).
     ptx: offline PTX compilation fitted to TensorRT's launch convention; Triton version table.
     tensorrt_plugin: the ``tensorrt.plugin`` registration (register, aot_impl, impl).
-    network: ``add_mamba2_replay_step`` adds the plugin layer to an ``INetworkDefinition``.
+    network: ``add_mamba2_replay_step``, ``add_gdn_replay_step``, ``add_kda_replay_step`` add
+        the plugin layer to an ``INetworkDefinition``.
     export: ``python -m trtllm_replayssm_plugins.export``: PTX + launch manifest to files.
 """
-from . import mamba2
+from . import gated_delta, mamba2
 from .ptx import KNOWN_GOOD_TRITON, CompiledKernel, compile_ptx
 from .spec import KernelSpec, TensorInfo
 
 NAMESPACE = "replayssm"
-FAMILIES = (mamba2,)
+FAMILIES = (mamba2, gated_delta)  # one plugin per module; a new family is one more module here
 
 __all__ = ["NAMESPACE", "FAMILIES", "KNOWN_GOOD_TRITON", "CompiledKernel", "KernelSpec",
-           "TensorInfo", "compile_ptx", "mamba2"]
+           "TensorInfo", "compile_ptx", "gated_delta", "mamba2"]

@@ -1,12 +1,14 @@
 """Export a plugin kernel's PTX and launch manifest to files, without TensorRT or a GPU.
 
-    python -m trtllm_replayssm_plugins.export --nheads 128 --head-dim 64 --d-state 128 \\
-        --ngroups 8 --L 16 --state-dtype f32 --act-dtype bf16 --arch 90 --out-dir ptx/
+    python -m trtllm_replayssm_plugins.export mamba2 --nheads 128 --head-dim 64 --d-state 128 \\
+        --ngroups 8 --L 16 --arch 90 --out-dir ptx/
+    python -m trtllm_replayssm_plugins.export gdn --k-heads 16 --v-heads 32 --head-k-dim 128 \\
+        --head-v-dim 128 --L 16 --arch 90 --out-dir ptx/          (kda: the same arguments)
 
-writes ``mamba2_replay_step_sm90_<variant>.ptx`` (entry parameters exactly as TensorRT passes
-them) and a ``.json`` manifest beside it: kernel name, parameters in launch order, scalars
-(constants or input dimensions), grid, block, shared memory, Triton version. Triton must run as
-the compiler (TRITON_INTERPRET unset).
+writes ``<plugin>_sm90_<variant>.ptx`` (entry parameters exactly as TensorRT passes them) and a
+``.json`` manifest beside it: kernel name, parameters in launch order, scalars (constants or
+input dimensions), grid, block, shared memory, Triton version. Triton must run as the compiler
+(TRITON_INTERPRET unset).
 """
 import argparse
 import json
@@ -14,7 +16,7 @@ import os
 import sys
 from typing import List, Optional
 
-from . import mamba2
+from . import gated_delta, mamba2
 from .ptx import compile_ptx
 
 _DTYPES = ("f32", "bf16", "f16")
@@ -22,40 +24,67 @@ _DTYPES = ("f32", "bf16", "f16")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trtllm_replayssm_plugins.export",
-                                description="Export the replayssm::mamba2_replay_step plugin kernel (PTX + manifest).")
-    g = p.add_argument_group("layer")
-    for flag in ("--nheads", "--head-dim", "--d-state", "--ngroups", "--L"):
-        g.add_argument(flag, type=int, required=True)
-    g.add_argument("--state-dtype", choices=_DTYPES, default="f32", help="checkpoint dtype (default: f32)")
-    g.add_argument("--act-dtype", choices=_DTYPES, default="bf16", help="x / B / C / records dtype (default: bf16)")
-    g.add_argument("--dt-dtype", choices=_DTYPES, default=None, help="raw dt dtype (default: the act dtype)")
-    g.add_argument("--param-dtype", choices=_DTYPES, default="f32", help="D and dt_bias dtype (default: f32)")
-    g.add_argument("--no-D", dest="has_D", action="store_false", help="the layer has no D skip")
-    g.add_argument("--D-per-dim", action="store_true", help="D is [nheads, head_dim]")
-    g.add_argument("--z", dest="has_z", action="store_true", help="the layer gates y by silu(z)")
-    g.add_argument("--no-dt-bias", dest="has_dt_bias", action="store_false")
-    g.add_argument("--no-softplus", dest="dt_softplus", action="store_false")
-    g.add_argument("--batch-hint", type=int, default=64, help="rows the launch configuration is chosen for (default: 64)")
-    p.add_argument("--arch", type=int, action="append", required=True,
-                   help="compute capability as an int (80, 90, 100); repeat for several")
-    p.add_argument("--out-dir", required=True)
+                                description="Export a ReplaySSM plugin kernel (PTX + launch manifest).")
+    sub = p.add_subparsers(dest="family", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--L", type=int, required=True, help="records per slot")
+    common.add_argument("--state-dtype", choices=_DTYPES, default="f32", help="checkpoint dtype (default: f32)")
+    common.add_argument("--act-dtype", choices=_DTYPES, default="bf16", help="activation dtype (default: bf16)")
+    common.add_argument("--batch-hint", type=int, default=64,
+                        help="rows the launch configuration is chosen for (default: 64)")
+    common.add_argument("--arch", type=int, action="append", required=True,
+                        help="compute capability as an int (80, 90, 100); repeat for several")
+    common.add_argument("--out-dir", required=True)
+
+    m = sub.add_parser("mamba2", parents=[common], help="replayssm::mamba2_replay_step")
+    for flag in ("--nheads", "--head-dim", "--d-state", "--ngroups"):
+        m.add_argument(flag, type=int, required=True)
+    m.add_argument("--dt-dtype", choices=_DTYPES, default=None, help="raw dt dtype (default: the act dtype)")
+    m.add_argument("--param-dtype", choices=_DTYPES, default="f32", help="D and dt_bias dtype (default: f32)")
+    m.add_argument("--no-D", dest="has_D", action="store_false", help="the layer has no D skip")
+    m.add_argument("--D-per-dim", action="store_true", help="D is [nheads, head_dim]")
+    m.add_argument("--z", dest="has_z", action="store_true", help="the layer gates y by silu(z)")
+    m.add_argument("--no-dt-bias", dest="has_dt_bias", action="store_false")
+    m.add_argument("--no-softplus", dest="dt_softplus", action="store_false")
+    for family in ("gdn", "kda"):
+        g = sub.add_parser(family, parents=[common], help=f"replayssm::gated_delta_replay_step ({family.upper()})")
+        for flag in ("--k-heads", "--v-heads", "--head-k-dim", "--head-v-dim"):
+            g.add_argument(flag, type=int, required=True)
+        g.add_argument("--record-dtype", choices=_DTYPES, default=None, help="d/k records (default: the act dtype)")
+        g.add_argument("--gate-dtype", choices=_DTYPES, default="f32", help="g and beta dtype (default: f32)")
+        g.add_argument("--scale", type=float, default=None, help="q scale (default: head_k_dim ** -0.5)")
+        g.add_argument("--no-qk-l2norm", dest="use_qk_l2norm", action="store_false")
     return p
+
+
+def _spec(args):
+    if args.family == "mamba2":
+        attrs = mamba2.Mamba2ReplayAttrs.for_layer(
+            args.nheads, args.head_dim, args.d_state, args.ngroups, args.L, state_dtype=args.state_dtype,
+            has_D=args.has_D, has_z=args.has_z, has_dt_bias=args.has_dt_bias,
+            dt_softplus=args.dt_softplus, batch_hint=args.batch_hint)
+        infos = mamba2.tensor_infos(attrs, state_dtype=args.state_dtype, act_dtype=args.act_dtype,
+                                    dt_dtype=args.dt_dtype or args.act_dtype,
+                                    param_dtype=args.param_dtype, d_per_dim=args.D_per_dim)
+        family = mamba2
+    else:
+        attrs = gated_delta.GatedDeltaReplayAttrs.for_layer(
+            args.k_heads, args.v_heads, args.head_k_dim, args.head_v_dim, args.L,
+            per_channel=args.family == "kda", state_dtype=args.state_dtype,
+            use_qk_l2norm=args.use_qk_l2norm, scale=args.scale, batch_hint=args.batch_hint)
+        infos = gated_delta.tensor_infos(attrs, state_dtype=args.state_dtype, act_dtype=args.act_dtype,
+                                         record_dtype=args.record_dtype, gate_dtype=args.gate_dtype)
+        family = gated_delta
+    family.check_inputs(attrs, infos)
+    return family.kernel_spec(attrs, infos), family.ENTRY
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    attrs = mamba2.Mamba2ReplayAttrs.for_layer(
-        args.nheads, args.head_dim, args.d_state, args.ngroups, args.L, state_dtype=args.state_dtype,
-        has_D=args.has_D, has_z=args.has_z, has_dt_bias=args.has_dt_bias,
-        dt_softplus=args.dt_softplus, batch_hint=args.batch_hint)
-    infos = mamba2.tensor_infos(attrs, state_dtype=args.state_dtype, act_dtype=args.act_dtype,
-                                dt_dtype=args.dt_dtype or args.act_dtype,
-                                param_dtype=args.param_dtype, d_per_dim=args.D_per_dim)
-    mamba2.check_inputs(attrs, infos)
-    spec = mamba2.kernel_spec(attrs, infos)
+    spec, entry = _spec(args)
     os.makedirs(args.out_dir, exist_ok=True)
     for arch in args.arch:
-        compiled = compile_ptx(spec, mamba2.ENTRY, arch)
+        compiled = compile_ptx(spec, entry, arch)
         path = os.path.join(args.out_dir, compiled.file_name)
         with open(path, "w") as f:
             f.write(compiled.ptx)

@@ -87,7 +87,8 @@ def _signature(names, annotations, tail, returns=inspect.Signature.empty) -> ins
 def _define(trt, trtp, family) -> None:
     plugin_id = f"{NAMESPACE}::{family.PLUGIN}"
     attr_fields = list(family.ATTRS.__dataclass_fields__)
-    attr_types = [{"int": int, "bool": bool}[family.ATTRS.__dataclass_fields__[n].type] for n in attr_fields]
+    attr_types = [{"int": int, "bool": bool, "float": float}[family.ATTRS.__dataclass_fields__[n].type]
+                  for n in attr_fields]
     n_in, n_attr = len(family.INPUTS), len(attr_fields)
 
     def register_fn(*descs, **attrs):

@@ -50,48 +50,149 @@ def info_of(t: torch.Tensor):
     return TensorInfo(TORCH_NAMES.get(t.dtype, str(t.dtype)), t.dim(), tuple(t.shape))
 
 
-def make_layer(a, *, num_slots: int, state_dtype, act_dtype, device, L_spread: bool = True,
-               D_per_dim: bool = False, generator=None) -> Dict[str, torch.Tensor]:
-    """A layer's cache (garbage in unused slots and record positions, cursors spread over
-    [0, L)) and parameters, as plugin-named tensors (optionals absent when the flag is off)."""
-    from trtllm_replayssm.cache import Mamba2ReplayCache
-    g = generator
-    c = Mamba2ReplayCache.allocate(num_slots, a.nheads, a.head_dim, a.d_state, a.ngroups, a.L,
-                                   state_dtype=state_dtype, act_dtype=act_dtype, device=device)
-    c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
-    c.x_records.copy_(torch.randn(c.x_records.shape, generator=g).to(act_dtype))
-    c.B_records.copy_(torch.randn(c.B_records.shape, generator=g).to(act_dtype))
-    c.dt_records.copy_(torch.rand(c.dt_records.shape, generator=g) * 0.1)
-    if L_spread:
+def _randn(shape, generator, dtype, device):
+    return torch.randn(shape, generator=generator).to(dtype).to(device)
+
+
+class Mamba2Case:
+    """Layers, steps and launches of ``replayssm::mamba2_replay_step`` for the tests."""
+
+    name = "mamba2"
+
+    @staticmethod
+    def family():
+        from trtllm_replayssm_plugins import mamba2
+        return mamba2
+
+    @staticmethod
+    def layer(a, *, num_slots, state_dtype, act_dtype, device, generator=None, D_per_dim=False):
+        """Cache (garbage in unused slots and record positions, cursors spread over [0, L)) and
+        parameters, as plugin-named tensors (optionals absent when the flag is off)."""
+        from trtllm_replayssm.cache import Mamba2ReplayCache
+        g = generator
+        c = Mamba2ReplayCache.allocate(num_slots, a.nheads, a.head_dim, a.d_state, a.ngroups, a.L,
+                                       state_dtype=state_dtype, act_dtype=act_dtype, device=device)
+        c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
+        c.x_records.copy_(torch.randn(c.x_records.shape, generator=g).to(act_dtype))
+        c.B_records.copy_(torch.randn(c.B_records.shape, generator=g).to(act_dtype))
+        c.dt_records.copy_(torch.rand(c.dt_records.shape, generator=g) * 0.1)
         c.cursor.copy_(torch.arange(num_slots, dtype=torch.int32) % a.L)
-    from trtllm_replayssm_plugins import mamba2
-    t = {n: getattr(c, n) for n in mamba2.INPUTS[:6]}  # the cache inputs
-    t["A"] = -(torch.rand(a.nheads, generator=g) + 1.0).to(device)
-    if a.has_D:
-        shape = (a.nheads, a.head_dim) if D_per_dim else (a.nheads,)
-        t["D"] = torch.randn(shape, generator=g).to(device)
-    if a.has_dt_bias:
-        t["dt_bias"] = (torch.rand(a.nheads, generator=g) - 4.0).to(device)
-    return t
+        t = {n: getattr(c, n) for n in Mamba2Case.family().INPUTS[:6]}
+        t["A"] = -(torch.rand(a.nheads, generator=g) + 1.0).to(device)
+        if a.has_D:
+            t["D"] = torch.randn((a.nheads, a.head_dim) if D_per_dim else (a.nheads,), generator=g).to(device)
+        if a.has_dt_bias:
+            t["dt_bias"] = (torch.rand(a.nheads, generator=g) - 4.0).to(device)
+        return t
+
+    @staticmethod
+    def step(a, batch, act_dtype, device, generator=None):
+        step = dict(x=_randn((batch, a.nheads, a.head_dim), generator, act_dtype, device),
+                    dt=_randn((batch, a.nheads), generator, act_dtype, device),
+                    B=_randn((batch, a.ngroups, a.d_state), generator, act_dtype, device),
+                    C=_randn((batch, a.ngroups, a.d_state), generator, act_dtype, device))
+        if a.has_z:
+            step["z"] = _randn((batch, a.nheads, a.head_dim), generator, act_dtype, device)
+        return step
+
+    @staticmethod
+    def inputs(layer, step, slot_ids):
+        return Mamba2Case.family().plugin_inputs({**layer, **step, "slot_ids": slot_ids})[0]
+
+    @staticmethod
+    def launch_kernel(a, layer, step, slot_ids, out):
+        """The op's launcher with the plugin's launch configuration."""
+        from trtllm_replayssm.kernels.common import LaunchConfig
+        from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+        cfg = LaunchConfig(a.block_head_dim, a.num_warps, a.chunks, a.num_stages)
+        launch_mamba2_replay_step(*(layer[n] for n in Mamba2Case.family().INPUTS[:6]), step["x"], step["dt"],
+                                  layer["A"], step["B"], step["C"], slot_ids=slot_ids, D=layer.get("D"),
+                                  z=step.get("z"), dt_bias=layer.get("dt_bias"), dt_softplus=a.dt_softplus,
+                                  out=out, config=cfg)
+
+    @staticmethod
+    def public_op(a, layer, step, slot_ids, out):
+        """The public op (validation, then ``torch.ops.replayssm``; default launch config)."""
+        from trtllm_replayssm.cache import Mamba2ReplayCache
+        from trtllm_replayssm.ops import mamba2_replay_step
+        cache = Mamba2ReplayCache(**{n: layer[n] for n in Mamba2Case.family().INPUTS[:6]})
+        mamba2_replay_step(cache, step["x"], step["dt"], layer["A"], step["B"], step["C"], slot_ids=slot_ids,
+                           D=layer.get("D"), z=step.get("z"), dt_bias=layer.get("dt_bias"),
+                           dt_softplus=a.dt_softplus, out=out)
+
+    @staticmethod
+    def out_like(step):
+        return step["x"]
 
 
-def make_step(a, batch: int, act_dtype, device, generator=None) -> Dict[str, torch.Tensor]:
-    """Random inputs of one decode step (z only when the layer has it)."""
-    def r(*shape):
-        return torch.randn(*shape, generator=generator).to(act_dtype).to(device)
-    step = dict(x=r(batch, a.nheads, a.head_dim), dt=r(batch, a.nheads),
-                B=r(batch, a.ngroups, a.d_state), C=r(batch, a.ngroups, a.d_state))
-    if a.has_z:
-        step["z"] = r(batch, a.nheads, a.head_dim)
-    return step
+class GatedDeltaCase:
+    """Layers, steps and launches of ``replayssm::gated_delta_replay_step`` (GDN, KDA)."""
+
+    name = "gated_delta"
+
+    @staticmethod
+    def family():
+        from trtllm_replayssm_plugins import gated_delta
+        return gated_delta
+
+    @staticmethod
+    def layer(a, *, num_slots, state_dtype, act_dtype, device, generator=None):
+        from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
+        g = generator
+        cls = KDAReplayCache if a.per_channel else GDNReplayCache
+        c = cls.allocate(num_slots, a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim, a.L,
+                         state_dtype=state_dtype, record_dtype=act_dtype, device=device)
+        c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
+        c.d_records.copy_(torch.randn(c.d_records.shape, generator=g).to(act_dtype))
+        k = torch.nn.functional.normalize(torch.randn(c.k_records.shape, generator=g), dim=-1)
+        c.k_records.copy_(k.to(act_dtype))
+        c.g_records.copy_(-torch.rand(c.g_records.shape, generator=g) * 0.1)
+        c.cursor.copy_(torch.arange(num_slots, dtype=torch.int32) % a.L)
+        return {n: getattr(c, n) for n in GatedDeltaCase.family().INPUTS[:6]}
+
+    @staticmethod
+    def step(a, batch, act_dtype, device, generator=None):
+        hk, hv, dk, dv = a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim
+        g_shape = (batch, hv, dk) if a.per_channel else (batch, hv)
+        return dict(q=_randn((batch, hk, dk), generator, act_dtype, device),
+                    k=_randn((batch, hk, dk), generator, act_dtype, device),
+                    v=_randn((batch, hv, dv), generator, act_dtype, device),
+                    g=(-torch.rand(g_shape, generator=generator) * 0.1).to(device),
+                    beta=torch.sigmoid(torch.randn((batch, hv), generator=generator)).to(device))
+
+    @staticmethod
+    def inputs(layer, step, slot_ids):
+        return GatedDeltaCase.family().plugin_inputs({**layer, **step, "slot_ids": slot_ids})
+
+    @staticmethod
+    def launch_kernel(a, layer, step, slot_ids, out):
+        from trtllm_replayssm.kernels.common import LaunchConfig
+        from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+        cfg = LaunchConfig(a.block_head_dim, a.num_warps, a.chunks, a.num_stages)
+        launch_gated_delta_replay_step(*(layer[n] for n in GatedDeltaCase.family().INPUTS[:6]), step["q"],
+                                       step["k"], step["v"], step["g"], step["beta"], slot_ids=slot_ids,
+                                       scale=a.scale, use_qk_l2norm=a.use_qk_l2norm, out=out, config=cfg)
+
+    @staticmethod
+    def public_op(a, layer, step, slot_ids, out):
+        from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
+        from trtllm_replayssm.ops import gated_delta
+        cls, op = ((KDAReplayCache, gated_delta.kda_replay_step) if a.per_channel else
+                   (GDNReplayCache, gated_delta.gdn_replay_step))
+        cache = cls(**{n: layer[n] for n in GatedDeltaCase.family().INPUTS[:6]})
+        op(cache, step["q"], step["k"], step["v"], step["g"], step["beta"], slot_ids=slot_ids, scale=a.scale,
+           use_qk_l2norm=a.use_qk_l2norm, out=out)
+
+    @staticmethod
+    def out_like(step):
+        return step["v"]
 
 
-def launch_arguments(spec, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> list:
+def launch_arguments(family, spec, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> list:
     """The kernel arguments exactly as TensorRT passes them: per ``spec.params`` an input
     tensor, a scalar (from the input shapes) or an output tensor (the aliased caches are the
     input tensors themselves)."""
-    from trtllm_replayssm_plugins import mamba2
-    outputs = [out] + [inputs[mamba2.ALIASED_OUTPUTS[o]] for o in range(1, len(mamba2.OUTPUTS))]
+    outputs = [out] + [inputs[family.ALIASED_OUTPUTS[o]] for o in range(1, len(family.OUTPUTS))]
     scalars = spec.scalar_values([tuple(t.shape) for t in inputs])
     pick = {"input": inputs, "scalar": scalars, "output": outputs}
     return [pick[p.role][p.index] for p in spec.params]

@@ -14,30 +14,33 @@ from trtllm_replayssm_plugins import mamba2
 from trtllm_replayssm_plugins.ptx import (KNOWN_GOOD_TRITON, MAX_SHARED_MEM, _strip_hidden_params,
                                           check_triton_version, compile_ptx, parse_ptx_entry)
 
-# (attrs, dtypes, arches): Nemotron-3-Super (TP=1) at the large-batch configuration with z,
-# Nemotron-3-Nano-4B geometry at the small-batch one (bf16 checkpoint), and every flag off at L=1.
+# (family, attrs, dtypes, arches): Nemotron-3-Super (TP=1) at the large-batch configuration with
+# z, Nemotron-3-Nano-4B geometry at the small-batch one (bf16 checkpoint), every flag off at L=1;
+# a Qwen3.5-like GDN layer (TP=1) and a Kimi-Linear-like KDA layer with fp32 records.
 CASES = [
-    ("for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)", dict(state_dtype="f32", act_dtype="bf16"), [90, 80, 100]),
-    ("for_layer(96, 80, 128, 8, 16, state_dtype='bf16', batch_hint=4)", dict(state_dtype="bf16", act_dtype="bf16", d_per_dim=True), [90]),
-    ("Mamba2ReplayAttrs(8, 64, 64, 8, 1, False, False, False, False, 16, 1, 1, 2)", dict(state_dtype="f16", act_dtype="f16"), [90]),
+    ("mamba2", "M.for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)", dict(state_dtype="f32", act_dtype="bf16"), [90, 80, 100]),
+    ("mamba2", "M.for_layer(96, 80, 128, 8, 16, state_dtype='bf16', batch_hint=4)", dict(state_dtype="bf16", act_dtype="bf16", d_per_dim=True), [90]),
+    ("mamba2", "M(8, 64, 64, 8, 1, False, False, False, False, 16, 1, 1, 2)", dict(state_dtype="f16", act_dtype="f16"), [90]),
+    ("gated_delta", "G.for_layer(16, 32, 128, 128, 16, per_channel=False, batch_hint=64)", dict(state_dtype="f32", act_dtype="bf16"), [90, 100]),
+    ("gated_delta", "G.for_layer(32, 32, 128, 128, 8, per_channel=True, batch_hint=16)", dict(state_dtype="f32", act_dtype="bf16", record_dtype="f32"), [90]),
 ]
 
 _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
     import json, os, subprocess, sys
     import triton
-    from trtllm_replayssm_plugins import mamba2
+    from trtllm_replayssm_plugins import gated_delta, mamba2
     from trtllm_replayssm_plugins.ptx import compile_ptx, parse_ptx_entry
-    from trtllm_replayssm_plugins.mamba2 import Mamba2ReplayAttrs, tensor_infos
-    for_layer = Mamba2ReplayAttrs.for_layer
+    M, G = mamba2.Mamba2ReplayAttrs, gated_delta.GatedDeltaReplayAttrs
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     results = []
-    for attrs_src, dtypes, arches in json.loads(sys.argv[1]):
+    for family_name, attrs_src, dtypes, arches in json.loads(sys.argv[1]):
+        family = dict(mamba2=mamba2, gated_delta=gated_delta)[family_name]
         a = eval(attrs_src)
-        infos = tensor_infos(a, **dtypes)
-        mamba2.check_inputs(a, infos)
-        spec = mamba2.kernel_spec(a, infos)
+        infos = family.tensor_infos(a, **dtypes)
+        family.check_inputs(a, infos)
+        spec = family.kernel_spec(a, infos)
         for arch in arches:
-            c = compile_ptx(spec, mamba2.ENTRY, arch)
+            c = compile_ptx(spec, family.ENTRY, arch)
             e = parse_ptx_entry(c.ptx)
             ptxas = os.path.join(bin_dir, "ptxas-blackwell" if arch >= 100 and
                                  os.path.exists(os.path.join(bin_dir, "ptxas-blackwell")) else "ptxas")
@@ -49,7 +52,7 @@ _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
                                    capture_output=True, text=True)
                 assembled = r.returncode == 0 or r.stderr
             results.append(dict(
-                attrs=attrs_src, arch=arch, file=c.file_name, kernel_name=c.kernel_name,
+                family=family_name, n_in=len(family.INPUTS), x=family.LIKE_INPUT[0], attrs=attrs_src, arch=arch, file=c.file_name, kernel_name=c.kernel_name,
                 entry_name=e.name, entry_types=[t for t, _ in e.params], target=e.target,
                 spec_types=[p.triton_type for p in spec.params], roles=[p.role for p in spec.params],
                 shared=c.shared_mem, block=list(spec.block), hidden=c.hidden_params_removed,
@@ -67,34 +70,35 @@ def exported(tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_mamba2_replay_ptx_entry_matches_the_plugin_launch_list(exported):
-    assert len(exported) == 5
+def test_replay_step_ptx_entry_matches_the_plugin_launch_list(exported):
+    assert len(exported) == 8
     for r in exported:
-        assert r["entry_name"] == r["kernel_name"] == "_mamba2_replay_step_plugin_kernel"
+        assert r["entry_name"] == r["kernel_name"] == f"_{r['family']}_replay_step_plugin_kernel"
         want = ["u64" if t.startswith("*") else "u32" for t in r["spec_types"]]
         assert r["entry_types"] == want, r["file"]
-        assert r["roles"].count("input") == 15 and r["roles"].count("output") == 7
+        assert r["roles"].count("input") == r["n_in"] and r["roles"].count("output") == 7
         assert r["hidden"] == KNOWN_GOOD_TRITON[".".join(triton.__version__.split(".")[:2])]
-        assert r["file"].startswith(f"mamba2_replay_step_sm{r['arch']}_") and r["file"].endswith(".ptx")
+        assert r["file"].startswith(f"{r['family']}_replay_step_sm{r['arch']}_") and r["file"].endswith(".ptx")
 
 
-def test_mamba2_replay_ptx_targets_and_ptxas(exported):
-    targets = {r["arch"]: r["target"] for r in exported}
-    assert targets == {90: "sm_90a", 80: "sm_80", 100: "sm_100a"}
+def test_replay_step_ptx_targets_and_ptxas(exported):
+    targets = {(r["family"], r["arch"]): r["target"] for r in exported}
+    assert set(targets.values()) == {"sm_90a", "sm_80", "sm_100a"}
+    assert all(t == {80: "sm_80", 90: "sm_90a", 100: "sm_100a"}[arch] for (_, arch), t in targets.items())
     for r in exported:
         if r["assembled"] is None:
             pytest.skip("Triton's bundled ptxas not found")
         assert r["assembled"] is True, f"{r['file']}: ptxas refused the exported PTX: {r['assembled']}"
 
 
-def test_mamba2_replay_ptx_launch_params(exported):
+def test_replay_step_ptx_launch_params(exported):
     for r in exported:
         assert 0 < r["shared"] <= MAX_SHARED_MEM
         assert r["block"] == [r["num_warps"] * 32, 1, 1]
         m = r["manifest"]
         assert [p["role"] for p in m["params"]] == r["roles"]
         assert m["scalars"][0] == dict(name="num_slots", value=dict(input=0, axis=0))
-        assert m["grid"][2] == dict(input=mamba2.INPUTS.index("x"), axis=0)
+        assert m["grid"][2] == dict(input=r["x"], axis=0)
 
 
 # --------------------------------------------------------------------------- pure PTX helpers

@@ -5,7 +5,7 @@ import torch
 
 import plugin_cases  # noqa: F401  (makes trtllm_replayssm_plugins importable)
 from trtllm_replayssm.kernels.common import mamba2_launch_config
-from trtllm_replayssm_plugins import mamba2
+from trtllm_replayssm_plugins import gated_delta, mamba2
 from trtllm_replayssm_plugins.spec import InputDim, TensorInfo, specialize_scalar
 
 NEMOTRON = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=256)  # Nemotron-3-Super, TP=1
@@ -190,3 +190,61 @@ def test_mamba2_replay_kernel_spec_variants_are_distinct():
              mamba2.kernel_spec(mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=1), _infos())]
     assert len({s.variant for s in specs}) == len(specs)
     assert specs[0].variant.startswith("sf32_abf16_nh128_hd64_ds128_g8_L16_Dbs_")
+
+
+# --------------------------------------------------------------------------- gated delta (GDN, KDA)
+QWEN = dict(k_heads=16, v_heads=32, head_k_dim=128, head_v_dim=128, L=16)  # Qwen3.5 GDN-like, TP=1
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_gated_delta_kernel_spec_scalars_match_dense_strides(per_channel):
+    a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=per_channel, batch_hint=64)
+    assert a.scale == 128 ** -0.5
+    infos = list(gated_delta.tensor_infos(a, state_dtype="f32", act_dtype="bf16"))
+    gated_delta.check_inputs(a, infos)
+    spec = gated_delta.kernel_spec(a, infos)
+    roles = [p.role for p in spec.params]
+    assert roles == ["input"] * 12 + ["scalar"] * len(spec.scalars) + ["output"] * 7
+    shapes = [tuple((9 if k < 6 else 5) if d is None else d for d in i.dims) for k, i in enumerate(infos)]
+    v = dict(zip([s.name for s in spec.scalars], spec.scalar_values(shapes)))
+    v.update({k: c for k, c in spec.constexprs.items() if k.startswith("stride")})
+    g_rec = torch.empty(shapes[3])
+    g = torch.empty(shapes[9])
+    assert (v["stride_gr_slot"], v["stride_gr_head"], v["stride_gr_pos"]) == g_rec.stride()[:3]
+    assert (v["stride_g_batch"], v["stride_g_head"]) == g.stride()[:2]
+    assert (v["stride_c_slot"], v["stride_c_head"], v["stride_c_row"]) == torch.empty(shapes[0]).stride()[:3]
+    assert (v["stride_kr_slot"], v["stride_kr_head"], v["stride_kr_pos"]) == torch.empty(shapes[2]).stride()[:3]
+    assert v["v_per_k"] == 2 and v["num_slots"] == 9
+    assert spec.constexprs["SCALE"] == a.scale and spec.constexprs["PER_CHANNEL"] is per_channel
+    # GDN's g / g_records have unit trailing strides: constexprs, as in the op's JIT launch.
+    assert ("stride_gr_pos" in spec.constexprs) is (not per_channel)
+    assert spec.grid_values(shapes) == [-(-128 // (a.block_head_dim * a.chunks)), 32, 5]
+
+
+@pytest.mark.parametrize("name,change,exc,words", [
+    ("g", dict(rank=3, dims=(None, 32, 128)), ValueError, "g has rank 3"),
+    ("k_records", dict(dtype="f32"), TypeError, "k_records is f32; expected bf16"),
+    ("v", dict(dtype="f16"), TypeError, "v is f16; expected bf16"),
+    ("g_records", dict(dtype="bf16"), TypeError, "g_records is bf16; expected f32"),
+    ("q", dict(dims=(None, 8, 128)), ValueError, r"q has shape \(None, 8, 128\)"),
+])
+def test_gated_delta_check_inputs_refuses(name, change, exc, words):
+    a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=False)
+    infos = list(gated_delta.tensor_infos(a, state_dtype="f32", act_dtype="bf16"))
+    i = gated_delta.INPUTS.index(name)
+    infos[i] = TensorInfo(change.get("dtype", infos[i].dtype), change.get("rank", infos[i].rank),
+                          change.get("dims", infos[i].dims))
+    with pytest.raises(exc, match=words):
+        gated_delta.check_inputs(a, infos)
+
+
+@pytest.mark.parametrize("change,exc,words", [
+    (dict(scale=0.0), TypeError, "scale is 0.0"),
+    (dict(scale=1), TypeError, "scale is 1"),
+    (dict(k_heads=3), ValueError, "k_heads = 3 must divide"),
+    (dict(per_channel=0), TypeError, "per_channel is 0"),
+])
+def test_gated_delta_attrs_refuse_bad_values(change, exc, words):
+    values = {**gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=True).values(), **change}
+    with pytest.raises(exc, match=words):
+        gated_delta.GatedDeltaReplayAttrs(**values)

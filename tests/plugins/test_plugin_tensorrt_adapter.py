@@ -8,9 +8,8 @@ import torch
 
 import fake_tensorrt
 import plugin_cases  # noqa: F401  (makes trtllm_replayssm_plugins importable)
-from trtllm_replayssm.cache import Mamba2ReplayCache
-from trtllm_replayssm.ops import mamba2_replay_step
-from trtllm_replayssm_plugins import mamba2, network, tensorrt_plugin
+from plugin_cases import GatedDeltaCase, Mamba2Case
+from trtllm_replayssm_plugins import gated_delta, mamba2, network, tensorrt_plugin
 
 PLUGIN_ID = "replayssm::mamba2_replay_step"
 A = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)
@@ -61,6 +60,10 @@ def test_register_plugins_schemas(fresh):
     assert d["attrs"] == list(A.values())
     assert d["num_outputs"] == len(mamba2.OUTPUTS) == 7
     assert {"register", "aot_impl", "impl"} <= set(d)
+    d = trtp.registry["replayssm::gated_delta_replay_step"]
+    assert d["inputs"] == list(gated_delta.INPUTS)
+    assert d["attrs"] == list(gated_delta.GatedDeltaReplayAttrs.__dataclass_fields__)
+    assert d["num_outputs"] == 7 and {"register", "aot_impl", "impl"} <= set(d)
 
 
 def test_register_fn_aliases_the_caches_and_checks_shapes(fresh):
@@ -113,25 +116,25 @@ def test_aot_impl_translates_the_launch_plan(fresh):
     assert len(values) == sum(p.role == "scalar" for p in spec.params)
 
 
-def test_run_op_equals_the_public_op():
-    """The JIT path's call into the custom op (CPU reference here): flags map to None tensors."""
-    a = mamba2.Mamba2ReplayAttrs(4, 8, 6, 2, 3, True, False, True, True, 8, 1, 1, 1)
+@pytest.mark.parametrize("case,a", [
+    (Mamba2Case, mamba2.Mamba2ReplayAttrs(4, 8, 6, 2, 3, True, False, True, True, 8, 1, 1, 1)),
+    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(1, 2, 8, 6, 3, True, True, 0.5, 8, 1, 1, 1)),
+    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(2, 2, 8, 6, 3, False, False, 0.5, 8, 1, 1, 1)),
+], ids=["mamba2", "kda", "gdn"])
+def test_run_op_equals_the_public_op(case, a):
+    """The JIT path's call into the custom op equals the public op (CPU reference, float64)."""
     g = torch.Generator().manual_seed(0)
-    layer = plugin_cases.make_layer(a, num_slots=5, state_dtype=torch.float64, act_dtype=torch.float64,
-                                    device="cpu", generator=g)
+    layer = case.layer(a, num_slots=5, state_dtype=torch.float64, act_dtype=torch.float64, device="cpu",
+                       generator=g)
     ref = {k: v.clone() for k, v in layer.items()}
     slot_ids = torch.tensor([4, -1, 1], dtype=torch.int32)
     for _ in range(4):
-        step = plugin_cases.make_step(a, 3, torch.float64, "cpu", generator=g)
-        inputs, flags = mamba2.plugin_inputs({**layer, **step, "slot_ids": slot_ids})
-        assert flags == dict(has_D=True, has_z=False, has_dt_bias=True)
-        out = torch.zeros_like(step["x"])
-        mamba2.run_op(a, inputs, out)
-        cache = Mamba2ReplayCache(**{n: ref[n] for n in mamba2.INPUTS[:6]})
-        y = mamba2_replay_step(cache, step["x"], step["dt"], ref["A"], step["B"], step["C"],
-                               slot_ids=slot_ids, D=ref["D"], dt_bias=ref["dt_bias"])
+        step = {k: v.double() for k, v in case.step(a, 3, torch.float64, "cpu", generator=g).items()}
+        out, y = torch.zeros_like(case.out_like(step)), torch.zeros_like(case.out_like(step))
+        case.family().run_op(a, case.inputs(layer, step, slot_ids), out)
+        case.public_op(a, ref, step, slot_ids, y)
         assert torch.equal(out, y)
-        for n in mamba2.INPUTS[:6]:
+        for n in case.family().INPUTS[:6]:
             assert torch.equal(layer[n], ref[n]), n
 
 

@@ -1,0 +1,262 @@
+"""The ``replayssm::gated_delta_replay_step`` plugin (GDN and KDA) as plain data: inputs,
+attributes, shape rules, the entry kernel's specialization, scalars and grid. No TensorRT.
+
+One plugin for both families, as one custom op serves both: ``per_channel`` (KDA) makes the
+log-decay per key channel. Plugin inputs (all required):
+
+    0 checkpoint  [num_slots, v_heads, head_v_dim, head_k_dim]   f32 | bf16 | f16
+    1 d_records   [num_slots, v_heads, L, head_v_dim]            record dtype (f32 | bf16 | f16)
+    2 k_records   [num_slots, k_heads, L, head_k_dim]            record dtype
+    3 g_records   [num_slots, v_heads, L] (GDN) | [num_slots, v_heads, L, head_k_dim] (KDA)  f32
+    4 cursor      [num_slots]                                     i32
+    5 arrivals    [num_slots]                                     i32, zero between launches
+    6 q           [batch, k_heads, head_k_dim]                    act (f32 | bf16 | f16), raw
+    7 k           [batch, k_heads, head_k_dim]                    act
+    8 v           [batch, v_heads, head_v_dim]                    act
+    9 g           [batch, v_heads] (GDN) | [batch, v_heads, head_k_dim] (KDA)  f32 | bf16 | f16
+   10 beta        [batch, v_heads]                                f32 | bf16 | f16
+   11 slot_ids    [batch]                                         i32; < 0: padding row
+
+Outputs: 0 out (o, like v; padding and skipped rows not written), 1..6 the cache tensors 0..5,
+aliased. Attributes: geometry, ``per_channel``, ``use_qk_l2norm``, ``scale`` (a float: baked
+into the PTX, since TensorRT passes only int32 scalars) and the launch configuration.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Dict, Mapping, Sequence, Tuple
+
+import torch
+import triton
+
+from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config
+
+from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
+from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype,
+                   check_rank_and_dims)
+
+__all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
+           "GatedDeltaReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
+           "run_op", "tensor_infos"]
+
+PLUGIN = "gated_delta_replay_step"
+INPUTS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals",
+          "q", "k", "v", "g", "beta", "slot_ids")
+OUTPUTS = ("out", "checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
+ALIASED_OUTPUTS = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
+_V = INPUTS.index("v")
+LIKE_INPUT = {0: _V}
+
+_FLOATS = ("f32", "bf16", "f16")
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+_INT32_MAX = 2 ** 31 - 1
+
+
+@dataclass(frozen=True)
+class GatedDeltaReplayAttrs:
+    """Plugin attributes, in registration order.
+
+    Geometry: k_heads, v_heads, head_k_dim, head_v_dim, L. Flags: per_channel (KDA),
+    use_qk_l2norm. scale: multiplies q after the normalisation (the op's default is
+    head_k_dim ** -0.5). Launch configuration: block_head_dim (value rows per tile), chunks,
+    num_stages, num_warps.
+    """
+
+    k_heads: int
+    v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    L: int
+    per_channel: bool
+    use_qk_l2norm: bool
+    scale: float
+    block_head_dim: int
+    chunks: int
+    num_stages: int
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        owner = f"{PLUGIN} attributes"
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(v, bool):
+                    raise TypeError(f"{owner}: {f.name} is {v!r}; expected a bool")
+            elif f.type == "float":
+                if not isinstance(v, float) or not math.isfinite(v) or v <= 0:
+                    raise TypeError(f"{owner}: {f.name} is {v!r}; expected a positive finite float")
+            elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{owner}: {f.name} is {v!r}; expected a positive int")
+        if self.L > MAX_L:
+            raise ValueError(f"{owner}: L is {self.L}; expected 1 <= L <= {MAX_L}")
+        if self.v_heads % self.k_heads:
+            raise ValueError(f"{owner}: k_heads = {self.k_heads} must divide v_heads = {self.v_heads}")
+        if self.block_head_dim & (self.block_head_dim - 1):
+            raise ValueError(f"{owner}: block_head_dim is {self.block_head_dim}; expected a power of 2")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"{owner}: num_warps is {self.num_warps}; expected 1, 2, 4, 8 or 16")
+        largest = max(self.v_heads * self.head_v_dim * self.head_k_dim,
+                      self.v_heads * self.L * max(self.head_v_dim, self.head_k_dim),
+                      self.k_heads * self.L * self.head_k_dim)
+        if largest > _INT32_MAX:
+            raise ValueError(f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}")
+
+    @classmethod
+    def for_layer(cls, k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, *,
+                  per_channel: bool, state_dtype: str = "f32", use_qk_l2norm: bool = True,
+                  scale: float = None, batch_hint: int = 64) -> "GatedDeltaReplayAttrs":
+        """Attributes of one layer, with the op's launch configuration for ``batch_hint`` rows
+        and the op's default scale (head_k_dim ** -0.5) when ``scale`` is None."""
+        if state_dtype not in _TORCH_DTYPES:
+            raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
+        cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch_hint, _TORCH_DTYPES[state_dtype])
+        scale = head_k_dim ** -0.5 if scale is None else scale
+        return cls(k_heads, v_heads, head_k_dim, head_v_dim, L, per_channel, use_qk_l2norm, scale,
+                   cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
+
+    def values(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+ATTRS = GatedDeltaReplayAttrs
+
+
+def layer_attrs(checkpoint_shape: Sequence[int], d_records_shape: Sequence[int],
+                k_records_shape: Sequence[int], *, per_channel: bool, state_dtype: str,
+                use_qk_l2norm: bool, scale: float, batch_hint: int) -> GatedDeltaReplayAttrs:
+    """Attributes of a layer from its cache shapes (geometry axes must be static)."""
+    named = (("checkpoint", checkpoint_shape, "[num_slots, v_heads, head_v_dim, head_k_dim]"),
+             ("d_records", d_records_shape, "[num_slots, v_heads, L, head_v_dim]"),
+             ("k_records", k_records_shape, "[num_slots, k_heads, L, head_k_dim]"))
+    for name, shape, layout in named:
+        if len(shape) != 4 or any(d is None or d < 1 for d in shape[1:]):
+            raise ValueError(f"{PLUGIN}: {name} has shape {tuple(shape)}; expected {layout} with static geometry")
+    _, v_heads, head_v_dim, head_k_dim = checkpoint_shape
+    return GatedDeltaReplayAttrs.for_layer(k_records_shape[1], v_heads, head_k_dim, head_v_dim,
+                                           d_records_shape[2], per_channel=per_channel,
+                                           state_dtype=state_dtype, use_qk_l2norm=use_qk_l2norm,
+                                           scale=scale, batch_hint=batch_hint)
+
+
+def plugin_inputs(tensors: Mapping[str, object]) -> list:
+    """The plugin's input list (in :data:`INPUTS` order) from a layer's tensors.
+
+    Raises:
+        ValueError: an unknown name, or a tensor missing.
+    """
+    unknown = sorted(set(tensors) - set(INPUTS))
+    if unknown:
+        raise ValueError(f"{PLUGIN}: unknown inputs {unknown}; expected names from {', '.join(INPUTS)}")
+    missing = [n for n in INPUTS if tensors.get(n) is None]
+    if missing:
+        raise ValueError(f"{PLUGIN}: missing inputs {missing}")
+    return [tensors[n] for n in INPUTS]
+
+
+def _layouts(a: GatedDeltaReplayAttrs) -> Tuple[Tuple[str, tuple], ...]:
+    hk, hv, dk, dv, L = a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim, a.L
+    if a.per_channel:
+        g_rec = ("[num_slots, v_heads, L, head_k_dim]", ("num_slots", hv, L, dk))
+        g = ("[batch, v_heads, head_k_dim]", ("batch", hv, dk))
+    else:
+        g_rec = ("[num_slots, v_heads, L]", ("num_slots", hv, L))
+        g = ("[batch, v_heads]", ("batch", hv))
+    return (
+        ("[num_slots, v_heads, head_v_dim, head_k_dim]", ("num_slots", hv, dv, dk)),
+        ("[num_slots, v_heads, L, head_v_dim]", ("num_slots", hv, L, dv)),
+        ("[num_slots, k_heads, L, head_k_dim]", ("num_slots", hk, L, dk)),
+        g_rec,
+        ("[num_slots]", ("num_slots",)),
+        ("[num_slots]", ("num_slots",)),
+        ("[batch, k_heads, head_k_dim]", ("batch", hk, dk)),
+        ("[batch, k_heads, head_k_dim]", ("batch", hk, dk)),
+        ("[batch, v_heads, head_v_dim]", ("batch", hv, dv)),
+        g,
+        ("[batch, v_heads]", ("batch", hv)),
+        ("[batch]", ("batch",)),
+    )
+
+
+def tensor_infos(a: GatedDeltaReplayAttrs, *, state_dtype: str, act_dtype: str,
+                 record_dtype: str = None, gate_dtype: str = "f32") -> Tuple[TensorInfo, ...]:
+    """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic)."""
+    rec = record_dtype or act_dtype
+    dtypes = dict(checkpoint=state_dtype, d_records=rec, k_records=rec, g_records="f32", cursor="i32",
+                  arrivals="i32", q=act_dtype, k=act_dtype, v=act_dtype, g=gate_dtype, beta=gate_dtype,
+                  slot_ids="i32")
+    return tuple(TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
+                 for n, (_, dims) in zip(INPUTS, _layouts(a)))
+
+
+def check_inputs(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> None:
+    """Shape and dtype inference checks of the plugin layer (the kernel validates nothing).
+
+    Raises:
+        ValueError: wrong input count, rank, static dimension, or inconsistent batch / num_slots.
+        TypeError: wrong dtype.
+    """
+    if len(infos) != len(INPUTS):
+        raise ValueError(f"{PLUGIN}: got {len(infos)} inputs; expected {len(INPUTS)}: {', '.join(INPUTS)}")
+    by = dict(zip(INPUTS, infos))
+    symbols: Dict[str, int] = {}
+    for name, info, (layout, dims) in zip(INPUTS, infos, _layouts(a)):
+        check_rank_and_dims(PLUGIN, name, info, layout, dims, symbols)
+    check_dtype(PLUGIN, "checkpoint", by["checkpoint"], _FLOATS)
+    check_dtype(PLUGIN, "d_records", by["d_records"], _FLOATS)
+    check_dtype(PLUGIN, "k_records", by["k_records"], (by["d_records"].dtype,))
+    check_dtype(PLUGIN, "g_records", by["g_records"], ("f32",))
+    check_dtype(PLUGIN, "q", by["q"], _FLOATS)
+    for name in ("k", "v"):
+        check_dtype(PLUGIN, name, by[name], (by["q"].dtype,))
+    for name in ("g", "beta"):
+        check_dtype(PLUGIN, name, by[name], _FLOATS)
+    for name in ("cursor", "arrivals", "slot_ids"):
+        check_dtype(PLUGIN, name, by[name], ("i32",))
+
+
+def _scalars(a: GatedDeltaReplayAttrs) -> Tuple[Scalar, ...]:
+    """The entry kernel's scalars, in its parameter order (strides of dense tensors)."""
+    hk, hv, dk, dv, L = a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim, a.L
+    ch = dk if a.per_channel else 1  # trailing extent of g_records and g
+    values = dict(
+        num_slots=InputDim(INPUTS.index("checkpoint"), 0),
+        stride_c_slot=hv * dv * dk, stride_c_head=dv * dk, stride_c_row=dk,
+        stride_dr_slot=hv * L * dv, stride_dr_head=L * dv, stride_dr_pos=dv,
+        stride_kr_slot=hk * L * dk, stride_kr_head=L * dk, stride_kr_pos=dk,
+        stride_gr_slot=hv * L * ch, stride_gr_head=L * ch, stride_gr_pos=ch,
+        stride_q_batch=hk * dk, stride_q_head=dk, stride_k_batch=hk * dk, stride_k_head=dk,
+        stride_v_batch=hv * dv, stride_v_head=dv,
+        stride_g_batch=hv * ch, stride_g_head=ch, stride_beta_batch=hv, stride_beta_head=1,
+        stride_o_batch=hv * dv, stride_o_head=dv,
+        head_v_dim=dv, head_k_dim=dk, v_per_k=hv // hk,
+    )
+    return tuple(Scalar(n, v) for n, v in values.items())
+
+
+def _constexprs(a: GatedDeltaReplayAttrs) -> Dict[str, object]:
+    """Constexprs as ``launch_gated_delta_replay_step`` passes them, and the scale."""
+    return dict(SCALE=a.scale, L=a.L, BLOCK_L=max(2, triton.next_power_of_2(a.L)),
+                BLOCK_V=a.block_head_dim, SPAN_V=a.block_head_dim * a.chunks,
+                BLOCK_K=triton.next_power_of_2(a.head_k_dim), NUM_STAGES=a.num_stages,
+                PER_CHANNEL=a.per_channel, USE_QK_L2NORM=a.use_qk_l2norm)
+
+
+def kernel_spec(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
+    """The entry kernel's specialization and launch; ``infos`` passed :func:`check_inputs`."""
+    dtypes = [i.dtype for i in infos]
+    words = (f"{'kda' if a.per_channel else 'gdn'}_s{dtypes[0]}_r{dtypes[1]}_a{dtypes[6]}"
+             f"_hk{a.k_heads}_hv{a.v_heads}_dk{a.head_k_dim}_dv{a.head_v_dim}_L{a.L}"
+             f"{'_l2' if a.use_qk_l2norm else ''}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}")
+    return build_kernel_spec(
+        PLUGIN, words, ENTRY.arg_names, dtypes,
+        [dtypes[_V]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, len(OUTPUTS))],
+        _scalars(a), _constexprs(a),
+        (triton.cdiv(a.head_v_dim, a.block_head_dim * a.chunks), a.v_heads, InputDim(_V, 0)), a.num_warps)
+
+
+def run_op(a: GatedDeltaReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:
+    """The layer through the ``replayssm::gated_delta_replay_step`` custom op (TensorRT's JIT
+    path): ``inputs`` in plugin order, ``out`` the o buffer; caches updated in place."""
+    torch.ops.replayssm.gated_delta_replay_step(*inputs, a.scale, a.use_qk_l2norm, out)
