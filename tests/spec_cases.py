@@ -1,0 +1,239 @@
+"""Family-agnostic speculative-decoding test driver: verify + commit steps with random
+acceptance against a float64 serial oracle that only ever sees the accepted stream.
+
+A family is the one of :mod:`replay_driver` (``make_params``, ``allocate``, ``poison``,
+``make_step``, ``out_key``, ``oracle_step``). A window of T tokens is T single-token steps
+stacked along dimension 1: every input gets shape [batch, T, ...].
+
+``verify(cache, win, params, slot_ids, num_tokens, out) -> out`` and
+``commit(cache, slot_ids, num_accepted)`` are the implementations under test.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from replay_driver import as_f64, rel_err
+
+# Row policies: (tokens per verify, tokens accepted) drawn each step.
+#   all: T tokens, all accepted;  bonus: T tokens, only the first (bonus) token accepted;
+#   mixed: T tokens, a uniform in [1, T];  short: n uniform in [1, T], a uniform in [1, n];
+#   short_all: n uniform in [1, T], all accepted (for baselines that cannot roll back).
+POLICIES = ("all", "bonus", "mixed", "short", "short_all")
+
+
+def make_window(family, batch: int, T: int, act_dtype, device) -> dict:
+    """Inputs of a verify step: T random single-token steps stacked along dimension 1."""
+    steps = [family.make_step(batch, act_dtype, device) for _ in range(T)]
+    return {k: None if steps[0][k] is None else torch.stack([s[k] for s in steps], dim=1)
+            for k in steps[0]}
+
+
+def token(win: dict, s: int) -> dict:
+    """The single-token step inputs of window token s."""
+    return {k: None if v is None else v[:, s] for k, v in win.items()}
+
+
+def draw(policy: str, T: int) -> tuple[int, int]:
+    """(num_tokens, num_accepted) of one row for one step."""
+    def uniform(hi):
+        return int(torch.randint(1, hi + 1, ()))
+    if policy == "all":
+        return T, T
+    if policy == "bonus":
+        return T, 1
+    if policy == "mixed":
+        return T, uniform(T)
+    if policy == "short":
+        n = uniform(T)
+        return n, uniform(n)
+    if policy == "short_all":
+        n = uniform(T)
+        return n, n
+    raise ValueError(policy)
+
+
+def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype, device,
+               steps: int, policies, num_slots: int, n_padding: int = 1, corrupt=None) -> dict:
+    """Run ``steps`` verify + commit steps from empty buffers; return the worst errors.
+
+    Rows (one per entry of ``policies``) use random distinct slots of a pool of ``num_slots``
+    whose unused slots and record positions hold garbage (checked bit-identical / never read);
+    ``n_padding`` padding rows (slot -1) are shuffled in. Every step checks, per row: the
+    flush decision (cursor after verify), pending, a non-flush checkpoint bit-identical, a
+    flush checkpoint against the oracle's committed state, every window output against the
+    serial float64 run from the committed state, untouched outputs of padding rows and of
+    tokens past num_tokens, and the cursor after the commit. ``corrupt(cache, step)`` may
+    tamper with the cache before a verify (teeth tests).
+    """
+    p = family.make_params(device)
+    cache = family.allocate(num_slots, L, state_dtype, act_dtype, device)
+    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(state_dtype) * 1e3)
+    family.poison(cache)
+    batch = len(policies)
+    perm = torch.randperm(num_slots)[:batch]
+    slots = perm.to(torch.int32).to(device)
+    cache.admit(slots, torch.randn((batch,) + tuple(cache.checkpoint.shape[1:]), device=device))
+    state64 = as_f64(cache.checkpoint).clone()
+    untouched = torch.ones(num_slots, dtype=torch.bool)
+    untouched[perm.long()] = False
+    ckpt0 = cache.checkpoint[untouched.to(device)].clone()
+    idx = perm.long()
+
+    worst = {"y": 0.0, "ckpt": 0.0, "flushes": Counter()}  # flushes per slot
+    for step in range(steps):
+        drawn = [draw(pol, T) for pol in policies] + [(T, 1)] * n_padding
+        order = torch.randperm(batch + n_padding)
+        sl = torch.cat([slots.cpu(), torch.full((n_padding,), -1, dtype=torch.int32)])[order]
+        n = torch.tensor([drawn[i][0] for i in order.tolist()], dtype=torch.int32)
+        a = torch.tensor([drawn[i][1] for i in order.tolist()], dtype=torch.int32)
+        live = sl >= 0
+        win = make_window(family, batch + n_padding, T, act_dtype, device)
+        out = torch.full_like(win[family.out_key], 42.0)
+
+        w0 = cache.cursor.cpu()[idx]
+        n_slot = torch.zeros(num_slots, dtype=torch.int64)
+        n_slot[sl[live].long()] = n[live].long()
+        flush = w0 + n_slot[idx] > L - 1
+        ckpt_before = cache.checkpoint.clone()
+        if corrupt is not None:
+            corrupt(cache, step)
+        y = verify(cache, win, p, sl.to(device), n.to(device), out)
+
+        cur = cache.cursor.cpu()[idx]
+        assert torch.equal(cur, torch.where(flush, 0, w0)), (step, cur, w0, flush)
+        assert torch.equal(cache.pending.cpu()[idx].long(), n_slot[idx])
+        kept = idx[~flush].to(device)
+        assert torch.equal(cache.checkpoint[kept], ckpt_before[kept]), \
+            f"step {step}: a non-flush verify must leave the checkpoint bit-identical"
+        if bool(flush.any()):
+            f = idx[flush]
+            worst["flushes"].update(f.tolist())
+            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[f.to(device)], state64[f]))
+
+        # Serial oracle from the committed state over every window token; the committed state
+        # then advances by the accepted tokens only.
+        scratch = state64.clone()
+        y_cpu = y.cpu()
+        for s in range(T):
+            sl_s = torch.where(s < n, sl, -1)
+            ref = family.oracle_step(scratch, p, token(win, s), sl_s)
+            rows = sl_s >= 0
+            if bool(rows.any()):
+                worst["y"] = max(worst["y"], rel_err(y_cpu[rows, s], ref[rows]))
+            assert torch.all(y_cpu[~rows, s] == 42.0), f"step {step} token {s}: untouched outputs changed"
+            done = sl[live & (a == s + 1)].long()
+            state64[done] = scratch[done]
+
+        commit(cache, sl.to(device), a.to(device))
+        a_slot = torch.zeros(num_slots, dtype=torch.int64)
+        a_slot[sl[live].long()] = a[live].long()
+        assert torch.equal(cache.cursor.cpu()[idx], torch.where(flush, 0, w0) + a_slot[idx])
+        assert not cache.pending.cpu()[idx].any()
+    assert torch.equal(cache.checkpoint[untouched.to(device)], ckpt0), "unused slots must stay bit-identical"
+    assert not cache.arrivals.any()
+    return worst
+
+
+def drive_baseline(family, holder, verify, commit, *, T: int, act_dtype, device, steps: int,
+                   policies, n_padding: int = 1) -> float:
+    """A conventional baseline against the same serial float64 oracle: every window output and
+    the committed state after every commit. ``holder.state`` [num_slots, ...] is the committed
+    state (e.g. a ``SnapshotCache``); ``verify(holder, win, params, slot_ids, num_tokens, out)``,
+    ``commit(holder, slot_ids, num_accepted)``. Returns the worst relative error."""
+    p = family.make_params(device)
+    holder.state.copy_(torch.randn_like(holder.state, dtype=torch.float32).to(holder.state.dtype))
+    num_slots = holder.state.shape[0]
+    batch = len(policies)
+    perm = torch.randperm(num_slots)[:batch]
+    slots = perm.to(torch.int32)
+    state64 = as_f64(holder.state).clone()
+    worst = 0.0
+    for _ in range(steps):
+        drawn = [draw(pol, T) for pol in policies] + [(T, 1)] * n_padding
+        order = torch.randperm(batch + n_padding)
+        sl = torch.cat([slots, torch.full((n_padding,), -1, dtype=torch.int32)])[order]
+        n = torch.tensor([drawn[i][0] for i in order.tolist()], dtype=torch.int32)
+        a = torch.tensor([drawn[i][1] for i in order.tolist()], dtype=torch.int32)
+        win = make_window(family, batch + n_padding, T, act_dtype, device)
+        y = verify(holder, win, p, sl.to(device), n.to(device),
+                   torch.full_like(win[family.out_key], 42.0)).cpu()
+        scratch = state64.clone()
+        for s in range(T):
+            sl_s = torch.where(s < n, sl, -1)
+            ref = family.oracle_step(scratch, p, token(win, s), sl_s)
+            rows = sl_s >= 0
+            worst = max(worst, rel_err(y[rows, s], ref[rows]))
+            assert torch.all(y[~rows, s] == 42.0)
+            done = sl[(sl >= 0) & (a == s + 1)].long()
+            state64[done] = scratch[done]
+        commit(holder, sl.to(device), a.to(device))
+        worst = max(worst, rel_err(holder.state[perm.to(device)], state64[perm]))
+    return worst
+
+
+# --------------------------------------------------------------------------- Mamba-2 adapters
+
+def mamba2_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
+    from trtllm_replayssm.ops import mamba2_replay_verify
+    return mamba2_replay_verify(cache, win["x"], win["dt"], p.A, win["B"], win["C"],
+                                slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"],
+                                dt_bias=p.dt_bias, out=out)
+
+
+def mamba2_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None):
+    from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
+    return launch_mamba2_replay_verify(
+        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
+        cache.arrivals, cache.pending, win["x"], win["dt"], p.A, win["B"], win["C"],
+        slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"], dt_bias=p.dt_bias, out=out,
+        config=config)
+
+
+def commit_with_op(cache, slot_ids, num_accepted):
+    from trtllm_replayssm.ops import replay_commit
+    replay_commit(cache, slot_ids, num_accepted)
+
+
+def commit_with_launcher(cache, slot_ids, num_accepted):
+    from trtllm_replayssm.kernels.replay_commit import launch_replay_commit
+    launch_replay_commit(cache.cursor, cache.pending, slot_ids, num_accepted)
+
+
+def mamba2_snapshot_verify_with_op(holder, win, p, slot_ids, num_tokens, out):
+    from trtllm_replayssm.ops import mamba2_snapshot_verify
+    return mamba2_snapshot_verify(holder, win["x"], win["dt"], p.A, win["B"], win["C"],
+                                  slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"],
+                                  dt_bias=p.dt_bias, out=out)
+
+
+def mamba2_snapshot_verify_with_launcher(holder, win, p, slot_ids, num_tokens, out):
+    from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
+    return launch_mamba2_snapshot_verify(holder.state, holder.snapshots, win["x"], win["dt"], p.A,
+                                         win["B"], win["C"], slot_ids=slot_ids,
+                                         num_tokens=num_tokens, D=p.D, z=win["z"],
+                                         dt_bias=p.dt_bias, out=out)
+
+
+def snapshot_commit_with_op(holder, slot_ids, num_accepted):
+    from trtllm_replayssm.ops import snapshot_commit
+    snapshot_commit(holder, slot_ids, num_accepted)
+
+
+def snapshot_commit_with_launcher(holder, slot_ids, num_accepted):
+    from trtllm_replayssm.kernels.replay_commit import launch_snapshot_commit
+    launch_snapshot_commit(holder.state, holder.snapshots, slot_ids, num_accepted)
+
+
+def mamba2_serial_with_op(holder, win, p, slot_ids, num_tokens, out):
+    """Serial decode as a baseline verify; every token is committed, so drive it with
+    acceptance policies that accept all tokens ("all", or num_accepted == num_tokens)."""
+    from trtllm_replayssm.ops import mamba2_serial_decode
+    return mamba2_serial_decode(holder.state, win["x"], win["dt"], p.A, win["B"], win["C"],
+                                slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"],
+                                dt_bias=p.dt_bias, out=out)
+
+
+def no_commit(holder, slot_ids, num_accepted):
+    return None

@@ -1,0 +1,307 @@
+"""ReplaySSM Mamba-2 speculative verify: the outputs of T window tokens per row from checkpoint +
+committed records, in one launch; no state is stored except at a flush.
+
+Contract (the float64 reference is :func:`trtllm_replayssm.reference.spec.mamba2_replay_verify_ref`):
+a row with w committed records and n window tokens flushes when ``w + n > L - 1``.
+
+* Non-flush: y_s = exp(A (Λ + c_s)) (S0 C_s) + Σ_{k<w} dt_k exp(A (λ_k + c_s)) (B_k · C_s) x_k
+  + Σ_{j≤s} dt_j exp(A c_{j,s}) (B_j · C_s) x_j, with Λ the history's dt sum, λ_k = Σ_{k<i<w} dt_i,
+  c_s = Σ_{i≤s} dt_i and c_{j,s} = Σ_{j<i≤s} dt_i over the window (all sums exact: no prefix-sum
+  subtraction enters an exponent). The state is never formed; the window's records are appended
+  at w .. w+n-1 (uncommitted); checkpoint and cursor are untouched.
+* Flush: S1 = exp(A Λ) S0 + Σ_{k<w} dt_k exp(A λ_k) x_k B_kᵀ is formed tile by tile in exact
+  fp32, stored over the checkpoint (rounded to its dtype) and used unrounded as the base of the
+  window: y_s = exp(A c_s) (S1 C_s) + the window sum. The window's records go to 0 .. n-1 and the
+  cursor to 0.
+
+Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch) as in the standard replay kernel (same launch
+configurations): a program owns SPAN_HEAD_DIM rows of one head of one row, computes the per-head
+coefficients once ([BLOCK_L, BLOCK_T] history and [BLOCK_T, BLOCK_T] window weights times B·C),
+then streams its checkpoint rows in [BLOCK_HEAD_DIM, d_state] tiles.
+
+Races a flush row must avoid, since its window overwrites history that other programs of the
+row read in the same launch: x records are per (head, head_dim row), so each program rewrites
+only its own, after a barrier; dt records (per head) and B records (per group) are written by
+the last program of the row to arrive on its arrival counter (acq_rel atomic after a CTA
+barrier), which also resets the cursor to 0 and the counter. Non-flush rows write past the
+history only, so they need no counter. ``pending`` := n is written by one program of the row.
+No host sync: one captured CUDA graph serves every step.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from torch import Tensor
+
+from .common import LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt
+
+__all__ = ["launch_mamba2_replay_verify"]
+
+
+@triton.jit
+def _verify_outputs(b_base, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
+                    i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
+                    D_ptr, stride_D_head, WITH_HISTORY: tl.constexpr, BLOCK_T: tl.constexpr,
+                    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
+    """Rows o_p of every window token's output, a [BLOCK_T, BLOCK_HEAD_DIM] tile:
+    y[s] = ckpt_decay[s] (base C_s) + Σ_k coef_h[k, s] xh_k (if WITH_HISTORY)
+    + Σ_j coef_w[j, s] xw_j; then, per token as in ``common.skip_gate_store``, y += D x and
+    y *= silu(z); tokens s < n are stored."""
+    y = tl.zeros_like(b_xw)
+    for s in tl.static_range(BLOCK_T):
+        b_C = tl.load(p_C + s * stride_C_tok + o_n, mask=m_n & (s < n), other=0.0).to(tl.float32)
+        y += tl.where(o_t[:, None] == s, tl.sum(b_base * b_C[None, :], axis=1)[None, :], 0.0)
+    y *= ckpt_decay[:, None]
+    if WITH_HISTORY:
+        y += tl.sum(coef_h[:, :, None] * b_xh[:, None, :], axis=0)
+    y += tl.sum(coef_w[:, :, None] * b_xw[:, None, :], axis=0)
+    if HAS_D:
+        if D_PER_DIM:
+            d = tl.load(D_ptr + i_h * stride_D_head + o_p, mask=m_p, other=0.0).to(tl.float32)
+            y += d[None, :] * b_xw
+        else:
+            y += tl.load(D_ptr + i_h * stride_D_head).to(tl.float32) * b_xw
+    m_tp = (o_t < n)[:, None] & m_p[None, :]
+    if HAS_Z:
+        z = tl.load(p_z + o_t[:, None] * stride_z_tok + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
+        y *= z * tl.sigmoid(z)
+    tl.store(p_o + o_t[:, None] * stride_o_tok + o_p[None, :], y.to(p_o.dtype.element_ty), mask=m_tp)
+
+
+@triton.jit
+def _store_window_dt_B(p_dtr, stride_dtr_head, p_Br, stride_Br_group, stride_Br_pos,
+                       p_dt, stride_dt_tok, stride_dt_head, dt_bias_ptr,
+                       p_B, stride_B_tok, stride_B_group, n, nheads, ngroups, d_state,
+                       BLOCK_T: tl.constexpr, BLOCK_NHEADS: tl.constexpr,
+                       BLOCK_NGROUPS: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+                       HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
+    """The window's dt records of every head and B records of every group at positions 0 .. n-1
+    of one row (the flush row's last program)."""
+    o_h = tl.arange(0, BLOCK_NHEADS)
+    m_h = o_h < nheads
+    i_hs = tl.minimum(o_h, nheads - 1)  # in-bounds addresses for the masked lanes
+    o_g = tl.arange(0, BLOCK_NGROUPS)
+    o_n = tl.arange(0, BLOCK_D_STATE)
+    m_gn = (o_g < ngroups)[:, None] & (o_n < d_state)[None, :]
+    for s in tl.static_range(BLOCK_T):
+        if s < n:
+            dt = process_dt(p_dt + s * stride_dt_tok + i_hs * stride_dt_head, dt_bias_ptr, i_hs,
+                            HAS_DT_BIAS, DT_SOFTPLUS)
+            tl.store(p_dtr + o_h * stride_dtr_head + s, dt, mask=m_h)
+            b_B = tl.load(p_B + s * stride_B_tok + o_g[:, None] * stride_B_group + o_n[None, :],
+                          mask=m_gn, other=0.0)
+            tl.store(p_Br + o_g[:, None] * stride_Br_group + s * stride_Br_pos + o_n[None, :],
+                     b_B.to(p_Br.dtype.element_ty), mask=m_gn)
+
+
+@triton.jit
+def _mamba2_replay_verify_kernel(
+    # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+    # x_records [slot, nheads, L, head_dim], head_dim contiguous
+    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
+    # dt_records [slot, nheads, L] fp32, L contiguous
+    dtr_ptr, stride_dtr_slot, stride_dtr_head,
+    # B_records [slot, ngroups, L, d_state], d_state contiguous
+    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
+    # cursor, arrivals, pending [slot] int32
+    cursor_ptr, arrivals_ptr, pending_ptr,
+    # x, z, out [batch, T, nheads, head_dim], head_dim contiguous
+    x_ptr, stride_x_batch, stride_x_tok, stride_x_head,
+    z_ptr, stride_z_batch, stride_z_tok, stride_z_head,
+    out_ptr, stride_o_batch, stride_o_tok, stride_o_head,
+    # dt [batch, T, nheads]; A, dt_bias [nheads]; D [nheads] or [nheads, head_dim]
+    dt_ptr, stride_dt_batch, stride_dt_tok, stride_dt_head,
+    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
+    # B, C [batch, T, ngroups, d_state], d_state contiguous
+    B_ptr, stride_B_batch, stride_B_tok, stride_B_group,
+    C_ptr, stride_C_batch, stride_C_tok, stride_C_group,
+    # slot_ids, num_tokens [batch] int32
+    slot_ids_ptr, num_tokens_ptr,
+    T, nheads, head_dim, d_state, ngroups, heads_per_group,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_NHEADS: tl.constexpr,
+    BLOCK_NGROUPS: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    NUM_STAGES: tl.constexpr, HAS_NUM_TOKENS: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+):
+    i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
+    if slot < 0:
+        return
+    if HAS_NUM_TOKENS:
+        n = tl.load(num_tokens_ptr + i_b)
+    else:
+        n = tl.full([], T, tl.int32)
+    i_b = i_b.to(tl.int64)
+    i_g = i_h // heads_per_group
+    w = tl.load(cursor_ptr + slot)
+    o_t = tl.arange(0, BLOCK_T)
+    o_l = tl.arange(0, BLOCK_L)
+    o_n = tl.arange(0, BLOCK_D_STATE)
+    m_t = o_t < n
+    m_l = o_l < w
+    m_n = o_n < d_state
+    m_tn = m_t[:, None] & m_n[None, :]
+    A = tl.load(A_ptr + i_h).to(tl.float32)
+
+    # Window, per (row, head): processed dt, its inclusive sums cum[s] = Σ_{i≤s} dt_i and
+    # between[j, s] = Σ_{j<i≤s} dt_i, B_j · C_s, and the weights of window token j in output s.
+    p_dt = dt_ptr + i_b * stride_dt_batch
+    dt_w = process_dt(p_dt + tl.minimum(o_t, T - 1) * stride_dt_tok + i_h * stride_dt_head,
+                      dt_bias_ptr, i_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    dt_w = tl.where(m_t, dt_w, 0.0)
+    cum = tl.sum(tl.where(o_t[None, :] <= o_t[:, None], dt_w[None, :], 0.0), axis=1)
+    o_i = o_t[None, None, :]
+    between = tl.sum(tl.where((o_t[:, None, None] < o_i) & (o_i <= o_t[None, :, None]),
+                              dt_w[None, None, :], 0.0), axis=2)
+    p_B = B_ptr + i_b * stride_B_batch + i_g * stride_B_group
+    p_C = C_ptr + i_b * stride_C_batch + i_g * stride_C_group
+    b_Bw = tl.load(p_B + o_t[:, None] * stride_B_tok + o_n[None, :], mask=m_tn, other=0.0).to(tl.float32)
+    b_Cw = tl.load(p_C + o_t[:, None] * stride_C_tok + o_n[None, :], mask=m_tn, other=0.0).to(tl.float32)
+    bc_w = tl.zeros([BLOCK_T, BLOCK_T], dtype=tl.float32)
+    for s in tl.static_range(BLOCK_T):
+        C_s = tl.load(p_C + s * stride_C_tok + o_n, mask=m_n & (s < n), other=0.0).to(tl.float32)
+        bc_w += tl.where(o_t[None, :] == s, tl.sum(b_Bw * C_s[None, :], axis=1)[:, None], 0.0)
+    coef_w = tl.where((o_t[:, None] <= o_t[None, :]) & m_t[None, :],
+                      dt_w[:, None] * tl.exp(A * between) * bc_w, 0.0)
+
+    # History: the w committed records. later[k] = Σ_{k<i<w} dt_i, total = Σ_{i<w} dt_i.
+    p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
+    p_Br = Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group
+    p_dtr = dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head
+    dt_h = tl.load(p_dtr + o_l, mask=m_l, other=0.0)
+    later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], dt_h[None, :], 0.0), axis=1)
+    total = tl.sum(dt_h, axis=0)
+
+    p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
+    p_z = z_ptr + i_b * stride_z_batch + i_h * stride_z_head
+    p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
+    p_start = i_s * SPAN_HEAD_DIM
+    if w + n > L - 1:
+        # Flush: fold the history into the checkpoint (exact fp32 rank-1 updates), then the
+        # window's outputs from the folded tile.
+        fold_decay = tl.exp(A * total)
+        ckpt_decay = tl.exp(A * cum)
+        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
+            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+            m_p = o_p < head_dim
+            m_c = m_p[:, None] & m_n[None, :]
+            b_s = fold_decay * tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c,
+                                       other=0.0).to(tl.float32)
+            # Records newest first, with the running sum of the dt after each record (its
+            # decay). Loops over records run to the constant bound L-1 with a uniform guard:
+            # a loop bounded by a loaded value does not run under the interpreter.
+            after = tl.full([], 0.0, tl.float32)
+            for j in tl.range(0, L - 1, loop_unroll_factor=1):
+                k = w - 1 - j
+                if k >= 0:
+                    dt_k = tl.load(p_dtr + k)
+                    xk = tl.load(p_xr + k * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
+                    Bk = tl.load(p_Br + k * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
+                    b_s += (dt_k * tl.exp(A * after) * xk)[:, None] * Bk[None, :]
+                    after += dt_k
+            tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+            b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :],
+                           mask=m_t[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+            _verify_outputs(b_s, ckpt_decay, b_xw, coef_w, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
+                            i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
+                            D_ptr, stride_D_head, False, BLOCK_T, HAS_D, D_PER_DIM, HAS_Z)
+        # The window's x records overwrite history this program has read: after a barrier.
+        tl.debug_barrier()
+        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM):
+            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+            m_tp = m_t[:, None] & (o_p < head_dim)[None, :]
+            b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_tp, other=0.0)
+            tl.store(p_xr + o_t[:, None] * stride_xr_pos + o_p[None, :], b_xw.to(xr_ptr.dtype.element_ty), mask=m_tp)
+        # dt and B records are read by other programs of the row: the last one writes them.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
+            _store_window_dt_B(dtr_ptr + slot * stride_dtr_slot, stride_dtr_head,
+                               Br_ptr + slot * stride_Br_slot, stride_Br_group, stride_Br_pos,
+                               p_dt, stride_dt_tok, stride_dt_head, dt_bias_ptr,
+                               B_ptr + i_b * stride_B_batch, stride_B_tok, stride_B_group,
+                               n, nheads, ngroups, d_state, BLOCK_T, BLOCK_NHEADS,
+                               BLOCK_NGROUPS, BLOCK_D_STATE, HAS_DT_BIAS, DT_SOFTPLUS)
+            tl.store(cursor_ptr + slot, 0)
+            tl.store(arrivals_ptr + slot, 0)
+    else:
+        # Non-flush: history weights times B_k · C_s (one record at a time), then the outputs
+        # from the checkpoint, history and window; the window is appended after the history.
+        bc_h = tl.zeros([BLOCK_L, BLOCK_T], dtype=tl.float32)
+        for k in tl.range(0, L - 1, loop_unroll_factor=1):
+            if k < w:
+                Bk = tl.load(p_Br + k * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
+                bc_h += tl.where(o_l[:, None] == k, tl.sum(b_Cw * Bk[None, :], axis=1)[None, :], 0.0)
+        coef_h = tl.where(m_l[:, None] & m_t[None, :],
+                          dt_h[:, None] * tl.exp(A * (later[:, None] + cum[None, :])) * bc_h, 0.0)
+        ckpt_decay = tl.exp(A * (total + cum))
+        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
+            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+            m_p = o_p < head_dim
+            m_tp = m_t[:, None] & m_p[None, :]
+            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
+                           mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+            b_xh = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+            b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
+            _verify_outputs(b_s0, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
+                            i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
+                            D_ptr, stride_D_head, True, BLOCK_T, HAS_D, D_PER_DIM, HAS_Z)
+            tl.store(p_xr + (w + o_t)[:, None] * stride_xr_pos + o_p[None, :],
+                     b_xw.to(xr_ptr.dtype.element_ty), mask=m_tp)
+        if i_s == 0:
+            tl.store(p_dtr + w + o_t, dt_w, mask=m_t)
+            if i_h % heads_per_group == 0:
+                tl.store(p_Br + (w + o_t)[:, None] * stride_Br_pos + o_n[None, :],
+                         b_Bw.to(Br_ptr.dtype.element_ty), mask=m_tn)
+    if i_s == 0:
+        if i_h == 0:
+            tl.store(pending_ptr + slot, n)
+
+
+def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                                B_records: Tensor, cursor: Tensor, arrivals: Tensor,
+                                pending: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
+                                C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                                D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                                dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                                out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
+    """Launch the verify step on the cache tensors; arguments already checked by the op."""
+    batch, T, nheads, head_dim = x.shape
+    ngroups, d_state = B.shape[2], B.shape[3]
+    L = x_records.shape[2]
+    cfg = config or mamba2_launch_config("replay_step", head_dim, d_state, batch, checkpoint.dtype)
+    span = cfg.block_head_dim * cfg.chunks
+    grid = (triton.cdiv(head_dim, span), nheads, batch)
+    zz = z if z is not None else x
+    DD = D if D is not None else A
+    _mamba2_replay_verify_kernel[grid](
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
+        dt_records, dt_records.stride(0), dt_records.stride(1),
+        B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
+        cursor, arrivals, pending,
+        x, x.stride(0), x.stride(1), x.stride(2),
+        zz, zz.stride(0), zz.stride(1), zz.stride(2),
+        out, out.stride(0), out.stride(1), out.stride(2),
+        dt, dt.stride(0), dt.stride(1), dt.stride(2),
+        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+        B, B.stride(0), B.stride(1), B.stride(2),
+        C, C.stride(0), C.stride(1), C.stride(2),
+        slot_ids, num_tokens if num_tokens is not None else slot_ids,
+        T, nheads, head_dim, d_state, ngroups, nheads // ngroups,
+        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)), BLOCK_T=max(2, triton.next_power_of_2(T)),
+        BLOCK_NHEADS=triton.next_power_of_2(nheads), BLOCK_NGROUPS=triton.next_power_of_2(ngroups),
+        BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
+        HAS_NUM_TOKENS=num_tokens is not None, num_warps=cfg.num_warps,
+        **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
+    )
+    return out

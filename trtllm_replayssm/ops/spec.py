@@ -1,0 +1,458 @@
+"""Speculative decoding with ReplaySSM: verify T tokens per row in one launch, commit by a
+cursor move; and the conventional baselines (serial steps, per-token state snapshots).
+
+Design (same cache as standard decode; the float64 reference in
+:mod:`trtllm_replayssm.reference.spec` states it per row):
+
+* **Buffer.** A replay cache with L = B + T records (:func:`spec_buffer_len`), history B ≥ T.
+  Records are not circular: position j holds the j-th token after the checkpoint, as in standard
+  decode. ``cursor`` counts the *committed* records; ``pending`` the records a verify wrote
+  past them and not yet committed.
+* **Verify** (``mamba2_replay_verify``): a row with w committed records and n ≤ T tokens computes
+  all n outputs from checkpoint + records + the window, as if the tokens ran serially from the
+  committed state. If the window fits below position L-1 (``w + n ≤ L - 1``) nothing but the
+  n window records (at w .. w+n-1) is written. Otherwise the row **flushes early**, in the same
+  launch and decided on the device: its w history records are folded into the checkpoint, the
+  outputs come from the new checkpoint, the window goes to positions 0 .. n-1 and the cursor to
+  0. With full windows a row flushes exactly when its history has reached B records, so a
+  window never overflows the buffer. ``pending := n``.
+* **Commit** (``replay_commit``): ``cursor += accepted`` (1 ≤ accepted ≤ n, bonus token
+  included), ``pending := 0``. Rejected records lie past the cursor and are overwritten later:
+  rollback is a cursor move; no state is copied.
+* **Standard decode on the same cache.** The cursor stays in [0, L) and position L-1 is never
+  written, which is exactly the standard-decode invariant, so ``mamba2_replay_step`` can run
+  between commits (e.g. for rows without drafts); a T = 1 verify flushes at the same cursor
+  (L-1) as a standard step. Between a verify and its commit nothing else may touch the slot.
+* **CUDA graphs.** Verify and commit read cursors, token and accepted counts on the device and
+  never sync. Eagerly, the ops check device values too (slot ids, token counts in [1, T],
+  accepted in [1, pending], no pending window before a verify), with one host read each; during
+  CUDA-graph capture and under torch.compile those checks are skipped and valid values are the
+  caller's contract.
+
+Baselines (for tests and benchmarks, same argument conventions):
+``mamba2_serial_decode`` runs the window as T conventional steps (every token committed: the
+cost of decoding T tokens without speculation); ``mamba2_snapshot_verify`` reads the state once
+and writes T state snapshots, and ``snapshot_commit`` copies the accepted one back (the
+conventional speculative scheme: 1 + T states per sequence).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+
+from torch import Tensor
+
+from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from ..reference.spec import (mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
+                              replay_commit_ref, snapshot_commit_ref, spec_buffer_len)
+from ._validate import FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor
+
+__all__ = [
+    "MAX_T", "spec_buffer_len", "SnapshotCache",
+    "mamba2_replay_verify", "replay_commit",
+    "mamba2_serial_decode", "mamba2_snapshot_verify", "snapshot_commit",
+]
+
+MAX_T = 16  # window tokens per verify (the kernels unroll over the window)
+
+_REPLAY_CACHES = (Mamba2ReplayCache, GDNReplayCache, KDAReplayCache)
+
+
+@dataclass
+class SnapshotCache:
+    """The conventional speculative baseline's storage for one layer: the committed state and
+    one state snapshot per window position.
+
+    Attributes:
+        state: [num_slots, *state_dims] (Mamba-2: nheads, head_dim, d_state).
+        snapshots: [num_slots, T, *state_dims], the state's dtype.
+    """
+
+    state: Tensor
+    snapshots: Tensor
+
+    def __post_init__(self) -> None:
+        owner = "SnapshotCache"
+        for name in ("state", "snapshots"):
+            t = getattr(self, name)
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{owner}: {name} is {type(t).__name__}; expected a torch.Tensor")
+            if not t.is_contiguous():
+                raise ValueError(f"{owner}: {name} must be contiguous")
+        s, p = self.state, self.snapshots
+        if p.dim() != s.dim() + 1 or p.shape[0] != s.shape[0] or p.shape[2:] != s.shape[1:] or p.shape[1] < 1:
+            raise ValueError(f"{owner}: snapshots has shape {tuple(p.shape)}; expected [num_slots, T, *state_dims] with state {tuple(s.shape)}")
+        if p.dtype != s.dtype or p.device != s.device:
+            raise TypeError(f"{owner}: snapshots is {p.dtype} on {p.device}; expected the state's {s.dtype} on {s.device}")
+
+    @classmethod
+    def allocate(cls, num_slots: int, state_dims: tuple, T: int, *,
+                 dtype: torch.dtype = torch.float32,
+                 device: Union[str, torch.device, None] = None) -> "SnapshotCache":
+        """Zero state and snapshots: [num_slots, *state_dims] and [num_slots, T, *state_dims]."""
+        return cls(torch.zeros(num_slots, *state_dims, dtype=dtype, device=device),
+                   torch.zeros(num_slots, T, *state_dims, dtype=dtype, device=device))
+
+    @property
+    def num_slots(self) -> int:
+        return self.state.shape[0]
+
+    @property
+    def T(self) -> int:
+        return self.snapshots.shape[1]
+
+
+# --------------------------------------------------------------------------- custom ops
+# Same argument names and order as the public functions, all positional.
+
+@torch.library.custom_op(
+    "replayssm::mamba2_replay_verify",
+    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals",
+                  "pending", "out"))
+def _mamba2_replay_verify_op(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                             B_records: Tensor, cursor: Tensor, arrivals: Tensor, pending: Tensor,
+                             x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                             slot_ids: Tensor, num_tokens: Optional[Tensor], D: Optional[Tensor],
+                             z: Optional[Tensor], dt_bias: Optional[Tensor], dt_softplus: bool,
+                             out: Tensor) -> None:
+    mamba2_replay_verify_ref(checkpoint, x_records, dt_records, B_records, cursor, pending, x, dt,
+                             A, B, C, slot_ids=slot_ids, num_tokens=num_tokens, D=D, z=z,
+                             dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_replay_verify_op.register_kernel("cuda")
+def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,
+      slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+    from ..kernels.mamba2_verify import launch_mamba2_replay_verify
+    launch_mamba2_replay_verify(checkpoint, x_records, dt_records, B_records, cursor, arrivals,
+                                pending, x, dt, A, B, C, slot_ids=slot_ids, num_tokens=num_tokens,
+                                D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_replay_verify_op.register_fake
+def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,
+      slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+    return None
+
+
+@torch.library.custom_op("replayssm::replay_commit", mutates_args=("cursor", "pending"))
+def _replay_commit_op(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
+    replay_commit_ref(cursor, pending, slot_ids, num_accepted)
+
+
+@_replay_commit_op.register_kernel("cuda")
+def _(cursor, pending, slot_ids, num_accepted):
+    from ..kernels.replay_commit import launch_replay_commit
+    launch_replay_commit(cursor, pending, slot_ids, num_accepted)
+
+
+@_replay_commit_op.register_fake
+def _(cursor, pending, slot_ids, num_accepted):
+    return None
+
+
+@torch.library.custom_op("replayssm::mamba2_snapshot_verify", mutates_args=("snapshots", "out"))
+def _mamba2_snapshot_verify_op(state: Tensor, snapshots: Tensor, x: Tensor, dt: Tensor, A: Tensor,
+                               B: Tensor, C: Tensor, slot_ids: Tensor, num_tokens: Optional[Tensor],
+                               D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
+                               dt_softplus: bool, out: Tensor) -> None:
+    mamba2_snapshot_verify_ref(state, snapshots, x, dt, A, B, C, slot_ids=slot_ids,
+                               num_tokens=num_tokens, D=D, z=z, dt_bias=dt_bias,
+                               dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_snapshot_verify_op.register_kernel("cuda")
+def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+    from ..kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
+    launch_mamba2_snapshot_verify(state, snapshots, x, dt, A, B, C, slot_ids=slot_ids,
+                                  num_tokens=num_tokens, D=D, z=z, dt_bias=dt_bias,
+                                  dt_softplus=dt_softplus, out=out)
+
+
+@_mamba2_snapshot_verify_op.register_fake
+def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+    return None
+
+
+@torch.library.custom_op("replayssm::snapshot_commit", mutates_args=("state",))
+def _snapshot_commit_op(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
+    snapshot_commit_ref(state, snapshots, slot_ids, num_accepted)
+
+
+@_snapshot_commit_op.register_kernel("cuda")
+def _(state, snapshots, slot_ids, num_accepted):
+    from ..kernels.replay_commit import launch_snapshot_commit
+    launch_snapshot_commit(state, snapshots, slot_ids, num_accepted)
+
+
+@_snapshot_commit_op.register_fake
+def _(state, snapshots, slot_ids, num_accepted):
+    return None
+
+
+# --------------------------------------------------------------------------- validation
+
+def _reads_device_values(t: Tensor) -> bool:
+    """Whether the eager value checks run (they read device values back to the host)."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, device,
+                  upper, upper_words: str) -> None:
+    """counts: [batch] int32; eagerly, each live row's count in [1, upper()[row]]."""
+    check_tensor(op, name, counts, "[batch]", (batch,), dtypes=(torch.int32,), device=device)
+    if not _reads_device_values(counts):
+        return
+    live = (slot_ids >= 0).cpu()
+    c, h = counts.cpu()[live].long(), upper()[live].long()
+    bad = torch.nonzero((c < 1) | (c > h)).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"{op}: {name} holds {int(c[i])} for a row whose {upper_words} is {int(h[i])}; "
+                         f"expected 1 <= {name} <= {upper_words} on live rows")
+
+
+def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias,
+                         dt_softplus, out, *, nheads: int, head_dim: int, d_state: int,
+                         ngroups: int, num_slots: int, act_dtype: Optional[torch.dtype],
+                         device: torch.device, max_T: int) -> int:
+    """Checks the window inputs of a Mamba-2 verify against the layer geometry; returns T."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: x is {type(x).__name__}; expected a torch.Tensor")
+    if x.dim() != 4:
+        raise ValueError(f"{op}: x has shape {tuple(x.shape)}; expected [batch, T, nheads, head_dim] = (batch, T, {nheads}, {head_dim})")
+    batch, T = x.shape[:2]
+    if not 1 <= T <= max_T:
+        raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
+    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    act = (act_dtype,) if act_dtype is not None else floats
+    check_tensor(op, "x", x, "[batch, T, nheads, head_dim]", (batch, T, nheads, head_dim), dtypes=act, device=device)
+    act = (x.dtype,)
+    check_tensor(op, "dt", dt, "[batch, T, nheads]", (batch, T, nheads), dtypes=floats, device=device,
+                 inner_contiguous=False)
+    a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
+    check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
+    for name, t in (("B", B), ("C", C)):
+        check_tensor(op, name, t, "[batch, T, ngroups, d_state]", (batch, T, ngroups, d_state), dtypes=act, device=device)
+    param = tuple(dict.fromkeys(a_dtypes + act))
+    if isinstance(D, Tensor) and D.dim() == 2:
+        check_tensor(op, "D", D, "[nheads, head_dim]", (nheads, head_dim), dtypes=param, device=device)
+    else:
+        check_optional(op, "D", D, "[nheads]", (nheads,), dtypes=param, device=device)
+    shape_x = (batch, T, nheads, head_dim)
+    check_optional(op, "z", z, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
+    check_optional(op, "dt_bias", dt_bias, "[nheads]", (nheads,), dtypes=param, device=device)
+    check_flag(op, "dt_softplus", dt_softplus)
+    check_optional(op, "out", out, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, batch, num_slots, device)
+    if num_tokens is not None:
+        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device,
+                      lambda: torch.full((batch,), T), "T")
+    return T
+
+
+def _check_replay_cache(op: str, cache, kinds) -> None:
+    if not isinstance(cache, kinds):
+        names = " | ".join(k.__name__ for k in kinds)
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {names}")
+    for f in ("checkpoint", "cursor", "arrivals", "pending"):
+        if not getattr(cache, f).is_contiguous():
+            raise ValueError(f"{op}: cache.{f} must be contiguous")
+
+
+def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
+    # Padding rows and tokens past num_tokens are not written: a fresh ``out`` reads zero there.
+    return torch.zeros_like(x) if out is None else out
+
+
+# --------------------------------------------------------------------------- public API
+
+def mamba2_replay_verify(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
+                         C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                         D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                         dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                         out: Optional[Tensor] = None) -> Tensor:
+    """Verify a window of T tokens per row with ReplaySSM (module docstring: the design).
+
+    Args:
+        cache (Mamba2ReplayCache): L ≥ 2T records (history B = L - T ≥ T). Mutated: each live
+            row writes its window's records past its committed records (or, when they would
+            not fit below position L-1, first folds its history into the checkpoint on the
+            device and writes them from position 0, cursor -> 0); ``pending`` := num_tokens.
+            Follow with :func:`replay_commit` before any other call on these slots.
+        x (Tensor): [batch, T, nheads, head_dim], the cache's activation dtype; token 0 is the
+            last sampled (bonus) token, tokens 1 .. T-1 the drafts.
+        dt (Tensor): [batch, T, nheads] raw (before dt_bias and softplus); any float dtype.
+        A (Tensor): [nheads] fp32, negative.
+        B, C (Tensor): [batch, T, ngroups, d_state], the cache's activation dtype.
+        slot_ids (Tensor): [batch] int32 physical slots; < 0 marks a padding row (nothing read
+            or written). Live ids are distinct.
+        num_tokens (Tensor, optional): [batch] int32 in [1, T]: rows with fewer tokens in the
+            same launch; None: every row has T.
+        D, dt_bias, dt_softplus: as in :func:`~trtllm_replayssm.ops.mamba2_replay_step`.
+        z (Tensor, optional): like x.
+        out (Tensor, optional): like x; padding rows and tokens past num_tokens keep their values.
+    Returns:
+        Tensor: y [batch, T, nheads, head_dim]: token s of a row equals the conventional
+        recurrence run serially over that row's tokens 0 .. s from its committed state.
+    Raises:
+        ValueError, TypeError: before anything is written (T > B, mismatched shapes, token
+        counts out of range, a window still pending on a live slot ...).
+    """
+    op = "mamba2_replay_verify"
+    _check_replay_cache(op, cache, (Mamba2ReplayCache,))
+    for name in ("x_records", "dt_records", "B_records"):
+        if not getattr(cache, name).is_contiguous():
+            raise ValueError(f"{op}: cache.{name} must be contiguous")
+    if not 2 <= cache.L <= MAX_L:
+        raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
+    device = cache.device
+    if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
+        raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
+    T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
+                             out, nheads=cache.nheads, head_dim=cache.head_dim,
+                             d_state=cache.d_state, ngroups=cache.ngroups,
+                             num_slots=cache.num_slots, act_dtype=cache.act_dtype, device=device,
+                             max_T=MAX_T)
+    if 2 * T > cache.L:
+        raise ValueError(f"{op}: x has T = {T} window tokens; expected T <= history B = L - T, "
+                         f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)")
+    _check_nothing_pending(op, cache, slot_ids)
+    out = _new_out(x, out)
+    torch.ops.replayssm.mamba2_replay_verify(
+        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
+        cache.arrivals, cache.pending, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias,
+        dt_softplus, out)
+    return out
+
+
+def _check_nothing_pending(op: str, cache, slot_ids: Tensor) -> None:
+    if not _reads_device_values(slot_ids):
+        return
+    live = slot_ids[slot_ids >= 0].long()
+    if live.numel() and bool(cache.pending[live].any()):
+        s = int(live[cache.pending[live] != 0][0])
+        raise ValueError(f"{op}: slot_ids holds slot {s}, whose last verify window "
+                         f"({int(cache.pending[s])} records) is not committed; call replay_commit first")
+
+
+def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
+    """Commit the last verify of each live row: ``cursor += num_accepted``, ``pending := 0``.
+
+    Args:
+        cache (Mamba2ReplayCache | GDNReplayCache | KDAReplayCache): mutated (cursor, pending).
+        slot_ids (Tensor): [batch] int32, the verify's rows; < 0 marks a padding row.
+        num_accepted (Tensor): [batch] int32 in [1, num_tokens of the verify]: tokens accepted,
+            the bonus (first) token included. Rejected records are dropped by not committing them.
+    Raises:
+        ValueError, TypeError: before anything is written (eagerly also when a count is out of
+        range or a slot has no pending window).
+    """
+    op = "replay_commit"
+    _check_replay_cache(op, cache, _REPLAY_CACHES)
+    device = cache.device
+    if not isinstance(slot_ids, Tensor) or slot_ids.dim() != 1:
+        raise ValueError(f"{op}: slot_ids has shape {tuple(getattr(slot_ids, 'shape', ()))}; expected [batch]")
+    batch = slot_ids.shape[0]
+    check_slot_ids(op, slot_ids, batch, cache.num_slots, device)
+    _check_counts(op, "num_accepted", num_accepted, slot_ids, batch, device,
+                  lambda: cache.pending[slot_ids.clamp_min(0).long()].cpu(),
+                  "pending window (num_tokens of its verify; 0: no verify to commit)")
+    torch.ops.replayssm.replay_commit(cache.cursor, cache.pending, slot_ids, num_accepted)
+
+
+def mamba2_serial_decode(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *,
+                         slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                         D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                         dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                         out: Optional[Tensor] = None) -> Tensor:
+    """Baseline: the window as num_tokens conventional decode steps (one launch per token).
+
+    Every token is committed (no rollback): this is what decoding the T tokens without
+    speculation costs. Arguments as in :func:`mamba2_replay_verify`, with ``state``
+    [num_slots, nheads, head_dim, d_state] (mutated) in place of the cache.
+    """
+    op = "mamba2_serial_decode"
+    if not isinstance(state, Tensor) or state.dim() != 4:
+        raise ValueError(f"{op}: state has shape {tuple(getattr(state, 'shape', ()))}; expected [num_slots, nheads, head_dim, d_state]")
+    num_slots, nheads, head_dim, d_state = state.shape
+    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
+                 dtypes=floats, device=state.device)
+    T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
+                             out, nheads=nheads, head_dim=head_dim, d_state=d_state,
+                             ngroups=_ngroups(op, B, nheads), num_slots=num_slots, act_dtype=None,
+                             device=state.device, max_T=MAX_T)
+    out = _new_out(x, out)
+    for s in range(T):
+        rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
+        torch.ops.replayssm.mamba2_decode_step(
+            state, x[:, s], dt[:, s], A, B[:, s], C[:, s], rows, D,
+            None if z is None else z[:, s], dt_bias, dt_softplus, out[:, s])
+    return out
+
+
+def _ngroups(op: str, B, nheads: int) -> int:
+    ngroups = B.shape[2] if isinstance(B, Tensor) and B.dim() == 4 else -1
+    if ngroups < 1 or nheads % ngroups:
+        raise ValueError(f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; "
+                         f"expected [batch, T, ngroups, d_state] with ngroups dividing nheads = {nheads}")
+    return ngroups
+
+
+def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
+                           C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                           D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                           dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                           out: Optional[Tensor] = None) -> Tensor:
+    """Baseline: verify by reading the state once and writing the state after every token.
+
+    Args:
+        cache (SnapshotCache): state [num_slots, nheads, head_dim, d_state] (read) and
+            snapshots [num_slots, T_max, ...] (mutated: snapshot s := the state after token s,
+            rounded to the state dtype, for s < num_tokens); x's T ≤ T_max.
+        x ... out: as in :func:`mamba2_replay_verify`.
+    Returns:
+        Tensor: y [batch, T, nheads, head_dim].
+    """
+    op = "mamba2_snapshot_verify"
+    if not isinstance(cache, SnapshotCache):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
+    if cache.state.dim() != 4:
+        raise ValueError(f"{op}: cache.state has shape {tuple(cache.state.shape)}; expected [num_slots, nheads, head_dim, d_state]")
+    num_slots, nheads, head_dim, d_state = cache.state.shape
+    device = cache.state.device
+    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, "cache.state", cache.state, "[num_slots, nheads, head_dim, d_state]",
+                 tuple(cache.state.shape), dtypes=floats, device=device)
+    T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
+                             out, nheads=nheads, head_dim=head_dim, d_state=d_state,
+                             ngroups=_ngroups(op, B, nheads), num_slots=num_slots, act_dtype=None,
+                             device=device, max_T=cache.T)
+    out = _new_out(x, out)
+    torch.ops.replayssm.mamba2_snapshot_verify(cache.state, cache.snapshots, x, dt, A, B, C,
+                                               slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out)
+    return out
+
+
+def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor) -> None:
+    """Baseline commit: ``state[slot] := snapshots[slot, num_accepted - 1]`` for live rows.
+
+    ``num_accepted`` [batch] int32 in [1, T_max] (checked eagerly); accepting more tokens than
+    the verify had is the caller's error (the baseline keeps no pending count).
+    """
+    op = "snapshot_commit"
+    if not isinstance(cache, SnapshotCache):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
+    device = cache.state.device
+    if not isinstance(slot_ids, Tensor) or slot_ids.dim() != 1:
+        raise ValueError(f"{op}: slot_ids has shape {tuple(getattr(slot_ids, 'shape', ()))}; expected [batch]")
+    batch = slot_ids.shape[0]
+    check_slot_ids(op, slot_ids, batch, cache.num_slots, device)
+    _check_counts(op, "num_accepted", num_accepted, slot_ids, batch, device,
+                  lambda: torch.full((batch,), cache.T), "snapshot count T")
+    torch.ops.replayssm.snapshot_commit(cache.state, cache.snapshots, slot_ids, num_accepted)

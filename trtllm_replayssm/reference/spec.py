@@ -1,0 +1,212 @@
+"""Pure-PyTorch speculative decoding with ReplaySSM (verify T tokens, commit the accepted ones)
+and the conventional snapshot baseline.
+
+This module is the oracle of the speculative tests and the CPU implementation of the
+``replayssm::*_verify`` / ``*_commit`` ops. Dtype rules as in :mod:`.mamba2` (float64 in,
+float64 throughout; otherwise fp32 compute, rounded where the kernels round).
+
+Speculative mode uses the standard-decode cache unchanged (record position j holds the j-th
+token after the checkpoint; the cursor w counts *committed* records) plus a ``pending`` count.
+A verify step of a row with w committed records and n ≤ T window tokens:
+
+* **non-flush** (``w + n ≤ L - 1``): the outputs of the n tokens come from the checkpoint, the w
+  history records and the window tokens before them; the window's records are written at
+  positions w .. w+n-1 (uncommitted). Checkpoint and cursor are untouched.
+* **flush** (``w + n > L - 1``, decided per row on the device): the w history records are folded
+  into the checkpoint (rounded to its dtype once, here); the outputs come from the new
+  checkpoint (unrounded) and the window; the window's records are written at positions
+  0 .. n-1 and the cursor becomes 0.
+
+Either way ``pending := n``. A commit with a accepted tokens (1 ≤ a ≤ n: the bonus/first token
+and the accepted drafts) sets ``cursor += a`` and ``pending := 0``; rejected records lie past
+the cursor and are overwritten later: rollback is a cursor move. Position L-1 is never written
+and the cursor stays in [0, L), so standard decode (``mamba2_replay_step``: flush at
+cursor == L-1) runs on the same cache between commits; T = 1 verify flushes at the same cursor.
+With a buffer of L = B + T records and full windows, a row flushes exactly when its committed
+history has reached B records.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from torch import Tensor
+
+from .mamba2 import (_per_head, _skip_and_gate, compute_dtype, mamba2_process_dt,
+                     mamba2_replay_fold, mamba2_replay_output, mamba2_replay_weights)
+
+__all__ = [
+    "spec_buffer_len",
+    "verify_flushes",
+    "mamba2_replay_verify_ref",
+    "replay_commit_ref",
+    "mamba2_snapshot_verify_ref",
+    "snapshot_commit_ref",
+]
+
+
+def spec_buffer_len(history: int, window: int) -> int:
+    """Records per slot for speculative decoding: history B plus window T (B ≥ T ≥ 1)."""
+    for name, v in (("history", history), ("window", window)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"spec_buffer_len: {name} is {v!r}; expected a positive int")
+    if history < window:
+        raise ValueError(f"spec_buffer_len: history B = {history} < window T = {window}; expected B >= T")
+    return history + window
+
+
+def verify_flushes(cursor: Tensor, num_tokens: Tensor, L: int) -> Tensor:
+    """The flush rule of a verify step: a row flushes when its window does not fit below
+    position L-1 after its committed records (``cursor + num_tokens > L - 1``)."""
+    return cursor + num_tokens > L - 1
+
+
+def _live_rows(slot_ids: Tensor, num_tokens: Optional[Tensor], T: int):
+    """(rows, slots int64, n int64) of the live rows (slot id ≥ 0)."""
+    rows = torch.nonzero(slot_ids >= 0).flatten()
+    slots = slot_ids[rows].long()
+    n = (torch.full_like(rows, T) if num_tokens is None else num_tokens[rows].long())
+    return rows, slots, n
+
+
+def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                             B_records: Tensor, cursor: Tensor, pending: Tensor, x: Tensor,
+                             dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, slot_ids: Tensor,
+                             num_tokens: Optional[Tensor] = None, D: Optional[Tensor] = None,
+                             z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+                             dt_softplus: bool = True, out: Tensor) -> Tensor:
+    """One Mamba-2 verify step of T tokens per row; mutates the cache as the Triton kernel does.
+
+    Args:
+        checkpoint, x_records, dt_records, B_records, cursor: the cache tensors of
+            :func:`.mamba2.mamba2_replay_step_ref`; cursor = committed records, in [0, L).
+        pending: [slot] int32, set to the row's token count.
+        x, z: [batch, T, nheads, head_dim].   dt: [batch, T, nheads] raw.   A: [nheads].
+        B, C: [batch, T, ngroups, d_state].   D, dt_bias, dt_softplus: as in standard decode.
+        slot_ids: [batch] int; < 0 marks a padding row (nothing read or written).
+        num_tokens: [batch] int in [1, T], tokens of each row (None: all T).
+        out: like x; written for the first num_tokens tokens of live rows only.
+    Returns:
+        ``out``: token s of a row is the output of the s-th window token run serially from the
+        committed state (checkpoint + committed records).
+    """
+    batch, T, nheads, head_dim = x.shape
+    rows, slots, n = _live_rows(slot_ids, num_tokens, T)
+    if rows.numel() == 0:
+        return out
+    L = x_records.shape[2]
+    cd = compute_dtype(checkpoint, x)
+    w = cursor[slots].long()
+    flush = verify_flushes(w, n, L)
+    o_l = torch.arange(L, device=w.device)
+    o_t = torch.arange(T, device=w.device)
+
+    # History: the committed records; window: the step inputs, [rows, nheads, T, ...].
+    held = o_l[None, :] < w[:, None]
+    x_hist = torch.where(held[:, None, :, None], x_records[slots].to(cd), 0.0)
+    B_hist = _per_head(torch.where(held[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
+    dt_hist = dt_records[slots].to(cd)
+    x_win = x[rows].to(cd).transpose(1, 2)
+    dt_win = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd).transpose(1, 2)
+    B_win = _per_head(B[rows].to(cd).transpose(1, 2), nheads)
+    C_win = _per_head(C[rows].to(cd).transpose(1, 2), nheads)
+
+    # Flush rows fold their history first: the base state of their window is the new checkpoint.
+    base = checkpoint[slots].to(cd)
+    if bool(flush.any()):
+        f = torch.nonzero(flush).flatten()
+        zero = torch.zeros(f.numel(), nheads, dtype=cd, device=base.device)
+        decay, weights = mamba2_replay_weights(A, dt_hist[f], held[f], zero)
+        S1 = mamba2_replay_fold(base[f], x_hist[f], B_hist[f], decay, weights,
+                                torch.zeros_like(x_win[f, :, 0]), zero, torch.zeros_like(B_win[f, :, 0]))
+        checkpoint[slots[f]] = S1.to(checkpoint.dtype)
+        base[f] = S1
+
+    # Token s sees the visible history (none after a flush) and the window tokens before it.
+    visible = held & ~flush[:, None]
+    x_seq = torch.cat([x_hist, x_win], dim=2)
+    B_seq = torch.cat([B_hist, B_win], dim=2)
+    dt_seq = torch.cat([dt_hist, dt_win], dim=2)
+    for s in range(T):
+        valid = torch.cat([visible, (o_t[None, :] < s).expand(rows.numel(), T)], dim=1)
+        decay, weights = mamba2_replay_weights(A, dt_seq, valid, dt_win[:, :, s])
+        keep = valid[:, None, :, None]
+        y = mamba2_replay_output(base, torch.where(keep, x_seq, 0.0), torch.where(keep, B_seq, 0.0),
+                                 decay, weights, x_win[:, :, s], dt_win[:, :, s], B_win[:, :, s],
+                                 C_win[:, :, s])
+        y = _skip_and_gate(y, x_win[:, :, s], D, None if z is None else z[rows, s])
+        live = s < n
+        out[rows[live], s] = y[live].to(out.dtype)
+
+    # The window's records, uncommitted: after the history, or from position 0 after a flush.
+    start = torch.where(flush, 0, w)
+    for s in range(T):
+        live = s < n
+        sl, pos, r = slots[live], start[live] + s, rows[live]
+        x_records[sl, :, pos] = x[r, s].to(x_records.dtype)
+        dt_records[sl, :, pos] = dt_win[live, :, s].to(dt_records.dtype)
+        B_records[sl, :, pos] = B[r, s].to(B_records.dtype)
+    cursor[slots] = start.to(cursor.dtype)
+    pending[slots] = n.to(pending.dtype)
+    return out
+
+
+def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor
+                      ) -> None:
+    """Commit a verify step: ``cursor += num_accepted``, ``pending := 0`` for live rows.
+
+    Args:
+        cursor, pending: [slot] int32 (any replay cache's).
+        slot_ids: [batch] int; < 0 marks a padding row.
+        num_accepted: [batch] int in [1, pending[slot]]: tokens accepted, bonus token included.
+    """
+    live = slot_ids >= 0
+    slots = slot_ids[live].long()
+    cursor[slots] += num_accepted[live].to(cursor.dtype)
+    pending[slots] = 0
+
+
+def mamba2_snapshot_verify_ref(state: Tensor, snapshots: Tensor, x: Tensor, dt: Tensor, A: Tensor,
+                               B: Tensor, C: Tensor, *, slot_ids: Tensor,
+                               num_tokens: Optional[Tensor] = None, D: Optional[Tensor] = None,
+                               z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+                               dt_softplus: bool = True, out: Tensor) -> Tensor:
+    """Conventional verify (the baseline): run the window serially from ``state`` and store the
+    state after every token.
+
+    Args:
+        state: [slot, nheads, head_dim, d_state], only read.
+        snapshots: [slot, T, nheads, head_dim, d_state], same dtype; snapshot s of a live row
+            := the state after its token s (rounded to the dtype), for s < num_tokens.
+        x ... out: as in :func:`mamba2_replay_verify_ref`.
+    Returns:
+        ``out``.
+    """
+    batch, T, nheads, head_dim = x.shape
+    rows, slots, n = _live_rows(slot_ids, num_tokens, T)
+    if rows.numel() == 0:
+        return out
+    cd = compute_dtype(state, x)
+    S = state[slots].to(cd)
+    dtp = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd)
+    Bh = _per_head(B[rows].to(cd).transpose(1, 2), nheads)
+    Ch = _per_head(C[rows].to(cd).transpose(1, 2), nheads)
+    for s in range(T):
+        xs, ds = x[rows, s].to(cd), dtp[:, s]
+        S = torch.exp(A.to(cd)[None, :] * ds)[..., None, None] * S \
+            + ds[..., None, None] * xs[..., :, None] * Bh[:, :, s, None, :]
+        y = _skip_and_gate(torch.einsum("rhpn,rhn->rhp", S, Ch[:, :, s]), xs, D,
+                           None if z is None else z[rows, s])
+        live = s < n
+        out[rows[live], s] = y[live].to(out.dtype)
+        snapshots[slots[live], s] = S[live].to(snapshots.dtype)
+    return out
+
+
+def snapshot_commit_ref(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_accepted: Tensor
+                        ) -> None:
+    """Commit the baseline: ``state[slot] := snapshots[slot, num_accepted - 1]`` for live rows."""
+    live = slot_ids >= 0
+    slots = slot_ids[live].long()
+    state[slots] = snapshots[slots, num_accepted[live].long() - 1]
