@@ -100,7 +100,8 @@ def test_gated_delta_replay_step_kernel_launch_config_invisible(per_channel):
             assert torch.all(y[1] == 42.0)
             assert rel_err(y, ys[0]) < 1e-6
     for c in caches[1:]:
-        for name in ("cursor", "arrivals", "k_records", "g_records"):
+        for name in ("cursor", "arrivals", "g_records"):
             assert torch.equal(getattr(c, name), getattr(caches[0], name)), name
-        assert rel_err(c.checkpoint, caches[0].checkpoint) < 1e-6
-        assert rel_err(c.d_records, caches[0].d_records) < 1e-6
+        # k̂ and d depend on the order of fp32 reductions (the warps per program).
+        for name in ("checkpoint", "d_records", "k_records"):
+            assert rel_err(getattr(c, name), getattr(caches[0], name)) < 1e-6, name
