@@ -103,7 +103,8 @@ class Case:
         return worst
 
     def default_config(self, route):
-        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch, self.state)
+        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads,
+                                         self.state)
 
     def bytes_per_step(self, route):
         geom = DeltaRuleGeometry(k_heads=self.k_heads, v_heads=self.v_heads,

@@ -31,7 +31,9 @@ import torch
 import triton
 
 from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.kernels.common import LaunchConfig
 from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config
+from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
 from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype,
@@ -93,8 +95,9 @@ class GatedDeltaReplayAttrs:
             raise ValueError(f"{owner}: L is {self.L}; expected 1 <= L <= {MAX_L}")
         if self.v_heads % self.k_heads:
             raise ValueError(f"{owner}: k_heads = {self.k_heads} must divide v_heads = {self.v_heads}")
-        if self.block_head_dim & (self.block_head_dim - 1):
-            raise ValueError(f"{owner}: block_head_dim is {self.block_head_dim}; expected a power of 2")
+        if self.block_head_dim & (self.block_head_dim - 1) or self.block_head_dim < 16:
+            raise ValueError(f"{owner}: block_head_dim is {self.block_head_dim}; expected a power of 2 >= 16 "
+                             "(the replay kernel's flush product)")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"{owner}: num_warps is {self.num_warps}; expected 1, 2, 4, 8 or 16")
         largest = max(self.v_heads * self.head_v_dim * self.head_k_dim,
@@ -111,7 +114,8 @@ class GatedDeltaReplayAttrs:
         and the op's default scale (head_k_dim ** -0.5) when ``scale`` is None."""
         if state_dtype not in _TORCH_DTYPES:
             raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
-        cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch_hint, _TORCH_DTYPES[state_dtype])
+        cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch_hint * v_heads,
+                                        _TORCH_DTYPES[state_dtype])
         scale = head_k_dim ** -0.5 if scale is None else scale
         return cls(k_heads, v_heads, head_k_dim, head_v_dim, L, per_channel, use_qk_l2norm, scale,
                    cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
@@ -237,10 +241,8 @@ def _scalars(a: GatedDeltaReplayAttrs) -> Tuple[Scalar, ...]:
 
 def _constexprs(a: GatedDeltaReplayAttrs) -> Dict[str, object]:
     """Constexprs as ``launch_gated_delta_replay_step`` passes them, and the scale."""
-    return dict(SCALE=a.scale, L=a.L, BLOCK_L=max(2, triton.next_power_of_2(a.L)),
-                BLOCK_V=a.block_head_dim, SPAN_V=a.block_head_dim * a.chunks,
-                BLOCK_K=triton.next_power_of_2(a.head_k_dim), NUM_STAGES=a.num_stages,
-                PER_CHANNEL=a.per_channel, USE_QK_L2NORM=a.use_qk_l2norm)
+    cfg = LaunchConfig(a.block_head_dim, a.num_warps, a.chunks, a.num_stages)
+    return dict(SCALE=a.scale, **replay_constexprs(a.L, a.head_k_dim, a.per_channel, a.use_qk_l2norm, cfg))
 
 
 def kernel_spec(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:

@@ -77,8 +77,8 @@ def test_gated_delta_decode_step_kernel_matches_reference(per_channel, dtypes):
 def test_gated_delta_replay_step_kernel_launch_config_invisible(per_channel):
     """One tile per program or a pipelined loop over the head: the same outputs and caches."""
     cls = KDAReplayCache if per_channel else GDNReplayCache
-    cfgs = [LaunchConfig(4, 1), LaunchConfig(16, 4),
-            LaunchConfig(8, 2, chunks=-(-G.head_v_dim // 8), num_stages=3)]
+    cfgs = [LaunchConfig(16, 1), LaunchConfig(32, 4),
+            LaunchConfig(16, 2, chunks=-(-G.head_v_dim // 16), num_stages=3)]
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)

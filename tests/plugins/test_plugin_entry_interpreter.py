@@ -20,7 +20,7 @@ CASES = [
                  id="mamba2-nh2-hd20-ds12-g1-L3-DPzbs-8x2"),
     pytest.param(Mamba2Case, M(2, 16, 8, 2, 1, False, False, False, False, 16, 1, 1, 2), {},
                  id="mamba2-nh2-hd16-ds8-g2-L1-none"),
-    pytest.param(GatedDeltaCase, G(1, 2, 16, 20, 3, False, True, 0.25, 8, 2, 2, 1), {}, id="gdn-hk1-hv2-dk16-dv20-L3"),
+    pytest.param(GatedDeltaCase, G(1, 2, 16, 20, 3, False, True, 0.25, 16, 2, 2, 1), {}, id="gdn-hk1-hv2-dk16-dv20-L3"),
     pytest.param(GatedDeltaCase, G(1, 2, 12, 16, 3, True, False, 0.3, 16, 1, 1, 2), {}, id="kda-hk1-hv2-dk12-dv16-L3"),
 ]
 

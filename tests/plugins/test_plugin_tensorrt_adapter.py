@@ -118,8 +118,8 @@ def test_aot_impl_translates_the_launch_plan(fresh):
 
 @pytest.mark.parametrize("case,a", [
     (Mamba2Case, mamba2.Mamba2ReplayAttrs(4, 8, 6, 2, 3, True, False, True, True, 8, 1, 1, 1)),
-    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(1, 2, 8, 6, 3, True, True, 0.5, 8, 1, 1, 1)),
-    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(2, 2, 8, 6, 3, False, False, 0.5, 8, 1, 1, 1)),
+    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(1, 2, 8, 6, 3, True, True, 0.5, 16, 1, 1, 1)),
+    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(2, 2, 8, 6, 3, False, False, 0.5, 16, 1, 1, 1)),
 ], ids=["mamba2", "kda", "gdn"])
 def test_run_op_equals_the_public_op(case, a):
     """The JIT path's call into the custom op equals the public op (CPU reference, float64)."""

@@ -11,7 +11,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, mamba2_launch_config
+from .common import LaunchConfig
 
 __all__ = ["gated_delta_launch_config", "gated_delta_step_args", "gated_delta_step_constexprs"]
 
@@ -63,12 +63,26 @@ def gated_delta_step_constexprs(g: Tensor, head_k_dim: int, use_qk_l2norm: bool)
                 USE_QK_L2NORM=use_qk_l2norm)
 
 
-def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, batch: int,
+def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, heads: int,
                               state_dtype: torch.dtype) -> LaunchConfig:
-    """Launch configuration of the gated delta-rule kernels (``route`` as for Mamba-2).
+    """Launch configuration of the gated delta-rule kernels for ``heads`` = batch * v_heads
+    (row, value head) pairs. Measured on an H200 (benchmarks/NOTES.md, gated delta v2).
 
-    A program walks [block_head_dim, head_k_dim] tiles of one value head's [head_v_dim,
-    head_k_dim] state, exactly as the Mamba-2 kernels walk [head_dim, d_state]; the table
-    measured for Mamba-2 applies to the same tile shapes (benchmarks/NOTES.md, gated delta v1).
+    - ``"decode_step"`` (conventional): one [rows, head_k_dim] tile per program, read-modify-
+      write, as for Mamba-2.
+    - ``"replay_step"``: tiles of 16 value rows (the flush's tile product needs >= 16),
+      one warp; a program walks as many tiles of its head as keeps >= ~8 programs per
+      multiprocessor busy, so the per-head work (decays, scores) is paid once per program.
     """
-    return mamba2_launch_config(route, head_v_dim, head_k_dim, batch, state_dtype)
+    if route == "decode_step":
+        return LaunchConfig(block_head_dim=min(8 if state_dtype.itemsize >= 4 else 16,
+                                               triton.next_power_of_2(head_v_dim)), num_warps=2)
+    if route != "replay_step":
+        raise ValueError(f"gated_delta_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
+    tiles = triton.cdiv(head_v_dim, 16)
+    spans = min(tiles, triton.next_power_of_2(triton.cdiv(_PROGRAMS_WANTED, heads)))
+    return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans),
+                        num_stages=3 if spans < tiles else 1)
+
+
+_PROGRAMS_WANTED = 8 * 132  # eight one-warp programs per H200 multiprocessor

@@ -8,14 +8,16 @@ it decides on the device what the row does (notation of
 :mod:`trtllm_replayssm.reference.gated_delta`):
 
 * w < L-1 (non-flush), the inner-product route: per program, once, the decays
-  e_j = exp(Γ_j) of the records and e_0 of the checkpoint, and the scores
-  s^q_j = (e_j ⊙ k_j) · q̂, s^k_j = (e_j ⊙ k_j) · k̂ (k_j, Γ_j: [L, head_k_dim] tiles for KDA,
-  scalars per record for GDN). Per tile, S'k̂ = S0 (e_0 ⊙ k̂) + Σ_j s^k_j d_j and likewise S'q̂,
+  e_j = exp(Γ_j) of the records (per key channel for KDA, scalars for GDN) and e_0 of the
+  checkpoint, and the scores s^q_j = (e_j ⊙ k_j) · q̂, s^k_j = (e_j ⊙ k_j) · k̂. Per tile, S'k̂ = S0 (e_0 ⊙ k̂) + Σ_j s^k_j d_j and likewise S'q̂,
   then d = β (v - S'k̂), o = S'q̂ + d (k̂·q̂). The checkpoint is only read; (d, k̂, g) is
   appended at position w (k̂ once per key head).
-* w == L-1 (flush): per tile, S' = S0 Diag(e_0) + Σ_j d_j (e_j ⊙ k_j)ᵀ in exact fp32 rank-1
-  updates (Γ_j summed from the newest record back), then d, o as above from S', and
-  S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype).
+* w == L-1 (flush): per tile, S' = S0 Diag(e_0) + Dᵀ U with D the tile's d records and
+  U_j = e_j ⊙ k_j (a [BLOCK_V, L] x [L, head_k_dim] product in exact fp32 FMAs), then d, o
+  as above from S', and S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype). The
+  records come in as one tile per program (U) and per tile (D): a loop over the records with
+  one dependent load per record and tile made flush rows ~4x slower than the others and the
+  whole step wait for them (benchmarks/NOTES.md, gated delta v2).
 
 Γ_j = Σ_{j<i≤w} g_i is summed directly (a reverse cumsum of the records shifted by one), never
 as a difference of prefix sums. The cursor advances in the same launch
@@ -32,9 +34,9 @@ from torch import Tensor
 
 from .common import LaunchConfig, advance_cursor
 from .gated_delta_common import (decay_columns, gated_delta_launch_config, gated_delta_step_args,
-                                 gated_delta_step_constexprs, load_log_decay, load_qk)
+                                 load_log_decay, load_qk)
 
-__all__ = ["launch_gated_delta_replay_step"]
+__all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
 
 
 @triton.jit
@@ -94,48 +96,46 @@ def _gated_delta_replay_step_kernel(
     p_v = v_ptr + i_b * stride_v_batch + i_h * stride_v_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_V
+    # The records' keys decayed to the current token, U_j = exp(Γ_j) ⊙ k_j ([BLOCK_L, BLOCK_K],
+    # zero rows at j >= w), and the decay of the checkpoint e0 = exp(Γ_{-1}), once per program.
+    o_l = tl.arange(0, BLOCK_L)
+    m_l = o_l < w
+    m_next = (o_l + 1) < w
+    b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
+                   mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+    if PER_CHANNEL:
+        b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
+                       mask=m_next[:, None] & m_k[None, :], other=0.0)
+        g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
+        b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
+    else:
+        b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
+        g0 = tl.load(p_gr, mask=w > 0, other=0.0)
+        b_u = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)[:, None] * b_kr
+    e0 = tl.exp(tl.sum(b_gn, axis=0) + g0 + g)
+
     if w == L - 1:
-        # Flush: the decayed history state S', tile by tile, from exact fp32 rank-1 updates.
-        for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
+        # Flush: per tile, S' = S0 Diag(e0) + Dᵀ U (D: the tile's d records [BLOCK_L, BLOCK_V]),
+        # a small exact-fp32 product; then d, o from S' and S' + d k̂ᵀ stored over the
+        # checkpoint. Not software-pipelined: flush rows are 1/L of the rows, and the buffers
+        # would cost every program shared memory.
+        for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=1):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
-            gamma = g  # Γ_j for j = L-2, L-3, ...: the newest record is decayed by the current token only
-            b_h = tl.zeros([BLOCK_V, BLOCK_K], dtype=tl.float32)
-            for i in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
-                j = L - 2 - i
-                b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v, other=0.0).to(tl.float32)
-                b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k, other=0.0).to(tl.float32)
-                b_h += b_dj[:, None] * (tl.exp(gamma) * b_kj)[None, :]
-                gamma += load_log_decay(p_gr + j * stride_gr_pos, o_k, m_k, PER_CHANNEL)
-            b_s = decay_columns(b_s, tl.exp(gamma), PER_CHANNEL) + b_h
+            b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
+                           mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+            b_s = decay_columns(b_s, e0, PER_CHANNEL) + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
             b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
             b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
                                        b_v, beta, kq, o_v, m_v, p_o)
             b_s += b_d[:, None] * b_k[None, :]
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
     else:
-        # Non-flush: decays and scores of the records once per program, then the tiles.
-        o_l = tl.arange(0, BLOCK_L)
-        m_l = o_l < w
-        m_next = (o_l + 1) < w
-        b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
-                       mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-        if PER_CHANNEL:
-            b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
-                           mask=m_next[:, None] & m_k[None, :], other=0.0)
-            g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
-            b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
-            s_q = tl.sum(b_u * b_q[None, :], axis=1)
-            s_k = tl.sum(b_u * b_k[None, :], axis=1)
-        else:
-            b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
-            g0 = tl.load(p_gr, mask=w > 0, other=0.0)
-            b_e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)
-            s_q = b_e * tl.sum(b_kr * b_q[None, :], axis=1)
-            s_k = b_e * tl.sum(b_kr * b_k[None, :], axis=1)
-        e0 = tl.exp(tl.sum(b_gn, axis=0) + g0 + g)  # decay of the checkpoint
+        # Non-flush: the records' scores once per program, then the tiles (state never formed).
+        s_q = tl.sum(b_u * b_q[None, :], axis=1)
+        s_k = tl.sum(b_u * b_k[None, :], axis=1)
         b_q0 = e0 * b_q
         b_k0 = e0 * b_k
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
@@ -161,6 +161,21 @@ def _gated_delta_replay_step_kernel(
     advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
 
+def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm: bool,
+                      config: LaunchConfig) -> dict:
+    """The replay kernel's constexprs (the launcher's and the TensorRT plugin's single source).
+
+    The flush's tile product (tl.dot) needs every dimension >= 16: BLOCK_L and BLOCK_K are
+    padded to it (masked), and ``config.block_head_dim`` must be >= 16.
+    """
+    if config.block_head_dim < 16:
+        raise ValueError(f"gated delta replay: block_head_dim is {config.block_head_dim}; expected >= 16")
+    return dict(L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_V=config.block_head_dim,
+                SPAN_V=config.block_head_dim * config.chunks,
+                BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=config.num_stages,
+                PER_CHANNEL=per_channel, USE_QK_L2NORM=use_qk_l2norm)
+
+
 def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
                                    g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
                                    k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
@@ -169,10 +184,10 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
     """Launch the replay step on the cache tensors; arguments already checked by the op."""
     batch, v_heads, head_v_dim = v.shape
     head_k_dim = q.shape[2]
-    L = d_records.shape[2]
-    cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch, checkpoint.dtype)
-    span = cfg.block_head_dim * cfg.chunks
-    grid = (triton.cdiv(head_v_dim, span), v_heads, batch)
+    cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch * v_heads,
+                                              checkpoint.dtype)
+    const = replay_constexprs(d_records.shape[2], head_k_dim, g.dim() == 3, use_qk_l2norm, cfg)
+    grid = (triton.cdiv(head_v_dim, const["SPAN_V"]), v_heads, batch)
     _gated_delta_replay_step_kernel[grid](
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
         d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
@@ -180,9 +195,6 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
         cursor, arrivals,
         *gated_delta_step_args(q, k, v, g, beta, out, slot_ids, scale),
-        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
-        BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
-        num_warps=cfg.num_warps,
-        **gated_delta_step_constexprs(g, head_k_dim, use_qk_l2norm),
+        num_warps=cfg.num_warps, **const,
     )
     return out
