@@ -17,14 +17,14 @@ from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
 pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
                                 reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-# Two groups of two heads: B records of several groups are written by a flush row's last
-# program. The interpreter pays per program, so the long runs use one group of two heads there.
-G = Geometry(4, 20, 12, 2) if INTERPRET else Geometry(8, 80, 128, 2)
-G_RUN = Geometry(2, 20, 12, 1) if INTERPRET else G
+# Long runs: two heads per group. Launch configurations: two groups, so that a flush row's last
+# program writes the B records of several groups. The interpreter pays per program.
+G_RUN = Geometry(2, 20, 12, 1) if INTERPRET else Geometry(8, 80, 128, 2)
+G_CFG = Geometry(2, 20, 12, 2) if INTERPRET else G_RUN
 # Interpreter: one program per head (the per-program cost dominates); launch configurations are
 # compared separately below.
 CONFIG = LaunchConfig(32, 1) if INTERPRET else None
-PAIRS = ([("f32", "f32"), ("f32", "bf16"), ("f16", "f16")] if INTERPRET else
+PAIRS = ([("f32", "f32"), ("f32", "bf16")] if INTERPRET else
          [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")])
 ROWS = ["all", "bonus", "short", "mixed"]
 
@@ -48,11 +48,12 @@ def test_mamba2_replay_verify_kernel_matches_serial(dtypes):
 
 def test_mamba2_replay_verify_kernel_launch_config_invisible():
     """One tile per program (several programs per head: the flush row's records are written by
-    its last program), a whole head per program, and a pipelined loop over the head give the
-    same outputs and caches (fp32 reordering), flush rows and padding rows included."""
+    its last program) and a pipelined loop over the head give the same outputs and caches (fp32
+    reordering), flush rows and padding rows included."""
+    G = G_CFG
     p = make_params(G, DEVICE)
     T, L = 3, 7
-    cfgs = [LaunchConfig(32, 1), LaunchConfig(8, 1), LaunchConfig(8, 2, chunks=3, num_stages=2)]
+    cfgs = [LaunchConfig(8, 1), LaunchConfig(8, 2, chunks=3, num_stages=2)]
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)

@@ -45,14 +45,17 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
-from ..reference.spec import (mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
+from ..reference.spec import (gated_delta_replay_verify_ref, gated_delta_snapshot_verify_ref,
+                              mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
                               replay_commit_ref, snapshot_commit_ref, spec_buffer_len)
 from ._validate import FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor
+from .gated_delta import _resolve_scale
 
 __all__ = [
     "MAX_T", "spec_buffer_len", "SnapshotCache",
-    "mamba2_replay_verify", "replay_commit",
-    "mamba2_serial_decode", "mamba2_snapshot_verify", "snapshot_commit",
+    "mamba2_replay_verify", "gdn_replay_verify", "kda_replay_verify", "replay_commit",
+    "mamba2_serial_decode", "gdn_serial_decode", "kda_serial_decode",
+    "mamba2_snapshot_verify", "gdn_snapshot_verify", "kda_snapshot_verify", "snapshot_commit",
 ]
 
 MAX_T = 16  # window tokens per verify (the kernels unroll over the window)
@@ -137,6 +140,36 @@ def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x
     return None
 
 
+_DELTA_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "pending")
+
+
+@torch.library.custom_op("replayssm::gated_delta_replay_verify", mutates_args=_DELTA_FIELDS + ("out",))
+def _gated_delta_replay_verify_op(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                                  g_records: Tensor, cursor: Tensor, arrivals: Tensor,
+                                  pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                  beta: Tensor, slot_ids: Tensor, num_tokens: Optional[Tensor],
+                                  scale: float, use_qk_l2norm: bool, out: Tensor) -> None:
+    gated_delta_replay_verify_ref(checkpoint, d_records, k_records, g_records, cursor, pending, q,
+                                  k, v, g, beta, slot_ids=slot_ids, num_tokens=num_tokens,
+                                  scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_replay_verify_op.register_kernel("cuda")
+def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, pending, q, k, v, g, beta,
+      slot_ids, num_tokens, scale, use_qk_l2norm, out):
+    from ..kernels.gated_delta_verify import launch_gated_delta_replay_verify
+    launch_gated_delta_replay_verify(checkpoint, d_records, k_records, g_records, cursor, arrivals,
+                                     pending, q, k, v, g, beta, slot_ids=slot_ids,
+                                     num_tokens=num_tokens, scale=scale,
+                                     use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_replay_verify_op.register_fake
+def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, pending, q, k, v, g, beta,
+      slot_ids, num_tokens, scale, use_qk_l2norm, out):
+    return None
+
+
 @torch.library.custom_op("replayssm::replay_commit", mutates_args=("cursor", "pending"))
 def _replay_commit_op(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
     replay_commit_ref(cursor, pending, slot_ids, num_accepted)
@@ -173,6 +206,29 @@ def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_
 
 @_mamba2_snapshot_verify_op.register_fake
 def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+    return None
+
+
+@torch.library.custom_op("replayssm::gated_delta_snapshot_verify", mutates_args=("snapshots", "out"))
+def _gated_delta_snapshot_verify_op(state: Tensor, snapshots: Tensor, q: Tensor, k: Tensor,
+                                    v: Tensor, g: Tensor, beta: Tensor, slot_ids: Tensor,
+                                    num_tokens: Optional[Tensor], scale: float,
+                                    use_qk_l2norm: bool, out: Tensor) -> None:
+    gated_delta_snapshot_verify_ref(state, snapshots, q, k, v, g, beta, slot_ids=slot_ids,
+                                    num_tokens=num_tokens, scale=scale,
+                                    use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_snapshot_verify_op.register_kernel("cuda")
+def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
+    from ..kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
+    launch_gated_delta_snapshot_verify(state, snapshots, q, k, v, g, beta, slot_ids=slot_ids,
+                                       num_tokens=num_tokens, scale=scale,
+                                       use_qk_l2norm=use_qk_l2norm, out=out)
+
+
+@_gated_delta_snapshot_verify_op.register_fake
+def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
     return None
 
 
@@ -255,6 +311,39 @@ def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt
     return T
 
 
+def _check_delta_window_inputs(op: str, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm,
+                               out, *, per_channel: bool, k_heads: int, v_heads: int,
+                               head_k_dim: int, head_v_dim: int, num_slots: int,
+                               device: torch.device, max_T: int) -> int:
+    """Checks the window inputs of a GDN / KDA verify against the layer geometry; returns T."""
+    if not isinstance(q, Tensor):
+        raise TypeError(f"{op}: q is {type(q).__name__}; expected a torch.Tensor")
+    if q.dim() != 4:
+        raise ValueError(f"{op}: q has shape {tuple(q.shape)}; expected [batch, T, k_heads, head_k_dim] = (batch, T, {k_heads}, {head_k_dim})")
+    batch, T = q.shape[:2]
+    if not 1 <= T <= max_T:
+        raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
+    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, "q", q, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=floats, device=device)
+    act = (q.dtype,)
+    check_tensor(op, "k", k, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=act, device=device)
+    check_tensor(op, "v", v, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device)
+    if per_channel:
+        check_tensor(op, "g", g, "[batch, T, v_heads, head_k_dim]", (batch, T, v_heads, head_k_dim), dtypes=floats, device=device)
+    else:
+        check_tensor(op, "g", g, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device,
+                     inner_contiguous=False)
+    check_tensor(op, "beta", beta, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device,
+                 inner_contiguous=False)
+    check_flag(op, "use_qk_l2norm", use_qk_l2norm)
+    check_optional(op, "out", out, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, batch, num_slots, device)
+    if num_tokens is not None:
+        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device,
+                      lambda: torch.full((batch,), T), "T")
+    return T
+
+
 def _check_replay_cache(op: str, cache, kinds) -> None:
     if not isinstance(cache, kinds):
         names = " | ".join(k.__name__ for k in kinds)
@@ -328,6 +417,81 @@ def mamba2_replay_verify(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Ten
         cache.arrivals, cache.pending, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias,
         dt_softplus, out)
     return out
+
+
+def _delta_replay_verify(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids,
+                         num_tokens, scale, use_qk_l2norm, out) -> Tensor:
+    _check_replay_cache(op, cache, (cache_type,))
+    for name in ("d_records", "k_records", "g_records"):
+        if not getattr(cache, name).is_contiguous():
+            raise ValueError(f"{op}: cache.{name} must be contiguous")
+    if not 2 <= cache.L <= MAX_L:
+        raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
+    device = cache.device
+    if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
+        raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
+    T = _check_delta_window_inputs(op, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm, out,
+                                   per_channel=cache_type.PER_CHANNEL_GATE, k_heads=cache.k_heads,
+                                   v_heads=cache.v_heads, head_k_dim=cache.head_k_dim,
+                                   head_v_dim=cache.head_v_dim, num_slots=cache.num_slots,
+                                   device=device, max_T=MAX_T)
+    if 2 * T > cache.L:
+        raise ValueError(f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
+                         f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)")
+    scale = _resolve_scale(op, scale, cache.head_k_dim)
+    _check_nothing_pending(op, cache, slot_ids)
+    out = _new_out(v, out)
+    torch.ops.replayssm.gated_delta_replay_verify(
+        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
+        cache.arrivals, cache.pending, q, k, v, g, beta, slot_ids, num_tokens, scale,
+        use_qk_l2norm, out)
+    return out
+
+
+def gdn_replay_verify(cache: GDNReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                      beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                      out: Optional[Tensor] = None) -> Tensor:
+    return _delta_replay_verify("gdn_replay_verify", GDNReplayCache, cache, q, k, v, g, beta,
+                                slot_ids, num_tokens, scale, use_qk_l2norm, out)
+
+
+def kda_replay_verify(cache: KDAReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                      beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                      out: Optional[Tensor] = None) -> Tensor:
+    return _delta_replay_verify("kda_replay_verify", KDAReplayCache, cache, q, k, v, g, beta,
+                                slot_ids, num_tokens, scale, use_qk_l2norm, out)
+
+
+_DELTA_WINDOW_ARGS = """
+        q, k (Tensor): [batch, T, k_heads, head_k_dim] raw (normalised in the kernel when
+            ``use_qk_l2norm``); token 0 is the bonus token, tokens 1 .. T-1 the drafts.
+        v (Tensor): [batch, T, v_heads, head_v_dim], dtype of q.
+        g (Tensor): log-decays, any float dtype: {g_layout}.
+        beta (Tensor): [batch, T, v_heads], any float dtype, any strides.
+        slot_ids (Tensor): [batch] int32; < 0 marks a padding row. Live ids are distinct.
+        num_tokens (Tensor, optional): [batch] int32 in [1, T]; None: every row has T.
+        scale, use_qk_l2norm: as in standard decode.
+        out (Tensor, optional): like v; padding rows and tokens past num_tokens keep their values.
+    Returns:
+        Tensor: o [batch, T, v_heads, head_v_dim]: token s of a row equals the conventional
+        recurrence run serially over that row's tokens 0 .. s from its committed state.
+    Raises:
+        ValueError, TypeError: before anything is written."""
+_DELTA_VERIFY_DOC = """Verify a window of T tokens per row with ReplaySSM ({family}); the design
+    is the Mamba-2 one (:func:`mamba2_replay_verify`, module docstring).
+
+    Args:
+        cache ({cache}): L >= 2T records. Mutated: each live row writes its window's records
+            (d, k̂, g) past its committed records, or, when they would not fit below position
+            L-1, first folds its history into the checkpoint on the device and writes them from
+            position 0 (cursor -> 0); ``pending`` := num_tokens. Follow with
+            :func:`replay_commit`.""" + _DELTA_WINDOW_ARGS
+_GDN_G = "[batch, T, v_heads], one per value head"
+_KDA_G = "[batch, T, v_heads, head_k_dim], one per key channel"
+gdn_replay_verify.__doc__ = _DELTA_VERIFY_DOC.format(family="Gated DeltaNet", cache="GDNReplayCache", g_layout=_GDN_G)
+kda_replay_verify.__doc__ = _DELTA_VERIFY_DOC.format(family="Kimi Delta Attention", cache="KDAReplayCache", g_layout=_KDA_G)
 
 
 def _check_nothing_pending(op: str, cache, slot_ids: Tensor) -> None:
@@ -437,6 +601,91 @@ def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tenso
     torch.ops.replayssm.mamba2_snapshot_verify(cache.state, cache.snapshots, x, dt, A, B, C,
                                                slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out)
     return out
+
+
+def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
+    """(num_slots, k_heads, v_heads, head_k_dim, head_v_dim) of a conventional state."""
+    if not isinstance(state, Tensor) or state.dim() != 4:
+        raise ValueError(f"{op}: {name} has shape {tuple(getattr(state, 'shape', ()))}; expected [num_slots, v_heads, head_v_dim, head_k_dim]")
+    num_slots, v_heads, head_v_dim, head_k_dim = state.shape
+    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    check_tensor(op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
+                 dtypes=floats, device=state.device)
+    k_heads = q.shape[2] if isinstance(q, Tensor) and q.dim() == 4 else -1
+    if k_heads < 1 or v_heads % k_heads:
+        raise ValueError(f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; expected [batch, T, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}")
+    return num_slots, k_heads, v_heads, head_k_dim, head_v_dim
+
+
+def _delta_serial_decode(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens,
+                         scale, use_qk_l2norm, out) -> Tensor:
+    num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "state", state, q)
+    T = _check_delta_window_inputs(op, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm, out,
+                                   per_channel=per_channel, k_heads=k_heads, v_heads=v_heads,
+                                   head_k_dim=head_k_dim, head_v_dim=head_v_dim,
+                                   num_slots=num_slots, device=state.device, max_T=MAX_T)
+    scale = _resolve_scale(op, scale, head_k_dim)
+    out = _new_out(v, out)
+    for s in range(T):
+        rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
+        torch.ops.replayssm.gated_delta_decode_step(state, q[:, s], k[:, s], v[:, s], g[:, s],
+                                                    beta[:, s], rows, scale, use_qk_l2norm, out[:, s])
+    return out
+
+
+def gdn_serial_decode(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                      slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                      out: Optional[Tensor] = None) -> Tensor:
+    """Baseline: the window as num_tokens conventional GDN decode steps (every token committed).
+    Arguments as :func:`gdn_replay_verify`, with ``state`` [num_slots, v_heads, head_v_dim,
+    head_k_dim] (mutated) in place of the cache."""
+    return _delta_serial_decode("gdn_serial_decode", False, state, q, k, v, g, beta, slot_ids,
+                                num_tokens, scale, use_qk_l2norm, out)
+
+
+def kda_serial_decode(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                      slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                      out: Optional[Tensor] = None) -> Tensor:
+    """Baseline: the window as num_tokens conventional KDA decode steps (see :func:`gdn_serial_decode`)."""
+    return _delta_serial_decode("kda_serial_decode", True, state, q, k, v, g, beta, slot_ids,
+                                num_tokens, scale, use_qk_l2norm, out)
+
+
+def _delta_snapshot_verify(op: str, per_channel: bool, cache, q, k, v, g, beta, slot_ids,
+                           num_tokens, scale, use_qk_l2norm, out) -> Tensor:
+    if not isinstance(cache, SnapshotCache):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
+    num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "cache.state", cache.state, q)
+    _check_delta_window_inputs(op, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm, out,
+                               per_channel=per_channel, k_heads=k_heads, v_heads=v_heads,
+                               head_k_dim=head_k_dim, head_v_dim=head_v_dim, num_slots=num_slots,
+                               device=cache.state.device, max_T=cache.T)
+    scale = _resolve_scale(op, scale, head_k_dim)
+    out = _new_out(v, out)
+    torch.ops.replayssm.gated_delta_snapshot_verify(cache.state, cache.snapshots, q, k, v, g, beta,
+                                                    slot_ids, num_tokens, scale, use_qk_l2norm, out)
+    return out
+
+
+def gdn_snapshot_verify(cache: SnapshotCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                        beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                        scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                        out: Optional[Tensor] = None) -> Tensor:
+    """Baseline: GDN verify that reads the state once and writes the state after every token
+    (:func:`mamba2_snapshot_verify`; state [num_slots, v_heads, head_v_dim, head_k_dim])."""
+    return _delta_snapshot_verify("gdn_snapshot_verify", False, cache, q, k, v, g, beta, slot_ids,
+                                  num_tokens, scale, use_qk_l2norm, out)
+
+
+def kda_snapshot_verify(cache: SnapshotCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                        beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                        scale: Optional[float] = None, use_qk_l2norm: bool = True,
+                        out: Optional[Tensor] = None) -> Tensor:
+    """Baseline: KDA verify with per-token state snapshots (see :func:`gdn_snapshot_verify`)."""
+    return _delta_snapshot_verify("kda_snapshot_verify", True, cache, q, k, v, g, beta, slot_ids,
+                                  num_tokens, scale, use_qk_l2norm, out)
 
 
 def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor) -> None:

@@ -33,6 +33,8 @@ import torch
 
 from torch import Tensor
 
+from .gated_delta import (_channels, _per_value_head, gated_delta_replay_fold,
+                          gated_delta_replay_weights, prepare_qk)
 from .mamba2 import (_per_head, _skip_and_gate, compute_dtype, mamba2_process_dt,
                      mamba2_replay_fold, mamba2_replay_output, mamba2_replay_weights)
 
@@ -40,8 +42,10 @@ __all__ = [
     "spec_buffer_len",
     "verify_flushes",
     "mamba2_replay_verify_ref",
+    "gated_delta_replay_verify_ref",
     "replay_commit_ref",
     "mamba2_snapshot_verify_ref",
+    "gated_delta_snapshot_verify_ref",
     "snapshot_commit_ref",
 ]
 
@@ -152,6 +156,82 @@ def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: 
     return out
 
 
+def _gated_delta_window(q: Tensor, k: Tensor, g: Tensor, rows: Tensor, v_heads: int, scale: float,
+                        use_qk_l2norm: bool, cd: torch.dtype):
+    """Window inputs per value head: (q̂, k̂ [rows, v_heads, T, head_k_dim], k̂ per key head
+    [rows, T, k_heads, head_k_dim], g [rows, v_heads, T, 1 | head_k_dim])."""
+    qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
+    qh = _per_value_head(qn.transpose(1, 2), v_heads)
+    kh = _per_value_head(kn.transpose(1, 2), v_heads)
+    return qh, kh, kn, _channels(g[rows].to(cd), g.dim() == 4).transpose(1, 2)
+
+
+def _gated_delta_serial(S: Tensor, qh: Tensor, kh: Tensor, v: Tensor, gw: Tensor, beta: Tensor):
+    """The conventional recurrence over the window from states S [rows, v_heads, head_v_dim,
+    head_k_dim]; yields (s, S_s, d_s, o_s) per token (compute dtype, unrounded)."""
+    for s in range(qh.shape[2]):
+        S = S * torch.exp(gw[:, :, s])[:, :, None, :]
+        d = beta[:, s, :, None] * (v[:, s] - torch.einsum("rhvk,rhk->rhv", S, kh[:, :, s]))
+        S = S + d[..., :, None] * kh[:, :, s, None, :]
+        yield s, S, d, torch.einsum("rhvk,rhk->rhv", S, qh[:, :, s])
+
+
+def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                                  g_records: Tensor, cursor: Tensor, pending: Tensor, q: Tensor,
+                                  k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                                  slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                                  scale: float, use_qk_l2norm: bool, out: Tensor) -> Tensor:
+    """One gated delta-rule (GDN, KDA) verify step of T tokens per row; mutates the cache as
+    the Triton kernel does (the flush rule and record placement of the module docstring).
+
+    Args:
+        checkpoint, d_records, k_records, g_records, cursor: the cache tensors of
+            :func:`.gated_delta.gated_delta_replay_step_ref`; cursor = committed records.
+        pending: [slot] int32, set to the row's token count.
+        q, k: [batch, T, k_heads, head_k_dim] raw.   v: [batch, T, v_heads, head_v_dim].
+        g: [batch, T, v_heads] (GDN) or [batch, T, v_heads, head_k_dim] (KDA) log-decays.
+        beta: [batch, T, v_heads].   slot_ids, num_tokens: as in :func:`mamba2_replay_verify_ref`.
+        scale, use_qk_l2norm: as in standard decode.   out: like v, first num_tokens written.
+    Returns:
+        ``out``. The committed state S_c = S0 Diag(exp(Σ g)) + Σ_j d_j (exp(Γ_j) ⊙ k_j)ᵀ is
+        formed from the records, the window runs serially from it, and its (d, k̂, g) become
+        the window's records.
+    """
+    batch, T, v_heads, head_v_dim = v.shape
+    rows, slots, n = _live_rows(slot_ids, num_tokens, T)
+    if rows.numel() == 0:
+        return out
+    L = d_records.shape[2]
+    per_channel = g.dim() == 4
+    cd = compute_dtype(checkpoint, v)
+    w = cursor[slots].long()
+    flush = verify_flushes(w, n, L)
+    held = torch.arange(L, device=w.device)[None, :] < w[:, None]
+
+    zero = torch.zeros(rows.numel(), v_heads, 1, dtype=cd, device=w.device)
+    decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), held, zero)
+    d_hist = torch.where(held[:, None, :, None], d_records[slots].to(cd), 0.0)
+    k_hist = _per_value_head(torch.where(held[:, None, :, None], k_records[slots].to(cd), 0.0), v_heads)
+    S_c = gated_delta_replay_fold(checkpoint[slots].to(cd), d_hist, k_hist, decay, weights,
+                                  torch.zeros_like(d_hist[:, :, 0]), torch.zeros_like(k_hist[:, :, 0]))
+    if bool(flush.any()):
+        f = torch.nonzero(flush).flatten()
+        checkpoint[slots[f]] = S_c[f].to(checkpoint.dtype)
+
+    qh, kh, kn, gw = _gated_delta_window(q, k, g, rows, v_heads, scale, use_qk_l2norm, cd)
+    start = torch.where(flush, 0, w)
+    for s, _, d, o in _gated_delta_serial(S_c, qh, kh, v[rows].to(cd), gw, beta[rows].to(cd)):
+        live = s < n
+        sl, pos = slots[live], start[live] + s
+        out[rows[live], s] = o[live].to(out.dtype)
+        d_records[sl, :, pos] = d[live].to(d_records.dtype)
+        k_records[sl, :, pos] = kn[live, s].to(k_records.dtype)
+        g_records[sl, :, pos] = g[rows[live], s].to(g_records.dtype)
+    cursor[slots] = start.to(cursor.dtype)
+    pending[slots] = n.to(pending.dtype)
+    return out
+
+
 def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor
                       ) -> None:
     """Commit a verify step: ``cursor += num_accepted``, ``pending := 0`` for live rows.
@@ -200,6 +280,27 @@ def mamba2_snapshot_verify_ref(state: Tensor, snapshots: Tensor, x: Tensor, dt: 
                            None if z is None else z[rows, s])
         live = s < n
         out[rows[live], s] = y[live].to(out.dtype)
+        snapshots[slots[live], s] = S[live].to(snapshots.dtype)
+    return out
+
+
+def gated_delta_snapshot_verify_ref(state: Tensor, snapshots: Tensor, q: Tensor, k: Tensor,
+                                    v: Tensor, g: Tensor, beta: Tensor, *, slot_ids: Tensor,
+                                    num_tokens: Optional[Tensor] = None, scale: float,
+                                    use_qk_l2norm: bool, out: Tensor) -> Tensor:
+    """Conventional gated delta-rule verify (the baseline): the window serially from ``state``
+    (read only), the state after token s stored (rounded) as snapshot s for s < num_tokens.
+    Arguments as in :func:`gated_delta_replay_verify_ref` and :func:`mamba2_snapshot_verify_ref`."""
+    batch, T, v_heads, head_v_dim = v.shape
+    rows, slots, n = _live_rows(slot_ids, num_tokens, T)
+    if rows.numel() == 0:
+        return out
+    cd = compute_dtype(state, v)
+    qh, kh, _, gw = _gated_delta_window(q, k, g, rows, v_heads, scale, use_qk_l2norm, cd)
+    for s, S, _, o in _gated_delta_serial(state[slots].to(cd), qh, kh, v[rows].to(cd), gw,
+                                          beta[rows].to(cd)):
+        live = s < n
+        out[rows[live], s] = o[live].to(out.dtype)
         snapshots[slots[live], s] = S[live].to(snapshots.dtype)
     return out
 

@@ -1,0 +1,91 @@
+"""GDN / KDA speculative Triton kernels (verify, snapshot baseline) against the float64 serial
+oracle: under TRITON_INTERPRET=1 on the CPU (small odd shapes, GQA), natively on a GPU."""
+import pytest
+import torch
+
+from triton_mode import INTERPRET
+from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry
+from mamba2_cases import DTYPES
+from replay_driver import rel_err
+from spec_cases import (commit_with_launcher, delta_snapshot_verify_with_launcher,
+                        delta_verify_with_launcher, drive_baseline, drive_spec, make_window,
+                        snapshot_commit_with_launcher)
+from trtllm_replayssm.kernels.common import LaunchConfig
+from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
+
+pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
+                                reason="needs TRITON_INTERPRET=1 or a GPU")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FAMILY_IDS = {False: "gdn", True: "kda"}
+# Long runs: GQA (two value heads per key head). Launch configurations: two key heads, so that
+# a flush row's last program writes the k̂ records of several key heads. The interpreter pays
+# per program: one pair of dtypes per family there, every pair on a GPU.
+G_RUN = DeltaGeometry(1, 2, 12, 20) if INTERPRET else DeltaGeometry(2, 6, 80, 96)
+G_CFG = DeltaGeometry(2, 2, 12, 20) if INTERPRET else G_RUN
+CONFIG = LaunchConfig(32, 1) if INTERPRET else None
+CASES = ([(False, ("f32", "f32")), (True, ("f32", "bf16"))] if INTERPRET else
+         [(pc, (s, a)) for pc in (False, True) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")])
+ROWS = ["all", "bonus", "short", "mixed"]
+
+
+def _verify(cache, win, p, slot_ids, num_tokens, out):
+    return delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=CONFIG)
+
+
+@pytest.mark.parametrize("per_channel, dtypes", CASES,
+                         ids=lambda c: FAMILY_IDS[c] if isinstance(c, bool) else f"s{c[0]}-a{c[1]}")
+def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
+    s, a = dtypes
+    B, T = (4, 3) if INTERPRET else (16, 4)
+    worst = drive_spec(DeltaFamily(G_RUN, per_channel=per_channel), _verify, commit_with_launcher,
+                       L=spec_buffer_len(B, T), T=T, state_dtype=DTYPES[s], act_dtype=DTYPES[a],
+                       device=DEVICE, steps=6 if INTERPRET else 40, policies=ROWS, num_slots=7)
+    assert sum(worst["flushes"].values()) >= 3, worst
+    assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
+    assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL[a], worst
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
+def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
+    """Several programs per head (the flush row's k̂ and g records written by its last program)
+    and one program looping over the head: same outputs and caches (fp32 reordering)."""
+    fam = DeltaFamily(G_CFG, per_channel=per_channel)
+    p = fam.make_params(DEVICE)
+    T, L = 3, 7
+    cfgs = [LaunchConfig(8, 1), LaunchConfig(8, 2, chunks=3, num_stages=2)]
+    caches = []
+    for _ in cfgs:
+        torch.manual_seed(1)
+        c = fam.allocate(6, L, torch.float32, torch.float32, DEVICE)
+        c.checkpoint.normal_()
+        c.d_records.normal_()
+        c.k_records.normal_()
+        c.g_records.uniform_(-0.3, -0.01)
+        c.cursor.copy_(torch.tensor([0, 5, 2, 4, 0, 6], dtype=torch.int32))
+        caches.append(c)
+    slots = torch.tensor([1, -1, 3, 5, 2], dtype=torch.int32, device=DEVICE)
+    n = torch.tensor([3, 3, 2, 1, 3], dtype=torch.int32, device=DEVICE)
+    win = make_window(fam, 5, T, torch.float32, DEVICE)
+    ys = [delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), config=cfg)
+          for c, cfg in zip(caches, cfgs)]
+    for y in ys[1:]:
+        assert torch.all(y[1] == 42.0) and torch.all(y[3, 1:] == 42.0)
+        assert rel_err(y, ys[0]) < 1e-6
+    assert caches[0].cursor.tolist() == [0, 0, 2, 4, 0, 0]  # slots 1 and 5 flush
+    for c in caches[1:]:
+        for name in ("g_records", "cursor", "arrivals", "pending"):
+            assert torch.equal(getattr(c, name), getattr(caches[0], name)), name
+        for name in ("checkpoint", "d_records", "k_records"):
+            assert rel_err(getattr(c, name), getattr(caches[0], name)) < 1e-6, name
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
+def test_gated_delta_snapshot_kernels_match_serial(per_channel):
+    T = 3
+    holder = SnapshotCache.allocate(6, (G_RUN.v_heads, G_RUN.head_v_dim, G_RUN.head_k_dim), T,
+                                    device=DEVICE)
+    worst = drive_baseline(DeltaFamily(G_RUN, per_channel=per_channel), holder,
+                           delta_snapshot_verify_with_launcher, snapshot_commit_with_launcher,
+                           T=T, act_dtype=torch.bfloat16, device=DEVICE,
+                           steps=3 if INTERPRET else 20, policies=ROWS)
+    assert worst < ACT_TOL["bf16"] + 4 * STATE_TOL["f32"], worst
