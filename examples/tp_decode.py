@@ -4,7 +4,8 @@ Each rank builds its share of a stack of Mamba-2 / GDN / KDA mixers (random weig
 seed everywhere), allocates a ReplayCachePool of its geometry and decodes; the row-parallel
 out_proj partial sums (and the Mamba-2 norm statistics of replicated groups) are all-reduced
 with torch.distributed: gloo on CPU ranks, NCCL with one GPU per rank. mpi4py only finds the
-ranks and hands out the rendezvous port.
+ranks and hands out the rendezvous port (``torchrun --nproc-per-node N`` works too, for hosts
+without an MPI launcher).
 
     mpirun -n 2 python examples/tp_decode.py --check                       # CPU ranks, gloo
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \\
@@ -36,13 +37,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from trtllm_replayssm.models import load_model  # noqa: E402
 from trtllm_replayssm.planner import PlanConfig, plan  # noqa: E402
-from trtllm_replayssm.tp import (ROUTES, HybridDecodeStack, TPGroup, init_from_mpi,  # noqa: E402
+from trtllm_replayssm.tp import (ROUTES, HybridDecodeStack, TPGroup, init_ranks,  # noqa: E402
                                  run_decode, shard_errors, ssm_stack, tiny_stack_model)
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
 # Relative tolerance (max |Δ| / max |whole|) of a TP run against the whole run: they differ by
 # the summation order of the all-reduce and the split GEMMs, rounded at the activation dtype.
-TOLERANCE = {"fp64": 1e-12, "fp32": 1e-4, "bf16": 5e-2}
+# Measured on 2 CPU ranks, tiny stack, 24-48 steps: fp64 ~4e-15, fp32 ~2e-6, bf16 ~5e-2 (bf16
+# roundings of the partial sums, carried by the recurrent states).
+TOLERANCE = {"fp64": 1e-12, "fp32": 1e-4, "bf16": 1e-1}
 JSON_TAG = "TP_DECODE_JSON "
 
 
@@ -84,7 +87,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(1)  # N ranks share the host's cores
-    group, device = init_from_mpi("nccl" if args.device == "cuda" else "gloo")
+    group, device = init_ranks("nccl" if args.device == "cuda" else "gloo")
     dtype = DTYPES[args.dtype]
     state_dtype = DTYPES[args.state_dtype or ("fp64" if args.dtype == "fp64" else "fp32")]
     model, hidden = _model_and_hidden(args)

@@ -6,11 +6,14 @@ a process group: gloo on CPU tensors, NCCL on CUDA tensors.
 
 :func:`init_from_mpi` is the launch path used by ``mpirun -n N python ...``: mpi4py gives the
 rank, the world size and the rank on the node; rank 0 picks a TCP port and broadcasts it over
-MPI, and every rank joins ``torch.distributed`` there. With NCCL keep NVLink multicast off in
-the launching environment (``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``).
+MPI, and every rank joins ``torch.distributed`` there. :func:`init_from_torchrun` reads the
+variables ``torchrun`` sets instead (for hosts without an MPI launcher); :func:`init_ranks`
+picks whichever launched the process. With NCCL keep NVLink multicast off in the launching
+environment (``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``).
 """
 from __future__ import annotations
 
+import os
 import socket
 from datetime import timedelta
 from typing import Optional, Tuple
@@ -20,7 +23,7 @@ import torch.distributed as dist
 
 from torch import Tensor
 
-__all__ = ["TPGroup", "init_distributed", "init_from_mpi"]
+__all__ = ["TPGroup", "init_distributed", "init_from_mpi", "init_from_torchrun", "init_ranks"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -76,6 +79,10 @@ def init_distributed(rank: int, world_size: int, *, backend: str, master_addr: s
     return TPGroup.from_torch_distributed()
 
 
+def _device(backend: str, local_rank: int) -> torch.device:
+    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+
+
 def init_from_mpi(backend: Optional[str] = None, master_addr: str = "127.0.0.1"
                   ) -> Tuple[TPGroup, torch.device]:
     """Rank discovery with mpi4py (under ``mpirun -n N``, or a single process without it),
@@ -98,8 +105,31 @@ def init_from_mpi(backend: Optional[str] = None, master_addr: str = "127.0.0.1"
     comm = MPI.COMM_WORLD
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    device = _device(backend, local_rank)
     port = comm.bcast(_free_port() if comm.Get_rank() == 0 else None, root=0)
     group = init_distributed(comm.Get_rank(), comm.Get_size(), backend=backend,
                              master_addr=master_addr, master_port=port, device=device)
     return group, device
+
+
+def init_from_torchrun(backend: Optional[str] = None) -> Tuple[TPGroup, torch.device]:
+    """As :func:`init_from_mpi`, with the ranks and rendezvous ``torchrun`` exports (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    missing = [k for k, v in env.items() if v is None]
+    if missing:
+        raise ValueError(f"init_from_torchrun: {', '.join(missing)} not set; expected a torchrun launch")
+    device = _device(backend, int(env["LOCAL_RANK"]))
+    group = init_distributed(int(env["RANK"]), int(env["WORLD_SIZE"]), backend=backend,
+                             master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]),
+                             device=device)
+    return group, device
+
+
+def init_ranks(backend: Optional[str] = None) -> Tuple[TPGroup, torch.device]:
+    """:func:`init_from_torchrun` under torchrun (TORCHELASTIC_RUN_ID set), else
+    :func:`init_from_mpi` (mpirun, or one process)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return init_from_torchrun(backend)
+    return init_from_mpi(backend)
