@@ -3,6 +3,7 @@
 the outputs over all steps equal the whole stack's on one GPU, each rank's caches and conv
 states equal its shard of the whole ones, and each rank's pool holds the planner's bytes.
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1)."""
+import importlib.util
 import json
 import os
 import shutil
@@ -22,9 +23,7 @@ JSON_TAG = "TP_DECODE_JSON "
 def _launcher(n: int) -> list:
     here = os.path.join(os.path.dirname(sys.executable), "mpirun")
     mpirun = here if os.access(here, os.X_OK) else shutil.which("mpirun")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("mpi4py") is None:
         mpirun = None
     if mpirun:
         return [mpirun, "-n", str(n), sys.executable]

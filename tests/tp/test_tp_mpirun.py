@@ -3,6 +3,7 @@ the ranks, torch.distributed with gloo sums). Both routes, every family of the t
 (Mamba-2 with groups split and replicated, GDN, KDA): outputs over all steps equal the whole
 stack's, each rank's caches and conv states equal its shard of the whole ones, and each rank's
 pool holds the bytes the planner gives for TP 2. .ci/run installs mpich and mpi4py."""
+import importlib.util
 import json
 import os
 import shutil
@@ -21,9 +22,7 @@ def _mpirun() -> str:
     a failure in CI (CI=true, .ci/run installs it), a skip elsewhere."""
     here = os.path.join(os.path.dirname(sys.executable), "mpirun")
     found = here if os.access(here, os.X_OK) else shutil.which("mpirun")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("mpi4py") is None:
         found = None
     if found is None:
         message = "needs mpirun and mpi4py: pip install mpich mpi4py"

@@ -3,7 +3,6 @@ have TensorRT-LLM's per-rank cache shapes (conv_dim and heads divided as its cac
 import json
 
 import pytest
-import torch
 
 from trtllm_replayssm.cli import main
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, PRESETS, load_model

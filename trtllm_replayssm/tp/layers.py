@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from ..models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry
+from ..models import GDN, KDA, MAMBA2
 from ..ops import (gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step, kda_gate,
                    kda_replay_step, mamba2_decode_step, mamba2_replay_step)
 from .comm import TPGroup
