@@ -1,19 +1,25 @@
-"""Speculative decoding on the GPU at Nemotron-3 geometries: long verify + commit runs with
-random acceptance against the float64 serial oracle, CUDA graphs, baselines, teeth."""
+"""Speculative decoding on the GPU at the models' geometries (Mamba-2: Nemotron-3; GDN:
+Qwen3.5; KDA: Kimi Linear): long verify + commit runs with random acceptance against the
+float64 serial oracle, CUDA graphs, baselines, teeth."""
 import pytest
 import torch
 
-from mamba2_cases import ACT_TOL, DTYPES, STATE_TOL, Geometry, Mamba2Family, make_params
-from spec_cases import (commit_with_op, draw, drive_baseline, drive_spec, make_window,
+import gated_delta_cases as gd
+from gated_delta_cases import DeltaFamily, DeltaGeometry
+from mamba2_cases import ACT_TOL, DTYPES, STATE_TOL, Geometry, Mamba2Family
+from spec_cases import (commit_with_op, delta_serial_with_op, delta_snapshot_verify_with_op,
+                        delta_verify_with_op, draw, drive_baseline, drive_spec, make_window,
                         mamba2_serial_with_op, mamba2_snapshot_verify_with_op,
                         mamba2_verify_with_op, no_commit, snapshot_commit_with_op)
-from trtllm_replayssm.cache import Mamba2ReplayCache
-from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
+from trtllm_replayssm.ops import SnapshotCache, replay_commit, spec_buffer_len
 
 pytestmark = pytest.mark.gpu
 
 SUPER = Geometry(128, 64, 128, 8)   # Nemotron-3-Super, TP=1
 NANO = Geometry(96, 80, 128, 8)     # Nemotron-3-Nano-4B
+QWEN35_4B = DeltaGeometry(16, 32, 128, 128)
+QWEN35_122B = DeltaGeometry(16, 64, 128, 128)
+KIMI_LINEAR = DeltaGeometry(32, 32, 128, 128)
 ROWS = ["all", "bonus", "mixed", "short", "mixed", "all"]
 
 
@@ -39,6 +45,27 @@ def test_mamba2_replay_verify_nemotron_long_run(g, T, dtypes):
     assert worst["ckpt"] < STATE_TOL[s], worst
 
 
+@pytest.mark.parametrize("per_channel, g, T, dtypes", [
+    pytest.param(False, QWEN35_122B, 4, ("f32", "bf16"), id="gdn-qwen3.5-122b-T4-sf32-abf16"),
+    pytest.param(False, QWEN35_122B, 4, ("bf16", "bf16"), id="gdn-qwen3.5-122b-T4-sbf16-abf16"),
+    pytest.param(False, QWEN35_4B, 2, ("f32", "f32"), id="gdn-qwen3.5-4b-T2-sf32-af32"),
+    pytest.param(True, KIMI_LINEAR, 4, ("f32", "bf16"), id="kda-kimi-linear-T4-sf32-abf16"),
+    pytest.param(True, KIMI_LINEAR, 8, ("f16", "f16"), id="kda-kimi-linear-T8-sf16-af16"),
+])
+def test_gated_delta_replay_verify_long_run(per_channel, g, T, dtypes):
+    """As the Mamba-2 long run; the records (d, k̂) are in the activation dtype, so a flushed
+    checkpoint carries the activation tolerance too (as in standard decode)."""
+    s, a = dtypes
+    worst = drive_spec(DeltaFamily(g, per_channel=per_channel), delta_verify_with_op,
+                       commit_with_op, L=spec_buffer_len(16, T), T=T, state_dtype=DTYPES[s],
+                       act_dtype=DTYPES[a], device="cuda", steps=64, policies=ROWS, num_slots=11,
+                       n_padding=2)
+    print(f"{g} T={T} s{s}-a{a}: {worst}")
+    assert len(worst["flushes"]) == len(ROWS) and min(worst["flushes"].values()) >= 2, worst
+    assert worst["y"] < gd.ACT_TOL[a] + gd.STATE_TOL[s], worst
+    assert worst["ckpt"] < gd.STATE_TOL[s] + gd.ACT_TOL[a], worst
+
+
 def test_mamba2_replay_verify_gpu_teeth_corrupt_record():
     def corrupt(cache, step):
         if step == 5:
@@ -52,20 +79,24 @@ def test_mamba2_replay_verify_gpu_teeth_corrupt_record():
         assert worst["y"] < ACT_TOL["f32"] + STATE_TOL["f32"], worst
 
 
-@pytest.mark.parametrize("T", [1, 4])
-def test_mamba2_spec_cuda_graph_equals_eager(T):
+GRAPH_CASES = [pytest.param(Mamba2Family(SUPER, with_z=True), mamba2_verify_with_op, 1, id="mamba2-super-T1"),
+               pytest.param(Mamba2Family(SUPER, with_z=True), mamba2_verify_with_op, 4, id="mamba2-super-T4"),
+               pytest.param(DeltaFamily(QWEN35_122B, per_channel=False), delta_verify_with_op, 4,
+                            id="gdn-qwen3.5-122b-T4"),
+               pytest.param(DeltaFamily(KIMI_LINEAR, per_channel=True), delta_verify_with_op, 4,
+                            id="kda-kimi-linear-T4")]
+
+
+@pytest.mark.parametrize("fam, verify, T", GRAPH_CASES)
+def test_spec_cuda_graph_equals_eager(fam, verify, T):
     """One captured verify + commit, replayed 4L times with new inputs, token counts and
     accepted counts (flush and non-flush rows mixed, a padding row), equals eager bit for bit."""
-    from trtllm_replayssm.ops import mamba2_replay_verify, replay_commit
-    g = SUPER
     L = spec_buffer_len(16, T)
-    p = make_params(g, "cuda")
-    fam = Mamba2Family(g, with_z=True)
+    p = fam.make_params("cuda")
     slots = torch.tensor([7, -1, 2, 0, 5], dtype=torch.int32, device="cuda")
     caches = []
     for _ in range(2):
-        c = Mamba2ReplayCache.allocate(9, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                       state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda")
+        c = fam.allocate(9, L, torch.float32, torch.bfloat16, "cuda")
         torch.manual_seed(3)
         c.checkpoint.normal_()
         c.cursor.copy_(torch.arange(9, dtype=torch.int32) * 3 % L)
@@ -76,17 +107,16 @@ def test_mamba2_spec_cuda_graph_equals_eager(T):
         steps.append((make_window(fam, 5, T, torch.bfloat16, "cuda"),
                       torch.tensor([d[0] for d in drawn], dtype=torch.int32, device="cuda"),
                       torch.tensor([d[1] for d in drawn], dtype=torch.int32, device="cuda")))
-    static_win = {k: v.clone() for k, v in steps[0][0].items() if v is not None}
+    static_win = {k: None if v is None else v.clone() for k, v in steps[0][0].items()}
     static_n, static_a = steps[0][1].clone(), steps[0][2].clone()
-    out_g = torch.full_like(static_win["x"], 42.0)
+    out_g = torch.full_like(static_win[fam.out_key], 42.0)
     out_e = out_g.clone()
 
     def step(c, win, n, a, out):
-        mamba2_replay_verify(c, win["x"], win["dt"], p.A, win["B"], win["C"], slot_ids=slots,
-                             num_tokens=n, D=p.D, z=win["z"], dt_bias=p.dt_bias, out=out)
+        verify(c, win, p, slots, n, out)
         replay_commit(c, slots, a)
 
-    warm = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(caches[0]).items()})
+    warm = type(caches[0])(**{k: v.clone() for k, v in vars(caches[0]).items()})
     step(warm, static_win, static_n, static_a, out_g.clone())  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -94,7 +124,8 @@ def test_mamba2_spec_cuda_graph_equals_eager(T):
     flushes = 0
     for win, n, a in steps:
         for k, v in static_win.items():
-            v.copy_(win[k])
+            if v is not None:
+                v.copy_(win[k])
         static_n.copy_(n)
         static_a.copy_(a)
         before = caches[1].cursor.clone()
@@ -105,7 +136,7 @@ def test_mamba2_spec_cuda_graph_equals_eager(T):
         flushes += int((before[slots[live].long()] + n[live] > L - 1).sum())
         assert torch.equal(out_g, out_e)
     assert flushes >= 3
-    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "pending"):
+    for name in vars(caches[0]):
         assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
 
 
@@ -122,3 +153,20 @@ def test_mamba2_baselines_nemotron(baseline):
                            act_dtype=torch.bfloat16, device="cuda", steps=12, policies=rows,
                            n_padding=2)
     assert worst < ACT_TOL["bf16"] + 4 * STATE_TOL["f32"], worst
+
+
+@pytest.mark.parametrize("per_channel, g", [pytest.param(False, QWEN35_122B, id="gdn-qwen3.5-122b"),
+                                            pytest.param(True, KIMI_LINEAR, id="kda-kimi-linear")])
+@pytest.mark.parametrize("baseline", ["snapshot", "serial"])
+def test_gated_delta_baselines(per_channel, g, baseline):
+    T = 4
+    holder = SnapshotCache.allocate(9, (g.v_heads, g.head_v_dim, g.head_k_dim), T,
+                                    dtype=torch.float32, device="cuda")
+    if baseline == "snapshot":
+        verify, commit, rows = delta_snapshot_verify_with_op, snapshot_commit_with_op, ROWS
+    else:
+        verify, commit, rows = delta_serial_with_op, no_commit, ["all", "short_all", "short_all"]
+    worst = drive_baseline(DeltaFamily(g, per_channel=per_channel), holder, verify, commit, T=T,
+                           act_dtype=torch.bfloat16, device="cuda", steps=12, policies=rows,
+                           n_padding=2)
+    assert worst < gd.ACT_TOL["bf16"] + 4 * gd.STATE_TOL["f32"], worst
