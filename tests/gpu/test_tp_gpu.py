@@ -33,7 +33,9 @@ def _launcher(n: int) -> list:
 def _run(*args: str) -> dict:
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 GPUs; {torch.cuda.device_count()} visible")
+    # Open MPI refuses root without the two OMPI_* variables (MPICH ignores them).
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)
     cmd = _launcher(2) + [EXAMPLE, "--device", "cuda", "--check", "--json", *args]

@@ -34,7 +34,9 @@ def _mpirun() -> str:
 
 def run_tp_decode(n: int, *args: str, timeout: int = 240) -> dict:
     """``mpirun -n n python examples/tp_decode.py --check --json *args``; rank 0's report."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    # Open MPI refuses root without the two OMPI_* variables (MPICH ignores them).
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run([_mpirun(), "-n", str(n), sys.executable, EXAMPLE, "--check", "--json", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
