@@ -1,0 +1,253 @@
+"""One decode step of a hooked layer on TensorRT-LLM's buffers: pure functions, no TensorRT-LLM.
+
+TensorRT-LLM's SSM states (our checkpoints) are slot views into its cache pool whose slot stride
+is not the state size, so they cannot be wrapped in the core cache dataclasses, which require
+contiguous fields. The replay kernels take a stride per dimension and need only the last
+dimension dense; these functions check exactly that, check the step inputs with the ops' own
+validators, and call the ``replayssm::`` custom ops directly. Everything is checked before
+anything is written.
+
+Padding rows: TensorRT-LLM pads CUDA-graph batches with dummy requests that share one slot.
+:func:`replay_slot_ids` turns their rows into slot id -1, which the ops skip entirely, so padding
+rows neither collide on a slot nor write any record, counter or checkpoint.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from torch import Tensor
+
+import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.*
+from trtllm_replayssm.models import GDN, KDA, MAMBA2
+from trtllm_replayssm.ops._validate import FLOAT_DTYPES
+from trtllm_replayssm.ops.gated_delta import _check_inputs as _check_gated_delta_inputs
+from trtllm_replayssm.ops.gated_delta import _resolve_scale
+from trtllm_replayssm.ops.mamba2 import _check_inputs as _check_mamba2_inputs
+from trtllm_replayssm.reference.gated_delta import gated_delta_replay_fold, gated_delta_replay_weights
+from trtllm_replayssm.reference.mamba2 import compute_dtype
+
+from .store import LayerRecords
+
+__all__ = ["padding_rows", "PaddingRowBuffer", "replay_slot_ids", "mamba2_step",
+           "gated_delta_step", "flush_delta_rule_records", "causal_conv_step"]
+
+
+def padding_rows(request_ids: Optional[Sequence[int]], batch_size: int, *,
+                 dummy_request_id: int, max_draft_len: int = 0) -> List[bool]:
+    """[batch_size] bool: which rows are CUDA-graph padding (request ids in
+    ``[dummy_request_id - max_draft_len, dummy_request_id]``, TensorRT-LLM's sentinel range).
+
+    ``request_ids`` None (no ids known) marks no row.
+    """
+    if request_ids is None:
+        return [False] * batch_size
+    if len(request_ids) < batch_size:
+        raise ValueError(f"padding_rows: {len(request_ids)} request ids for a batch of "
+                         f"{batch_size}; expected at least one per row")
+    lo = dummy_request_id - max_draft_len
+    return [lo <= int(r) <= dummy_request_id for r in request_ids[:batch_size]]
+
+
+class PaddingRowBuffer:
+    """A graph-stable device buffer of padding-row flags, refilled before each forward.
+
+    CUDA graphs capture the buffer's address; :meth:`update` rewrites its contents with one
+    synchronous host-to-device copy from a pageable host tensor (no staging buffer that a later
+    update could overwrite while a copy is in flight).
+
+    Args:
+        max_batch_size: rows the buffer holds.
+        device: where the flags live.
+    """
+
+    def __init__(self, max_batch_size: int, device) -> None:
+        if not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool) or max_batch_size < 1:
+            raise ValueError(f"PaddingRowBuffer: max_batch_size is {max_batch_size!r}; expected a "
+                             f"positive int")
+        self.flags = torch.zeros(max_batch_size, dtype=torch.bool, device=device)
+
+    def update(self, rows: Sequence[bool]) -> Tensor:
+        """flags[:len(rows)] := rows, later rows False; returns the whole device buffer."""
+        n = len(rows)
+        if n > self.flags.shape[0]:
+            raise ValueError(f"PaddingRowBuffer.update: {n} rows; the buffer holds "
+                             f"{self.flags.shape[0]} (max_batch_size)")
+        host = torch.zeros(self.flags.shape[0], dtype=torch.bool)
+        host[:n] = torch.tensor(list(rows), dtype=torch.bool)
+        self.flags.copy_(host)
+        return self.flags
+
+
+def replay_slot_ids(state_indices: Tensor, padding: Tensor) -> Tensor:
+    """[batch] int32 slot ids for the replay ops: ``state_indices`` with padding rows set to -1.
+
+    Both arguments are device tensors (``padding`` bool), so the selection is captured in a CUDA
+    graph and follows the buffers' contents at replay.
+    """
+    if state_indices.shape != padding.shape:
+        raise ValueError(f"replay_slot_ids: state_indices has shape {tuple(state_indices.shape)} "
+                         f"and padding {tuple(padding.shape)}; expected equal [batch]")
+    return torch.where(padding, -1, state_indices.to(torch.int32))
+
+
+def _check_checkpoint(op: str, layer: LayerRecords, checkpoint, state_shape: Tuple[int, ...]) -> None:
+    if not isinstance(checkpoint, Tensor):
+        raise TypeError(f"{op}: checkpoint is {type(checkpoint).__name__}; expected a torch.Tensor")
+    want = (layer.num_slots,) + state_shape
+    if tuple(checkpoint.shape) != want:
+        raise ValueError(f"{op}: checkpoint has shape {tuple(checkpoint.shape)}; expected "
+                         f"[num_slots, ...] = {want} (the engine's SSM states)")
+    floats = FLOAT_DTYPES if checkpoint.device.type == "cpu" else FLOAT_DTYPES[:3]
+    if checkpoint.dtype not in floats:
+        raise TypeError(f"{op}: checkpoint is {checkpoint.dtype}; expected one of "
+                        f"{', '.join(str(d).replace('torch.', '') for d in floats)}")
+    if checkpoint.device != layer.cursor.device:
+        raise ValueError(f"{op}: checkpoint is on {checkpoint.device}; expected "
+                         f"{layer.cursor.device} (the records' device)")
+    if checkpoint.stride(-1) != 1:
+        raise ValueError(f"{op}: checkpoint has strides {checkpoint.stride()}; expected stride 1 "
+                         f"in its last dimension")
+
+
+def mamba2_step(layer: LayerRecords, checkpoint: Tensor, x: Tensor, dt: Tensor, A: Tensor,
+                B: Tensor, C: Tensor, *, slot_ids: Tensor, D: Optional[Tensor] = None,
+                dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                out: Optional[Tensor] = None) -> Tensor:
+    """One Mamba-2 ReplaySSM decode step on an engine's SSM states.
+
+    Args:
+        layer: the layer's records (kind ``mamba2``); counters mutated as in
+            :func:`trtllm_replayssm.ops.mamba2_replay_step`.
+        checkpoint: [num_slots, nheads, head_dim, d_state] the engine's SSM states (any slot
+            stride, last dimension dense); written only at flushes.
+        x, dt, A, B, C, D, dt_bias, dt_softplus, out: as for ``mamba2_replay_step``; x, B, C in
+            the records' dtype.
+        slot_ids: [batch] int32, -1 for padding rows (:func:`replay_slot_ids`).
+    Returns:
+        y [batch, nheads, head_dim] (``out`` when given).
+    Raises:
+        ValueError, TypeError: before anything is written.
+    """
+    op = "trtllm mamba2_step"
+    if layer.kind != MAMBA2:
+        raise ValueError(f"{op}: layer holds {layer.kind} records; expected mamba2")
+    g = layer.geometry
+    _check_checkpoint(op, layer, checkpoint, (g.nheads, g.head_dim, g.d_state))
+    _check_mamba2_inputs(op, x, dt, A, B, C, slot_ids, D, None, dt_bias, dt_softplus, out,
+                         nheads=g.nheads, head_dim=g.head_dim, d_state=g.d_state,
+                         ngroups=g.ngroups, num_slots=layer.num_slots,
+                         act_dtype=layer.records["x_records"].dtype, device=checkpoint.device)
+    out = torch.zeros_like(x) if out is None else out
+    r = layer.records
+    torch.ops.replayssm.mamba2_replay_step(
+        checkpoint, r["x_records"], r["dt_records"], r["B_records"], layer.cursor,
+        layer.arrivals, x, dt, A, B, C, slot_ids, D, None, dt_bias, dt_softplus, out)
+    return out
+
+
+def gated_delta_step(layer: LayerRecords, checkpoint: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                     g: Tensor, beta: Tensor, *, slot_ids: Tensor, scale: Optional[float] = None,
+                     use_qk_l2norm: bool = True, out: Optional[Tensor] = None) -> Tensor:
+    """One GDN or KDA ReplaySSM decode step on an engine's SSM states.
+
+    Args:
+        layer: the layer's records (kind ``gdn`` or ``kda``).
+        checkpoint: [num_slots, v_heads, head_v_dim, head_k_dim] the engine's recurrent states
+            (any slot stride, last dimension dense); written only at flushes.
+        q, k, v, g, beta, scale, use_qk_l2norm, out: as for ``gdn_replay_step`` /
+            ``kda_replay_step`` (g [batch, v_heads] for GDN, [batch, v_heads, head_k_dim] for KDA).
+        slot_ids: [batch] int32, -1 for padding rows.
+    Returns:
+        o [batch, v_heads, head_v_dim] (``out`` when given).
+    Raises:
+        ValueError, TypeError: before anything is written.
+    """
+    op = f"trtllm {layer.kind}_step"
+    if layer.kind not in (GDN, KDA):
+        raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
+    geo = layer.geometry
+    _check_checkpoint(op, layer, checkpoint, (geo.v_heads, geo.head_v_dim, geo.head_k_dim))
+    _check_gated_delta_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out,
+                              per_channel=layer.kind == KDA, k_heads=geo.k_heads,
+                              v_heads=geo.v_heads, head_k_dim=geo.head_k_dim,
+                              head_v_dim=geo.head_v_dim, num_slots=layer.num_slots,
+                              device=checkpoint.device)
+    scale = _resolve_scale(op, scale, geo.head_k_dim)
+    out = torch.zeros_like(v) if out is None else out
+    r = layer.records
+    torch.ops.replayssm.gated_delta_replay_step(
+        checkpoint, r["d_records"], r["k_records"], r["g_records"], layer.cursor,
+        layer.arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return out
+
+
+def flush_delta_rule_records(layer: LayerRecords, checkpoint: Tensor, slot_ids: Tensor) -> None:
+    """Fold the records of the live rows' slots into their checkpoints; cursors := 0.
+
+    For steps the engine runs its own way on the full state (a GDN decode row inside a batch
+    with prefills): afterwards each slot's checkpoint is its current state, rounded to the
+    checkpoint dtype once. Rows with cursor 0 keep their checkpoint bit for bit; padding rows
+    (slot id < 0) are skipped. Eager only (it gathers the live rows on the host).
+    """
+    op = "trtllm flush_delta_rule_records"
+    if layer.kind not in (GDN, KDA):
+        raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
+    geo = layer.geometry
+    _check_checkpoint(op, layer, checkpoint, (geo.v_heads, geo.head_v_dim, geo.head_k_dim))
+    if not isinstance(slot_ids, Tensor) or slot_ids.dim() != 1:
+        raise ValueError(f"{op}: slot_ids must be a 1-D tensor of slot ids")
+    slots = torch.unique(slot_ids[slot_ids >= 0]).long()
+    if slots.numel() == 0:
+        return
+    if int(slots.max()) >= layer.num_slots:
+        raise ValueError(f"{op}: slot_ids holds {int(slots.max())}; expected ids < "
+                         f"num_slots = {layer.num_slots}")
+    r = layer.records
+    cd = compute_dtype(checkpoint)
+    n = slots.numel()
+    valid = torch.arange(layer.L, device=slots.device)[None, :] < layer.cursor[slots].long()[:, None]
+    g_rec = r["g_records"][slots]
+    g_rec = g_rec if layer.kind == KDA else g_rec[..., None]
+    no_g = torch.zeros(n, geo.v_heads, g_rec.shape[-1], dtype=cd, device=slots.device)
+    ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
+    d_rec = torch.where(valid[:, None, :, None], r["d_records"][slots].to(cd), 0.0)
+    k_rec = torch.where(valid[:, None, :, None], r["k_records"][slots].to(cd), 0.0)
+    k_rec = k_rec.repeat_interleave(geo.v_heads // geo.k_heads, dim=1)
+    no_d = torch.zeros(n, geo.v_heads, geo.head_v_dim, dtype=cd, device=slots.device)
+    no_k = torch.zeros(n, geo.v_heads, geo.head_k_dim, dtype=cd, device=slots.device)
+    state = gated_delta_replay_fold(checkpoint[slots].to(cd), d_rec, k_rec, ckpt_decay, weights,
+                                    no_d, no_k)
+    checkpoint[slots] = state.to(checkpoint.dtype)
+    layer.cursor[slots] = 0
+
+
+def causal_conv_step(conv_rows: Tensor, x: Tensor, weight: Tensor,
+                     bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """One token of a depthwise causal convolution with SiLU (Kimi Linear's short convs).
+
+    Args:
+        conv_rows: [batch, dim, width - 1] the last width - 1 inputs, oldest first.
+        x: [batch, dim] the new input.
+        weight: [dim, width]; column width - 1 multiplies the newest input.
+        bias: [dim] or None.
+    Returns:
+        (y [batch, dim] in x's dtype, computed in fp32 (fp64 for fp64 input);
+         new rows [batch, dim, width - 1] in conv_rows' dtype).
+    """
+    op = "causal_conv_step"
+    if x.dim() != 2 or conv_rows.dim() != 3 or conv_rows.shape[:2] != x.shape:
+        raise ValueError(f"{op}: conv_rows {tuple(conv_rows.shape)} and x {tuple(x.shape)}; "
+                         f"expected [batch, dim, width - 1] and [batch, dim]")
+    width = conv_rows.shape[2] + 1
+    if tuple(weight.shape) != (x.shape[1], width):
+        raise ValueError(f"{op}: weight has shape {tuple(weight.shape)}; expected [dim, width] = "
+                         f"{(x.shape[1], width)}")
+    cd = compute_dtype(x, conv_rows, weight)
+    window = torch.cat([conv_rows.to(cd), x.to(cd)[:, :, None]], dim=2)
+    y = (window * weight.to(cd)).sum(-1)
+    if bias is not None:
+        y = y + bias.to(cd)
+    return F.silu(y).to(x.dtype), window[:, :, 1:].to(conv_rows.dtype)
