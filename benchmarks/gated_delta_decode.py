@@ -14,6 +14,7 @@ output.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 
@@ -132,7 +133,7 @@ def fla_baseline(case) -> float:
            for _ in case.slot_sets]
     q, k, v = (t.unsqueeze(1) for t in (case.q, case.k, case.v))
     g, beta = case.g.unsqueeze(1), case.beta.unsqueeze(1)
-    it = iter(range(len(h0s)))
+    it = itertools.count()  # one initial-state buffer per slot set, in capture order
 
     def step(_slots):
         h0 = h0s[next(it) % len(h0s)]
