@@ -33,7 +33,8 @@ __all__ = ["enable_replayssm", "disable_replayssm", "replayssm_status", "ReplayS
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 
 
-def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS):
+def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS,
+                     delta_rule_records: str = "activation"):
     """Routes the non-speculative decode of the given layer families through ReplaySSM.
 
     Call it before the ``LLM`` (and so its model and cache managers) is created, in every
@@ -43,6 +44,8 @@ def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS):
         buffer_len: L, records per sequence and layer (1..64); a flush every L steps.
         families: subset of ``("mamba2", "gdn", "kda")``: Nemotron-H's ``Mamba2Mixer``,
             Qwen3-Next / Qwen3.5's ``Qwen3NextGatedDeltaNet``, Kimi's ``KimiKDALinearAttention``.
+        delta_rule_records: ``"activation"`` or ``"float32"`` GDN / KDA d and k records
+            (float32 with an fp32 SSM state: see :class:`.config.ReplaySSMConfig`).
     Returns:
         ReplaySSMStatus: the TensorRT-LLM version, what was patched, hooked layers (filled as
         models are built; ``.summary()``).
@@ -53,7 +56,8 @@ def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS):
         ValueError: bad arguments, or already enabled with other settings.
     """
     from .adapter import install
-    return install(ReplaySSMConfig(buffer_len=buffer_len, families=tuple(families)))
+    return install(ReplaySSMConfig(buffer_len=buffer_len, families=tuple(families),
+                                   delta_rule_records=delta_rule_records))
 
 
 def disable_replayssm() -> bool:
@@ -75,8 +79,9 @@ def _enable_from_env() -> None:
     if not env_requests_enable(os.environ):
         return
     config = config_from_env(os.environ)
-    after_import("tensorrt_llm", lambda: enable_replayssm(buffer_len=config.buffer_len,
-                                                          families=config.families))
+    after_import("tensorrt_llm", lambda: enable_replayssm(
+        buffer_len=config.buffer_len, families=config.families,
+        delta_rule_records=config.delta_rule_records))
 
 
 _enable_from_env()

@@ -83,6 +83,9 @@ class _Installation:
 
 
 _INSTALLED: Optional[_Installation] = None
+# The configuration being installed: install() imports tensorrt_llm, which can run the
+# environment's after-import hook (another install) before the first one has finished.
+_INSTALLING: Optional[ReplaySSMConfig] = None
 
 
 def installed() -> Optional[ReplaySSMStatus]:
@@ -333,7 +336,8 @@ def _estimate_replay_bytes(model_config, params, mapping, *, spec_config,
     config = _INSTALLED.status.config
     return replay_bytes_per_rank(hf_config, config.families, config.buffer_len,
                                  tp_size=ssm_tp_size(mapping.tp_size, mapping.enable_attention_dp),
-                                 record_dtype=model_dtype(hf_config))
+                                 activation_dtype=model_dtype(hf_config),
+                                 delta_rule_records=config.delta_rule_records)
 
 
 # ---------------------------------------------------------------------- install
@@ -393,23 +397,32 @@ def install(config: ReplaySSMConfig,
             import_module: Callable[[str], object] = importlib.import_module) -> ReplaySSMStatus:
     """Checks the installed TensorRT-LLM (:func:`.api.require_api`), then patches it.
 
+    Returns:
+        The status; None for a nested call with the same settings while the first is still
+        installing (the environment's hook firing on its ``import tensorrt_llm``).
     Raises:
         ImportError, IncompatibleTensorRTLLM: before anything is patched.
-        ValueError: already installed with another configuration.
+        ValueError: already installed (or installing) with another configuration.
     """
-    global _INSTALLED
-    if _INSTALLED is not None:
-        if _INSTALLED.status.config == config:
-            return _INSTALLED.status
-        raise ValueError(f"ReplaySSM is already enabled with {_INSTALLED.status.config}; call "
-                         f"disable_replayssm() first")
-    version = require_api(config.families, import_module)
-    inst = _Installation(ReplaySSMStatus(config, version))
+    global _INSTALLED, _INSTALLING
+    current = _INSTALLED.status.config if _INSTALLED is not None else _INSTALLING
+    if current is not None:
+        if current != config:
+            raise ValueError(f"ReplaySSM is already enabled with {current} (e.g. by "
+                             f"TRTLLM_REPLAYSSM); asked for {config}; call disable_replayssm() "
+                             f"first or make the settings agree")
+        return None if _INSTALLED is None else _INSTALLED.status
+    _INSTALLING = config
     try:
-        _install_patches(inst, config, import_module)
-    except BaseException:
-        _undo(inst)
-        raise
+        version = require_api(config.families, import_module)
+        inst = _Installation(ReplaySSMStatus(config, version))
+        try:
+            _install_patches(inst, config, import_module)
+        except BaseException:
+            _undo(inst)
+            raise
+    finally:
+        _INSTALLING = None
     _INSTALLED = inst
     return inst.status
 

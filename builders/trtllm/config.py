@@ -7,6 +7,7 @@ Environment variables (all optional except the first):
 - ``TRTLLM_REPLAYSSM=1``: enable at import (``0`` or unset: do nothing).
 - ``TRTLLM_REPLAYSSM_BUFFER_LEN``: L, records per slot (default 16).
 - ``TRTLLM_REPLAYSSM_FAMILIES``: comma-separated subset of ``mamba2,gdn,kda`` (default all).
+- ``TRTLLM_REPLAYSSM_DELTA_RULE_RECORDS``: ``activation`` (default) or ``float32``.
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import SSM_KINDS
 
 __all__ = ["ReplaySSMConfig", "config_from_env", "env_requests_enable", "ENV_ENABLE",
-           "ENV_BUFFER_LEN", "ENV_FAMILIES"]
+           "ENV_BUFFER_LEN", "ENV_FAMILIES", "ENV_DELTA_RULE_RECORDS", "DELTA_RULE_RECORDS"]
 
 ENV_ENABLE = "TRTLLM_REPLAYSSM"
 ENV_BUFFER_LEN = "TRTLLM_REPLAYSSM_BUFFER_LEN"
 ENV_FAMILIES = "TRTLLM_REPLAYSSM_FAMILIES"
+ENV_DELTA_RULE_RECORDS = "TRTLLM_REPLAYSSM_DELTA_RULE_RECORDS"
+DELTA_RULE_RECORDS = ("activation", "float32")
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,15 @@ class ReplaySSMConfig:
             decode steps.
         families: layer families whose non-speculative decode runs on the replay ops, a
             non-empty subset of ``("mamba2", "gdn", "kda")`` in that order.
+        delta_rule_records: dtype of the GDN / KDA d and k records: ``"activation"`` (the
+            model's dtype) or ``"float32"``, which keeps them unrounded; with an fp32 SSM state
+            bf16 records dominate the error (README, GDN and KDA accuracy). Mamba-2's x and B
+            records are inputs and always held exactly in the activation dtype.
     """
 
     buffer_len: int = 16
     families: Tuple[str, ...] = SSM_KINDS
+    delta_rule_records: str = "activation"
 
     def __post_init__(self) -> None:
         owner = "ReplaySSMConfig"
@@ -52,6 +60,9 @@ class ReplaySSMConfig:
             raise ValueError(f"{owner}: families is {tuple(families)!r}; expected distinct names "
                              f"from {', '.join(SSM_KINDS)}")
         object.__setattr__(self, "families", tuple(f for f in SSM_KINDS if f in families))
+        if self.delta_rule_records not in DELTA_RULE_RECORDS:
+            raise ValueError(f"{owner}: delta_rule_records is {self.delta_rule_records!r}; "
+                             f"expected one of {', '.join(DELTA_RULE_RECORDS)}")
 
 
 def env_requests_enable(environ: Mapping[str, str]) -> bool:
@@ -77,8 +88,12 @@ def config_from_env(environ: Mapping[str, str]) -> ReplaySSMConfig:
     raw_families = environ.get(ENV_FAMILIES, "").strip()
     if raw_families:
         kwargs["families"] = tuple(f.strip() for f in raw_families.split(",") if f.strip())
+    raw_records = environ.get(ENV_DELTA_RULE_RECORDS, "").strip()
+    if raw_records:
+        kwargs["delta_rule_records"] = raw_records
     try:
         return ReplaySSMConfig(**kwargs)
     except ValueError as e:
         raise ValueError(f"from the environment ({ENV_BUFFER_LEN}={raw_len!r}, "
-                         f"{ENV_FAMILIES}={raw_families!r}): {e}") from None
+                         f"{ENV_FAMILIES}={raw_families!r}, "
+                         f"{ENV_DELTA_RULE_RECORDS}={raw_records!r}): {e}") from None

@@ -24,7 +24,8 @@ import torch
 from trtllm_replayssm.memory import CURSOR_BYTES
 
 from .config import ReplaySSMConfig
-from .layout import RecordField, rank_geometry, record_field_names, record_fields
+from .layout import (RecordField, rank_geometry, record_dtype_for, record_field_names,
+                     record_fields)
 from .store import LayerRecords, ReplayRecordStore
 
 __all__ = ["EXTENSION_KEY", "ReplayRecordsFeature", "plan_manager_layers"]
@@ -99,8 +100,12 @@ class ReplayRecordsFeature:
         geometry = rank_geometry(kind, context.ssm_state_shape, context.conv_state_shape,
                                  context.conv_section_dims, context.conv_state_layout)
         return record_fields(kind, geometry, self.config.buffer_len,
-                             record_dtype=context.conv_state_dtype,
+                             record_dtype=self._record_dtype(context, kind),
                              state_dtype=context.ssm_state_dtype)
+
+    def _record_dtype(self, context, kind: str) -> torch.dtype:
+        # The conv state holds the mixer's inputs: its dtype is the activation dtype.
+        return record_dtype_for(kind, context.conv_state_dtype, self.config.delta_rule_records)
 
     def _local_layers(self, context) -> list:
         return [i for i in context.mamba_pp_layers if i in self.layers]
@@ -147,14 +152,14 @@ class ReplayRecordsFeature:
             geometries[layer_id] = (kind, rank_geometry(kind, context.ssm_state_shape,
                                                         context.conv_state_shape,
                                                         context.conv_section_dims,
-                                                        context.conv_state_layout))
+                                                        context.conv_state_layout),
+                                    self._record_dtype(context, kind))
             local_idx = manager.layer_offsets[layer_id]
             views[layer_id] = {f.name: manager._get_state_buffer(local_idx, self._roles[f.role],
                                                                   f.dtype, list(f.shape))
                                for f in self._fields(context, layer_id)}
         device = next(iter(views[local[0]].values())).device
         self.store = ReplayRecordStore(geometries, self.config.buffer_len, slots,
-                                       record_dtype=context.conv_state_dtype,
                                        state_dtype=context.ssm_state_dtype, device=device,
                                        record_views=views)
         self._observe(manager.get_state_update_strategy())

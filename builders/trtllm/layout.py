@@ -26,7 +26,8 @@ from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2G
 
 __all__ = ["CONV_LAYOUTS", "COUNTER_FIELDS", "RecordField", "rank_geometry", "record_field_names",
            "record_fields",
-           "bytes_per_slot", "ssm_tp_size", "model_dtype", "replay_bytes_per_rank"]
+           "record_dtype_for", "bytes_per_slot", "ssm_tp_size", "model_dtype",
+           "replay_bytes_per_rank"]
 
 Geometry = Union[Mamba2Geometry, DeltaRuleGeometry]
 
@@ -160,6 +161,17 @@ def record_fields(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.
                  for name in record_field_names(kind))
 
 
+def record_dtype_for(kind: str, activation_dtype: torch.dtype, delta_rule_records: str) -> torch.dtype:
+    """The records' dtype: fp32 for GDN / KDA with ``delta_rule_records="float32"``, else the
+    activation dtype (Mamba-2's records are its inputs, held exactly)."""
+    if delta_rule_records not in ("activation", "float32"):
+        raise ValueError(f"record_dtype_for: delta_rule_records is {delta_rule_records!r}; "
+                         f"expected 'activation' or 'float32'")
+    if kind in (GDN, KDA) and delta_rule_records == "float32":
+        return torch.float32
+    return activation_dtype
+
+
 def bytes_per_slot(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.dtype,
                    state_dtype: torch.dtype) -> int:
     """Bytes ReplaySSM adds to one slot of one layer: its records plus the int32 counters
@@ -198,7 +210,8 @@ def model_dtype(hf_config: Mapping) -> torch.dtype:
 
 
 def replay_bytes_per_rank(hf_config: Mapping, families: Sequence[str], L: int, *,
-                          tp_size: int, record_dtype: torch.dtype,
+                          tp_size: int, activation_dtype: torch.dtype,
+                          delta_rule_records: str = "activation",
                           state_dtype: torch.dtype = torch.float32) -> int:
     """Bytes ReplaySSM adds per slot on one rank: the sum of :func:`bytes_per_slot` over the
     model's SSM layers of ``families`` at the rank's geometry (no pipeline parallelism).
@@ -207,6 +220,8 @@ def replay_bytes_per_rank(hf_config: Mapping, families: Sequence[str], L: int, *
         hf_config: the model's ``config.json`` as a dict (NemotronH, Qwen3-Next / Qwen3.5,
             Kimi Linear).
         tp_size: the recurrent layers' TP degree (:func:`ssm_tp_size`).
+        activation_dtype, delta_rule_records: give each layer's record dtype
+            (:func:`record_dtype_for`).
     """
     model = from_hf_config(hf_config).for_tp(tp_size)
     memo = {}
@@ -216,6 +231,7 @@ def replay_bytes_per_rank(hf_config: Mapping, families: Sequence[str], L: int, *
             continue
         key = (layer.kind, layer.geometry)
         if key not in memo:
+            record_dtype = record_dtype_for(layer.kind, activation_dtype, delta_rule_records)
             memo[key] = bytes_per_slot(layer.kind, layer.geometry, L, record_dtype=record_dtype,
                                        state_dtype=state_dtype)
         total += memo[key]

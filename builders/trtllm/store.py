@@ -85,10 +85,10 @@ class ReplayRecordStore:
     """Records and counters of the hooked layers of one rank.
 
     Args:
-        layers: layer index -> (kind, rank geometry), the layers this rank hooks.
+        layers: layer index -> (kind, rank geometry, record dtype), the layers this rank hooks;
+            the record dtype is that of the x / B / d / k records (:func:`~.layout.record_dtype_for`).
         L: records per slot.
         num_slots: TensorRT-LLM's state slots (live and padding).
-        record_dtype: dtype of the x / B / d / k records (the engine's activation dtype).
         state_dtype: dtype of the engine's SSM state (the checkpoint); sets the gate records'
             dtype (fp32, fp64 with fp64).
         device: where counters (and owned records) live.
@@ -98,8 +98,8 @@ class ReplayRecordStore:
         ValueError, TypeError: a view of the wrong shape, dtype, device or inner layout.
     """
 
-    def __init__(self, layers: Mapping[int, Tuple[str, Geometry]], L: int, num_slots: int, *,
-                 record_dtype: torch.dtype, state_dtype: torch.dtype,
+    def __init__(self, layers: Mapping[int, Tuple[str, Geometry, torch.dtype]], L: int,
+                 num_slots: int, *, state_dtype: torch.dtype,
                  device: Union[str, torch.device, None] = None,
                  record_views: Optional[Mapping[int, Mapping[str, Tensor]]] = None) -> None:
         owner = "ReplayRecordStore"
@@ -114,7 +114,7 @@ class ReplayRecordStore:
         self.counters = torch.zeros(len(layers), len(COUNTER_FIELDS), num_slots,
                                     dtype=torch.int32, device=device)
         self._layers: Dict[int, LayerRecords] = {}
-        for j, (layer, (kind, geometry)) in enumerate(layers.items()):
+        for j, (layer, (kind, geometry, record_dtype)) in enumerate(layers.items()):
             specs = record_fields(kind, geometry, L, record_dtype=record_dtype,
                                   state_dtype=state_dtype)
             if record_views is None:

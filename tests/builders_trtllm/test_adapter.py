@@ -144,7 +144,7 @@ def test_estimator_counts_hooked_models(trt):
     _mamba2_setup()
     got = estimator(model_config, None, mapping, spec_config=None, use_separate_draft_kv_cache=False)
     assert got == replay_bytes_per_rank(config, ("mamba2",), L, tp_size=4,
-                                        record_dtype=torch.bfloat16) == 40 * (303_104 // 16 * L // 4 + 12)
+                                        activation_dtype=torch.bfloat16) == 40 * (303_104 // 16 * L // 4 + 12)
     assert estimator(model_config, None, mapping, spec_config=object(),
                      use_separate_draft_kv_cache=False) == 0
 

@@ -113,3 +113,27 @@ def test_importing_package_without_variable_imports_no_tensorrt_llm(tmp_path):
         assert not [m for m in sys.modules if m.split(".")[0] == "tensorrt_llm"]
     """, {})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_env_and_explicit_enable_in_one_process(tmp_path):
+    """The environment's hook fires inside enable_replayssm's own `import tensorrt_llm`: equal
+    settings install once, different settings are refused."""
+    write_package(tmp_path / "trt", REQUIREMENTS)
+    env = {"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_BUFFER_LEN": "8"}
+    proc = _run(tmp_path, """
+        import trtllm_replayssm_builders.trtllm as t
+        status = t.enable_replayssm(buffer_len=8)
+        assert status is t.replayssm_status()
+        assert sum(p.endswith("Mamba2Metadata.prepare") for p in status.patched) == 1
+        from tensorrt_llm._torch.modules.mamba.mamba2_metadata import Mamba2Metadata
+        assert not hasattr(Mamba2Metadata.prepare.__wrapped__, "__wrapped__")   # wrapped once
+        assert t.disable_replayssm() and not hasattr(Mamba2Metadata.prepare, "__wrapped__")
+    """, env, trtllm=tmp_path / "trt")
+    assert proc.returncode == 0, proc.stderr
+    proc = _run(tmp_path, """
+        import trtllm_replayssm_builders.trtllm as t
+        t.enable_replayssm(buffer_len=16)
+    """, env, trtllm=tmp_path / "trt")
+    assert proc.returncode != 0
+    assert "already enabled with ReplaySSMConfig(buffer_len=16" in proc.stderr
+    assert "asked for ReplaySSMConfig(buffer_len=8" in proc.stderr

@@ -1,9 +1,9 @@
 """ReplaySSMConfig and its environment-variable form."""
 import pytest
 
-from trtllm_replayssm_builders.trtllm.config import (ENV_BUFFER_LEN, ENV_ENABLE, ENV_FAMILIES,
-                                                     ReplaySSMConfig, config_from_env,
-                                                     env_requests_enable)
+from trtllm_replayssm_builders.trtllm.config import (ENV_BUFFER_LEN, ENV_DELTA_RULE_RECORDS,
+                                                     ENV_ENABLE, ENV_FAMILIES, ReplaySSMConfig,
+                                                     config_from_env, env_requests_enable)
 
 
 def test_config_defaults_and_family_order_normalised():
@@ -19,6 +19,7 @@ def test_config_defaults_and_family_order_normalised():
     (dict(families="mamba2"), "families is 'mamba2'"),
     (dict(families=("mamba1",)), "expected distinct names from mamba2, gdn, kda"),
     (dict(families=("gdn", "gdn")), "expected distinct names"),
+    (dict(delta_rule_records="fp32"), "delta_rule_records is 'fp32'; expected one of activation, float32"),
 ])
 def test_config_rejects_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -34,8 +35,8 @@ def test_env_enable_values():
 
 
 def test_config_from_env_reads_both_variables():
-    env = {ENV_BUFFER_LEN: "8", ENV_FAMILIES: "gdn, kda"}
-    assert config_from_env(env) == ReplaySSMConfig(8, ("gdn", "kda"))
+    env = {ENV_BUFFER_LEN: "8", ENV_FAMILIES: "gdn, kda", ENV_DELTA_RULE_RECORDS: "float32"}
+    assert config_from_env(env) == ReplaySSMConfig(8, ("gdn", "kda"), "float32")
     assert config_from_env({}) == ReplaySSMConfig()
 
 

@@ -67,8 +67,9 @@ class Manager:
         return [{11: 2, 12: 5}[r] for r in request_ids]
 
 
-def feature(layers, L=16):
-    return ReplayRecordsFeature(ReplaySSMConfig(buffer_len=L), layers, make_role=lambda n: f"role:{n}",
+def feature(layers, L=16, delta_rule_records="activation"):
+    return ReplayRecordsFeature(ReplaySSMConfig(buffer_len=L, delta_rule_records=delta_rule_records),
+                                layers, make_role=lambda n: f"role:{n}",
                                 make_buffer_config=lambda role, size: (role, size))
 
 
@@ -95,16 +96,19 @@ def test_buffer_configs_and_bytes_per_slot_nemotron_super():
 
 @pytest.mark.parametrize("name", list(PRESETS))
 @pytest.mark.parametrize("tp", [1, 2])
-def test_manager_bytes_equal_estimator_bytes(name, tp):
+@pytest.mark.parametrize("records", ["activation", "float32"])
+def test_manager_bytes_equal_estimator_bytes(name, tp, records):
     """What the manager counts per slot (sum over its layers) equals the KV-budget estimate."""
     model, ctx = context_for(name, tp)
-    f = feature({l.index: l.kind for l in model.ssm_layers})
+    f = feature({l.index: l.kind for l in model.ssm_layers}, delta_rule_records=records)
     manager_bytes = sum(f.bytes_per_slot(ctx, i) for i in ctx.mamba_pp_layers)
     assert manager_bytes == replay_bytes_per_rank(PRESETS[name], ("mamba2", "gdn", "kda"), 16,
-                                                  tp_size=tp, record_dtype=torch.bfloat16)
+                                                  tp_size=tp, activation_dtype=torch.bfloat16,
+                                                  delta_rule_records=records)
     g = model.for_tp(tp).ssm_layers[0]
+    record_dtype = torch.float32 if records == "float32" and g.kind != "mamba2" else torch.bfloat16
     assert f.bytes_per_slot(ctx, g.index) == bytes_per_slot(
-        g.kind, g.geometry, 16, record_dtype=torch.bfloat16, state_dtype=torch.float32)
+        g.kind, g.geometry, 16, record_dtype=record_dtype, state_dtype=torch.float32)
 
 
 @pytest.mark.parametrize("change, match", [

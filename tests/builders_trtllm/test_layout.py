@@ -8,8 +8,8 @@ from pooled import trtllm_cache_description
 from trtllm_replayssm.memory import ssm_layer_bytes
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, PRESETS, load_model
 from trtllm_replayssm_builders.trtllm.layout import (bytes_per_slot, model_dtype, rank_geometry,
-                                                     record_fields, replay_bytes_per_rank,
-                                                     ssm_tp_size)
+                                                     record_dtype_for, record_fields,
+                                                     replay_bytes_per_rank, ssm_tp_size)
 
 
 CASES = [(name, tp) for name, tp in itertools.product(PRESETS, (1, 2, 4, 8))]
@@ -88,11 +88,11 @@ def test_replay_bytes_per_rank_nemotron_super_matches_plan_table():
     # README plan table: 303,104 record bytes + 12 cursor bytes per Mamba-2 layer, 40 layers.
     config = PRESETS["nemotron-3-super-120b"]
     assert replay_bytes_per_rank(config, ("mamba2",), 16, tp_size=1,
-                                 record_dtype=torch.bfloat16) == 40 * (303_104 + 12)
+                                 activation_dtype=torch.bfloat16) == 40 * (303_104 + 12)
     assert replay_bytes_per_rank(config, ("gdn", "kda"), 16, tp_size=1,
-                                 record_dtype=torch.bfloat16) == 0
+                                 activation_dtype=torch.bfloat16) == 0
     per_rank_tp4 = replay_bytes_per_rank(config, ("mamba2",), 16, tp_size=4,
-                                         record_dtype=torch.bfloat16)
+                                         activation_dtype=torch.bfloat16)
     assert per_rank_tp4 == 40 * (303_104 // 4 + 12)
 
 
@@ -112,3 +112,22 @@ def test_model_dtype_reads_dtype_torch_dtype_and_text_config():
         model_dtype({})
     with pytest.raises(ValueError, match="torch_dtype is 'int8'"):
         model_dtype({"torch_dtype": "int8"})
+
+
+def test_record_dtype_for_delta_rule_float32_records():
+    assert record_dtype_for(GDN, torch.bfloat16, "float32") == torch.float32
+    assert record_dtype_for(KDA, torch.bfloat16, "activation") == torch.bfloat16
+    assert record_dtype_for(MAMBA2, torch.bfloat16, "float32") == torch.bfloat16
+    with pytest.raises(ValueError, match="delta_rule_records is 'half'"):
+        record_dtype_for(GDN, torch.bfloat16, "half")
+
+
+def test_replay_bytes_per_rank_float32_delta_rule_records_match_planner():
+    model = load_model("qwen3.5-122b-a10b")
+    layer = model.ssm_layers[0]
+    lb = ssm_layer_bytes(GDN, layer.geometry, "replay", buffer_len=16, spec_tokens=1,
+                         state_dtype=torch.float32, record_dtype=torch.float32,
+                         conv_dtype=torch.bfloat16)
+    got = replay_bytes_per_rank(PRESETS["qwen3.5-122b-a10b"], ("gdn",), 16, tp_size=1,
+                                activation_dtype=torch.bfloat16, delta_rule_records="float32")
+    assert got == len(model.ssm_layers) * (lb.records + lb.cursors) == 36 * (659_456 + 12)

@@ -26,8 +26,8 @@ class Engine:
             self.states[layer], _ = pool_view(5, state_shape("mamba2", G), torch.float32)
             self.views[layer] = {f.name: pool_view(5, f.shape, f.dtype)[0]
                                  for f in record_fields("mamba2", G, L, **KW)}
-        self.store = ReplayRecordStore({i: ("mamba2", G) for i in SSM_LAYERS}, L, 5,
-                                       record_views=self.views, **KW)
+        self.store = ReplayRecordStore({i: ("mamba2", G, torch.bfloat16) for i in SSM_LAYERS}, L, 5,
+                                       record_views=self.views, state_dtype=torch.float32)
 
     def admit(self, slot, states):
         """A context request finished its prefill: state written, cursor reset."""

@@ -22,8 +22,9 @@ L, NUM_SLOTS = 4, 5
 class Family:
     """Inputs and calls of one layer family, for both our steps and the public ops."""
 
-    def __init__(self, kind, act_dtype, gate_dtype):
+    def __init__(self, kind, act_dtype, gate_dtype, record_dtype=None):
         self.kind, self.g, self.act, self.gate = kind, GEOMETRIES[kind], act_dtype, gate_dtype
+        self.records = record_dtype or act_dtype
         g = self.g
         if kind == "mamba2":
             self.params = dict(A=-(torch.rand(g.nheads, dtype=gate_dtype) + 0.5),
@@ -77,7 +78,7 @@ class Family:
                                               L, state_dtype=state_dtype, act_dtype=self.act)
         return CACHES[self.kind].allocate(NUM_SLOTS, g.k_heads, g.v_heads, g.head_k_dim,
                                           g.head_v_dim, L, state_dtype=state_dtype,
-                                          record_dtype=self.act)
+                                          record_dtype=self.records)
 
 
 def pooled_layer(fam, state_dtype, cursors=None):
@@ -85,10 +86,10 @@ def pooled_layer(fam, state_dtype, cursors=None):
     checkpoints and records, and ``cursors``."""
     backing = {}
     views = {}
-    for f in record_fields(fam.kind, fam.g, L, record_dtype=fam.act, state_dtype=state_dtype):
+    for f in record_fields(fam.kind, fam.g, L, record_dtype=fam.records, state_dtype=state_dtype):
         views[f.name], backing[f.name] = pool_view(NUM_SLOTS, f.shape, f.dtype, scale=2, position=1)
         views[f.name].copy_(torch.randn(views[f.name].shape, dtype=torch.float64))
-    store = ReplayRecordStore({7: (fam.kind, fam.g)}, L, NUM_SLOTS, record_dtype=fam.act,
+    store = ReplayRecordStore({7: (fam.kind, fam.g, fam.records)}, L, NUM_SLOTS,
                               state_dtype=state_dtype, record_views={7: views})
     checkpoint, backing["checkpoint"] = pool_view(NUM_SLOTS, state_shape(fam.kind, fam.g),
                                                   state_dtype, scale=3, position=2)
@@ -99,13 +100,15 @@ def pooled_layer(fam, state_dtype, cursors=None):
     return layer, checkpoint, backing
 
 
-FAMILIES = [("mamba2", torch.bfloat16), ("gdn", torch.bfloat16), ("kda", torch.float16),
-            ("mamba2", torch.float32)]
+FAMILIES = [("mamba2", torch.bfloat16, None), ("gdn", torch.bfloat16, None),
+            ("kda", torch.float16, None), ("mamba2", torch.float32, None),
+            ("gdn", torch.bfloat16, torch.float32), ("kda", torch.bfloat16, torch.float32)]
 
 
-@pytest.mark.parametrize("kind, act", FAMILIES, ids=[f"{k}-{str(a)[6:]}" for k, a in FAMILIES])
-def test_step_on_pool_views_equals_public_op_on_dense_cache(kind, act):
-    fam = Family(kind, act, torch.float32)
+@pytest.mark.parametrize("kind, act, records", FAMILIES,
+                         ids=[f"{k}-{str(a)[6:]}-rec{str(r or a)[6:]}" for k, a, r in FAMILIES])
+def test_step_on_pool_views_equals_public_op_on_dense_cache(kind, act, records):
+    fam = Family(kind, act, torch.float32, records)
     layer, checkpoint, backing = pooled_layer(fam, torch.float32, cursors=[0, 2, 3, 1, 0])
     before = {name: outside(view, backing[name]) for name, view in
               list(layer.records.items()) + [("checkpoint", checkpoint)]}

@@ -6,16 +6,16 @@ from pooled import GDN_GEOMETRY, MAMBA2_GEOMETRY, pool_view
 from trtllm_replayssm_builders.trtllm.layout import record_fields
 from trtllm_replayssm_builders.trtllm.store import ReplayRecordStore
 
-LAYERS = {3: ("mamba2", MAMBA2_GEOMETRY), 5: ("gdn", GDN_GEOMETRY)}
-KW = dict(record_dtype=torch.bfloat16, state_dtype=torch.float32)
+LAYERS = {3: ("mamba2", MAMBA2_GEOMETRY, torch.bfloat16), 5: ("gdn", GDN_GEOMETRY, torch.float32)}
+KW = dict(state_dtype=torch.float32)
 
 
 def _views(change=None):
     """Pool views of every record field; ``change`` = ((layer, field), tensor) replaces one."""
     views = {}
-    for layer, (kind, g) in LAYERS.items():
+    for layer, (kind, g, dtype) in LAYERS.items():
         views[layer] = {f.name: pool_view(6, f.shape, f.dtype)[0]
-                        for f in record_fields(kind, g, 4, **KW)}
+                        for f in record_fields(kind, g, 4, record_dtype=dtype, **KW)}
     if change is not None:
         (layer, name), value = change
         views[layer][name] = value
@@ -27,6 +27,8 @@ def test_store_owns_dense_zeroed_records_and_counters():
     layer = store.layer(3)
     assert layer.kind == "mamba2" and layer.num_slots == 6 and layer.L == 4
     assert layer.records["x_records"].shape == (6, 4, 4, 8) and layer.records["x_records"].is_contiguous()
+    assert layer.records["x_records"].dtype == torch.bfloat16
+    assert store.layer(5).records["d_records"].dtype == torch.float32
     assert layer.cursor.is_contiguous() and layer.cursor.dtype == torch.int32
     assert store.layer(4) is None and store.layer_ids == [3, 5]
     assert store.counters.shape == (2, 3, 6) and not store.counters.any()
@@ -44,7 +46,7 @@ def test_store_accepts_pool_views():
      "layer 3 x_records has shape \\(6, 4, 4, 9\\); expected \\[num_slots, ...\\] = \\(6, 4, 4, 8\\)"),
     (((3, "dt_records"), torch.zeros(6, 4, 4, dtype=torch.bfloat16)), TypeError,
      "layer 3 dt_records is torch.bfloat16; expected torch.float32"),
-    (((5, "k_records"), torch.zeros(6, 2, 16, 4, dtype=torch.bfloat16).transpose(2, 3)), ValueError,
+    (((5, "k_records"), torch.zeros(6, 2, 16, 4, dtype=torch.float32).transpose(2, 3)), ValueError,
      "layer 5 k_records has strides .*; expected each slot dense"),
 ])
 def test_store_rejects_bad_views(change, error, match):
