@@ -12,6 +12,7 @@ and rows flush at their real share. Bytes come from trtllm_replayssm.memory.
 
     python benchmarks/spec_verify.py                  # all families, T 2 4 8, batch 16 64 256 512, fp32 checkpoint, B 16
     python benchmarks/spec_verify.py --family gdn --T 4 --batch 256
+    python benchmarks/spec_verify.py --sweep --T 4 --batch 16 256   # replay launch configurations
 """
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import copy_bandwidth, header, results_stem, slot_sets, time_graph, write_json  # noqa: E402
+from harness import (copy_bandwidth, header, results_stem, slot_sets, sweep_configs,  # noqa: E402
+                     time_graph, write_json)
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_verify import (gated_delta_verify_launch_config,  # noqa: E402
+                                                          launch_gated_delta_replay_verify)
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_verify import (launch_mamba2_replay_verify,  # noqa: E402
+                                                     mamba2_verify_launch_config)
 from trtllm_replayssm.kernels.replay_commit import launch_replay_commit, launch_snapshot_commit  # noqa: E402
 from trtllm_replayssm.memory import ssm_layer_bytes, ssm_layer_step_traffic  # noqa: E402
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry  # noqa: E402
@@ -88,10 +92,10 @@ class Case:
     def randn(self, *s, dtype=None):
         return torch.randn(*s, device="cuda", generator=self.g).to(dtype or self.act)
 
-    def step(self, route, slots, accepted, out=None):
+    def step(self, route, slots, accepted, out=None, config=None):
         out = self.out if out is None else out
         if route == "replay":
-            self.replay_verify(slots, out)
+            self.replay_verify(slots, out, config)
             launch_replay_commit(self.cache.cursor, self.cache.pending, slots, accepted)
         elif route == "snapshot":
             self.snapshot_verify(slots, out)
@@ -102,8 +106,8 @@ class Case:
         else:
             raise ValueError(route)
 
-    def time(self, route, reps=5):
-        return time_graph(lambda sa: self.step(route, *sa), self.sets, reps)
+    def time(self, route, reps=5, config=None):
+        return time_graph(lambda sa: self.step(route, *sa, config=config), self.sets, reps)
 
     def refcheck(self) -> float:
         """The three routes from one state over B / T + 2 all-accepted steps (a flush
@@ -174,11 +178,18 @@ class Mamba2Case(Case):
     def _kw(self, slots, out):
         return dict(slot_ids=slots, D=self.D, dt_bias=self.dt_bias, out=out)
 
-    def replay_verify(self, slots, out):
+    def rows(self):
+        return self.geom[1]  # head_dim: the state rows of one head
+
+    def default_config(self):
+        H, P, N, G = self.geom
+        return mamba2_verify_launch_config(P, N, self.batch, self.state)
+
+    def replay_verify(self, slots, out, config=None):
         c = self.cache
         launch_mamba2_replay_verify(c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor,
                                     c.arrivals, c.pending, self.x, self.dt, self.A, self.Bm, self.C,
-                                    **self._kw(slots, out))
+                                    config=config, **self._kw(slots, out))
 
     def snapshot_verify(self, slots, out):
         launch_mamba2_snapshot_verify(self.snap.state, self.snap.snapshots, self.x, self.dt, self.A,
@@ -219,11 +230,18 @@ class DeltaCase(Case):
     def _kw(self, slots, out):
         return dict(slot_ids=slots, scale=self.scale, use_qk_l2norm=True, out=out)
 
-    def replay_verify(self, slots, out):
+    def rows(self):
+        return self.geom[3]  # head_v_dim: the state rows of one value head
+
+    def default_config(self):
+        hk, hv, dk, dv = self.geom
+        return gated_delta_verify_launch_config(dv, dk, self.batch * hv, self.state)
+
+    def replay_verify(self, slots, out, config=None):
         c = self.cache
         launch_gated_delta_replay_verify(c.checkpoint, c.d_records, c.k_records, c.g_records,
                                          c.cursor, c.arrivals, c.pending, self.q, self.k, self.v,
-                                         self.gate, self.beta, **self._kw(slots, out))
+                                         self.gate, self.beta, config=config, **self._kw(slots, out))
 
     def snapshot_verify(self, slots, out):
         launch_gated_delta_snapshot_verify(self.snap.state, self.snap.snapshots, self.q, self.k,
@@ -268,6 +286,27 @@ def run(args, copy_bw):
                 del case
                 torch.cuda.empty_cache()
     return rows
+
+
+def run_sweep(args) -> None:
+    """Time the replay verify + commit step for every launch configuration of the harness's
+    sweep (and the default) per (family, T, batch); print the best next to the default."""
+    fmt = lambda c: f"{c.block_head_dim},{c.num_warps},{c.chunks},{c.num_stages}"  # noqa: E731
+    print(f"{'family':>6} {'T':>2} {'batch':>6} {'best':>14} {'us':>8} {'default':>14} {'us':>8}")
+    for family in args.family:
+        geom = args.geometry or GEOMETRIES[family]
+        for T in args.T:
+            for batch in args.batch:
+                case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
+                d = case.default_config()
+                cfgs = list(dict.fromkeys(sweep_configs(case.rows()) + [d]))
+                res = {cfg: case.time("replay", reps=3, config=cfg)[0] for cfg in cfgs}
+                k = min(res, key=res.get)
+                print(f"{family:>6} {T:>2} {batch:>6} {fmt(k):>14} {res[k] * 1e6:8.2f} {fmt(d):>14} {res[d] * 1e6:8.2f}")
+                print("   all (block,warps,chunks,stages:us): " +
+                      " ".join(f"{fmt(c)}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
+                del case
+                torch.cuda.empty_cache()
 
 
 def print_memory(args):
@@ -337,6 +376,7 @@ def main(argv=None):
     ap.add_argument("--state", default="f32", choices=list(DT))
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--accept", type=float, default=0.7, help="mean accepted tokens per step / T")
+    ap.add_argument("--sweep", action="store_true", help="time replay launch configurations instead")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if args.geometry is not None and len(args.family) != 1:
@@ -347,6 +387,9 @@ def main(argv=None):
         spec_buffer_len(args.B, T)  # B >= T
     copy_bw = copy_bandwidth()
     print(header("spec_verify", copy_bw))
+    if args.sweep:
+        run_sweep(args)
+        return
     memory = print_memory(args)
     rows = run(args, copy_bw)
     check_targets(rows)

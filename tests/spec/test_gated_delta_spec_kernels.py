@@ -63,9 +63,9 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
         c.g_records.uniform_(-0.3, -0.01)
         c.cursor.copy_(torch.tensor([0, 5, 2, 4, 0, 6], dtype=torch.int32))
         caches.append(c)
-    slots = torch.tensor([1, -1, 3, 5, 2], dtype=torch.int32, device=DEVICE)
-    n = torch.tensor([3, 3, 2, 1, 3], dtype=torch.int32, device=DEVICE)
-    win = make_window(fam, 5, T, torch.float32, DEVICE)
+    slots = torch.tensor([1, -1, 3, 5], dtype=torch.int32, device=DEVICE)
+    n = torch.tensor([3, 3, 2, 1], dtype=torch.int32, device=DEVICE)
+    win = make_window(fam, 4, T, torch.float32, DEVICE)
     ys = [delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), config=cfg)
           for c, cfg in zip(caches, cfgs)]
     for y in ys[1:]:
@@ -87,5 +87,5 @@ def test_gated_delta_snapshot_kernels_match_serial(per_channel):
     worst = drive_baseline(DeltaFamily(G_RUN, per_channel=per_channel), holder,
                            delta_snapshot_verify_with_launcher, snapshot_commit_with_launcher,
                            T=T, act_dtype=torch.bfloat16, device=DEVICE,
-                           steps=3 if INTERPRET else 20, policies=ROWS)
+                           steps=2 if INTERPRET else 20, policies=ROWS)
     assert worst < ACT_TOL["bf16"] + 4 * STATE_TOL["f32"], worst

@@ -83,7 +83,7 @@ def launch_gated_delta_snapshot_verify(state: Tensor, snapshots: Tensor, q: Tens
     """Launch the snapshot verify; arguments already checked by the op."""
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
-    cfg = config or gated_delta_launch_config("decode_step", head_v_dim, head_k_dim, batch, state.dtype)
+    cfg = config or gated_delta_launch_config("decode_step", head_v_dim, head_k_dim, batch * v_heads, state.dtype)
     grid = (triton.cdiv(head_v_dim, cfg.block_head_dim), v_heads, batch)
     _gated_delta_snapshot_verify_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),

@@ -27,8 +27,10 @@ program on its arrival counter, which also resets the cursor to 0. ``pending`` :
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
+import torch
 import triton
 import triton.language as tl
 
@@ -37,13 +39,30 @@ from torch import Tensor
 from .common import LaunchConfig
 from .gated_delta_common import decay_columns, gated_delta_launch_config
 
-__all__ = ["launch_gated_delta_replay_verify"]
+__all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
+
+
+def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
+                                     state_dtype: torch.dtype) -> LaunchConfig:
+    """The standard replay step's tiling (``gated_delta_launch_config``, ``heads`` = batch *
+    v_heads) with four warps and at most two pipeline stages: a verify program also holds the
+    window's [T, head_k_dim] tiles, and with one warp ptxas needs 255 registers per thread and
+    spills (sm_90, T = 4, Qwen3.5-122B / Kimi Linear), with four 128-168 and no spills. Chosen
+    from register counts, not yet timed (``benchmarks/spec_verify.py --sweep``)."""
+    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
+    return replace(cfg, num_warps=4, num_stages=min(cfg.num_stages, 2))
 
 
 @triton.jit
 def _row(tile, sel):
     """Row ``sel`` (a one-hot mask over the first dimension) of a 2-D tile."""
     return tl.sum(tl.where(sel[:, None], tile, 0.0), axis=0)
+
+
+@triton.jit
+def _col(tile, sel):
+    """Column ``sel`` (a one-hot mask over the second dimension) of a 2-D tile."""
+    return tl.sum(tl.where(sel[None, :], tile, 0.0), axis=1)
 
 
 @triton.jit
@@ -64,13 +83,16 @@ def _window_outputs(b_base, U_k, U_q, b_dh, H_k, H_q, W, Q, b_v, b_beta, o_t,
     and its scores H_k, H_q [BLOCK_L, BLOCK_T] (if WITH_HISTORY)."""
     P_k = tl.zeros_like(b_v)
     P_q = tl.zeros_like(b_v)
+    # Token by token (a [BLOCK_L, BLOCK_T, BLOCK_V] product would cost registers).
     for s in tl.static_range(BLOCK_T):
         sel = o_t == s
-        P_k += tl.where(sel[:, None], tl.sum(b_base * _row(U_k, sel)[None, :], axis=1)[None, :], 0.0)
-        P_q += tl.where(sel[:, None], tl.sum(b_base * _row(U_q, sel)[None, :], axis=1)[None, :], 0.0)
-    if WITH_HISTORY:
-        P_k += tl.sum(H_k[:, :, None] * b_dh[:, None, :], axis=0)
-        P_q += tl.sum(H_q[:, :, None] * b_dh[:, None, :], axis=0)
+        p_k = tl.sum(b_base * _row(U_k, sel)[None, :], axis=1)
+        p_q = tl.sum(b_base * _row(U_q, sel)[None, :], axis=1)
+        if WITH_HISTORY:
+            p_k += tl.sum(_col(H_k, sel)[:, None] * b_dh, axis=0)
+            p_q += tl.sum(_col(H_q, sel)[:, None] * b_dh, axis=0)
+        P_k += tl.where(sel[:, None], p_k[None, :], 0.0)
+        P_q += tl.where(sel[:, None], p_q[None, :], 0.0)
     b_d = tl.sum(W[:, :, None] * (b_beta[:, None] * (b_v - P_k))[None, :, :], axis=1)
     b_o = P_q + tl.sum(Q[:, :, None] * b_d[:, None, :], axis=0)
     return b_d, b_o
@@ -212,8 +234,9 @@ def _gated_delta_replay_verify_kernel(
     p_start = i_s * SPAN_V
     if w + n > L - 1:
         # Flush: S_c tile by tile (records newest first, decays as running products), stored;
-        # the window's outputs from it.
-        for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
+        # the window's outputs from it. Not software-pipelined: the loop holds a barrier, and
+        # flush rows are the minority.
+        for c in tl.range(0, SPAN_V // BLOCK_V):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
@@ -254,8 +277,17 @@ def _gated_delta_replay_verify_kernel(
             tl.store(cursor_ptr + slot, 0)
             tl.store(arrivals_ptr + slot, 0)
     else:
-        # Non-flush: history scores once (records newest first, decays as running products;
-        # hdec ends as the checkpoint's decay e^G), then the tiles.
+        # Non-flush: the window's g and k̂ records (past the history: read by no program of this
+        # launch), then the history scores once (records newest first, decays as running
+        # products; hdec ends as the checkpoint's decay e^G), then the tiles.
+        if i_s == 0:
+            if PER_CHANNEL:
+                tl.store(p_gr + (w + o_t)[:, None] * stride_gr_pos + o_k[None, :], b_g, mask=m_tk)
+            else:
+                tl.store(p_gr + (w + o_t) * stride_gr_pos, b_g, mask=m_t)
+            if i_h % v_per_k == 0:
+                tl.store(p_kr + (w + o_t)[:, None] * stride_kr_pos + o_k[None, :],
+                         b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
         H_k = tl.zeros([BLOCK_L, BLOCK_T], dtype=tl.float32)
         H_q = tl.zeros([BLOCK_L, BLOCK_T], dtype=tl.float32)
         if PER_CHANNEL:
@@ -287,14 +319,6 @@ def _gated_delta_replay_verify_kernel(
             b_d, b_o = _window_outputs(b_s0, U0_k, U0_q, b_dh, H_k, H_q, W, Q, b_v, b_beta, o_t, True, BLOCK_T)
             tl.store(p_o + o_t[:, None] * stride_o_tok + o_v[None, :], b_o.to(out_ptr.dtype.element_ty), mask=m_tv)
             tl.store(p_dr + (w + o_t)[:, None] * stride_dr_pos + o_v[None, :], b_d.to(dr_ptr.dtype.element_ty), mask=m_tv)
-        if i_s == 0:
-            if PER_CHANNEL:
-                tl.store(p_gr + (w + o_t)[:, None] * stride_gr_pos + o_k[None, :], b_g, mask=m_tk)
-            else:
-                tl.store(p_gr + (w + o_t) * stride_gr_pos, b_g, mask=m_t)
-            if i_h % v_per_k == 0:
-                tl.store(p_kr + (w + o_t)[:, None] * stride_kr_pos + o_k[None, :],
-                         b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
     if i_s == 0:
         if i_h == 0:
             tl.store(pending_ptr + slot, n)
@@ -312,7 +336,8 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
-    cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch, checkpoint.dtype)
+    cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads,
+                                                     checkpoint.dtype)
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_v_dim, span), v_heads, batch)
     _gated_delta_replay_verify_kernel[grid](

@@ -29,6 +29,7 @@ No host sync: one captured CUDA graph serves every step.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -39,7 +40,18 @@ from torch import Tensor
 
 from .common import LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt
 
-__all__ = ["launch_mamba2_replay_verify"]
+__all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
+
+
+def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
+                                state_dtype: torch.dtype) -> LaunchConfig:
+    """The standard replay step's tiling (``mamba2_launch_config``) with four warps and at most
+    two pipeline stages: a verify program also holds the window's [T, ...] tiles, and with one
+    warp ptxas needs 164-255 registers per thread (sm_90, Nemotron-3-Super, T = 4, L = 20),
+    with four at most 128 and no spills. Chosen from register counts, not yet timed on a GPU
+    (``benchmarks/spec_verify.py --sweep`` times the alternatives)."""
+    cfg = mamba2_launch_config("replay_step", head_dim, d_state, batch, state_dtype)
+    return replace(cfg, num_warps=4, num_stages=min(cfg.num_stages, 2))
 
 
 @triton.jit
@@ -52,12 +64,14 @@ def _verify_outputs(b_base, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_
     + Σ_j coef_w[j, s] xw_j; then, per token as in ``common.skip_gate_store``, y += D x and
     y *= silu(z); tokens s < n are stored."""
     y = tl.zeros_like(b_xw)
+    # Token by token (a [BLOCK_L, BLOCK_T, BLOCK_HEAD_DIM] product would cost registers).
     for s in tl.static_range(BLOCK_T):
+        sel = o_t == s
         b_C = tl.load(p_C + s * stride_C_tok + o_n, mask=m_n & (s < n), other=0.0).to(tl.float32)
-        y += tl.where(o_t[:, None] == s, tl.sum(b_base * b_C[None, :], axis=1)[None, :], 0.0)
-    y *= ckpt_decay[:, None]
-    if WITH_HISTORY:
-        y += tl.sum(coef_h[:, :, None] * b_xh[:, None, :], axis=0)
+        y_s = tl.sum(tl.where(sel, ckpt_decay, 0.0), axis=0) * tl.sum(b_base * b_C[None, :], axis=1)
+        if WITH_HISTORY:
+            y_s += tl.sum(tl.sum(tl.where(sel[None, :], coef_h, 0.0), axis=1)[:, None] * b_xh, axis=0)
+        y += tl.where(sel[:, None], y_s[None, :], 0.0)
     y += tl.sum(coef_w[:, :, None] * b_xw[:, None, :], axis=0)
     if HAS_D:
         if D_PER_DIM:
@@ -278,7 +292,7 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
     batch, T, nheads, head_dim = x.shape
     ngroups, d_state = B.shape[2], B.shape[3]
     L = x_records.shape[2]
-    cfg = config or mamba2_launch_config("replay_step", head_dim, d_state, batch, checkpoint.dtype)
+    cfg = config or mamba2_verify_launch_config(head_dim, d_state, batch, checkpoint.dtype)
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_dim, span), nheads, batch)
     zz = z if z is not None else x
