@@ -1,16 +1,17 @@
-"""Speculative decoding with ReplaySSM: verify T tokens per row in one launch, commit by a
-cursor move; and the conventional baselines (serial steps, per-token state snapshots).
+"""Speculative decoding with ReplaySSM for Mamba-2, GDN and KDA: verify T tokens per row in one
+launch, commit by a cursor move; and the conventional baselines (serial steps, per-token state
+snapshots).
 
-Design (same cache as standard decode; the float64 reference in
-:mod:`trtllm_replayssm.reference.spec` states it per row):
+Design, the same for the three families (same cache as standard decode; the float64 reference
+in :mod:`trtllm_replayssm.reference.spec` states it per row):
 
 * **Buffer.** A replay cache with L = B + T records (:func:`spec_buffer_len`), history B ≥ T.
   Records are not circular: position j holds the j-th token after the checkpoint, as in standard
   decode. ``cursor`` counts the *committed* records; ``pending`` the records a verify wrote
   past them and not yet committed.
-* **Verify** (``mamba2_replay_verify``): a row with w committed records and n ≤ T tokens computes
-  all n outputs from checkpoint + records + the window, as if the tokens ran serially from the
-  committed state. If the window fits below position L-1 (``w + n ≤ L - 1``) nothing but the
+* **Verify** (``mamba2_replay_verify``, ``gdn_replay_verify``, ``kda_replay_verify``): a row with
+  w committed records and n ≤ T tokens computes all n outputs from checkpoint + records + the
+  window, as if the tokens ran serially from the committed state. If the window fits below position L-1 (``w + n ≤ L - 1``) nothing but the
   n window records (at w .. w+n-1) is written. Otherwise the row **flushes early**, in the same
   launch and decided on the device: its w history records are folded into the checkpoint, the
   outputs come from the new checkpoint, the window goes to positions 0 .. n-1 and the cursor to
@@ -20,20 +21,21 @@ Design (same cache as standard decode; the float64 reference in
   included), ``pending := 0``. Rejected records lie past the cursor and are overwritten later:
   rollback is a cursor move; no state is copied.
 * **Standard decode on the same cache.** The cursor stays in [0, L) and position L-1 is never
-  written, which is exactly the standard-decode invariant, so ``mamba2_replay_step`` can run
+  written, which is exactly the standard-decode invariant, so ``*_replay_step`` can run
   between commits (e.g. for rows without drafts); a T = 1 verify flushes at the same cursor
   (L-1) as a standard step. Between a verify and its commit nothing else may touch the slot.
+  ``replay_commit`` serves every family (it moves cursors only).
 * **CUDA graphs.** Verify and commit read cursors, token and accepted counts on the device and
   never sync. Eagerly, the ops check device values too (slot ids, token counts in [1, T],
   accepted in [1, pending], no pending window before a verify), with one host read each; during
   CUDA-graph capture and under torch.compile those checks are skipped and valid values are the
   caller's contract.
 
-Baselines (for tests and benchmarks, same argument conventions):
-``mamba2_serial_decode`` runs the window as T conventional steps (every token committed: the
-cost of decoding T tokens without speculation); ``mamba2_snapshot_verify`` reads the state once
-and writes T state snapshots, and ``snapshot_commit`` copies the accepted one back (the
-conventional speculative scheme: 1 + T states per sequence).
+Baselines (for tests and benchmarks, same argument conventions): ``*_serial_decode`` runs the
+window as T conventional steps (every token committed: the cost of decoding T tokens without
+speculation); ``*_snapshot_verify`` reads the state once and writes T state snapshots into a
+:class:`SnapshotCache`, and ``snapshot_commit`` copies the accepted one back (the conventional
+speculative scheme: 1 + T states per sequence).
 """
 from __future__ import annotations
 
