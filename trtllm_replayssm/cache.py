@@ -82,8 +82,47 @@ def _admit(cache, slot_ids: Tensor, state: Optional[Tensor]) -> None:
     cache.pending[slots] = 0
 
 
+class _ReplayCache:
+    """What every replay cache derives from its tensors: slots, L, dtype, device, admission."""
+
+    _RECORDS = ""  # the name of a [num_slots, heads, L, ...] record tensor
+
+    @property
+    def num_slots(self) -> int:
+        return self.checkpoint.shape[0]
+
+    @property
+    def L(self) -> int:
+        return getattr(self, self._RECORDS).shape[2]
+
+    @property
+    def state_dtype(self) -> torch.dtype:
+        return self.checkpoint.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.checkpoint.device
+
+    def admit(self, slot_ids: Tensor, state: Optional[Tensor] = None) -> None:
+        """Start sequences in ``slot_ids``: checkpoint := ``state`` (or zeros), cursor := 0.
+
+        Args:
+            slot_ids: [n] integer slot ids, each in [0, num_slots), distinct.
+            state: [n, *checkpoint.shape[1:]], e.g. a prefill's final states (GDN/KDA: in the
+                [head_v_dim, head_k_dim] layout; FLA-style [K, V] states must be transposed);
+                any float dtype, cast to the checkpoint dtype. None admits zero states.
+        """
+        _admit(self, slot_ids, state)
+
+
+def _counters(num_slots: int, device) -> dict:
+    """cursor and arrivals of a fresh cache: int32 zeros [num_slots]."""
+    return dict(cursor=torch.zeros(num_slots, dtype=torch.int32, device=device),
+                arrivals=torch.zeros(num_slots, dtype=torch.int32, device=device))
+
+
 @dataclass
-class Mamba2ReplayCache:
+class Mamba2ReplayCache(_ReplayCache):
     """Checkpoint + records of one Mamba-2 layer for ``num_slots`` sequences.
 
     Attributes:
@@ -149,15 +188,12 @@ class Mamba2ReplayCache:
             x_records=torch.zeros(num_slots, nheads, L, head_dim, dtype=act_dtype, **kw),
             dt_records=torch.zeros(num_slots, nheads, L, dtype=dt_dtype, **kw),
             B_records=torch.zeros(num_slots, ngroups, L, d_state, dtype=act_dtype, **kw),
-            cursor=torch.zeros(num_slots, dtype=torch.int32, **kw),
-            arrivals=torch.zeros(num_slots, dtype=torch.int32, **kw),
+            **_counters(num_slots, device),
         )
 
-    # Geometry, derived from the tensors.
-    @property
-    def num_slots(self) -> int:
-        return self.checkpoint.shape[0]
+    _RECORDS = "x_records"
 
+    # Geometry, derived from the tensors.
     @property
     def nheads(self) -> int:
         return self.checkpoint.shape[1]
@@ -175,30 +211,8 @@ class Mamba2ReplayCache:
         return self.B_records.shape[1]
 
     @property
-    def L(self) -> int:
-        return self.x_records.shape[2]
-
-    @property
-    def state_dtype(self) -> torch.dtype:
-        return self.checkpoint.dtype
-
-    @property
     def act_dtype(self) -> torch.dtype:
         return self.x_records.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.checkpoint.device
-
-    def admit(self, slot_ids: Tensor, state: Optional[Tensor] = None) -> None:
-        """Start sequences in ``slot_ids``: checkpoint := ``state`` (or zeros), cursor := 0.
-
-        Args:
-            slot_ids: [n] integer slot ids, each in [0, num_slots), distinct.
-            state: [n, nheads, head_dim, d_state], e.g. a prefill's final SSM states; any float
-                dtype, cast to the checkpoint dtype. None admits zero states.
-        """
-        _admit(self, slot_ids, state)
 
 
 def _check_slot_list(owner: str, slot_ids: Tensor, num_slots: int, device: torch.device) -> Tensor:
@@ -218,7 +232,7 @@ def _check_slot_list(owner: str, slot_ids: Tensor, num_slots: int, device: torch
 
 
 @dataclass
-class _DeltaRuleReplayCache:
+class _DeltaRuleReplayCache(_ReplayCache):
     """Checkpoint + records of one gated delta-rule layer (GDN or KDA) for ``num_slots`` sequences.
 
     Attributes:
@@ -302,15 +316,12 @@ class _DeltaRuleReplayCache:
             d_records=torch.zeros(num_slots, v_heads, L, head_v_dim, dtype=record_dtype, **kw),
             k_records=torch.zeros(num_slots, k_heads, L, head_k_dim, dtype=record_dtype, **kw),
             g_records=torch.zeros(g_shape, dtype=g_dtype, **kw),
-            cursor=torch.zeros(num_slots, dtype=torch.int32, **kw),
-            arrivals=torch.zeros(num_slots, dtype=torch.int32, **kw),
+            **_counters(num_slots, device),
         )
 
-    # Geometry, derived from the tensors.
-    @property
-    def num_slots(self) -> int:
-        return self.checkpoint.shape[0]
+    _RECORDS = "d_records"
 
+    # Geometry, derived from the tensors.
     @property
     def k_heads(self) -> int:
         return self.k_records.shape[1]
@@ -328,31 +339,8 @@ class _DeltaRuleReplayCache:
         return self.checkpoint.shape[2]
 
     @property
-    def L(self) -> int:
-        return self.d_records.shape[2]
-
-    @property
-    def state_dtype(self) -> torch.dtype:
-        return self.checkpoint.dtype
-
-    @property
     def record_dtype(self) -> torch.dtype:
         return self.d_records.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.checkpoint.device
-
-    def admit(self, slot_ids: Tensor, state: Optional[Tensor] = None) -> None:
-        """Start sequences in ``slot_ids``: checkpoint := ``state`` (or zeros), cursor := 0.
-
-        Args:
-            slot_ids: [n] integer slot ids, each in [0, num_slots), distinct.
-            state: [n, v_heads, head_v_dim, head_k_dim] (e.g. a prefill's final states, in this
-                [V, K] layout; FLA-style [K, V] states must be transposed); any float dtype,
-                cast to the checkpoint dtype. None admits zero states.
-        """
-        _admit(self, slot_ids, state)
 
 
 class GDNReplayCache(_DeltaRuleReplayCache):
