@@ -1,13 +1,16 @@
 """The public GDN / KDA ops and caches on the CPU: dispatch to the references, argument
 validation (nothing written on a bad call), padding rows, torch.compile and torch.library.opcheck."""
-import re
-
 import pytest
 import torch
 
 from torch.library import opcheck
 
 from gated_delta_cases import DeltaGeometry, make_step
+from op_checks import assert_raises_untouched as _assert_raises_untouched
+from op_checks import assert_unchanged as _assert_unchanged
+from op_checks import ids as _ids
+from op_checks import snapshot as _snapshot
+from op_checks import strided as _strided
 from mamba2_cases import DTYPES
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
 from trtllm_replayssm.ops import (gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step,
@@ -44,15 +47,6 @@ def _kwargs(family: str, act: str = "f32") -> dict:
     inp = make_step(G, len(SLOTS), DTYPES[act], "cpu", per_channel=family == "kda")
     return dict(**inp, slot_ids=torch.tensor(SLOTS, dtype=torch.int32), scale=None,
                 use_qk_l2norm=True, out=torch.full_like(inp["v"], 42.0))
-
-
-def _snapshot(tensors) -> list:
-    return [t.clone() for t in tensors]
-
-
-def _assert_unchanged(tensors, before) -> None:
-    for i, (t, b) in enumerate(zip(tensors, before)):
-        assert torch.equal(t, b), f"tensor {i} changed"
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -101,16 +95,6 @@ def test_gate_helpers_match_reference():
 
 # --------------------------------------------------------------------------- validation
 
-def _strided(t: torch.Tensor) -> torch.Tensor:
-    wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
-    wide[..., ::2] = t
-    return wide[..., ::2]
-
-
-def _ids(*ids: int) -> torch.Tensor:
-    return torch.tensor(ids, dtype=torch.int32)
-
-
 BAD_STEP_ARGS = [
     pytest.param(lambda k: {"q": k["q"][..., :-1]}, ValueError, "q", id="q-shape"),
     pytest.param(lambda k: {"k": _strided(k["k"])}, ValueError, "k", id="k-strided"),
@@ -128,18 +112,6 @@ BAD_STEP_ARGS = [
     pytest.param(lambda k: {"slot_ids": _ids(3, -1, NUM_SLOTS, 5)}, ValueError, "slot_ids", id="slot_ids-range"),
     pytest.param(lambda k: {"slot_ids": _ids(3, -1, 3, 5)}, ValueError, "slot_ids", id="slot_ids-duplicate"),
 ]
-
-
-def _assert_raises_untouched(fn, kw: dict, override, exc, name: str, op: str) -> None:
-    bad = {**kw, **override(kw)}
-    watched = [kw["out"]] + [v for v in bad.values() if isinstance(v, torch.Tensor)]
-    for c in (kw.get("cache"), bad.get("cache")):
-        if isinstance(c, (GDNReplayCache, KDAReplayCache)):
-            watched += _tensors(c)
-    before = _snapshot(watched)
-    with pytest.raises(exc, match=rf"^{op}: {re.escape(name)}\b"):
-        fn(**bad)
-    _assert_unchanged(watched, before)
 
 
 @pytest.mark.parametrize("family", ["gdn", "kda"])

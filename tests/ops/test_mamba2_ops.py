@@ -1,13 +1,16 @@
 """The public Mamba-2 ops and the replay cache on the CPU: dispatch to the references, argument
 validation (nothing written on a bad call), padding rows, torch.compile and torch.library.opcheck."""
-import re
-
 import pytest
 import torch
 
 from torch.library import opcheck
 
 from mamba2_cases import DTYPES, Geometry, make_params, make_step
+from op_checks import assert_raises_untouched as _assert_raises_untouched
+from op_checks import assert_unchanged as _assert_unchanged
+from op_checks import ids as _ids
+from op_checks import snapshot as _snapshot
+from op_checks import strided as _strided
 from trtllm_replayssm.cache import Mamba2ReplayCache
 from trtllm_replayssm.ops import mamba2_decode_step, mamba2_replay_step
 from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
@@ -58,15 +61,6 @@ def _step_kwargs(act: str = "f32", *, D_per_dim: bool = False, with_z: bool = Tr
                 dt_bias=p.dt_bias, dt_softplus=True, out=torch.full_like(inp["x"], 42.0))
 
 
-def _snapshot(tensors) -> list:
-    return [t.clone() for t in tensors]
-
-
-def _assert_unchanged(tensors, before) -> None:
-    for i, (t, b) in enumerate(zip(tensors, before)):
-        assert torch.equal(t, b), f"tensor {i} changed"
-
-
 # --------------------------------------------------------------------------- dispatch
 
 CASES = [pytest.param("f32", "f32", False, True, id="sf32-af32-Dhead-z"),
@@ -105,17 +99,6 @@ def test_mamba2_decode_step_equals_reference_bitwise(state, act, D_per_dim, with
 
 # --------------------------------------------------------------------------- validation
 
-def _strided(t: torch.Tensor) -> torch.Tensor:
-    """Same values and shape as ``t``, stride 2 in the last dimension."""
-    wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
-    wide[..., ::2] = t
-    return wide[..., ::2]
-
-
-def _ids(*ids: int) -> torch.Tensor:
-    return torch.tensor(ids, dtype=torch.int32)
-
-
 # (overrides of the valid arguments k, exception, argument the message must name)
 BAD_STEP_ARGS = [
     pytest.param(lambda k: {"x": k["x"][..., :-1]}, ValueError, "x", id="x-shape"),
@@ -149,19 +132,6 @@ BAD_DECODE_ARGS = BAD_STEP_ARGS + [
     pytest.param(lambda k: {"state": list(k["state"])}, TypeError, "state", id="state-list"),
     pytest.param(lambda k: {"state": k["state"][0]}, ValueError, "state", id="state-3d"),
 ]
-
-
-def _assert_raises_untouched(fn, kw: dict, override, exc, name: str, op: str) -> None:
-    """fn(**kw with override) raises ``exc`` naming ``name``; no tensor it could write changed."""
-    bad = {**kw, **override(kw)}
-    watched = [kw["out"]] + [v for v in bad.values() if isinstance(v, torch.Tensor)]
-    for c in (kw.get("cache"), bad.get("cache")):
-        if isinstance(c, Mamba2ReplayCache):
-            watched += _tensors(c)
-    before = _snapshot(watched)
-    with pytest.raises(exc, match=rf"^{op}: {re.escape(name)}\b"):
-        fn(**bad)
-    _assert_unchanged(watched, before)
 
 
 @pytest.mark.parametrize("override, exc, name", BAD_REPLAY_ARGS)
