@@ -18,6 +18,10 @@ setup(
         "bench": ["matplotlib"],
         # AOT plugins (engine runs without Python) need TensorRT >= 10.9; JIT ones 10.6.
         "tensorrt": ["tensorrt>=10.9"],
+        # TensorRT-LLM hooks, pinned to 1.3.0rc26; other versions are checked at enable time.
+        "trtllm": ["tensorrt_llm>=1.3.0rc26"],
     },
+    # The TensorRT-LLM hooks' startup directory (sitecustomize for TRTLLM_REPLAYSSM=1) and notes.
+    package_data={"trtllm_replayssm_builders.trtllm": ["startup/sitecustomize.py", "README.md"]},
     entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},
 )
