@@ -8,6 +8,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The tests' tensors are small: waking an OpenMP team per op costs more than it computes
+# (torch.triu took ~8 ms per call on the 2-core CI machines).
+torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
