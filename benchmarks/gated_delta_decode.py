@@ -23,7 +23,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (copy_bandwidth, header, plot_speedups, results_stem, run_sweep,  # noqa: E402
+from harness import (DecodeCase, copy_bandwidth, header, plot_speedups, results_stem, run_sweep,  # noqa: E402
                      run_table, slot_sets, time_graph, write_json)
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config  # noqa: E402
@@ -37,7 +37,7 @@ DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 GEOMETRIES = {"gdn": [(16, 32, 128, 128), (16, 64, 128, 128)], "kda": [(32, 32, 128, 128)]}
 
 
-class Case:
+class Case(DecodeCase):
     """Inputs, caches and launches for one (family, geometry, batch, L, dtypes) point."""
 
     def __init__(self, family, geom, batch, L, state, act, seed=0):
@@ -81,27 +81,9 @@ class Case:
         else:
             raise ValueError(route)
 
-    def time(self, route, config=None, reps=5):
-        return time_graph(lambda slots: self.step(route, slots, config), self.slot_sets, reps)
-
-    def refcheck(self) -> float:
-        """Replay vs conventional outputs over L+1 steps from the same state (rel. max error)."""
-        c = self.cache
-        slots = self.slot_sets[0]
-        saved = {k: v.clone() for k, v in vars(c).items()}
-        c.cursor[slots.long()] = 0
-        state = c.checkpoint.clone()
-        worst = 0.0
-        for _ in range(self.L + 1):
-            y_conv = torch.empty_like(self.out)
-            launch_gated_delta_decode_step(state, self.q, self.k, self.v, self.g, self.beta,
-                                           slot_ids=slots, **{**self.kw, "out": y_conv})
-            self.step("replay_step", slots)
-            worst = max(worst, float((self.out.float() - y_conv.float()).abs().max() /
-                                     y_conv.float().abs().max()))
-        for k, v in saved.items():
-            getattr(c, k).copy_(v)
-        return worst
+    def conventional(self, state, slots, out):
+        launch_gated_delta_decode_step(state, self.q, self.k, self.v, self.g, self.beta,
+                                       slot_ids=slots, **{**self.kw, "out": out})
 
     def default_config(self, route):
         return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads,

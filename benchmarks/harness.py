@@ -50,6 +50,36 @@ def time_graph(step, sets: list, reps: int = 5):
     return statistics.median(samples) * 1e-3, samples
 
 
+class DecodeCase:
+    """Base of a benchmark case. A subclass sets ``cache``, ``slot_sets``, ``L`` and ``out``
+    and defines ``step(route, slots, config)`` (``"decode_step"`` runs in place on
+    ``conv_state``, ``"replay_step"`` on the cache, output into ``out``) and
+    ``conventional(state, slots, out)`` (the conventional step on a given state)."""
+
+    def time(self, route, config=None, reps=5):
+        """Median per-step seconds (and samples) of ``route`` over the slot sets."""
+        return time_graph(lambda slots: self.step(route, slots, config), self.slot_sets, reps)
+
+    def refcheck(self) -> float:
+        """Replay vs conventional outputs over L+1 steps from the same state (rel. max
+        error); the cache is restored afterwards."""
+        c = self.cache
+        slots = self.slot_sets[0]
+        saved = {k: v.clone() for k, v in vars(c).items()}
+        c.cursor[slots.long()] = 0
+        state = c.checkpoint.clone()
+        worst = 0.0
+        for _ in range(self.L + 1):
+            y_conv = torch.empty_like(self.out)
+            self.conventional(state, slots, y_conv)
+            self.step("replay_step", slots)
+            worst = max(worst, float((self.out.float() - y_conv.float()).abs().max() /
+                                     y_conv.float().abs().max()))
+        for k, v in saved.items():
+            getattr(c, k).copy_(v)
+        return worst
+
+
 def header(name: str, copy_bw: float) -> str:
     import triton
     return (f"# bench {name} | {datetime.date.today()} | {torch.cuda.get_device_name()} | "

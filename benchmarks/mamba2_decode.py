@@ -20,8 +20,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (copy_bandwidth, header, plot_speedups, results_stem, run_sweep,  # noqa: E402
-                     run_table, slot_sets, time_graph, write_json)
+from harness import (DecodeCase, copy_bandwidth, header, plot_speedups, results_stem, run_sweep,  # noqa: E402
+                     run_table, slot_sets, write_json)
 from trtllm_replayssm.cache import Mamba2ReplayCache  # noqa: E402
 from trtllm_replayssm.kernels.common import mamba2_launch_config  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step  # noqa: E402
@@ -31,7 +31,7 @@ from trtllm_replayssm.memory import mamba2_step_bytes  # noqa: E402
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
-class Case:
+class Case(DecodeCase):
     """Inputs, caches and CUDA graphs for one (geometry, batch, L, dtypes) point."""
 
     def __init__(self, geom, batch, L, state, act, seed=0):
@@ -75,28 +75,9 @@ class Case:
         else:
             raise ValueError(route)
 
-    def time(self, route, config=None, reps=5):
-        """Median per-step seconds (and samples) of ``route`` over the slot sets."""
-        return time_graph(lambda slots: self.step(route, slots, config), self.slot_sets, reps)
-
-    def refcheck(self) -> float:
-        """Replay vs conventional outputs over L+1 steps from the same state (rel. max error)."""
-        c = self.cache
-        slots = self.slot_sets[0]
-        saved = {k: v.clone() for k, v in vars(c).items()}
-        c.cursor[slots.long()] = 0
-        state = c.checkpoint.clone()
-        worst = 0.0
-        for _ in range(self.L + 1):
-            y_conv = torch.empty_like(self.out)
-            launch_mamba2_decode_step(state, self.x, self.dt, self.A, self.B, self.C, slot_ids=slots,
-                                      D=self.D, dt_bias=self.dt_bias, out=y_conv)
-            self.step("replay_step", slots)
-            worst = max(worst, float((self.out.float() - y_conv.float()).abs().max() /
-                                     y_conv.float().abs().max()))
-        for k, v in saved.items():
-            getattr(c, k).copy_(v)
-        return worst
+    def conventional(self, state, slots, out):
+        launch_mamba2_decode_step(state, self.x, self.dt, self.A, self.B, self.C, slot_ids=slots,
+                                  D=self.D, dt_bias=self.dt_bias, out=out)
 
     def default_config(self, route):
         return mamba2_launch_config(route, self.head_dim, self.d_state, self.batch, self.state)
