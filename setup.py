@@ -8,20 +8,29 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"]) + ["trtllm_replayssm_plugins"],
-    # The TensorRT plugin lives in plugins/ and installs under a distinctive name.
-    package_dir={"trtllm_replayssm_plugins": "plugins"},
+    packages=(find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"])
+              + ["trtllm_replayssm_plugins", "trtllm_replayssm_builders"]
+              + [f"trtllm_replayssm_builders.{p}" for p in find_packages("builders")]),
+    # The TensorRT plugin (plugins/) and the model-builder hooks (builders/) install under
+    # distinctive names.
+    package_dir={"trtllm_replayssm_plugins": "plugins", "trtllm_replayssm_builders": "builders"},
     # No upper pins: the machine's torch (CPU or CUDA build) stays in charge.
     install_requires=["torch>=2.4", "triton>=3.2", "tqdm"],
     extras_require={
-        "test": ["pytest>=8", "triton>=3.2"],
+        "test": ["pytest>=8", "triton>=3.2", "transformers>=5.17"],
         "bench": ["matplotlib"],
         # AOT plugins (engine runs without Python) need TensorRT >= 10.9; JIT ones 10.6.
         "tensorrt": ["tensorrt>=10.9"],
+        # Hugging Face hooks and the model demo (trtllm-replayssm demo).
+        "hf": ["transformers>=5.17"],
         # TensorRT-LLM hooks, pinned to 1.3.0rc26; other versions are checked at enable time.
         "trtllm": ["tensorrt_llm>=1.3.0rc26"],
     },
     # The TensorRT-LLM hooks' startup directory (sitecustomize for TRTLLM_REPLAYSSM=1) and notes.
     package_data={"trtllm_replayssm_builders.trtllm": ["startup/sitecustomize.py", "README.md"]},
-    entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},
+    entry_points={
+        "console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"],
+        # Subcommands other packages add to trtllm-replayssm (the core imports no builder).
+        "trtllm_replayssm.cli": ["demo=trtllm_replayssm_builders.cli:add_demo"],
+    },
 )

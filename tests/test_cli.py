@@ -1,4 +1,5 @@
-"""trtllm-replayssm CLI: the demo's figures, ``plan``, ``python -m trtllm_replayssm`` and ``--help``."""
+"""trtllm-replayssm CLI: the layer demo's figures, ``plan``, extension subcommands,
+``python -m trtllm_replayssm`` and ``--help``."""
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from trtllm_replayssm import cli
 from trtllm_replayssm.cli import main
 from trtllm_replayssm.demo import CPU_GEOMETRY, run_mamba2_demo
 
@@ -34,9 +36,9 @@ def test_run_mamba2_demo_rejects_zero_steps():
         run_mamba2_demo(nheads=2, head_dim=4, d_state=4, ngroups=1, steps=0, progress=False)
 
 
-def test_main_module_demo_runs():
+def test_main_module_layer_demo_runs():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "trtllm_replayssm", "demo", "--steps", "20",
+    proc = subprocess.run([sys.executable, "-m", "trtllm_replayssm", "layer-demo", "--steps", "20",
                            "--L", "4"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -44,21 +46,44 @@ def test_main_module_demo_runs():
     assert "flushes" in proc.stdout
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"]], ids=["top", "demo"])
+@pytest.mark.parametrize("argv", [["--help"], ["layer-demo", "--help"]], ids=["top", "layer-demo"])
 def test_main_help(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: trtllm-replayssm")
-    assert "demo" in out
+    assert "layer-demo" in out
+
+
+def test_main_runs_subcommands_of_installed_extensions(monkeypatch, capsys):
+    """An entry point of group trtllm_replayssm.cli adds a subcommand; the core names none."""
+    def add_hello(subparsers):
+        p = subparsers.add_parser("hello", help="an extension's subcommand")
+        p.add_argument("--name", default="world")
+        p.set_defaults(func=lambda args: print(f"hello {args.name}") or 0)
+
+    class EntryPoint:
+        name = "hello"
+
+        @staticmethod
+        def load():
+            return add_hello
+
+    def entry_points(group):
+        assert group == cli.EXTENSION_GROUP == "trtllm_replayssm.cli"
+        return [EntryPoint()]
+
+    monkeypatch.setattr(cli.importlib.metadata, "entry_points", entry_points)
+    assert main(["hello", "--name", "ReplaySSM"]) == 0
+    assert capsys.readouterr().out == "hello ReplaySSM\n"
 
 
 @pytest.mark.parametrize("argv, message", [
-    pytest.param(["demo", "--nheads", "8", "--ngroups", "3"], "must divide", id="ngroups"),
-    pytest.param(["demo", "--L", "65"], "at most 64", id="L65"),
-    pytest.param(["demo", "--steps", "0"], "not a positive integer", id="steps0"),
-    pytest.param(["demo", "--state-dtype", "f64"], "invalid choice", id="dtype"),
+    pytest.param(["layer-demo", "--nheads", "8", "--ngroups", "3"], "must divide", id="ngroups"),
+    pytest.param(["layer-demo", "--L", "65"], "at most 64", id="L65"),
+    pytest.param(["layer-demo", "--steps", "0"], "not a positive integer", id="steps0"),
+    pytest.param(["layer-demo", "--state-dtype", "f64"], "invalid choice", id="dtype"),
     pytest.param([], "required", id="no-subcommand"),
 ])
 def test_main_usage_error_exits_2(argv, message, capsys):
@@ -69,9 +94,9 @@ def test_main_usage_error_exits_2(argv, message, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
-def test_main_demo_cuda_unavailable_exits_2(capsys):
+def test_main_layer_demo_cuda_unavailable_exits_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["demo", "--device", "cuda"])
+        main(["layer-demo", "--device", "cuda"])
     assert exit_info.value.code == 2
     assert "CUDA is not available" in capsys.readouterr().err
 

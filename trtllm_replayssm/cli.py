@@ -2,10 +2,14 @@
 
 Each subcommand is one ``_add_<name>`` function that builds its parser and sets ``func``, the
 handler taking the parsed arguments and returning the exit status; :data:`_SUBCOMMANDS` lists them.
+Installed packages add subcommands the same way through the entry-point group
+:data:`EXTENSION_GROUP` (each entry point is such an ``add`` function): the model demo ``demo``
+comes from ``trtllm_replayssm_builders``, which this package never imports.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import re
 from typing import Optional, Sequence
@@ -18,7 +22,9 @@ from .models import PRESETS, load_model
 from .ops import MAX_L
 from .planner import DTYPE_NAMES, PlanConfig, format_plan, plan
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXTENSION_GROUP", "build_parser", "main"]
+
+EXTENSION_GROUP = "trtllm_replayssm.cli"
 
 
 def _positive_int(text: str) -> int:
@@ -28,9 +34,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
-# --------------------------------------------------------------------------- demo
+# --------------------------------------------------------------------------- layer-demo
 
-def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _run_layer_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {device}: CUDA is not available")
@@ -48,7 +54,7 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                           device=device, seed=args.seed)
     conv, replay, model = (fig["conventional_written"], fig["replay_written"],
                            fig["model_replay_written"])
-    print("trtllm-replayssm demo: one Mamba-2 layer, conventional decode vs ReplaySSM")
+    print("trtllm-replayssm layer-demo: one Mamba-2 layer, conventional decode vs ReplaySSM")
     print(f"  {device} | nheads {nheads}, head_dim {head_dim}, d_state {d_state}, ngroups {ngroups}"
           f" | L {args.L} | batch {args.batch} | state {args.state_dtype}, act {args.act_dtype}"
           f" | seed {args.seed}")
@@ -65,9 +71,9 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def _add_demo(subparsers) -> None:
+def _add_layer_demo(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="decode one Mamba-2 layer conventionally and by ReplaySSM; compare",
+        "layer-demo", help="decode one Mamba-2 layer conventionally and by ReplaySSM; compare",
         description="Runs Mamba-2 decode steps of one layer with the conventional op "
                     "(mamba2_decode_step) and the replay op (mamba2_replay_step) from the same "
                     "state and inputs; prints their output error, the flushes and the state "
@@ -87,7 +93,7 @@ def _add_demo(subparsers) -> None:
     p.add_argument("--act-dtype", choices=list(DTYPES), default="f32",
                    help="activation / record dtype (default: f32)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.set_defaults(func=lambda args: _run_demo(args, p))
+    p.set_defaults(func=lambda args: _run_layer_demo(args, p))
 
 
 # --------------------------------------------------------------------------- plan
@@ -166,7 +172,13 @@ def _add_plan(subparsers) -> None:
     p.set_defaults(func=lambda args: _run_plan(args, p))
 
 
-_SUBCOMMANDS = (_add_demo, _add_plan)
+_SUBCOMMANDS = (_add_layer_demo, _add_plan)
+
+
+def _extension_subcommands() -> list:
+    """The ``add`` functions installed packages register under :data:`EXTENSION_GROUP`, by name."""
+    return [ep.load() for ep in sorted(importlib.metadata.entry_points(group=EXTENSION_GROUP),
+                                       key=lambda ep: ep.name)]
 
 
 # --------------------------------------------------------------------------- entry point
@@ -175,11 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``trtllm-replayssm`` parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="trtllm-replayssm",
-        description="ReplaySSM decoding (checkpoint + input records) for Mamba-2 hybrid LLMs.")
+        description="ReplaySSM decoding (checkpoint + input records) for Mamba-2 hybrid LLMs.",
+        epilog=f"Installed packages add subcommands (entry-point group {EXTENSION_GROUP}); the "
+               f"model demo 'demo' comes with the installed package: pip install -e '.[hf]'.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(title="subcommands", dest="command", metavar="COMMAND",
                                        required=True)
-    for add in _SUBCOMMANDS:
+    for add in _SUBCOMMANDS + tuple(_extension_subcommands()):
         add(subparsers)
     return parser
 

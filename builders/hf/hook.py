@@ -1,0 +1,316 @@
+"""enable_replayssm / disable_replayssm: Hugging Face hybrids decode their SSM layers by ReplaySSM.
+
+The hook replaces the ``forward`` of each supported SSM mixer instance (the weights stay where
+they are). Per call of a hooked mixer:
+
+* no cache (``use_cache=False``): the host's own forward.
+* prefill (the host cache has no previous state for the layer): the host's own forward, which
+  leaves the final SSM state in the host cache; that state is then admitted into a ReplaySSM
+  cache (checkpoint := state, cursor := 0). The host's state tensor is not written again.
+* single-token decode: the mixer's decode with the recurrent step replaced by the replay op on
+  the ReplaySSM cache; the host's conv state is updated as usual, attention KV is untouched.
+* multi-token continuation from a cache: the current states (checkpoint with the records folded
+  in) are written back to the host's state tensor, the host runs its own forward, and its final
+  state is admitted again.
+
+ReplaySSM caches belong to the host cache object (``past_key_values``) they were admitted from
+and are freed with it. Their slots are the rows of that cache's batch.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from torch import Tensor, nn
+
+from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.models import HybridModel, Layer
+
+from .mixers import ADAPTERS, MixerAdapter, Store, supported_mixers_text
+
+__all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm",
+           "replayssm_hook"]
+
+ROUTES = ("replay_step", "decode_step")
+_HOOK_ATTR = "_replayssm_hook"
+
+
+@dataclass(frozen=True)
+class HookedLayer:
+    """One SSM mixer the hook drives: its module path, index in the host cache, and adapter."""
+
+    name: str
+    index: int
+    mixer: nn.Module
+    adapter: MixerAdapter
+
+
+@dataclass
+class _Session:
+    """The ReplaySSM side of one host cache object: one store per hooked layer.
+
+    ``host_states`` keeps, per layer, the host state tensor the store was admitted from: the host
+    replaces that tensor when it reorders or selects rows (beam search, ``reorder_cache``,
+    offloading), after which the store's slots no longer match its rows.
+    """
+
+    batch: int
+    slot_ids: Tensor
+    stores: dict = field(default_factory=dict)
+    host_states: dict = field(default_factory=dict)
+
+
+def _allocate_store(layer: HookedLayer, num_slots: int, *, buffer_len: int, route: str,
+                    state_dtype: torch.dtype, act_dtype: torch.dtype,
+                    device: torch.device) -> Store:
+    """The one place the hook allocates cache memory: one layer's store for ``num_slots`` rows."""
+    return layer.adapter.allocate(layer.mixer, num_slots, buffer_len, route=route,
+                                  state_dtype=state_dtype, act_dtype=act_dtype, device=device)
+
+
+class ReplaySSMHook:
+    """What :func:`enable_replayssm` installed on a model (``replayssm_hook(model)`` returns it).
+
+    Attributes:
+        layers (tuple[HookedLayer]): the hooked SSM mixers, in module order.
+        buffer_len (int): L, records per slot.
+        route (str): ``"replay_step"`` (ReplaySSM) or ``"decode_step"`` (the conventional op on
+            a state held here; a baseline for benchmarks).
+        state_dtype (torch.dtype | None): checkpoint dtype; None keeps the host state's dtype.
+    """
+
+    def __init__(self, model: nn.Module, layers: tuple, *, buffer_len: int, route: str,
+                 state_dtype: Optional[torch.dtype]):
+        self.model_name = type(model).__name__
+        self.layers = layers
+        self.buffer_len = buffer_len
+        self.route = route
+        self.state_dtype = state_dtype
+        self._sessions: "weakref.WeakKeyDictionary[object, _Session]" = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ reporting
+
+    def summary(self) -> str:
+        """One line: what was replaced."""
+        kinds: dict = {}
+        for layer in self.layers:
+            kinds.setdefault(layer.adapter.label, []).append(layer.index)
+        parts = "; ".join(f"{len(idx)} {label} layer{'s' if len(idx) > 1 else ''} {idx}"
+                          for label, idx in kinds.items())
+        return f"ReplaySSM on {self.model_name}: {parts}; L = {self.buffer_len}, route {self.route}"
+
+    def __repr__(self) -> str:
+        return f"<ReplaySSMHook {self.summary()}>"
+
+    def hybrid_model(self) -> HybridModel:
+        """The hooked SSM layers, with the geometry their caches use, as the planner's
+        :class:`~trtllm_replayssm.models.HybridModel` (attention and MLP layers left out)."""
+        layers = tuple(Layer(l.index, l.adapter.family, l.adapter.geometry(l.mixer))
+                       for l in self.layers)
+        return HybridModel(name=f"{self.model_name} (SSM layers)", family=self.model_name,
+                           layers=layers)
+
+    def stores(self, past_key_values) -> dict:
+        """The stores (ReplaySSM caches, or state tensors for ``decode_step``) of one host cache
+        object, by layer index; empty when nothing was admitted from it."""
+        session = self._sessions.get(past_key_values)
+        return dict(session.stores) if session is not None else {}
+
+    # ------------------------------------------------------------------ install
+
+    def _install(self) -> None:
+        for layer in self.layers:
+            original = type(layer.mixer).forward
+
+            def forward(mixer, hidden_states, cache_params=None, attention_mask=None, *,
+                        _layer=layer, _original=original, **kwargs):
+                return self._forward(_layer, _original, hidden_states, cache_params,
+                                     attention_mask, kwargs)
+
+            layer.mixer.forward = types.MethodType(forward, layer.mixer)
+
+    def _uninstall(self) -> None:
+        """Writes every live state back to its host cache, then restores the mixers' forward."""
+        for cache_params, session in list(self._sessions.items()):
+            for layer in self.layers:
+                if layer.index in session.stores and self._host_state(cache_params, layer) is session.host_states[layer.index]:
+                    self._write_back(cache_params, session, layer)
+        self._sessions.clear()
+        for layer in self.layers:
+            del layer.mixer.forward
+
+    # ------------------------------------------------------------------ per call
+
+    @staticmethod
+    def _host_state(cache_params, layer: HookedLayer) -> Optional[Tensor]:
+        return cache_params.layers[layer.index].recurrent_states[0]
+
+    def _forward(self, layer: HookedLayer, original, hidden_states: Tensor, cache_params,
+                 attention_mask: Optional[Tensor], kwargs: dict) -> Tensor:
+        mixer = layer.mixer
+
+        def host_forward() -> Tensor:
+            return original(mixer, hidden_states, cache_params=cache_params,
+                            attention_mask=attention_mask, **kwargs)
+
+        if cache_params is None:
+            return host_forward()
+        host_layer = cache_params.layers[layer.index]
+        if host_layer.record_past:
+            raise ValueError(f"ReplaySSM hook ({type(mixer).__name__} layer {layer.index}): the host cache records past states (assisted / speculative decoding); the Hugging Face hook supports greedy and sampled decoding only")
+        batch, seq_len = hidden_states.shape[:2]
+        if not cache_params.has_previous_state(layer.index):
+            out = host_forward()
+            self._admit(cache_params, layer, batch, hidden_states.dtype)
+            return out
+        session = self._session(cache_params, layer, batch, hidden_states.dtype)
+        if seq_len > 1:
+            self._write_back(cache_params, session, layer)
+            out = host_forward()
+            self._admit(cache_params, layer, batch, hidden_states.dtype)
+            return out
+        return layer.adapter.decode(mixer, hidden_states, attention_mask,
+                                    host_layer.conv_states[0], session.stores[layer.index],
+                                    session.slot_ids)
+
+    def _admit(self, cache_params, layer: HookedLayer, batch: int, act_dtype: torch.dtype) -> None:
+        """Hands the host's current state of ``layer`` (all rows) to the layer's store."""
+        host_state = self._host_state(cache_params, layer)
+        session = self._sessions.get(cache_params)
+        if session is None or session.batch != batch:
+            slot_ids = torch.arange(batch, dtype=torch.int32, device=host_state.device)
+            session = self._sessions[cache_params] = _Session(batch, slot_ids)
+        store = session.stores.get(layer.index)
+        if store is None:
+            store = session.stores[layer.index] = _allocate_store(
+                layer, batch, buffer_len=self.buffer_len, route=self.route,
+                state_dtype=self.state_dtype or host_state.dtype, act_dtype=act_dtype,
+                device=host_state.device)
+        layer.adapter.admit(store, session.slot_ids, host_state)
+        session.host_states[layer.index] = host_state
+
+    def _session(self, cache_params, layer: HookedLayer, batch: int,
+                 act_dtype: torch.dtype) -> _Session:
+        """The session holding ``layer``'s store for a decode call, checked against the host."""
+        session = self._sessions.get(cache_params)
+        if session is None or layer.index not in session.stores:
+            # The host prefilled before the hook was enabled: its state is current, adopt it.
+            self._admit(cache_params, layer, batch, act_dtype)
+            session = self._sessions[cache_params]
+        where = f"ReplaySSM hook ({type(layer.mixer).__name__} layer {layer.index})"
+        if self._host_state(cache_params, layer) is not session.host_states[layer.index]:
+            raise ValueError(f"{where}: the host cache replaced its SSM state tensor since admission (beam search, reorder_cache, batch selection or offloading), so its rows no longer match the ReplaySSM slots; these are not supported with the hook")
+        if batch != session.batch:
+            raise ValueError(f"{where}: decode batch has {batch} rows; the host cache was admitted with {session.batch}")
+        return session
+
+    def _write_back(self, cache_params, session: _Session, layer: HookedLayer) -> None:
+        """The host's state tensor := the store's current states (checkpoint + folded records)."""
+        host_state = session.host_states[layer.index]
+        state = layer.adapter.state(layer.mixer, session.stores[layer.index], session.slot_ids)
+        host_state.copy_(layer.adapter.to_host(state).to(host_state.dtype))
+
+
+# ---------------------------------------------------------------------- public API
+
+def _find_layers(model: nn.Module) -> tuple:
+    """The supported SSM mixers of ``model``; ValueError naming what is unsupported."""
+    found, unsupported = [], []
+    for name, module in model.named_modules():
+        if any(name.startswith(f"{h.name}.") for h in found):
+            continue                                   # inside a supported mixer (e.g. a gate)
+        cls = type(module).__name__
+        adapter = ADAPTERS.get(cls)
+        if adapter is not None:
+            index = getattr(module, "layer_idx", None)
+            if not isinstance(index, int):
+                raise ValueError(f"enable_replayssm: {name} ({cls}) has layer_idx {index!r}; expected the int index of its layer in the host cache")
+            if getattr(module, "_hf_hook", None) is not None or getattr(module.conv1d, "_hf_hook", None) is not None:
+                raise ValueError(f"enable_replayssm: {name} ({cls}) carries accelerate hooks (device_map offloading); the ReplaySSM hook needs the mixer's weights resident on one device")
+            adapter.check(module)
+            found.append(HookedLayer(name, index, module, adapter))
+        elif isinstance(getattr(module, "A_log", None), torch.Tensor):
+            unsupported.append(f"{name} ({cls})")
+    supported = f"supported SSM mixers: {supported_mixers_text()}"
+    if unsupported:
+        raise ValueError(f"enable_replayssm: {type(model).__name__} has SSM layers ReplaySSM does not support: {', '.join(unsupported)} (Mamba-1 and other variants are not supported); {supported}")
+    if not found:
+        raise ValueError(f"enable_replayssm: {type(model).__name__} has no SSM layer ReplaySSM supports; {supported}")
+    return tuple(found)
+
+
+def replayssm_hook(model: nn.Module) -> Optional[ReplaySSMHook]:
+    """The hook installed on ``model``, or None."""
+    return getattr(model, _HOOK_ATTR, None)
+
+
+def enable_replayssm(model: nn.Module, buffer_len: int = 16, *,
+                     state_dtype: Optional[torch.dtype] = None,
+                     route: str = "replay_step") -> ReplaySSMHook:
+    """Routes the single-token decode of ``model``'s SSM layers through ReplaySSM.
+
+    Supported mixers: Mamba-2 (``Mamba2``, ``NemotronH``), Gated DeltaNet (``Qwen3Next``,
+    ``Qwen3.5``) and Kimi Delta Attention (``KimiLinear``). Every SSM layer of the model must be
+    supported. Prefill keeps the host's path and its final SSM states are admitted into one
+    ReplaySSM cache per layer, sized for the batch of the host cache (``past_key_values``) they
+    came from; decode steps then run the replay op (CPU: the PyTorch reference; CUDA: the Triton
+    kernels). Conv states and attention KV stay in the host cache. Inference only (no autograd
+    through the ops); not for beam search or assisted decoding (a clear error says so).
+
+    Idempotent: a second call with the same settings returns the installed hook.
+
+    Args:
+        model (nn.Module): a ``transformers`` model (e.g. ``NemotronHForCausalLM``); modified in
+            place (instance ``forward`` of each SSM mixer), weights untouched.
+        buffer_len (int): L, records per slot, 1 <= L <= 64; a flush every L decode steps.
+        state_dtype (torch.dtype, optional): checkpoint dtype (fp32 | bf16 | fp16, fp64 on CPU);
+            default: the host state's dtype.
+        route (str): ``"replay_step"`` (default) or ``"decode_step"``: the conventional op on a
+            state tensor held by the hook (the same surrounding code; a baseline for benchmarks).
+    Returns:
+        ReplaySSMHook: the installed hook (``.summary()`` says which layers it replaced).
+    Raises:
+        ValueError: unsupported model or configuration, bad ``buffer_len`` or ``route``, or the
+            hook already installed with other settings. TypeError: bad ``state_dtype``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"enable_replayssm: model is {type(model).__name__}; expected a torch.nn.Module (a transformers model)")
+    if not isinstance(buffer_len, int) or isinstance(buffer_len, bool) or not 1 <= buffer_len <= MAX_L:
+        raise ValueError(f"enable_replayssm: buffer_len is {buffer_len!r}; expected an int in [1, {MAX_L}]")
+    if route not in ROUTES:
+        raise ValueError(f"enable_replayssm: route is {route!r}; expected one of {', '.join(ROUTES)}")
+    floats = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    if state_dtype is not None and state_dtype not in floats:
+        raise TypeError(f"enable_replayssm: state_dtype is {state_dtype!r}; expected None or one of float32, bfloat16, float16, float64")
+    hook = replayssm_hook(model)
+    if hook is not None:
+        if (hook.buffer_len, hook.route, hook.state_dtype) == (buffer_len, route, state_dtype):
+            return hook
+        raise ValueError(f"enable_replayssm: already enabled on {type(model).__name__} with buffer_len {hook.buffer_len}, route {hook.route}, state_dtype {hook.state_dtype}; call disable_replayssm(model) first")
+    hook = ReplaySSMHook(model, _find_layers(model), buffer_len=buffer_len, route=route,
+                         state_dtype=state_dtype)
+    hook._install()
+    setattr(model, _HOOK_ATTR, hook)
+    return hook
+
+
+def disable_replayssm(model: nn.Module) -> bool:
+    """Undoes :func:`enable_replayssm`: the mixers get their own ``forward`` back.
+
+    States of sequences still alive in a host cache (checkpoint with the records folded in) are
+    written back to that cache first, so its generation can go on with the host's own path.
+
+    Returns:
+        bool: True when a hook was removed, False when none was installed.
+    """
+    hook = replayssm_hook(model)
+    if hook is None:
+        return False
+    hook._uninstall()
+    delattr(model, _HOOK_ATTR)
+    return True

@@ -1,0 +1,332 @@
+"""The Hugging Face SSM mixers the hook supports, and their single-token decode with our ops.
+
+One adapter per mixer family. ``decode`` follows its mixer's own single-token path (input mask,
+projections, causal-conv update of the host's conv state, gates, gated norm, output projection),
+calling the mixer's own submodules and its modelling module's helpers; only the recurrent step
+is replaced by a ``trtllm_replayssm`` op. The adapters also convert between the host's
+recurrent-state layout and ours, and give back the state a cache holds (checkpoint with its
+records folded in) when the host needs it again.
+
+The step runs on a *store*: a ReplaySSM cache (route ``replay_step``) or, for the conventional
+route ``decode_step``, a plain state tensor in our layout that the conventional op updates in
+place. Rows of a decode batch map to store slots through ``slot_ids`` [batch] int32.
+"""
+from __future__ import annotations
+
+import sys
+
+from typing import Optional, Union
+
+import torch
+
+from torch import Tensor, nn
+
+from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry
+from trtllm_replayssm.ops import (
+    gdn_decode_step,
+    gdn_replay_step,
+    kda_decode_step,
+    kda_replay_step,
+    mamba2_decode_step,
+    mamba2_replay_step,
+)
+from trtllm_replayssm.reference.gated_delta import gated_delta_replay_fold, gated_delta_replay_weights
+from trtllm_replayssm.reference.mamba2 import compute_dtype, mamba2_replay_fold, mamba2_replay_weights
+
+__all__ = ["MixerAdapter", "ADAPTERS", "supported_mixers_text"]
+
+ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
+Store = Union[ReplayCache, Tensor]
+
+
+def _host_module(mixer: nn.Module):
+    """The mixer's modelling module: its helpers (causal_conv1d_update, apply_mask_to_padding_states)
+    are looked up there so the hooked decode uses whatever implementation the host resolved."""
+    return sys.modules[type(mixer).__module__]
+
+
+def _valid(cursor: Tensor, L: int) -> Tensor:
+    """[n, L] bool: record position j is held (j < cursor)."""
+    return torch.arange(L, device=cursor.device)[None, :] < cursor.long()[:, None]
+
+
+class MixerAdapter:
+    """How the hook drives one family of mixers (subclasses fill in the family's parts).
+
+    Attributes:
+        family: ``"mamba2"``, ``"gdn"`` or ``"kda"`` (the op family; the layer kind of
+            :mod:`trtllm_replayssm.models`).
+        label: the layer kind in words, for reports.
+        classes: mixer class name -> the host model family, in words.
+    """
+
+    family = ""
+    label = ""
+    classes: dict = {}
+
+    def check(self, mixer: nn.Module) -> None:
+        """Raises ValueError when this mixer's configuration cannot run on our ops."""
+
+    def geometry(self, mixer: nn.Module):
+        """The layer's geometry for the planner (:mod:`trtllm_replayssm.models`)."""
+        raise NotImplementedError
+
+    def allocate(self, mixer: nn.Module, num_slots: int, L: int, *, route: str,
+                 state_dtype: torch.dtype, act_dtype: torch.dtype,
+                 device: torch.device) -> Store:
+        raise NotImplementedError
+
+    def to_ours(self, host_state: Tensor) -> Tensor:
+        """Host recurrent state [batch, ...] -> our state layout (a view)."""
+        return host_state
+
+    def to_host(self, state: Tensor) -> Tensor:
+        """Our state layout -> the host's (a view)."""
+        return state
+
+    def admit(self, store: Store, slot_ids: Tensor, host_state: Tensor) -> None:
+        """Rows' slots start from the host's recurrent states [batch, ...] (cursor 0)."""
+        state = self.to_ours(host_state)
+        if isinstance(store, Tensor):
+            store[slot_ids.long()] = state.to(store.dtype)
+        else:
+            store.admit(slot_ids, state)
+
+    def state(self, mixer: nn.Module, store: Store, slot_ids: Tensor) -> Tensor:
+        """The current states of ``slot_ids`` in our layout: checkpoint with the records folded in."""
+        if isinstance(store, Tensor):
+            return store[slot_ids.long()]
+        return self._fold_records(mixer, store, slot_ids.long())
+
+    def _fold_records(self, mixer: nn.Module, cache: ReplayCache, slots: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def decode(self, mixer: nn.Module, hidden_states: Tensor, attention_mask: Optional[Tensor],
+               conv_state: Tensor, store: Store, slot_ids: Tensor) -> Tensor:
+        """The mixer's output [batch, 1, hidden_size] for one new token per row.
+
+        ``conv_state`` (the host's) is updated in place by the host's causal-conv update; the
+        recurrent step reads and writes ``store`` only.
+        """
+        raise NotImplementedError
+
+
+class Mamba2Adapter(MixerAdapter):
+    """Mamba-2 mixers: state [batch, nheads, head_dim, d_state] in the host and here."""
+
+    family = MAMBA2
+    label = "Mamba-2"
+    classes = {"Mamba2Mixer": "Mamba2", "NemotronHMamba2Mixer": "NemotronH (Nemotron 3)"}
+
+    def check(self, mixer):
+        if mixer.num_heads % mixer.n_groups:
+            raise ValueError(f"{type(mixer).__name__} layer {mixer.layer_idx}: n_groups = {mixer.n_groups} must divide num_heads = {mixer.num_heads}")
+        if mixer.D.shape != (mixer.num_heads,):
+            raise ValueError(f"{type(mixer).__name__} layer {mixer.layer_idx}: D has shape {tuple(mixer.D.shape)}; expected [nheads] = ({mixer.num_heads},)")
+
+    def geometry(self, mixer):
+        return Mamba2Geometry(nheads=mixer.num_heads, head_dim=mixer.head_dim,
+                              d_state=mixer.ssm_state_size, ngroups=mixer.n_groups,
+                              d_conv=mixer.conv_kernel_size)
+
+    def allocate(self, mixer, num_slots, L, *, route, state_dtype, act_dtype, device):
+        shape = (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
+        if route == "decode_step":
+            return torch.zeros(num_slots, *shape, dtype=state_dtype, device=device)
+        return Mamba2ReplayCache.allocate(num_slots, *shape, mixer.n_groups, L,
+                                          state_dtype=state_dtype, act_dtype=act_dtype,
+                                          device=device)
+
+    def _fold_records(self, mixer, cache, slots):
+        cd = compute_dtype(cache.checkpoint)
+        n, nheads = slots.numel(), cache.nheads
+        valid = _valid(cache.cursor[slots], cache.L)
+        A = -torch.exp(mixer.A_log.detach().to(cd))
+        no_dt = torch.zeros(n, nheads, dtype=cd, device=cache.device)
+        ckpt_decay, weights = mamba2_replay_weights(A, cache.dt_records[slots], valid, no_dt)
+        x_rec = torch.where(valid[:, None, :, None], cache.x_records[slots].to(cd), 0.0)
+        B_rec = torch.where(valid[:, None, :, None], cache.B_records[slots].to(cd), 0.0)
+        B_rec = B_rec.repeat_interleave(nheads // cache.ngroups, dim=1)
+        no_x = torch.zeros(n, nheads, cache.head_dim, dtype=cd, device=cache.device)
+        no_B = torch.zeros(n, nheads, cache.d_state, dtype=cd, device=cache.device)
+        return mamba2_replay_fold(cache.checkpoint[slots].to(cd), x_rec, B_rec, ckpt_decay,
+                                  weights, no_x, no_dt, no_B)
+
+    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
+        host = _host_module(mixer)
+        batch, dtype = hidden_states.shape[0], hidden_states.dtype
+        nheads, head_dim, ngroups, d_state = (mixer.num_heads, mixer.head_dim, mixer.n_groups,
+                                              mixer.ssm_state_size)
+        hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
+        gate, xBC, dt = mixer.in_proj(hidden_states).split(
+            [mixer.intermediate_size, mixer.conv_dim, nheads], dim=-1)
+        xBC = host.causal_conv1d_update(xBC.transpose(1, 2), conv_state,
+                                        mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
+                                        activation=mixer.activation)
+        xBC = host.apply_mask_to_padding_states(xBC.transpose(1, 2), attention_mask)
+        x, B, C = torch.split(xBC, [mixer.intermediate_size, ngroups * d_state, ngroups * d_state],
+                              dim=-1)
+        args = (x.reshape(batch, nheads, head_dim), dt.reshape(batch, nheads),
+                -torch.exp(mixer.A_log.float()), B.reshape(batch, ngroups, d_state),
+                C.reshape(batch, ngroups, d_state))
+        kw = dict(slot_ids=slot_ids, D=mixer.D, dt_bias=mixer.dt_bias, dt_softplus=True)
+        if isinstance(store, Tensor):
+            y = mamba2_decode_step(store, *args, **kw)
+        else:
+            y = mamba2_replay_step(store, *args, **kw)
+        y = mixer.norm(y.reshape(batch, 1, -1), gate)
+        return mixer.out_proj(y.to(dtype))
+
+
+class _DeltaRuleAdapter(MixerAdapter):
+    """GDN and KDA mixers: host state [batch, v_heads, head_k_dim, head_v_dim] (FLA layout),
+    ours [.., v_heads, head_v_dim, head_k_dim]."""
+
+    cache_type = GDNReplayCache
+
+    def to_ours(self, host_state):
+        return host_state.transpose(-1, -2)
+
+    def to_host(self, state):
+        return state.transpose(-1, -2)
+
+    def _heads(self, mixer) -> tuple[int, int, int, int]:
+        """(k_heads, v_heads, head_k_dim, head_v_dim)."""
+        raise NotImplementedError
+
+    def check(self, mixer):
+        k_heads, v_heads, _, _ = self._heads(mixer)
+        if v_heads % k_heads:
+            raise ValueError(f"{type(mixer).__name__} layer {mixer.layer_idx}: key heads = {k_heads} must divide value heads = {v_heads}")
+
+    def geometry(self, mixer):
+        k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
+        return DeltaRuleGeometry(k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim,
+                                 head_v_dim=head_v_dim, d_conv=mixer.conv_kernel_size)
+
+    def allocate(self, mixer, num_slots, L, *, route, state_dtype, act_dtype, device):
+        k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
+        if route == "decode_step":
+            return torch.zeros(num_slots, v_heads, head_v_dim, head_k_dim, dtype=state_dtype,
+                               device=device)
+        return self.cache_type.allocate(num_slots, k_heads, v_heads, head_k_dim, head_v_dim, L,
+                                        state_dtype=state_dtype, record_dtype=act_dtype,
+                                        device=device)
+
+    def _fold_records(self, mixer, cache, slots):
+        cd = compute_dtype(cache.checkpoint)
+        n, v_heads, head_k_dim = slots.numel(), cache.v_heads, cache.head_k_dim
+        valid = _valid(cache.cursor[slots], cache.L)
+        g_rec = cache.g_records[slots]
+        g_rec = g_rec if cache.PER_CHANNEL_GATE else g_rec[..., None]
+        no_g = torch.zeros(n, v_heads, g_rec.shape[-1], dtype=cd, device=cache.device)
+        ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
+        d_rec = torch.where(valid[:, None, :, None], cache.d_records[slots].to(cd), 0.0)
+        k_rec = torch.where(valid[:, None, :, None], cache.k_records[slots].to(cd), 0.0)
+        k_rec = k_rec.repeat_interleave(v_heads // cache.k_heads, dim=1)
+        no_d = torch.zeros(n, v_heads, cache.head_v_dim, dtype=cd, device=cache.device)
+        no_k = torch.zeros(n, v_heads, head_k_dim, dtype=cd, device=cache.device)
+        return gated_delta_replay_fold(cache.checkpoint[slots].to(cd), d_rec, k_rec, ckpt_decay,
+                                       weights, no_d, no_k)
+
+    def _step(self, store, q, k, v, g, beta, slot_ids):
+        """The recurrent step on one token: o [batch, v_heads, head_v_dim]."""
+        raise NotImplementedError
+
+
+class GDNAdapter(_DeltaRuleAdapter):
+    """Gated DeltaNet mixers of Qwen3-Next and Qwen3.5 (they differ only in the input projections)."""
+
+    family = GDN
+    label = "Gated DeltaNet"
+    classes = {"Qwen3NextGatedDeltaNet": "Qwen3-Next", "Qwen3_5GatedDeltaNet": "Qwen3.5"}
+    cache_type = GDNReplayCache
+
+    def _heads(self, mixer):
+        return mixer.num_k_heads, mixer.num_v_heads, mixer.head_k_dim, mixer.head_v_dim
+
+    @staticmethod
+    def _project(mixer, hidden_states):
+        """(mixed q|k|v [batch, 1, conv_dim], z [batch, 1, v_heads, head_v_dim],
+        b, a [batch, 1, v_heads]) as the host mixer projects them."""
+        batch, seq = hidden_states.shape[:2]
+        if hasattr(mixer, "in_proj_qkvz"):      # Qwen3-Next: fused, head-interleaved projections
+            q, k, v, z, b, a = mixer.fix_query_key_value_ordering(
+                mixer.in_proj_qkvz(hidden_states), mixer.in_proj_ba(hidden_states))
+            mixed = torch.cat([t.reshape(batch, seq, -1) for t in (q, k, v)], dim=-1)
+            return mixed, z, b, a
+        z = mixer.in_proj_z(hidden_states).reshape(batch, seq, -1, mixer.head_v_dim)
+        return (mixer.in_proj_qkv(hidden_states), z, mixer.in_proj_b(hidden_states),
+                mixer.in_proj_a(hidden_states))
+
+    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
+        host = _host_module(mixer)
+        batch = hidden_states.shape[0]
+        k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
+        hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
+        mixed, z, b, a = self._project(mixer, hidden_states)
+        mixed = host.causal_conv1d_update(mixed.transpose(1, 2), conv_state,
+                                          mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
+                                          mixer.activation).transpose(1, 2)
+        q, k, v = torch.split(mixed, [mixer.key_dim, mixer.key_dim, mixer.value_dim], dim=-1)
+        # The host's gate expressions: β in the activation dtype, g in fp32.
+        beta = b.sigmoid().reshape(batch, v_heads)
+        g = (-mixer.A_log.float().exp() * nn.functional.softplus(a.float() + mixer.dt_bias))
+        o = self._step(store, q.reshape(batch, k_heads, head_k_dim),
+                       k.reshape(batch, k_heads, head_k_dim), v.reshape(batch, v_heads, head_v_dim),
+                       g.reshape(batch, v_heads), beta, slot_ids)
+        o = mixer.norm(o.reshape(-1, head_v_dim), z.reshape(-1, head_v_dim))
+        return mixer.out_proj(o.reshape(batch, 1, -1))
+
+    def _step(self, store, q, k, v, g, beta, slot_ids):
+        if isinstance(store, Tensor):
+            return gdn_decode_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
+        return gdn_replay_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
+
+
+class KDAAdapter(_DeltaRuleAdapter):
+    """Kimi Delta Attention mixers of Kimi Linear: per-channel log-decay, as many key as value heads."""
+
+    family = KDA
+    label = "Kimi Delta Attention"
+    classes = {"KimiLinearDeltaAttention": "Kimi Linear"}
+    cache_type = KDAReplayCache
+
+    def _heads(self, mixer):
+        return mixer.num_heads, mixer.num_heads, mixer.head_dim, mixer.head_dim
+
+    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
+        host = _host_module(mixer)
+        batch, heads, head_dim = hidden_states.shape[0], mixer.num_heads, mixer.head_dim
+        hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
+        mixed = torch.cat([mixer.q_proj(hidden_states), mixer.k_proj(hidden_states),
+                           mixer.v_proj(hidden_states)], dim=-1)
+        mixed = host.causal_conv1d_update(mixed.transpose(1, 2), conv_state,
+                                          weight=mixer.conv1d.weight.squeeze(1),
+                                          bias=mixer.conv1d.bias, activation=mixer.activation)
+        q, k, v = (t.reshape(batch, heads, head_dim)
+                   for t in torch.split(mixed.transpose(1, 2), [mixer.qkv_dim] * 3, dim=-1))
+        g = mixer.forget_gate(hidden_states).reshape(batch, heads, head_dim)
+        beta = torch.sigmoid(mixer.b_proj(hidden_states)).reshape(batch, heads)
+        o = self._step(store, q, k, v, g, beta, slot_ids)
+        gate = mixer.g_b_proj(mixer.g_a_proj(hidden_states)).reshape(batch, 1, heads, head_dim)
+        o = mixer.o_norm(o.reshape(batch, 1, heads, head_dim), gate).reshape(batch, 1, -1)
+        return mixer.o_proj(o)
+
+    def _step(self, store, q, k, v, g, beta, slot_ids):
+        if isinstance(store, Tensor):
+            return kda_decode_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
+        return kda_replay_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
+
+
+ADAPTERS: dict[str, MixerAdapter] = {}
+for _adapter in (Mamba2Adapter(), GDNAdapter(), KDAAdapter()):
+    ADAPTERS.update(dict.fromkeys(_adapter.classes, _adapter))
+
+
+def supported_mixers_text() -> str:
+    """One line naming every supported mixer class and its model family."""
+    return ", ".join(f"{cls} ({model}, {adapter.label})"
+                     for adapter in dict.fromkeys(ADAPTERS.values())
+                     for cls, model in adapter.classes.items())
