@@ -48,7 +48,7 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("the demo runs Hugging Face transformers models: pip install 'trtllm_replayssm[hf]' (transformers >= 5.17)")
     from .hf.demo import run_model_demo
 
-    fig = run_model_demo(args.model, buffer_len=args.L, batch=args.batch,
+    fig = run_model_demo(args.model, size=args.size, buffer_len=args.L, batch=args.batch,
                          new_tokens=args.new_tokens, dtype=_DTYPES[args.dtype], device=device,
                          seed=args.seed)
     batch, steps, plan = fig["batch"], fig["decode_steps"], fig["plan"]
@@ -78,7 +78,7 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def add_demo(subparsers) -> None:
     """Adds ``demo`` to the ``trtllm-replayssm`` subparsers (entry point ``trtllm_replayssm.cli``)."""
-    from .hf.random_models import FAMILIES
+    from .hf.random_models import FAMILIES, SIZES
 
     p = subparsers.add_parser(
         "demo", help="a small random hybrid model generates with and without ReplaySSM",
@@ -89,6 +89,8 @@ def add_demo(subparsers) -> None:
                     "step and the planner's figures for the same SSM layers.")
     p.add_argument("--model", choices=FAMILIES, default="nemotron_h",
                    help="model family (default: nemotron_h)")
+    p.add_argument("--size", choices=list(SIZES), default="small",
+                   help="model size: small (demo) or tiny (tests) (default: small)")
     p.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", choices=list(_DTYPES), default="f32",
                    help="model dtype; SSM states stay fp32 (default: f32)")

@@ -1,12 +1,25 @@
 """Test setup. Without CUDA, Triton kernels run under the interpreter (TRITON_INTERPRET=1), which
-must be set before any @triton.jit function is defined, hence here, before test imports."""
+must be set before any @triton.jit function is defined, hence here, before test imports.
+
+setup.py installs ``builders/`` as ``trtllm_replayssm_builders``; in an uninstalled checkout it is
+loaded from ``builders/`` under that name, so tests import it as users do."""
+import importlib.util
 import os
+import sys
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+if importlib.util.find_spec("trtllm_replayssm_builders") is None:
+    _builders = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "builders")
+    _spec = importlib.util.spec_from_file_location(
+        "trtllm_replayssm_builders", os.path.join(_builders, "__init__.py"),
+        submodule_search_locations=[_builders])
+    sys.modules["trtllm_replayssm_builders"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["trtllm_replayssm_builders"])
 
 # The tests' tensors are small: waking an OpenMP team per op costs more than it computes
 # (torch.triu took ~8 ms per call on the 2-core CI machines).

@@ -1,10 +1,13 @@
 """Random-weight Hugging Face hybrids built offline from a config (no hub download).
 
 For tests (``size="tiny"``: a few thousand parameters, milliseconds per step on a CPU) and the
-demo (``size="small"``: about a million parameters, a couple of milliseconds per step). Weights
-are drawn with ``initializer_range`` 0.2 and no residual down-scaling, so every SSM layer moves
-the logits visibly: a wrong SSM state changes them by O(1) relative (a test checks it), where
-the library default (0.02) leaves them within 1e-6.
+demo (``size="small"``: one to three million parameters). Weights are drawn with
+``initializer_range`` 0.2 (Mamba-2 families) or 0.1 (GDN / KDA families) and no residual
+down-scaling, so the SSM layers move the logits visibly: a wrong SSM state changes them by O(1)
+relative (a test checks it), where the library default (0.02) leaves them within 1e-6. The Qwen
+gated norms use eps 1e-5 (published configs: 1e-6): over the tiny models' 8-channel heads, 1e-6
+let the fp32 rounding of a near-zero head output grow to ~1e-4 of the logits between two equally
+exact decodes; larger weights do the same for the GDN / KDA families.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ SIZES = {
     "small": dict(hidden=256, heads=8, head_dim=32, d_state=32, groups=1),
 }
 
-_INIT = dict(initializer_range=0.2, vocab_size=128, pad_token_id=0, bos_token_id=1,
+_INIT = dict(vocab_size=128, pad_token_id=0, bos_token_id=1,
              eos_token_id=None, tie_word_embeddings=False,
              experts_implementation="eager")  # grouped_mm has no float64 kernel
 
@@ -39,13 +42,15 @@ def _config(family: str, size: str):
         return hf.NemotronHConfig(
             hidden_size=h, layers_block_type=pattern, intermediate_size=2 * h,
             mamba_num_heads=2 * nh, mamba_head_dim=hd, ssm_state_size=ds, n_groups=2,
-            chunk_size=16, rescale_prenorm_residual=False, **attention, **_INIT)
+            chunk_size=16, rescale_prenorm_residual=False, initializer_range=0.2, **attention,
+            **_INIT)
     if family == "mamba2":
         return hf.Mamba2Config(
             hidden_size=h, num_hidden_layers=2 * reps, num_heads=2 * h // hd, head_dim=hd,
-            state_size=ds, n_groups=2, expand=2, chunk_size=16, **_INIT)
+            state_size=ds, n_groups=2, expand=2, chunk_size=16, initializer_range=0.2, **_INIT)
     linear = dict(linear_num_key_heads=nh // 2, linear_num_value_heads=nh,
-                  linear_key_head_dim=hd, linear_value_head_dim=hd)
+                  linear_key_head_dim=hd, linear_value_head_dim=hd, rms_norm_eps=1e-5,
+                  initializer_range=0.1)
     # Layer i is full attention when (i + 1) % 4 == 0: three GDN layers per attention layer.
     layer_types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * reps
     if family == "qwen3_next":
@@ -65,7 +70,7 @@ def _config(family: str, size: str):
             num_attention_heads=nh, num_key_value_heads=nh, kv_lora_rank=2 * hd,
             qk_rope_head_dim=hd, qk_nope_head_dim=hd, v_head_dim=hd,
             linear_num_heads=nh, linear_head_dim=hd, num_local_experts=4, num_experts_per_tok=2,
-            **_INIT)
+            initializer_range=0.1, **_INIT)
     raise ValueError(f"build_random_model: family is {family!r}; expected one of {', '.join(FAMILIES)}")
 
 

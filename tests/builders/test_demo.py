@@ -1,0 +1,95 @@
+"""``trtllm-replayssm demo``: the model demo's figures and its subcommand (an entry point of the
+installed package that the core CLI loads)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trtllm_replayssm import cli
+from trtllm_replayssm_builders.cli import add_demo
+from trtllm_replayssm_builders.hf.demo import run_model_demo
+from trtllm_replayssm_builders.hf.random_models import FAMILIES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_run_model_demo_figures(family):
+    fig = run_model_demo(family, size="tiny", buffer_len=4, batch=3, progress=False)
+    assert (fig["new_tokens"], fig["decode_steps"], fig["flushes"]) == (17, 16, 4)
+    assert fig["prompt_lengths"] == [16, 12, 8]
+    assert fig["first_divergence"] is None
+    assert fig["tokens_equal"] == fig["tokens_total"] == 3 * 17
+    assert fig["logits_rel_err"] <= 1e-4
+    # Measured bytes equal the planner's: 16 decode steps = 4 windows of L, so every row flushed
+    # four times; the host rewrites every state every step.
+    plan = fig["plan"]
+    assert fig["host_written"] == pytest.approx(3 * plan["conventional_written"])
+    assert fig["replay_written"] == pytest.approx(3 * plan["replay_written"])
+    assert fig["replay_written"] < fig["host_written"]
+    assert plan["replay_bytes"] > plan["conventional_bytes"]        # the records
+    assert fig["host_step_ms"] > 0 and fig["replay_step_ms"] > 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    pytest.param(dict(batch=0), "batch is 0", id="batch"),
+    pytest.param(dict(new_tokens=1), "new_tokens is 1", id="new_tokens"),
+    pytest.param(dict(size="huge"), "size is 'huge'", id="size"),
+])
+def test_run_model_demo_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        run_model_demo("mamba2", progress=False, **kwargs)
+
+
+class _DemoEntryPoint:
+    """What importlib.metadata yields for setup.py's ``demo=trtllm_replayssm_builders.cli:add_demo``."""
+
+    name = "demo"
+
+    @staticmethod
+    def load():
+        return add_demo
+
+
+def test_cli_demo_subcommand_prints_the_figures(monkeypatch, capsys):
+    monkeypatch.setattr(cli.importlib.metadata, "entry_points",
+                        lambda group: [_DemoEntryPoint()] if group == cli.EXTENSION_GROUP else [])
+    assert cli.main(["demo", "--model", "qwen3_5", "--size", "tiny", "--L", "4", "--batch", "2",
+                     "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trtllm-replayssm demo: Qwen3.5 with random weights")
+    assert "ReplaySSM on Qwen3_5ForCausalLM: 6 Gated DeltaNet layers" in out
+    assert "agreement: 34/34 tokens equal (identical)" in out
+    for line in ("state bytes written per decode step", "decode time per step (median)", "planner"):
+        assert line in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    pytest.param(["demo", "--model", "mamba1"], "invalid choice", id="model"),
+    pytest.param(["demo", "--L", "65"], "at most 64", id="L65"),
+    pytest.param(["demo", "--new-tokens", "1"], "expected at least 2", id="new_tokens"),
+])
+def test_cli_demo_usage_errors_exit_2(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(cli.importlib.metadata, "entry_points",
+                        lambda group: [_DemoEntryPoint()] if group == cli.EXTENSION_GROUP else [])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def _installed_demo_entry_point() -> bool:
+    import importlib.metadata
+    return any(ep.name == "demo" and ep.value == "trtllm_replayssm_builders.cli:add_demo"
+               for ep in importlib.metadata.entry_points(group=cli.EXTENSION_GROUP))
+
+
+@pytest.mark.skipif(not _installed_demo_entry_point(),
+                    reason="needs the package installed (pip install -e .) for its entry point")
+def test_main_module_demo_runs_installed():
+    proc = subprocess.run([sys.executable, "-m", "trtllm_replayssm", "demo", "--model", "mamba2",
+                           "--size", "tiny", "--L", "4", "--device", "cpu"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "agreement: 68/68 tokens equal (identical)" in proc.stdout
