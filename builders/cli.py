@@ -8,6 +8,7 @@ subparsers, as the core's own subcommands do.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 import torch
 
@@ -42,9 +43,7 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--L {args.L}: expected at most {MAX_L}")
     if args.new_tokens is not None and args.new_tokens < 2:
         parser.error(f"--new-tokens {args.new_tokens}: expected at least 2 (one decode step)")
-    try:
-        import transformers  # noqa: F401  (the host the demo runs on)
-    except ImportError:
+    if importlib.util.find_spec("transformers") is None:
         parser.error("the demo runs Hugging Face transformers models: pip install 'trtllm_replayssm[hf]' (transformers >= 5.17)")
     from .hf.demo import run_model_demo
 

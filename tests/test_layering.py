@@ -48,3 +48,39 @@ def test_plugin_package_imports_no_builder_or_tensorrt():
         assert not loaded, loaded
     """)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_core_cli_parser_names_no_builder():
+    """The core CLI reaches builders only through entry points (group trtllm_replayssm.cli):
+    with none installed, building every parser imports no builder."""
+    proc = _run("""
+        import importlib.metadata, sys
+        importlib.metadata.entry_points = lambda group: []
+        from trtllm_replayssm.cli import build_parser
+        build_parser()
+        loaded = [m for m in sys.modules if m.split(".")[0] == "trtllm_replayssm_builders"]
+        assert not loaded, loaded
+    """)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_hf_builders_import_no_transformers():
+    """builders.hf -> core only: it recognises transformers mixers by class name, so importing it
+    (and the demo subcommand's parser) needs no transformers."""
+    proc = _run(f"""
+        import importlib.util, sys
+        sys.modules["transformers"] = None  # any `import transformers` now raises ImportError
+        spec = importlib.util.spec_from_file_location(
+            "trtllm_replayssm_builders", {os.path.join(ROOT, "builders", "__init__.py")!r},
+            submodule_search_locations=[{os.path.join(ROOT, "builders")!r}])
+        sys.modules["trtllm_replayssm_builders"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["trtllm_replayssm_builders"])
+        import argparse
+        import trtllm_replayssm_builders.hf, trtllm_replayssm_builders.hf.demo
+        from trtllm_replayssm_builders.cli import add_demo
+        add_demo(argparse.ArgumentParser().add_subparsers())
+        banned = ("trtllm_replayssm_plugins", "tensorrt", "tensorrt_llm")
+        loaded = [m for m in sys.modules if m.split(".")[0] in banned]
+        assert not loaded, loaded
+    """)
+    assert proc.returncode == 0, proc.stderr

@@ -14,7 +14,9 @@ they are). Per call of a hooked mixer:
   state is admitted again.
 
 ReplaySSM caches belong to the host cache object (``past_key_values``) they were admitted from
-and are freed with it. Their slots are the rows of that cache's batch.
+and are freed with it: one :class:`~trtllm_replayssm.pool.ReplayCachePool` per host cache, with
+a slot per row of its batch, allocated when its first SSM layer is admitted (the planner's
+``pool_bytes``; the pool's conv-state buffers stay unused, the host keeps its own conv states).
 """
 from __future__ import annotations
 
@@ -30,8 +32,9 @@ from torch import Tensor, nn
 
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
+from trtllm_replayssm.pool import ReplayCachePool
 
-from .mixers import ADAPTERS, MixerAdapter, Store, supported_mixers_text
+from .mixers import ADAPTERS, MixerAdapter, supported_mixers_text
 
 __all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm",
            "replayssm_hook"]
@@ -52,25 +55,18 @@ class HookedLayer:
 
 @dataclass
 class _Session:
-    """The ReplaySSM side of one host cache object: one store per hooked layer.
+    """The ReplaySSM side of one host cache object: a store per hooked layer, slot r for row r.
 
-    ``host_states`` keeps, per layer, the host state tensor the store was admitted from: the host
-    replaces that tensor when it reorders or selects rows (beam search, ``reorder_cache``,
-    offloading), after which the store's slots no longer match its rows.
+    ``host_states`` keeps, per admitted layer, the host state tensor the store was admitted
+    from: the host replaces that tensor when it reorders or selects rows (beam search,
+    ``reorder_cache``, offloading), after which the store's slots no longer match its rows.
     """
 
     batch: int
     slot_ids: Tensor
-    stores: dict = field(default_factory=dict)
+    stores: dict
+    pool: Optional[ReplayCachePool] = None
     host_states: dict = field(default_factory=dict)
-
-
-def _allocate_store(layer: HookedLayer, num_slots: int, *, buffer_len: int, route: str,
-                    state_dtype: torch.dtype, act_dtype: torch.dtype,
-                    device: torch.device) -> Store:
-    """The one place the hook allocates cache memory: one layer's store for ``num_slots`` rows."""
-    return layer.adapter.allocate(layer.mixer, num_slots, buffer_len, route=route,
-                                  state_dtype=state_dtype, act_dtype=act_dtype, device=device)
 
 
 class ReplaySSMHook:
@@ -116,10 +112,27 @@ class ReplaySSMHook:
                            layers=layers)
 
     def stores(self, past_key_values) -> dict:
-        """The stores (ReplaySSM caches, or state tensors for ``decode_step``) of one host cache
-        object, by layer index; empty when nothing was admitted from it."""
+        """The stores (ReplaySSM caches, views into one pool; state tensors for
+        ``decode_step``) of one host cache object, by layer index; empty when nothing was
+        admitted from it."""
         session = self._sessions.get(past_key_values)
         return dict(session.stores) if session is not None else {}
+
+    def _allocate(self, batch: int, *, state_dtype: torch.dtype, act_dtype: torch.dtype,
+                  device: torch.device) -> _Session:
+        """The one place the hook allocates cache memory: every hooked layer's store for
+        ``batch`` rows. ``replay_step``: a ReplayCachePool, all slots live from the start (each
+        layer's admission sets its checkpoints); ``decode_step``: a state tensor per layer."""
+        slot_ids = torch.arange(batch, dtype=torch.int32, device=device)
+        if self.route == "decode_step":
+            stores = {l.index: torch.zeros(batch, *l.adapter.state_shape(l.mixer),
+                                           dtype=state_dtype, device=device) for l in self.layers}
+            return _Session(batch, slot_ids, stores)
+        pool = ReplayCachePool(self.hybrid_model(), batch, buffer_len=self.buffer_len,
+                               state_dtype=state_dtype, record_dtype=act_dtype,
+                               conv_dtype=act_dtype, num_padding_slots=0, device=device)
+        pool.admit(list(range(batch)))
+        return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers}, pool)
 
     # ------------------------------------------------------------------ install
 
@@ -138,7 +151,7 @@ class ReplaySSMHook:
         """Writes every live state back to its host cache, then restores the mixers' forward."""
         for cache_params, session in list(self._sessions.items()):
             for layer in self.layers:
-                if layer.index in session.stores and self._host_state(cache_params, layer) is session.host_states[layer.index]:
+                if self._host_state(cache_params, layer) is session.host_states.get(layer.index):
                     self._write_back(cache_params, session, layer)
         self._sessions.clear()
         for layer in self.layers:
@@ -183,22 +196,17 @@ class ReplaySSMHook:
         host_state = self._host_state(cache_params, layer)
         session = self._sessions.get(cache_params)
         if session is None or session.batch != batch:
-            slot_ids = torch.arange(batch, dtype=torch.int32, device=host_state.device)
-            session = self._sessions[cache_params] = _Session(batch, slot_ids)
-        store = session.stores.get(layer.index)
-        if store is None:
-            store = session.stores[layer.index] = _allocate_store(
-                layer, batch, buffer_len=self.buffer_len, route=self.route,
-                state_dtype=self.state_dtype or host_state.dtype, act_dtype=act_dtype,
+            session = self._sessions[cache_params] = self._allocate(
+                batch, state_dtype=self.state_dtype or host_state.dtype, act_dtype=act_dtype,
                 device=host_state.device)
-        layer.adapter.admit(store, session.slot_ids, host_state)
+        layer.adapter.admit(session.stores[layer.index], session.slot_ids, host_state)
         session.host_states[layer.index] = host_state
 
     def _session(self, cache_params, layer: HookedLayer, batch: int,
                  act_dtype: torch.dtype) -> _Session:
         """The session holding ``layer``'s store for a decode call, checked against the host."""
         session = self._sessions.get(cache_params)
-        if session is None or layer.index not in session.stores:
+        if session is None or layer.index not in session.host_states:
             # The host prefilled before the hook was enabled: its state is current, adopt it.
             self._admit(cache_params, layer, batch, act_dtype)
             session = self._sessions[cache_params]

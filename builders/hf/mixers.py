@@ -72,9 +72,8 @@ class MixerAdapter:
         """The layer's geometry for the planner (:mod:`trtllm_replayssm.models`)."""
         raise NotImplementedError
 
-    def allocate(self, mixer: nn.Module, num_slots: int, L: int, *, route: str,
-                 state_dtype: torch.dtype, act_dtype: torch.dtype,
-                 device: torch.device) -> Store:
+    def state_shape(self, mixer: nn.Module) -> tuple:
+        """One sequence's recurrent state in our layout (the ops' per-slot state shape)."""
         raise NotImplementedError
 
     def to_ours(self, host_state: Tensor) -> Tensor:
@@ -130,13 +129,8 @@ class Mamba2Adapter(MixerAdapter):
                               d_state=mixer.ssm_state_size, ngroups=mixer.n_groups,
                               d_conv=mixer.conv_kernel_size)
 
-    def allocate(self, mixer, num_slots, L, *, route, state_dtype, act_dtype, device):
-        shape = (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
-        if route == "decode_step":
-            return torch.zeros(num_slots, *shape, dtype=state_dtype, device=device)
-        return Mamba2ReplayCache.allocate(num_slots, *shape, mixer.n_groups, L,
-                                          state_dtype=state_dtype, act_dtype=act_dtype,
-                                          device=device)
+    def state_shape(self, mixer):
+        return (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
 
     def _fold_records(self, mixer, cache, slots):
         cd = compute_dtype(cache.checkpoint)
@@ -183,8 +177,6 @@ class _DeltaRuleAdapter(MixerAdapter):
     """GDN and KDA mixers: host state [batch, v_heads, head_k_dim, head_v_dim] (FLA layout),
     ours [.., v_heads, head_v_dim, head_k_dim]."""
 
-    cache_type = GDNReplayCache
-
     def to_ours(self, host_state):
         return host_state.transpose(-1, -2)
 
@@ -205,14 +197,9 @@ class _DeltaRuleAdapter(MixerAdapter):
         return DeltaRuleGeometry(k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim,
                                  head_v_dim=head_v_dim, d_conv=mixer.conv_kernel_size)
 
-    def allocate(self, mixer, num_slots, L, *, route, state_dtype, act_dtype, device):
-        k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
-        if route == "decode_step":
-            return torch.zeros(num_slots, v_heads, head_v_dim, head_k_dim, dtype=state_dtype,
-                               device=device)
-        return self.cache_type.allocate(num_slots, k_heads, v_heads, head_k_dim, head_v_dim, L,
-                                        state_dtype=state_dtype, record_dtype=act_dtype,
-                                        device=device)
+    def state_shape(self, mixer):
+        _, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
+        return (v_heads, head_v_dim, head_k_dim)
 
     def _fold_records(self, mixer, cache, slots):
         cd = compute_dtype(cache.checkpoint)
@@ -241,7 +228,6 @@ class GDNAdapter(_DeltaRuleAdapter):
     family = GDN
     label = "Gated DeltaNet"
     classes = {"Qwen3NextGatedDeltaNet": "Qwen3-Next", "Qwen3_5GatedDeltaNet": "Qwen3.5"}
-    cache_type = GDNReplayCache
 
     def _heads(self, mixer):
         return mixer.num_k_heads, mixer.num_v_heads, mixer.head_k_dim, mixer.head_v_dim
@@ -291,7 +277,6 @@ class KDAAdapter(_DeltaRuleAdapter):
     family = KDA
     label = "Kimi Delta Attention"
     classes = {"KimiLinearDeltaAttention": "Kimi Linear"}
-    cache_type = KDAReplayCache
 
     def _heads(self, mixer):
         return mixer.num_heads, mixer.num_heads, mixer.head_dim, mixer.head_dim

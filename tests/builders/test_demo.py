@@ -93,3 +93,17 @@ def test_main_module_demo_runs_installed():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "agreement: 68/68 tokens equal (identical)" in proc.stdout
+
+
+def test_cli_demo_without_transformers_says_how_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else find_spec(name, *a))
+    monkeypatch.setattr(cli.importlib.metadata, "entry_points",
+                        lambda group: [_DemoEntryPoint()] if group == cli.EXTENSION_GROUP else [])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["demo", "--device", "cpu"])
+    assert exit_info.value.code == 2
+    assert "pip install 'trtllm_replayssm[hf]'" in capsys.readouterr().err
