@@ -76,7 +76,12 @@ def build_model(pattern: str, geometry: dict, prompt: int, vocab: int, device):
 
 class Decoder:
     """One route's decode of ``batch`` sequences: prefilled StaticCache, static token buffer,
-    ``step()`` (a whole-model decode step) and ``ssm_step()`` (the SSM mixers alone)."""
+    ``step()`` (a whole-model decode step) and ``ssm_step()`` (the SSM mixers alone).
+
+    ``step`` hands the model its attention mask and positions from device buffers it advances
+    itself (NemotronH takes a per-layer-kind mask dict, as generate() passes it under a static
+    cache), so nothing in a step reads a device value on the host and the step can be captured.
+    """
 
     def __init__(self, model, batch: int, prompt: int, max_len: int, seed: int):
         import transformers as hf
@@ -89,15 +94,22 @@ class Decoder:
         with torch.no_grad():
             out = model(input_ids=ids, past_key_values=self.cache, use_cache=True)
         self.token = out.logits[:, -1:].argmax(-1)
+        self.position = torch.full((batch, 1), prompt, dtype=torch.long, device=device)
+        self.kv_index = torch.arange(max_len, device=device)
+        self.mask = torch.zeros(batch, 1, 1, max_len, dtype=torch.bool, device=device)
         self.logits = torch.empty_like(out.logits[:, -1])
         self.mixers = [b.mixer for b in model.model.layers if b.block_type == "linear_attention"]
         self.hidden = torch.randn(batch, 1, model.config.hidden_size, generator=g).to(device, torch.bfloat16)
 
     @torch.no_grad()
     def step(self) -> None:
-        logits = self.model(input_ids=self.token, past_key_values=self.cache, use_cache=True).logits
+        self.mask.copy_((self.kv_index <= self.position[:, :, None, None]))
+        masks = {"full_attention": self.mask, "linear_attention": None}
+        logits = self.model(input_ids=self.token, past_key_values=self.cache, use_cache=True,
+                            attention_mask=masks, position_ids=self.position).logits
         self.logits.copy_(logits[:, -1])
         self.token.copy_(logits[:, -1:].argmax(-1))
+        self.position.add_(1)
 
     @torch.no_grad()
     def ssm_step(self) -> None:
