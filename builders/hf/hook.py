@@ -65,7 +65,6 @@ class _Session:
     batch: int
     slot_ids: Tensor
     stores: dict
-    pool: Optional[ReplayCachePool] = None
     host_states: dict = field(default_factory=dict)
 
 
@@ -121,8 +120,9 @@ class ReplaySSMHook:
     def _allocate(self, batch: int, *, state_dtype: torch.dtype, act_dtype: torch.dtype,
                   device: torch.device) -> _Session:
         """The one place the hook allocates cache memory: every hooked layer's store for
-        ``batch`` rows. ``replay_step``: a ReplayCachePool, all slots live from the start (each
-        layer's admission sets its checkpoints); ``decode_step``: a state tensor per layer."""
+        ``batch`` rows. ``replay_step``: the caches of a ReplayCachePool (one buffer per field
+        and layer geometry; each layer's admission sets its checkpoints and cursors);
+        ``decode_step``: a state tensor per layer."""
         slot_ids = torch.arange(batch, dtype=torch.int32, device=device)
         if self.route == "decode_step":
             stores = {l.index: torch.zeros(batch, *l.adapter.state_shape(l.mixer),
@@ -131,8 +131,7 @@ class ReplaySSMHook:
         pool = ReplayCachePool(self.hybrid_model(), batch, buffer_len=self.buffer_len,
                                state_dtype=state_dtype, record_dtype=act_dtype,
                                conv_dtype=act_dtype, num_padding_slots=0, device=device)
-        pool.admit(list(range(batch)))
-        return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers}, pool)
+        return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers})
 
     # ------------------------------------------------------------------ install
 
