@@ -30,9 +30,9 @@ from trtllm_replayssm.ops import (
     kda_replay_step,
     mamba2_decode_step,
     mamba2_replay_step,
+    replay_cache_state,
 )
-from trtllm_replayssm.reference.gated_delta import gated_delta_replay_fold, gated_delta_replay_weights
-from trtllm_replayssm.reference.mamba2 import compute_dtype, mamba2_replay_fold, mamba2_replay_weights
+from trtllm_replayssm.reference.mamba2 import compute_dtype
 
 __all__ = ["MixerAdapter", "ADAPTERS", "supported_mixers_text"]
 
@@ -44,11 +44,6 @@ def _host_module(mixer: nn.Module):
     """The mixer's modelling module: its helpers (causal_conv1d_update, apply_mask_to_padding_states)
     are looked up there so the hooked decode uses whatever implementation the host resolved."""
     return sys.modules[type(mixer).__module__]
-
-
-def _valid(cursor: Tensor, L: int) -> Tensor:
-    """[n, L] bool: record position j is held (j < cursor)."""
-    return torch.arange(L, device=cursor.device)[None, :] < cursor.long()[:, None]
 
 
 class MixerAdapter:
@@ -96,10 +91,12 @@ class MixerAdapter:
         """The current states of ``slot_ids`` in our layout: checkpoint with the records folded in."""
         if isinstance(store, Tensor):
             return store[slot_ids.long()]
-        return self._fold_records(mixer, store, slot_ids.long())
+        return replay_cache_state(store, slot_ids, A=self.records_A(mixer, store))
 
-    def _fold_records(self, mixer: nn.Module, cache: ReplayCache, slots: Tensor) -> Tensor:
-        raise NotImplementedError
+    def records_A(self, mixer: nn.Module, cache: ReplayCache) -> Optional[Tensor]:
+        """The A that :func:`replay_cache_state` needs to decay this family's records (None:
+        the records carry their decays)."""
+        return None
 
     def decode(self, mixer: nn.Module, hidden_states: Tensor, attention_mask: Optional[Tensor],
                conv_state: Tensor, store: Store, slot_ids: Tensor) -> Tensor:
@@ -132,20 +129,8 @@ class Mamba2Adapter(MixerAdapter):
     def state_shape(self, mixer):
         return (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
 
-    def _fold_records(self, mixer, cache, slots):
-        cd = compute_dtype(cache.checkpoint)
-        n, nheads = slots.numel(), cache.nheads
-        valid = _valid(cache.cursor[slots], cache.L)
-        A = -torch.exp(mixer.A_log.detach().to(cd))
-        no_dt = torch.zeros(n, nheads, dtype=cd, device=cache.device)
-        ckpt_decay, weights = mamba2_replay_weights(A, cache.dt_records[slots], valid, no_dt)
-        x_rec = torch.where(valid[:, None, :, None], cache.x_records[slots].to(cd), 0.0)
-        B_rec = torch.where(valid[:, None, :, None], cache.B_records[slots].to(cd), 0.0)
-        B_rec = B_rec.repeat_interleave(nheads // cache.ngroups, dim=1)
-        no_x = torch.zeros(n, nheads, cache.head_dim, dtype=cd, device=cache.device)
-        no_B = torch.zeros(n, nheads, cache.d_state, dtype=cd, device=cache.device)
-        return mamba2_replay_fold(cache.checkpoint[slots].to(cd), x_rec, B_rec, ckpt_decay,
-                                  weights, no_x, no_dt, no_B)
+    def records_A(self, mixer, cache):
+        return -torch.exp(mixer.A_log.detach().to(compute_dtype(cache.checkpoint)))
 
     def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
         host = _host_module(mixer)
@@ -200,22 +185,6 @@ class _DeltaRuleAdapter(MixerAdapter):
     def state_shape(self, mixer):
         _, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
         return (v_heads, head_v_dim, head_k_dim)
-
-    def _fold_records(self, mixer, cache, slots):
-        cd = compute_dtype(cache.checkpoint)
-        n, v_heads, head_k_dim = slots.numel(), cache.v_heads, cache.head_k_dim
-        valid = _valid(cache.cursor[slots], cache.L)
-        g_rec = cache.g_records[slots]
-        g_rec = g_rec if cache.PER_CHANNEL_GATE else g_rec[..., None]
-        no_g = torch.zeros(n, v_heads, g_rec.shape[-1], dtype=cd, device=cache.device)
-        ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
-        d_rec = torch.where(valid[:, None, :, None], cache.d_records[slots].to(cd), 0.0)
-        k_rec = torch.where(valid[:, None, :, None], cache.k_records[slots].to(cd), 0.0)
-        k_rec = k_rec.repeat_interleave(v_heads // cache.k_heads, dim=1)
-        no_d = torch.zeros(n, v_heads, cache.head_v_dim, dtype=cd, device=cache.device)
-        no_k = torch.zeros(n, v_heads, head_k_dim, dtype=cd, device=cache.device)
-        return gated_delta_replay_fold(cache.checkpoint[slots].to(cd), d_rec, k_rec, ckpt_decay,
-                                       weights, no_d, no_k)
 
     def _step(self, store, q, k, v, g, beta, slot_ids):
         """The recurrent step on one token: o [batch, v_heads, head_v_dim]."""

@@ -26,7 +26,7 @@ from trtllm_replayssm.ops._validate import FLOAT_DTYPES
 from trtllm_replayssm.ops.gated_delta import _check_inputs as _check_gated_delta_inputs
 from trtllm_replayssm.ops.gated_delta import _resolve_scale
 from trtllm_replayssm.ops.mamba2 import _check_inputs as _check_mamba2_inputs
-from trtllm_replayssm.reference.gated_delta import gated_delta_replay_fold, gated_delta_replay_weights
+from trtllm_replayssm.reference.gated_delta import gated_delta_records_state
 from trtllm_replayssm.reference.mamba2 import compute_dtype
 
 from .store import LayerRecords
@@ -206,20 +206,9 @@ def flush_delta_rule_records(layer: LayerRecords, checkpoint: Tensor, slot_ids: 
         raise ValueError(f"{op}: slot_ids holds {int(slots.max())}; expected ids < "
                          f"num_slots = {layer.num_slots}")
     r = layer.records
-    cd = compute_dtype(checkpoint)
-    n = slots.numel()
-    valid = torch.arange(layer.L, device=slots.device)[None, :] < layer.cursor[slots].long()[:, None]
-    g_rec = r["g_records"][slots]
-    g_rec = g_rec if layer.kind == KDA else g_rec[..., None]
-    no_g = torch.zeros(n, geo.v_heads, g_rec.shape[-1], dtype=cd, device=slots.device)
-    ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
-    d_rec = torch.where(valid[:, None, :, None], r["d_records"][slots].to(cd), 0.0)
-    k_rec = torch.where(valid[:, None, :, None], r["k_records"][slots].to(cd), 0.0)
-    k_rec = k_rec.repeat_interleave(geo.v_heads // geo.k_heads, dim=1)
-    no_d = torch.zeros(n, geo.v_heads, geo.head_v_dim, dtype=cd, device=slots.device)
-    no_k = torch.zeros(n, geo.v_heads, geo.head_k_dim, dtype=cd, device=slots.device)
-    state = gated_delta_replay_fold(checkpoint[slots].to(cd), d_rec, k_rec, ckpt_decay, weights,
-                                    no_d, no_k)
+    state = gated_delta_records_state(checkpoint[slots], r["d_records"][slots],
+                                      r["k_records"][slots], r["g_records"][slots],
+                                      layer.cursor[slots])
     checkpoint[slots] = state.to(checkpoint.dtype)
     layer.cursor[slots] = 0
 

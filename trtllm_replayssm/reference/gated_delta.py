@@ -50,6 +50,7 @@ __all__ = [
     "gated_delta_replay_weights",
     "gated_delta_replay_project",
     "gated_delta_replay_fold",
+    "gated_delta_records_state",
     "gated_delta_replay_step_ref",
 ]
 
@@ -172,6 +173,35 @@ def gated_delta_replay_fold(S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_decay
     S = S0 * ckpt_decay[:, :, None, :]
     S = S + torch.einsum("rhlv,rhlk->rhvk", d_rec, weights * k_rec)
     return S + d_cur[..., :, None] * k_cur[..., None, :]
+
+
+def gated_delta_records_state(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                              g_records: Tensor, cursor: Tensor) -> Tensor:
+    """The state after the last recorded token: checkpoint decayed plus the held records.
+
+    S = S0 Diag(exp(Σ_{j<w} g_j)) + Σ_{j<w} d_j (exp(Σ_{j<i<w} g_i) ⊙ k_j)ᵀ, w = cursor (no
+    current token; cursor 0 gives S0). Reads only.
+
+    Args (the rows of the slots wanted, already gathered):
+        checkpoint: [rows, v_heads, head_v_dim, head_k_dim].
+        d_records: [rows, v_heads, L, head_v_dim].   k_records: [rows, k_heads, L, head_k_dim].
+        g_records: [rows, v_heads, L] (GDN) or [rows, v_heads, L, head_k_dim] (KDA) log-decays.
+        cursor: [rows] int, records held per row.
+    Returns:
+        [rows, v_heads, head_v_dim, head_k_dim] in fp32 (fp64 for a fp64 checkpoint).
+    """
+    cd = compute_dtype(checkpoint)
+    rows, v_heads, head_v_dim, head_k_dim = checkpoint.shape
+    L = d_records.shape[2]
+    valid = torch.arange(L, device=cursor.device)[None, :] < cursor.long()[:, None]
+    g_rec = _channels(g_records, g_records.dim() == 4)
+    no_g = torch.zeros(rows, v_heads, g_rec.shape[-1], dtype=cd, device=checkpoint.device)
+    ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
+    d_rec = torch.where(valid[:, None, :, None], d_records.to(cd), 0.0)
+    k_rec = _per_value_head(torch.where(valid[:, None, :, None], k_records.to(cd), 0.0), v_heads)
+    no_d = torch.zeros(rows, v_heads, head_v_dim, dtype=cd, device=checkpoint.device)
+    no_k = torch.zeros(rows, v_heads, head_k_dim, dtype=cd, device=checkpoint.device)
+    return gated_delta_replay_fold(checkpoint.to(cd), d_rec, k_rec, ckpt_decay, weights, no_d, no_k)
 
 
 def gated_delta_replay_step_ref(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,

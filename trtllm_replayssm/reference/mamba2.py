@@ -37,6 +37,7 @@ __all__ = [
     "mamba2_replay_weights",
     "mamba2_replay_output",
     "mamba2_replay_fold",
+    "mamba2_records_state",
     "mamba2_replay_step_ref",
 ]
 
@@ -161,6 +162,33 @@ def mamba2_replay_fold(S0: Tensor, x_rec: Tensor, B_rec: Tensor, ckpt_decay: Ten
     S = ckpt_decay[..., None, None] * S0
     S = S + torch.einsum("rhl,rhlp,rhln->rhpn", weights, x_rec, B_rec)
     return S + dt_cur[..., None, None] * x_cur[..., :, None] * B_cur[..., None, :]
+
+
+def mamba2_records_state(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                         B_records: Tensor, cursor: Tensor, A: Tensor) -> Tensor:
+    """The state after the last recorded token: checkpoint decayed plus the held records.
+
+    S = exp(A Σ_{j<w} dt_j) S0 + Σ_{j<w} dt_j exp(A Σ_{j<i<w} dt_i) x_j B_jᵀ, w = cursor (no
+    current token; cursor 0 gives S0). Reads only.
+
+    Args (the rows of the slots wanted, already gathered):
+        checkpoint: [rows, nheads, head_dim, d_state].   x_records: [rows, nheads, L, head_dim].
+        dt_records: [rows, nheads, L] processed dt.   B_records: [rows, ngroups, L, d_state].
+        cursor: [rows] int, records held per row.   A: [nheads], negative.
+    Returns:
+        [rows, nheads, head_dim, d_state] in fp32 (fp64 for a fp64 checkpoint).
+    """
+    cd = compute_dtype(checkpoint)
+    rows, nheads, head_dim, d_state = checkpoint.shape
+    L = x_records.shape[2]
+    valid = torch.arange(L, device=cursor.device)[None, :] < cursor.long()[:, None]
+    no_dt = torch.zeros(rows, nheads, dtype=cd, device=checkpoint.device)
+    ckpt_decay, weights = mamba2_replay_weights(A, dt_records, valid, no_dt)
+    x_rec = torch.where(valid[:, None, :, None], x_records.to(cd), 0.0)
+    B_rec = _per_head(torch.where(valid[:, None, :, None], B_records.to(cd), 0.0), nheads)
+    no_x = torch.zeros(rows, nheads, head_dim, dtype=cd, device=checkpoint.device)
+    no_B = torch.zeros(rows, nheads, d_state, dtype=cd, device=checkpoint.device)
+    return mamba2_replay_fold(checkpoint.to(cd), x_rec, B_rec, ckpt_decay, weights, no_x, no_dt, no_B)
 
 
 def mamba2_replay_step_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,

@@ -1,0 +1,81 @@
+"""The current recurrent state a ReplaySSM cache holds: checkpoint with its records folded in.
+
+For handing a sequence's state back to a host that runs its own way (a prefill continuation,
+a conventional step, disabling the extension). Reads only: the cache is not modified.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from torch import Tensor
+
+from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from ..reference.gated_delta import gated_delta_records_state
+from ..reference.mamba2 import mamba2_records_state
+from ._validate import check_tensor
+
+__all__ = ["replay_cache_state"]
+
+ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
+
+
+def _check_slots(op: str, slot_ids, num_slots: int, device: torch.device) -> Tensor:
+    """Validated int64 index tensor on ``device`` (repeats allowed: nothing is written)."""
+    if not isinstance(slot_ids, Tensor):
+        raise TypeError(f"{op}: slot_ids is {type(slot_ids).__name__}; expected a torch.Tensor")
+    if slot_ids.dim() != 1 or slot_ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{op}: slot_ids has shape {tuple(slot_ids.shape)} and dtype "
+                         f"{slot_ids.dtype}; expected a 1-D int32 | int64 tensor of slot ids")
+    slots = slot_ids.to(device=device, dtype=torch.int64)
+    if slots.numel():
+        lo, hi = int(slots.min()), int(slots.max())
+        if lo < 0 or hi >= num_slots:
+            raise ValueError(f"{op}: slot_ids span [{lo}, {hi}]; expected ids in "
+                             f"[0, num_slots = {num_slots})")
+    return slots
+
+
+def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tensor] = None
+                       ) -> Tensor:
+    """The state after the last recorded token of each given slot: S0 decayed + the records.
+
+    Equal (up to rounding) to the state a conventional recurrence would hold after the same
+    tokens; a slot with cursor 0 gives its checkpoint.
+
+    Args:
+        cache: a :class:`Mamba2ReplayCache`, :class:`GDNReplayCache` or :class:`KDAReplayCache`.
+        slot_ids: [n] int32 | int64, ids in [0, num_slots) (no padding rows).
+        A: Mamba-2 only, required there: [nheads] fp32 | fp64, negative (-exp(A_log)), as
+            passed to ``mamba2_replay_step``. Must be None for the delta-rule caches.
+    Returns:
+        [n, *cache.checkpoint.shape[1:]] in fp32 (fp64 for a fp64 cache), on the cache's
+        device; our state layout (Mamba-2 [n, nheads, head_dim, d_state], GDN/KDA
+        [n, v_heads, head_v_dim, head_k_dim]).
+    Raises:
+        TypeError: ``cache`` is not a replay cache; ``slot_ids`` or ``A`` of the wrong type.
+        ValueError: slot ids out of range or of the wrong shape; ``A`` missing, superfluous or
+            of the wrong shape.
+    """
+    op = "replay_cache_state"
+    if not isinstance(cache, (Mamba2ReplayCache, GDNReplayCache, KDAReplayCache)):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected a Mamba2ReplayCache, "
+                        f"GDNReplayCache or KDAReplayCache")
+    slots = _check_slots(op, slot_ids, cache.num_slots, cache.device)
+    rows = dict(checkpoint=cache.checkpoint[slots], cursor=cache.cursor[slots])
+    if isinstance(cache, Mamba2ReplayCache):
+        if A is None:
+            raise ValueError(f"{op}: A is None; a Mamba2ReplayCache needs A [nheads] "
+                             f"(-exp(A_log)) to decay its records")
+        check_tensor(op, "A", A, "[nheads]", (cache.nheads,),
+                     dtypes=(torch.float32, torch.float64), device=cache.device)
+        return mamba2_records_state(x_records=cache.x_records[slots],
+                                    dt_records=cache.dt_records[slots],
+                                    B_records=cache.B_records[slots], A=A, **rows)
+    if A is not None:
+        raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its "
+                         f"log-decays are in g_records)")
+    return gated_delta_records_state(d_records=cache.d_records[slots],
+                                     k_records=cache.k_records[slots],
+                                     g_records=cache.g_records[slots], **rows)
