@@ -176,3 +176,81 @@ def test_geometry_for_tp_errors_name_the_dimension():
 def test_for_tp_only_from_a_whole_model():
     with pytest.raises(ValueError, match="already split over tp_size = 2"):
         load_model("qwen3.5-4b").for_tp(2).for_tp(2)
+
+
+# --------------------------------------------------------------------------- transformers 5 keys
+
+def test_nemotron_transformers5_block_names_equal_pattern():
+    # transformers 5 writes layers_block_type with linear_attention / full_attention (and drops
+    # num_hidden_layers, which it derives); the stack is the published pattern's.
+    cfg = copy.deepcopy(PRESETS["nemotron-3-nano-4b"])
+    names = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+    cfg["layers_block_type"] = [names[c] for c in cfg.pop("hybrid_override_pattern")]
+    del cfg["num_hidden_layers"]
+    cfg["hybrid_override_pattern"] = None
+    assert from_hf_config(cfg, name="nemotron-3-nano-4b") == load_model("nemotron-3-nano-4b")
+
+
+def test_kimi_transformers5_layer_types_equal_linear_attn_config():
+    cfg = copy.deepcopy(PRESETS["kimi-linear-48b"])
+    lac = cfg.pop("linear_attn_config")
+    cfg.update(linear_num_heads=lac["num_heads"], linear_head_dim=lac["head_dim"],
+               linear_conv_kernel_dim=lac["short_conv_kernel_size"],
+               layer_types=["linear_attention" if i + 1 in lac["kda_layers"] else "full_attention"
+                            for i in range(cfg["num_hidden_layers"])])
+    assert from_hf_config(cfg, name="kimi-linear-48b") == load_model("kimi-linear-48b")
+
+
+def test_pure_mamba2_config():
+    cfg = {"model_type": "mamba2", "num_hidden_layers": 3, "num_heads": 8, "head_dim": 16,
+           "state_size": 32, "n_groups": 2, "conv_kernel": 4}
+    model = from_hf_config(cfg)
+    assert model.name == "mamba2" and model.family == "Mamba-2"
+    assert [(l.index, l.kind) for l in model.layers] == [(0, MAMBA2), (1, MAMBA2), (2, MAMBA2)]
+    assert {l.geometry for l in model.layers} == {Mamba2Geometry(8, 16, 32, 2, 4)}
+
+
+@pytest.mark.parametrize("config, message", [
+    pytest.param({"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16,
+                  "state_size": 32, "n_groups": 3, "conv_kernel": 4}, "n_groups = 3 must divide num_heads = 8", id="mamba2-groups"),
+    pytest.param({"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16,
+                  "n_groups": 2, "conv_kernel": 4}, "state_size is missing", id="mamba2-missing"),
+    pytest.param({"linear_num_heads": 4, "linear_head_dim": 8, "linear_conv_kernel_dim": 4,
+                  "num_hidden_layers": 2, "layer_types": ["linear_attention", "sliding"]}, "layer_types is", id="kimi-layer-types"),
+    pytest.param({"linear_num_heads": 4, "linear_head_dim": 8, "linear_conv_kernel_dim": 4,
+                  "num_hidden_layers": 3, "layer_types": ["linear_attention", "full_attention"],
+                  "kv_lora_rank": 8, "qk_rope_head_dim": 4}, "describes 2 layers; num_hidden_layers is 3", id="kimi-layer-count"),
+    pytest.param({"layers_block_type": ["linear_attention", "sliding_attention"]}, "layers_block_type is", id="nemotron-block-name"),
+])
+def test_from_hf_config_rejects_malformed_transformers5_keys(config, message):
+    with pytest.raises(ValueError, match=message):
+        from_hf_config(config)
+
+
+def _random_models():
+    pytest.importorskip("transformers")
+    try:
+        from trtllm_replayssm_builders.hf import disable_replayssm, enable_replayssm
+        from trtllm_replayssm_builders.hf.random_models import FAMILIES, build_random_model
+    except ImportError as e:  # an HF model class missing from the installed transformers
+        pytest.skip(f"builders.hf random models not importable: {e}")
+    return FAMILIES, build_random_model, enable_replayssm, disable_replayssm
+
+
+@pytest.mark.parametrize("family", ["nemotron_h", "mamba2", "qwen3_next", "qwen3_5", "kimi_linear"])
+def test_in_memory_transformers_config_equals_hooked_layers(family, tmp_path):
+    """from_hf_config(config.to_dict()) of the builders' random models (transformers' own
+    configs) gives the SSM layers, indices and geometries the hook reads off the mixers; the
+    saved config.json gives the same stack."""
+    families, build_random_model, enable_replayssm, disable_replayssm = _random_models()
+    assert family in families
+    model = build_random_model(family)
+    planned = from_hf_config(model.config.to_dict())
+    assert len(planned.layers) == model.config.num_hidden_layers
+    hook = enable_replayssm(model, 4)
+    try:
+        assert planned.ssm_layers == hook.hybrid_model().layers
+    finally:
+        disable_replayssm(model)
+    model.config.save_pretrained(tmp_path)
+    assert load_model(str(tmp_path / "config.json")).layers == planned.layers

@@ -1,8 +1,9 @@
 """Hybrid model descriptions: the layer stack of a Mamba-2 / GDN / KDA hybrid and its geometry.
 
 A :class:`HybridModel` lists, per layer, its kind and the geometry its decode cache needs. It is
-built from a Hugging Face ``config.json`` dict (:func:`from_hf_config`: NemotronH, Qwen3-Next /
-Qwen3.5, Kimi Linear) or from a named preset (:data:`PRESETS`, each the published config's
+built from a Hugging Face ``config.json`` dict or a transformers config's ``to_dict()``
+(:func:`from_hf_config`: NemotronH, Qwen3-Next / Qwen3.5, Kimi Linear, pure Mamba-2) or from a
+named preset (:data:`PRESETS`, each the published config's
 relevant fields, nothing more). :meth:`HybridModel.for_tp` gives the geometry one rank holds
 under tensor parallelism, with TensorRT-LLM's sharding rules.
 
@@ -196,7 +197,8 @@ class HybridModel:
 
 _FAMILIES = ("NemotronH (hybrid_override_pattern or layers_block_type), "
              "Qwen3-Next / Qwen3.5 (linear_num_value_heads with layer_types or "
-             "full_attention_interval), Kimi Linear (linear_attn_config)")
+             "full_attention_interval), Kimi Linear (linear_attn_config, or linear_num_heads "
+             "with layer_types), Mamba-2 (model_type mamba2)")
 
 
 def _int(cfg: Mapping, key: str, family: str, *fallbacks: str) -> int:
@@ -218,18 +220,23 @@ def _attention_head_dim(cfg: Mapping, family: str) -> int:
 
 
 def _check_layer_count(cfg: Mapping, kinds: list, family: str, source: str) -> None:
-    if "num_hidden_layers" in cfg and _int(cfg, "num_hidden_layers", family) != len(kinds):
+    """num_hidden_layers, when given (transformers 5 NemotronH derives it and leaves it out),
+    equals the length of the layer list."""
+    if cfg.get("num_hidden_layers") is not None and _int(cfg, "num_hidden_layers", family) != len(kinds):
         raise ValueError(f"config ({family}): {source} describes {len(kinds)} layers; "
                          f"num_hidden_layers is {cfg['num_hidden_layers']}")
 
 
 _NEMOTRON_PATTERN = {"M": MAMBA2, "*": ATTENTION, "-": MLP, "E": MOE}
-_NEMOTRON_BLOCKS = {"mamba": MAMBA2, "attention": ATTENTION, "mlp": MLP, "moe": MOE}
+# layers_block_type names: config.json files up to transformers 4 say mamba / attention;
+# transformers 5 renames them linear_attention / full_attention (and so does its to_dict()).
+_NEMOTRON_BLOCKS = {"mamba": MAMBA2, "linear_attention": MAMBA2, "attention": ATTENTION,
+                    "full_attention": ATTENTION, "mlp": MLP, "moe": MOE}
 
 
 def _nemotron_h(cfg: Mapping) -> Tuple[str, list]:
     family = "NemotronH"
-    if "hybrid_override_pattern" in cfg:
+    if cfg.get("hybrid_override_pattern") is not None:
         pattern = cfg["hybrid_override_pattern"]
         if not isinstance(pattern, str) or not pattern or set(pattern) - set(_NEMOTRON_PATTERN):
             raise ValueError(f"config ({family}): hybrid_override_pattern is {pattern!r}; expected a "
@@ -288,10 +295,19 @@ def _qwen_gdn(cfg: Mapping) -> Tuple[str, list]:
     return family, [Layer(i, k, geoms[k]) for i, k in enumerate(kinds)]
 
 
-def _kimi_linear(cfg: Mapping) -> Tuple[str, list]:
-    family = "Kimi Linear"
-    n = _int(cfg, "num_hidden_layers", family)
-    lac = cfg["linear_attn_config"]
+def _kimi_layer_kinds(cfg: Mapping, n: int, family: str) -> list:
+    """Per layer KDA or ATTENTION, from ``linear_attn_config`` (config.json: 1-based
+    kda_layers / full_attn_layers) or from ``layer_types`` (transformers 5's to_dict())."""
+    lac = cfg.get("linear_attn_config")
+    if lac is None:
+        types = cfg.get("layer_types")
+        allowed = {"linear_attention": KDA, "full_attention": ATTENTION}
+        if not isinstance(types, (list, tuple)) or any(t not in allowed for t in types):
+            raise ValueError(f"config ({family}): layer_types is {types!r}; expected a list of "
+                             f"'linear_attention' / 'full_attention' (or a linear_attn_config)")
+        kinds = [allowed[t] for t in types]
+        _check_layer_count(cfg, kinds, family, "layer_types")
+        return kinds
     if not isinstance(lac, Mapping):
         raise ValueError(f"config ({family}): linear_attn_config is {lac!r}; expected a dict")
     # Layer ids in linear_attn_config are 1-based, as published.
@@ -306,27 +322,56 @@ def _kimi_linear(cfg: Mapping) -> Tuple[str, list]:
             ids["kda_layers"] | ids["full_attn_layers"]) != set(range(1, n + 1)):
         raise ValueError(f"config ({family}): linear_attn_config.kda_layers and full_attn_layers "
                          f"must split layers 1..{n} (num_hidden_layers) without overlap")
-    heads, head_dim = _int(lac, "num_heads", family), _int(lac, "head_dim", family)
+    return [KDA if i + 1 in ids["kda_layers"] else ATTENTION for i in range(n)]
+
+
+def _kimi_linear(cfg: Mapping) -> Tuple[str, list]:
+    family = "Kimi Linear"
+    n = _int(cfg, "num_hidden_layers", family)
+    kinds = _kimi_layer_kinds(cfg, n, family)
+    lac = cfg.get("linear_attn_config")
+    if lac is not None:
+        heads, head_dim = _int(lac, "num_heads", family), _int(lac, "head_dim", family)
+        d_conv = _int(lac, "short_conv_kernel_size", family)
+    else:
+        heads, head_dim = _int(cfg, "linear_num_heads", family), _int(cfg, "linear_head_dim", family)
+        d_conv = _int(cfg, "linear_conv_kernel_dim", family)
     geoms = {KDA: DeltaRuleGeometry(k_heads=heads, v_heads=heads, head_k_dim=head_dim,
-                                    head_v_dim=head_dim,
-                                    d_conv=_int(lac, "short_conv_kernel_size", family))}
+                                    head_v_dim=head_dim, d_conv=d_conv)}
     if cfg.get("kv_lora_rank") is not None:
         geoms[ATTENTION] = MLAGeometry(kv_lora_rank=_int(cfg, "kv_lora_rank", family),
                                        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", family))
     else:
         geoms[ATTENTION] = AttentionGeometry(kv_heads=_int(cfg, "num_key_value_heads", family),
                                              head_dim=_attention_head_dim(cfg, family))
-    kinds = [KDA if i + 1 in ids["kda_layers"] else ATTENTION for i in range(n)]
     return family, [Layer(i, k, geoms[k]) for i, k in enumerate(kinds)]
 
 
+def _mamba2(cfg: Mapping) -> Tuple[str, list]:
+    """A pure Mamba-2 model (transformers' Mamba2Config): every layer a Mamba-2 mixer."""
+    family = "Mamba-2"
+    geom = Mamba2Geometry(nheads=_int(cfg, "num_heads", family),
+                          head_dim=_int(cfg, "head_dim", family),
+                          d_state=_int(cfg, "state_size", family),
+                          ngroups=_int(cfg, "n_groups", family),
+                          d_conv=_int(cfg, "conv_kernel", family))
+    if geom.nheads % geom.ngroups:
+        raise ValueError(f"config ({family}): n_groups = {geom.ngroups} must divide "
+                         f"num_heads = {geom.nheads}")
+    return family, [Layer(i, MAMBA2, geom) for i in range(_int(cfg, "num_hidden_layers", family))]
+
+
 def from_hf_config(config: Mapping, name: Optional[str] = None) -> HybridModel:
-    """The layer stack described by a Hugging Face ``config.json`` dict.
+    """The layer stack described by a Hugging Face ``config.json`` dict or by a transformers
+    config's ``to_dict()`` (transformers 4 or 5 key names).
 
     Multimodal wrappers are unwrapped (``text_config``). Recognised: NemotronH
-    (``hybrid_override_pattern`` or ``layers_block_type``), Qwen3-Next / Qwen3.5 GDN hybrids
-    (``linear_num_value_heads`` with ``layer_types`` or ``full_attention_interval``) and Kimi
-    Linear (``linear_attn_config``, MLA attention when ``kv_lora_rank`` is set).
+    (``hybrid_override_pattern`` or ``layers_block_type``, whose block names may be
+    mamba / attention or transformers 5's linear_attention / full_attention), Qwen3-Next /
+    Qwen3.5 GDN hybrids (``linear_num_value_heads`` with ``layer_types`` or
+    ``full_attention_interval``), Kimi Linear (``linear_attn_config``, or transformers 5's
+    ``linear_num_heads`` with ``layer_types``; MLA attention when ``kv_lora_rank`` is set) and
+    pure Mamba-2 models (``model_type`` mamba2).
 
     Raises:
         ValueError: an unrecognised or malformed config, naming the key and what was expected.
@@ -335,12 +380,14 @@ def from_hf_config(config: Mapping, name: Optional[str] = None) -> HybridModel:
         raise ValueError(f"from_hf_config: config is {type(config).__name__}; expected a dict "
                          f"(a parsed config.json)")
     cfg = config["text_config"] if isinstance(config.get("text_config"), Mapping) else config
-    if "hybrid_override_pattern" in cfg or "layers_block_type" in cfg:
+    if cfg.get("hybrid_override_pattern") is not None or cfg.get("layers_block_type") is not None:
         family, layers = _nemotron_h(cfg)
-    elif "linear_attn_config" in cfg:
+    elif cfg.get("linear_attn_config") is not None or cfg.get("linear_num_heads") is not None:
         family, layers = _kimi_linear(cfg)
     elif "linear_num_value_heads" in cfg:
         family, layers = _qwen_gdn(cfg)
+    elif cfg.get("model_type") == "mamba2":
+        family, layers = _mamba2(cfg)
     else:
         model_type = cfg.get("model_type", config.get("model_type"))
         raise ValueError(f"from_hf_config: unrecognised config (model_type {model_type!r}); "

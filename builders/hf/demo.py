@@ -17,6 +17,7 @@ import torch
 
 from tqdm import tqdm
 
+from trtllm_replayssm.models import from_hf_config
 from trtllm_replayssm.planner import PlanConfig, sequence_ssm_bytes, step_traffic
 
 from .hook import disable_replayssm, enable_replayssm
@@ -121,7 +122,8 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
         (step index or None), ``logits_rel_err`` (max |Δ logits| / max |logits| over the steps up
         to the first divergence); ``host_written`` / ``replay_written`` (state bytes written per
         decode step, all SSM layers, whole batch, mean over steps); ``host_step_ms`` /
-        ``replay_step_ms`` (median decode step); ``plan`` (the planner's bytes per sequence:
+        ``replay_step_ms`` (median decode step); ``plan`` (the planner's bytes per sequence, for
+        ``from_hf_config`` of the model's config:
         ``conventional_bytes``, ``replay_bytes``, ``conventional_written``, ``replay_written``
         per decode step, all SSM layers).
     Raises:
@@ -160,7 +162,7 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
     state_dtype = torch.float32
     config = PlanConfig(buffer_len=buffer_len, spec_tokens=1, state_dtype=state_dtype,
                         record_dtype=dtype, conv_dtype=dtype)
-    planned = hook.hybrid_model()
+    planned = from_hf_config(model.config.to_dict())   # the planner's model of the host config
     conv_traffic = step_traffic(planned, "conventional", config)
     replay_traffic = step_traffic(planned, "replay", config)
     decode_steps = new_tokens - 1
