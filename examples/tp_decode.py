@@ -143,6 +143,9 @@ def main(argv=None) -> int:
             print(JSON_TAG + json.dumps({**report, "passed": ok}), flush=True)
     if group.size > 1:
         import torch.distributed as dist
+        # Every rank reaches teardown before any destroys the group: an early destroy on one
+        # rank could abort another still inside gloo (seen once as SIGABRT at exit).
+        dist.barrier()
         dist.destroy_process_group()
     return 0 if ok else 1
 
