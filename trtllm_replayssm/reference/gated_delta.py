@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from .mamba2 import compute_dtype
+from .mamba2 import compute_dtype, expand_heads
 
 __all__ = [
     "L2NORM_EPS",
@@ -91,11 +91,6 @@ def prepare_qk(q: Tensor, k: Tensor, scale: float, use_qk_l2norm: bool, dtype: t
     return q * scale, k
 
 
-def _per_value_head(t: Tensor, v_heads: int) -> Tensor:
-    """[rows, k_heads, ...] -> [rows, v_heads, ...]: value head h reads key head h // (v_heads / k_heads)."""
-    return t.repeat_interleave(v_heads // t.shape[1], dim=1)
-
-
 def _channels(g: Tensor, per_channel: bool) -> Tensor:
     """Log-decays with a trailing channel axis: size 1 for GDN (broadcast over head_k_dim)."""
     return g if per_channel else g[..., None]
@@ -122,7 +117,7 @@ def gated_delta_decode_step_ref(state: Tensor, q: Tensor, k: Tensor, v: Tensor, 
     cd = compute_dtype(state, v)
     hv = v.shape[1]
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
-    qh, kh = _per_value_head(qn, hv), _per_value_head(kn, hv)
+    qh, kh = expand_heads(qn, hv), expand_heads(kn, hv)
     decay = torch.exp(_channels(g[rows].to(cd), g.dim() == 3))           # [rows, hv, 1|K]
     S = state[slots].to(cd) * decay[:, :, None, :]
     d = beta[rows].to(cd)[..., None] * (v[rows].to(cd) - torch.einsum("rhvk,rhk->rhv", S, kh))
@@ -198,7 +193,7 @@ def gated_delta_records_state(checkpoint: Tensor, d_records: Tensor, k_records: 
     no_g = torch.zeros(rows, v_heads, g_rec.shape[-1], dtype=cd, device=checkpoint.device)
     ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
     d_rec = torch.where(valid[:, None, :, None], d_records.to(cd), 0.0)
-    k_rec = _per_value_head(torch.where(valid[:, None, :, None], k_records.to(cd), 0.0), v_heads)
+    k_rec = expand_heads(torch.where(valid[:, None, :, None], k_records.to(cd), 0.0), v_heads)
     no_d = torch.zeros(rows, v_heads, head_v_dim, dtype=cd, device=checkpoint.device)
     no_k = torch.zeros(rows, v_heads, head_k_dim, dtype=cd, device=checkpoint.device)
     return gated_delta_replay_fold(checkpoint.to(cd), d_rec, k_rec, ckpt_decay, weights, no_d, no_k)
@@ -234,11 +229,11 @@ def gated_delta_replay_step_ref(checkpoint: Tensor, d_records: Tensor, k_records
     w = cursor[slots].long()
     valid = torch.arange(L, device=w.device)[None, :] < w[:, None]
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
-    qh, kh = _per_value_head(qn, hv), _per_value_head(kn, hv)
+    qh, kh = expand_heads(qn, hv), expand_heads(kn, hv)
     g_cur = _channels(g[rows].to(cd), per_channel)
     ckpt_decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), valid, g_cur)
     d_rec = torch.where(valid[:, None, :, None], d_records[slots].to(cd), 0.0)
-    k_rec = _per_value_head(torch.where(valid[:, None, :, None], k_records[slots].to(cd), 0.0), hv)
+    k_rec = expand_heads(torch.where(valid[:, None, :, None], k_records[slots].to(cd), 0.0), hv)
     S0 = checkpoint[slots].to(cd)
     hist_k = gated_delta_replay_project(S0, d_rec, k_rec, ckpt_decay, weights, kh)
     hist_q = gated_delta_replay_project(S0, d_rec, k_rec, ckpt_decay, weights, qh)

@@ -32,6 +32,7 @@ from torch import Tensor
 
 __all__ = [
     "compute_dtype",
+    "expand_heads",
     "mamba2_process_dt",
     "mamba2_decode_step_ref",
     "mamba2_replay_weights",
@@ -63,9 +64,10 @@ def mamba2_process_dt(dt: Tensor, dt_bias: Optional[Tensor], dt_softplus: bool,
     return dt
 
 
-def _per_head(t: Tensor, nheads: int) -> Tensor:
-    """[rows, ngroups, ...] -> [rows, nheads, ...]: head h reads group h // (nheads / ngroups)."""
-    return t.repeat_interleave(nheads // t.shape[1], dim=1)
+def expand_heads(t: Tensor, heads: int) -> Tensor:
+    """[rows, groups, ...] -> [rows, heads, ...]: head h reads group h // (heads / groups)
+    (Mamba-2 B/C groups; GDN/KDA key heads shared by value heads)."""
+    return t.repeat_interleave(heads // t.shape[1], dim=1)
 
 
 def _skip_and_gate(y: Tensor, x: Tensor, D: Optional[Tensor], z: Optional[Tensor]) -> Tensor:
@@ -102,8 +104,8 @@ def mamba2_decode_step_ref(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: T
     xr = x[rows].to(cd)
     dtp = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd)
     decay = torch.exp(A.to(cd)[None, :] * dtp)
-    Bh = _per_head(B[rows].to(cd), nheads)
-    Ch = _per_head(C[rows].to(cd), nheads)
+    Bh = expand_heads(B[rows].to(cd), nheads)
+    Ch = expand_heads(C[rows].to(cd), nheads)
     s = state[slots].to(cd) * decay[..., None, None] + dtp[..., None, None] * xr[..., :, None] * Bh[..., None, :]
     y = torch.einsum("rhpn,rhn->rhp", s, Ch)
     y = _skip_and_gate(y, xr, D, None if z is None else z[rows])
@@ -185,7 +187,7 @@ def mamba2_records_state(checkpoint: Tensor, x_records: Tensor, dt_records: Tens
     no_dt = torch.zeros(rows, nheads, dtype=cd, device=checkpoint.device)
     ckpt_decay, weights = mamba2_replay_weights(A, dt_records, valid, no_dt)
     x_rec = torch.where(valid[:, None, :, None], x_records.to(cd), 0.0)
-    B_rec = _per_head(torch.where(valid[:, None, :, None], B_records.to(cd), 0.0), nheads)
+    B_rec = expand_heads(torch.where(valid[:, None, :, None], B_records.to(cd), 0.0), nheads)
     no_x = torch.zeros(rows, nheads, head_dim, dtype=cd, device=checkpoint.device)
     no_B = torch.zeros(rows, nheads, d_state, dtype=cd, device=checkpoint.device)
     return mamba2_replay_fold(checkpoint.to(cd), x_rec, B_rec, ckpt_decay, weights, no_x, no_dt, no_B)
@@ -222,9 +224,9 @@ def mamba2_replay_step_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Te
     dt_cur = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd)
     ckpt_decay, weights = mamba2_replay_weights(A, dt_records[slots], valid, dt_cur)
     x_rec = torch.where(valid[:, None, :, None], x_records[slots].to(cd), 0.0)
-    B_rec = _per_head(torch.where(valid[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
-    Bh = _per_head(B[rows].to(cd), nheads)
-    Ch = _per_head(C[rows].to(cd), nheads)
+    B_rec = expand_heads(torch.where(valid[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
+    Bh = expand_heads(B[rows].to(cd), nheads)
+    Ch = expand_heads(C[rows].to(cd), nheads)
     S0 = checkpoint[slots].to(cd)
     y = mamba2_replay_output(S0, x_rec, B_rec, ckpt_decay, weights, xr, dt_cur, Bh, Ch)
     y = _skip_and_gate(y, xr, D, None if z is None else z[rows])

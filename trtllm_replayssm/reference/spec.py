@@ -33,9 +33,9 @@ import torch
 
 from torch import Tensor
 
-from .gated_delta import (_channels, _per_value_head, gated_delta_replay_fold,
+from .gated_delta import (_channels, gated_delta_replay_fold,
                           gated_delta_replay_weights, prepare_qk)
-from .mamba2 import (_per_head, _skip_and_gate, compute_dtype, mamba2_process_dt,
+from .mamba2 import (_skip_and_gate, compute_dtype, expand_heads, mamba2_process_dt,
                      mamba2_replay_fold, mamba2_replay_output, mamba2_replay_weights)
 
 __all__ = [
@@ -109,12 +109,12 @@ def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: 
     # History: the committed records; window: the step inputs, [rows, nheads, T, ...].
     held = o_l[None, :] < w[:, None]
     x_hist = torch.where(held[:, None, :, None], x_records[slots].to(cd), 0.0)
-    B_hist = _per_head(torch.where(held[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
+    B_hist = expand_heads(torch.where(held[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
     dt_hist = dt_records[slots].to(cd)
     x_win = x[rows].to(cd).transpose(1, 2)
     dt_win = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd).transpose(1, 2)
-    B_win = _per_head(B[rows].to(cd).transpose(1, 2), nheads)
-    C_win = _per_head(C[rows].to(cd).transpose(1, 2), nheads)
+    B_win = expand_heads(B[rows].to(cd).transpose(1, 2), nheads)
+    C_win = expand_heads(C[rows].to(cd).transpose(1, 2), nheads)
 
     # Flush rows fold their history first: the base state of their window is the new checkpoint.
     base = checkpoint[slots].to(cd)
@@ -161,8 +161,8 @@ def _gated_delta_window(q: Tensor, k: Tensor, g: Tensor, rows: Tensor, v_heads: 
     """Window inputs per value head: (q̂, k̂ [rows, v_heads, T, head_k_dim], k̂ per key head
     [rows, T, k_heads, head_k_dim], g [rows, v_heads, T, 1 | head_k_dim])."""
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
-    qh = _per_value_head(qn.transpose(1, 2), v_heads)
-    kh = _per_value_head(kn.transpose(1, 2), v_heads)
+    qh = expand_heads(qn.transpose(1, 2), v_heads)
+    kh = expand_heads(kn.transpose(1, 2), v_heads)
     return qh, kh, kn, _channels(g[rows].to(cd), g.dim() == 4).transpose(1, 2)
 
 
@@ -211,7 +211,7 @@ def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_recor
     zero = torch.zeros(rows.numel(), v_heads, 1, dtype=cd, device=w.device)
     decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), held, zero)
     d_hist = torch.where(held[:, None, :, None], d_records[slots].to(cd), 0.0)
-    k_hist = _per_value_head(torch.where(held[:, None, :, None], k_records[slots].to(cd), 0.0), v_heads)
+    k_hist = expand_heads(torch.where(held[:, None, :, None], k_records[slots].to(cd), 0.0), v_heads)
     S_c = gated_delta_replay_fold(checkpoint[slots].to(cd), d_hist, k_hist, decay, weights,
                                   torch.zeros_like(d_hist[:, :, 0]), torch.zeros_like(k_hist[:, :, 0]))
     if bool(flush.any()):
@@ -270,8 +270,8 @@ def mamba2_snapshot_verify_ref(state: Tensor, snapshots: Tensor, x: Tensor, dt: 
     cd = compute_dtype(state, x)
     S = state[slots].to(cd)
     dtp = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd)
-    Bh = _per_head(B[rows].to(cd).transpose(1, 2), nheads)
-    Ch = _per_head(C[rows].to(cd).transpose(1, 2), nheads)
+    Bh = expand_heads(B[rows].to(cd).transpose(1, 2), nheads)
+    Ch = expand_heads(C[rows].to(cd).transpose(1, 2), nheads)
     for s in range(T):
         xs, ds = x[rows, s].to(cd), dtp[:, s]
         S = torch.exp(A.to(cd)[None, :] * ds)[..., None, None] * S \
