@@ -23,8 +23,7 @@ into the PTX, since TensorRT passes only int32 scalars) and the launch configura
 """
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Dict, Mapping, Sequence, Tuple
 
 import torch
@@ -36,8 +35,8 @@ from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_confi
 from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
-from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype,
-                   check_rank_and_dims)
+from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_attr_fields,
+                   check_dtype, check_launch_attrs, check_rank_and_dims)
 
 __all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
            "GatedDeltaReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
@@ -53,7 +52,6 @@ LIKE_INPUT = {0: _V}
 
 _FLOATS = ("f32", "bf16", "f16")
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-_INT32_MAX = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -81,30 +79,13 @@ class GatedDeltaReplayAttrs:
 
     def __post_init__(self) -> None:
         owner = f"{PLUGIN} attributes"
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.type == "bool":
-                if not isinstance(v, bool):
-                    raise TypeError(f"{owner}: {f.name} is {v!r}; expected a bool")
-            elif f.type == "float":
-                if not isinstance(v, float) or not math.isfinite(v) or v <= 0:
-                    raise TypeError(f"{owner}: {f.name} is {v!r}; expected a positive finite float")
-            elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{owner}: {f.name} is {v!r}; expected a positive int")
-        if self.L > MAX_L:
-            raise ValueError(f"{owner}: L is {self.L}; expected 1 <= L <= {MAX_L}")
+        check_attr_fields(owner, self, max_L=MAX_L)
         if self.v_heads % self.k_heads:
             raise ValueError(f"{owner}: k_heads = {self.k_heads} must divide v_heads = {self.v_heads}")
-        if self.block_head_dim & (self.block_head_dim - 1) or self.block_head_dim < 16:
-            raise ValueError(f"{owner}: block_head_dim is {self.block_head_dim}; expected a power of 2 >= 16 "
-                             "(the replay kernel's flush product)")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"{owner}: num_warps is {self.num_warps}; expected 1, 2, 4, 8 or 16")
-        largest = max(self.v_heads * self.head_v_dim * self.head_k_dim,
-                      self.v_heads * self.L * max(self.head_v_dim, self.head_k_dim),
-                      self.k_heads * self.L * self.head_k_dim)
-        if largest > _INT32_MAX:
-            raise ValueError(f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}")
+        check_launch_attrs(owner, self, min_block=16, block_reason="the replay kernel's flush product",
+                           largest=max(self.v_heads * self.head_v_dim * self.head_k_dim,
+                                       self.v_heads * self.L * max(self.head_v_dim, self.head_k_dim),
+                                       self.k_heads * self.L * self.head_k_dim))
 
     @classmethod
     def for_layer(cls, k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, *,

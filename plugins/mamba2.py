@@ -30,7 +30,7 @@ the op's heuristic for an expected batch.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Dict, Mapping, Sequence, Tuple
 
 import torch
@@ -40,8 +40,8 @@ from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import mamba2_launch_config
 
 from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
-from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype,
-                   check_rank_and_dims)
+from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_attr_fields,
+                   check_dtype, check_launch_attrs, check_rank_and_dims)
 
 __all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
            "Mamba2ReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
@@ -58,7 +58,6 @@ LIKE_INPUT = {0: _X}  # output index -> input whose shape and dtype it takes
 
 _FLOATS = ("f32", "bf16", "f16")
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-_INT32_MAX = 2 ** 31 - 1
 
 
 @dataclass(frozen=True)
@@ -86,25 +85,12 @@ class Mamba2ReplayAttrs:
 
     def __post_init__(self) -> None:
         owner = f"{PLUGIN} attributes"
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.type == "bool":
-                if not isinstance(v, bool):
-                    raise TypeError(f"{owner}: {f.name} is {v!r}; expected a bool")
-            elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{owner}: {f.name} is {v!r}; expected a positive int")
-        if self.L > MAX_L:
-            raise ValueError(f"{owner}: L is {self.L}; expected 1 <= L <= {MAX_L}")
+        check_attr_fields(owner, self, max_L=MAX_L)
         if self.nheads % self.ngroups:
             raise ValueError(f"{owner}: ngroups = {self.ngroups} must divide nheads = {self.nheads}")
-        if self.block_head_dim & (self.block_head_dim - 1):
-            raise ValueError(f"{owner}: block_head_dim is {self.block_head_dim}; expected a power of 2")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"{owner}: num_warps is {self.num_warps}; expected 1, 2, 4, 8 or 16")
-        largest = max(self.nheads * self.head_dim * self.d_state, self.nheads * self.L * self.head_dim,
-                      self.ngroups * self.L * self.d_state)
-        if largest > _INT32_MAX:
-            raise ValueError(f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}")
+        check_launch_attrs(owner, self, largest=max(
+            self.nheads * self.head_dim * self.d_state, self.nheads * self.L * self.head_dim,
+            self.ngroups * self.L * self.d_state))
 
     @classmethod
     def for_layer(cls, nheads: int, head_dim: int, d_state: int, ngroups: int, L: int, *,

@@ -21,7 +21,8 @@ are never specialized.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 __all__ = ["DTYPE_NAMES", "InputDim", "KernelParam", "KernelSpec", "Scalar", "TensorInfo",
@@ -215,3 +216,37 @@ def check_rank_and_dims(plugin: str, name: str, info: TensorInfo, layout: str,
             seen = symbols.setdefault(exp, got)
             if seen != got:
                 raise ValueError(f"{plugin}: {name} has {exp} = {got} (shape {info.dims}); another input has {exp} = {seen}")
+
+
+_INT32_MAX = 2 ** 31 - 1
+
+
+def check_attr_fields(owner: str, attrs, *, max_L: int) -> None:
+    """Every field of a plugin's attribute dataclass has its declared type (bool; float > 0 and
+    finite; else int >= 1), and 1 <= L <= ``max_L``."""
+    for f in fields(attrs):
+        v = getattr(attrs, f.name)
+        if f.type == "bool":
+            if not isinstance(v, bool):
+                raise TypeError(f"{owner}: {f.name} is {v!r}; expected a bool")
+        elif f.type == "float":
+            if not isinstance(v, float) or not math.isfinite(v) or v <= 0:
+                raise TypeError(f"{owner}: {f.name} is {v!r}; expected a positive finite float")
+        elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{owner}: {f.name} is {v!r}; expected a positive int")
+    if attrs.L > max_L:
+        raise ValueError(f"{owner}: L is {attrs.L}; expected 1 <= L <= {max_L}")
+
+
+def check_launch_attrs(owner: str, attrs, *, largest: int, min_block: int = 1,
+                       block_reason: str = "") -> None:
+    """``block_head_dim`` a power of 2 >= ``min_block``, ``num_warps`` a power of 2 up to 16, and
+    ``largest`` (elements in one slot of the biggest cache tensor) within int32 strides."""
+    block = attrs.block_head_dim
+    if block & (block - 1) or block < min_block:
+        want = "a power of 2" + (f" >= {min_block} ({block_reason})" if min_block > 1 else "")
+        raise ValueError(f"{owner}: block_head_dim is {block}; expected {want}")
+    if attrs.num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"{owner}: num_warps is {attrs.num_warps}; expected 1, 2, 4, 8 or 16")
+    if largest > _INT32_MAX:
+        raise ValueError(f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}")
