@@ -43,6 +43,14 @@ def check_optional(op: str, name: str, t: Optional[Tensor], dims: str, shape: Se
         check_tensor(op, name, t, dims, shape, **kw)
 
 
+def reads_device_values(t: Tensor) -> bool:
+    """Whether eager value checks of ``t`` may run: they read device values back to the host,
+    which is not allowed while a CUDA graph is captured or torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def check_slot_ids(op: str, slot_ids, batch: int, num_slots: int, device: torch.device) -> None:
     """slot_ids: [batch] int32 on ``device``; live ids distinct and < num_slots.
 
@@ -51,9 +59,7 @@ def check_slot_ids(op: str, slot_ids, batch: int, num_slots: int, device: torch.
     contract (the check ran on the same buffer at warm-up in any sane engine).
     """
     check_tensor(op, "slot_ids", slot_ids, "[batch]", (batch,), dtypes=(torch.int32,), device=device)
-    if torch.compiler.is_compiling():
-        return
-    if slot_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+    if not reads_device_values(slot_ids):
         return
     live = slot_ids[slot_ids >= 0]
     if live.numel() == 0:

@@ -50,7 +50,8 @@ from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.spec import (gated_delta_replay_verify_ref, gated_delta_snapshot_verify_ref,
                               mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
                               replay_commit_ref, snapshot_commit_ref, spec_buffer_len)
-from ._validate import FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor
+from ._validate import (FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor,
+                        reads_device_values)
 from .gated_delta import _resolve_scale
 
 __all__ = [
@@ -252,18 +253,11 @@ def _(state, snapshots, slot_ids, num_accepted):
 
 # --------------------------------------------------------------------------- validation
 
-def _reads_device_values(t: Tensor) -> bool:
-    """Whether the eager value checks run (they read device values back to the host)."""
-    if torch.compiler.is_compiling():
-        return False
-    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
-
-
 def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, device,
                   upper, upper_words: str) -> None:
     """counts: [batch] int32; eagerly, each live row's count in [1, upper()[row]]."""
     check_tensor(op, name, counts, "[batch]", (batch,), dtypes=(torch.int32,), device=device)
-    if not _reads_device_values(counts):
+    if not reads_device_values(counts):
         return
     live = (slot_ids >= 0).cpu()
     c, h = counts.cpu()[live].long(), upper()[live].long()
@@ -497,7 +491,7 @@ kda_replay_verify.__doc__ = _DELTA_VERIFY_DOC.format(family="Kimi Delta Attentio
 
 
 def _check_nothing_pending(op: str, cache, slot_ids: Tensor) -> None:
-    if not _reads_device_values(slot_ids):
+    if not reads_device_values(slot_ids):
         return
     live = slot_ids[slot_ids >= 0].long()
     if live.numel() and bool(cache.pending[live].any()):
@@ -595,10 +589,10 @@ def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tenso
     floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
     check_tensor(op, "cache.state", cache.state, "[num_slots, nheads, head_dim, d_state]",
                  tuple(cache.state.shape), dtypes=floats, device=device)
-    T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
-                             out, nheads=nheads, head_dim=head_dim, d_state=d_state,
-                             ngroups=_ngroups(op, B, nheads), num_slots=num_slots, act_dtype=None,
-                             device=device, max_T=cache.T)
+    _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
+                         out, nheads=nheads, head_dim=head_dim, d_state=d_state,
+                         ngroups=_ngroups(op, B, nheads), num_slots=num_slots, act_dtype=None,
+                         device=device, max_T=cache.T)
     out = _new_out(x, out)
     torch.ops.replayssm.mamba2_snapshot_verify(cache.state, cache.snapshots, x, dt, A, B, C,
                                                slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out)
