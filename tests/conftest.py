@@ -21,9 +21,12 @@ if importlib.util.find_spec("trtllm_replayssm_builders") is None:
     sys.modules["trtllm_replayssm_builders"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["trtllm_replayssm_builders"])
 
-# The tests' tensors are small: waking an OpenMP team per op costs more than it computes
-# (torch.triu took ~8 ms per call on the 2-core CI machines).
-torch.set_num_threads(1)
+# Without a GPU the tests' tensors are small: waking an OpenMP team per op costs more than it
+# computes (torch.triu took ~8 ms per call on the 2-core CI machines). With a GPU, the float64
+# oracles run on the CPU at real model geometries and need every core (one thread made the
+# 200-step Nemotron-3 long runs ~10x slower on the H200 host).
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):

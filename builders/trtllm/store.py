@@ -64,6 +64,15 @@ def _dense_strides(shape: Sequence[int]) -> Tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _resolved_device(device: Union[str, torch.device, None]) -> torch.device:
+    """The device tensors allocated on ``device`` report: ``cuda`` becomes ``cuda:<current>``
+    (a tensor's device always carries its index, so ``cuda`` would never compare equal)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _check_view(owner: str, layer: int, field: RecordField, view, num_slots: int,
                 device: torch.device) -> None:
     where = f"{owner}: layer {layer} {field.name}"
@@ -107,7 +116,7 @@ class ReplayRecordStore:
             raise ValueError(f"{owner}: layers is empty; expected at least one hooked layer")
         if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
             raise ValueError(f"{owner}: num_slots is {num_slots!r}; expected a positive int")
-        device = torch.device(device) if device is not None else torch.device("cpu")
+        device = _resolved_device(device)
         self.L, self.num_slots, self.device = L, num_slots, device
         self.owns_records = record_views is None
         self._layer_ids: List[int] = list(layers)
