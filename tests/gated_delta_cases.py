@@ -70,10 +70,11 @@ class DeltaFamily:
 
     @staticmethod
     def oracle_step(state64, p: dict, inp: dict, slot_ids) -> torch.Tensor:
-        out = torch.zeros(inp["v"].shape, dtype=torch.float64)
-        f = {k: as_f64(inp[k]) for k in ("q", "k", "v", "g", "beta")}
+        dev = state64.device
+        out = torch.zeros(inp["v"].shape, dtype=torch.float64, device=dev)
+        f = {k: as_f64(inp[k], dev) for k in ("q", "k", "v", "g", "beta")}
         gated_delta_decode_step_ref(state64, f["q"], f["k"], f["v"], f["g"], f["beta"],
-                                    slot_ids=slot_ids.cpu(), out=out, **p)
+                                    slot_ids=slot_ids.to(dev), out=out, **p)
         return out
 
 

@@ -99,10 +99,12 @@ class Mamba2Family:
 
     @staticmethod
     def oracle_step(state64, p: Params, inp: dict, slot_ids) -> torch.Tensor:
-        out = torch.zeros(inp["x"].shape, dtype=torch.float64)
-        mamba2_decode_step_ref(state64, as_f64(inp["x"]), as_f64(inp["dt"]), as_f64(p.A),
-                               as_f64(inp["B"]), as_f64(inp["C"]), slot_ids=slot_ids.cpu(),
-                               D=as_f64(p.D), z=as_f64(inp["z"]), dt_bias=as_f64(p.dt_bias), out=out)
+        dev = state64.device
+        out = torch.zeros(inp["x"].shape, dtype=torch.float64, device=dev)
+        f = lambda t: as_f64(t, dev)  # noqa: E731
+        mamba2_decode_step_ref(state64, f(inp["x"]), f(inp["dt"]), f(p.A), f(inp["B"]), f(inp["C"]),
+                               slot_ids=slot_ids.to(dev), D=f(p.D), z=f(inp["z"]),
+                               dt_bias=f(p.dt_bias), out=out)
         return out
 
 

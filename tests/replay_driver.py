@@ -5,15 +5,20 @@ A *family* (see ``mamba2_cases.Mamba2Family``, ``gated_delta_cases.DeltaFamily``
 ``make_params(device)``, ``allocate(num_slots, L, state_dtype, act_dtype, device)``,
 ``poison(cache)`` (garbage in every record), ``make_step(batch, act_dtype, device)`` -> dict of
 step inputs, ``out_key`` (the input whose shape/dtype the output has) and
-``oracle_step(state64, params, inp, slot_ids)`` -> float64 output (mutates ``state64``).
+``oracle_step(state64, params, inp, slot_ids)`` -> float64 output (mutates ``state64``; runs
+on ``state64``'s device).
+
+The oracle lives on the cache's device: float64 on the GPU for the GPU long runs (the CPU
+recurrence at real model geometries dominated their time), on the CPU otherwise.
 """
 from __future__ import annotations
 
 import torch
 
 
-def as_f64(t):
-    return None if t is None else t.detach().to("cpu", torch.float64)
+def as_f64(t, device="cpu"):
+    """``t`` as float64 on ``device`` (the CPU by default); None stays None."""
+    return None if t is None else t.detach().to(device, torch.float64)
 
 
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -44,7 +49,7 @@ def drive_replay(family, replay, L: int, state_dtype, act_dtype, device, *, step
     perm = torch.randperm(num_slots)[:batch]
     slots = perm.to(torch.int32).to(device)
     cache.admit(slots, torch.randn((batch,) + tuple(cache.checkpoint.shape[1:]), device=device))
-    state64 = as_f64(cache.checkpoint).clone()
+    state64 = as_f64(cache.checkpoint, cache.checkpoint.device).clone()
     untouched = torch.ones(num_slots, dtype=torch.bool)
     untouched[perm.long()] = False
     ckpt0 = cache.checkpoint[untouched.to(device)].clone()
@@ -67,14 +72,14 @@ def drive_replay(family, replay, L: int, state_dtype, act_dtype, device, *, step
         if corrupt is not None:
             corrupt(cache, step)
         y, ref = run(inp, sl, 42.0)
-        live = (sl >= 0).cpu()
-        assert torch.all(y[~live.to(device)] == 42.0), "padding rows must keep their output"
-        worst["y"] = max(worst["y"], rel_err(y[live.to(device)], ref[live]))
+        live = sl >= 0
+        assert torch.all(y[~live] == 42.0), "padding rows must keep their output"
+        worst["y"] = max(worst["y"], rel_err(y[live], ref[live.to(ref.device)]))
         cur = cache.cursor[slots.long()].cpu()
         flushed = slots[(cur == 0).to(device)].long()
         if flushed.numel():
             worst["flushes"] += flushed.numel()
-            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[flushed], state64[flushed.cpu()]))
+            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[flushed], state64[flushed.to(state64.device)]))
     assert torch.equal(cache.checkpoint[untouched.to(device)], ckpt0), "unused slots must stay bit-identical"
     assert torch.all(cache.arrivals == 0)
     return worst

@@ -88,7 +88,7 @@ def test_gated_delta_precision_report(per_channel, g, capsys):
         c.admit(slots, init)
         arms[name] = c
     conv = init.clone()
-    state64 = as_f64(init).clone()
+    state64 = as_f64(init, init.device).clone()  # the float64 oracle on the GPU
     decode = kda_decode_step if per_channel else gdn_decode_step
     for _ in range(20 * L):
         inp = make_step(g, n, torch.bfloat16, "cuda", per_channel=per_channel)
