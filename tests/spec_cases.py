@@ -75,7 +75,8 @@ def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype
     perm = torch.randperm(num_slots)[:batch]
     slots = perm.to(torch.int32).to(device)
     cache.admit(slots, torch.randn((batch,) + tuple(cache.checkpoint.shape[1:]), device=device))
-    state64 = as_f64(cache.checkpoint).clone()
+    state64 = as_f64(cache.checkpoint, cache.checkpoint.device).clone()  # oracle on the cache's device
+    dev64 = state64.device
     untouched = torch.ones(num_slots, dtype=torch.bool)
     untouched[perm.long()] = False
     ckpt0 = cache.checkpoint[untouched.to(device)].clone()
@@ -110,7 +111,7 @@ def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype
         if bool(flush.any()):
             f = idx[flush]
             worst["flushes"].update(f.tolist())
-            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[f.to(device)], state64[f]))
+            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[f.to(device)], state64[f.to(dev64)]))
 
         # Serial oracle from the committed state over every window token; the committed state
         # then advances by the accepted tokens only.
@@ -121,9 +122,9 @@ def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype
             ref = family.oracle_step(scratch, p, token(win, s), sl_s)
             rows = sl_s >= 0
             if bool(rows.any()):
-                worst["y"] = max(worst["y"], rel_err(y_cpu[rows, s], ref[rows]))
+                worst["y"] = max(worst["y"], rel_err(y_cpu[rows, s], ref[rows.to(dev64)]))
             assert torch.all(y_cpu[~rows, s] == 42.0), f"step {step} token {s}: untouched outputs changed"
-            done = sl[live & (a == s + 1)].long()
+            done = sl[live & (a == s + 1)].long().to(dev64)
             state64[done] = scratch[done]
 
         commit(cache, sl.to(device), a.to(device))
@@ -148,7 +149,8 @@ def drive_baseline(family, holder, verify, commit, *, T: int, act_dtype, device,
     batch = len(policies)
     perm = torch.randperm(num_slots)[:batch]
     slots = perm.to(torch.int32)
-    state64 = as_f64(holder.state).clone()
+    state64 = as_f64(holder.state, holder.state.device).clone()  # oracle on the holder's device
+    dev64 = state64.device
     worst = 0.0
     for _ in range(steps):
         drawn = [draw(pol, T) for pol in policies] + [(T, 1)] * n_padding
@@ -164,12 +166,12 @@ def drive_baseline(family, holder, verify, commit, *, T: int, act_dtype, device,
             sl_s = torch.where(s < n, sl, -1)
             ref = family.oracle_step(scratch, p, token(win, s), sl_s)
             rows = sl_s >= 0
-            worst = max(worst, rel_err(y[rows, s], ref[rows]))
+            worst = max(worst, rel_err(y[rows, s], ref[rows.to(dev64)]))
             assert torch.all(y[~rows, s] == 42.0)
-            done = sl[(sl >= 0) & (a == s + 1)].long()
+            done = sl[(sl >= 0) & (a == s + 1)].long().to(dev64)
             state64[done] = scratch[done]
         commit(holder, sl.to(device), a.to(device))
-        worst = max(worst, rel_err(holder.state[perm.to(device)], state64[perm]))
+        worst = max(worst, rel_err(holder.state[perm.to(device)], state64[perm.to(dev64)]))
     return worst
 
 
