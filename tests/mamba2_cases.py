@@ -109,10 +109,11 @@ class Mamba2Family:
 
 
 class Oracle:
-    """Float64 conventional recurrence on the CPU over the same (already rounded) inputs."""
+    """Float64 conventional recurrence on ``device`` (the CPU by default) over the same (already
+    rounded) inputs."""
 
-    def __init__(self, state: torch.Tensor, params: Params):
-        self.state = as_f64(state).clone()
+    def __init__(self, state: torch.Tensor, params: Params, device="cpu"):
+        self.state = as_f64(state, device).clone()
         self.p = params
 
     def step(self, inp: dict, slot_ids: torch.Tensor) -> torch.Tensor:

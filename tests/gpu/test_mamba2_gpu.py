@@ -80,7 +80,7 @@ def test_mamba2_bf16_checkpoint_more_accurate_than_bf16_state():
                                        state_dtype=torch.bfloat16, act_dtype=torch.bfloat16, device="cuda")
     cache.admit(slots, init)
     state = init.clone()
-    oracle = Oracle(init, p)
+    oracle = Oracle(init, p, device="cuda")
     for _ in range(20 * L):
         inp = make_step(g, n, torch.bfloat16, "cuda")
         kw = dict(slot_ids=slots, D=p.D, dt_bias=p.dt_bias)
