@@ -44,21 +44,21 @@ from .cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from .memory import conv_width
 from .models import GDN, KDA, MAMBA2, HybridModel
 
-__all__ = ["ReplayCachePool", "POOL_MODES"]
+__all__ = ["ReplayCachePool", "POOL_MODES", "CACHE_CLASSES", "cache_template"]
 
 POOL_MODES = ("replay", "replay_spec")
-_CACHE_CLASSES = {MAMBA2: Mamba2ReplayCache, GDN: GDNReplayCache, KDA: KDAReplayCache}
+CACHE_CLASSES = {MAMBA2: Mamba2ReplayCache, GDN: GDNReplayCache, KDA: KDAReplayCache}
 ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
 
 
-def _template(kind: str, g, L: int, state_dtype: torch.dtype, record_dtype: torch.dtype):
-    """A one-slot cache on the meta device: each field's per-slot shape and dtype, as the cache
-    class lays it out."""
+def cache_template(kind: str, g, L: int, *, state_dtype: torch.dtype, record_dtype: torch.dtype):
+    """A one-slot cache of layer ``kind`` (geometry ``g``) on the meta device: each field's
+    per-slot shape and dtype, as the cache class lays it out."""
     if kind == MAMBA2:
         return Mamba2ReplayCache.allocate(1, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
                                           state_dtype=state_dtype, act_dtype=record_dtype,
                                           device="meta")
-    return _CACHE_CLASSES[kind].allocate(1, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L,
+    return CACHE_CLASSES[kind].allocate(1, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L,
                                          state_dtype=state_dtype, record_dtype=record_dtype,
                                          device="meta")
 
@@ -128,7 +128,7 @@ class ReplayCachePool:
         for layer in model.ssm_layers:
             groups.setdefault((layer.kind, layer.geometry), []).append(layer.index)
         for gi, ((kind, geom), indices) in enumerate(groups.items()):
-            template = _template(kind, geom, L, state_dtype, record_dtype)
+            template = cache_template(kind, geom, L, state_dtype=state_dtype, record_dtype=record_dtype)
             names = [f.name for f in fields(template)]
             bufs = {name: torch.zeros((len(indices), ns) + tuple(getattr(template, name).shape[1:]),
                                       dtype=getattr(template, name).dtype, device=device)

@@ -20,9 +20,9 @@ from typing import Mapping, Sequence, Tuple, Union
 
 import torch
 
-from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.memory import CURSOR_BYTES
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry, from_hf_config
+from trtllm_replayssm.pool import CACHE_CLASSES, cache_template
 
 __all__ = ["CONV_LAYOUTS", "COUNTER_FIELDS", "RecordField", "rank_geometry", "record_field_names",
            "record_fields",
@@ -35,7 +35,6 @@ Geometry = Union[Mamba2Geometry, DeltaRuleGeometry]
 CONV_LAYOUTS = {MAMBA2: "x_b_c", GDN: "q_k_v", KDA: "q_k_v"}
 # Per-slot int32 counters of every replay cache; the kernels index them densely by slot.
 COUNTER_FIELDS = ("cursor", "arrivals", "pending")
-_CACHE_CLASSES = {MAMBA2: Mamba2ReplayCache, GDN: GDNReplayCache, KDA: KDAReplayCache}
 
 
 @dataclass(frozen=True)
@@ -126,23 +125,11 @@ def rank_geometry(kind: str, ssm_state_shape: Sequence[int], conv_state_shape: S
 def record_field_names(kind: str) -> Tuple[str, ...]:
     """The record fields of ``kind``'s core cache class (its fields minus the checkpoint and
     the counters), in declaration order."""
-    if kind not in _CACHE_CLASSES:
+    if kind not in CACHE_CLASSES:
         raise ValueError(f"record_field_names: kind is {kind!r}; expected one of "
-                         f"{', '.join(_CACHE_CLASSES)}")
+                         f"{', '.join(CACHE_CLASSES)}")
     skip = ("checkpoint",) + COUNTER_FIELDS
-    return tuple(f.name for f in fields(_CACHE_CLASSES[kind]) if f.name not in skip)
-
-
-def _template(kind: str, g: Geometry, L: int, record_dtype: torch.dtype,
-              state_dtype: torch.dtype):
-    """A one-slot core cache on the meta device: the fields' per-slot layouts."""
-    if kind == MAMBA2:
-        return Mamba2ReplayCache.allocate(1, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                          state_dtype=state_dtype, act_dtype=record_dtype,
-                                          device="meta")
-    return _CACHE_CLASSES[kind].allocate(1, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L,
-                                         state_dtype=state_dtype, record_dtype=record_dtype,
-                                         device="meta")
+    return tuple(f.name for f in fields(CACHE_CLASSES[kind]) if f.name not in skip)
 
 
 def record_fields(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.dtype,
@@ -155,7 +142,7 @@ def record_fields(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.
     ``g_records [v_heads, L, head_k_dim]``. The checkpoint and the counters are not among them
     (the checkpoint is TensorRT-LLM's SSM state; counters see :data:`COUNTER_FIELDS`).
     """
-    template = _template(kind, geometry, L, record_dtype, state_dtype)
+    template = cache_template(kind, geometry, L, state_dtype=state_dtype, record_dtype=record_dtype)
     return tuple(RecordField(name, f"replayssm_{name}", tuple(getattr(template, name).shape[1:]),
                              getattr(template, name).dtype)
                  for name in record_field_names(kind))
