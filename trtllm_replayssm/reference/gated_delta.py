@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from .mamba2 import compute_dtype, expand_heads
+from .mamba2 import compute_dtype, expand_heads, held_records, live_rows
 
 __all__ = [
     "L2NORM_EPS",
@@ -110,10 +110,9 @@ def gated_delta_decode_step_ref(state: Tensor, q: Tensor, k: Tensor, v: Tensor, 
     Returns:
         ``out``.
     """
-    rows = torch.nonzero(slot_ids >= 0).flatten()
+    rows, slots = live_rows(slot_ids)
     if rows.numel() == 0:
         return out
-    slots = slot_ids[rows].long()
     cd = compute_dtype(state, v)
     hv = v.shape[1]
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
@@ -218,16 +217,15 @@ def gated_delta_replay_step_ref(checkpoint: Tensor, d_records: Tensor, k_records
     Returns:
         ``out``.
     """
-    rows = torch.nonzero(slot_ids >= 0).flatten()
+    rows, slots = live_rows(slot_ids)
     if rows.numel() == 0:
         return out
-    slots = slot_ids[rows].long()
     L = d_records.shape[2]
     hv = v.shape[1]
     per_channel = g.dim() == 3
     cd = compute_dtype(checkpoint, v)
     w = cursor[slots].long()
-    valid = torch.arange(L, device=w.device)[None, :] < w[:, None]
+    valid = held_records(w, L)
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
     qh, kh = expand_heads(qn, hv), expand_heads(kn, hv)
     g_cur = _channels(g[rows].to(cd), per_channel)

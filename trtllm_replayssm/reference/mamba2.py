@@ -33,6 +33,8 @@ from torch import Tensor
 __all__ = [
     "compute_dtype",
     "expand_heads",
+    "live_rows",
+    "held_records",
     "mamba2_process_dt",
     "mamba2_decode_step_ref",
     "mamba2_replay_weights",
@@ -48,6 +50,18 @@ def compute_dtype(*tensors: Optional[Tensor]) -> torch.dtype:
     if any(t is not None and t.dtype == torch.float64 for t in tensors):
         return torch.float64
     return torch.float32
+
+
+def live_rows(slot_ids: Tensor):
+    """(rows, slots): the batch rows whose slot id is >= 0 and their slots as int64 (a slot id
+    < 0 marks a padding row, which reads and writes nothing)."""
+    rows = torch.nonzero(slot_ids >= 0).flatten()
+    return rows, slot_ids[rows].long()
+
+
+def held_records(w: Tensor, L: int) -> Tensor:
+    """[rows, L] bool: record position j is held by a row with cursor w when j < w."""
+    return torch.arange(L, device=w.device)[None, :] < w[:, None]
 
 
 def mamba2_process_dt(dt: Tensor, dt_bias: Optional[Tensor], dt_softplus: bool,
@@ -95,10 +109,9 @@ def mamba2_decode_step_ref(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: T
     Returns:
         ``out``.
     """
-    rows = torch.nonzero(slot_ids >= 0).flatten()
+    rows, slots = live_rows(slot_ids)
     if rows.numel() == 0:
         return out
-    slots = slot_ids[rows].long()
     cd = compute_dtype(state, x)
     nheads = x.shape[1]
     xr = x[rows].to(cd)
@@ -211,15 +224,14 @@ def mamba2_replay_step_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Te
     Returns:
         ``out``.
     """
-    rows = torch.nonzero(slot_ids >= 0).flatten()
+    rows, slots = live_rows(slot_ids)
     if rows.numel() == 0:
         return out
-    slots = slot_ids[rows].long()
     L = x_records.shape[2]
     nheads = x.shape[1]
     cd = compute_dtype(checkpoint, x)
     w = cursor[slots].long()
-    valid = torch.arange(L, device=w.device)[None, :] < w[:, None]
+    valid = held_records(w, L)
     xr = x[rows].to(cd)
     dt_cur = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd)
     ckpt_decay, weights = mamba2_replay_weights(A, dt_records[slots], valid, dt_cur)

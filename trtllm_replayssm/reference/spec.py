@@ -35,8 +35,9 @@ from torch import Tensor
 
 from .gated_delta import (_channels, gated_delta_replay_fold,
                           gated_delta_replay_weights, prepare_qk)
-from .mamba2 import (_skip_and_gate, compute_dtype, expand_heads, mamba2_process_dt,
-                     mamba2_replay_fold, mamba2_replay_output, mamba2_replay_weights)
+from .mamba2 import (_skip_and_gate, compute_dtype, expand_heads, held_records, live_rows,
+                     mamba2_process_dt, mamba2_replay_fold, mamba2_replay_output,
+                     mamba2_replay_weights)
 
 __all__ = [
     "spec_buffer_len",
@@ -68,8 +69,7 @@ def verify_flushes(cursor: Tensor, num_tokens: Tensor, L: int) -> Tensor:
 
 def _live_rows(slot_ids: Tensor, num_tokens: Optional[Tensor], T: int):
     """(rows, slots int64, n int64) of the live rows (slot id ≥ 0)."""
-    rows = torch.nonzero(slot_ids >= 0).flatten()
-    slots = slot_ids[rows].long()
+    rows, slots = live_rows(slot_ids)
     n = (torch.full_like(rows, T) if num_tokens is None else num_tokens[rows].long())
     return rows, slots, n
 
@@ -206,7 +206,7 @@ def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_recor
     cd = compute_dtype(checkpoint, v)
     w = cursor[slots].long()
     flush = verify_flushes(w, n, L)
-    held = torch.arange(L, device=w.device)[None, :] < w[:, None]
+    held = held_records(w, L)
 
     zero = torch.zeros(rows.numel(), v_heads, 1, dtype=cd, device=w.device)
     decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), held, zero)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..models import GDN, KDA, MAMBA2
+from ..reference.mamba2 import live_rows
 from ..ops import (gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step, kda_gate,
                    kda_replay_step, mamba2_decode_step, mamba2_replay_step)
 from .comm import TPGroup
@@ -138,10 +139,9 @@ def causal_conv1d_update(x: Tensor, conv_state: Tensor, weight: Tensor, bias, sl
     """
     cd = _compute_dtype(x.dtype)
     out = torch.zeros_like(x)
-    rows = torch.nonzero(slot_ids >= 0).flatten()
+    rows, slots = live_rows(slot_ids)
     if rows.numel() == 0:
         return out
-    slots = slot_ids[rows].long()
     window = torch.cat([conv_state[slots].to(cd), x[rows, :, None].to(cd)], dim=-1)
     y = (window * weight.to(cd)).sum(-1)
     if bias is not None:
