@@ -12,11 +12,11 @@ import torch
 
 from torch import Tensor
 
-__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L"]
+__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES"]
 
 MAX_L = 64  # records per slot supported by the replay kernel (a register tile of the window)
 
-_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 def _check_dtype(owner: str, name: str, dtype: torch.dtype, allowed) -> None:
@@ -41,7 +41,7 @@ def _check_common_fields(cache) -> None:
             raise ValueError(f"{owner}: {f.name} is on {t.device}; expected {cache.checkpoint.device} (the checkpoint's device)")
     if cache.checkpoint.dim() != 4:
         raise ValueError(f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]")
-    _check_dtype(owner, "checkpoint", cache.checkpoint.dtype, _FLOAT_DTYPES)
+    _check_dtype(owner, "checkpoint", cache.checkpoint.dtype, FLOAT_DTYPES)
     ns = cache.checkpoint.shape[0]
     for name in ("cursor", "arrivals", "pending"):
         t = getattr(cache, name)
@@ -167,7 +167,7 @@ class Mamba2ReplayCache(_ReplayCache):
         ng = self.B_records.shape[1]
         if ng < 1 or nh % ng:
             raise ValueError(f"{owner}: ngroups = {ng} must divide nheads = {nh}")
-        _check_dtype(owner, "x_records", self.x_records.dtype, _FLOAT_DTYPES)
+        _check_dtype(owner, "x_records", self.x_records.dtype, FLOAT_DTYPES)
         if self.B_records.dtype != self.x_records.dtype:
             raise TypeError(f"{owner}: B_records is {self.B_records.dtype}; expected {self.x_records.dtype} (the x_records dtype)")
         want_dt = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
@@ -287,7 +287,7 @@ class _DeltaRuleReplayCache(_ReplayCache):
             _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L, head_k_dim]", (ns, hv, L, dk))
         else:
             _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L]", (ns, hv, L))
-        _check_dtype(owner, "d_records", self.d_records.dtype, _FLOAT_DTYPES)
+        _check_dtype(owner, "d_records", self.d_records.dtype, FLOAT_DTYPES)
         if self.k_records.dtype != self.d_records.dtype:
             raise TypeError(f"{owner}: k_records is {self.k_records.dtype}; expected {self.d_records.dtype} (the d_records dtype)")
         want_g = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32

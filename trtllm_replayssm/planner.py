@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .cache import MAX_L
+from .cache import FLOAT_DTYPES, MAX_L
 from .memory import (MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes,
                      ssm_layer_step_traffic)
 from .models import SSM_KINDS, HybridModel, Layer
@@ -29,7 +29,6 @@ __all__ = ["PlanConfig", "Budget", "layer_bytes", "sequence_ssm_bytes", "sequenc
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
                torch.float64: "fp64", torch.float8_e4m3fn: "fp8"}
-_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class PlanConfig:
             raise ValueError(f"{owner}: accepted is {self.accepted!r}; expected 1 <= accepted <= "
                              f"spec_tokens = {self.spec_tokens}")
         for name in ("state_dtype", "record_dtype", "conv_dtype"):
-            if getattr(self, name) not in _FLOAT_DTYPES:
+            if getattr(self, name) not in FLOAT_DTYPES:
                 raise TypeError(f"{owner}: {name} is {getattr(self, name)}; expected fp32, bf16, fp16 or fp64")
         if self.kv_dtype not in DTYPE_NAMES:
             raise TypeError(f"{owner}: kv_dtype is {self.kv_dtype}; expected one of {', '.join(DTYPE_NAMES.values())}")

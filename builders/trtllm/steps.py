@@ -22,7 +22,7 @@ from torch import Tensor
 
 import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.*
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
-from trtllm_replayssm.ops._validate import FLOAT_DTYPES
+from trtllm_replayssm.ops._validate import float_dtypes
 from trtllm_replayssm.ops.gated_delta import _check_inputs as _check_gated_delta_inputs
 from trtllm_replayssm.ops.gated_delta import _resolve_scale
 from trtllm_replayssm.ops.mamba2 import _check_inputs as _check_mamba2_inputs
@@ -100,7 +100,7 @@ def _check_checkpoint(op: str, layer: LayerRecords, checkpoint, state_shape: Tup
     if tuple(checkpoint.shape) != want:
         raise ValueError(f"{op}: checkpoint has shape {tuple(checkpoint.shape)}; expected "
                          f"[num_slots, ...] = {want} (the engine's SSM states)")
-    floats = FLOAT_DTYPES if checkpoint.device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(checkpoint.device)
     if checkpoint.dtype not in floats:
         raise TypeError(f"{op}: checkpoint is {checkpoint.dtype}; expected one of "
                         f"{', '.join(str(d).replace('torch.', '') for d in floats)}")

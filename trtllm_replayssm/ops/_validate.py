@@ -11,7 +11,13 @@ import torch
 
 from torch import Tensor
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+from ..cache import FLOAT_DTYPES
+
+
+def float_dtypes(device: torch.device) -> tuple:
+    """The floating dtypes the ops take on ``device``: float64 (the reference path) only on
+    the CPU; the Triton kernels take fp32, bf16 and fp16."""
+    return FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
 
 
 def _dtype_names(dtypes: Sequence[torch.dtype]) -> str:

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
 from ..reference.gated_delta import (delta_rule_gate, gated_delta_decode_step_ref,
                                      gated_delta_replay_step_ref)
-from ._validate import FLOAT_DTYPES, check_flag, check_slot_ids, check_tensor
+from ._validate import check_flag, check_slot_ids, check_tensor, float_dtypes
 
 __all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step",
            "gdn_gate", "kda_gate"]
@@ -93,7 +93,7 @@ def _check_inputs(op: str, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, *, pe
     if q.dim() != 3:
         raise ValueError(f"{op}: q has shape {tuple(q.shape)}; expected [batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
     batch = q.shape[0]
-    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(device)
     check_tensor(op, "q", q, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=floats, device=device)
     act = (q.dtype,)
     check_tensor(op, "k", k, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=act, device=device)
@@ -121,7 +121,7 @@ def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, 
     k_heads = q.shape[1] if isinstance(q, Tensor) and q.dim() == 3 else -1
     if k_heads < 1 or v_heads % k_heads:
         raise ValueError(f"{op}: q has shape {tuple(q.shape) if isinstance(q, Tensor) else q}; expected [batch, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}")
-    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(state.device)
     check_tensor(op, "state", state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
                  dtypes=floats, device=state.device)
     _check_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, per_channel=per_channel,

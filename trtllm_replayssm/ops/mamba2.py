@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
-from ._validate import FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor
+from ._validate import check_flag, check_optional, check_slot_ids, check_tensor, float_dtypes
 
 __all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
 
@@ -82,7 +82,7 @@ def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus,
     if x.dim() != 3:
         raise ValueError(f"{op}: x has shape {tuple(x.shape)}; expected [batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
     batch = x.shape[0]
-    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(device)
     act = (act_dtype,) if act_dtype is not None else floats
     check_tensor(op, "x", x, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
     act = (x.dtype,)
@@ -145,7 +145,7 @@ def mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tenso
     ngroups = B.shape[1] if isinstance(B, Tensor) and B.dim() == 3 else -1
     if ngroups < 1 or nheads % ngroups:
         raise ValueError(f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; expected [batch, ngroups, d_state] with ngroups dividing nheads = {nheads}")
-    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(state.device)
     check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
                  dtypes=floats, device=state.device)
     _check_inputs(op, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out,

@@ -50,7 +50,7 @@ from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.spec import (gated_delta_replay_verify_ref, gated_delta_snapshot_verify_ref,
                               mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
                               replay_commit_ref, snapshot_commit_ref, spec_buffer_len)
-from ._validate import (FLOAT_DTYPES, check_flag, check_optional, check_slot_ids, check_tensor,
+from ._validate import (check_flag, check_optional, check_slot_ids, check_tensor, float_dtypes,
                         reads_device_values)
 from .gated_delta import _resolve_scale
 
@@ -280,7 +280,7 @@ def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt
     batch, T = x.shape[:2]
     if not 1 <= T <= max_T:
         raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
-    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(device)
     act = (act_dtype,) if act_dtype is not None else floats
     check_tensor(op, "x", x, "[batch, T, nheads, head_dim]", (batch, T, nheads, head_dim), dtypes=act, device=device)
     act = (x.dtype,)
@@ -319,7 +319,7 @@ def _check_delta_window_inputs(op: str, q, k, v, g, beta, slot_ids, num_tokens, 
     batch, T = q.shape[:2]
     if not 1 <= T <= max_T:
         raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
-    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(device)
     check_tensor(op, "q", q, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=floats, device=device)
     act = (q.dtype,)
     check_tensor(op, "k", k, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=act, device=device)
@@ -540,7 +540,7 @@ def mamba2_serial_decode(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Ten
     if not isinstance(state, Tensor) or state.dim() != 4:
         raise ValueError(f"{op}: state has shape {tuple(getattr(state, 'shape', ()))}; expected [num_slots, nheads, head_dim, d_state]")
     num_slots, nheads, head_dim, d_state = state.shape
-    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(state.device)
     check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
                  dtypes=floats, device=state.device)
     T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
@@ -586,7 +586,7 @@ def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tenso
         raise ValueError(f"{op}: cache.state has shape {tuple(cache.state.shape)}; expected [num_slots, nheads, head_dim, d_state]")
     num_slots, nheads, head_dim, d_state = cache.state.shape
     device = cache.state.device
-    floats = FLOAT_DTYPES if device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(device)
     check_tensor(op, "cache.state", cache.state, "[num_slots, nheads, head_dim, d_state]",
                  tuple(cache.state.shape), dtypes=floats, device=device)
     _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
@@ -604,7 +604,7 @@ def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
     if not isinstance(state, Tensor) or state.dim() != 4:
         raise ValueError(f"{op}: {name} has shape {tuple(getattr(state, 'shape', ()))}; expected [num_slots, v_heads, head_v_dim, head_k_dim]")
     num_slots, v_heads, head_v_dim, head_k_dim = state.shape
-    floats = FLOAT_DTYPES if state.device.type == "cpu" else FLOAT_DTYPES[:3]
+    floats = float_dtypes(state.device)
     check_tensor(op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
                  dtypes=floats, device=state.device)
     k_heads = q.shape[2] if isinstance(q, Tensor) and q.dim() == 4 else -1
