@@ -181,9 +181,8 @@ def run_sweep(make_case, args) -> None:
             d = case.default_config("replay_step")
             d_t = res[d] if d in res else case.time("replay_step", d, reps=3)[0]
             k = min(res, key=res.get)
-            fmt = lambda c: f"{c.block_head_dim},{c.num_warps},{c.chunks},{c.num_stages}"  # noqa: E731
-            print(f"{state:>5} {batch:>6} {args.L[0]:>3} {fmt(k):>22} {res[k]*1e6:8.2f} {fmt(d):>22} {d_t*1e6:8.2f}")
+            print(f"{state:>5} {batch:>6} {args.L[0]:>3} {k.label():>22} {res[k]*1e6:8.2f} {d.label():>22} {d_t*1e6:8.2f}")
             print("   all (block,warps,chunks,stages:us): " +
-                  " ".join(f"{fmt(c)}:{t*1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
+                  " ".join(f"{c.label()}:{t*1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
             del case
             torch.cuda.empty_cache()

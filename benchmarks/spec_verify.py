@@ -291,7 +291,6 @@ def run(args, copy_bw):
 def run_sweep(args) -> None:
     """Time the replay verify + commit step for every launch configuration of the harness's
     sweep (and the default) per (family, T, batch); print the best next to the default."""
-    fmt = lambda c: f"{c.block_head_dim},{c.num_warps},{c.chunks},{c.num_stages}"  # noqa: E731
     print(f"{'family':>6} {'T':>2} {'batch':>6} {'best':>14} {'us':>8} {'default':>14} {'us':>8}")
     for family in args.family:
         geom = args.geometry or GEOMETRIES[family]
@@ -302,9 +301,9 @@ def run_sweep(args) -> None:
                 cfgs = list(dict.fromkeys(sweep_configs(case.rows()) + [d]))
                 res = {cfg: case.time("replay", reps=3, config=cfg)[0] for cfg in cfgs}
                 k = min(res, key=res.get)
-                print(f"{family:>6} {T:>2} {batch:>6} {fmt(k):>14} {res[k] * 1e6:8.2f} {fmt(d):>14} {res[d] * 1e6:8.2f}")
+                print(f"{family:>6} {T:>2} {batch:>6} {k.label():>14} {res[k] * 1e6:8.2f} {d.label():>14} {res[d] * 1e6:8.2f}")
                 print("   all (block,warps,chunks,stages:us): " +
-                      " ".join(f"{fmt(c)}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
+                      " ".join(f"{c.label()}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
                 del case
                 torch.cuda.empty_cache()
 

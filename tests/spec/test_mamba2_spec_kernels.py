@@ -1,6 +1,8 @@
 """Speculative Triton kernels (verify, commit, snapshot baseline) against the float64 oracle:
 under TRITON_INTERPRET=1 on the CPU (small shapes, odd sizes exercise every mask), natively on
 a GPU."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -11,7 +13,8 @@ from spec_cases import (commit_with_launcher, drive_baseline, drive_spec, make_w
                         mamba2_snapshot_verify_with_launcher, mamba2_verify_with_launcher,
                         snapshot_commit_with_launcher)
 from trtllm_replayssm.cache import Mamba2ReplayCache
-from trtllm_replayssm.kernels.common import LaunchConfig
+from trtllm_replayssm.kernels.common import LaunchConfig, mamba2_launch_config
+from trtllm_replayssm.kernels.mamba2_verify import mamba2_verify_launch_config
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
 
 pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
@@ -44,6 +47,21 @@ def test_mamba2_replay_verify_kernel_matches_serial(dtypes):
     assert sum(worst["flushes"].values()) >= 3, worst
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s], worst
+
+
+def test_mamba2_replay_verify_kernel_d_state_chunks():
+    """A d_state that is not a multiple of the kernel's D_STATE_CHUNK: the checkpoint tiles'
+    last d_state chunk is partly masked (interpreter: 40 = 32 + 8 of a 64 tile; GPU: 200 of
+    256), through flushes, against the float64 serial oracle."""
+    G = Geometry(2, 8, 40, 1) if INTERPRET else Geometry(4, 24, 200, 2)
+    B, T = 4, 3
+    worst = drive_spec(Mamba2Family(G, with_z=True), _verify, commit_with_launcher,
+                       L=spec_buffer_len(B, T), T=T, state_dtype=torch.float32,
+                       act_dtype=torch.float32, device=DEVICE, steps=6 if INTERPRET else 24,
+                       policies=ROWS, num_slots=5, n_padding=1)
+    assert sum(worst["flushes"].values()) >= 2, worst
+    assert worst["y"] < ACT_TOL["f32"] + STATE_TOL["f32"], worst
+    assert worst["ckpt"] < STATE_TOL["f32"], worst
 
 
 def test_mamba2_replay_verify_kernel_launch_config_invisible():
@@ -98,3 +116,17 @@ def test_mamba2_snapshot_kernels_match_serial(dtypes):
                            steps=3 if INTERPRET else 20, policies=ROWS)
     # The state is rounded to its dtype once per snapshot, every token (as conventional decode).
     assert worst < ACT_TOL[a] + 4 * STATE_TOL[s], worst
+
+
+def test_mamba2_verify_launch_config_caps_registers_of_pipelined_one_warp_programs():
+    """The verify launch is the standard replay configuration; one-warp programs that pipeline
+    several tiles get a 128-register cap (passed to Triton as ``maxnreg``), single-tile programs
+    none."""
+    for batch in (1, 16, 64, 256, 512):
+        std = mamba2_launch_config("replay_step", 64, 128, batch, torch.float32)
+        cfg = mamba2_verify_launch_config(64, 128, batch, torch.float32)
+        pipelined = std.num_warps == 1 and std.chunks > 1
+        assert cfg == replace(std, max_registers=128 if pipelined else None), batch
+        opts = cfg.launch_options()
+        assert opts == ({"num_warps": 1, "maxnreg": 128} if pipelined else {"num_warps": std.num_warps})
+    assert mamba2_verify_launch_config(64, 128, 256, torch.float32).label() == "8,1,8,3,r128"

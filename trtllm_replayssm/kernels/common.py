@@ -7,6 +7,7 @@ large pools).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import triton
@@ -85,12 +86,27 @@ class LaunchConfig:
     [head_dim, d_state] state, walked in a loop software-pipelined ``num_stages`` deep.
 
     The conventional kernel uses one chunk per program (``chunks`` and ``num_stages`` 1).
+    ``max_registers`` (None: ptxas chooses) caps the registers per thread (Triton's
+    ``maxnreg``), trading spills for more resident warps; it never changes results.
     """
 
     block_head_dim: int
     num_warps: int
     chunks: int = 1
     num_stages: int = 1
+    max_registers: Optional[int] = None
+
+    def label(self) -> str:
+        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``): sweeps' key."""
+        cap = f",r{self.max_registers}" if self.max_registers is not None else ""
+        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}"
+
+    def launch_options(self) -> dict:
+        """Triton launch keywords: ``num_warps``, and ``maxnreg`` when capped."""
+        opts = dict(num_warps=self.num_warps)
+        if self.max_registers is not None:
+            opts["maxnreg"] = self.max_registers
+        return opts
 
 
 def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,

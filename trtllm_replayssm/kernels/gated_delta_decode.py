@@ -80,7 +80,7 @@ def launch_gated_delta_decode_step(state: Tensor, q: Tensor, k: Tensor, v: Tenso
     _gated_delta_decode_step_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),
         *gated_delta_step_args(q, k, v, g, beta, out, slot_ids, scale),
-        BLOCK_V=cfg.block_head_dim, num_warps=cfg.num_warps,
+        BLOCK_V=cfg.block_head_dim, **cfg.launch_options(),
         **gated_delta_step_constexprs(g, head_k_dim, use_qk_l2norm),
     )
     return out

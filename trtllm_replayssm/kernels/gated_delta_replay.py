@@ -195,6 +195,6 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
         cursor, arrivals,
         *gated_delta_step_args(q, k, v, g, beta, out, slot_ids, scale),
-        num_warps=cfg.num_warps, **const,
+        **cfg.launch_options(), **const,
     )
     return out

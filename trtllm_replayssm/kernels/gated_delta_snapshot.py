@@ -98,6 +98,6 @@ def launch_gated_delta_snapshot_verify(state: Tensor, snapshots: Tensor, q: Tens
         T, head_v_dim, head_k_dim, v_heads // k_heads,
         BLOCK_T=triton.next_power_of_2(T), BLOCK_V=cfg.block_head_dim,
         BLOCK_K=triton.next_power_of_2(head_k_dim), HAS_NUM_TOKENS=num_tokens is not None,
-        PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm, num_warps=cfg.num_warps,
+        PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm, **cfg.launch_options(),
     )
     return out

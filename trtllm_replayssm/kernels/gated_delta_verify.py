@@ -27,7 +27,6 @@ program on its arrival counter, which also resets the cursor to 0. ``pending`` :
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -44,13 +43,13 @@ __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config
 
 def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
                                      state_dtype: torch.dtype) -> LaunchConfig:
-    """The standard replay step's tiling (``gated_delta_launch_config``, ``heads`` = batch *
-    v_heads) with four warps and at most two pipeline stages: a verify program also holds the
-    window's [T, head_k_dim] tiles, and with one warp ptxas needs 255 registers per thread and
-    spills (sm_90, T = 4, Qwen3.5-122B / Kimi Linear), with four 128-168 and no spills. Chosen
-    from register counts, not yet timed (``benchmarks/spec_verify.py --sweep``)."""
-    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
-    return replace(cfg, num_warps=4, num_stages=min(cfg.num_stages, 2))
+    """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
+    batch * v_heads): 16-row tiles, one warp. Timed on an H200 (Qwen3.5-122B, T = 4, batch 256,
+    fp32 checkpoint, ``benchmarks/spec_verify.py --sweep``; benchmarks/NOTES.md): one warp took
+    1018 us where four warps (chosen earlier from ptxas register counts alone: one warp needs
+    up to 255 registers per thread) took 2451 us, because the per-token reductions over
+    head_k_dim then cross warps through shared memory, as for Mamba-2."""
+    return gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
 
 
 @triton.jit
@@ -358,6 +357,6 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         BLOCK_KHEADS=triton.next_power_of_2(k_heads), BLOCK_VHEADS=triton.next_power_of_2(v_heads),
         BLOCK_V=cfg.block_head_dim, SPAN_V=span, BLOCK_K=triton.next_power_of_2(head_k_dim),
         NUM_STAGES=cfg.num_stages, HAS_NUM_TOKENS=num_tokens is not None,
-        PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm, num_warps=cfg.num_warps,
+        PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm, **cfg.launch_options(),
     )
     return out

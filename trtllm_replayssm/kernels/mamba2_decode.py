@@ -82,7 +82,7 @@ def launch_mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B
     _mamba2_decode_step_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),
         *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
-        BLOCK_HEAD_DIM=cfg.block_head_dim, num_warps=cfg.num_warps,
+        BLOCK_HEAD_DIM=cfg.block_head_dim, **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out

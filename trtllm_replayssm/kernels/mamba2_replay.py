@@ -176,7 +176,7 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
         *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
         L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
         BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
-        num_warps=cfg.num_warps,
+        **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out

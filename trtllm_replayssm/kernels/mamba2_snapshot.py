@@ -107,7 +107,7 @@ def launch_mamba2_snapshot_verify(state: Tensor, snapshots: Tensor, x: Tensor, d
         slot_ids, num_tokens if num_tokens is not None else slot_ids,
         T, head_dim, d_state, nheads // ngroups,
         BLOCK_T=triton.next_power_of_2(T), BLOCK_HEAD_DIM=cfg.block_head_dim,
-        HAS_NUM_TOKENS=num_tokens is not None, num_warps=cfg.num_warps,
+        HAS_NUM_TOKENS=num_tokens is not None, **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out

@@ -17,7 +17,8 @@ a row with w committed records and n window tokens flushes when ``w + n > L - 1`
 Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch) as in the standard replay kernel (same launch
 configurations): a program owns SPAN_HEAD_DIM rows of one head of one row, computes the per-head
 coefficients once ([BLOCK_L, BLOCK_T] history and [BLOCK_T, BLOCK_T] window weights times B·C),
-then streams its checkpoint rows in [BLOCK_HEAD_DIM, d_state] tiles.
+then streams its checkpoint rows in tiles of BLOCK_HEAD_DIM rows (d_state split in chunks:
+``D_STATE_CHUNK``).
 
 Races a flush row must avoid, since its window overwrites history that other programs of the
 row read in the same launch: x records are per (head, head_dim row), so each program rewrites
@@ -29,6 +30,7 @@ No host sync: one captured CUDA graph serves every step.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -42,15 +44,33 @@ from .common import LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, 
 __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 
 
+# Checkpoint tiles are walked as [rows, d_state / D_STATE_CHUNK, D_STATE_CHUNK]: Triton spreads a
+# warp's lanes over the innermost dimension first (four fp32 per lane), so with a 2-D [rows,
+# d_state] tile all 32 lanes share every row and each per-token reduction over d_state costs
+# five shuffle rounds per row; with 32-wide chunks 8 lanes share a row (3 rounds, 4 rows per
+# lane: a quarter of the shuffles), the chunks are summed inside each lane. Same loads, same
+# 16-byte vectors. H200, T = 4, batch 256 (benchmarks/NOTES.md, verify v1.2): 781 -> 690 us;
+# chunks of 16 and 8 measured 726 and 774 us.
+D_STATE_CHUNK = 32
+
+
 def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
                                 state_dtype: torch.dtype) -> LaunchConfig:
-    """The standard replay step's configuration (``mamba2_launch_config``). Timed on an H200
-    (Nemotron-3-Super, T = 4, batch 256, fp32 checkpoint, ``spec_verify.py --sweep``): its one
-    warp, eight-row tiles and three stages took 721 us, the fastest of 27 configurations, where
-    four warps (chosen earlier from ptxas register counts alone: one warp needs 164-255
-    registers per thread) took 1849 us: the per-token reductions over d_state stay inside one
-    warp (shuffles) instead of crossing warps through shared memory."""
-    return mamba2_launch_config("replay_step", head_dim, d_state, batch, state_dtype)
+    """The standard replay step's configuration (``mamba2_launch_config``), and for one-warp
+    programs that pipeline several tiles (batch >= 32) a cap of 128 registers per thread.
+
+    Timed on an H200 (Nemotron-3-Super, fp32 checkpoint, ``spec_verify.py --sweep``;
+    benchmarks/NOTES.md): one warp and eight-row tiles took 721 us at T = 4, batch 256, where
+    four warps (chosen earlier from ptxas register counts alone) took 1849 us: the per-token
+    reductions over d_state stay inside one warp. The kernel is latency-bound (ncu: 17%
+    occupancy, 40% issue-slot use); ptxas allocates it 164-168 registers, 12 resident warps per
+    multiprocessor, and fits T <= 4 into 128 without spills (T = 8: 112 bytes), which gives 16:
+    690 -> 622 us at T = 4 and 1535 -> 1406 us at T = 8, 215 -> 198 us at T = 4, batch 64.
+    Single-tile programs (batch < 32) hold a 32-row tile and are left uncapped."""
+    cfg = mamba2_launch_config("replay_step", head_dim, d_state, batch, state_dtype)
+    if cfg.num_warps == 1 and cfg.chunks > 1:
+        cfg = replace(cfg, max_registers=128)
+    return cfg
 
 
 @triton.jit
@@ -58,7 +78,9 @@ def _verify_outputs(b_base, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_
                     i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
                     D_ptr, stride_D_head, WITH_HISTORY: tl.constexpr, BLOCK_T: tl.constexpr,
                     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
-    """Rows o_p of every window token's output, a [BLOCK_T, BLOCK_HEAD_DIM] tile:
+    """Rows o_p of every window token's output, a [BLOCK_T, BLOCK_HEAD_DIM] tile, from the base
+    tile [BLOCK_HEAD_DIM, chunks, D_STATE_CHUNK] (d_state index o_n, mask m_n: [chunks,
+    D_STATE_CHUNK]):
     y[s] = ckpt_decay[s] (base C_s) + Σ_k coef_h[k, s] xh_k (if WITH_HISTORY)
     + Σ_j coef_w[j, s] xw_j; then, per token as in ``common.skip_gate_store``, y += D x and
     y *= silu(z); tokens s < n are stored."""
@@ -67,7 +89,7 @@ def _verify_outputs(b_base, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_
     for s in tl.static_range(BLOCK_T):
         sel = o_t == s
         b_C = tl.load(p_C + s * stride_C_tok + o_n, mask=m_n & (s < n), other=0.0).to(tl.float32)
-        y_s = tl.sum(tl.where(sel, ckpt_decay, 0.0), axis=0) * tl.sum(b_base * b_C[None, :], axis=1)
+        y_s = tl.sum(tl.where(sel, ckpt_decay, 0.0), axis=0) * tl.sum(tl.sum(b_base * b_C[None, :, :], axis=2), axis=1)
         if WITH_HISTORY:
             y_s += tl.sum(tl.sum(tl.where(sel[None, :], coef_h, 0.0), axis=1)[:, None] * b_xh, axis=0)
         y += tl.where(sel[:, None], y_s[None, :], 0.0)
@@ -139,6 +161,7 @@ def _mamba2_replay_verify_kernel(
     L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_NHEADS: tl.constexpr,
     BLOCK_NGROUPS: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    D_STATE_CHUNK: tl.constexpr,
     NUM_STAGES: tl.constexpr, HAS_NUM_TOKENS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
@@ -161,6 +184,11 @@ def _mamba2_replay_verify_kernel(
     m_l = o_l < w
     m_n = o_n < d_state
     m_tn = m_t[:, None] & m_n[None, :]
+    # Checkpoint tiles are 3-D, [BLOCK_HEAD_DIM, BLOCK_D_STATE // D_STATE_CHUNK, D_STATE_CHUNK]
+    # (o_n2: the d_state index of each [chunk, position]; the module's D_STATE_CHUNK says why).
+    o_n2 = (tl.arange(0, BLOCK_D_STATE // D_STATE_CHUNK)[:, None] * D_STATE_CHUNK
+            + tl.arange(0, D_STATE_CHUNK)[None, :])
+    m_n2 = o_n2 < d_state
     A = tl.load(A_ptr + i_h).to(tl.float32)
 
     # Window, per (row, head): processed dt, its inclusive sums cum[s] = Σ_{i≤s} dt_i and
@@ -205,9 +233,9 @@ def _mamba2_replay_verify_kernel(
         for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
             o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
             m_p = o_p < head_dim
-            m_c = m_p[:, None] & m_n[None, :]
-            b_s = fold_decay * tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c,
-                                       other=0.0).to(tl.float32)
+            m_c = m_p[:, None, None] & m_n2[None, :, :]
+            p_tile = p_c + o_p[:, None, None] * stride_c_dim + o_n2[None, :, :]
+            b_s = fold_decay * tl.load(p_tile, mask=m_c, other=0.0).to(tl.float32)
             # Records newest first, with the running sum of the dt after each record (its
             # decay). Loops over records run to the constant bound L-1 with a uniform guard:
             # a loop bounded by a loaded value does not run under the interpreter.
@@ -217,13 +245,13 @@ def _mamba2_replay_verify_kernel(
                 if k >= 0:
                     dt_k = tl.load(p_dtr + k)
                     xk = tl.load(p_xr + k * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
-                    Bk = tl.load(p_Br + k * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
-                    b_s += (dt_k * tl.exp(A * after) * xk)[:, None] * Bk[None, :]
+                    Bk = tl.load(p_Br + k * stride_Br_pos + o_n2, mask=m_n2, other=0.0).to(tl.float32)
+                    b_s += (dt_k * tl.exp(A * after) * xk)[:, None, None] * Bk[None, :, :]
                     after += dt_k
-            tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+            tl.store(p_tile, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :],
                            mask=m_t[:, None] & m_p[None, :], other=0.0).to(tl.float32)
-            _verify_outputs(b_s, ckpt_decay, b_xw, coef_w, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
+            _verify_outputs(b_s, ckpt_decay, b_xw, coef_w, b_xw, coef_w, o_t, o_p, m_p, o_n2, m_n2, n,
                             i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
                             D_ptr, stride_D_head, False, BLOCK_T, HAS_D, D_PER_DIM, HAS_Z)
         # The window's x records overwrite history this program has read: after a barrier.
@@ -260,12 +288,12 @@ def _mamba2_replay_verify_kernel(
             o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
             m_p = o_p < head_dim
             m_tp = m_t[:, None] & m_p[None, :]
-            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
-                           mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+            b_s0 = tl.load(p_c + o_p[:, None, None] * stride_c_dim + o_n2[None, :, :],
+                           mask=m_p[:, None, None] & m_n2[None, :, :], other=0.0).to(tl.float32)
             b_xh = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
                            mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
-            _verify_outputs(b_s0, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
+            _verify_outputs(b_s0, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n2, m_n2, n,
                             i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
                             D_ptr, stride_D_head, True, BLOCK_T, HAS_D, D_PER_DIM, HAS_Z)
             tl.store(p_xr + (w + o_t)[:, None] * stride_xr_pos + o_p[None, :],
@@ -314,7 +342,8 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
         L=L, BLOCK_L=max(2, triton.next_power_of_2(L)), BLOCK_T=max(2, triton.next_power_of_2(T)),
         BLOCK_NHEADS=triton.next_power_of_2(nheads), BLOCK_NGROUPS=triton.next_power_of_2(ngroups),
         BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
-        HAS_NUM_TOKENS=num_tokens is not None, num_warps=cfg.num_warps,
+        D_STATE_CHUNK=min(D_STATE_CHUNK, triton.next_power_of_2(d_state)),
+        HAS_NUM_TOKENS=num_tokens is not None, **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out
