@@ -1,0 +1,220 @@
+"""Registers per thread, spill bytes and shared memory of each Triton kernel at its default
+launch configuration, compiled for an NVIDIA architecture on a machine without a GPU.
+
+    python benchmarks/kernel_resources.py                        # every kernel, sm_90a, batch 256, T 4, L 16
+    python benchmarks/kernel_resources.py --family gdn kda --T 2 4 8
+    python benchmarks/kernel_resources.py --route replay_verify --batch 16 256 --arch 100
+
+Each launcher is called on CPU tensors of the model geometry (Nemotron-3-Super Mamba-2,
+Qwen3.5-122B GDN, Kimi Linear KDA; bf16 activations and records, fp32 state) while a stand-in
+CUDA driver reports the target and every launch is compiled, not run, through the JIT's own
+argument specialization (alignment and divisibility hints as on the GPU: the register counts
+agree with ncu on the H200). Triton's bundled ptxas -v then reads the PTX. The stand-in patches
+two Triton internals for the duration of a call (the active driver and ``JITFunction.run``);
+it is written against the pinned Triton 3.6.
+
+Registers set the resident warps per multiprocessor (65536 / (32 x registers) per warp on
+Hopper), which is what the latency-bound kernels are limited by (benchmarks/NOTES.md).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..")]
+
+from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache  # noqa: E402
+from trtllm_replayssm.kernels.common import LaunchConfig  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify  # noqa: E402
+from trtllm_replayssm.models import GDN, KDA, MAMBA2  # noqa: E402
+from trtllm_replayssm.ops import spec_buffer_len  # noqa: E402
+
+ROUTES = ("decode_step", "replay_step", "replay_verify", "snapshot_verify")
+# (nheads, head_dim, d_state, ngroups) and (k_heads, v_heads, head_k_dim, head_v_dim), TP = 1.
+GEOMETRIES = {MAMBA2: (128, 64, 128, 8), GDN: (16, 64, 128, 128), KDA: (32, 32, 128, 128)}
+BF16 = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """One compiled kernel: its name, registers per thread, spill store / load bytes (ptxas -v)
+    and shared memory per program in bytes (Triton's, dynamic)."""
+
+    kernel: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    shared: int
+
+
+class _TargetOnlyDriver:
+    """Stands in for Triton's CUDA driver: reports a target and device 0, launches nothing."""
+
+    def __init__(self, arch: int):
+        self.target = GPUTarget("cuda", arch, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def compile_only(arch: int):
+    """Within the block, every Triton launch is compiled for ``arch`` and not run; yields the
+    list that collects (kernel name, compiled kernel) in launch order."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise RuntimeError("kernel_resources: TRITON_INTERPRET=1 makes every kernel an interpreted "
+                           "function, which nothing compiles; run without it")
+    compiled = []
+    run = JITFunction.run
+
+    def compile_launch(self, *args, grid, warmup, **kwargs):
+        kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append((self.__name__, kernel))
+        return kernel
+
+    active = driver._active  # None until first use; reading .active would create a CUDA driver
+    driver.set_active(_TargetOnlyDriver(arch))
+    JITFunction.run = compile_launch
+    try:
+        yield compiled
+    finally:
+        JITFunction.run = run
+        driver.set_active(active)
+
+
+def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
+    """Assemble ``kernel``'s PTX with Triton's bundled ptxas -v for sm_<arch>a."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "kernel.ptx")
+        with open(src, "w") as f:
+            f.write(kernel.asm["ptx"])
+        report = subprocess.run([ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(tmp, "kernel.cubin")],
+                                capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    if regs is None or spills is None:
+        raise RuntimeError(f"kernel_resources: unexpected ptxas report for {name}:\n{report}")
+    return KernelResources(name, int(regs.group(1)), int(spills.group(1)), int(spills.group(2)),
+                           int(kernel.metadata.shared))
+
+
+def _mamba2_launch(route: str, batch: int, T: int, L: int, config) -> None:
+    H, P, N, G = GEOMETRIES[MAMBA2]
+    slots = torch.zeros(batch, dtype=torch.int32)
+    kw = dict(slot_ids=slots, D=torch.zeros(H), dt_bias=torch.zeros(H), config=config)
+    A = torch.zeros(H)
+    if route in ("decode_step", "replay_step"):
+        x, dt = torch.zeros(batch, H, P, dtype=BF16), torch.zeros(batch, H, dtype=BF16)
+        B = C = torch.zeros(batch, G, N, dtype=BF16)
+        if route == "decode_step":
+            launch_mamba2_decode_step(torch.zeros(1, H, P, N), x, dt, A, B, C, out=torch.empty_like(x), **kw)
+        else:
+            c = Mamba2ReplayCache.allocate(1, H, P, N, G, L)
+            launch_mamba2_replay_step(c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals,
+                                      x, dt, A, B, C, out=torch.empty_like(x), **kw)
+        return
+    x, dt = torch.zeros(batch, T, H, P, dtype=BF16), torch.zeros(batch, T, H, dtype=BF16)
+    B = C = torch.zeros(batch, T, G, N, dtype=BF16)
+    if route == "replay_verify":
+        c = Mamba2ReplayCache.allocate(1, H, P, N, G, spec_buffer_len(L, T))
+        launch_mamba2_replay_verify(c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals,
+                                    c.pending, x, dt, A, B, C, out=torch.empty_like(x), **kw)
+    else:
+        launch_mamba2_snapshot_verify(torch.zeros(1, H, P, N), torch.zeros(1, T, H, P, N), x, dt, A, B, C,
+                                      out=torch.empty_like(x), **kw)
+
+
+def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, config) -> None:
+    kh, vh, K, V = GEOMETRIES[family]
+    cache_cls = GDNReplayCache if family == GDN else KDAReplayCache
+    slots = torch.zeros(batch, dtype=torch.int32)
+    tok = () if route in ("decode_step", "replay_step") else (T,)
+    q = torch.zeros(batch, *tok, kh, K, dtype=BF16)
+    v = torch.zeros(batch, *tok, vh, V, dtype=BF16)
+    g = torch.zeros(batch, *tok, vh, *((K,) if family == KDA else ()))
+    beta = torch.zeros(batch, *tok, vh)
+    kw = dict(slot_ids=slots, scale=K ** -0.5, use_qk_l2norm=True, out=torch.empty_like(v), config=config)
+    if route == "decode_step":
+        launch_gated_delta_decode_step(torch.zeros(1, vh, V, K), q, q, v, g, beta, **kw)
+    elif route == "snapshot_verify":
+        launch_gated_delta_snapshot_verify(torch.zeros(1, vh, V, K), torch.zeros(1, T, vh, V, K), q, q, v, g,
+                                           beta, **kw)
+    else:
+        c = cache_cls.allocate(1, kh, vh, K, V, L if route == "replay_step" else spec_buffer_len(L, T))
+        caches = (c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals)
+        if route == "replay_step":
+            launch_gated_delta_replay_step(*caches, q, q, v, g, beta, **kw)
+        else:
+            launch_gated_delta_replay_verify(*caches, c.pending, q, q, v, g, beta, **kw)
+
+
+def kernel_resources(family: str, route: str, *, batch: int = 256, T: int = 4, L: int = 16,
+                     arch: int = 90, config: Optional[LaunchConfig] = None) -> list:
+    """[KernelResources] of the kernels one step of ``route`` launches for ``family`` (``T``:
+    verify tokens; ``L``: records, the history B for verify), at ``config`` or the route's
+    default launch configuration. The commit kernels of speculative steps are not included."""
+    if route not in ROUTES:
+        raise ValueError(f"kernel_resources: route is {route!r}; expected one of {ROUTES}")
+    if family not in GEOMETRIES:
+        raise ValueError(f"kernel_resources: family is {family!r}; expected one of {tuple(GEOMETRIES)}")
+    with compile_only(arch) as compiled:
+        if family == MAMBA2:
+            _mamba2_launch(route, batch, T, L, config)
+        else:
+            _gated_delta_launch(family, route, batch, T, L, config)
+    return [ptxas_resources(name, kernel, arch) for name, kernel in compiled]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", nargs="+", default=list(GEOMETRIES), choices=list(GEOMETRIES))
+    ap.add_argument("--route", nargs="+", default=list(ROUTES), choices=ROUTES)
+    ap.add_argument("--batch", type=int, nargs="+", default=[256])
+    ap.add_argument("--T", type=int, nargs="+", default=[4], help="verify tokens (verify routes)")
+    ap.add_argument("--L", type=int, default=16, help="records (replay_step) or history B (verify)")
+    ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 (sm_90a) or 100")
+    args = ap.parse_args(argv)
+    print(f"# kernel_resources | sm_{args.arch}a | triton {triton.__version__} | L {args.L}")
+    print(f"{'family':>6} {'route':>15} {'batch':>5} {'T':>2} {'regs':>5} {'spill st/ld':>12} {'smem B':>7}  kernel")
+    for family in args.family:
+        for route in args.route:
+            for batch in args.batch:
+                for T in (args.T if route.endswith("verify") else [1]):
+                    for r in kernel_resources(family, route, batch=batch, T=T, L=args.L, arch=args.arch):
+                        print(f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "
+                              f"{f'{r.spill_stores}/{r.spill_loads}':>12} {r.shared:>7}  {r.kernel}")
+
+
+if __name__ == "__main__":
+    main()

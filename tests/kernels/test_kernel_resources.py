@@ -1,0 +1,57 @@
+"""``benchmarks/kernel_resources.py``: offline sm_90a compiles of the launchers (no GPU), so the
+register budgets that launch configurations rely on are checked in CI. The compiles run in a
+subprocess without TRITON_INTERPRET (under the interpreter nothing is compiled)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAMILIES = ("mamba2", "gdn", "kda")
+ROUTES = ("decode_step", "replay_step", "replay_verify", "snapshot_verify")
+CAP = 40
+
+SCRIPT = f"""
+import dataclasses, json, sys
+sys.path[:0] = [{os.path.join(ROOT, 'benchmarks')!r}, {ROOT!r}]
+from kernel_resources import kernel_resources
+from trtllm_replayssm.kernels.common import LaunchConfig
+out = {{"default": [dataclasses.asdict(r) for r in kernel_resources("mamba2", "replay_verify", batch=256, T=4)]}}
+for family in {FAMILIES!r}:
+    for route in {ROUTES!r}:
+        replay = route.startswith("replay")
+        # 16 rows: a valid tile for every kernel (the gated delta replay kernels need >= 16)
+        cfg = LaunchConfig(16, 1, chunks=2 if replay else 1, num_stages=2 if replay else 1, max_registers={CAP})
+        out[family + "/" + route] = [dataclasses.asdict(r) for r in
+                                     kernel_resources(family, route, batch=4, T=2, L=4, config=cfg)]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def resources():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_mamba2_verify_default_fits_its_register_cap_without_spills(resources):
+    """The verify launch caps pipelined one-warp programs at 128 registers (NOTES: 12 -> 16
+    resident warps, measured faster); at T = 4 ptxas must fit it without spilling."""
+    (r,) = resources["default"]
+    assert r["kernel"] == "_mamba2_replay_verify_kernel"
+    assert r["registers"] == 128 and r["spill_stores"] == 0, r
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_launcher_passes_max_registers_to_ptxas(resources, family, route):
+    """A config's ``max_registers`` reaches the compiler through every launcher (a launcher that
+    dropped ``launch_options()`` would compile above the cap: every kernel needs more than 40)."""
+    (r,) = resources[f"{family}/{route}"]
+    assert r["registers"] <= CAP, r
