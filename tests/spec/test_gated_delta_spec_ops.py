@@ -77,6 +77,8 @@ def test_gated_delta_verify_and_baselines_reject_the_other_family():
         kda_snapshot_verify(holder, **kw)
     with pytest.raises(ValueError, match="^gdn_serial_decode: state has shape"):
         gdn_serial_decode(holder.state[0], **kw)
+    with pytest.raises(TypeError, match="^gdn_serial_decode: state is list; expected a torch.Tensor"):
+        gdn_serial_decode(holder.state.tolist(), **kw)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])

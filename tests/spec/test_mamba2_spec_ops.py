@@ -111,6 +111,7 @@ BAD_COMMIT = [
     pytest.param(lambda k: {"cache": _cache()}, ValueError, "num_accepted", id="no-verify-to-commit"),
     pytest.param(lambda k: {"slot_ids": _ids(3, -1, 0, NUM_SLOTS)}, ValueError, "slot_ids", id="slot_ids-range"),
     pytest.param(lambda k: {"cache": k["cache"].checkpoint}, TypeError, "cache", id="cache-tensor"),
+    pytest.param(lambda k: {"slot_ids": [3, 1, 0, 2]}, TypeError, "slot_ids", id="slot_ids-list"),
 ]
 
 
@@ -135,6 +136,8 @@ def _snapshot_kwargs() -> dict:
                  ValueError, "B", id="snapshot-B-d_state"),
     pytest.param(mamba2_serial_decode, "mamba2_serial_decode", lambda k: {"state": k.pop("cache").state[0]},
                  ValueError, "state", id="serial-state-3d"),
+    pytest.param(mamba2_serial_decode, "mamba2_serial_decode", lambda k: {"state": k.pop("cache").state.tolist()},
+                 TypeError, "state", id="serial-state-list"),
     pytest.param(snapshot_commit, "snapshot_commit",
                  lambda k: {"num_accepted": _ids(1, 1, T + 1, 1), "slot_ids": k["slot_ids"], "cache": k["cache"]},
                  ValueError, "num_accepted", id="snapshot-commit-above-T"),

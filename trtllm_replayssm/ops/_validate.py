@@ -44,6 +44,15 @@ def check_tensor(op: str, name: str, t, dims: str, shape: Sequence[int], *,
         raise ValueError(f"{op}: {name} has strides {t.stride()}; expected stride 1 in its last dimension")
 
 
+def check_rank(op: str, name: str, t, ndim: int, dims: str) -> None:
+    """``t`` is a tensor of ``ndim`` dimensions (named ``dims``): TypeError for a non-tensor,
+    ValueError for another rank. For arguments whose sizes define the others' expected shapes."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} is {type(t).__name__}; expected a torch.Tensor")
+    if t.dim() != ndim:
+        raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected {dims}")
+
+
 def check_optional(op: str, name: str, t: Optional[Tensor], dims: str, shape: Sequence[int], **kw) -> None:
     if t is not None:
         check_tensor(op, name, t, dims, shape, **kw)

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
 from ..reference.gated_delta import (delta_rule_gate, gated_delta_decode_step_ref,
                                      gated_delta_replay_step_ref)
-from ._validate import check_flag, check_slot_ids, check_tensor, float_dtypes
+from ._validate import check_flag, check_rank, check_slot_ids, check_tensor, float_dtypes
 
 __all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step",
            "gdn_gate", "kda_gate"]
@@ -88,10 +88,7 @@ def _check_inputs(op: str, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, *, pe
                   k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, num_slots: int,
                   device: torch.device) -> None:
     """Checks the step inputs against the layer geometry."""
-    if not isinstance(q, Tensor):
-        raise TypeError(f"{op}: q is {type(q).__name__}; expected a torch.Tensor")
-    if q.dim() != 3:
-        raise ValueError(f"{op}: q has shape {tuple(q.shape)}; expected [batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
+    check_rank(op, "q", q, 3, f"[batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
     batch = q.shape[0]
     floats = float_dtypes(device)
     check_tensor(op, "q", q, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=floats, device=device)
@@ -113,10 +110,7 @@ def _check_inputs(op: str, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, *, pe
 
 def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale,
                  use_qk_l2norm, out) -> Tensor:
-    if not isinstance(state, Tensor):
-        raise TypeError(f"{op}: state is {type(state).__name__}; expected a torch.Tensor")
-    if state.dim() != 4:
-        raise ValueError(f"{op}: state has shape {tuple(state.shape)}; expected [num_slots, v_heads, head_v_dim, head_k_dim]")
+    check_rank(op, "state", state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
     num_slots, v_heads, head_v_dim, head_k_dim = state.shape
     k_heads = q.shape[1] if isinstance(q, Tensor) and q.dim() == 3 else -1
     if k_heads < 1 or v_heads % k_heads:

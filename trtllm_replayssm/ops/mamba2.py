@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
-from ._validate import check_flag, check_optional, check_slot_ids, check_tensor, float_dtypes
+from ._validate import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes
 
 __all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
 
@@ -77,10 +77,7 @@ def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus,
                   nheads: int, head_dim: int, d_state: int, ngroups: int, num_slots: int,
                   act_dtype: Optional[torch.dtype], device: torch.device) -> None:
     """Checks the step inputs against the layer geometry."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: x is {type(x).__name__}; expected a torch.Tensor")
-    if x.dim() != 3:
-        raise ValueError(f"{op}: x has shape {tuple(x.shape)}; expected [batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
+    check_rank(op, "x", x, 3, f"[batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
     batch = x.shape[0]
     floats = float_dtypes(device)
     act = (act_dtype,) if act_dtype is not None else floats
@@ -137,10 +134,7 @@ def mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tenso
         the state (one host sync) except during CUDA-graph capture.
     """
     op = "mamba2_decode_step"
-    if not isinstance(state, Tensor):
-        raise TypeError(f"{op}: state is {type(state).__name__}; expected a torch.Tensor")
-    if state.dim() != 4:
-        raise ValueError(f"{op}: state has shape {tuple(state.shape)}; expected [num_slots, nheads, head_dim, d_state]")
+    check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
     num_slots, nheads, head_dim, d_state = state.shape
     ngroups = B.shape[1] if isinstance(B, Tensor) and B.dim() == 3 else -1
     if ngroups < 1 or nheads % ngroups:

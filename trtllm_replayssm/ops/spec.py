@@ -50,8 +50,8 @@ from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.spec import (gated_delta_replay_verify_ref, gated_delta_snapshot_verify_ref,
                               mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
                               replay_commit_ref, snapshot_commit_ref, spec_buffer_len)
-from ._validate import (check_flag, check_optional, check_slot_ids, check_tensor, float_dtypes,
-                        reads_device_values)
+from ._validate import (check_flag, check_optional, check_rank, check_slot_ids, check_tensor,
+                        float_dtypes, reads_device_values)
 from .gated_delta import _resolve_scale
 
 __all__ = [
@@ -273,10 +273,7 @@ def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt
                          ngroups: int, num_slots: int, act_dtype: Optional[torch.dtype],
                          device: torch.device, max_T: int) -> int:
     """Checks the window inputs of a Mamba-2 verify against the layer geometry; returns T."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: x is {type(x).__name__}; expected a torch.Tensor")
-    if x.dim() != 4:
-        raise ValueError(f"{op}: x has shape {tuple(x.shape)}; expected [batch, T, nheads, head_dim] = (batch, T, {nheads}, {head_dim})")
+    check_rank(op, "x", x, 4, f"[batch, T, nheads, head_dim] = (batch, T, {nheads}, {head_dim})")
     batch, T = x.shape[:2]
     if not 1 <= T <= max_T:
         raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
@@ -312,10 +309,7 @@ def _check_delta_window_inputs(op: str, q, k, v, g, beta, slot_ids, num_tokens, 
                                head_k_dim: int, head_v_dim: int, num_slots: int,
                                device: torch.device, max_T: int) -> int:
     """Checks the window inputs of a GDN / KDA verify against the layer geometry; returns T."""
-    if not isinstance(q, Tensor):
-        raise TypeError(f"{op}: q is {type(q).__name__}; expected a torch.Tensor")
-    if q.dim() != 4:
-        raise ValueError(f"{op}: q has shape {tuple(q.shape)}; expected [batch, T, k_heads, head_k_dim] = (batch, T, {k_heads}, {head_k_dim})")
+    check_rank(op, "q", q, 4, f"[batch, T, k_heads, head_k_dim] = (batch, T, {k_heads}, {head_k_dim})")
     batch, T = q.shape[:2]
     if not 1 <= T <= max_T:
         raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
@@ -515,8 +509,7 @@ def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
     op = "replay_commit"
     _check_replay_cache(op, cache, _REPLAY_CACHES)
     device = cache.device
-    if not isinstance(slot_ids, Tensor) or slot_ids.dim() != 1:
-        raise ValueError(f"{op}: slot_ids has shape {tuple(getattr(slot_ids, 'shape', ()))}; expected [batch]")
+    check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     batch = slot_ids.shape[0]
     check_slot_ids(op, slot_ids, batch, cache.num_slots, device)
     _check_counts(op, "num_accepted", num_accepted, slot_ids, batch, device,
@@ -537,8 +530,7 @@ def mamba2_serial_decode(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Ten
     [num_slots, nheads, head_dim, d_state] (mutated) in place of the cache.
     """
     op = "mamba2_serial_decode"
-    if not isinstance(state, Tensor) or state.dim() != 4:
-        raise ValueError(f"{op}: state has shape {tuple(getattr(state, 'shape', ()))}; expected [num_slots, nheads, head_dim, d_state]")
+    check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
     num_slots, nheads, head_dim, d_state = state.shape
     floats = float_dtypes(state.device)
     check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
@@ -601,8 +593,7 @@ def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tenso
 
 def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
     """(num_slots, k_heads, v_heads, head_k_dim, head_v_dim) of a conventional state."""
-    if not isinstance(state, Tensor) or state.dim() != 4:
-        raise ValueError(f"{op}: {name} has shape {tuple(getattr(state, 'shape', ()))}; expected [num_slots, v_heads, head_v_dim, head_k_dim]")
+    check_rank(op, name, state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
     num_slots, v_heads, head_v_dim, head_k_dim = state.shape
     floats = float_dtypes(state.device)
     check_tensor(op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
@@ -694,8 +685,7 @@ def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     device = cache.state.device
-    if not isinstance(slot_ids, Tensor) or slot_ids.dim() != 1:
-        raise ValueError(f"{op}: slot_ids has shape {tuple(getattr(slot_ids, 'shape', ()))}; expected [batch]")
+    check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     batch = slot_ids.shape[0]
     check_slot_ids(op, slot_ids, batch, cache.num_slots, device)
     _check_counts(op, "num_accepted", num_accepted, slot_ids, batch, device,
