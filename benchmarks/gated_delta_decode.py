@@ -134,6 +134,8 @@ def main(argv=None):
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=list(DT))
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--sweep", action="store_true", help="time every replay launch configuration instead")
+    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
+                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
     ap.add_argument("--fla", action="store_true", help="also time FLA's fused recurrent kernel (needs fla)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import statistics
+from dataclasses import replace
 
 import torch
 
@@ -160,14 +161,15 @@ def run_table(make_case, args, copy_bw: float) -> list:
     return rows
 
 
-def sweep_configs(head_dim: int) -> list:
+def sweep_configs(head_dim: int, max_registers=()) -> list:
     """Replay launch configurations tried by --sweep: one tile per program, or one head per
-    program in a pipelined loop (``head_dim``: the state rows of one head)."""
+    program in a pipelined loop (``head_dim``: the state rows of one head); and each one-warp
+    configuration again with each register cap in ``max_registers`` (--max-registers)."""
     cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if b <= head_dim]
     for b in (8, 16):
         chunks = -(-head_dim // b)
         cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (2, 3, 4)]
-    return cfgs
+    return cfgs + [replace(c, max_registers=r) for r in max_registers for c in cfgs if c.num_warps == 1]
 
 
 def run_sweep(make_case, args) -> None:
@@ -177,12 +179,12 @@ def run_sweep(make_case, args) -> None:
     for state in args.state:
         for batch in args.batch:
             case = make_case(batch, args.L[0], state)
-            res = {cfg: case.time("replay_step", cfg, reps=3)[0] for cfg in sweep_configs(case.rows)}
+            res = {cfg: case.time("replay_step", cfg, reps=3)[0] for cfg in sweep_configs(case.rows, args.max_registers)}
             d = case.default_config("replay_step")
             d_t = res[d] if d in res else case.time("replay_step", d, reps=3)[0]
             k = min(res, key=res.get)
             print(f"{state:>5} {batch:>6} {args.L[0]:>3} {k.label():>22} {res[k]*1e6:8.2f} {d.label():>22} {d_t*1e6:8.2f}")
-            print("   all (block,warps,chunks,stages:us): " +
+            print("   all (block,warps,chunks,stages[,r<max registers>]:us): " +
                   " ".join(f"{c.label()}:{t*1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
             del case
             torch.cuda.empty_cache()

@@ -97,6 +97,8 @@ def main(argv=None):
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=list(DT))
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--sweep", action="store_true", help="time every launch configuration instead")
+    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
+                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():

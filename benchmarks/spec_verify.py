@@ -298,11 +298,11 @@ def run_sweep(args) -> None:
             for batch in args.batch:
                 case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
                 d = case.default_config()
-                cfgs = list(dict.fromkeys(sweep_configs(case.rows()) + [d]))
+                cfgs = list(dict.fromkeys(sweep_configs(case.rows(), args.max_registers) + [d]))
                 res = {cfg: case.time("replay", reps=3, config=cfg)[0] for cfg in cfgs}
                 k = min(res, key=res.get)
                 print(f"{family:>6} {T:>2} {batch:>6} {k.label():>14} {res[k] * 1e6:8.2f} {d.label():>14} {res[d] * 1e6:8.2f}")
-                print("   all (block,warps,chunks,stages:us): " +
+                print("   all (block,warps,chunks,stages[,r<max registers>]:us): " +
                       " ".join(f"{c.label()}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
                 del case
                 torch.cuda.empty_cache()
@@ -376,6 +376,8 @@ def main(argv=None):
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--accept", type=float, default=0.7, help="mean accepted tokens per step / T")
     ap.add_argument("--sweep", action="store_true", help="time replay launch configurations instead")
+    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
+                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if args.geometry is not None and len(args.family) != 1:
