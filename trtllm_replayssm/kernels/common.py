@@ -44,6 +44,17 @@ def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
 
 
 @triton.jit
+def window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS: tl.constexpr):
+    """Tokens of row ``i_b`` in a speculative window: ``num_tokens[i_b]`` when given, else T
+    (int32 scalar). Read only for live rows (after the caller's padding check)."""
+    if HAS_NUM_TOKENS:
+        n = tl.load(num_tokens_ptr + i_b)
+    else:
+        n = tl.full([], T, tl.int32)
+    return n
+
+
+@triton.jit
 def advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L: tl.constexpr):
     """End of a replay program: count it in the row's arrivals; the last program of the row
     writes the new cursor (0 after a flush at w == L-1, else w+1) and resets the counter.

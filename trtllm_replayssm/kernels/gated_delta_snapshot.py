@@ -14,7 +14,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig
+from .common import LaunchConfig, window_tokens
 from .gated_delta_common import decay_columns, gated_delta_launch_config, load_log_decay, load_qk
 
 __all__ = ["launch_gated_delta_snapshot_verify"]
@@ -42,10 +42,7 @@ def _gated_delta_snapshot_verify_kernel(
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
-    if HAS_NUM_TOKENS:
-        n = tl.load(num_tokens_ptr + i_b)
-    else:
-        n = tl.full([], T, tl.int32)
+    n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     i_b = i_b.to(tl.int64)
     i_hk = i_h // v_per_k
     o_v = i_v * BLOCK_V + tl.arange(0, BLOCK_V)

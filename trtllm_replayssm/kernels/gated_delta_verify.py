@@ -35,7 +35,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig
+from .common import LaunchConfig, window_tokens
 from .gated_delta_common import decay_columns, gated_delta_launch_config
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
@@ -160,10 +160,7 @@ def _gated_delta_replay_verify_kernel(
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
-    if HAS_NUM_TOKENS:
-        n = tl.load(num_tokens_ptr + i_b)
-    else:
-        n = tl.full([], T, tl.int32)
+    n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     i_b = i_b.to(tl.int64)
     i_hk = i_h // v_per_k
     w = tl.load(cursor_ptr + slot)

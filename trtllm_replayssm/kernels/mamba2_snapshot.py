@@ -15,7 +15,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import (LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt,
-                     skip_gate_store)
+                     skip_gate_store, window_tokens)
 
 __all__ = ["launch_mamba2_snapshot_verify"]
 
@@ -47,10 +47,7 @@ def _mamba2_snapshot_verify_kernel(
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
-    if HAS_NUM_TOKENS:
-        n = tl.load(num_tokens_ptr + i_b)
-    else:
-        n = tl.full([], T, tl.int32)
+    n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     i_b = i_b.to(tl.int64)
     i_g = i_h // heads_per_group
     o_p = i_p * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)

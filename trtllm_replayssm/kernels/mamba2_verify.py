@@ -39,7 +39,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt
+from .common import LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt, window_tokens
 
 __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 
@@ -170,10 +170,7 @@ def _mamba2_replay_verify_kernel(
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
-    if HAS_NUM_TOKENS:
-        n = tl.load(num_tokens_ptr + i_b)
-    else:
-        n = tl.full([], T, tl.int32)
+    n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     i_b = i_b.to(tl.int64)
     i_g = i_h // heads_per_group
     w = tl.load(cursor_ptr + slot)
