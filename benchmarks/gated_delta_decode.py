@@ -9,7 +9,8 @@ output.
 
     python benchmarks/gated_delta_decode.py --family gdn          # Qwen3.5 geometries
     python benchmarks/gated_delta_decode.py --family kda          # Kimi Linear
-    python benchmarks/gated_delta_decode.py --family gdn --sweep  # launch configurations
+    python benchmarks/gated_delta_decode.py --family gdn --sweep  # replay launch configurations
+    python benchmarks/gated_delta_decode.py --family kda --sweep decode_step --state bf16  # conventional
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (DecodeCase, copy_bandwidth, header, plot_speedups, results_stem, run_sweep,  # noqa: E402
-                     run_table, slot_sets, time_graph, write_json)
+from harness import (DecodeCase, add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
+                     results_stem, run_sweep, run_table, slot_sets, time_graph, write_json)
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step  # noqa: E402
@@ -133,9 +134,7 @@ def main(argv=None):
     ap.add_argument("--L", type=int, nargs="+", default=[16, 8, 32])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=list(DT))
     ap.add_argument("--act", default="bf16", choices=list(DT))
-    ap.add_argument("--sweep", action="store_true", help="time every replay launch configuration instead")
-    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
-                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+    add_sweep_arguments(ap)
     ap.add_argument("--fla", action="store_true", help="also time FLA's fused recurrent kernel (needs fla)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)

@@ -161,27 +161,44 @@ def run_table(make_case, args, copy_bw: float) -> list:
     return rows
 
 
-def sweep_configs(head_dim: int, max_registers=()) -> list:
-    """Replay launch configurations tried by --sweep: one tile per program, or one head per
-    program in a pipelined loop (``head_dim``: the state rows of one head); and each one-warp
-    configuration again with each register cap in ``max_registers`` (--max-registers)."""
-    cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if b <= head_dim]
-    for b in (8, 16):
-        chunks = -(-head_dim // b)
-        cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (2, 3, 4)]
+def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step") -> list:
+    """Launch configurations tried by --sweep (``head_dim``: the state rows of one head).
+
+    ``"replay_step"``: one tile per program, or one head per program in a pipelined loop.
+    ``"decode_step"`` (conventional read-modify-write): one tile per program, 4 to 32 rows, one
+    to eight warps. Then each one-warp configuration again with each register cap in
+    ``max_registers`` (--max-registers)."""
+    if route == "decode_step":
+        cfgs = [LaunchConfig(b, w) for b in (4, 8, 16, 32) for w in (1, 2, 4, 8) if b <= head_dim]
+    else:
+        cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if b <= head_dim]
+        for b in (8, 16):
+            chunks = -(-head_dim // b)
+            cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (2, 3, 4)]
     return cfgs + [replace(c, max_registers=r) for r in max_registers for c in cfgs if c.num_warps == 1]
 
 
+def add_sweep_arguments(ap) -> None:
+    """--sweep [ROUTE] and --max-registers, shared by the decode benchmarks."""
+    ap.add_argument("--sweep", nargs="?", const="replay_step", default=None, choices=("replay_step", "decode_step"),
+                    help="time every launch configuration of ROUTE (default replay_step) instead")
+    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
+                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+
+
 def run_sweep(make_case, args) -> None:
-    """Time every replay launch configuration for each (state, batch) at L = args.L[0] and
-    print the best next to the default (``case.default_config``)."""
+    """Time every launch configuration of route ``args.sweep`` for each (state, batch) at
+    L = args.L[0] and print the best next to the default (``case.default_config``)."""
+    route = args.sweep
+    print(f"# sweep of {route}")
     print(f"{'state':>5} {'batch':>6} {'L':>3} {'best':>22} {'us':>8} {'default':>22} {'us':>8}")
     for state in args.state:
         for batch in args.batch:
             case = make_case(batch, args.L[0], state)
-            res = {cfg: case.time("replay_step", cfg, reps=3)[0] for cfg in sweep_configs(case.rows, args.max_registers)}
-            d = case.default_config("replay_step")
-            d_t = res[d] if d in res else case.time("replay_step", d, reps=3)[0]
+            res = {cfg: case.time(route, cfg, reps=3)[0]
+                   for cfg in sweep_configs(case.rows, args.max_registers, route)}
+            d = case.default_config(route)
+            d_t = res[d] if d in res else case.time(route, d, reps=3)[0]
             k = min(res, key=res.get)
             print(f"{state:>5} {batch:>6} {args.L[0]:>3} {k.label():>22} {res[k]*1e6:8.2f} {d.label():>22} {d_t*1e6:8.2f}")
             print("   all (block,warps,chunks,stages[,r<max registers>]:us): " +

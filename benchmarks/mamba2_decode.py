@@ -7,7 +7,8 @@ Replay cursors start spread over [0, L) and advance every step: flushes are incl
 real share. Bytes moved come from trtllm_replayssm.memory (the planner's model).
 
     python benchmarks/mamba2_decode.py                       # the README table
-    python benchmarks/mamba2_decode.py --sweep               # launch-configuration sweep
+    python benchmarks/mamba2_decode.py --sweep               # replay launch-configuration sweep
+    python benchmarks/mamba2_decode.py --sweep decode_step   # the conventional kernel's
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (DecodeCase, copy_bandwidth, header, plot_speedups, results_stem, run_sweep,  # noqa: E402
-                     run_table, slot_sets, write_json)
+from harness import (DecodeCase, add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
+                     results_stem, run_sweep, run_table, slot_sets, write_json)
 from trtllm_replayssm.cache import Mamba2ReplayCache  # noqa: E402
 from trtllm_replayssm.kernels.common import mamba2_launch_config  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step  # noqa: E402
@@ -96,9 +97,7 @@ def main(argv=None):
     ap.add_argument("--L", type=int, nargs="+", default=[16, 8, 32])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=list(DT))
     ap.add_argument("--act", default="bf16", choices=list(DT))
-    ap.add_argument("--sweep", action="store_true", help="time every launch configuration instead")
-    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
-                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+    add_sweep_arguments(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():

@@ -22,3 +22,40 @@ def test_sweep_configs_add_register_caps_to_one_warp_configurations_only():
     assert extra[0].label().endswith(",r128")
     # Heads narrower than a tile leave that tile size out.
     assert all(c.block_head_dim <= 16 for c in sweep_configs(16) if c.chunks == 1)
+
+
+def test_sweep_configs_of_the_conventional_kernel_are_single_tiles():
+    cfgs = sweep_configs(128, route="decode_step")
+    assert len(cfgs) == len(set(cfgs)) == 16
+    assert all(c.chunks == 1 and c.num_stages == 1 for c in cfgs)
+    assert {c.block_head_dim for c in cfgs} == {4, 8, 16, 32} and {c.num_warps for c in cfgs} == {1, 2, 4, 8}
+
+
+def test_run_sweep_times_every_configuration_of_the_route(capsys):
+    """run_sweep's bookkeeping with a stand-in case (the timing itself needs a GPU)."""
+    import argparse
+    import harness
+    from trtllm_replayssm.kernels.common import LaunchConfig
+
+    timed = []
+
+    class Case:
+        rows = 64
+
+        def time(self, route, cfg, reps):
+            timed.append((route, cfg))
+            return (1e-6 * (cfg.block_head_dim + cfg.num_warps),)
+
+        def default_config(self, route):
+            return LaunchConfig(8, 2)
+
+    ap = argparse.ArgumentParser()
+    harness.add_sweep_arguments(ap)
+    args = ap.parse_args(["--sweep", "decode_step", "--max-registers", "64"])
+    args.state, args.batch, args.L = ["f32"], [256], [16]
+    harness.run_sweep(lambda batch, L, state: Case(), args)
+    configs = sweep_configs(64, [64], "decode_step")
+    assert timed == [("decode_step", c) for c in configs]
+    out = capsys.readouterr().out
+    assert "# sweep of decode_step" in out and "4,1,1,1" in out.splitlines()[2]
+    assert ap.parse_args(["--sweep"]).sweep == "replay_step" and ap.parse_args([]).sweep is None
