@@ -44,13 +44,13 @@ def run_tp_decode(n: int, *args: str, timeout: int = 240) -> dict:
     assert lines, f"no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
     report = json.loads(lines[0][len(JSON_TAG):])
     report["returncode"] = proc.returncode
-    report["stdout"] = proc.stdout
+    report["output"] = proc.stdout + "\n--- stderr (tail) ---\n" + proc.stderr[-4000:]
     return report
 
 
 def test_tp_decode_mpirun_two_cpu_ranks_equals_whole_stack():
     r = run_tp_decode(2, "--steps", "24", "--L", "4", "--dtype", "fp64")
-    assert r["tp"] == 2 and r["returncode"] == 0 and r["passed"], r["stdout"]
+    assert r["tp"] == 2 and r["returncode"] == 0 and r["passed"], r["output"]
     assert set(r["routes"]) == {"replay", "conventional"}
     for route, e in r["routes"].items():
         assert max(e["outputs"], e["caches"], e["conv_states"]) < 1e-12, (route, e)
