@@ -13,8 +13,8 @@ agree with ncu on the H200). Triton's bundled ptxas -v then reads the PTX. The s
 two Triton internals for the duration of a call (the active driver and ``JITFunction.run``);
 it is written against the pinned Triton 3.6.
 
-Registers set the resident warps per multiprocessor (65536 / (32 x registers) per warp on
-Hopper), which is what the latency-bound kernels are limited by (benchmarks/NOTES.md).
+Registers per thread R bound the resident warps per multiprocessor (65536 / (32 R) on Hopper),
+which is what the latency-bound kernels are limited by (benchmarks/NOTES.md).
 """
 from __future__ import annotations
 
@@ -114,7 +114,9 @@ def compile_only(arch: int):
 
 def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
     """Assemble ``kernel``'s PTX with Triton's bundled ptxas -v for sm_<arch>a."""
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    # Triton ships a separate ptxas for Blackwell (sm_100 and later).
+    tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w") as f:
