@@ -266,17 +266,24 @@ def _nemotron_h(cfg: Mapping) -> Tuple[str, list]:
     return family, [Layer(i, k, geoms.get(k)) for i, k in enumerate(kinds)]
 
 
+def _layer_types_kinds(cfg: Mapping, linear_kind: str, family: str, alternative: str = "") -> list:
+    """Per layer ``linear_kind`` or ATTENTION from ``layer_types`` ('linear_attention' /
+    'full_attention'), checked against num_hidden_layers; ``alternative`` ends the error message."""
+    types = cfg.get("layer_types")
+    allowed = {"linear_attention": linear_kind, "full_attention": ATTENTION}
+    if not isinstance(types, (list, tuple)) or any(t not in allowed for t in types):
+        raise ValueError(f"config ({family}): layer_types is {types!r}; expected a list of "
+                         f"'linear_attention' / 'full_attention'{alternative}")
+    kinds = [allowed[t] for t in types]
+    _check_layer_count(cfg, kinds, family, "layer_types")
+    return kinds
+
+
 def _qwen_gdn(cfg: Mapping) -> Tuple[str, list]:
     family = "Qwen3-Next/Qwen3.5"
     n = _int(cfg, "num_hidden_layers", family)
     if cfg.get("layer_types") is not None:
-        types = cfg["layer_types"]
-        allowed = {"linear_attention": GDN, "full_attention": ATTENTION}
-        if not isinstance(types, (list, tuple)) or any(t not in allowed for t in types):
-            raise ValueError(f"config ({family}): layer_types is {types!r}; expected a list of "
-                             f"'linear_attention' / 'full_attention'")
-        kinds = [allowed[t] for t in types]
-        _check_layer_count(cfg, kinds, family, "layer_types")
+        kinds = _layer_types_kinds(cfg, GDN, family)
     else:
         interval = _int(cfg, "full_attention_interval", family)
         kinds = [ATTENTION if (i + 1) % interval == 0 else GDN for i in range(n)]
@@ -300,14 +307,7 @@ def _kimi_layer_kinds(cfg: Mapping, n: int, family: str) -> list:
     kda_layers / full_attn_layers) or from ``layer_types`` (transformers 5's to_dict())."""
     lac = cfg.get("linear_attn_config")
     if lac is None:
-        types = cfg.get("layer_types")
-        allowed = {"linear_attention": KDA, "full_attention": ATTENTION}
-        if not isinstance(types, (list, tuple)) or any(t not in allowed for t in types):
-            raise ValueError(f"config ({family}): layer_types is {types!r}; expected a list of "
-                             f"'linear_attention' / 'full_attention' (or a linear_attn_config)")
-        kinds = [allowed[t] for t in types]
-        _check_layer_count(cfg, kinds, family, "layer_types")
-        return kinds
+        return _layer_types_kinds(cfg, KDA, family, " (or a linear_attn_config)")
     if not isinstance(lac, Mapping):
         raise ValueError(f"config ({family}): linear_attn_config is {lac!r}; expected a dict")
     # Layer ids in linear_attn_config are 1-based, as published.
