@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from .mamba2 import compute_dtype, expand_heads, held_records, live_rows
+from .mamba2 import compute_dtype, expand_heads, held_records, live_rows, mask_records
 
 __all__ = [
     "L2NORM_EPS",
@@ -187,12 +187,12 @@ def gated_delta_records_state(checkpoint: Tensor, d_records: Tensor, k_records: 
     cd = compute_dtype(checkpoint)
     rows, v_heads, head_v_dim, head_k_dim = checkpoint.shape
     L = d_records.shape[2]
-    valid = torch.arange(L, device=cursor.device)[None, :] < cursor.long()[:, None]
+    valid = held_records(cursor.long(), L)
     g_rec = _channels(g_records, g_records.dim() == 4)
     no_g = torch.zeros(rows, v_heads, g_rec.shape[-1], dtype=cd, device=checkpoint.device)
     ckpt_decay, weights = gated_delta_replay_weights(g_rec, valid, no_g)
-    d_rec = torch.where(valid[:, None, :, None], d_records.to(cd), 0.0)
-    k_rec = expand_heads(torch.where(valid[:, None, :, None], k_records.to(cd), 0.0), v_heads)
+    d_rec = mask_records(d_records, valid, cd)
+    k_rec = expand_heads(mask_records(k_records, valid, cd), v_heads)
     no_d = torch.zeros(rows, v_heads, head_v_dim, dtype=cd, device=checkpoint.device)
     no_k = torch.zeros(rows, v_heads, head_k_dim, dtype=cd, device=checkpoint.device)
     return gated_delta_replay_fold(checkpoint.to(cd), d_rec, k_rec, ckpt_decay, weights, no_d, no_k)
@@ -230,8 +230,8 @@ def gated_delta_replay_step_ref(checkpoint: Tensor, d_records: Tensor, k_records
     qh, kh = expand_heads(qn, hv), expand_heads(kn, hv)
     g_cur = _channels(g[rows].to(cd), per_channel)
     ckpt_decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), valid, g_cur)
-    d_rec = torch.where(valid[:, None, :, None], d_records[slots].to(cd), 0.0)
-    k_rec = expand_heads(torch.where(valid[:, None, :, None], k_records[slots].to(cd), 0.0), hv)
+    d_rec = mask_records(d_records[slots], valid, cd)
+    k_rec = expand_heads(mask_records(k_records[slots], valid, cd), hv)
     S0 = checkpoint[slots].to(cd)
     hist_k = gated_delta_replay_project(S0, d_rec, k_rec, ckpt_decay, weights, kh)
     hist_q = gated_delta_replay_project(S0, d_rec, k_rec, ckpt_decay, weights, qh)

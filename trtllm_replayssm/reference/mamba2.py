@@ -64,6 +64,12 @@ def held_records(w: Tensor, L: int) -> Tensor:
     return torch.arange(L, device=w.device)[None, :] < w[:, None]
 
 
+def mask_records(records: Tensor, held: Tensor, dtype: torch.dtype) -> Tensor:
+    """``records`` [rows, heads, L, dim] in ``dtype``, zero at the positions a row does not
+    hold (``held`` [rows, L], from :func:`held_records`)."""
+    return torch.where(held[:, None, :, None], records.to(dtype), 0.0)
+
+
 def mamba2_process_dt(dt: Tensor, dt_bias: Optional[Tensor], dt_softplus: bool,
                       dtype: torch.dtype) -> Tensor:
     """dt [batch, nheads] raw -> processed step size [batch, nheads] in ``dtype``.
@@ -196,11 +202,11 @@ def mamba2_records_state(checkpoint: Tensor, x_records: Tensor, dt_records: Tens
     cd = compute_dtype(checkpoint)
     rows, nheads, head_dim, d_state = checkpoint.shape
     L = x_records.shape[2]
-    valid = torch.arange(L, device=cursor.device)[None, :] < cursor.long()[:, None]
+    valid = held_records(cursor.long(), L)
     no_dt = torch.zeros(rows, nheads, dtype=cd, device=checkpoint.device)
     ckpt_decay, weights = mamba2_replay_weights(A, dt_records, valid, no_dt)
-    x_rec = torch.where(valid[:, None, :, None], x_records.to(cd), 0.0)
-    B_rec = expand_heads(torch.where(valid[:, None, :, None], B_records.to(cd), 0.0), nheads)
+    x_rec = mask_records(x_records, valid, cd)
+    B_rec = expand_heads(mask_records(B_records, valid, cd), nheads)
     no_x = torch.zeros(rows, nheads, head_dim, dtype=cd, device=checkpoint.device)
     no_B = torch.zeros(rows, nheads, d_state, dtype=cd, device=checkpoint.device)
     return mamba2_replay_fold(checkpoint.to(cd), x_rec, B_rec, ckpt_decay, weights, no_x, no_dt, no_B)
@@ -235,8 +241,8 @@ def mamba2_replay_step_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Te
     xr = x[rows].to(cd)
     dt_cur = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd)
     ckpt_decay, weights = mamba2_replay_weights(A, dt_records[slots], valid, dt_cur)
-    x_rec = torch.where(valid[:, None, :, None], x_records[slots].to(cd), 0.0)
-    B_rec = expand_heads(torch.where(valid[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
+    x_rec = mask_records(x_records[slots], valid, cd)
+    B_rec = expand_heads(mask_records(B_records[slots], valid, cd), nheads)
     Bh = expand_heads(B[rows].to(cd), nheads)
     Ch = expand_heads(C[rows].to(cd), nheads)
     S0 = checkpoint[slots].to(cd)

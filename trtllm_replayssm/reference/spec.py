@@ -35,7 +35,7 @@ from torch import Tensor
 
 from .gated_delta import (_channels, gated_delta_replay_fold,
                           gated_delta_replay_weights, prepare_qk)
-from .mamba2 import (_skip_and_gate, compute_dtype, expand_heads, held_records, live_rows,
+from .mamba2 import (_skip_and_gate, compute_dtype, expand_heads, held_records, live_rows, mask_records,
                      mamba2_process_dt, mamba2_replay_fold, mamba2_replay_output,
                      mamba2_replay_weights)
 
@@ -108,8 +108,8 @@ def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: 
 
     # History: the committed records; window: the step inputs, [rows, nheads, T, ...].
     held = o_l[None, :] < w[:, None]
-    x_hist = torch.where(held[:, None, :, None], x_records[slots].to(cd), 0.0)
-    B_hist = expand_heads(torch.where(held[:, None, :, None], B_records[slots].to(cd), 0.0), nheads)
+    x_hist = mask_records(x_records[slots], held, cd)
+    B_hist = expand_heads(mask_records(B_records[slots], held, cd), nheads)
     dt_hist = dt_records[slots].to(cd)
     x_win = x[rows].to(cd).transpose(1, 2)
     dt_win = mamba2_process_dt(dt[rows], dt_bias, dt_softplus, cd).transpose(1, 2)
@@ -210,8 +210,8 @@ def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_recor
 
     zero = torch.zeros(rows.numel(), v_heads, 1, dtype=cd, device=w.device)
     decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), held, zero)
-    d_hist = torch.where(held[:, None, :, None], d_records[slots].to(cd), 0.0)
-    k_hist = expand_heads(torch.where(held[:, None, :, None], k_records[slots].to(cd), 0.0), v_heads)
+    d_hist = mask_records(d_records[slots], held, cd)
+    k_hist = expand_heads(mask_records(k_records[slots], held, cd), v_heads)
     S_c = gated_delta_replay_fold(checkpoint[slots].to(cd), d_hist, k_hist, decay, weights,
                                   torch.zeros_like(d_hist[:, :, 0]), torch.zeros_like(k_hist[:, :, 0]))
     if bool(flush.any()):
