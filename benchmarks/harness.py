@@ -178,12 +178,17 @@ def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step") -
     return cfgs + [replace(c, max_registers=r) for r in max_registers for c in cfgs if c.num_warps == 1]
 
 
+def add_max_registers_argument(ap) -> None:
+    """--max-registers, the register caps a sweep adds (``sweep_configs``)."""
+    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
+                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+
+
 def add_sweep_arguments(ap) -> None:
     """--sweep [ROUTE] and --max-registers, shared by the decode benchmarks."""
     ap.add_argument("--sweep", nargs="?", const="replay_step", default=None, choices=("replay_step", "decode_step"),
                     help="time every launch configuration of ROUTE (default replay_step) instead")
-    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
-                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+    add_max_registers_argument(ap)
 
 
 def run_sweep(make_case, args) -> None:

@@ -25,8 +25,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (copy_bandwidth, header, results_stem, slot_sets, sweep_configs,  # noqa: E402
-                     time_graph, write_json)
+from harness import (add_max_registers_argument, copy_bandwidth, header, results_stem,  # noqa: E402
+                     slot_sets, sweep_configs, time_graph, write_json)
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify  # noqa: E402
@@ -376,8 +376,7 @@ def main(argv=None):
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--accept", type=float, default=0.7, help="mean accepted tokens per step / T")
     ap.add_argument("--sweep", action="store_true", help="time replay launch configurations instead")
-    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
-                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+    add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if args.geometry is not None and len(args.family) != 1:
