@@ -69,14 +69,15 @@ def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, head
     (row, value head) pairs. Measured on an H200 (benchmarks/NOTES.md, gated delta v2).
 
     - ``"decode_step"`` (conventional): one [rows, head_k_dim] tile per program, read-modify-
-      write, as for Mamba-2.
+      write, one warp: 8 rows for a 4-byte state, 16 for a 2-byte one (sweep of 16 tilings,
+      2026-11-30: one warp beat two by 2-17% at batch 64/256, most for bf16 state and KDA).
     - ``"replay_step"``: tiles of 16 value rows (the flush's tile product needs >= 16),
       one warp; a program walks as many tiles of its head as keeps >= ~8 programs per
       multiprocessor busy, so the per-head work (decays, scores) is paid once per program.
     """
     if route == "decode_step":
         return LaunchConfig(block_head_dim=min(8 if state_dtype.itemsize >= 4 else 16,
-                                               triton.next_power_of_2(head_v_dim)), num_warps=2)
+                                               triton.next_power_of_2(head_v_dim)), num_warps=1)
     if route != "replay_step":
         raise ValueError(f"gated_delta_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
     tiles = triton.cdiv(head_v_dim, 16)
