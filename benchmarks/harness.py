@@ -161,8 +161,9 @@ def run_table(make_case, args, copy_bw: float) -> list:
     return rows
 
 
-def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step") -> list:
-    """Launch configurations tried by --sweep (``head_dim``: the state rows of one head).
+def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step", min_block: int = 1) -> list:
+    """Launch configurations tried by --sweep (``head_dim``: the state rows of one head; tiles
+    of fewer than ``min_block`` rows left out, for kernels whose tiles are tensor-core operands).
 
     ``"replay_step"``: one tile per program, or one head per program in a pipelined loop.
     ``"decode_step"`` (conventional read-modify-write): one tile per program, 4 to 32 rows, one
@@ -171,8 +172,8 @@ def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step") -
     if route == "decode_step":
         cfgs = [LaunchConfig(b, w) for b in (4, 8, 16, 32) for w in (1, 2, 4, 8) if b <= head_dim]
     else:
-        cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if b <= head_dim]
-        for b in (8, 16):
+        cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if min_block <= b <= head_dim]
+        for b in (b for b in (8, 16) if b >= min_block):
             chunks = -(-head_dim // b)
             cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (2, 3, 4)]
     return cfgs + [replace(c, max_registers=r) for r in max_registers for c in cfgs if c.num_warps == 1]

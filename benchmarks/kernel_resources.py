@@ -99,7 +99,9 @@ def compile_only(arch: int):
 
     def compile_launch(self, *args, grid, warmup, **kwargs):
         kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
-        compiled.append((self.__name__, kernel))
+        # A kernel launched once per row class (FLUSH_ROWS) is listed once per launch.
+        rows = f"(FLUSH_ROWS={kwargs['FLUSH_ROWS']})" if "FLUSH_ROWS" in kwargs else ""
+        compiled.append((self.__name__ + rows, kernel))
         return kernel
 
     active = driver._active  # None until first use; reading .active would create a CUDA driver

@@ -65,6 +65,7 @@ def layer_bytes(family: str, geom, B: int, T: int, state, act):
 class Case:
     """Inputs, caches and per-set accepted counts for one (family, geometry, T, batch, dtypes)
     point. Subclasses build the family's inputs and caches and launch its kernels."""
+    min_block = 1  # fewest state rows per tile the replay verify kernel takes (--sweep)
 
     def __init__(self, family, geom, batch, T, B, state, act, accept, seed=0):
         self.family, self.geom, self.batch, self.T, self.B = family, geom, batch, T, B
@@ -201,6 +202,8 @@ class Mamba2Case(Case):
 
 
 class DeltaCase(Case):
+    min_block = 16  # the verify kernel's tiles are tensor-core operands
+
     def state_dims(self):
         hk, hv, dk, dv = self.geom
         return (hv, dv, dk)
@@ -298,7 +301,7 @@ def run_sweep(args) -> None:
             for batch in args.batch:
                 case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
                 d = case.default_config()
-                cfgs = list(dict.fromkeys(sweep_configs(case.rows(), args.max_registers) + [d]))
+                cfgs = list(dict.fromkeys(sweep_configs(case.rows(), args.max_registers, min_block=case.min_block) + [d]))
                 res = {cfg: case.time("replay", reps=3, config=cfg)[0] for cfg in cfgs}
                 k = min(res, key=res.get)
                 print(f"{family:>6} {T:>2} {batch:>6} {k.label():>14} {res[k] * 1e6:8.2f} {d.label():>14} {res[d] * 1e6:8.2f}")

@@ -56,5 +56,5 @@ def test_mamba2_verify_default_fits_its_register_cap_without_spills(resources):
 def test_every_launcher_passes_max_registers_to_ptxas(resources, family, route):
     """A config's ``max_registers`` reaches the compiler through every launcher (a launcher that
     dropped ``launch_options()`` would compile above the cap: every kernel needs more than 40)."""
-    (r,) = resources[f"{family}/{route}"]
-    assert r["registers"] <= CAP, r
+    kernels = resources[f"{family}/{route}"]
+    assert kernels and all(r["registers"] <= CAP for r in kernels), kernels

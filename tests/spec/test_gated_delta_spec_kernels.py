@@ -52,7 +52,7 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
     fam = DeltaFamily(G_CFG, per_channel=per_channel)
     p = fam.make_params(DEVICE)
     T, L = 3, 7
-    cfgs = [LaunchConfig(8, 1), LaunchConfig(8, 2, chunks=3, num_stages=2)]
+    cfgs = [LaunchConfig(16, 1), LaunchConfig(16, 2, chunks=2, num_stages=2)]
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)

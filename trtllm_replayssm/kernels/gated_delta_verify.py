@@ -1,29 +1,41 @@
 """ReplaySSM gated delta-rule (GDN, KDA) speculative verify: the outputs of T window tokens per
-row from checkpoint + committed records in one launch; no state is stored except at a flush.
+row from checkpoint + committed records; no state is stored except at a flush.
 
 Contract: :func:`trtllm_replayssm.reference.spec.gated_delta_replay_verify_ref` (a row with w
 committed records and n tokens flushes when ``w + n > L - 1``). Notation per value head: α_s =
 exp(g_s) (a scalar for GDN, a [head_k_dim] vector for KDA), q̂, k̂ the normalised window
 queries and keys, S_c the committed state, c_s = Π_{i≤s} α_i.
 
-* Window, once per program: the decayed keys of the earlier window tokens (a running product,
-  no differences of cumulative sums), A[j, s] = (Π_{j<i≤s} α_i ⊙ k̂_j) · k̂_s for j < s and
-  Q[j, s] = (...) · q̂_s for j ≤ s, and W = (I + diag(β) Aᵀ)^{-1} by forward substitution
-  (the delta rule's triangular system, in closed form).
-* Non-flush, the inner-product route (the state is never formed): with S_c u = S0 (e^G ⊙ u) +
-  Σ_k d_k ((e^{Γ_k} ⊙ k_k) · u) over the history (scores per record once per program, the
-  decays as running products from the newest record), per [BLOCK_V, head_k_dim] tile:
-  P^k_s = S_c (c_s ⊙ k̂_s), P^q_s = S_c (c_s ⊙ q̂_s), R_s = β_s (v_s - P^k_s), d = W R,
-  o_s = P^q_s + Σ_{j≤s} Q[j, s] d_j. The window's (d, k̂, g) records go to w .. w+n-1.
-* Flush: S_c is formed tile by tile in exact fp32 rank-1 updates, stored over the checkpoint
-  (rounded) and used unrounded as the base (no history term); the records go to 0 .. n-1 and
-  the cursor to 0.
+Per program, once (the window solve folded into the tile products' operands):
 
-Grid and launch configurations as the standard replay kernel: (cdiv(head_v_dim, SPAN_V),
-v_heads, batch). A flush row's window overwrites history other programs of the row read in the
-same launch: d records are per (value head, head_v_dim row), so each program rewrites its own
-after a barrier; g (per value head) and k̂ (per key head) records are written by the row's last
-program on its arrival counter, which also resets the cursor to 0. ``pending`` := n.
+* Window: A[j, s] = (Π_{j<i≤s} α_i ⊙ k̂_j) · k̂_s (j < s), Q[j, s] likewise with q̂_s (j ≤ s),
+  from a running product of decayed keys (no differences of cumulative sums); W =
+  (I + diag(β) Aᵀ)^{-1} by forward substitution. With P^k_s = S_c (c_s ⊙ k̂_s), P^q_s =
+  S_c (c_s ⊙ q̂_s), the window's d = W diag(β) (v - P^k) and o = P^q + Qᵀ d, i.e.
+  Z = [d; o] = M2 (v - P^k) + [0; P^q] with M2 = [W diag(β); Qᵀ W diag(β)].
+* P is linear in S_c, so with U the [2T, head_k_dim] stack of the decayed keys and queries,
+  Z = U1 S_cᵀ + M2 v where U1 = [0; U_q] - M2 U_k. Non-flush rows never form S_c:
+  S_c u = S0 (e^G ⊙ u) + Σ_j d_j ((e^{Γ_j} ⊙ k_j) · u) over the history, so
+  Z = (U1 ⊙ e^G) S0ᵀ + G E with E the history d records followed by the window's v, and G's
+  columns U1 · (e^{Γ_j} ⊙ k_j) (records newest first, decays as running products) and M2.
+
+Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: two tensor-core products in 3xTF32
+(about fp32 accuracy), instead of 2T reductions over head_k_dim on the CUDA cores. Zᵀ's
+columns go to the d records (w .. w+n-1) and the outputs.
+
+* Flush rows: S_c is formed tile by tile (the committed records folded oldest first, the
+  recurrence in fp32), stored over the checkpoint (rounded) and used unrounded as the tile
+  (E then holds only the window's v); the records go to 0 .. n-1 and the cursor to 0.
+
+Two launches of one kernel (``FLUSH_ROWS``), non-flush rows first: each row class then has its
+own register budget (the flush class needs ~60 more registers per thread), and the non-flush
+launch leaves every cursor as it was, so both launches decide alike. Grid and launch
+configurations as the standard replay kernel: (cdiv(head_v_dim, SPAN_V), v_heads, batch),
+tiles of >= 16 rows (tensor-core operands). A flush row's window overwrites history other
+programs of the row read in the same launch: d records are per (value head, head_v_dim row),
+so each program rewrites its own after a barrier; g (per value head) and k̂ (per key head)
+records are written by the row's last program on its arrival counter, which also resets the
+cursor to 0. ``pending`` := n.
 """
 from __future__ import annotations
 
@@ -36,7 +48,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import LaunchConfig, window_tokens
-from .gated_delta_common import decay_columns, gated_delta_launch_config
+from .gated_delta_common import decay_columns, gated_delta_launch_config, load_log_decay
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
 
@@ -44,11 +56,11 @@ __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config
 def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
                                      state_dtype: torch.dtype) -> LaunchConfig:
     """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
-    batch * v_heads): 16-row tiles, one warp. Timed on an H200 (Qwen3.5-122B, T = 4, batch 256,
-    fp32 checkpoint, ``benchmarks/spec_verify.py --sweep``; benchmarks/NOTES.md): one warp took
-    1018 us where four warps (chosen earlier from ptxas register counts alone: one warp needs
-    up to 255 registers per thread) took 2451 us, because the per-token reductions over
-    head_k_dim then cross warps through shared memory, as for Mamba-2."""
+    batch * v_heads): 16-row tiles, one warp, a program walking its head's tiles in a
+    software-pipelined loop. Timed on an H200 (T = 4, batch 256, fp32 checkpoint,
+    ``benchmarks/spec_verify.py --sweep``, 15 configurations; benchmarks/NOTES.md, verify v2):
+    best or within 5% of the best for Qwen3.5-122B GDN and Kimi Linear KDA; two and four warps
+    took 1.5-3x longer."""
     return gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
 
 
@@ -75,58 +87,67 @@ def _gate_row(b_gate, sel, PER_CHANNEL: tl.constexpr):
 
 
 @triton.jit
-def _window_outputs(b_base, U_k, U_q, b_dh, H_k, H_q, W, Q, b_v, b_beta, o_t,
-                    WITH_HISTORY: tl.constexpr, BLOCK_T: tl.constexpr):
-    """d and o, [BLOCK_T, BLOCK_V] tiles, of the window tokens from the base tile [BLOCK_V,
-    head_k_dim] (the checkpoint, or the folded state), the history d tile [BLOCK_L, BLOCK_V]
-    and its scores H_k, H_q [BLOCK_L, BLOCK_T] (if WITH_HISTORY)."""
-    P_k = tl.zeros_like(b_v)
-    P_q = tl.zeros_like(b_v)
-    # Token by token (a [BLOCK_L, BLOCK_T, BLOCK_V] product would cost registers).
-    for s in tl.static_range(BLOCK_T):
-        sel = o_t == s
-        p_k = tl.sum(b_base * _row(U_k, sel)[None, :], axis=1)
-        p_q = tl.sum(b_base * _row(U_q, sel)[None, :], axis=1)
-        if WITH_HISTORY:
-            p_k += tl.sum(_col(H_k, sel)[:, None] * b_dh, axis=0)
-            p_q += tl.sum(_col(H_q, sel)[:, None] * b_dh, axis=0)
-        P_k += tl.where(sel[:, None], p_k[None, :], 0.0)
-        P_q += tl.where(sel[:, None], p_q[None, :], 0.0)
-    b_d = tl.sum(W[:, :, None] * (b_beta[:, None] * (b_v - P_k))[None, :, :], axis=1)
-    b_o = P_q + tl.sum(Q[:, :, None] * b_d[:, None, :], axis=0)
-    return b_d, b_o
+def _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n):
+    """Eᵀ, fp32 [BLOCK_V, BLOCK_L]: columns j < base the history d records of the tile's value
+    rows, columns base .. base+n-1 the window's v (the positions its d records will take)."""
+    m_h = m_v[:, None] & (o_l < base)[None, :]
+    m_w = m_v[:, None] & ((o_l >= base) & (o_l < base + n))[None, :]
+    b_e = tl.load(p_dr + o_v[:, None] + o_l[None, :] * stride_dr_pos, mask=m_h, other=0.0).to(tl.float32)
+    return b_e + tl.load(p_v + o_v[:, None] + (o_l - base)[None, :] * stride_v_tok, mask=m_w, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _window_tile(b_base, U, GT, b_et):
+    """Zᵀ = base_tile Uᵀ + Eᵀ Gᵀ, fp32 [BLOCK_V, BLOCK_U]: columns 0 .. BLOCK_T-1 the window's
+    d, columns BLOCK_T .. 2 BLOCK_T-1 its outputs o. Two tensor-core products in 3xTF32 (about
+    fp32 accuracy: bf16/f16 operands are exact in TF32, fp32 ones split into two TF32 terms)."""
+    z = tl.dot(b_base, tl.trans(U), input_precision="tf32x3")
+    return tl.dot(b_et, GT, acc=z, input_precision="tf32x3")
+
+
+@triton.jit
+def _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n,
+                       BLOCK_T: tl.constexpr, FLUSH: tl.constexpr):
+    """Zᵀ's d columns to records base .. base+n-1, its o columns to out[:n]. A flush row's d
+    records overwrite history rows this program has just read: FLUSH puts a barrier first."""
+    s_o = o_u - BLOCK_T
+    m_o = m_v[:, None] & ((s_o >= 0) & (s_o < n))[None, :]
+    tl.store(p_o + o_v[:, None] + s_o[None, :] * stride_o_tok, z.to(p_o.dtype.element_ty), mask=m_o)
+    if FLUSH:
+        tl.debug_barrier()
+    tl.store(p_dr + o_v[:, None] + (base + o_u)[None, :] * stride_dr_pos, z.to(p_dr.dtype.element_ty),
+             mask=m_v[:, None] & (o_u < n)[None, :])
 
 
 @triton.jit
 def _store_window_k_g(p_kr, stride_kr_head, stride_kr_pos, p_gr, stride_gr_head, stride_gr_pos,
                       p_k, stride_k_tok, stride_k_head, p_g, stride_g_tok, stride_g_head,
                       n, k_heads, v_heads, head_k_dim,
-                      BLOCK_T: tl.constexpr, BLOCK_KHEADS: tl.constexpr, BLOCK_VHEADS: tl.constexpr,
-                      BLOCK_K: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr):
+                      BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, MAX_HEADS: tl.constexpr,
+                      PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr):
     """The window's k̂ records of every key head and g records of every value head at positions
-    0 .. n-1 of one row (the flush row's last program)."""
-    o_hk = tl.arange(0, BLOCK_KHEADS)
-    o_hv = tl.arange(0, BLOCK_VHEADS)
+    0 .. n-1 of one row (the flush row's last program), one head at a time ([BLOCK_T, BLOCK_K]
+    tiles: a tile over all heads would hold up to 128 registers per thread)."""
+    o_t = tl.arange(0, BLOCK_T)
     o_k = tl.arange(0, BLOCK_K)
-    m_kk = (o_hk < k_heads)[:, None] & (o_k < head_k_dim)[None, :]
-    m_hv = o_hv < v_heads
-    m_vk = m_hv[:, None] & (o_k < head_k_dim)[None, :]
-    for s in tl.static_range(BLOCK_T):
-        if s < n:
-            b_k = tl.load(p_k + s * stride_k_tok + o_hk[:, None] * stride_k_head + o_k[None, :],
-                          mask=m_kk, other=0.0).to(tl.float32)
+    m_t = o_t < n
+    m_tk = m_t[:, None] & (o_k < head_k_dim)[None, :]
+    for h in tl.range(0, MAX_HEADS):  # a constexpr bound (runtime bounds: not in the interpreter)
+        if h < k_heads:
+            b_k = tl.load(p_k + h * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
+                          mask=m_tk, other=0.0).to(tl.float32)
             if USE_QK_L2NORM:
                 b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
-            tl.store(p_kr + o_hk[:, None] * stride_kr_head + s * stride_kr_pos + o_k[None, :],
-                     b_k.to(p_kr.dtype.element_ty), mask=m_kk)
+            tl.store(p_kr + h * stride_kr_head + o_t[:, None] * stride_kr_pos + o_k[None, :],
+                     b_k.to(p_kr.dtype.element_ty), mask=m_tk)
+        if h < v_heads:
             if PER_CHANNEL:
-                b_g = tl.load(p_g + s * stride_g_tok + o_hv[:, None] * stride_g_head + o_k[None, :],
-                              mask=m_vk, other=0.0)
-                tl.store(p_gr + o_hv[:, None] * stride_gr_head + s * stride_gr_pos + o_k[None, :],
-                         b_g.to(p_gr.dtype.element_ty), mask=m_vk)
+                b_g = tl.load(p_g + h * stride_g_head + o_t[:, None] * stride_g_tok + o_k[None, :], mask=m_tk, other=0.0)
+                tl.store(p_gr + h * stride_gr_head + o_t[:, None] * stride_gr_pos + o_k[None, :],
+                         b_g.to(p_gr.dtype.element_ty), mask=m_tk)
             else:
-                b_g = tl.load(p_g + s * stride_g_tok + o_hv * stride_g_head, mask=m_hv, other=0.0)
-                tl.store(p_gr + o_hv * stride_gr_head + s * stride_gr_pos, b_g.to(p_gr.dtype.element_ty), mask=m_hv)
+                b_g = tl.load(p_g + h * stride_g_head + o_t * stride_g_tok, mask=m_t, other=0.0)
+                tl.store(p_gr + h * stride_gr_head + o_t * stride_gr_pos, b_g.to(p_gr.dtype.element_ty), mask=m_t)
 
 
 @triton.jit
@@ -151,19 +172,26 @@ def _gated_delta_replay_verify_kernel(
     # slot_ids, num_tokens [batch] int32
     slot_ids_ptr, num_tokens_ptr, scale,
     T, k_heads, v_heads, head_v_dim, head_k_dim, v_per_k,
-    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_KHEADS: tl.constexpr, BLOCK_VHEADS: tl.constexpr,
-    BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_U: tl.constexpr,
+    MAX_HEADS: tl.constexpr, BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+    FLUSH_ROWS: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
+    w = tl.load(cursor_ptr + slot)
+    if FLUSH_ROWS:
+        if w + n <= L - 1:
+            return
+    else:
+        if w + n > L - 1:
+            return
     i_b = i_b.to(tl.int64)
     i_hk = i_h // v_per_k
-    w = tl.load(cursor_ptr + slot)
     o_t = tl.arange(0, BLOCK_T)
     o_k = tl.arange(0, BLOCK_K)
     o_l = tl.arange(0, BLOCK_L)
@@ -193,33 +221,45 @@ def _gated_delta_replay_verify_kernel(
     b_beta = tl.load(beta_ptr + i_b * stride_beta_batch + i_h * stride_beta_head + o_t * stride_beta_tok,
                      mask=m_t, other=0.0).to(tl.float32)
 
-    # One pass over the window: kdec holds (Π_{j<i≤s} α_i) ⊙ k̂_j in row j ≤ s; U_k, U_q the
-    # keys and queries decayed by c_s; A, Q the window scores.
+    # One pass over the window, in the stacked row space u of Z (rows u < BLOCK_T: token u's
+    # key, rows BLOCK_T + s: token s's query; padding rows zero): kdec holds
+    # (Π_{j<i≤s} α_i) ⊙ k̂_j in row j ≤ s; U row u the key or query of its token decayed by c_s;
+    # AQ[j, u] the score of window key j with row u (A[j, s] or Q[j, s]).
+    o_u = tl.arange(0, BLOCK_U)
+    s_u = tl.where(o_u < BLOCK_T, o_u, o_u - BLOCK_T)
     kdec = tl.zeros([BLOCK_T, BLOCK_K], dtype=tl.float32)
-    U_k = tl.zeros([BLOCK_T, BLOCK_K], dtype=tl.float32)
-    U_q = tl.zeros([BLOCK_T, BLOCK_K], dtype=tl.float32)
-    A = tl.zeros([BLOCK_T, BLOCK_T], dtype=tl.float32)
-    Q = tl.zeros([BLOCK_T, BLOCK_T], dtype=tl.float32)
+    U = tl.zeros([BLOCK_U, BLOCK_K], dtype=tl.float32)
+    AQ = tl.zeros([BLOCK_T, BLOCK_U], dtype=tl.float32)
     for s in tl.static_range(BLOCK_T):
         sel = o_t == s
         a_s = _gate_row(b_alpha, sel, PER_CHANNEL)
         k_s = _row(b_k, sel)
         q_s = _row(b_q, sel)
         kdec = tl.where(sel[:, None], k_s[None, :], decay_columns(kdec, a_s, PER_CHANNEL))
-        A += tl.where(sel[None, :], tl.sum(kdec * k_s[None, :], axis=1)[:, None], 0.0)
-        Q += tl.where(sel[None, :], tl.sum(kdec * q_s[None, :], axis=1)[:, None], 0.0)
         cdec = cdec * a_s
-        U_k += tl.where(sel[:, None], (cdec * k_s)[None, :], 0.0)
-        U_q += tl.where(sel[:, None], (cdec * q_s)[None, :], 0.0)
-    A = tl.where(o_t[:, None] < o_t[None, :], A, 0.0)
-    Q = tl.where((o_t[:, None] <= o_t[None, :]) & m_t[None, :], Q, 0.0)
-    # d = W R with d_s = R_s - β_s Σ_{j<s} A[j, s] d_j: W by forward substitution.
+        is_k, is_q = o_u == s, o_u == BLOCK_T + s
+        AQ += tl.where(is_k[None, :], tl.sum(kdec * k_s[None, :], axis=1)[:, None], 0.0)
+        AQ += tl.where(is_q[None, :], tl.sum(kdec * q_s[None, :], axis=1)[:, None], 0.0)
+        U += tl.where(is_k[:, None], (cdec * k_s)[None, :], 0.0) + tl.where(is_q[:, None], (cdec * q_s)[None, :], 0.0)
+    causal = tl.where((o_u < BLOCK_T)[None, :], o_t[:, None] < s_u[None, :],
+                      (o_t[:, None] <= s_u[None, :]) & (s_u < n)[None, :])
+    AQ = tl.where(causal & (o_u < 2 * BLOCK_T)[None, :], AQ, 0.0)
+    # d = W R, R_s = β_s (v_s - P^k_s), with d_s = R_s - β_s Σ_{j<s} A[j, s] d_j: W by forward
+    # substitution. Then o = P^q + Qᵀ d, so that Z = [d; o] = M2 (v - P^k) + [0; P^q] with
+    # M2 = [W diag(β); Qᵀ W diag(β)], i.e. M2ᵀ = (W diag(β))ᵀ [I | Q] ([BLOCK_T, BLOCK_U]).
     W = tl.zeros([BLOCK_T, BLOCK_T], dtype=tl.float32)
     for s in tl.static_range(BLOCK_T):
         sel = o_t == s
-        a_col = tl.sum(tl.where(sel[None, :], A, 0.0), axis=1)
+        a_col = _col(AQ, o_u == s)
         beta_s = tl.sum(tl.where(sel, b_beta, 0.0), axis=0)
         W = tl.where(sel[:, None], (tl.where(sel, 1.0, 0.0) - beta_s * tl.sum(a_col[:, None] * W, axis=0))[None, :], W)
+    IQ = tl.where((o_u < BLOCK_T)[None, :], tl.where(o_t[:, None] == o_u[None, :], 1.0, 0.0), AQ)
+    M2T = tl.sum((W * b_beta[None, :])[:, :, None] * IQ[:, None, :], axis=0)
+    # P = U S_cᵀ is linear in the state, so M2 folds into the operands once per program:
+    # Z = U1 S_cᵀ + M2 v with U1 = [0; U_q] - M2 U_k.
+    U1 = tl.where(((o_u >= BLOCK_T) & (o_u < 2 * BLOCK_T))[:, None], U, 0.0)
+    for t in tl.static_range(BLOCK_T):
+        U1 -= _row(M2T, o_t == t)[:, None] * _row(U, o_u == t)[None, :]
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
     p_dr = dr_ptr + slot * stride_dr_slot + i_h * stride_dr_head
@@ -228,39 +268,34 @@ def _gated_delta_replay_verify_kernel(
     p_v = v_ptr + i_b * stride_v_batch + i_h * stride_v_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_V
-    if w + n > L - 1:
-        # Flush: S_c tile by tile (records newest first, decays as running products), stored;
-        # the window's outputs from it. Not software-pipelined: the loop holds a barrier, and
-        # flush rows are the minority.
+    # Gᵀ [BLOCK_L, BLOCK_U] multiplies Eᵀ (_window_operand): the window's v at the positions
+    # its d records take (base .. base+n-1: 0 at a flush, w otherwise) carry M2's columns.
+    if FLUSH_ROWS:
+        base = 0
+    else:
+        base = w
+    GT = tl.zeros([BLOCK_L, BLOCK_U], dtype=tl.float32)
+    for s in tl.static_range(BLOCK_T):
+        GT += tl.where((o_l == base + s)[:, None], _row(M2T, o_t == s)[None, :], 0.0)
+    if FLUSH_ROWS:
+        # Flush: S_c tile by tile (the committed records folded oldest first, the recurrence
+        # itself in fp32), stored; the window's outputs from it. Not software-pipelined: the
+        # loop holds a barrier, and flush rows are the minority.
         for c in tl.range(0, SPAN_V // BLOCK_V):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
-            m_tv = m_t[:, None] & m_v[None, :]
-            b_h = tl.zeros([BLOCK_V, BLOCK_K], dtype=tl.float32)
-            if PER_CHANNEL:
-                hdec = tl.full([BLOCK_K], 1.0, tl.float32)
-            else:
-                hdec = tl.full([], 1.0, tl.float32)
-            for i in tl.range(0, L - 1, loop_unroll_factor=1):
-                j = w - 1 - i
-                if j >= 0:
+            b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
+            for j in tl.range(0, L - 1, loop_unroll_factor=1):
+                if j < w:
                     b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v, other=0.0).to(tl.float32)
                     b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k, other=0.0).to(tl.float32)
-                    b_h += b_dj[:, None] * (hdec * b_kj)[None, :]
-                    if PER_CHANNEL:
-                        hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k, other=0.0))
-                    else:
-                        hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos))
-            b_s = decay_columns(tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c,
-                                        other=0.0).to(tl.float32), hdec, PER_CHANNEL) + b_h
+                    b_gj = load_log_decay(p_gr + j * stride_gr_pos, o_k, m_k, PER_CHANNEL)
+                    b_s = decay_columns(b_s, tl.exp(b_gj), PER_CHANNEL) + b_dj[:, None] * b_kj[None, :]
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
-            b_v = tl.load(p_v + o_t[:, None] * stride_v_tok + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
-            b_d, b_o = _window_outputs(b_s, U_k, U_q, b_v, A, A, W, Q, b_v, b_beta, o_t, False, BLOCK_T)
-            tl.store(p_o + o_t[:, None] * stride_o_tok + o_v[None, :], b_o.to(out_ptr.dtype.element_ty), mask=m_tv)
-            # The window's d records overwrite history rows this program has just read.
-            tl.debug_barrier()
-            tl.store(p_dr + o_t[:, None] * stride_dr_pos + o_v[None, :], b_d.to(dr_ptr.dtype.element_ty), mask=m_tv)
+            b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
+            z = _window_tile(b_s, U1, GT, b_e)
+            _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
         # k̂ and g records are read by other programs of the row: the last one writes them.
         tl.debug_barrier()
         arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
@@ -268,14 +303,15 @@ def _gated_delta_replay_verify_kernel(
             _store_window_k_g(kr_ptr + slot * stride_kr_slot, stride_kr_head, stride_kr_pos,
                               gr_ptr + slot * stride_gr_slot, stride_gr_head, stride_gr_pos,
                               p_k, stride_k_tok, stride_k_head, p_g, stride_g_tok, stride_g_head,
-                              n, k_heads, v_heads, head_k_dim, BLOCK_T, BLOCK_KHEADS, BLOCK_VHEADS,
-                              BLOCK_K, PER_CHANNEL, USE_QK_L2NORM)
+                              n, k_heads, v_heads, head_k_dim, BLOCK_T, BLOCK_K, MAX_HEADS, PER_CHANNEL,
+                              USE_QK_L2NORM)
             tl.store(cursor_ptr + slot, 0)
             tl.store(arrivals_ptr + slot, 0)
     else:
         # Non-flush: the window's g and k̂ records (past the history: read by no program of this
-        # launch), then the history scores once (records newest first, decays as running
-        # products; hdec ends as the checkpoint's decay e^G), then the tiles.
+        # launch), then G's history columns once (U1 against each record's key, decayed to the
+        # window's start: records newest first, decays as running products; hdec ends as the
+        # checkpoint's decay e^G, which moves onto U1's columns), then the tiles.
         if i_s == 0:
             if PER_CHANNEL:
                 tl.store(p_gr + (w + o_t)[:, None] * stride_gr_pos + o_k[None, :], b_g, mask=m_tk)
@@ -284,8 +320,6 @@ def _gated_delta_replay_verify_kernel(
             if i_h % v_per_k == 0:
                 tl.store(p_kr + (w + o_t)[:, None] * stride_kr_pos + o_k[None, :],
                          b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
-        H_k = tl.zeros([BLOCK_L, BLOCK_T], dtype=tl.float32)
-        H_q = tl.zeros([BLOCK_L, BLOCK_T], dtype=tl.float32)
         if PER_CHANNEL:
             hdec = tl.full([BLOCK_K], 1.0, tl.float32)
         else:
@@ -294,27 +328,20 @@ def _gated_delta_replay_verify_kernel(
             j = w - 1 - i
             if j >= 0:
                 e_j = hdec * tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k, other=0.0).to(tl.float32)
-                H_k += tl.where(o_l[:, None] == j, tl.sum(U_k * e_j[None, :], axis=1)[None, :], 0.0)
-                H_q += tl.where(o_l[:, None] == j, tl.sum(U_q * e_j[None, :], axis=1)[None, :], 0.0)
+                GT += tl.where((o_l == j)[:, None], tl.sum(U1 * e_j[None, :], axis=1)[None, :], 0.0)
                 if PER_CHANNEL:
                     hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k, other=0.0))
                 else:
                     hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos))
-        U0_k = decay_columns(U_k, hdec, PER_CHANNEL)
-        U0_q = decay_columns(U_q, hdec, PER_CHANNEL)
-        m_l = o_l < w
+        U0 = decay_columns(U1, hdec, PER_CHANNEL)
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
-            m_tv = m_t[:, None] & m_v[None, :]
             b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
                            mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-            b_dh = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
-                           mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-            b_v = tl.load(p_v + o_t[:, None] * stride_v_tok + o_v[None, :], mask=m_tv, other=0.0).to(tl.float32)
-            b_d, b_o = _window_outputs(b_s0, U0_k, U0_q, b_dh, H_k, H_q, W, Q, b_v, b_beta, o_t, True, BLOCK_T)
-            tl.store(p_o + o_t[:, None] * stride_o_tok + o_v[None, :], b_o.to(out_ptr.dtype.element_ty), mask=m_tv)
-            tl.store(p_dr + (w + o_t)[:, None] * stride_dr_pos + o_v[None, :], b_d.to(dr_ptr.dtype.element_ty), mask=m_tv)
+            b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
+            z = _window_tile(b_s0, U0, GT, b_e)
+            _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, False)
     if i_s == 0:
         if i_h == 0:
             tl.store(pending_ptr + slot, n)
@@ -334,9 +361,13 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     L = d_records.shape[2]
     cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads,
                                                      checkpoint.dtype)
+    if cfg.block_head_dim < 16:
+        raise ValueError(f"gated delta verify: block_head_dim is {cfg.block_head_dim}; expected >= 16 "
+                         "(the tiles are tensor-core operands)")
+    block_t = max(2, triton.next_power_of_2(T))
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_v_dim, span), v_heads, batch)
-    _gated_delta_replay_verify_kernel[grid](
+    args = (
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
         d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
         k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
@@ -350,10 +381,15 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         beta, beta.stride(0), beta.stride(1), beta.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids, scale,
         T, k_heads, v_heads, head_v_dim, head_k_dim, v_heads // k_heads,
-        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)), BLOCK_T=max(2, triton.next_power_of_2(T)),
-        BLOCK_KHEADS=triton.next_power_of_2(k_heads), BLOCK_VHEADS=triton.next_power_of_2(v_heads),
-        BLOCK_V=cfg.block_head_dim, SPAN_V=span, BLOCK_K=triton.next_power_of_2(head_k_dim),
-        NUM_STAGES=cfg.num_stages, HAS_NUM_TOKENS=num_tokens is not None,
-        PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm, **cfg.launch_options(),
     )
+    const = dict(
+        L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_T=block_t, BLOCK_U=2 * block_t,
+        MAX_HEADS=max(k_heads, v_heads), BLOCK_V=cfg.block_head_dim, SPAN_V=span,
+        BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=cfg.num_stages,
+        HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
+    )
+    # Non-flush rows first: they leave every cursor as it was, so the flush launch sees the
+    # same decision (w + n > L - 1) for every row.
+    for flush_rows in (False, True):
+        _gated_delta_replay_verify_kernel[grid](*args, **const, FLUSH_ROWS=flush_rows, **cfg.launch_options())
     return out
