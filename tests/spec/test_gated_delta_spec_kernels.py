@@ -79,6 +79,19 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
             assert rel_err(getattr(c, name), getattr(caches[0], name)) < 1e-6, name
 
 
+def test_gated_delta_replay_verify_kernel_rejects_tiles_under_16_rows():
+    """The tiles are tensor-core operands: 8-row tiles are refused before anything is launched."""
+    fam = DeltaFamily(G_CFG, per_channel=False)
+    c = fam.allocate(2, 7, torch.float32, torch.float32, DEVICE)
+    before = c.checkpoint.clone(), c.cursor.clone()
+    win = make_window(fam, 1, 2, torch.float32, DEVICE)
+    slots = torch.tensor([0], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="block_head_dim is 8; expected >= 16"):
+        delta_verify_with_launcher(c, win, fam.make_params(DEVICE), slots, None, torch.empty_like(win["v"]),
+                                   config=LaunchConfig(8, 1))
+    assert torch.equal(c.checkpoint, before[0]) and torch.equal(c.cursor, before[1])
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
 def test_gated_delta_snapshot_kernels_match_serial(per_channel):
     T = 3
