@@ -86,6 +86,9 @@ class Case(DecodeCase):
         launch_gated_delta_decode_step(state, self.q, self.k, self.v, self.g, self.beta,
                                        slot_ids=slots, **{**self.kw, "out": out})
 
+    def min_block(self, route):
+        return 16 if route == "replay_step" else 1  # the replay flush's tile product (replay_constexprs)
+
     def default_config(self, route):
         return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads,
                                          self.state)

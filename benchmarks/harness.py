@@ -57,6 +57,10 @@ class DecodeCase:
     ``conv_state``, ``"replay_step"`` on the cache, output into ``out``) and
     ``conventional(state, slots, out)`` (the conventional step on a given state)."""
 
+    def min_block(self, route) -> int:
+        """Fewest state rows per tile ``route``'s kernel takes (``sweep_configs``)."""
+        return 1
+
     def time(self, route, config=None, reps=5):
         """Median per-step seconds (and samples) of ``route`` over the slot sets."""
         return time_graph(lambda slots: self.step(route, slots, config), self.slot_sets, reps)
@@ -202,7 +206,7 @@ def run_sweep(make_case, args) -> None:
         for batch in args.batch:
             case = make_case(batch, args.L[0], state)
             res = {cfg: case.time(route, cfg, reps=3)[0]
-                   for cfg in sweep_configs(case.rows, args.max_registers, route)}
+                   for cfg in sweep_configs(case.rows, args.max_registers, route, case.min_block(route))}
             d = case.default_config(route)
             d_t = res[d] if d in res else case.time(route, d, reps=3)[0]
             k = min(res, key=res.get)

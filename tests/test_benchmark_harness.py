@@ -31,6 +31,14 @@ def test_sweep_configs_of_the_conventional_kernel_are_single_tiles():
     assert {c.block_head_dim for c in cfgs} == {4, 8, 16, 32} and {c.num_warps for c in cfgs} == {1, 2, 4, 8}
 
 
+def test_sweep_configs_leave_out_tiles_under_min_block():
+    """Kernels whose tiles are tensor-core operands (gated delta replay and verify) take >= 16
+    rows: their sweeps leave smaller tiles out instead of failing on the first one."""
+    cfgs = sweep_configs(128, [168], "replay_step", min_block=16)
+    assert cfgs and all(c.block_head_dim >= 16 for c in cfgs)
+    assert {c.block_head_dim for c in sweep_configs(128)} == {8, 16, 32}
+
+
 def test_run_sweep_times_every_configuration_of_the_route(capsys):
     """run_sweep's bookkeeping with a stand-in case (the timing itself needs a GPU)."""
     import argparse
@@ -39,7 +47,7 @@ def test_run_sweep_times_every_configuration_of_the_route(capsys):
 
     timed = []
 
-    class Case:
+    class Case(harness.DecodeCase):
         rows = 64
 
         def time(self, route, cfg, reps):
