@@ -44,7 +44,8 @@ from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayC
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, PRESETS, load_model  # noqa: E402
 from trtllm_replayssm.ops import (gdn_decode_step, gdn_replay_step, kda_decode_step,  # noqa: E402
                                   kda_replay_step, mamba2_decode_step, mamba2_replay_step)
-from trtllm_replayssm.tp import HybridDecodeStack, TPGroup, init_ranks, ssm_stack  # noqa: E402
+from trtllm_replayssm.tp import (HybridDecodeStack, TPGroup, init_ranks,  # noqa: E402
+                                 shutdown_distributed, ssm_stack)
 
 PRESET = {MAMBA2: "nemotron-3-super-120b", GDN: "qwen3.5-122b-a10b", KDA: "kimi-linear-48b"}
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -241,8 +242,7 @@ def main(argv=None):
         print("# ssm_us: slowest rank's SSM op per layer (CUDA graph); tp1_us: whole layer on one GPU; "
               "ssm_x = tp1/ssm; ar_us: out_proj (+ norm) all-reduce; step_us/l: eager stack step per layer")
         print("# repro: mpirun -n " + str(group.size) + " python benchmarks/tp_decode.py " + " ".join(sys.argv[1:]))
-    if group.size > 1:
-        dist.destroy_process_group()
+    shutdown_distributed()
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from trtllm_replayssm.models import load_model  # noqa: E402
 from trtllm_replayssm.planner import PlanConfig, plan  # noqa: E402
 from trtllm_replayssm.tp import (ROUTES, HybridDecodeStack, TPGroup, init_ranks,  # noqa: E402
-                                 run_decode, shard_errors, ssm_stack, tiny_stack_model)
+                                 run_decode, shard_errors, shutdown_distributed, ssm_stack,
+                                 tiny_stack_model)
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
 # Relative tolerance (max |Δ| / max |whole|) of a TP run against the whole run: they differ by
@@ -141,12 +142,7 @@ def main(argv=None) -> int:
             print(f"  check: {'passed' if ok else 'FAILED'} (tolerance {TOLERANCE[args.dtype]:.0e})")
         if args.json:
             print(JSON_TAG + json.dumps({**report, "passed": ok}), flush=True)
-    if group.size > 1:
-        import torch.distributed as dist
-        # Every rank reaches teardown before any destroys the group: an early destroy on one
-        # rank could abort another still inside gloo (seen once as SIGABRT at exit).
-        dist.barrier()
-        dist.destroy_process_group()
+    shutdown_distributed()
     return 0 if ok else 1
 
 
