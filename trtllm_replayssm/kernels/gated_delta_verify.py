@@ -19,9 +19,9 @@ Per program, once (the window solve folded into the tile products' operands):
   Z = (U1 ⊙ e^G) S0ᵀ + G E with E the history d records followed by the window's v, and G's
   columns U1 · (e^{Γ_j} ⊙ k_j) (records newest first, decays as running products) and M2.
 
-Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: two tensor-core products in 3xTF32
-(about fp32 accuracy), instead of 2T reductions over head_k_dim on the CUDA cores. Zᵀ's
-columns go to the d records (w .. w+n-1) and the outputs.
+Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: tensor-core products of TF32 parts
+(``common.window_products``, about fp32 accuracy), instead of 2T reductions over head_k_dim on
+the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
 
 * Flush rows: S_c is formed tile by tile (the committed records folded oldest first, the
   recurrence in fp32), stored over the checkpoint (rounded) and used unrounded as the tile
@@ -39,6 +39,7 @@ cursor to 0. ``pending`` := n.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -47,27 +48,26 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, window_tokens
-from .gated_delta_common import decay_columns, gated_delta_launch_config, load_log_decay
+from .common import (LaunchConfig, other_row_class, row_of, tf32_split, window_base, window_operand,
+                     window_products, window_tokens, window_weights)
+from .gated_delta_common import decay_columns, gated_delta_launch_config
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
+
+_FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over the history
 
 
 def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
                                      state_dtype: torch.dtype) -> LaunchConfig:
     """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
-    batch * v_heads): 16-row tiles, one warp, a program walking its head's tiles in a
-    software-pipelined loop. Timed on an H200 (T = 4, batch 256, fp32 checkpoint,
-    ``benchmarks/spec_verify.py --sweep``, 15 configurations; benchmarks/NOTES.md, verify v2):
-    best or within 5% of the best for Qwen3.5-122B GDN and Kimi Linear KDA; two and four warps
-    took 1.5-3x longer."""
-    return gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
-
-
-@triton.jit
-def _row(tile, sel):
-    """Row ``sel`` (a one-hot mask over the first dimension) of a 2-D tile."""
-    return tl.sum(tl.where(sel[:, None], tile, 0.0), axis=0)
+    batch * v_heads: 16-row tiles, one warp, a program walking its head's tiles in a
+    software-pipelined loop), pipelined at most 2 deep. Timed on an H200 (T = 4, batch 256,
+    fp32 checkpoint, ``benchmarks/spec_verify.py --sweep``, 15 configurations; benchmarks/NOTES.md,
+    verify v3): the best for Qwen3.5-122B GDN and Kimi Linear KDA, 6-7% faster than depth 3,
+    whose 28.9 KB of shared memory per program left room for 7 resident programs per
+    multiprocessor instead of 11; two and four warps took 1.5-3x longer."""
+    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
+    return dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
 
 
 @triton.jit
@@ -77,32 +77,13 @@ def _col(tile, sel):
 
 
 @triton.jit
-def _gate_row(b_gate, sel, PER_CHANNEL: tl.constexpr):
+def _gaterow_of(b_gate, sel, PER_CHANNEL: tl.constexpr):
     """A window token's gate: a [BLOCK_K] row (KDA) or a scalar (GDN)."""
     if PER_CHANNEL:
-        a = _row(b_gate, sel)
+        a = row_of(b_gate, sel)
     else:
         a = tl.sum(tl.where(sel, b_gate, 0.0), axis=0)
     return a
-
-
-@triton.jit
-def _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n):
-    """Eᵀ, fp32 [BLOCK_V, BLOCK_L]: columns j < base the history d records of the tile's value
-    rows, columns base .. base+n-1 the window's v (the positions its d records will take)."""
-    m_h = m_v[:, None] & (o_l < base)[None, :]
-    m_w = m_v[:, None] & ((o_l >= base) & (o_l < base + n))[None, :]
-    b_e = tl.load(p_dr + o_v[:, None] + o_l[None, :] * stride_dr_pos, mask=m_h, other=0.0).to(tl.float32)
-    return b_e + tl.load(p_v + o_v[:, None] + (o_l - base)[None, :] * stride_v_tok, mask=m_w, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _window_tile(b_base, U, GT, b_et):
-    """Zᵀ = base_tile Uᵀ + Eᵀ Gᵀ, fp32 [BLOCK_V, BLOCK_U]: columns 0 .. BLOCK_T-1 the window's
-    d, columns BLOCK_T .. 2 BLOCK_T-1 its outputs o. Two tensor-core products in 3xTF32 (about
-    fp32 accuracy: bf16/f16 operands are exact in TF32, fp32 ones split into two TF32 terms)."""
-    z = tl.dot(b_base, tl.trans(U), input_precision="tf32x3")
-    return tl.dot(b_et, GT, acc=z, input_precision="tf32x3")
 
 
 @triton.jit
@@ -176,7 +157,7 @@ def _gated_delta_replay_verify_kernel(
     MAX_HEADS: tl.constexpr, BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    FLUSH_ROWS: tl.constexpr,
+    SPLIT_E: tl.constexpr, FLUSH_ROWS: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -184,12 +165,8 @@ def _gated_delta_replay_verify_kernel(
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     w = tl.load(cursor_ptr + slot)
-    if FLUSH_ROWS:
-        if w + n <= L - 1:
-            return
-    else:
-        if w + n > L - 1:
-            return
+    if other_row_class(w, n, L, FLUSH_ROWS):
+        return
     i_b = i_b.to(tl.int64)
     i_hk = i_h // v_per_k
     o_t = tl.arange(0, BLOCK_T)
@@ -232,9 +209,9 @@ def _gated_delta_replay_verify_kernel(
     AQ = tl.zeros([BLOCK_T, BLOCK_U], dtype=tl.float32)
     for s in tl.static_range(BLOCK_T):
         sel = o_t == s
-        a_s = _gate_row(b_alpha, sel, PER_CHANNEL)
-        k_s = _row(b_k, sel)
-        q_s = _row(b_q, sel)
+        a_s = _gaterow_of(b_alpha, sel, PER_CHANNEL)
+        k_s = row_of(b_k, sel)
+        q_s = row_of(b_q, sel)
         kdec = tl.where(sel[:, None], k_s[None, :], decay_columns(kdec, a_s, PER_CHANNEL))
         cdec = cdec * a_s
         is_k, is_q = o_u == s, o_u == BLOCK_T + s
@@ -259,7 +236,7 @@ def _gated_delta_replay_verify_kernel(
     # Z = U1 S_cᵀ + M2 v with U1 = [0; U_q] - M2 U_k.
     U1 = tl.where(((o_u >= BLOCK_T) & (o_u < 2 * BLOCK_T))[:, None], U, 0.0)
     for t in tl.static_range(BLOCK_T):
-        U1 -= _row(M2T, o_t == t)[:, None] * _row(U, o_u == t)[None, :]
+        U1 -= row_of(M2T, o_t == t)[:, None] * row_of(U, o_u == t)[None, :]
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
     p_dr = dr_ptr + slot * stride_dr_slot + i_h * stride_dr_head
@@ -268,16 +245,13 @@ def _gated_delta_replay_verify_kernel(
     p_v = v_ptr + i_b * stride_v_batch + i_h * stride_v_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_V
-    # Gᵀ [BLOCK_L, BLOCK_U] multiplies Eᵀ (_window_operand): the window's v at the positions
+    # Gᵀ [BLOCK_L, BLOCK_U] multiplies Eᵀ (common.window_operand): the window's v at the positions
     # its d records take (base .. base+n-1: 0 at a flush, w otherwise) carry M2's columns.
+    base = window_base(w, FLUSH_ROWS)
+    GT = window_weights(M2T, o_t, o_l, base, BLOCK_T)
     if FLUSH_ROWS:
-        base = 0
-    else:
-        base = w
-    GT = tl.zeros([BLOCK_L, BLOCK_U], dtype=tl.float32)
-    for s in tl.static_range(BLOCK_T):
-        GT += tl.where((o_l == base + s)[:, None], _row(M2T, o_t == s)[None, :], 0.0)
-    if FLUSH_ROWS:
+        U_hi, U_lo = tf32_split(U1)
+        GT_hi, GT_lo = tf32_split(GT)
         # Flush: S_c tile by tile (the committed records folded oldest first, the recurrence
         # itself in fp32), stored; the window's outputs from it. Not software-pipelined: the
         # loop holds a barrier, and flush rows are the minority.
@@ -286,15 +260,20 @@ def _gated_delta_replay_verify_kernel(
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
-            for j in tl.range(0, L - 1, loop_unroll_factor=1):
-                if j < w:
-                    b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v, other=0.0).to(tl.float32)
-                    b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k, other=0.0).to(tl.float32)
-                    b_gj = load_log_decay(p_gr + j * stride_gr_pos, o_k, m_k, PER_CHANNEL)
-                    b_s = decay_columns(b_s, tl.exp(b_gj), PER_CHANNEL) + b_dj[:, None] * b_kj[None, :]
+            # Branch-free (records past w load as d = k = 0, g = 0: the update is the identity)
+            # and unrolled, so that several records' loads are in flight at once.
+            for j in tl.range(0, L - 1, loop_unroll_factor=_FOLD_UNROLL):
+                held = j < w
+                b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v & held, other=0.0).to(tl.float32)
+                b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
+                if PER_CHANNEL:
+                    b_gj = tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0)
+                else:
+                    b_gj = tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0)
+                b_s = decay_columns(b_s, tl.exp(b_gj), PER_CHANNEL) + b_dj[:, None] * b_kj[None, :]
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
-            b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
-            z = _window_tile(b_s, U1, GT, b_e)
+            b_e = window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
+            z = window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
         # k̂ and g records are read by other programs of the row: the last one writes them.
         tl.debug_barrier()
@@ -324,23 +303,26 @@ def _gated_delta_replay_verify_kernel(
             hdec = tl.full([BLOCK_K], 1.0, tl.float32)
         else:
             hdec = tl.full([], 1.0, tl.float32)
-        for i in tl.range(0, L - 1, loop_unroll_factor=1):
+        # Branch-free (positions j < 0 load as k = 0, g = 0: no score, decay 1) and unrolled,
+        # so that several records' loads are in flight at once.
+        for i in tl.range(0, L - 1, loop_unroll_factor=_FOLD_UNROLL):
             j = w - 1 - i
-            if j >= 0:
-                e_j = hdec * tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k, other=0.0).to(tl.float32)
-                GT += tl.where((o_l == j)[:, None], tl.sum(U1 * e_j[None, :], axis=1)[None, :], 0.0)
-                if PER_CHANNEL:
-                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k, other=0.0))
-                else:
-                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos))
-        U0 = decay_columns(U1, hdec, PER_CHANNEL)
+            held = j >= 0
+            e_j = hdec * tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
+            GT += tl.where((o_l == j)[:, None], tl.sum(U1 * e_j[None, :], axis=1)[None, :], 0.0)
+            if PER_CHANNEL:
+                hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0))
+            else:
+                hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0))
+        U_hi, U_lo = tf32_split(decay_columns(U1, hdec, PER_CHANNEL))
+        GT_hi, GT_lo = tf32_split(GT)
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
             b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
                            mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-            b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
-            z = _window_tile(b_s0, U0, GT, b_e)
+            b_e = window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
+            z = window_products(b_s0, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, False)
     if i_s == 0:
         if i_h == 0:
@@ -387,6 +369,7 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         MAX_HEADS=max(k_heads, v_heads), BLOCK_V=cfg.block_head_dim, SPAN_V=span,
         BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=cfg.num_stages,
         HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
+        SPLIT_E=max(d_records.element_size(), v.element_size()) > 2,  # 16-bit values are exact in TF32
     )
     # Non-flush rows first: they leave every cursor as it was, so the flush launch sees the
     # same decision (w + n > L - 1) for every row.
