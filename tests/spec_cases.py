@@ -244,33 +244,34 @@ def no_commit(holder, slot_ids, num_accepted):
 # --------------------------------------------------------------------------- GDN / KDA adapters
 # The family is told apart by g's rank: [batch, T, v_heads] GDN, [..., head_k_dim] KDA.
 
-def _delta_args(win):
+def delta_args(win):
+    """q, k, v, g, beta of a window (``make_window``), in the verify ops' argument order."""
     return win["q"], win["k"], win["v"], win["g"], win["beta"]
 
 
 def delta_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.ops import gdn_replay_verify, kda_replay_verify
     verify = kda_replay_verify if win["g"].dim() == 4 else gdn_replay_verify
-    return verify(cache, *_delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
+    return verify(cache, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
 def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None):
     from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
     return launch_gated_delta_replay_verify(
         cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
-        cache.arrivals, cache.pending, *_delta_args(win), slot_ids=slot_ids,
+        cache.arrivals, cache.pending, *delta_args(win), slot_ids=slot_ids,
         num_tokens=num_tokens, out=out, config=config, **p)
 
 
 def delta_snapshot_verify_with_op(holder, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.ops import gdn_snapshot_verify, kda_snapshot_verify
     verify = kda_snapshot_verify if win["g"].dim() == 4 else gdn_snapshot_verify
-    return verify(holder, *_delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
+    return verify(holder, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
 def delta_snapshot_verify_with_launcher(holder, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
-    return launch_gated_delta_snapshot_verify(holder.state, holder.snapshots, *_delta_args(win),
+    return launch_gated_delta_snapshot_verify(holder.state, holder.snapshots, *delta_args(win),
                                               slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
@@ -278,5 +279,5 @@ def delta_serial_with_op(holder, win, p, slot_ids, num_tokens, out):
     """Serial decode as a baseline verify (every token committed; see mamba2_serial_with_op)."""
     from trtllm_replayssm.ops import gdn_serial_decode, kda_serial_decode
     serial = kda_serial_decode if win["g"].dim() == 4 else gdn_serial_decode
-    return serial(holder.state, *_delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens,
+    return serial(holder.state, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens,
                   out=out, **p)

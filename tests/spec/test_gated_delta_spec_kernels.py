@@ -7,7 +7,7 @@ from triton_mode import INTERPRET
 from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry
 from mamba2_cases import DTYPES
 from replay_driver import rel_err
-from spec_cases import (commit_with_launcher, delta_snapshot_verify_with_launcher,
+from spec_cases import (commit_with_launcher, delta_args, delta_snapshot_verify_with_launcher,
                         delta_verify_with_launcher, drive_baseline, drive_spec, make_window,
                         snapshot_commit_with_launcher)
 from trtllm_replayssm.kernels.common import LaunchConfig
@@ -77,6 +77,44 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
             assert torch.equal(getattr(c, name), getattr(caches[0], name)), name
         for name in ("checkpoint", "d_records", "k_records"):
             assert rel_err(getattr(c, name), getattr(caches[0], name)) < 1e-6, name
+
+
+@pytest.mark.parametrize("record", ["f32", "bf16"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
+def test_gated_delta_replay_verify_kernel_folds_long_history(per_channel, record):
+    """Flush rows with up to 38 committed records: the fold's products run over several chunks
+    of 16 records (decays carried from chunk to chunk), fp32 and 16-bit records (split or not
+    into TF32 parts). One step against the float64 reference on the same cache: outputs,
+    checkpoint, records, cursors; padding and non-flush rows alongside."""
+    from trtllm_replayssm.reference.spec import gated_delta_replay_verify_ref
+    fam = DeltaFamily(G_CFG, per_channel=per_channel, record_dtype=DTYPES[record])
+    p = fam.make_params(DEVICE)
+    T, L = 3, 40
+    torch.manual_seed(3)
+    c = fam.allocate(6, L, torch.float32, torch.float32, DEVICE)
+    c.checkpoint.normal_()
+    c.d_records.normal_()
+    c.k_records.normal_()
+    c.k_records /= c.k_records.norm(dim=-1, keepdim=True)  # stored k̂ are unit vectors
+    c.g_records.uniform_(-0.2, -0.01)
+    c.cursor.copy_(torch.tensor([38, 5, 37, 17, 33, 16], dtype=torch.int32))
+    ref = {name: getattr(c, name).to(torch.float64) for name in
+           ("checkpoint", "d_records", "k_records", "g_records")}
+    ref_cursor, ref_pending = c.cursor.clone(), c.pending.clone()
+    slots = torch.tensor([0, -1, 2, 3, 4, 5], dtype=torch.int32, device=DEVICE)
+    n = torch.tensor([2, 3, 3, 3, 3, 3], dtype=torch.int32, device=DEVICE)
+    win = make_window(fam, 6, T, torch.float32, DEVICE)
+    y = delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0))
+    win64 = {k: None if v is None else v.to(torch.float64) for k, v in win.items()}
+    y_ref = gated_delta_replay_verify_ref(
+        ref["checkpoint"], ref["d_records"], ref["k_records"], ref["g_records"], ref_cursor, ref_pending,
+        *delta_args(win64), slot_ids=slots, num_tokens=n, out=torch.full_like(win64["v"], 42.0), **p)
+    assert c.cursor.tolist() == ref_cursor.tolist() == [0, 5, 0, 17, 33, 16]  # slots 0 and 2 flush
+    live = [0, 2, 3, 4, 5]
+    assert torch.all(y[1] == 42.0) and torch.all(y[0, 2:] == 42.0)
+    assert rel_err(y[live], y_ref[live]) < 1e-5
+    assert rel_err(c.checkpoint, ref["checkpoint"]) < 1e-5
+    assert rel_err(c.d_records, ref["d_records"]) < ACT_TOL[record]
 
 
 def test_gated_delta_replay_verify_kernel_rejects_tiles_under_16_rows():
