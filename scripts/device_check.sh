@@ -8,6 +8,9 @@
 #   BENCH   benchmarks to run (default: "mamba2 gdn kda"; also "spec" = spec_verify.py,
 #           "model" = model_decode.py; BENCH=none runs none)
 #   PART_TIMEOUT  seconds for each test path and each benchmark (default 540)
+#   JOBS    test paths run at once (default 1; the tests' own times are not measurements, so
+#           several can share the GPU: 4 ran the GDN/KDA and spec GPU tests in 330 s instead of
+#           ~15 min, 2026-11-30); benchmarks always run alone, after the tests
 # Logs and benchmark results go to $OUT (the device tool's return folder) or benchmarks/results,
 # written straight to files: a part killed at its limit still leaves its log.
 set -uo pipefail
@@ -19,11 +22,17 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 status=0
-for t in ${TESTS:-tests}; do
-  log="$OUT/pytest_$(basename "$t" .py).log"
-  timeout "$LIMIT" python3 -m pytest -q "$t" -p no:cacheprovider -rs --durations=10 > "$log" 2>&1 || status=1
+run_tests() {  # one test path, its log in $OUT; prints its summary line
+  local t=$1 log="$OUT/pytest_$(basename "$1" .py).log" rc=0
+  timeout "$LIMIT" python3 -m pytest -q "$t" -p no:cacheprovider -rs --durations=10 > "$log" 2>&1 || rc=1
   echo "$t: $(grep -E '(passed|failed|error)' "$log" | tail -1)"
+  return $rc
+}
+for t in ${TESTS:-tests}; do
+  while (( $(jobs -rp | wc -l) >= ${JOBS:-1} )); do wait -n || status=1; done
+  run_tests "$t" &
 done
+while (( $(jobs -rp | wc -l) > 0 )); do wait -n || status=1; done
 for b in ${BENCH:-mamba2 gdn kda}; do
   case $b in
     none) continue ;;
