@@ -61,8 +61,11 @@ class DeltaFamily:
 
     @staticmethod
     def poison(cache) -> None:
+        """Garbage in every record: large values, and NaN in every fourth key record position
+        (a record past the cursor must be selected out, never multiplied by zero)."""
         cache.d_records.normal_().mul_(1e3)
         cache.k_records.normal_().mul_(1e3)
+        cache.k_records[:, :, ::4] = float("nan")
         cache.g_records.uniform_(-50, 50)
 
     def make_step(self, batch, act_dtype, device) -> dict:
