@@ -169,7 +169,8 @@ def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step", m
     """Launch configurations tried by --sweep (``head_dim``: the state rows of one head; tiles
     of fewer than ``min_block`` rows left out, for kernels whose tiles are tensor-core operands).
 
-    ``"replay_step"``: one tile per program, or one head per program in a pipelined loop.
+    ``"replay_step"``: one tile per program, or one head per program in a loop pipelined 1 to 4
+    deep (depth 1: no shared-memory staging, which can cap occupancy before registers do).
     ``"decode_step"`` (conventional read-modify-write): one tile per program, 4 to 32 rows, one
     to eight warps. Then each one-warp configuration again with each register cap in
     ``max_registers`` (--max-registers)."""
@@ -179,7 +180,8 @@ def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step", m
         cfgs = [LaunchConfig(b, w) for b in (8, 16, 32) for w in (1, 2, 4) if min_block <= b <= head_dim]
         for b in (b for b in (8, 16) if b >= min_block):
             chunks = -(-head_dim // b)
-            cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (2, 3, 4)]
+            cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (1, 2, 3, 4)]
+        cfgs = list(dict.fromkeys(cfgs))  # a head of one tile: its loop is the single tile
     return cfgs + [replace(c, max_registers=r) for r in max_registers for c in cfgs if c.num_warps == 1]
 
 

@@ -10,11 +10,11 @@ from harness import sweep_configs  # noqa: E402
 
 def test_sweep_configs_add_register_caps_to_one_warp_configurations_only():
     base = sweep_configs(64)
-    assert len(base) == len(set(base)) == 27
+    assert len(base) == len(set(base)) == 33
     assert all(c.max_registers is None for c in base)
     capped = sweep_configs(64, [128, 168])
-    assert capped[:27] == base
-    extra = capped[27:]
+    assert capped[:33] == base
+    extra = capped[33:]
     one_warp = [c for c in base if c.num_warps == 1]
     assert [c.max_registers for c in extra] == [128] * len(one_warp) + [168] * len(one_warp)
     assert [(c.block_head_dim, c.num_warps, c.chunks, c.num_stages) for c in extra[:len(one_warp)]] == \
