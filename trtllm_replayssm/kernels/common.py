@@ -44,45 +44,6 @@ def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
 
 
 @triton.jit
-def row_of(tile, sel):
-    """Row ``sel`` (a one-hot mask over the first dimension) of a 2-D tile held in registers."""
-    return tl.sum(tl.where(sel[:, None], tile, 0.0), axis=0)
-
-
-@triton.jit
-def window_base(w, FLUSH_ROWS: tl.constexpr):
-    """Position of a verify row's first window record: 0 in a flush row (its history is folded
-    into the checkpoint first), else after its w committed records."""
-    if FLUSH_ROWS:
-        base = 0
-    else:
-        base = w
-    return base
-
-
-@triton.jit
-def window_weights(rows, o_t, o_l, base, BLOCK_T: tl.constexpr):
-    """[BLOCK_L, N] weights of ``window_operand``'s columns: row base + t is row t of ``rows``
-    ([BLOCK_T, N]: window token t's weights), every other row zero (history rows are added by
-    the caller)."""
-    out = tl.zeros([o_l.shape[0], rows.shape[1]], dtype=tl.float32)
-    for t in tl.static_range(BLOCK_T):
-        out += tl.where((o_l == base + t)[:, None], row_of(rows, o_t == t)[None, :], 0.0)
-    return out
-
-
-@triton.jit
-def other_row_class(w, n, L: tl.constexpr, FLUSH_ROWS: tl.constexpr):
-    """Whether a verify row (w committed records, n window tokens) belongs to the other launch:
-    the verify kernels run twice, non-flush rows (w + n <= L - 1) then flush rows."""
-    if FLUSH_ROWS:
-        other = w + n <= L - 1
-    else:
-        other = w + n > L - 1
-    return other
-
-
-@triton.jit
 def tf32_split(x):
     """(hi, lo), x = hi + lo exactly: hi is x truncated to TF32 (10 mantissa bits), lo = x - hi.
     TF32 products of the parts lose only lo's low bits (about 2^-21 of x): the 3xTF32 scheme,
@@ -90,40 +51,6 @@ def tf32_split(x):
     product, with NaN/inf selects: ~360 of the GDN verify tile loop's 787 instructions, sm_90a)."""
     hi = (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
     return hi, x - hi
-
-
-@triton.jit
-def window_products(b_base, A_hi, A_lo, b_e, G_hi, G_lo, SPLIT_E: tl.constexpr):
-    """base Aᵀ + E G, fp32 [rows, N], a speculative verify tile's outputs: the state tile
-    ``b_base`` [rows, K] against the per-token vectors A [N, K], and the records and window
-    inputs E [rows, BLOCK_L] (``window_operand``) against their weights G [BLOCK_L, N].
-    Tensor-core products of TF32 parts (``tf32_split``; A and G come split, once per program),
-    about fp32 accuracy; E is split only when SPLIT_E (16-bit values are exact in TF32)."""
-    s_hi, s_lo = tf32_split(b_base)
-    z = tl.dot(s_hi, tl.trans(A_hi), input_precision="tf32")
-    z = tl.dot(s_hi, tl.trans(A_lo), acc=z, input_precision="tf32")
-    z = tl.dot(s_lo, tl.trans(A_hi), acc=z, input_precision="tf32")
-    if SPLIT_E:
-        e_hi, e_lo = tf32_split(b_e)
-        z = tl.dot(e_lo, G_hi, acc=z, input_precision="tf32")
-    else:
-        e_hi = b_e
-    z = tl.dot(e_hi, G_hi, acc=z, input_precision="tf32")
-    return tl.dot(e_hi, G_lo, acc=z, input_precision="tf32")
-
-
-@triton.jit
-def window_operand(p_rec, stride_rec_pos, p_win, stride_win_tok, o_l, o_r, m_r, base, n):
-    """The per-row inputs of a speculative window's tile product, fp32 [BLOCK_R, BLOCK_L]
-    (transposed): column j < base the history record at position j, columns base .. base+n-1
-    the window's own inputs (the positions their records will take), zeros else. ``p_rec`` +
-    j * stride_rec_pos + r addresses record j of row r (GDN/KDA: the d records); ``p_win`` +
-    s * stride_win_tok + r the window token s (GDN/KDA: v)."""
-    m_h = m_r[:, None] & (o_l < base)[None, :]
-    m_w = m_r[:, None] & ((o_l >= base) & (o_l < base + n))[None, :]
-    b_e = tl.load(p_rec + o_r[:, None] + o_l[None, :] * stride_rec_pos, mask=m_h, other=0.0).to(tl.float32)
-    return b_e + tl.load(p_win + o_r[:, None] + (o_l - base)[None, :] * stride_win_tok, mask=m_w,
-                         other=0.0).to(tl.float32)
 
 
 @triton.jit

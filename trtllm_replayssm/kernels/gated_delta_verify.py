@@ -20,7 +20,7 @@ Per program, once (the window solve folded into the tile products' operands):
   columns U1 · (e^{Γ_j} ⊙ k_j) (records newest first, decays as running products) and M2.
 
 Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: tensor-core products of TF32 parts
-(``common.window_products``, about fp32 accuracy), instead of 2T reductions over head_k_dim on
+(``_window_products``, about fp32 accuracy), instead of 2T reductions over head_k_dim on
 the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
 
 * Flush rows: S_c is formed tile by tile (the committed records folded oldest first, the
@@ -48,8 +48,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (LaunchConfig, other_row_class, row_of, tf32_split, window_base, window_operand,
-                     window_products, window_tokens, window_weights)
+from .common import LaunchConfig, tf32_split, window_tokens
 from .gated_delta_common import decay_columns, gated_delta_launch_config
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
@@ -71,16 +70,89 @@ def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: in
 
 
 @triton.jit
+def _row(tile, sel):
+    """Row ``sel`` (a one-hot mask over the first dimension) of a 2-D tile held in registers."""
+    return tl.sum(tl.where(sel[:, None], tile, 0.0), axis=0)
+
+
+@triton.jit
+def _other_row_class(w, n, L: tl.constexpr, FLUSH_ROWS: tl.constexpr):
+    """Whether a verify row (w committed records, n window tokens) belongs to the other launch:
+    the kernel runs twice, non-flush rows (w + n <= L - 1) then flush rows."""
+    if FLUSH_ROWS:
+        other = w + n <= L - 1
+    else:
+        other = w + n > L - 1
+    return other
+
+
+@triton.jit
+def _window_base(w, FLUSH_ROWS: tl.constexpr):
+    """Position of a verify row's first window record: 0 in a flush row (its history is folded
+    into the checkpoint first), else after its w committed records."""
+    if FLUSH_ROWS:
+        base = 0
+    else:
+        base = w
+    return base
+
+
+@triton.jit
+def _window_weights(rows, o_t, o_l, base, BLOCK_T: tl.constexpr):
+    """[BLOCK_L, N] weights of ``_window_operand``'s columns: row base + t is row t of ``rows``
+    ([BLOCK_T, N]: window token t's weights), every other row zero (history rows are added by
+    the caller)."""
+    out = tl.zeros([o_l.shape[0], rows.shape[1]], dtype=tl.float32)
+    for t in tl.static_range(BLOCK_T):
+        out += tl.where((o_l == base + t)[:, None], _row(rows, o_t == t)[None, :], 0.0)
+    return out
+
+
+@triton.jit
+def _window_operand(p_rec, stride_rec_pos, p_win, stride_win_tok, o_l, o_r, m_r, base, n):
+    """The per-row inputs of a speculative window's tile product, fp32 [BLOCK_R, BLOCK_L]
+    (transposed): column j < base the history record at position j, columns base .. base+n-1
+    the window's own inputs (the positions their records will take), zeros else. ``p_rec`` +
+    j * stride_rec_pos + r addresses record j of row r (the d records); ``p_win`` +
+    s * stride_win_tok + r the window token s (v)."""
+    m_h = m_r[:, None] & (o_l < base)[None, :]
+    m_w = m_r[:, None] & ((o_l >= base) & (o_l < base + n))[None, :]
+    b_e = tl.load(p_rec + o_r[:, None] + o_l[None, :] * stride_rec_pos, mask=m_h, other=0.0).to(tl.float32)
+    return b_e + tl.load(p_win + o_r[:, None] + (o_l - base)[None, :] * stride_win_tok, mask=m_w,
+                         other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _window_products(b_base, A_hi, A_lo, b_e, G_hi, G_lo, SPLIT_E: tl.constexpr):
+    """base Aᵀ + E G, fp32 [rows, N], a speculative verify tile's outputs: the state tile
+    ``b_base`` [rows, K] against the per-token vectors A [N, K], and the records and window
+    inputs E [rows, BLOCK_L] (``_window_operand``) against their weights G [BLOCK_L, N].
+    Tensor-core products of TF32 parts (``tf32_split``; A and G come split, once per program),
+    about fp32 accuracy; E is split only when SPLIT_E (16-bit values are exact in TF32)."""
+    s_hi, s_lo = tf32_split(b_base)
+    z = tl.dot(s_hi, tl.trans(A_hi), input_precision="tf32")
+    z = tl.dot(s_hi, tl.trans(A_lo), acc=z, input_precision="tf32")
+    z = tl.dot(s_lo, tl.trans(A_hi), acc=z, input_precision="tf32")
+    if SPLIT_E:
+        e_hi, e_lo = tf32_split(b_e)
+        z = tl.dot(e_lo, G_hi, acc=z, input_precision="tf32")
+    else:
+        e_hi = b_e
+    z = tl.dot(e_hi, G_hi, acc=z, input_precision="tf32")
+    return tl.dot(e_hi, G_lo, acc=z, input_precision="tf32")
+
+
+@triton.jit
 def _col(tile, sel):
     """Column ``sel`` (a one-hot mask over the second dimension) of a 2-D tile."""
     return tl.sum(tl.where(sel[None, :], tile, 0.0), axis=1)
 
 
 @triton.jit
-def _gaterow_of(b_gate, sel, PER_CHANNEL: tl.constexpr):
+def _gate_row(b_gate, sel, PER_CHANNEL: tl.constexpr):
     """A window token's gate: a [BLOCK_K] row (KDA) or a scalar (GDN)."""
     if PER_CHANNEL:
-        a = row_of(b_gate, sel)
+        a = _row(b_gate, sel)
     else:
         a = tl.sum(tl.where(sel, b_gate, 0.0), axis=0)
     return a
@@ -165,7 +237,7 @@ def _gated_delta_replay_verify_kernel(
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     w = tl.load(cursor_ptr + slot)
-    if other_row_class(w, n, L, FLUSH_ROWS):
+    if _other_row_class(w, n, L, FLUSH_ROWS):
         return
     i_b = i_b.to(tl.int64)
     i_hk = i_h // v_per_k
@@ -209,9 +281,9 @@ def _gated_delta_replay_verify_kernel(
     AQ = tl.zeros([BLOCK_T, BLOCK_U], dtype=tl.float32)
     for s in tl.static_range(BLOCK_T):
         sel = o_t == s
-        a_s = _gaterow_of(b_alpha, sel, PER_CHANNEL)
-        k_s = row_of(b_k, sel)
-        q_s = row_of(b_q, sel)
+        a_s = _gate_row(b_alpha, sel, PER_CHANNEL)
+        k_s = _row(b_k, sel)
+        q_s = _row(b_q, sel)
         kdec = tl.where(sel[:, None], k_s[None, :], decay_columns(kdec, a_s, PER_CHANNEL))
         cdec = cdec * a_s
         is_k, is_q = o_u == s, o_u == BLOCK_T + s
@@ -236,7 +308,7 @@ def _gated_delta_replay_verify_kernel(
     # Z = U1 S_cᵀ + M2 v with U1 = [0; U_q] - M2 U_k.
     U1 = tl.where(((o_u >= BLOCK_T) & (o_u < 2 * BLOCK_T))[:, None], U, 0.0)
     for t in tl.static_range(BLOCK_T):
-        U1 -= row_of(M2T, o_t == t)[:, None] * row_of(U, o_u == t)[None, :]
+        U1 -= _row(M2T, o_t == t)[:, None] * _row(U, o_u == t)[None, :]
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
     p_dr = dr_ptr + slot * stride_dr_slot + i_h * stride_dr_head
@@ -245,10 +317,10 @@ def _gated_delta_replay_verify_kernel(
     p_v = v_ptr + i_b * stride_v_batch + i_h * stride_v_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_V
-    # Gᵀ [BLOCK_L, BLOCK_U] multiplies Eᵀ (common.window_operand): the window's v at the positions
+    # Gᵀ [BLOCK_L, BLOCK_U] multiplies Eᵀ (_window_operand): the window's v at the positions
     # its d records take (base .. base+n-1: 0 at a flush, w otherwise) carry M2's columns.
-    base = window_base(w, FLUSH_ROWS)
-    GT = window_weights(M2T, o_t, o_l, base, BLOCK_T)
+    base = _window_base(w, FLUSH_ROWS)
+    GT = _window_weights(M2T, o_t, o_l, base, BLOCK_T)
     if FLUSH_ROWS:
         U_hi, U_lo = tf32_split(U1)
         GT_hi, GT_lo = tf32_split(GT)
@@ -272,8 +344,8 @@ def _gated_delta_replay_verify_kernel(
                     b_gj = tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0)
                 b_s = decay_columns(b_s, tl.exp(b_gj), PER_CHANNEL) + b_dj[:, None] * b_kj[None, :]
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
-            b_e = window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
-            z = window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
+            b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
+            z = _window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
         # k̂ and g records are read by other programs of the row: the last one writes them.
         tl.debug_barrier()
@@ -321,8 +393,8 @@ def _gated_delta_replay_verify_kernel(
             m_v = o_v < head_v_dim
             b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
                            mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-            b_e = window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
-            z = window_products(b_s0, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)
+            b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
+            z = _window_products(b_s0, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, False)
     if i_s == 0:
         if i_h == 0:
