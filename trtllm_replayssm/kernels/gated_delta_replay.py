@@ -13,11 +13,15 @@ it decides on the device what the row does (notation of
   then d = β (v - S'k̂), o = S'q̂ + d (k̂·q̂). The checkpoint is only read; (d, k̂, g) is
   appended at position w (k̂ once per key head).
 * w == L-1 (flush): per tile, S' = S0 Diag(e_0) + Dᵀ U with D the tile's d records and
-  U_j = e_j ⊙ k_j (a [BLOCK_V, L] x [L, head_k_dim] product in exact fp32 FMAs), then d, o
-  as above from S', and S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype). The
-  records come in as one tile per program (U) and per tile (D): a loop over the records with
-  one dependent load per record and tile made flush rows ~4x slower than the others and the
-  whole step wait for them (benchmarks/NOTES.md, gated delta v2).
+  U_j = e_j ⊙ k_j, a [BLOCK_V, L] x [L, head_k_dim] product: for GDN (scalar e_j, which
+  scales D's columns, so that the k̂ records enter as stored) on tensor cores in TF32 parts
+  (:func:`_split_dot`, about fp32 accuracy); for KDA in exact fp32 FMAs. Then d, o as above
+  from S', and S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype). The TF32 product
+  made the GDN step 1-9% faster on the H200 and KDA's 1.5-5.5% slower at batch 256-512
+  (benchmarks/NOTES.md, gated delta v4). The records come in as one tile per program (U)
+  and per tile (D): a loop over the records with one dependent load per record and tile made
+  flush rows ~4x slower than the others and the whole step wait for them (benchmarks/NOTES.md,
+  gated delta v2).
 
 Γ_j = Σ_{j<i≤w} g_i is summed directly (a reverse cumsum of the records shifted by one), never
 as a difference of prefix sums. The cursor advances in the same launch
@@ -32,11 +36,26 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, advance_cursor
+from .common import LaunchConfig, advance_cursor, tf32_split
 from .gated_delta_common import (decay_columns, gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk)
 
 __all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
+
+
+@triton.jit
+def _split_dot(a, b, acc, SPLIT_B: tl.constexpr):
+    """acc + a b, fp32, from tensor-core products of the operands' TF32 parts
+    (:func:`~trtllm_replayssm.kernels.common.tf32_split`; the lo x lo product is dropped: about
+    fp32 accuracy). b is split only when SPLIT_B (16-bit values are exact in TF32)."""
+    a_hi, a_lo = tf32_split(a)
+    if SPLIT_B:
+        b_hi, b_lo = tf32_split(b)
+        acc = tl.dot(a_hi, b_lo, acc=acc, input_precision="tf32")
+    else:
+        b_hi = b
+    acc = tl.dot(a_lo, b_hi, acc=acc, input_precision="tf32")
+    return tl.dot(a_hi, b_hi, acc=acc, input_precision="tf32")
 
 
 @triton.jit
@@ -109,24 +128,35 @@ def _gated_delta_replay_step_kernel(
         g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
         b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
     else:
+        # GDN: the decays are scalars per record, e_j ([BLOCK_L]); U_j = e_j k_j is never formed
+        # (the flush scales the d records instead, so its product takes k̂ as stored).
         b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
         g0 = tl.load(p_gr, mask=w > 0, other=0.0)
-        b_u = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)[:, None] * b_kr
+        b_e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)
     e0 = tl.exp(tl.sum(b_gn, axis=0) + g0 + g)
 
     if w == L - 1:
-        # Flush: per tile, S' = S0 Diag(e0) + Dᵀ U (D: the tile's d records [BLOCK_L, BLOCK_V]),
-        # a small exact-fp32 product; then d, o from S' and S' + d k̂ᵀ stored over the
-        # checkpoint. Not software-pipelined: flush rows are 1/L of the rows, and the buffers
-        # would cost every program shared memory.
+        # Flush: per tile, S' = S0 Diag(e0) + Dᵀ U (D: the tile's d records, [BLOCK_L,
+        # BLOCK_V]); then d, o from S' and S' + d k̂ᵀ stored over the checkpoint. KDA: U held,
+        # an exact-fp32 product. GDN: (D Diag(e))ᵀ K̂ in TF32 parts, the k̂ records loaded in
+        # each tile as stored (16-bit values are exact in TF32 and not split).
+        # Not software-pipelined: flush rows are 1/L of the rows, and the buffers would cost
+        # every program shared memory.
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=1):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
-            b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
-                           mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-            b_s = decay_columns(b_s, e0, PER_CHANNEL) + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
+            if PER_CHANNEL:
+                b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
+                               mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+                b_s = decay_columns(b_s, e0, True) + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
+            else:
+                b_de = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
+                               mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_e[None, :]
+                b_kt = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
+                               mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+                b_s = _split_dot(b_de, b_kt, b_s * e0, kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
             b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
             b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
                                        b_v, beta, kq, o_v, m_v, p_o)
@@ -134,8 +164,12 @@ def _gated_delta_replay_step_kernel(
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
     else:
         # Non-flush: the records' scores once per program, then the tiles (state never formed).
-        s_q = tl.sum(b_u * b_q[None, :], axis=1)
-        s_k = tl.sum(b_u * b_k[None, :], axis=1)
+        if PER_CHANNEL:
+            s_q = tl.sum(b_u * b_q[None, :], axis=1)
+            s_k = tl.sum(b_u * b_k[None, :], axis=1)
+        else:
+            s_q = b_e * tl.sum(b_kr * b_q[None, :], axis=1)
+            s_k = b_e * tl.sum(b_kr * b_k[None, :], axis=1)
         b_q0 = e0 * b_q
         b_k0 = e0 * b_k
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
