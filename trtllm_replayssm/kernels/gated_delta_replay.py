@@ -115,8 +115,9 @@ def _gated_delta_replay_step_kernel(
     p_v = v_ptr + i_b * stride_v_batch + i_h * stride_v_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_V
-    # The records' keys decayed to the current token, U_j = exp(Γ_j) ⊙ k_j ([BLOCK_L, BLOCK_K],
-    # zero rows at j >= w), and the decay of the checkpoint e0 = exp(Γ_{-1}), once per program.
+    # Once per program: the records' decays to the current token e_j = exp(Γ_j) (KDA: per key
+    # channel, held as the decayed keys U_j = e_j ⊙ k_j [BLOCK_L, BLOCK_K]; GDN: scalars
+    # [BLOCK_L]; zero at j >= w) and the checkpoint's decay e0 = exp(Γ_{-1}).
     o_l = tl.arange(0, BLOCK_L)
     m_l = o_l < w
     m_next = (o_l + 1) < w
@@ -128,8 +129,8 @@ def _gated_delta_replay_step_kernel(
         g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
         b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
     else:
-        # GDN: the decays are scalars per record, e_j ([BLOCK_L]); U_j = e_j k_j is never formed
-        # (the flush scales the d records instead, so its product takes k̂ as stored).
+        # GDN: U_j = e_j k_j is never formed (the flush scales the d records instead, so that
+        # its product takes k̂ as stored).
         b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
         g0 = tl.load(p_gr, mask=w > 0, other=0.0)
         b_e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)
