@@ -37,7 +37,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import LaunchConfig, advance_cursor, tf32_split
-from .gated_delta_common import (decay_columns, gated_delta_launch_config, gated_delta_step_args,
+from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk)
 
 __all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
@@ -151,7 +151,7 @@ def _gated_delta_replay_step_kernel(
             if PER_CHANNEL:
                 b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
                                mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-                b_s = decay_columns(b_s, e0, True) + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
+                b_s = b_s * e0[None, :] + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
             else:
                 b_de = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
                                mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_e[None, :]
