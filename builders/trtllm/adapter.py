@@ -20,6 +20,13 @@ Prefill is TensorRT-LLM's own and writes the final state into the SSM state, whi
 checkpoint; the slot's cursor was reset when the request was scheduled as a context request.
 Speculative decoding (a manager with a ``spec_config``) keeps TensorRT-LLM's own paths: no
 records are allocated and the mixers call the original functions.
+
+A hook that cannot engage raises instead of letting TensorRT-LLM decode on its own path (which
+would leave the records stale): a manager that did not take or bind the extension, a forward
+whose ``Mamba2Metadata`` was not prepared for its batch, a decode hook called outside the method
+that sets its step context or without the arguments it needs, and a forward whose decode rows
+did not go through the ReplaySSM op (the hooked decode function was not called). Each message
+names the layer, the installed TensorRT-LLM version and what was missing.
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ import torch
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
 from trtllm_replayssm.ops import gdn_gate, kda_gate
 
-from .api import (_COMMON, _GDN, _KDA, _MAMBA2, _METADATA, _V2, require_api,
+from .api import (_COMMON, _GDN, _KDA, _MAMBA2, _METADATA, _V2, PINNED_RELEASE, require_api,
                   require_instance_attributes)
 from .config import ReplaySSMConfig
 from .extension import EXTENSION_KEY, ReplayRecordsFeature, plan_manager_layers
@@ -48,7 +55,12 @@ __all__ = ["ReplaySSMStatus", "install", "uninstall", "installed"]
 
 _MISSING = object()
 _STEP_ATTR = "_replayssm_step"
+# The step context of a forward on a speculative-decoding manager: TensorRT-LLM's own paths run.
+_SPECULATIVE = object()
 _PADDING_ATTR = "_replayssm_padding"
+_PREPARED_ATTR = "_replayssm_prepared_for"
+# Keyword arguments TensorRT-LLM adds to _stp_ssu_func for stochastic rounding of an fp16 cache.
+_STOCHASTIC_ROUNDING_KWARGS = frozenset(("rand_seed", "philox_rounds"))
 
 
 @dataclass
@@ -95,14 +107,56 @@ def installed() -> Optional[ReplaySSMStatus]:
 
 # ---------------------------------------------------------------------- step context
 
-@dataclass(frozen=True)
+@dataclass
 class _Step:
-    """What one forward of a hooked layer needs: its records and the decode rows' padding flags."""
+    """What one forward of a hooked layer needs: its records and the decode rows' padding flags.
+
+    ``replayed`` is set by the decode hook once the ReplaySSM op has run for the decode rows;
+    :func:`_require_replay` checks it when the forward returns.
+    """
 
     layer: object
     padding: torch.Tensor
     num_prefills: int
     batch: int
+    replayed: bool = False
+
+
+def _hook_error(mixer, problem: str) -> RuntimeError:
+    """The error of a decode step that did not (or cannot) go through the ReplaySSM op."""
+    return RuntimeError(
+        f"ReplaySSM: {type(mixer).__name__} layer {mixer.layer_idx} ran a decode step on "
+        f"TensorRT-LLM {_INSTALLED.status.trtllm_version} without the ReplaySSM op: {problem}. "
+        f"The hooks are written for {PINNED_RELEASE}; install that release, or leave this "
+        f"layer's family out of ReplaySSM (families=..., TRTLLM_REPLAYSSM_FAMILIES)")
+
+
+def _require_context(mixer, step, hooked: str, context: str) -> None:
+    """Raises when the decode hook ``hooked`` runs without a step context, i.e. TensorRT-LLM
+    reached it without calling ``context``, the hooked method that sets the context."""
+    if step is None:
+        raise _hook_error(mixer, f"{hooked} was called outside {context}, which sets the layer's "
+                                 f"step context (its records and padding rows)")
+
+
+def _require_replay(mixer, step, hooked: str) -> None:
+    """After a hooked forward: raises when the step had decode rows but the decode hook did not
+    run the ReplaySSM op, i.e. TensorRT-LLM decoded them on its own path and never called
+    ``hooked``. Speculative steps and prefill-only steps pass."""
+    if step is _SPECULATIVE or step.replayed or step.num_prefills == step.batch:
+        return
+    raise _hook_error(mixer, f"{hooked} was not called for its {step.batch - step.num_prefills} "
+                             f"decode row(s), so TensorRT-LLM decoded them on its own path and "
+                             f"this layer's records no longer match its SSM state")
+
+
+def _require_kwargs(mixer, hooked: str, kwargs: dict, names: Tuple[str, ...]) -> None:
+    """Raises when TensorRT-LLM called ``hooked`` without keyword arguments the hook reads."""
+    missing = [n for n in names if n not in kwargs]
+    if missing:
+        raise _hook_error(mixer, f"{hooked} was called without keyword argument(s) "
+                                 f"{', '.join(missing)} (it got: "
+                                 f"{', '.join(sorted(kwargs)) or 'none'})")
 
 
 def _register(mixer, kind: str) -> None:
@@ -115,40 +169,69 @@ def _register(mixer, kind: str) -> None:
     layers[index] = kind
 
 
-def _step_context(mixer, attn_metadata, mamba_metadata) -> Optional[_Step]:
-    """None under speculative decoding (TensorRT-LLM's own paths), else the layer's records."""
+def _request_ids(attn_metadata) -> Optional[list]:
+    """The batch's request ids as a list (None when TensorRT-LLM gives none)."""
+    ids = attn_metadata.request_ids
+    return None if ids is None else list(ids)
+
+
+def _step_context(mixer, attn_metadata, mamba_metadata):
+    """:data:`_SPECULATIVE` under speculative decoding (TensorRT-LLM's own paths), else the
+    layer's :class:`_Step`.
+
+    Raises RuntimeError when the manager holds no records for the layer, or when
+    ``Mamba2Metadata.prepare`` (which flags the padding rows) did not run for this batch.
+    """
     manager = attn_metadata.kv_cache_manager
     if manager.is_speculative():
-        return None
-    extension = manager.get_aux_cache_extension(EXTENSION_KEY)
+        return _SPECULATIVE
+    version = _INSTALLED.status.trtllm_version
+    find = getattr(manager, "get_aux_cache_extension", None)
+    extension = None if find is None else find(EXTENSION_KEY)
     layer = None if extension is None else extension.get_layer_cache(mixer.layer_idx)
     if layer is None:
         raise RuntimeError(
             f"ReplaySSM: {type(mixer).__name__} layer {mixer.layer_idx} is hooked but its cache "
-            f"manager ({type(manager).__name__}) holds no ReplaySSM records. ReplaySSM needs the "
-            f"V2 Mamba cache manager (kv_cache_config.use_kv_cache_manager_v2=True), created "
-            f"after enable_replayssm() in this process")
+            f"manager ({type(manager).__name__}, TensorRT-LLM {version}) holds no ReplaySSM "
+            f"records. ReplaySSM needs the V2 Mamba cache manager "
+            f"(kv_cache_config.use_kv_cache_manager_v2=True), created after enable_replayssm() "
+            f"in this process")
     padding = getattr(mamba_metadata, _PADDING_ATTR, None)
     if padding is None:
-        raise RuntimeError(f"ReplaySSM: {type(mamba_metadata).__name__}.prepare did not run with "
-                           f"the hooks installed; enable ReplaySSM before the LLM is created")
+        raise RuntimeError(
+            f"ReplaySSM: {type(mixer).__name__} layer {mixer.layer_idx} got a "
+            f"{type(mamba_metadata).__name__} on which the hooked Mamba2Metadata.prepare never "
+            f"ran: ReplaySSM was enabled after the LLM was created, or TensorRT-LLM {version} "
+            f"prepares it without calling Mamba2Metadata.prepare (the hooks are written for "
+            f"{PINNED_RELEASE}); enable ReplaySSM before the LLM is created")
+    if getattr(mamba_metadata, _PREPARED_ATTR) != _request_ids(attn_metadata):
+        raise RuntimeError(
+            f"ReplaySSM: {type(mixer).__name__} layer {mixer.layer_idx} got a "
+            f"{type(mamba_metadata).__name__} that TensorRT-LLM {version} did not prepare for "
+            f"this batch (prepare last ran for other request ids), so its padding-row flags are "
+            f"stale; the hooks are written for {PINNED_RELEASE}, where the model calls "
+            f"Mamba2Metadata.prepare before every forward")
     num_prefills = attn_metadata.num_contexts
     batch = attn_metadata.seq_lens.shape[0]
     return _Step(layer, padding.flags[num_prefills:batch], num_prefills, batch)
 
 
-def _with_step(original, metadata_of: Callable):
+def _with_step(original, metadata_of: Callable, hooked: str):
     """Wraps a mixer method that receives the attention metadata: the step context is set for
-    the call (read by the decode hooks) and cleared afterwards."""
+    the call (read by the decode hook ``hooked``) and cleared afterwards; then
+    :func:`_require_replay` checks that the decode rows went through the ReplaySSM op."""
 
     @functools.wraps(original)
     def method(self, *args, **kwargs):
         attn_metadata, mamba_metadata = metadata_of(*args, **kwargs)
-        setattr(self, _STEP_ATTR, _step_context(self, attn_metadata, mamba_metadata))
+        step = _step_context(self, attn_metadata, mamba_metadata)
+        setattr(self, _STEP_ATTR, step)
         try:
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
         finally:
             setattr(self, _STEP_ATTR, None)
+        _require_replay(self, step, hooked)
+        return result
 
     return method
 
@@ -157,11 +240,24 @@ def _with_step(original, metadata_of: Callable):
 
 def _mamba2_ssu(mixer, original, state, x, dt, A, B, C, D, z=None, dt_bias=None,
                 dt_softplus=False, state_batch_indices=None, out=None, **extra):
-    """Stands in for ``Mamba2Mixer._stp_ssu_func`` (same call), on the replay op."""
+    """Stands in for ``Mamba2Mixer._stp_ssu_func`` (same call), on the replay op.
+
+    Raises RuntimeError when TensorRT-LLM calls it outside ``Mamba2Mixer.forward``, passes the
+    slots other than as ``state_batch_indices`` or adds keyword arguments the hook does not know.
+    """
     step = getattr(mixer, _STEP_ATTR, None)
-    if step is None:
+    if step is _SPECULATIVE or _INSTALLED is None:    # after uninstall() this instance hook stays
         return original(state, x, dt, A, B, C, D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
                         state_batch_indices=state_batch_indices, out=out, **extra)
+    _require_context(mixer, step, "_stp_ssu_func", "Mamba2Mixer.forward")
+    if state_batch_indices is None:
+        raise _hook_error(mixer, f"_stp_ssu_func was called without state_batch_indices "
+                                 f"(the slots of the decode rows; other keyword arguments: "
+                                 f"{', '.join(sorted(extra)) or 'none'})")
+    unknown = sorted(set(extra) - _STOCHASTIC_ROUNDING_KWARGS)
+    if unknown:
+        raise _hook_error(mixer, f"_stp_ssu_func was called with keyword argument(s) "
+                                 f"{', '.join(unknown)}, which the hook does not know")
     if extra:
         raise ValueError(f"ReplaySSM: Mamba-2 layer {mixer.layer_idx} decodes with "
                          f"{', '.join(sorted(extra))} (stochastic rounding of an fp16 SSM cache), "
@@ -172,9 +268,11 @@ def _mamba2_ssu(mixer, original, state, x, dt, A, B, C, D, z=None, dt_bias=None,
                          "in its norm and passes z=None)")
     # TensorRT-LLM passes dt and A, D, dt_bias expanded over head_dim; the op takes them per head.
     dt_heads = dt[..., 0] if dt.dim() == 3 else dt
-    return mamba2_step(step.layer, state, x, dt_heads, mixer.A, B, C,
-                       slot_ids=replay_slot_ids(state_batch_indices, step.padding), D=mixer.D,
-                       dt_bias=mixer.dt_bias, dt_softplus=bool(dt_softplus), out=out)
+    y = mamba2_step(step.layer, state, x, dt_heads, mixer.A, B, C,
+                    slot_ids=replay_slot_ids(state_batch_indices, step.padding), D=mixer.D,
+                    dt_bias=mixer.dt_bias, dt_softplus=bool(dt_softplus), out=out)
+    step.replayed = True
+    return y
 
 
 def _mamba2_init(original):
@@ -194,17 +292,22 @@ def _gdn_forward_core(original):
     def forward_core(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=None,
                      output=None):
         step = _step_context(self, attn_metadata, mamba_metadata)
-        if step is not None and 0 < step.num_prefills < step.batch:
-            # TensorRT-LLM runs decode rows of a mixed batch with the prefills on the full state.
+        mixed = step is not _SPECULATIVE and 0 < step.num_prefills < step.batch
+        if mixed:
+            # TensorRT-LLM runs decode rows of a mixed batch with the prefills on the full state
+            # (forward_extend), so forward_decode is not called and is not required below.
             indices = mamba_metadata.state_indices[step.num_prefills:step.batch]
             checkpoint = attn_metadata.kv_cache_manager.mamba_layer_cache(self.layer_idx).temporal
             flush_delta_rule_records(step.layer, checkpoint, replay_slot_ids(indices, step.padding))
         setattr(self, _STEP_ATTR, step)
         try:
-            return original(self, mixed_qkv, a, b, attn_metadata, mamba_metadata,
-                            spec_metadata=spec_metadata, output=output)
+            result = original(self, mixed_qkv, a, b, attn_metadata, mamba_metadata,
+                              spec_metadata=spec_metadata, output=output)
         finally:
             setattr(self, _STEP_ATTR, None)
+        if not mixed:
+            _require_replay(self, step, "forward_decode")
+        return result
 
     return forward_core
 
@@ -215,12 +318,14 @@ def _gdn_forward_decode(original):
                        intermediate_conv_states=None, intermediate_ssm_states=None,
                        is_target_verify=False, output=None, **kwargs):
         step = getattr(self, _STEP_ATTR, None)
-        if step is None or is_target_verify:
+        if step is _SPECULATIVE or is_target_verify:
             return original(self, conv_states, ssm_states, query_start_loc_long,
                             spec_metadata=spec_metadata,
                             intermediate_conv_states=intermediate_conv_states,
                             intermediate_ssm_states=intermediate_ssm_states,
                             is_target_verify=is_target_verify, output=output, **kwargs)
+        _require_context(self, step, "forward_decode", "Qwen3NextGatedDeltaNet.forward_core")
+        _require_kwargs(self, "forward_decode", kwargs, ("mixed_qkv", "a", "b", "cache_indices"))
         indices = kwargs["cache_indices"]
         host = sys.modules[type(self).__module__]
         mixed = host.causal_conv1d_update(kwargs["mixed_qkv"], conv_states, self.conv1d.weight,
@@ -234,6 +339,7 @@ def _gdn_forward_decode(original):
         o = gated_delta_step(step.layer, ssm_states, q, k, v, g, beta,
                              slot_ids=replay_slot_ids(indices, step.padding),
                              out=None if output is None else output[0])
+        step.replayed = True
         return o.view(1, batch, self.num_v_heads_per_tp, self.head_v_dim)
 
     return forward_decode
@@ -246,9 +352,10 @@ def _kda_forward_decode(original):
     def forward_decode(self, x2d, conv_pool, ssm_pool, slot_indices, mamba_metadata=None,
                        layer_cache=None, ssm_state_indices=None, output=None):
         step = getattr(self, _STEP_ATTR, None)
-        if step is None:
+        if step is _SPECULATIVE:
             return original(self, x2d, conv_pool, ssm_pool, slot_indices, mamba_metadata,
                             layer_cache, ssm_state_indices, output)
+        _require_context(self, step, "forward_decode", "KimiKDALinearAttention._forward_impl")
         if self.gate_lower_bound is not None:
             raise ValueError(f"ReplaySSM: KDA layer {self.layer_idx} uses gate_lower_bound (a "
                              f"safe gate), which the replay ops do not implement")
@@ -269,6 +376,7 @@ def _kda_forward_decode(original):
                            self.b_proj(x)[:, 0], self.A_log, self.dt_bias)
         o = gated_delta_step(step.layer, ssm_pool, *convolved, g, beta,
                              slot_ids=replay_slot_ids(slot_indices, step.padding))
+        step.replayed = True
         return self._store_core(self._output_gate(x, o.unsqueeze(1)), output)
 
     return forward_decode
@@ -300,13 +408,30 @@ def _manager_init(original, extension_class, make_role, make_buffer_config):
                                      spec_config=a["spec_config"], is_draft=a["is_draft"],
                                      enable_block_reuse=bool(kv_cache_config.enable_block_reuse),
                                      pp_size=mapping.pp_size, cp_size=mapping.cp_size)
-        if layers:
-            extension = extension_class(status.config, layers, make_role=make_role,
-                                        make_buffer_config=make_buffer_config)
-            kwargs["aux_cache_extensions"] = tuple(a["aux_cache_extensions"]) + (extension,)
-        original(self, *args, **kwargs)
+        if not layers:
+            original(self, *args, **kwargs)
+            return
+        extension = extension_class(status.config, layers, make_role=make_role,
+                                    make_buffer_config=make_buffer_config)
+        a["aux_cache_extensions"] = tuple(a["aux_cache_extensions"]) + (extension,)
+        original(*bound.args, **bound.kwargs)
+        _require_bound(self, extension, status.trtllm_version)
 
     return __init__
+
+
+def _require_bound(manager, extension, version: str) -> None:
+    """After the V2 manager's ``__init__``: raises when it did not keep the ReplaySSM extension
+    passed in ``aux_cache_extensions`` or did not bind it (no record views in its pool)."""
+    if manager.get_aux_cache_extension(EXTENSION_KEY) is not extension:
+        missing = "did not keep the ReplaySSM extension passed in aux_cache_extensions"
+    elif extension.store is None:
+        missing = "kept the ReplaySSM extension but did not bind it to its pool"
+    else:
+        return
+    raise RuntimeError(f"ReplaySSM: {type(manager).__name__}.__init__ of TensorRT-LLM {version} "
+                       f"{missing}, so the hooked layers would have no records; the hooks are "
+                       f"written for {PINNED_RELEASE}")
 
 
 def _metadata_prepare(original, dummy_request_id: int):
@@ -321,6 +446,8 @@ def _metadata_prepare(original, dummy_request_id: int):
         draft = getattr(manager, "speculative_num_draft_tokens", 0) or 0
         buffer.update(padding_rows(attn_metadata.request_ids, attn_metadata.seq_lens.shape[0],
                                    dummy_request_id=dummy_request_id, max_draft_len=draft))
+        # The batch the flags are for: the mixers' step context checks it is theirs.
+        setattr(self, _PREPARED_ATTR, _request_ids(attn_metadata))
 
     return prepare
 
@@ -367,7 +494,7 @@ def _install_patches(inst: _Installation, config: ReplaySSMConfig,
         _patch(inst, mixer, "__init__", _mamba2_init(mixer.__init__))
         _patch(inst, mixer, "forward", _with_step(
             mixer.forward, lambda hidden_states, attn_metadata, mamba_metadata, *a, **k:
-            (attn_metadata, mamba_metadata)))
+            (attn_metadata, mamba_metadata), "_stp_ssu_func"))
     if GDN in config.families:
         mixer = import_module(_GDN).Qwen3NextGatedDeltaNet
         _patch(inst, mixer, "__init__", _registering_init(mixer.__init__, GDN))
@@ -378,7 +505,7 @@ def _install_patches(inst: _Installation, config: ReplaySSMConfig,
         _patch(inst, mixer, "__init__", _registering_init(mixer.__init__, KDA))
         _patch(inst, mixer, "_forward_impl", _with_step(
             mixer._forward_impl, lambda hidden_states, attn_metadata, output=None:
-            (attn_metadata, attn_metadata.mamba_metadata)))
+            (attn_metadata, attn_metadata.mamba_metadata), "forward_decode"))
         _patch(inst, mixer, "forward_decode", _kda_forward_decode(mixer.forward_decode))
     # The registry keeps one estimator per key for the process; it reads the installation.
     common.register_mamba_aux_cache_estimator(EXTENSION_KEY, _estimate_replay_bytes)

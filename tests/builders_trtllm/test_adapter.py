@@ -207,8 +207,9 @@ def test_kda_decode_equals_conventional(trt):
         meta.prepare(attn)
         x = torch.randn(3, 16, dtype=torch.float64)
         out = mixer._forward_impl(x, attn)
-        # no step context on the twin: the hooked forward_decode runs TensorRT-LLM's own
-        ref = twin.forward_decode(x[:2], ref_conv, ref_state, torch.tensor([0, 1], dtype=torch.int32))
+        # TensorRT-LLM's own (unhooked) forward_decode on the twin's dense copies
+        ref = type(twin).forward_decode.__wrapped__(twin, x[:2], ref_conv, ref_state,
+                                                    torch.tensor([0, 1], dtype=torch.int32))
         torch.testing.assert_close(out[:2], ref, rtol=0, atol=1e-12, msg=lambda m: f"step {step}: {m}")
     torch.testing.assert_close(cache.conv[[1, 0]], ref_conv, rtol=0, atol=1e-12)
     ext = mgr.get_aux_cache_extension("replayssm_records")
