@@ -9,6 +9,12 @@ real share. Bytes moved come from trtllm_replayssm.memory (the planner's model).
     python benchmarks/mamba2_decode.py                       # the README table
     python benchmarks/mamba2_decode.py --sweep               # replay launch-configuration sweep
     python benchmarks/mamba2_decode.py --sweep decode_step   # the conventional kernel's
+    python benchmarks/mamba2_decode.py --peers DIR           # + vLLM, official ReplaySSM, FlashInfer
+
+--peers DIR: the peer kernels (a copy of shared/peers) timed in the same run, in the same
+interleaved CUDA-graph groups as this project's two routes; set-up, rows and calls in
+benchmarks/peers_mamba2.py. Without the flag, or for a peer that is missing, those rows are
+skipped with a one-line note.
 """
 from __future__ import annotations
 
@@ -99,6 +105,8 @@ def main(argv=None):
     ap.add_argument("--act", default="bf16", choices=list(DT))
     add_sweep_arguments(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--peers", metavar="DIR", help="also time the peer kernels unpacked in DIR "
+                    "(benchmarks/peers_mamba2.py); not with --sweep")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_decode: needs a CUDA GPU")
@@ -106,11 +114,22 @@ def main(argv=None):
     print(header("mamba2_decode", copy_bw))
     make_case = lambda batch, L, state: Case(args.geometry, batch, L, state, args.act)  # noqa: E731
     if args.sweep:
+        if args.peers:
+            print("# peers: not timed with --sweep")
         run_sweep(make_case, args)
         return
-    rows = run_table(make_case, args, copy_bw)
-    stem = results_stem(args.out_dir, "mamba2_decode")
-    write_json(stem, copy_bw, rows, geometry=args.geometry)
+    if args.peers:
+        import peers_mamba2
+        peers = peers_mamba2.load_peers(args.peers)
+        print("\n".join(peers.notes or [f"# peers: loaded from {args.peers}"]))
+        rows = peers_mamba2.run_table(make_case, args, copy_bw, peers)
+        stem = results_stem(args.out_dir, "mamba2_decode_peers")
+        write_json(stem, copy_bw, rows, geometry=args.geometry, peers=args.peers, peer_notes=peers.notes)
+    else:
+        print("# peers: not timed (--peers DIR adds vLLM, official ReplaySSM and FlashInfer rows)")
+        rows = run_table(make_case, args, copy_bw)
+        stem = results_stem(args.out_dir, "mamba2_decode")
+        write_json(stem, copy_bw, rows, geometry=args.geometry)
     plot_speedups(rows, stem + ".png", [(f"{st} checkpoint, {args.act} act", lambda r, st=st: r["state"] == st)
                                         for st in args.state], f"Mamba-2 {args.geometry}")
     print(f"# wrote {stem}.json/.png")
