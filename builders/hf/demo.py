@@ -20,6 +20,7 @@ from tqdm import tqdm
 from trtllm_replayssm.models import from_hf_config
 from trtllm_replayssm.planner import PlanConfig, sequence_ssm_bytes, step_traffic
 
+from .compat import host_cache
 from .hook import disable_replayssm, enable_replayssm
 from .random_models import build_random_model
 
@@ -71,7 +72,7 @@ def _generate(model, input_ids, attention_mask, new_tokens: int, *, hook=None,
             return
         sync()
         seconds.append(time.perf_counter() - started.pop())
-        cache = kwargs.get("past_key_values", kwargs.get("cache_params"))  # Mamba2: cache_params
+        cache = host_cache(kwargs)
         if hook is None:
             written.append(_host_state_bytes(cache))
             return
@@ -127,7 +128,8 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
         ``conventional_bytes``, ``replay_bytes``, ``conventional_written``, ``replay_written``
         per decode step, all SSM layers).
     Raises:
-        ValueError: bad family, size, buffer_len, batch or new_tokens.
+        ValueError: bad family, size, buffer_len, batch or new_tokens. RuntimeError: a hooked
+            layer did not run the replay op on every decode step.
     """
     if not isinstance(batch, int) or batch < 1:
         raise ValueError(f"run_model_demo: batch is {batch!r}; expected a positive int")
@@ -151,6 +153,13 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
                            desc="ReplaySSM decode", progress=progress)
     finally:
         disable_replayssm(model)
+    decode_steps = new_tokens - 1
+    missed = {l.index: hook.decode_steps.get(l.index, 0) for l in hook.layers
+              if hook.decode_steps.get(l.index, 0) != decode_steps}
+    if missed:
+        raise RuntimeError(f"run_model_demo: the ReplaySSM run decoded {decode_steps} steps, but "
+                           f"these layers ran the replay op a different number of times "
+                           f"(layer: calls): {missed}; the comparison would not measure ReplaySSM")
 
     same = host.sequences == replay.sequences
     diverged = (~same).any(dim=0).nonzero()
@@ -165,7 +174,6 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
     planned = from_hf_config(model.config.to_dict())   # the planner's model of the host config
     conv_traffic = step_traffic(planned, "conventional", config)
     replay_traffic = step_traffic(planned, "replay", config)
-    decode_steps = new_tokens - 1
     return {
         "summary": hook.summary(),
         "parameters": sum(p.numel() for p in model.parameters()),

@@ -34,6 +34,8 @@ from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.pool import ReplayCachePool
 
+from .compat import (CACHE_ARGUMENTS, TESTED_TRANSFORMERS, cache_argument,
+                     check_transformers_version, transformers_version, unknown_cache_arguments)
 from .mixers import ADAPTERS, MixerAdapter, supported_mixers_text
 
 __all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm",
@@ -45,12 +47,14 @@ _HOOK_ATTR = "_replayssm_hook"
 
 @dataclass(frozen=True)
 class HookedLayer:
-    """One SSM mixer the hook drives: its module path, index in the host cache, and adapter."""
+    """One SSM mixer the hook drives: its module path, index in the host cache, adapter, and the
+    keyword its ``forward`` takes the host cache by (``cache`` or ``cache_params``)."""
 
     name: str
     index: int
     mixer: nn.Module
     adapter: MixerAdapter
+    cache_argument: str
 
 
 @dataclass
@@ -77,6 +81,8 @@ class ReplaySSMHook:
         route (str): ``"replay_step"`` (ReplaySSM) or ``"decode_step"`` (the conventional op on
             a state held here; a baseline for benchmarks).
         state_dtype (torch.dtype | None): checkpoint dtype; None keeps the host state's dtype.
+        decode_steps (dict[int, int]): single-token decode calls each hooked layer ran through
+            the route's op, by layer index (a run that decoded on the host path shows none).
     """
 
     def __init__(self, model: nn.Module, layers: tuple, *, buffer_len: int, route: str,
@@ -86,6 +92,7 @@ class ReplaySSMHook:
         self.buffer_len = buffer_len
         self.route = route
         self.state_dtype = state_dtype
+        self.decode_steps: dict = {}
         self._sessions: "weakref.WeakKeyDictionary[object, _Session]" = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ reporting
@@ -139,10 +146,12 @@ class ReplaySSMHook:
         for layer in self.layers:
             original = type(layer.mixer).forward
 
-            def forward(mixer, hidden_states, cache_params=None, attention_mask=None, *,
+            # The mixers' forward is (hidden_states, cache, attention_mask, **kwargs) in every
+            # supported release; the cache's keyword is ``cache_params`` up to 5.23.
+            def forward(mixer, hidden_states, cache=None, attention_mask=None, *,
                         _layer=layer, _original=original, **kwargs):
-                return self._forward(_layer, _original, hidden_states, cache_params,
-                                     attention_mask, kwargs)
+                return self._forward(_layer, _original, hidden_states, cache, attention_mask,
+                                     kwargs)
 
             layer.mixer.forward = types.MethodType(forward, layer.mixer)
 
@@ -162,19 +171,57 @@ class ReplaySSMHook:
     def _host_state(cache_params, layer: HookedLayer) -> Optional[Tensor]:
         return cache_params.layers[layer.index].recurrent_states[0]
 
-    def _forward(self, layer: HookedLayer, original, hidden_states: Tensor, cache_params,
+    @staticmethod
+    def _where(layer: HookedLayer) -> str:
+        return f"ReplaySSM hook ({type(layer.mixer).__name__} layer {layer.index})"
+
+    def _host_cache(self, layer: HookedLayer, cache, kwargs: dict):
+        """The host cache of one mixer call, given as ``cache`` (positionally or by keyword) or
+        ``cache_params``; the alias is taken out of ``kwargs``. Raises when the cache came under
+        two names, or under an unknown one (the layer would decode on the host path)."""
+        given = [c for c in (cache, kwargs.pop("cache_params", None)) if c is not None]
+        if len(given) > 1:
+            raise TypeError(f"{self._where(layer)}: the host cache came both as cache and as "
+                            f"cache_params; expected one")
+        if given:
+            return given[0]
+        unknown = unknown_cache_arguments(kwargs)
+        if unknown:
+            raise RuntimeError(f"{self._where(layer)}: transformers {transformers_version()} "
+                               f"passed the host cache as {unknown[0]}=, which the hook does not "
+                               f"know (it takes {' or '.join(CACHE_ARGUMENTS)}), so this layer would "
+                               f"decode without ReplaySSM; tested transformers: "
+                               f"{' to '.join(TESTED_TRANSFORMERS)}")
+        return None
+
+    def _host_layer(self, cache, layer: HookedLayer):
+        """The host cache's layer ``layer.index``, checked for what the hook reads of it."""
+        try:
+            host_layer = cache.layers[layer.index]
+            host_layer.recurrent_states[0], host_layer.conv_states[0], host_layer.record_past
+            cache.has_previous_state
+        except (AttributeError, IndexError, KeyError, TypeError) as e:
+            raise RuntimeError(f"{self._where(layer)}: the host cache ({type(cache).__name__}, "
+                               f"transformers {transformers_version()}) lacks what the hook reads "
+                               f"(layers[{layer.index}].recurrent_states[0] / conv_states[0] / "
+                               f"record_past, has_previous_state): {e!r}; tested transformers: "
+                               f"{' to '.join(TESTED_TRANSFORMERS)}") from e
+        return host_layer
+
+    def _forward(self, layer: HookedLayer, original, hidden_states: Tensor, cache,
                  attention_mask: Optional[Tensor], kwargs: dict) -> Tensor:
         mixer = layer.mixer
+        cache_params = self._host_cache(layer, cache, kwargs)
 
         def host_forward() -> Tensor:
-            return original(mixer, hidden_states, cache_params=cache_params,
-                            attention_mask=attention_mask, **kwargs)
+            return original(mixer, hidden_states, attention_mask=attention_mask,
+                            **{layer.cache_argument: cache_params}, **kwargs)
 
         if cache_params is None:
             return host_forward()
-        host_layer = cache_params.layers[layer.index]
+        host_layer = self._host_layer(cache_params, layer)
         if host_layer.record_past:
-            raise ValueError(f"ReplaySSM hook ({type(mixer).__name__} layer {layer.index}): the host cache records past states (assisted / speculative decoding); the Hugging Face hook supports greedy and sampled decoding only")
+            raise ValueError(f"{self._where(layer)}: the host cache records past states (assisted / speculative decoding); the Hugging Face hook supports greedy and sampled decoding only")
         batch, seq_len = hidden_states.shape[:2]
         if not cache_params.has_previous_state(layer.index):
             out = host_forward()
@@ -186,9 +233,11 @@ class ReplaySSMHook:
             out = host_forward()
             self._admit(cache_params, layer, batch, hidden_states.dtype)
             return out
-        return layer.adapter.decode(mixer, hidden_states, attention_mask,
-                                    host_layer.conv_states[0], session.stores[layer.index],
-                                    session.slot_ids)
+        out = layer.adapter.decode(mixer, hidden_states, attention_mask,
+                                   host_layer.conv_states[0], session.stores[layer.index],
+                                   session.slot_ids)
+        self.decode_steps[layer.index] = self.decode_steps.get(layer.index, 0) + 1
+        return out
 
     def _admit(self, cache_params, layer: HookedLayer, batch: int, act_dtype: torch.dtype) -> None:
         """Hands the host's current state of ``layer`` (all rows) to the layer's store."""
@@ -209,7 +258,7 @@ class ReplaySSMHook:
             # The host prefilled before the hook was enabled: its state is current, adopt it.
             self._admit(cache_params, layer, batch, act_dtype)
             session = self._sessions[cache_params]
-        where = f"ReplaySSM hook ({type(layer.mixer).__name__} layer {layer.index})"
+        where = self._where(layer)
         if self._host_state(cache_params, layer) is not session.host_states[layer.index]:
             raise ValueError(f"{where}: the host cache replaced its SSM state tensor since admission (beam search, reorder_cache, batch selection or offloading), so its rows no longer match the ReplaySSM slots; these are not supported with the hook")
         if batch != session.batch:
@@ -240,7 +289,7 @@ def _find_layers(model: nn.Module) -> tuple:
             if getattr(module, "_hf_hook", None) is not None or getattr(module.conv1d, "_hf_hook", None) is not None:
                 raise ValueError(f"enable_replayssm: {name} ({cls}) carries accelerate hooks (device_map offloading); the ReplaySSM hook needs the mixer's weights resident on one device")
             adapter.check(module)
-            found.append(HookedLayer(name, index, module, adapter))
+            found.append(HookedLayer(name, index, module, adapter, cache_argument(module)))
         elif isinstance(getattr(module, "A_log", None), torch.Tensor):
             unsupported.append(f"{name} ({cls})")
     supported = f"supported SSM mixers: {supported_mixers_text()}"
@@ -271,6 +320,10 @@ def enable_replayssm(model: nn.Module, buffer_len: int = 16, *,
 
     Idempotent: a second call with the same settings returns the installed hook.
 
+    No silent fallback: a decode step that would bypass the op (the host passing its cache under
+    a name the hook does not know, or a cache without the fields it reads) raises. A transformers
+    release outside :data:`~.compat.TESTED_TRANSFORMERS` warns (UserWarning).
+
     Args:
         model (nn.Module): a ``transformers`` model (e.g. ``NemotronHForCausalLM``); modified in
             place (instance ``forward`` of each SSM mixer), weights untouched.
@@ -299,7 +352,9 @@ def enable_replayssm(model: nn.Module, buffer_len: int = 16, *,
         if (hook.buffer_len, hook.route, hook.state_dtype) == (buffer_len, route, state_dtype):
             return hook
         raise ValueError(f"enable_replayssm: already enabled on {type(model).__name__} with buffer_len {hook.buffer_len}, route {hook.route}, state_dtype {hook.state_dtype}; call disable_replayssm(model) first")
-    hook = ReplaySSMHook(model, _find_layers(model), buffer_len=buffer_len, route=route,
+    layers = _find_layers(model)
+    check_transformers_version()
+    hook = ReplaySSMHook(model, layers, buffer_len=buffer_len, route=route,
                          state_dtype=state_dtype)
     hook._install()
     setattr(model, _HOOK_ATTR, hook)

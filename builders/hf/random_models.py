@@ -15,6 +15,8 @@ from typing import Union
 
 import torch
 
+from .compat import bind_torch_paths
+
 __all__ = ["FAMILIES", "SIZES", "build_random_model"]
 
 FAMILIES = ("nemotron_h", "mamba2", "qwen3_next", "qwen3_5", "kimi_linear")
@@ -91,6 +93,8 @@ def build_random_model(family: str, size: str = "tiny", *, dtype: torch.dtype = 
         seed (int): seeds the weights (the global torch generator is left as it was).
     Raises:
         ValueError: unknown family or size. ImportError: transformers >= 5.17 missing.
+        RuntimeError: a CPU model of a GDN / KDA family whose modelling module this process
+            already imported with flash-linear-attention's GPU kernels bound.
     """
     if size not in SIZES:
         raise ValueError(f"build_random_model: size is {size!r}; expected one of {', '.join(SIZES)}")
@@ -99,6 +103,8 @@ def build_random_model(family: str, size: str = "tiny", *, dtype: torch.dtype = 
     except ImportError as e:
         raise ImportError("build_random_model needs transformers >= 5.17: pip install 'trtllm_replayssm[hf]'") from e
     config = _config(family, size)
+    if torch.device(device).type == "cpu":
+        bind_torch_paths(family)     # GDN / KDA: not fla's Triton kernels, which need a GPU
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = getattr(hf, _MODEL_CLASSES[family])(config)

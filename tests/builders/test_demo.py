@@ -32,6 +32,20 @@ def test_run_model_demo_figures(family):
     assert fig["host_step_ms"] > 0 and fig["replay_step_ms"] > 0
 
 
+def test_run_model_demo_refuses_a_run_that_did_not_replay(monkeypatch):
+    """Teeth: a hook that leaves every call to the host path decodes on the host path with identical logits;
+    the demo must refuse to report that as a ReplaySSM run."""
+    from trtllm_replayssm_builders.hf.hook import ReplaySSMHook
+
+    def host_path(self, layer, original, hidden_states, cache, attention_mask, kwargs):
+        given = {} if cache is None else {layer.cache_argument: cache}
+        return original(layer.mixer, hidden_states, attention_mask=attention_mask, **given, **kwargs)
+
+    monkeypatch.setattr(ReplaySSMHook, "_forward", host_path)
+    with pytest.raises(RuntimeError, match=r"ran the replay op a different number of times \(layer: calls\): \{0: 0, 1: 0, 2: 0, 3: 0\}"):
+        run_model_demo("mamba2", size="tiny", buffer_len=4, batch=2, progress=False)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     pytest.param(dict(batch=0), "batch is 0", id="batch"),
     pytest.param(dict(new_tokens=1), "new_tokens is 1", id="new_tokens"),

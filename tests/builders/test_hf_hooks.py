@@ -69,6 +69,8 @@ def test_enable_replayssm_generate_matches_host(family, L):
     for index, store in stores.items():
         assert (store.num_slots, store.L) == (ids.shape[0], L)
         assert torch.all(store.cursor == (new_tokens - 1) % L), (index, store.cursor)
+    # Every decode step of every layer ran the replay op (none fell back to the host path).
+    assert hook.decode_steps == {layer.index: new_tokens - 1 for layer in hook.layers}
 
 
 @pytest.mark.parametrize("family", ONE_PER_KIND)
@@ -242,3 +244,122 @@ def test_enable_replayssm_bad_arguments(kwargs, error, message):
 def test_enable_replayssm_rejects_non_module():
     with pytest.raises(TypeError, match="model is str; expected a torch.nn.Module"):
         enable_replayssm("nemotron_h")
+
+
+# ---------------------------------------------------------------- no silent fallback
+
+def _decode_inputs(family):
+    """A hooked tiny model after a 3-token prefill, its first hooked mixer, one decode token's
+    hidden states and the host cache (so a test can call the mixer as the host would)."""
+    model = build_random_model(family)
+    hook = enable_replayssm(model, buffer_len=4)
+    ids, mask = _prompts(lengths=(3, 3))
+    _, _, cache = _generate(model, ids, mask, 2)
+    layer = hook.layers[0]
+    hidden = torch.randn(2, 1, model.config.hidden_size)
+    return hook, layer, hidden, cache
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hook_takes_the_cache_under_both_transformers_names(family):
+    hook, layer, hidden, cache = _decode_inputs(family)
+    before = hook.decode_steps[layer.index]
+    layer.mixer(hidden, cache=cache)
+    layer.mixer(hidden, cache_params=cache)
+    layer.mixer(hidden, cache)
+    assert hook.decode_steps[layer.index] == before + 3
+    with pytest.raises(TypeError, match="both as cache and as cache_params"):
+        layer.mixer(hidden, cache=cache, cache_params=cache)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_hook_raises_when_the_host_renames_its_cache(family):
+    """A cache under a name the hook does not know would decode on the host path: it raises,
+    naming the layer, the argument and the transformers version."""
+    import transformers
+
+    hook, layer, hidden, cache = _decode_inputs(family)
+    before = dict(hook.decode_steps)
+    with pytest.raises(RuntimeError, match=rf"layer {layer.index}\): transformers {transformers.__version__} passed the host cache as linear_cache="):
+        layer.mixer(hidden, linear_cache=cache)
+    assert hook.decode_steps == before
+
+
+@pytest.mark.parametrize("family", ONE_PER_KIND)
+def test_hook_raises_on_a_cache_without_the_fields_it_reads(family):
+    hook, layer, hidden, cache = _decode_inputs(family)
+
+    class _OtherCache:                   # a cache object of another shape, under the known name
+        layers = [object()] * (layer.index + 1)
+
+        def has_previous_state(self, index):
+            return True
+
+    with pytest.raises(RuntimeError, match=rf"layer {layer.index}\): the host cache \(_OtherCache, transformers .*lacks what the hook reads"):
+        layer.mixer(hidden, cache=_OtherCache())
+
+
+def test_cache_argument_of_each_release_and_of_an_unknown_one():
+    from trtllm_replayssm_builders.hf.compat import cache_argument
+
+    class New(torch.nn.Module):
+        def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs): ...
+
+    class Old(torch.nn.Module):
+        def forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs): ...
+
+    class Unknown(torch.nn.Module):
+        def forward(self, hidden_states, state=None, **kwargs): ...
+
+    assert cache_argument(New()) == "cache" and cache_argument(Old()) == "cache_params"
+    with pytest.raises(ValueError, match=r"Unknown.forward\(self, hidden_states, state=None.*takes none of cache, cache_params"):
+        cache_argument(Unknown())
+
+
+@pytest.mark.parametrize("version, inside", [("5.17.0", True), ("5.24.0", True), ("5.20.2", True),
+                                             ("5.24.0rc1", True), ("5.16.1", False),
+                                             ("5.24.1", False), ("6.0.0", False)])
+def test_transformers_outside_the_tested_range_warns(version, inside, recwarn):
+    from trtllm_replayssm_builders.hf.compat import TESTED_TRANSFORMERS, check_transformers_version
+
+    assert check_transformers_version(version) is inside
+    messages = [str(w.message) for w in recwarn.list]
+    if inside:
+        assert not messages
+    else:
+        assert messages == [f"enable_replayssm: transformers {version} is outside the tested range {TESTED_TRANSFORMERS[0]} to {TESTED_TRANSFORMERS[1]}; the hook checks every decode step and raises if it cannot engage, but this release was not tested"]
+
+
+def test_installed_transformers_is_inside_the_tested_range():
+    """CI installs the range's two ends; a newer release fails here until it is tested."""
+    from trtllm_replayssm_builders.hf.compat import check_transformers_version
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check_transformers_version()
+
+
+def test_bind_torch_paths_refuses_a_module_bound_to_fla(monkeypatch):
+    """A modelling module imported while fla was importable runs fla's GPU kernels: a CPU model
+    of it must be refused, not die inside Triton."""
+    import importlib.util
+    import sys
+    import types
+
+    from trtllm_replayssm_builders.hf import compat
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "fla" else None)
+
+    def fla_kernel(): ...
+    fla_kernel.__module__ = "fla.ops.gated_delta_rule"
+
+    def bound(*args):                    # how transformers' decorator keeps what it bound
+        return fla_kernel(*args)
+
+    module = types.ModuleType("modeling_qwen3_5")
+    module.fused_recurrent_gated_delta_rule = bound
+    monkeypatch.setitem(sys.modules, "transformers.models.qwen3_5.modeling_qwen3_5", module)
+    with pytest.raises(RuntimeError, match="run fla's Triton kernels, which need a GPU"):
+        compat.bind_torch_paths("qwen3_5")
+    compat.bind_torch_paths("nemotron_h")                   # no fla kernels: nothing to do
