@@ -154,8 +154,8 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
     finally:
         disable_replayssm(model)
     decode_steps = new_tokens - 1
-    missed = {l.index: hook.decode_steps.get(l.index, 0) for l in hook.layers
-              if hook.decode_steps.get(l.index, 0) != decode_steps}
+    missed = {layer.index: hook.decode_steps.get(layer.index, 0) for layer in hook.layers
+              if hook.decode_steps.get(layer.index, 0) != decode_steps}
     if missed:
         raise RuntimeError(f"run_model_demo: the ReplaySSM run decoded {decode_steps} steps, but "
                            f"these layers ran the replay op a different number of times "

@@ -198,8 +198,8 @@ class ReplaySSMHook:
         """The host cache's layer ``layer.index``, checked for what the hook reads of it."""
         try:
             host_layer = cache.layers[layer.index]
-            host_layer.recurrent_states[0], host_layer.conv_states[0], host_layer.record_past
-            cache.has_previous_state
+            _ = (host_layer.recurrent_states[0], host_layer.conv_states[0], host_layer.record_past,
+                 cache.has_previous_state)
         except (AttributeError, IndexError, KeyError, TypeError) as e:
             raise RuntimeError(f"{self._where(layer)}: the host cache ({type(cache).__name__}, "
                                f"transformers {transformers_version()}) lacks what the hook reads "
