@@ -6,9 +6,10 @@
         --head-v-dim 128 --L 16 --arch 90 --out-dir ptx/          (kda: the same arguments)
 
 writes ``<plugin>_sm90_<variant>.ptx`` (entry parameters exactly as TensorRT passes them) and a
-``.json`` manifest beside it: kernel name, parameters in launch order, scalars (constants or
-input dimensions), grid, block, shared memory, Triton version. Triton must run as the compiler
-(TRITON_INTERPRET unset).
+``.json`` manifest beside it (``CompiledKernel.manifest()``): kernel name, arch, PTX ISA
+version, Triton version, parameters in launch order, scalars (constants or input dimensions),
+grid, block, shared memory, constexprs, hidden parameters removed. Triton must run as the
+compiler (TRITON_INTERPRET unset).
 """
 import argparse
 import json

@@ -1,9 +1,10 @@
 """PTX of a plugin's entry kernel, compiled offline by Triton, fitted to TensorRT's launch.
 
 TensorRT launches an AOT plugin's kernel with exactly its input pointers, scalars and output
-pointers. Triton >= 3.3 appends hidden trailing pointer parameters to every kernel:
-``global_scratch`` (3.3, 3.4) and ``profile_scratch`` (3.5, 3.6). TensorRT does not pass them,
-so the driver would read argument slots past the end of TensorRT's list. When a kernel needs no
+pointers. Triton >= 3.3 appends hidden trailing pointer parameters to every kernel, one per
+scratch buffer named in its metadata (``<kind>_scratch_size``): ``global_scratch`` (3.3, 3.4),
+then ``global_scratch`` and ``profile_scratch`` (3.5 to 3.9). TensorRT does not pass them, so
+the driver would read argument slots past the end of TensorRT's list. When a kernel needs no
 scratch (metadata sizes 0) those parameters are declared but never read; :func:`compile_ptx`
 checks exactly that and removes their declarations, so the PTX entry has exactly the plugin's
 parameter list. Anything else raises.
@@ -11,6 +12,14 @@ parameter list. Anything else raises.
 Triton versions known to fit (hidden trailing parameters): :data:`KNOWN_GOOD_TRITON`. Triton
 3.2 and older use another compile API (``AttrsDescriptor``) and are refused, as is any version
 not in the table, until its PTX has been checked the same way.
+
+The PTX's ``.version`` (:attr:`CompiledKernel.ptx_isa`, also in the manifest) is the newest
+PTX ISA of the ptxas Triton uses for the target, and whatever turns the PTX into machine code
+(the driver's JIT, for ``cuModuleLoadData``) must know it. For sm_90, Triton 3.4 to 3.7 write
+8.7, 3.8 writes 8.8, and 3.9 writes 9.4 (its CUDA 13.4 ptxas), which a CUDA 13.0 driver (R580,
+as on the H200 here) refuses: CUDA_ERROR_UNSUPPORTED_PTX_VERSION. Pointing
+``TRITON_PTXAS_BLACKWELL_PATH`` (the ptxas Triton 3.9 uses from sm_90 on) at an older ptxas
+makes Triton write that ptxas's ISA.
 """
 from __future__ import annotations
 
@@ -26,8 +35,12 @@ __all__ = ["KNOWN_GOOD_TRITON", "MAX_SHARED_MEM", "CompiledKernel", "PtxEntry",
            "check_triton_version", "compile_ptx", "parse_ptx_entry"]
 
 # Triton "major.minor" -> number of hidden trailing kernel parameters. Each was checked by
-# compiling the Mamba-2 entry kernel for sm_90: the hidden parameters are .u64 and unreferenced.
-KNOWN_GOOD_TRITON: Dict[str, int] = {"3.3": 1, "3.4": 1, "3.5": 2, "3.6": 2}
+# compiling the entry kernels of tests/plugins (3.4.0 to 3.9.0: Mamba-2, GDN and KDA for sm_80,
+# sm_90 and sm_100; 3.3.1: Mamba-2, as it cannot compile the GDN/KDA kernel): the hidden
+# parameters are .u64 and unreferenced, one per ``*_scratch_size`` metadata field, and Triton's
+# launcher passes exactly global_scratch (from 3.5 also profile_scratch) after the kernel's own
+# arguments.
+KNOWN_GOOD_TRITON: Dict[str, int] = {"3.3": 1, "3.4": 1, "3.5": 2, "3.6": 2, "3.7": 2, "3.8": 2, "3.9": 2}
 
 # A launch above 48 KiB of dynamic shared memory needs cuFuncSetAttribute first; TensorRT's
 # AOT launch is not documented to do that, so such a specialization is refused.
@@ -98,6 +111,12 @@ class CompiledKernel:
     triton_version: str
 
     @property
+    def ptx_isa(self) -> str:
+        """The PTX ISA version the PTX declares (``.version``), e.g. "8.7"."""
+        m = re.search(r"^\.version\s+(\S+)", self.ptx, re.M)
+        return m.group(1) if m else ""
+
+    @property
     def file_name(self) -> str:
         return f"{self.spec.name}_sm{self.arch}_{self.spec.variant}.ptx"
 
@@ -105,7 +124,7 @@ class CompiledKernel:
         """Everything a launcher needs besides the PTX (JSON-ready)."""
         s = self.spec
         return dict(
-            kernel_name=self.kernel_name, arch=self.arch, triton_version=self.triton_version,
+            kernel_name=self.kernel_name, arch=self.arch, ptx_isa=self.ptx_isa, triton_version=self.triton_version,
             params=[dict(name=p.name, role=p.role, index=p.index, type=p.triton_type) for p in s.params],
             scalars=[dict(name=x.name, value=x.value if isinstance(x.value, int) else
                           dict(input=x.value.input, axis=x.value.axis)) for x in s.scalars],
@@ -145,7 +164,8 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     The result is cached per (spec, arch) within the process.
 
     Raises:
-        RuntimeError: Triton version not known to fit; Triton running as the interpreter;
+        RuntimeError: Triton version not known to fit, or whose metadata names another number
+            of scratch buffers than its hidden parameters; Triton running as the interpreter;
             a kernel that needs scratch memory, clusters, cooperative or PDL launch, more than
             48 KiB of shared memory, or whose PTX entry does not match ``spec.params``.
     """
@@ -162,9 +182,13 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     src = ASTSource(entry_fn, dict(spec.signature), dict(spec.constexprs), spec.triton_attrs())
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": spec.num_warps})
     md = compiled.metadata
+    scratch = {k: v for k, v in md._asdict().items() if k.endswith("_scratch_size")}
+    if len(scratch) != hidden:
+        raise RuntimeError(f"{spec.name}: Triton {triton.__version__} names {len(scratch)} scratch buffers "
+                           f"({', '.join(sorted(scratch))}); KNOWN_GOOD_TRITON expects {hidden} hidden parameters")
     problems = []
-    if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
-        problems.append("needs global/profile scratch memory")
+    if any(scratch.values()):
+        problems.append("needs scratch memory (" + ", ".join(f"{k} = {v}" for k, v in scratch.items() if v) + ")")
     if getattr(md, "num_ctas", 1) != 1 or getattr(md, "cluster_dims", (1, 1, 1)) not in ((1, 1, 1), [1, 1, 1]):
         problems.append("needs a cluster launch")
     if getattr(md, "launch_cooperative_grid", False) or getattr(md, "launch_pdl", False):

@@ -1,6 +1,7 @@
 """PTX export: Triton compiles the entry kernel offline (sm_90, sm_80, sm_100, no GPU); the PTX
 entry then has exactly the plugin's launch list (Triton's hidden scratch parameters removed),
-ptxas accepts it, and the launch needs nothing TensorRT cannot give."""
+ptxas accepts it, and the launch needs nothing TensorRT cannot give. Triton's hidden parameters
+are those KNOWN_GOOD_TRITON counts for the installed version."""
 import json
 import subprocess
 import sys
@@ -32,6 +33,9 @@ _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
     from trtllm_replayssm_plugins.ptx import compile_ptx, parse_ptx_entry
     M, G = mamba2.Mamba2ReplayAttrs, gated_delta.GatedDeltaReplayAttrs
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    # The newest ptxas Triton bundles, ptxas-blackwell where there is one: Triton 3.9 writes PTX
+    # ISA 9.4 for sm_90, which its other ptxas (CUDA 12.9) refuses.
+    ptxas = [p for p in (os.path.join(bin_dir, n) for n in ("ptxas-blackwell", "ptxas")) if os.path.exists(p)]
     results = []
     for family_name, attrs_src, dtypes, arches in json.loads(sys.argv[1]):
         family = dict(mamba2=mamba2, gated_delta=gated_delta)[family_name]
@@ -42,13 +46,11 @@ _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
         for arch in arches:
             c = compile_ptx(spec, family.ENTRY, arch)
             e = parse_ptx_entry(c.ptx)
-            ptxas = os.path.join(bin_dir, "ptxas-blackwell" if arch >= 100 and
-                                 os.path.exists(os.path.join(bin_dir, "ptxas-blackwell")) else "ptxas")
             assembled = None
-            if os.path.exists(ptxas):
+            if ptxas:
                 path = os.path.join(sys.argv[2], c.file_name)
                 open(path, "w").write(c.ptx)
-                r = subprocess.run([ptxas, f"--gpu-name={e.target}", path, "-o", path + ".cubin"],
+                r = subprocess.run([ptxas[0], f"--gpu-name={e.target}", path, "-o", path + ".cubin"],
                                    capture_output=True, text=True)
                 assembled = r.returncode == 0 or r.stderr
             results.append(dict(
@@ -56,6 +58,7 @@ _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
                 entry_name=e.name, entry_types=[t for t, _ in e.params], target=e.target,
                 spec_types=[p.triton_type for p in spec.params], roles=[p.role for p in spec.params],
                 shared=c.shared_mem, block=list(spec.block), hidden=c.hidden_params_removed,
+                version_line=next(x for x in c.ptx.splitlines() if x.startswith(".version")),
                 num_warps=a.num_warps, assembled=assembled, manifest=c.manifest()))
     print(json.dumps(results))
 """)
@@ -96,6 +99,7 @@ def test_replay_step_ptx_launch_params(exported):
         assert 0 < r["shared"] <= MAX_SHARED_MEM
         assert r["block"] == [r["num_warps"] * 32, 1, 1]
         m = r["manifest"]
+        assert r["version_line"] == f".version {m['ptx_isa']}" and m["triton_version"] == triton.__version__
         assert [p["role"] for p in m["params"]] == r["roles"]
         assert m["scalars"][0] == dict(name="num_slots", value=dict(input=0, axis=0))
         assert m["grid"][2] == dict(input=r["x"], axis=0)
@@ -149,12 +153,47 @@ def test_strip_hidden_params_teeth():
 
 
 def test_triton_versions_known_to_fit():
-    assert check_triton_version("3.6.0") == 2 and check_triton_version("3.5.1") == 2
-    assert check_triton_version("3.3.1") == 1
-    for bad in ("3.2.0", "3.7.0", "4.0.0"):
+    versions = ("3.3.1", "3.4.0", "3.5.1", "3.6.0", "3.7.1", "3.8.0", "3.9.0")
+    assert [check_triton_version(v) for v in versions] == [1, 1, 2, 2, 2, 2, 2]
+    for bad in ("3.2.0", "3.10.0", "4.0.0"):
         with pytest.raises(RuntimeError, match=f"Triton {bad} is not known to fit"):
             check_triton_version(bad)
     check_triton_version()  # the installed Triton (CI pins 3.6.0)
+
+
+# Triton's own compile of the smallest entry (CASES[2]), with nothing stripped: the entry's
+# parameters past the plugin's list, whether the body reads them, and the metadata's scratch sizes.
+_RAW_SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
+    import json, re
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from trtllm_replayssm_plugins import mamba2
+    from trtllm_replayssm_plugins.ptx import parse_ptx_entry
+    a = mamba2.Mamba2ReplayAttrs(8, 64, 64, 8, 1, False, False, False, False, 16, 1, 1, 2)
+    spec = mamba2.kernel_spec(a, mamba2.tensor_infos(a, state_dtype="f16", act_dtype="f16"))
+    src = ASTSource(mamba2.ENTRY, dict(spec.signature), dict(spec.constexprs), spec.triton_attrs())
+    c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": spec.num_warps})
+    ptx = c.asm["ptx"]
+    extra = parse_ptx_entry(ptx).params[len(spec.params):]
+    print(json.dumps(dict(version=triton.__version__, types=[t for t, _ in extra],
+                          uses=[len(re.findall(rf"\\b{n}\\b", ptx)) - 1 for _, n in extra],
+                          scratch={k: v for k, v in c.metadata._asdict().items() if k.endswith("_scratch_size")})))
+""")
+
+
+def test_triton_hidden_params_match_the_table():
+    """Without compile_ptx's checks: Triton's entry has as many trailing parameters past the
+    plugin's list as KNOWN_GOOD_TRITON says and as its metadata names scratch buffers, all .u64,
+    named nowhere but in their declarations, with scratch sizes 0. Fails for a Triton that adds
+    a hidden parameter the table does not know, and shows what it added."""
+    proc = subprocess.run([sys.executable, "-c", _RAW_SCRIPT], env=subprocess_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    minor = ".".join(r["version"].split(".")[:2])
+    assert KNOWN_GOOD_TRITON.get(minor) == len(r["types"]) == len(r["scratch"]), r
+    assert r["types"] == ["u64"] * len(r["types"]) and not any(r["uses"]) and not any(r["scratch"].values()), r
 
 
 def test_compile_ptx_refuses_the_interpreter():
