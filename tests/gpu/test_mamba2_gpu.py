@@ -23,19 +23,43 @@ def test_mamba2_replay_step_nemotron_long_run(g, dtypes):
     assert worst["ckpt"] < STATE_TOL[s], worst
 
 
+@pytest.mark.parametrize("g", NEMOTRON)
+@pytest.mark.parametrize("dtypes", [("bf16", "f32"), ("bf16", "bf16"), ("f16", "f16")],
+                         ids=lambda d: f"s{d[0]}-a{d[1]}")
+def test_mamba2_replay_step_split_flush_long_run(g, dtypes):
+    """From batch 8 the op folds a 16-bit checkpoint's flush rows in a second launch
+    (LaunchConfig.split_flush)."""
+    from trtllm_replayssm.kernels.common import mamba2_launch_config
+    s, a = dtypes
+    assert mamba2_launch_config("replay_step", g.head_dim, g.d_state, 15, DTYPES[s]).split_flush
+    worst = drive_replay(replay_with_op, g, 16, DTYPES[s], DTYPES[a], "cuda", steps=200,
+                         batch=12, num_slots=19, n_padding=3, with_z=True)
+    assert worst["flushes"] >= 120
+    assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
+    assert worst["ckpt"] < STATE_TOL[s], worst
+
+
+# Rows and checkpoint dtype: one launch per step (batch 5, fp32), and the split flush's two
+# launches (batch 12, bf16 checkpoint).
+GRAPH_ROWS = {5: ([7, -1, 2, 0, 5], torch.float32),
+              12: ([7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1], torch.bfloat16)}
+
+
+@pytest.mark.parametrize("batch", sorted(GRAPH_ROWS))
 @pytest.mark.parametrize("L", [1, 4, 16, 64])
 @pytest.mark.parametrize("g", [pytest.param(Geometry(128, 64, 128, 8), id="nh128-hd64-ds128-g8"),
                                pytest.param(Geometry(6, 96, 96, 3), id="nh6-hd96-ds96-g3")])
-def test_mamba2_replay_step_cuda_graph_equals_eager(g, L):
+def test_mamba2_replay_step_cuda_graph_equals_eager(g, L, batch):
     """One captured step replayed 3L times equals 3L eager steps, bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     p = make_params(g, "cuda")
-    batch, num_slots = 5, 9
-    slots = torch.tensor([7, -1, 2, 0, 5], dtype=torch.int32, device="cuda")
+    num_slots = 17
+    rows, state_dtype = GRAPH_ROWS[batch]
+    slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
     caches = []
     for _ in range(2):
         c = Mamba2ReplayCache.allocate(num_slots, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                       state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda")
+                                       state_dtype=state_dtype, act_dtype=torch.bfloat16, device="cuda")
         torch.manual_seed(3)
         c.checkpoint.normal_()
         c.cursor.copy_(torch.arange(num_slots, dtype=torch.int32) % L)

@@ -64,11 +64,14 @@ def test_mamba2_decode_step_kernel_matches_reference(dtypes):
 
 
 def test_mamba2_replay_step_kernel_launch_config_invisible():
-    """Launch configurations (one tile per program, or a pipelined loop over the head) give the
-    same outputs and caches, to fp32 reordering, over several flushes with padding rows."""
+    """Launch configurations (one tile per program, or a pipelined loop over the head; the flush
+    in the same launch or a second one) give the same outputs and caches, to fp32 reordering,
+    over several flushes with padding rows."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     p = make_params(G, DEVICE)
-    cfgs = [LaunchConfig(4, 1), LaunchConfig(16, 4), LaunchConfig(8, 2, chunks=-(-G.head_dim // 8), num_stages=3)]
+    chunked = dict(chunks=-(-G.head_dim // 8), num_stages=3)
+    cfgs = [LaunchConfig(4, 1), LaunchConfig(16, 4), LaunchConfig(8, 2, **chunked),
+            LaunchConfig(4, 1, split_flush=True), LaunchConfig(8, 2, **chunked, split_flush=True)]
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)

@@ -54,6 +54,22 @@ def tf32_split(x):
 
 
 @triton.jit
+def split_dot(a, b, acc, SPLIT_B: tl.constexpr):
+    """acc + a b, fp32, from tensor-core products of the operands' TF32 parts
+    (:func:`tf32_split`; the lo x lo product is dropped: about fp32 accuracy). b is split only
+    when SPLIT_B (16-bit values are exact in TF32). Tiles as ``tl.dot`` needs them (every
+    dimension >= 16; sm_80+)."""
+    a_hi, a_lo = tf32_split(a)
+    if SPLIT_B:
+        b_hi, b_lo = tf32_split(b)
+        acc = tl.dot(a_hi, b_lo, acc=acc, input_precision="tf32")
+    else:
+        b_hi = b
+    acc = tl.dot(a_lo, b_hi, acc=acc, input_precision="tf32")
+    return tl.dot(a_hi, b_hi, acc=acc, input_precision="tf32")
+
+
+@triton.jit
 def window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS: tl.constexpr):
     """Tokens of row ``i_b`` in a speculative window: ``num_tokens[i_b]`` when given, else T
     (int32 scalar). Read only for live rows (after the caller's padding check)."""
@@ -109,6 +125,9 @@ class LaunchConfig:
     The conventional kernel uses one chunk per program (``chunks`` and ``num_stages`` 1).
     ``max_registers`` (None: ptxas chooses) caps the registers per thread (Triton's
     ``maxnreg``), trading spills for more resident warps; it never changes results.
+    ``split_flush`` (Mamba-2 replay only): flush rows are folded by a second, persistent launch,
+    so the step kernel carries no flush branch (:mod:`.mamba2_replay`); results move by fp32
+    reordering and the flush product's TF32 parts (about fp32 accuracy).
     """
 
     block_head_dim: int
@@ -116,11 +135,14 @@ class LaunchConfig:
     chunks: int = 1
     num_stages: int = 1
     max_registers: Optional[int] = None
+    split_flush: bool = False
 
     def label(self) -> str:
-        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``): sweeps' key."""
+        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``,
+        ``,split``): sweeps' key."""
         cap = f",r{self.max_registers}" if self.max_registers is not None else ""
-        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}"
+        split = ",split" if self.split_flush else ""
+        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}{split}"
 
     def launch_options(self) -> dict:
         """Triton launch keywords: ``num_warps``, and ``maxnreg`` when capped."""
@@ -149,10 +171,15 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     if batch < 8:
         # Few rows: spread each head over several programs to fill the GPU.
         return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=1 if wide else 2)
+    # From 8 rows, 16-bit checkpoints: flush rows folded by a second launch (split_flush), so
+    # that the step kernel carries no flush branch: 6-16% faster at batch 16-512; with fp32
+    # checkpoints it was 1-9% slower at batch 16, 256 and 512 (H200, 2026-12-01, NOTES.md).
+    split = not wide
     if batch < 32:
-        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1)
+        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1, split_flush=split)
     # Many rows: one program per head, its checkpoint streamed through a
     # cp.async pipeline, so the per-head work (weights, B.C) is paid once and loads stay in flight.
     block = min(16 if batch < 128 else 8, pow2)
     return LaunchConfig(block_head_dim=block, num_warps=2 if (batch < 128 and not wide) else 1,
-                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3)
+                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3,
+                        split_flush=split)

@@ -15,7 +15,7 @@ it decides on the device what the row does (notation of
 * w == L-1 (flush): per tile, S' = S0 Diag(e_0) + Dᵀ U with D the tile's d records and
   U_j = e_j ⊙ k_j, a [BLOCK_V, L] x [L, head_k_dim] product: for GDN (scalar e_j, which
   scales D's columns, so that the k̂ records enter as stored) on tensor cores in TF32 parts
-  (:func:`_split_dot`, about fp32 accuracy); for KDA in exact fp32 FMAs. Then d, o as above
+  (:func:`~.common.split_dot`, about fp32 accuracy); for KDA in exact fp32 FMAs. Then d, o as above
   from S', and S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype). The TF32 product
   made the GDN step 1-9% faster on the H200 and KDA's 1.5-5.5% slower at batch 256-512
   (benchmarks/NOTES.md, gated delta "replay v4"). The records come in as one tile per program (U)
@@ -36,26 +36,11 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, advance_cursor, tf32_split
+from .common import LaunchConfig, advance_cursor, split_dot
 from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk)
 
 __all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
-
-
-@triton.jit
-def _split_dot(a, b, acc, SPLIT_B: tl.constexpr):
-    """acc + a b, fp32, from tensor-core products of the operands' TF32 parts
-    (:func:`~trtllm_replayssm.kernels.common.tf32_split`; the lo x lo product is dropped: about
-    fp32 accuracy). b is split only when SPLIT_B (16-bit values are exact in TF32)."""
-    a_hi, a_lo = tf32_split(a)
-    if SPLIT_B:
-        b_hi, b_lo = tf32_split(b)
-        acc = tl.dot(a_hi, b_lo, acc=acc, input_precision="tf32")
-    else:
-        b_hi = b
-    acc = tl.dot(a_lo, b_hi, acc=acc, input_precision="tf32")
-    return tl.dot(a_hi, b_hi, acc=acc, input_precision="tf32")
 
 
 @triton.jit
@@ -157,7 +142,7 @@ def _gated_delta_replay_step_kernel(
                                mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_e[None, :]
                 b_kt = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
                                mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-                b_s = _split_dot(b_de, b_kt, b_s * e0, kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
+                b_s = split_dot(b_de, b_kt, b_s * e0, kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
             b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
             b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
                                        b_v, beta, kq, o_v, m_v, p_o)

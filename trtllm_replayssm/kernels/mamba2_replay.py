@@ -12,6 +12,13 @@ have separate loops so that each stays lean for the pipeliner:
 * w == L-1 (flush): the same y, and the tile S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ + dt x Bᵀ is
   formed in exact fp32 and stored over the checkpoint (rounded to its dtype).
 
+Split flush (``LaunchConfig.split_flush``; the launch table uses it for 16-bit checkpoints from
+batch 8): the step kernel leaves the flush rows
+alone but for their cursor, and a persistent second launch (``_mamba2_replay_flush_kernel``)
+folds exactly those rows (their cursor is back at 0), the records and the step's token, as
+above, then writes their output from the folded state. The flush branch then costs the step kernel no registers: in one kernel, its
+registers are every program's, although only 1/L of the rows flush.
+
 Weights s_j and the decay are defined in :mod:`trtllm_replayssm.reference.mamba2`.
 
 Cursor advance without a second launch or a host sync: every program of a row reads the cursor,
@@ -24,15 +31,28 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
 import triton
 import triton.language as tl
 
 from torch import Tensor
 
 from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
-                     mamba2_step_constexprs, process_dt, skip_gate_store)
+                     mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
 
-__all__ = ["launch_mamba2_replay_step"]
+__all__ = ["launch_mamba2_replay_step", "flush_programs"]
+
+# The flush launch's programs: [32, d_state] tiles, 4 warps, loads two tiles deep; this many
+# resident per multiprocessor (168 registers per thread at the Nemotron geometry: 3 fit).
+FLUSH_BLOCK_HEAD_DIM, FLUSH_NUM_WARPS, FLUSH_NUM_STAGES, FLUSH_PROGRAMS_PER_SM = 32, 4, 2, 3
+
+
+def flush_programs(device: torch.device) -> int:
+    """Programs of the persistent flush launch: FLUSH_PROGRAMS_PER_SM per multiprocessor of
+    ``device`` (4 on a CPU, where the kernels run under the interpreter)."""
+    if device.type != "cuda":
+        return 4
+    return FLUSH_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @triton.jit
@@ -44,6 +64,94 @@ def _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, 
     y += tl.sum(coef[:, None] * b_xr, axis=0)
     y += cur_coef * b_x
     skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr, HAS_D, D_PER_DIM, HAS_Z)
+
+
+@triton.jit
+def _mamba2_replay_flush_kernel(
+    # the cache, as the step kernel takes it (records [slot, heads or groups, L, ...])
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
+    dtr_ptr, stride_dtr_slot, stride_dtr_head,
+    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
+    cursor_ptr,
+    # the step inputs and output, as the step kernel takes them
+    x_ptr, stride_x_batch, stride_x_head,
+    z_ptr, stride_z_batch, stride_z_head,
+    out_ptr, stride_o_batch, stride_o_head,
+    dt_ptr, stride_dt_batch, stride_dt_head,
+    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
+    B_ptr, stride_B_batch, stride_B_group,
+    C_ptr, stride_C_batch, stride_C_group,
+    slot_ids_ptr,
+    head_dim, d_state, heads_per_group,
+    batch, nheads,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_BATCH: tl.constexpr, MAX_ITEMS: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+):
+    """Second launch of a split-flush step, persistent: the rows whose cursor the step kernel
+    moved back to 0 (they were at L-1) are found and ranked by every program (one gather of the
+    batch's cursors), and their (row, head) items are dealt round-robin over the programs. Item:
+    S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ + dt x Bᵀ over records 0..L-2 and the step's token
+    (from the step inputs, as the one-launch flush takes it), stored over the checkpoint, and
+    y = S C (+ D x, · silu(z)) written to ``out``. The record sum is one tensor-core product in
+    TF32 parts (:func:`~.common.split_dot`, about fp32 accuracy; sm_80+). ``MAX_ITEMS`` bounds
+    each program's items (every row flushing); the loop bound is a constexpr, which the
+    interpreter needs."""
+    pid, programs = tl.program_id(0), tl.num_programs(0)
+    o_r = tl.arange(0, BLOCK_BATCH)
+    slots = tl.load(slot_ids_ptr + o_r, mask=o_r < batch, other=-1)
+    live = slots >= 0
+    cursors = tl.load(cursor_ptr + slots.to(tl.int64), mask=live, other=1)
+    flush = (live & (cursors == 0)).to(tl.int32)
+    rank = tl.cumsum(flush, axis=0) - 1
+    n_items = tl.sum(flush, axis=0) * nheads
+    o_n = tl.arange(0, BLOCK_D_STATE)
+    m_n = o_n < d_state
+    o_l = tl.arange(0, BLOCK_L)
+    m_l = o_l < L - 1                      # a flush folds exactly L-1 records
+    for it in tl.range(0, MAX_ITEMS):
+        item = pid + it * programs
+        if item < n_items:
+            i_h = item % nheads
+            i_b = tl.sum(tl.where((flush == 1) & (rank == item // nheads), o_r, 0), axis=0).to(tl.int64)
+            slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
+            i_g = i_h // heads_per_group
+            b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
+            b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
+            # The group's B records [BLOCK_L, d_state] (16-bit values are exact in TF32).
+            b_Br = tl.load(Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group + o_l[:, None] * stride_Br_pos
+                           + o_n[None, :], mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+            p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
+            p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+            p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
+            dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
+                            HAS_DT_BIAS, DT_SOFTPLUS)
+            A = tl.load(A_ptr + i_h).to(tl.float32)
+            b_dtr = tl.load(dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head + o_l, mask=m_l, other=0.0)
+            # s_j = dt_j exp(A (dt + Σ_{j<i<L-1} dt_i)), the sums exact (no prefix-sum subtraction).
+            later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
+            b_w = tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0)
+            ckpt_decay = tl.exp(A * (tl.sum(b_dtr, axis=0) + dt))
+            for c in tl.range(0, CHUNKS, num_stages=NUM_STAGES):
+                o_p = c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+                m_p = o_p < head_dim
+                m_c = m_p[:, None] & m_n[None, :]
+                b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
+                b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
+                # x records as [BLOCK_HEAD_DIM, BLOCK_L], weighted: the fold is one product.
+                b_xw = tl.load(p_xr + o_l[None, :] * stride_xr_pos + o_p[:, None],
+                               mask=m_p[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_w[None, :]
+                b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
+                b_s = split_dot(b_xw, b_Br, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
+                y = tl.sum(b_s * b_C[None, :], axis=1)
+                skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head,
+                                z_ptr + i_b * stride_z_batch + i_h * stride_z_head,
+                                out_ptr + i_b * stride_o_batch + i_h * stride_o_head,
+                                HAS_D, D_PER_DIM, HAS_Z)
+                tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
 
 
 @triton.jit
@@ -72,7 +180,7 @@ def _mamba2_replay_step_kernel(
     head_dim, d_state, heads_per_group,
     L: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    NUM_STAGES: tl.constexpr, SPLIT_FLUSH: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
@@ -113,26 +221,28 @@ def _mamba2_replay_step_kernel(
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_HEAD_DIM
     if w == L - 1:
-        # Flush: output, then the folded state tile stored over the checkpoint. Exact fp32
-        # rank-1 updates, one record at a time (an FMA tl.dot costs registers that every
-        # program would pay).
-        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
-            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
-            m_p = o_p < head_dim
-            m_c = m_p[:, None] & m_n[None, :]
-            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
-            b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
-            b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
-                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
-            _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
-                                 D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
-            b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
-            for j in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
-                wj = tl.sum(tl.where(o_l == j, b_wr, 0.0), axis=0)
-                xj = tl.load(p_xr + j * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
-                Bj = tl.load(p_Br + j * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
-                b_s += (wj * xj)[:, None] * Bj[None, :]
-            tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+        # Split flush: nothing here; the flush launch folds this row and writes its output.
+        if not SPLIT_FLUSH:
+            # Flush: output, then the folded state tile stored over the checkpoint. Exact fp32
+            # rank-1 updates, one record at a time (an FMA tl.dot costs registers that every
+            # program would pay).
+            for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
+                o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+                m_p = o_p < head_dim
+                m_c = m_p[:, None] & m_n[None, :]
+                b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
+                b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
+                b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                               mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+                _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                                     D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
+                b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
+                for j in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
+                    wj = tl.sum(tl.where(o_l == j, b_wr, 0.0), axis=0)
+                    xj = tl.load(p_xr + j * stride_xr_pos + o_p, mask=m_p, other=0.0).to(tl.float32)
+                    Bj = tl.load(p_Br + j * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
+                    b_s += (wj * xj)[:, None] * Bj[None, :]
+                tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
     else:
         # Non-flush: output from checkpoint + records (the state is never formed), append x.
         for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
@@ -176,7 +286,25 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
         *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
         L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
         BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
+        SPLIT_FLUSH=cfg.split_flush,
         **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
+    if cfg.split_flush:
+        block = min(FLUSH_BLOCK_HEAD_DIM, max(16, triton.next_power_of_2(head_dim)))  # tl.dot: >= 16
+        programs = flush_programs(x.device)
+        _mamba2_replay_flush_kernel[(programs,)](
+            checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+            x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
+            dt_records, dt_records.stride(0), dt_records.stride(1),
+            B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
+            cursor,
+            *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
+            batch, nheads,
+            L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_BATCH=triton.next_power_of_2(batch),
+            MAX_ITEMS=triton.cdiv(batch * nheads, programs),
+            BLOCK_HEAD_DIM=block, CHUNKS=triton.cdiv(head_dim, block),
+            NUM_STAGES=FLUSH_NUM_STAGES, num_warps=FLUSH_NUM_WARPS,
+            **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
+        )
     return out
