@@ -14,14 +14,20 @@ setup(
     # The TensorRT plugin (plugins/) and the model-builder hooks (builders/) install under
     # distinctive names.
     package_dir={"trtllm_replayssm_plugins": "plugins", "trtllm_replayssm_builders": "builders"},
-    # No upper pins: the machine's torch (CPU or CUDA build) stays in charge.
-    install_requires=["torch>=2.4", "triton>=3.2", "tqdm"],
+    # torch: no upper pin, the machine's torch (CPU or CUDA build) stays in charge.
+    # triton < 3.9: Triton 3.9 writes PTX ISA 9.4 for sm_90 (its CUDA 13.4 ptxas), which CUDA 13.0
+    # drivers (R580, the H200 here) refuse to load, and TensorRT's AOT plugins take PTX only;
+    # its interpreter also rejects a mask the GDN/KDA kernels build (plugins/ptx.py, NOTES.md).
+    # 3.7 and 3.8 are checked (KNOWN_GOOD_TRITON); CPU CI runs the newest allowed.
+    install_requires=["torch>=2.4", "triton>=3.2,<3.9", "tqdm"],
     extras_require={
-        "test": ["pytest>=8", "triton>=3.2", "transformers>=5.17"],
+        # transformers: tested 5.17.0 to 5.24.0 (builders/hf/compat.py TESTED_TRANSFORMERS; CI
+        # runs the hook tests on both ends); a newer release warns at enable time, no pin.
+        "test": ["pytest>=8", "transformers>=5.17"],
         "bench": ["matplotlib"],
         # AOT plugins (engine runs without Python) need TensorRT >= 10.9; JIT ones 10.6.
         "tensorrt": ["tensorrt>=10.9"],
-        # Hugging Face hooks and the model demo (trtllm-replayssm demo).
+        # Hugging Face hooks and the model demo (trtllm-replayssm demo); tested range as above.
         "hf": ["transformers>=5.17"],
         # TensorRT-LLM hooks, pinned to 1.3.0rc26; other versions are checked at enable time.
         "trtllm": ["tensorrt_llm>=1.3.0rc26"],
