@@ -17,7 +17,7 @@ setup(
     # torch: no upper pin, the machine's torch (CPU or CUDA build) stays in charge.
     # triton < 3.9: Triton 3.9 writes PTX ISA 9.4 for sm_90 (its CUDA 13.4 ptxas), which CUDA 13.0
     # drivers (R580, the H200 here) refuse to load, and TensorRT's AOT plugins take PTX only;
-    # its interpreter also rejects a mask the GDN/KDA kernels build (plugins/ptx.py, NOTES.md).
+    # its interpreter also rejects a mask the GDN/KDA kernels build (plugins/ptx.py, docs/kernel-notes.md).
     # 3.7 and 3.8 are checked (KNOWN_GOOD_TRITON); CPU CI runs the newest allowed.
     install_requires=["torch>=2.4", "triton>=3.2,<3.9", "tqdm"],
     extras_require={

@@ -14,7 +14,7 @@ two Triton internals for the duration of a call (the active driver and ``JITFunc
 it is written against the pinned Triton 3.6.
 
 Registers per thread R bound the resident warps per multiprocessor (65536 / (32 R) on Hopper),
-which is what the latency-bound kernels are limited by (benchmarks/NOTES.md).
+which is what the latency-bound kernels are limited by (docs/kernel-notes.md).
 """
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ class _DeltaRuleReplayCache(_ReplayCache):
             yet committed (0 otherwise; see :mod:`trtllm_replayssm.ops.spec`). Zeros if omitted.
 
     The record dtype is the activation dtype by default; fp32 records keep d and k unrounded
-    (benchmarks/NOTES.md measures what that buys). Record positions at or past the cursor hold
+    (docs/kernel-notes.md measures what that buys). Record positions at or past the cursor hold
     stale data and are never read.
     """
 

@@ -157,7 +157,7 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     """Launch configuration of the Mamba-2 decode kernels for a shape and batch.
 
     ``route`` is ``"decode_step"`` (conventional) or ``"replay_step"``. The table was measured
-    on an H200 (benchmarks/NOTES.md has the sweep). Configurations differ only in the order of
+    on an H200 (docs/kernel-notes.md has the sweep). Configurations differ only in the order of
     fp32 reductions, so the choice moves time, not results beyond fp32 rounding.
     """
     if route not in ("decode_step", "replay_step"):
@@ -167,13 +167,13 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     if route == "decode_step":
         # Read-modify-write of one small tile per program reaches ~95% of copy bandwidth.
         return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=2)
-    # Replay: measured on an H200 with (128, 64, 128, 8), L = 16 (benchmarks/NOTES.md, v2 sweep).
+    # Replay: measured on an H200 with (128, 64, 128, 8), L = 16 (docs/kernel-notes.md, v2 sweep).
     if batch < 8:
         # Few rows: spread each head over several programs to fill the GPU.
         return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=1 if wide else 2)
     # From 8 rows, 16-bit checkpoints: flush rows folded by a second launch (split_flush), so
     # that the step kernel carries no flush branch: 6-16% faster at batch 16-512; with fp32
-    # checkpoints it was 1-9% slower at batch 16, 256 and 512 (H200, 2026-12-01, NOTES.md).
+    # checkpoints it was 1-9% slower at batch 16, 256 and 512 (H200, 2026-12-01, docs/kernel-notes.md).
     split = not wide
     if batch < 32:
         return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1, split_flush=split)

@@ -66,7 +66,7 @@ def gated_delta_step_constexprs(g: Tensor, head_k_dim: int, use_qk_l2norm: bool)
 def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, heads: int,
                               state_dtype: torch.dtype) -> LaunchConfig:
     """Launch configuration of the gated delta-rule kernels for ``heads`` = batch * v_heads
-    (row, value head) pairs. Measured on an H200 (benchmarks/NOTES.md, gated delta v2).
+    (row, value head) pairs. Measured on an H200 (docs/kernel-notes.md, gated delta v2).
 
     - ``"decode_step"`` (conventional): one [rows, head_k_dim] tile per program, read-modify-
       write, one warp: 8 rows for a 4-byte state, 16 for a 2-byte one (sweep of 16 tilings,

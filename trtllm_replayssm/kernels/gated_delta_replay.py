@@ -18,9 +18,9 @@ it decides on the device what the row does (notation of
   (:func:`~.common.split_dot`, about fp32 accuracy); for KDA in exact fp32 FMAs. Then d, o as above
   from S', and S' + d k̂ᵀ stored over the checkpoint (rounded to its dtype). The TF32 product
   made the GDN step 1-9% faster on the H200 and KDA's 1.5-5.5% slower at batch 256-512
-  (benchmarks/NOTES.md, gated delta "replay v4"). The records come in as one tile per program (U)
+  (docs/kernel-notes.md, gated delta "replay v4"). The records come in as one tile per program (U)
   and per tile (D): a loop over the records with one dependent load per record and tile made
-  flush rows ~4x slower than the others and the whole step wait for them (benchmarks/NOTES.md,
+  flush rows ~4x slower than the others and the whole step wait for them (docs/kernel-notes.md,
   gated delta v2).
 
 Γ_j = Σ_{j<i≤w} g_i is summed directly (a reverse cumsum of the records shifted by one), never

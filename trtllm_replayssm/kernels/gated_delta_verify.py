@@ -61,7 +61,7 @@ def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: in
     """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
     batch * v_heads: 16-row tiles, one warp, a program walking its head's tiles in a
     software-pipelined loop), pipelined at most 2 deep. Timed on an H200 (T = 4, batch 256,
-    fp32 checkpoint, ``benchmarks/spec_verify.py --sweep``, 15 configurations; benchmarks/NOTES.md,
+    fp32 checkpoint, ``benchmarks/spec_verify.py --sweep``, 15 configurations; docs/kernel-notes.md,
     verify v3): the best for Qwen3.5-122B GDN and Kimi Linear KDA, 6-7% faster than depth 3,
     whose 28.9 KB of shared memory per program left room for 7 resident programs per
     multiprocessor instead of 11; two and four warps took 1.5-3x longer."""

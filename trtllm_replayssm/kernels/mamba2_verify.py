@@ -50,7 +50,7 @@ __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 # five shuffle rounds for each row of the tile; with 32-wide chunks 8 lanes share a row and the
 # other 4 lane groups take different rows: 3 rounds for the rows a lane holds (2 of an 8-row
 # tile: 6 shuffles per token instead of 40); the chunks are summed inside each lane. Same
-# loads, same 16-byte vectors. H200, T = 4, batch 256 (benchmarks/NOTES.md, verify v1.2): 781 ->
+# loads, same 16-byte vectors. H200, T = 4, batch 256 (docs/kernel-notes.md, verify v1.2): 781 ->
 # 690 us; chunks of 16 and 8 measured 726 and 774 us.
 D_STATE_CHUNK = 32
 
@@ -61,7 +61,7 @@ def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
     programs that pipeline several tiles (batch >= 32) a cap of 128 registers per thread.
 
     Timed on an H200 (Nemotron-3-Super, fp32 checkpoint, ``spec_verify.py --sweep``;
-    benchmarks/NOTES.md): one warp and eight-row tiles took 721 us at T = 4, batch 256, where
+    docs/kernel-notes.md): one warp and eight-row tiles took 721 us at T = 4, batch 256, where
     four warps (chosen earlier from ptxas register counts alone) took 1849 us: the per-token
     reductions over d_state stay inside one warp. The kernel is latency-bound (ncu: 17%
     occupancy, 40% issue-slot use); ptxas allocates it 164-168 registers, 12 resident warps per
