@@ -24,84 +24,17 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (DecodeCase, add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
-                     results_stem, run_sweep, run_table, slot_sets, time_graph, write_json)
-from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step  # noqa: E402
-from trtllm_replayssm.memory import ssm_layer_step_traffic  # noqa: E402
-from trtllm_replayssm.models import GDN, KDA, DeltaRuleGeometry  # noqa: E402
+from harness import (add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
+                     results_stem, run_sweep, run_table, time_graph, write_json)
+from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
 
-DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 # (k_heads, v_heads, head_k_dim, head_v_dim), TP=1: Qwen3.5-4B and -122B-A10B (GDN), Kimi Linear (KDA)
 GEOMETRIES = {"gdn": [(16, 32, 128, 128), (16, 64, 128, 128)], "kda": [(32, 32, 128, 128)]}
 
 
-class Case(DecodeCase):
-    """Inputs, caches and launches for one (family, geometry, batch, L, dtypes) point."""
-
-    def __init__(self, family, geom, batch, L, state, act, seed=0):
-        self.family, self.per_channel = family, family == "kda"
-        self.k_heads, self.v_heads, self.head_k_dim, self.head_v_dim = geom
-        self.rows = self.head_v_dim  # state rows per head, for the launch-configuration sweep
-        self.batch, self.L, self.state, self.act = batch, L, DT[state], DT[act]
-        g = torch.Generator(device="cuda").manual_seed(seed)
-        HK, HV, K, V = geom
-        self.slot_sets = slot_sets(batch, HV * V * K * self.state.itemsize, g)
-        self.num_slots = len(self.slot_sets) * batch
-
-        def r(*s, dtype=self.act):
-            return torch.randn(*s, device="cuda", generator=g).to(dtype)
-        self.q, self.k, self.v = r(batch, HK, K), r(batch, HK, K), r(batch, HV, V)
-        gshape = (batch, HV, K) if self.per_channel else (batch, HV)
-        self.g = -(torch.rand(gshape, device="cuda", generator=g) * 0.1 + 0.001)
-        self.beta = torch.rand(batch, HV, device="cuda", generator=g)
-        self.out = torch.empty_like(self.v)
-        cls = KDAReplayCache if self.per_channel else GDNReplayCache
-        self.cache = cls.allocate(self.num_slots, HK, HV, K, V, L, state_dtype=self.state,
-                                  record_dtype=self.act, device="cuda")
-        c = self.cache
-        c.checkpoint.copy_(r(*c.checkpoint.shape, dtype=torch.float32) * 0.1)
-        c.d_records.normal_(generator=g)
-        c.k_records.copy_(torch.nn.functional.normalize(r(*c.k_records.shape, dtype=torch.float32), dim=-1))
-        c.g_records.uniform_(-0.1, -0.001, generator=g)
-        c.cursor.copy_(torch.randint(0, L, (self.num_slots,), device="cuda", generator=g, dtype=torch.int32))
-        self.conv_state = c.checkpoint  # the conventional kernel updates it in place
-        self.kw = dict(scale=K ** -0.5, use_qk_l2norm=True, out=self.out)
-
-    def step(self, route, slots, config=None):
-        c = self.cache
-        args = (self.q, self.k, self.v, self.g, self.beta)
-        if route == "decode_step":
-            launch_gated_delta_decode_step(self.conv_state, *args, slot_ids=slots, config=config, **self.kw)
-        elif route == "replay_step":
-            launch_gated_delta_replay_step(c.checkpoint, c.d_records, c.k_records, c.g_records,
-                                           c.cursor, c.arrivals, *args, slot_ids=slots,
-                                           config=config, **self.kw)
-        else:
-            raise ValueError(route)
-
-    def conventional(self, state, slots, out):
-        launch_gated_delta_decode_step(state, self.q, self.k, self.v, self.g, self.beta,
-                                       slot_ids=slots, **{**self.kw, "out": out})
-
-    def min_block(self, route):
-        return 16 if route == "replay_step" else 1  # the replay flush's tile product (replay_constexprs)
-
-    def default_config(self, route):
-        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads,
-                                         self.state)
-
-    def bytes_per_step(self, route):
-        geom = DeltaRuleGeometry(k_heads=self.k_heads, v_heads=self.v_heads,
-                                 head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, d_conv=4)
-        t = ssm_layer_step_traffic(KDA if self.per_channel else GDN, geom,
-                                   "conventional" if route == "decode_step" else "replay",
-                                   buffer_len=self.L, spec_tokens=1, accepted=1.0,
-                                   state_dtype=self.state, record_dtype=self.act, conv_dtype=self.act)
-        io = sum(t.numel() * t.element_size() for t in (self.q, self.k, self.v, self.g, self.beta, self.out))
-        return (t.total - t.conv_read - t.conv_written + io / self.batch) * self.batch
+# One (family, geometry, batch, L, dtypes) point: the package's case, which trtllm-replayssm
+# bench times too.
+Case = GatedDeltaDecodeCase
 
 
 def fla_baseline(case) -> float:

@@ -27,72 +27,12 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (DecodeCase, add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
-                     results_stem, run_sweep, run_table, slot_sets, write_json)
-from trtllm_replayssm.cache import Mamba2ReplayCache  # noqa: E402
-from trtllm_replayssm.kernels.common import mamba2_launch_config  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step  # noqa: E402
-from trtllm_replayssm.memory import mamba2_step_bytes  # noqa: E402
+from harness import (add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
+                     results_stem, run_sweep, run_table, write_json)
+from trtllm_replayssm.bench import DT, Mamba2DecodeCase  # noqa: E402,F401 - DT: profile_mamba2.py
 
-DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-
-
-class Case(DecodeCase):
-    """Inputs, caches and CUDA graphs for one (geometry, batch, L, dtypes) point."""
-
-    def __init__(self, geom, batch, L, state, act, seed=0):
-        self.nheads, self.head_dim, self.d_state, self.ngroups = geom
-        self.rows = self.head_dim  # state rows per head, for the launch-configuration sweep
-        self.batch, self.L, self.state, self.act = batch, L, DT[state], DT[act]
-        g = torch.Generator(device="cuda").manual_seed(seed)
-        self.slot_sets = slot_sets(batch, self.nheads * self.head_dim * self.d_state * self.state.itemsize, g)
-        self.num_slots = len(self.slot_sets) * batch
-        H, P, N, G = self.nheads, self.head_dim, self.d_state, self.ngroups
-
-        def r(*s, dtype=self.act):
-            return torch.randn(*s, device="cuda", generator=g).to(dtype)
-        self.x, self.dt, self.B, self.C = r(batch, H, P), r(batch, H), r(batch, G, N), r(batch, G, N)
-        self.A = -(torch.rand(H, device="cuda", generator=g) + 1)
-        self.dt_bias = torch.rand(H, device="cuda", generator=g) - 4
-        self.D = torch.randn(H, device="cuda", generator=g)
-        self.out = torch.empty_like(self.x)
-        self.cache = Mamba2ReplayCache.allocate(self.num_slots, H, P, N, G, L, state_dtype=self.state,
-                                                act_dtype=self.act, device="cuda")
-        self.cache.checkpoint.copy_(r(*self.cache.checkpoint.shape, dtype=torch.float32))
-        self.cache.x_records.normal_(generator=g)
-        self.cache.B_records.normal_(generator=g)
-        self.cache.dt_records.uniform_(0.01, 0.05, generator=g)
-        self.cache.cursor.copy_(torch.randint(0, L, (self.num_slots,), device="cuda", generator=g,
-                                              dtype=torch.int32))
-        self.conv_state = self.cache.checkpoint  # the conventional kernel updates it in place
-
-    def _common(self, slots):
-        return dict(slot_ids=slots, D=self.D, dt_bias=self.dt_bias, out=self.out)
-
-    def step(self, route, slots, config=None):
-        c = self.cache
-        if route == "decode_step":
-            launch_mamba2_decode_step(self.conv_state, self.x, self.dt, self.A, self.B, self.C,
-                                      config=config, **self._common(slots))
-        elif route == "replay_step":
-            launch_mamba2_replay_step(c.checkpoint, c.x_records, c.dt_records, c.B_records,
-                                      c.cursor, c.arrivals, self.x, self.dt, self.A, self.B,
-                                      self.C, config=config, **self._common(slots))
-        else:
-            raise ValueError(route)
-
-    def conventional(self, state, slots, out):
-        launch_mamba2_decode_step(state, self.x, self.dt, self.A, self.B, self.C, slot_ids=slots,
-                                  D=self.D, dt_bias=self.dt_bias, out=out)
-
-    def default_config(self, route):
-        return mamba2_launch_config(route, self.head_dim, self.d_state, self.batch, self.state)
-
-    def bytes_per_step(self, route):
-        b = mamba2_step_bytes(route, nheads=self.nheads, head_dim=self.head_dim, d_state=self.d_state,
-                              ngroups=self.ngroups, L=self.L, state_dtype=self.state, act_dtype=self.act)
-        return b.total * self.batch
+# The case (inputs, caches, launches, bytes) is the package's, which trtllm-replayssm bench times.
+Case = Mamba2DecodeCase
 
 
 def main(argv=None):
