@@ -35,7 +35,8 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from trtllm_replayssm.models import load_model  # noqa: E402
+from trtllm_replayssm.cli import positive_int  # noqa: E402
+from trtllm_replayssm.models import PRESETS, load_model  # noqa: E402
 from trtllm_replayssm.planner import PlanConfig, plan  # noqa: E402
 from trtllm_replayssm.tp import (ROUTES, HybridDecodeStack, TPGroup, init_ranks,  # noqa: E402
                                  run_decode, shard_errors, shutdown_distributed, ssm_stack,
@@ -54,13 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="a preset or config.json whose first --layers SSM layers form "
                                    "the stack (default: a tiny mixed Mamba-2/GDN/KDA stack)")
-    p.add_argument("--layers", type=int, help="SSM layers of --model (default: all)")
+    p.add_argument("--layers", type=positive_int,
+                   help="the first N SSM layers of --model or of the tiny stack (default: all)")
     p.add_argument("--hidden", type=int, help="hidden size (default: 24 for the tiny stack, "
                                               "the config's hidden_size for --model)")
     p.add_argument("--route", choices=ROUTES + ("both",), default="both")
-    p.add_argument("--steps", type=int, default=24)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--L", type=int, default=4, help="replay records per slot (default: 4)")
+    p.add_argument("--steps", type=positive_int, default=24, help="decode steps (default: 24)")
+    p.add_argument("--batch", type=positive_int, default=4, help="sequences (default: 4)")
+    p.add_argument("--L", type=positive_int, default=4, help="replay records per slot (default: 4)")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp64",
                    help="activations, weights, records and conv states (default: fp64)")
     p.add_argument("--state-dtype", choices=list(DTYPES),
@@ -74,24 +76,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _model_and_hidden(args):
-    if args.model is None:
-        return tiny_stack_model(), args.hidden or 24
-    model = load_model(args.model)
-    from trtllm_replayssm.models import PRESETS
-    cfg = PRESETS.get(args.model) or json.load(open(args.model))
-    cfg = cfg.get("text_config", cfg)
-    return ssm_stack(model, args.layers), args.hidden or cfg["hidden_size"]
+def _model_and_hidden(args, parser):
+    """The SSM stack (the first --layers SSM layers of --model or of the tiny stack) and the
+    hidden size; a usage error for a model that cannot be read or too few SSM layers."""
+    try:
+        if args.model is None:
+            whole, hidden = tiny_stack_model(), args.hidden or 24
+        else:
+            whole = load_model(args.model)
+            cfg = PRESETS.get(args.model) or json.load(open(args.model))
+            cfg = cfg.get("text_config", cfg)
+            hidden = args.hidden or cfg["hidden_size"]
+    except ValueError as e:
+        parser.error(str(e))
+    except KeyError:
+        parser.error(f"--model {args.model}: the config has no hidden_size; expected --hidden")
+    have = len(whole.ssm_layers)
+    if args.layers is not None and args.layers > have:
+        parser.error(f"--layers {args.layers}: {whole.name} has {have} SSM layers; expected at most {have}")
+    if args.model is None and args.layers in (None, have):
+        return whole, hidden
+    return ssm_stack(whole, args.layers), hidden
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    model, hidden = _model_and_hidden(args, parser)
     if args.device == "cpu":
         torch.set_num_threads(1)  # N ranks share the host's cores
     group, device = init_ranks("nccl" if args.device == "cuda" else "gloo")
     dtype = DTYPES[args.dtype]
     state_dtype = DTYPES[args.state_dtype or ("fp64" if args.dtype == "fp64" else "fp32")]
-    model, hidden = _model_and_hidden(args)
     stack = HybridDecodeStack(model, hidden, group=group, seed=args.seed, dtype=dtype, device=device)
     whole = HybridDecodeStack(model, hidden, group=TPGroup(), seed=args.seed, dtype=dtype,
                               device=device) if args.check else None

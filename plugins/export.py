@@ -9,13 +9,16 @@ writes ``<plugin>_sm90_<variant>.ptx`` (entry parameters exactly as TensorRT pas
 ``.json`` manifest beside it (``CompiledKernel.manifest()``): kernel name, arch, PTX ISA
 version, Triton version, parameters in launch order, scalars (constants or input dimensions),
 grid, block, shared memory, constexprs, hidden parameters removed. Triton must run as the
-compiler (TRITON_INTERPRET unset).
+compiler (TRITON_INTERPRET unset). ``--out-dir`` is an existing directory or a new one in an
+existing directory (created, and said so); a missing tree or a file is a usage error.
 """
 import argparse
 import json
 import os
 import sys
 from typing import List, Optional
+
+from trtllm_replayssm.cli import make_out_dir, out_dir, positive_int
 
 from . import gated_delta, mamba2
 from .ptx import compile_ptx
@@ -28,18 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Export a ReplaySSM plugin kernel (PTX + launch manifest).")
     sub = p.add_subparsers(dest="family", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--L", type=int, required=True, help="records per slot")
+    common.add_argument("--L", type=positive_int, required=True, help="records per slot")
     common.add_argument("--state-dtype", choices=_DTYPES, default="f32", help="checkpoint dtype (default: f32)")
     common.add_argument("--act-dtype", choices=_DTYPES, default="bf16", help="activation dtype (default: bf16)")
-    common.add_argument("--batch-hint", type=int, default=64,
+    common.add_argument("--batch-hint", type=positive_int, default=64,
                         help="rows the launch configuration is chosen for (default: 64)")
-    common.add_argument("--arch", type=int, action="append", required=True,
+    common.add_argument("--arch", type=positive_int, action="append", required=True,
                         help="compute capability as an int (80, 90, 100); repeat for several")
-    common.add_argument("--out-dir", required=True)
+    common.add_argument("--out-dir", type=out_dir, required=True,
+                        help="where the .ptx and .json files go: an existing directory, or a new "
+                             "one whose parent exists")
 
     m = sub.add_parser("mamba2", parents=[common], help="replayssm::mamba2_replay_step")
     for flag in ("--nheads", "--head-dim", "--d-state", "--ngroups"):
-        m.add_argument(flag, type=int, required=True)
+        m.add_argument(flag, type=positive_int, required=True)
     m.add_argument("--dt-dtype", choices=_DTYPES, default=None, help="raw dt dtype (default: the act dtype)")
     m.add_argument("--param-dtype", choices=_DTYPES, default="f32", help="D and dt_bias dtype (default: f32)")
     m.add_argument("--no-D", dest="has_D", action="store_false", help="the layer has no D skip")
@@ -50,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     for family in ("gdn", "kda"):
         g = sub.add_parser(family, parents=[common], help=f"replayssm::gated_delta_replay_step ({family.upper()})")
         for flag in ("--k-heads", "--v-heads", "--head-k-dim", "--head-v-dim"):
-            g.add_argument(flag, type=int, required=True)
+            g.add_argument(flag, type=positive_int, required=True)
         g.add_argument("--record-dtype", choices=_DTYPES, default=None, help="d/k records (default: the act dtype)")
         g.add_argument("--gate-dtype", choices=_DTYPES, default="f32", help="g and beta dtype (default: f32)")
         g.add_argument("--scale", type=float, default=None, help="q scale (default: head_k_dim ** -0.5)")
@@ -81,9 +86,14 @@ def _spec(args):
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    spec, entry = _spec(args)
-    os.makedirs(args.out_dir, exist_ok=True)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        spec, entry = _spec(args)
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))
+    if make_out_dir(args.out_dir):
+        print(f"created {args.out_dir}")
     for arch in args.arch:
         compiled = compile_ptx(spec, entry, arch)
         path = os.path.join(args.out_dir, compiled.file_name)

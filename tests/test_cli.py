@@ -1,10 +1,12 @@
 """trtllm-replayssm CLI: the layer demo's figures, ``plan``, extension subcommands,
-``python -m trtllm_replayssm`` and ``--help``."""
+``python -m trtllm_replayssm``, ``--help`` (fast: no torch), the shared argument types and their
+messages, ``--json``. ``bench`` has its own file (tests/test_bench.py)."""
 import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -82,8 +84,11 @@ def test_main_runs_subcommands_of_installed_extensions(monkeypatch, capsys):
 @pytest.mark.parametrize("argv, message", [
     pytest.param(["layer-demo", "--nheads", "8", "--ngroups", "3"], "must divide", id="ngroups"),
     pytest.param(["layer-demo", "--L", "65"], "at most 64", id="L65"),
-    pytest.param(["layer-demo", "--steps", "0"], "not a positive integer", id="steps0"),
-    pytest.param(["layer-demo", "--state-dtype", "f64"], "invalid choice", id="dtype"),
+    pytest.param(["layer-demo", "--steps", "0"], "argument --steps: expected a positive integer, got '0'", id="steps0"),
+    pytest.param(["layer-demo", "--batch", "abc"], "argument --batch: expected a positive integer, got 'abc'", id="batch-abc"),
+    pytest.param(["layer-demo", "--state-dtype", "f64"], "argument --state-dtype: expected one of f32, bf16, f16, got 'f64'", id="dtype"),
+    pytest.param(["layer-demo", "--device", "meta"], "argument --device: expected cpu, cuda or cuda:N, got 'meta'", id="device-meta"),
+    pytest.param(["layer-demo", "--device", "tpu"], "argument --device: expected cpu, cuda or cuda:N, got 'tpu'", id="device-tpu"),
     pytest.param([], "required", id="no-subcommand"),
 ])
 def test_main_usage_error_exits_2(argv, message, capsys):
@@ -94,11 +99,12 @@ def test_main_usage_error_exits_2(argv, message, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
-def test_main_layer_demo_cuda_unavailable_exits_2(capsys):
+@pytest.mark.parametrize("device", ["cuda", "cuda:3"])
+def test_main_layer_demo_cuda_unavailable_exits_2(device, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["layer-demo", "--device", "cuda"])
+        main(["layer-demo", "--device", device])
     assert exit_info.value.code == 2
-    assert "CUDA is not available" in capsys.readouterr().err
+    assert f"--device {device}: CUDA is not available" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- plan
@@ -182,7 +188,12 @@ def test_main_module_plan_runs():
     pytest.param(["--model", "qwen3.5-4b", "--gpu-mem", "12XB"], "is not a size", id="gpu-mem"),
     pytest.param(["--model", "qwen3.5-4b", "--spec-tokens", "32"], "expected B >= T", id="B<T"),
     pytest.param(["--model", "qwen3.5-4b", "--weights-gib", "200"], "leave nothing", id="weights"),
-    pytest.param(["--model", "qwen3.5-4b", "--kv-dtype", "int4"], "invalid choice", id="kv-dtype"),
+    pytest.param(["--model", "qwen3.5-4b", "--kv-dtype", "int4"], "argument --kv-dtype: expected one of fp8, bf16, fp16, fp32, got 'int4'", id="kv-dtype"),
+    pytest.param(["--model", "qwen3.5-4b", "--tp", "x"], "argument --tp: expected a positive integer, got 'x'", id="tp-x"),
+    pytest.param(["--model", "nemotron-3-super-120b", "--max-seq-len", "99999999999"],
+                 "no sequence can fit: one sequence's KV cache, 99,999,999,999 tokens \\(--max-seq-len\\) x 8.00 KiB, "
+                 "takes 745.06 TiB, more than the whole GPU \\(141.00 GiB, --gpu-mem\\); expected --max-seq-len at most "
+                 "18,481,152", id="max-seq-len"),
     pytest.param([], "--model", id="no-model"),
 ])
 def test_plan_usage_error_exits_2(argv, message, capsys):
@@ -199,3 +210,183 @@ def test_plan_malformed_config_exits_2(tmp_path, capsys):
         main(["plan", "--model", str(path)])
     assert exit_info.value.code == 2
     assert "expected one of: NemotronH" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- startup and shared types
+
+def test_help_imports_no_torch_triton_or_transformers():
+    """Parsers build without torch (it takes seconds to import): --help answers at once, with
+    the installed extensions' subcommands too; a handler imports what it runs."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import contextlib, io, sys
+        from trtllm_replayssm.cli import main
+        for argv in (["--help"], ["plan", "--help"], ["bench", "--help"], ["layer-demo", "--help"]):
+            with contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    main(argv)
+                except SystemExit as e:
+                    assert e.code == 0, (argv, e.code)
+        import trtllm_replayssm
+        loaded = [m for m in ("torch", "triton", "transformers") if m in sys.modules]
+        assert not loaded, loaded
+        print("ok")
+    """)], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+
+
+def test_package_names_load_on_first_use():
+    import trtllm_replayssm
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.ops import mamba2_replay_step
+    assert trtllm_replayssm.Mamba2ReplayCache is Mamba2ReplayCache
+    assert trtllm_replayssm.mamba2_replay_step is mamba2_replay_step
+    assert "mamba2_decode_step" in dir(trtllm_replayssm)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        trtllm_replayssm.nope
+
+
+def test_cli_constants_match_the_package():
+    """The CLI keeps MAX_L and the demo's dtype names without importing torch; they must be the
+    package's."""
+    from trtllm_replayssm.cache import MAX_L
+    from trtllm_replayssm.demo import DTYPE_NAMES, torch_dtype
+    assert cli.MAX_L == MAX_L
+    assert cli._LAYER_DTYPES == tuple(DTYPE_NAMES)
+    assert [torch_dtype(n) for n in DTYPE_NAMES] == [torch.float32, torch.bfloat16, torch.float16]
+
+
+def test_top_level_help_names_every_family_and_subcommand(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for word in ("Mamba-2", "Gated DeltaNet", "Kimi Delta Attention", "Qwen3.5", "Kimi Linear",
+                 "layer-demo", "plan", "bench"):
+        assert word in out, word
+
+
+@pytest.mark.parametrize("text, value", [("7", 7), (" 12", 12)])
+def test_positive_int_accepts(text, value):
+    assert cli.positive_int(text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "abc", "1.5", ""])
+def test_positive_int_names_what_it_got(text):
+    with pytest.raises(cli.argparse.ArgumentTypeError, match=f"expected a positive integer, got {re.escape(repr(text))}"):
+        cli.positive_int(text)
+
+
+@pytest.mark.parametrize("text, ok", [("cpu", True), ("cuda", True), ("cuda:1", True), ("meta", False),
+                                      ("tpu", False), ("cuda:x", False), ("mps", False)])
+def test_device_arg(text, ok):
+    if ok:
+        assert cli.device_arg(text) == text
+    else:
+        with pytest.raises(cli.argparse.ArgumentTypeError, match="expected cpu, cuda or cuda:N"):
+            cli.device_arg(text)
+
+
+def test_dtype_arg_accepts_every_spelling_and_answers_with_the_options_own():
+    demo, plan = cli.dtype_arg("f32", "bf16", "f16"), cli.dtype_arg("fp32", "bf16", "fp16")
+    for text in ("f32", "fp32", "float32", "FP32"):
+        assert demo(text) == "f32" and plan(text) == "fp32"
+    assert demo("float16") == "f16" and plan("half") == "fp16" and demo("bfloat16") == "bf16"
+    with pytest.raises(cli.argparse.ArgumentTypeError, match="expected one of fp32, bf16, fp16, got 'fp8'"):
+        plan("fp8")
+
+
+def test_out_dir(tmp_path):
+    assert cli.out_dir(str(tmp_path)) == str(tmp_path)
+    assert cli.out_dir(str(tmp_path / "new")) == str(tmp_path / "new")
+    assert not (tmp_path / "new").exists()               # created when the command writes
+    (tmp_path / "f").write_text("")
+    with pytest.raises(cli.argparse.ArgumentTypeError, match="is a file; expected a directory"):
+        cli.out_dir(str(tmp_path / "f"))
+    with pytest.raises(cli.argparse.ArgumentTypeError, match="its parent .* does not exist"):
+        cli.out_dir(str(tmp_path / "a" / "b"))
+    assert cli.make_out_dir(str(tmp_path / "new")) and (tmp_path / "new").is_dir()
+    assert not cli.make_out_dir(str(tmp_path / "new"))
+
+
+# --------------------------------------------------------------------------- layer-demo text and JSON
+
+def _layer_demo(argv, capsys):
+    assert main(["layer-demo", "--device", "cpu", "--L", "16", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_layer_demo_explains_measured_vs_model_bytes(capsys):
+    """Cursors over 0..3 only (batch 4 < L 16) and 30 steps: 1 flush in 8 / 30 rows-steps, not
+    1 in 16; the text says so and how to make them agree."""
+    out = _layer_demo(["--batch", "4", "--steps", "30"], capsys)
+    measured = int(re.search(r"replay, measured +([0-9,]+) B", out).group(1).replace(",", ""))
+    model = int(re.search(r"replay, model +([0-9,]+) B", out).group(1).replace(",", ""))
+    assert measured != model
+    assert "(measured != model: this run flushed 6 times in 120 row-steps, 1 in 20.00, where the " \
+           "model counts 1 in L = 16; they agree when --batch or --steps is a multiple of L)" in out
+
+
+@pytest.mark.parametrize("argv", [["--batch", "4", "--steps", "32"], ["--batch", "16", "--steps", "5"]],
+                         ids=["steps-multiple", "batch-multiple"])
+def test_layer_demo_measured_equals_model_when_batch_or_steps_is_a_multiple_of_L(argv, capsys):
+    out = _layer_demo(argv, capsys)
+    measured = re.search(r"replay, measured +([0-9,]+) B", out).group(1)
+    assert re.search(r"replay, model +" + measured + " B", out)
+    assert "measured != model" not in out
+
+
+def test_layer_demo_json(capsys):
+    d = json.loads(_layer_demo(["--batch", "2", "--steps", "8", "--state-dtype", "fp32", "--json"], capsys))
+    assert d["config"] == {"device": "cpu", "nheads": 8, "head_dim": 16, "d_state": 32, "ngroups": 2,
+                           "L": 16, "batch": 2, "steps": 8, "state_dtype": "f32", "act_dtype": "f32",
+                           "seed": 0}
+    assert d["rel_err"] < 1e-5 and d["steps"] == 8
+    for key in ("flushes", "conventional_written", "replay_written", "model_replay_written"):
+        assert key in d
+
+
+# --------------------------------------------------------------------------- plan checks
+
+def _pure_mamba2_config(tmp_path) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba2", "num_heads": 80, "head_dim": 64, "state_size": 128,
+                                "n_groups": 1, "conv_kernel": 4, "num_hidden_layers": 64}))
+    return str(path)
+
+
+def test_plan_warns_when_no_sequence_fits(tmp_path, capsys):
+    """No attention layer, so no KV to blame: a GPU of 1 MiB holds no sequence's SSM caches."""
+    assert main(["plan", "--model", _pure_mamba2_config(tmp_path), "--gpu-mem", "1MiB"]) == 0
+    captured = capsys.readouterr()
+    assert "max seqs" in captured.out
+    warning = captured.err.strip()
+    assert warning.startswith("trtllm-replayssm plan: warning: no sequence fits in modes conventional, "
+                              "conventional_spec, replay, replay_spec (max seqs 0): one sequence takes")
+    assert "and the caches get 921.60 KiB" in warning and len(captured.err.splitlines()) == 1
+    d = _plan_json(["--model", _pure_mamba2_config(tmp_path), "--gpu-mem", "1MiB"], capsys)
+    assert d["warnings"] and d["warnings"][0].startswith("no sequence fits")
+
+
+def test_plan_without_problems_has_no_warning(capsys):
+    assert main(["plan", "--model", "qwen3.5-4b"]) == 0
+    assert capsys.readouterr().err == ""
+    assert _plan_json(["--model", "qwen3.5-4b"], capsys)["warnings"] == []
+
+
+def test_plan_accepts_the_demos_dtype_spellings(capsys):
+    d = _plan_json(["--model", "qwen3.5-4b", "--state-dtype", "f32", "--record-dtype", "float16",
+                    "--kv-dtype", "fp8"], capsys)
+    assert (d["config"]["state_dtype"], d["config"]["record_dtype"], d["config"]["kv_dtype"]) == ("fp32", "fp16", "fp8")
+
+
+def test_plan_long_max_seq_len_keeps_its_columns_apart(capsys):
+    """The longest context the check lets through (its KV cache fills the GPU): each column of
+    the per-sequence table stays apart."""
+    assert main(["plan", "--model", "nemotron-3-super-120b", "--max-seq-len", "18481152"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("Per sequence, all layers"))
+    for line in lines[start + 2:start + 6]:
+        assert re.fullmatch(r"  [a-z ]+?( +[0-9.,]+ [KMGT]?i?B){3} +[0-9,]+ +(-|[0-9.]+x) +[0-9,]+", line), line

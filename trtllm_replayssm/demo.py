@@ -1,22 +1,21 @@
 """One Mamba-2 layer decoded twice, conventionally and by ReplaySSM, from the same state.
 
-The logic behind ``trtllm-replayssm demo``: it returns the figures, the CLI prints them.
+The logic behind ``trtllm-replayssm layer-demo``: :func:`run_mamba2_demo` returns the figures,
+:func:`format_layer_demo` words them. Importing this module imports no torch (the CLI reads its
+constants while building its parser).
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import TYPE_CHECKING, Optional, Union
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from tqdm import tqdm
+__all__ = ["DTYPE_NAMES", "torch_dtype", "CPU_GEOMETRY", "CUDA_GEOMETRY", "run_mamba2_demo",
+           "format_layer_demo"]
 
-from .cache import Mamba2ReplayCache
-from .memory import mamba2_step_bytes
-from .ops import mamba2_decode_step, mamba2_replay_step
-
-__all__ = ["DTYPES", "CPU_GEOMETRY", "CUDA_GEOMETRY", "run_mamba2_demo"]
-
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+# The demos' dtype names and the torch dtypes they stand for.
+DTYPE_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 # (nheads, head_dim, d_state, ngroups): small enough for the CPU reference, and the
 # Nemotron-3-Super Mamba-2 layer for a GPU.
@@ -24,9 +23,15 @@ CPU_GEOMETRY = (8, 16, 32, 2)
 CUDA_GEOMETRY = (128, 64, 128, 8)
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a :data:`DTYPE_NAMES` name (f32, bf16, f16)."""
+    import torch
+    return getattr(torch, DTYPE_NAMES[name])
+
+
 def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L: int = 16,
-                    batch: int = 4, steps: int = 300, state_dtype: torch.dtype = torch.float32,
-                    act_dtype: torch.dtype = torch.float32,
+                    batch: int = 4, steps: int = 300, state_dtype: Optional[torch.dtype] = None,
+                    act_dtype: Optional[torch.dtype] = None,
                     device: Union[str, torch.device] = "cpu", seed: int = 0,
                     progress: bool = True) -> dict:
     """Decodes ``batch`` sequences with both ops and compares them step by step.
@@ -41,8 +46,8 @@ def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L
         L (int): records per slot of the replay cache, 1 <= L <= 64.
         batch (int): sequences decoded together (one cache slot each).
         steps (int): batched decode steps, >= 1.
-        state_dtype (torch.dtype): state / checkpoint dtype, fp32 | bf16 | fp16.
-        act_dtype (torch.dtype): activation and record dtype, fp32 | bf16 | fp16.
+        state_dtype (torch.dtype): state / checkpoint dtype, fp32 (default) | bf16 | fp16.
+        act_dtype (torch.dtype): activation and record dtype, fp32 (default) | bf16 | fp16.
         device (str | torch.device): where both ops run (CPU runs the PyTorch reference).
         seed (int): seeds the inputs and the initial state.
         progress (bool): show a tqdm bar over the batched steps.
@@ -61,8 +66,17 @@ def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L
     Raises:
         ValueError, TypeError: bad geometry, L, batch or steps (from the cache and the ops).
     """
+    import torch
+    from tqdm import tqdm
+
+    from .cache import Mamba2ReplayCache
+    from .memory import mamba2_step_bytes
+    from .ops import mamba2_decode_step, mamba2_replay_step
+
     if steps < 1 or batch < 1:
         raise ValueError(f"run_mamba2_demo: steps = {steps}, batch = {batch}; expected both >= 1")
+    state_dtype = torch.float32 if state_dtype is None else state_dtype
+    act_dtype = torch.float32 if act_dtype is None else act_dtype
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
 
@@ -122,3 +136,34 @@ def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L
         "model_conventional_written": mamba2_step_bytes("decode_step", **geom).state_written,
         "model_replay_written": model_replay.state_written + model_replay.records_written,
     }
+
+
+def format_layer_demo(config: dict, fig: dict) -> str:
+    """The ``layer-demo`` text: ``config`` (device, geometry, L, batch, steps, dtype names, seed)
+    and ``fig`` (:func:`run_mamba2_demo`'s figures)."""
+    c = config
+    conv, replay, model = (fig["conventional_written"], fig["replay_written"],
+                           fig["model_replay_written"])
+    rows = fig["steps"] * c["batch"]
+    out = ["trtllm-replayssm layer-demo: one Mamba-2 layer, conventional decode vs ReplaySSM",
+           f"  {c['device']} | nheads {c['nheads']}, head_dim {c['head_dim']}, d_state {c['d_state']}, "
+           f"ngroups {c['ngroups']} | L {c['L']} | batch {c['batch']} | state {c['state_dtype']}, "
+           f"act {c['act_dtype']} | seed {c['seed']}",
+           f"  steps: {fig['steps']} batched (+ {fig['warmup_steps']} single-row steps spreading"
+           f" the cursors), flushes: {fig['flushes']}",
+           f"  max relative error, replay vs conventional y: {fig['rel_err']:.2e}"
+           f"  (worst step's max|Δ| / max|ref|)",
+           "  state bytes written per step per sequence:",
+           f"    conventional      {conv:12,.0f} B  (whole state every step)",
+           f"    replay, measured  {replay:12,.0f} B  (= conventional / {conv / replay:.1f}: checkpoint"
+           f" at flushes, a {fig['record_bytes']:,} B record otherwise)",
+           f"    replay, model     {model:12,.0f} B  (memory.mamba2_step_bytes: a flush on 1/L of"
+           f" the row-steps, a record on the others)"]
+    if round(replay) != round(model):
+        # The model assumes cursors spread evenly over [0, L): exactly 1/L of the rows flush each
+        # step. With batch < L the cursors start at 0 .. batch-1 only, and over a number of
+        # steps that is not a multiple of L some rows flush once less than others.
+        out.append(f"    (measured != model: this run flushed {fig['flushes']:,} times in {rows:,} "
+                   f"row-steps, 1 in {rows / max(fig['flushes'], 1):.2f}, where the model counts 1 in "
+                   f"L = {c['L']}; they agree when --batch or --steps is a multiple of L)")
+    return "\n".join(out)
