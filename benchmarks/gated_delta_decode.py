@@ -82,7 +82,7 @@ def main(argv=None):
     all_rows = []
     for geom in args.geometry or GEOMETRIES[args.family]:
         print(f"## {args.family} (k_heads, v_heads, head_k_dim, head_v_dim) = {geom}")
-        make_case = lambda batch, L, state: Case(args.family, geom, batch, L, state, args.act)  # noqa: E731
+        make_case = lambda batch, L, state, geom=geom: Case(args.family, geom, batch, L, state, args.act)  # noqa: E731
         if args.sweep:
             run_sweep(make_case, args)
             continue

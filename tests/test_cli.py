@@ -246,7 +246,7 @@ def test_package_names_load_on_first_use():
     assert trtllm_replayssm.mamba2_replay_step is mamba2_replay_step
     assert "mamba2_decode_step" in dir(trtllm_replayssm)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        trtllm_replayssm.nope
+        _ = trtllm_replayssm.nope
 
 
 def test_cli_constants_match_the_package():

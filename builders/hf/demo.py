@@ -77,7 +77,7 @@ def _generate(model, input_ids, attention_mask, new_tokens: int, *, hook=None,
             written.append(_host_state_bytes(cache))
             return
         nbytes = 0
-        for i, store in hook.stores(cache).items():
+        for store in hook.stores(cache).values():
             # Every row is live, so a cursor back at 0 after the step means that row flushed.
             flushed = int((store.cursor == 0).sum())
             state, record = _slot_bytes(store)

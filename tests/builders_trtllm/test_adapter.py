@@ -79,7 +79,7 @@ def test_mamba2_records_injected_counted_and_decode_equals_conventional(trt):
         reference[i] = states.clone()
     padding_before = {i: mgr.mamba_layer_cache(i).temporal[4].clone() for i in (0, 2)}
     ids = [101, 102, ft.DUMMY_REQUEST_ID, ft.DUMMY_REQUEST_ID]
-    for step in range(2 * L + 1):
+    for _ in range(2 * L + 1):
         attn = ft.attn_metadata_for(mgr, ids)
         meta.prepare(attn)
         for i, mixer in mixers.items():
@@ -182,7 +182,7 @@ def test_gdn_decode_and_mixed_batch_flush_equal_conventional(trt):
                                          kv_cache_manager=ref_mgr)
         ref_meta = types.SimpleNamespace(state_indices=torch.tensor([0, 2], dtype=torch.int32))
         ref = twin.forward_core(mixed, a, b, ref_attn, ref_meta)
-        torch.testing.assert_close(o, ref, rtol=0, atol=1e-12, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(o, ref, rtol=0, atol=1e-12, msg=lambda m, step=step: f"step {step}: {m}")
         if mixed_step:
             assert ext.store.layer(1).cursor[[0, 2]].eq(0).all()
             torch.testing.assert_close(cache.temporal[[0, 2]], ref_state[[0, 2]], rtol=0, atol=1e-12)
@@ -210,7 +210,7 @@ def test_kda_decode_equals_conventional(trt):
         # TensorRT-LLM's own (unhooked) forward_decode on the twin's dense copies
         ref = type(twin).forward_decode.__wrapped__(twin, x[:2], ref_conv, ref_state,
                                                     torch.tensor([0, 1], dtype=torch.int32))
-        torch.testing.assert_close(out[:2], ref, rtol=0, atol=1e-12, msg=lambda m: f"step {step}: {m}")
+        torch.testing.assert_close(out[:2], ref, rtol=0, atol=1e-12, msg=lambda m, step=step: f"step {step}: {m}")
     torch.testing.assert_close(cache.conv[[1, 0]], ref_conv, rtol=0, atol=1e-12)
     ext = mgr.get_aux_cache_extension("replayssm_records")
     assert ext.store.counters[:, :, 4].eq(0).all()

@@ -148,7 +148,7 @@ def test_step_float64_matches_recurrence_and_padding_untouched(kind):
         ours = fam.ours(layer, checkpoint, inputs, slot_ids, out=out)
         ref = fam.public_decode(state, inputs, torch.tensor([2, -1, 0, -1], dtype=torch.int32))
         torch.testing.assert_close(ours[[0, 2]], ref[[0, 2]], rtol=0, atol=1e-12,
-                                   msg=lambda m: f"{kind} step {step}: {m}")
+                                   msg=lambda m, step=step: f"{kind} step {step}: {m}")
         assert torch.isnan(ours[[1, 3]]).all(), "padding rows' out must be left as it was"
     assert torch.equal(checkpoint[padding_slot], pad_before)
     assert layer.cursor[padding_slot] == 0 and layer.arrivals.eq(0).all()
