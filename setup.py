@@ -1,4 +1,5 @@
 """trtllm_replayssm: ReplaySSM decoding for hybrid LLMs, as a TensorRT-LLM extension."""
+
 from setuptools import find_packages, setup
 
 setup(
@@ -8,9 +9,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=(find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"])
-              + ["trtllm_replayssm_plugins", "trtllm_replayssm_builders"]
-              + [f"trtllm_replayssm_builders.{p}" for p in find_packages("builders")]),
+    packages=(
+        find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"])
+        + ["trtllm_replayssm_plugins", "trtllm_replayssm_builders"]
+        + [f"trtllm_replayssm_builders.{p}" for p in find_packages("builders")]
+    ),
     # The TensorRT plugin (plugins/) and the model-builder hooks (builders/) install under
     # distinctive names.
     package_dir={"trtllm_replayssm_plugins": "plugins", "trtllm_replayssm_builders": "builders"},

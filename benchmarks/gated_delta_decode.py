@@ -12,6 +12,7 @@ output.
     python benchmarks/gated_delta_decode.py --family gdn --sweep  # replay launch configurations
     python benchmarks/gated_delta_decode.py --family kda --sweep decode_step --state bf16  # conventional
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,18 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (add_sweep_arguments, copy_bandwidth, header, plot_speedups,  # noqa: E402
-                     results_stem, run_sweep, run_table, time_graph, write_json)
-from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
+from harness import (
+    add_sweep_arguments,
+    copy_bandwidth,
+    header,
+    plot_speedups,
+    results_stem,
+    run_sweep,
+    run_table,
+    time_graph,
+    write_json,
+)
+from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase
 
 # (k_heads, v_heads, head_k_dim, head_v_dim), TP=1: Qwen3.5-4B and -122B-A10B (GDN), Kimi Linear (KDA)
 GEOMETRIES = {"gdn": [(16, 32, 128, 128), (16, 64, 128, 128)], "kda": [(32, 32, 128, 128)]}
@@ -48,24 +58,39 @@ def fla_baseline(case) -> float:
     except ImportError:
         return None
     B = case.batch
-    h0s = [torch.randn(B, case.v_heads, case.head_k_dim, case.head_v_dim, device="cuda", dtype=case.state)
-           for _ in case.slot_sets]
+    h0s = [
+        torch.randn(B, case.v_heads, case.head_k_dim, case.head_v_dim, device="cuda", dtype=case.state) for _ in case.slot_sets
+    ]
     q, k, v = (t.unsqueeze(1) for t in (case.q, case.k, case.v))
     g, beta = case.g.unsqueeze(1), case.beta.unsqueeze(1)
     it = itertools.count()  # one initial-state buffer per slot set, in capture order
 
     def step(_slots):
         h0 = h0s[next(it) % len(h0s)]
-        fn(q, k, v, g=g, beta=beta, scale=case.head_k_dim ** -0.5, initial_state=h0,
-           output_final_state=True, use_qk_l2norm_in_kernel=True)
+        fn(
+            q,
+            k,
+            v,
+            g=g,
+            beta=beta,
+            scale=case.head_k_dim**-0.5,
+            initial_state=h0,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
+
     return time_graph(step, case.slot_sets)[0]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=["gdn", "kda"], default="gdn")
-    ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), nargs="+",
-                    help="k_heads,v_heads,head_k_dim,head_v_dim (default: the family's real geometries)")
+    ap.add_argument(
+        "--geometry",
+        type=lambda s: tuple(int(v) for v in s.split(",")),
+        nargs="+",
+        help="k_heads,v_heads,head_k_dim,head_v_dim (default: the family's real geometries)",
+    )
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, nargs="+", default=[16, 8, 32])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=list(DT))
@@ -96,22 +121,34 @@ def main(argv=None):
                     except Exception as e:  # a baseline that fails to run is reported, not fatal
                         print(f"# fla fused_recurrent state={state} batch={batch}: failed: {e!r}")
                         continue
-                    ours = next(r["seconds"] for r in rows if r["route"] == "decode_step"
-                                and r["state"] == state and r["batch"] == batch)
-                    print(f"# fla fused_recurrent state={state} batch={batch}: "
-                          + ("not importable" if t is None else f"{t * 1e6:.2f} us/step, "
-                             f"our conventional kernel {ours / t:.3f}x its time"))
+                    ours = next(
+                        r["seconds"]
+                        for r in rows
+                        if r["route"] == "decode_step" and r["state"] == state and r["batch"] == batch
+                    )
+                    print(
+                        f"# fla fused_recurrent state={state} batch={batch}: "
+                        + (
+                            "not importable"
+                            if t is None
+                            else f"{t * 1e6:.2f} us/step, our conventional kernel {ours / t:.3f}x its time"
+                        )
+                    )
                     if t is not None:
-                        rows.append(dict(state=state, act=args.act, L=None, batch=batch,
-                                         route="fla_fused_recurrent", seconds=t))
+                        rows.append(
+                            dict(state=state, act=args.act, L=None, batch=batch, route="fla_fused_recurrent", seconds=t)
+                        )
                     del case
         all_rows += [dict(r, geometry=geom) for r in rows]
     if args.sweep:
         return
     stem = results_stem(args.out_dir, name)
     write_json(stem, copy_bw, all_rows, family=args.family)
-    panels = [(f"{g}, {st} checkpoint", lambda r, g=g, st=st: r["geometry"] == g and r["state"] == st)
-              for g in (args.geometry or GEOMETRIES[args.family]) for st in args.state]
+    panels = [
+        (f"{g}, {st} checkpoint", lambda r, g=g, st=st: r["geometry"] == g and r["state"] == st)
+        for g in (args.geometry or GEOMETRIES[args.family])
+        for st in args.state
+    ]
     plot_speedups(all_rows, stem + ".png", panels, f"{args.family.upper()} decode, {args.act} act")
     print(f"# wrote {stem}.json/.png")
     print("# repro: python benchmarks/gated_delta_decode.py " + " ".join(sys.argv[1:]))

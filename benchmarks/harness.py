@@ -1,16 +1,45 @@
 """Shared pieces of the decode benchmarks: their table and launch-configuration sweeps. Copy bandwidth, slot-set pools, CUDA-graph timing, the cases, results files
 and plots live in the package (``trtllm_replayssm.bench``, which ``trtllm-replayssm bench`` runs)
 and are imported from there. Every figure is a median; ratios are taken within one run."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 import torch
 
-from trtllm_replayssm.bench import (POOL_BYTES, REFCHECK_TOL, DecodeCase, copy_bandwidth,  # noqa: F401
-                                    header, plot_speedups, results_stem, slot_sets, time_graph,
-                                    write_json)
+from trtllm_replayssm.bench import (
+    POOL_BYTES,
+    REFCHECK_TOL,
+    DecodeCase,
+    copy_bandwidth,
+    header,
+    plot_speedups,
+    results_stem,
+    slot_sets,
+    time_graph,
+    write_json,
+)
 from trtllm_replayssm.kernels.common import LaunchConfig
+
+# The package's timing pieces are re-exported: the benchmark scripts import them from here.
+__all__ = [
+    "POOL_BYTES",
+    "REFCHECK_TOL",
+    "DecodeCase",
+    "copy_bandwidth",
+    "header",
+    "plot_speedups",
+    "results_stem",
+    "slot_sets",
+    "time_graph",
+    "write_json",
+    "run_table",
+    "sweep_configs",
+    "add_max_registers_argument",
+    "add_sweep_arguments",
+    "run_sweep",
+]
 
 
 def run_table(make_case, args, copy_bw: float) -> list:
@@ -20,7 +49,9 @@ def run_table(make_case, args, copy_bw: float) -> list:
     timed once per (state, batch) and shared by the L values."""
     rows = []
     routes = ["decode_step", "replay_step"]
-    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>12} {'us/step':>9} {'GB/s':>7} {'%copy':>6} {'speedup':>8} {'refcheck':>9}")
+    print(
+        f"{'state':>5} {'L':>3} {'batch':>6} {'route':>12} {'us/step':>9} {'GB/s':>7} {'%copy':>6} {'speedup':>8} {'refcheck':>9}"
+    )
     for state in args.state:
         for L in args.L:
             for batch in args.batch:
@@ -32,21 +63,35 @@ def run_table(make_case, args, copy_bw: float) -> list:
                 times = {}
                 for route in routes:
                     if route != "replay_step" and L != args.L[0]:
-                        times[route] = next(r["seconds"] for r in rows if r["route"] == route and
-                                            r["state"] == state and r["batch"] == batch)
+                        times[route] = next(
+                            r["seconds"] for r in rows if r["route"] == route and r["state"] == state and r["batch"] == batch
+                        )
                         continue
                     t, samples = case.time(route)
                     times[route] = t
                     gbs = case.bytes_per_step(route) / t / 1e9
-                    rows.append(dict(state=state, act=args.act, L=L, batch=batch, route=route,
-                                     seconds=t, samples_ms=samples, gbps=gbs,
-                                     pct_copy=100 * gbs * 1e9 / copy_bw,
-                                     speedup=None, refcheck=err))
+                    rows.append(
+                        dict(
+                            state=state,
+                            act=args.act,
+                            L=L,
+                            batch=batch,
+                            route=route,
+                            seconds=t,
+                            samples_ms=samples,
+                            gbps=gbs,
+                            pct_copy=100 * gbs * 1e9 / copy_bw,
+                            speedup=None,
+                            refcheck=err,
+                        )
+                    )
                 for r in rows:
                     if r["state"] == state and r["L"] == L and r["batch"] == batch:
                         r["speedup"] = times["decode_step"] / r["seconds"]
-                        print(f"{state:>5} {L:>3} {batch:>6} {r['route']:>12} {r['seconds']*1e6:9.2f} "
-                              f"{r['gbps']:7.0f} {r['pct_copy']:6.1f} {r['speedup']:8.3f} {err:9.1e}")
+                        print(
+                            f"{state:>5} {L:>3} {batch:>6} {r['route']:>12} {r['seconds'] * 1e6:9.2f} "
+                            f"{r['gbps']:7.0f} {r['pct_copy']:6.1f} {r['speedup']:8.3f} {err:9.1e}"
+                        )
                 del case
                 torch.cuda.empty_cache()
     return rows
@@ -74,14 +119,25 @@ def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step", m
 
 def add_max_registers_argument(ap) -> None:
     """--max-registers, the register caps a sweep adds (``sweep_configs``)."""
-    ap.add_argument("--max-registers", type=int, nargs="*", default=[],
-                    help="with --sweep: also try each one-warp configuration capped at these registers per thread")
+    ap.add_argument(
+        "--max-registers",
+        type=int,
+        nargs="*",
+        default=[],
+        help="with --sweep: also try each one-warp configuration capped at these registers per thread",
+    )
 
 
 def add_sweep_arguments(ap) -> None:
     """--sweep [ROUTE] and --max-registers, shared by the decode benchmarks."""
-    ap.add_argument("--sweep", nargs="?", const="replay_step", default=None, choices=("replay_step", "decode_step"),
-                    help="time every launch configuration of ROUTE (default replay_step) instead")
+    ap.add_argument(
+        "--sweep",
+        nargs="?",
+        const="replay_step",
+        default=None,
+        choices=("replay_step", "decode_step"),
+        help="time every launch configuration of ROUTE (default replay_step) instead",
+    )
     add_max_registers_argument(ap)
 
 
@@ -94,13 +150,17 @@ def run_sweep(make_case, args) -> None:
     for state in args.state:
         for batch in args.batch:
             case = make_case(batch, args.L[0], state)
-            res = {cfg: case.time(route, cfg, reps=3)[0]
-                   for cfg in sweep_configs(case.rows, args.max_registers, route, case.min_block(route))}
+            res = {
+                cfg: case.time(route, cfg, reps=3)[0]
+                for cfg in sweep_configs(case.rows, args.max_registers, route, case.min_block(route))
+            }
             d = case.default_config(route)
             d_t = res[d] if d in res else case.time(route, d, reps=3)[0]
             k = min(res, key=res.get)
-            print(f"{state:>5} {batch:>6} {args.L[0]:>3} {k.label():>22} {res[k]*1e6:8.2f} {d.label():>22} {d_t*1e6:8.2f}")
-            print("   all (block,warps,chunks,stages[,r<max registers>]:us): " +
-                  " ".join(f"{c.label()}:{t*1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
+            print(f"{state:>5} {batch:>6} {args.L[0]:>3} {k.label():>22} {res[k] * 1e6:8.2f} {d.label():>22} {d_t * 1e6:8.2f}")
+            print(
+                "   all (block,warps,chunks,stages[,r<max registers>]:us): "
+                + " ".join(f"{c.label()}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1]))
+            )
             del case
             torch.cuda.empty_cache()

@@ -16,6 +16,7 @@ it is written against the pinned Triton 3.6.
 Registers per thread R bound the resident warps per multiprocessor (65536 / (32 R) on Hopper),
 which is what the latency-bound kernels are limited by (docs/kernel-notes.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,18 +38,18 @@ from triton.runtime.jit import JITFunction
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..")]
 
-from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache  # noqa: E402
-from trtllm_replayssm.kernels.common import LaunchConfig  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify  # noqa: E402
-from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify  # noqa: E402
-from trtllm_replayssm.models import GDN, KDA, MAMBA2  # noqa: E402
-from trtllm_replayssm.ops import spec_buffer_len  # noqa: E402
+from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from trtllm_replayssm.kernels.common import LaunchConfig
+from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step
+from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
+from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
+from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step
+from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
+from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
+from trtllm_replayssm.models import GDN, KDA, MAMBA2
+from trtllm_replayssm.ops import spec_buffer_len
 
 ROUTES = ("decode_step", "replay_step", "replay_verify", "snapshot_verify")
 # (nheads, head_dim, d_state, ngroups) and (k_heads, v_heads, head_k_dim, head_v_dim), TP = 1.
@@ -92,8 +93,10 @@ def compile_only(arch: int):
     """Within the block, every Triton launch is compiled for ``arch`` and not run; yields the
     list that collects (kernel name, compiled kernel) in launch order."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        raise RuntimeError("kernel_resources: TRITON_INTERPRET=1 makes every kernel an interpreted "
-                           "function, which nothing compiles; run without it")
+        raise RuntimeError(
+            "kernel_resources: TRITON_INTERPRET=1 makes every kernel an interpreted "
+            "function, which nothing compiles; run without it"
+        )
     compiled = []
     run = JITFunction.run
 
@@ -123,14 +126,17 @@ def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w") as f:
             f.write(kernel.asm["ptx"])
-        report = subprocess.run([ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(tmp, "kernel.cubin")],
-                                capture_output=True, text=True, check=True).stderr
+        report = subprocess.run(
+            [ptxas, "-v", f"-arch=sm_{arch}a", src, "-o", os.path.join(tmp, "kernel.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
     regs = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     if regs is None or spills is None:
         raise RuntimeError(f"kernel_resources: unexpected ptxas report for {name}:\n{report}")
-    return KernelResources(name, int(regs.group(1)), int(spills.group(1)), int(spills.group(2)),
-                           int(kernel.metadata.shared))
+    return KernelResources(name, int(regs.group(1)), int(spills.group(1)), int(spills.group(2)), int(kernel.metadata.shared))
 
 
 def _mamba2_launch(route: str, batch: int, T: int, L: int, config) -> None:
@@ -145,18 +151,46 @@ def _mamba2_launch(route: str, batch: int, T: int, L: int, config) -> None:
             launch_mamba2_decode_step(torch.zeros(1, H, P, N), x, dt, A, B, C, out=torch.empty_like(x), **kw)
         else:
             c = Mamba2ReplayCache.allocate(1, H, P, N, G, L)
-            launch_mamba2_replay_step(c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals,
-                                      x, dt, A, B, C, out=torch.empty_like(x), **kw)
+            launch_mamba2_replay_step(
+                c.checkpoint,
+                c.x_records,
+                c.dt_records,
+                c.B_records,
+                c.cursor,
+                c.arrivals,
+                x,
+                dt,
+                A,
+                B,
+                C,
+                out=torch.empty_like(x),
+                **kw,
+            )
         return
     x, dt = torch.zeros(batch, T, H, P, dtype=BF16), torch.zeros(batch, T, H, dtype=BF16)
     B = C = torch.zeros(batch, T, G, N, dtype=BF16)
     if route == "replay_verify":
         c = Mamba2ReplayCache.allocate(1, H, P, N, G, spec_buffer_len(L, T))
-        launch_mamba2_replay_verify(c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals,
-                                    c.pending, x, dt, A, B, C, out=torch.empty_like(x), **kw)
+        launch_mamba2_replay_verify(
+            c.checkpoint,
+            c.x_records,
+            c.dt_records,
+            c.B_records,
+            c.cursor,
+            c.arrivals,
+            c.pending,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            out=torch.empty_like(x),
+            **kw,
+        )
     else:
-        launch_mamba2_snapshot_verify(torch.zeros(1, H, P, N), torch.zeros(1, T, H, P, N), x, dt, A, B, C,
-                                      out=torch.empty_like(x), **kw)
+        launch_mamba2_snapshot_verify(
+            torch.zeros(1, H, P, N), torch.zeros(1, T, H, P, N), x, dt, A, B, C, out=torch.empty_like(x), **kw
+        )
 
 
 def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, config) -> None:
@@ -168,12 +202,11 @@ def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, con
     v = torch.zeros(batch, *tok, vh, V, dtype=BF16)
     g = torch.zeros(batch, *tok, vh, *((K,) if family == KDA else ()))
     beta = torch.zeros(batch, *tok, vh)
-    kw = dict(slot_ids=slots, scale=K ** -0.5, use_qk_l2norm=True, out=torch.empty_like(v), config=config)
+    kw = dict(slot_ids=slots, scale=K**-0.5, use_qk_l2norm=True, out=torch.empty_like(v), config=config)
     if route == "decode_step":
         launch_gated_delta_decode_step(torch.zeros(1, vh, V, K), q, q, v, g, beta, **kw)
     elif route == "snapshot_verify":
-        launch_gated_delta_snapshot_verify(torch.zeros(1, vh, V, K), torch.zeros(1, T, vh, V, K), q, q, v, g,
-                                           beta, **kw)
+        launch_gated_delta_snapshot_verify(torch.zeros(1, vh, V, K), torch.zeros(1, T, vh, V, K), q, q, v, g, beta, **kw)
     else:
         c = cache_cls.allocate(1, kh, vh, K, V, L if route == "replay_step" else spec_buffer_len(L, T))
         caches = (c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals)
@@ -183,8 +216,16 @@ def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, con
             launch_gated_delta_replay_verify(*caches, c.pending, q, q, v, g, beta, **kw)
 
 
-def kernel_resources(family: str, route: str, *, batch: int = 256, T: int = 4, L: int = 16,
-                     arch: int = 90, config: Optional[LaunchConfig] = None) -> list:
+def kernel_resources(
+    family: str,
+    route: str,
+    *,
+    batch: int = 256,
+    T: int = 4,
+    L: int = 16,
+    arch: int = 90,
+    config: Optional[LaunchConfig] = None,
+) -> list:
     """[KernelResources] of the kernels one step of ``route`` launches for ``family`` (``T``:
     verify tokens; ``L``: records, the history B for verify), at ``config`` or the route's
     default launch configuration. The commit kernels of speculative steps are not included."""
@@ -214,10 +255,12 @@ def main(argv=None) -> None:
     for family in args.family:
         for route in args.route:
             for batch in args.batch:
-                for T in (args.T if route.endswith("verify") else [1]):
+                for T in args.T if route.endswith("verify") else [1]:
                     for r in kernel_resources(family, route, batch=batch, T=T, L=args.L, arch=args.arch):
-                        print(f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "
-                              f"{f'{r.spill_stores}/{r.spill_loads}':>12} {r.shared:>7}  {r.kernel}")
+                        print(
+                            f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "
+                            f"{f'{r.spill_stores}/{r.spill_loads}':>12} {r.shared:>7}  {r.kernel}"
+                        )
 
 
 if __name__ == "__main__":

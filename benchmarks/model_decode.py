@@ -30,6 +30,7 @@ steps run eagerly.
     python benchmarks/model_decode.py                    # batch 64 and 256, L 16
     python benchmarks/model_decode.py --batch 256 --L 8 16 32
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,22 +48,41 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT]
 
-if importlib.util.find_spec("trtllm_replayssm_builders") is None:   # a checkout: builders/
+if importlib.util.find_spec("trtllm_replayssm_builders") is None:  # a checkout: builders/
     _spec = importlib.util.spec_from_file_location(
-        "trtllm_replayssm_builders", os.path.join(ROOT, "builders", "__init__.py"),
-        submodule_search_locations=[os.path.join(ROOT, "builders")])
+        "trtllm_replayssm_builders",
+        os.path.join(ROOT, "builders", "__init__.py"),
+        submodule_search_locations=[os.path.join(ROOT, "builders")],
+    )
     sys.modules["trtllm_replayssm_builders"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["trtllm_replayssm_builders"])
 
-from trtllm_replayssm_builders.hf import disable_replayssm, enable_replayssm  # noqa: E402
+from trtllm_replayssm_builders.hf import disable_replayssm, enable_replayssm
 
 ROUTES = ("host", "decode_step", "replay_step")
 # Nemotron-3-Super-120B (trtllm_replayssm.models.PRESETS["nemotron-3-super-120b"]).
-SUPER = dict(hidden_size=4096, mamba_num_heads=128, mamba_head_dim=64, ssm_state_size=128,
-             n_groups=8, conv_kernel=4, num_attention_heads=32, num_key_value_heads=2,
-             head_dim=128)
-TINY = dict(hidden_size=64, mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
-            conv_kernel=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+SUPER = dict(
+    hidden_size=4096,
+    mamba_num_heads=128,
+    mamba_head_dim=64,
+    ssm_state_size=128,
+    n_groups=8,
+    conv_kernel=4,
+    num_attention_heads=32,
+    num_key_value_heads=2,
+    head_dim=128,
+)
+TINY = dict(
+    hidden_size=64,
+    mamba_num_heads=8,
+    mamba_head_dim=16,
+    ssm_state_size=16,
+    n_groups=2,
+    conv_kernel=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+)
 _BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": "mlp"}
 
 
@@ -70,10 +90,18 @@ def build_model(pattern: str, geometry: dict, prompt: int, vocab: int, device):
     import transformers as hf
 
     config = hf.NemotronHConfig(
-        vocab_size=vocab, layers_block_type=[_BLOCKS[c] for c in pattern], chunk_size=prompt,
-        intermediate_size=4 * geometry["hidden_size"], pad_token_id=0, bos_token_id=1,
-        eos_token_id=None, use_cache=True, initializer_range=0.1,
-        rescale_prenorm_residual=False, **geometry)
+        vocab_size=vocab,
+        layers_block_type=[_BLOCKS[c] for c in pattern],
+        chunk_size=prompt,
+        intermediate_size=4 * geometry["hidden_size"],
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=None,
+        use_cache=True,
+        initializer_range=0.1,
+        rescale_prenorm_residual=False,
+        **geometry,
+    )
     with torch.device(device):
         model = hf.NemotronHForCausalLM(config)
     return model.to(torch.bfloat16).eval()
@@ -110,8 +138,9 @@ class Decoder:
     def step(self) -> None:
         self.mask.copy_((self.kv_index <= self.position[:, :, None, None]))
         masks = {"full_attention": self.mask, "linear_attention": None}
-        logits = self.model(input_ids=self.token, past_key_values=self.cache, use_cache=True,
-                            attention_mask=masks, position_ids=self.position).logits
+        logits = self.model(
+            input_ids=self.token, past_key_values=self.cache, use_cache=True, attention_mask=masks, position_ids=self.position
+        ).logits
         self.logits.copy_(logits[:, -1])
         self.token.copy_(logits[:, -1:].argmax(-1))
         self.position.add_(1)
@@ -137,7 +166,7 @@ def time_per_call(fn, calls: int, reps: int = 5) -> tuple:
     try:
         with torch.cuda.graph(graph):
             fn()
-    except Exception as e:                                  # printed, then timed eagerly
+    except Exception as e:  # printed, then timed eagerly
         torch.cuda.synchronize()
         return _time_eager(fn, calls, reps), f"eager (capture failed: {type(e).__name__}: {str(e)[:80]})"
     samples = []
@@ -155,6 +184,7 @@ def time_per_call(fn, calls: int, reps: int = 5) -> tuple:
 
 def _time_eager(fn, calls: int, reps: int) -> float:
     import time
+
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     samples = []
     for _ in range(reps):
@@ -223,13 +253,15 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--pattern", default="MMMM*", help="M Mamba-2, * attention, - MLP (default: MMMM*)")
-    ap.add_argument("--geometry", choices=["super", "tiny"], default="super",
-                    help="super: Nemotron-3-Super layers; tiny: a CPU smoke test")
+    ap.add_argument(
+        "--geometry", choices=["super", "tiny"], default="super", help="super: Nemotron-3-Super layers; tiny: a CPU smoke test"
+    )
     ap.add_argument("--prompt", type=int, default=16, help="prefill tokens = chunk size (default: 16)")
     ap.add_argument("--steps", type=int, default=64, help="decode steps per timing (default: 64)")
     ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--refcheck-tol", type=float, default=1e-4,
-                    help="float32 first-step logits vs the host's, relative to their scale")
+    ap.add_argument(
+        "--refcheck-tol", type=float, default=1e-4, help="float32 first-step logits vs the host's, relative to their scale"
+    )
     ap.add_argument("--refcheck-batch", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", os.path.join(HERE, "results")))
@@ -240,11 +272,16 @@ def main(argv=None):
     model = build_model(args.pattern, geometry, args.prompt, args.vocab, device)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     import transformers
-    print(f"# bench model_decode | {datetime.date.today()} | {gpu} | torch {torch.__version__} | "
-          f"transformers {transformers.__version__} | NemotronH {args.pattern} {args.geometry} bf16, "
-          f"fp32 SSM states, prompt {args.prompt}, {args.steps} steps")
-    print(f"{'batch':>6} {'route':>12} {'L':>3} {'step us':>9} {'SSM us':>9} {'SSM %':>6} "
-          f"{'vs host':>8} {'vs conv':>8} {'refcheck':>9}  timing")
+
+    print(
+        f"# bench model_decode | {datetime.date.today()} | {gpu} | torch {torch.__version__} | "
+        f"transformers {transformers.__version__} | NemotronH {args.pattern} {args.geometry} bf16, "
+        f"fp32 SSM states, prompt {args.prompt}, {args.steps} steps"
+    )
+    print(
+        f"{'batch':>6} {'route':>12} {'L':>3} {'step us':>9} {'SSM us':>9} {'SSM %':>6} "
+        f"{'vs host':>8} {'vs conv':>8} {'refcheck':>9}  timing"
+    )
     rows = []
     cases = [("host", args.L[0]), ("decode_step", args.L[0])] + [("replay_step", L) for L in args.L]
     errors = refcheck(model, cases[1:], args)
@@ -257,19 +294,35 @@ def main(argv=None):
                 continue
             base = {r["route"]: r["step_s"] for r in rows if r["batch"] == batch and "step_s" in r}
             vs = [f"{base[b] / row['step_s']:8.3f}" if b in base else f"{'-':>8}" for b in ("host", "decode_step")]
-            print(f"{batch:>6} {route:>12} {row['L'] or '-':>3} {row['step_s'] * 1e6:9.1f} "
-                  f"{row['ssm_s'] * 1e6:9.1f} {100 * row['ssm_share']:6.1f} {vs[0]} {vs[1]} "
-                  f"{row['refcheck']:9.1e}  {row['step_how']}")
-    print(f"# repro: python benchmarks/model_decode.py --batch {' '.join(map(str, args.batch))} "
-          f"--L {' '.join(map(str, args.L))} --pattern '{args.pattern}' --geometry {args.geometry}")
+            print(
+                f"{batch:>6} {route:>12} {row['L'] or '-':>3} {row['step_s'] * 1e6:9.1f} "
+                f"{row['ssm_s'] * 1e6:9.1f} {100 * row['ssm_share']:6.1f} {vs[0]} {vs[1]} "
+                f"{row['refcheck']:9.1e}  {row['step_how']}"
+            )
+    print(
+        f"# repro: python benchmarks/model_decode.py --batch {' '.join(map(str, args.batch))} "
+        f"--L {' '.join(map(str, args.L))} --pattern '{args.pattern}' --geometry {args.geometry}"
+    )
     if device == "cuda":
         os.makedirs(args.out_dir, exist_ok=True)
         stem = os.path.join(args.out_dir, f"{datetime.date.today()}-{gpu.split()[-1].lower()}-model_decode")
         with open(stem + ".json", "w") as f:
-            json.dump(dict(device=gpu, date=str(datetime.date.today()), torch=torch.__version__,
-                           transformers=transformers.__version__, pattern=args.pattern,
-                           geometry=geometry, prompt=args.prompt, steps=args.steps,
-                           vocab=args.vocab, rows=rows), f, indent=1)
+            json.dump(
+                dict(
+                    device=gpu,
+                    date=str(datetime.date.today()),
+                    torch=torch.__version__,
+                    transformers=transformers.__version__,
+                    pattern=args.pattern,
+                    geometry=geometry,
+                    prompt=args.prompt,
+                    steps=args.steps,
+                    vocab=args.vocab,
+                    rows=rows,
+                ),
+                f,
+                indent=1,
+            )
         print(f"# wrote {stem}.json")
 
 

@@ -90,6 +90,7 @@ with different inputs at every step (``step_inputs``), and is compared with this
 conventional kernel run from the same states on the same inputs: the ``refcheck`` column
 (relative max error). Over REFCHECK_TOL prints a warning; the row is timed all the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -120,6 +121,7 @@ class Skip(Exception):
 @dataclass
 class Peers:
     """The peer entry points that imported (None: not available) and one note per missing one."""
+
     vllm_ssu: Optional[Callable] = None  # vLLM selective_state_update
     official: Optional[Callable] = None  # selective_state_update_replayssm_output_only
     flashinfer: Optional[object] = None  # FlashInfer namespace (``_flashinfer``)
@@ -130,6 +132,7 @@ class Peers:
 class Route:
     """One row's captured sequence: ``steps`` in order, one decode step each, with the
     environment variables ``env`` set (None: unset) while it is checked and captured."""
+
     steps: list
     env: dict = field(default_factory=dict)
 
@@ -164,11 +167,14 @@ def load_peers(peers_dir: str, extra_paths=(FI_DIR,)) -> Peers:
 
     def vllm_ssu():
         from vllm.model_executor.layers.mamba.ops.mamba_ssm import selective_state_update
+
         return selective_state_update
 
     def official():
-        from vllm.model_executor.layers.mamba.ops.selective_state_update_replayssm_output_only import \
-            selective_state_update_replayssm_output_only
+        from vllm.model_executor.layers.mamba.ops.selective_state_update_replayssm_output_only import (
+            selective_state_update_replayssm_output_only,
+        )
+
         return selective_state_update_replayssm_output_only
 
     peers.vllm_ssu = load("vLLM selective_state_update", vllm_ssu)
@@ -188,11 +194,16 @@ def _flashinfer():
 
     def prebuilt(*uri_args):
         return bool(get_aot_artifacts(get_checkpointing_ssu_uri(*uri_args)))
-    return SimpleNamespace(checkpointing_ssu=checkpointing_ssu, prebuilt=prebuilt,
-                           allocate_checkpointing_ssu_scratch=allocate_checkpointing_ssu_scratch)
+
+    return SimpleNamespace(
+        checkpointing_ssu=checkpointing_ssu,
+        prebuilt=prebuilt,
+        allocate_checkpointing_ssu_scratch=allocate_checkpointing_ssu_scratch,
+    )
 
 
 # ---- cursor tables ------------------------------------------------------------------------
+
 
 def official_positions(cursor, sets, L):
     """write_pos [L, len(sets), batch] int32 and is_flush (int8) of every (round, set) step:
@@ -210,8 +221,7 @@ def flashinfer_advance(ring_start, pnat, W):
     state, so the ring's start moves past them (mod W + 1) and the new token is the one record
     left; otherwise the new token is one more record."""
     flush = pnat + 1 > W
-    return (torch.where(flush, (ring_start + pnat) % (W + 1), ring_start),
-            torch.where(flush, torch.ones_like(pnat), pnat + 1))
+    return (torch.where(flush, (ring_start + pnat) % (W + 1), ring_start), torch.where(flush, torch.ones_like(pnat), pnat + 1))
 
 
 def flashinfer_cursors(pnat, ring_start, W):
@@ -227,12 +237,17 @@ def flashinfer_cursors(pnat, ring_start, W):
 
 # ---- rows -----------------------------------------------------------------------------------
 
+
 def tied(case) -> dict:
     """A [H,P,N], D, dt_bias [H,P] and dt [batch,H,P] as the stride-0 broadcasts of the per-head
     values that vLLM's Mamba-2 layer passes (TIE_HDIM)."""
     H, P, N = case.nheads, case.head_dim, case.d_state
-    return dict(A=case.A[:, None, None].expand(H, P, N), D=case.D[:, None].expand(H, P),
-                dt_bias=case.dt_bias[:, None].expand(H, P), dt=case.dt[:, :, None].expand(-1, -1, P))
+    return dict(
+        A=case.A[:, None, None].expand(H, P, N),
+        D=case.D[:, None].expand(H, P),
+        dt_bias=case.dt_bias[:, None].expand(H, P),
+        dt=case.dt[:, :, None].expand(-1, -1, P),
+    )
 
 
 @contextmanager
@@ -246,6 +261,7 @@ def step_inputs(case):
         g = torch.Generator(device=case.x.device).manual_seed(1000 + j)
         for t, s in zip(inputs, saved):
             t.copy_(s.float() + 0.5 * torch.randn(s.shape, device=s.device, generator=g))
+
     try:
         yield set_step
     finally:
@@ -290,27 +306,56 @@ def vllm_conv_rows(case, fn) -> list:
     t = tied(case)
 
     def call(state, slots, out):
-        fn(state, case.x, t["dt"], t["A"], case.B, case.C, D=t["D"], dt_bias=t["dt_bias"],
-           dt_softplus=True, state_batch_indices=slots, null_block_id=NO_NULL_SLOT, out=out)
+        fn(
+            state,
+            case.x,
+            t["dt"],
+            t["A"],
+            case.B,
+            case.C,
+            D=t["D"],
+            dt_bias=t["dt_bias"],
+            dt_softplus=True,
+            state_batch_indices=slots,
+            null_block_id=NO_NULL_SLOT,
+            out=out,
+        )
 
     def check(refs):
         state = case.cache.checkpoint.clone()
         return compare(case, refs, lambda out: call(state, case.slot_sets[0], out))
+
     steps = [partial(call, case.conv_state, s, case.out) for s in case.slot_sets]
     return [PeerRow("vllm_conv", Route(steps), check)]
 
 
 def official_rows(case, fn) -> list:
     c, L, t = case.cache, case.L, tied(case)
-    state, x_cache, dt_cache, B_cache = (v.clone() for v in (c.checkpoint, c.x_records, c.dt_records,
-                                                             c.B_records))
+    state, x_cache, dt_cache, B_cache = (v.clone() for v in (c.checkpoint, c.x_records, c.dt_records, c.B_records))
     bc_pre = torch.empty(case.batch, case.ngroups, L, dtype=torch.float32, device=state.device)
 
     def call(slots, write_pos, is_flush, out):
-        fn(state, case.x, t["dt"], t["A"], case.B, case.C, D=t["D"], dt_bias=t["dt_bias"],
-           dt_softplus=True, x_cache=x_cache, dt_cache=dt_cache, B_cache=B_cache, bc_pre=bc_pre,
-           write_pos=write_pos, is_flush=is_flush, max_cache_len=L, state_batch_indices=slots,
-           null_block_id=NO_NULL_SLOT, out=out)
+        fn(
+            state,
+            case.x,
+            t["dt"],
+            t["A"],
+            case.B,
+            case.C,
+            D=t["D"],
+            dt_bias=t["dt_bias"],
+            dt_softplus=True,
+            x_cache=x_cache,
+            dt_cache=dt_cache,
+            B_cache=B_cache,
+            bc_pre=bc_pre,
+            write_pos=write_pos,
+            is_flush=is_flush,
+            max_cache_len=L,
+            state_batch_indices=slots,
+            null_block_id=NO_NULL_SLOT,
+            out=out,
+        )
 
     def check(refs):
         _restore(state, case)
@@ -319,10 +364,13 @@ def official_rows(case, fn) -> list:
         def step(out):
             call(case.slot_sets[0], pos[0], (pos[0] == L - 1).to(torch.int8), out)
             pos[0] = (pos[0] + 1) % L
+
         return compare(case, refs, step)
+
     write_pos, is_flush = official_positions(c.cursor, case.slot_sets, L)
-    steps = [partial(call, s, write_pos[r, i], is_flush[r, i], case.out)
-             for r in range(L) for i, s in enumerate(case.slot_sets)]
+    steps = [
+        partial(call, s, write_pos[r, i], is_flush[r, i], case.out) for r in range(L) for i, s in enumerate(case.slot_sets)
+    ]
     return [PeerRow("official", Route(steps), check)]
 
 
@@ -331,10 +379,10 @@ def flashinfer_rows(case, fi) -> list:
     H, P, N, G, S = case.nheads, case.head_dim, case.d_state, case.ngroups, case.num_slots
     if W > FI_MAX_WINDOW:
         raise Skip(f"W = L = {W} > {FI_MAX_WINDOW}")
-    if not fi.prebuilt(case.state, case.x.dtype, case.dt.dtype, case.D.dtype, case.A.dtype,
-                       torch.int32, None, P, N, 1, W, H // G, G):
-        raise Skip(f"no prebuilt module for state {case.state}, act {case.x.dtype}, W {W}, "
-                   f"geometry {(H, P, N, G)}")
+    if not fi.prebuilt(
+        case.state, case.x.dtype, case.dt.dtype, case.D.dtype, case.A.dtype, torch.int32, None, P, N, 1, W, H // G, G
+    ):
+        raise Skip(f"no prebuilt module for state {case.state}, act {case.x.dtype}, W {W}, geometry {(H, P, N, G)}")
     dev = case.x.device
     gen = torch.Generator(device=dev).manual_seed(1)
     state = c.checkpoint.clone()
@@ -343,16 +391,37 @@ def flashinfer_rows(case, fi) -> list:
     dt_cache = torch.empty(S, H, W + 1, device=dev).uniform_(0.01, 0.05, generator=gen)
     ring_start0 = torch.randint(0, W + 1, (S,), device=dev, generator=gen, dtype=torch.int32)
     ring_start, pnat = flashinfer_cursors(c.cursor + 1, ring_start0, W)
-    scratch = dict(zip(("cb_scaled", "cumAdt_vec", "cb_old"),
-                       fi.allocate_checkpointing_ssu_scratch(case.batch, H, 1, W, case.x.dtype, dev)))
+    scratch = dict(
+        zip(
+            ("cb_scaled", "cumAdt_vec", "cb_old"),
+            fi.allocate_checkpointing_ssu_scratch(case.batch, H, 1, W, case.x.dtype, dev),
+        )
+    )
     x, B, C = case.x.unsqueeze(1), case.B.unsqueeze(1), case.C.unsqueeze(1)
     dt = case.dt[:, None, :, None].expand(-1, 1, -1, P)
 
     def call(algorithm, slots, ring_start, pnat, out):
-        fi.checkpointing_ssu(state, x_cache, B_cache, dt_cache, ring_start, pnat, x, dt, t["A"], B,
-                             C, out.unsqueeze(1), D=t["D"], dt_bias=t["dt_bias"], dt_softplus=True,
-                             state_batch_indices=slots, pad_slot_id=NO_NULL_SLOT,
-                             algorithm=algorithm, **(scratch if algorithm == "two-kernel" else {}))
+        fi.checkpointing_ssu(
+            state,
+            x_cache,
+            B_cache,
+            dt_cache,
+            ring_start,
+            pnat,
+            x,
+            dt,
+            t["A"],
+            B,
+            C,
+            out.unsqueeze(1),
+            D=t["D"],
+            dt_bias=t["dt_bias"],
+            dt_softplus=True,
+            state_batch_indices=slots,
+            pad_slot_id=NO_NULL_SLOT,
+            algorithm=algorithm,
+            **(scratch if algorithm == "two-kernel" else {}),
+        )
 
     def check(algorithm, refs):
         _restore(state, case)
@@ -361,13 +430,16 @@ def flashinfer_rows(case, fi) -> list:
         def step(out):
             call(algorithm, case.slot_sets[0], cur[0], cur[1], out)
             cur[:] = flashinfer_advance(cur[0], cur[1], W)
+
         return compare(case, refs, step)
+
     rows = []
-    for name, algorithm, env in (("fi_monolith", "monolith", FI_HEURISTIC),
-                                 ("fi_two_kernel", "two-kernel", FI_HEURISTIC),
-                                 ("fi_2k_s2c4", "two-kernel", FI_S2C4)):
-        steps = [partial(call, algorithm, s, ring_start[r], pnat[r], case.out)
-                 for r in range(W) for s in case.slot_sets]
+    for name, algorithm, env in (
+        ("fi_monolith", "monolith", FI_HEURISTIC),
+        ("fi_two_kernel", "two-kernel", FI_HEURISTIC),
+        ("fi_2k_s2c4", "two-kernel", FI_S2C4),
+    ):
+        steps = [partial(call, algorithm, s, ring_start[r], pnat[r], case.out) for r in range(W) for s in case.slot_sets]
         rows.append(PeerRow(name, Route(steps, env), partial(check, algorithm)))
     return rows
 
@@ -375,9 +447,11 @@ def flashinfer_rows(case, fi) -> list:
 def peer_rows(case, peers: Peers, where: str = "") -> list:
     """The peers' rows for ``case``; a peer that does not cover it is left out with a note."""
     rows = []
-    for name, build, fn in (("vllm_conv", vllm_conv_rows, peers.vllm_ssu),
-                            ("official", official_rows, peers.official),
-                            ("fi", flashinfer_rows, peers.flashinfer)):
+    for name, build, fn in (
+        ("vllm_conv", vllm_conv_rows, peers.vllm_ssu),
+        ("official", official_rows, peers.official),
+        ("fi", flashinfer_rows, peers.flashinfer),
+    ):
         if fn is None:
             continue
         try:
@@ -391,14 +465,17 @@ def peer_rows(case, peers: Peers, where: str = "") -> list:
 
 # ---- timing ---------------------------------------------------------------------------------
 
+
 @contextmanager
 def environment(env: dict):
     """Set (or, for None, unset) the variables of ``env``; restore them afterwards."""
+
     def put(k, v):
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
     saved = {k: os.environ.get(k) for k in env}
     try:
         for k, v in env.items():
@@ -427,6 +504,7 @@ def time_interleaved(graphs: dict, steps: dict, reps: int = 5) -> dict:
     graph in turn (triton's do_bench median of graph replays / steps per graph), so that the
     rows of a group share clocks and neighbours."""
     import triton.testing as tt
+
     samples = {name: [] for name in graphs}
     for _ in range(reps):
         for name, graph in graphs.items():
@@ -446,8 +524,10 @@ def run_table(make_case, args, copy_bw: float, peers: Peers) -> list:
     ``vs_vllm``: vLLM's conventional step time / the row's (same group, same state dtype).
     Peer rows have no GB/s (the byte model is this project's)."""
     rows = []
-    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>13} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
-          f"{'speedup':>8} {'vs_vllm':>8} {'refcheck':>9}")
+    print(
+        f"{'state':>5} {'L':>3} {'batch':>6} {'route':>13} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
+        f"{'speedup':>8} {'vs_vllm':>8} {'refcheck':>9}"
+    )
     for state in args.state:
         for L in args.L:
             for batch in args.batch:
@@ -461,14 +541,24 @@ def run_table(make_case, args, copy_bw: float, peers: Peers) -> list:
                 conv, vllm = times["decode_step"][0], times.get("vllm_conv", (None,))[0]
                 for name, (t, samples) in times.items():
                     gbps = case.bytes_per_step(name) / t / 1e9 if name in OURS else None
-                    row = dict(key, route=name, peer=name not in OURS, seconds=t, samples_ms=samples,
-                               gbps=gbps, pct_copy=None if gbps is None else 100 * gbps * 1e9 / copy_bw,
-                               speedup=conv / t, speedup_vs_vllm=None if vllm is None else vllm / t,
-                               refcheck=checks[name])
+                    row = dict(
+                        key,
+                        route=name,
+                        peer=name not in OURS,
+                        seconds=t,
+                        samples_ms=samples,
+                        gbps=gbps,
+                        pct_copy=None if gbps is None else 100 * gbps * 1e9 / copy_bw,
+                        speedup=conv / t,
+                        speedup_vs_vllm=None if vllm is None else vllm / t,
+                        refcheck=checks[name],
+                    )
                     rows.append(row)
-                    print(f"{state:>5} {L:>3} {batch:>6} {name:>13} {t * 1e6:9.2f} {_fmt(gbps, '7.0f')} "
-                          f"{_fmt(row['pct_copy'], '6.1f')} {row['speedup']:8.3f} "
-                          f"{_fmt(row['speedup_vs_vllm'], '8.3f')} {row['refcheck']:9.1e}")
+                    print(
+                        f"{state:>5} {L:>3} {batch:>6} {name:>13} {t * 1e6:9.2f} {_fmt(gbps, '7.0f')} "
+                        f"{_fmt(row['pct_copy'], '6.1f')} {row['speedup']:8.3f} "
+                        f"{_fmt(row['speedup_vs_vllm'], '8.3f')} {row['refcheck']:9.1e}"
+                    )
                 del case
                 torch.cuda.empty_cache()
     return rows

@@ -8,6 +8,7 @@ last ones, e.g.
     ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:replay \\
         python benchmarks/profile_mamba2.py --route replay_step --batch 256
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from mamba2_decode import DT, Case  # noqa: E402
+from mamba2_decode import DT, Case
 
 
 def main(argv=None):

@@ -14,6 +14,7 @@ and rows flush at their real share. Bytes come from trtllm_replayssm.memory.
     python benchmarks/spec_verify.py --family gdn --T 4 --batch 256
     python benchmarks/spec_verify.py --sweep --T 4 --batch 16 256   # replay launch configurations
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,16 +26,28 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import (add_max_registers_argument, copy_bandwidth, header, results_stem,  # noqa: E402
-                     sweep_configs, write_json)
+from harness import (
+    add_max_registers_argument,
+    copy_bandwidth,
+    header,
+    results_stem,
+    sweep_configs,
+    write_json,
+)
+
 # The cases (inputs, caches, the three routes, refcheck, bytes) are the package's, which
 # trtllm-replayssm bench --spec-tokens T times too.
-from trtllm_replayssm.bench import (DT, REFCHECK_TOL, VERIFY_ROUTES as ROUTES,  # noqa: E402
-                                    make_verify_case as make_case, model_geometry)
-from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache  # noqa: E402
-from trtllm_replayssm.memory import ssm_layer_bytes  # noqa: E402
-from trtllm_replayssm.models import GDN, KDA, MAMBA2  # noqa: E402
-from trtllm_replayssm.ops import spec_buffer_len  # noqa: E402
+from trtllm_replayssm.bench import (
+    DT,
+    REFCHECK_TOL,
+    VERIFY_ROUTES as ROUTES,
+    make_verify_case as make_case,
+    model_geometry,
+)
+from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from trtllm_replayssm.memory import ssm_layer_bytes
+from trtllm_replayssm.models import GDN, KDA, MAMBA2
+from trtllm_replayssm.ops import spec_buffer_len
 
 TARGETS = {"snapshot": 3.0, "serial": 4.0}  # issue 4, at T = 4 and batch >= 256
 # Default geometries (TP=1): Mamba-2 (nheads, head_dim, d_state, ngroups) of Nemotron-3-Super;
@@ -53,8 +66,10 @@ def layer_bytes(family: str, geom, B: int, T: int, state, act):
 
 def run(args, copy_bw):
     rows = []
-    print(f"{'family':>6} {'T':>2} {'batch':>6} {'route':>9} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
-          f"{'vs snap':>8} {'vs serial':>9} {'refcheck':>9}")
+    print(
+        f"{'family':>6} {'T':>2} {'batch':>6} {'route':>9} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
+        f"{'vs snap':>8} {'vs serial':>9} {'refcheck':>9}"
+    )
     for family in args.family:
         geom = args.geometry or GEOMETRIES[family]
         for T in args.T:
@@ -68,16 +83,30 @@ def run(args, copy_bw):
                 for route in ROUTES:
                     t, samples = times[route]
                     gbs = case.bytes_per_step(route) / t / 1e9
-                    row = dict(family=family, geometry=geom, T=T, batch=batch, B=args.B,
-                               state=args.state, act=args.act, accepted_mean=case.mean_accepted,
-                               route=route, seconds=t, samples_ms=samples, gbps=gbs,
-                               pct_copy=100 * gbs * 1e9 / copy_bw,
-                               speedup_vs_snapshot=times["snapshot"][0] / t,
-                               speedup_vs_serial=times["serial"][0] / t, refcheck=err)
+                    row = dict(
+                        family=family,
+                        geometry=geom,
+                        T=T,
+                        batch=batch,
+                        B=args.B,
+                        state=args.state,
+                        act=args.act,
+                        accepted_mean=case.mean_accepted,
+                        route=route,
+                        seconds=t,
+                        samples_ms=samples,
+                        gbps=gbs,
+                        pct_copy=100 * gbs * 1e9 / copy_bw,
+                        speedup_vs_snapshot=times["snapshot"][0] / t,
+                        speedup_vs_serial=times["serial"][0] / t,
+                        refcheck=err,
+                    )
                     rows.append(row)
-                    print(f"{family:>6} {T:>2} {batch:>6} {route:>9} {t * 1e6:9.2f} {gbs:7.0f} "
-                          f"{row['pct_copy']:6.1f} {row['speedup_vs_snapshot']:8.3f} "
-                          f"{row['speedup_vs_serial']:9.3f} {err:9.1e}")
+                    print(
+                        f"{family:>6} {T:>2} {batch:>6} {route:>9} {t * 1e6:9.2f} {gbs:7.0f} "
+                        f"{row['pct_copy']:6.1f} {row['speedup_vs_snapshot']:8.3f} "
+                        f"{row['speedup_vs_serial']:9.3f} {err:9.1e}"
+                    )
                 del case
                 torch.cuda.empty_cache()
     return rows
@@ -97,8 +126,10 @@ def run_sweep(args) -> None:
                 res = {cfg: case.time("replay", reps=3, config=cfg)[0] for cfg in cfgs}
                 k = min(res, key=res.get)
                 print(f"{family:>6} {T:>2} {batch:>6} {k.label():>14} {res[k] * 1e6:8.2f} {d.label():>14} {res[d] * 1e6:8.2f}")
-                print("   all (block,warps,chunks,stages[,r<max registers>]:us): " +
-                      " ".join(f"{c.label()}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1])))
+                print(
+                    "   all (block,warps,chunks,stages[,r<max registers>]:us): "
+                    + " ".join(f"{c.label()}:{t * 1e6:.1f}" for c, t in sorted(res.items(), key=lambda kv: kv[1]))
+                )
                 del case
                 torch.cuda.empty_cache()
 
@@ -113,8 +144,9 @@ def print_memory(args):
         dtype_kw = "act_dtype" if family == MAMBA2 else "record_dtype"
         for T in args.T:
             snap, rep = layer_bytes(family, geom, args.B, T, DT[args.state], DT[args.act])
-            one = cls.allocate(1, *geom, spec_buffer_len(args.B, T), state_dtype=DT[args.state],
-                               **{dtype_kw: DT[args.act]}, device="cuda")
+            one = cls.allocate(
+                1, *geom, spec_buffer_len(args.B, T), state_dtype=DT[args.state], **{dtype_kw: DT[args.act]}, device="cuda"
+            )
             allocated = sum(getattr(one, f).nbytes for f in vars(one))
             if allocated != rep:
                 print(f"# memory model {rep} B != allocated cache {allocated} B per slot")
@@ -128,29 +160,37 @@ def check_targets(rows):
         if r["route"] == "replay" and r["T"] == 4 and r["batch"] >= 256:
             for base, want in TARGETS.items():
                 got = r[f"speedup_vs_{base}"]
-                print(f"# target {r['family']} T=4 batch={r['batch']} vs {base}: {got:.2f}x "
-                      f"(want >= {want}x) {'met' if got >= want else 'MISSED'}")
+                print(
+                    f"# target {r['family']} T=4 batch={r['batch']} vs {base}: {got:.2f}x "
+                    f"(want >= {want}x) {'met' if got >= want else 'MISSED'}"
+                )
 
 
 def plot(rows, path, args):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     families = [f for f in args.family if any(r["family"] == f for r in rows)]
     fig, axes = plt.subplots(len(families), 2, figsize=(11, 4 * len(families)), sharey=True, squeeze=False)
     for ax_row, family in zip(axes, families):
         geom = args.geometry or GEOMETRIES[family]
         for ax, base in zip(ax_row, ("snapshot", "serial")):
             for T in sorted({r["T"] for r in rows}):
-                pts = sorted((r["batch"], r[f"speedup_vs_{base}"]) for r in rows
-                             if r["family"] == family and r["route"] == "replay" and r["T"] == T)
+                pts = sorted(
+                    (r["batch"], r[f"speedup_vs_{base}"])
+                    for r in rows
+                    if r["family"] == family and r["route"] == "replay" and r["T"] == T
+                )
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=f"T={T}")
             ax.axhline(TARGETS[base], color="gray", lw=0.8, ls="--")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("batch")
-            ax.set_title(f"{family} {geom}, {args.state} state, {args.act} act, B={args.B}\n"
-                         f"replay verify+commit vs {base}", fontsize=9)
+            ax.set_title(
+                f"{family} {geom}, {args.state} state, {args.act} act, B={args.B}\nreplay verify+commit vs {base}", fontsize=9
+            )
             ax.legend()
         ax_row[0].set_ylabel("speedup")
     fig.tight_layout()
@@ -160,10 +200,14 @@ def plot(rows, path, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", nargs="+", default=[MAMBA2, GDN, KDA], choices=[MAMBA2, GDN, KDA])
-    ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), default=None,
-                    help="with one --family: Mamba-2 nheads,head_dim,d_state,ngroups or GDN/KDA "
-                         "k_heads,v_heads,head_k_dim,head_v_dim (defaults: Nemotron-3-Super, "
-                         "Qwen3.5-122B, Kimi Linear, TP=1)")
+    ap.add_argument(
+        "--geometry",
+        type=lambda s: tuple(int(v) for v in s.split(",")),
+        default=None,
+        help="with one --family: Mamba-2 nheads,head_dim,d_state,ngroups or GDN/KDA "
+        "k_heads,v_heads,head_k_dim,head_v_dim (defaults: Nemotron-3-Super, "
+        "Qwen3.5-122B, Kimi Linear, TP=1)",
+    )
     ap.add_argument("--batch", type=int, nargs="+", default=[16, 64, 256, 512])
     ap.add_argument("--T", type=int, nargs="+", default=[2, 4, 8], help="tokens verified per step (drafts + 1)")
     ap.add_argument("--B", type=int, default=16, help="history records (buffer L = B + T)")

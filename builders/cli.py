@@ -6,13 +6,22 @@ registers :func:`add_demo` as ``demo``), each a function that adds its parser to
 subparsers, as the core's own subcommands do. Adding the parser imports neither torch nor
 transformers; the handler does.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib.util
 
-from trtllm_replayssm.cli import (MAX_L, add_device_argument, add_json_argument, dtype_arg,
-                                  dtype_metavar, positive_int, print_figures, resolve_device)
+from trtllm_replayssm.cli import (
+    MAX_L,
+    add_device_argument,
+    add_json_argument,
+    dtype_arg,
+    dtype_metavar,
+    positive_int,
+    print_figures,
+    resolve_device,
+)
 
 __all__ = ["add_demo", "DEMO_MODELS", "DEMO_ALIASES"]
 
@@ -24,16 +33,25 @@ DEMO_MODELS = {
     "nemotron-3-nano-4b": "nemotron_h",
     "nemotron-3-super-120b": "nemotron_h",
     "qwen3.5-4b": "qwen3_5",
-    "qwen3.5-122b-a10b": "qwen3_5",   # the dense Qwen3.5 text stack: the same GDN layers
+    "qwen3.5-122b-a10b": "qwen3_5",  # the dense Qwen3.5 text stack: the same GDN layers
     "kimi-linear-48b": "kimi_linear",
     "mamba2": "mamba2",
     "qwen3-next": "qwen3_next",
 }
-DEMO_ALIASES = {"nemotron_h": "nemotron-3-super-120b", "qwen3_5": "qwen3.5-4b",
-                "kimi_linear": "kimi-linear-48b", "qwen3_next": "qwen3-next"}
+DEMO_ALIASES = {
+    "nemotron_h": "nemotron-3-super-120b",
+    "qwen3_5": "qwen3.5-4b",
+    "kimi_linear": "kimi-linear-48b",
+    "qwen3_next": "qwen3-next",
+}
 _DEFAULT_MODEL = "nemotron-3-super-120b"
-_FAMILY_NAMES = {"nemotron_h": "NemotronH", "mamba2": "Mamba2", "qwen3_next": "Qwen3-Next",
-                 "qwen3_5": "Qwen3.5", "kimi_linear": "Kimi Linear"}
+_FAMILY_NAMES = {
+    "nemotron_h": "NemotronH",
+    "mamba2": "Mamba2",
+    "qwen3_next": "Qwen3-Next",
+    "qwen3_5": "Qwen3.5",
+    "kimi_linear": "Kimi Linear",
+}
 _SIZES = ("small", "tiny")  # random_models.SIZES
 _DTYPES = ("f32", "bf16", "f16")  # trtllm_replayssm.demo.DTYPE_NAMES
 
@@ -54,35 +72,42 @@ def format_demo(config: dict, fig: dict) -> str:
     (:func:`~trtllm_replayssm_builders.hf.demo.run_model_demo`'s figures)."""
     c = config
     batch, steps, plan = fig["batch"], fig["decode_steps"], fig["plan"]
-    agree = ("identical" if fig["first_divergence"] is None else
-             f"first differ at step {fig['first_divergence']}")
+    agree = "identical" if fig["first_divergence"] is None else f"first differ at step {fig['first_divergence']}"
     of = "" if c["model"] == c["family"] else f"; the family of {c['model']}, at demo size"
-    out = [f"trtllm-replayssm demo: {_FAMILY_NAMES[c['family']]} with random weights "
-           f"({fig['parameters'] / 1e6:.1f} M parameters{of}), {c['device']}, {c['dtype']}, "
-           f"seed {c['seed']}",
-           f"  {fig['summary']}",
-           f"  greedy generate, batch {batch} (prompts of {fig['prompt_lengths']} tokens, left-padded), "
-           f"{fig['new_tokens']} new tokens: {steps} decode steps, {fig['flushes']} flushes per sequence",
-           f"  agreement: {fig['tokens_equal']}/{fig['tokens_total']} tokens equal ({agree}); "
-           f"max |Δ logits| / max |logits| = {fig['logits_rel_err']:.1e}",
-           "  state bytes written per decode step (all SSM layers, whole batch):",
-           f"    host decode  {_size(fig['host_written']):>12}  (every state, every step)",
-           f"    ReplaySSM    {_size(fig['replay_written']):>12}  ({fig['host_written'] / fig['replay_written']:.1f}x less: "
-           f"the checkpoint at a flush, one record otherwise)"]
+    out = [
+        f"trtllm-replayssm demo: {_FAMILY_NAMES[c['family']]} with random weights "
+        f"({fig['parameters'] / 1e6:.1f} M parameters{of}), {c['device']}, {c['dtype']}, "
+        f"seed {c['seed']}",
+        f"  {fig['summary']}",
+        f"  greedy generate, batch {batch} (prompts of {fig['prompt_lengths']} tokens, left-padded), "
+        f"{fig['new_tokens']} new tokens: {steps} decode steps, {fig['flushes']} flushes per sequence",
+        f"  agreement: {fig['tokens_equal']}/{fig['tokens_total']} tokens equal ({agree}); "
+        f"max |Δ logits| / max |logits| = {fig['logits_rel_err']:.1e}",
+        "  state bytes written per decode step (all SSM layers, whole batch):",
+        f"    host decode  {_size(fig['host_written']):>12}  (every state, every step)",
+        f"    ReplaySSM    {_size(fig['replay_written']):>12}  ({fig['host_written'] / fig['replay_written']:.1f}x less: "
+        f"the checkpoint at a flush, one record otherwise)",
+    ]
     if fig["host_step_ms"] is None:
-        out.append("  decode time per step: not shown on a CPU, where the host decodes with "
-                   "transformers' pure-PyTorch path and ReplaySSM with its PyTorch reference: "
-                   "such times say nothing about ReplaySSM's kernels (on a GPU: this demo with "
-                   "--device cuda, or 'trtllm-replayssm bench')")
+        out.append(
+            "  decode time per step: not shown on a CPU, where the host decodes with "
+            "transformers' pure-PyTorch path and ReplaySSM with its PyTorch reference: "
+            "such times say nothing about ReplaySSM's kernels (on a GPU: this demo with "
+            "--device cuda, or 'trtllm-replayssm bench')"
+        )
     else:
-        out.append(f"  decode time per step (median): host {fig['host_step_ms']:.2f} ms, "
-                   f"ReplaySSM {fig['replay_step_ms']:.2f} ms (the whole small model's step; "
-                   f"'trtllm-replayssm bench' times a real model's SSM layers)")
-    out.append(f"  planner (trtllm_replayssm.planner, these SSM layers, L {c['L']}): per sequence, caches "
-               f"{_size(plan['conventional_bytes'])} conventional / {_size(plan['replay_bytes'])} ReplaySSM; "
-               f"state bytes written per step {_size(plan['conventional_written'])} / "
-               f"{_size(plan['replay_written'])} (measured: {_size(fig['host_written'] / batch)} / "
-               f"{_size(fig['replay_written'] / batch)})")
+        out.append(
+            f"  decode time per step (median): host {fig['host_step_ms']:.2f} ms, "
+            f"ReplaySSM {fig['replay_step_ms']:.2f} ms (the whole small model's step; "
+            f"'trtllm-replayssm bench' times a real model's SSM layers)"
+        )
+    out.append(
+        f"  planner (trtllm_replayssm.planner, these SSM layers, L {c['L']}): per sequence, caches "
+        f"{_size(plan['conventional_bytes'])} conventional / {_size(plan['replay_bytes'])} ReplaySSM; "
+        f"state bytes written per step {_size(plan['conventional_written'])} / "
+        f"{_size(plan['replay_written'])} (measured: {_size(fig['host_written'] / batch)} / "
+        f"{_size(fig['replay_written'] / batch)})"
+    )
     return "\n".join(out)
 
 
@@ -93,19 +118,29 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.new_tokens is not None and args.new_tokens < 2:
         parser.error(f"--new-tokens {args.new_tokens}: expected at least 2 (one decode step)")
     if importlib.util.find_spec("transformers") is None:
-        parser.error("the demo runs Hugging Face transformers models: pip install 'trtllm_replayssm[hf]' (transformers >= 5.17)")
+        parser.error(
+            "the demo runs Hugging Face transformers models: pip install 'trtllm_replayssm[hf]' (transformers >= 5.17)"
+        )
     from trtllm_replayssm.demo import torch_dtype
 
     from .hf.demo import run_model_demo
 
     family = DEMO_MODELS[args.model]
-    fig = run_model_demo(family, size=args.size, buffer_len=args.L, batch=args.batch,
-                         new_tokens=args.new_tokens, dtype=torch_dtype(args.dtype), device=device,
-                         seed=args.seed)
+    fig = run_model_demo(
+        family,
+        size=args.size,
+        buffer_len=args.L,
+        batch=args.batch,
+        new_tokens=args.new_tokens,
+        dtype=torch_dtype(args.dtype),
+        device=device,
+        seed=args.seed,
+    )
     if device.type == "cpu":
         fig["host_step_ms"] = fig["replay_step_ms"] = None
-    config = dict(model=args.model, family=family, size=args.size, device=str(device),
-                  dtype=args.dtype, seed=args.seed, L=args.L)
+    config = dict(
+        model=args.model, family=family, size=args.size, device=str(device), dtype=args.dtype, seed=args.seed, L=args.L
+    )
     print_figures(args, {"config": config, **fig}, lambda: format_demo(config, fig))
     return 0
 
@@ -113,28 +148,37 @@ def _run_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def add_demo(subparsers) -> None:
     """Adds ``demo`` to the ``trtllm-replayssm`` subparsers (entry point ``trtllm_replayssm.cli``)."""
     p = subparsers.add_parser(
-        "demo", help="a small random hybrid model generates with and without ReplaySSM",
+        "demo",
+        help="a small random hybrid model generates with and without ReplaySSM",
         description="Builds a small Hugging Face hybrid model with random weights (no download), "
-                    "generates greedily with the host's own decode and with ReplaySSM "
-                    "(trtllm_replayssm_builders.hf.enable_replayssm), and prints how the two "
-                    "agree, the state bytes each writes per decode step, the decode time per "
-                    "step (on a GPU) and the planner's figures for the same SSM layers.")
-    p.add_argument("--model", type=_demo_model, choices=list(DEMO_MODELS), default=_DEFAULT_MODEL,
-                   metavar="MODEL",
-                   help=f"{', '.join(DEMO_MODELS)}: a preset of plan and bench, whose family "
-                        f"(NemotronH, Qwen3.5, Kimi Linear) the demo builds at demo size with random "
-                        f"weights, or a family without a preset (default: {_DEFAULT_MODEL}; the "
-                        f"family names {', '.join(DEMO_ALIASES)} work too)")
-    p.add_argument("--size", choices=_SIZES, default="small",
-                   help="model size: small (demo) or tiny (tests) (default: small)")
+        "generates greedily with the host's own decode and with ReplaySSM "
+        "(trtllm_replayssm_builders.hf.enable_replayssm), and prints how the two "
+        "agree, the state bytes each writes per decode step, the decode time per "
+        "step (on a GPU) and the planner's figures for the same SSM layers.",
+    )
+    p.add_argument(
+        "--model",
+        type=_demo_model,
+        choices=list(DEMO_MODELS),
+        default=_DEFAULT_MODEL,
+        metavar="MODEL",
+        help=f"{', '.join(DEMO_MODELS)}: a preset of plan and bench, whose family "
+        f"(NemotronH, Qwen3.5, Kimi Linear) the demo builds at demo size with random "
+        f"weights, or a family without a preset (default: {_DEFAULT_MODEL}; the "
+        f"family names {', '.join(DEMO_ALIASES)} work too)",
+    )
+    p.add_argument("--size", choices=_SIZES, default="small", help="model size: small (demo) or tiny (tests) (default: small)")
     add_device_argument(p)
-    p.add_argument("--dtype", type=dtype_arg(*_DTYPES), default="f32", metavar=dtype_metavar(*_DTYPES),
-                   help="model dtype; SSM states stay fp32 (default: f32)")
-    p.add_argument("--L", type=positive_int, default=16,
-                   help=f"ReplaySSM records per sequence, at most {MAX_L} (default: 16)")
+    p.add_argument(
+        "--dtype",
+        type=dtype_arg(*_DTYPES),
+        default="f32",
+        metavar=dtype_metavar(*_DTYPES),
+        help="model dtype; SSM states stay fp32 (default: f32)",
+    )
+    p.add_argument("--L", type=positive_int, default=16, help=f"ReplaySSM records per sequence, at most {MAX_L} (default: 16)")
     p.add_argument("--batch", type=positive_int, default=4, help="prompts (default: 4)")
-    p.add_argument("--new-tokens", type=positive_int,
-                   help="tokens generated per prompt (default: 4 L + 1, four flushes)")
+    p.add_argument("--new-tokens", type=positive_int, help="tokens generated per prompt (default: 4 L + 1, four flushes)")
     p.add_argument("--seed", type=int, default=0, help="weights and prompts (default: 0)")
     add_json_argument(p)
     p.set_defaults(func=lambda args: _run_demo(args, p))

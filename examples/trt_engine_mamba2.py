@@ -9,6 +9,7 @@ The engine holds the kernel's PTX, so a saved engine runs in ``trtexec`` or the 
 without Python or a plugin library. The caches are network inputs whose aliased plugin outputs
 are marked as network outputs and bound to the same addresses: the engine updates them in place.
 """
+
 import argparse
 import sys
 
@@ -19,9 +20,11 @@ def _skip_reason():
     except ImportError:
         return "TensorRT is not installed (pip install 'trtllm_replayssm[tensorrt]')"
     from trtllm_replayssm_plugins.tensorrt_plugin import MIN_TENSORRT_AOT, _version_tuple
+
     if _version_tuple(trt.__version__) < MIN_TENSORRT_AOT:
         return f"TensorRT {trt.__version__} has no AOT plugins (needs >= 10.9)"
     import torch
+
     if not torch.cuda.is_available():
         return "no CUDA GPU"
     return None
@@ -50,8 +53,9 @@ def main(argv=None) -> int:
 
     nheads, head_dim, d_state, ngroups, L, num_slots = 8, 64, 64, 2, 4, 6
     max_batch = 4
-    cache = Mamba2ReplayCache.allocate(num_slots, nheads, head_dim, d_state, ngroups, L,
-                                       state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda")
+    cache = Mamba2ReplayCache.allocate(
+        num_slots, nheads, head_dim, d_state, ngroups, L, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda"
+    )
     cache.checkpoint.normal_()
     A = -(torch.rand(nheads, device="cuda") + 1.0)
     D = torch.randn(nheads, device="cuda")
@@ -62,19 +66,35 @@ def main(argv=None) -> int:
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     to_trt = {torch.float32: trt.float32, torch.bfloat16: trt.bfloat16, torch.int32: trt.int32}
-    shapes = dict(x=(-1, nheads, head_dim), dt=(-1, nheads), B=(-1, ngroups, d_state),
-                  C=(-1, ngroups, d_state), z=(-1, nheads, head_dim), slot_ids=(-1,))
-    dtypes = dict(x=torch.bfloat16, dt=torch.bfloat16, B=torch.bfloat16, C=torch.bfloat16,
-                  z=torch.bfloat16, slot_ids=torch.int32)
-    tensors = {n: network.add_input(n, to_trt[getattr(cache, n).dtype], tuple(getattr(cache, n).shape))
-               for n in mamba2.INPUTS[:6]}
-    tensors.update({n: network.add_input(n, to_trt[t.dtype], tuple(t.shape))
-                    for n, t in dict(A=A, D=D, dt_bias=dt_bias).items()})
+    shapes = dict(
+        x=(-1, nheads, head_dim),
+        dt=(-1, nheads),
+        B=(-1, ngroups, d_state),
+        C=(-1, ngroups, d_state),
+        z=(-1, nheads, head_dim),
+        slot_ids=(-1,),
+    )
+    dtypes = dict(
+        x=torch.bfloat16, dt=torch.bfloat16, B=torch.bfloat16, C=torch.bfloat16, z=torch.bfloat16, slot_ids=torch.int32
+    )
+    tensors = {
+        n: network.add_input(n, to_trt[getattr(cache, n).dtype], tuple(getattr(cache, n).shape)) for n in mamba2.INPUTS[:6]
+    }
+    tensors.update(
+        {n: network.add_input(n, to_trt[t.dtype], tuple(t.shape)) for n, t in dict(A=A, D=D, dt_bias=dt_bias).items()}
+    )
     tensors.update({n: network.add_input(n, to_trt[dtypes[n]], s) for n, s in shapes.items()})
-    layer = add_mamba2_replay_step(network, *(tensors[n] for n in mamba2.INPUTS[:11]),
-                                   slot_ids=tensors["slot_ids"], D=tensors["D"], z=tensors["z"],
-                                   dt_bias=tensors["dt_bias"], batch_hint=max_batch, aot=True,
-                                   name="mamba2_replay_step")
+    layer = add_mamba2_replay_step(
+        network,
+        *(tensors[n] for n in mamba2.INPUTS[:11]),
+        slot_ids=tensors["slot_ids"],
+        D=tensors["D"],
+        z=tensors["z"],
+        dt_bias=tensors["dt_bias"],
+        batch_hint=max_batch,
+        aot=True,
+        name="mamba2_replay_step",
+    )
     out_names = ["y"] + [f"{n}_out" for n in mamba2.INPUTS[:6]]
     for i, name in enumerate(out_names):
         layer.get_output(i).name = name
@@ -102,8 +122,11 @@ def main(argv=None) -> int:
     flushes, worst = 0, 0.0
     slot_ids = torch.tensor([4, -1, 0, 2], dtype=torch.int32, device="cuda")
     for step in range(args.steps):
-        inp = {n: torch.randn((max_batch,) + s[1:], device="cuda", generator=g).to(dtypes[n])
-               for n, s in shapes.items() if n != "slot_ids"}
+        inp = {
+            n: torch.randn((max_batch,) + s[1:], device="cuda", generator=g).to(dtypes[n])
+            for n, s in shapes.items()
+            if n != "slot_ids"
+        }
         inp["slot_ids"] = slot_ids
         y = torch.full_like(inp["x"], 42.0)
         y_ref = y.clone()
@@ -120,11 +143,11 @@ def main(argv=None) -> int:
             print(f"FAILED: execute_async_v3 returned False at step {step}")
             return 1
         stream.synchronize()
-        mamba2_replay_step(ref, inp["x"], inp["dt"], A, inp["B"], inp["C"], slot_ids=slot_ids, D=D,
-                           z=inp["z"], dt_bias=dt_bias, out=y_ref)
+        mamba2_replay_step(
+            ref, inp["x"], inp["dt"], A, inp["B"], inp["C"], slot_ids=slot_ids, D=D, z=inp["z"], dt_bias=dt_bias, out=y_ref
+        )
         torch.cuda.synchronize()
-        same = torch.equal(y, y_ref) and all(torch.equal(getattr(cache, n), getattr(ref, n))
-                                            for n in mamba2.INPUTS[:6])
+        same = torch.equal(y, y_ref) and all(torch.equal(getattr(cache, n), getattr(ref, n)) for n in mamba2.INPUTS[:6])
         worst = max(worst, float((y.float() - y_ref.float()).abs().max()))
         print(f"step {step}: cursors {cache.cursor.tolist()}  y and caches {'equal' if same else 'DIFFER'} to the op")
         if not same:

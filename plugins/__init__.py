@@ -18,6 +18,7 @@ Modules:
         the plugin layer to an ``INetworkDefinition``.
     export: ``python -m trtllm_replayssm_plugins.export``: PTX + launch manifest to files.
 """
+
 from . import gated_delta, mamba2
 from .ptx import KNOWN_GOOD_TRITON, CompiledKernel, compile_ptx
 from .spec import KernelSpec, TensorInfo
@@ -25,5 +26,14 @@ from .spec import KernelSpec, TensorInfo
 NAMESPACE = "replayssm"
 FAMILIES = (mamba2, gated_delta)  # one plugin per module; a new family is one more module here
 
-__all__ = ["NAMESPACE", "FAMILIES", "KNOWN_GOOD_TRITON", "CompiledKernel", "KernelSpec",
-           "TensorInfo", "compile_ptx", "gated_delta", "mamba2"]
+__all__ = [
+    "NAMESPACE",
+    "FAMILIES",
+    "KNOWN_GOOD_TRITON",
+    "CompiledKernel",
+    "KernelSpec",
+    "TensorInfo",
+    "compile_ptx",
+    "gated_delta",
+    "mamba2",
+]

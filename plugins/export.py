@@ -12,6 +12,7 @@ grid, block, shared memory, constexprs, hidden parameters removed. Triton must r
 compiler (TRITON_INTERPRET unset). ``--out-dir`` is an existing directory or a new one in an
 existing directory (created, and said so); a missing tree or a file is a usage error.
 """
+
 import argparse
 import json
 import os
@@ -27,20 +28,31 @@ _DTYPES = ("f32", "bf16", "f16")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m trtllm_replayssm_plugins.export",
-                                description="Export a ReplaySSM plugin kernel (PTX + launch manifest).")
+    p = argparse.ArgumentParser(
+        prog="python -m trtllm_replayssm_plugins.export",
+        description="Export a ReplaySSM plugin kernel (PTX + launch manifest).",
+    )
     sub = p.add_subparsers(dest="family", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--L", type=positive_int, required=True, help="records per slot")
     common.add_argument("--state-dtype", choices=_DTYPES, default="f32", help="checkpoint dtype (default: f32)")
     common.add_argument("--act-dtype", choices=_DTYPES, default="bf16", help="activation dtype (default: bf16)")
-    common.add_argument("--batch-hint", type=positive_int, default=64,
-                        help="rows the launch configuration is chosen for (default: 64)")
-    common.add_argument("--arch", type=positive_int, action="append", required=True,
-                        help="compute capability as an int (80, 90, 100); repeat for several")
-    common.add_argument("--out-dir", type=out_dir, required=True,
-                        help="where the .ptx and .json files go: an existing directory, or a new "
-                             "one whose parent exists")
+    common.add_argument(
+        "--batch-hint", type=positive_int, default=64, help="rows the launch configuration is chosen for (default: 64)"
+    )
+    common.add_argument(
+        "--arch",
+        type=positive_int,
+        action="append",
+        required=True,
+        help="compute capability as an int (80, 90, 100); repeat for several",
+    )
+    common.add_argument(
+        "--out-dir",
+        type=out_dir,
+        required=True,
+        help="where the .ptx and .json files go: an existing directory, or a new one whose parent exists",
+    )
 
     m = sub.add_parser("mamba2", parents=[common], help="replayssm::mamba2_replay_step")
     for flag in ("--nheads", "--head-dim", "--d-state", "--ngroups"):
@@ -66,20 +78,47 @@ def build_parser() -> argparse.ArgumentParser:
 def _spec(args):
     if args.family == "mamba2":
         attrs = mamba2.Mamba2ReplayAttrs.for_layer(
-            args.nheads, args.head_dim, args.d_state, args.ngroups, args.L, state_dtype=args.state_dtype,
-            has_D=args.has_D, has_z=args.has_z, has_dt_bias=args.has_dt_bias,
-            dt_softplus=args.dt_softplus, batch_hint=args.batch_hint)
-        infos = mamba2.tensor_infos(attrs, state_dtype=args.state_dtype, act_dtype=args.act_dtype,
-                                    dt_dtype=args.dt_dtype or args.act_dtype,
-                                    param_dtype=args.param_dtype, d_per_dim=args.D_per_dim)
+            args.nheads,
+            args.head_dim,
+            args.d_state,
+            args.ngroups,
+            args.L,
+            state_dtype=args.state_dtype,
+            has_D=args.has_D,
+            has_z=args.has_z,
+            has_dt_bias=args.has_dt_bias,
+            dt_softplus=args.dt_softplus,
+            batch_hint=args.batch_hint,
+        )
+        infos = mamba2.tensor_infos(
+            attrs,
+            state_dtype=args.state_dtype,
+            act_dtype=args.act_dtype,
+            dt_dtype=args.dt_dtype or args.act_dtype,
+            param_dtype=args.param_dtype,
+            d_per_dim=args.D_per_dim,
+        )
         family = mamba2
     else:
         attrs = gated_delta.GatedDeltaReplayAttrs.for_layer(
-            args.k_heads, args.v_heads, args.head_k_dim, args.head_v_dim, args.L,
-            per_channel=args.family == "kda", state_dtype=args.state_dtype,
-            use_qk_l2norm=args.use_qk_l2norm, scale=args.scale, batch_hint=args.batch_hint)
-        infos = gated_delta.tensor_infos(attrs, state_dtype=args.state_dtype, act_dtype=args.act_dtype,
-                                         record_dtype=args.record_dtype, gate_dtype=args.gate_dtype)
+            args.k_heads,
+            args.v_heads,
+            args.head_k_dim,
+            args.head_v_dim,
+            args.L,
+            per_channel=args.family == "kda",
+            state_dtype=args.state_dtype,
+            use_qk_l2norm=args.use_qk_l2norm,
+            scale=args.scale,
+            batch_hint=args.batch_hint,
+        )
+        infos = gated_delta.tensor_infos(
+            attrs,
+            state_dtype=args.state_dtype,
+            act_dtype=args.act_dtype,
+            record_dtype=args.record_dtype,
+            gate_dtype=args.gate_dtype,
+        )
         family = gated_delta
     family.check_inputs(attrs, infos)
     return family.kernel_spec(attrs, infos), family.ENTRY
@@ -99,7 +138,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         path = os.path.join(args.out_dir, compiled.file_name)
         with open(path, "w") as f:
             f.write(compiled.ptx)
-        with open(path[:-len(".ptx")] + ".json", "w") as f:
+        with open(path[: -len(".ptx")] + ".json", "w") as f:
             json.dump(compiled.manifest(), f, indent=1)
         print(f"{path}: {len(spec.params)} parameters, block {spec.block[0]}, shared {compiled.shared_mem} B")
     return 0

@@ -21,6 +21,7 @@ Outputs: 0 out (o, like v; padding and skipped rows not written), 1..6 the cache
 aliased. Attributes: geometry, ``per_channel``, ``use_qk_l2norm``, ``scale`` (a float: baked
 into the PTX, since TensorRT passes only int32 scalars) and the launch configuration.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -35,16 +36,37 @@ from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_confi
 from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
-from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_attr_fields,
-                   check_dtype, check_launch_attrs, check_rank_and_dims)
+from .spec import (
+    InputDim,
+    KernelSpec,
+    Scalar,
+    TensorInfo,
+    build_kernel_spec,
+    check_attr_fields,
+    check_dtype,
+    check_launch_attrs,
+    check_rank_and_dims,
+)
 
-__all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
-           "GatedDeltaReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
-           "run_op", "tensor_infos"]
+__all__ = [
+    "PLUGIN",
+    "INPUTS",
+    "OUTPUTS",
+    "ALIASED_OUTPUTS",
+    "LIKE_INPUT",
+    "ATTRS",
+    "ENTRY",
+    "GatedDeltaReplayAttrs",
+    "check_inputs",
+    "kernel_spec",
+    "layer_attrs",
+    "plugin_inputs",
+    "run_op",
+    "tensor_infos",
+]
 
 PLUGIN = "gated_delta_replay_step"
-INPUTS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals",
-          "q", "k", "v", "g", "beta", "slot_ids")
+INPUTS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "q", "k", "v", "g", "beta", "slot_ids")
 OUTPUTS = ("out", "checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
 ALIASED_OUTPUTS = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
 _V = INPUTS.index("v")
@@ -82,24 +104,55 @@ class GatedDeltaReplayAttrs:
         check_attr_fields(owner, self, max_L=MAX_L)
         if self.v_heads % self.k_heads:
             raise ValueError(f"{owner}: k_heads = {self.k_heads} must divide v_heads = {self.v_heads}")
-        check_launch_attrs(owner, self, min_block=16, block_reason="the replay kernel's flush product",
-                           largest=max(self.v_heads * self.head_v_dim * self.head_k_dim,
-                                       self.v_heads * self.L * max(self.head_v_dim, self.head_k_dim),
-                                       self.k_heads * self.L * self.head_k_dim))
+        check_launch_attrs(
+            owner,
+            self,
+            min_block=16,
+            block_reason="the replay kernel's flush product",
+            largest=max(
+                self.v_heads * self.head_v_dim * self.head_k_dim,
+                self.v_heads * self.L * max(self.head_v_dim, self.head_k_dim),
+                self.k_heads * self.L * self.head_k_dim,
+            ),
+        )
 
     @classmethod
-    def for_layer(cls, k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, *,
-                  per_channel: bool, state_dtype: str = "f32", use_qk_l2norm: bool = True,
-                  scale: float = None, batch_hint: int = 64) -> "GatedDeltaReplayAttrs":
+    def for_layer(
+        cls,
+        k_heads: int,
+        v_heads: int,
+        head_k_dim: int,
+        head_v_dim: int,
+        L: int,
+        *,
+        per_channel: bool,
+        state_dtype: str = "f32",
+        use_qk_l2norm: bool = True,
+        scale: float = None,
+        batch_hint: int = 64,
+    ) -> "GatedDeltaReplayAttrs":
         """Attributes of one layer, with the op's launch configuration for ``batch_hint`` rows
         and the op's default scale (head_k_dim ** -0.5) when ``scale`` is None."""
         if state_dtype not in _TORCH_DTYPES:
             raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
-        cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch_hint * v_heads,
-                                        _TORCH_DTYPES[state_dtype])
-        scale = head_k_dim ** -0.5 if scale is None else scale
-        return cls(k_heads, v_heads, head_k_dim, head_v_dim, L, per_channel, use_qk_l2norm, scale,
-                   cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
+        cfg = gated_delta_launch_config(
+            "replay_step", head_v_dim, head_k_dim, batch_hint * v_heads, _TORCH_DTYPES[state_dtype]
+        )
+        scale = head_k_dim**-0.5 if scale is None else scale
+        return cls(
+            k_heads,
+            v_heads,
+            head_k_dim,
+            head_v_dim,
+            L,
+            per_channel,
+            use_qk_l2norm,
+            scale,
+            cfg.block_head_dim,
+            cfg.chunks,
+            cfg.num_stages,
+            cfg.num_warps,
+        )
 
     def values(self) -> Dict[str, object]:
         return asdict(self)
@@ -108,21 +161,39 @@ class GatedDeltaReplayAttrs:
 ATTRS = GatedDeltaReplayAttrs
 
 
-def layer_attrs(checkpoint_shape: Sequence[int], d_records_shape: Sequence[int],
-                k_records_shape: Sequence[int], *, per_channel: bool, state_dtype: str,
-                use_qk_l2norm: bool, scale: float, batch_hint: int) -> GatedDeltaReplayAttrs:
+def layer_attrs(
+    checkpoint_shape: Sequence[int],
+    d_records_shape: Sequence[int],
+    k_records_shape: Sequence[int],
+    *,
+    per_channel: bool,
+    state_dtype: str,
+    use_qk_l2norm: bool,
+    scale: float,
+    batch_hint: int,
+) -> GatedDeltaReplayAttrs:
     """Attributes of a layer from its cache shapes (geometry axes must be static)."""
-    named = (("checkpoint", checkpoint_shape, "[num_slots, v_heads, head_v_dim, head_k_dim]"),
-             ("d_records", d_records_shape, "[num_slots, v_heads, L, head_v_dim]"),
-             ("k_records", k_records_shape, "[num_slots, k_heads, L, head_k_dim]"))
+    named = (
+        ("checkpoint", checkpoint_shape, "[num_slots, v_heads, head_v_dim, head_k_dim]"),
+        ("d_records", d_records_shape, "[num_slots, v_heads, L, head_v_dim]"),
+        ("k_records", k_records_shape, "[num_slots, k_heads, L, head_k_dim]"),
+    )
     for name, shape, layout in named:
         if len(shape) != 4 or any(d is None or d < 1 for d in shape[1:]):
             raise ValueError(f"{PLUGIN}: {name} has shape {tuple(shape)}; expected {layout} with static geometry")
     _, v_heads, head_v_dim, head_k_dim = checkpoint_shape
-    return GatedDeltaReplayAttrs.for_layer(k_records_shape[1], v_heads, head_k_dim, head_v_dim,
-                                           d_records_shape[2], per_channel=per_channel,
-                                           state_dtype=state_dtype, use_qk_l2norm=use_qk_l2norm,
-                                           scale=scale, batch_hint=batch_hint)
+    return GatedDeltaReplayAttrs.for_layer(
+        k_records_shape[1],
+        v_heads,
+        head_k_dim,
+        head_v_dim,
+        d_records_shape[2],
+        per_channel=per_channel,
+        state_dtype=state_dtype,
+        use_qk_l2norm=use_qk_l2norm,
+        scale=scale,
+        batch_hint=batch_hint,
+    )
 
 
 def plugin_inputs(tensors: Mapping[str, object]) -> list:
@@ -164,15 +235,29 @@ def _layouts(a: GatedDeltaReplayAttrs) -> Tuple[Tuple[str, tuple], ...]:
     )
 
 
-def tensor_infos(a: GatedDeltaReplayAttrs, *, state_dtype: str, act_dtype: str,
-                 record_dtype: str = None, gate_dtype: str = "f32") -> Tuple[TensorInfo, ...]:
+def tensor_infos(
+    a: GatedDeltaReplayAttrs, *, state_dtype: str, act_dtype: str, record_dtype: str = None, gate_dtype: str = "f32"
+) -> Tuple[TensorInfo, ...]:
     """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic)."""
     rec = record_dtype or act_dtype
-    dtypes = dict(checkpoint=state_dtype, d_records=rec, k_records=rec, g_records="f32", cursor="i32",
-                  arrivals="i32", q=act_dtype, k=act_dtype, v=act_dtype, g=gate_dtype, beta=gate_dtype,
-                  slot_ids="i32")
-    return tuple(TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
-                 for n, (_, dims) in zip(INPUTS, _layouts(a)))
+    dtypes = dict(
+        checkpoint=state_dtype,
+        d_records=rec,
+        k_records=rec,
+        g_records="f32",
+        cursor="i32",
+        arrivals="i32",
+        q=act_dtype,
+        k=act_dtype,
+        v=act_dtype,
+        g=gate_dtype,
+        beta=gate_dtype,
+        slot_ids="i32",
+    )
+    return tuple(
+        TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
+        for n, (_, dims) in zip(INPUTS, _layouts(a))
+    )
 
 
 def check_inputs(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> None:
@@ -207,15 +292,33 @@ def _scalars(a: GatedDeltaReplayAttrs) -> Tuple[Scalar, ...]:
     ch = dk if a.per_channel else 1  # trailing extent of g_records and g
     values = dict(
         num_slots=InputDim(INPUTS.index("checkpoint"), 0),
-        stride_c_slot=hv * dv * dk, stride_c_head=dv * dk, stride_c_row=dk,
-        stride_dr_slot=hv * L * dv, stride_dr_head=L * dv, stride_dr_pos=dv,
-        stride_kr_slot=hk * L * dk, stride_kr_head=L * dk, stride_kr_pos=dk,
-        stride_gr_slot=hv * L * ch, stride_gr_head=L * ch, stride_gr_pos=ch,
-        stride_q_batch=hk * dk, stride_q_head=dk, stride_k_batch=hk * dk, stride_k_head=dk,
-        stride_v_batch=hv * dv, stride_v_head=dv,
-        stride_g_batch=hv * ch, stride_g_head=ch, stride_beta_batch=hv, stride_beta_head=1,
-        stride_o_batch=hv * dv, stride_o_head=dv,
-        head_v_dim=dv, head_k_dim=dk, v_per_k=hv // hk,
+        stride_c_slot=hv * dv * dk,
+        stride_c_head=dv * dk,
+        stride_c_row=dk,
+        stride_dr_slot=hv * L * dv,
+        stride_dr_head=L * dv,
+        stride_dr_pos=dv,
+        stride_kr_slot=hk * L * dk,
+        stride_kr_head=L * dk,
+        stride_kr_pos=dk,
+        stride_gr_slot=hv * L * ch,
+        stride_gr_head=L * ch,
+        stride_gr_pos=ch,
+        stride_q_batch=hk * dk,
+        stride_q_head=dk,
+        stride_k_batch=hk * dk,
+        stride_k_head=dk,
+        stride_v_batch=hv * dv,
+        stride_v_head=dv,
+        stride_g_batch=hv * ch,
+        stride_g_head=ch,
+        stride_beta_batch=hv,
+        stride_beta_head=1,
+        stride_o_batch=hv * dv,
+        stride_o_head=dv,
+        head_v_dim=dv,
+        head_k_dim=dk,
+        v_per_k=hv // hk,
     )
     return tuple(Scalar(n, v) for n, v in values.items())
 
@@ -229,14 +332,22 @@ def _constexprs(a: GatedDeltaReplayAttrs) -> Dict[str, object]:
 def kernel_spec(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
     """The entry kernel's specialization and launch; ``infos`` passed :func:`check_inputs`."""
     dtypes = [i.dtype for i in infos]
-    words = (f"{'kda' if a.per_channel else 'gdn'}_s{dtypes[0]}_r{dtypes[1]}_a{dtypes[6]}"
-             f"_hk{a.k_heads}_hv{a.v_heads}_dk{a.head_k_dim}_dv{a.head_v_dim}_L{a.L}"
-             f"{'_l2' if a.use_qk_l2norm else ''}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}")
+    words = (
+        f"{'kda' if a.per_channel else 'gdn'}_s{dtypes[0]}_r{dtypes[1]}_a{dtypes[6]}"
+        f"_hk{a.k_heads}_hv{a.v_heads}_dk{a.head_k_dim}_dv{a.head_v_dim}_L{a.L}"
+        f"{'_l2' if a.use_qk_l2norm else ''}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}"
+    )
     return build_kernel_spec(
-        PLUGIN, words, ENTRY.arg_names, dtypes,
+        PLUGIN,
+        words,
+        ENTRY.arg_names,
+        dtypes,
         [dtypes[_V]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, len(OUTPUTS))],
-        _scalars(a), _constexprs(a),
-        (triton.cdiv(a.head_v_dim, a.block_head_dim * a.chunks), a.v_heads, InputDim(_V, 0)), a.num_warps)
+        _scalars(a),
+        _constexprs(a),
+        (triton.cdiv(a.head_v_dim, a.block_head_dim * a.chunks), a.v_heads, InputDim(_V, 0)),
+        a.num_warps,
+    )
 
 
 def run_op(a: GatedDeltaReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:

@@ -28,6 +28,7 @@ flags, and the launch configuration of the replay kernel (``LaunchConfig``), whi
 cannot choose per batch the way the op does: :meth:`Mamba2ReplayAttrs.for_layer` takes it from
 the op's heuristic for an expected batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -40,16 +41,53 @@ from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import mamba2_launch_config
 
 from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
-from .spec import (InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_attr_fields,
-                   check_dtype, check_launch_attrs, check_rank_and_dims)
+from .spec import (
+    InputDim,
+    KernelSpec,
+    Scalar,
+    TensorInfo,
+    build_kernel_spec,
+    check_attr_fields,
+    check_dtype,
+    check_launch_attrs,
+    check_rank_and_dims,
+)
 
-__all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "ALIASED_OUTPUTS", "LIKE_INPUT", "ATTRS", "ENTRY",
-           "Mamba2ReplayAttrs", "check_inputs", "kernel_spec", "layer_attrs", "plugin_inputs",
-           "run_op", "tensor_infos"]
+__all__ = [
+    "PLUGIN",
+    "INPUTS",
+    "OUTPUTS",
+    "ALIASED_OUTPUTS",
+    "LIKE_INPUT",
+    "ATTRS",
+    "ENTRY",
+    "Mamba2ReplayAttrs",
+    "check_inputs",
+    "kernel_spec",
+    "layer_attrs",
+    "plugin_inputs",
+    "run_op",
+    "tensor_infos",
+]
 
 PLUGIN = "mamba2_replay_step"
-INPUTS = ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals",
-          "x", "dt", "A", "B", "C", "slot_ids", "D", "z", "dt_bias")
+INPUTS = (
+    "checkpoint",
+    "x_records",
+    "dt_records",
+    "B_records",
+    "cursor",
+    "arrivals",
+    "x",
+    "dt",
+    "A",
+    "B",
+    "C",
+    "slot_ids",
+    "D",
+    "z",
+    "dt_bias",
+)
 OUTPUTS = ("out", "checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals")
 # output index -> input index it aliases; output 0 (y) is a new tensor shaped like x.
 ALIASED_OUTPUTS = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
@@ -88,21 +126,51 @@ class Mamba2ReplayAttrs:
         check_attr_fields(owner, self, max_L=MAX_L)
         if self.nheads % self.ngroups:
             raise ValueError(f"{owner}: ngroups = {self.ngroups} must divide nheads = {self.nheads}")
-        check_launch_attrs(owner, self, largest=max(
-            self.nheads * self.head_dim * self.d_state, self.nheads * self.L * self.head_dim,
-            self.ngroups * self.L * self.d_state))
+        check_launch_attrs(
+            owner,
+            self,
+            largest=max(
+                self.nheads * self.head_dim * self.d_state,
+                self.nheads * self.L * self.head_dim,
+                self.ngroups * self.L * self.d_state,
+            ),
+        )
 
     @classmethod
-    def for_layer(cls, nheads: int, head_dim: int, d_state: int, ngroups: int, L: int, *,
-                  state_dtype: str = "f32", has_D: bool = True, has_z: bool = False,
-                  has_dt_bias: bool = True, dt_softplus: bool = True,
-                  batch_hint: int = 64) -> "Mamba2ReplayAttrs":
+    def for_layer(
+        cls,
+        nheads: int,
+        head_dim: int,
+        d_state: int,
+        ngroups: int,
+        L: int,
+        *,
+        state_dtype: str = "f32",
+        has_D: bool = True,
+        has_z: bool = False,
+        has_dt_bias: bool = True,
+        dt_softplus: bool = True,
+        batch_hint: int = 64,
+    ) -> "Mamba2ReplayAttrs":
         """Attributes of one layer, with the op's launch configuration for ``batch_hint`` rows."""
         if state_dtype not in _TORCH_DTYPES:
             raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
         cfg = mamba2_launch_config("replay_step", head_dim, d_state, batch_hint, _TORCH_DTYPES[state_dtype])
-        return cls(nheads, head_dim, d_state, ngroups, L, has_D, has_z, has_dt_bias, dt_softplus,
-                   cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
+        return cls(
+            nheads,
+            head_dim,
+            d_state,
+            ngroups,
+            L,
+            has_D,
+            has_z,
+            has_dt_bias,
+            dt_softplus,
+            cfg.block_head_dim,
+            cfg.chunks,
+            cfg.num_stages,
+            cfg.num_warps,
+        )
 
     def values(self) -> Dict[str, object]:
         """Attribute name -> value, in registration order (TensorRT plugin fields)."""
@@ -112,21 +180,41 @@ class Mamba2ReplayAttrs:
 ATTRS = Mamba2ReplayAttrs
 
 
-def layer_attrs(checkpoint_shape: Sequence[int], x_records_shape: Sequence[int],
-                B_records_shape: Sequence[int], *, state_dtype: str, has_D: bool, has_z: bool,
-                has_dt_bias: bool, dt_softplus: bool, batch_hint: int) -> Mamba2ReplayAttrs:
+def layer_attrs(
+    checkpoint_shape: Sequence[int],
+    x_records_shape: Sequence[int],
+    B_records_shape: Sequence[int],
+    *,
+    state_dtype: str,
+    has_D: bool,
+    has_z: bool,
+    has_dt_bias: bool,
+    dt_softplus: bool,
+    batch_hint: int,
+) -> Mamba2ReplayAttrs:
     """Attributes of a layer from its cache shapes (geometry axes must be static)."""
-    named = (("checkpoint", checkpoint_shape, "[num_slots, nheads, head_dim, d_state]"),
-             ("x_records", x_records_shape, "[num_slots, nheads, L, head_dim]"),
-             ("B_records", B_records_shape, "[num_slots, ngroups, L, d_state]"))
+    named = (
+        ("checkpoint", checkpoint_shape, "[num_slots, nheads, head_dim, d_state]"),
+        ("x_records", x_records_shape, "[num_slots, nheads, L, head_dim]"),
+        ("B_records", B_records_shape, "[num_slots, ngroups, L, d_state]"),
+    )
     for name, shape, layout in named:
         if len(shape) != 4 or any(d is None or d < 1 for d in shape[1:]):
             raise ValueError(f"{PLUGIN}: {name} has shape {tuple(shape)}; expected {layout} with static geometry")
     _, nheads, head_dim, d_state = checkpoint_shape
-    return Mamba2ReplayAttrs.for_layer(nheads, head_dim, d_state, B_records_shape[1], x_records_shape[2],
-                                       state_dtype=state_dtype, has_D=has_D, has_z=has_z,
-                                       has_dt_bias=has_dt_bias, dt_softplus=dt_softplus,
-                                       batch_hint=batch_hint)
+    return Mamba2ReplayAttrs.for_layer(
+        nheads,
+        head_dim,
+        d_state,
+        B_records_shape[1],
+        x_records_shape[2],
+        state_dtype=state_dtype,
+        has_D=has_D,
+        has_z=has_z,
+        has_dt_bias=has_dt_bias,
+        dt_softplus=dt_softplus,
+        batch_hint=batch_hint,
+    )
 
 
 # The op's launcher passes these for an absent optional tensor; the plugin does the same.
@@ -178,17 +266,39 @@ def _d_per_dim(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> bool:
     return a.has_D and infos[INPUTS.index("D")].rank == 2
 
 
-def tensor_infos(a: Mamba2ReplayAttrs, *, state_dtype: str, act_dtype: str, dt_dtype: str = "f32",
-                 param_dtype: str = "f32", d_per_dim: bool = False) -> Tuple[TensorInfo, ...]:
+def tensor_infos(
+    a: Mamba2ReplayAttrs,
+    *,
+    state_dtype: str,
+    act_dtype: str,
+    dt_dtype: str = "f32",
+    param_dtype: str = "f32",
+    d_per_dim: bool = False,
+) -> Tuple[TensorInfo, ...]:
     """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic), with the
     substitutes of absent optionals; what TensorRT shows the plugin at build time."""
-    dtypes = dict(checkpoint=state_dtype, x_records=act_dtype, dt_records="f32", B_records=act_dtype,
-                  cursor="i32", arrivals="i32", x=act_dtype, dt=dt_dtype, A="f32", B=act_dtype,
-                  C=act_dtype, slot_ids="i32", D=param_dtype if a.has_D else "f32",
-                  z=act_dtype, dt_bias=param_dtype if a.has_dt_bias else "f32")
+    dtypes = dict(
+        checkpoint=state_dtype,
+        x_records=act_dtype,
+        dt_records="f32",
+        B_records=act_dtype,
+        cursor="i32",
+        arrivals="i32",
+        x=act_dtype,
+        dt=dt_dtype,
+        A="f32",
+        B=act_dtype,
+        C=act_dtype,
+        slot_ids="i32",
+        D=param_dtype if a.has_D else "f32",
+        z=act_dtype,
+        dt_bias=param_dtype if a.has_dt_bias else "f32",
+    )
     layouts = _layouts(a, a.has_D and d_per_dim)
-    return tuple(TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
-                 for n, (_, dims) in zip(INPUTS, layouts))
+    return tuple(
+        TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
+        for n, (_, dims) in zip(INPUTS, layouts)
+    )
 
 
 def check_inputs(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> None:
@@ -225,26 +335,52 @@ def _scalars(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
     nh, hd, ds, ng, L = a.nheads, a.head_dim, a.d_state, a.ngroups, a.L
     values = dict(
         num_slots=InputDim(INPUTS.index("checkpoint"), 0),
-        stride_c_slot=nh * hd * ds, stride_c_head=hd * ds, stride_c_dim=ds,
-        stride_xr_slot=nh * L * hd, stride_xr_head=L * hd, stride_xr_pos=hd,
-        stride_dtr_slot=nh * L, stride_dtr_head=L,
-        stride_Br_slot=ng * L * ds, stride_Br_group=L * ds, stride_Br_pos=ds,
-        stride_x_batch=nh * hd, stride_x_head=hd, stride_z_batch=nh * hd, stride_z_head=hd,
-        stride_o_batch=nh * hd, stride_o_head=hd,
-        stride_dt_batch=nh, stride_dt_head=1, stride_D_head=hd if d_per_dim else 1,
-        stride_B_batch=ng * ds, stride_B_group=ds, stride_C_batch=ng * ds, stride_C_group=ds,
-        head_dim=hd, d_state=ds, heads_per_group=nh // ng,
+        stride_c_slot=nh * hd * ds,
+        stride_c_head=hd * ds,
+        stride_c_dim=ds,
+        stride_xr_slot=nh * L * hd,
+        stride_xr_head=L * hd,
+        stride_xr_pos=hd,
+        stride_dtr_slot=nh * L,
+        stride_dtr_head=L,
+        stride_Br_slot=ng * L * ds,
+        stride_Br_group=L * ds,
+        stride_Br_pos=ds,
+        stride_x_batch=nh * hd,
+        stride_x_head=hd,
+        stride_z_batch=nh * hd,
+        stride_z_head=hd,
+        stride_o_batch=nh * hd,
+        stride_o_head=hd,
+        stride_dt_batch=nh,
+        stride_dt_head=1,
+        stride_D_head=hd if d_per_dim else 1,
+        stride_B_batch=ng * ds,
+        stride_B_group=ds,
+        stride_C_batch=ng * ds,
+        stride_C_group=ds,
+        head_dim=hd,
+        d_state=ds,
+        heads_per_group=nh // ng,
     )
     return tuple(Scalar(n, v) for n, v in values.items())
 
 
 def _constexprs(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Dict[str, object]:
     """Constexprs as ``launch_mamba2_replay_step`` passes them for this configuration."""
-    return dict(L=a.L, BLOCK_L=max(2, triton.next_power_of_2(a.L)),
-                BLOCK_HEAD_DIM=a.block_head_dim, SPAN_HEAD_DIM=a.block_head_dim * a.chunks,
-                BLOCK_D_STATE=triton.next_power_of_2(a.d_state), NUM_STAGES=a.num_stages,
-                HAS_D=a.has_D, D_PER_DIM=d_per_dim, HAS_Z=a.has_z,
-                HAS_DT_BIAS=a.has_dt_bias, DT_SOFTPLUS=a.dt_softplus)
+    return dict(
+        L=a.L,
+        BLOCK_L=max(2, triton.next_power_of_2(a.L)),
+        BLOCK_HEAD_DIM=a.block_head_dim,
+        SPAN_HEAD_DIM=a.block_head_dim * a.chunks,
+        BLOCK_D_STATE=triton.next_power_of_2(a.d_state),
+        NUM_STAGES=a.num_stages,
+        HAS_D=a.has_D,
+        D_PER_DIM=d_per_dim,
+        HAS_Z=a.has_z,
+        HAS_DT_BIAS=a.has_dt_bias,
+        DT_SOFTPLUS=a.dt_softplus,
+    )
 
 
 def kernel_spec(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
@@ -252,15 +388,24 @@ def kernel_spec(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec
     TensorRT launches it. ``infos`` must have passed :func:`check_inputs`."""
     d_per_dim = _d_per_dim(a, infos)
     dtypes = [i.dtype for i in infos]
-    flags = "".join(c for c, on in (("D", a.has_D), ("P", d_per_dim), ("z", a.has_z),
-                                     ("b", a.has_dt_bias), ("s", a.dt_softplus)) if on)
-    words = (f"s{dtypes[0]}_a{dtypes[1]}_nh{a.nheads}_hd{a.head_dim}_ds{a.d_state}_g{a.ngroups}"
-             f"_L{a.L}_{flags or 'none'}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}")
+    flags = "".join(
+        c for c, on in (("D", a.has_D), ("P", d_per_dim), ("z", a.has_z), ("b", a.has_dt_bias), ("s", a.dt_softplus)) if on
+    )
+    words = (
+        f"s{dtypes[0]}_a{dtypes[1]}_nh{a.nheads}_hd{a.head_dim}_ds{a.d_state}_g{a.ngroups}"
+        f"_L{a.L}_{flags or 'none'}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}"
+    )
     return build_kernel_spec(
-        PLUGIN, words, ENTRY.arg_names, dtypes,
+        PLUGIN,
+        words,
+        ENTRY.arg_names,
+        dtypes,
         [dtypes[LIKE_INPUT[0]]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, len(OUTPUTS))],
-        _scalars(a, d_per_dim), _constexprs(a, d_per_dim),
-        (triton.cdiv(a.head_dim, a.block_head_dim * a.chunks), a.nheads, InputDim(_X, 0)), a.num_warps)
+        _scalars(a, d_per_dim),
+        _constexprs(a, d_per_dim),
+        (triton.cdiv(a.head_dim, a.block_head_dim * a.chunks), a.nheads, InputDim(_X, 0)),
+        a.num_warps,
+    )
 
 
 def run_op(a: Mamba2ReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:
@@ -269,7 +414,21 @@ def run_op(a: Mamba2ReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tens
     The caches are updated in place, as the aliased outputs require."""
     t = dict(zip(INPUTS, inputs))
     torch.ops.replayssm.mamba2_replay_step(
-        t["checkpoint"], t["x_records"], t["dt_records"], t["B_records"], t["cursor"], t["arrivals"],
-        t["x"], t["dt"], t["A"], t["B"], t["C"], t["slot_ids"],
-        t["D"] if a.has_D else None, t["z"] if a.has_z else None,
-        t["dt_bias"] if a.has_dt_bias else None, a.dt_softplus, out)
+        t["checkpoint"],
+        t["x_records"],
+        t["dt_records"],
+        t["B_records"],
+        t["cursor"],
+        t["arrivals"],
+        t["x"],
+        t["dt"],
+        t["A"],
+        t["B"],
+        t["C"],
+        t["slot_ids"],
+        t["D"] if a.has_D else None,
+        t["z"] if a.has_z else None,
+        t["dt_bias"] if a.has_dt_bias else None,
+        a.dt_softplus,
+        out,
+    )

@@ -21,6 +21,7 @@ as on the H200 here) refuses: CUDA_ERROR_UNSUPPORTED_PTX_VERSION. Pointing
 ``TRITON_PTXAS_BLACKWELL_PATH`` (the ptxas Triton 3.9 uses from sm_90 on) at an older ptxas
 makes Triton write that ptxas's ISA.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,15 @@ import triton
 
 from .spec import KernelSpec
 
-__all__ = ["KNOWN_GOOD_TRITON", "MAX_SHARED_MEM", "CompiledKernel", "PtxEntry",
-           "check_triton_version", "compile_ptx", "parse_ptx_entry"]
+__all__ = [
+    "KNOWN_GOOD_TRITON",
+    "MAX_SHARED_MEM",
+    "CompiledKernel",
+    "PtxEntry",
+    "check_triton_version",
+    "compile_ptx",
+    "parse_ptx_entry",
+]
 
 # Triton "major.minor" -> number of hidden trailing kernel parameters. Each was checked by
 # compiling the entry kernels of tests/plugins (3.4.0 to 3.9.0: Mamba-2, GDN and KDA for sm_80,
@@ -83,8 +91,10 @@ def check_triton_version(version: Optional[str] = None) -> int:
     minor = ".".join(version.split(".")[:2])
     if minor not in KNOWN_GOOD_TRITON:
         known = ", ".join(f"{v}.x" for v in KNOWN_GOOD_TRITON)
-        raise RuntimeError(f"Triton {version} is not known to fit TensorRT's AOT plugin launch (known: {known}); "
-                           "install one of those, or check its PTX entry signature (tests/plugins) and add it to KNOWN_GOOD_TRITON")
+        raise RuntimeError(
+            f"Triton {version} is not known to fit TensorRT's AOT plugin launch (known: {known}); "
+            "install one of those, or check its PTX entry signature (tests/plugins) and add it to KNOWN_GOOD_TRITON"
+        )
     return KNOWN_GOOD_TRITON[minor]
 
 
@@ -124,22 +134,31 @@ class CompiledKernel:
         """Everything a launcher needs besides the PTX (JSON-ready)."""
         s = self.spec
         return dict(
-            kernel_name=self.kernel_name, arch=self.arch, ptx_isa=self.ptx_isa, triton_version=self.triton_version,
+            kernel_name=self.kernel_name,
+            arch=self.arch,
+            ptx_isa=self.ptx_isa,
+            triton_version=self.triton_version,
             params=[dict(name=p.name, role=p.role, index=p.index, type=p.triton_type) for p in s.params],
-            scalars=[dict(name=x.name, value=x.value if isinstance(x.value, int) else
-                          dict(input=x.value.input, axis=x.value.axis)) for x in s.scalars],
+            scalars=[
+                dict(name=x.name, value=x.value if isinstance(x.value, int) else dict(input=x.value.input, axis=x.value.axis))
+                for x in s.scalars
+            ],
             grid=[g if isinstance(g, int) else dict(input=g.input, axis=g.axis) for g in s.grid],
-            block=list(s.block), shared_mem=self.shared_mem,
+            block=list(s.block),
+            shared_mem=self.shared_mem,
             constexprs={k: v for k, v in s.constexprs.items()},
-            hidden_params_removed=self.hidden_params_removed)
+            hidden_params_removed=self.hidden_params_removed,
+        )
 
 
 def _strip_hidden_params(ptx: str, entry: PtxEntry, n_declared: int, hidden: int) -> str:
     """Removes the ``hidden`` trailing parameters from the entry, after checking that they are
     the expected pointers and that the body never reads them."""
     if len(entry.params) != n_declared + hidden:
-        raise RuntimeError(f"{entry.name}: the PTX entry has {len(entry.params)} parameters; expected "
-                           f"{n_declared} declared + {hidden} hidden for Triton {triton.__version__}")
+        raise RuntimeError(
+            f"{entry.name}: the PTX entry has {len(entry.params)} parameters; expected "
+            f"{n_declared} declared + {hidden} hidden for Triton {triton.__version__}"
+        )
     for ptx_type, name in entry.params[n_declared:]:
         if ptx_type != "u64":
             raise RuntimeError(f"{entry.name}: hidden parameter {name} is .{ptx_type}; expected a .u64 pointer")
@@ -152,7 +171,7 @@ def _strip_hidden_params(ptx: str, entry: PtxEntry, n_declared: int, hidden: int
     kept = ",".join(decls[:n_declared])
     if not kept.endswith("\n"):
         kept += "\n"
-    return ptx[:m.start(2)] + kept + ptx[m.end(2):]
+    return ptx[: m.start(2)] + kept + ptx[m.end(2) :]
 
 
 _CACHE: Dict[Tuple[str, str, int], CompiledKernel] = {}
@@ -174,8 +193,10 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
         return _CACHE[key]
     hidden = check_triton_version()
     if not isinstance(entry_fn, triton.runtime.jit.JITFunction):
-        raise RuntimeError(f"{spec.name}: PTX export needs Triton's compiler, but {type(entry_fn).__name__} came "
-                           "(TRITON_INTERPRET=1 was set before the kernels were imported); run without it")
+        raise RuntimeError(
+            f"{spec.name}: PTX export needs Triton's compiler, but {type(entry_fn).__name__} came "
+            "(TRITON_INTERPRET=1 was set before the kernels were imported); run without it"
+        )
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -184,8 +205,10 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     md = compiled.metadata
     scratch = {k: v for k, v in md._asdict().items() if k.endswith("_scratch_size")}
     if len(scratch) != hidden:
-        raise RuntimeError(f"{spec.name}: Triton {triton.__version__} names {len(scratch)} scratch buffers "
-                           f"({', '.join(sorted(scratch))}); KNOWN_GOOD_TRITON expects {hidden} hidden parameters")
+        raise RuntimeError(
+            f"{spec.name}: Triton {triton.__version__} names {len(scratch)} scratch buffers "
+            f"({', '.join(sorted(scratch))}); KNOWN_GOOD_TRITON expects {hidden} hidden parameters"
+        )
     problems = []
     if any(scratch.values()):
         problems.append("needs scratch memory (" + ", ".join(f"{k} = {v}" for k, v in scratch.items() if v) + ")")
@@ -198,8 +221,9 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     if md.num_warps != spec.num_warps:
         problems.append(f"compiled for {md.num_warps} warps; the launch uses {spec.num_warps}")
     if problems:
-        raise RuntimeError(f"{spec.name} ({spec.variant}): the kernel " + "; ".join(problems) +
-                           ": TensorRT's AOT launch cannot provide it")
+        raise RuntimeError(
+            f"{spec.name} ({spec.variant}): the kernel " + "; ".join(problems) + ": TensorRT's AOT launch cannot provide it"
+        )
     ptx = compiled.asm["ptx"]
     entry = parse_ptx_entry(ptx)
     ptx = _strip_hidden_params(ptx, entry, len(spec.params), hidden)

@@ -18,6 +18,7 @@ integer scalar equal to 1 becomes a constexpr (and leaves the parameter list), o
 PyTorch allocations are at least 256-byte aligned). Scalars that depend on a dynamic dimension
 are never specialized.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,19 @@ import math
 from dataclasses import dataclass, fields
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
-__all__ = ["DTYPE_NAMES", "InputDim", "KernelParam", "KernelSpec", "Scalar", "TensorInfo",
-           "build_kernel_spec", "check_rank_and_dims", "check_dtype", "resolve", "specialize_scalar"]
+__all__ = [
+    "DTYPE_NAMES",
+    "InputDim",
+    "KernelParam",
+    "KernelSpec",
+    "Scalar",
+    "TensorInfo",
+    "build_kernel_spec",
+    "check_rank_and_dims",
+    "check_dtype",
+    "resolve",
+    "specialize_scalar",
+]
 
 # dtype names used by the plugin layer (TensorRT- and torch-independent) -> Triton pointer type.
 DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32"}
@@ -73,9 +85,9 @@ class KernelParam:
     """A runtime parameter of the entry kernel, in TensorRT's launch order."""
 
     name: str
-    role: str            # "input" | "scalar" | "output"
-    index: int           # plugin input / scalar / output index
-    triton_type: str     # "*fp32", "*bf16", "*i32", "i32" ...
+    role: str  # "input" | "scalar" | "output"
+    index: int  # plugin input / scalar / output index
+    triton_type: str  # "*fp32", "*bf16", "*i32", "i32" ...
 
 
 @dataclass(frozen=True)
@@ -123,10 +135,17 @@ class KernelSpec:
         return [resolve(g, shapes) for g in self.grid]
 
 
-def build_kernel_spec(name: str, words: str, arg_names: Sequence[str], input_dtypes: Sequence[str],
-                      output_dtypes: Sequence[str], scalars: Sequence[Scalar],
-                      constexprs: Mapping[str, object], grid: Tuple[Dim, Dim, Dim],
-                      num_warps: int) -> KernelSpec:
+def build_kernel_spec(
+    name: str,
+    words: str,
+    arg_names: Sequence[str],
+    input_dtypes: Sequence[str],
+    output_dtypes: Sequence[str],
+    scalars: Sequence[Scalar],
+    constexprs: Mapping[str, object],
+    grid: Tuple[Dim, Dim, Dim],
+    num_warps: int,
+) -> KernelSpec:
     """The :class:`KernelSpec` of an entry kernel that declares its parameters as TensorRT
     passes them: one pointer per input, ``scalars`` (in order), one pointer per output, then
     the ``constexprs``. Scalars are specialized as Triton's JIT does (:func:`specialize_scalar`).
@@ -138,12 +157,14 @@ def build_kernel_spec(name: str, words: str, arg_names: Sequence[str], input_dty
     """
     arg_names = tuple(arg_names)
     n_in, n_sc, n_out = len(input_dtypes), len(scalars), len(output_dtypes)
-    in_names, sc_names = arg_names[:n_in], arg_names[n_in:n_in + n_sc]
-    out_names, cx_names = arg_names[n_in + n_sc:n_in + n_sc + n_out], arg_names[n_in + n_sc + n_out:]
+    in_names, sc_names = arg_names[:n_in], arg_names[n_in : n_in + n_sc]
+    out_names, cx_names = arg_names[n_in + n_sc : n_in + n_sc + n_out], arg_names[n_in + n_sc + n_out :]
     if sc_names != tuple(x.name for x in scalars) or set(cx_names) != set(constexprs):
-        raise RuntimeError(f"{name}: the entry kernel's parameters {arg_names} are not "
-                           f"{n_in} inputs, scalars {tuple(x.name for x in scalars)}, {n_out} outputs, "
-                           f"constexprs {tuple(constexprs)}")
+        raise RuntimeError(
+            f"{name}: the entry kernel's parameters {arg_names} are not "
+            f"{n_in} inputs, scalars {tuple(x.name for x in scalars)}, {n_out} outputs, "
+            f"constexprs {tuple(constexprs)}"
+        )
     constexprs = dict(constexprs)
     signature: Dict[str, str] = {n: "constexpr" for n in cx_names}
     divisible = list(in_names) + list(out_names)
@@ -166,10 +187,18 @@ def build_kernel_spec(name: str, words: str, arg_names: Sequence[str], input_dty
         params.append(KernelParam(n, "output", o, signature[n]))
     signature = {n: signature[n] for n in arg_names}
     key = repr((sorted(signature.items()), sorted(constexprs.items()), sorted(divisible), num_warps))
-    return KernelSpec(name=name, variant=f"{words}_{hashlib.sha1(key.encode()).hexdigest()[:8]}",
-                      fn_arg_names=arg_names, signature=signature, constexprs=constexprs,
-                      divisible=tuple(divisible), params=tuple(params),
-                      scalars=tuple(runtime_scalars), grid=grid, num_warps=num_warps)
+    return KernelSpec(
+        name=name,
+        variant=f"{words}_{hashlib.sha1(key.encode()).hexdigest()[:8]}",
+        fn_arg_names=arg_names,
+        signature=signature,
+        constexprs=constexprs,
+        divisible=tuple(divisible),
+        params=tuple(params),
+        scalars=tuple(runtime_scalars),
+        grid=grid,
+        num_warps=num_warps,
+    )
 
 
 @dataclass(frozen=True)
@@ -193,8 +222,9 @@ def check_dtype(plugin: str, name: str, info: TensorInfo, allowed: Sequence[str]
         raise TypeError(f"{plugin}: {name} is {info.dtype}; expected {' | '.join(allowed)}")
 
 
-def check_rank_and_dims(plugin: str, name: str, info: TensorInfo, layout: str,
-                        expected: Sequence[Union[int, str]], symbols: Dict[str, int]) -> None:
+def check_rank_and_dims(
+    plugin: str, name: str, info: TensorInfo, layout: str, expected: Sequence[Union[int, str]], symbols: Dict[str, int]
+) -> None:
     """``info`` has rank ``len(expected)``; each static dim equals its expected int, and each
     named dim (e.g. "batch") agrees with the other inputs' (recorded in ``symbols``).
 
@@ -209,7 +239,9 @@ def check_rank_and_dims(plugin: str, name: str, info: TensorInfo, layout: str,
     for axis, (got, exp) in enumerate(zip(info.dims, expected)):
         if isinstance(exp, int):
             if got is None:
-                raise ValueError(f"{plugin}: {name} has a dynamic dimension {axis}; expected {layout} = {want} with static geometry")
+                raise ValueError(
+                    f"{plugin}: {name} has a dynamic dimension {axis}; expected {layout} = {want} with static geometry"
+                )
             if got != exp:
                 raise ValueError(f"{plugin}: {name} has shape {info.dims}; expected {layout} = {want}")
         elif got is not None:
@@ -218,7 +250,7 @@ def check_rank_and_dims(plugin: str, name: str, info: TensorInfo, layout: str,
                 raise ValueError(f"{plugin}: {name} has {exp} = {got} (shape {info.dims}); another input has {exp} = {seen}")
 
 
-_INT32_MAX = 2 ** 31 - 1
+_INT32_MAX = 2**31 - 1
 
 
 def check_attr_fields(owner: str, attrs, *, max_L: int) -> None:
@@ -238,8 +270,7 @@ def check_attr_fields(owner: str, attrs, *, max_L: int) -> None:
         raise ValueError(f"{owner}: L is {attrs.L}; expected 1 <= L <= {max_L}")
 
 
-def check_launch_attrs(owner: str, attrs, *, largest: int, min_block: int = 1,
-                       block_reason: str = "") -> None:
+def check_launch_attrs(owner: str, attrs, *, largest: int, min_block: int = 1, block_reason: str = "") -> None:
     """``block_head_dim`` a power of 2 >= ``min_block``, ``num_warps`` a power of 2 up to 16, and
     ``largest`` (elements in one slot of the biggest cache tensor) within int32 strides."""
     block = attrs.block_head_dim
@@ -249,4 +280,6 @@ def check_launch_attrs(owner: str, attrs, *, largest: int, min_block: int = 1,
     if attrs.num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"{owner}: num_warps is {attrs.num_warps}; expected 1, 2, 4, 8 or 16")
     if largest > _INT32_MAX:
-        raise ValueError(f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}")
+        raise ValueError(
+            f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}"
+        )

@@ -19,6 +19,7 @@ The functions' parameter lists are generated from the family's input names and a
 fields, because ``tensorrt.plugin`` reads them with ``inspect.signature``: inputs, attributes,
 then ``outputs`` and ``tactic`` (AOT) or ``outputs`` and ``stream`` (JIT).
 """
+
 import inspect
 from typing import Tuple
 
@@ -30,8 +31,8 @@ from .spec import TensorInfo
 
 __all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "build_arch", "import_tensorrt", "register_plugins"]
 
-MIN_TENSORRT = (10, 6)       # tensorrt.plugin (JIT) appeared in 10.6
-MIN_TENSORRT_AOT = (10, 9)   # tensorrt.plugin.aot_impl appeared in 10.9
+MIN_TENSORRT = (10, 6)  # tensorrt.plugin (JIT) appeared in 10.6
+MIN_TENSORRT_AOT = (10, 9)  # tensorrt.plugin.aot_impl appeared in 10.9
 
 _REGISTERED = False
 
@@ -48,13 +49,18 @@ def import_tensorrt(aot: bool = True):
     try:
         import tensorrt as trt
     except ImportError as e:
-        raise ImportError(f"trtllm_replayssm_plugins needs TensorRT >= {need_s} "
-                          f"({'AOT' if aot else 'JIT'} plugins); install it with "
-                          "`pip install 'trtllm_replayssm[tensorrt]'`") from e
+        raise ImportError(
+            f"trtllm_replayssm_plugins needs TensorRT >= {need_s} "
+            f"({'AOT' if aot else 'JIT'} plugins); install it with "
+            "`pip install 'trtllm_replayssm[tensorrt]'`"
+        ) from e
     if _version_tuple(trt.__version__) < need:
-        raise ImportError(f"trtllm_replayssm_plugins needs TensorRT >= {need_s} for "
-                          f"{'AOT' if aot else 'JIT'} plugins; found {trt.__version__}")
+        raise ImportError(
+            f"trtllm_replayssm_plugins needs TensorRT >= {need_s} for "
+            f"{'AOT' if aot else 'JIT'} plugins; found {trt.__version__}"
+        )
     import tensorrt.plugin as trtp
+
     return trt, trtp
 
 
@@ -67,8 +73,9 @@ def _info(trt, desc) -> TensorInfo:
     exprs = list(desc.shape_expr)
     if any(e.is_fake for e in exprs):
         return TensorInfo(_dtype_name(trt, desc.dtype), len(exprs))
-    return TensorInfo(_dtype_name(trt, desc.dtype), len(exprs),
-                      tuple(e.constant_value() if e.is_constant else None for e in exprs))
+    return TensorInfo(
+        _dtype_name(trt, desc.dtype), len(exprs), tuple(e.constant_value() if e.is_constant else None for e in exprs)
+    )
 
 
 def build_arch() -> int:
@@ -80,31 +87,36 @@ def _signature(names, annotations, tail, returns=inspect.Signature.empty) -> ins
     """Parameters ``names`` (annotated where ``annotations`` has an entry), then ``tail``."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     params = [inspect.Parameter(n, kind, annotation=a) for n, a in zip(names, annotations)]
-    params += [inspect.Parameter(n, kind) for n in names[len(annotations):] + tuple(tail)]
+    params += [inspect.Parameter(n, kind) for n in names[len(annotations) :] + tuple(tail)]
     return inspect.Signature(params, return_annotation=returns)
 
 
 def _define(trt, trtp, family) -> None:
     plugin_id = f"{NAMESPACE}::{family.PLUGIN}"
     attr_fields = list(family.ATTRS.__dataclass_fields__)
-    attr_types = [{"int": int, "bool": bool, "float": float}[family.ATTRS.__dataclass_fields__[n].type]
-                  for n in attr_fields]
+    attr_types = [{"int": int, "bool": bool, "float": float}[family.ATTRS.__dataclass_fields__[n].type] for n in attr_fields]
     n_in, n_attr = len(family.INPUTS), len(attr_fields)
 
     def register_fn(*descs, **attrs):
         a = family.ATTRS(**attrs)
         family.check_inputs(a, [_info(trt, d) for d in descs])
-        return tuple(descs[family.ALIASED_OUTPUTS[o]].aliased() if o in family.ALIASED_OUTPUTS
-                     else descs[family.LIKE_INPUT[o]].like() for o in range(len(family.OUTPUTS)))
+        return tuple(
+            descs[family.ALIASED_OUTPUTS[o]].aliased() if o in family.ALIASED_OUTPUTS else descs[family.LIKE_INPUT[o]].like()
+            for o in range(len(family.OUTPUTS))
+        )
 
-    register_fn.__signature__ = _signature(family.INPUTS + tuple(attr_fields),
-                                           [trtp.TensorDesc] * n_in + attr_types, (),
-                                           Tuple[(trtp.TensorDesc,) * len(family.OUTPUTS)])
+    register_fn.__signature__ = _signature(
+        family.INPUTS + tuple(attr_fields),
+        [trtp.TensorDesc] * n_in + attr_types,
+        (),
+        Tuple[(trtp.TensorDesc,) * len(family.OUTPUTS)],
+    )
     trtp.register(plugin_id)(register_fn)
 
     if hasattr(trtp, "aot_impl"):
+
         def aot_impl_fn(*args):
-            descs, values = args[:n_in], args[n_in:n_in + n_attr]
+            descs, values = args[:n_in], args[n_in : n_in + n_attr]
             a = family.ATTRS(*values)
             spec = family.kernel_spec(a, [_info(trt, d) for d in descs])
             compiled = compile_ptx(spec, family.ENTRY, build_arch())
@@ -121,7 +133,8 @@ def _define(trt, trtp, family) -> None:
 
     def impl_fn(*args, stream):
         import torch
-        tensors, values, outputs = args[:n_in], args[n_in:n_in + n_attr], args[n_in + n_attr]
+
+        tensors, values, outputs = args[:n_in], args[n_in : n_in + n_attr], args[n_in + n_attr]
         a = family.ATTRS(*values)
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
             outs = [torch.as_tensor(t, device="cuda") for t in outputs]

@@ -3,6 +3,7 @@ must be set before any @triton.jit function is defined, hence here, before test 
 
 setup.py installs ``builders/`` as ``trtllm_replayssm_builders``; in an uninstalled checkout it is
 loaded from ``builders/`` under that name, so tests import it as users do."""
+
 import importlib.util
 import os
 import sys
@@ -16,8 +17,8 @@ if not torch.cuda.is_available():
 if importlib.util.find_spec("trtllm_replayssm_builders") is None:
     _builders = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "builders")
     _spec = importlib.util.spec_from_file_location(
-        "trtllm_replayssm_builders", os.path.join(_builders, "__init__.py"),
-        submodule_search_locations=[_builders])
+        "trtllm_replayssm_builders", os.path.join(_builders, "__init__.py"), submodule_search_locations=[_builders]
+    )
     sys.modules["trtllm_replayssm_builders"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["trtllm_replayssm_builders"])
 

@@ -1,4 +1,5 @@
 """Shared GDN / KDA test helpers: geometry, random step inputs and the float64 oracle."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,13 +26,18 @@ class DeltaGeometry:
 def make_step(g: DeltaGeometry, batch: int, act_dtype, device, *, per_channel: bool) -> dict:
     """Random inputs of one decode step: q, k, v in ``act_dtype``; g (log-decay, in
     [-0.4, -0.01]) and beta (in (0, 1)) in fp32, as the models' gate helpers produce them."""
+
     def r(*shape):
         return torch.randn(*shape, device=device).to(act_dtype)
+
     gshape = (batch, g.v_heads, g.head_k_dim) if per_channel else (batch, g.v_heads)
-    return dict(q=r(batch, g.k_heads, g.head_k_dim), k=r(batch, g.k_heads, g.head_k_dim),
-                v=r(batch, g.v_heads, g.head_v_dim),
-                g=-(torch.rand(gshape, device=device) * 0.39 + 0.01),
-                beta=torch.sigmoid(torch.randn(batch, g.v_heads, device=device)))
+    return dict(
+        q=r(batch, g.k_heads, g.head_k_dim),
+        k=r(batch, g.k_heads, g.head_k_dim),
+        v=r(batch, g.v_heads, g.head_v_dim),
+        g=-(torch.rand(gshape, device=device) * 0.39 + 0.01),
+        beta=torch.sigmoid(torch.randn(batch, g.v_heads, device=device)),
+    )
 
 
 class DeltaFamily:
@@ -39,8 +45,7 @@ class DeltaFamily:
 
     out_key = "v"
 
-    def __init__(self, g: DeltaGeometry, *, per_channel: bool, record_dtype=None,
-                 use_qk_l2norm: bool = True):
+    def __init__(self, g: DeltaGeometry, *, per_channel: bool, record_dtype=None, use_qk_l2norm: bool = True):
         self.g, self.per_channel = g, per_channel
         self.record_dtype, self.use_qk_l2norm = record_dtype, use_qk_l2norm
 
@@ -49,15 +54,24 @@ class DeltaFamily:
         return "kda" if self.per_channel else "gdn"
 
     def make_params(self, device) -> dict:
-        return dict(scale=self.g.head_k_dim ** -0.5, use_qk_l2norm=self.use_qk_l2norm)
+        return dict(scale=self.g.head_k_dim**-0.5, use_qk_l2norm=self.use_qk_l2norm)
 
     def allocate(self, num_slots, L, state_dtype, act_dtype, device):
         from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
+
         cls = KDAReplayCache if self.per_channel else GDNReplayCache
         g = self.g
-        return cls.allocate(num_slots, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L,
-                            state_dtype=state_dtype, record_dtype=self.record_dtype or act_dtype,
-                            device=device)
+        return cls.allocate(
+            num_slots,
+            g.k_heads,
+            g.v_heads,
+            g.head_k_dim,
+            g.head_v_dim,
+            L,
+            state_dtype=state_dtype,
+            record_dtype=self.record_dtype or act_dtype,
+            device=device,
+        )
 
     @staticmethod
     def poison(cache) -> None:
@@ -76,28 +90,55 @@ class DeltaFamily:
         dev = state64.device
         out = torch.zeros(inp["v"].shape, dtype=torch.float64, device=dev)
         f = {k: as_f64(inp[k], dev) for k in ("q", "k", "v", "g", "beta")}
-        gated_delta_decode_step_ref(state64, f["q"], f["k"], f["v"], f["g"], f["beta"],
-                                    slot_ids=slot_ids.to(dev), out=out, **p)
+        gated_delta_decode_step_ref(
+            state64, f["q"], f["k"], f["v"], f["g"], f["beta"], slot_ids=slot_ids.to(dev), out=out, **p
+        )
         return out
 
 
 def replay_with_op(cache, inp, p: dict, slot_ids, out):
     from trtllm_replayssm.ops import gdn_replay_step, kda_replay_step
+
     step = kda_replay_step if inp["g"].dim() == 3 else gdn_replay_step
-    return step(cache, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids,
-                out=out, **p)
+    return step(cache, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids, out=out, **p)
 
 
 def replay_with_launcher(cache, inp, p: dict, slot_ids, out):
     from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+
     return launch_gated_delta_replay_step(
-        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
-        cache.arrivals, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids,
-        out=out, **p)
+        cache.checkpoint,
+        cache.d_records,
+        cache.k_records,
+        cache.g_records,
+        cache.cursor,
+        cache.arrivals,
+        inp["q"],
+        inp["k"],
+        inp["v"],
+        inp["g"],
+        inp["beta"],
+        slot_ids=slot_ids,
+        out=out,
+        **p,
+    )
 
 
 def replay_with_reference(cache, inp, p: dict, slot_ids, out):
     from trtllm_replayssm.reference.gated_delta import gated_delta_replay_step_ref
+
     return gated_delta_replay_step_ref(
-        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
-        inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids, out=out, **p)
+        cache.checkpoint,
+        cache.d_records,
+        cache.k_records,
+        cache.g_records,
+        cache.cursor,
+        inp["q"],
+        inp["k"],
+        inp["v"],
+        inp["g"],
+        inp["beta"],
+        slot_ids=slot_ids,
+        out=out,
+        **p,
+    )

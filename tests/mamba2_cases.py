@@ -1,4 +1,5 @@
 """Shared Mamba-2 test helpers: random step inputs, a float64 oracle and error metrics."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,14 +32,15 @@ class Geometry:
 @dataclass
 class Params:
     """Per-layer parameters (fixed across steps)."""
+
     A: torch.Tensor
     dt_bias: torch.Tensor
     D: Optional[torch.Tensor]
 
 
 def make_params(g: Geometry, device, *, D_per_dim: bool = False, has_D: bool = True) -> Params:
-    A = -(torch.rand(g.nheads, device=device) + 1.0)          # A in [-2, -1]
-    dt_bias = torch.rand(g.nheads, device=device) - 4.0         # softplus(.) ~ 0.02 - 0.05
+    A = -(torch.rand(g.nheads, device=device) + 1.0)  # A in [-2, -1]
+    dt_bias = torch.rand(g.nheads, device=device) - 4.0  # softplus(.) ~ 0.02 - 0.05
     if not has_D:
         D = None
     elif D_per_dim:
@@ -50,25 +52,48 @@ def make_params(g: Geometry, device, *, D_per_dim: bool = False, has_D: bool = T
 
 def make_step(g: Geometry, batch: int, act_dtype, device, *, with_z: bool = False) -> dict:
     """Random inputs of one decode step (activations in ``act_dtype``)."""
+
     def r(*shape):
         return torch.randn(*shape, device=device).to(act_dtype)
-    return dict(x=r(batch, g.nheads, g.head_dim), dt=r(batch, g.nheads),
-                B=r(batch, g.ngroups, g.d_state), C=r(batch, g.ngroups, g.d_state),
-                z=r(batch, g.nheads, g.head_dim) if with_z else None)
+
+    return dict(
+        x=r(batch, g.nheads, g.head_dim),
+        dt=r(batch, g.nheads),
+        B=r(batch, g.ngroups, g.d_state),
+        C=r(batch, g.ngroups, g.d_state),
+        z=r(batch, g.nheads, g.head_dim) if with_z else None,
+    )
 
 
 def replay_with_op(cache, inp, p: Params, slot_ids, out):
     from trtllm_replayssm.ops import mamba2_replay_step
-    return mamba2_replay_step(cache, inp["x"], inp["dt"], p.A, inp["B"], inp["C"],
-                              slot_ids=slot_ids, D=p.D, z=inp["z"], dt_bias=p.dt_bias, out=out)
+
+    return mamba2_replay_step(
+        cache, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], slot_ids=slot_ids, D=p.D, z=inp["z"], dt_bias=p.dt_bias, out=out
+    )
 
 
 def replay_with_launcher(cache, inp, p: Params, slot_ids, out):
     from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+
     return launch_mamba2_replay_step(
-        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
-        cache.arrivals, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], slot_ids=slot_ids,
-        D=p.D, z=inp["z"], dt_bias=p.dt_bias, out=out)
+        cache.checkpoint,
+        cache.x_records,
+        cache.dt_records,
+        cache.B_records,
+        cache.cursor,
+        cache.arrivals,
+        inp["x"],
+        inp["dt"],
+        p.A,
+        inp["B"],
+        inp["C"],
+        slot_ids=slot_ids,
+        D=p.D,
+        z=inp["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+    )
 
 
 class Mamba2Family:
@@ -84,9 +109,19 @@ class Mamba2Family:
 
     def allocate(self, num_slots, L, state_dtype, act_dtype, device):
         from trtllm_replayssm.cache import Mamba2ReplayCache
+
         g = self.g
-        return Mamba2ReplayCache.allocate(num_slots, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                          state_dtype=state_dtype, act_dtype=act_dtype, device=device)
+        return Mamba2ReplayCache.allocate(
+            num_slots,
+            g.nheads,
+            g.head_dim,
+            g.d_state,
+            g.ngroups,
+            L,
+            state_dtype=state_dtype,
+            act_dtype=act_dtype,
+            device=device,
+        )
 
     @staticmethod
     def poison(cache) -> None:
@@ -102,9 +137,19 @@ class Mamba2Family:
         dev = state64.device
         out = torch.zeros(inp["x"].shape, dtype=torch.float64, device=dev)
         f = lambda t: as_f64(t, dev)  # noqa: E731
-        mamba2_decode_step_ref(state64, f(inp["x"]), f(inp["dt"]), f(p.A), f(inp["B"]), f(inp["C"]),
-                               slot_ids=slot_ids.to(dev), D=f(p.D), z=f(inp["z"]),
-                               dt_bias=f(p.dt_bias), out=out)
+        mamba2_decode_step_ref(
+            state64,
+            f(inp["x"]),
+            f(inp["dt"]),
+            f(p.A),
+            f(inp["B"]),
+            f(inp["C"]),
+            slot_ids=slot_ids.to(dev),
+            D=f(p.D),
+            z=f(inp["z"]),
+            dt_bias=f(p.dt_bias),
+            out=out,
+        )
         return out
 
 
@@ -120,10 +165,33 @@ class Oracle:
         return Mamba2Family.oracle_step(self.state, self.p, inp, slot_ids)
 
 
-def drive_replay(replay, g: Geometry, L: int, state_dtype, act_dtype, device, *, steps: int,
-                 batch: int, num_slots: int, with_z: bool = False, D_per_dim: bool = False,
-                 n_padding: int = 1, corrupt=None) -> dict:
+def drive_replay(
+    replay,
+    g: Geometry,
+    L: int,
+    state_dtype,
+    act_dtype,
+    device,
+    *,
+    steps: int,
+    batch: int,
+    num_slots: int,
+    with_z: bool = False,
+    D_per_dim: bool = False,
+    n_padding: int = 1,
+    corrupt=None,
+) -> dict:
     """:func:`replay_driver.drive_replay` for Mamba-2 (z and per-dim D as options)."""
-    return drive(Mamba2Family(g, with_z=with_z, D_per_dim=D_per_dim), replay, L, state_dtype,
-                 act_dtype, device, steps=steps, batch=batch, num_slots=num_slots,
-                 n_padding=n_padding, corrupt=corrupt)
+    return drive(
+        Mamba2Family(g, with_z=with_z, D_per_dim=D_per_dim),
+        replay,
+        L,
+        state_dtype,
+        act_dtype,
+        device,
+        steps=steps,
+        batch=batch,
+        num_slots=num_slots,
+        n_padding=n_padding,
+        corrupt=corrupt,
+    )

@@ -1,4 +1,5 @@
 """Helpers of the op tests: snapshots, strided views and the raises-before-writing check."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -11,6 +11,7 @@ on ``state64``'s device).
 The oracle lives on the cache's device: float64 on the GPU for the GPU long runs (the CPU
 recurrence at real model geometries dominated their time), on the CPU otherwise.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,8 +32,20 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float(err / ref.abs().max().clamp_min(1e-30))
 
 
-def drive_replay(family, replay, L: int, state_dtype, act_dtype, device, *, steps: int,
-                 batch: int, num_slots: int, n_padding: int = 1, corrupt=None) -> dict:
+def drive_replay(
+    family,
+    replay,
+    L: int,
+    state_dtype,
+    act_dtype,
+    device,
+    *,
+    steps: int,
+    batch: int,
+    num_slots: int,
+    n_padding: int = 1,
+    corrupt=None,
+) -> dict:
     """Run ``steps`` replay steps against the float64 oracle; return the worst errors.
 
     ``replay(cache, inp, params, slot_ids, out) -> out`` is the implementation under test.
@@ -61,7 +74,7 @@ def drive_replay(family, replay, L: int, state_dtype, act_dtype, device, *, step
     worst = {"y": 0.0, "ckpt": 0.0, "flushes": 0}
     for r in range(batch):
         for _ in range(r % L):
-            y, ref = run(family.make_step(1, act_dtype, device), slots[r:r + 1], 0.0)
+            y, ref = run(family.make_step(1, act_dtype, device), slots[r : r + 1], 0.0)
             worst["y"] = max(worst["y"], rel_err(y, ref))
     assert sorted(cache.cursor[slots.long()].tolist()) == sorted(r % L for r in range(batch))
 

@@ -8,6 +8,7 @@ stacked along dimension 1: every input gets shape [batch, T, ...].
 ``verify(cache, win, params, slot_ids, num_tokens, out) -> out`` and
 ``commit(cache, slot_ids, num_accepted)`` are the implementations under test.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -26,8 +27,7 @@ POLICIES = ("all", "bonus", "mixed", "short", "short_all")
 def make_window(family, batch: int, T: int, act_dtype, device) -> dict:
     """Inputs of a verify step: T random single-token steps stacked along dimension 1."""
     steps = [family.make_step(batch, act_dtype, device) for _ in range(T)]
-    return {k: None if steps[0][k] is None else torch.stack([s[k] for s in steps], dim=1)
-            for k in steps[0]}
+    return {k: None if steps[0][k] is None else torch.stack([s[k] for s in steps], dim=1) for k in steps[0]}
 
 
 def token(win: dict, s: int) -> dict:
@@ -37,8 +37,10 @@ def token(win: dict, s: int) -> dict:
 
 def draw(policy: str, T: int) -> tuple[int, int]:
     """(num_tokens, num_accepted) of one row for one step."""
+
     def uniform(hi):
         return int(torch.randint(1, hi + 1, ()))
+
     if policy == "all":
         return T, T
     if policy == "bonus":
@@ -54,8 +56,22 @@ def draw(policy: str, T: int) -> tuple[int, int]:
     raise ValueError(policy)
 
 
-def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype, device,
-               steps: int, policies, num_slots: int, n_padding: int = 1, corrupt=None) -> dict:
+def drive_spec(
+    family,
+    verify,
+    commit,
+    *,
+    L: int,
+    T: int,
+    state_dtype,
+    act_dtype,
+    device,
+    steps: int,
+    policies,
+    num_slots: int,
+    n_padding: int = 1,
+    corrupt=None,
+) -> dict:
     """Run ``steps`` verify + commit steps from empty buffers; return the worst errors.
 
     Rows (one per entry of ``policies``) use random distinct slots of a pool of ``num_slots``
@@ -106,8 +122,9 @@ def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype
         assert torch.equal(cur, torch.where(flush, 0, w0)), (step, cur, w0, flush)
         assert torch.equal(cache.pending.cpu()[idx].long(), n_slot[idx])
         kept = idx[~flush].to(device)
-        assert torch.equal(cache.checkpoint[kept], ckpt_before[kept]), \
+        assert torch.equal(cache.checkpoint[kept], ckpt_before[kept]), (
             f"step {step}: a non-flush verify must leave the checkpoint bit-identical"
+        )
         if bool(flush.any()):
             f = idx[flush]
             worst["flushes"].update(f.tolist())
@@ -137,8 +154,9 @@ def drive_spec(family, verify, commit, *, L: int, T: int, state_dtype, act_dtype
     return worst
 
 
-def drive_baseline(family, holder, verify, commit, *, T: int, act_dtype, device, steps: int,
-                   policies, n_padding: int = 1) -> float:
+def drive_baseline(
+    family, holder, verify, commit, *, T: int, act_dtype, device, steps: int, policies, n_padding: int = 1
+) -> float:
     """A conventional baseline against the same serial float64 oracle: every window output and
     the committed state after every commit. ``holder.state`` [num_slots, ...] is the committed
     state (e.g. a ``SnapshotCache``); ``verify(holder, win, params, slot_ids, num_tokens, out)``,
@@ -159,8 +177,7 @@ def drive_baseline(family, holder, verify, commit, *, T: int, act_dtype, device,
         n = torch.tensor([drawn[i][0] for i in order.tolist()], dtype=torch.int32)
         a = torch.tensor([drawn[i][1] for i in order.tolist()], dtype=torch.int32)
         win = make_window(family, batch + n_padding, T, act_dtype, device)
-        y = verify(holder, win, p, sl.to(device), n.to(device),
-                   torch.full_like(win[family.out_key], 42.0)).cpu()
+        y = verify(holder, win, p, sl.to(device), n.to(device), torch.full_like(win[family.out_key], 42.0)).cpu()
         scratch = state64.clone()
         for s in range(T):
             sl_s = torch.where(s < n, sl, -1)
@@ -177,54 +194,112 @@ def drive_baseline(family, holder, verify, commit, *, T: int, act_dtype, device,
 
 # --------------------------------------------------------------------------- Mamba-2 adapters
 
+
 def mamba2_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.ops import mamba2_replay_verify
-    return mamba2_replay_verify(cache, win["x"], win["dt"], p.A, win["B"], win["C"],
-                                slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"],
-                                dt_bias=p.dt_bias, out=out)
+
+    return mamba2_replay_verify(
+        cache,
+        win["x"],
+        win["dt"],
+        p.A,
+        win["B"],
+        win["C"],
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=p.D,
+        z=win["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+    )
 
 
 def mamba2_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None):
     from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
+
     return launch_mamba2_replay_verify(
-        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
-        cache.arrivals, cache.pending, win["x"], win["dt"], p.A, win["B"], win["C"],
-        slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"], dt_bias=p.dt_bias, out=out,
-        config=config)
+        cache.checkpoint,
+        cache.x_records,
+        cache.dt_records,
+        cache.B_records,
+        cache.cursor,
+        cache.arrivals,
+        cache.pending,
+        win["x"],
+        win["dt"],
+        p.A,
+        win["B"],
+        win["C"],
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=p.D,
+        z=win["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+        config=config,
+    )
 
 
 def commit_with_op(cache, slot_ids, num_accepted):
     from trtllm_replayssm.ops import replay_commit
+
     replay_commit(cache, slot_ids, num_accepted)
 
 
 def commit_with_launcher(cache, slot_ids, num_accepted):
     from trtllm_replayssm.kernels.replay_commit import launch_replay_commit
+
     launch_replay_commit(cache.cursor, cache.pending, slot_ids, num_accepted)
 
 
 def mamba2_snapshot_verify_with_op(holder, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.ops import mamba2_snapshot_verify
-    return mamba2_snapshot_verify(holder, win["x"], win["dt"], p.A, win["B"], win["C"],
-                                  slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"],
-                                  dt_bias=p.dt_bias, out=out)
+
+    return mamba2_snapshot_verify(
+        holder,
+        win["x"],
+        win["dt"],
+        p.A,
+        win["B"],
+        win["C"],
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=p.D,
+        z=win["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+    )
 
 
 def mamba2_snapshot_verify_with_launcher(holder, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
-    return launch_mamba2_snapshot_verify(holder.state, holder.snapshots, win["x"], win["dt"], p.A,
-                                         win["B"], win["C"], slot_ids=slot_ids,
-                                         num_tokens=num_tokens, D=p.D, z=win["z"],
-                                         dt_bias=p.dt_bias, out=out)
+
+    return launch_mamba2_snapshot_verify(
+        holder.state,
+        holder.snapshots,
+        win["x"],
+        win["dt"],
+        p.A,
+        win["B"],
+        win["C"],
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=p.D,
+        z=win["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+    )
 
 
 def snapshot_commit_with_op(holder, slot_ids, num_accepted):
     from trtllm_replayssm.ops import snapshot_commit
+
     snapshot_commit(holder, slot_ids, num_accepted)
 
 
 def snapshot_commit_with_launcher(holder, slot_ids, num_accepted):
     from trtllm_replayssm.kernels.replay_commit import launch_snapshot_commit
+
     launch_snapshot_commit(holder.state, holder.snapshots, slot_ids, num_accepted)
 
 
@@ -232,9 +307,21 @@ def mamba2_serial_with_op(holder, win, p, slot_ids, num_tokens, out):
     """Serial decode as a baseline verify; every token is committed, so drive it with
     acceptance policies that accept all tokens ("all", or num_accepted == num_tokens)."""
     from trtllm_replayssm.ops import mamba2_serial_decode
-    return mamba2_serial_decode(holder.state, win["x"], win["dt"], p.A, win["B"], win["C"],
-                                slot_ids=slot_ids, num_tokens=num_tokens, D=p.D, z=win["z"],
-                                dt_bias=p.dt_bias, out=out)
+
+    return mamba2_serial_decode(
+        holder.state,
+        win["x"],
+        win["dt"],
+        p.A,
+        win["B"],
+        win["C"],
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=p.D,
+        z=win["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+    )
 
 
 def no_commit(holder, slot_ids, num_accepted):
@@ -244,6 +331,7 @@ def no_commit(holder, slot_ids, num_accepted):
 # --------------------------------------------------------------------------- GDN / KDA adapters
 # The family is told apart by g's rank: [batch, T, v_heads] GDN, [..., head_k_dim] KDA.
 
+
 def delta_args(win):
     """q, k, v, g, beta of a window (``make_window``), in the verify ops' argument order."""
     return win["q"], win["k"], win["v"], win["g"], win["beta"]
@@ -251,33 +339,49 @@ def delta_args(win):
 
 def delta_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.ops import gdn_replay_verify, kda_replay_verify
+
     verify = kda_replay_verify if win["g"].dim() == 4 else gdn_replay_verify
     return verify(cache, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
 def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None):
     from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
+
     return launch_gated_delta_replay_verify(
-        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
-        cache.arrivals, cache.pending, *delta_args(win), slot_ids=slot_ids,
-        num_tokens=num_tokens, out=out, config=config, **p)
+        cache.checkpoint,
+        cache.d_records,
+        cache.k_records,
+        cache.g_records,
+        cache.cursor,
+        cache.arrivals,
+        cache.pending,
+        *delta_args(win),
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        out=out,
+        config=config,
+        **p,
+    )
 
 
 def delta_snapshot_verify_with_op(holder, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.ops import gdn_snapshot_verify, kda_snapshot_verify
+
     verify = kda_snapshot_verify if win["g"].dim() == 4 else gdn_snapshot_verify
     return verify(holder, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
 def delta_snapshot_verify_with_launcher(holder, win, p, slot_ids, num_tokens, out):
     from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
-    return launch_gated_delta_snapshot_verify(holder.state, holder.snapshots, *delta_args(win),
-                                              slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
+
+    return launch_gated_delta_snapshot_verify(
+        holder.state, holder.snapshots, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p
+    )
 
 
 def delta_serial_with_op(holder, win, p, slot_ids, num_tokens, out):
     """Serial decode as a baseline verify (every token committed; see mamba2_serial_with_op)."""
     from trtllm_replayssm.ops import gdn_serial_decode, kda_serial_decode
+
     serial = kda_serial_decode if win["g"].dim() == 4 else gdn_serial_decode
-    return serial(holder.state, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens,
-                  out=out, **p)
+    return serial(holder.state, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)

@@ -6,6 +6,7 @@ real kernels), the bookkeeping with stand-in cases (failed refchecks, cases that
 whole-model sums), the table, the plot, and the command's GPU path with torch.cuda stood in for:
 its arguments, JSON, the files of --out, the exit statuses; and on a CPU, its one-line refusal.
 """
+
 import importlib.util
 import json
 import os
@@ -36,26 +37,40 @@ TINY_KDA = ("kda", (2, 2, 16, 16))
 def stepping_timer(calls):
     """A timer that runs ``route`` once on every slot set (the kernels launch, under the
     interpreter) and reports a fixed time: 3 us conventional, 2 us replay."""
+
     def timer(case, route):
         for s in getattr(case, "slot_sets", None) or case.sets:
             case.step(route, *s) if isinstance(s, tuple) else case.step(route, s)
         calls.append((type(case).__name__, route))
         return (2e-6 if route.startswith("replay") else 3e-6), [1.0, 2.0]
+
     return timer
 
 
 def cpu_bench(model, **kw):
-    kw = {"batches": (1, 3), "L": 4, "state_dtype": torch.float32, "act_dtype": torch.float32,
-          "device": "cpu", "pool_bytes": 4096, "copy_bw": 1e12, "progress": False, **kw}
+    kw = {
+        "batches": (1, 3),
+        "L": 4,
+        "state_dtype": torch.float32,
+        "act_dtype": torch.float32,
+        "device": "cpu",
+        "pool_bytes": 4096,
+        "copy_bw": 1e12,
+        "progress": False,
+        **kw,
+    }
     return bench.run_bench(model, **kw)
 
 
 # --------------------------------------------------------------------------- what is timed
 
+
 def test_bench_plan_times_each_ssm_layer_group_of_a_preset():
     plan = bench.bench_plan(load_model("nemotron-3-super-120b"), [1, 16])
-    assert [(g.kind, len(g.indices), step, b) for g, step, b in plan] == \
-        [("mamba2", 40, "decode", 1), ("mamba2", 40, "decode", 16)]
+    assert [(g.kind, len(g.indices), step, b) for g, step, b in plan] == [
+        ("mamba2", 40, "decode", 1),
+        ("mamba2", 40, "decode", 16),
+    ]
     assert bench.case_geometry("mamba2", plan[0][0].geometry) == (128, 64, 128, 8)
     plan = bench.bench_plan(load_model("kimi-linear-48b").for_tp(2), [4], spec_tokens=4)
     assert [(g.kind, len(g.indices), step) for g, step, _ in plan] == [("kda", 20, "decode"), ("kda", 20, "verify")]
@@ -64,14 +79,17 @@ def test_bench_plan_times_each_ssm_layer_group_of_a_preset():
 
 # --------------------------------------------------------------------------- the cases, under the interpreter
 
+
 @needs_interpreter
 def test_run_bench_mamba2_cases_refcheck_and_time_on_cpu():
     calls = []
-    model = cli._geometry_model([TINY_MAMBA2, TINY_MAMBA2])   # two layers, one group
+    model = cli._geometry_model([TINY_MAMBA2, TINY_MAMBA2])  # two layers, one group
     r = cpu_bench(model, timer=stepping_timer(calls))
     assert r["copy_bytes_per_s"] == 1e12
-    assert [(row["kind"], row["count"], row["step"], row["batch"], row["status"]) for row in r["rows"]] == \
-        [("mamba2", 2, "decode", 1, "ok"), ("mamba2", 2, "decode", 3, "ok")]
+    assert [(row["kind"], row["count"], row["step"], row["batch"], row["status"]) for row in r["rows"]] == [
+        ("mamba2", 2, "decode", 1, "ok"),
+        ("mamba2", 2, "decode", 3, "ok"),
+    ]
     assert calls == [("Mamba2DecodeCase", "decode_step"), ("Mamba2DecodeCase", "replay_step")] * 2
     for row in r["rows"]:
         assert row["refcheck"] < 1e-5
@@ -93,7 +111,8 @@ def test_run_bench_every_family_and_the_verify_route_on_cpu():
     model = cli._geometry_model([TINY_MAMBA2, TINY_GDN, TINY_KDA])
     r = cpu_bench(model, batches=(2,), spec_tokens=2, timer=stepping_timer(calls))
     assert [(row["kind"], row["step"], row["status"]) for row in r["rows"]] == [
-        (k, s, "ok") for k in ("mamba2", "gdn", "kda") for s in ("decode", "verify")]
+        (k, s, "ok") for k in ("mamba2", "gdn", "kda") for s in ("decode", "verify")
+    ]
     assert {route for _, route in calls} == {"decode_step", "replay_step", "snapshot", "replay"}
     assert all(row["refcheck"] < 1e-5 for row in r["rows"])
     verify = [row for row in r["rows"] if row["step"] == "verify"]
@@ -105,8 +124,10 @@ def test_run_bench_every_family_and_the_verify_route_on_cpu():
 
 # --------------------------------------------------------------------------- bookkeeping, stand-in cases
 
+
 class _StandInCase:
     """What run_bench needs of a case: refcheck, bytes_per_step, and a timer's time."""
+
     def __init__(self, err=0.0, seconds=None, mean_accepted=None):
         self.err, self.seconds, self.mean_accepted = err, seconds or {}, mean_accepted
 
@@ -123,6 +144,7 @@ class _StandInCase:
 def test_run_bench_reports_failed_refchecks_and_cases_that_do_not_fit(monkeypatch):
     """A batch with a failed refcheck or an error is reported, not timed, and left out of the
     whole-model sums; the other batches are summed over the layer groups (count x time)."""
+
     def mamba2_case(geom, batch, L, *a):
         if batch == 2:
             return _StandInCase(err=0.5)
@@ -135,11 +157,13 @@ def test_run_bench_reports_failed_refchecks_and_cases_that_do_not_fit(monkeypatc
 
     monkeypatch.setattr(bench, "Mamba2DecodeCase", mamba2_case)
     monkeypatch.setattr(bench, "GatedDeltaDecodeCase", delta_case)
-    monkeypatch.setattr(bench, "make_verify_case", lambda family, *a, **kw: _StandInCase(
-        seconds={"snapshot": 8e-6, "replay": 2e-6}, mean_accepted=1.75))
+    monkeypatch.setattr(
+        bench,
+        "make_verify_case",
+        lambda family, *a, **kw: _StandInCase(seconds={"snapshot": 8e-6, "replay": 2e-6}, mean_accepted=1.75),
+    )
     model = cli._geometry_model([TINY_MAMBA2, TINY_MAMBA2, TINY_GDN])
-    r = bench.run_bench(model, batches=(1, 2, 3), spec_tokens=2, L=4, copy_bw=1e12, device="cpu",
-                        progress=False)
+    r = bench.run_bench(model, batches=(1, 2, 3), spec_tokens=2, L=4, copy_bw=1e12, device="cpu", progress=False)
     status = {(row["kind"], row["step"], row["batch"]): row["status"] for row in r["rows"]}
     assert status[("mamba2", "decode", 2)] == "refcheck failed: 5.00e-01 > 0.05"
     assert status[("gdn", "decode", 3)] == "ValueError: GDNReplayCache.allocate: head_v_dim 7"
@@ -157,27 +181,48 @@ def test_run_bench_reports_failed_refchecks_and_cases_that_do_not_fit(monkeypatc
 
 # --------------------------------------------------------------------------- table and plot
 
+
 def _result(rows, totals=()):
     return {"rows": rows, "totals": list(totals), "copy_bytes_per_s": 4.1e12}
 
 
 def _row(kind="mamba2", count=40, step="decode", batch=1, conv=5e-6, rep=4e-6, **kw):
-    return dict(kind=kind, count=count, geometry=[128, 64, 128, 8], step=step, batch=batch, status="ok",
-                conventional_s=conv, replay_s=rep, speedup=conv / rep, conventional_pct_copy=91.5,
-                replay_pct_copy=70.25, refcheck=3e-7, **kw)
+    return dict(
+        kind=kind,
+        count=count,
+        geometry=[128, 64, 128, 8],
+        step=step,
+        batch=batch,
+        status="ok",
+        conventional_s=conv,
+        replay_s=rep,
+        speedup=conv / rep,
+        conventional_pct_copy=91.5,
+        replay_pct_copy=70.25,
+        refcheck=3e-7,
+        **kw,
+    )
 
 
 def test_format_bench_table():
     model = load_model("nemotron-3-super-120b")
-    rows = [_row(), _row(batch=256, conv=0.12345, rep=0.06),
-            dict(_row(batch=512), status="refcheck failed: 1.00e-01 > 0.05")]
+    rows = [_row(), _row(batch=256, conv=0.12345, rep=0.06), dict(_row(batch=512), status="refcheck failed: 1.00e-01 > 0.05")]
     totals = [dict(step="decode", batch=1, layers=40, conventional_s=2e-4, replay_s=1.6e-4, speedup=1.25)]
-    text = bench.format_bench(model, _result(rows, totals), device_name="NVIDIA H200", L=16,
-                              state_dtype=torch.float32, act_dtype=torch.bfloat16, spec_tokens=4)
+    text = bench.format_bench(
+        model,
+        _result(rows, totals),
+        device_name="NVIDIA H200",
+        L=16,
+        state_dtype=torch.float32,
+        act_dtype=torch.bfloat16,
+        spec_tokens=4,
+    )
     lines = text.splitlines()
     assert lines[0] == "trtllm-replayssm bench: nemotron-3-super-120b (NemotronH), TP 1, NVIDIA H200, copy 4.10 TB/s"
-    assert lines[1] == ("  state fp32, activations and records bf16, replay L 16; speculative: window T 4, "
-                        "history B 16, 0.7 T accepted on average")
+    assert lines[1] == (
+        "  state fp32, activations and records bf16, replay L 16; speculative: window T 4, "
+        "history B 16, 0.7 T accepted on average"
+    )
     assert lines[2] == "  mamba2 x40: nheads 128, head_dim 64, d_state 128, ngroups 8"
     assert re.search(r"^  mamba2 x40  decode +1 +5\.00 +4\.00 +1\.25x +91\.5 +70\.2 +3\.0e-07$", text, re.M)
     # Large figures keep their columns apart.
@@ -200,30 +245,58 @@ def test_plot_bench_writes_a_png(tmp_path):
 
 # --------------------------------------------------------------------------- the command
 
+
 def _bench_exit(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", *argv])
     return exit_info.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    pytest.param([], "one of the arguments --model --geometry is required", id="no-model"),
-    pytest.param(["--model", "qwen3.5-4b", "--geometry", "mamba2:8,16,16,2"], "not allowed with argument", id="both"),
-    pytest.param(["--model", "llama-3"], "'llama-3' is neither a preset nor a file", id="unknown-model"),
-    pytest.param(["--geometry", "mamba2:8,16,16"], "argument --geometry: expected mamba2:nheads,head_dim,d_state,ngroups "
-                 "or gdn|kda:k_heads,v_heads,head_k_dim,head_v_dim (positive integers), got 'mamba2:8,16,16'", id="geometry-3"),
-    pytest.param(["--geometry", "rwkv:1,2,3,4"], "argument --geometry: expected mamba2:", id="geometry-kind"),
-    pytest.param(["--geometry", "mamba2:8,16,16,3"], "--geometry mamba2:8,16,16,3: ngroups 3 must divide nheads 8", id="ngroups"),
-    pytest.param(["--geometry", "gdn:3,8,16,16"], "k_heads 3 must divide v_heads 8", id="gdn-heads"),
-    pytest.param(["--model", "nemotron-3-super-120b", "--tp", "3"], "nheads = 128 is not divisible by tp_size = 3", id="tp3"),
-    pytest.param(["--model", "qwen3.5-4b", "--batch", "16", "abc"], "argument --batch: expected a positive integer, got 'abc'", id="batch"),
-    pytest.param(["--model", "qwen3.5-4b", "--L", "65"], "--L 65: expected at most 64", id="L65"),
-    pytest.param(["--model", "qwen3.5-4b", "--spec-tokens", "17"], "--spec-tokens 17: expected at most --L 16", id="T>L"),
-    pytest.param(["--model", "qwen3.5-4b", "--L", "48", "--spec-tokens", "20"], "L + T at most 64", id="L+T"),
-    pytest.param(["--model", "qwen3.5-4b", "--spec-tokens", "4", "--accept", "0.1"], "--accept 0.1: expected 1/T (0.25) to 1", id="accept"),
-    pytest.param(["--model", "qwen3.5-4b", "--state-dtype", "fp8"], "argument --state-dtype: expected one of fp32, bf16, fp16, got 'fp8'", id="dtype"),
-    pytest.param(["--model", "qwen3.5-4b", "--device", "tpu"], "argument --device: expected cpu, cuda or cuda:N, got 'tpu'", id="device"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        pytest.param([], "one of the arguments --model --geometry is required", id="no-model"),
+        pytest.param(["--model", "qwen3.5-4b", "--geometry", "mamba2:8,16,16,2"], "not allowed with argument", id="both"),
+        pytest.param(["--model", "llama-3"], "'llama-3' is neither a preset nor a file", id="unknown-model"),
+        pytest.param(
+            ["--geometry", "mamba2:8,16,16"],
+            "argument --geometry: expected mamba2:nheads,head_dim,d_state,ngroups "
+            "or gdn|kda:k_heads,v_heads,head_k_dim,head_v_dim (positive integers), got 'mamba2:8,16,16'",
+            id="geometry-3",
+        ),
+        pytest.param(["--geometry", "rwkv:1,2,3,4"], "argument --geometry: expected mamba2:", id="geometry-kind"),
+        pytest.param(
+            ["--geometry", "mamba2:8,16,16,3"], "--geometry mamba2:8,16,16,3: ngroups 3 must divide nheads 8", id="ngroups"
+        ),
+        pytest.param(["--geometry", "gdn:3,8,16,16"], "k_heads 3 must divide v_heads 8", id="gdn-heads"),
+        pytest.param(
+            ["--model", "nemotron-3-super-120b", "--tp", "3"], "nheads = 128 is not divisible by tp_size = 3", id="tp3"
+        ),
+        pytest.param(
+            ["--model", "qwen3.5-4b", "--batch", "16", "abc"],
+            "argument --batch: expected a positive integer, got 'abc'",
+            id="batch",
+        ),
+        pytest.param(["--model", "qwen3.5-4b", "--L", "65"], "--L 65: expected at most 64", id="L65"),
+        pytest.param(["--model", "qwen3.5-4b", "--spec-tokens", "17"], "--spec-tokens 17: expected at most --L 16", id="T>L"),
+        pytest.param(["--model", "qwen3.5-4b", "--L", "48", "--spec-tokens", "20"], "L + T at most 64", id="L+T"),
+        pytest.param(
+            ["--model", "qwen3.5-4b", "--spec-tokens", "4", "--accept", "0.1"],
+            "--accept 0.1: expected 1/T (0.25) to 1",
+            id="accept",
+        ),
+        pytest.param(
+            ["--model", "qwen3.5-4b", "--state-dtype", "fp8"],
+            "argument --state-dtype: expected one of fp32, bf16, fp16, got 'fp8'",
+            id="dtype",
+        ),
+        pytest.param(
+            ["--model", "qwen3.5-4b", "--device", "tpu"],
+            "argument --device: expected cpu, cuda or cuda:N, got 'tpu'",
+            id="device",
+        ),
+    ],
+)
 def test_bench_usage_errors_exit_2_before_anything_runs(argv, message, capsys):
     code, err = _bench_exit(argv, capsys)
     assert code == 2 and message in err, err
@@ -251,8 +324,14 @@ def test_bench_without_a_gpu_says_so_in_one_line_and_exits_2(capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal without a GPU")
 def test_bench_without_a_gpu_from_the_shell():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "trtllm_replayssm", "bench", "--model", "qwen3.5-4b",
-                           "--spec-tokens", "4"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trtllm_replayssm", "bench", "--model", "qwen3.5-4b", "--spec-tokens", "4"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("trtllm-replayssm bench: needs a CUDA GPU") and "Traceback" not in proc.stderr
 
@@ -270,8 +349,8 @@ def fake_gpu(monkeypatch):
 
     def run_bench(model, **kw):
         seen.update(kw)
-        return real(model, device="cpu", pool_bytes=4096, copy_bw=2e12, progress=False,
-                    timer=stepping_timer(calls), **kw)
+        return real(model, device="cpu", pool_bytes=4096, copy_bw=2e12, progress=False, timer=stepping_timer(calls), **kw)
+
     monkeypatch.setattr(bench, "run_bench", run_bench)
     return seen
 
@@ -279,10 +358,30 @@ def fake_gpu(monkeypatch):
 @needs_interpreter
 def test_bench_command_table_json_and_plot(fake_gpu, tmp_path, capsys):
     out = tmp_path / "results"
-    assert main(["bench", "--geometry", "mamba2:4,16,8,2", "--batch", "1", "2", "--L", "4",
-                 "--state-dtype", "f32", "--act-dtype", "float32", "--out", str(out)]) == 0
-    assert fake_gpu == dict(batches=[1, 2], L=4, state_dtype=torch.float32, act_dtype=torch.float32,
-                            spec_tokens=None, accept=0.7)
+    assert (
+        main(
+            [
+                "bench",
+                "--geometry",
+                "mamba2:4,16,8,2",
+                "--batch",
+                "1",
+                "2",
+                "--L",
+                "4",
+                "--state-dtype",
+                "f32",
+                "--act-dtype",
+                "float32",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert fake_gpu == dict(
+        batches=[1, 2], L=4, state_dtype=torch.float32, act_dtype=torch.float32, spec_tokens=None, accept=0.7
+    )
     text = capsys.readouterr().out
     assert text.startswith("trtllm-replayssm bench: mamba2:4,16,8,2 (geometry), TP 1, Stand-in GPU, copy 2.00 TB/s")
     assert re.search(r"^  mamba2 x1   decode +2 +3\.00 +2\.00 +1\.50x", text, re.M)
@@ -301,16 +400,25 @@ def test_bench_command_json_to_stdout(fake_gpu, capsys):
     assert main(["bench", "--geometry", "mamba2:4,16,8,2", "--batch", "2", "--L", "4", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["rows"][0]["status"] == "ok" and d["rows"][0]["speedup"] == pytest.approx(1.5)
-    assert d["config"] == {"L": 4, "state_dtype": "fp32", "act_dtype": "bf16", "spec_tokens": None,
-                           "history": None, "accept": None, "batches": [2]}
+    assert d["config"] == {
+        "L": 4,
+        "state_dtype": "fp32",
+        "act_dtype": "bf16",
+        "spec_tokens": None,
+        "history": None,
+        "accept": None,
+        "batches": [2],
+    }
 
 
 def test_bench_command_without_matplotlib_writes_the_json_and_says_why(fake_gpu, monkeypatch, tmp_path, capsys):
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "matplotlib" else find_spec(name, *a))
-    monkeypatch.setattr(bench, "run_bench", lambda model, **kw: {
-        "rows": [dict(_row(count=1), geometry=[4, 16, 8, 2])], "totals": [], "copy_bytes_per_s": 1e12})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name, *a))
+    monkeypatch.setattr(
+        bench,
+        "run_bench",
+        lambda model, **kw: {"rows": [dict(_row(count=1), geometry=[4, 16, 8, 2])], "totals": [], "copy_bytes_per_s": 1e12},
+    )
     assert main(["bench", "--geometry", "mamba2:4,16,8,2", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "matplotlib is not installed, so --out writes the JSON only" in captured.err
@@ -318,8 +426,14 @@ def test_bench_command_without_matplotlib_writes_the_json_and_says_why(fake_gpu,
 
 
 def test_bench_command_exits_1_when_a_case_failed(fake_gpu, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "run_bench", lambda model, **kw: {
-        "rows": [dict(_row(count=1), status="refcheck failed: 1.00e-01 > 0.05")], "totals": [],
-        "copy_bytes_per_s": 1e12})
+    monkeypatch.setattr(
+        bench,
+        "run_bench",
+        lambda model, **kw: {
+            "rows": [dict(_row(count=1), status="refcheck failed: 1.00e-01 > 0.05")],
+            "totals": [],
+            "copy_bytes_per_s": 1e12,
+        },
+    )
     assert main(["bench", "--geometry", "mamba2:4,16,8,2"]) == 1
     assert "not timed: refcheck failed" in capsys.readouterr().out

@@ -1,31 +1,67 @@
 """Hybrid model descriptions: presets, Hugging Face config parsing, tensor-parallel geometry."""
+
 import copy
 import json
 
 import pytest
 
-from trtllm_replayssm.models import (ATTENTION, GDN, KDA, MAMBA2, MLP, MOE, PRESETS,
-                                     AttentionGeometry, DeltaRuleGeometry, Mamba2Geometry,
-                                     MLAGeometry, from_hf_config, load_model)
+from trtllm_replayssm.models import (
+    ATTENTION,
+    GDN,
+    KDA,
+    MAMBA2,
+    MLP,
+    MOE,
+    PRESETS,
+    AttentionGeometry,
+    DeltaRuleGeometry,
+    Mamba2Geometry,
+    MLAGeometry,
+    from_hf_config,
+    load_model,
+)
 
 
-@pytest.mark.parametrize("name, counts, ssm_geometry, attention_geometry", [
-    pytest.param("nemotron-3-nano-4b", {MAMBA2: 21, ATTENTION: 4, MLP: 17},
-                 Mamba2Geometry(nheads=96, head_dim=80, d_state=128, ngroups=8, d_conv=4),
-                 AttentionGeometry(kv_heads=8, head_dim=128), id="nemotron-nano"),
-    pytest.param("nemotron-3-super-120b", {MAMBA2: 40, ATTENTION: 8, MOE: 40},
-                 Mamba2Geometry(nheads=128, head_dim=64, d_state=128, ngroups=8, d_conv=4),
-                 AttentionGeometry(kv_heads=2, head_dim=128), id="nemotron-super"),
-    pytest.param("qwen3.5-4b", {GDN: 24, ATTENTION: 8},
-                 DeltaRuleGeometry(k_heads=16, v_heads=32, head_k_dim=128, head_v_dim=128, d_conv=4),
-                 AttentionGeometry(kv_heads=4, head_dim=256), id="qwen3.5-4b"),
-    pytest.param("qwen3.5-122b-a10b", {GDN: 36, ATTENTION: 12},
-                 DeltaRuleGeometry(k_heads=16, v_heads=64, head_k_dim=128, head_v_dim=128, d_conv=4),
-                 AttentionGeometry(kv_heads=2, head_dim=256), id="qwen3.5-122b"),
-    pytest.param("kimi-linear-48b", {KDA: 20, ATTENTION: 7},
-                 DeltaRuleGeometry(k_heads=32, v_heads=32, head_k_dim=128, head_v_dim=128, d_conv=4),
-                 MLAGeometry(kv_lora_rank=512, qk_rope_head_dim=64), id="kimi-linear"),
-])
+@pytest.mark.parametrize(
+    "name, counts, ssm_geometry, attention_geometry",
+    [
+        pytest.param(
+            "nemotron-3-nano-4b",
+            {MAMBA2: 21, ATTENTION: 4, MLP: 17},
+            Mamba2Geometry(nheads=96, head_dim=80, d_state=128, ngroups=8, d_conv=4),
+            AttentionGeometry(kv_heads=8, head_dim=128),
+            id="nemotron-nano",
+        ),
+        pytest.param(
+            "nemotron-3-super-120b",
+            {MAMBA2: 40, ATTENTION: 8, MOE: 40},
+            Mamba2Geometry(nheads=128, head_dim=64, d_state=128, ngroups=8, d_conv=4),
+            AttentionGeometry(kv_heads=2, head_dim=128),
+            id="nemotron-super",
+        ),
+        pytest.param(
+            "qwen3.5-4b",
+            {GDN: 24, ATTENTION: 8},
+            DeltaRuleGeometry(k_heads=16, v_heads=32, head_k_dim=128, head_v_dim=128, d_conv=4),
+            AttentionGeometry(kv_heads=4, head_dim=256),
+            id="qwen3.5-4b",
+        ),
+        pytest.param(
+            "qwen3.5-122b-a10b",
+            {GDN: 36, ATTENTION: 12},
+            DeltaRuleGeometry(k_heads=16, v_heads=64, head_k_dim=128, head_v_dim=128, d_conv=4),
+            AttentionGeometry(kv_heads=2, head_dim=256),
+            id="qwen3.5-122b",
+        ),
+        pytest.param(
+            "kimi-linear-48b",
+            {KDA: 20, ATTENTION: 7},
+            DeltaRuleGeometry(k_heads=32, v_heads=32, head_k_dim=128, head_v_dim=128, d_conv=4),
+            MLAGeometry(kv_lora_rank=512, qk_rope_head_dim=64),
+            id="kimi-linear",
+        ),
+    ],
+)
 def test_presets_layer_stacks(name, counts, ssm_geometry, attention_geometry):
     model = load_model(name)
     assert model.name == name and model.tp_size == 1
@@ -62,8 +98,7 @@ def test_qwen_layer_types_equal_full_attention_interval():
     cfg = copy.deepcopy(PRESETS["qwen3.5-4b"])
     text = cfg["text_config"]
     del text["full_attention_interval"]
-    text["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention"
-                           for i in range(32)]
+    text["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(32)]
     assert from_hf_config(cfg, name="qwen3.5-4b") == by_interval
     # The multimodal wrapper is optional: the text config alone describes the same stack.
     assert from_hf_config(text, name="qwen3.5-4b") == by_interval
@@ -77,9 +112,17 @@ def test_nemotron_layers_block_type_equals_pattern():
 
 
 def test_nemotron_head_dim_falls_back_to_hidden_over_heads():
-    cfg = {"hybrid_override_pattern": "M*", "mamba_num_heads": 4, "mamba_head_dim": 8,
-           "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4, "num_key_value_heads": 2,
-           "hidden_size": 64, "num_attention_heads": 8}
+    cfg = {
+        "hybrid_override_pattern": "M*",
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 8,
+        "ssm_state_size": 16,
+        "n_groups": 2,
+        "conv_kernel": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+    }
     assert from_hf_config(cfg).attention_layers[0].geometry == AttentionGeometry(2, 8)
 
 
@@ -98,19 +141,54 @@ def _broken(name, edit):
     return cfg
 
 
-@pytest.mark.parametrize("config, message", [
-    pytest.param({"model_type": "llama", "num_hidden_layers": 2}, "unrecognised config.*NemotronH.*Qwen3.5.*Kimi Linear", id="unknown-family"),
-    pytest.param(_broken("nemotron-3-nano-4b", lambda c: c.update(hybrid_override_pattern="M-X")), "hybrid_override_pattern.*M Mamba-2", id="pattern-char"),
-    pytest.param(_broken("nemotron-3-nano-4b", lambda c: c.pop("mamba_num_heads")), "mamba_num_heads is missing", id="missing-key"),
-    pytest.param(_broken("nemotron-3-nano-4b", lambda c: c.update(num_hidden_layers=41)), "describes 42 layers; num_hidden_layers is 41", id="layer-count"),
-    pytest.param(_broken("nemotron-3-nano-4b", lambda c: c.update(n_groups=7)), "n_groups = 7 must divide", id="ngroups"),
-    pytest.param(_broken("nemotron-3-super-120b", lambda c: c.update(head_dim=0)), "head_dim is 0; expected a positive int", id="head-dim-0"),
-    pytest.param(_broken("qwen3.5-4b", lambda c: c.update(layer_types=["linear_attention", "sliding"])), "layer_types", id="layer-types"),
-    pytest.param(_broken("qwen3.5-4b", lambda c: c.update(linear_num_key_heads=24)), "must divide linear_num_value_heads", id="gqa"),
-    pytest.param(_broken("kimi-linear-48b", lambda c: c["linear_attn_config"].update(full_attn_layers=[3, 4])), "without overlap", id="kimi-overlap"),
-    pytest.param(_broken("kimi-linear-48b", lambda c: c["linear_attn_config"]["kda_layers"].remove(26)), "split layers 1..27", id="kimi-gap"),
-    pytest.param(["not", "a", "dict"], "expected a dict", id="not-a-dict"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        pytest.param(
+            {"model_type": "llama", "num_hidden_layers": 2},
+            "unrecognised config.*NemotronH.*Qwen3.5.*Kimi Linear",
+            id="unknown-family",
+        ),
+        pytest.param(
+            _broken("nemotron-3-nano-4b", lambda c: c.update(hybrid_override_pattern="M-X")),
+            "hybrid_override_pattern.*M Mamba-2",
+            id="pattern-char",
+        ),
+        pytest.param(
+            _broken("nemotron-3-nano-4b", lambda c: c.pop("mamba_num_heads")), "mamba_num_heads is missing", id="missing-key"
+        ),
+        pytest.param(
+            _broken("nemotron-3-nano-4b", lambda c: c.update(num_hidden_layers=41)),
+            "describes 42 layers; num_hidden_layers is 41",
+            id="layer-count",
+        ),
+        pytest.param(_broken("nemotron-3-nano-4b", lambda c: c.update(n_groups=7)), "n_groups = 7 must divide", id="ngroups"),
+        pytest.param(
+            _broken("nemotron-3-super-120b", lambda c: c.update(head_dim=0)),
+            "head_dim is 0; expected a positive int",
+            id="head-dim-0",
+        ),
+        pytest.param(
+            _broken("qwen3.5-4b", lambda c: c.update(layer_types=["linear_attention", "sliding"])),
+            "layer_types",
+            id="layer-types",
+        ),
+        pytest.param(
+            _broken("qwen3.5-4b", lambda c: c.update(linear_num_key_heads=24)), "must divide linear_num_value_heads", id="gqa"
+        ),
+        pytest.param(
+            _broken("kimi-linear-48b", lambda c: c["linear_attn_config"].update(full_attn_layers=[3, 4])),
+            "without overlap",
+            id="kimi-overlap",
+        ),
+        pytest.param(
+            _broken("kimi-linear-48b", lambda c: c["linear_attn_config"]["kda_layers"].remove(26)),
+            "split layers 1..27",
+            id="kimi-gap",
+        ),
+        pytest.param(["not", "a", "dict"], "expected a dict", id="not-a-dict"),
+    ],
+)
 def test_from_hf_config_rejects_malformed(config, message):
     with pytest.raises(ValueError, match=message):
         from_hf_config(config)
@@ -129,6 +207,7 @@ def test_load_model_bad_json(tmp_path):
 
 
 # --------------------------------------------------------------------------- tensor parallelism
+
 
 def test_for_tp_splits_heads_and_groups():
     super_tp2 = load_model("nemotron-3-super-120b").for_tp(2)
@@ -156,11 +235,16 @@ def test_for_tp_delta_rule_and_mla():
     assert kimi.for_tp(8).attention_layers[0].geometry == kimi.attention_layers[0].geometry
 
 
-@pytest.mark.parametrize("model, tp, message", [
-    pytest.param("nemotron-3-super-120b", 3, "layer 0 \\(mamba2\\).*nheads = 128 is not divisible by tp_size = 3", id="nheads"),
-    pytest.param("qwen3.5-122b-a10b", 32, "k_heads = 16 is not divisible by tp_size = 32", id="k-heads"),
-    pytest.param("nemotron-3-nano-4b", 0, "tp_size is 0", id="tp0"),
-])
+@pytest.mark.parametrize(
+    "model, tp, message",
+    [
+        pytest.param(
+            "nemotron-3-super-120b", 3, "layer 0 \\(mamba2\\).*nheads = 128 is not divisible by tp_size = 3", id="nheads"
+        ),
+        pytest.param("qwen3.5-122b-a10b", 32, "k_heads = 16 is not divisible by tp_size = 32", id="k-heads"),
+        pytest.param("nemotron-3-nano-4b", 0, "tp_size is 0", id="tp0"),
+    ],
+)
 def test_for_tp_impossible_splits(model, tp, message):
     with pytest.raises(ValueError, match=message):
         load_model(model).for_tp(tp)
@@ -180,6 +264,7 @@ def test_for_tp_only_from_a_whole_model():
 
 # --------------------------------------------------------------------------- transformers 5 keys
 
+
 def test_nemotron_transformers5_block_names_equal_pattern():
     # transformers 5 writes layers_block_type with linear_attention / full_attention (and drops
     # num_hidden_layers, which it derives); the stack is the published pattern's.
@@ -194,34 +279,83 @@ def test_nemotron_transformers5_block_names_equal_pattern():
 def test_kimi_transformers5_layer_types_equal_linear_attn_config():
     cfg = copy.deepcopy(PRESETS["kimi-linear-48b"])
     lac = cfg.pop("linear_attn_config")
-    cfg.update(linear_num_heads=lac["num_heads"], linear_head_dim=lac["head_dim"],
-               linear_conv_kernel_dim=lac["short_conv_kernel_size"],
-               layer_types=["linear_attention" if i + 1 in lac["kda_layers"] else "full_attention"
-                            for i in range(cfg["num_hidden_layers"])])
+    cfg.update(
+        linear_num_heads=lac["num_heads"],
+        linear_head_dim=lac["head_dim"],
+        linear_conv_kernel_dim=lac["short_conv_kernel_size"],
+        layer_types=[
+            "linear_attention" if i + 1 in lac["kda_layers"] else "full_attention" for i in range(cfg["num_hidden_layers"])
+        ],
+    )
     assert from_hf_config(cfg, name="kimi-linear-48b") == load_model("kimi-linear-48b")
 
 
 def test_pure_mamba2_config():
-    cfg = {"model_type": "mamba2", "num_hidden_layers": 3, "num_heads": 8, "head_dim": 16,
-           "state_size": 32, "n_groups": 2, "conv_kernel": 4}
+    cfg = {
+        "model_type": "mamba2",
+        "num_hidden_layers": 3,
+        "num_heads": 8,
+        "head_dim": 16,
+        "state_size": 32,
+        "n_groups": 2,
+        "conv_kernel": 4,
+    }
     model = from_hf_config(cfg)
     assert model.name == "mamba2" and model.family == "Mamba-2"
     assert [(l.index, l.kind) for l in model.layers] == [(0, MAMBA2), (1, MAMBA2), (2, MAMBA2)]
     assert {l.geometry for l in model.layers} == {Mamba2Geometry(8, 16, 32, 2, 4)}
 
 
-@pytest.mark.parametrize("config, message", [
-    pytest.param({"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16,
-                  "state_size": 32, "n_groups": 3, "conv_kernel": 4}, "n_groups = 3 must divide num_heads = 8", id="mamba2-groups"),
-    pytest.param({"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16,
-                  "n_groups": 2, "conv_kernel": 4}, "state_size is missing", id="mamba2-missing"),
-    pytest.param({"linear_num_heads": 4, "linear_head_dim": 8, "linear_conv_kernel_dim": 4,
-                  "num_hidden_layers": 2, "layer_types": ["linear_attention", "sliding"]}, "layer_types is", id="kimi-layer-types"),
-    pytest.param({"linear_num_heads": 4, "linear_head_dim": 8, "linear_conv_kernel_dim": 4,
-                  "num_hidden_layers": 3, "layer_types": ["linear_attention", "full_attention"],
-                  "kv_lora_rank": 8, "qk_rope_head_dim": 4}, "describes 2 layers; num_hidden_layers is 3", id="kimi-layer-count"),
-    pytest.param({"layers_block_type": ["linear_attention", "sliding_attention"]}, "layers_block_type is", id="nemotron-block-name"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        pytest.param(
+            {
+                "model_type": "mamba2",
+                "num_hidden_layers": 2,
+                "num_heads": 8,
+                "head_dim": 16,
+                "state_size": 32,
+                "n_groups": 3,
+                "conv_kernel": 4,
+            },
+            "n_groups = 3 must divide num_heads = 8",
+            id="mamba2-groups",
+        ),
+        pytest.param(
+            {"model_type": "mamba2", "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16, "n_groups": 2, "conv_kernel": 4},
+            "state_size is missing",
+            id="mamba2-missing",
+        ),
+        pytest.param(
+            {
+                "linear_num_heads": 4,
+                "linear_head_dim": 8,
+                "linear_conv_kernel_dim": 4,
+                "num_hidden_layers": 2,
+                "layer_types": ["linear_attention", "sliding"],
+            },
+            "layer_types is",
+            id="kimi-layer-types",
+        ),
+        pytest.param(
+            {
+                "linear_num_heads": 4,
+                "linear_head_dim": 8,
+                "linear_conv_kernel_dim": 4,
+                "num_hidden_layers": 3,
+                "layer_types": ["linear_attention", "full_attention"],
+                "kv_lora_rank": 8,
+                "qk_rope_head_dim": 4,
+            },
+            "describes 2 layers; num_hidden_layers is 3",
+            id="kimi-layer-count",
+        ),
+        pytest.param(
+            {"layers_block_type": ["linear_attention", "sliding_attention"]}, "layers_block_type is", id="nemotron-block-name"
+        ),
+    ],
+)
 def test_from_hf_config_rejects_malformed_transformers5_keys(config, message):
     with pytest.raises(ValueError, match=message):
         from_hf_config(config)

@@ -3,6 +3,7 @@ and every peer row's arguments. The rows' calls go to stand-ins that compute wha
 computes (from its documented semantics, with this project's reference) and assert its layout
 checks; where shared/peers is present, the vLLM wrappers themselves check our arguments (their
 Triton launches replaced by a recorder) and FlashInfer's signature binds them."""
+
 import argparse
 import ast
 import glob
@@ -18,13 +19,18 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-import peers_mamba2 as pm  # noqa: E402
-from trtllm_replayssm.cache import Mamba2ReplayCache  # noqa: E402
-from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref  # noqa: E402
+import peers_mamba2 as pm
+from trtllm_replayssm.cache import Mamba2ReplayCache
+from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
 
-PEERS_DIR = next((p for p in (os.path.join(ROOT, "shared", "peers"),
-                              os.path.join(os.path.dirname(ROOT), "shared", "peers"))
-                  if os.path.isdir(os.path.join(p, "vllm"))), None)
+PEERS_DIR = next(
+    (
+        p
+        for p in (os.path.join(ROOT, "shared", "peers"), os.path.join(os.path.dirname(ROOT), "shared", "peers"))
+        if os.path.isdir(os.path.join(p, "vllm"))
+    ),
+    None,
+)
 needs_peers = pytest.mark.skipif(PEERS_DIR is None, reason="shared/peers not present")
 
 
@@ -58,14 +64,31 @@ def fake_case(L=4, state=torch.float32, batch=3, nsets=2, geometry=(4, 16, 16, 2
 
     def r(*s):
         return torch.randn(*s, generator=g).to(torch.bfloat16)
-    case = SimpleNamespace(nheads=H, head_dim=P, d_state=N, ngroups=G, batch=batch, L=L, state=state,
-                           slot_sets=[perm[i * batch:(i + 1) * batch].contiguous() for i in range(nsets)],
-                           num_slots=S, x=r(batch, H, P), dt=r(batch, H), B=r(batch, G, N), C=r(batch, G, N),
-                           A=-(torch.rand(H, generator=g) + 1), dt_bias=torch.rand(H, generator=g) - 4,
-                           D=torch.randn(H, generator=g), cache=cache, conv_state=cache.checkpoint)
+
+    case = SimpleNamespace(
+        nheads=H,
+        head_dim=P,
+        d_state=N,
+        ngroups=G,
+        batch=batch,
+        L=L,
+        state=state,
+        slot_sets=[perm[i * batch : (i + 1) * batch].contiguous() for i in range(nsets)],
+        num_slots=S,
+        x=r(batch, H, P),
+        dt=r(batch, H),
+        B=r(batch, G, N),
+        C=r(batch, G, N),
+        A=-(torch.rand(H, generator=g) + 1),
+        dt_bias=torch.rand(H, generator=g) - 4,
+        D=torch.randn(H, generator=g),
+        cache=cache,
+        conv_state=cache.checkpoint,
+    )
     case.out = torch.empty_like(case.x)
     case.conventional = lambda state, slots, out: mamba2_decode_step_ref(
-        state, case.x, case.dt, case.A, case.B, case.C, slot_ids=slots, D=case.D, dt_bias=case.dt_bias, out=out)
+        state, case.x, case.dt, case.A, case.B, case.C, slot_ids=slots, D=case.D, dt_bias=case.dt_bias, out=out
+    )
     return case
 
 
@@ -76,6 +99,7 @@ def assert_tied(A, dt, D, dt_bias):
 
 
 # ---- loading ----------------------------------------------------------------------------------
+
 
 def test_missing_peers_dir_is_one_note_not_an_error(isolated_imports, tmp_path):
     before = list(sys.path)
@@ -106,6 +130,7 @@ def test_the_vllm_peers_import_from_shared_peers(isolated_imports):
 
 # ---- cursor tables ----------------------------------------------------------------------------
 
+
 def test_official_positions_advance_every_row_one_step_per_round():
     L, sets = 8, [torch.tensor([3, 0, 5], dtype=torch.int32), torch.tensor([1, 4, 2], dtype=torch.int32)]
     cursor = torch.tensor([7, 0, 3, 6, 1, 2], dtype=torch.int32)
@@ -135,25 +160,57 @@ def test_flashinfer_cursors_follow_vllms_tracker_rule():
     assert rs.shape == pn.shape == (W, 6) and rs.is_contiguous() and pn.dtype == torch.int32
     assert torch.equal(pn.sort(0).values, torch.arange(1, W + 1, dtype=torch.int32)[:, None].expand(W, 6))
     assert int(pn.min()) >= 1 and int(rs.min()) >= 0 and int(rs.max()) <= W
-    moved = (rs[1:] != rs[:-1])
+    moved = rs[1:] != rs[:-1]
     assert torch.equal(moved, pn[:-1] == W)  # the ring start moves right after a checkpoint
     assert torch.equal(rs[1:][moved], ((rs[:-1] + W) % (W + 1))[moved])
 
 
 # ---- the rows' arguments and what they compute --------------------------------------------------
 
-def vllm_stand_in(state, x, dt, A, B, C, D, dt_bias, z=None, dt_softplus=False, state_batch_indices=None,
-                  null_block_id=0, out=None):
+
+def vllm_stand_in(
+    state, x, dt, A, B, C, D, dt_bias, z=None, dt_softplus=False, state_batch_indices=None, null_block_id=0, out=None
+):
     """vLLM's selective_state_update with tied A/dt/D/dt_bias, through this project's reference."""
     assert_tied(A, dt, D, dt_bias)
     assert z is None and null_block_id == -1 and state_batch_indices.dtype == torch.int32
-    mamba2_decode_step_ref(state, x, dt[..., 0], A[:, 0, 0], B, C, slot_ids=state_batch_indices, D=D[:, 0],
-                           dt_bias=dt_bias[:, 0], dt_softplus=dt_softplus, out=out)
+    mamba2_decode_step_ref(
+        state,
+        x,
+        dt[..., 0],
+        A[:, 0, 0],
+        B,
+        C,
+        slot_ids=state_batch_indices,
+        D=D[:, 0],
+        dt_bias=dt_bias[:, 0],
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
-def official_stand_in(state, x, dt, A, B, C, D=None, dt_bias=None, z=None, dt_softplus=False, x_cache=None,
-                      dt_cache=None, B_cache=None, bc_pre=None, write_pos=None, is_flush=None,
-                      max_cache_len=16, state_batch_indices=None, null_block_id=0, out=None):
+def official_stand_in(
+    state,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D=None,
+    dt_bias=None,
+    z=None,
+    dt_softplus=False,
+    x_cache=None,
+    dt_cache=None,
+    B_cache=None,
+    bc_pre=None,
+    write_pos=None,
+    is_flush=None,
+    max_cache_len=16,
+    state_batch_indices=None,
+    null_block_id=0,
+    out=None,
+):
     """The official output_only step: the records are this project's layout, write_pos per row is
     the cursor of the row's slot and is_flush marks write_pos == L - 1 (this project's replay
     reference computes exactly that)."""
@@ -165,14 +222,49 @@ def official_stand_in(state, x, dt, A, B, C, D=None, dt_bias=None, z=None, dt_so
     assert torch.equal(is_flush.bool(), write_pos == L - 1)
     cursor = torch.zeros(state.shape[0], dtype=torch.int32)
     cursor[state_batch_indices.long()] = write_pos
-    mamba2_replay_step_ref(state, x_cache, dt_cache, B_cache, cursor, x, dt[..., 0], A[:, 0, 0], B, C,
-                           slot_ids=state_batch_indices, D=D[:, 0], dt_bias=dt_bias[:, 0],
-                           dt_softplus=dt_softplus, out=out)
+    mamba2_replay_step_ref(
+        state,
+        x_cache,
+        dt_cache,
+        B_cache,
+        cursor,
+        x,
+        dt[..., 0],
+        A[:, 0, 0],
+        B,
+        C,
+        slot_ids=state_batch_indices,
+        D=D[:, 0],
+        dt_bias=dt_bias[:, 0],
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
-def fi_stand_in(state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted_tokens, x, dt, A, B, C,
-                out, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
-                pad_slot_id=-1, algorithm="auto", cb_scaled=None, cumAdt_vec=None, cb_old=None):
+def fi_stand_in(
+    state,
+    x_cache,
+    B_cache,
+    dt_cache,
+    ring_start,
+    prev_num_accepted_tokens,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    out,
+    D=None,
+    z=None,
+    dt_bias=None,
+    dt_softplus=False,
+    state_batch_indices=None,
+    pad_slot_id=-1,
+    algorithm="auto",
+    cb_scaled=None,
+    cumAdt_vec=None,
+    cb_old=None,
+):
     """FlashInfer's checkpointing_ssu for one predicted token, as its docstring describes it:
     replay pnat ring records from ring_start, checkpoint them when pnat + 1 > W, write the new
     token at ring_start + pnat; plus the layout checks of its C++ entry point."""
@@ -199,13 +291,19 @@ def fi_stand_in(state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted
         for i in range(p):
             q = (o + i) % R
             d = dt_cache[s, :, q]
-            st = (torch.exp(a * d)[:, None, None] * st + d[:, None, None] * x_cache[s, :, q].float()[:, :, None]
-                  * B_cache[s, :, q].float().repeat_interleave(hpg, 0)[:, None, :])
+            st = (
+                torch.exp(a * d)[:, None, None] * st
+                + d[:, None, None]
+                * x_cache[s, :, q].float()[:, :, None]
+                * B_cache[s, :, q].float().repeat_interleave(hpg, 0)[:, None, :]
+            )
         if p + 1 > W:
             state[s] = st.to(state.dtype)
         d = dtp[row]
-        st = (torch.exp(a * d)[:, None, None] * st + d[:, None, None] * x[row, 0].float()[:, :, None]
-              * B[row, 0].float().repeat_interleave(hpg, 0)[:, None, :])
+        st = (
+            torch.exp(a * d)[:, None, None] * st
+            + d[:, None, None] * x[row, 0].float()[:, :, None] * B[row, 0].float().repeat_interleave(hpg, 0)[:, None, :]
+        )
         y = (st * C[row, 0].float().repeat_interleave(hpg, 0)[:, None, :]).sum(-1) + D * x[row, 0].float()
         out[row, 0] = y.to(out.dtype)
         q = (o + p) % R
@@ -215,13 +313,17 @@ def fi_stand_in(state, x_cache, B_cache, dt_cache, ring_start, prev_num_accepted
 def fi_namespace(call=fi_stand_in, prebuilt=True, seen=None):
     def allocate(batch, heads, T, W, dtype, device):
         assert T == 1 and W <= 16
-        return (torch.empty(batch, heads, 32, 8, dtype=dtype), torch.empty(batch, heads, 16),
-                torch.empty(batch, heads, 32, (W + 7) // 8 * 4, dtype=dtype))
+        return (
+            torch.empty(batch, heads, 32, 8, dtype=dtype),
+            torch.empty(batch, heads, 16),
+            torch.empty(batch, heads, 32, (W + 7) // 8 * 4, dtype=dtype),
+        )
 
     def prebuilt_(*uri_args):
         if seen is not None:
             seen.append(uri_args)
         return prebuilt
+
     return SimpleNamespace(checkpointing_ssu=call, prebuilt=prebuilt_, allocate_checkpointing_ssu_scratch=allocate)
 
 
@@ -277,12 +379,14 @@ def test_flashinfer_rows_replay_the_ring_with_vllms_bookkeeping(state, monkeypat
     def call(*a, **k):
         env_seen.append((k["algorithm"], os.environ.get("FLASHINFER_SSU_MAIN_CTA_PER_SM")))
         fi_stand_in(*a, **k)
+
     uris = []
     rows = pm.flashinfer_rows(case, fi_namespace(call, seen=uris))
     assert [r.name for r in rows] == ["fi_monolith", "fi_two_kernel", "fi_2k_s2c4"]
     H, P, N, G = 4, 16, 16, 2
-    assert uris == [(state, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, torch.int32, None,
-                     P, N, 1, case.L, H // G, G)]
+    assert uris == [
+        (state, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, torch.int32, None, P, N, 1, case.L, H // G, G)
+    ]
     refs = pm.reference_outputs(case, 2 * case.L + 2)
     tol = 1e-5 if state == torch.float32 else 5e-2
     for r in rows:
@@ -325,20 +429,24 @@ def test_the_checks_catch_a_misplaced_record(monkeypatch):
     case = fake_case(L=4)
     refs = pm.reference_outputs(case, 2 * case.L + 2)
     good = pm.flashinfer_advance
-    monkeypatch.setattr(pm, "flashinfer_advance", lambda rs, pn, W: (
-        torch.where(pn + 1 > W, (rs + pn + 1) % (W + 1), rs), good(rs, pn, W)[1]))
+    monkeypatch.setattr(
+        pm, "flashinfer_advance", lambda rs, pn, W: (torch.where(pn + 1 > W, (rs + pn + 1) % (W + 1), rs), good(rs, pn, W)[1])
+    )
     assert all(r.check(refs) > pm.REFCHECK_TOL for r in pm.flashinfer_rows(case, fi_namespace()))
     monkeypatch.undo()
 
     def ahead(*a, write_pos, is_flush, max_cache_len, **k):
         wp = (write_pos + 1) % max_cache_len
-        official_stand_in(*a, write_pos=wp, is_flush=(wp == max_cache_len - 1).to(torch.int8),
-                          max_cache_len=max_cache_len, **k)
+        official_stand_in(
+            *a, write_pos=wp, is_flush=(wp == max_cache_len - 1).to(torch.int8), max_cache_len=max_cache_len, **k
+        )
+
     (row,) = pm.official_rows(case, ahead)
     assert row.check(refs) > pm.REFCHECK_TOL
 
 
 # ---- the real peers' signatures and checks --------------------------------------------------
+
 
 class Launch:
     """Stands for a Triton kernel: ``kernel[grid](*args, **kw)`` records instead of launching."""
@@ -366,10 +474,10 @@ def test_the_vllm_wrappers_accept_our_arguments(isolated_imports, monkeypatch, s
     (orow,) = pm.official_rows(case, peers.official)
     vrow.route.steps[0]()
     orow.route.steps[-1]()
-    (_, a, _), = conv.calls
+    ((_, a, _),) = conv.calls
     assert a[0] is case.conv_state and a[10] is case.out and a[11].data_ptr() == case.slot_sets[0].data_ptr()
     assert a[13] == -1  # null_block_id: slot 0 is a real slot here
-    (_, a, _), = main.calls
+    ((_, a, _),) = main.calls
     assert len(pre.calls) == 1 and a[13].dtype == torch.float32 and a[17] == -1
     assert a[14].dtype == torch.int32 and a[15].dtype == torch.int8  # write_pos, is_flush
     last = case.cache.cursor.long()[case.slot_sets[-1].long()]  # the last step: round L-1, last set
@@ -380,7 +488,7 @@ def test_the_vllm_wrappers_accept_our_arguments(isolated_imports, monkeypatch, s
 def test_flashinfer_signature_binds_our_call():
     """Our call binds to checkpointing_ssu's signature in the shipped FlashInfer (read from the
     archive; it does not import without CUDA and tvm-ffi)."""
-    archive, = glob.glob(os.path.join(PEERS_DIR, "flashinfer", "flashinfer-*.tar.xz"))
+    (archive,) = glob.glob(os.path.join(PEERS_DIR, "flashinfer", "flashinfer-*.tar.xz"))
     with tarfile.open(archive) as t:
         src = next(t.extractfile(m).read() for m in t if m.name.endswith("flashinfer/mamba/checkpointing_ssu.py"))
     fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "checkpointing_ssu")
@@ -391,6 +499,7 @@ def test_flashinfer_signature_binds_our_call():
     ns = {}
     exec(compile(ast.fix_missing_locations(ast.Module([fn], [])), "checkpointing_ssu", "exec"), ns)
     import inspect
+
     sig = inspect.signature(ns["checkpointing_ssu"])
     seen = []
     for row in pm.flashinfer_rows(fake_case(L=8), fi_namespace(lambda *a, **k: seen.append((a, k)))):
@@ -403,8 +512,10 @@ def test_flashinfer_signature_binds_our_call():
 
 # ---- timing and the table's bookkeeping ------------------------------------------------------------------
 
+
 def test_time_interleaved_samples_every_graph_in_turn(monkeypatch):
     import triton.testing
+
     order = []
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: (order.append(fn), 2.0)[1])
     graphs = {"a": SimpleNamespace(replay="A"), "b": SimpleNamespace(replay="B")}
@@ -424,11 +535,13 @@ def test_run_table_ratios_notes_and_rows(monkeypatch, capsys):
 
     def broken(*a, **k):
         raise RuntimeError("no kernel for this")
+
     peers = pm.Peers(vllm_ssu=vllm_stand_in, official=broken)
     monkeypatch.setattr(pm, "capture", lambda route: route)
     us = dict(decode_step=10.0, replay_step=5.0, vllm_conv=11.0)
-    monkeypatch.setattr(pm, "time_interleaved", lambda graphs, steps, reps=5: {
-        n: (us[n] * 1e-6, [us[n] * 1e-3]) for n in graphs})
+    monkeypatch.setattr(
+        pm, "time_interleaved", lambda graphs, steps, reps=5: {n: (us[n] * 1e-6, [us[n] * 1e-3]) for n in graphs}
+    )
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     args = argparse.Namespace(state=["f32"], L=[4], batch=[3], act="bf16")
     rows = pm.run_table(lambda batch, L, state: case, args, 2e12, peers)

@@ -1,23 +1,40 @@
 """Memory / traffic planner: exact bytes, NVIDIA's published figures, concurrency, traffic."""
+
 import json
 import math
 
 import pytest
 import torch
 
-from trtllm_replayssm.memory import (CURSOR_BYTES, MODES, conv_state_bytes, kv_bytes_per_token,
-                                     mamba2_step_bytes, record_bytes, ssm_layer_bytes,
-                                     ssm_layer_step_traffic, state_bytes)
+from trtllm_replayssm.memory import (
+    CURSOR_BYTES,
+    MODES,
+    conv_state_bytes,
+    kv_bytes_per_token,
+    mamba2_step_bytes,
+    record_bytes,
+    ssm_layer_bytes,
+    ssm_layer_step_traffic,
+    state_bytes,
+)
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, from_hf_config, load_model
-from trtllm_replayssm.planner import (Budget, PlanConfig, kv_token_equivalent, max_concurrency,
-                                      plan, sequence_kv_bytes_per_token, sequence_ssm_bytes,
-                                      step_traffic)
+from trtllm_replayssm.planner import (
+    Budget,
+    PlanConfig,
+    kv_token_equivalent,
+    max_concurrency,
+    plan,
+    sequence_kv_bytes_per_token,
+    sequence_ssm_bytes,
+    step_traffic,
+)
 
 FP8 = torch.float8_e4m3fn
 MiB, KiB, GiB = 1 << 20, 1 << 10, 1 << 30
 
 
 # --------------------------------------------------------------------------- NVIDIA's figures
+
 
 def test_nvidia_figures_nemotron_super():
     model = load_model("nemotron-3-super-120b")
@@ -42,8 +59,7 @@ def test_nvidia_figures_nemotron_super():
 
 
 def test_plan_reports_the_nvidia_equivalents_with_conv_states_on_top():
-    p = plan(load_model("nemotron-3-super-120b"), config=PlanConfig(kv_dtype=FP8),
-             gpu_mem_bytes=141 * GiB)
+    p = plan(load_model("nemotron-3-super-120b"), config=PlanConfig(kv_dtype=FP8), gpu_mem_bytes=141 * GiB)
     conv = p.modes["conventional"]
     conv_bytes = 40 * 10240 * 3 * 2  # bf16 conv states [conv_dim, d_conv - 1] of 40 layers
     assert p.kv_bytes_per_token == 8 * 512
@@ -54,19 +70,30 @@ def test_plan_reports_the_nvidia_equivalents_with_conv_states_on_top():
 
 # --------------------------------------------------------------------------- bytes
 
-@pytest.mark.parametrize("name, ring", [
-    # replayssm_brief §6.3 (vLLM's formulas, bf16 records, L = 16): Nano 278 KiB, Super 296 KiB,
-    # Qwen3.5-4B 194 KiB, Qwen3.5-122B 324 KiB per sequence per layer.
-    pytest.param("nemotron-3-nano-4b", 278 * KiB, id="nemotron-nano"),
-    pytest.param("nemotron-3-super-120b", 296 * KiB, id="nemotron-super"),
-    pytest.param("qwen3.5-4b", 194 * KiB, id="qwen3.5-4b"),
-    pytest.param("qwen3.5-122b-a10b", 324 * KiB, id="qwen3.5-122b"),
-])
+
+@pytest.mark.parametrize(
+    "name, ring",
+    [
+        # replayssm_brief §6.3 (vLLM's formulas, bf16 records, L = 16): Nano 278 KiB, Super 296 KiB,
+        # Qwen3.5-4B 194 KiB, Qwen3.5-122B 324 KiB per sequence per layer.
+        pytest.param("nemotron-3-nano-4b", 278 * KiB, id="nemotron-nano"),
+        pytest.param("nemotron-3-super-120b", 296 * KiB, id="nemotron-super"),
+        pytest.param("qwen3.5-4b", 194 * KiB, id="qwen3.5-4b"),
+        pytest.param("qwen3.5-122b-a10b", 324 * KiB, id="qwen3.5-122b"),
+    ],
+)
 def test_record_ring_matches_published_formula(name, ring):
     layer = load_model(name).ssm_layers[0]
-    b = ssm_layer_bytes(layer.kind, layer.geometry, "replay", buffer_len=16, spec_tokens=4,
-                        state_dtype=torch.float32, record_dtype=torch.bfloat16,
-                        conv_dtype=torch.bfloat16)
+    b = ssm_layer_bytes(
+        layer.kind,
+        layer.geometry,
+        "replay",
+        buffer_len=16,
+        spec_tokens=4,
+        state_dtype=torch.float32,
+        record_dtype=torch.bfloat16,
+        conv_dtype=torch.bfloat16,
+    )
     assert b.records == ring
 
 
@@ -84,8 +111,7 @@ def test_record_bytes_by_family():
 
 def test_layer_bytes_per_mode():
     layer = load_model("qwen3.5-122b-a10b").ssm_layers[0]
-    kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32,
-              record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
+    kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32, record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
     b = {mode: ssm_layer_bytes(layer.kind, layer.geometry, mode, **kw) for mode in MODES}
     state, rec = 64 * 128 * 128 * 4, record_bytes(GDN, layer.geometry, torch.bfloat16, torch.float32)
     conv1, conv4 = 12288 * 3 * 2, 12288 * 6 * 2
@@ -103,8 +129,9 @@ def test_tp_split_divides_ssm_and_kv_bytes():
     model = load_model("nemotron-3-super-120b")
     whole, half = model.ssm_layers[0], model.for_tp(2).ssm_layers[0]
     for mode in MODES:
-        kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32,
-                  record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
+        kw = dict(
+            buffer_len=16, spec_tokens=4, state_dtype=torch.float32, record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16
+        )
         w = ssm_layer_bytes(MAMBA2, whole.geometry, mode, **kw)
         h = ssm_layer_bytes(MAMBA2, half.geometry, mode, **kw)
         assert (w.conv, w.state, w.records, w.cursors) == (2 * h.conv, 2 * h.state, 2 * h.records, h.cursors)
@@ -113,31 +140,52 @@ def test_tp_split_divides_ssm_and_kv_bytes():
 
 # --------------------------------------------------------------------------- traffic
 
+
 def test_replay_traffic_matches_the_benchmark_model():
     layer = load_model("nemotron-3-super-120b").ssm_layers[0]
     g = layer.geometry
-    t = ssm_layer_step_traffic(MAMBA2, g, "replay", buffer_len=16, spec_tokens=4, accepted=4,
-                               state_dtype=torch.float32, record_dtype=torch.bfloat16,
-                               conv_dtype=torch.bfloat16)
-    b = mamba2_step_bytes("replay_step", nheads=g.nheads, head_dim=g.head_dim, d_state=g.d_state,
-                          ngroups=g.ngroups, L=16, state_dtype=torch.float32,
-                          act_dtype=torch.bfloat16)
-    assert (t.state_read, t.state_written, t.records_read, t.records_written) == \
-        (b.state_read, b.state_written, b.records_read, b.records_written)
+    t = ssm_layer_step_traffic(
+        MAMBA2,
+        g,
+        "replay",
+        buffer_len=16,
+        spec_tokens=4,
+        accepted=4,
+        state_dtype=torch.float32,
+        record_dtype=torch.bfloat16,
+        conv_dtype=torch.bfloat16,
+    )
+    b = mamba2_step_bytes(
+        "replay_step",
+        nheads=g.nheads,
+        head_dim=g.head_dim,
+        d_state=g.d_state,
+        ngroups=g.ngroups,
+        L=16,
+        state_dtype=torch.float32,
+        act_dtype=torch.bfloat16,
+    )
+    assert (t.state_read, t.state_written, t.records_read, t.records_written) == (
+        b.state_read,
+        b.state_written,
+        b.records_read,
+        b.records_written,
+    )
     assert t.state_written == 4 * MiB / 16
     assert t.conv_read == t.conv_written == 10240 * 3 * 2
 
 
 def test_traffic_per_mode_ordering_and_spec_formulas():
     layer = load_model("qwen3.5-4b").ssm_layers[0]
-    kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32,
-              record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
-    t = {mode: ssm_layer_step_traffic(layer.kind, layer.geometry, mode, accepted=2, **kw)
-         for mode in MODES}
+    kw = dict(buffer_len=16, spec_tokens=4, state_dtype=torch.float32, record_dtype=torch.bfloat16, conv_dtype=torch.bfloat16)
+    t = {mode: ssm_layer_step_traffic(layer.kind, layer.geometry, mode, accepted=2, **kw) for mode in MODES}
     S, rec = 2 * MiB, record_bytes(GDN, layer.geometry, torch.bfloat16, torch.float32)
     assert (t["conventional_spec"].state_read, t["conventional_spec"].state_written) == (S, 4 * S)
-    assert (t["replay_spec"].state_written, t["replay_spec"].records_read,
-            t["replay_spec"].records_written) == (S * 2 / 16, 8 * rec, 4 * rec)
+    assert (t["replay_spec"].state_written, t["replay_spec"].records_read, t["replay_spec"].records_written) == (
+        S * 2 / 16,
+        8 * rec,
+        4 * rec,
+    )
     totals = {mode: x.total for mode, x in t.items()}
     assert totals["replay"] < totals["replay_spec"] < totals["conventional"] < totals["conventional_spec"]
     # Fewer accepted tokens per step: fewer flushes.
@@ -154,10 +202,21 @@ def test_replay_roughly_halves_super_state_traffic():
 
 # --------------------------------------------------------------------------- concurrency
 
+
 def _tiny():
-    return from_hf_config({"hybrid_override_pattern": "MM*-", "mamba_num_heads": 4,
-                           "mamba_head_dim": 8, "ssm_state_size": 16, "n_groups": 2,
-                           "conv_kernel": 4, "num_key_value_heads": 2, "head_dim": 16}, name="tiny")
+    return from_hf_config(
+        {
+            "hybrid_override_pattern": "MM*-",
+            "mamba_num_heads": 4,
+            "mamba_head_dim": 8,
+            "ssm_state_size": 16,
+            "n_groups": 2,
+            "conv_kernel": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+        },
+        name="tiny",
+    )
 
 
 def test_max_concurrency_is_the_largest_fitting_count():
@@ -168,16 +227,24 @@ def test_max_concurrency_is_the_largest_fitting_count():
     per_seq = ssm + 100 * kv
     for n in (0, 1, 7):
         exact = 2 * ssm + n * per_seq  # two padding slots + n sequences
-        assert max_concurrency(model, "replay", cfg, cache_bytes=exact, max_seq_len=100,
-                               num_padding_slots=2) == n
-        assert max_concurrency(model, "replay", cfg, cache_bytes=exact - 1, max_seq_len=100,
-                               num_padding_slots=2) == max(n - 1, 0)
+        assert max_concurrency(model, "replay", cfg, cache_bytes=exact, max_seq_len=100, num_padding_slots=2) == n
+        assert max_concurrency(model, "replay", cfg, cache_bytes=exact - 1, max_seq_len=100, num_padding_slots=2) == max(
+            n - 1, 0
+        )
 
 
 def test_plan_budget_and_concurrency():
     model = load_model("nemotron-3-super-120b")
-    p = plan(model, tp_size=2, config=PlanConfig(kv_dtype=FP8), gpu_mem_bytes=141 * GiB,
-             free_fraction=0.5, weights_bytes=120 * GiB, max_seq_len=2048, num_padding_slots=1)
+    p = plan(
+        model,
+        tp_size=2,
+        config=PlanConfig(kv_dtype=FP8),
+        gpu_mem_bytes=141 * GiB,
+        free_fraction=0.5,
+        weights_bytes=120 * GiB,
+        max_seq_len=2048,
+        num_padding_slots=1,
+    )
     assert p.budget.weights_per_rank == 60 * GiB
     assert p.budget.cache_bytes == int(81 * GiB * 0.5)
     rank = model.for_tp(2)
@@ -197,28 +264,37 @@ def test_plan_to_dict_is_json():
     assert d["model"]["layer_counts"] == {"kda": 20, "attention": 7}
     assert d["config"]["kv_dtype"] == "fp8" and d["config"]["accepted"] == 4.0
     assert d["attention_layers"][0]["kv_bytes_per_token"] == 576
-    assert d["ssm_layers"][0]["bytes_per_sequence"]["replay"]["total"] == \
-        sequence_ssm_bytes(p.model, "replay", p.config) // 20
+    assert d["ssm_layers"][0]["bytes_per_sequence"]["replay"]["total"] == sequence_ssm_bytes(p.model, "replay", p.config) // 20
     assert set(d["modes"]) == set(MODES)
     assert d["modes"]["conventional"]["traffic_vs_conventional"] == 1.0
 
 
 def test_plan_without_attention_has_no_kv_equivalent():
-    model = from_hf_config({"hybrid_override_pattern": "M-", "mamba_num_heads": 2,
-                            "mamba_head_dim": 4, "ssm_state_size": 4, "n_groups": 1,
-                            "conv_kernel": 4})
+    model = from_hf_config(
+        {
+            "hybrid_override_pattern": "M-",
+            "mamba_num_heads": 2,
+            "mamba_head_dim": 4,
+            "ssm_state_size": 4,
+            "n_groups": 1,
+            "conv_kernel": 4,
+        }
+    )
     p = plan(model, gpu_mem_bytes=GiB)
     assert math.isinf(p.modes["replay"].memory_kv_tokens)
     assert json.loads(json.dumps(p.to_dict(), allow_nan=False))["modes"]["replay"]["memory_kv_tokens"] is None
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    pytest.param(dict(buffer_len=4, spec_tokens=8), ValueError, "expected B >= T", id="B<T"),
-    pytest.param(dict(buffer_len=60, spec_tokens=8), ValueError, "at most 64", id="B+T>64"),
-    pytest.param(dict(accepted=5.0), ValueError, "accepted is 5.0", id="accepted"),
-    pytest.param(dict(buffer_len=0), ValueError, "buffer_len is 0", id="L0"),
-    pytest.param(dict(state_dtype=torch.int8), TypeError, "state_dtype", id="state-int8"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        pytest.param(dict(buffer_len=4, spec_tokens=8), ValueError, "expected B >= T", id="B<T"),
+        pytest.param(dict(buffer_len=60, spec_tokens=8), ValueError, "at most 64", id="B+T>64"),
+        pytest.param(dict(accepted=5.0), ValueError, "accepted is 5.0", id="accepted"),
+        pytest.param(dict(buffer_len=0), ValueError, "buffer_len is 0", id="L0"),
+        pytest.param(dict(state_dtype=torch.int8), TypeError, "state_dtype", id="state-int8"),
+    ],
+)
 def test_plan_config_rejects(kwargs, error, message):
     with pytest.raises(error, match=message):
         PlanConfig(**kwargs)

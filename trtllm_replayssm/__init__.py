@@ -8,6 +8,7 @@ The names below load on first use (importing :mod:`trtllm_replayssm.ops` registe
 ``torch.ops.replayssm.*`` ops), so that ``import trtllm_replayssm`` and the command line's
 ``--help`` do not import torch and Triton.
 """
+
 import importlib
 
 __version__ = "0.1.0"

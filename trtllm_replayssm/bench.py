@@ -14,6 +14,7 @@ The method, shared with the benchmarks in ``benchmarks/`` (they import these pie
 
 Bytes moved come from :mod:`trtllm_replayssm.memory` (the planner's model).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -43,14 +44,35 @@ from .models import GDN, KDA, MAMBA2, DeltaRuleGeometry, HybridModel, Mamba2Geom
 from .ops import SnapshotCache, spec_buffer_len
 from .planner import DTYPE_NAMES, _groups
 
-__all__ = ["POOL_BYTES", "REFCHECK_TOL", "DT", "copy_bandwidth", "slot_sets", "time_graph",
-           "header", "results_stem", "write_json", "plot_speedups", "DecodeCase",
-           "Mamba2DecodeCase", "GatedDeltaDecodeCase", "VERIFY_ROUTES", "model_geometry",
-           "VerifyCase", "Mamba2VerifyCase", "DeltaVerifyCase", "make_verify_case",
-           "case_geometry", "bench_plan", "run_bench", "format_bench", "plot_bench"]
+__all__ = [
+    "POOL_BYTES",
+    "REFCHECK_TOL",
+    "DT",
+    "copy_bandwidth",
+    "slot_sets",
+    "time_graph",
+    "header",
+    "results_stem",
+    "write_json",
+    "plot_speedups",
+    "DecodeCase",
+    "Mamba2DecodeCase",
+    "GatedDeltaDecodeCase",
+    "VERIFY_ROUTES",
+    "model_geometry",
+    "VerifyCase",
+    "Mamba2VerifyCase",
+    "DeltaVerifyCase",
+    "make_verify_case",
+    "case_geometry",
+    "bench_plan",
+    "run_bench",
+    "format_bench",
+    "plot_bench",
+]
 
 POOL_BYTES = 512 << 20  # state bytes per case, several times the H200's 60 MB L2
-REFCHECK_TOL = 5e-2     # replay vs conventional outputs (relative max error) before timing
+REFCHECK_TOL = 5e-2  # replay vs conventional outputs (relative max error) before timing
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
@@ -60,9 +82,11 @@ def _dtype(d: Union[str, torch.dtype]) -> torch.dtype:
 
 # --------------------------------------------------------------------------- timing
 
+
 def copy_bandwidth() -> float:
     """Device-to-device copy, bytes read + written per second (median)."""
     import triton.testing as tt
+
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
     ms = tt.do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
@@ -76,13 +100,14 @@ def slot_sets(batch: int, state_bytes_per_row: int, generator, pool_bytes: int =
     generator's device."""
     sets = max(1, math.ceil(pool_bytes / (batch * state_bytes_per_row)))
     perm = torch.randperm(sets * batch, device=generator.device, generator=generator).to(torch.int32)
-    return [perm[i * batch:(i + 1) * batch].contiguous() for i in range(sets)]
+    return [perm[i * batch : (i + 1) * batch].contiguous() for i in range(sets)]
 
 
 def time_graph(step, sets: list, reps: int = 5):
     """Median per-step seconds of ``step(slot_ids)`` over a CUDA graph of one step per slot
     set (``reps`` medians of do_bench), and the samples in ms."""
     import triton.testing as tt
+
     for s in sets[:2]:
         step(s)  # compile + warm
     torch.cuda.synchronize()
@@ -90,18 +115,21 @@ def time_graph(step, sets: list, reps: int = 5):
     with torch.cuda.graph(graph):
         for s in sets:
             step(s)
-    samples = [tt.do_bench(graph.replay, warmup=10, rep=60, return_mode="median") / len(sets)
-               for _ in range(reps)]
+    samples = [tt.do_bench(graph.replay, warmup=10, rep=60, return_mode="median") / len(sets) for _ in range(reps)]
     del graph
     return statistics.median(samples) * 1e-3, samples
 
 
 # --------------------------------------------------------------------------- results files
 
+
 def header(name: str, copy_bw: float) -> str:
     import triton
-    return (f"# bench {name} | {datetime.date.today()} | {torch.cuda.get_device_name()} | "
-            f"torch {torch.__version__} | triton {triton.__version__} | copy {copy_bw / 1e12:.2f} TB/s")
+
+    return (
+        f"# bench {name} | {datetime.date.today()} | {torch.cuda.get_device_name()} | "
+        f"torch {torch.__version__} | triton {triton.__version__} | copy {copy_bw / 1e12:.2f} TB/s"
+    )
 
 
 def results_stem(out_dir: str, name: str) -> str:
@@ -112,24 +140,43 @@ def results_stem(out_dir: str, name: str) -> str:
 
 def write_json(stem: str, copy_bw: float, rows: list, **meta) -> None:
     import triton
+
     with open(stem + ".json", "w") as f:
-        json.dump(dict(device=torch.cuda.get_device_name(), date=str(datetime.date.today()),
-                       torch=torch.__version__, triton=triton.__version__,
-                       copy_bytes_per_s=copy_bw, **meta, rows=rows), f, indent=1)
+        json.dump(
+            dict(
+                device=torch.cuda.get_device_name(),
+                date=str(datetime.date.today()),
+                torch=torch.__version__,
+                triton=triton.__version__,
+                copy_bytes_per_s=copy_bw,
+                **meta,
+                rows=rows,
+            ),
+            f,
+            indent=1,
+        )
 
 
 def _replay_line(r: dict) -> Optional[str]:
     return f"replay L={r['L']}" if r["route"] == "replay_step" else None
 
 
-def plot_speedups(rows: list, path: str, panels: list, title: str, *,
-                  series: Callable[[dict], Optional[str]] = _replay_line,
-                  ylabel: str = "speedup vs conventional kernel") -> None:
+def plot_speedups(
+    rows: list,
+    path: str,
+    panels: list,
+    title: str,
+    *,
+    series: Callable[[dict], Optional[str]] = _replay_line,
+    ylabel: str = "speedup vs conventional kernel",
+) -> None:
     """One panel per (label, predicate on rows); a line of speedup vs batch per ``series(row)``
     (rows it maps to None are left out; default: a line per L of the replay rows)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), sharey=True, squeeze=False)
     for ax, (label, keep) in zip(axes[0], panels):
         sel = [r for r in rows if keep(r) and series(r) is not None]
@@ -148,6 +195,7 @@ def plot_speedups(rows: list, path: str, panels: list, title: str, *,
 
 
 # --------------------------------------------------------------------------- decode cases
+
 
 class DecodeCase:
     """Base of a decode benchmark case. A subclass sets ``cache``, ``slot_sets``, ``L`` and
@@ -176,8 +224,7 @@ class DecodeCase:
             y_conv = torch.empty_like(self.out)
             self.conventional(state, slots, y_conv)
             self.step("replay_step", slots)
-            worst = max(worst, float((self.out.float() - y_conv.float()).abs().max() /
-                                     y_conv.float().abs().max()))
+            worst = max(worst, float((self.out.float() - y_conv.float()).abs().max() / y_conv.float().abs().max()))
         for k, v in saved.items():
             getattr(c, k).copy_(v)
         return worst
@@ -192,26 +239,26 @@ class Mamba2DecodeCase(DecodeCase):
         self.rows = self.head_dim  # state rows per head, for the launch-configuration sweep
         self.batch, self.L, self.state, self.act = batch, L, _dtype(state), _dtype(act)
         g = torch.Generator(device=device).manual_seed(seed)
-        self.slot_sets = slot_sets(batch, self.nheads * self.head_dim * self.d_state * self.state.itemsize,
-                                   g, pool_bytes)
+        self.slot_sets = slot_sets(batch, self.nheads * self.head_dim * self.d_state * self.state.itemsize, g, pool_bytes)
         self.num_slots = len(self.slot_sets) * batch
         H, P, N, G = self.nheads, self.head_dim, self.d_state, self.ngroups
 
         def r(*s, dtype=self.act):
             return torch.randn(*s, device=device, generator=g).to(dtype)
+
         self.x, self.dt, self.B, self.C = r(batch, H, P), r(batch, H), r(batch, G, N), r(batch, G, N)
         self.A = -(torch.rand(H, device=device, generator=g) + 1)
         self.dt_bias = torch.rand(H, device=device, generator=g) - 4
         self.D = torch.randn(H, device=device, generator=g)
         self.out = torch.empty_like(self.x)
-        self.cache = Mamba2ReplayCache.allocate(self.num_slots, H, P, N, G, L, state_dtype=self.state,
-                                                act_dtype=self.act, device=device)
+        self.cache = Mamba2ReplayCache.allocate(
+            self.num_slots, H, P, N, G, L, state_dtype=self.state, act_dtype=self.act, device=device
+        )
         self.cache.checkpoint.copy_(r(*self.cache.checkpoint.shape, dtype=torch.float32))
         self.cache.x_records.normal_(generator=g)
         self.cache.B_records.normal_(generator=g)
         self.cache.dt_records.uniform_(0.01, 0.05, generator=g)
-        self.cache.cursor.copy_(torch.randint(0, L, (self.num_slots,), device=device, generator=g,
-                                              dtype=torch.int32))
+        self.cache.cursor.copy_(torch.randint(0, L, (self.num_slots,), device=device, generator=g, dtype=torch.int32))
         self.conv_state = self.cache.checkpoint  # the conventional kernel updates it in place
 
     def _common(self, slots):
@@ -220,25 +267,47 @@ class Mamba2DecodeCase(DecodeCase):
     def step(self, route, slots, config=None):
         c = self.cache
         if route == "decode_step":
-            launch_mamba2_decode_step(self.conv_state, self.x, self.dt, self.A, self.B, self.C,
-                                      config=config, **self._common(slots))
+            launch_mamba2_decode_step(
+                self.conv_state, self.x, self.dt, self.A, self.B, self.C, config=config, **self._common(slots)
+            )
         elif route == "replay_step":
-            launch_mamba2_replay_step(c.checkpoint, c.x_records, c.dt_records, c.B_records,
-                                      c.cursor, c.arrivals, self.x, self.dt, self.A, self.B,
-                                      self.C, config=config, **self._common(slots))
+            launch_mamba2_replay_step(
+                c.checkpoint,
+                c.x_records,
+                c.dt_records,
+                c.B_records,
+                c.cursor,
+                c.arrivals,
+                self.x,
+                self.dt,
+                self.A,
+                self.B,
+                self.C,
+                config=config,
+                **self._common(slots),
+            )
         else:
             raise ValueError(route)
 
     def conventional(self, state, slots, out):
-        launch_mamba2_decode_step(state, self.x, self.dt, self.A, self.B, self.C, slot_ids=slots,
-                                  D=self.D, dt_bias=self.dt_bias, out=out)
+        launch_mamba2_decode_step(
+            state, self.x, self.dt, self.A, self.B, self.C, slot_ids=slots, D=self.D, dt_bias=self.dt_bias, out=out
+        )
 
     def default_config(self, route):
         return mamba2_launch_config(route, self.head_dim, self.d_state, self.batch, self.state)
 
     def bytes_per_step(self, route):
-        b = mamba2_step_bytes(route, nheads=self.nheads, head_dim=self.head_dim, d_state=self.d_state,
-                              ngroups=self.ngroups, L=self.L, state_dtype=self.state, act_dtype=self.act)
+        b = mamba2_step_bytes(
+            route,
+            nheads=self.nheads,
+            head_dim=self.head_dim,
+            d_state=self.d_state,
+            ngroups=self.ngroups,
+            L=self.L,
+            state_dtype=self.state,
+            act_dtype=self.act,
+        )
         return b.total * self.batch
 
 
@@ -258,14 +327,16 @@ class GatedDeltaDecodeCase(DecodeCase):
 
         def r(*s, dtype=self.act):
             return torch.randn(*s, device=device, generator=g).to(dtype)
+
         self.q, self.k, self.v = r(batch, HK, K), r(batch, HK, K), r(batch, HV, V)
         gshape = (batch, HV, K) if self.per_channel else (batch, HV)
         self.g = -(torch.rand(gshape, device=device, generator=g) * 0.1 + 0.001)
         self.beta = torch.rand(batch, HV, device=device, generator=g)
         self.out = torch.empty_like(self.v)
         cls = KDAReplayCache if self.per_channel else GDNReplayCache
-        self.cache = cls.allocate(self.num_slots, HK, HV, K, V, L, state_dtype=self.state,
-                                  record_dtype=self.act, device=device)
+        self.cache = cls.allocate(
+            self.num_slots, HK, HV, K, V, L, state_dtype=self.state, record_dtype=self.act, device=device
+        )
         c = self.cache
         c.checkpoint.copy_(r(*c.checkpoint.shape, dtype=torch.float32) * 0.1)
         c.d_records.normal_(generator=g)
@@ -273,7 +344,7 @@ class GatedDeltaDecodeCase(DecodeCase):
         c.g_records.uniform_(-0.1, -0.001, generator=g)
         c.cursor.copy_(torch.randint(0, L, (self.num_slots,), device=device, generator=g, dtype=torch.int32))
         self.conv_state = c.checkpoint  # the conventional kernel updates it in place
-        self.kw = dict(scale=K ** -0.5, use_qk_l2norm=True, out=self.out)
+        self.kw = dict(scale=K**-0.5, use_qk_l2norm=True, out=self.out)
 
     def step(self, route, slots, config=None):
         c = self.cache
@@ -281,30 +352,47 @@ class GatedDeltaDecodeCase(DecodeCase):
         if route == "decode_step":
             launch_gated_delta_decode_step(self.conv_state, *args, slot_ids=slots, config=config, **self.kw)
         elif route == "replay_step":
-            launch_gated_delta_replay_step(c.checkpoint, c.d_records, c.k_records, c.g_records,
-                                           c.cursor, c.arrivals, *args, slot_ids=slots,
-                                           config=config, **self.kw)
+            launch_gated_delta_replay_step(
+                c.checkpoint,
+                c.d_records,
+                c.k_records,
+                c.g_records,
+                c.cursor,
+                c.arrivals,
+                *args,
+                slot_ids=slots,
+                config=config,
+                **self.kw,
+            )
         else:
             raise ValueError(route)
 
     def conventional(self, state, slots, out):
-        launch_gated_delta_decode_step(state, self.q, self.k, self.v, self.g, self.beta,
-                                       slot_ids=slots, **{**self.kw, "out": out})
+        launch_gated_delta_decode_step(
+            state, self.q, self.k, self.v, self.g, self.beta, slot_ids=slots, **{**self.kw, "out": out}
+        )
 
     def min_block(self, route):
         return 16 if route == "replay_step" else 1  # the replay flush's tile product (replay_constexprs)
 
     def default_config(self, route):
-        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads,
-                                         self.state)
+        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads, self.state)
 
     def bytes_per_step(self, route):
-        geom = DeltaRuleGeometry(k_heads=self.k_heads, v_heads=self.v_heads,
-                                 head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, d_conv=4)
-        t = ssm_layer_step_traffic(KDA if self.per_channel else GDN, geom,
-                                   "conventional" if route == "decode_step" else "replay",
-                                   buffer_len=self.L, spec_tokens=1, accepted=1.0,
-                                   state_dtype=self.state, record_dtype=self.act, conv_dtype=self.act)
+        geom = DeltaRuleGeometry(
+            k_heads=self.k_heads, v_heads=self.v_heads, head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim, d_conv=4
+        )
+        t = ssm_layer_step_traffic(
+            KDA if self.per_channel else GDN,
+            geom,
+            "conventional" if route == "decode_step" else "replay",
+            buffer_len=self.L,
+            spec_tokens=1,
+            accepted=1.0,
+            state_dtype=self.state,
+            record_dtype=self.act,
+            conv_dtype=self.act,
+        )
         io = sum(t.numel() * t.element_size() for t in (self.q, self.k, self.v, self.g, self.beta, self.out))
         return (t.total - t.conv_read - t.conv_written + io / self.batch) * self.batch
 
@@ -315,7 +403,7 @@ VERIFY_ROUTES = ("replay", "snapshot", "serial")
 
 
 def model_geometry(family: str, geom: tuple):
-    return (Mamba2Geometry(*geom, d_conv=4) if family == MAMBA2 else DeltaRuleGeometry(*geom, d_conv=4))
+    return Mamba2Geometry(*geom, d_conv=4) if family == MAMBA2 else DeltaRuleGeometry(*geom, d_conv=4)
 
 
 class VerifyCase:
@@ -325,10 +413,10 @@ class VerifyCase:
     conventional decode steps). Subclasses build the family's inputs and caches and launch its
     kernels. Accepted counts are drawn per row as 1 + Binomial(T - 1, p) with mean
     ``accept`` * T and stay fixed per slot set."""
+
     min_block = 1  # fewest state rows per tile the replay verify kernel takes (--sweep)
 
-    def __init__(self, family, geom, batch, T, B, state, act, accept, seed=0, device="cuda",
-                 pool_bytes=POOL_BYTES):
+    def __init__(self, family, geom, batch, T, B, state, act, accept, seed=0, device="cuda", pool_bytes=POOL_BYTES):
         self.family, self.geom, self.batch, self.T, self.B = family, geom, batch, T, B
         self.state, self.act, self.device = _dtype(state), _dtype(act), device
         torch.manual_seed(seed)  # accepted counts
@@ -337,15 +425,16 @@ class VerifyCase:
         sets = slot_sets(batch, torch.Size(state_dims).numel() * self.state.itemsize, self.g, pool_bytes)
         self.num_slots = len(sets) * batch
         p = (accept * T - 1) / (T - 1) if T > 1 else 0.0
-        self.sets = [(s, (1 + torch.binomial(torch.full((batch,), float(T - 1)), torch.full((batch,), p))
-                          ).to(torch.int32).to(device)) for s in sets]
+        self.sets = [
+            (s, (1 + torch.binomial(torch.full((batch,), float(T - 1)), torch.full((batch,), p))).to(torch.int32).to(device))
+            for s in sets
+        ]
         self.mean_accepted = float(torch.cat([a for _, a in self.sets]).float().mean())
         self.make_inputs()
         self.cache = self.allocate_replay(self.num_slots)
         self.cache.checkpoint.copy_(self.randn(*self.cache.checkpoint.shape, dtype=torch.float32))
         self.fill_records()
-        self.cache.cursor.copy_(torch.randint(0, B, (self.num_slots,), device=device, generator=self.g,
-                                              dtype=torch.int32))
+        self.cache.cursor.copy_(torch.randint(0, B, (self.num_slots,), device=device, generator=self.g, dtype=torch.int32))
         self.snap = SnapshotCache.allocate(self.num_slots, state_dims, T, dtype=self.state, device=device)
         self.snap.state.copy_(self.cache.checkpoint)
         self.conv_state = self.snap.state  # the serial route's state (updated in place)
@@ -398,13 +487,19 @@ class VerifyCase:
 
     def bytes_per_step(self, route) -> float:
         """Cache bytes moved per step for the batch (step inputs and outputs not counted)."""
-        kw = dict(buffer_len=self.B, spec_tokens=self.T, accepted=self.mean_accepted,
-                  state_dtype=self.state, record_dtype=self.act, conv_dtype=self.act)
+        kw = dict(
+            buffer_len=self.B,
+            spec_tokens=self.T,
+            accepted=self.mean_accepted,
+            state_dtype=self.state,
+            record_dtype=self.act,
+            conv_dtype=self.act,
+        )
         mode = {"replay": "replay_spec", "snapshot": "conventional_spec", "serial": "conventional"}[route]
         t = ssm_layer_step_traffic(self.family, model_geometry(self.family, self.geom), mode, **kw)
         ssm = t.total - t.conv_read - t.conv_written
         if route == "snapshot":
-            ssm += 2 * t.state_read       # the commit copies the accepted snapshot back
+            ssm += 2 * t.state_read  # the commit copies the accepted snapshot back
         if route == "serial":
             ssm *= self.T
         return ssm * self.batch
@@ -429,8 +524,17 @@ class Mamba2VerifyCase(VerifyCase):
 
     def allocate_replay(self, num_slots):
         H, P, N, G = self.geom
-        return Mamba2ReplayCache.allocate(num_slots, H, P, N, G, spec_buffer_len(self.B, self.T),
-                                          state_dtype=self.state, act_dtype=self.act, device=self.device)
+        return Mamba2ReplayCache.allocate(
+            num_slots,
+            H,
+            P,
+            N,
+            G,
+            spec_buffer_len(self.B, self.T),
+            state_dtype=self.state,
+            act_dtype=self.act,
+            device=self.device,
+        )
 
     def fill_records(self):
         self.cache.x_records.normal_(generator=self.g)
@@ -449,17 +553,32 @@ class Mamba2VerifyCase(VerifyCase):
 
     def replay_verify(self, slots, out, config=None):
         c = self.cache
-        launch_mamba2_replay_verify(c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor,
-                                    c.arrivals, c.pending, self.x, self.dt, self.A, self.Bm, self.C,
-                                    config=config, **self._kw(slots, out))
+        launch_mamba2_replay_verify(
+            c.checkpoint,
+            c.x_records,
+            c.dt_records,
+            c.B_records,
+            c.cursor,
+            c.arrivals,
+            c.pending,
+            self.x,
+            self.dt,
+            self.A,
+            self.Bm,
+            self.C,
+            config=config,
+            **self._kw(slots, out),
+        )
 
     def snapshot_verify(self, slots, out):
-        launch_mamba2_snapshot_verify(self.snap.state, self.snap.snapshots, self.x, self.dt, self.A,
-                                      self.Bm, self.C, **self._kw(slots, out))
+        launch_mamba2_snapshot_verify(
+            self.snap.state, self.snap.snapshots, self.x, self.dt, self.A, self.Bm, self.C, **self._kw(slots, out)
+        )
 
     def conventional_step(self, s, slots, out):
-        launch_mamba2_decode_step(self.conv_state, self.x[:, s], self.dt[:, s], self.A,
-                                  self.Bm[:, s], self.C[:, s], **self._kw(slots, out[:, s]))
+        launch_mamba2_decode_step(
+            self.conv_state, self.x[:, s], self.dt[:, s], self.A, self.Bm[:, s], self.C[:, s], **self._kw(slots, out[:, s])
+        )
 
 
 class DeltaVerifyCase(VerifyCase):
@@ -476,15 +595,21 @@ class DeltaVerifyCase(VerifyCase):
         gshape = (b, T, hv, dk) if self.family == KDA else (b, T, hv)
         self.gate = -(torch.rand(gshape, device=self.device, generator=self.g) * 0.39 + 0.01)
         self.beta = torch.sigmoid(torch.randn(b, T, hv, device=self.device, generator=self.g))
-        self.scale = dk ** -0.5
+        self.scale = dk**-0.5
 
     def out_like(self):
         return self.v
 
     def allocate_replay(self, num_slots):
         cls = KDAReplayCache if self.family == KDA else GDNReplayCache
-        return cls.allocate(num_slots, *self.geom, spec_buffer_len(self.B, self.T),
-                            state_dtype=self.state, record_dtype=self.act, device=self.device)
+        return cls.allocate(
+            num_slots,
+            *self.geom,
+            spec_buffer_len(self.B, self.T),
+            state_dtype=self.state,
+            record_dtype=self.act,
+            device=self.device,
+        )
 
     def fill_records(self):
         self.cache.d_records.normal_(generator=self.g)
@@ -503,17 +628,38 @@ class DeltaVerifyCase(VerifyCase):
 
     def replay_verify(self, slots, out, config=None):
         c = self.cache
-        launch_gated_delta_replay_verify(c.checkpoint, c.d_records, c.k_records, c.g_records,
-                                         c.cursor, c.arrivals, c.pending, self.q, self.k, self.v,
-                                         self.gate, self.beta, config=config, **self._kw(slots, out))
+        launch_gated_delta_replay_verify(
+            c.checkpoint,
+            c.d_records,
+            c.k_records,
+            c.g_records,
+            c.cursor,
+            c.arrivals,
+            c.pending,
+            self.q,
+            self.k,
+            self.v,
+            self.gate,
+            self.beta,
+            config=config,
+            **self._kw(slots, out),
+        )
 
     def snapshot_verify(self, slots, out):
-        launch_gated_delta_snapshot_verify(self.snap.state, self.snap.snapshots, self.q, self.k,
-                                           self.v, self.gate, self.beta, **self._kw(slots, out))
+        launch_gated_delta_snapshot_verify(
+            self.snap.state, self.snap.snapshots, self.q, self.k, self.v, self.gate, self.beta, **self._kw(slots, out)
+        )
 
     def conventional_step(self, s, slots, out):
-        launch_gated_delta_decode_step(self.conv_state, self.q[:, s], self.k[:, s], self.v[:, s],
-                                       self.gate[:, s], self.beta[:, s], **self._kw(slots, out[:, s]))
+        launch_gated_delta_decode_step(
+            self.conv_state,
+            self.q[:, s],
+            self.k[:, s],
+            self.v[:, s],
+            self.gate[:, s],
+            self.beta[:, s],
+            **self._kw(slots, out[:, s]),
+        )
 
 
 def make_verify_case(family, *args, **kw) -> VerifyCase:
@@ -548,11 +694,22 @@ def _timed(case, route, timer):
     return seconds, [float(s) for s in samples]
 
 
-def run_bench(model: HybridModel, *, batches: Sequence[int] = (1, 16, 64, 256), L: int = 16,
-              state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
-              spec_tokens: Optional[int] = None, accept: float = 0.7, device="cuda",
-              pool_bytes: int = POOL_BYTES, copy_bw: Optional[float] = None,
-              timer: Optional[Callable] = None, progress: bool = True, seed: int = 0) -> dict:
+def run_bench(
+    model: HybridModel,
+    *,
+    batches: Sequence[int] = (1, 16, 64, 256),
+    L: int = 16,
+    state_dtype: torch.dtype = torch.float32,
+    act_dtype: torch.dtype = torch.bfloat16,
+    spec_tokens: Optional[int] = None,
+    accept: float = 0.7,
+    device="cuda",
+    pool_bytes: int = POOL_BYTES,
+    copy_bw: Optional[float] = None,
+    timer: Optional[Callable] = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> dict:
     """Times the conventional and replay steps of every SSM layer group of ``model`` (one rank's
     geometry) at each batch, and with ``spec_tokens`` T the speculative verify (replay verify +
     commit against snapshot verify + commit; history B = L, window T, accepted tokens drawn with
@@ -587,17 +744,28 @@ def run_bench(model: HybridModel, *, batches: Sequence[int] = (1, 16, 64, 256), 
     for group, step, batch in bar:
         geom = case_geometry(group.kind, group.geometry)
         bar.set_postfix_str(f"{group.kind} {step} batch {batch}")
-        row = dict(kind=group.kind, count=len(group.indices), geometry=list(geom), step=step,
-                   batch=batch, status="ok")
+        row = dict(kind=group.kind, count=len(group.indices), geometry=list(geom), step=step, batch=batch, status="ok")
         try:
             if step == "decode":
-                case = (Mamba2DecodeCase(geom, batch, L, state_dtype, act_dtype, seed, device, pool_bytes)
-                        if group.kind == MAMBA2 else
-                        GatedDeltaDecodeCase(group.kind, geom, batch, L, state_dtype, act_dtype, seed,
-                                             device, pool_bytes))
+                case = (
+                    Mamba2DecodeCase(geom, batch, L, state_dtype, act_dtype, seed, device, pool_bytes)
+                    if group.kind == MAMBA2
+                    else GatedDeltaDecodeCase(group.kind, geom, batch, L, state_dtype, act_dtype, seed, device, pool_bytes)
+                )
             else:
-                case = make_verify_case(group.kind, geom, batch, spec_tokens, L, state_dtype, act_dtype,
-                                        accept, seed, device=device, pool_bytes=pool_bytes)
+                case = make_verify_case(
+                    group.kind,
+                    geom,
+                    batch,
+                    spec_tokens,
+                    L,
+                    state_dtype,
+                    act_dtype,
+                    accept,
+                    seed,
+                    device=device,
+                    pool_bytes=pool_bytes,
+                )
                 row["accepted_mean"] = case.mean_accepted
             row["refcheck"] = err = case.refcheck()
             if not err <= REFCHECK_TOL:
@@ -606,9 +774,14 @@ def run_bench(model: HybridModel, *, batches: Sequence[int] = (1, 16, 64, 256), 
                 for name, route in zip(("conventional", "replay"), STEPS[step]):
                     seconds, samples = _timed(case, route, timer)
                     nbytes = case.bytes_per_step(route)
-                    row.update({f"{name}_s": seconds, f"{name}_samples_ms": samples,
-                                f"{name}_bytes": nbytes,
-                                f"{name}_pct_copy": 100 * nbytes / seconds / copy_bw})
+                    row.update(
+                        {
+                            f"{name}_s": seconds,
+                            f"{name}_samples_ms": samples,
+                            f"{name}_bytes": nbytes,
+                            f"{name}_pct_copy": 100 * nbytes / seconds / copy_bw,
+                        }
+                    )
                 row["speedup"] = row["conventional_s"] / row["replay_s"]
         except (torch.cuda.OutOfMemoryError, ValueError) as e:  # too big for this GPU; a shape the kernels refuse
             row["status"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -623,21 +796,31 @@ def run_bench(model: HybridModel, *, batches: Sequence[int] = (1, 16, 64, 256), 
 def _totals(rows: list) -> list:
     """Per (step, batch): the sum over layer groups of count x per-layer time, both routes."""
     totals = []
-    for (step, batch), group in itertools.groupby(sorted(rows, key=lambda r: (r["step"], r["batch"])),
-                                                  key=lambda r: (r["step"], r["batch"])):
+    for (step, batch), group in itertools.groupby(
+        sorted(rows, key=lambda r: (r["step"], r["batch"])), key=lambda r: (r["step"], r["batch"])
+    ):
         group = list(group)
         if any(r["status"] != "ok" for r in group):
             continue
         conv = sum(r["count"] * r["conventional_s"] for r in group)
         rep = sum(r["count"] * r["replay_s"] for r in group)
-        totals.append(dict(step=step, batch=batch, layers=sum(r["count"] for r in group),
-                           conventional_s=conv, replay_s=rep, speedup=conv / rep))
+        totals.append(
+            dict(
+                step=step,
+                batch=batch,
+                layers=sum(r["count"] for r in group),
+                conventional_s=conv,
+                replay_s=rep,
+                speedup=conv / rep,
+            )
+        )
     return sorted(totals, key=lambda t: (list(STEPS).index(t["step"]), t["batch"]))
 
 
 def _geometry_label(kind: str, geom) -> str:
-    names = ("nheads", "head_dim", "d_state", "ngroups") if kind == MAMBA2 else \
-        ("k_heads", "v_heads", "head_k_dim", "head_v_dim")
+    names = (
+        ("nheads", "head_dim", "d_state", "ngroups") if kind == MAMBA2 else ("k_heads", "v_heads", "head_k_dim", "head_v_dim")
+    )
     return ", ".join(f"{n} {v}" for n, v in zip(names, geom))
 
 
@@ -645,43 +828,61 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.2f}"
 
 
-def format_bench(model: HybridModel, result: dict, *, device_name: str, L: int,
-                 state_dtype: torch.dtype, act_dtype: torch.dtype,
-                 spec_tokens: Optional[int] = None, accept: float = 0.7) -> str:
+def format_bench(
+    model: HybridModel,
+    result: dict,
+    *,
+    device_name: str,
+    L: int,
+    state_dtype: torch.dtype,
+    act_dtype: torch.dtype,
+    spec_tokens: Optional[int] = None,
+    accept: float = 0.7,
+) -> str:
     """A readable table of :func:`run_bench`'s figures."""
     rows, totals = result["rows"], result["totals"]
-    out = [f"trtllm-replayssm bench: {model.name} ({model.family}), TP {model.tp_size}, "
-           f"{device_name}, copy {result['copy_bytes_per_s'] / 1e12:.2f} TB/s",
-           f"  state {DTYPE_NAMES[state_dtype]}, activations and records {DTYPE_NAMES[act_dtype]}, "
-           f"replay L {L}" + (f"; speculative: window T {spec_tokens}, history B {L}, "
-                              f"{accept:g} T accepted on average" if spec_tokens else "")]
+    out = [
+        f"trtllm-replayssm bench: {model.name} ({model.family}), TP {model.tp_size}, "
+        f"{device_name}, copy {result['copy_bytes_per_s'] / 1e12:.2f} TB/s",
+        f"  state {DTYPE_NAMES[state_dtype]}, activations and records {DTYPE_NAMES[act_dtype]}, "
+        f"replay L {L}"
+        + (f"; speculative: window T {spec_tokens}, history B {L}, {accept:g} T accepted on average" if spec_tokens else ""),
+    ]
     for g in _groups(model.ssm_layers):
         out.append(f"  {g.kind} x{len(g.indices)}: {_geometry_label(g.kind, case_geometry(g.kind, g.geometry))}")
-    out += ["",
-            "One layer, one step for the batch (CUDA graph, states rotated over >= 512 MiB so that "
-            "they come from HBM)",
-            f"  {'layer':<12}{'step':<8}{'batch':>6}{'conventional us':>17}{'replay us':>12}"
-            f"{'speedup':>9}{'%copy conv':>12}{'%copy replay':>14}{'refcheck':>10}"]
+    out += [
+        "",
+        "One layer, one step for the batch (CUDA graph, states rotated over >= 512 MiB so that they come from HBM)",
+        f"  {'layer':<12}{'step':<8}{'batch':>6}{'conventional us':>17}{'replay us':>12}"
+        f"{'speedup':>9}{'%copy conv':>12}{'%copy replay':>14}{'refcheck':>10}",
+    ]
     for r in rows:
         head = f"  {r['kind'] + ' x' + str(r['count']):<12}{r['step']:<8}{r['batch']:>6}"
         if r["status"] != "ok":
             out.append(f"{head}  not timed: {r['status']}")
             continue
-        out.append(f"{head}{_us(r['conventional_s']):>17}{_us(r['replay_s']):>12}"
-                   f"{r['speedup']:>8.2f}x{r['conventional_pct_copy']:>12.1f}"
-                   f"{r['replay_pct_copy']:>14.1f}{r['refcheck']:>10.1e}")
-    out.append("  (decode: conventional step vs replay step; verify: snapshot verify + commit vs "
-               "replay verify + commit, T tokens per row; %copy: modelled bytes / time / copy "
-               "bandwidth)")
+        out.append(
+            f"{head}{_us(r['conventional_s']):>17}{_us(r['replay_s']):>12}"
+            f"{r['speedup']:>8.2f}x{r['conventional_pct_copy']:>12.1f}"
+            f"{r['replay_pct_copy']:>14.1f}{r['refcheck']:>10.1e}"
+        )
+    out.append(
+        "  (decode: conventional step vs replay step; verify: snapshot verify + commit vs "
+        "replay verify + commit, T tokens per row; %copy: modelled bytes / time / copy "
+        "bandwidth)"
+    )
     if totals:
         n = totals[0]["layers"]
-        out += ["",
-                f"Whole model: all {n} SSM layers, per step (sum of the layers' times; attention "
-                f"and MLP layers not included)",
-                f"  {'step':<8}{'batch':>6}{'conventional ms':>17}{'replay ms':>12}{'speedup':>9}"]
+        out += [
+            "",
+            f"Whole model: all {n} SSM layers, per step (sum of the layers' times; attention and MLP layers not included)",
+            f"  {'step':<8}{'batch':>6}{'conventional ms':>17}{'replay ms':>12}{'speedup':>9}",
+        ]
         for t in totals:
-            out.append(f"  {t['step']:<8}{t['batch']:>6}{t['conventional_s'] * 1e3:>17,.3f}"
-                       f"{t['replay_s'] * 1e3:>12,.3f}{t['speedup']:>8.2f}x")
+            out.append(
+                f"  {t['step']:<8}{t['batch']:>6}{t['conventional_s'] * 1e3:>17,.3f}"
+                f"{t['replay_s'] * 1e3:>12,.3f}{t['speedup']:>8.2f}x"
+            )
     return "\n".join(out)
 
 
@@ -689,13 +890,22 @@ def plot_bench(model: HybridModel, result: dict, path: str, *, device_name: str)
     """Replay speedup vs batch: a panel per SSM layer group and, with several, one for the whole
     model; a line per step (decode; verify with --spec-tokens)."""
     groups = _groups(model.ssm_layers)
-    panels = [(f"{g.kind} x{len(g.indices)} {case_geometry(g.kind, g.geometry)}",
-               lambda r, g=g: r.get("kind") == g.kind and r.get("geometry") == list(case_geometry(g.kind, g.geometry)))
-              for g in groups]
+    panels = [
+        (
+            f"{g.kind} x{len(g.indices)} {case_geometry(g.kind, g.geometry)}",
+            lambda r, g=g: r.get("kind") == g.kind and r.get("geometry") == list(case_geometry(g.kind, g.geometry)),
+        )
+        for g in groups
+    ]
     rows = [r for r in result["rows"] if r["status"] == "ok"]
     if result["totals"] and len(groups) > 1:
         panels.append(("whole model, all SSM layers", lambda r: "kind" not in r))
         rows += result["totals"]
-    plot_speedups(rows, path, panels, f"{model.name}, {device_name}",
-                  series=lambda r: f"{r['step']}: replay vs {_BASELINE_LABEL[r['step']]}",
-                  ylabel="replay speedup")
+    plot_speedups(
+        rows,
+        path,
+        panels,
+        f"{model.name}, {device_name}",
+        series=lambda r: f"{r['step']}: replay vs {_BASELINE_LABEL[r['step']]}",
+        ylabel="replay speedup",
+    )

@@ -3,6 +3,7 @@
 A cache is a plain dataclass of tensors, indexed by physical slot (the engine's paged state
 index). The ops in :mod:`trtllm_replayssm.ops` mutate it in place; nothing here launches a kernel.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -38,9 +39,13 @@ def _check_common_fields(cache) -> None:
         if not t.is_contiguous():
             raise ValueError(f"{owner}: {f.name} must be contiguous")
         if t.device != cache.checkpoint.device:
-            raise ValueError(f"{owner}: {f.name} is on {t.device}; expected {cache.checkpoint.device} (the checkpoint's device)")
+            raise ValueError(
+                f"{owner}: {f.name} is on {t.device}; expected {cache.checkpoint.device} (the checkpoint's device)"
+            )
     if cache.checkpoint.dim() != 4:
-        raise ValueError(f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]")
+        raise ValueError(
+            f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]"
+        )
     _check_dtype(owner, "checkpoint", cache.checkpoint.dtype, FLOAT_DTYPES)
     ns = cache.checkpoint.shape[0]
     for name in ("cursor", "arrivals", "pending"):
@@ -117,8 +122,10 @@ class _ReplayCache:
 
 def _counters(num_slots: int, device) -> dict:
     """cursor and arrivals of a fresh cache: int32 zeros [num_slots]."""
-    return dict(cursor=torch.zeros(num_slots, dtype=torch.int32, device=device),
-                arrivals=torch.zeros(num_slots, dtype=torch.int32, device=device))
+    return dict(
+        cursor=torch.zeros(num_slots, dtype=torch.int32, device=device),
+        arrivals=torch.zeros(num_slots, dtype=torch.int32, device=device),
+    )
 
 
 @dataclass
@@ -156,31 +163,57 @@ class Mamba2ReplayCache(_ReplayCache):
         _check_common_fields(self)
         ns, nh, hd, ds = self.checkpoint.shape
         if self.x_records.dim() != 4:
-            raise ValueError(f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim]")
+            raise ValueError(
+                f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim]"
+            )
         L = self.x_records.shape[2]
         if L < 1 or tuple(self.x_records.shape) != (ns, nh, L, hd):
-            raise ValueError(f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim] = ({ns}, {nh}, L, {hd}) with L >= 1")
+            raise ValueError(
+                f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim] = ({ns}, {nh}, L, {hd}) with L >= 1"
+            )
         if tuple(self.dt_records.shape) != (ns, nh, L):
-            raise ValueError(f"{owner}: dt_records has shape {tuple(self.dt_records.shape)}; expected [num_slots, nheads, L] = ({ns}, {nh}, {L})")
+            raise ValueError(
+                f"{owner}: dt_records has shape {tuple(self.dt_records.shape)}; expected [num_slots, nheads, L] = ({ns}, {nh}, {L})"
+            )
         if self.B_records.dim() != 4 or self.B_records.shape[0] != ns or self.B_records.shape[2:] != (L, ds):
-            raise ValueError(f"{owner}: B_records has shape {tuple(self.B_records.shape)}; expected [num_slots, ngroups, L, d_state] = ({ns}, ngroups, {L}, {ds})")
+            raise ValueError(
+                f"{owner}: B_records has shape {tuple(self.B_records.shape)}; expected [num_slots, ngroups, L, d_state] = ({ns}, ngroups, {L}, {ds})"
+            )
         ng = self.B_records.shape[1]
         if ng < 1 or nh % ng:
             raise ValueError(f"{owner}: ngroups = {ng} must divide nheads = {nh}")
         _check_dtype(owner, "x_records", self.x_records.dtype, FLOAT_DTYPES)
         if self.B_records.dtype != self.x_records.dtype:
-            raise TypeError(f"{owner}: B_records is {self.B_records.dtype}; expected {self.x_records.dtype} (the x_records dtype)")
+            raise TypeError(
+                f"{owner}: B_records is {self.B_records.dtype}; expected {self.x_records.dtype} (the x_records dtype)"
+            )
         want_dt = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
         _check_dtype(owner, "dt_records", self.dt_records.dtype, (want_dt,))
 
     @classmethod
-    def allocate(cls, num_slots: int, nheads: int, head_dim: int, d_state: int, ngroups: int,
-                 L: int, *, state_dtype: torch.dtype = torch.float32,
-                 act_dtype: torch.dtype = torch.bfloat16,
-                 device: Union[str, torch.device, None] = None) -> "Mamba2ReplayCache":
+    def allocate(
+        cls,
+        num_slots: int,
+        nheads: int,
+        head_dim: int,
+        d_state: int,
+        ngroups: int,
+        L: int,
+        *,
+        state_dtype: torch.dtype = torch.float32,
+        act_dtype: torch.dtype = torch.bfloat16,
+        device: Union[str, torch.device, None] = None,
+    ) -> "Mamba2ReplayCache":
         """A zeroed cache (checkpoints zero, cursors 0) for the given geometry."""
-        _check_sizes("Mamba2ReplayCache.allocate", num_slots=num_slots, nheads=nheads,
-                     head_dim=head_dim, d_state=d_state, ngroups=ngroups, L=L)
+        _check_sizes(
+            "Mamba2ReplayCache.allocate",
+            num_slots=num_slots,
+            nheads=nheads,
+            head_dim=head_dim,
+            d_state=d_state,
+            ngroups=ngroups,
+            L=L,
+        )
         dt_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32
         kw = dict(device=device)
         return cls(
@@ -220,7 +253,9 @@ def _check_slot_list(owner: str, slot_ids: Tensor, num_slots: int, device: torch
     if not isinstance(slot_ids, Tensor):
         slot_ids = torch.as_tensor(slot_ids)
     if slot_ids.dim() != 1 or slot_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{owner}: slot_ids has shape {tuple(slot_ids.shape)} and dtype {slot_ids.dtype}; expected a 1-D int32/int64 tensor")
+        raise ValueError(
+            f"{owner}: slot_ids has shape {tuple(slot_ids.shape)} and dtype {slot_ids.dtype}; expected a 1-D int32/int64 tensor"
+        )
     s = slot_ids.to(device=device, dtype=torch.int64)
     if s.numel():
         lo, hi = int(s.min()), int(s.max())
@@ -274,11 +309,15 @@ class _DeltaRuleReplayCache(_ReplayCache):
         _check_common_fields(self)
         ns, hv, dv, dk = self.checkpoint.shape
         if self.d_records.dim() != 4:
-            raise ValueError(f"{owner}: d_records has shape {tuple(self.d_records.shape)}; expected [num_slots, v_heads, L, head_v_dim]")
+            raise ValueError(
+                f"{owner}: d_records has shape {tuple(self.d_records.shape)}; expected [num_slots, v_heads, L, head_v_dim]"
+            )
         L = self.d_records.shape[2]
         _check_shape(owner, "d_records", self.d_records, "[num_slots, v_heads, L, head_v_dim]", (ns, hv, L, dv))
         if self.k_records.dim() != 4:
-            raise ValueError(f"{owner}: k_records has shape {tuple(self.k_records.shape)}; expected [num_slots, k_heads, L, head_k_dim]")
+            raise ValueError(
+                f"{owner}: k_records has shape {tuple(self.k_records.shape)}; expected [num_slots, k_heads, L, head_k_dim]"
+            )
         hk = self.k_records.shape[1]
         _check_shape(owner, "k_records", self.k_records, "[num_slots, k_heads, L, head_k_dim]", (ns, hk, L, dk))
         if hk < 1 or hv % hk:
@@ -289,23 +328,35 @@ class _DeltaRuleReplayCache(_ReplayCache):
             _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L]", (ns, hv, L))
         _check_dtype(owner, "d_records", self.d_records.dtype, FLOAT_DTYPES)
         if self.k_records.dtype != self.d_records.dtype:
-            raise TypeError(f"{owner}: k_records is {self.k_records.dtype}; expected {self.d_records.dtype} (the d_records dtype)")
+            raise TypeError(
+                f"{owner}: k_records is {self.k_records.dtype}; expected {self.d_records.dtype} (the d_records dtype)"
+            )
         want_g = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
         _check_dtype(owner, "g_records", self.g_records.dtype, (want_g,))
 
     @classmethod
-    def allocate(cls, num_slots: int, k_heads: int, v_heads: int, head_k_dim: int,
-                 head_v_dim: int, L: int, *, state_dtype: torch.dtype = torch.float32,
-                 record_dtype: torch.dtype = torch.bfloat16,
-                 device: Union[str, torch.device, None] = None) -> "_DeltaRuleReplayCache":
+    def allocate(
+        cls,
+        num_slots: int,
+        k_heads: int,
+        v_heads: int,
+        head_k_dim: int,
+        head_v_dim: int,
+        L: int,
+        *,
+        state_dtype: torch.dtype = torch.float32,
+        record_dtype: torch.dtype = torch.bfloat16,
+        device: Union[str, torch.device, None] = None,
+    ) -> "_DeltaRuleReplayCache":
         """A zeroed cache (checkpoints zero, cursors 0) for the given geometry.
 
         ``record_dtype`` is the dtype of d_records and k_records (usually the activation
         dtype; fp32 for unrounded records).
         """
         owner = f"{cls.__name__}.allocate"
-        _check_sizes(owner, num_slots=num_slots, k_heads=k_heads, v_heads=v_heads,
-                     head_k_dim=head_k_dim, head_v_dim=head_v_dim, L=L)
+        _check_sizes(
+            owner, num_slots=num_slots, k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim, L=L
+        )
         if v_heads % k_heads:
             raise ValueError(f"{owner}: k_heads = {k_heads} must divide v_heads = {v_heads}")
         g_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32

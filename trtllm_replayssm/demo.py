@@ -4,6 +4,7 @@ The logic behind ``trtllm-replayssm layer-demo``: :func:`run_mamba2_demo` return
 :func:`format_layer_demo` words them. Importing this module imports no torch (the CLI reads its
 constants while building its parser).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Union
@@ -11,8 +12,7 @@ from typing import TYPE_CHECKING, Optional, Union
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DTYPE_NAMES", "torch_dtype", "CPU_GEOMETRY", "CUDA_GEOMETRY", "run_mamba2_demo",
-           "format_layer_demo"]
+__all__ = ["DTYPE_NAMES", "torch_dtype", "CPU_GEOMETRY", "CUDA_GEOMETRY", "run_mamba2_demo", "format_layer_demo"]
 
 # The demos' dtype names and the torch dtypes they stand for.
 DTYPE_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
@@ -26,14 +26,25 @@ CUDA_GEOMETRY = (128, 64, 128, 8)
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a :data:`DTYPE_NAMES` name (f32, bf16, f16)."""
     import torch
+
     return getattr(torch, DTYPE_NAMES[name])
 
 
-def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L: int = 16,
-                    batch: int = 4, steps: int = 300, state_dtype: Optional[torch.dtype] = None,
-                    act_dtype: Optional[torch.dtype] = None,
-                    device: Union[str, torch.device] = "cpu", seed: int = 0,
-                    progress: bool = True) -> dict:
+def run_mamba2_demo(
+    *,
+    nheads: int,
+    head_dim: int,
+    d_state: int,
+    ngroups: int,
+    L: int = 16,
+    batch: int = 4,
+    steps: int = 300,
+    state_dtype: Optional[torch.dtype] = None,
+    act_dtype: Optional[torch.dtype] = None,
+    device: Union[str, torch.device] = "cpu",
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     """Decodes ``batch`` sequences with both ops and compares them step by step.
 
     Both paths start from the same admitted state (random, rounded to ``state_dtype``) and see
@@ -83,12 +94,13 @@ def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L
     def randn(*shape: int, dtype: torch.dtype = act_dtype) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, device=device).to(dtype)
 
-    A = -(torch.rand(nheads, generator=gen, device=device) + 1.0)          # in [-2, -1]
-    dt_bias = torch.rand(nheads, generator=gen, device=device) - 4.0       # softplus ~ 0.02-0.05
+    A = -(torch.rand(nheads, generator=gen, device=device) + 1.0)  # in [-2, -1]
+    dt_bias = torch.rand(nheads, generator=gen, device=device) - 4.0  # softplus ~ 0.02-0.05
     D = randn(nheads, dtype=torch.float32)
 
-    cache = Mamba2ReplayCache.allocate(batch, nheads, head_dim, d_state, ngroups, L,
-                                       state_dtype=state_dtype, act_dtype=act_dtype, device=device)
+    cache = Mamba2ReplayCache.allocate(
+        batch, nheads, head_dim, d_state, ngroups, L, state_dtype=state_dtype, act_dtype=act_dtype, device=device
+    )
     slots = torch.arange(batch, dtype=torch.int32, device=device)
     cache.admit(slots, randn(batch, nheads, head_dim, d_state, dtype=torch.float32))
     state = cache.checkpoint.clone()  # the conventional path's state, same rounded start
@@ -108,7 +120,7 @@ def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L
     warmup_steps = 0
     for r in range(batch):
         for _ in range(r % L):
-            step(slots[r:r + 1])
+            step(slots[r : r + 1])
             warmup_steps += 1
 
     flushes = torch.zeros((), dtype=torch.int64, device=device)
@@ -118,11 +130,11 @@ def run_mamba2_demo(*, nheads: int, head_dim: int, d_state: int, ngroups: int, L
     flushes = int(flushes)
 
     state_bytes = cache.checkpoint[0].numel() * cache.checkpoint.element_size()
-    record_bytes = sum(t[0, :, 0].numel() * t.element_size()
-                       for t in (cache.x_records, cache.dt_records, cache.B_records))
+    record_bytes = sum(t[0, :, 0].numel() * t.element_size() for t in (cache.x_records, cache.dt_records, cache.B_records))
     rows = steps * batch
-    geom = dict(nheads=nheads, head_dim=head_dim, d_state=d_state, ngroups=ngroups, L=L,
-                state_dtype=state_dtype, act_dtype=act_dtype)
+    geom = dict(
+        nheads=nheads, head_dim=head_dim, d_state=d_state, ngroups=ngroups, L=L, state_dtype=state_dtype, act_dtype=act_dtype
+    )
     model_replay = mamba2_step_bytes("replay_step", **geom)
     return {
         "rel_err": float(worst),
@@ -142,28 +154,30 @@ def format_layer_demo(config: dict, fig: dict) -> str:
     """The ``layer-demo`` text: ``config`` (device, geometry, L, batch, steps, dtype names, seed)
     and ``fig`` (:func:`run_mamba2_demo`'s figures)."""
     c = config
-    conv, replay, model = (fig["conventional_written"], fig["replay_written"],
-                           fig["model_replay_written"])
+    conv, replay, model = (fig["conventional_written"], fig["replay_written"], fig["model_replay_written"])
     rows = fig["steps"] * c["batch"]
-    out = ["trtllm-replayssm layer-demo: one Mamba-2 layer, conventional decode vs ReplaySSM",
-           f"  {c['device']} | nheads {c['nheads']}, head_dim {c['head_dim']}, d_state {c['d_state']}, "
-           f"ngroups {c['ngroups']} | L {c['L']} | batch {c['batch']} | state {c['state_dtype']}, "
-           f"act {c['act_dtype']} | seed {c['seed']}",
-           f"  steps: {fig['steps']} batched (+ {fig['warmup_steps']} single-row steps spreading"
-           f" the cursors), flushes: {fig['flushes']}",
-           f"  max relative error, replay vs conventional y: {fig['rel_err']:.2e}"
-           f"  (worst step's max|Δ| / max|ref|)",
-           "  state bytes written per step per sequence:",
-           f"    conventional      {conv:12,.0f} B  (whole state every step)",
-           f"    replay, measured  {replay:12,.0f} B  (= conventional / {conv / replay:.1f}: checkpoint"
-           f" at flushes, a {fig['record_bytes']:,} B record otherwise)",
-           f"    replay, model     {model:12,.0f} B  (memory.mamba2_step_bytes: a flush on 1/L of"
-           f" the row-steps, a record on the others)"]
+    out = [
+        "trtllm-replayssm layer-demo: one Mamba-2 layer, conventional decode vs ReplaySSM",
+        f"  {c['device']} | nheads {c['nheads']}, head_dim {c['head_dim']}, d_state {c['d_state']}, "
+        f"ngroups {c['ngroups']} | L {c['L']} | batch {c['batch']} | state {c['state_dtype']}, "
+        f"act {c['act_dtype']} | seed {c['seed']}",
+        f"  steps: {fig['steps']} batched (+ {fig['warmup_steps']} single-row steps spreading"
+        f" the cursors), flushes: {fig['flushes']}",
+        f"  max relative error, replay vs conventional y: {fig['rel_err']:.2e}  (worst step's max|Δ| / max|ref|)",
+        "  state bytes written per step per sequence:",
+        f"    conventional      {conv:12,.0f} B  (whole state every step)",
+        f"    replay, measured  {replay:12,.0f} B  (= conventional / {conv / replay:.1f}: checkpoint"
+        f" at flushes, a {fig['record_bytes']:,} B record otherwise)",
+        f"    replay, model     {model:12,.0f} B  (memory.mamba2_step_bytes: a flush on 1/L of"
+        f" the row-steps, a record on the others)",
+    ]
     if round(replay) != round(model):
         # The model assumes cursors spread evenly over [0, L): exactly 1/L of the rows flush each
         # step. With batch < L the cursors start at 0 .. batch-1 only, and over a number of
         # steps that is not a multiple of L some rows flush once less than others.
-        out.append(f"    (measured != model: this run flushed {fig['flushes']:,} times in {rows:,} "
-                   f"row-steps, 1 in {rows / max(fig['flushes'], 1):.2f}, where the model counts 1 in "
-                   f"L = {c['L']}; they agree when --batch or --steps is a multiple of L)")
+        out.append(
+            f"    (measured != model: this run flushed {fig['flushes']:,} times in {rows:,} "
+            f"row-steps, 1 in {rows / max(fig['flushes'], 1):.2f}, where the model counts 1 in "
+            f"L = {c['L']}; they agree when --batch or --steps is a multiple of L)"
+        )
     return "\n".join(out)

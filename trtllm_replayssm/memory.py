@@ -18,6 +18,7 @@ vLLM conv layout, in the conv dtype. Our replay ops need no per-step scratch: st
 outputs are activations owned by the engine, and the kernels' per-row counter (``arrivals``) is
 part of the cache, counted with the cursors.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -27,9 +28,21 @@ import torch
 from .models import GDN, KDA, MAMBA2, AttentionGeometry, MLAGeometry
 
 __all__ = [
-    "MODES", "SPEC_MODES", "CURSOR_BYTES", "dtype_size", "gate_dtype", "state_bytes",
-    "record_bytes", "conv_width", "conv_state_bytes", "kv_bytes_per_token", "LayerBytes",
-    "ssm_layer_bytes", "StepTraffic", "ssm_layer_step_traffic", "Mamba2StepBytes",
+    "MODES",
+    "SPEC_MODES",
+    "CURSOR_BYTES",
+    "dtype_size",
+    "gate_dtype",
+    "state_bytes",
+    "record_bytes",
+    "conv_width",
+    "conv_state_bytes",
+    "kv_bytes_per_token",
+    "LayerBytes",
+    "ssm_layer_bytes",
+    "StepTraffic",
+    "ssm_layer_step_traffic",
+    "Mamba2StepBytes",
     "mamba2_step_bytes",
 ]
 
@@ -64,8 +77,7 @@ def state_bytes(kind: str, geometry, state_dtype: torch.dtype) -> int:
     return n * dtype_size(state_dtype)
 
 
-def _mamba2_record(nheads: int, head_dim: int, d_state: int, ngroups: int, record_size: int,
-                   gate_size: int) -> int:
+def _mamba2_record(nheads: int, head_dim: int, d_state: int, ngroups: int, record_size: int, gate_size: int) -> int:
     """x [nheads, head_dim] and B [ngroups, d_state] in the record dtype, dt [nheads] gate dtype."""
     return nheads * head_dim * record_size + ngroups * d_state * record_size + nheads * gate_size
 
@@ -99,8 +111,9 @@ def conv_state_bytes(geometry, conv_dtype: torch.dtype, spec_tokens: int = 1) ->
 def kv_bytes_per_token(geometry, kv_dtype: torch.dtype) -> int:
     """KV cache bytes one token takes in one attention layer (GQA: K and V; MLA: the latent)."""
     if not isinstance(geometry, (AttentionGeometry, MLAGeometry)):
-        raise ValueError(f"kv_bytes_per_token: geometry is {type(geometry).__name__}; expected "
-                         f"AttentionGeometry or MLAGeometry")
+        raise ValueError(
+            f"kv_bytes_per_token: geometry is {type(geometry).__name__}; expected AttentionGeometry or MLAGeometry"
+        )
     return geometry.kv_elements_per_token * dtype_size(kv_dtype)
 
 
@@ -124,13 +137,20 @@ def _check_lengths(owner: str, mode: str, buffer_len: int, spec_tokens: int) -> 
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
     if mode == "replay_spec" and buffer_len < spec_tokens:
-        raise ValueError(f"{owner}: buffer_len (history B) = {buffer_len} < spec_tokens (T) = "
-                         f"{spec_tokens}; expected B >= T")
+        raise ValueError(f"{owner}: buffer_len (history B) = {buffer_len} < spec_tokens (T) = {spec_tokens}; expected B >= T")
 
 
-def ssm_layer_bytes(kind: str, geometry, mode: str, *, buffer_len: int, spec_tokens: int,
-                    state_dtype: torch.dtype, record_dtype: torch.dtype,
-                    conv_dtype: torch.dtype) -> LayerBytes:
+def ssm_layer_bytes(
+    kind: str,
+    geometry,
+    mode: str,
+    *,
+    buffer_len: int,
+    spec_tokens: int,
+    state_dtype: torch.dtype,
+    record_dtype: torch.dtype,
+    conv_dtype: torch.dtype,
+) -> LayerBytes:
     """Bytes per sequence of one SSM layer in ``mode`` (see the module docstring).
 
     Args:
@@ -148,9 +168,12 @@ def ssm_layer_bytes(kind: str, geometry, mode: str, *, buffer_len: int, spec_tok
     if mode == "conventional_spec":
         return LayerBytes(conv=conv, state=(1 + T) * state, records=0, cursors=0)
     positions = buffer_len if mode == "replay" else buffer_len + T
-    return LayerBytes(conv=conv, state=state,
-                      records=positions * record_bytes(kind, geometry, record_dtype, state_dtype),
-                      cursors=CURSOR_BYTES)
+    return LayerBytes(
+        conv=conv,
+        state=state,
+        records=positions * record_bytes(kind, geometry, record_dtype, state_dtype),
+        cursors=CURSOR_BYTES,
+    )
 
 
 @dataclass(frozen=True)
@@ -184,9 +207,18 @@ def _replay_window(state: float, record: float, L: int):
     return state, state / L, (L - 1) / 2.0 * record, record * (L - 1) / L
 
 
-def ssm_layer_step_traffic(kind: str, geometry, mode: str, *, buffer_len: int, spec_tokens: int,
-                           accepted: float, state_dtype: torch.dtype, record_dtype: torch.dtype,
-                           conv_dtype: torch.dtype) -> StepTraffic:
+def ssm_layer_step_traffic(
+    kind: str,
+    geometry,
+    mode: str,
+    *,
+    buffer_len: int,
+    spec_tokens: int,
+    accepted: float,
+    state_dtype: torch.dtype,
+    record_dtype: torch.dtype,
+    conv_dtype: torch.dtype,
+) -> StepTraffic:
     """HBM bytes per sequence per step of one SSM layer in ``mode`` (cache traffic only: the
     step's inputs and outputs are not counted).
 
@@ -208,8 +240,7 @@ def ssm_layer_step_traffic(kind: str, geometry, mode: str, *, buffer_len: int, s
     _check_lengths(owner, mode, buffer_len, spec_tokens)
     T = spec_tokens if mode in SPEC_MODES else 1
     if mode == "replay_spec" and not 1 <= accepted <= T:
-        raise ValueError(f"{owner}: accepted is {accepted!r}; expected 1 <= accepted <= "
-                         f"spec_tokens = {T}")
+        raise ValueError(f"{owner}: accepted is {accepted!r}; expected 1 <= accepted <= spec_tokens = {T}")
     conv = conv_state_bytes(geometry, conv_dtype, T)
     state = state_bytes(kind, geometry, state_dtype)
     record = record_bytes(kind, geometry, record_dtype, state_dtype)
@@ -244,9 +275,18 @@ class Mamba2StepBytes:
         return self.state_read + self.state_written + self.records_read + self.records_written + self.io
 
 
-def mamba2_step_bytes(route: str, *, nheads: int, head_dim: int, d_state: int, ngroups: int,
-                      L: int, state_dtype: torch.dtype, act_dtype: torch.dtype,
-                      has_z: bool = False) -> Mamba2StepBytes:
+def mamba2_step_bytes(
+    route: str,
+    *,
+    nheads: int,
+    head_dim: int,
+    d_state: int,
+    ngroups: int,
+    L: int,
+    state_dtype: torch.dtype,
+    act_dtype: torch.dtype,
+    has_z: bool = False,
+) -> Mamba2StepBytes:
     """Bytes per row per step of the conventional (``"decode_step"``) or replay route of one
     Mamba-2 layer, step inputs and output included (the benchmark's and demo's model).
 
@@ -260,6 +300,5 @@ def mamba2_step_bytes(route: str, *, nheads: int, head_dim: int, d_state: int, n
         return Mamba2StepBytes(state, state, 0.0, 0.0, io)
     if route != "replay_step":
         raise ValueError(f"mamba2_step_bytes: route is {route!r}; expected 'decode_step' or 'replay_step'")
-    record = _mamba2_record(nheads, head_dim, d_state, ngroups, a,
-                            dtype_size(gate_dtype(state_dtype)))
+    record = _mamba2_record(nheads, head_dim, d_state, ngroups, a, dtype_size(gate_dtype(state_dtype)))
     return Mamba2StepBytes(*_replay_window(state, record, L), io=io)

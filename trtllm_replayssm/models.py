@@ -12,6 +12,7 @@ Layer kinds: ``mamba2``, ``gdn``, ``kda`` (SSM layers, a recurrent state per seq
 lists MLP/MoE blocks as layers of their own; Qwen3.5 and Kimi Linear put an FFN inside every
 layer, which holds no cache and is not listed. MTP draft layers are not part of the stack.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,22 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Tuple, Union
 
 __all__ = [
-    "MAMBA2", "GDN", "KDA", "ATTENTION", "MLP", "MOE", "SSM_KINDS",
-    "Mamba2Geometry", "DeltaRuleGeometry", "AttentionGeometry", "MLAGeometry", "Layer",
-    "HybridModel", "from_hf_config", "PRESETS", "load_model",
+    "MAMBA2",
+    "GDN",
+    "KDA",
+    "ATTENTION",
+    "MLP",
+    "MOE",
+    "SSM_KINDS",
+    "Mamba2Geometry",
+    "DeltaRuleGeometry",
+    "AttentionGeometry",
+    "MLAGeometry",
+    "Layer",
+    "HybridModel",
+    "from_hf_config",
+    "PRESETS",
+    "load_model",
 ]
 
 MAMBA2, GDN, KDA, ATTENTION, MLP, MOE = "mamba2", "gdn", "kda", "attention", "mlp", "moe"
@@ -66,8 +80,10 @@ class Mamba2Geometry:
         elif tp_size % self.ngroups == 0:
             ngroups = 1
         else:
-            raise ValueError(f"{owner}: ngroups = {self.ngroups} and tp_size = {tp_size}: expected "
-                             f"one to divide the other (groups split or replicated)")
+            raise ValueError(
+                f"{owner}: ngroups = {self.ngroups} and tp_size = {tp_size}: expected "
+                f"one to divide the other (groups split or replicated)"
+            )
         return replace(self, nheads=nheads, ngroups=ngroups)
 
 
@@ -90,8 +106,11 @@ class DeltaRuleGeometry:
         """One rank's share: key heads and value heads split."""
         owner = "DeltaRuleGeometry.for_tp"
         _check_tp(owner, tp_size)
-        return replace(self, k_heads=_split(owner, "k_heads", self.k_heads, tp_size),
-                       v_heads=_split(owner, "v_heads", self.v_heads, tp_size))
+        return replace(
+            self,
+            k_heads=_split(owner, "k_heads", self.k_heads, tp_size),
+            v_heads=_split(owner, "v_heads", self.v_heads, tp_size),
+        )
 
 
 @dataclass(frozen=True)
@@ -114,8 +133,10 @@ class AttentionGeometry:
             return replace(self, kv_heads=self.kv_heads // tp_size)
         if tp_size % self.kv_heads == 0:
             return replace(self, kv_heads=1)
-        raise ValueError(f"{owner}: kv_heads = {self.kv_heads} and tp_size = {tp_size}: expected "
-                         f"one to divide the other (KV heads split or replicated)")
+        raise ValueError(
+            f"{owner}: kv_heads = {self.kv_heads} and tp_size = {tp_size}: expected "
+            f"one to divide the other (KV heads split or replicated)"
+        )
 
 
 @dataclass(frozen=True)
@@ -181,8 +202,10 @@ class HybridModel:
         """
         _check_tp("HybridModel.for_tp", tp_size)
         if self.tp_size != 1:
-            raise ValueError(f"HybridModel.for_tp: {self.name} is already split over tp_size = "
-                             f"{self.tp_size}; expected a whole model (tp_size 1)")
+            raise ValueError(
+                f"HybridModel.for_tp: {self.name} is already split over tp_size = "
+                f"{self.tp_size}; expected a whole model (tp_size 1)"
+            )
         layers = []
         for l in self.layers:
             try:
@@ -195,10 +218,12 @@ class HybridModel:
 
 # --------------------------------------------------------------------------- HF configs
 
-_FAMILIES = ("NemotronH (hybrid_override_pattern or layers_block_type), "
-             "Qwen3-Next / Qwen3.5 (linear_num_value_heads with layer_types or "
-             "full_attention_interval), Kimi Linear (linear_attn_config, or linear_num_heads "
-             "with layer_types), Mamba-2 (model_type mamba2)")
+_FAMILIES = (
+    "NemotronH (hybrid_override_pattern or layers_block_type), "
+    "Qwen3-Next / Qwen3.5 (linear_num_value_heads with layer_types or "
+    "full_attention_interval), Kimi Linear (linear_attn_config, or linear_num_heads "
+    "with layer_types), Mamba-2 (model_type mamba2)"
+)
 
 
 def _int(cfg: Mapping, key: str, family: str, *fallbacks: str) -> int:
@@ -223,15 +248,22 @@ def _check_layer_count(cfg: Mapping, kinds: list, family: str, source: str) -> N
     """num_hidden_layers, when given (transformers 5 NemotronH derives it and leaves it out),
     equals the length of the layer list."""
     if cfg.get("num_hidden_layers") is not None and _int(cfg, "num_hidden_layers", family) != len(kinds):
-        raise ValueError(f"config ({family}): {source} describes {len(kinds)} layers; "
-                         f"num_hidden_layers is {cfg['num_hidden_layers']}")
+        raise ValueError(
+            f"config ({family}): {source} describes {len(kinds)} layers; num_hidden_layers is {cfg['num_hidden_layers']}"
+        )
 
 
 _NEMOTRON_PATTERN = {"M": MAMBA2, "*": ATTENTION, "-": MLP, "E": MOE}
 # layers_block_type names: config.json files up to transformers 4 say mamba / attention;
 # transformers 5 renames them linear_attention / full_attention (and so does its to_dict()).
-_NEMOTRON_BLOCKS = {"mamba": MAMBA2, "linear_attention": MAMBA2, "attention": ATTENTION,
-                    "full_attention": ATTENTION, "mlp": MLP, "moe": MOE}
+_NEMOTRON_BLOCKS = {
+    "mamba": MAMBA2,
+    "linear_attention": MAMBA2,
+    "attention": ATTENTION,
+    "full_attention": ATTENTION,
+    "mlp": MLP,
+    "moe": MOE,
+}
 
 
 def _nemotron_h(cfg: Mapping) -> Tuple[str, list]:
@@ -239,30 +271,38 @@ def _nemotron_h(cfg: Mapping) -> Tuple[str, list]:
     if cfg.get("hybrid_override_pattern") is not None:
         pattern = cfg["hybrid_override_pattern"]
         if not isinstance(pattern, str) or not pattern or set(pattern) - set(_NEMOTRON_PATTERN):
-            raise ValueError(f"config ({family}): hybrid_override_pattern is {pattern!r}; expected a "
-                             f"non-empty string of {''.join(_NEMOTRON_PATTERN)} "
-                             f"(M Mamba-2, * attention, - MLP, E MoE)")
+            raise ValueError(
+                f"config ({family}): hybrid_override_pattern is {pattern!r}; expected a "
+                f"non-empty string of {''.join(_NEMOTRON_PATTERN)} "
+                f"(M Mamba-2, * attention, - MLP, E MoE)"
+            )
         kinds, source = [_NEMOTRON_PATTERN[c] for c in pattern], "hybrid_override_pattern"
     else:
         blocks = cfg["layers_block_type"]
-        if (not isinstance(blocks, (list, tuple)) or not blocks
-                or any(b not in _NEMOTRON_BLOCKS for b in blocks)):
-            raise ValueError(f"config ({family}): layers_block_type is {blocks!r}; expected a "
-                             f"non-empty list of {', '.join(_NEMOTRON_BLOCKS)}")
+        if not isinstance(blocks, (list, tuple)) or not blocks or any(b not in _NEMOTRON_BLOCKS for b in blocks):
+            raise ValueError(
+                f"config ({family}): layers_block_type is {blocks!r}; expected a "
+                f"non-empty list of {', '.join(_NEMOTRON_BLOCKS)}"
+            )
         kinds, source = [_NEMOTRON_BLOCKS[b] for b in blocks], "layers_block_type"
     _check_layer_count(cfg, kinds, family, source)
     geoms = {}
     if MAMBA2 in kinds:
         geoms[MAMBA2] = Mamba2Geometry(
-            nheads=_int(cfg, "mamba_num_heads", family), head_dim=_int(cfg, "mamba_head_dim", family),
-            d_state=_int(cfg, "ssm_state_size", family), ngroups=_int(cfg, "n_groups", family),
-            d_conv=_int(cfg, "conv_kernel", family))
+            nheads=_int(cfg, "mamba_num_heads", family),
+            head_dim=_int(cfg, "mamba_head_dim", family),
+            d_state=_int(cfg, "ssm_state_size", family),
+            ngroups=_int(cfg, "n_groups", family),
+            d_conv=_int(cfg, "conv_kernel", family),
+        )
         if geoms[MAMBA2].nheads % geoms[MAMBA2].ngroups:
-            raise ValueError(f"config ({family}): n_groups = {geoms[MAMBA2].ngroups} must divide "
-                             f"mamba_num_heads = {geoms[MAMBA2].nheads}")
+            raise ValueError(
+                f"config ({family}): n_groups = {geoms[MAMBA2].ngroups} must divide mamba_num_heads = {geoms[MAMBA2].nheads}"
+            )
     if ATTENTION in kinds:
-        geoms[ATTENTION] = AttentionGeometry(kv_heads=_int(cfg, "num_key_value_heads", family),
-                                             head_dim=_attention_head_dim(cfg, family))
+        geoms[ATTENTION] = AttentionGeometry(
+            kv_heads=_int(cfg, "num_key_value_heads", family), head_dim=_attention_head_dim(cfg, family)
+        )
     return family, [Layer(i, k, geoms.get(k)) for i, k in enumerate(kinds)]
 
 
@@ -272,8 +312,10 @@ def _layer_types_kinds(cfg: Mapping, linear_kind: str, family: str, alternative:
     types = cfg.get("layer_types")
     allowed = {"linear_attention": linear_kind, "full_attention": ATTENTION}
     if not isinstance(types, (list, tuple)) or any(t not in allowed for t in types):
-        raise ValueError(f"config ({family}): layer_types is {types!r}; expected a list of "
-                         f"'linear_attention' / 'full_attention'{alternative}")
+        raise ValueError(
+            f"config ({family}): layer_types is {types!r}; expected a list of "
+            f"'linear_attention' / 'full_attention'{alternative}"
+        )
     kinds = [allowed[t] for t in types]
     _check_layer_count(cfg, kinds, family, "layer_types")
     return kinds
@@ -287,18 +329,24 @@ def _qwen_gdn(cfg: Mapping) -> Tuple[str, list]:
     else:
         interval = _int(cfg, "full_attention_interval", family)
         kinds = [ATTENTION if (i + 1) % interval == 0 else GDN for i in range(n)]
-    geoms = {GDN: DeltaRuleGeometry(
-        k_heads=_int(cfg, "linear_num_key_heads", family),
-        v_heads=_int(cfg, "linear_num_value_heads", family),
-        head_k_dim=_int(cfg, "linear_key_head_dim", family),
-        head_v_dim=_int(cfg, "linear_value_head_dim", family),
-        d_conv=_int(cfg, "linear_conv_kernel_dim", family))}
+    geoms = {
+        GDN: DeltaRuleGeometry(
+            k_heads=_int(cfg, "linear_num_key_heads", family),
+            v_heads=_int(cfg, "linear_num_value_heads", family),
+            head_k_dim=_int(cfg, "linear_key_head_dim", family),
+            head_v_dim=_int(cfg, "linear_value_head_dim", family),
+            d_conv=_int(cfg, "linear_conv_kernel_dim", family),
+        )
+    }
     if geoms[GDN].v_heads % geoms[GDN].k_heads:
-        raise ValueError(f"config ({family}): linear_num_key_heads = {geoms[GDN].k_heads} must "
-                         f"divide linear_num_value_heads = {geoms[GDN].v_heads}")
+        raise ValueError(
+            f"config ({family}): linear_num_key_heads = {geoms[GDN].k_heads} must "
+            f"divide linear_num_value_heads = {geoms[GDN].v_heads}"
+        )
     if ATTENTION in kinds:
-        geoms[ATTENTION] = AttentionGeometry(kv_heads=_int(cfg, "num_key_value_heads", family),
-                                             head_dim=_attention_head_dim(cfg, family))
+        geoms[ATTENTION] = AttentionGeometry(
+            kv_heads=_int(cfg, "num_key_value_heads", family), head_dim=_attention_head_dim(cfg, family)
+        )
     return family, [Layer(i, k, geoms[k]) for i, k in enumerate(kinds)]
 
 
@@ -315,13 +363,13 @@ def _kimi_layer_kinds(cfg: Mapping, n: int, family: str) -> list:
     for key in ("kda_layers", "full_attn_layers"):
         v = lac.get(key)
         if not isinstance(v, (list, tuple)) or any(not isinstance(i, int) or isinstance(i, bool) for i in v):
-            raise ValueError(f"config ({family}): linear_attn_config.{key} is {v!r}; expected a list "
-                             f"of 1-based layer ids")
+            raise ValueError(f"config ({family}): linear_attn_config.{key} is {v!r}; expected a list of 1-based layer ids")
         ids[key] = set(v)
-    if ids["kda_layers"] & ids["full_attn_layers"] or (
-            ids["kda_layers"] | ids["full_attn_layers"]) != set(range(1, n + 1)):
-        raise ValueError(f"config ({family}): linear_attn_config.kda_layers and full_attn_layers "
-                         f"must split layers 1..{n} (num_hidden_layers) without overlap")
+    if ids["kda_layers"] & ids["full_attn_layers"] or (ids["kda_layers"] | ids["full_attn_layers"]) != set(range(1, n + 1)):
+        raise ValueError(
+            f"config ({family}): linear_attn_config.kda_layers and full_attn_layers "
+            f"must split layers 1..{n} (num_hidden_layers) without overlap"
+        )
     return [KDA if i + 1 in ids["kda_layers"] else ATTENTION for i in range(n)]
 
 
@@ -336,28 +384,30 @@ def _kimi_linear(cfg: Mapping) -> Tuple[str, list]:
     else:
         heads, head_dim = _int(cfg, "linear_num_heads", family), _int(cfg, "linear_head_dim", family)
         d_conv = _int(cfg, "linear_conv_kernel_dim", family)
-    geoms = {KDA: DeltaRuleGeometry(k_heads=heads, v_heads=heads, head_k_dim=head_dim,
-                                    head_v_dim=head_dim, d_conv=d_conv)}
+    geoms = {KDA: DeltaRuleGeometry(k_heads=heads, v_heads=heads, head_k_dim=head_dim, head_v_dim=head_dim, d_conv=d_conv)}
     if cfg.get("kv_lora_rank") is not None:
-        geoms[ATTENTION] = MLAGeometry(kv_lora_rank=_int(cfg, "kv_lora_rank", family),
-                                       qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", family))
+        geoms[ATTENTION] = MLAGeometry(
+            kv_lora_rank=_int(cfg, "kv_lora_rank", family), qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", family)
+        )
     else:
-        geoms[ATTENTION] = AttentionGeometry(kv_heads=_int(cfg, "num_key_value_heads", family),
-                                             head_dim=_attention_head_dim(cfg, family))
+        geoms[ATTENTION] = AttentionGeometry(
+            kv_heads=_int(cfg, "num_key_value_heads", family), head_dim=_attention_head_dim(cfg, family)
+        )
     return family, [Layer(i, k, geoms[k]) for i, k in enumerate(kinds)]
 
 
 def _mamba2(cfg: Mapping) -> Tuple[str, list]:
     """A pure Mamba-2 model (transformers' Mamba2Config): every layer a Mamba-2 mixer."""
     family = "Mamba-2"
-    geom = Mamba2Geometry(nheads=_int(cfg, "num_heads", family),
-                          head_dim=_int(cfg, "head_dim", family),
-                          d_state=_int(cfg, "state_size", family),
-                          ngroups=_int(cfg, "n_groups", family),
-                          d_conv=_int(cfg, "conv_kernel", family))
+    geom = Mamba2Geometry(
+        nheads=_int(cfg, "num_heads", family),
+        head_dim=_int(cfg, "head_dim", family),
+        d_state=_int(cfg, "state_size", family),
+        ngroups=_int(cfg, "n_groups", family),
+        d_conv=_int(cfg, "conv_kernel", family),
+    )
     if geom.nheads % geom.ngroups:
-        raise ValueError(f"config ({family}): n_groups = {geom.ngroups} must divide "
-                         f"num_heads = {geom.nheads}")
+        raise ValueError(f"config ({family}): n_groups = {geom.ngroups} must divide num_heads = {geom.nheads}")
     return family, [Layer(i, MAMBA2, geom) for i in range(_int(cfg, "num_hidden_layers", family))]
 
 
@@ -377,8 +427,7 @@ def from_hf_config(config: Mapping, name: Optional[str] = None) -> HybridModel:
         ValueError: an unrecognised or malformed config, naming the key and what was expected.
     """
     if not isinstance(config, Mapping):
-        raise ValueError(f"from_hf_config: config is {type(config).__name__}; expected a dict "
-                         f"(a parsed config.json)")
+        raise ValueError(f"from_hf_config: config is {type(config).__name__}; expected a dict (a parsed config.json)")
     cfg = config["text_config"] if isinstance(config.get("text_config"), Mapping) else config
     if cfg.get("hybrid_override_pattern") is not None or cfg.get("layers_block_type") is not None:
         family, layers = _nemotron_h(cfg)
@@ -390,8 +439,7 @@ def from_hf_config(config: Mapping, name: Optional[str] = None) -> HybridModel:
         family, layers = _mamba2(cfg)
     else:
         model_type = cfg.get("model_type", config.get("model_type"))
-        raise ValueError(f"from_hf_config: unrecognised config (model_type {model_type!r}); "
-                         f"expected one of: {_FAMILIES}")
+        raise ValueError(f"from_hf_config: unrecognised config (model_type {model_type!r}); expected one of: {_FAMILIES}")
     if name is None:
         archs = config.get("architectures") or [cfg.get("model_type", "model")]
         name = str(archs[0])
@@ -411,12 +459,19 @@ PRESETS = {
     # model ports (mlc-llm, Rust and vLLM-policy test fixtures): 42 layers, 21 Mamba-2,
     # 4 attention, 17 MLP.
     "nemotron-3-nano-4b": {
-        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
-        "num_hidden_layers": 42, "hidden_size": 3136,
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "num_hidden_layers": 42,
+        "hidden_size": 3136,
         "hybrid_override_pattern": "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-",
-        "mamba_num_heads": 96, "mamba_head_dim": 80, "ssm_state_size": 128, "n_groups": 8,
+        "mamba_num_heads": 96,
+        "mamba_head_dim": 80,
+        "ssm_state_size": 128,
+        "n_groups": 8,
         "conv_kernel": 4,
-        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
     },
     # https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16/blob/main/config.json
     # (also the -Base-BF16 page). Pattern and geometry as quoted by Megatron-LM launch scripts
@@ -424,13 +479,21 @@ PRESETS = {
     # slime's model script and public ports; layer mix 40 Mamba-2 + 40 MoE + 8 attention also in
     # glennklockwood.com/garden/Nemotron-3.
     "nemotron-3-super-120b": {
-        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
-        "num_hidden_layers": 88, "hidden_size": 4096,
-        "hybrid_override_pattern": ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*"
-                                    "EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"),
-        "mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "num_hidden_layers": 88,
+        "hidden_size": 4096,
+        "hybrid_override_pattern": (
+            "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+        ),
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 128,
+        "n_groups": 8,
         "conv_kernel": 4,
-        "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
     },
     # https://huggingface.co/Qwen/Qwen3.5-4B/blob/main/config.json (multimodal wrapper; the text
     # stack is text_config). Field table quoted in public READMEs citing that file: 32 layers,
@@ -438,13 +501,21 @@ PRESETS = {
     # full_attention_interval 4; linear head dims 128 and conv kernel 4 as in the same-size
     # Qwen3.5 text config huggingface.co/halen214/st01 and the replayssm brief's (16, 32, 128, 128).
     "qwen3.5-4b": {
-        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
         "text_config": {
-            "model_type": "qwen3_5_text", "num_hidden_layers": 32, "hidden_size": 2560,
+            "model_type": "qwen3_5_text",
+            "num_hidden_layers": 32,
+            "hidden_size": 2560,
             "full_attention_interval": 4,
-            "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
-            "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "head_dim": 256,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
         },
     },
     # https://huggingface.co/Qwen/Qwen3.5-122B-A10B/blob/main/config.json. Fields as quoted by
@@ -452,13 +523,21 @@ PRESETS = {
     # hidden 3072, 32 heads / 2 KV heads, head_dim 256, GDN 16 key / 64 value heads of 128,
     # conv kernel 4, full_attention_interval 4.
     "qwen3.5-122b-a10b": {
-        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
         "text_config": {
-            "model_type": "qwen3_5_moe_text", "num_hidden_layers": 48, "hidden_size": 3072,
+            "model_type": "qwen3_5_moe_text",
+            "num_hidden_layers": 48,
+            "hidden_size": 3072,
             "full_attention_interval": 4,
-            "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 256,
-            "linear_num_key_heads": 16, "linear_num_value_heads": 64,
-            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 2,
+            "head_dim": 256,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 64,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
         },
     },
     # https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct/blob/main/config.json.
@@ -466,14 +545,22 @@ PRESETS = {
     # layers 1-3, 5-7, ..., 25-26 (20), MLA at 4, 8, 12, 16, 20, 24, 27 (7); KDA 32 heads of
     # 128, short conv 4; MLA kv_lora_rank 512, qk_rope_head_dim 64.
     "kimi-linear-48b": {
-        "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
-        "num_hidden_layers": 27, "hidden_size": 2304,
-        "num_attention_heads": 32, "num_key_value_heads": 32,
-        "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+        "architectures": ["KimiLinearForCausalLM"],
+        "model_type": "kimi_linear",
+        "num_hidden_layers": 27,
+        "hidden_size": 2304,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
         "linear_attn_config": {
             "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
             "full_attn_layers": [4, 8, 12, 16, 20, 24, 27],
-            "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4,
+            "num_heads": 32,
+            "head_dim": 128,
+            "short_conv_kernel_size": 4,
         },
     },
 }

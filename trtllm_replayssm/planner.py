@@ -10,6 +10,7 @@ cache the SSM layers weigh as much as, or whose attention reads move as many byt
 
 :class:`~trtllm_replayssm.pool.ReplayCachePool` allocates exactly :func:`pool_bytes`.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,16 +20,32 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .cache import FLOAT_DTYPES, MAX_L
-from .memory import (MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes,
-                     ssm_layer_step_traffic)
+from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import SSM_KINDS, HybridModel, Layer
 
-__all__ = ["PlanConfig", "Budget", "layer_bytes", "sequence_ssm_bytes", "sequence_kv_bytes_per_token",
-           "step_traffic", "pool_bytes", "kv_token_equivalent", "max_concurrency", "Plan",
-           "plan", "format_plan", "DTYPE_NAMES"]
+__all__ = [
+    "PlanConfig",
+    "Budget",
+    "layer_bytes",
+    "sequence_ssm_bytes",
+    "sequence_kv_bytes_per_token",
+    "step_traffic",
+    "pool_bytes",
+    "kv_token_equivalent",
+    "max_concurrency",
+    "Plan",
+    "plan",
+    "format_plan",
+    "DTYPE_NAMES",
+]
 
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-               torch.float64: "fp64", torch.float8_e4m3fn: "fp8"}
+DTYPE_NAMES = {
+    torch.float32: "fp32",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float64: "fp64",
+    torch.float8_e4m3fn: "fp8",
+}
 
 
 @dataclass(frozen=True)
@@ -59,14 +76,18 @@ class PlanConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
         if self.spec_tokens > self.buffer_len:
-            raise ValueError(f"{owner}: spec_tokens (T) = {self.spec_tokens} > buffer_len (B) = "
-                             f"{self.buffer_len}; expected B >= T")
+            raise ValueError(
+                f"{owner}: spec_tokens (T) = {self.spec_tokens} > buffer_len (B) = {self.buffer_len}; expected B >= T"
+            )
         if self.buffer_len + self.spec_tokens > MAX_L:
-            raise ValueError(f"{owner}: buffer_len + spec_tokens = {self.buffer_len + self.spec_tokens}; "
-                             f"expected at most {MAX_L} (records per slot the replay kernels hold)")
+            raise ValueError(
+                f"{owner}: buffer_len + spec_tokens = {self.buffer_len + self.spec_tokens}; "
+                f"expected at most {MAX_L} (records per slot the replay kernels hold)"
+            )
         if self.accepted is not None and not 1 <= self.accepted <= self.spec_tokens:
-            raise ValueError(f"{owner}: accepted is {self.accepted!r}; expected 1 <= accepted <= "
-                             f"spec_tokens = {self.spec_tokens}")
+            raise ValueError(
+                f"{owner}: accepted is {self.accepted!r}; expected 1 <= accepted <= spec_tokens = {self.spec_tokens}"
+            )
         for name in ("state_dtype", "record_dtype", "conv_dtype"):
             if getattr(self, name) not in FLOAT_DTYPES:
                 raise TypeError(f"{owner}: {name} is {getattr(self, name)}; expected fp32, bf16, fp16 or fp64")
@@ -84,9 +105,13 @@ class PlanConfig:
 
 
 def _ssm_kwargs(config: PlanConfig) -> dict:
-    return dict(buffer_len=config.buffer_len, spec_tokens=config.spec_tokens,
-                state_dtype=config.state_dtype, record_dtype=config.record_dtype,
-                conv_dtype=config.conv_dtype)
+    return dict(
+        buffer_len=config.buffer_len,
+        spec_tokens=config.spec_tokens,
+        state_dtype=config.state_dtype,
+        record_dtype=config.record_dtype,
+        conv_dtype=config.conv_dtype,
+    )
 
 
 def layer_bytes(layer: Layer, mode: str, config: PlanConfig) -> LayerBytes:
@@ -108,8 +133,7 @@ def step_traffic(model: HybridModel, mode: str, config: PlanConfig) -> StepTraff
     """HBM bytes per sequence per decode step of all SSM layers of ``model``."""
     total = StepTraffic(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     for l in model.ssm_layers:
-        total = total + ssm_layer_step_traffic(l.kind, l.geometry, mode,
-                                               accepted=config.mean_accepted, **_ssm_kwargs(config))
+        total = total + ssm_layer_step_traffic(l.kind, l.geometry, mode, accepted=config.mean_accepted, **_ssm_kwargs(config))
     return total
 
 
@@ -143,8 +167,10 @@ class Budget:
         if not isinstance(self.weights_bytes, int) or self.weights_bytes < 0:
             raise ValueError(f"Budget: weights_bytes is {self.weights_bytes!r}; expected an int >= 0")
         if self.weights_per_rank >= self.gpu_mem_bytes:
-            raise ValueError(f"Budget: weights per rank ({self.weights_per_rank:,} B) leave nothing "
-                             f"of gpu_mem ({self.gpu_mem_bytes:,} B); expected fewer weights or more TP")
+            raise ValueError(
+                f"Budget: weights per rank ({self.weights_per_rank:,} B) leave nothing "
+                f"of gpu_mem ({self.gpu_mem_bytes:,} B); expected fewer weights or more TP"
+            )
 
     @property
     def weights_per_rank(self) -> int:
@@ -155,15 +181,17 @@ class Budget:
         return int((self.gpu_mem_bytes - self.weights_per_rank) * self.free_fraction)
 
 
-def max_concurrency(model: HybridModel, mode: str, config: PlanConfig, *, cache_bytes: int,
-                    max_seq_len: int, num_padding_slots: int = 1) -> int:
+def max_concurrency(
+    model: HybridModel, mode: str, config: PlanConfig, *, cache_bytes: int, max_seq_len: int, num_padding_slots: int = 1
+) -> int:
     """Most sequences of ``max_seq_len`` tokens whose SSM caches (plus ``num_padding_slots``
     padding slots, SSM caches only) and KV caches fit in ``cache_bytes`` on one rank."""
     ssm = sequence_ssm_bytes(model, mode, config)
     per_seq = ssm + max_seq_len * sequence_kv_bytes_per_token(model, config.kv_dtype)
     if per_seq == 0:
-        raise ValueError(f"max_concurrency: {model.name} has no SSM or attention layer; "
-                         f"expected a model with per-sequence caches")
+        raise ValueError(
+            f"max_concurrency: {model.name} has no SSM or attention layer; expected a model with per-sequence caches"
+        )
     return max(0, (cache_bytes - num_padding_slots * ssm) // per_seq)
 
 
@@ -224,41 +252,63 @@ class Plan:
         m, c = self.model, self.config
         conv = self.modes["conventional"]
         return {
-            "model": {"name": m.name, "family": m.family, "tp_size": m.tp_size,
-                      "layers": len(m.layers),
-                      "layer_counts": {k: m.count(k) for k in dict.fromkeys(l.kind for l in m.layers)},
-                      "ssm_per_attention": _finite(m.ssm_per_attention)},
+            "model": {
+                "name": m.name,
+                "family": m.family,
+                "tp_size": m.tp_size,
+                "layers": len(m.layers),
+                "layer_counts": {k: m.count(k) for k in dict.fromkeys(l.kind for l in m.layers)},
+                "ssm_per_attention": _finite(m.ssm_per_attention),
+            },
             "config": c.to_dict(),
-            "budget": {"gpu_mem_bytes": self.budget.gpu_mem_bytes,
-                       "free_fraction": self.budget.free_fraction,
-                       "weights_bytes": self.budget.weights_bytes,
-                       "weights_per_rank": self.budget.weights_per_rank,
-                       "cache_bytes": self.budget.cache_bytes,
-                       "max_seq_len": self.max_seq_len,
-                       "num_padding_slots": self.num_padding_slots},
+            "budget": {
+                "gpu_mem_bytes": self.budget.gpu_mem_bytes,
+                "free_fraction": self.budget.free_fraction,
+                "weights_bytes": self.budget.weights_bytes,
+                "weights_per_rank": self.budget.weights_per_rank,
+                "cache_bytes": self.budget.cache_bytes,
+                "max_seq_len": self.max_seq_len,
+                "num_padding_slots": self.num_padding_slots,
+            },
             "ssm_layers": [
-                {"kind": g.kind, "count": len(g.indices), "indices": list(g.indices),
-                 "geometry": vars(g.geometry), "conv_dim": g.geometry.conv_dim,
-                 "bytes_per_sequence": {mode: {**vars(layer_bytes(_first(m, g), mode, c)),
-                                               "total": layer_bytes(_first(m, g), mode, c).total}
-                                        for mode in MODES}}
-                for g in self.ssm_groups],
+                {
+                    "kind": g.kind,
+                    "count": len(g.indices),
+                    "indices": list(g.indices),
+                    "geometry": vars(g.geometry),
+                    "conv_dim": g.geometry.conv_dim,
+                    "bytes_per_sequence": {
+                        mode: {**vars(layer_bytes(_first(m, g), mode, c)), "total": layer_bytes(_first(m, g), mode, c).total}
+                        for mode in MODES
+                    },
+                }
+                for g in self.ssm_groups
+            ],
             "attention_layers": [
-                {"kind": g.kind, "count": len(g.indices), "indices": list(g.indices),
-                 "geometry": vars(g.geometry),
-                 "kv_bytes_per_token": kv_bytes_per_token(g.geometry, c.kv_dtype)}
-                for g in self.attention_groups],
+                {
+                    "kind": g.kind,
+                    "count": len(g.indices),
+                    "indices": list(g.indices),
+                    "geometry": vars(g.geometry),
+                    "kv_bytes_per_token": kv_bytes_per_token(g.geometry, c.kv_dtype),
+                }
+                for g in self.attention_groups
+            ],
             "kv_bytes_per_token": self.kv_bytes_per_token,
-            "modes": {mode: {"ssm_bytes_per_sequence": p.ssm_bytes,
-                             "kv_bytes_per_sequence": p.kv_bytes,
-                             "bytes_per_sequence": p.total_bytes,
-                             "max_concurrency": p.max_concurrency,
-                             "concurrency_vs_conventional": _ratio(p.max_concurrency, conv.max_concurrency),
-                             "traffic_per_step": {**vars(p.traffic), "total": p.traffic.total},
-                             "traffic_vs_conventional": _ratio(p.traffic.total, conv.traffic.total),
-                             "memory_kv_tokens": _finite(p.memory_kv_tokens),
-                             "traffic_kv_tokens": _finite(p.traffic_kv_tokens)}
-                      for mode, p in self.modes.items()},
+            "modes": {
+                mode: {
+                    "ssm_bytes_per_sequence": p.ssm_bytes,
+                    "kv_bytes_per_sequence": p.kv_bytes,
+                    "bytes_per_sequence": p.total_bytes,
+                    "max_concurrency": p.max_concurrency,
+                    "concurrency_vs_conventional": _ratio(p.max_concurrency, conv.max_concurrency),
+                    "traffic_per_step": {**vars(p.traffic), "total": p.traffic.total},
+                    "traffic_vs_conventional": _ratio(p.traffic.total, conv.traffic.total),
+                    "memory_kv_tokens": _finite(p.memory_kv_tokens),
+                    "traffic_kv_tokens": _finite(p.traffic_kv_tokens),
+                }
+                for mode, p in self.modes.items()
+            },
         }
 
 
@@ -275,9 +325,17 @@ def _ratio(a: float, b: float) -> Optional[float]:
     return a / b if b else None
 
 
-def plan(model: HybridModel, *, tp_size: int = 1, config: PlanConfig = PlanConfig(),
-         gpu_mem_bytes: int, free_fraction: float = 0.9, weights_bytes: int = 0,
-         max_seq_len: int = 8192, num_padding_slots: int = 1) -> Plan:
+def plan(
+    model: HybridModel,
+    *,
+    tp_size: int = 1,
+    config: PlanConfig = PlanConfig(),
+    gpu_mem_bytes: int,
+    free_fraction: float = 0.9,
+    weights_bytes: int = 0,
+    max_seq_len: int = 8192,
+    num_padding_slots: int = 1,
+) -> Plan:
     """Plan ``model`` (a whole model, tp_size 1) on one of ``tp_size`` ranks.
 
     Args:
@@ -295,26 +353,40 @@ def plan(model: HybridModel, *, tp_size: int = 1, config: PlanConfig = PlanConfi
     if not isinstance(num_padding_slots, int) or num_padding_slots < 0:
         raise ValueError(f"plan: num_padding_slots is {num_padding_slots!r}; expected an int >= 0")
     rank = model.for_tp(tp_size)
-    budget = Budget(gpu_mem_bytes=gpu_mem_bytes, free_fraction=free_fraction,
-                    weights_bytes=weights_bytes, tp_size=tp_size)
+    budget = Budget(gpu_mem_bytes=gpu_mem_bytes, free_fraction=free_fraction, weights_bytes=weights_bytes, tp_size=tp_size)
     kv_per_token = sequence_kv_bytes_per_token(rank, config.kv_dtype)
     modes = {}
     for mode in MODES:
         ssm = sequence_ssm_bytes(rank, mode, config)
         traffic = step_traffic(rank, mode, config)
         modes[mode] = ModePlan(
-            ssm_bytes=ssm, kv_bytes=max_seq_len * kv_per_token,
-            max_concurrency=max_concurrency(rank, mode, config, cache_bytes=budget.cache_bytes,
-                                            max_seq_len=max_seq_len,
-                                            num_padding_slots=num_padding_slots),
+            ssm_bytes=ssm,
+            kv_bytes=max_seq_len * kv_per_token,
+            max_concurrency=max_concurrency(
+                rank,
+                mode,
+                config,
+                cache_bytes=budget.cache_bytes,
+                max_seq_len=max_seq_len,
+                num_padding_slots=num_padding_slots,
+            ),
             traffic=traffic,
             memory_kv_tokens=kv_token_equivalent(ssm, rank, config.kv_dtype),
-            traffic_kv_tokens=kv_token_equivalent(traffic.total, rank, config.kv_dtype))
-    return Plan(model=rank, config=config, budget=budget, max_seq_len=max_seq_len,
-                num_padding_slots=num_padding_slots, kv_bytes_per_token=kv_per_token, modes=modes)
+            traffic_kv_tokens=kv_token_equivalent(traffic.total, rank, config.kv_dtype),
+        )
+    return Plan(
+        model=rank,
+        config=config,
+        budget=budget,
+        max_seq_len=max_seq_len,
+        num_padding_slots=num_padding_slots,
+        kv_bytes_per_token=kv_per_token,
+        modes=modes,
+    )
 
 
 # --------------------------------------------------------------------------- table
+
 
 def _size(n: float) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -330,8 +402,12 @@ def _geometry_text(kind: str, g) -> str:
     return ", ".join(f"{k} {v}" for k, v in vars(g).items())
 
 
-_MODE_LABELS = {"conventional": "conventional", "conventional_spec": "conventional spec",
-                "replay": "replay", "replay_spec": "replay spec"}
+_MODE_LABELS = {
+    "conventional": "conventional",
+    "conventional_spec": "conventional spec",
+    "replay": "replay",
+    "replay_spec": "replay spec",
+}
 
 
 def format_plan(p: Plan) -> str:
@@ -340,48 +416,59 @@ def format_plan(p: Plan) -> str:
     names = DTYPE_NAMES
     counts = ", ".join(f"{m.count(k)} {k}" for k in dict.fromkeys(l.kind for l in m.layers))
     conv = p.modes["conventional"]
-    out = [f"trtllm-replayssm plan: {m.name} ({m.family}), TP {m.tp_size}, figures per rank",
-           f"  {len(m.layers)} layers: {counts}; SSM layers per attention layer: "
-           f"{m.ssm_per_attention:.2f}"]
+    out = [
+        f"trtllm-replayssm plan: {m.name} ({m.family}), TP {m.tp_size}, figures per rank",
+        f"  {len(m.layers)} layers: {counts}; SSM layers per attention layer: {m.ssm_per_attention:.2f}",
+    ]
     for g in p.ssm_groups + p.attention_groups:
         out.append(f"  {g.kind} x{len(g.indices)}: {_geometry_text(g.kind, g.geometry)}")
-    out += [f"  dtypes: state {names[c.state_dtype]}, records {names[c.record_dtype]}, conv "
-            f"{names[c.conv_dtype]}, KV {names[c.kv_dtype]} ({_size(p.kv_bytes_per_token)} per token, "
-            f"all attention layers)",
-            f"  replay L {c.buffer_len}; speculative: history B {c.buffer_len}, window T "
-            f"{c.spec_tokens} (records B+T = {c.buffer_len + c.spec_tokens}), "
-            f"{c.mean_accepted:g} accepted per step",
-            f"  budget: ({_size(b.gpu_mem_bytes)} - {_size(b.weights_per_rank)} weights) x "
-            f"{b.free_fraction:g} = {_size(b.cache_bytes)} for caches; max_seq_len "
-            f"{p.max_seq_len}; {p.num_padding_slots} padding slot(s)",
-            "",
-            "Bytes per sequence, one SSM layer",
-            f"  {'layer':<12}{'mode':<19}{'conv':>12}{'state':>14}{'records':>12}{'cursors':>9}"
-            f"{'total':>14}"]
+    out += [
+        f"  dtypes: state {names[c.state_dtype]}, records {names[c.record_dtype]}, conv "
+        f"{names[c.conv_dtype]}, KV {names[c.kv_dtype]} ({_size(p.kv_bytes_per_token)} per token, "
+        f"all attention layers)",
+        f"  replay L {c.buffer_len}; speculative: history B {c.buffer_len}, window T "
+        f"{c.spec_tokens} (records B+T = {c.buffer_len + c.spec_tokens}), "
+        f"{c.mean_accepted:g} accepted per step",
+        f"  budget: ({_size(b.gpu_mem_bytes)} - {_size(b.weights_per_rank)} weights) x "
+        f"{b.free_fraction:g} = {_size(b.cache_bytes)} for caches; max_seq_len "
+        f"{p.max_seq_len}; {p.num_padding_slots} padding slot(s)",
+        "",
+        "Bytes per sequence, one SSM layer",
+        f"  {'layer':<12}{'mode':<19}{'conv':>12}{'state':>14}{'records':>12}{'cursors':>9}{'total':>14}",
+    ]
     for g in p.ssm_groups:
         for mode in MODES:
             lb = layer_bytes(_first(m, g), mode, c)
-            out.append(f"  {g.kind + ' x' + str(len(g.indices)):<12}{_MODE_LABELS[mode]:<19}"
-                       f"{lb.conv:>12,}{lb.state:>14,}{lb.records:>12,}{lb.cursors:>9,}{lb.total:>14,}")
-    out += ["",
-            f"Per sequence, all layers (KV at max_seq_len {p.max_seq_len})",
-            f"  {'mode':<19}{'SSM':>12}{'KV':>12}{'total':>12}{'max seqs':>10}{'vs conv':>9}"
-            f"{'SSM = KV tokens':>17}"]
+            out.append(
+                f"  {g.kind + ' x' + str(len(g.indices)):<12}{_MODE_LABELS[mode]:<19}"
+                f"{lb.conv:>12,}{lb.state:>14,}{lb.records:>12,}{lb.cursors:>9,}{lb.total:>14,}"
+            )
+    out += [
+        "",
+        f"Per sequence, all layers (KV at max_seq_len {p.max_seq_len})",
+        f"  {'mode':<19}{'SSM':>12}{'KV':>12}{'total':>12}{'max seqs':>10}{'vs conv':>9}{'SSM = KV tokens':>17}",
+    ]
     for mode, mp in p.modes.items():
-        out.append(f"  {_MODE_LABELS[mode]:<19}{_size(mp.ssm_bytes):>12}{_size(mp.kv_bytes):>12}"
-                   f"{_size(mp.total_bytes):>12}{mp.max_concurrency:>10,}"
-                   f"{_fmt_ratio(mp.max_concurrency, conv.max_concurrency):>9}"
-                   f"{mp.memory_kv_tokens:>17,.0f}")
-    out += ["",
-            "HBM traffic per decode step per sequence, SSM layers (speculative: per verify step)",
-            f"  {'mode':<19}{'state r':>11}{'state w':>11}{'rec r':>11}{'rec w':>11}{'conv r+w':>11}"
-            f"{'total':>11}{'vs conv':>9}{'= KV tokens':>13}"]
+        out.append(
+            f"  {_MODE_LABELS[mode]:<19}{_size(mp.ssm_bytes):>12}{_size(mp.kv_bytes):>12}"
+            f"{_size(mp.total_bytes):>12}{mp.max_concurrency:>10,}"
+            f"{_fmt_ratio(mp.max_concurrency, conv.max_concurrency):>9}"
+            f"{mp.memory_kv_tokens:>17,.0f}"
+        )
+    out += [
+        "",
+        "HBM traffic per decode step per sequence, SSM layers (speculative: per verify step)",
+        f"  {'mode':<19}{'state r':>11}{'state w':>11}{'rec r':>11}{'rec w':>11}{'conv r+w':>11}"
+        f"{'total':>11}{'vs conv':>9}{'= KV tokens':>13}",
+    ]
     for mode, mp in p.modes.items():
         t = mp.traffic
-        out.append(f"  {_MODE_LABELS[mode]:<19}{_size(t.state_read):>11}{_size(t.state_written):>11}"
-                   f"{_size(t.records_read):>11}{_size(t.records_written):>11}"
-                   f"{_size(t.conv_read + t.conv_written):>11}{_size(t.total):>11}"
-                   f"{_fmt_ratio(t.total, conv.traffic.total):>9}{mp.traffic_kv_tokens:>13,.0f}")
+        out.append(
+            f"  {_MODE_LABELS[mode]:<19}{_size(t.state_read):>11}{_size(t.state_written):>11}"
+            f"{_size(t.records_read):>11}{_size(t.records_written):>11}"
+            f"{_size(t.conv_read + t.conv_written):>11}{_size(t.total):>11}"
+            f"{_fmt_ratio(t.total, conv.traffic.total):>9}{mp.traffic_kv_tokens:>13,.0f}"
+        )
     out.append("  (= KV tokens: the context length whose KV read moves as many bytes)")
     return "\n".join(out)
 

@@ -31,6 +31,7 @@ Modes:
 
 The pool's allocation equals :func:`trtllm_replayssm.planner.pool_bytes` to the byte.
 """
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -55,12 +56,20 @@ def cache_template(kind: str, g, L: int, *, state_dtype: torch.dtype, record_dty
     """A one-slot cache of layer ``kind`` (geometry ``g``) on the meta device: each field's
     per-slot shape and dtype, as the cache class lays it out."""
     if kind == MAMBA2:
-        return Mamba2ReplayCache.allocate(1, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                          state_dtype=state_dtype, act_dtype=record_dtype,
-                                          device="meta")
-    return CACHE_CLASSES[kind].allocate(1, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L,
-                                         state_dtype=state_dtype, record_dtype=record_dtype,
-                                         device="meta")
+        return Mamba2ReplayCache.allocate(
+            1, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=state_dtype, act_dtype=record_dtype, device="meta"
+        )
+    return CACHE_CLASSES[kind].allocate(
+        1,
+        g.k_heads,
+        g.v_heads,
+        g.head_k_dim,
+        g.head_v_dim,
+        L,
+        state_dtype=state_dtype,
+        record_dtype=record_dtype,
+        device="meta",
+    )
 
 
 def _positive_int(owner: str, name: str, v) -> None:
@@ -87,12 +96,20 @@ class ReplayCachePool:
     Methods raise ValueError / TypeError before writing anything.
     """
 
-    def __init__(self, model: HybridModel, num_slots: int, *, mode: str = "replay",
-                 buffer_len: int = 16, spec_tokens: Optional[int] = None,
-                 state_dtype: torch.dtype = torch.float32,
-                 record_dtype: torch.dtype = torch.bfloat16,
-                 conv_dtype: torch.dtype = torch.bfloat16, num_padding_slots: int = 1,
-                 device: Union[str, torch.device, None] = None) -> None:
+    def __init__(
+        self,
+        model: HybridModel,
+        num_slots: int,
+        *,
+        mode: str = "replay",
+        buffer_len: int = 16,
+        spec_tokens: Optional[int] = None,
+        state_dtype: torch.dtype = torch.float32,
+        record_dtype: torch.dtype = torch.bfloat16,
+        conv_dtype: torch.dtype = torch.bfloat16,
+        num_padding_slots: int = 1,
+        device: Union[str, torch.device, None] = None,
+    ) -> None:
         owner = "ReplayCachePool"
         if not isinstance(model, HybridModel):
             raise TypeError(f"{owner}: model is {type(model).__name__}; expected a HybridModel")
@@ -104,14 +121,15 @@ class ReplayCachePool:
             raise ValueError(f"{owner}: num_padding_slots is {num_padding_slots!r}; expected an int >= 0")
         if mode == "replay":
             if spec_tokens is not None:
-                raise ValueError(f"{owner}: spec_tokens is {spec_tokens!r} in mode 'replay'; expected "
-                                 f"None (it sets the window of mode 'replay_spec')")
+                raise ValueError(
+                    f"{owner}: spec_tokens is {spec_tokens!r} in mode 'replay'; expected "
+                    f"None (it sets the window of mode 'replay_spec')"
+                )
             T, L = 1, buffer_len
         else:
             _positive_int(owner, "spec_tokens", spec_tokens)
             if spec_tokens > buffer_len:
-                raise ValueError(f"{owner}: spec_tokens (T) = {spec_tokens} > buffer_len (B) = "
-                                 f"{buffer_len}; expected B >= T")
+                raise ValueError(f"{owner}: spec_tokens (T) = {spec_tokens} > buffer_len (B) = {buffer_len}; expected B >= T")
             T, L = spec_tokens, buffer_len + spec_tokens
         if not model.ssm_layers:
             raise ValueError(f"{owner}: {model.name} has no SSM layer; expected a hybrid model")
@@ -130,12 +148,17 @@ class ReplayCachePool:
         for gi, ((kind, geom), indices) in enumerate(groups.items()):
             template = cache_template(kind, geom, L, state_dtype=state_dtype, record_dtype=record_dtype)
             names = [f.name for f in fields(template)]
-            bufs = {name: torch.zeros((len(indices), ns) + tuple(getattr(template, name).shape[1:]),
-                                      dtype=getattr(template, name).dtype, device=device)
-                    for name in names}
-            bufs["conv_state"] = torch.zeros(len(indices), ns, geom.conv_dim,
-                                             conv_width(geom.d_conv, T), dtype=conv_dtype,
-                                             device=device)
+            bufs = {
+                name: torch.zeros(
+                    (len(indices), ns) + tuple(getattr(template, name).shape[1:]),
+                    dtype=getattr(template, name).dtype,
+                    device=device,
+                )
+                for name in names
+            }
+            bufs["conv_state"] = torch.zeros(
+                len(indices), ns, geom.conv_dim, conv_width(geom.d_conv, T), dtype=conv_dtype, device=device
+            )
             for name, buf in bufs.items():
                 self.buffers[f"{kind}_{gi}.{name}"] = buf
             for j, index in enumerate(indices):
@@ -186,8 +209,9 @@ class ReplayCachePool:
 
     # ----------------------------------------------------------------------- slots
 
-    def admit(self, slot_ids, states: Optional[Sequence[Tensor]] = None,
-              conv_states: Optional[Sequence[Tensor]] = None) -> None:
+    def admit(
+        self, slot_ids, states: Optional[Sequence[Tensor]] = None, conv_states: Optional[Sequence[Tensor]] = None
+    ) -> None:
         """Start sequences in free slots: checkpoints := ``states`` (or zeros), conv states :=
         ``conv_states`` (or zeros), cursors := 0; the slots become live.
 
@@ -208,8 +232,7 @@ class ReplayCachePool:
         := ``states``, conv states := ``conv_states``, cursors := 0 (records are dropped).
         Arguments as for :meth:`admit`, with live slots and both state lists required."""
         if states is None or conv_states is None:
-            raise ValueError("ReplayCachePool.reanchor: states and conv_states are required "
-                             "(one tensor per SSM layer each)")
+            raise ValueError("ReplayCachePool.reanchor: states and conv_states are required (one tensor per SSM layer each)")
         slots = self._slots("reanchor", slot_ids, want_live=True)
         self._load("reanchor", slots, states, conv_states)
 
@@ -234,19 +257,20 @@ class ReplayCachePool:
 
     def _check_layer(self, owner: str, layer_index) -> None:
         if layer_index not in self._caches:
-            raise ValueError(f"ReplayCachePool.{owner}: layer {layer_index!r} is not an SSM layer; "
-                             f"expected one of {self.layer_indices}")
+            raise ValueError(
+                f"ReplayCachePool.{owner}: layer {layer_index!r} is not an SSM layer; expected one of {self.layer_indices}"
+            )
 
-    def _slots(self, owner: str, slot_ids, *, want_live: Optional[bool],
-               allow_padding: bool = False) -> List[int]:
+    def _slots(self, owner: str, slot_ids, *, want_live: Optional[bool], allow_padding: bool = False) -> List[int]:
         owner = f"ReplayCachePool.{owner}"
         if isinstance(slot_ids, Tensor):
             if slot_ids.dim() != 1 or slot_ids.dtype not in (torch.int32, torch.int64):
-                raise ValueError(f"{owner}: slot_ids has shape {tuple(slot_ids.shape)} and dtype "
-                                 f"{slot_ids.dtype}; expected a 1-D int32/int64 tensor")
+                raise ValueError(
+                    f"{owner}: slot_ids has shape {tuple(slot_ids.shape)} and dtype "
+                    f"{slot_ids.dtype}; expected a 1-D int32/int64 tensor"
+                )
             slot_ids = slot_ids.tolist()
-        if not isinstance(slot_ids, (list, tuple)) or any(
-                not isinstance(s, int) or isinstance(s, bool) for s in slot_ids):
+        if not isinstance(slot_ids, (list, tuple)) or any(not isinstance(s, int) or isinstance(s, bool) for s in slot_ids):
             raise ValueError(f"{owner}: slot_ids is {slot_ids!r}; expected a list or 1-D tensor of ints")
         hi = self.num_physical_slots if allow_padding else self.num_slots
         bad = [s for s in slot_ids if not 0 <= s < hi]
@@ -258,35 +282,31 @@ class ReplayCachePool:
             wrong = [s for s in slot_ids if self._live[s] != want_live]
             if wrong:
                 state = "free" if want_live else "live"
-                raise ValueError(f"{owner}: slots {wrong} are {state}; expected "
-                                 f"{'live' if want_live else 'free'} slots")
+                raise ValueError(f"{owner}: slots {wrong} are {state}; expected {'live' if want_live else 'free'} slots")
         return list(slot_ids)
 
     def _state_list(self, owner: str, name: str, tensors, shapes) -> None:
         if not isinstance(tensors, (list, tuple)) or len(tensors) != len(shapes):
-            raise ValueError(f"{owner}: {name} is {type(tensors).__name__}; expected a list of "
-                             f"{len(shapes)} tensors (one per SSM layer, order of layer_indices)")
+            raise ValueError(
+                f"{owner}: {name} is {type(tensors).__name__}; expected a list of "
+                f"{len(shapes)} tensors (one per SSM layer, order of layer_indices)"
+            )
         for layer, t, want in zip(self.layer_indices, tensors, shapes):
             if not isinstance(t, Tensor):
-                raise TypeError(f"{owner}: {name} of layer {layer} is {type(t).__name__}; "
-                                f"expected a torch.Tensor")
+                raise TypeError(f"{owner}: {name} of layer {layer} is {type(t).__name__}; expected a torch.Tensor")
             if tuple(t.shape) != want:
-                raise ValueError(f"{owner}: {name} of layer {layer} has shape {tuple(t.shape)}; "
-                                 f"expected {want}")
+                raise ValueError(f"{owner}: {name} of layer {layer} has shape {tuple(t.shape)}; expected {want}")
             if not t.is_floating_point():
-                raise TypeError(f"{owner}: {name} of layer {layer} is {t.dtype}; expected a "
-                                f"floating dtype")
+                raise TypeError(f"{owner}: {name} of layer {layer} is {t.dtype}; expected a floating dtype")
 
     def _load(self, owner: str, slots: List[int], states, conv_states) -> None:
         """Checks both state lists, then checkpoint / conv state := given (or zeros), cursor := 0."""
         owner = f"ReplayCachePool.{owner}"
         n = len(slots)
         if states is not None:
-            self._state_list(owner, "states", states,
-                             [(n,) + tuple(c.checkpoint.shape[1:]) for c in self._caches.values()])
+            self._state_list(owner, "states", states, [(n,) + tuple(c.checkpoint.shape[1:]) for c in self._caches.values()])
         if conv_states is not None:
-            self._state_list(owner, "conv_states", conv_states,
-                             [(n,) + tuple(c.shape[1:]) for c in self._conv.values()])
+            self._state_list(owner, "conv_states", conv_states, [(n,) + tuple(c.shape[1:]) for c in self._conv.values()])
         index = torch.tensor(slots, dtype=torch.int64, device=self.device)
         for k, layer in enumerate(self.layer_indices):
             self._caches[layer].admit(index, None if states is None else states[k])

@@ -8,8 +8,8 @@
 This package imports no ``transformers`` module itself: it recognises mixers by class name, and
 ``tiny`` imports ``transformers`` when it builds a model.
 """
+
 from .hook import HookedLayer, ReplaySSMHook, disable_replayssm, enable_replayssm, replayssm_hook
 from .mixers import supported_mixers_text
 
-__all__ = ["HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm",
-           "replayssm_hook", "supported_mixers_text"]
+__all__ = ["HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm", "replayssm_hook", "supported_mixers_text"]

@@ -11,6 +11,7 @@
 * :func:`bind_torch_paths`: on a machine without a GPU, the GDN / KDA modelling modules must be
   imported with flash-linear-attention hidden, or they bind its Triton kernels, which need one.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -21,9 +22,16 @@ import warnings
 
 from typing import Optional
 
-__all__ = ["TESTED_TRANSFORMERS", "CACHE_ARGUMENTS", "transformers_version",
-           "check_transformers_version", "cache_argument", "unknown_cache_arguments", "host_cache",
-           "bind_torch_paths"]
+__all__ = [
+    "TESTED_TRANSFORMERS",
+    "CACHE_ARGUMENTS",
+    "transformers_version",
+    "check_transformers_version",
+    "cache_argument",
+    "unknown_cache_arguments",
+    "host_cache",
+    "bind_torch_paths",
+]
 
 # (oldest, newest) transformers release the hook is tested on; CI runs tests/builders on both.
 TESTED_TRANSFORMERS = ("5.17.0", "5.24.0")
@@ -32,9 +40,11 @@ TESTED_TRANSFORMERS = ("5.17.0", "5.24.0")
 CACHE_ARGUMENTS = ("cache", "cache_params")
 
 # Model family -> transformers modelling module that binds flash-linear-attention kernels.
-_FLA_MODELLING = {"qwen3_next": "qwen3_next.modeling_qwen3_next",
-                  "qwen3_5": "qwen3_5.modeling_qwen3_5",
-                  "kimi_linear": "kimi_linear.modeling_kimi_linear"}
+_FLA_MODELLING = {
+    "qwen3_next": "qwen3_next.modeling_qwen3_next",
+    "qwen3_5": "qwen3_5.modeling_qwen3_5",
+    "kimi_linear": "kimi_linear.modeling_kimi_linear",
+}
 
 
 def transformers_version() -> str:
@@ -47,16 +57,20 @@ def transformers_version() -> str:
 def check_transformers_version(version: Optional[str] = None) -> bool:
     """Warns (UserWarning) when ``version`` (default: the installed one) lies outside
     :data:`TESTED_TRANSFORMERS`, naming the tested range. Returns True when inside."""
-    from packaging.version import Version     # a dependency of transformers
+    from packaging.version import Version  # a dependency of transformers
 
     version = version or transformers_version()
     low, high = TESTED_TRANSFORMERS
     # By release numbers: a pre-release or dev build of a tested release counts as tested.
     if Version(low).release <= Version(version).release[:3] <= Version(high).release:
         return True
-    warnings.warn(f"enable_replayssm: transformers {version} is outside the tested range "
-                  f"{low} to {high}; the hook checks every decode step and raises if it cannot "
-                  f"engage, but this release was not tested", UserWarning, stacklevel=3)
+    warnings.warn(
+        f"enable_replayssm: transformers {version} is outside the tested range "
+        f"{low} to {high}; the hook checks every decode step and raises if it cannot "
+        f"engage, but this release was not tested",
+        UserWarning,
+        stacklevel=3,
+    )
     return False
 
 
@@ -68,10 +82,12 @@ def cache_argument(mixer) -> str:
     for name in CACHE_ARGUMENTS:
         if name in parameters:
             return name
-    raise ValueError(f"enable_replayssm: {type(mixer).__name__}.forward{inspect.signature(type(mixer).forward)} "
-                     f"(transformers {transformers_version()}) takes none of "
-                     f"{', '.join(CACHE_ARGUMENTS)}; the hook does not know how this release passes "
-                     f"the host cache (tested: {' to '.join(TESTED_TRANSFORMERS)})")
+    raise ValueError(
+        f"enable_replayssm: {type(mixer).__name__}.forward{inspect.signature(type(mixer).forward)} "
+        f"(transformers {transformers_version()}) takes none of "
+        f"{', '.join(CACHE_ARGUMENTS)}; the hook does not know how this release passes "
+        f"the host cache (tested: {' to '.join(TESTED_TRANSFORMERS)})"
+    )
 
 
 def _is_host_cache(value) -> bool:
@@ -113,13 +129,15 @@ def bind_torch_paths(family: str) -> None:
     module = sys.modules.get(module_name)
     if module is not None:
         if _binds_fla(module):
-            raise RuntimeError(f"{module_name} was imported in this process while "
-                               f"flash-linear-attention was importable, so its GDN / KDA functions "
-                               f"run fla's Triton kernels, which need a GPU; run on a CUDA device, "
-                               f"or build the CPU model before anything imports that module")
+            raise RuntimeError(
+                f"{module_name} was imported in this process while "
+                f"flash-linear-attention was importable, so its GDN / KDA functions "
+                f"run fla's Triton kernels, which need a GPU; run on a CUDA device, "
+                f"or build the CPU model before anything imports that module"
+            )
         return
     fla = sys.modules.get("fla")
-    sys.modules["fla"] = None            # `import fla` raises ImportError while the module binds
+    sys.modules["fla"] = None  # `import fla` raises ImportError while the module binds
     try:
         importlib.import_module(module_name)
     finally:
@@ -136,7 +154,7 @@ def _binds_fla(module) -> bool:
         for cell in getattr(value, "__closure__", None) or ():
             try:
                 content = cell.cell_contents
-            except ValueError:           # an empty cell
+            except ValueError:  # an empty cell
                 continue
             if (getattr(content, "__module__", "") or "").split(".")[0] == "fla":
                 return True

@@ -6,6 +6,7 @@ first the host's own decode, then with :func:`enable_replayssm`. Forward hooks o
 every decode step and, in the ReplaySSM run, read the caches' cursors after it to count what
 each step wrote: a flushing row writes its checkpoint, any other row appends one record.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,12 +27,16 @@ from .random_models import build_random_model
 
 __all__ = ["run_model_demo"]
 
+
 def _slot_bytes(cache) -> tuple[int, int]:
     """(checkpoint bytes, bytes of one record) of one slot of a ReplaySSM cache."""
     state = cache.checkpoint[0].numel() * cache.checkpoint.element_size()
     # Record fields are [slot, heads, L, ...]: position 0 of slot 0 is one record's share.
-    record = sum(getattr(cache, f.name)[0, :, 0].numel() * getattr(cache, f.name).element_size()
-                 for f in fields(cache) if f.name.endswith("_records"))
+    record = sum(
+        getattr(cache, f.name)[0, :, 0].numel() * getattr(cache, f.name).element_size()
+        for f in fields(cache)
+        if f.name.endswith("_records")
+    )
     return state, record
 
 
@@ -54,8 +59,7 @@ class _Run:
     step_bytes: list
 
 
-def _generate(model, input_ids, attention_mask, new_tokens: int, *, hook=None,
-              desc: str, progress: bool) -> _Run:
+def _generate(model, input_ids, attention_mask, new_tokens: int, *, hook=None, desc: str, progress: bool) -> _Run:
     """Greedy generation of exactly ``new_tokens`` tokens, timing and counting each decode step."""
     sync = torch.cuda.synchronize if input_ids.is_cuda else (lambda: None)
     seconds, written, started = [], [], []
@@ -84,24 +88,36 @@ def _generate(model, input_ids, attention_mask, new_tokens: int, *, hook=None,
             nbytes += flushed * state + (store.num_slots - flushed) * record
         written.append(nbytes)
 
-    handles = (model.register_forward_pre_hook(pre, with_kwargs=True),
-               model.register_forward_hook(post, with_kwargs=True))
+    handles = (model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post, with_kwargs=True))
     try:
-        out = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, do_sample=False, output_logits=True,
-                             return_dict_in_generate=True)
+        out = model.generate(
+            input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     finally:
         for h in handles:
             h.remove()
         bar.close()
-    return _Run(out.sequences[:, input_ids.shape[1]:], torch.stack(out.logits), seconds, written)
+    return _Run(out.sequences[:, input_ids.shape[1] :], torch.stack(out.logits), seconds, written)
 
 
-def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_len: int = 16,
-                   batch: int = 4, new_tokens: Optional[int] = None,
-                   dtype: torch.dtype = torch.float32,
-                   device: Union[str, torch.device] = "cpu", seed: int = 0,
-                   progress: bool = True) -> dict:
+def run_model_demo(
+    family: str = "nemotron_h",
+    *,
+    size: str = "small",
+    buffer_len: int = 16,
+    batch: int = 4,
+    new_tokens: Optional[int] = None,
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
     """Generates with the host's decode and with ReplaySSM; returns the comparison.
 
     Args:
@@ -142,24 +158,27 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
     lengths = torch.linspace(16, 8, batch).round().long() if batch > 1 else torch.tensor([16])
     input_ids = torch.randint(3, model.config.vocab_size, (batch, 16), generator=gen)
     attention_mask = (torch.arange(16)[None, :] >= 16 - lengths[:, None]).long()
-    input_ids = (input_ids * attention_mask).to(device)           # pad token 0 on the left
+    input_ids = (input_ids * attention_mask).to(device)  # pad token 0 on the left
     attention_mask = attention_mask.to(device)
 
-    host = _generate(model, input_ids, attention_mask, new_tokens, desc="host decode",
-                     progress=progress)
+    host = _generate(model, input_ids, attention_mask, new_tokens, desc="host decode", progress=progress)
     hook = enable_replayssm(model, buffer_len)
     try:
-        replay = _generate(model, input_ids, attention_mask, new_tokens, hook=hook,
-                           desc="ReplaySSM decode", progress=progress)
+        replay = _generate(model, input_ids, attention_mask, new_tokens, hook=hook, desc="ReplaySSM decode", progress=progress)
     finally:
         disable_replayssm(model)
     decode_steps = new_tokens - 1
-    missed = {layer.index: hook.decode_steps.get(layer.index, 0) for layer in hook.layers
-              if hook.decode_steps.get(layer.index, 0) != decode_steps}
+    missed = {
+        layer.index: hook.decode_steps.get(layer.index, 0)
+        for layer in hook.layers
+        if hook.decode_steps.get(layer.index, 0) != decode_steps
+    }
     if missed:
-        raise RuntimeError(f"run_model_demo: the ReplaySSM run decoded {decode_steps} steps, but "
-                           f"these layers ran the replay op a different number of times "
-                           f"(layer: calls): {missed}; the comparison would not measure ReplaySSM")
+        raise RuntimeError(
+            f"run_model_demo: the ReplaySSM run decoded {decode_steps} steps, but "
+            f"these layers ran the replay op a different number of times "
+            f"(layer: calls): {missed}; the comparison would not measure ReplaySSM"
+        )
 
     same = host.sequences == replay.sequences
     diverged = (~same).any(dim=0).nonzero()
@@ -169,9 +188,8 @@ def run_model_demo(family: str = "nemotron_h", *, size: str = "small", buffer_le
     rel_err = float((replay.logits[upto].double() - ref).abs().max() / ref.abs().max())
 
     state_dtype = torch.float32
-    config = PlanConfig(buffer_len=buffer_len, spec_tokens=1, state_dtype=state_dtype,
-                        record_dtype=dtype, conv_dtype=dtype)
-    planned = from_hf_config(model.config.to_dict())   # the planner's model of the host config
+    config = PlanConfig(buffer_len=buffer_len, spec_tokens=1, state_dtype=state_dtype, record_dtype=dtype, conv_dtype=dtype)
+    planned = from_hf_config(model.config.to_dict())  # the planner's model of the host config
     conv_traffic = step_traffic(planned, "conventional", config)
     replay_traffic = step_traffic(planned, "replay", config)
     return {

@@ -18,6 +18,7 @@ and are freed with it: one :class:`~trtllm_replayssm.pool.ReplayCachePool` per h
 a slot per row of its batch, allocated when its first SSM layer is admitted (the planner's
 ``pool_bytes``; the pool's conv-state buffers stay unused, the host keeps its own conv states).
 """
+
 from __future__ import annotations
 
 import types
@@ -34,12 +35,17 @@ from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.pool import ReplayCachePool
 
-from .compat import (CACHE_ARGUMENTS, TESTED_TRANSFORMERS, cache_argument,
-                     check_transformers_version, transformers_version, unknown_cache_arguments)
+from .compat import (
+    CACHE_ARGUMENTS,
+    TESTED_TRANSFORMERS,
+    cache_argument,
+    check_transformers_version,
+    transformers_version,
+    unknown_cache_arguments,
+)
 from .mixers import ADAPTERS, MixerAdapter, supported_mixers_text
 
-__all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm",
-           "replayssm_hook"]
+__all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm", "replayssm_hook"]
 
 ROUTES = ("replay_step", "decode_step")
 _HOOK_ATTR = "_replayssm_hook"
@@ -85,8 +91,7 @@ class ReplaySSMHook:
             the route's op, by layer index (a run that decoded on the host path shows none).
     """
 
-    def __init__(self, model: nn.Module, layers: tuple, *, buffer_len: int, route: str,
-                 state_dtype: Optional[torch.dtype]):
+    def __init__(self, model: nn.Module, layers: tuple, *, buffer_len: int, route: str, state_dtype: Optional[torch.dtype]):
         self.model_name = type(model).__name__
         self.layers = layers
         self.buffer_len = buffer_len
@@ -102,8 +107,7 @@ class ReplaySSMHook:
         kinds: dict = {}
         for layer in self.layers:
             kinds.setdefault(layer.adapter.label, []).append(layer.index)
-        parts = "; ".join(f"{len(idx)} {label} layer{'s' if len(idx) > 1 else ''} {idx}"
-                          for label, idx in kinds.items())
+        parts = "; ".join(f"{len(idx)} {label} layer{'s' if len(idx) > 1 else ''} {idx}" for label, idx in kinds.items())
         return f"ReplaySSM on {self.model_name}: {parts}; L = {self.buffer_len}, route {self.route}"
 
     def __repr__(self) -> str:
@@ -112,10 +116,8 @@ class ReplaySSMHook:
     def hybrid_model(self) -> HybridModel:
         """The hooked SSM layers, with the geometry their caches use, as the planner's
         :class:`~trtllm_replayssm.models.HybridModel` (attention and MLP layers left out)."""
-        layers = tuple(Layer(l.index, l.adapter.family, l.adapter.geometry(l.mixer))
-                       for l in self.layers)
-        return HybridModel(name=f"{self.model_name} (SSM layers)", family=self.model_name,
-                           layers=layers)
+        layers = tuple(Layer(l.index, l.adapter.family, l.adapter.geometry(l.mixer)) for l in self.layers)
+        return HybridModel(name=f"{self.model_name} (SSM layers)", family=self.model_name, layers=layers)
 
     def stores(self, past_key_values) -> dict:
         """The stores (ReplaySSM caches, views into one pool; state tensors for
@@ -124,20 +126,28 @@ class ReplaySSMHook:
         session = self._sessions.get(past_key_values)
         return dict(session.stores) if session is not None else {}
 
-    def _allocate(self, batch: int, *, state_dtype: torch.dtype, act_dtype: torch.dtype,
-                  device: torch.device) -> _Session:
+    def _allocate(self, batch: int, *, state_dtype: torch.dtype, act_dtype: torch.dtype, device: torch.device) -> _Session:
         """The one place the hook allocates cache memory: every hooked layer's store for
         ``batch`` rows. ``replay_step``: the caches of a ReplayCachePool (one buffer per field
         and layer geometry; each layer's admission sets its checkpoints and cursors);
         ``decode_step``: a state tensor per layer."""
         slot_ids = torch.arange(batch, dtype=torch.int32, device=device)
         if self.route == "decode_step":
-            stores = {l.index: torch.zeros(batch, *l.adapter.state_shape(l.mixer),
-                                           dtype=state_dtype, device=device) for l in self.layers}
+            stores = {
+                l.index: torch.zeros(batch, *l.adapter.state_shape(l.mixer), dtype=state_dtype, device=device)
+                for l in self.layers
+            }
             return _Session(batch, slot_ids, stores)
-        pool = ReplayCachePool(self.hybrid_model(), batch, buffer_len=self.buffer_len,
-                               state_dtype=state_dtype, record_dtype=act_dtype,
-                               conv_dtype=act_dtype, num_padding_slots=0, device=device)
+        pool = ReplayCachePool(
+            self.hybrid_model(),
+            batch,
+            buffer_len=self.buffer_len,
+            state_dtype=state_dtype,
+            record_dtype=act_dtype,
+            conv_dtype=act_dtype,
+            num_padding_slots=0,
+            device=device,
+        )
         return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers})
 
     # ------------------------------------------------------------------ install
@@ -148,10 +158,8 @@ class ReplaySSMHook:
 
             # The mixers' forward is (hidden_states, cache, attention_mask, **kwargs) in every
             # supported release; the cache's keyword is ``cache_params`` up to 5.23.
-            def forward(mixer, hidden_states, cache=None, attention_mask=None, *,
-                        _layer=layer, _original=original, **kwargs):
-                return self._forward(_layer, _original, hidden_states, cache, attention_mask,
-                                     kwargs)
+            def forward(mixer, hidden_states, cache=None, attention_mask=None, *, _layer=layer, _original=original, **kwargs):
+                return self._forward(_layer, _original, hidden_states, cache, attention_mask, kwargs)
 
             layer.mixer.forward = types.MethodType(forward, layer.mixer)
 
@@ -181,47 +189,53 @@ class ReplaySSMHook:
         two names, or under an unknown one (the layer would decode on the host path)."""
         given = [c for c in (cache, kwargs.pop("cache_params", None)) if c is not None]
         if len(given) > 1:
-            raise TypeError(f"{self._where(layer)}: the host cache came both as cache and as "
-                            f"cache_params; expected one")
+            raise TypeError(f"{self._where(layer)}: the host cache came both as cache and as cache_params; expected one")
         if given:
             return given[0]
         unknown = unknown_cache_arguments(kwargs)
         if unknown:
-            raise RuntimeError(f"{self._where(layer)}: transformers {transformers_version()} "
-                               f"passed the host cache as {unknown[0]}=, which the hook does not "
-                               f"know (it takes {' or '.join(CACHE_ARGUMENTS)}), so this layer would "
-                               f"decode without ReplaySSM; tested transformers: "
-                               f"{' to '.join(TESTED_TRANSFORMERS)}")
+            raise RuntimeError(
+                f"{self._where(layer)}: transformers {transformers_version()} "
+                f"passed the host cache as {unknown[0]}=, which the hook does not "
+                f"know (it takes {' or '.join(CACHE_ARGUMENTS)}), so this layer would "
+                f"decode without ReplaySSM; tested transformers: "
+                f"{' to '.join(TESTED_TRANSFORMERS)}"
+            )
         return None
 
     def _host_layer(self, cache, layer: HookedLayer):
         """The host cache's layer ``layer.index``, checked for what the hook reads of it."""
         try:
             host_layer = cache.layers[layer.index]
-            _ = (host_layer.recurrent_states[0], host_layer.conv_states[0], host_layer.record_past,
-                 cache.has_previous_state)
+            _ = (host_layer.recurrent_states[0], host_layer.conv_states[0], host_layer.record_past, cache.has_previous_state)
         except (AttributeError, IndexError, KeyError, TypeError) as e:
-            raise RuntimeError(f"{self._where(layer)}: the host cache ({type(cache).__name__}, "
-                               f"transformers {transformers_version()}) lacks what the hook reads "
-                               f"(layers[{layer.index}].recurrent_states[0] / conv_states[0] / "
-                               f"record_past, has_previous_state): {e!r}; tested transformers: "
-                               f"{' to '.join(TESTED_TRANSFORMERS)}") from e
+            raise RuntimeError(
+                f"{self._where(layer)}: the host cache ({type(cache).__name__}, "
+                f"transformers {transformers_version()}) lacks what the hook reads "
+                f"(layers[{layer.index}].recurrent_states[0] / conv_states[0] / "
+                f"record_past, has_previous_state): {e!r}; tested transformers: "
+                f"{' to '.join(TESTED_TRANSFORMERS)}"
+            ) from e
         return host_layer
 
-    def _forward(self, layer: HookedLayer, original, hidden_states: Tensor, cache,
-                 attention_mask: Optional[Tensor], kwargs: dict) -> Tensor:
+    def _forward(
+        self, layer: HookedLayer, original, hidden_states: Tensor, cache, attention_mask: Optional[Tensor], kwargs: dict
+    ) -> Tensor:
         mixer = layer.mixer
         cache_params = self._host_cache(layer, cache, kwargs)
 
         def host_forward() -> Tensor:
-            return original(mixer, hidden_states, attention_mask=attention_mask,
-                            **{layer.cache_argument: cache_params}, **kwargs)
+            return original(
+                mixer, hidden_states, attention_mask=attention_mask, **{layer.cache_argument: cache_params}, **kwargs
+            )
 
         if cache_params is None:
             return host_forward()
         host_layer = self._host_layer(cache_params, layer)
         if host_layer.record_past:
-            raise ValueError(f"{self._where(layer)}: the host cache records past states (assisted / speculative decoding); the Hugging Face hook supports greedy and sampled decoding only")
+            raise ValueError(
+                f"{self._where(layer)}: the host cache records past states (assisted / speculative decoding); the Hugging Face hook supports greedy and sampled decoding only"
+            )
         batch, seq_len = hidden_states.shape[:2]
         if not cache_params.has_previous_state(layer.index):
             out = host_forward()
@@ -233,9 +247,9 @@ class ReplaySSMHook:
             out = host_forward()
             self._admit(cache_params, layer, batch, hidden_states.dtype)
             return out
-        out = layer.adapter.decode(mixer, hidden_states, attention_mask,
-                                   host_layer.conv_states[0], session.stores[layer.index],
-                                   session.slot_ids)
+        out = layer.adapter.decode(
+            mixer, hidden_states, attention_mask, host_layer.conv_states[0], session.stores[layer.index], session.slot_ids
+        )
         self.decode_steps[layer.index] = self.decode_steps.get(layer.index, 0) + 1
         return out
 
@@ -245,13 +259,12 @@ class ReplaySSMHook:
         session = self._sessions.get(cache_params)
         if session is None or session.batch != batch:
             session = self._sessions[cache_params] = self._allocate(
-                batch, state_dtype=self.state_dtype or host_state.dtype, act_dtype=act_dtype,
-                device=host_state.device)
+                batch, state_dtype=self.state_dtype or host_state.dtype, act_dtype=act_dtype, device=host_state.device
+            )
         layer.adapter.admit(session.stores[layer.index], session.slot_ids, host_state)
         session.host_states[layer.index] = host_state
 
-    def _session(self, cache_params, layer: HookedLayer, batch: int,
-                 act_dtype: torch.dtype) -> _Session:
+    def _session(self, cache_params, layer: HookedLayer, batch: int, act_dtype: torch.dtype) -> _Session:
         """The session holding ``layer``'s store for a decode call, checked against the host."""
         session = self._sessions.get(cache_params)
         if session is None or layer.index not in session.host_states:
@@ -260,7 +273,9 @@ class ReplaySSMHook:
             session = self._sessions[cache_params]
         where = self._where(layer)
         if self._host_state(cache_params, layer) is not session.host_states[layer.index]:
-            raise ValueError(f"{where}: the host cache replaced its SSM state tensor since admission (beam search, reorder_cache, batch selection or offloading), so its rows no longer match the ReplaySSM slots; these are not supported with the hook")
+            raise ValueError(
+                f"{where}: the host cache replaced its SSM state tensor since admission (beam search, reorder_cache, batch selection or offloading), so its rows no longer match the ReplaySSM slots; these are not supported with the hook"
+            )
         if batch != session.batch:
             raise ValueError(f"{where}: decode batch has {batch} rows; the host cache was admitted with {session.batch}")
         return session
@@ -274,27 +289,34 @@ class ReplaySSMHook:
 
 # ---------------------------------------------------------------------- public API
 
+
 def _find_layers(model: nn.Module) -> tuple:
     """The supported SSM mixers of ``model``; ValueError naming what is unsupported."""
     found, unsupported = [], []
     for name, module in model.named_modules():
         if any(name.startswith(f"{h.name}.") for h in found):
-            continue                                   # inside a supported mixer (e.g. a gate)
+            continue  # inside a supported mixer (e.g. a gate)
         cls = type(module).__name__
         adapter = ADAPTERS.get(cls)
         if adapter is not None:
             index = getattr(module, "layer_idx", None)
             if not isinstance(index, int):
-                raise ValueError(f"enable_replayssm: {name} ({cls}) has layer_idx {index!r}; expected the int index of its layer in the host cache")
+                raise ValueError(
+                    f"enable_replayssm: {name} ({cls}) has layer_idx {index!r}; expected the int index of its layer in the host cache"
+                )
             if getattr(module, "_hf_hook", None) is not None or getattr(module.conv1d, "_hf_hook", None) is not None:
-                raise ValueError(f"enable_replayssm: {name} ({cls}) carries accelerate hooks (device_map offloading); the ReplaySSM hook needs the mixer's weights resident on one device")
+                raise ValueError(
+                    f"enable_replayssm: {name} ({cls}) carries accelerate hooks (device_map offloading); the ReplaySSM hook needs the mixer's weights resident on one device"
+                )
             adapter.check(module)
             found.append(HookedLayer(name, index, module, adapter, cache_argument(module)))
         elif isinstance(getattr(module, "A_log", None), torch.Tensor):
             unsupported.append(f"{name} ({cls})")
     supported = f"supported SSM mixers: {supported_mixers_text()}"
     if unsupported:
-        raise ValueError(f"enable_replayssm: {type(model).__name__} has SSM layers ReplaySSM does not support: {', '.join(unsupported)} (Mamba-1 and other variants are not supported); {supported}")
+        raise ValueError(
+            f"enable_replayssm: {type(model).__name__} has SSM layers ReplaySSM does not support: {', '.join(unsupported)} (Mamba-1 and other variants are not supported); {supported}"
+        )
     if not found:
         raise ValueError(f"enable_replayssm: {type(model).__name__} has no SSM layer ReplaySSM supports; {supported}")
     return tuple(found)
@@ -305,9 +327,9 @@ def replayssm_hook(model: nn.Module) -> Optional[ReplaySSMHook]:
     return getattr(model, _HOOK_ATTR, None)
 
 
-def enable_replayssm(model: nn.Module, buffer_len: int = 16, *,
-                     state_dtype: Optional[torch.dtype] = None,
-                     route: str = "replay_step") -> ReplaySSMHook:
+def enable_replayssm(
+    model: nn.Module, buffer_len: int = 16, *, state_dtype: Optional[torch.dtype] = None, route: str = "replay_step"
+) -> ReplaySSMHook:
     """Routes the single-token decode of ``model``'s SSM layers through ReplaySSM.
 
     Supported mixers: Mamba-2 (``Mamba2``, ``NemotronH``), Gated DeltaNet (``Qwen3Next``,
@@ -339,23 +361,28 @@ def enable_replayssm(model: nn.Module, buffer_len: int = 16, *,
             hook already installed with other settings. TypeError: bad ``state_dtype``.
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"enable_replayssm: model is {type(model).__name__}; expected a torch.nn.Module (a transformers model)")
+        raise TypeError(
+            f"enable_replayssm: model is {type(model).__name__}; expected a torch.nn.Module (a transformers model)"
+        )
     if not isinstance(buffer_len, int) or isinstance(buffer_len, bool) or not 1 <= buffer_len <= MAX_L:
         raise ValueError(f"enable_replayssm: buffer_len is {buffer_len!r}; expected an int in [1, {MAX_L}]")
     if route not in ROUTES:
         raise ValueError(f"enable_replayssm: route is {route!r}; expected one of {', '.join(ROUTES)}")
     floats = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
     if state_dtype is not None and state_dtype not in floats:
-        raise TypeError(f"enable_replayssm: state_dtype is {state_dtype!r}; expected None or one of float32, bfloat16, float16, float64")
+        raise TypeError(
+            f"enable_replayssm: state_dtype is {state_dtype!r}; expected None or one of float32, bfloat16, float16, float64"
+        )
     hook = replayssm_hook(model)
     if hook is not None:
         if (hook.buffer_len, hook.route, hook.state_dtype) == (buffer_len, route, state_dtype):
             return hook
-        raise ValueError(f"enable_replayssm: already enabled on {type(model).__name__} with buffer_len {hook.buffer_len}, route {hook.route}, state_dtype {hook.state_dtype}; call disable_replayssm(model) first")
+        raise ValueError(
+            f"enable_replayssm: already enabled on {type(model).__name__} with buffer_len {hook.buffer_len}, route {hook.route}, state_dtype {hook.state_dtype}; call disable_replayssm(model) first"
+        )
     layers = _find_layers(model)
     check_transformers_version()
-    hook = ReplaySSMHook(model, layers, buffer_len=buffer_len, route=route,
-                         state_dtype=state_dtype)
+    hook = ReplaySSMHook(model, layers, buffer_len=buffer_len, route=route, state_dtype=state_dtype)
     hook._install()
     setattr(model, _HOOK_ATTR, hook)
     return hook

@@ -11,6 +11,7 @@ The step runs on a *store*: a ReplaySSM cache (route ``replay_step``) or, for th
 route ``decode_step``, a plain state tensor in our layout that the conventional op updates in
 place. Rows of a decode batch map to store slots through ``slot_ids`` [batch] int32.
 """
+
 from __future__ import annotations
 
 import sys
@@ -98,8 +99,15 @@ class MixerAdapter:
         the records carry their decays)."""
         return None
 
-    def decode(self, mixer: nn.Module, hidden_states: Tensor, attention_mask: Optional[Tensor],
-               conv_state: Tensor, store: Store, slot_ids: Tensor) -> Tensor:
+    def decode(
+        self,
+        mixer: nn.Module,
+        hidden_states: Tensor,
+        attention_mask: Optional[Tensor],
+        conv_state: Tensor,
+        store: Store,
+        slot_ids: Tensor,
+    ) -> Tensor:
         """The mixer's output [batch, 1, hidden_size] for one new token per row.
 
         ``conv_state`` (the host's) is updated in place by the host's causal-conv update; the
@@ -117,14 +125,22 @@ class Mamba2Adapter(MixerAdapter):
 
     def check(self, mixer):
         if mixer.num_heads % mixer.n_groups:
-            raise ValueError(f"{type(mixer).__name__} layer {mixer.layer_idx}: n_groups = {mixer.n_groups} must divide num_heads = {mixer.num_heads}")
+            raise ValueError(
+                f"{type(mixer).__name__} layer {mixer.layer_idx}: n_groups = {mixer.n_groups} must divide num_heads = {mixer.num_heads}"
+            )
         if mixer.D.shape != (mixer.num_heads,):
-            raise ValueError(f"{type(mixer).__name__} layer {mixer.layer_idx}: D has shape {tuple(mixer.D.shape)}; expected [nheads] = ({mixer.num_heads},)")
+            raise ValueError(
+                f"{type(mixer).__name__} layer {mixer.layer_idx}: D has shape {tuple(mixer.D.shape)}; expected [nheads] = ({mixer.num_heads},)"
+            )
 
     def geometry(self, mixer):
-        return Mamba2Geometry(nheads=mixer.num_heads, head_dim=mixer.head_dim,
-                              d_state=mixer.ssm_state_size, ngroups=mixer.n_groups,
-                              d_conv=mixer.conv_kernel_size)
+        return Mamba2Geometry(
+            nheads=mixer.num_heads,
+            head_dim=mixer.head_dim,
+            d_state=mixer.ssm_state_size,
+            ngroups=mixer.n_groups,
+            d_conv=mixer.conv_kernel_size,
+        )
 
     def state_shape(self, mixer):
         return (mixer.num_heads, mixer.head_dim, mixer.ssm_state_size)
@@ -135,20 +151,21 @@ class Mamba2Adapter(MixerAdapter):
     def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
         host = _host_module(mixer)
         batch, dtype = hidden_states.shape[0], hidden_states.dtype
-        nheads, head_dim, ngroups, d_state = (mixer.num_heads, mixer.head_dim, mixer.n_groups,
-                                              mixer.ssm_state_size)
+        nheads, head_dim, ngroups, d_state = (mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size)
         hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
-        gate, xBC, dt = mixer.in_proj(hidden_states).split(
-            [mixer.intermediate_size, mixer.conv_dim, nheads], dim=-1)
-        xBC = host.causal_conv1d_update(xBC.transpose(1, 2), conv_state,
-                                        mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
-                                        activation=mixer.activation)
+        gate, xBC, dt = mixer.in_proj(hidden_states).split([mixer.intermediate_size, mixer.conv_dim, nheads], dim=-1)
+        xBC = host.causal_conv1d_update(
+            xBC.transpose(1, 2), conv_state, mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias, activation=mixer.activation
+        )
         xBC = host.apply_mask_to_padding_states(xBC.transpose(1, 2), attention_mask)
-        x, B, C = torch.split(xBC, [mixer.intermediate_size, ngroups * d_state, ngroups * d_state],
-                              dim=-1)
-        args = (x.reshape(batch, nheads, head_dim), dt.reshape(batch, nheads),
-                -torch.exp(mixer.A_log.float()), B.reshape(batch, ngroups, d_state),
-                C.reshape(batch, ngroups, d_state))
+        x, B, C = torch.split(xBC, [mixer.intermediate_size, ngroups * d_state, ngroups * d_state], dim=-1)
+        args = (
+            x.reshape(batch, nheads, head_dim),
+            dt.reshape(batch, nheads),
+            -torch.exp(mixer.A_log.float()),
+            B.reshape(batch, ngroups, d_state),
+            C.reshape(batch, ngroups, d_state),
+        )
         kw = dict(slot_ids=slot_ids, D=mixer.D, dt_bias=mixer.dt_bias, dt_softplus=True)
         if isinstance(store, Tensor):
             y = mamba2_decode_step(store, *args, **kw)
@@ -175,12 +192,15 @@ class _DeltaRuleAdapter(MixerAdapter):
     def check(self, mixer):
         k_heads, v_heads, _, _ = self._heads(mixer)
         if v_heads % k_heads:
-            raise ValueError(f"{type(mixer).__name__} layer {mixer.layer_idx}: key heads = {k_heads} must divide value heads = {v_heads}")
+            raise ValueError(
+                f"{type(mixer).__name__} layer {mixer.layer_idx}: key heads = {k_heads} must divide value heads = {v_heads}"
+            )
 
     def geometry(self, mixer):
         k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
-        return DeltaRuleGeometry(k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim,
-                                 head_v_dim=head_v_dim, d_conv=mixer.conv_kernel_size)
+        return DeltaRuleGeometry(
+            k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim, d_conv=mixer.conv_kernel_size
+        )
 
     def state_shape(self, mixer):
         _, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
@@ -206,14 +226,14 @@ class GDNAdapter(_DeltaRuleAdapter):
         """(mixed q|k|v [batch, 1, conv_dim], z [batch, 1, v_heads, head_v_dim],
         b, a [batch, 1, v_heads]) as the host mixer projects them."""
         batch, seq = hidden_states.shape[:2]
-        if hasattr(mixer, "in_proj_qkvz"):      # Qwen3-Next: fused, head-interleaved projections
+        if hasattr(mixer, "in_proj_qkvz"):  # Qwen3-Next: fused, head-interleaved projections
             q, k, v, z, b, a = mixer.fix_query_key_value_ordering(
-                mixer.in_proj_qkvz(hidden_states), mixer.in_proj_ba(hidden_states))
+                mixer.in_proj_qkvz(hidden_states), mixer.in_proj_ba(hidden_states)
+            )
             mixed = torch.cat([t.reshape(batch, seq, -1) for t in (q, k, v)], dim=-1)
             return mixed, z, b, a
         z = mixer.in_proj_z(hidden_states).reshape(batch, seq, -1, mixer.head_v_dim)
-        return (mixer.in_proj_qkv(hidden_states), z, mixer.in_proj_b(hidden_states),
-                mixer.in_proj_a(hidden_states))
+        return (mixer.in_proj_qkv(hidden_states), z, mixer.in_proj_b(hidden_states), mixer.in_proj_a(hidden_states))
 
     def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
         host = _host_module(mixer)
@@ -221,16 +241,22 @@ class GDNAdapter(_DeltaRuleAdapter):
         k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
         hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
         mixed, z, b, a = self._project(mixer, hidden_states)
-        mixed = host.causal_conv1d_update(mixed.transpose(1, 2), conv_state,
-                                          mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
-                                          mixer.activation).transpose(1, 2)
+        mixed = host.causal_conv1d_update(
+            mixed.transpose(1, 2), conv_state, mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias, mixer.activation
+        ).transpose(1, 2)
         q, k, v = torch.split(mixed, [mixer.key_dim, mixer.key_dim, mixer.value_dim], dim=-1)
         # The host's gate expressions: β in the activation dtype, g in fp32.
         beta = b.sigmoid().reshape(batch, v_heads)
-        g = (-mixer.A_log.float().exp() * nn.functional.softplus(a.float() + mixer.dt_bias))
-        o = self._step(store, q.reshape(batch, k_heads, head_k_dim),
-                       k.reshape(batch, k_heads, head_k_dim), v.reshape(batch, v_heads, head_v_dim),
-                       g.reshape(batch, v_heads), beta, slot_ids)
+        g = -mixer.A_log.float().exp() * nn.functional.softplus(a.float() + mixer.dt_bias)
+        o = self._step(
+            store,
+            q.reshape(batch, k_heads, head_k_dim),
+            k.reshape(batch, k_heads, head_k_dim),
+            v.reshape(batch, v_heads, head_v_dim),
+            g.reshape(batch, v_heads),
+            beta,
+            slot_ids,
+        )
         o = mixer.norm(o.reshape(-1, head_v_dim), z.reshape(-1, head_v_dim))
         return mixer.out_proj(o.reshape(batch, 1, -1))
 
@@ -254,13 +280,15 @@ class KDAAdapter(_DeltaRuleAdapter):
         host = _host_module(mixer)
         batch, heads, head_dim = hidden_states.shape[0], mixer.num_heads, mixer.head_dim
         hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
-        mixed = torch.cat([mixer.q_proj(hidden_states), mixer.k_proj(hidden_states),
-                           mixer.v_proj(hidden_states)], dim=-1)
-        mixed = host.causal_conv1d_update(mixed.transpose(1, 2), conv_state,
-                                          weight=mixer.conv1d.weight.squeeze(1),
-                                          bias=mixer.conv1d.bias, activation=mixer.activation)
-        q, k, v = (t.reshape(batch, heads, head_dim)
-                   for t in torch.split(mixed.transpose(1, 2), [mixer.qkv_dim] * 3, dim=-1))
+        mixed = torch.cat([mixer.q_proj(hidden_states), mixer.k_proj(hidden_states), mixer.v_proj(hidden_states)], dim=-1)
+        mixed = host.causal_conv1d_update(
+            mixed.transpose(1, 2),
+            conv_state,
+            weight=mixer.conv1d.weight.squeeze(1),
+            bias=mixer.conv1d.bias,
+            activation=mixer.activation,
+        )
+        q, k, v = (t.reshape(batch, heads, head_dim) for t in torch.split(mixed.transpose(1, 2), [mixer.qkv_dim] * 3, dim=-1))
         g = mixer.forget_gate(hidden_states).reshape(batch, heads, head_dim)
         beta = torch.sigmoid(mixer.b_proj(hidden_states)).reshape(batch, heads)
         o = self._step(store, q, k, v, g, beta, slot_ids)
@@ -281,6 +309,8 @@ for _adapter in (Mamba2Adapter(), GDNAdapter(), KDAAdapter()):
 
 def supported_mixers_text() -> str:
     """One line naming every supported mixer class and its model family."""
-    return ", ".join(f"{cls} ({model}, {adapter.label})"
-                     for adapter in dict.fromkeys(ADAPTERS.values())
-                     for cls, model in adapter.classes.items())
+    return ", ".join(
+        f"{cls} ({model}, {adapter.label})"
+        for adapter in dict.fromkeys(ADAPTERS.values())
+        for cls, model in adapter.classes.items()
+    )

@@ -9,6 +9,7 @@ gated norms use eps 1e-5 (published configs: 1e-6): over the tiny models' 8-chan
 let the fp32 rounding of a near-zero head output grow to ~1e-4 of the logits between two equally
 exact decodes; larger weights do the same for the GDN / KDA families.
 """
+
 from __future__ import annotations
 
 from typing import Union
@@ -27,9 +28,14 @@ SIZES = {
     "small": dict(hidden=256, heads=8, head_dim=32, d_state=32, groups=1),
 }
 
-_INIT = dict(vocab_size=128, pad_token_id=0, bos_token_id=1,
-             eos_token_id=None, tie_word_embeddings=False,
-             experts_implementation="eager")  # grouped_mm has no float64 kernel
+_INIT = dict(
+    vocab_size=128,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=None,
+    tie_word_embeddings=False,
+    experts_implementation="eager",
+)  # grouped_mm has no float64 kernel
 
 
 def _config(family: str, size: str):
@@ -42,47 +48,106 @@ def _config(family: str, size: str):
         # Nemotron 3 pattern: Mamba-2 blocks, MLP blocks and a few attention blocks.
         pattern = ["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"] * reps
         return hf.NemotronHConfig(
-            hidden_size=h, layers_block_type=pattern, intermediate_size=2 * h,
-            mamba_num_heads=2 * nh, mamba_head_dim=hd, ssm_state_size=ds, n_groups=2,
-            chunk_size=16, rescale_prenorm_residual=False, initializer_range=0.2, **attention,
-            **_INIT)
+            hidden_size=h,
+            layers_block_type=pattern,
+            intermediate_size=2 * h,
+            mamba_num_heads=2 * nh,
+            mamba_head_dim=hd,
+            ssm_state_size=ds,
+            n_groups=2,
+            chunk_size=16,
+            rescale_prenorm_residual=False,
+            initializer_range=0.2,
+            **attention,
+            **_INIT,
+        )
     if family == "mamba2":
         return hf.Mamba2Config(
-            hidden_size=h, num_hidden_layers=2 * reps, num_heads=2 * h // hd, head_dim=hd,
-            state_size=ds, n_groups=2, expand=2, chunk_size=16, initializer_range=0.2, **_INIT)
-    linear = dict(linear_num_key_heads=nh // 2, linear_num_value_heads=nh,
-                  linear_key_head_dim=hd, linear_value_head_dim=hd, rms_norm_eps=1e-5,
-                  initializer_range=0.1)
+            hidden_size=h,
+            num_hidden_layers=2 * reps,
+            num_heads=2 * h // hd,
+            head_dim=hd,
+            state_size=ds,
+            n_groups=2,
+            expand=2,
+            chunk_size=16,
+            initializer_range=0.2,
+            **_INIT,
+        )
+    linear = dict(
+        linear_num_key_heads=nh // 2,
+        linear_num_value_heads=nh,
+        linear_key_head_dim=hd,
+        linear_value_head_dim=hd,
+        rms_norm_eps=1e-5,
+        initializer_range=0.1,
+    )
     # Layer i is full attention when (i + 1) % 4 == 0: three GDN layers per attention layer.
     layer_types = ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * reps
     if family == "qwen3_next":
         return hf.Qwen3NextConfig(
-            hidden_size=h, intermediate_size=2 * h, num_hidden_layers=len(layer_types),
-            layer_types=layer_types, num_experts=4, num_experts_per_tok=2,
-            moe_intermediate_size=h // 2, shared_expert_intermediate_size=h // 2,
-            **linear, **attention, **_INIT)
+            hidden_size=h,
+            intermediate_size=2 * h,
+            num_hidden_layers=len(layer_types),
+            layer_types=layer_types,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=h // 2,
+            shared_expert_intermediate_size=h // 2,
+            **linear,
+            **attention,
+            **_INIT,
+        )
     if family == "qwen3_5":
         return hf.Qwen3_5TextConfig(
-            hidden_size=h, intermediate_size=2 * h, num_hidden_layers=len(layer_types),
-            layer_types=layer_types, **linear, **attention, **_INIT)
+            hidden_size=h,
+            intermediate_size=2 * h,
+            num_hidden_layers=len(layer_types),
+            layer_types=layer_types,
+            **linear,
+            **attention,
+            **_INIT,
+        )
     if family == "kimi_linear":
         return hf.KimiLinearConfig(
-            hidden_size=h, intermediate_size=2 * h, moe_intermediate_size=h // 2,
-            num_hidden_layers=len(layer_types), layer_types=layer_types,
-            num_attention_heads=nh, num_key_value_heads=nh, kv_lora_rank=2 * hd,
-            qk_rope_head_dim=hd, qk_nope_head_dim=hd, v_head_dim=hd,
-            linear_num_heads=nh, linear_head_dim=hd, num_local_experts=4, num_experts_per_tok=2,
-            initializer_range=0.1, **_INIT)
+            hidden_size=h,
+            intermediate_size=2 * h,
+            moe_intermediate_size=h // 2,
+            num_hidden_layers=len(layer_types),
+            layer_types=layer_types,
+            num_attention_heads=nh,
+            num_key_value_heads=nh,
+            kv_lora_rank=2 * hd,
+            qk_rope_head_dim=hd,
+            qk_nope_head_dim=hd,
+            v_head_dim=hd,
+            linear_num_heads=nh,
+            linear_head_dim=hd,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            initializer_range=0.1,
+            **_INIT,
+        )
     raise ValueError(f"build_random_model: family is {family!r}; expected one of {', '.join(FAMILIES)}")
 
 
-_MODEL_CLASSES = {"nemotron_h": "NemotronHForCausalLM", "mamba2": "Mamba2ForCausalLM",
-                  "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM",
-                  "kimi_linear": "KimiLinearForCausalLM"}
+_MODEL_CLASSES = {
+    "nemotron_h": "NemotronHForCausalLM",
+    "mamba2": "Mamba2ForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5": "Qwen3_5ForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
+}
 
 
-def build_random_model(family: str, size: str = "tiny", *, dtype: torch.dtype = torch.float32,
-                       device: Union[str, torch.device] = "cpu", seed: int = 0):
+def build_random_model(
+    family: str,
+    size: str = "tiny",
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
+    seed: int = 0,
+):
     """A ``<Family>ForCausalLM`` with random weights, in eval mode.
 
     Args:
@@ -104,7 +169,7 @@ def build_random_model(family: str, size: str = "tiny", *, dtype: torch.dtype = 
         raise ImportError("build_random_model needs transformers >= 5.17: pip install 'trtllm_replayssm[hf]'") from e
     config = _config(family, size)
     if torch.device(device).type == "cpu":
-        bind_torch_paths(family)     # GDN / KDA: not fla's Triton kernels, which need a GPU
+        bind_torch_paths(family)  # GDN / KDA: not fla's Triton kernels, which need a GPU
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = getattr(hf, _MODEL_CLASSES[family])(config)

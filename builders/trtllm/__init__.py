@@ -15,6 +15,7 @@ that ``import tensorrt_llm`` with the reason.
 Supported TensorRT-LLM: :data:`.api.PINNED_RELEASE`; every name used is checked at enable time
 (:func:`.api.require_api`) and a mismatch refuses with the list of what is missing.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,14 +28,20 @@ from .api import PINNED_RELEASE, IncompatibleTensorRTLLM
 from .autoload import after_import
 from .config import ReplaySSMConfig, config_from_env, env_requests_enable
 
-__all__ = ["enable_replayssm", "disable_replayssm", "replayssm_status", "ReplaySSMConfig",
-           "IncompatibleTensorRTLLM", "PINNED_RELEASE", "STARTUP_DIR"]
+__all__ = [
+    "enable_replayssm",
+    "disable_replayssm",
+    "replayssm_status",
+    "ReplaySSMConfig",
+    "IncompatibleTensorRTLLM",
+    "PINNED_RELEASE",
+    "STARTUP_DIR",
+]
 
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 
 
-def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS,
-                     delta_rule_records: str = "activation"):
+def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS, delta_rule_records: str = "activation"):
     """Routes the non-speculative decode of the given layer families through ReplaySSM.
 
     Call it before the ``LLM`` (and so its model and cache managers) is created, in every
@@ -56,20 +63,22 @@ def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS,
         ValueError: bad arguments, or already enabled with other settings.
     """
     from .adapter import install
-    return install(ReplaySSMConfig(buffer_len=buffer_len, families=tuple(families),
-                                   delta_rule_records=delta_rule_records))
+
+    return install(ReplaySSMConfig(buffer_len=buffer_len, families=tuple(families), delta_rule_records=delta_rule_records))
 
 
 def disable_replayssm() -> bool:
     """Restores TensorRT-LLM's own decode. Only between LLM instances: a sequence mid-decode
     would continue from its checkpoint without its records. Returns False when not enabled."""
     from .adapter import uninstall
+
     return uninstall()
 
 
 def replayssm_status():
     """The status of the hooks in this process (:class:`.adapter.ReplaySSMStatus`), or None."""
     from .adapter import installed
+
     return installed()
 
 
@@ -79,9 +88,12 @@ def _enable_from_env() -> None:
     if not env_requests_enable(os.environ):
         return
     config = config_from_env(os.environ)
-    after_import("tensorrt_llm", lambda: enable_replayssm(
-        buffer_len=config.buffer_len, families=config.families,
-        delta_rule_records=config.delta_rule_records))
+    after_import(
+        "tensorrt_llm",
+        lambda: enable_replayssm(
+            buffer_len=config.buffer_len, families=config.families, delta_rule_records=config.delta_rule_records
+        ),
+    )
 
 
 _enable_from_env()

@@ -28,6 +28,7 @@ that sets its step context or without the arguments it needs, and a forward whos
 did not go through the ReplaySSM op (the hooked decode function was not called). Each message
 names the layer, the installed TensorRT-LLM version and what was missing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,13 +44,19 @@ import torch
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
 from trtllm_replayssm.ops import gdn_gate, kda_gate
 
-from .api import (_COMMON, _GDN, _KDA, _MAMBA2, _METADATA, _V2, PINNED_RELEASE, require_api,
-                  require_instance_attributes)
+from .api import _COMMON, _GDN, _KDA, _MAMBA2, _METADATA, _V2, PINNED_RELEASE, require_api, require_instance_attributes
 from .config import ReplaySSMConfig
 from .extension import EXTENSION_KEY, ReplayRecordsFeature, plan_manager_layers
 from .layout import model_dtype, replay_bytes_per_rank, ssm_tp_size
-from .steps import (PaddingRowBuffer, causal_conv_step, flush_delta_rule_records,
-                    gated_delta_step, mamba2_step, padding_rows, replay_slot_ids)
+from .steps import (
+    PaddingRowBuffer,
+    causal_conv_step,
+    flush_delta_rule_records,
+    gated_delta_step,
+    mamba2_step,
+    padding_rows,
+    replay_slot_ids,
+)
 
 __all__ = ["ReplaySSMStatus", "install", "uninstall", "installed"]
 
@@ -84,8 +91,10 @@ class ReplaySSMStatus:
         for kind in self.layers.values():
             kinds[kind] = kinds.get(kind, 0) + 1
         hooked = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "no layer built yet"
-        return (f"ReplaySSM on TensorRT-LLM {self.trtllm_version}: L = {self.config.buffer_len}, "
-                f"families {', '.join(self.config.families)}; hooked: {hooked}")
+        return (
+            f"ReplaySSM on TensorRT-LLM {self.trtllm_version}: L = {self.config.buffer_len}, "
+            f"families {', '.join(self.config.families)}; hooked: {hooked}"
+        )
 
 
 @dataclass
@@ -106,6 +115,7 @@ def installed() -> Optional[ReplaySSMStatus]:
 
 
 # ---------------------------------------------------------------------- step context
+
 
 @dataclass
 class _Step:
@@ -128,15 +138,17 @@ def _hook_error(mixer, problem: str) -> RuntimeError:
         f"ReplaySSM: {type(mixer).__name__} layer {mixer.layer_idx} ran a decode step on "
         f"TensorRT-LLM {_INSTALLED.status.trtllm_version} without the ReplaySSM op: {problem}. "
         f"The hooks are written for {PINNED_RELEASE}; install that release, or leave this "
-        f"layer's family out of ReplaySSM (families=..., TRTLLM_REPLAYSSM_FAMILIES)")
+        f"layer's family out of ReplaySSM (families=..., TRTLLM_REPLAYSSM_FAMILIES)"
+    )
 
 
 def _require_context(mixer, step, hooked: str, context: str) -> None:
     """Raises when the decode hook ``hooked`` runs without a step context, i.e. TensorRT-LLM
     reached it without calling ``context``, the hooked method that sets the context."""
     if step is None:
-        raise _hook_error(mixer, f"{hooked} was called outside {context}, which sets the layer's "
-                                 f"step context (its records and padding rows)")
+        raise _hook_error(
+            mixer, f"{hooked} was called outside {context}, which sets the layer's step context (its records and padding rows)"
+        )
 
 
 def _require_replay(mixer, step, hooked: str) -> None:
@@ -145,18 +157,24 @@ def _require_replay(mixer, step, hooked: str) -> None:
     ``hooked``. Speculative steps and prefill-only steps pass."""
     if step is _SPECULATIVE or step.replayed or step.num_prefills == step.batch:
         return
-    raise _hook_error(mixer, f"{hooked} was not called for its {step.batch - step.num_prefills} "
-                             f"decode row(s), so TensorRT-LLM decoded them on its own path and "
-                             f"this layer's records no longer match its SSM state")
+    raise _hook_error(
+        mixer,
+        f"{hooked} was not called for its {step.batch - step.num_prefills} "
+        f"decode row(s), so TensorRT-LLM decoded them on its own path and "
+        f"this layer's records no longer match its SSM state",
+    )
 
 
 def _require_kwargs(mixer, hooked: str, kwargs: dict, names: Tuple[str, ...]) -> None:
     """Raises when TensorRT-LLM called ``hooked`` without keyword arguments the hook reads."""
     missing = [n for n in names if n not in kwargs]
     if missing:
-        raise _hook_error(mixer, f"{hooked} was called without keyword argument(s) "
-                                 f"{', '.join(missing)} (it got: "
-                                 f"{', '.join(sorted(kwargs)) or 'none'})")
+        raise _hook_error(
+            mixer,
+            f"{hooked} was called without keyword argument(s) "
+            f"{', '.join(missing)} (it got: "
+            f"{', '.join(sorted(kwargs)) or 'none'})",
+        )
 
 
 def _register(mixer, kind: str) -> None:
@@ -164,8 +182,7 @@ def _register(mixer, kind: str) -> None:
     layers = _INSTALLED.status.layers
     index = mixer.layer_idx
     if layers.get(index, kind) != kind:
-        raise ValueError(f"ReplaySSM: layer {index} is built as {kind} and as {layers[index]}; "
-                         f"expected one model per process")
+        raise ValueError(f"ReplaySSM: layer {index} is built as {kind} and as {layers[index]}; expected one model per process")
     layers[index] = kind
 
 
@@ -195,7 +212,8 @@ def _step_context(mixer, attn_metadata, mamba_metadata):
             f"manager ({type(manager).__name__}, TensorRT-LLM {version}) holds no ReplaySSM "
             f"records. ReplaySSM needs the V2 Mamba cache manager "
             f"(kv_cache_config.use_kv_cache_manager_v2=True), created after enable_replayssm() "
-            f"in this process")
+            f"in this process"
+        )
     padding = getattr(mamba_metadata, _PADDING_ATTR, None)
     if padding is None:
         raise RuntimeError(
@@ -203,14 +221,16 @@ def _step_context(mixer, attn_metadata, mamba_metadata):
             f"{type(mamba_metadata).__name__} on which the hooked Mamba2Metadata.prepare never "
             f"ran: ReplaySSM was enabled after the LLM was created, or TensorRT-LLM {version} "
             f"prepares it without calling Mamba2Metadata.prepare (the hooks are written for "
-            f"{PINNED_RELEASE}); enable ReplaySSM before the LLM is created")
+            f"{PINNED_RELEASE}); enable ReplaySSM before the LLM is created"
+        )
     if getattr(mamba_metadata, _PREPARED_ATTR) != _request_ids(attn_metadata):
         raise RuntimeError(
             f"ReplaySSM: {type(mixer).__name__} layer {mixer.layer_idx} got a "
             f"{type(mamba_metadata).__name__} that TensorRT-LLM {version} did not prepare for "
             f"this batch (prepare last ran for other request ids), so its padding-row flags are "
             f"stale; the hooks are written for {PINNED_RELEASE}, where the model calls "
-            f"Mamba2Metadata.prepare before every forward")
+            f"Mamba2Metadata.prepare before every forward"
+        )
     num_prefills = attn_metadata.num_contexts
     batch = attn_metadata.seq_lens.shape[0]
     return _Step(layer, padding.flags[num_prefills:batch], num_prefills, batch)
@@ -238,39 +258,86 @@ def _with_step(original, metadata_of: Callable, hooked: str):
 
 # ---------------------------------------------------------------------- Mamba-2
 
-def _mamba2_ssu(mixer, original, state, x, dt, A, B, C, D, z=None, dt_bias=None,
-                dt_softplus=False, state_batch_indices=None, out=None, **extra):
+
+def _mamba2_ssu(
+    mixer,
+    original,
+    state,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    D,
+    z=None,
+    dt_bias=None,
+    dt_softplus=False,
+    state_batch_indices=None,
+    out=None,
+    **extra,
+):
     """Stands in for ``Mamba2Mixer._stp_ssu_func`` (same call), on the replay op.
 
     Raises RuntimeError when TensorRT-LLM calls it outside ``Mamba2Mixer.forward``, passes the
     slots other than as ``state_batch_indices`` or adds keyword arguments the hook does not know.
     """
     step = getattr(mixer, _STEP_ATTR, None)
-    if step is _SPECULATIVE or _INSTALLED is None:    # after uninstall() this instance hook stays
-        return original(state, x, dt, A, B, C, D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-                        state_batch_indices=state_batch_indices, out=out, **extra)
+    if step is _SPECULATIVE or _INSTALLED is None:  # after uninstall() this instance hook stays
+        return original(
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z=z,
+            dt_bias=dt_bias,
+            dt_softplus=dt_softplus,
+            state_batch_indices=state_batch_indices,
+            out=out,
+            **extra,
+        )
     _require_context(mixer, step, "_stp_ssu_func", "Mamba2Mixer.forward")
     if state_batch_indices is None:
-        raise _hook_error(mixer, f"_stp_ssu_func was called without state_batch_indices "
-                                 f"(the slots of the decode rows; other keyword arguments: "
-                                 f"{', '.join(sorted(extra)) or 'none'})")
+        raise _hook_error(
+            mixer,
+            f"_stp_ssu_func was called without state_batch_indices "
+            f"(the slots of the decode rows; other keyword arguments: "
+            f"{', '.join(sorted(extra)) or 'none'})",
+        )
     unknown = sorted(set(extra) - _STOCHASTIC_ROUNDING_KWARGS)
     if unknown:
-        raise _hook_error(mixer, f"_stp_ssu_func was called with keyword argument(s) "
-                                 f"{', '.join(unknown)}, which the hook does not know")
+        raise _hook_error(
+            mixer, f"_stp_ssu_func was called with keyword argument(s) {', '.join(unknown)}, which the hook does not know"
+        )
     if extra:
-        raise ValueError(f"ReplaySSM: Mamba-2 layer {mixer.layer_idx} decodes with "
-                         f"{', '.join(sorted(extra))} (stochastic rounding of an fp16 SSM cache), "
-                         f"which ReplaySSM does not support; set "
-                         f"kv_cache_config.mamba_ssm_stochastic_rounding=False")
+        raise ValueError(
+            f"ReplaySSM: Mamba-2 layer {mixer.layer_idx} decodes with "
+            f"{', '.join(sorted(extra))} (stochastic rounding of an fp16 SSM cache), "
+            f"which ReplaySSM does not support; set "
+            f"kv_cache_config.mamba_ssm_stochastic_rounding=False"
+        )
     if z is not None:
-        raise ValueError("ReplaySSM: Mamba-2 decode with z is not supported (TensorRT-LLM gates "
-                         "in its norm and passes z=None)")
+        raise ValueError(
+            "ReplaySSM: Mamba-2 decode with z is not supported (TensorRT-LLM gates in its norm and passes z=None)"
+        )
     # TensorRT-LLM passes dt and A, D, dt_bias expanded over head_dim; the op takes them per head.
     dt_heads = dt[..., 0] if dt.dim() == 3 else dt
-    y = mamba2_step(step.layer, state, x, dt_heads, mixer.A, B, C,
-                    slot_ids=replay_slot_ids(state_batch_indices, step.padding), D=mixer.D,
-                    dt_bias=mixer.dt_bias, dt_softplus=bool(dt_softplus), out=out)
+    y = mamba2_step(
+        step.layer,
+        state,
+        x,
+        dt_heads,
+        mixer.A,
+        B,
+        C,
+        slot_ids=replay_slot_ids(state_batch_indices, step.padding),
+        D=mixer.D,
+        dt_bias=mixer.dt_bias,
+        dt_softplus=bool(dt_softplus),
+        out=out,
+    )
     step.replayed = True
     return y
 
@@ -287,22 +354,21 @@ def _mamba2_init(original):
 
 # ---------------------------------------------------------------------- GDN
 
+
 def _gdn_forward_core(original):
     @functools.wraps(original)
-    def forward_core(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=None,
-                     output=None):
+    def forward_core(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=None, output=None):
         step = _step_context(self, attn_metadata, mamba_metadata)
         mixed = step is not _SPECULATIVE and 0 < step.num_prefills < step.batch
         if mixed:
             # TensorRT-LLM runs decode rows of a mixed batch with the prefills on the full state
             # (forward_extend), so forward_decode is not called and is not required below.
-            indices = mamba_metadata.state_indices[step.num_prefills:step.batch]
+            indices = mamba_metadata.state_indices[step.num_prefills : step.batch]
             checkpoint = attn_metadata.kv_cache_manager.mamba_layer_cache(self.layer_idx).temporal
             flush_delta_rule_records(step.layer, checkpoint, replay_slot_ids(indices, step.padding))
         setattr(self, _STEP_ATTR, step)
         try:
-            result = original(self, mixed_qkv, a, b, attn_metadata, mamba_metadata,
-                              spec_metadata=spec_metadata, output=output)
+            result = original(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=spec_metadata, output=output)
         finally:
             setattr(self, _STEP_ATTR, None)
         if not mixed:
@@ -314,31 +380,55 @@ def _gdn_forward_core(original):
 
 def _gdn_forward_decode(original):
     @functools.wraps(original)
-    def forward_decode(self, conv_states, ssm_states, query_start_loc_long, spec_metadata=None,
-                       intermediate_conv_states=None, intermediate_ssm_states=None,
-                       is_target_verify=False, output=None, **kwargs):
+    def forward_decode(
+        self,
+        conv_states,
+        ssm_states,
+        query_start_loc_long,
+        spec_metadata=None,
+        intermediate_conv_states=None,
+        intermediate_ssm_states=None,
+        is_target_verify=False,
+        output=None,
+        **kwargs,
+    ):
         step = getattr(self, _STEP_ATTR, None)
         if step is _SPECULATIVE or is_target_verify:
-            return original(self, conv_states, ssm_states, query_start_loc_long,
-                            spec_metadata=spec_metadata,
-                            intermediate_conv_states=intermediate_conv_states,
-                            intermediate_ssm_states=intermediate_ssm_states,
-                            is_target_verify=is_target_verify, output=output, **kwargs)
+            return original(
+                self,
+                conv_states,
+                ssm_states,
+                query_start_loc_long,
+                spec_metadata=spec_metadata,
+                intermediate_conv_states=intermediate_conv_states,
+                intermediate_ssm_states=intermediate_ssm_states,
+                is_target_verify=is_target_verify,
+                output=output,
+                **kwargs,
+            )
         _require_context(self, step, "forward_decode", "Qwen3NextGatedDeltaNet.forward_core")
         _require_kwargs(self, "forward_decode", kwargs, ("mixed_qkv", "a", "b", "cache_indices"))
         indices = kwargs["cache_indices"]
         host = sys.modules[type(self).__module__]
-        mixed = host.causal_conv1d_update(kwargs["mixed_qkv"], conv_states, self.conv1d.weight,
-                                          self.conv1d.bias, self.activation,
-                                          conv_state_indices=indices)
+        mixed = host.causal_conv1d_update(
+            kwargs["mixed_qkv"], conv_states, self.conv1d.weight, self.conv1d.bias, self.activation, conv_state_indices=indices
+        )
         batch, kd = mixed.shape[0], self.key_dim_per_tp
         q = mixed[:, :kd].view(batch, self.num_k_heads_per_tp, self.head_k_dim)
-        k = mixed[:, kd:2 * kd].view(batch, self.num_k_heads_per_tp, self.head_k_dim)
-        v = mixed[:, 2 * kd:].view(batch, self.num_v_heads_per_tp, self.head_v_dim)
+        k = mixed[:, kd : 2 * kd].view(batch, self.num_k_heads_per_tp, self.head_k_dim)
+        v = mixed[:, 2 * kd :].view(batch, self.num_v_heads_per_tp, self.head_v_dim)
         g, beta = gdn_gate(kwargs["a"], kwargs["b"], self.A_log, self.dt_bias)
-        o = gated_delta_step(step.layer, ssm_states, q, k, v, g, beta,
-                             slot_ids=replay_slot_ids(indices, step.padding),
-                             out=None if output is None else output[0])
+        o = gated_delta_step(
+            step.layer,
+            ssm_states,
+            q,
+            k,
+            v,
+            g,
+            beta,
+            slot_ids=replay_slot_ids(indices, step.padding),
+            out=None if output is None else output[0],
+        )
         step.replayed = True
         return o.view(1, batch, self.num_v_heads_per_tp, self.head_v_dim)
 
@@ -347,35 +437,48 @@ def _gdn_forward_decode(original):
 
 # ---------------------------------------------------------------------- KDA
 
+
 def _kda_forward_decode(original):
     @functools.wraps(original)
-    def forward_decode(self, x2d, conv_pool, ssm_pool, slot_indices, mamba_metadata=None,
-                       layer_cache=None, ssm_state_indices=None, output=None):
+    def forward_decode(
+        self,
+        x2d,
+        conv_pool,
+        ssm_pool,
+        slot_indices,
+        mamba_metadata=None,
+        layer_cache=None,
+        ssm_state_indices=None,
+        output=None,
+    ):
         step = getattr(self, _STEP_ATTR, None)
         if step is _SPECULATIVE:
-            return original(self, x2d, conv_pool, ssm_pool, slot_indices, mamba_metadata,
-                            layer_cache, ssm_state_indices, output)
+            return original(
+                self, x2d, conv_pool, ssm_pool, slot_indices, mamba_metadata, layer_cache, ssm_state_indices, output
+            )
         _require_context(self, step, "forward_decode", "KimiKDALinearAttention._forward_impl")
         if self.gate_lower_bound is not None:
-            raise ValueError(f"ReplaySSM: KDA layer {self.layer_idx} uses gate_lower_bound (a "
-                             f"safe gate), which the replay ops do not implement")
+            raise ValueError(
+                f"ReplaySSM: KDA layer {self.layer_idx} uses gate_lower_bound (a "
+                f"safe gate), which the replay ops do not implement"
+            )
         batch, d = x2d.shape[0], self.proj_size
         H, K = self.num_heads, self.head_dim
         x = x2d.unsqueeze(1)
         slots = slot_indices.long()
         rows = conv_pool.index_select(0, slots)
         convolved, new_rows = [], []
-        for j, (proj, conv) in enumerate(((self.q_proj, self.q_conv1d), (self.k_proj, self.k_conv1d),
-                                          (self.v_proj, self.v_conv1d))):
-            y, r = causal_conv_step(rows[:, j * d:(j + 1) * d], proj(x)[:, 0], conv.weight[:, 0, :],
-                                    conv.bias)
+        for j, (proj, conv) in enumerate(
+            ((self.q_proj, self.q_conv1d), (self.k_proj, self.k_conv1d), (self.v_proj, self.v_conv1d))
+        ):
+            y, r = causal_conv_step(rows[:, j * d : (j + 1) * d], proj(x)[:, 0], conv.weight[:, 0, :], conv.bias)
             convolved.append(y.view(batch, H, K))
             new_rows.append(r)
         conv_pool.index_copy_(0, slots, torch.cat(new_rows, dim=1).to(conv_pool.dtype))
-        g, beta = kda_gate(self.f_b_proj(self.f_a_proj(x))[:, 0].view(batch, H, K),
-                           self.b_proj(x)[:, 0], self.A_log, self.dt_bias)
-        o = gated_delta_step(step.layer, ssm_pool, *convolved, g, beta,
-                             slot_ids=replay_slot_ids(slot_indices, step.padding))
+        g, beta = kda_gate(
+            self.f_b_proj(self.f_a_proj(x))[:, 0].view(batch, H, K), self.b_proj(x)[:, 0], self.A_log, self.dt_bias
+        )
+        o = gated_delta_step(step.layer, ssm_pool, *convolved, g, beta, slot_ids=replay_slot_ids(slot_indices, step.padding))
         step.replayed = True
         return self._store_core(self._output_gate(x, o.unsqueeze(1)), output)
 
@@ -393,6 +496,7 @@ def _registering_init(original, kind: str):
 
 # ---------------------------------------------------------------------- cache side
 
+
 def _manager_init(original, extension_class, make_role, make_buffer_config):
     signature = inspect.signature(original)
 
@@ -403,16 +507,20 @@ def _manager_init(original, extension_class, make_role, make_buffer_config):
         a = bound.arguments
         mapping, kv_cache_config = a["mapping"], a["kv_cache_config"]
         status = _INSTALLED.status
-        layers = plan_manager_layers(status.config, status.layers,
-                                     mamba_layer_mask=a["mamba_layer_mask"],
-                                     spec_config=a["spec_config"], is_draft=a["is_draft"],
-                                     enable_block_reuse=bool(kv_cache_config.enable_block_reuse),
-                                     pp_size=mapping.pp_size, cp_size=mapping.cp_size)
+        layers = plan_manager_layers(
+            status.config,
+            status.layers,
+            mamba_layer_mask=a["mamba_layer_mask"],
+            spec_config=a["spec_config"],
+            is_draft=a["is_draft"],
+            enable_block_reuse=bool(kv_cache_config.enable_block_reuse),
+            pp_size=mapping.pp_size,
+            cp_size=mapping.cp_size,
+        )
         if not layers:
             original(self, *args, **kwargs)
             return
-        extension = extension_class(status.config, layers, make_role=make_role,
-                                    make_buffer_config=make_buffer_config)
+        extension = extension_class(status.config, layers, make_role=make_role, make_buffer_config=make_buffer_config)
         a["aux_cache_extensions"] = tuple(a["aux_cache_extensions"]) + (extension,)
         original(*bound.args, **bound.kwargs)
         _require_bound(self, extension, status.trtllm_version)
@@ -429,9 +537,11 @@ def _require_bound(manager, extension, version: str) -> None:
         missing = "kept the ReplaySSM extension but did not bind it to its pool"
     else:
         return
-    raise RuntimeError(f"ReplaySSM: {type(manager).__name__}.__init__ of TensorRT-LLM {version} "
-                       f"{missing}, so the hooked layers would have no records; the hooks are "
-                       f"written for {PINNED_RELEASE}")
+    raise RuntimeError(
+        f"ReplaySSM: {type(manager).__name__}.__init__ of TensorRT-LLM {version} "
+        f"{missing}, so the hooked layers would have no records; the hooks are "
+        f"written for {PINNED_RELEASE}"
+    )
 
 
 def _metadata_prepare(original, dummy_request_id: int):
@@ -444,16 +554,21 @@ def _metadata_prepare(original, dummy_request_id: int):
             setattr(self, _PADDING_ATTR, buffer)
         manager = attn_metadata.kv_cache_manager
         draft = getattr(manager, "speculative_num_draft_tokens", 0) or 0
-        buffer.update(padding_rows(attn_metadata.request_ids, attn_metadata.seq_lens.shape[0],
-                                   dummy_request_id=dummy_request_id, max_draft_len=draft))
+        buffer.update(
+            padding_rows(
+                attn_metadata.request_ids,
+                attn_metadata.seq_lens.shape[0],
+                dummy_request_id=dummy_request_id,
+                max_draft_len=draft,
+            )
+        )
         # The batch the flags are for: the mixers' step context checks it is theirs.
         setattr(self, _PREPARED_ATTR, _request_ids(attn_metadata))
 
     return prepare
 
 
-def _estimate_replay_bytes(model_config, params, mapping, *, spec_config,
-                           use_separate_draft_kv_cache) -> int:
+def _estimate_replay_bytes(model_config, params, mapping, *, spec_config, use_separate_draft_kv_cache) -> int:
     """TensorRT-LLM's aux-cache estimator: ReplaySSM bytes per slot on this rank (0 when the
     hooks are off, under speculative decoding, or for a model without hooked layers)."""
     del params, use_separate_draft_kv_cache
@@ -461,13 +576,18 @@ def _estimate_replay_bytes(model_config, params, mapping, *, spec_config,
         return 0
     hf_config = model_config.pretrained_config.to_dict()
     config = _INSTALLED.status.config
-    return replay_bytes_per_rank(hf_config, config.families, config.buffer_len,
-                                 tp_size=ssm_tp_size(mapping.tp_size, mapping.enable_attention_dp),
-                                 activation_dtype=model_dtype(hf_config),
-                                 delta_rule_records=config.delta_rule_records)
+    return replay_bytes_per_rank(
+        hf_config,
+        config.families,
+        config.buffer_len,
+        tp_size=ssm_tp_size(mapping.tp_size, mapping.enable_attention_dp),
+        activation_dtype=model_dtype(hf_config),
+        delta_rule_records=config.delta_rule_records,
+    )
 
 
 # ---------------------------------------------------------------------- install
+
 
 def _patch(inst: _Installation, owner, name: str, new) -> None:
     inst.undo.append((owner, name, owner.__dict__.get(name, _MISSING)))
@@ -475,26 +595,35 @@ def _patch(inst: _Installation, owner, name: str, new) -> None:
     inst.status.patched.append(f"{owner.__module__}.{owner.__qualname__}.{name}")
 
 
-def _install_patches(inst: _Installation, config: ReplaySSMConfig,
-                     import_module: Callable[[str], object]) -> None:
+def _install_patches(inst: _Installation, config: ReplaySSMConfig, import_module: Callable[[str], object]) -> None:
     common, v2 = import_module(_COMMON), import_module(_V2)
     pool = import_module("tensorrt_llm.runtime.kv_cache_manager_v2")
     metadata = import_module(_METADATA)
-    extension_class = type("ReplaySSMCacheExtension",
-                           (ReplayRecordsFeature, common.MambaAuxCacheExtension), {})
+    extension_class = type("ReplaySSMCacheExtension", (ReplayRecordsFeature, common.MambaAuxCacheExtension), {})
     manager = v2.MambaHybridCacheManagerV2
-    _patch(inst, manager, "__init__",
-           _manager_init(manager.__init__, extension_class, pool.DataRole,
-                         lambda role, size: pool.BufferConfig(role=role, size=size)))
+    _patch(
+        inst,
+        manager,
+        "__init__",
+        _manager_init(
+            manager.__init__, extension_class, pool.DataRole, lambda role, size: pool.BufferConfig(role=role, size=size)
+        ),
+    )
     meta = metadata.Mamba2Metadata
-    _patch(inst, meta, "prepare",
-           _metadata_prepare(meta.prepare, metadata.CUDA_GRAPH_DUMMY_REQUEST_ID))
+    _patch(inst, meta, "prepare", _metadata_prepare(meta.prepare, metadata.CUDA_GRAPH_DUMMY_REQUEST_ID))
     if MAMBA2 in config.families:
         mixer = import_module(_MAMBA2).Mamba2Mixer
         _patch(inst, mixer, "__init__", _mamba2_init(mixer.__init__))
-        _patch(inst, mixer, "forward", _with_step(
-            mixer.forward, lambda hidden_states, attn_metadata, mamba_metadata, *a, **k:
-            (attn_metadata, mamba_metadata), "_stp_ssu_func"))
+        _patch(
+            inst,
+            mixer,
+            "forward",
+            _with_step(
+                mixer.forward,
+                lambda hidden_states, attn_metadata, mamba_metadata, *a, **k: (attn_metadata, mamba_metadata),
+                "_stp_ssu_func",
+            ),
+        )
     if GDN in config.families:
         mixer = import_module(_GDN).Qwen3NextGatedDeltaNet
         _patch(inst, mixer, "__init__", _registering_init(mixer.__init__, GDN))
@@ -503,9 +632,16 @@ def _install_patches(inst: _Installation, config: ReplaySSMConfig,
     if KDA in config.families:
         mixer = import_module(_KDA).KimiKDALinearAttention
         _patch(inst, mixer, "__init__", _registering_init(mixer.__init__, KDA))
-        _patch(inst, mixer, "_forward_impl", _with_step(
-            mixer._forward_impl, lambda hidden_states, attn_metadata, output=None:
-            (attn_metadata, attn_metadata.mamba_metadata), "forward_decode"))
+        _patch(
+            inst,
+            mixer,
+            "_forward_impl",
+            _with_step(
+                mixer._forward_impl,
+                lambda hidden_states, attn_metadata, output=None: (attn_metadata, attn_metadata.mamba_metadata),
+                "forward_decode",
+            ),
+        )
         _patch(inst, mixer, "forward_decode", _kda_forward_decode(mixer.forward_decode))
     # The registry keeps one estimator per key for the process; it reads the installation.
     common.register_mamba_aux_cache_estimator(EXTENSION_KEY, _estimate_replay_bytes)
@@ -520,8 +656,7 @@ def _undo(inst: _Installation) -> None:
     inst.undo.clear()
 
 
-def install(config: ReplaySSMConfig,
-            import_module: Callable[[str], object] = importlib.import_module) -> ReplaySSMStatus:
+def install(config: ReplaySSMConfig, import_module: Callable[[str], object] = importlib.import_module) -> ReplaySSMStatus:
     """Checks the installed TensorRT-LLM (:func:`.api.require_api`), then patches it.
 
     Returns:
@@ -535,9 +670,11 @@ def install(config: ReplaySSMConfig,
     current = _INSTALLED.status.config if _INSTALLED is not None else _INSTALLING
     if current is not None:
         if current != config:
-            raise ValueError(f"ReplaySSM is already enabled with {current} (e.g. by "
-                             f"TRTLLM_REPLAYSSM); asked for {config}; call disable_replayssm() "
-                             f"first or make the settings agree")
+            raise ValueError(
+                f"ReplaySSM is already enabled with {current} (e.g. by "
+                f"TRTLLM_REPLAYSSM); asked for {config}; call disable_replayssm() "
+                f"first or make the settings agree"
+            )
         return None if _INSTALLED is None else _INSTALLED.status
     _INSTALLING = config
     try:

@@ -7,6 +7,7 @@ is imported it lets the regular finders locate it, and wraps the loader so the c
 right after the package's ``__init__`` has executed. An exception from the callback propagates
 out of that ``import`` statement.
 """
+
 from __future__ import annotations
 
 import importlib.abc

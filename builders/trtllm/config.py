@@ -9,6 +9,7 @@ Environment variables (all optional except the first):
 - ``TRTLLM_REPLAYSSM_FAMILIES``: comma-separated subset of ``mamba2,gdn,kda`` (default all).
 - ``TRTLLM_REPLAYSSM_DELTA_RULE_RECORDS``: ``activation`` (default) or ``float32``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,16 @@ from typing import Mapping, Tuple
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import SSM_KINDS
 
-__all__ = ["ReplaySSMConfig", "config_from_env", "env_requests_enable", "ENV_ENABLE",
-           "ENV_BUFFER_LEN", "ENV_FAMILIES", "ENV_DELTA_RULE_RECORDS", "DELTA_RULE_RECORDS"]
+__all__ = [
+    "ReplaySSMConfig",
+    "config_from_env",
+    "env_requests_enable",
+    "ENV_ENABLE",
+    "ENV_BUFFER_LEN",
+    "ENV_FAMILIES",
+    "ENV_DELTA_RULE_RECORDS",
+    "DELTA_RULE_RECORDS",
+]
 
 ENV_ENABLE = "TRTLLM_REPLAYSSM"
 ENV_BUFFER_LEN = "TRTLLM_REPLAYSSM_BUFFER_LEN"
@@ -53,16 +62,15 @@ class ReplaySSMConfig:
             raise ValueError(f"{owner}: buffer_len is {L!r}; expected an int in [1, {MAX_L}]")
         families = self.families
         if isinstance(families, str) or not isinstance(families, (tuple, list)) or not families:
-            raise ValueError(f"{owner}: families is {families!r}; expected a non-empty tuple of "
-                             f"{', '.join(SSM_KINDS)}")
+            raise ValueError(f"{owner}: families is {families!r}; expected a non-empty tuple of {', '.join(SSM_KINDS)}")
         unknown = [f for f in families if f not in SSM_KINDS]
         if unknown or len(set(families)) != len(families):
-            raise ValueError(f"{owner}: families is {tuple(families)!r}; expected distinct names "
-                             f"from {', '.join(SSM_KINDS)}")
+            raise ValueError(f"{owner}: families is {tuple(families)!r}; expected distinct names from {', '.join(SSM_KINDS)}")
         object.__setattr__(self, "families", tuple(f for f in SSM_KINDS if f in families))
         if self.delta_rule_records not in DELTA_RULE_RECORDS:
-            raise ValueError(f"{owner}: delta_rule_records is {self.delta_rule_records!r}; "
-                             f"expected one of {', '.join(DELTA_RULE_RECORDS)}")
+            raise ValueError(
+                f"{owner}: delta_rule_records is {self.delta_rule_records!r}; expected one of {', '.join(DELTA_RULE_RECORDS)}"
+            )
 
 
 def env_requests_enable(environ: Mapping[str, str]) -> bool:
@@ -94,6 +102,8 @@ def config_from_env(environ: Mapping[str, str]) -> ReplaySSMConfig:
     try:
         return ReplaySSMConfig(**kwargs)
     except ValueError as e:
-        raise ValueError(f"from the environment ({ENV_BUFFER_LEN}={raw_len!r}, "
-                         f"{ENV_FAMILIES}={raw_families!r}, "
-                         f"{ENV_DELTA_RULE_RECORDS}={raw_records!r}): {e}") from None
+        raise ValueError(
+            f"from the environment ({ENV_BUFFER_LEN}={raw_len!r}, "
+            f"{ENV_FAMILIES}={raw_families!r}, "
+            f"{ENV_DELTA_RULE_RECORDS}={raw_records!r}): {e}"
+        ) from None

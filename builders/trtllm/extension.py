@@ -15,6 +15,7 @@ mixes it with that base class. What it does:
 
 Which layers are hooked comes from the mixers the hooks registered (layer index -> family).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence
@@ -24,8 +25,7 @@ import torch
 from trtllm_replayssm.memory import CURSOR_BYTES
 
 from .config import ReplaySSMConfig
-from .layout import (RecordField, rank_geometry, record_dtype_for, record_field_names,
-                     record_fields)
+from .layout import RecordField, rank_geometry, record_dtype_for, record_field_names, record_fields
 from .store import LayerRecords, ReplayRecordStore
 
 __all__ = ["EXTENSION_KEY", "ReplayRecordsFeature", "plan_manager_layers"]
@@ -33,10 +33,17 @@ __all__ = ["EXTENSION_KEY", "ReplayRecordsFeature", "plan_manager_layers"]
 EXTENSION_KEY = "replayssm_records"
 
 
-def plan_manager_layers(config: ReplaySSMConfig, registered: Mapping[int, str], *,
-                        mamba_layer_mask: Sequence[bool], spec_config, is_draft: bool,
-                        enable_block_reuse: bool, pp_size: int, cp_size: int
-                        ) -> Optional[Dict[int, str]]:
+def plan_manager_layers(
+    config: ReplaySSMConfig,
+    registered: Mapping[int, str],
+    *,
+    mamba_layer_mask: Sequence[bool],
+    spec_config,
+    is_draft: bool,
+    enable_block_reuse: bool,
+    pp_size: int,
+    cp_size: int,
+) -> Optional[Dict[int, str]]:
     """The layers a new V2 Mamba cache manager gets ReplaySSM records for, or None.
 
     None: a draft-model manager, a speculative-decoding manager (TensorRT-LLM's own speculative
@@ -47,17 +54,21 @@ def plan_manager_layers(config: ReplaySSMConfig, registered: Mapping[int, str], 
     """
     if is_draft or spec_config is not None:
         return None
-    layers = {i: registered[i] for i, is_mamba in enumerate(mamba_layer_mask)
-              if is_mamba and registered.get(i) in config.families}
+    layers = {
+        i: registered[i] for i, is_mamba in enumerate(mamba_layer_mask) if is_mamba and registered.get(i) in config.families
+    }
     if not layers:
         return None
     if enable_block_reuse:
-        raise ValueError("ReplaySSM: kv_cache_config.enable_block_reuse=True is not supported: a "
-                         "prefix-cache snapshot of a decoding sequence would store its checkpoint "
-                         "without its records. Set enable_block_reuse=False, or disable ReplaySSM")
+        raise ValueError(
+            "ReplaySSM: kv_cache_config.enable_block_reuse=True is not supported: a "
+            "prefix-cache snapshot of a decoding sequence would store its checkpoint "
+            "without its records. Set enable_block_reuse=False, or disable ReplaySSM"
+        )
     if pp_size != 1:
-        raise ValueError(f"ReplaySSM: pipeline parallelism (pp_size {pp_size}) is not supported; "
-                         f"use tensor parallelism or pp_size 1")
+        raise ValueError(
+            f"ReplaySSM: pipeline parallelism (pp_size {pp_size}) is not supported; use tensor parallelism or pp_size 1"
+        )
     if cp_size != 1:
         raise ValueError(f"ReplaySSM: context parallelism (cp_size {cp_size}) is not supported")
     return layers
@@ -73,14 +84,18 @@ class ReplayRecordsFeature:
         make_buffer_config: (role, size) -> a V2 ``BufferConfig``.
     """
 
-    def __init__(self, config: ReplaySSMConfig, layers: Mapping[int, str], *,
-                 make_role: Callable[[str], object],
-                 make_buffer_config: Callable[[object, int], object]) -> None:
+    def __init__(
+        self,
+        config: ReplaySSMConfig,
+        layers: Mapping[int, str],
+        *,
+        make_role: Callable[[str], object],
+        make_buffer_config: Callable[[object, int], object],
+    ) -> None:
         self.config = config
         self.layers = dict(layers)
         self._make_buffer_config = make_buffer_config
-        names = sorted({f"replayssm_{name}" for kind in set(self.layers.values())
-                        for name in record_field_names(kind)})
+        names = sorted({f"replayssm_{name}" for kind in set(self.layers.values()) for name in record_field_names(kind)})
         self._roles = {name: make_role(name) for name in names}
         self.store: Optional[ReplayRecordStore] = None
         self._observed = None
@@ -97,11 +112,16 @@ class ReplayRecordsFeature:
 
     def _fields(self, context, layer_id: int) -> Sequence[RecordField]:
         kind = self.layers[layer_id]
-        geometry = rank_geometry(kind, context.ssm_state_shape, context.conv_state_shape,
-                                 context.conv_section_dims, context.conv_state_layout)
-        return record_fields(kind, geometry, self.config.buffer_len,
-                             record_dtype=self._record_dtype(context, kind),
-                             state_dtype=context.ssm_state_dtype)
+        geometry = rank_geometry(
+            kind, context.ssm_state_shape, context.conv_state_shape, context.conv_section_dims, context.conv_state_layout
+        )
+        return record_fields(
+            kind,
+            geometry,
+            self.config.buffer_len,
+            record_dtype=self._record_dtype(context, kind),
+            state_dtype=context.ssm_state_dtype,
+        )
 
     def _record_dtype(self, context, kind: str) -> torch.dtype:
         # The conv state holds the mixer's inputs: its dtype is the activation dtype.
@@ -113,11 +133,9 @@ class ReplayRecordsFeature:
     def validate(self, context) -> None:
         """Checks the manager's geometry before its pool is created (ValueError naming what)."""
         if context.backend != "v2":
-            raise ValueError(f"ReplaySSM records need the V2 Mamba cache manager; got backend "
-                             f"{context.backend!r}")
+            raise ValueError(f"ReplaySSM records need the V2 Mamba cache manager; got backend {context.backend!r}")
         if context.spec_config is not None:
-            raise ValueError("ReplaySSM records are for non-speculative decoding; this manager "
-                             "has a spec_config")
+            raise ValueError("ReplaySSM records are for non-speculative decoding; this manager has a spec_config")
         for layer_id in self._local_layers(context):
             try:
                 self._fields(context, layer_id)
@@ -127,8 +145,7 @@ class ReplayRecordsFeature:
     def buffer_configs(self, context, layer_id: int) -> tuple:
         if layer_id not in self.layers:
             return ()
-        return tuple(self._make_buffer_config(self._roles[f.role], f.nbytes)
-                     for f in self._fields(context, layer_id))
+        return tuple(self._make_buffer_config(self._roles[f.role], f.nbytes) for f in self._fields(context, layer_id))
 
     def bytes_per_slot(self, context, layer_id: int) -> int:
         """Record bytes in the pool plus the dense counters (cursor, arrivals, pending)."""
@@ -149,19 +166,26 @@ class ReplayRecordsFeature:
         views, geometries = {}, {}
         for layer_id in local:
             kind = self.layers[layer_id]
-            geometries[layer_id] = (kind, rank_geometry(kind, context.ssm_state_shape,
-                                                        context.conv_state_shape,
-                                                        context.conv_section_dims,
-                                                        context.conv_state_layout),
-                                    self._record_dtype(context, kind))
+            geometries[layer_id] = (
+                kind,
+                rank_geometry(
+                    kind,
+                    context.ssm_state_shape,
+                    context.conv_state_shape,
+                    context.conv_section_dims,
+                    context.conv_state_layout,
+                ),
+                self._record_dtype(context, kind),
+            )
             local_idx = manager.layer_offsets[layer_id]
-            views[layer_id] = {f.name: manager._get_state_buffer(local_idx, self._roles[f.role],
-                                                                  f.dtype, list(f.shape))
-                               for f in self._fields(context, layer_id)}
+            views[layer_id] = {
+                f.name: manager._get_state_buffer(local_idx, self._roles[f.role], f.dtype, list(f.shape))
+                for f in self._fields(context, layer_id)
+            }
         device = next(iter(views[local[0]].values())).device
-        self.store = ReplayRecordStore(geometries, self.config.buffer_len, slots,
-                                       state_dtype=context.ssm_state_dtype, device=device,
-                                       record_views=views)
+        self.store = ReplayRecordStore(
+            geometries, self.config.buffer_len, slots, state_dtype=context.ssm_state_dtype, device=device, record_views=views
+        )
         self._observe(manager.get_state_update_strategy())
 
     def _observe(self, strategy) -> None:
@@ -169,8 +193,9 @@ class ReplayRecordsFeature:
         through the manager's state-update strategy, so its two methods are wrapped on this
         instance (the class is untouched; :meth:`shutdown` removes the wrappers)."""
         if strategy is None:
-            raise RuntimeError("ReplaySSM records: the manager has no state-update strategy to "
-                               "observe slot resets and relocations")
+            raise RuntimeError(
+                "ReplaySSM records: the manager has no state-update strategy to observe slot resets and relocations"
+            )
         store = self.store
         reset, relocate = strategy.reset_slots, strategy.relocate_slots
 
@@ -209,4 +234,3 @@ class ReplayRecordsFeature:
                 self._observed.__dict__.pop(name, None)
             self._observed = None
         self.store = None
-

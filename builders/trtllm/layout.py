@@ -11,6 +11,7 @@ classes' own layout, so the ops read them unchanged); :func:`bytes_per_slot` and
 ``replay`` records + cursors (the checkpoint is TensorRT-LLM's own SSM state, the conv state its
 own conv state: neither is allocated twice).
 """
+
 from __future__ import annotations
 
 import math
@@ -24,10 +25,19 @@ from trtllm_replayssm.memory import CURSOR_BYTES
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry, from_hf_config
 from trtllm_replayssm.pool import CACHE_CLASSES, cache_template
 
-__all__ = ["CONV_LAYOUTS", "COUNTER_FIELDS", "RecordField", "rank_geometry", "record_field_names",
-           "record_fields",
-           "record_dtype_for", "bytes_per_slot", "ssm_tp_size", "model_dtype",
-           "replay_bytes_per_rank"]
+__all__ = [
+    "CONV_LAYOUTS",
+    "COUNTER_FIELDS",
+    "RecordField",
+    "rank_geometry",
+    "record_field_names",
+    "record_fields",
+    "record_dtype_for",
+    "bytes_per_slot",
+    "ssm_tp_size",
+    "model_dtype",
+    "replay_bytes_per_rank",
+]
 
 Geometry = Union[Mamba2Geometry, DeltaRuleGeometry]
 
@@ -63,8 +73,13 @@ def _positive(owner: str, name: str, v) -> None:
         raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
 
 
-def rank_geometry(kind: str, ssm_state_shape: Sequence[int], conv_state_shape: Sequence[int],
-                  conv_section_dims: Sequence[int], conv_state_layout: str) -> Geometry:
+def rank_geometry(
+    kind: str,
+    ssm_state_shape: Sequence[int],
+    conv_state_shape: Sequence[int],
+    conv_section_dims: Sequence[int],
+    conv_state_layout: str,
+) -> Geometry:
     """One rank's layer geometry from TensorRT-LLM's cache description.
 
     Args:
@@ -82,10 +97,14 @@ def rank_geometry(kind: str, ssm_state_shape: Sequence[int], conv_state_shape: S
     if kind not in CONV_LAYOUTS:
         raise ValueError(f"{owner}: kind is {kind!r}; expected one of {', '.join(CONV_LAYOUTS)}")
     if conv_state_layout != CONV_LAYOUTS[kind]:
-        raise ValueError(f"{owner}: a {kind} layer has conv_state_layout {conv_state_layout!r}; "
-                         f"expected {CONV_LAYOUTS[kind]!r}")
-    shapes = (("ssm_state_shape", ssm_state_shape, 3), ("conv_state_shape", conv_state_shape, 2),
-              ("conv_section_dims", conv_section_dims, 3))
+        raise ValueError(
+            f"{owner}: a {kind} layer has conv_state_layout {conv_state_layout!r}; expected {CONV_LAYOUTS[kind]!r}"
+        )
+    shapes = (
+        ("ssm_state_shape", ssm_state_shape, 3),
+        ("conv_state_shape", conv_state_shape, 2),
+        ("conv_section_dims", conv_section_dims, 3),
+    )
     for name, value, n in shapes:
         if len(value) != n:
             raise ValueError(f"{owner}: {name} is {tuple(value)}; expected {n} entries")
@@ -95,45 +114,50 @@ def rank_geometry(kind: str, ssm_state_shape: Sequence[int], conv_state_shape: S
     conv_dim, width = conv_state_shape
     first, second, third = conv_section_dims
     if first + second + third != conv_dim:
-        raise ValueError(f"{owner}: conv_section_dims {tuple(conv_section_dims)} sum to "
-                         f"{first + second + third}; expected conv_dim = {conv_dim}")
+        raise ValueError(
+            f"{owner}: conv_section_dims {tuple(conv_section_dims)} sum to "
+            f"{first + second + third}; expected conv_dim = {conv_dim}"
+        )
     if kind == MAMBA2:
         # [x | B | C] = [nheads*head_dim, ngroups*d_state, ngroups*d_state]
         if first != nheads * head_dim or second != third or second % d_state:
-            raise ValueError(f"{owner}: mamba2 conv sections {tuple(conv_section_dims)}; expected "
-                             f"(nheads*head_dim, ngroups*d_state, ngroups*d_state) with nheads "
-                             f"{nheads}, head_dim {head_dim}, d_state {d_state}")
+            raise ValueError(
+                f"{owner}: mamba2 conv sections {tuple(conv_section_dims)}; expected "
+                f"(nheads*head_dim, ngroups*d_state, ngroups*d_state) with nheads "
+                f"{nheads}, head_dim {head_dim}, d_state {d_state}"
+            )
         ngroups = second // d_state
         if nheads % ngroups:
             raise ValueError(f"{owner}: ngroups = {ngroups} must divide nheads = {nheads}")
-        return Mamba2Geometry(nheads=nheads, head_dim=head_dim, d_state=d_state,
-                              ngroups=ngroups, d_conv=width + 1)
+        return Mamba2Geometry(nheads=nheads, head_dim=head_dim, d_state=d_state, ngroups=ngroups, d_conv=width + 1)
     # [q | k | v] = [k_heads*head_k_dim, k_heads*head_k_dim, v_heads*head_v_dim]
     v_heads, head_v_dim, head_k_dim = nheads, head_dim, d_state
     if first != second or first % head_k_dim or third != v_heads * head_v_dim:
-        raise ValueError(f"{owner}: {kind} conv sections {tuple(conv_section_dims)}; expected "
-                         f"(k_heads*head_k_dim, k_heads*head_k_dim, v_heads*head_v_dim) with "
-                         f"v_heads {v_heads}, head_v_dim {head_v_dim}, head_k_dim {head_k_dim}")
+        raise ValueError(
+            f"{owner}: {kind} conv sections {tuple(conv_section_dims)}; expected "
+            f"(k_heads*head_k_dim, k_heads*head_k_dim, v_heads*head_v_dim) with "
+            f"v_heads {v_heads}, head_v_dim {head_v_dim}, head_k_dim {head_k_dim}"
+        )
     k_heads = first // head_k_dim
     if v_heads % k_heads or (kind == KDA and k_heads != v_heads):
-        raise ValueError(f"{owner}: {kind} with k_heads {k_heads} and v_heads {v_heads}; "
-                         f"expected k_heads dividing v_heads (equal for kda)")
-    return DeltaRuleGeometry(k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim,
-                             head_v_dim=head_v_dim, d_conv=width + 1)
+        raise ValueError(
+            f"{owner}: {kind} with k_heads {k_heads} and v_heads {v_heads}; expected k_heads dividing v_heads (equal for kda)"
+        )
+    return DeltaRuleGeometry(k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim, d_conv=width + 1)
 
 
 def record_field_names(kind: str) -> Tuple[str, ...]:
     """The record fields of ``kind``'s core cache class (its fields minus the checkpoint and
     the counters), in declaration order."""
     if kind not in CACHE_CLASSES:
-        raise ValueError(f"record_field_names: kind is {kind!r}; expected one of "
-                         f"{', '.join(CACHE_CLASSES)}")
+        raise ValueError(f"record_field_names: kind is {kind!r}; expected one of {', '.join(CACHE_CLASSES)}")
     skip = ("checkpoint",) + COUNTER_FIELDS
     return tuple(f.name for f in fields(CACHE_CLASSES[kind]) if f.name not in skip)
 
 
-def record_fields(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.dtype,
-                  state_dtype: torch.dtype) -> Tuple[RecordField, ...]:
+def record_fields(
+    kind: str, geometry: Geometry, L: int, *, record_dtype: torch.dtype, state_dtype: torch.dtype
+) -> Tuple[RecordField, ...]:
     """The record buffers of one layer, per slot, in the core caches' layout.
 
     Mamba-2: ``x_records [nheads, L, head_dim]``, ``dt_records [nheads, L]`` fp32,
@@ -143,28 +167,26 @@ def record_fields(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.
     (the checkpoint is TensorRT-LLM's SSM state; counters see :data:`COUNTER_FIELDS`).
     """
     template = cache_template(kind, geometry, L, state_dtype=state_dtype, record_dtype=record_dtype)
-    return tuple(RecordField(name, f"replayssm_{name}", tuple(getattr(template, name).shape[1:]),
-                             getattr(template, name).dtype)
-                 for name in record_field_names(kind))
+    return tuple(
+        RecordField(name, f"replayssm_{name}", tuple(getattr(template, name).shape[1:]), getattr(template, name).dtype)
+        for name in record_field_names(kind)
+    )
 
 
 def record_dtype_for(kind: str, activation_dtype: torch.dtype, delta_rule_records: str) -> torch.dtype:
     """The records' dtype: fp32 for GDN / KDA with ``delta_rule_records="float32"``, else the
     activation dtype (Mamba-2's records are its inputs, held exactly)."""
     if delta_rule_records not in ("activation", "float32"):
-        raise ValueError(f"record_dtype_for: delta_rule_records is {delta_rule_records!r}; "
-                         f"expected 'activation' or 'float32'")
+        raise ValueError(f"record_dtype_for: delta_rule_records is {delta_rule_records!r}; expected 'activation' or 'float32'")
     if kind in (GDN, KDA) and delta_rule_records == "float32":
         return torch.float32
     return activation_dtype
 
 
-def bytes_per_slot(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.dtype,
-                   state_dtype: torch.dtype) -> int:
+def bytes_per_slot(kind: str, geometry: Geometry, L: int, *, record_dtype: torch.dtype, state_dtype: torch.dtype) -> int:
     """Bytes ReplaySSM adds to one slot of one layer: its records plus the int32 counters
     (cursor, arrivals, pending). Equals ``ssm_layer_bytes(..., "replay")`` records + cursors."""
-    records = sum(f.nbytes for f in record_fields(kind, geometry, L, record_dtype=record_dtype,
-                                                  state_dtype=state_dtype))
+    records = sum(f.nbytes for f in record_fields(kind, geometry, L, record_dtype=record_dtype, state_dtype=state_dtype))
     return records + CURSOR_BYTES
 
 
@@ -189,17 +211,21 @@ def model_dtype(hf_config: Mapping) -> torch.dtype:
                 value = str(value).replace("torch.", "")
             if value is not None:
                 if value not in _DTYPES:
-                    raise ValueError(f"model_dtype: config {key} is {value!r}; expected one of "
-                                     f"{', '.join(_DTYPES)}")
+                    raise ValueError(f"model_dtype: config {key} is {value!r}; expected one of {', '.join(_DTYPES)}")
                 return _DTYPES[value]
-    raise ValueError("model_dtype: config has no dtype / torch_dtype; expected the model's "
-                     "activation dtype")
+    raise ValueError("model_dtype: config has no dtype / torch_dtype; expected the model's activation dtype")
 
 
-def replay_bytes_per_rank(hf_config: Mapping, families: Sequence[str], L: int, *,
-                          tp_size: int, activation_dtype: torch.dtype,
-                          delta_rule_records: str = "activation",
-                          state_dtype: torch.dtype = torch.float32) -> int:
+def replay_bytes_per_rank(
+    hf_config: Mapping,
+    families: Sequence[str],
+    L: int,
+    *,
+    tp_size: int,
+    activation_dtype: torch.dtype,
+    delta_rule_records: str = "activation",
+    state_dtype: torch.dtype = torch.float32,
+) -> int:
     """Bytes ReplaySSM adds per slot on one rank: the sum of :func:`bytes_per_slot` over the
     model's SSM layers of ``families`` at the rank's geometry (no pipeline parallelism).
 
@@ -219,8 +245,6 @@ def replay_bytes_per_rank(hf_config: Mapping, families: Sequence[str], L: int, *
         key = (layer.kind, layer.geometry)
         if key not in memo:
             record_dtype = record_dtype_for(layer.kind, activation_dtype, delta_rule_records)
-            memo[key] = bytes_per_slot(layer.kind, layer.geometry, L, record_dtype=record_dtype,
-                                       state_dtype=state_dtype)
+            memo[key] = bytes_per_slot(layer.kind, layer.geometry, L, record_dtype=record_dtype, state_dtype=state_dtype)
         total += memo[key]
     return total
-

@@ -11,6 +11,7 @@ Padding rows: TensorRT-LLM pads CUDA-graph batches with dummy requests that shar
 :func:`replay_slot_ids` turns their rows into slot id -1, which the ops skip entirely, so padding
 rows neither collide on a slot nor write any record, counter or checkpoint.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -31,12 +32,20 @@ from trtllm_replayssm.reference.mamba2 import compute_dtype
 
 from .store import LayerRecords
 
-__all__ = ["padding_rows", "PaddingRowBuffer", "replay_slot_ids", "mamba2_step",
-           "gated_delta_step", "flush_delta_rule_records", "causal_conv_step"]
+__all__ = [
+    "padding_rows",
+    "PaddingRowBuffer",
+    "replay_slot_ids",
+    "mamba2_step",
+    "gated_delta_step",
+    "flush_delta_rule_records",
+    "causal_conv_step",
+]
 
 
-def padding_rows(request_ids: Optional[Sequence[int]], batch_size: int, *,
-                 dummy_request_id: int, max_draft_len: int = 0) -> List[bool]:
+def padding_rows(
+    request_ids: Optional[Sequence[int]], batch_size: int, *, dummy_request_id: int, max_draft_len: int = 0
+) -> List[bool]:
     """[batch_size] bool: which rows are CUDA-graph padding (request ids in
     ``[dummy_request_id - max_draft_len, dummy_request_id]``, TensorRT-LLM's sentinel range).
 
@@ -45,8 +54,9 @@ def padding_rows(request_ids: Optional[Sequence[int]], batch_size: int, *,
     if request_ids is None:
         return [False] * batch_size
     if len(request_ids) < batch_size:
-        raise ValueError(f"padding_rows: {len(request_ids)} request ids for a batch of "
-                         f"{batch_size}; expected at least one per row")
+        raise ValueError(
+            f"padding_rows: {len(request_ids)} request ids for a batch of {batch_size}; expected at least one per row"
+        )
     lo = dummy_request_id - max_draft_len
     return [lo <= int(r) <= dummy_request_id for r in request_ids[:batch_size]]
 
@@ -65,16 +75,14 @@ class PaddingRowBuffer:
 
     def __init__(self, max_batch_size: int, device) -> None:
         if not isinstance(max_batch_size, int) or isinstance(max_batch_size, bool) or max_batch_size < 1:
-            raise ValueError(f"PaddingRowBuffer: max_batch_size is {max_batch_size!r}; expected a "
-                             f"positive int")
+            raise ValueError(f"PaddingRowBuffer: max_batch_size is {max_batch_size!r}; expected a positive int")
         self.flags = torch.zeros(max_batch_size, dtype=torch.bool, device=device)
 
     def update(self, rows: Sequence[bool]) -> Tensor:
         """flags[:len(rows)] := rows, later rows False; returns the whole device buffer."""
         n = len(rows)
         if n > self.flags.shape[0]:
-            raise ValueError(f"PaddingRowBuffer.update: {n} rows; the buffer holds "
-                             f"{self.flags.shape[0]} (max_batch_size)")
+            raise ValueError(f"PaddingRowBuffer.update: {n} rows; the buffer holds {self.flags.shape[0]} (max_batch_size)")
         host = torch.zeros(self.flags.shape[0], dtype=torch.bool)
         host[:n] = torch.tensor(list(rows), dtype=torch.bool)
         self.flags.copy_(host)
@@ -88,8 +96,10 @@ def replay_slot_ids(state_indices: Tensor, padding: Tensor) -> Tensor:
     graph and follows the buffers' contents at replay.
     """
     if state_indices.shape != padding.shape:
-        raise ValueError(f"replay_slot_ids: state_indices has shape {tuple(state_indices.shape)} "
-                         f"and padding {tuple(padding.shape)}; expected equal [batch]")
+        raise ValueError(
+            f"replay_slot_ids: state_indices has shape {tuple(state_indices.shape)} "
+            f"and padding {tuple(padding.shape)}; expected equal [batch]"
+        )
     return torch.where(padding, -1, state_indices.to(torch.int32))
 
 
@@ -98,24 +108,37 @@ def _check_checkpoint(op: str, layer: LayerRecords, checkpoint, state_shape: Tup
         raise TypeError(f"{op}: checkpoint is {type(checkpoint).__name__}; expected a torch.Tensor")
     want = (layer.num_slots,) + state_shape
     if tuple(checkpoint.shape) != want:
-        raise ValueError(f"{op}: checkpoint has shape {tuple(checkpoint.shape)}; expected "
-                         f"[num_slots, ...] = {want} (the engine's SSM states)")
+        raise ValueError(
+            f"{op}: checkpoint has shape {tuple(checkpoint.shape)}; expected "
+            f"[num_slots, ...] = {want} (the engine's SSM states)"
+        )
     floats = float_dtypes(checkpoint.device)
     if checkpoint.dtype not in floats:
-        raise TypeError(f"{op}: checkpoint is {checkpoint.dtype}; expected one of "
-                        f"{', '.join(str(d).replace('torch.', '') for d in floats)}")
+        raise TypeError(
+            f"{op}: checkpoint is {checkpoint.dtype}; expected one of "
+            f"{', '.join(str(d).replace('torch.', '') for d in floats)}"
+        )
     if checkpoint.device != layer.cursor.device:
-        raise ValueError(f"{op}: checkpoint is on {checkpoint.device}; expected "
-                         f"{layer.cursor.device} (the records' device)")
+        raise ValueError(f"{op}: checkpoint is on {checkpoint.device}; expected {layer.cursor.device} (the records' device)")
     if checkpoint.stride(-1) != 1:
-        raise ValueError(f"{op}: checkpoint has strides {checkpoint.stride()}; expected stride 1 "
-                         f"in its last dimension")
+        raise ValueError(f"{op}: checkpoint has strides {checkpoint.stride()}; expected stride 1 in its last dimension")
 
 
-def mamba2_step(layer: LayerRecords, checkpoint: Tensor, x: Tensor, dt: Tensor, A: Tensor,
-                B: Tensor, C: Tensor, *, slot_ids: Tensor, D: Optional[Tensor] = None,
-                dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                out: Optional[Tensor] = None) -> Tensor:
+def mamba2_step(
+    layer: LayerRecords,
+    checkpoint: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    D: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """One Mamba-2 ReplaySSM decode step on an engine's SSM states.
 
     Args:
@@ -136,21 +159,65 @@ def mamba2_step(layer: LayerRecords, checkpoint: Tensor, x: Tensor, dt: Tensor, 
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected mamba2")
     g = layer.geometry
     _check_checkpoint(op, layer, checkpoint, (g.nheads, g.head_dim, g.d_state))
-    _check_mamba2_inputs(op, x, dt, A, B, C, slot_ids, D, None, dt_bias, dt_softplus, out,
-                         nheads=g.nheads, head_dim=g.head_dim, d_state=g.d_state,
-                         ngroups=g.ngroups, num_slots=layer.num_slots,
-                         act_dtype=layer.records["x_records"].dtype, device=checkpoint.device)
+    _check_mamba2_inputs(
+        op,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        D,
+        None,
+        dt_bias,
+        dt_softplus,
+        out,
+        nheads=g.nheads,
+        head_dim=g.head_dim,
+        d_state=g.d_state,
+        ngroups=g.ngroups,
+        num_slots=layer.num_slots,
+        act_dtype=layer.records["x_records"].dtype,
+        device=checkpoint.device,
+    )
     out = torch.zeros_like(x) if out is None else out
     r = layer.records
     torch.ops.replayssm.mamba2_replay_step(
-        checkpoint, r["x_records"], r["dt_records"], r["B_records"], layer.cursor,
-        layer.arrivals, x, dt, A, B, C, slot_ids, D, None, dt_bias, dt_softplus, out)
+        checkpoint,
+        r["x_records"],
+        r["dt_records"],
+        r["B_records"],
+        layer.cursor,
+        layer.arrivals,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        D,
+        None,
+        dt_bias,
+        dt_softplus,
+        out,
+    )
     return out
 
 
-def gated_delta_step(layer: LayerRecords, checkpoint: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                     g: Tensor, beta: Tensor, *, slot_ids: Tensor, scale: Optional[float] = None,
-                     use_qk_l2norm: bool = True, out: Optional[Tensor] = None) -> Tensor:
+def gated_delta_step(
+    layer: LayerRecords,
+    checkpoint: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """One GDN or KDA ReplaySSM decode step on an engine's SSM states.
 
     Args:
@@ -170,17 +237,44 @@ def gated_delta_step(layer: LayerRecords, checkpoint: Tensor, q: Tensor, k: Tens
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
     geo = layer.geometry
     _check_checkpoint(op, layer, checkpoint, (geo.v_heads, geo.head_v_dim, geo.head_k_dim))
-    _check_gated_delta_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out,
-                              per_channel=layer.kind == KDA, k_heads=geo.k_heads,
-                              v_heads=geo.v_heads, head_k_dim=geo.head_k_dim,
-                              head_v_dim=geo.head_v_dim, num_slots=layer.num_slots,
-                              device=checkpoint.device)
+    _check_gated_delta_inputs(
+        op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        use_qk_l2norm,
+        out,
+        per_channel=layer.kind == KDA,
+        k_heads=geo.k_heads,
+        v_heads=geo.v_heads,
+        head_k_dim=geo.head_k_dim,
+        head_v_dim=geo.head_v_dim,
+        num_slots=layer.num_slots,
+        device=checkpoint.device,
+    )
     scale = _resolve_scale(op, scale, geo.head_k_dim)
     out = torch.zeros_like(v) if out is None else out
     r = layer.records
     torch.ops.replayssm.gated_delta_replay_step(
-        checkpoint, r["d_records"], r["k_records"], r["g_records"], layer.cursor,
-        layer.arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+        checkpoint,
+        r["d_records"],
+        r["k_records"],
+        r["g_records"],
+        layer.cursor,
+        layer.arrivals,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        scale,
+        use_qk_l2norm,
+        out,
+    )
     return out
 
 
@@ -203,18 +297,16 @@ def flush_delta_rule_records(layer: LayerRecords, checkpoint: Tensor, slot_ids: 
     if slots.numel() == 0:
         return
     if int(slots.max()) >= layer.num_slots:
-        raise ValueError(f"{op}: slot_ids holds {int(slots.max())}; expected ids < "
-                         f"num_slots = {layer.num_slots}")
+        raise ValueError(f"{op}: slot_ids holds {int(slots.max())}; expected ids < num_slots = {layer.num_slots}")
     r = layer.records
-    state = gated_delta_records_state(checkpoint[slots], r["d_records"][slots],
-                                      r["k_records"][slots], r["g_records"][slots],
-                                      layer.cursor[slots])
+    state = gated_delta_records_state(
+        checkpoint[slots], r["d_records"][slots], r["k_records"][slots], r["g_records"][slots], layer.cursor[slots]
+    )
     checkpoint[slots] = state.to(checkpoint.dtype)
     layer.cursor[slots] = 0
 
 
-def causal_conv_step(conv_rows: Tensor, x: Tensor, weight: Tensor,
-                     bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+def causal_conv_step(conv_rows: Tensor, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """One token of a depthwise causal convolution with SiLU (Kimi Linear's short convs).
 
     Args:
@@ -228,12 +320,13 @@ def causal_conv_step(conv_rows: Tensor, x: Tensor, weight: Tensor,
     """
     op = "causal_conv_step"
     if x.dim() != 2 or conv_rows.dim() != 3 or conv_rows.shape[:2] != x.shape:
-        raise ValueError(f"{op}: conv_rows {tuple(conv_rows.shape)} and x {tuple(x.shape)}; "
-                         f"expected [batch, dim, width - 1] and [batch, dim]")
+        raise ValueError(
+            f"{op}: conv_rows {tuple(conv_rows.shape)} and x {tuple(x.shape)}; "
+            f"expected [batch, dim, width - 1] and [batch, dim]"
+        )
     width = conv_rows.shape[2] + 1
     if tuple(weight.shape) != (x.shape[1], width):
-        raise ValueError(f"{op}: weight has shape {tuple(weight.shape)}; expected [dim, width] = "
-                         f"{(x.shape[1], width)}")
+        raise ValueError(f"{op}: weight has shape {tuple(weight.shape)}; expected [dim, width] = {(x.shape[1], width)}")
     cd = compute_dtype(x, conv_rows, weight)
     window = torch.cat([conv_rows.to(cd), x.to(cd)[:, :, None]], dim=2)
     y = (window * weight.to(cd)).sum(-1)

@@ -17,6 +17,7 @@ Slot lifecycle (host side, all before the forward that uses the slot):
 - CUDA-graph padding rows: never written (their slot id is -1 in the step, see
   :func:`~.steps.replay_slot_ids`), so padding slots keep zero counters.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,8 +74,7 @@ def _resolved_device(device: Union[str, torch.device, None]) -> torch.device:
     return device
 
 
-def _check_view(owner: str, layer: int, field: RecordField, view, num_slots: int,
-                device: torch.device) -> None:
+def _check_view(owner: str, layer: int, field: RecordField, view, num_slots: int, device: torch.device) -> None:
     where = f"{owner}: layer {layer} {field.name}"
     if not isinstance(view, Tensor):
         raise TypeError(f"{where} is {type(view).__name__}; expected a torch.Tensor")
@@ -86,8 +86,10 @@ def _check_view(owner: str, layer: int, field: RecordField, view, num_slots: int
     if view.device != device:
         raise ValueError(f"{where} is on {view.device}; expected {device}")
     if tuple(view.stride()[1:]) != _dense_strides(field.shape):
-        raise ValueError(f"{where} has strides {view.stride()}; expected each slot dense "
-                         f"(strides [*, {', '.join(map(str, _dense_strides(field.shape)))}])")
+        raise ValueError(
+            f"{where} has strides {view.stride()}; expected each slot dense "
+            f"(strides [*, {', '.join(map(str, _dense_strides(field.shape)))}])"
+        )
 
 
 class ReplayRecordStore:
@@ -107,10 +109,16 @@ class ReplayRecordStore:
         ValueError, TypeError: a view of the wrong shape, dtype, device or inner layout.
     """
 
-    def __init__(self, layers: Mapping[int, Tuple[str, Geometry, torch.dtype]], L: int,
-                 num_slots: int, *, state_dtype: torch.dtype,
-                 device: Union[str, torch.device, None] = None,
-                 record_views: Optional[Mapping[int, Mapping[str, Tensor]]] = None) -> None:
+    def __init__(
+        self,
+        layers: Mapping[int, Tuple[str, Geometry, torch.dtype]],
+        L: int,
+        num_slots: int,
+        *,
+        state_dtype: torch.dtype,
+        device: Union[str, torch.device, None] = None,
+        record_views: Optional[Mapping[int, Mapping[str, Tensor]]] = None,
+    ) -> None:
         owner = "ReplayRecordStore"
         if not layers:
             raise ValueError(f"{owner}: layers is empty; expected at least one hooked layer")
@@ -120,22 +128,20 @@ class ReplayRecordStore:
         self.L, self.num_slots, self.device = L, num_slots, device
         self.owns_records = record_views is None
         self._layer_ids: List[int] = list(layers)
-        self.counters = torch.zeros(len(layers), len(COUNTER_FIELDS), num_slots,
-                                    dtype=torch.int32, device=device)
+        self.counters = torch.zeros(len(layers), len(COUNTER_FIELDS), num_slots, dtype=torch.int32, device=device)
         self._layers: Dict[int, LayerRecords] = {}
         for j, (layer, (kind, geometry, record_dtype)) in enumerate(layers.items()):
-            specs = record_fields(kind, geometry, L, record_dtype=record_dtype,
-                                  state_dtype=state_dtype)
+            specs = record_fields(kind, geometry, L, record_dtype=record_dtype, state_dtype=state_dtype)
             if record_views is None:
-                records = {f.name: torch.zeros((num_slots,) + f.shape, dtype=f.dtype, device=device)
-                           for f in specs}
+                records = {f.name: torch.zeros((num_slots,) + f.shape, dtype=f.dtype, device=device) for f in specs}
             else:
                 if layer not in record_views:
                     raise ValueError(f"{owner}: record_views has no entry for layer {layer}")
                 records = dict(record_views[layer])
                 if sorted(records) != sorted(f.name for f in specs):
-                    raise ValueError(f"{owner}: layer {layer} record views {sorted(records)}; "
-                                     f"expected {sorted(f.name for f in specs)}")
+                    raise ValueError(
+                        f"{owner}: layer {layer} record views {sorted(records)}; expected {sorted(f.name for f in specs)}"
+                    )
                 for f in specs:
                     _check_view(owner, layer, f, records[f.name], num_slots, device)
             cursor, arrivals, pending = self.counters[j]
@@ -162,8 +168,7 @@ class ReplayRecordStore:
             raise ValueError(f"ReplayRecordStore.{owner}: slots is {slots!r}; expected ints")
         bad = [s for s in slots if not 0 <= s < self.num_slots]
         if bad:
-            raise ValueError(f"ReplayRecordStore.{owner}: slots {bad} out of range; expected ids "
-                             f"in [0, {self.num_slots})")
+            raise ValueError(f"ReplayRecordStore.{owner}: slots {bad} out of range; expected ids in [0, {self.num_slots})")
         return torch.tensor(slots, dtype=torch.int64, device=self.device)
 
     def reset(self, slots) -> None:
@@ -179,16 +184,16 @@ class ReplayRecordStore:
         (pool-resident records move with their pages). All sources are read before any write,
         so swaps and chains are safe."""
         if len(old_slots) != len(new_slots):
-            raise ValueError(f"ReplayRecordStore.relocate: {len(old_slots)} old slots and "
-                             f"{len(new_slots)} new slots; expected pairs")
+            raise ValueError(
+                f"ReplayRecordStore.relocate: {len(old_slots)} old slots and {len(new_slots)} new slots; expected pairs"
+            )
         moves = [(o, n) for o, n in zip(old_slots, new_slots) if o >= 0 and o != n]
         if not moves:
             return
         src = self._index("relocate", [o for o, _ in moves])
         dst = self._index("relocate", [n for _, n in moves])
         if torch.unique(dst).numel() != dst.numel():
-            raise ValueError(f"ReplayRecordStore.relocate: new slots {dst.tolist()} repeat; "
-                             f"expected distinct destinations")
+            raise ValueError(f"ReplayRecordStore.relocate: new slots {dst.tolist()} repeat; expected distinct destinations")
         self.counters.index_copy_(2, dst, self.counters.index_select(2, src))
         if self.owns_records:
             for layer in self._layers.values():

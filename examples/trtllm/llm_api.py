@@ -13,14 +13,18 @@ Not executed here: TensorRT-LLM cannot be installed in the development environme
 here is the adapter against stand-ins of the pinned TensorRT-LLM classes
 (tests/builders_trtllm/test_adapter.py) and this file's syntax.
 """
+
 import argparse
 import os
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="HF id or local path of a hybrid model "
-                        "(Nemotron-H / Nemotron 3, Qwen3-Next / Qwen3.5, Kimi Linear)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="HF id or local path of a hybrid model (Nemotron-H / Nemotron 3, Qwen3-Next / Qwen3.5, Kimi Linear)",
+    )
     parser.add_argument("--tp", type=int, default=1, help="tensor_parallel_size (default: 1)")
     parser.add_argument("--buffer-len", type=int, default=16, help="ReplaySSM L (default: 16)")
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -36,17 +40,20 @@ def main() -> None:
         os.environ["TRTLLM_REPLAYSSM"] = "1"
         os.environ["TRTLLM_REPLAYSSM_BUFFER_LEN"] = str(args.buffer_len)
         os.environ["PYTHONPATH"] = os.pathsep.join(
-            [STARTUP_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+            [STARTUP_DIR] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
         status = enable_replayssm(buffer_len=args.buffer_len)
 
     from tensorrt_llm import LLM, SamplingParams
     from tensorrt_llm.llmapi import KvCacheConfig
 
-    llm = LLM(model=args.model, tensor_parallel_size=args.tp,
-              # ReplaySSM keeps its records in the V2 Mamba cache manager's pool and does not
-              # support prefix-cache snapshots of decoding sequences.
-              kv_cache_config=KvCacheConfig(use_kv_cache_manager_v2=True, enable_block_reuse=False,
-                                            free_gpu_memory_fraction=0.85))
+    llm = LLM(
+        model=args.model,
+        tensor_parallel_size=args.tp,
+        # ReplaySSM keeps its records in the V2 Mamba cache manager's pool and does not
+        # support prefix-cache snapshots of decoding sequences.
+        kv_cache_config=KvCacheConfig(use_kv_cache_manager_v2=True, enable_block_reuse=False, free_gpu_memory_fraction=0.85),
+    )
     prompts = ["The capital of France is", "Write a haiku about state-space models:"]
     for output in llm.generate(prompts, SamplingParams(max_tokens=args.max_tokens, temperature=0.0)):
         print(repr(output.prompt), "->", repr(output.outputs[0].text))

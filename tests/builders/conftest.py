@@ -2,6 +2,7 @@
 
 (``trtllm_replayssm_builders`` is importable from a checkout through tests/conftest.py.)
 """
+
 import pytest
 import torch
 

@@ -8,6 +8,7 @@ GDN / KDA families <= 8e-6, tokens always identical; admitting zero states inste
 logits by >= 2e-2 (the teeth test below). The random models' settings that keep fp32 rounding
 from being amplified are in trtllm_replayssm_builders.hf.random_models.
 """
+
 import pytest
 import torch
 
@@ -21,7 +22,7 @@ from trtllm_replayssm_builders.hf import mixers
 from trtllm_replayssm_builders.hf.random_models import FAMILIES, build_random_model
 
 FP32_RTOL = 1e-4
-HYBRIDS = tuple(f for f in FAMILIES if f != "mamba2")      # those with attention layers
+HYBRIDS = tuple(f for f in FAMILIES if f != "mamba2")  # those with attention layers
 ONE_PER_KIND = ("nemotron_h", "qwen3_next", "kimi_linear")  # Mamba-2, GDN, KDA
 
 
@@ -36,9 +37,16 @@ def _prompts(lengths=(9, 6, 8), seed=0):
 def _generate(model, ids, mask, new_tokens, **kw):
     """Greedy generation of exactly ``new_tokens``:
     (all tokens [batch, prompt + new], logits [new, batch, vocab], the host cache)."""
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens,
-                         min_new_tokens=new_tokens, do_sample=False, output_logits=True,
-                         return_dict_in_generate=True, **kw)
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        **kw,
+    )
     return out.sequences, torch.stack(out.logits), out.past_key_values
 
 
@@ -94,8 +102,9 @@ def test_enable_replayssm_teeth_wrong_checkpoint_changes_logits(family, monkeypa
     _, ref_logits, _ = _generate(model, ids, mask, 6)
     enable_replayssm(model, buffer_len=4)
     admit = mixers.MixerAdapter.admit
-    monkeypatch.setattr(mixers.MixerAdapter, "admit",
-                        lambda self, store, slot_ids, host_state: admit(self, store, slot_ids, 0 * host_state))
+    monkeypatch.setattr(
+        mixers.MixerAdapter, "admit", lambda self, store, slot_ids, host_state: admit(self, store, slot_ids, 0 * host_state)
+    )
     _, logits, _ = _generate(model, ids, mask, 6)
     assert _rel_err(logits, ref_logits) > 100 * FP32_RTOL
 
@@ -126,12 +135,11 @@ def test_disable_replayssm_mid_generation_hands_states_back(family):
     ids, mask = _prompts()
     ref_tokens, ref_logits, _ = _generate(model, ids, mask, 16)
     enable_replayssm(model, buffer_len=4)
-    first, first_logits, cache = _generate(model, ids, mask, 7)       # 6 decode steps: cursor 2
+    first, first_logits, cache = _generate(model, ids, mask, 7)  # 6 decode steps: cursor 2
     assert disable_replayssm(model)
     mask = torch.cat([mask, torch.ones(ids.shape[0], 7, dtype=mask.dtype)], dim=1)
     tokens, logits, _ = _generate(model, first, mask, 9, past_key_values=cache)
-    _assert_agree(tokens, torch.cat([first_logits, logits]), ref_tokens, ref_logits,
-                  f"{family} disabled after 7 tokens")
+    _assert_agree(tokens, torch.cat([first_logits, logits]), ref_tokens, ref_logits, f"{family} disabled after 7 tokens")
 
 
 @pytest.mark.parametrize("family", ONE_PER_KIND)
@@ -145,8 +153,9 @@ def test_enable_replayssm_multi_token_continuation(family):
 
     def run():
         first, _, cache = _generate(model, ids, mask, 6)
-        return _generate(model, torch.cat([first, extra], dim=1),
-                         torch.cat([mask, more_mask], dim=1), 10, past_key_values=cache)
+        return _generate(
+            model, torch.cat([first, extra], dim=1), torch.cat([mask, more_mask], dim=1), 10, past_key_values=cache
+        )
 
     ref_tokens, ref_logits, _ = run()
     enable_replayssm(model, buffer_len=4)
@@ -174,8 +183,9 @@ def test_enable_replayssm_idempotent_and_disable_restores_forward():
     hook = enable_replayssm(model, buffer_len=8)
     assert enable_replayssm(model, buffer_len=8) is hook is replayssm_hook(model)
     assert [layer.index for layer in hook.layers] == [0, 1, 2, 4, 5, 6]
-    assert hook.summary() == ("ReplaySSM on Qwen3NextForCausalLM: 6 Gated DeltaNet layers "
-                              "[0, 1, 2, 4, 5, 6]; L = 8, route replay_step")
+    assert hook.summary() == (
+        "ReplaySSM on Qwen3NextForCausalLM: 6 Gated DeltaNet layers [0, 1, 2, 4, 5, 6]; L = 8, route replay_step"
+    )
     with pytest.raises(ValueError, match="already enabled .* buffer_len 8"):
         enable_replayssm(model, buffer_len=16)
     assert all("forward" in layer.mixer.__dict__ for layer in hook.layers)
@@ -213,26 +223,38 @@ def test_enable_replayssm_rejects_mamba1_and_models_without_ssm():
     import transformers as hf
 
     mamba1 = hf.MambaForCausalLM(hf.MambaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, state_size=4))
-    with pytest.raises(ValueError, match=r"does not support: backbone\.layers\.0\.mixer \(MambaMixer\).*Mamba-1.*supported SSM mixers: Mamba2Mixer"):
+    with pytest.raises(
+        ValueError,
+        match=r"does not support: backbone\.layers\.0\.mixer \(MambaMixer\).*Mamba-1.*supported SSM mixers: Mamba2Mixer",
+    ):
         enable_replayssm(mamba1)
-    llama = hf.LlamaForCausalLM(hf.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
-                                               num_hidden_layers=1, num_attention_heads=2))
+    llama = hf.LlamaForCausalLM(
+        hf.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    )
     with pytest.raises(ValueError, match="LlamaForCausalLM has no SSM layer ReplaySSM supports"):
         enable_replayssm(llama)
     assert replayssm_hook(mamba1) is None and replayssm_hook(llama) is None
-    for name in ("NemotronHMamba2Mixer", "Qwen3NextGatedDeltaNet", "Qwen3_5GatedDeltaNet",
-                 "KimiLinearDeltaAttention", "Mamba2Mixer"):
+    for name in (
+        "NemotronHMamba2Mixer",
+        "Qwen3NextGatedDeltaNet",
+        "Qwen3_5GatedDeltaNet",
+        "KimiLinearDeltaAttention",
+        "Mamba2Mixer",
+    ):
         assert name in supported_mixers_text()
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    pytest.param(dict(buffer_len=0), ValueError, r"buffer_len is 0; expected an int in \[1, 64\]", id="L0"),
-    pytest.param(dict(buffer_len=65), ValueError, "buffer_len is 65", id="L65"),
-    pytest.param(dict(buffer_len=True), ValueError, "buffer_len is True", id="Lbool"),
-    pytest.param(dict(buffer_len=4.0), ValueError, "buffer_len is 4.0", id="Lfloat"),
-    pytest.param(dict(route="fast"), ValueError, "route is 'fast'; expected one of replay_step, decode_step", id="route"),
-    pytest.param(dict(state_dtype=torch.int32), TypeError, "state_dtype is torch.int32", id="state_dtype"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        pytest.param(dict(buffer_len=0), ValueError, r"buffer_len is 0; expected an int in \[1, 64\]", id="L0"),
+        pytest.param(dict(buffer_len=65), ValueError, "buffer_len is 65", id="L65"),
+        pytest.param(dict(buffer_len=True), ValueError, "buffer_len is True", id="Lbool"),
+        pytest.param(dict(buffer_len=4.0), ValueError, "buffer_len is 4.0", id="Lfloat"),
+        pytest.param(dict(route="fast"), ValueError, "route is 'fast'; expected one of replay_step, decode_step", id="route"),
+        pytest.param(dict(state_dtype=torch.int32), TypeError, "state_dtype is torch.int32", id="state_dtype"),
+    ],
+)
 def test_enable_replayssm_bad_arguments(kwargs, error, message):
     model = build_random_model("mamba2")
     with pytest.raises(error, match=message):
@@ -247,6 +269,7 @@ def test_enable_replayssm_rejects_non_module():
 
 
 # ---------------------------------------------------------------- no silent fallback
+
 
 def _decode_inputs(family):
     """A hooked tiny model after a 3-token prefill, its first hooked mixer, one decode token's
@@ -280,7 +303,10 @@ def test_hook_raises_when_the_host_renames_its_cache(family):
 
     hook, layer, hidden, cache = _decode_inputs(family)
     before = dict(hook.decode_steps)
-    with pytest.raises(RuntimeError, match=rf"layer {layer.index}\): transformers {transformers.__version__} passed the host cache as linear_cache="):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"layer {layer.index}\): transformers {transformers.__version__} passed the host cache as linear_cache=",
+    ):
         layer.mixer(hidden, linear_cache=cache)
     assert hook.decode_steps == before
 
@@ -289,13 +315,15 @@ def test_hook_raises_when_the_host_renames_its_cache(family):
 def test_hook_raises_on_a_cache_without_the_fields_it_reads(family):
     hook, layer, hidden, cache = _decode_inputs(family)
 
-    class _OtherCache:                   # a cache object of another shape, under the known name
+    class _OtherCache:  # a cache object of another shape, under the known name
         layers = [object()] * (layer.index + 1)
 
         def has_previous_state(self, index):
             return True
 
-    with pytest.raises(RuntimeError, match=rf"layer {layer.index}\): the host cache \(_OtherCache, transformers .*lacks what the hook reads"):
+    with pytest.raises(
+        RuntimeError, match=rf"layer {layer.index}\): the host cache \(_OtherCache, transformers .*lacks what the hook reads"
+    ):
         layer.mixer(hidden, cache=_OtherCache())
 
 
@@ -312,13 +340,24 @@ def test_cache_argument_of_each_release_and_of_an_unknown_one():
         def forward(self, hidden_states, state=None, **kwargs): ...
 
     assert cache_argument(New()) == "cache" and cache_argument(Old()) == "cache_params"
-    with pytest.raises(ValueError, match=r"Unknown.forward\(self, hidden_states, state=None.*takes none of cache, cache_params"):
+    with pytest.raises(
+        ValueError, match=r"Unknown.forward\(self, hidden_states, state=None.*takes none of cache, cache_params"
+    ):
         cache_argument(Unknown())
 
 
-@pytest.mark.parametrize("version, inside", [("5.17.0", True), ("5.24.0", True), ("5.20.2", True),
-                                             ("5.24.0rc1", True), ("5.16.1", False),
-                                             ("5.24.1", False), ("6.0.0", False)])
+@pytest.mark.parametrize(
+    "version, inside",
+    [
+        ("5.17.0", True),
+        ("5.24.0", True),
+        ("5.20.2", True),
+        ("5.24.0rc1", True),
+        ("5.16.1", False),
+        ("5.24.1", False),
+        ("6.0.0", False),
+    ],
+)
 def test_transformers_outside_the_tested_range_warns(version, inside, recwarn):
     from trtllm_replayssm_builders.hf.compat import TESTED_TRANSFORMERS, check_transformers_version
 
@@ -327,7 +366,9 @@ def test_transformers_outside_the_tested_range_warns(version, inside, recwarn):
     if inside:
         assert not messages
     else:
-        assert messages == [f"enable_replayssm: transformers {version} is outside the tested range {TESTED_TRANSFORMERS[0]} to {TESTED_TRANSFORMERS[1]}; the hook checks every decode step and raises if it cannot engage, but this release was not tested"]
+        assert messages == [
+            f"enable_replayssm: transformers {version} is outside the tested range {TESTED_TRANSFORMERS[0]} to {TESTED_TRANSFORMERS[1]}; the hook checks every decode step and raises if it cannot engage, but this release was not tested"
+        ]
 
 
 def test_installed_transformers_is_inside_the_tested_range():
@@ -335,6 +376,7 @@ def test_installed_transformers_is_inside_the_tested_range():
     from trtllm_replayssm_builders.hf.compat import check_transformers_version
 
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert check_transformers_version()
@@ -352,9 +394,10 @@ def test_bind_torch_paths_refuses_a_module_bound_to_fla(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "fla" else None)
 
     def fla_kernel(): ...
+
     fla_kernel.__module__ = "fla.ops.gated_delta_rule"
 
-    def bound(*args):                    # how transformers' decorator keeps what it bound
+    def bound(*args):  # how transformers' decorator keeps what it bound
         return fla_kernel(*args)
 
     module = types.ModuleType("modeling_qwen3_5")
@@ -362,4 +405,4 @@ def test_bind_torch_paths_refuses_a_module_bound_to_fla(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers.models.qwen3_5.modeling_qwen3_5", module)
     with pytest.raises(RuntimeError, match="run fla's Triton kernels, which need a GPU"):
         compat.bind_torch_paths("qwen3_5")
-    compat.bind_torch_paths("nemotron_h")                   # no fla kernels: nothing to do
+    compat.bind_torch_paths("nemotron_h")  # no fla kernels: nothing to do

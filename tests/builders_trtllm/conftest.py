@@ -1,5 +1,6 @@
 """TensorRT-LLM hook tests: CPU only, no TensorRT-LLM. ``trtllm_replayssm_builders`` is loaded
 from ``builders/`` when the package is not installed, so tests import it as users do."""
+
 import importlib.machinery
 import importlib.util
 import os

@@ -9,6 +9,7 @@ strategy; ``Mamba2Metadata.prepare`` fills state indices; the mixers run convent
 TensorRT-LLM calls them. Decode inputs are passed in directly instead of being projected from
 hidden states (except for KDA, whose hooked decode starts at the projections).
 """
+
 from __future__ import annotations
 
 import abc
@@ -30,6 +31,7 @@ DUMMY_REQUEST_ID = 2**63 - 2
 
 
 # ----------------------------------------------------------------------------- cache side
+
 
 class DataRole(str):
     pass
@@ -115,15 +117,35 @@ class LayerCache:
 
 
 class MambaHybridCacheManagerV2:
-    def __init__(self, mamba_d_state, mamba_d_conv, mamba_num_heads, mamba_n_groups,
-                 mamba_head_dim, mamba_num_layers, mamba_layer_mask, mamba_cache_dtype,
-                 mamba_ssm_cache_dtype, kv_cache_config, kv_cache_type=None, *, max_batch_size,
-                 mapping, spec_config=None, is_draft=False, conv_state_layout="x_b_c",
-                 state_update_strategy=None, aux_cache_extensions=()):
+    def __init__(
+        self,
+        mamba_d_state,
+        mamba_d_conv,
+        mamba_num_heads,
+        mamba_n_groups,
+        mamba_head_dim,
+        mamba_num_layers,
+        mamba_layer_mask,
+        mamba_cache_dtype,
+        mamba_ssm_cache_dtype,
+        kv_cache_config,
+        kv_cache_type=None,
+        *,
+        max_batch_size,
+        mapping,
+        spec_config=None,
+        is_draft=False,
+        conv_state_layout="x_b_c",
+        state_update_strategy=None,
+        aux_cache_extensions=(),
+    ):
         tp = 1 if mapping.enable_attention_dp else mapping.tp_size
         d_inner, grouped = mamba_head_dim * mamba_num_heads, mamba_n_groups * mamba_d_state
-        sections = ((d_inner // tp, grouped // tp, grouped // tp) if conv_state_layout == "x_b_c"
-                    else (grouped // tp, grouped // tp, d_inner // tp))
+        sections = (
+            (d_inner // tp, grouped // tp, grouped // tp)
+            if conv_state_layout == "x_b_c"
+            else (grouped // tp, grouped // tp, d_inner // tp)
+        )
         self.spec_config = spec_config
         self.mamba_pp_layers = [i for i, m in enumerate(mamba_layer_mask) if m]
         self.layer_offsets = {i: i for i in range(len(mamba_layer_mask))}
@@ -132,31 +154,40 @@ class MambaHybridCacheManagerV2:
         self.conv_state_shape = ((d_inner + 2 * grouped) // tp, mamba_d_conv - 1)
         self.strategy = state_update_strategy or MambaStateUpdateStrategy()
         self.extensions = {e.key: e for e in aux_cache_extensions}
-        self.num_slots = max_batch_size + 1                        # + the padding slot
+        self.num_slots = max_batch_size + 1  # + the padding slot
         context = MambaCacheBuildContext(
-            layer_mask=tuple(mamba_layer_mask), mamba_pp_layers=tuple(self.mamba_pp_layers),
-            conv_state_shape=self.conv_state_shape, ssm_state_shape=self.ssm_state_shape,
-            conv_state_dtype=mamba_cache_dtype, ssm_state_dtype=mamba_ssm_cache_dtype,
-            slot_capacity=None, spec_config=spec_config, backend="v2",
-            conv_section_dims=sections, conv_state_layout=conv_state_layout)
+            layer_mask=tuple(mamba_layer_mask),
+            mamba_pp_layers=tuple(self.mamba_pp_layers),
+            conv_state_shape=self.conv_state_shape,
+            ssm_state_shape=self.ssm_state_shape,
+            conv_state_dtype=mamba_cache_dtype,
+            ssm_state_dtype=mamba_ssm_cache_dtype,
+            slot_capacity=None,
+            spec_config=spec_config,
+            backend="v2",
+            conv_section_dims=sections,
+            conv_state_layout=conv_state_layout,
+        )
         for e in aux_cache_extensions:
             e.validate(context)
         # One page per slot holds every layer's buffers of one role (a coalesced slot stride).
         self._pages = {}
         self.page_bytes = 0
         for layer in self.mamba_pp_layers:
-            self.page_bytes += (math.prod(self.ssm_state_shape) * mamba_ssm_cache_dtype.itemsize
-                                + math.prod(self.conv_state_shape) * mamba_cache_dtype.itemsize)
+            self.page_bytes += (
+                math.prod(self.ssm_state_shape) * mamba_ssm_cache_dtype.itemsize
+                + math.prod(self.conv_state_shape) * mamba_cache_dtype.itemsize
+            )
             for e in aux_cache_extensions:
                 self.page_bytes += e.bytes_per_slot(context, layer)
                 for c in e.buffer_configs(context, layer):
                     self._pages.setdefault(c.role, []).append((layer, c.size))
-        self.all_ssm_states = [self._get_state_buffer(i, "ssm", mamba_ssm_cache_dtype,
-                                                      list(self.ssm_state_shape))
-                               for i in self.mamba_pp_layers]
-        self.all_conv_states = [self._get_state_buffer(i, "conv", mamba_cache_dtype,
-                                                       list(self.conv_state_shape))
-                                for i in self.mamba_pp_layers]
+        self.all_ssm_states = [
+            self._get_state_buffer(i, "ssm", mamba_ssm_cache_dtype, list(self.ssm_state_shape)) for i in self.mamba_pp_layers
+        ]
+        self.all_conv_states = [
+            self._get_state_buffer(i, "conv", mamba_cache_dtype, list(self.conv_state_shape)) for i in self.mamba_pp_layers
+        ]
         context = dataclasses.replace(context, slot_capacity=self.num_slots)
         for e in aux_cache_extensions:
             e.bind(context, self)
@@ -167,9 +198,8 @@ class MambaHybridCacheManagerV2:
         scale = len(self.mamba_pp_layers)
         position = self.mamba_pp_layers.index(local_layer_idx)
         raw = torch.zeros(self.num_slots * scale * n, dtype=dtype)
-        strides = [math.prod(state_shape[i + 1:]) for i in range(len(state_shape))]
-        return raw.as_strided([self.num_slots] + list(state_shape), [scale * n] + strides,
-                              position * n)
+        strides = [math.prod(state_shape[i + 1 :]) for i in range(len(state_shape))]
+        return raw.as_strided([self.num_slots] + list(state_shape), [scale * n] + strides, position * n)
 
     def get_aux_cache_extension(self, key):
         return self.extensions.get(key)
@@ -206,6 +236,7 @@ class MambaHybridCacheManagerV2:
 
 # ----------------------------------------------------------------------------- metadata
 
+
 class Mamba2Metadata:
     def __init__(self, max_batch_size, chunk_size=128):
         self.max_batch_size = max_batch_size
@@ -215,23 +246,26 @@ class Mamba2Metadata:
         ids = attn_metadata.request_ids
         is_padding = [r == DUMMY_REQUEST_ID for r in ids]
         indices = attn_metadata.kv_cache_manager.get_state_indices(ids, is_padding)
-        self.state_indices[:len(ids)] = torch.tensor(indices, dtype=torch.int32)
+        self.state_indices[: len(ids)] = torch.tensor(indices, dtype=torch.int32)
 
 
 def attn_metadata_for(manager, request_ids, num_contexts=0):
-    return types.SimpleNamespace(kv_cache_manager=manager, request_ids=list(request_ids),
-                                 num_contexts=num_contexts,
-                                 seq_lens=torch.ones(len(request_ids), dtype=torch.int32),
-                                 mamba_metadata=None)
+    return types.SimpleNamespace(
+        kv_cache_manager=manager,
+        request_ids=list(request_ids),
+        num_contexts=num_contexts,
+        seq_lens=torch.ones(len(request_ids), dtype=torch.int32),
+        mamba_metadata=None,
+    )
 
 
 # ----------------------------------------------------------------------------- mixers
 
+
 class Mamba2Mixer(nn.Module):
     """Decode only; ``hidden_states`` is (x, dt, B, C) of the decode rows."""
 
-    def __init__(self, *, nheads, head_dim, d_state, n_groups, layer_idx, config=None,
-                 dtype=torch.float64):
+    def __init__(self, *, nheads, head_dim, d_state, n_groups, layer_idx, config=None, dtype=torch.float64):
         super().__init__()
         self.layer_idx, self.head_dim, self.d_state = layer_idx, head_dim, d_state
         self.A = nn.Parameter(-(torch.rand(nheads, dtype=dtype) + 0.5), requires_grad=False)
@@ -243,16 +277,26 @@ class Mamba2Mixer(nn.Module):
     def _select_mamba_kernels(self, quant_config, spec_config, head_dim):
         self._stp_ssu_func = self._conventional_ssu
 
-    def _conventional_ssu(self, state, x, dt, A, B, C, D, z=None, dt_bias=None, dt_softplus=False,
-                          state_batch_indices=None, out=None):
+    def _conventional_ssu(
+        self, state, x, dt, A, B, C, D, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None, out=None
+    ):
         self.original_ssu_calls += 1
-        return mamba2_decode_step(state, x, dt[..., 0], A[:, 0, 0].contiguous(), B, C,
-                                  slot_ids=state_batch_indices, D=D[:, 0].contiguous(), z=z,
-                                  dt_bias=dt_bias[:, 0].contiguous(), dt_softplus=dt_softplus,
-                                  out=out)
+        return mamba2_decode_step(
+            state,
+            x,
+            dt[..., 0],
+            A[:, 0, 0].contiguous(),
+            B,
+            C,
+            slot_ids=state_batch_indices,
+            D=D[:, 0].contiguous(),
+            z=z,
+            dt_bias=dt_bias[:, 0].contiguous(),
+            dt_softplus=dt_softplus,
+            out=out,
+        )
 
-    def forward(self, hidden_states, attn_metadata, mamba_metadata, spec_metadata=None,
-                lora_params=None):
+    def forward(self, hidden_states, attn_metadata, mamba_metadata, spec_metadata=None, lora_params=None):
         x, dt, B, C = hidden_states
         batch = attn_metadata.seq_lens.shape[0]
         num_prefills = attn_metadata.num_contexts
@@ -260,15 +304,24 @@ class Mamba2Mixer(nn.Module):
         ssm_states = attn_metadata.kv_cache_manager.mamba_layer_cache(self.layer_idx).temporal
         expand = lambda t: t[:, None].expand(-1, self.head_dim)  # noqa: E731
         out = torch.zeros_like(x)
-        self._stp_ssu_func(ssm_states, x, dt[:, :, None].expand(-1, -1, self.head_dim),
-                           self.A[:, None, None].expand(-1, self.head_dim, self.d_state), B, C,
-                           expand(self.D), z=None, dt_bias=expand(self.dt_bias), dt_softplus=True,
-                           state_batch_indices=state_indices_d, out=out)
+        self._stp_ssu_func(
+            ssm_states,
+            x,
+            dt[:, :, None].expand(-1, -1, self.head_dim),
+            self.A[:, None, None].expand(-1, self.head_dim, self.d_state),
+            B,
+            C,
+            expand(self.D),
+            z=None,
+            dt_bias=expand(self.dt_bias),
+            dt_softplus=True,
+            state_batch_indices=state_indices_d,
+            out=out,
+        )
         return out
 
 
-def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
-                         conv_state_indices=None):
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=None):
     """Single-token conv update of rows ``conv_state_indices`` (TensorRT-LLM's op contract)."""
     slots = conv_state_indices.long()
     y, rows = causal_conv_step(conv_state[slots], x, weight, bias)
@@ -281,8 +334,19 @@ class Qwen3NextGatedDeltaNet(nn.Module):
     a batch with ``num_contexts`` > 0 runs its decode rows conventionally on the full state, as
     ``forward_extend`` does."""
 
-    def __init__(self, model_config, aux_stream=None, layer_idx=None, *, k_heads=2, v_heads=4,
-                 head_k_dim=8, head_v_dim=8, d_conv=4, dtype=torch.float64):
+    def __init__(
+        self,
+        model_config,
+        aux_stream=None,
+        layer_idx=None,
+        *,
+        k_heads=2,
+        v_heads=4,
+        head_k_dim=8,
+        head_v_dim=8,
+        d_conv=4,
+        dtype=torch.float64,
+    ):
         super().__init__()
         self.layer_idx = layer_idx
         self.num_k_heads_per_tp, self.num_v_heads_per_tp = k_heads, v_heads
@@ -301,52 +365,76 @@ class Qwen3NextGatedDeltaNet(nn.Module):
 
     def _split(self, mixed):
         kd, batch = self.key_dim_per_tp, mixed.shape[0]
-        return (mixed[:, :kd].reshape(batch, -1, self.head_k_dim),
-                mixed[:, kd:2 * kd].reshape(batch, -1, self.head_k_dim),
-                mixed[:, 2 * kd:].reshape(batch, -1, self.head_v_dim))
+        return (
+            mixed[:, :kd].reshape(batch, -1, self.head_k_dim),
+            mixed[:, kd : 2 * kd].reshape(batch, -1, self.head_k_dim),
+            mixed[:, 2 * kd :].reshape(batch, -1, self.head_v_dim),
+        )
 
-    def forward_core(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=None,
-                     output=None):
+    def forward_core(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=None, output=None):
         batch = attn_metadata.seq_lens.shape[0]
         num_prefills = attn_metadata.num_contexts
         cache = attn_metadata.kv_cache_manager.mamba_layer_cache(self.layer_idx)
         indices = mamba_metadata.state_indices[:batch]
-        if num_prefills > 0:                       # forward_extend: the full state, in place
+        if num_prefills > 0:  # forward_extend: the full state, in place
             self.decode_calls["conventional"] += 1
             rows = indices[num_prefills:]
-            mixed = causal_conv1d_update(mixed_qkv, cache.conv, self.conv1d.weight, None,
-                                         self.activation, conv_state_indices=rows)
+            mixed = causal_conv1d_update(
+                mixed_qkv, cache.conv, self.conv1d.weight, None, self.activation, conv_state_indices=rows
+            )
             g, beta = self._gates(a, b)
             o = gdn_decode_step(cache.temporal, *self._split(mixed), g, beta, slot_ids=rows)
             return o[None]
-        return self.forward_decode(cache.conv, cache.temporal, None, spec_metadata=spec_metadata,
-                                   output=output, mixed_qkv=mixed_qkv, a=a, b=b,
-                                   cache_indices=indices, num_decodes=batch)
+        return self.forward_decode(
+            cache.conv,
+            cache.temporal,
+            None,
+            spec_metadata=spec_metadata,
+            output=output,
+            mixed_qkv=mixed_qkv,
+            a=a,
+            b=b,
+            cache_indices=indices,
+            num_decodes=batch,
+        )
 
-    def forward_decode(self, conv_states, ssm_states, query_start_loc_long, spec_metadata=None,
-                       intermediate_conv_states=None, intermediate_ssm_states=None,
-                       is_target_verify=False, output=None, **kwargs):
+    def forward_decode(
+        self,
+        conv_states,
+        ssm_states,
+        query_start_loc_long,
+        spec_metadata=None,
+        intermediate_conv_states=None,
+        intermediate_ssm_states=None,
+        is_target_verify=False,
+        output=None,
+        **kwargs,
+    ):
         self.decode_calls["conventional"] += 1
-        mixed = causal_conv1d_update(kwargs["mixed_qkv"], conv_states, self.conv1d.weight, None,
-                                     self.activation, conv_state_indices=kwargs["cache_indices"])
+        mixed = causal_conv1d_update(
+            kwargs["mixed_qkv"],
+            conv_states,
+            self.conv1d.weight,
+            None,
+            self.activation,
+            conv_state_indices=kwargs["cache_indices"],
+        )
         g, beta = self._gates(kwargs["a"], kwargs["b"])
-        return gdn_decode_step(ssm_states, *self._split(mixed), g, beta,
-                               slot_ids=kwargs["cache_indices"])[None]
+        return gdn_decode_step(ssm_states, *self._split(mixed), g, beta, slot_ids=kwargs["cache_indices"])[None]
 
 
 class KimiKDALinearAttention(nn.Module):
     """Decode rows only; the reference decode (``forward_decode``) is conventional."""
 
-    def __init__(self, cfg, layer_idx, mapping=None, *, heads=2, head_dim=8, hidden=16, width=4,
-                 dtype=torch.float64):
+    def __init__(self, cfg, layer_idx, mapping=None, *, heads=2, head_dim=8, hidden=16, width=4, dtype=torch.float64):
         super().__init__()
         self.layer_idx, self.num_heads, self.head_dim = layer_idx, heads, head_dim
         self.proj_size = d = heads * head_dim
         self.gate_lower_bound = None
-        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(hidden, d, bias=False, dtype=dtype)
-                                                 for _ in range(3))
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(hidden, d, bias=False, dtype=dtype) for _ in range(3))
         self.q_conv1d, self.k_conv1d, self.v_conv1d = (
-            nn.Conv1d(d, d, width, groups=d, bias=False, dtype=dtype) for _ in range(3))
+            nn.Conv1d(d, d, width, groups=d, bias=False, dtype=dtype) for _ in range(3)
+        )
         self.f_a_proj = nn.Linear(hidden, head_dim, bias=False, dtype=dtype)
         self.f_b_proj = nn.Linear(head_dim, d, bias=False, dtype=dtype)
         self.b_proj = nn.Linear(hidden, heads, bias=False, dtype=dtype)
@@ -358,25 +446,35 @@ class KimiKDALinearAttention(nn.Module):
         meta = attn_metadata.mamba_metadata
         cache = attn_metadata.kv_cache_manager.mamba_layer_cache(self.layer_idx)
         batch = attn_metadata.seq_lens.shape[0]
-        return self.forward_decode(hidden_states, cache.conv, cache.temporal,
-                                   meta.state_indices[:batch], meta, output=output)
+        return self.forward_decode(hidden_states, cache.conv, cache.temporal, meta.state_indices[:batch], meta, output=output)
 
-    def forward_decode(self, x2d, conv_pool, ssm_pool, slot_indices, mamba_metadata=None,
-                       layer_cache=None, ssm_state_indices=None, output=None):
+    def forward_decode(
+        self,
+        x2d,
+        conv_pool,
+        ssm_pool,
+        slot_indices,
+        mamba_metadata=None,
+        layer_cache=None,
+        ssm_state_indices=None,
+        output=None,
+    ):
         x, d = x2d.unsqueeze(1), self.proj_size
         slots = slot_indices.long()
         rows = conv_pool[slots]
         convolved, new = [], []
-        for j, (proj, conv) in enumerate(((self.q_proj, self.q_conv1d), (self.k_proj, self.k_conv1d),
-                                          (self.v_proj, self.v_conv1d))):
-            window = torch.cat([rows[:, j * d:(j + 1) * d], proj(x).transpose(1, 2)], dim=2)
+        for j, (proj, conv) in enumerate(
+            ((self.q_proj, self.q_conv1d), (self.k_proj, self.k_conv1d), (self.v_proj, self.v_conv1d))
+        ):
+            window = torch.cat([rows[:, j * d : (j + 1) * d], proj(x).transpose(1, 2)], dim=2)
             # depthwise causal conv of the last token (F.conv1d is slow for float64 on the CPU)
             convolved.append(F.silu((window * conv.weight[:, 0, :]).sum(-1)))
             new.append(window[:, :, 1:])
         conv_pool[slots] = torch.cat(new, dim=1)
         g = -self.A_log.exp()[:, None] * F.softplus(
             self.f_b_proj(self.f_a_proj(x))[:, 0].view(-1, self.num_heads, self.head_dim)
-            + self.dt_bias.view(self.num_heads, self.head_dim))
+            + self.dt_bias.view(self.num_heads, self.head_dim)
+        )
         beta = self.b_proj(x)[:, 0].sigmoid()
         q, k, v = (t.view(-1, self.num_heads, self.head_dim) for t in convolved)
         o = kda_decode_step(ssm_pool, q, k, v, g, beta, slot_ids=slot_indices)
@@ -395,8 +493,10 @@ class KimiKDALinearAttention(nn.Module):
 
 # ----------------------------------------------------------------------------- modules
 
+
 def modules(version="1.3.0rc26"):
     """Import path -> stand-in module, for api.check_api / adapter.install."""
+
     def module(path, **names):
         m = types.ModuleType(path)
         m.__dict__.update(names)
@@ -405,22 +505,27 @@ def modules(version="1.3.0rc26"):
     common = "tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager"
     found = [
         module("tensorrt_llm", __version__=version),
-        module("tensorrt_llm.runtime.kv_cache_manager_v2", DataRole=DataRole,
-               BufferConfig=BufferConfig),
-        module(f"{common}.common", MambaAuxCacheExtension=MambaAuxCacheExtension,
-               MambaCacheBuildContext=MambaCacheBuildContext,
-               MambaStateUpdateStrategy=MambaStateUpdateStrategy,
-               register_mamba_aux_cache_estimator=register_mamba_aux_cache_estimator),
-        module(f"{common}.mamba_cache_manager_v2",
-               MambaHybridCacheManagerV2=MambaHybridCacheManagerV2),
-        module("tensorrt_llm._torch.modules.mamba.mamba2_metadata",
-               Mamba2Metadata=Mamba2Metadata, CUDA_GRAPH_DUMMY_REQUEST_ID=DUMMY_REQUEST_ID),
+        module("tensorrt_llm.runtime.kv_cache_manager_v2", DataRole=DataRole, BufferConfig=BufferConfig),
+        module(
+            f"{common}.common",
+            MambaAuxCacheExtension=MambaAuxCacheExtension,
+            MambaCacheBuildContext=MambaCacheBuildContext,
+            MambaStateUpdateStrategy=MambaStateUpdateStrategy,
+            register_mamba_aux_cache_estimator=register_mamba_aux_cache_estimator,
+        ),
+        module(f"{common}.mamba_cache_manager_v2", MambaHybridCacheManagerV2=MambaHybridCacheManagerV2),
+        module(
+            "tensorrt_llm._torch.modules.mamba.mamba2_metadata",
+            Mamba2Metadata=Mamba2Metadata,
+            CUDA_GRAPH_DUMMY_REQUEST_ID=DUMMY_REQUEST_ID,
+        ),
         module("tensorrt_llm._torch.modules.mamba.mamba2_mixer", Mamba2Mixer=Mamba2Mixer),
         # The hook finds causal_conv1d_update in the mixer class's own module (this file).
-        module("tensorrt_llm._torch.modules.mamba.gdn_mixer",
-               Qwen3NextGatedDeltaNet=Qwen3NextGatedDeltaNet,
-               causal_conv1d_update=causal_conv1d_update),
-        module("tensorrt_llm._torch.modules.kimi_kda.kimi_kda_mixer",
-               KimiKDALinearAttention=KimiKDALinearAttention),
+        module(
+            "tensorrt_llm._torch.modules.mamba.gdn_mixer",
+            Qwen3NextGatedDeltaNet=Qwen3NextGatedDeltaNet,
+            causal_conv1d_update=causal_conv1d_update,
+        ),
+        module("tensorrt_llm._torch.modules.kimi_kda.kimi_kda_mixer", KimiKDALinearAttention=KimiKDALinearAttention),
     ]
     return {m.__name__: m for m in found}

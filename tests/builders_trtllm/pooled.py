@@ -5,6 +5,7 @@ layer's state is a view ``[num_slots, *shape]`` whose slot stride is ``scale`` t
 size (``_get_state_buffer``). :func:`pool_view` builds such a view over a poisoned buffer, so a
 test can check that nothing outside the view is written.
 """
+
 import math
 
 import torch
@@ -33,8 +34,7 @@ def pool_view(num_slots, shape, dtype, *, scale=3, position=1, fill=0.0):
     for d in reversed(shape):
         strides.append(step)
         step *= d
-    view = raw.as_strided((num_slots,) + tuple(shape), (scale * n,) + tuple(reversed(strides)),
-                          position * n)
+    view = raw.as_strided((num_slots,) + tuple(shape), (scale * n,) + tuple(reversed(strides)), position * n)
     view.fill_(fill)
     return view, raw
 
@@ -60,11 +60,14 @@ def trtllm_cache_description(kind, g, tp):
     if kind == "mamba2":
         nheads, head_dim, d_state, n_groups, layout = g.nheads, g.head_dim, g.d_state, g.ngroups, "x_b_c"
     else:
-        nheads, head_dim, d_state, n_groups, layout = (g.v_heads, g.head_v_dim, g.head_k_dim,
-                                                       g.k_heads, "q_k_v")
+        nheads, head_dim, d_state, n_groups, layout = (g.v_heads, g.head_v_dim, g.head_k_dim, g.k_heads, "q_k_v")
     d_inner, grouped = nheads * head_dim, n_groups * d_state
-    sections = ((d_inner // tp, grouped // tp, grouped // tp) if layout == "x_b_c"
-                else (grouped // tp, grouped // tp, d_inner // tp))
-    return dict(ssm_state_shape=(nheads // tp, head_dim, d_state),
-                conv_state_shape=((d_inner + 2 * grouped) // tp, g.d_conv - 1),
-                conv_section_dims=sections, conv_state_layout=layout)
+    sections = (
+        (d_inner // tp, grouped // tp, grouped // tp) if layout == "x_b_c" else (grouped // tp, grouped // tp, d_inner // tp)
+    )
+    return dict(
+        ssm_state_shape=(nheads // tp, head_dim, d_state),
+        conv_state_shape=((d_inner + 2 * grouped) // tp, g.d_conv - 1),
+        conv_section_dims=sections,
+        conv_state_layout=layout,
+    )

@@ -1,6 +1,7 @@
 """Stand-in TensorRT-LLM modules built from the pinned requirements: classes, methods, functions
 and dataclasses with exactly the required names and parameters, bodies that do nothing. Tests
 drop or rename entries to produce an installation that lacks them."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,7 @@ def _module(modules: Dict[str, types.ModuleType], path: str) -> types.ModuleType
     return modules[path]
 
 
-def build(requirements: Iterable[Requirement] = REQUIREMENTS, *,
-          version: str = "1.3.0rc26") -> Dict[str, types.ModuleType]:
+def build(requirements: Iterable[Requirement] = REQUIREMENTS, *, version: str = "1.3.0rc26") -> Dict[str, types.ModuleType]:
     """Module path -> stand-in module satisfying ``requirements``."""
     modules: Dict[str, types.ModuleType] = {}
     _module(modules, "tensorrt_llm").__version__ = version
@@ -53,15 +53,16 @@ def build(requirements: Iterable[Requirement] = REQUIREMENTS, *,
 
 def importer(modules: Dict[str, types.ModuleType], missing: Optional[str] = None):
     """An ``import_module`` over the stand-ins; ``missing`` makes that path fail to import."""
+
     def import_module(path: str):
         if path == missing or path not in modules:
             raise ModuleNotFoundError(f"No module named {path!r}")
         return modules[path]
+
     return import_module
 
 
-def write_package(root, requirements: Iterable[Requirement] = REQUIREMENTS, *,
-                  version: str = "1.3.0rc26") -> None:
+def write_package(root, requirements: Iterable[Requirement] = REQUIREMENTS, *, version: str = "1.3.0rc26") -> None:
     """The same stand-ins as source files under ``root`` (an importable ``tensorrt_llm``)."""
     import os
 
@@ -75,8 +76,7 @@ def write_package(root, requirements: Iterable[Requirement] = REQUIREMENTS, *,
             fields = "\n".join(f"    {f}: object = None" for f in req.fields)
             sources[req.module].append(f"@dataclasses.dataclass\nclass {head}:\n{fields}")
         elif method:
-            body.setdefault(head, []).append(
-                f"    def {method}({', '.join(req.params or ('self',))}):\n        return None")
+            body.setdefault(head, []).append(f"    def {method}({', '.join(req.params or ('self',))}):\n        return None")
         elif req.params:
             sources[req.module].append(f"def {head}({', '.join(req.params)}):\n    return None")
         elif head.isupper():
@@ -91,9 +91,14 @@ def write_package(root, requirements: Iterable[Requirement] = REQUIREMENTS, *,
             init = os.path.join(package, "__init__.py")
             if not os.path.exists(init):
                 open(init, "w").close()
-        text = ["import dataclasses"] + lines + [
-            f"class {name}:\n" + ("\n".join(methods) if methods else "    pass")
-            for name, methods in classes.get(module, {}).items()]
+        text = (
+            ["import dataclasses"]
+            + lines
+            + [
+                f"class {name}:\n" + ("\n".join(methods) if methods else "    pass")
+                for name, methods in classes.get(module, {}).items()
+            ]
+        )
         path = os.path.join(root, *parts) + ("/__init__.py" if module == "tensorrt_llm" else ".py")
         if module == "tensorrt_llm":
             os.makedirs(os.path.join(root, "tensorrt_llm"), exist_ok=True)

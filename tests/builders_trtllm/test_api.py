@@ -1,4 +1,5 @@
 """Enable-time API check against stand-in TensorRT-LLM modules that have and lack the pinned names."""
+
 import dataclasses
 import os
 import re
@@ -6,9 +7,14 @@ import re
 import pytest
 
 from standins import build, importer
-from trtllm_replayssm_builders.trtllm.api import (PINNED_RELEASE, REQUIREMENTS,
-                                                  IncompatibleTensorRTLLM, check_api,
-                                                  require_api, requirements_for)
+from trtllm_replayssm_builders.trtllm.api import (
+    PINNED_RELEASE,
+    REQUIREMENTS,
+    IncompatibleTensorRTLLM,
+    check_api,
+    require_api,
+    requirements_for,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -27,14 +33,14 @@ def test_check_api_passes_on_complete_standins():
 def test_check_api_reports_missing_method():
     modules = build(r for r in REQUIREMENTS if r.name != "Mamba2Metadata.prepare")
     problems = check_api(REQUIREMENTS, importer(modules))
-    assert problems == ["tensorrt_llm._torch.modules.mamba.mamba2_metadata."
-                        "Mamba2Metadata.prepare: missing"]
+    assert problems == ["tensorrt_llm._torch.modules.mamba.mamba2_metadata.Mamba2Metadata.prepare: missing"]
 
 
 def test_check_api_reports_renamed_parameter():
     req = _req("MambaHybridCacheManagerV2.__init__")
-    renamed = dataclasses.replace(req, params=tuple("aux_extensions" if p == "aux_cache_extensions"
-                                                    else p for p in req.params))
+    renamed = dataclasses.replace(
+        req, params=tuple("aux_extensions" if p == "aux_cache_extensions" else p for p in req.params)
+    )
     modules = build([renamed if r is req else r for r in REQUIREMENTS])
     (problem,) = check_api(REQUIREMENTS, importer(modules))
     assert "MambaHybridCacheManagerV2.__init__: lacks parameter(s) aux_cache_extensions" in problem
@@ -53,8 +59,7 @@ def test_check_api_reports_missing_dataclass_field():
     req = _req("MambaCacheBuildContext")
     fewer = dataclasses.replace(req, fields=tuple(f for f in req.fields if f != "slot_capacity"))
     modules = build([fewer if r is req else r for r in REQUIREMENTS])
-    assert check_api(REQUIREMENTS, importer(modules)) == [
-        f"{req.qualname}: lacks field(s) slot_capacity"]
+    assert check_api(REQUIREMENTS, importer(modules)) == [f"{req.qualname}: lacks field(s) slot_capacity"]
 
 
 def test_check_api_reports_unimportable_module_once_per_requirement():
@@ -96,6 +101,7 @@ def test_require_api_without_tensorrt_llm_raises_import_error():
 def test_install_refuses_incompatible_standins_and_patches_nothing():
     from trtllm_replayssm_builders.trtllm.adapter import install, installed
     from trtllm_replayssm_builders.trtllm.config import ReplaySSMConfig
+
     modules = build(r for r in REQUIREMENTS if r.name != "Qwen3NextGatedDeltaNet.forward_core")
     prepare = modules["tensorrt_llm._torch.modules.mamba.mamba2_metadata"].Mamba2Metadata.prepare
     with pytest.raises(IncompatibleTensorRTLLM, match="forward_core: missing"):

@@ -1,4 +1,5 @@
 """Enabling by environment: the import hook, the startup sitecustomize, real subprocesses."""
+
 import os
 import subprocess
 import sys
@@ -30,14 +31,16 @@ def test_after_import_runs_callback_after_package_init(package):
     after_import(package, lambda: seen.append(sys.modules[package].ready))
     assert seen == []
     import hooked_pkg  # noqa: F401
+
     assert seen == [True]
-    after_import(package, lambda: seen.append("now"))       # already imported: at once
+    after_import(package, lambda: seen.append("now"))  # already imported: at once
     assert seen == [True, "now"]
 
 
 def test_after_import_callback_error_fails_the_import(package):
     def boom():
         raise RuntimeError("incompatible")
+
     after_import(package, boom)
     with pytest.raises(RuntimeError, match="incompatible"):
         import hooked_pkg  # noqa: F401
@@ -57,22 +60,29 @@ def _run(tmp_path, code, env_extra, *, trtllm=None):
         paths.append(str(trtllm))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRTLLM_REPLAYSSM")}
     env.update(PYTHONPATH=os.pathsep.join(paths), **env_extra)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=str(tmp_path),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300
+    )
 
 
 def test_startup_without_variable_imports_nothing(tmp_path):
-    proc = _run(tmp_path, """
+    proc = _run(
+        tmp_path,
+        """
         import sys
         assert "trtllm_replayssm_builders" not in sys.modules
         assert "torch" not in sys.modules
-    """, {})
+    """,
+        {},
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_startup_enables_when_tensorrt_llm_is_imported(tmp_path):
     write_package(tmp_path / "trt", REQUIREMENTS)
-    proc = _run(tmp_path, """
+    proc = _run(
+        tmp_path,
+        """
         import sys
         from trtllm_replayssm_builders.trtllm import replayssm_status
         assert replayssm_status() is None          # armed, not yet enabled
@@ -82,15 +92,16 @@ def test_startup_enables_when_tensorrt_llm_is_imported(tmp_path):
         from tensorrt_llm._torch.modules.mamba.mamba2_metadata import Mamba2Metadata
         assert Mamba2Metadata.prepare.__wrapped__ is not None
         print(status.summary())
-    """, {"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_BUFFER_LEN": "8",
-          "TRTLLM_REPLAYSSM_FAMILIES": "mamba2,gdn"}, trtllm=tmp_path / "trt")
+    """,
+        {"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_BUFFER_LEN": "8", "TRTLLM_REPLAYSSM_FAMILIES": "mamba2,gdn"},
+        trtllm=tmp_path / "trt",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "L = 8, families mamba2, gdn" in proc.stdout
 
 
 def test_startup_incompatible_tensorrt_llm_fails_its_import(tmp_path):
-    write_package(tmp_path / "trt", [r for r in REQUIREMENTS if r.name != "Mamba2Mixer.forward"],
-                  version="1.2.0")
+    write_package(tmp_path / "trt", [r for r in REQUIREMENTS if r.name != "Mamba2Mixer.forward"], version="1.2.0")
     proc = _run(tmp_path, "import tensorrt_llm", {"TRTLLM_REPLAYSSM": "1"}, trtllm=tmp_path / "trt")
     assert proc.returncode != 0
     assert "IncompatibleTensorRTLLM" in proc.stderr and "Mamba2Mixer.forward: missing" in proc.stderr
@@ -99,19 +110,24 @@ def test_startup_incompatible_tensorrt_llm_fails_its_import(tmp_path):
 
 def test_startup_bad_setting_fails_tensorrt_llm_import(tmp_path):
     write_package(tmp_path / "trt", REQUIREMENTS)
-    proc = _run(tmp_path, "import tensorrt_llm",
-                {"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_BUFFER_LEN": "0"}, trtllm=tmp_path / "trt")
+    proc = _run(
+        tmp_path, "import tensorrt_llm", {"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_BUFFER_LEN": "0"}, trtllm=tmp_path / "trt"
+    )
     assert proc.returncode != 0
     assert "ReplaySSM could not be set up: ValueError" in proc.stderr
     assert "buffer_len is 0" in proc.stderr
 
 
 def test_importing_package_without_variable_imports_no_tensorrt_llm(tmp_path):
-    proc = _run(tmp_path, """
+    proc = _run(
+        tmp_path,
+        """
         import sys
         import trtllm_replayssm_builders.trtllm
         assert not [m for m in sys.modules if m.split(".")[0] == "tensorrt_llm"]
-    """, {})
+    """,
+        {},
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -120,7 +136,9 @@ def test_env_and_explicit_enable_in_one_process(tmp_path):
     settings install once, different settings are refused."""
     write_package(tmp_path / "trt", REQUIREMENTS)
     env = {"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_BUFFER_LEN": "8"}
-    proc = _run(tmp_path, """
+    proc = _run(
+        tmp_path,
+        """
         import trtllm_replayssm_builders.trtllm as t
         status = t.enable_replayssm(buffer_len=8)
         assert status is t.replayssm_status()
@@ -128,12 +146,20 @@ def test_env_and_explicit_enable_in_one_process(tmp_path):
         from tensorrt_llm._torch.modules.mamba.mamba2_metadata import Mamba2Metadata
         assert not hasattr(Mamba2Metadata.prepare.__wrapped__, "__wrapped__")   # wrapped once
         assert t.disable_replayssm() and not hasattr(Mamba2Metadata.prepare, "__wrapped__")
-    """, env, trtllm=tmp_path / "trt")
+    """,
+        env,
+        trtllm=tmp_path / "trt",
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = _run(tmp_path, """
+    proc = _run(
+        tmp_path,
+        """
         import trtllm_replayssm_builders.trtllm as t
         t.enable_replayssm(buffer_len=16)
-    """, env, trtllm=tmp_path / "trt")
+    """,
+        env,
+        trtllm=tmp_path / "trt",
+    )
     assert proc.returncode != 0
     assert "already enabled with ReplaySSMConfig(buffer_len=16" in proc.stderr
     assert "asked for ReplaySSMConfig(buffer_len=8" in proc.stderr

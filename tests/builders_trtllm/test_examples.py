@@ -1,5 +1,6 @@
 """The TensorRT-LLM examples cannot run here; their syntax and the settings ReplaySSM requires
 are checked."""
+
 import os
 import py_compile
 import subprocess

@@ -1,4 +1,5 @@
 """The V2 cache-manager extension's logic against stand-in contexts, managers and strategies."""
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -31,8 +32,11 @@ class Context:
 def context_for(name, tp=1, **kw):
     model = load_model(name)
     layer = model.ssm_layers[0]
-    return model, Context(mamba_pp_layers=tuple(l.index for l in model.ssm_layers),
-                          **trtllm_cache_description(layer.kind, layer.geometry, tp), **kw)
+    return model, Context(
+        mamba_pp_layers=tuple(l.index for l in model.ssm_layers),
+        **trtllm_cache_description(layer.kind, layer.geometry, tp),
+        **kw,
+    )
 
 
 class Strategy:
@@ -68,16 +72,18 @@ class Manager:
 
 
 def feature(layers, L=16, delta_rule_records="activation"):
-    return ReplayRecordsFeature(ReplaySSMConfig(buffer_len=L, delta_rule_records=delta_rule_records),
-                                layers, make_role=lambda n: f"role:{n}",
-                                make_buffer_config=lambda role, size: (role, size))
+    return ReplayRecordsFeature(
+        ReplaySSMConfig(buffer_len=L, delta_rule_records=delta_rule_records),
+        layers,
+        make_role=lambda n: f"role:{n}",
+        make_buffer_config=lambda role, size: (role, size),
+    )
 
 
 def test_roles_are_the_record_fields_of_the_hooked_families():
     f = feature({0: "mamba2", 2: "mamba2"})
     assert f.key == "replayssm_records"
-    assert f.data_roles == ("role:replayssm_B_records", "role:replayssm_dt_records",
-                            "role:replayssm_x_records")
+    assert f.data_roles == ("role:replayssm_B_records", "role:replayssm_dt_records", "role:replayssm_x_records")
     assert len(feature({1: "gdn"}).data_roles) == 3
 
 
@@ -86,9 +92,11 @@ def test_buffer_configs_and_bytes_per_slot_nemotron_super():
     f = feature({l.index: l.kind for l in model.ssm_layers})
     f.validate(ctx)
     first = model.ssm_layers[0].index
-    assert f.buffer_configs(ctx, first) == (("role:replayssm_x_records", 128 * 16 * 64 * 2),
-                                           ("role:replayssm_dt_records", 128 * 16 * 4),
-                                           ("role:replayssm_B_records", 8 * 16 * 128 * 2))
+    assert f.buffer_configs(ctx, first) == (
+        ("role:replayssm_x_records", 128 * 16 * 64 * 2),
+        ("role:replayssm_dt_records", 128 * 16 * 4),
+        ("role:replayssm_B_records", 8 * 16 * 128 * 2),
+    )
     assert f.bytes_per_slot(ctx, first) == 303_104 + 12
     attention = model.attention_layers[0].index
     assert f.buffer_configs(ctx, attention) == () and f.bytes_per_slot(ctx, attention) == 0
@@ -102,20 +110,24 @@ def test_manager_bytes_equal_estimator_bytes(name, tp, records):
     model, ctx = context_for(name, tp)
     f = feature({l.index: l.kind for l in model.ssm_layers}, delta_rule_records=records)
     manager_bytes = sum(f.bytes_per_slot(ctx, i) for i in ctx.mamba_pp_layers)
-    assert manager_bytes == replay_bytes_per_rank(PRESETS[name], ("mamba2", "gdn", "kda"), 16,
-                                                  tp_size=tp, activation_dtype=torch.bfloat16,
-                                                  delta_rule_records=records)
+    assert manager_bytes == replay_bytes_per_rank(
+        PRESETS[name], ("mamba2", "gdn", "kda"), 16, tp_size=tp, activation_dtype=torch.bfloat16, delta_rule_records=records
+    )
     g = model.for_tp(tp).ssm_layers[0]
     record_dtype = torch.float32 if records == "float32" and g.kind != "mamba2" else torch.bfloat16
     assert f.bytes_per_slot(ctx, g.index) == bytes_per_slot(
-        g.kind, g.geometry, 16, record_dtype=record_dtype, state_dtype=torch.float32)
+        g.kind, g.geometry, 16, record_dtype=record_dtype, state_dtype=torch.float32
+    )
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(backend="cpp"), "need the V2 Mamba cache manager; got backend 'cpp'"),
-    (dict(spec_config=object()), "non-speculative decoding; this manager has a spec_config"),
-    (dict(conv_section_dims=(8192, 1000, 1048)), "ReplaySSM layer 0 \\(mamba2\\): rank_geometry"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(backend="cpp"), "need the V2 Mamba cache manager; got backend 'cpp'"),
+        (dict(spec_config=object()), "non-speculative decoding; this manager has a spec_config"),
+        (dict(conv_section_dims=(8192, 1000, 1048)), "ReplaySSM layer 0 \\(mamba2\\): rank_geometry"),
+    ],
+)
 def test_validate_refuses_with_reason(change, match):
     model, ctx = context_for("nemotron-3-super-120b")
     for k, v in change.items():
@@ -171,16 +183,21 @@ def test_bind_without_local_hooked_layers_and_without_capacity():
 
 
 def _plan(**kw):
-    args = dict(mamba_layer_mask=[True, False, True, True], spec_config=None, is_draft=False,
-                enable_block_reuse=False, pp_size=1, cp_size=1)
+    args = dict(
+        mamba_layer_mask=[True, False, True, True],
+        spec_config=None,
+        is_draft=False,
+        enable_block_reuse=False,
+        pp_size=1,
+        cp_size=1,
+    )
     args.update(kw)
-    return plan_manager_layers(ReplaySSMConfig(families=("mamba2", "gdn")),
-                               {0: "mamba2", 2: "mamba2", 3: "kda"}, **args)
+    return plan_manager_layers(ReplaySSMConfig(families=("mamba2", "gdn")), {0: "mamba2", 2: "mamba2", 3: "kda"}, **args)
 
 
 def test_plan_manager_layers():
-    assert _plan() == {0: "mamba2", 2: "mamba2"}           # kda not enabled, 1 not recurrent
-    assert _plan(spec_config=object()) is None               # TensorRT-LLM's speculative path
+    assert _plan() == {0: "mamba2", 2: "mamba2"}  # kda not enabled, 1 not recurrent
+    assert _plan(spec_config=object()) is None  # TensorRT-LLM's speculative path
     assert _plan(is_draft=True) is None
     assert _plan(mamba_layer_mask=[False] * 4) is None
     with pytest.raises(ValueError, match="enable_block_reuse=True is not supported"):

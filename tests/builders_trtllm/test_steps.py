@@ -1,17 +1,30 @@
 """Replay steps on TensorRT-LLM-style strided SSM states: equal to the public ops on dense caches
 bit for bit, to the float64 recurrence to 1e-12, padding rows untouched, errors before writes."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from pooled import GDN_GEOMETRY, KDA_GEOMETRY, MAMBA2_GEOMETRY, outside, pool_view, state_shape
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
-from trtllm_replayssm.ops import (gdn_decode_step, gdn_replay_step, kda_decode_step,
-                                  kda_replay_step, mamba2_decode_step, mamba2_replay_step)
+from trtllm_replayssm.ops import (
+    gdn_decode_step,
+    gdn_replay_step,
+    kda_decode_step,
+    kda_replay_step,
+    mamba2_decode_step,
+    mamba2_replay_step,
+)
 from trtllm_replayssm_builders.trtllm.layout import record_fields
-from trtllm_replayssm_builders.trtllm.steps import (PaddingRowBuffer, causal_conv_step,
-                                                    flush_delta_rule_records, gated_delta_step,
-                                                    mamba2_step, padding_rows, replay_slot_ids)
+from trtllm_replayssm_builders.trtllm.steps import (
+    PaddingRowBuffer,
+    causal_conv_step,
+    flush_delta_rule_records,
+    gated_delta_step,
+    mamba2_step,
+    padding_rows,
+    replay_slot_ids,
+)
 from trtllm_replayssm_builders.trtllm.store import ReplayRecordStore
 
 GEOMETRIES = {"mamba2": MAMBA2_GEOMETRY, "gdn": GDN_GEOMETRY, "kda": KDA_GEOMETRY}
@@ -27,38 +40,44 @@ class Family:
         self.records = record_dtype or act_dtype
         g = self.g
         if kind == "mamba2":
-            self.params = dict(A=-(torch.rand(g.nheads, dtype=gate_dtype) + 0.5),
-                               D=torch.randn(g.nheads, dtype=gate_dtype),
-                               dt_bias=0.5 * torch.randn(g.nheads, dtype=gate_dtype))
+            self.params = dict(
+                A=-(torch.rand(g.nheads, dtype=gate_dtype) + 0.5),
+                D=torch.randn(g.nheads, dtype=gate_dtype),
+                dt_bias=0.5 * torch.randn(g.nheads, dtype=gate_dtype),
+            )
 
     def inputs(self, batch):
         g, a = self.g, self.act
         if self.kind == "mamba2":
-            return (torch.randn(batch, g.nheads, g.head_dim, dtype=a),
-                    torch.randn(batch, g.nheads, dtype=self.gate),
-                    torch.randn(batch, g.ngroups, g.d_state, dtype=a),
-                    torch.randn(batch, g.ngroups, g.d_state, dtype=a))
+            return (
+                torch.randn(batch, g.nheads, g.head_dim, dtype=a),
+                torch.randn(batch, g.nheads, dtype=self.gate),
+                torch.randn(batch, g.ngroups, g.d_state, dtype=a),
+                torch.randn(batch, g.ngroups, g.d_state, dtype=a),
+            )
         gate_shape = (batch, g.v_heads) + ((g.head_k_dim,) if self.kind == "kda" else ())
-        return (torch.randn(batch, g.k_heads, g.head_k_dim, dtype=a),
-                torch.randn(batch, g.k_heads, g.head_k_dim, dtype=a),
-                torch.randn(batch, g.v_heads, g.head_v_dim, dtype=a),
-                -0.5 * F.softplus(torch.randn(gate_shape, dtype=self.gate)),
-                torch.sigmoid(torch.randn(batch, g.v_heads, dtype=self.gate)))
+        return (
+            torch.randn(batch, g.k_heads, g.head_k_dim, dtype=a),
+            torch.randn(batch, g.k_heads, g.head_k_dim, dtype=a),
+            torch.randn(batch, g.v_heads, g.head_v_dim, dtype=a),
+            -0.5 * F.softplus(torch.randn(gate_shape, dtype=self.gate)),
+            torch.sigmoid(torch.randn(batch, g.v_heads, dtype=self.gate)),
+        )
 
     def ours(self, layer, checkpoint, inputs, slot_ids, out=None):
         if self.kind == "mamba2":
             x, dt, B, C = inputs
             p = self.params
-            return mamba2_step(layer, checkpoint, x, dt, p["A"], B, C, slot_ids=slot_ids, D=p["D"],
-                               dt_bias=p["dt_bias"], out=out)
+            return mamba2_step(
+                layer, checkpoint, x, dt, p["A"], B, C, slot_ids=slot_ids, D=p["D"], dt_bias=p["dt_bias"], out=out
+            )
         return gated_delta_step(layer, checkpoint, *inputs, slot_ids=slot_ids, out=out)
 
     def public_replay(self, cache, inputs, slot_ids):
         if self.kind == "mamba2":
             x, dt, B, C = inputs
             p = self.params
-            return mamba2_replay_step(cache, x, dt, p["A"], B, C, slot_ids=slot_ids, D=p["D"],
-                                      dt_bias=p["dt_bias"])
+            return mamba2_replay_step(cache, x, dt, p["A"], B, C, slot_ids=slot_ids, D=p["D"], dt_bias=p["dt_bias"])
         step = gdn_replay_step if self.kind == "gdn" else kda_replay_step
         return step(cache, *inputs, slot_ids=slot_ids)
 
@@ -66,19 +85,19 @@ class Family:
         if self.kind == "mamba2":
             x, dt, B, C = inputs
             p = self.params
-            return mamba2_decode_step(state, x, dt, p["A"], B, C, slot_ids=slot_ids, D=p["D"],
-                                      dt_bias=p["dt_bias"])
+            return mamba2_decode_step(state, x, dt, p["A"], B, C, slot_ids=slot_ids, D=p["D"], dt_bias=p["dt_bias"])
         step = gdn_decode_step if self.kind == "gdn" else kda_decode_step
         return step(state, *inputs, slot_ids=slot_ids)
 
     def dense_cache(self, state_dtype):
         g = self.g
         if self.kind == "mamba2":
-            return Mamba2ReplayCache.allocate(NUM_SLOTS, g.nheads, g.head_dim, g.d_state, g.ngroups,
-                                              L, state_dtype=state_dtype, act_dtype=self.act)
-        return CACHES[self.kind].allocate(NUM_SLOTS, g.k_heads, g.v_heads, g.head_k_dim,
-                                          g.head_v_dim, L, state_dtype=state_dtype,
-                                          record_dtype=self.records)
+            return Mamba2ReplayCache.allocate(
+                NUM_SLOTS, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=state_dtype, act_dtype=self.act
+            )
+        return CACHES[self.kind].allocate(
+            NUM_SLOTS, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L, state_dtype=state_dtype, record_dtype=self.records
+        )
 
 
 def pooled_layer(fam, state_dtype, cursors=None):
@@ -89,10 +108,10 @@ def pooled_layer(fam, state_dtype, cursors=None):
     for f in record_fields(fam.kind, fam.g, L, record_dtype=fam.records, state_dtype=state_dtype):
         views[f.name], backing[f.name] = pool_view(NUM_SLOTS, f.shape, f.dtype, scale=2, position=1)
         views[f.name].copy_(torch.randn(views[f.name].shape, dtype=torch.float64))
-    store = ReplayRecordStore({7: (fam.kind, fam.g, fam.records)}, L, NUM_SLOTS,
-                              state_dtype=state_dtype, record_views={7: views})
-    checkpoint, backing["checkpoint"] = pool_view(NUM_SLOTS, state_shape(fam.kind, fam.g),
-                                                  state_dtype, scale=3, position=2)
+    store = ReplayRecordStore(
+        {7: (fam.kind, fam.g, fam.records)}, L, NUM_SLOTS, state_dtype=state_dtype, record_views={7: views}
+    )
+    checkpoint, backing["checkpoint"] = pool_view(NUM_SLOTS, state_shape(fam.kind, fam.g), state_dtype, scale=3, position=2)
     checkpoint.copy_(torch.randn(checkpoint.shape, dtype=torch.float64))
     layer = store.layer(7)
     if cursors is not None:
@@ -100,18 +119,23 @@ def pooled_layer(fam, state_dtype, cursors=None):
     return layer, checkpoint, backing
 
 
-FAMILIES = [("mamba2", torch.bfloat16, None), ("gdn", torch.bfloat16, None),
-            ("kda", torch.float16, None), ("mamba2", torch.float32, None),
-            ("gdn", torch.bfloat16, torch.float32), ("kda", torch.bfloat16, torch.float32)]
+FAMILIES = [
+    ("mamba2", torch.bfloat16, None),
+    ("gdn", torch.bfloat16, None),
+    ("kda", torch.float16, None),
+    ("mamba2", torch.float32, None),
+    ("gdn", torch.bfloat16, torch.float32),
+    ("kda", torch.bfloat16, torch.float32),
+]
 
 
-@pytest.mark.parametrize("kind, act, records", FAMILIES,
-                         ids=[f"{k}-{str(a)[6:]}-rec{str(r or a)[6:]}" for k, a, r in FAMILIES])
+@pytest.mark.parametrize(
+    "kind, act, records", FAMILIES, ids=[f"{k}-{str(a)[6:]}-rec{str(r or a)[6:]}" for k, a, r in FAMILIES]
+)
 def test_step_on_pool_views_equals_public_op_on_dense_cache(kind, act, records):
     fam = Family(kind, act, torch.float32, records)
     layer, checkpoint, backing = pooled_layer(fam, torch.float32, cursors=[0, 2, 3, 1, 0])
-    before = {name: outside(view, backing[name]) for name, view in
-              list(layer.records.items()) + [("checkpoint", checkpoint)]}
+    before = {name: outside(view, backing[name]) for name, view in list(layer.records.items()) + [("checkpoint", checkpoint)]}
     cache = fam.dense_cache(torch.float32)
     cache.checkpoint.copy_(checkpoint)
     for name, view in layer.records.items():
@@ -135,7 +159,7 @@ def test_step_on_pool_views_equals_public_op_on_dense_cache(kind, act, records):
 def test_step_float64_matches_recurrence_and_padding_untouched(kind):
     fam = Family(kind, torch.float64, torch.float64)
     layer, checkpoint, _ = pooled_layer(fam, torch.float64, cursors=[0] * NUM_SLOTS)
-    state = checkpoint.clone()              # the conventional recurrence's state, dense
+    state = checkpoint.clone()  # the conventional recurrence's state, dense
     padding_slot = 4
     pad_before = checkpoint[padding_slot].clone()
     indices = torch.tensor([2, padding_slot, 0, padding_slot], dtype=torch.int32)
@@ -147,8 +171,9 @@ def test_step_float64_matches_recurrence_and_padding_untouched(kind):
         out = torch.full_like(inputs[0] if kind == "mamba2" else inputs[2], float("nan"))
         ours = fam.ours(layer, checkpoint, inputs, slot_ids, out=out)
         ref = fam.public_decode(state, inputs, torch.tensor([2, -1, 0, -1], dtype=torch.int32))
-        torch.testing.assert_close(ours[[0, 2]], ref[[0, 2]], rtol=0, atol=1e-12,
-                                   msg=lambda m, step=step: f"{kind} step {step}: {m}")
+        torch.testing.assert_close(
+            ours[[0, 2]], ref[[0, 2]], rtol=0, atol=1e-12, msg=lambda m, step=step: f"{kind} step {step}: {m}"
+        )
         assert torch.isnan(ours[[1, 3]]).all(), "padding rows' out must be left as it was"
     assert torch.equal(checkpoint[padding_slot], pad_before)
     assert layer.cursor[padding_slot] == 0 and layer.arrivals.eq(0).all()
@@ -160,7 +185,7 @@ def test_flush_delta_rule_records_gives_current_state(kind):
     layer, checkpoint, _ = pooled_layer(fam, torch.float64, cursors=[0] * NUM_SLOTS)
     state = checkpoint.clone()
     slots = torch.tensor([1, 3], dtype=torch.int32)
-    for _ in range(L + 2):                       # one flush in, then cursor 2 (records held)
+    for _ in range(L + 2):  # one flush in, then cursor 2 (records held)
         inputs = fam.inputs(2)
         fam.ours(layer, checkpoint, inputs, slots)
         fam.public_decode(state, inputs, slots)
@@ -185,7 +210,7 @@ def test_flush_teeth_corrupt_record_changes_state():
         inputs = fam.inputs(1)
         fam.ours(layer, checkpoint, inputs, slots)
         fam.public_decode(state, inputs, slots)
-    layer.records["d_records"][2, :, 1] += 1.0   # a held record (position 1 < cursor 3)
+    layer.records["d_records"][2, :, 1] += 1.0  # a held record (position 1 < cursor 3)
     flush_delta_rule_records(layer, checkpoint, slots)
     assert (checkpoint[2] - state[2]).abs().max() > 1e-3
 
@@ -205,14 +230,17 @@ def _snapshot(layer, checkpoint):
     return [checkpoint.clone(), layer.cursor.clone()] + [v.clone() for v in layer.records.values()]
 
 
-@pytest.mark.parametrize("case, error, match", [
-    ("kind", ValueError, "layer holds gdn records; expected mamba2"),
-    ("shape", ValueError, "checkpoint has shape \\(4, 4, 8, 16\\); expected \\[num_slots, ...\\] = \\(5, 4, 8, 16\\)"),
-    ("stride", ValueError, "expected stride 1 in its last dimension"),
-    ("dtype", TypeError, "checkpoint is torch.int32"),
-    ("x_dtype", TypeError, "x is torch.float16; expected bfloat16"),
-    ("slot", ValueError, "slot_ids holds 5; expected ids < num_slots = 5"),
-])
+@pytest.mark.parametrize(
+    "case, error, match",
+    [
+        ("kind", ValueError, "layer holds gdn records; expected mamba2"),
+        ("shape", ValueError, "checkpoint has shape \\(4, 4, 8, 16\\); expected \\[num_slots, ...\\] = \\(5, 4, 8, 16\\)"),
+        ("stride", ValueError, "expected stride 1 in its last dimension"),
+        ("dtype", TypeError, "checkpoint is torch.int32"),
+        ("x_dtype", TypeError, "x is torch.float16; expected bfloat16"),
+        ("slot", ValueError, "slot_ids holds 5; expected ids < num_slots = 5"),
+    ],
+)
 def test_mamba2_step_errors_leave_buffers_unchanged(case, error, match):
     fam = Family("mamba2", torch.bfloat16, torch.float32)
     layer, checkpoint, _ = pooled_layer(fam, torch.float32, cursors=[1, 0, 2, 0, 0])
@@ -244,8 +272,7 @@ def test_gated_delta_step_rejects_wrong_gate_rank():
     layer, checkpoint, _ = pooled_layer(fam, torch.float32)
     q, k, v, g, beta = fam.inputs(2)
     with pytest.raises(ValueError, match="g has shape \\(2, 3\\); expected \\[batch, v_heads, head_k_dim\\]"):
-        gated_delta_step(layer, checkpoint, q, k, v, g[..., 0], beta,
-                         slot_ids=torch.tensor([0, 1], dtype=torch.int32))
+        gated_delta_step(layer, checkpoint, q, k, v, g[..., 0], beta, slot_ids=torch.tensor([0, 1], dtype=torch.int32))
 
 
 def test_padding_rows_and_buffer():
@@ -258,7 +285,7 @@ def test_padding_rows_and_buffer():
     buf = PaddingRowBuffer(6, "cpu")
     flags = buf.update([True, False, True])
     assert flags.tolist() == [True, False, True, False, False, False]
-    assert buf.update([False]) is flags and flags.tolist() == [False] * 6   # same storage
+    assert buf.update([False]) is flags and flags.tolist() == [False] * 6  # same storage
     with pytest.raises(ValueError, match="7 rows; the buffer holds 6"):
         buf.update([False] * 7)
 
@@ -275,12 +302,12 @@ def test_causal_conv_step_matches_conv1d(dtype):
     xs = torch.randn(steps, batch, dim, dtype=torch.float64)
     history = torch.randn(batch, dim, width - 1, dtype=torch.float64)
     rows = history.to(dtype)
-    seq = torch.cat([history, xs.permute(1, 2, 0)], dim=2)          # [batch, dim, width-1+steps]
+    seq = torch.cat([history, xs.permute(1, 2, 0)], dim=2)  # [batch, dim, width-1+steps]
     ref = F.silu(F.conv1d(seq, weight[:, None, :], bias, groups=dim))  # [batch, dim, steps]
     for t in range(steps):
         y, rows = causal_conv_step(rows, xs[t].to(dtype), weight, bias)
         tol = 0 if dtype == torch.float64 else 3e-2
         torch.testing.assert_close(y.double(), ref[:, :, t], rtol=tol, atol=tol or 1e-12)
-    torch.testing.assert_close(rows.double(), seq[:, :, -(width - 1):].to(dtype).double())
+    torch.testing.assert_close(rows.double(), seq[:, :, -(width - 1) :].to(dtype).double())
     with pytest.raises(ValueError, match="weight has shape \\(6, 3\\); expected \\[dim, width\\]"):
         causal_conv_step(rows, xs[0].to(dtype), weight[:, :3])

@@ -1,4 +1,5 @@
 """ReplayRecordStore: records and counters by slot; view checks, reset, relocate."""
+
 import pytest
 import torch
 
@@ -14,8 +15,7 @@ def _views(change=None):
     """Pool views of every record field; ``change`` = ((layer, field), tensor) replaces one."""
     views = {}
     for layer, (kind, g, dtype) in LAYERS.items():
-        views[layer] = {f.name: pool_view(6, f.shape, f.dtype)[0]
-                        for f in record_fields(kind, g, 4, record_dtype=dtype, **KW)}
+        views[layer] = {f.name: pool_view(6, f.shape, f.dtype)[0] for f in record_fields(kind, g, 4, record_dtype=dtype, **KW)}
     if change is not None:
         (layer, name), value = change
         views[layer][name] = value
@@ -41,14 +41,26 @@ def test_store_accepts_pool_views():
     assert not store.owns_records
 
 
-@pytest.mark.parametrize("change, error, match", [
-    (((3, "x_records"), torch.zeros(6, 4, 4, 9, dtype=torch.bfloat16)), ValueError,
-     "layer 3 x_records has shape \\(6, 4, 4, 9\\); expected \\[num_slots, ...\\] = \\(6, 4, 4, 8\\)"),
-    (((3, "dt_records"), torch.zeros(6, 4, 4, dtype=torch.bfloat16)), TypeError,
-     "layer 3 dt_records is torch.bfloat16; expected torch.float32"),
-    (((5, "k_records"), torch.zeros(6, 2, 16, 4, dtype=torch.float32).transpose(2, 3)), ValueError,
-     "layer 5 k_records has strides .*; expected each slot dense"),
-])
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (
+            ((3, "x_records"), torch.zeros(6, 4, 4, 9, dtype=torch.bfloat16)),
+            ValueError,
+            "layer 3 x_records has shape \\(6, 4, 4, 9\\); expected \\[num_slots, ...\\] = \\(6, 4, 4, 8\\)",
+        ),
+        (
+            ((3, "dt_records"), torch.zeros(6, 4, 4, dtype=torch.bfloat16)),
+            TypeError,
+            "layer 3 dt_records is torch.bfloat16; expected torch.float32",
+        ),
+        (
+            ((5, "k_records"), torch.zeros(6, 2, 16, 4, dtype=torch.float32).transpose(2, 3)),
+            ValueError,
+            "layer 5 k_records has strides .*; expected each slot dense",
+        ),
+    ],
+)
 def test_store_rejects_bad_views(change, error, match):
     with pytest.raises(error, match=match):
         ReplayRecordStore(LAYERS, 4, 6, record_views=_views(change), **KW)
@@ -86,7 +98,7 @@ def test_relocate_swap_and_chain_read_sources_first():
         assert torch.equal(store.counters[:, :, new], before[:, :, old])
         assert x[new].eq(old).all()
     assert torch.equal(store.counters[:, :, 5], before[:, :, 5])
-    assert torch.equal(store.counters[:, :, 2], before[:, :, 2])   # a source keeps its values
+    assert torch.equal(store.counters[:, :, 2], before[:, :, 2])  # a source keeps its values
 
 
 def test_relocate_pool_views_moves_counters_only_and_rejects_bad_pairs():
@@ -96,7 +108,7 @@ def test_relocate_pool_views_moves_counters_only_and_rejects_bad_pairs():
     x[0] = 1.0
     store.counters[:, 0, 0] = 3
     store.relocate([0], [2])
-    assert store.counters[:, 0, 2].eq(3).all() and x[2].eq(0).all()   # the pool moves records
+    assert store.counters[:, 0, 2].eq(3).all() and x[2].eq(0).all()  # the pool moves records
     with pytest.raises(ValueError, match="2 old slots and 1 new slots"):
         store.relocate([0, 1], [2])
     with pytest.raises(ValueError, match="repeat; expected distinct destinations"):

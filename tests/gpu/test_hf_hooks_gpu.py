@@ -9,16 +9,17 @@ the CPU reference (bf16, 53 tokens) the hook's error was 0.85-1.15x the host's a
 agreements within 0.02 (errors 3e-2 to 3e-1 of the logits' scale: tiny random models are
 sensitive; the fp32 comparison is the exact one).
 """
+
 import pytest
 import torch
 
 pytest.importorskip("transformers", minversion="5.17")
 
-from transformers import LogitsProcessor, LogitsProcessorList  # noqa: E402
+from transformers import LogitsProcessor, LogitsProcessorList
 
-from trtllm_replayssm_builders.hf import enable_replayssm  # noqa: E402
-from trtllm_replayssm_builders.hf.demo import run_model_demo  # noqa: E402
-from trtllm_replayssm_builders.hf.random_models import FAMILIES, build_random_model  # noqa: E402
+from trtllm_replayssm_builders.hf import enable_replayssm
+from trtllm_replayssm_builders.hf.demo import run_model_demo
+from trtllm_replayssm_builders.hf.random_models import FAMILIES, build_random_model
 
 pytestmark = pytest.mark.gpu
 
@@ -35,7 +36,7 @@ class _ForceTokens(LogitsProcessor):
     def __call__(self, input_ids, scores):
         step = input_ids.shape[1] - self.prompt_len
         forced = torch.full_like(scores, float("-inf"))
-        return forced.scatter_(1, self.tokens[:, step:step + 1], 0.0)
+        return forced.scatter_(1, self.tokens[:, step : step + 1], 0.0)
 
 
 def _prompts(device):
@@ -48,10 +49,17 @@ def _prompts(device):
 def _generate(model, ids, mask, force=None):
     """(new tokens [batch, NEW_TOKENS], logits [NEW_TOKENS, batch, vocab] fp32)."""
     kw = dict(logits_processor=LogitsProcessorList([force])) if force is not None else {}
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS,
-                         min_new_tokens=NEW_TOKENS, do_sample=False, output_logits=True,
-                         return_dict_in_generate=True, **kw)
-    return out.sequences[:, ids.shape[1]:], torch.stack(out.logits).float()
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        **kw,
+    )
+    return out.sequences[:, ids.shape[1] :], torch.stack(out.logits).float()
 
 
 def _rel_err(a, ref):

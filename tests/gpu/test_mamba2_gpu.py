@@ -1,14 +1,27 @@
 """Mamba-2 replay on the GPU at Nemotron-3 geometries: long runs, every dtype pair, CUDA graphs."""
+
 import pytest
 import torch
 
-from mamba2_cases import (ACT_TOL, DTYPES, STATE_TOL, Geometry, Oracle, drive_replay, make_params,
-                          make_step, rel_err, replay_with_op)
+from mamba2_cases import (
+    ACT_TOL,
+    DTYPES,
+    STATE_TOL,
+    Geometry,
+    Oracle,
+    drive_replay,
+    make_params,
+    make_step,
+    rel_err,
+    replay_with_op,
+)
 
 pytestmark = pytest.mark.gpu
 
-NEMOTRON = [pytest.param(Geometry(128, 64, 128, 8), id="nh128-hd64-ds128-g8"),  # Nemotron-3-Super, TP=1
-            pytest.param(Geometry(96, 80, 128, 8), id="nh96-hd80-ds128-g8")]    # Nemotron-3-Nano-4B
+NEMOTRON = [
+    pytest.param(Geometry(128, 64, 128, 8), id="nh128-hd64-ds128-g8"),  # Nemotron-3-Super, TP=1
+    pytest.param(Geometry(96, 80, 128, 8), id="nh96-hd80-ds128-g8"),
+]  # Nemotron-3-Nano-4B
 PAIRS = [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
 
 
@@ -16,24 +29,26 @@ PAIRS = [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
 @pytest.mark.parametrize("dtypes", PAIRS, ids=lambda d: f"s{d[0]}-a{d[1]}")
 def test_mamba2_replay_step_nemotron_long_run(g, dtypes):
     s, a = dtypes
-    worst = drive_replay(replay_with_op, g, 16, DTYPES[s], DTYPES[a], "cuda", steps=200,
-                         batch=6, num_slots=11, n_padding=2, with_z=True)
+    worst = drive_replay(
+        replay_with_op, g, 16, DTYPES[s], DTYPES[a], "cuda", steps=200, batch=6, num_slots=11, n_padding=2, with_z=True
+    )
     assert worst["flushes"] >= 60
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s], worst
 
 
 @pytest.mark.parametrize("g", NEMOTRON)
-@pytest.mark.parametrize("dtypes", [("bf16", "f32"), ("bf16", "bf16"), ("f16", "f16")],
-                         ids=lambda d: f"s{d[0]}-a{d[1]}")
+@pytest.mark.parametrize("dtypes", [("bf16", "f32"), ("bf16", "bf16"), ("f16", "f16")], ids=lambda d: f"s{d[0]}-a{d[1]}")
 def test_mamba2_replay_step_split_flush_long_run(g, dtypes):
     """From batch 8 the op folds a 16-bit checkpoint's flush rows in a second launch
     (LaunchConfig.split_flush)."""
     from trtllm_replayssm.kernels.common import mamba2_launch_config
+
     s, a = dtypes
     assert mamba2_launch_config("replay_step", g.head_dim, g.d_state, 15, DTYPES[s]).split_flush
-    worst = drive_replay(replay_with_op, g, 16, DTYPES[s], DTYPES[a], "cuda", steps=200,
-                         batch=12, num_slots=19, n_padding=3, with_z=True)
+    worst = drive_replay(
+        replay_with_op, g, 16, DTYPES[s], DTYPES[a], "cuda", steps=200, batch=12, num_slots=19, n_padding=3, with_z=True
+    )
     assert worst["flushes"] >= 120
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s], worst
@@ -41,25 +56,39 @@ def test_mamba2_replay_step_split_flush_long_run(g, dtypes):
 
 # Rows and checkpoint dtype: one launch per step (batch 5, fp32), and the split flush's two
 # launches (batch 12, bf16 checkpoint).
-GRAPH_ROWS = {5: ([7, -1, 2, 0, 5], torch.float32),
-              12: ([7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1], torch.bfloat16)}
+GRAPH_ROWS = {5: ([7, -1, 2, 0, 5], torch.float32), 12: ([7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1], torch.bfloat16)}
 
 
 @pytest.mark.parametrize("batch", sorted(GRAPH_ROWS))
 @pytest.mark.parametrize("L", [1, 4, 16, 64])
-@pytest.mark.parametrize("g", [pytest.param(Geometry(128, 64, 128, 8), id="nh128-hd64-ds128-g8"),
-                               pytest.param(Geometry(6, 96, 96, 3), id="nh6-hd96-ds96-g3")])
+@pytest.mark.parametrize(
+    "g",
+    [
+        pytest.param(Geometry(128, 64, 128, 8), id="nh128-hd64-ds128-g8"),
+        pytest.param(Geometry(6, 96, 96, 3), id="nh6-hd96-ds96-g3"),
+    ],
+)
 def test_mamba2_replay_step_cuda_graph_equals_eager(g, L, batch):
     """One captured step replayed 3L times equals 3L eager steps, bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
+
     p = make_params(g, "cuda")
     num_slots = 17
     rows, state_dtype = GRAPH_ROWS[batch]
     slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
     caches = []
     for _ in range(2):
-        c = Mamba2ReplayCache.allocate(num_slots, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                       state_dtype=state_dtype, act_dtype=torch.bfloat16, device="cuda")
+        c = Mamba2ReplayCache.allocate(
+            num_slots,
+            g.nheads,
+            g.head_dim,
+            g.d_state,
+            g.ngroups,
+            L,
+            state_dtype=state_dtype,
+            act_dtype=torch.bfloat16,
+            device="cuda",
+        )
         torch.manual_seed(3)
         c.checkpoint.normal_()
         c.cursor.copy_(torch.arange(num_slots, dtype=torch.int32) % L)
@@ -95,13 +124,15 @@ def test_mamba2_bf16_checkpoint_more_accurate_than_bf16_state():
     (same inputs, same float64 oracle). Reported figures go to the README."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.ops import mamba2_decode_step
+
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
     n, L = 8, 16
     slots = torch.arange(n, dtype=torch.int32, device="cuda")
     init = torch.randn(n, g.nheads, g.head_dim, g.d_state, device="cuda").to(torch.bfloat16)
-    cache = Mamba2ReplayCache.allocate(n, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                       state_dtype=torch.bfloat16, act_dtype=torch.bfloat16, device="cuda")
+    cache = Mamba2ReplayCache.allocate(
+        n, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.bfloat16, act_dtype=torch.bfloat16, device="cuda"
+    )
     cache.admit(slots, init)
     state = init.clone()
     oracle = Oracle(init, p, device="cuda")

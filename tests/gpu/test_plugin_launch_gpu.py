@@ -14,6 +14,7 @@ The driver API is reached through ctypes on libcuda (no extra package): that is 
 TensorRT makes, with an explicit ``void**`` argument array, and cuFuncGetParamInfo (CUDA >= 12.4)
 confirms the loaded entry has exactly the plugin's parameter count and sizes.
 """
+
 import ctypes
 import os
 import sys
@@ -22,7 +23,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins"))
-from plugin_cases import GatedDeltaCase, Mamba2Case, grid_of, info_of, launch_arguments  # noqa: E402
+from plugin_cases import GatedDeltaCase, Mamba2Case, grid_of, info_of, launch_arguments
 # (importing plugin_cases makes trtllm_replayssm_plugins importable from a checkout)
 
 pytestmark = pytest.mark.gpu
@@ -63,8 +64,7 @@ class Driver:
         return sizes
 
     def launch(self, fn, grid, block, shared_mem, args, params):
-        slots = [ctypes.c_void_p(a.data_ptr()) if p.role != "scalar" else ctypes.c_int32(a)
-                 for a, p in zip(args, params)]
+        slots = [ctypes.c_void_p(a.data_ptr()) if p.role != "scalar" else ctypes.c_int32(a) for a, p in zip(args, params)]
         array = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self.check(self.lib.cuLaunchKernel(fn, *grid, *block, shared_mem, stream, array, None), "cuLaunchKernel")
@@ -82,15 +82,70 @@ def driver():
 # GDN: Qwen3.5-like (16 key, 32 value heads, 128 x 128, TP=1); KDA: Kimi-Linear-like (32 x 32
 # heads, 128 x 128) with fp32 records.
 CASES = [
-    pytest.param(Mamba2Case, (128, 64, 128, 8, 16), dict(has_z=True), 4, "f32", "bf16", dict(), id="mamba2-nh128-hd64-L16-b4-f32-bf16"),
+    pytest.param(
+        Mamba2Case, (128, 64, 128, 8, 16), dict(has_z=True), 4, "f32", "bf16", dict(), id="mamba2-nh128-hd64-L16-b4-f32-bf16"
+    ),
     pytest.param(Mamba2Case, (128, 64, 128, 8, 16), {}, 16, "f32", "bf16", dict(), id="mamba2-nh128-hd64-L16-b16-f32-bf16"),
-    pytest.param(Mamba2Case, (128, 64, 128, 8, 16), dict(has_z=True), 64, "bf16", "bf16", dict(), id="mamba2-nh128-hd64-L16-b64-bf16-bf16"),
-    pytest.param(Mamba2Case, (96, 80, 128, 8, 8), dict(has_z=True), 40, "f32", "f16", dict(D_per_dim=True), id="mamba2-nh96-hd80-L8-b40-f32-f16-Pz"),
-    pytest.param(Mamba2Case, (8, 64, 64, 8, 1), dict(has_D=False, has_dt_bias=False, dt_softplus=False), 8, "f32", "f32",
-                 dict(), id="mamba2-nh8-hd64-L1-b8-none"),
-    pytest.param(GatedDeltaCase, (16, 32, 128, 128, 16), dict(per_channel=False), 6, "f32", "bf16", dict(), id="gdn-hk16-hv32-L16-b6-f32-bf16"),
-    pytest.param(GatedDeltaCase, (16, 32, 128, 128, 16), dict(per_channel=False), 48, "bf16", "bf16", dict(), id="gdn-hk16-hv32-L16-b48-bf16-bf16"),
-    pytest.param(GatedDeltaCase, (32, 32, 128, 128, 8), dict(per_channel=True), 24, "f32", "bf16", dict(), id="kda-hk32-hv32-L8-b24-f32-bf16"),
+    pytest.param(
+        Mamba2Case,
+        (128, 64, 128, 8, 16),
+        dict(has_z=True),
+        64,
+        "bf16",
+        "bf16",
+        dict(),
+        id="mamba2-nh128-hd64-L16-b64-bf16-bf16",
+    ),
+    pytest.param(
+        Mamba2Case,
+        (96, 80, 128, 8, 8),
+        dict(has_z=True),
+        40,
+        "f32",
+        "f16",
+        dict(D_per_dim=True),
+        id="mamba2-nh96-hd80-L8-b40-f32-f16-Pz",
+    ),
+    pytest.param(
+        Mamba2Case,
+        (8, 64, 64, 8, 1),
+        dict(has_D=False, has_dt_bias=False, dt_softplus=False),
+        8,
+        "f32",
+        "f32",
+        dict(),
+        id="mamba2-nh8-hd64-L1-b8-none",
+    ),
+    pytest.param(
+        GatedDeltaCase,
+        (16, 32, 128, 128, 16),
+        dict(per_channel=False),
+        6,
+        "f32",
+        "bf16",
+        dict(),
+        id="gdn-hk16-hv32-L16-b6-f32-bf16",
+    ),
+    pytest.param(
+        GatedDeltaCase,
+        (16, 32, 128, 128, 16),
+        dict(per_channel=False),
+        48,
+        "bf16",
+        "bf16",
+        dict(),
+        id="gdn-hk16-hv32-L16-b48-bf16-bf16",
+    ),
+    pytest.param(
+        GatedDeltaCase,
+        (32, 32, 128, 128, 8),
+        dict(per_channel=True),
+        24,
+        "f32",
+        "bf16",
+        dict(),
+        id="kda-hk32-hv32-L8-b24-f32-bf16",
+    ),
 ]
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -103,11 +158,12 @@ def test_replay_step_ptx_driver_launch_equals_op(driver, case, geometry, flags, 
     a = family.ATTRS.for_layer(*geometry, state_dtype=state, batch_hint=batch, **flags)
     g = torch.Generator().manual_seed(batch)
     num_slots = batch + 7
-    layer = case.layer(a, num_slots=num_slots, state_dtype=DT[state], act_dtype=DT[act], device="cuda",
-                       generator=g, **layer_kw)
+    layer = case.layer(
+        a, num_slots=num_slots, state_dtype=DT[state], act_dtype=DT[act], device="cuda", generator=g, **layer_kw
+    )
     ref = {k: v.clone() for k, v in layer.items()}
     cache_names = family.INPUTS[:6]
-    live = torch.randperm(num_slots, generator=g)[:batch - 2].to(torch.int32)
+    live = torch.randperm(num_slots, generator=g)[: batch - 2].to(torch.int32)
     # Rows: live slots, a padding row, and an out-of-range slot id (the op's validation would
     # refuse it, so the op sees a padding row there).
     plugin_slots = torch.cat([live, torch.tensor([-1, num_slots + 5], dtype=torch.int32)]).cuda()
@@ -129,8 +185,14 @@ def test_replay_step_ptx_driver_launch_equals_op(driver, case, geometry, flags, 
         out_p = torch.full_like(case.out_like(step), 42.0)
         out_r = out_p.clone()
         flushes += int((layer["cursor"][live.cuda().long()] == a.L - 1).sum())
-        driver.launch(fn, grid_of(spec, inputs), spec.block, compiled.shared_mem,
-                      launch_arguments(family, spec, inputs, out_p), spec.params)
+        driver.launch(
+            fn,
+            grid_of(spec, inputs),
+            spec.block,
+            compiled.shared_mem,
+            launch_arguments(family, spec, inputs, out_p),
+            spec.params,
+        )
         case.launch_kernel(a, ref, step, op_slots, out_r)
         torch.cuda.synchronize()
         assert torch.equal(out_p, out_r), f"step {step_index}: output differs by {(out_p.float() - out_r.float()).abs().max()}"

@@ -1,11 +1,11 @@
 """GDN / KDA Triton kernels against the references: under TRITON_INTERPRET=1 on the CPU (small
 odd shapes that exercise every mask, GQA), natively on a GPU."""
+
 import pytest
 import torch
 
 from triton_mode import INTERPRET
-from gated_delta_cases import (ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step,
-                               replay_with_launcher)
+from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step, replay_with_launcher
 from mamba2_cases import DTYPES
 from replay_driver import as_f64, drive_replay, rel_err
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
@@ -14,13 +14,15 @@ from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decod
 from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
 from trtllm_replayssm.reference.gated_delta import gated_delta_decode_step_ref
 
-pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
-                                reason="needs TRITON_INTERPRET=1 or a GPU")
+pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 G = DeltaGeometry(2, 4, 12, 20) if INTERPRET else DeltaGeometry(2, 6, 80, 96)
 # bf16 checkpoints are GPU-only (the interpreter truncates fp32 -> bf16; see the Mamba-2 tests).
-PAIRS = ([("f32", "f32"), ("f32", "bf16"), ("f16", "f16")] if INTERPRET else
-         [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")])
+PAIRS = (
+    [("f32", "f32"), ("f32", "bf16"), ("f16", "f16")]
+    if INTERPRET
+    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+)
 FAMILY_IDS = {False: "gdn", True: "kda"}
 
 
@@ -30,8 +32,9 @@ FAMILY_IDS = {False: "gdn", True: "kda"}
 def test_gated_delta_replay_step_kernel_matches_recurrence(per_channel, dtypes, L):
     s, a = dtypes
     fam = DeltaFamily(G, per_channel=per_channel, use_qk_l2norm=L != 1)
-    worst = drive_replay(fam, replay_with_launcher, L, DTYPES[s], DTYPES[a], DEVICE,
-                         steps=2 * L + 2, batch=3, num_slots=7, n_padding=2)
+    worst = drive_replay(
+        fam, replay_with_launcher, L, DTYPES[s], DTYPES[a], DEVICE, steps=2 * L + 2, batch=3, num_slots=7, n_padding=2
+    )
     assert worst["flushes"] >= 3
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s] + (ACT_TOL[a] if L > 1 else 0.0), worst
@@ -41,14 +44,14 @@ def test_gated_delta_replay_step_kernel_matches_recurrence(per_channel, dtypes, 
 def test_gated_delta_replay_fp32_records_with_bf16_activations(per_channel):
     """fp32 records keep d and k̂ unrounded: the window adds no activation rounding."""
     fam = DeltaFamily(G, per_channel=per_channel, record_dtype=torch.float32)
-    worst = drive_replay(fam, replay_with_launcher, 4, torch.float32, torch.bfloat16, DEVICE,
-                         steps=8, batch=3, num_slots=5)
+    worst = drive_replay(fam, replay_with_launcher, 4, torch.float32, torch.bfloat16, DEVICE, steps=8, batch=3, num_slots=5)
     assert worst["y"] < ACT_TOL["bf16"] and worst["ckpt"] < 2e-5, worst
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
-@pytest.mark.parametrize("dtypes", [("f32", "f32"), ("f16", "f16")] + ([] if INTERPRET else [("bf16", "bf16")]),
-                         ids=lambda d: f"s{d[0]}-a{d[1]}")
+@pytest.mark.parametrize(
+    "dtypes", [("f32", "f32"), ("f16", "f16")] + ([] if INTERPRET else [("bf16", "bf16")]), ids=lambda d: f"s{d[0]}-a{d[1]}"
+)
 def test_gated_delta_decode_step_kernel_matches_reference(per_channel, dtypes):
     s, a = dtypes
     state = torch.randn(6, G.v_heads, G.head_v_dim, G.head_k_dim, device=DEVICE).to(DTYPES[s])
@@ -62,8 +65,9 @@ def test_gated_delta_decode_step_kernel_matches_reference(per_channel, dtypes):
         kw = dict(slot_ids=slots, scale=0.2, use_qk_l2norm=True)
         out = torch.full_like(inp["v"], 42.0)
         launch_gated_delta_decode_step(state, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], out=out, **kw)
-        ref = gated_delta_decode_step_ref(ref_state, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
-                                          out=torch.empty_like(out), **kw)
+        ref = gated_delta_decode_step_ref(
+            ref_state, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], out=torch.empty_like(out), **kw
+        )
         assert torch.all(out[1] == 42.0)
         assert rel_err(out[live.to(DEVICE)], ref[live.to(DEVICE)]) < ACT_TOL[a]
         if dtypes == ("f32", "f32"):
@@ -77,25 +81,38 @@ def test_gated_delta_decode_step_kernel_matches_reference(per_channel, dtypes):
 def test_gated_delta_replay_step_kernel_launch_config_invisible(per_channel):
     """One tile per program or a pipelined loop over the head: the same outputs and caches."""
     cls = KDAReplayCache if per_channel else GDNReplayCache
-    cfgs = [LaunchConfig(16, 1), LaunchConfig(32, 4),
-            LaunchConfig(16, 2, chunks=-(-G.head_v_dim // 16), num_stages=3)]
+    cfgs = [LaunchConfig(16, 1), LaunchConfig(32, 4), LaunchConfig(16, 2, chunks=-(-G.head_v_dim // 16), num_stages=3)]
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)
-        c = cls.allocate(6, G.k_heads, G.v_heads, G.head_k_dim, G.head_v_dim, 4,
-                         record_dtype=torch.float32, device=DEVICE)
+        c = cls.allocate(6, G.k_heads, G.v_heads, G.head_k_dim, G.head_v_dim, 4, record_dtype=torch.float32, device=DEVICE)
         c.checkpoint.normal_()
         c.cursor.copy_(torch.tensor([0, 1, 2, 3, 0, 1], dtype=torch.int32))
         caches.append(c)
     slots = torch.tensor([2, -1, 0, 3, 5], dtype=torch.int32, device=DEVICE)
     for _ in range(5):  # every live row appends and flushes
         inp = make_step(G, 5, torch.float32, DEVICE, per_channel=per_channel)
-        ys = [launch_gated_delta_replay_step(c.checkpoint, c.d_records, c.k_records, c.g_records,
-                                             c.cursor, c.arrivals, inp["q"], inp["k"], inp["v"],
-                                             inp["g"], inp["beta"], slot_ids=slots, scale=0.3,
-                                             use_qk_l2norm=True, out=torch.full_like(inp["v"], 42.0),
-                                             config=cfg)
-              for c, cfg in zip(caches, cfgs)]
+        ys = [
+            launch_gated_delta_replay_step(
+                c.checkpoint,
+                c.d_records,
+                c.k_records,
+                c.g_records,
+                c.cursor,
+                c.arrivals,
+                inp["q"],
+                inp["k"],
+                inp["v"],
+                inp["g"],
+                inp["beta"],
+                slot_ids=slots,
+                scale=0.3,
+                use_qk_l2norm=True,
+                out=torch.full_like(inp["v"], 42.0),
+                config=cfg,
+            )
+            for c, cfg in zip(caches, cfgs)
+        ]
         for y in ys[1:]:
             assert torch.all(y[1] == 42.0)
             assert rel_err(y, ys[0]) < 1e-6

@@ -1,6 +1,7 @@
 """``benchmarks/kernel_resources.py``: offline sm_90a compiles of the launchers (no GPU), so the
 register budgets that launch configurations rely on are checked in CI. The compiles run in a
 subprocess without TRITON_INTERPRET (under the interpreter nothing is compiled)."""
+
 import json
 import os
 import subprocess
@@ -11,14 +12,14 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from kernel_resources import GEOMETRIES, ROUTES  # noqa: E402  (importing compiles nothing)
+from kernel_resources import GEOMETRIES, ROUTES  # importing compiles nothing
 
 FAMILIES = tuple(GEOMETRIES)
 CAP = 40
 
 SCRIPT = f"""
 import dataclasses, json, sys
-sys.path[:0] = [{os.path.join(ROOT, 'benchmarks')!r}, {ROOT!r}]
+sys.path[:0] = [{os.path.join(ROOT, "benchmarks")!r}, {ROOT!r}]
 from kernel_resources import kernel_resources
 from trtllm_replayssm.kernels.common import LaunchConfig
 out = {{"default": [dataclasses.asdict(r) for r in kernel_resources("mamba2", "replay_verify", batch=256, T=4)]}}
@@ -37,8 +38,7 @@ print(json.dumps(out))
 def resources():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["CUDA_VISIBLE_DEVICES"] = ""
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -1,41 +1,66 @@
 """Triton kernels against the references: under TRITON_INTERPRET=1 on the CPU (small shapes),
 natively on a GPU. Odd sizes (head_dim 20 or 80, d_state 12) exercise every mask."""
+
 import pytest
 import torch
 
 from triton_mode import INTERPRET
-from mamba2_cases import (ACT_TOL, DTYPES, STATE_TOL, Geometry, Oracle, drive_replay,
-                          make_params, make_step, rel_err, replay_with_launcher)
+from mamba2_cases import (
+    ACT_TOL,
+    DTYPES,
+    STATE_TOL,
+    Geometry,
+    Oracle,
+    drive_replay,
+    make_params,
+    make_step,
+    rel_err,
+    replay_with_launcher,
+)
 from trtllm_replayssm.kernels.common import LaunchConfig
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
 from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref
 
-pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
-                                reason="needs TRITON_INTERPRET=1 or a GPU")
+pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 G = Geometry(4, 20, 12, 2) if INTERPRET else Geometry(8, 80, 128, 2)
 
 # The interpreter converts fp32 -> bf16 by truncation (GPUs round to nearest even), which
 # biases a bf16 checkpoint; bf16 checkpoints are therefore covered on the GPU only.
-PAIRS = ([("f32", "f32"), ("f32", "bf16"), ("f16", "f16")] if INTERPRET else
-         [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")])
+PAIRS = (
+    [("f32", "f32"), ("f32", "bf16"), ("f16", "f16")]
+    if INTERPRET
+    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+)
 
 
 @pytest.mark.parametrize("dtypes", PAIRS, ids=lambda d: f"s{d[0]}-a{d[1]}")
 @pytest.mark.parametrize("L", [1, 4] if INTERPRET else [1, 8, 17])
 def test_mamba2_replay_step_kernel_matches_recurrence(dtypes, L):
     s, a = dtypes
-    worst = drive_replay(replay_with_launcher, G, L, DTYPES[s], DTYPES[a], DEVICE,
-                         steps=2 * L + 2, batch=3, num_slots=7, n_padding=2,
-                         with_z=(L % 2 == 0), D_per_dim=(L == 1))
+    worst = drive_replay(
+        replay_with_launcher,
+        G,
+        L,
+        DTYPES[s],
+        DTYPES[a],
+        DEVICE,
+        steps=2 * L + 2,
+        batch=3,
+        num_slots=7,
+        n_padding=2,
+        with_z=(L % 2 == 0),
+        D_per_dim=(L == 1),
+    )
     assert worst["flushes"] >= 3
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s], worst
 
 
-@pytest.mark.parametrize("dtypes", [("f32", "f32"), ("f16", "f16")] + ([] if INTERPRET else [("bf16", "bf16")]),
-                         ids=lambda d: f"s{d[0]}-a{d[1]}")
+@pytest.mark.parametrize(
+    "dtypes", [("f32", "f32"), ("f16", "f16")] + ([] if INTERPRET else [("bf16", "bf16")]), ids=lambda d: f"s{d[0]}-a{d[1]}"
+)
 def test_mamba2_decode_step_kernel_matches_reference(dtypes):
     """The conventional kernel equals the reference run in the same dtypes (the state is rounded
     to its dtype every step on both sides), and the float64 oracle when everything is fp32."""
@@ -52,8 +77,7 @@ def test_mamba2_decode_step_kernel_matches_reference(dtypes):
         out = torch.full_like(inp["x"], 42.0)
         kw = dict(slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias)
         launch_mamba2_decode_step(state, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], out=out, **kw)
-        ref = mamba2_decode_step_ref(ref_state, inp["x"], inp["dt"], p.A, inp["B"], inp["C"],
-                                     out=torch.empty_like(out), **kw)
+        ref = mamba2_decode_step_ref(ref_state, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], out=torch.empty_like(out), **kw)
         assert torch.all(out[1] == 42.0)
         assert rel_err(out[live.to(DEVICE)], ref[live.to(DEVICE)]) < ACT_TOL[a]
         if dtypes == ("f32", "f32"):
@@ -68,26 +92,50 @@ def test_mamba2_replay_step_kernel_launch_config_invisible():
     in the same launch or a second one) give the same outputs and caches, to fp32 reordering,
     over several flushes with padding rows."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
+
     p = make_params(G, DEVICE)
     chunked = dict(chunks=-(-G.head_dim // 8), num_stages=3)
-    cfgs = [LaunchConfig(4, 1), LaunchConfig(16, 4), LaunchConfig(8, 2, **chunked),
-            LaunchConfig(4, 1, split_flush=True), LaunchConfig(8, 2, **chunked, split_flush=True)]
+    cfgs = [
+        LaunchConfig(4, 1),
+        LaunchConfig(16, 4),
+        LaunchConfig(8, 2, **chunked),
+        LaunchConfig(4, 1, split_flush=True),
+        LaunchConfig(8, 2, **chunked, split_flush=True),
+    ]
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)
-        c = Mamba2ReplayCache.allocate(6, G.nheads, G.head_dim, G.d_state, G.ngroups, 4,
-                                       state_dtype=torch.float32, act_dtype=torch.float32, device=DEVICE)
+        c = Mamba2ReplayCache.allocate(
+            6, G.nheads, G.head_dim, G.d_state, G.ngroups, 4, state_dtype=torch.float32, act_dtype=torch.float32, device=DEVICE
+        )
         c.checkpoint.normal_()
         c.cursor.copy_(torch.tensor([0, 1, 2, 3, 0, 1], dtype=torch.int32))
         caches.append(c)
     slots = torch.tensor([2, -1, 0, 3, 5], dtype=torch.int32, device=DEVICE)
     for _ in range(9):
         inp = make_step(G, 5, torch.float32, DEVICE, with_z=True)
-        ys = [launch_mamba2_replay_step(c.checkpoint, c.x_records, c.dt_records, c.B_records,
-                                        c.cursor, c.arrivals, inp["x"], inp["dt"], p.A, inp["B"],
-                                        inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias,
-                                        out=torch.full_like(inp["x"], 42.0), config=cfg)
-              for c, cfg in zip(caches, cfgs)]
+        ys = [
+            launch_mamba2_replay_step(
+                c.checkpoint,
+                c.x_records,
+                c.dt_records,
+                c.B_records,
+                c.cursor,
+                c.arrivals,
+                inp["x"],
+                inp["dt"],
+                p.A,
+                inp["B"],
+                inp["C"],
+                slot_ids=slots,
+                D=p.D,
+                z=inp["z"],
+                dt_bias=p.dt_bias,
+                out=torch.full_like(inp["x"], 42.0),
+                config=cfg,
+            )
+            for c, cfg in zip(caches, cfgs)
+        ]
         for y in ys[1:]:
             assert torch.all(y[1] == 42.0)
             assert rel_err(y, ys[0]) < 1e-6

@@ -1,5 +1,6 @@
 """The public GDN / KDA ops and caches on the CPU: dispatch to the references, argument
 validation (nothing written on a bad call), padding rows, torch.compile and torch.library.opcheck."""
+
 import pytest
 import torch
 
@@ -13,18 +14,18 @@ from op_checks import snapshot as _snapshot
 from op_checks import strided as _strided
 from mamba2_cases import DTYPES
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
-from trtllm_replayssm.ops import (gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step,
-                                  kda_gate, kda_replay_step)
-from trtllm_replayssm.reference.gated_delta import (delta_rule_gate, gated_delta_decode_step_ref,
-                                                    gated_delta_replay_step_ref)
+from trtllm_replayssm.ops import gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step, kda_gate, kda_replay_step
+from trtllm_replayssm.reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
 
 G = DeltaGeometry(2, 4, 8, 6)
 L = 4
 NUM_SLOTS = 6
 SLOTS = [3, -1, 0, 5]  # cursors 3 (a flush), 0 and 1 (appends), and a padding row
 FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
-FAMILIES = {"gdn": (GDNReplayCache, gdn_replay_step, gdn_decode_step),
-            "kda": (KDAReplayCache, kda_replay_step, kda_decode_step)}
+FAMILIES = {
+    "gdn": (GDNReplayCache, gdn_replay_step, gdn_decode_step),
+    "kda": (KDAReplayCache, kda_replay_step, kda_decode_step),
+}
 
 
 def _tensors(cache) -> list:
@@ -32,9 +33,9 @@ def _tensors(cache) -> list:
 
 
 def _cache(family: str, state: str = "f32", record: str = "f32", L: int = L):
-    cache = FAMILIES[family][0].allocate(NUM_SLOTS, G.k_heads, G.v_heads, G.head_k_dim,
-                                         G.head_v_dim, L, state_dtype=DTYPES[state],
-                                         record_dtype=DTYPES[record])
+    cache = FAMILIES[family][0].allocate(
+        NUM_SLOTS, G.k_heads, G.v_heads, G.head_k_dim, G.head_v_dim, L, state_dtype=DTYPES[state], record_dtype=DTYPES[record]
+    )
     cache.checkpoint.copy_(torch.randn(cache.checkpoint.shape))
     cache.d_records.copy_(torch.randn(cache.d_records.shape))
     cache.k_records.copy_(torch.randn(cache.k_records.shape))
@@ -45,8 +46,13 @@ def _cache(family: str, state: str = "f32", record: str = "f32", L: int = L):
 
 def _kwargs(family: str, act: str = "f32") -> dict:
     inp = make_step(G, len(SLOTS), DTYPES[act], "cpu", per_channel=family == "kda")
-    return dict(**inp, slot_ids=torch.tensor(SLOTS, dtype=torch.int32), scale=None,
-                use_qk_l2norm=True, out=torch.full_like(inp["v"], 42.0))
+    return dict(
+        **inp,
+        slot_ids=torch.tensor(SLOTS, dtype=torch.int32),
+        scale=None,
+        use_qk_l2norm=True,
+        out=torch.full_like(inp["v"], 42.0),
+    )
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -63,7 +69,7 @@ def test_gated_delta_replay_step_equals_reference_bitwise(family, state, act, re
         kw = _kwargs(family, act)
         out_ref = kw["out"].clone()
         y = FAMILIES[family][1](cache, **kw)
-        gated_delta_replay_step_ref(*ref[:5], **{**kw, "out": out_ref, "scale": G.head_k_dim ** -0.5})
+        gated_delta_replay_step_ref(*ref[:5], **{**kw, "out": out_ref, "scale": G.head_k_dim**-0.5})
         assert y is kw["out"] and torch.equal(y, out_ref)
         _assert_unchanged(_tensors(cache), ref)
 
@@ -101,8 +107,9 @@ BAD_STEP_ARGS = [
     pytest.param(lambda k: {"k": k["k"].half()}, TypeError, "k", id="k-dtype"),
     pytest.param(lambda k: {"v": k["v"][:, :-1]}, ValueError, "v", id="v-heads"),
     pytest.param(lambda k: {"g": k["g"][:1]}, ValueError, "g", id="g-batch"),
-    pytest.param(lambda k: {"g": k["g"].sum(-1) if k["g"].dim() == 3 else k["g"][..., None]},
-                 ValueError, "g", id="g-other-family"),
+    pytest.param(
+        lambda k: {"g": k["g"].sum(-1) if k["g"].dim() == 3 else k["g"][..., None]}, ValueError, "g", id="g-other-family"
+    ),
     pytest.param(lambda k: {"beta": k["beta"][:, :-1]}, ValueError, "beta", id="beta-shape"),
     pytest.param(lambda k: {"out": k["out"].double()}, TypeError, "out", id="out-dtype"),
     pytest.param(lambda k: {"scale": -1.0}, TypeError, "scale", id="scale-negative"),
@@ -115,25 +122,40 @@ BAD_STEP_ARGS = [
 
 
 @pytest.mark.parametrize("family", ["gdn", "kda"])
-@pytest.mark.parametrize("override, exc, name", BAD_STEP_ARGS + [
-    pytest.param(lambda k: {"cache": _cache("kda" if isinstance(k["cache"], GDNReplayCache) else "gdn")},
-                 TypeError, "cache", id="cache-other-family"),
-    pytest.param(lambda k: {"cache": tuple(_tensors(k["cache"]))}, TypeError, "cache", id="cache-tuple")])
+@pytest.mark.parametrize(
+    "override, exc, name",
+    BAD_STEP_ARGS
+    + [
+        pytest.param(
+            lambda k: {"cache": _cache("kda" if isinstance(k["cache"], GDNReplayCache) else "gdn")},
+            TypeError,
+            "cache",
+            id="cache-other-family",
+        ),
+        pytest.param(lambda k: {"cache": tuple(_tensors(k["cache"]))}, TypeError, "cache", id="cache-tuple"),
+    ],
+)
 def test_gated_delta_replay_step_bad_input_raises_before_writing(family, override, exc, name):
     kw = {"cache": _cache(family), **_kwargs(family)}
     _assert_raises_untouched(FAMILIES[family][1], kw, override, exc, name, f"{family}_replay_step")
 
 
 @pytest.mark.parametrize("family", ["gdn", "kda"])
-@pytest.mark.parametrize("override, exc, name", BAD_STEP_ARGS + [
-    pytest.param(lambda k: {"state": k["state"][0]}, ValueError, "state", id="state-3d"),
-    pytest.param(lambda k: {"state": k["state"][:, :3]}, ValueError, "q", id="state-heads-vs-k_heads")])
+@pytest.mark.parametrize(
+    "override, exc, name",
+    BAD_STEP_ARGS
+    + [
+        pytest.param(lambda k: {"state": k["state"][0]}, ValueError, "state", id="state-3d"),
+        pytest.param(lambda k: {"state": k["state"][:, :3]}, ValueError, "q", id="state-heads-vs-k_heads"),
+    ],
+)
 def test_gated_delta_decode_step_bad_input_raises_before_writing(family, override, exc, name):
     kw = {"state": torch.randn(NUM_SLOTS, G.v_heads, G.head_v_dim, G.head_k_dim), **_kwargs(family)}
     _assert_raises_untouched(FAMILIES[family][2], kw, override, exc, name, f"{family}_decode_step")
 
 
 # --------------------------------------------------------------------------- cache
+
 
 @pytest.mark.parametrize("family", ["gdn", "kda"])
 def test_gated_delta_cache_allocate_and_admit(family):
@@ -157,9 +179,10 @@ def test_gated_delta_cache_allocate_and_admit(family):
     _assert_unchanged(_tensors(c), before)
 
 
-@pytest.mark.parametrize("kw, exc, name", [
-    ({"v_heads": 5}, ValueError, "k_heads"), ({"L": 65}, ValueError, "L"),
-    ({"head_k_dim": 0}, ValueError, "head_k_dim")])
+@pytest.mark.parametrize(
+    "kw, exc, name",
+    [({"v_heads": 5}, ValueError, "k_heads"), ({"L": 65}, ValueError, "L"), ({"head_k_dim": 0}, ValueError, "head_k_dim")],
+)
 def test_gated_delta_cache_allocate_rejects_bad_geometry(kw, exc, name):
     args = dict(num_slots=2, k_heads=2, v_heads=4, head_k_dim=8, head_v_dim=8, L=4, **{})
     args.update(kw)
@@ -172,7 +195,9 @@ def test_gated_delta_cache_constructor_rejects_inconsistent_tensors():
     with pytest.raises(ValueError, match="^KDAReplayCache: g_records"):
         KDAReplayCache(c.checkpoint, c.d_records, c.k_records, c.g_records[..., 0].contiguous(), c.cursor, c.arrivals)
     with pytest.raises(TypeError, match="^GDNReplayCache: g_records"):
-        GDNReplayCache(c.checkpoint, c.d_records, c.k_records, torch.zeros(6, 4, 4, dtype=torch.bfloat16), c.cursor, c.arrivals)
+        GDNReplayCache(
+            c.checkpoint, c.d_records, c.k_records, torch.zeros(6, 4, 4, dtype=torch.bfloat16), c.cursor, c.arrivals
+        )
     with pytest.raises(TypeError, match="^KDAReplayCache: k_records"):
         KDAReplayCache(c.checkpoint, c.d_records, c.k_records.half(), c.g_records, c.cursor, c.arrivals)
 
@@ -192,6 +217,7 @@ def test_gated_delta_ops_padding_rows(family):
 
 
 # --------------------------------------------------------------------------- compile, opcheck
+
 
 @pytest.mark.parametrize("family", ["gdn", "kda"])
 def test_gated_delta_replay_step_compiled_equals_eager(family):

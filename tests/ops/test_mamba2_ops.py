@@ -1,5 +1,6 @@
 """The public Mamba-2 ops and the replay cache on the CPU: dispatch to the references, argument
 validation (nothing written on a bad call), padding rows, torch.compile and torch.library.opcheck."""
+
 import pytest
 import torch
 
@@ -38,35 +39,55 @@ def _fill(cache: Mamba2ReplayCache) -> Mamba2ReplayCache:
 
 
 def _cache(state: str = "f32", act: str = "f32", L: int = L) -> Mamba2ReplayCache:
-    return _fill(Mamba2ReplayCache.allocate(NUM_SLOTS, G.nheads, G.head_dim, G.d_state,
-                                            G.ngroups, L, state_dtype=DTYPES[state],
-                                            act_dtype=DTYPES[act]))
+    return _fill(
+        Mamba2ReplayCache.allocate(
+            NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=DTYPES[state], act_dtype=DTYPES[act]
+        )
+    )
 
 
 def _direct_cache(L: int) -> Mamba2ReplayCache:
     """A float32 cache built from its tensors (bypassing ``allocate`` and its L check)."""
     n, h, p, d, g = NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups
-    return _fill(Mamba2ReplayCache(
-        checkpoint=torch.zeros(n, h, p, d), x_records=torch.zeros(n, h, L, p),
-        dt_records=torch.zeros(n, h, L), B_records=torch.zeros(n, g, L, d),
-        cursor=torch.zeros(n, dtype=torch.int32), arrivals=torch.zeros(n, dtype=torch.int32)))
+    return _fill(
+        Mamba2ReplayCache(
+            checkpoint=torch.zeros(n, h, p, d),
+            x_records=torch.zeros(n, h, L, p),
+            dt_records=torch.zeros(n, h, L),
+            B_records=torch.zeros(n, g, L, d),
+            cursor=torch.zeros(n, dtype=torch.int32),
+            arrivals=torch.zeros(n, dtype=torch.int32),
+        )
+    )
 
 
 def _step_kwargs(act: str = "f32", *, D_per_dim: bool = False, with_z: bool = True) -> dict:
     """Valid keyword arguments of one step (all but the cache / state) for the rows of SLOTS."""
     p = make_params(G, "cpu", D_per_dim=D_per_dim)
     inp = make_step(G, len(SLOTS), DTYPES[act], "cpu", with_z=with_z)
-    return dict(x=inp["x"], dt=inp["dt"], A=p.A, B=inp["B"], C=inp["C"],
-                slot_ids=torch.tensor(SLOTS, dtype=torch.int32), D=p.D, z=inp["z"],
-                dt_bias=p.dt_bias, dt_softplus=True, out=torch.full_like(inp["x"], 42.0))
+    return dict(
+        x=inp["x"],
+        dt=inp["dt"],
+        A=p.A,
+        B=inp["B"],
+        C=inp["C"],
+        slot_ids=torch.tensor(SLOTS, dtype=torch.int32),
+        D=p.D,
+        z=inp["z"],
+        dt_bias=p.dt_bias,
+        dt_softplus=True,
+        out=torch.full_like(inp["x"], 42.0),
+    )
 
 
 # --------------------------------------------------------------------------- dispatch
 
-CASES = [pytest.param("f32", "f32", False, True, id="sf32-af32-Dhead-z"),
-         pytest.param("f32", "bf16", True, False, id="sf32-abf16-Ddim"),
-         pytest.param("f16", "f16", False, False, id="sf16-af16"),
-         pytest.param("f64", "f64", True, True, id="sf64-af64-Ddim-z")]
+CASES = [
+    pytest.param("f32", "f32", False, True, id="sf32-af32-Dhead-z"),
+    pytest.param("f32", "bf16", True, False, id="sf32-abf16-Ddim"),
+    pytest.param("f16", "f16", False, False, id="sf16-af16"),
+    pytest.param("f64", "f64", True, True, id="sf64-af64-Ddim-z"),
+]
 
 
 @pytest.mark.parametrize("state, act, D_per_dim, with_z", CASES)
@@ -105,18 +126,14 @@ BAD_STEP_ARGS = [
     pytest.param(lambda k: {"x": _strided(k["x"])}, ValueError, "x", id="x-strided"),
     pytest.param(lambda k: {"dt": k["dt"][:, :-1]}, ValueError, "dt", id="dt-shape"),
     pytest.param(lambda k: {"A": k["A"].half()}, TypeError, "A", id="A-float16"),
-    pytest.param(lambda k: {"B": torch.randn(len(SLOTS), 3, G.d_state)}, ValueError, "B",
-                 id="B-ngroups"),
+    pytest.param(lambda k: {"B": torch.randn(len(SLOTS), 3, G.d_state)}, ValueError, "B", id="B-ngroups"),
     pytest.param(lambda k: {"C": k["C"][..., :-1]}, ValueError, "C", id="C-d_state"),
     pytest.param(lambda k: {"D": torch.randn(G.nheads + 1)}, ValueError, "D", id="D-shape"),
     pytest.param(lambda k: {"z": k["z"][:, :-1]}, ValueError, "z", id="z-shape"),
     pytest.param(lambda k: {"out": k["out"].double()}, TypeError, "out", id="out-dtype"),
-    pytest.param(lambda k: {"slot_ids": k["slot_ids"].long()}, TypeError, "slot_ids",
-                 id="slot_ids-int64"),
-    pytest.param(lambda k: {"slot_ids": _ids(3, -1, NUM_SLOTS, 5)}, ValueError, "slot_ids",
-                 id="slot_ids-out-of-range"),
-    pytest.param(lambda k: {"slot_ids": _ids(3, -1, 3, 5)}, ValueError, "slot_ids",
-                 id="slot_ids-duplicate"),
+    pytest.param(lambda k: {"slot_ids": k["slot_ids"].long()}, TypeError, "slot_ids", id="slot_ids-int64"),
+    pytest.param(lambda k: {"slot_ids": _ids(3, -1, NUM_SLOTS, 5)}, ValueError, "slot_ids", id="slot_ids-out-of-range"),
+    pytest.param(lambda k: {"slot_ids": _ids(3, -1, 3, 5)}, ValueError, "slot_ids", id="slot_ids-duplicate"),
     pytest.param(lambda k: {"dt_softplus": 1}, TypeError, "dt_softplus", id="dt_softplus-int"),
 ]
 
@@ -124,8 +141,7 @@ BAD_REPLAY_ARGS = BAD_STEP_ARGS + [
     pytest.param(lambda k: {"x": k["x"].half()}, TypeError, "x", id="x-dtype-vs-cache"),
     # The constructor accepts L = 65; the op rejects it (the kernel's window is 64 records).
     pytest.param(lambda k: {"cache": _direct_cache(65)}, ValueError, "cache", id="cache-L65"),
-    pytest.param(lambda k: {"cache": tuple(_tensors(k["cache"]))}, TypeError, "cache",
-                 id="cache-not-a-cache"),
+    pytest.param(lambda k: {"cache": tuple(_tensors(k["cache"]))}, TypeError, "cache", id="cache-not-a-cache"),
 ]
 
 BAD_DECODE_ARGS = BAD_STEP_ARGS + [
@@ -148,27 +164,28 @@ def test_mamba2_decode_step_bad_input_raises_before_writing(override, exc, name)
 
 # --------------------------------------------------------------------------- cache
 
+
 def test_mamba2_replay_cache_allocate_geometry():
-    cache = Mamba2ReplayCache.allocate(5, 4, 8, 16, 2, 7, state_dtype=torch.float64,
-                                       act_dtype=torch.float64)
-    assert (cache.num_slots, cache.nheads, cache.head_dim, cache.d_state, cache.ngroups,
-            cache.L) == (5, 4, 8, 16, 2, 7)
+    cache = Mamba2ReplayCache.allocate(5, 4, 8, 16, 2, 7, state_dtype=torch.float64, act_dtype=torch.float64)
+    assert (cache.num_slots, cache.nheads, cache.head_dim, cache.d_state, cache.ngroups, cache.L) == (5, 4, 8, 16, 2, 7)
     assert (cache.state_dtype, cache.act_dtype) == (torch.float64, torch.float64)
     assert cache.dt_records.dtype == torch.float64  # float64 dt records with a float64 checkpoint
     assert cache.device == torch.device("cpu")
     assert all(not t.any() for t in _tensors(cache))
     bf16 = Mamba2ReplayCache.allocate(5, 4, 8, 16, 2, 7)
-    assert (bf16.state_dtype, bf16.act_dtype, bf16.dt_records.dtype) == (
-        torch.float32, torch.bfloat16, torch.float32)
+    assert (bf16.state_dtype, bf16.act_dtype, bf16.dt_records.dtype) == (torch.float32, torch.bfloat16, torch.float32)
 
 
-@pytest.mark.parametrize("kw, name", [
-    pytest.param(dict(L=0), "L", id="L0"),
-    pytest.param(dict(L=65), "L", id="L65"),
-    pytest.param(dict(nheads=0), "nheads", id="nheads0"),
-    pytest.param(dict(head_dim=2.0), "head_dim", id="head_dim-float"),
-    pytest.param(dict(ngroups=True), "ngroups", id="ngroups-bool"),
-])
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        pytest.param(dict(L=0), "L", id="L0"),
+        pytest.param(dict(L=65), "L", id="L65"),
+        pytest.param(dict(nheads=0), "nheads", id="nheads0"),
+        pytest.param(dict(head_dim=2.0), "head_dim", id="head_dim-float"),
+        pytest.param(dict(ngroups=True), "ngroups", id="ngroups-bool"),
+    ],
+)
 def test_mamba2_replay_cache_allocate_rejects_bad_geometry(kw, name):
     args = dict(num_slots=2, nheads=4, head_dim=8, d_state=16, ngroups=2, L=4) | kw
     with pytest.raises(ValueError, match=rf"^Mamba2ReplayCache.allocate: {name} is"):
@@ -198,17 +215,20 @@ def _state(n: int) -> torch.Tensor:
     return torch.randn(n, G.nheads, G.head_dim, G.d_state)
 
 
-@pytest.mark.parametrize("slot_ids, state, exc, name", [
-    pytest.param([0, 1], _state(3), ValueError, "state", id="state-rows"),
-    pytest.param([0], _state(1)[..., :-1], ValueError, "state", id="state-d_state"),
-    pytest.param([0], _state(1).int(), TypeError, "state", id="state-int"),
-    pytest.param([0], _state(1).tolist(), TypeError, "state", id="state-list"),
-    pytest.param([0, NUM_SLOTS], _state(2), ValueError, "slot_ids", id="slot-out-of-range"),
-    pytest.param([-1], _state(1), ValueError, "slot_ids", id="slot-negative"),
-    pytest.param([2, 2], _state(2), ValueError, "slot_ids", id="slot-duplicate"),
-    pytest.param([[0]], _state(1), ValueError, "slot_ids", id="slot-2d"),
-    pytest.param([0.0], _state(1), ValueError, "slot_ids", id="slot-float"),
-])
+@pytest.mark.parametrize(
+    "slot_ids, state, exc, name",
+    [
+        pytest.param([0, 1], _state(3), ValueError, "state", id="state-rows"),
+        pytest.param([0], _state(1)[..., :-1], ValueError, "state", id="state-d_state"),
+        pytest.param([0], _state(1).int(), TypeError, "state", id="state-int"),
+        pytest.param([0], _state(1).tolist(), TypeError, "state", id="state-list"),
+        pytest.param([0, NUM_SLOTS], _state(2), ValueError, "slot_ids", id="slot-out-of-range"),
+        pytest.param([-1], _state(1), ValueError, "slot_ids", id="slot-negative"),
+        pytest.param([2, 2], _state(2), ValueError, "slot_ids", id="slot-duplicate"),
+        pytest.param([[0]], _state(1), ValueError, "slot_ids", id="slot-2d"),
+        pytest.param([0.0], _state(1), ValueError, "slot_ids", id="slot-float"),
+    ],
+)
 def test_mamba2_replay_cache_admit_bad_args_raise_before_writing(slot_ids, state, exc, name):
     cache = _cache()
     before = _snapshot(_tensors(cache))
@@ -220,32 +240,47 @@ def test_mamba2_replay_cache_admit_bad_args_raise_before_writing(slot_ids, state
 def _replace(**over):
     def fields(c: Mamba2ReplayCache) -> dict:
         return {name: getattr(c, name) for name in CACHE_FIELDS} | over
+
     return fields
 
 
-@pytest.mark.parametrize("fields, exc, name", [
-    pytest.param(_replace(dt_records=torch.zeros(NUM_SLOTS, G.nheads, L + 1)), ValueError,
-                 "dt_records", id="dt_records-L"),
-    pytest.param(_replace(B_records=torch.zeros(NUM_SLOTS, G.ngroups, L - 1, G.d_state)),
-                 ValueError, "B_records", id="B_records-L"),
-    pytest.param(_replace(B_records=torch.zeros(NUM_SLOTS, 3, L, G.d_state)), ValueError,
-                 "ngroups", id="ngroups-not-dividing"),
-    pytest.param(_replace(cursor=torch.zeros(NUM_SLOTS, dtype=torch.int64)), TypeError,
-                 "cursor", id="cursor-int64"),
-    pytest.param(_replace(arrivals=torch.zeros(NUM_SLOTS + 1, dtype=torch.int32)), ValueError,
-                 "arrivals", id="arrivals-shape"),
-    pytest.param(_replace(B_records=torch.zeros(NUM_SLOTS, G.ngroups, L, G.d_state,
-                                                dtype=torch.float16)), TypeError, "B_records",
-                 id="B_records-dtype"),
-    pytest.param(_replace(x_records=torch.zeros(NUM_SLOTS, G.nheads, G.head_dim, L).mT),
-                 ValueError, "x_records", id="x_records-non-contiguous"),
-])
+@pytest.mark.parametrize(
+    "fields, exc, name",
+    [
+        pytest.param(
+            _replace(dt_records=torch.zeros(NUM_SLOTS, G.nheads, L + 1)), ValueError, "dt_records", id="dt_records-L"
+        ),
+        pytest.param(
+            _replace(B_records=torch.zeros(NUM_SLOTS, G.ngroups, L - 1, G.d_state)), ValueError, "B_records", id="B_records-L"
+        ),
+        pytest.param(
+            _replace(B_records=torch.zeros(NUM_SLOTS, 3, L, G.d_state)), ValueError, "ngroups", id="ngroups-not-dividing"
+        ),
+        pytest.param(_replace(cursor=torch.zeros(NUM_SLOTS, dtype=torch.int64)), TypeError, "cursor", id="cursor-int64"),
+        pytest.param(
+            _replace(arrivals=torch.zeros(NUM_SLOTS + 1, dtype=torch.int32)), ValueError, "arrivals", id="arrivals-shape"
+        ),
+        pytest.param(
+            _replace(B_records=torch.zeros(NUM_SLOTS, G.ngroups, L, G.d_state, dtype=torch.float16)),
+            TypeError,
+            "B_records",
+            id="B_records-dtype",
+        ),
+        pytest.param(
+            _replace(x_records=torch.zeros(NUM_SLOTS, G.nheads, G.head_dim, L).mT),
+            ValueError,
+            "x_records",
+            id="x_records-non-contiguous",
+        ),
+    ],
+)
 def test_mamba2_replay_cache_constructor_rejects_inconsistent_tensors(fields, exc, name):
     with pytest.raises(exc, match=rf"^Mamba2ReplayCache: {name}\b"):
         Mamba2ReplayCache(**fields(_direct_cache(L)))
 
 
 # --------------------------------------------------------------------------- padding rows
+
 
 @pytest.mark.parametrize("op", ["replay", "decode"])
 def test_mamba2_ops_padding_rows_keep_out(op):
@@ -273,12 +308,13 @@ def test_mamba2_ops_all_padding_changes_nothing(op):
 
 # --------------------------------------------------------------------------- torch.compile
 
+
 def test_mamba2_replay_step_compiled_equals_eager():
     """fullgraph tracing works: the slot-id value checks (a host read) are skipped while
     compiling, the shape/dtype checks are static and the op has a fake implementation."""
+
     def step(cache, x, dt, A, B, C, slot_ids, D, z, dt_bias, out):
-        return mamba2_replay_step(cache, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z,
-                                  dt_bias=dt_bias, out=out)
+        return mamba2_replay_step(cache, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, out=out)
 
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
     eager_cache = _cache()
@@ -295,6 +331,7 @@ def test_mamba2_replay_step_compiled_equals_eager():
 
 # --------------------------------------------------------------------------- opcheck
 
+
 def _opcheck_args(op: str, full: bool) -> tuple:
     """Positional arguments of the custom op, in its definition's order (ops/mamba2.py)."""
     kw = _step_kwargs(D_per_dim=full, with_z=full)
@@ -309,6 +346,8 @@ def _opcheck_args(op: str, full: bool) -> tuple:
 @pytest.mark.parametrize("full", [True, False], ids=["D-z-dt_bias-softplus", "bare"])
 @pytest.mark.parametrize("op", ["replay", "decode"])
 def test_mamba2_custom_ops_opcheck(op, full):
-    custom = {"replay": torch.ops.replayssm.mamba2_replay_step.default,
-              "decode": torch.ops.replayssm.mamba2_decode_step.default}[op]
+    custom = {
+        "replay": torch.ops.replayssm.mamba2_replay_step.default,
+        "decode": torch.ops.replayssm.mamba2_decode_step.default,
+    }[op]
     opcheck(custom, _opcheck_args(op, full))

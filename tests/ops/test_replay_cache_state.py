@@ -1,6 +1,7 @@
 """replay_cache_state: the state a replay cache holds (checkpoint + records, no current token)
 equals the float64 conventional recurrence's state after the same tokens; reads only; bad
 arguments raise."""
+
 import pytest
 import torch
 
@@ -29,7 +30,7 @@ def _run(name: str, state_dtype=torch.float64, act_dtype=torch.float64):
     family = make_family()
     p = family.make_params("cpu")
     cache = family.allocate(NUM_SLOTS, L, state_dtype, act_dtype, "cpu")
-    family.poison(cache)                      # positions never written hold garbage
+    family.poison(cache)  # positions never written hold garbage
     start = torch.randn(NUM_SLOTS, *cache.checkpoint.shape[1:], dtype=torch.float64)
     cache.admit(torch.arange(NUM_SLOTS, dtype=torch.int32), start.to(state_dtype))
     oracle = as_f64(cache.checkpoint).clone()
@@ -70,23 +71,26 @@ def test_fp32_cache_gives_fp32_close_to_recurrence(name):
 def test_teeth_one_corrupted_record_is_seen_stale_ones_are_not(name):
     cache, p, oracle = _run(name)
     records = cache.x_records if name == "mamba2" else cache.d_records
-    slot = 2                                  # cursor 3: positions 0-2 held, 3 stale
-    records[slot, 0, L - 1] += 1.0            # a stale position: never read
+    slot = 2  # cursor 3: positions 0-2 held, 3 stale
+    records[slot, 0, L - 1] += 1.0  # a stale position: never read
     state = _state(name, cache, p, torch.tensor([slot]))
     assert (state[0] - oracle[slot]).abs().max() <= 1e-12 * oracle.abs().max()
-    records[slot, 0, 1] += 1e-3               # a held record
+    records[slot, 0, 1] += 1e-3  # a held record
     state = _state(name, cache, p, torch.tensor([slot]))
     assert (state[0] - oracle[slot]).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-@pytest.mark.parametrize("slot_ids, exc, match", [
-    (torch.tensor([0, NUM_SLOTS]), ValueError, "slot_ids span"),
-    (torch.tensor([-1, 0]), ValueError, "slot_ids span"),
-    (torch.tensor([[0, 1]]), ValueError, "slot_ids has shape"),
-    (torch.tensor([0.0, 1.0]), ValueError, "slot_ids has shape"),
-    ([0, 1], TypeError, "slot_ids is list"),
-])
+@pytest.mark.parametrize(
+    "slot_ids, exc, match",
+    [
+        (torch.tensor([0, NUM_SLOTS]), ValueError, "slot_ids span"),
+        (torch.tensor([-1, 0]), ValueError, "slot_ids span"),
+        (torch.tensor([[0, 1]]), ValueError, "slot_ids has shape"),
+        (torch.tensor([0.0, 1.0]), ValueError, "slot_ids has shape"),
+        ([0, 1], TypeError, "slot_ids is list"),
+    ],
+)
 def test_bad_slot_ids_raise(name, slot_ids, exc, match):
     cache, p, _ = _run(name)
     with pytest.raises(exc, match=rf"^replay_cache_state: {match}"):

@@ -10,6 +10,7 @@ or ``Tuple[TensorDesc, ...]``; ``aot_impl`` parameters named inputs, attributes,
 It is not TensorRT: what it cannot show (engine build, PTX loading, aliasing at run time) is
 checked on a machine with TensorRT by ``examples/trt_engine_mamba2.py``.
 """
+
 import inspect
 import sys
 import types
@@ -117,6 +118,7 @@ def make_modules(version="10.9.0", aot=True):
                 raise ValueError(f"return annotation {ret}")
             trtp.registry[plugin_id] = dict(register=fn, inputs=inputs, attrs=attrs, num_outputs=n_out)
             return fn
+
         return deco
 
     def _impl_decorator(kind, tail):
@@ -130,7 +132,9 @@ def make_modules(version="10.9.0", aot=True):
                     raise ValueError(f"{kind} signature {names} != {expected}")
                 d[kind] = fn
                 return fn
+
             return deco
+
         return decorator
 
     trtp.register = register

@@ -4,6 +4,7 @@ The plugin package is installed as ``trtllm_replayssm_plugins`` (setup.py maps i
 ``plugins/``); from an uninstalled checkout :func:`import_plugins_package` loads it under that
 name. Importing this module does that, so tests import it before the plugin package.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,8 +18,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 # First lines of a subprocess script that needs the plugin package (and this module).
-SUBPROCESS_PRELUDE = (f"import sys; sys.path[:0] = [{ROOT!r}, {HERE!r}]\n"
-                      "import plugin_cases; plugin_cases.import_plugins_package()\n")
+SUBPROCESS_PRELUDE = (
+    f"import sys; sys.path[:0] = [{ROOT!r}, {HERE!r}]\nimport plugin_cases; plugin_cases.import_plugins_package()\n"
+)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 TORCH_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int32: "i32"}
@@ -30,8 +32,10 @@ def import_plugins_package():
     except ModuleNotFoundError:
         pass
     spec = importlib.util.spec_from_file_location(
-        "trtllm_replayssm_plugins", os.path.join(ROOT, "plugins", "__init__.py"),
-        submodule_search_locations=[os.path.join(ROOT, "plugins")])
+        "trtllm_replayssm_plugins",
+        os.path.join(ROOT, "plugins", "__init__.py"),
+        submodule_search_locations=[os.path.join(ROOT, "plugins")],
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["trtllm_replayssm_plugins"] = module
     spec.loader.exec_module(module)
@@ -47,6 +51,7 @@ def subprocess_env() -> Dict[str, str]:
 
 def info_of(t: torch.Tensor):
     from trtllm_replayssm_plugins.spec import TensorInfo
+
     return TensorInfo(TORCH_NAMES.get(t.dtype, str(t.dtype)), t.dim(), tuple(t.shape))
 
 
@@ -62,6 +67,7 @@ class Mamba2Case:
     @staticmethod
     def family():
         from trtllm_replayssm_plugins import mamba2
+
         return mamba2
 
     @staticmethod
@@ -69,9 +75,19 @@ class Mamba2Case:
         """Cache (garbage in unused slots and record positions, cursors spread over [0, L)) and
         parameters, as plugin-named tensors (optionals absent when the flag is off)."""
         from trtllm_replayssm.cache import Mamba2ReplayCache
+
         g = generator
-        c = Mamba2ReplayCache.allocate(num_slots, a.nheads, a.head_dim, a.d_state, a.ngroups, a.L,
-                                       state_dtype=state_dtype, act_dtype=act_dtype, device=device)
+        c = Mamba2ReplayCache.allocate(
+            num_slots,
+            a.nheads,
+            a.head_dim,
+            a.d_state,
+            a.ngroups,
+            a.L,
+            state_dtype=state_dtype,
+            act_dtype=act_dtype,
+            device=device,
+        )
         c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
         c.x_records.copy_(torch.randn(c.x_records.shape, generator=g).to(act_dtype))
         c.B_records.copy_(torch.randn(c.B_records.shape, generator=g).to(act_dtype))
@@ -87,10 +103,12 @@ class Mamba2Case:
 
     @staticmethod
     def step(a, batch, act_dtype, device, generator=None):
-        step = dict(x=_randn((batch, a.nheads, a.head_dim), generator, act_dtype, device),
-                    dt=_randn((batch, a.nheads), generator, act_dtype, device),
-                    B=_randn((batch, a.ngroups, a.d_state), generator, act_dtype, device),
-                    C=_randn((batch, a.ngroups, a.d_state), generator, act_dtype, device))
+        step = dict(
+            x=_randn((batch, a.nheads, a.head_dim), generator, act_dtype, device),
+            dt=_randn((batch, a.nheads), generator, act_dtype, device),
+            B=_randn((batch, a.ngroups, a.d_state), generator, act_dtype, device),
+            C=_randn((batch, a.ngroups, a.d_state), generator, act_dtype, device),
+        )
         if a.has_z:
             step["z"] = _randn((batch, a.nheads, a.head_dim), generator, act_dtype, device)
         return step
@@ -104,21 +122,45 @@ class Mamba2Case:
         """The op's launcher with the plugin's launch configuration."""
         from trtllm_replayssm.kernels.common import LaunchConfig
         from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+
         cfg = LaunchConfig(a.block_head_dim, a.num_warps, a.chunks, a.num_stages)
-        launch_mamba2_replay_step(*(layer[n] for n in Mamba2Case.family().INPUTS[:6]), step["x"], step["dt"],
-                                  layer["A"], step["B"], step["C"], slot_ids=slot_ids, D=layer.get("D"),
-                                  z=step.get("z"), dt_bias=layer.get("dt_bias"), dt_softplus=a.dt_softplus,
-                                  out=out, config=cfg)
+        launch_mamba2_replay_step(
+            *(layer[n] for n in Mamba2Case.family().INPUTS[:6]),
+            step["x"],
+            step["dt"],
+            layer["A"],
+            step["B"],
+            step["C"],
+            slot_ids=slot_ids,
+            D=layer.get("D"),
+            z=step.get("z"),
+            dt_bias=layer.get("dt_bias"),
+            dt_softplus=a.dt_softplus,
+            out=out,
+            config=cfg,
+        )
 
     @staticmethod
     def public_op(a, layer, step, slot_ids, out):
         """The public op (validation, then ``torch.ops.replayssm``; default launch config)."""
         from trtllm_replayssm.cache import Mamba2ReplayCache
         from trtllm_replayssm.ops import mamba2_replay_step
+
         cache = Mamba2ReplayCache(**{n: layer[n] for n in Mamba2Case.family().INPUTS[:6]})
-        mamba2_replay_step(cache, step["x"], step["dt"], layer["A"], step["B"], step["C"], slot_ids=slot_ids,
-                           D=layer.get("D"), z=step.get("z"), dt_bias=layer.get("dt_bias"),
-                           dt_softplus=a.dt_softplus, out=out)
+        mamba2_replay_step(
+            cache,
+            step["x"],
+            step["dt"],
+            layer["A"],
+            step["B"],
+            step["C"],
+            slot_ids=slot_ids,
+            D=layer.get("D"),
+            z=step.get("z"),
+            dt_bias=layer.get("dt_bias"),
+            dt_softplus=a.dt_softplus,
+            out=out,
+        )
 
     @staticmethod
     def out_like(step):
@@ -133,15 +175,26 @@ class GatedDeltaCase:
     @staticmethod
     def family():
         from trtllm_replayssm_plugins import gated_delta
+
         return gated_delta
 
     @staticmethod
     def layer(a, *, num_slots, state_dtype, act_dtype, device, generator=None):
         from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
+
         g = generator
         cls = KDAReplayCache if a.per_channel else GDNReplayCache
-        c = cls.allocate(num_slots, a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim, a.L,
-                         state_dtype=state_dtype, record_dtype=act_dtype, device=device)
+        c = cls.allocate(
+            num_slots,
+            a.k_heads,
+            a.v_heads,
+            a.head_k_dim,
+            a.head_v_dim,
+            a.L,
+            state_dtype=state_dtype,
+            record_dtype=act_dtype,
+            device=device,
+        )
         c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
         c.d_records.copy_(torch.randn(c.d_records.shape, generator=g).to(act_dtype))
         k = torch.nn.functional.normalize(torch.randn(c.k_records.shape, generator=g), dim=-1)
@@ -154,11 +207,13 @@ class GatedDeltaCase:
     def step(a, batch, act_dtype, device, generator=None):
         hk, hv, dk, dv = a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim
         g_shape = (batch, hv, dk) if a.per_channel else (batch, hv)
-        return dict(q=_randn((batch, hk, dk), generator, act_dtype, device),
-                    k=_randn((batch, hk, dk), generator, act_dtype, device),
-                    v=_randn((batch, hv, dv), generator, act_dtype, device),
-                    g=(-torch.rand(g_shape, generator=generator) * 0.1).to(device),
-                    beta=torch.sigmoid(torch.randn((batch, hv), generator=generator)).to(device))
+        return dict(
+            q=_randn((batch, hk, dk), generator, act_dtype, device),
+            k=_randn((batch, hk, dk), generator, act_dtype, device),
+            v=_randn((batch, hv, dv), generator, act_dtype, device),
+            g=(-torch.rand(g_shape, generator=generator) * 0.1).to(device),
+            beta=torch.sigmoid(torch.randn((batch, hv), generator=generator)).to(device),
+        )
 
     @staticmethod
     def inputs(layer, step, slot_ids):
@@ -168,20 +223,43 @@ class GatedDeltaCase:
     def launch_kernel(a, layer, step, slot_ids, out):
         from trtllm_replayssm.kernels.common import LaunchConfig
         from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+
         cfg = LaunchConfig(a.block_head_dim, a.num_warps, a.chunks, a.num_stages)
-        launch_gated_delta_replay_step(*(layer[n] for n in GatedDeltaCase.family().INPUTS[:6]), step["q"],
-                                       step["k"], step["v"], step["g"], step["beta"], slot_ids=slot_ids,
-                                       scale=a.scale, use_qk_l2norm=a.use_qk_l2norm, out=out, config=cfg)
+        launch_gated_delta_replay_step(
+            *(layer[n] for n in GatedDeltaCase.family().INPUTS[:6]),
+            step["q"],
+            step["k"],
+            step["v"],
+            step["g"],
+            step["beta"],
+            slot_ids=slot_ids,
+            scale=a.scale,
+            use_qk_l2norm=a.use_qk_l2norm,
+            out=out,
+            config=cfg,
+        )
 
     @staticmethod
     def public_op(a, layer, step, slot_ids, out):
         from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
         from trtllm_replayssm.ops import gated_delta
-        cls, op = ((KDAReplayCache, gated_delta.kda_replay_step) if a.per_channel else
-                   (GDNReplayCache, gated_delta.gdn_replay_step))
+
+        cls, op = (
+            (KDAReplayCache, gated_delta.kda_replay_step) if a.per_channel else (GDNReplayCache, gated_delta.gdn_replay_step)
+        )
         cache = cls(**{n: layer[n] for n in GatedDeltaCase.family().INPUTS[:6]})
-        op(cache, step["q"], step["k"], step["v"], step["g"], step["beta"], slot_ids=slot_ids, scale=a.scale,
-           use_qk_l2norm=a.use_qk_l2norm, out=out)
+        op(
+            cache,
+            step["q"],
+            step["k"],
+            step["v"],
+            step["g"],
+            step["beta"],
+            slot_ids=slot_ids,
+            scale=a.scale,
+            use_qk_l2norm=a.use_qk_l2norm,
+            out=out,
+        )
 
     @staticmethod
     def out_like(step):

@@ -2,6 +2,7 @@
 inputs, scalars, outputs; aliased caches passed as both), equal the ops' launchers bit for bit
 over steps with flushes. Both run the same core kernel under TRITON_INTERPRET=1 on the CPU; on
 the H200 the exported PTX is checked the same way (tests/gpu/test_plugin_launch_gpu.py)."""
+
 import pytest
 import torch
 
@@ -16,10 +17,15 @@ G = gated_delta.GatedDeltaReplayAttrs
 # masked tails; every flag off with L = 1 (each step a flush, stride_dtr_head = 1 a constexpr);
 # GDN and KDA with k_heads < v_heads and a masked head_v_dim tail.
 CASES = [
-    pytest.param(Mamba2Case, M(2, 20, 12, 1, 3, True, True, True, True, 8, 2, 2, 1), dict(D_per_dim=True),
-                 id="mamba2-nh2-hd20-ds12-g1-L3-DPzbs-8x2"),
-    pytest.param(Mamba2Case, M(2, 16, 8, 2, 1, False, False, False, False, 16, 1, 1, 2), {},
-                 id="mamba2-nh2-hd16-ds8-g2-L1-none"),
+    pytest.param(
+        Mamba2Case,
+        M(2, 20, 12, 1, 3, True, True, True, True, 8, 2, 2, 1),
+        dict(D_per_dim=True),
+        id="mamba2-nh2-hd20-ds12-g1-L3-DPzbs-8x2",
+    ),
+    pytest.param(
+        Mamba2Case, M(2, 16, 8, 2, 1, False, False, False, False, 16, 1, 1, 2), {}, id="mamba2-nh2-hd16-ds8-g2-L1-none"
+    ),
     pytest.param(GatedDeltaCase, G(1, 2, 16, 20, 3, False, True, 0.25, 16, 2, 2, 1), {}, id="gdn-hk1-hv2-dk16-dv20-L3"),
     pytest.param(GatedDeltaCase, G(1, 2, 12, 16, 3, True, False, 0.3, 16, 1, 1, 2), {}, id="kda-hk1-hv2-dk12-dv16-L3"),
 ]
@@ -29,15 +35,17 @@ def _launch_entry(case, a, inputs, out, args=None):
     family = case.family()
     spec = family.kernel_spec(a, [info_of(t) for t in inputs])
     args = launch_arguments(family, spec, inputs, out) if args is None else args
-    family.ENTRY[grid_of(spec, inputs)](**dict(zip([p.name for p in spec.params], args)), **spec.constexprs,
-                                         num_warps=spec.num_warps)
+    family.ENTRY[grid_of(spec, inputs)](
+        **dict(zip([p.name for p in spec.params], args)), **spec.constexprs, num_warps=spec.num_warps
+    )
     return spec
 
 
 def _layer(case, a, num_slots, seed, **kw):
     g = torch.Generator().manual_seed(seed)
-    layer = case.layer(a, num_slots=num_slots, state_dtype=torch.float32, act_dtype=torch.float32,
-                       device="cpu", generator=g, **kw)
+    layer = case.layer(
+        a, num_slots=num_slots, state_dtype=torch.float32, act_dtype=torch.float32, device="cpu", generator=g, **kw
+    )
     return layer, {k: v.clone() for k, v in layer.items()}, g
 
 
@@ -83,10 +91,13 @@ def test_replay_step_plugin_entry_skips_out_of_range_rows(case, a, kw):
         assert torch.equal(layer[name], ref[name]), name
 
 
-@pytest.mark.parametrize("case,a,kw,swap", [
-    (Mamba2Case, CASES[0].values[1], CASES[0].values[2], ("head_dim", "d_state")),
-    (GatedDeltaCase, CASES[2].values[1], {}, ("head_v_dim", "head_k_dim")),
-])
+@pytest.mark.parametrize(
+    "case,a,kw,swap",
+    [
+        (Mamba2Case, CASES[0].values[1], CASES[0].values[2], ("head_dim", "d_state")),
+        (GatedDeltaCase, CASES[2].values[1], {}, ("head_v_dim", "head_k_dim")),
+    ],
+)
 def test_replay_step_plugin_entry_teeth_misordered_scalars(case, a, kw, swap):
     """Swapping two scalars of the launch list must change the result."""
     layer, ref, g = _layer(case, a, 4, 3, **kw)

@@ -2,6 +2,7 @@
 entry then has exactly the plugin's launch list (Triton's hidden scratch parameters removed),
 ptxas accepts it, and the launch needs nothing TensorRT cannot give. Triton's hidden parameters
 are those KNOWN_GOOD_TRITON counts for the installed version."""
+
 import json
 import subprocess
 import sys
@@ -12,18 +13,44 @@ import triton
 
 from plugin_cases import SUBPROCESS_PRELUDE, subprocess_env
 from trtllm_replayssm_plugins import mamba2
-from trtllm_replayssm_plugins.ptx import (KNOWN_GOOD_TRITON, MAX_SHARED_MEM, _strip_hidden_params,
-                                          check_triton_version, compile_ptx, parse_ptx_entry)
+from trtllm_replayssm_plugins.ptx import (
+    KNOWN_GOOD_TRITON,
+    MAX_SHARED_MEM,
+    _strip_hidden_params,
+    check_triton_version,
+    compile_ptx,
+    parse_ptx_entry,
+)
 
 # (family, attrs, dtypes, arches): Nemotron-3-Super (TP=1) at the large-batch configuration with
 # z, Nemotron-3-Nano-4B geometry at the small-batch one (bf16 checkpoint), every flag off at L=1;
 # a Qwen3.5-like GDN layer (TP=1) and a Kimi-Linear-like KDA layer with fp32 records.
 CASES = [
-    ("mamba2", "M.for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)", dict(state_dtype="f32", act_dtype="bf16"), [90, 80, 100]),
-    ("mamba2", "M.for_layer(96, 80, 128, 8, 16, state_dtype='bf16', batch_hint=4)", dict(state_dtype="bf16", act_dtype="bf16", d_per_dim=True), [90]),
+    (
+        "mamba2",
+        "M.for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)",
+        dict(state_dtype="f32", act_dtype="bf16"),
+        [90, 80, 100],
+    ),
+    (
+        "mamba2",
+        "M.for_layer(96, 80, 128, 8, 16, state_dtype='bf16', batch_hint=4)",
+        dict(state_dtype="bf16", act_dtype="bf16", d_per_dim=True),
+        [90],
+    ),
     ("mamba2", "M(8, 64, 64, 8, 1, False, False, False, False, 16, 1, 1, 2)", dict(state_dtype="f16", act_dtype="f16"), [90]),
-    ("gated_delta", "G.for_layer(16, 32, 128, 128, 16, per_channel=False, batch_hint=64)", dict(state_dtype="f32", act_dtype="bf16"), [90, 100]),
-    ("gated_delta", "G.for_layer(32, 32, 128, 128, 8, per_channel=True, batch_hint=16)", dict(state_dtype="f32", act_dtype="bf16", record_dtype="f32"), [90]),
+    (
+        "gated_delta",
+        "G.for_layer(16, 32, 128, 128, 16, per_channel=False, batch_hint=64)",
+        dict(state_dtype="f32", act_dtype="bf16"),
+        [90, 100],
+    ),
+    (
+        "gated_delta",
+        "G.for_layer(32, 32, 128, 128, 8, per_channel=True, batch_hint=16)",
+        dict(state_dtype="f32", act_dtype="bf16", record_dtype="f32"),
+        [90],
+    ),
 ]
 
 _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
@@ -67,8 +94,13 @@ _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("ptx")
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES), str(out)],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, json.dumps(CASES), str(out)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -187,8 +219,9 @@ def test_triton_hidden_params_match_the_table():
     plugin's list as KNOWN_GOOD_TRITON says and as its metadata names scratch buffers, all .u64,
     named nowhere but in their declarations, with scratch sizes 0. Fails for a Triton that adds
     a hidden parameter the table does not know, and shows what it added."""
-    proc = subprocess.run([sys.executable, "-c", _RAW_SCRIPT], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RAW_SCRIPT], env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     minor = ".".join(r["version"].split(".")[:2])
@@ -198,6 +231,7 @@ def test_triton_hidden_params_match_the_table():
 
 def test_compile_ptx_refuses_the_interpreter():
     from plugin_cases import INTERPRET
+
     if not INTERPRET:
         pytest.skip("only meaningful under TRITON_INTERPRET=1")
     a = mamba2.Mamba2ReplayAttrs.for_layer(8, 16, 16, 2, 4)

@@ -1,5 +1,6 @@
 """The plugin's launch plan as plain data: attribute and shape checks, argument order, scalars,
 grid, block, specialization (no TensorRT, no compilation)."""
+
 import pytest
 import torch
 
@@ -12,39 +13,45 @@ NEMOTRON = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=25
 
 
 def _infos(a=NEMOTRON, **kw):
-    return list(mamba2.tensor_infos(a, state_dtype=kw.pop("state_dtype", "f32"),
-                                    act_dtype=kw.pop("act_dtype", "bf16"), **kw))
+    return list(mamba2.tensor_infos(a, state_dtype=kw.pop("state_dtype", "f32"), act_dtype=kw.pop("act_dtype", "bf16"), **kw))
 
 
 def _replace(infos, name, **changes):
     i = mamba2.INPUTS.index(name)
     old = infos[i]
-    infos[i] = TensorInfo(changes.get("dtype", old.dtype), changes.get("rank", old.rank),
-                          changes.get("dims", old.dims))
+    infos[i] = TensorInfo(changes.get("dtype", old.dtype), changes.get("rank", old.rank), changes.get("dims", old.dims))
     return infos
 
 
 # --------------------------------------------------------------------------- attributes
 
+
 def test_mamba2_replay_attrs_for_layer_uses_the_op_launch_config():
     for batch in (1, 16, 64, 256):
         a = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=batch)
         cfg = mamba2_launch_config("replay_step", 64, 128, batch, torch.float32)
-        assert (a.block_head_dim, a.chunks, a.num_stages, a.num_warps) == \
-            (cfg.block_head_dim, cfg.chunks, cfg.num_stages, cfg.num_warps)
+        assert (a.block_head_dim, a.chunks, a.num_stages, a.num_warps) == (
+            cfg.block_head_dim,
+            cfg.chunks,
+            cfg.num_stages,
+            cfg.num_warps,
+        )
     assert list(NEMOTRON.values()) == [f for f in mamba2.Mamba2ReplayAttrs.__dataclass_fields__]
 
 
-@pytest.mark.parametrize("change,exc,words", [
-    (dict(L=65), ValueError, "L is 65"),
-    (dict(L=0), ValueError, "L is 0"),
-    (dict(ngroups=3), ValueError, "ngroups = 3 must divide"),
-    (dict(block_head_dim=12), ValueError, "power of 2"),
-    (dict(num_warps=3), ValueError, "num_warps is 3"),
-    (dict(head_dim=True), ValueError, "head_dim is True"),
-    (dict(has_z=1), TypeError, "has_z is 1"),
-    (dict(nheads=4096, head_dim=1024, d_state=1024, ngroups=1), ValueError, "int32 strides"),
-])
+@pytest.mark.parametrize(
+    "change,exc,words",
+    [
+        (dict(L=65), ValueError, "L is 65"),
+        (dict(L=0), ValueError, "L is 0"),
+        (dict(ngroups=3), ValueError, "ngroups = 3 must divide"),
+        (dict(block_head_dim=12), ValueError, "power of 2"),
+        (dict(num_warps=3), ValueError, "num_warps is 3"),
+        (dict(head_dim=True), ValueError, "head_dim is True"),
+        (dict(has_z=1), TypeError, "has_z is 1"),
+        (dict(nheads=4096, head_dim=1024, d_state=1024, ngroups=1), ValueError, "int32 strides"),
+    ],
+)
 def test_mamba2_replay_attrs_refuse_bad_values(change, exc, words):
     values = {**NEMOTRON.values(), **change}
     with pytest.raises(exc, match=words):
@@ -52,15 +59,42 @@ def test_mamba2_replay_attrs_refuse_bad_values(change, exc, words):
 
 
 def test_mamba2_replay_layer_attrs_from_cache_shapes():
-    a = mamba2.layer_attrs((-1, 128, 64, 128), (-1, 128, 16, 64), (-1, 8, 16, 128), state_dtype="bf16",
-                           has_D=True, has_z=True, has_dt_bias=False, dt_softplus=True, batch_hint=8)
+    a = mamba2.layer_attrs(
+        (-1, 128, 64, 128),
+        (-1, 128, 16, 64),
+        (-1, 8, 16, 128),
+        state_dtype="bf16",
+        has_D=True,
+        has_z=True,
+        has_dt_bias=False,
+        dt_softplus=True,
+        batch_hint=8,
+    )
     assert (a.nheads, a.head_dim, a.d_state, a.ngroups, a.L, a.has_z, a.has_dt_bias) == (128, 64, 128, 8, 16, True, False)
     with pytest.raises(ValueError, match="x_records has shape .* static geometry"):
-        mamba2.layer_attrs((-1, 128, 64, 128), (-1, 128, -1, 64), (-1, 8, 16, 128), state_dtype="f32",
-                           has_D=True, has_z=True, has_dt_bias=True, dt_softplus=True, batch_hint=8)
+        mamba2.layer_attrs(
+            (-1, 128, 64, 128),
+            (-1, 128, -1, 64),
+            (-1, 8, 16, 128),
+            state_dtype="f32",
+            has_D=True,
+            has_z=True,
+            has_dt_bias=True,
+            dt_softplus=True,
+            batch_hint=8,
+        )
     with pytest.raises(TypeError, match="state_dtype"):
-        mamba2.layer_attrs((-1, 128, 64, 128), (-1, 128, 16, 64), (-1, 8, 16, 128), state_dtype="f64",
-                           has_D=True, has_z=True, has_dt_bias=True, dt_softplus=True, batch_hint=8)
+        mamba2.layer_attrs(
+            (-1, 128, 64, 128),
+            (-1, 128, 16, 64),
+            (-1, 8, 16, 128),
+            state_dtype="f64",
+            has_D=True,
+            has_z=True,
+            has_dt_bias=True,
+            dt_softplus=True,
+            batch_hint=8,
+        )
 
 
 def test_mamba2_replay_plugin_inputs_substitute_absent_optionals_like_the_launcher():
@@ -79,23 +113,31 @@ def test_mamba2_replay_plugin_inputs_substitute_absent_optionals_like_the_launch
 
 # --------------------------------------------------------------------------- shape inference
 
+
 def test_mamba2_replay_check_inputs_accepts_the_layer_and_dtype_only_pass():
     mamba2.check_inputs(NEMOTRON, _infos())
     mamba2.check_inputs(NEMOTRON, [TensorInfo(i.dtype, i.rank) for i in _infos()])  # dims unknown yet
 
 
-@pytest.mark.parametrize("name,change,exc,words", [
-    ("checkpoint", dict(dims=(None, 128, 80, 128)), ValueError,
-     r"checkpoint has shape \(None, 128, 80, 128\); expected \[num_slots, nheads, head_dim, d_state\] = \(num_slots, 128, 64, 128\)"),
-    ("x_records", dict(rank=3, dims=(None, 128, 16)), ValueError, "x_records has rank 3"),
-    ("B_records", dict(dims=(None, None, 16, 128)), ValueError, "B_records has a dynamic dimension 1"),
-    ("x", dict(dims=(4, 128, 64)), ValueError, "batch = "),  # B etc. have batch None: fine; slot_ids below
-    ("cursor", dict(dtype="int64"), TypeError, "cursor is int64; expected i32"),
-    ("x", dict(dtype="f16"), TypeError, "x is f16; expected bf16"),
-    ("A", dict(dtype="bf16"), TypeError, "A is bf16; expected f32"),
-    ("D", dict(dtype="f16"), TypeError, "D is f16; expected f32 | bf16"),
-    ("checkpoint", dict(dtype="f64"), TypeError, "checkpoint is f64"),
-])
+@pytest.mark.parametrize(
+    "name,change,exc,words",
+    [
+        (
+            "checkpoint",
+            dict(dims=(None, 128, 80, 128)),
+            ValueError,
+            r"checkpoint has shape \(None, 128, 80, 128\); expected \[num_slots, nheads, head_dim, d_state\] = \(num_slots, 128, 64, 128\)",
+        ),
+        ("x_records", dict(rank=3, dims=(None, 128, 16)), ValueError, "x_records has rank 3"),
+        ("B_records", dict(dims=(None, None, 16, 128)), ValueError, "B_records has a dynamic dimension 1"),
+        ("x", dict(dims=(4, 128, 64)), ValueError, "batch = "),  # B etc. have batch None: fine; slot_ids below
+        ("cursor", dict(dtype="int64"), TypeError, "cursor is int64; expected i32"),
+        ("x", dict(dtype="f16"), TypeError, "x is f16; expected bf16"),
+        ("A", dict(dtype="bf16"), TypeError, "A is bf16; expected f32"),
+        ("D", dict(dtype="f16"), TypeError, "D is f16; expected f32 | bf16"),
+        ("checkpoint", dict(dtype="f64"), TypeError, "checkpoint is f64"),
+    ],
+)
 def test_mamba2_replay_check_inputs_refuses(name, change, exc, words):
     infos = _replace(_infos(), name, **change)
     if words == "batch = ":
@@ -116,6 +158,7 @@ def test_mamba2_replay_check_inputs_count():
 
 
 # --------------------------------------------------------------------------- launch plan
+
 
 def test_mamba2_replay_kernel_spec_launch_order_inputs_scalars_outputs():
     spec = mamba2.kernel_spec(NEMOTRON, _infos())
@@ -173,21 +216,24 @@ def test_mamba2_replay_kernel_spec_specializes_like_the_jit():
     assert "num_slots" not in spec.divisible
 
 
-@pytest.mark.parametrize("value", [1, 2, 3, 15, 16, 17, 32, 48, 80, 96, 128, 8192, 2 ** 20, 2 ** 31 - 1])
+@pytest.mark.parametrize("value", [1, 2, 3, 15, 16, 17, 32, 48, 80, 96, 128, 8192, 2**20, 2**31 - 1])
 def test_specialize_scalar_matches_triton_jit(value):
     """The bit-identity of PTX and op rests on specializing as Triton's JIT does."""
     from triton.backends.nvidia.compiler import CUDABackend
     from triton.runtime.jit import native_specialize_impl
+
     kind, attr = native_specialize_impl(CUDABackend, value, False, True, True)
     mine = specialize_scalar(value)
     assert mine == ("constexpr", False) if kind == "constexpr" else mine == (kind, attr == "D")
 
 
 def test_mamba2_replay_kernel_spec_variants_are_distinct():
-    specs = [mamba2.kernel_spec(NEMOTRON, _infos()),
-             mamba2.kernel_spec(NEMOTRON, _infos(dt_dtype="bf16")),
-             mamba2.kernel_spec(NEMOTRON, _infos(state_dtype="bf16")),
-             mamba2.kernel_spec(mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=1), _infos())]
+    specs = [
+        mamba2.kernel_spec(NEMOTRON, _infos()),
+        mamba2.kernel_spec(NEMOTRON, _infos(dt_dtype="bf16")),
+        mamba2.kernel_spec(NEMOTRON, _infos(state_dtype="bf16")),
+        mamba2.kernel_spec(mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=1), _infos()),
+    ]
     assert len({s.variant for s in specs}) == len(specs)
     assert specs[0].variant.startswith("sf32_abf16_nh128_hd64_ds128_g8_L16_Dbs_")
 
@@ -199,7 +245,7 @@ QWEN = dict(k_heads=16, v_heads=32, head_k_dim=128, head_v_dim=128, L=16)  # Qwe
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_gated_delta_kernel_spec_scalars_match_dense_strides(per_channel):
     a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=per_channel, batch_hint=64)
-    assert a.scale == 128 ** -0.5
+    assert a.scale == 128**-0.5
     infos = list(gated_delta.tensor_infos(a, state_dtype="f32", act_dtype="bf16"))
     gated_delta.check_inputs(a, infos)
     spec = gated_delta.kernel_spec(a, infos)
@@ -221,29 +267,36 @@ def test_gated_delta_kernel_spec_scalars_match_dense_strides(per_channel):
     assert spec.grid_values(shapes) == [-(-128 // (a.block_head_dim * a.chunks)), 32, 5]
 
 
-@pytest.mark.parametrize("name,change,exc,words", [
-    ("g", dict(rank=3, dims=(None, 32, 128)), ValueError, "g has rank 3"),
-    ("k_records", dict(dtype="f32"), TypeError, "k_records is f32; expected bf16"),
-    ("v", dict(dtype="f16"), TypeError, "v is f16; expected bf16"),
-    ("g_records", dict(dtype="bf16"), TypeError, "g_records is bf16; expected f32"),
-    ("q", dict(dims=(None, 8, 128)), ValueError, r"q has shape \(None, 8, 128\)"),
-])
+@pytest.mark.parametrize(
+    "name,change,exc,words",
+    [
+        ("g", dict(rank=3, dims=(None, 32, 128)), ValueError, "g has rank 3"),
+        ("k_records", dict(dtype="f32"), TypeError, "k_records is f32; expected bf16"),
+        ("v", dict(dtype="f16"), TypeError, "v is f16; expected bf16"),
+        ("g_records", dict(dtype="bf16"), TypeError, "g_records is bf16; expected f32"),
+        ("q", dict(dims=(None, 8, 128)), ValueError, r"q has shape \(None, 8, 128\)"),
+    ],
+)
 def test_gated_delta_check_inputs_refuses(name, change, exc, words):
     a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=False)
     infos = list(gated_delta.tensor_infos(a, state_dtype="f32", act_dtype="bf16"))
     i = gated_delta.INPUTS.index(name)
-    infos[i] = TensorInfo(change.get("dtype", infos[i].dtype), change.get("rank", infos[i].rank),
-                          change.get("dims", infos[i].dims))
+    infos[i] = TensorInfo(
+        change.get("dtype", infos[i].dtype), change.get("rank", infos[i].rank), change.get("dims", infos[i].dims)
+    )
     with pytest.raises(exc, match=words):
         gated_delta.check_inputs(a, infos)
 
 
-@pytest.mark.parametrize("change,exc,words", [
-    (dict(scale=0.0), TypeError, "scale is 0.0"),
-    (dict(scale=1), TypeError, "scale is 1"),
-    (dict(k_heads=3), ValueError, "k_heads = 3 must divide"),
-    (dict(per_channel=0), TypeError, "per_channel is 0"),
-])
+@pytest.mark.parametrize(
+    "change,exc,words",
+    [
+        (dict(scale=0.0), TypeError, "scale is 0.0"),
+        (dict(scale=1), TypeError, "scale is 1"),
+        (dict(k_heads=3), ValueError, "k_heads = 3 must divide"),
+        (dict(per_channel=0), TypeError, "per_channel is 0"),
+    ],
+)
 def test_gated_delta_attrs_refuse_bad_values(change, exc, words):
     values = {**gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=True).values(), **change}
     with pytest.raises(exc, match=words):

@@ -1,6 +1,7 @@
 """The ``tensorrt.plugin`` registration against a stand-in TensorRT (tests/plugins/fake_tensorrt.py):
 import guard, version gates, schemas TensorRT checks, shape inference with aliasing, and the AOT
 translation of the launch plan. TensorRT itself cannot be installed here."""
+
 import types
 
 import pytest
@@ -13,9 +14,23 @@ from trtllm_replayssm_plugins import gated_delta, mamba2, network, tensorrt_plug
 
 PLUGIN_ID = "replayssm::mamba2_replay_step"
 A = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, has_z=True, batch_hint=256)
-DTYPES = dict(checkpoint="FLOAT", x_records="BF16", dt_records="FLOAT", B_records="BF16", cursor="INT32",
-              arrivals="INT32", x="BF16", dt="BF16", A="FLOAT", B="BF16", C="BF16", slot_ids="INT32",
-              D="FLOAT", z="BF16", dt_bias="FLOAT")
+DTYPES = dict(
+    checkpoint="FLOAT",
+    x_records="BF16",
+    dt_records="FLOAT",
+    B_records="BF16",
+    cursor="INT32",
+    arrivals="INT32",
+    x="BF16",
+    dt="BF16",
+    A="FLOAT",
+    B="BF16",
+    C="BF16",
+    slot_ids="INT32",
+    D="FLOAT",
+    z="BF16",
+    dt_bias="FLOAT",
+)
 
 
 @pytest.fixture
@@ -25,8 +40,10 @@ def fresh(monkeypatch):
 
 
 def _descs(fake=False, **dims_override):
-    dims = {n: tuple("dyn" if d is None else d for d in i.dims)
-            for n, i in zip(mamba2.INPUTS, mamba2.tensor_infos(A, state_dtype="f32", act_dtype="bf16"))}
+    dims = {
+        n: tuple("dyn" if d is None else d for d in i.dims)
+        for n, i in zip(mamba2.INPUTS, mamba2.tensor_infos(A, state_dtype="f32", act_dtype="bf16"))
+    }
     dims.update(dims_override)
     return [fake_tensorrt.TensorDesc(DTYPES[n], dims[n], fake=fake) for n in mamba2.INPUTS]
 
@@ -100,10 +117,12 @@ def test_aot_impl_translates_the_launch_plan(fresh):
     fresh.setattr(tensorrt_plugin, "build_arch", lambda: 90)
     descs = _descs()
     name, ptx, launch, scalars = trtp.registry[PLUGIN_ID]["aot_impl"](*descs, *A.values().values(), (), 0)
-    (spec, fn, arch), = compiled
+    ((spec, fn, arch),) = compiled
     assert (name, ptx, fn, arch) == ("entry", "PTX", mamba2.ENTRY, 90)
-    assert spec.variant == mamba2.kernel_spec(A, mamba2.tensor_infos(A, state_dtype="f32", act_dtype="bf16",
-                                                                     dt_dtype="bf16")).variant
+    assert (
+        spec.variant
+        == mamba2.kernel_spec(A, mamba2.tensor_infos(A, state_dtype="f32", act_dtype="bf16", dt_dtype="bf16")).variant
+    )
     x = descs[mamba2.INPUTS.index("x")]
     assert (launch.grid_x, launch.grid_y) == (spec.grid[0], 128)
     assert launch.grid_z is x.shape_expr[0]
@@ -116,16 +135,19 @@ def test_aot_impl_translates_the_launch_plan(fresh):
     assert len(values) == sum(p.role == "scalar" for p in spec.params)
 
 
-@pytest.mark.parametrize("case,a", [
-    (Mamba2Case, mamba2.Mamba2ReplayAttrs(4, 8, 6, 2, 3, True, False, True, True, 8, 1, 1, 1)),
-    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(1, 2, 8, 6, 3, True, True, 0.5, 16, 1, 1, 1)),
-    (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(2, 2, 8, 6, 3, False, False, 0.5, 16, 1, 1, 1)),
-], ids=["mamba2", "kda", "gdn"])
+@pytest.mark.parametrize(
+    "case,a",
+    [
+        (Mamba2Case, mamba2.Mamba2ReplayAttrs(4, 8, 6, 2, 3, True, False, True, True, 8, 1, 1, 1)),
+        (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(1, 2, 8, 6, 3, True, True, 0.5, 16, 1, 1, 1)),
+        (GatedDeltaCase, gated_delta.GatedDeltaReplayAttrs(2, 2, 8, 6, 3, False, False, 0.5, 16, 1, 1, 1)),
+    ],
+    ids=["mamba2", "kda", "gdn"],
+)
 def test_run_op_equals_the_public_op(case, a):
     """The JIT path's call into the custom op equals the public op (CPU reference, float64)."""
     g = torch.Generator().manual_seed(0)
-    layer = case.layer(a, num_slots=5, state_dtype=torch.float64, act_dtype=torch.float64, device="cpu",
-                       generator=g)
+    layer = case.layer(a, num_slots=5, state_dtype=torch.float64, act_dtype=torch.float64, device="cpu", generator=g)
     ref = {k: v.clone() for k, v in layer.items()}
     slot_ids = torch.tensor([4, -1, 1], dtype=torch.int32)
     for _ in range(4):
@@ -158,9 +180,15 @@ def test_example_engine_script_skips_with_its_reason():
     import importlib.util
     import subprocess
     import sys
+
     if importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available():
         pytest.skip("TensorRT and a GPU are here: the example runs for real")
-    proc = subprocess.run([sys.executable, f"{plugin_cases.ROOT}/examples/trt_engine_mamba2.py"],
-                          env=plugin_cases.subprocess_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, f"{plugin_cases.ROOT}/examples/trt_engine_mamba2.py"],
+        env=plugin_cases.subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("skipped: ")

@@ -1,15 +1,17 @@
 """The float64 GDN / KDA replay reference equals the float64 conventional recurrence, and the
 conventional reference follows FLA's conventions (when ``fla`` is importable)."""
+
 import pytest
 import torch
 
 from gated_delta_cases import DeltaFamily, DeltaGeometry, make_step, replay_with_reference
 from replay_driver import drive_replay, rel_err
-from trtllm_replayssm.reference.gated_delta import (delta_rule_gate, gated_delta_decode_step_ref,
-                                                    prepare_qk)
+from trtllm_replayssm.reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, prepare_qk
 
-GEOMS = [pytest.param(DeltaGeometry(2, 4, 8, 6), id="hk2-hv4-dk8-dv6"),
-         pytest.param(DeltaGeometry(1, 3, 5, 7), id="hk1-hv3-dk5-dv7")]
+GEOMS = [
+    pytest.param(DeltaGeometry(2, 4, 8, 6), id="hk2-hv4-dk8-dv6"),
+    pytest.param(DeltaGeometry(1, 3, 5, 7), id="hk1-hv3-dk5-dv7"),
+]
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -17,8 +19,9 @@ GEOMS = [pytest.param(DeltaGeometry(2, 4, 8, 6), id="hk2-hv4-dk8-dv6"),
 @pytest.mark.parametrize("L", [1, 2, 5, 16])
 def test_gated_delta_replay_step_ref_matches_recurrence_f64(per_channel, g, L):
     fam = DeltaFamily(g, per_channel=per_channel, use_qk_l2norm=L != 2)
-    worst = drive_replay(fam, replay_with_reference, L, torch.float64, torch.float64, "cpu",
-                         steps=3 * L + 2, batch=5, num_slots=9)
+    worst = drive_replay(
+        fam, replay_with_reference, L, torch.float64, torch.float64, "cpu", steps=3 * L + 2, batch=5, num_slots=9
+    )
     assert worst["flushes"] >= 5
     assert worst["y"] < 1e-12, worst
     assert worst["ckpt"] < 1e-12, worst
@@ -27,13 +30,16 @@ def test_gated_delta_replay_step_ref_matches_recurrence_f64(per_channel, g, L):
 @pytest.mark.parametrize("field", ["d_records", "k_records", "g_records"])
 def test_gated_delta_replay_step_ref_teeth_corrupt_record(field):
     """Corrupting one live record of any kind must break agreement."""
+
     def corrupt(cache, step):
         if step == 3:
             slot = int(torch.nonzero(cache.cursor > 0)[0])
             getattr(cache, field)[slot, 0, 0] += 0.5
+
     fam = DeltaFamily(DeltaGeometry(2, 4, 8, 6), per_channel=True)
-    worst = drive_replay(fam, replay_with_reference, 8, torch.float64, torch.float64, "cpu",
-                         steps=10, batch=4, num_slots=6, corrupt=corrupt)
+    worst = drive_replay(
+        fam, replay_with_reference, 8, torch.float64, torch.float64, "cpu", steps=10, batch=4, num_slots=6, corrupt=corrupt
+    )
     assert worst["y"] > 1e-6
 
 
@@ -45,10 +51,19 @@ def test_kda_reference_with_scalar_channels_equals_gdn():
     s1 = torch.randn(3, 4, 6, 8, dtype=torch.float64)
     s2 = s1.clone()
     kw = dict(slot_ids=slots, scale=0.3, use_qk_l2norm=True)
-    o1 = gated_delta_decode_step_ref(s1, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
-                                     out=torch.zeros(3, 4, 6, dtype=torch.float64), **kw)
-    o2 = gated_delta_decode_step_ref(s2, inp["q"], inp["k"], inp["v"], inp["g"][..., None].expand(3, 4, 8),
-                                     inp["beta"], out=torch.zeros(3, 4, 6, dtype=torch.float64), **kw)
+    o1 = gated_delta_decode_step_ref(
+        s1, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], out=torch.zeros(3, 4, 6, dtype=torch.float64), **kw
+    )
+    o2 = gated_delta_decode_step_ref(
+        s2,
+        inp["q"],
+        inp["k"],
+        inp["v"],
+        inp["g"][..., None].expand(3, 4, 8),
+        inp["beta"],
+        out=torch.zeros(3, 4, 6, dtype=torch.float64),
+        **kw,
+    )
     assert torch.allclose(o1, o2, rtol=0, atol=1e-14) and torch.allclose(s1, s2, rtol=0, atol=1e-14)
 
 
@@ -77,17 +92,42 @@ def test_gated_delta_decode_ref_matches_fla_naive_recurrence(per_channel):
     outs = []
     for inp in steps:
         out = torch.zeros(batch, g.v_heads, g.head_v_dim, dtype=torch.float64)
-        gated_delta_decode_step_ref(state, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
-                                    slot_ids=torch.arange(batch, dtype=torch.int32), scale=scale,
-                                    use_qk_l2norm=True, out=out)
+        gated_delta_decode_step_ref(
+            state,
+            inp["q"],
+            inp["k"],
+            inp["v"],
+            inp["g"],
+            inp["beta"],
+            slot_ids=torch.arange(batch, dtype=torch.int32),
+            scale=scale,
+            use_qk_l2norm=True,
+            out=out,
+        )
         outs.append(out)
     stack = {key: torch.stack([s[key] for s in steps], 1) for key in steps[0]}
     q, k = prepare_qk(stack["q"], stack["k"], 1.0, True, torch.float64)  # FLA's naive ops take normalised q, k
     if per_channel:
-        o, ST = fla.naive_recurrent_kda(q, k, stack["v"], stack["g"], stack["beta"], scale=scale,
-                                        initial_state=S0.transpose(-1, -2), output_final_state=True)
+        o, ST = fla.naive_recurrent_kda(
+            q,
+            k,
+            stack["v"],
+            stack["g"],
+            stack["beta"],
+            scale=scale,
+            initial_state=S0.transpose(-1, -2),
+            output_final_state=True,
+        )
     else:
-        o, ST = fla.naive_recurrent_gated_delta_rule(q, k, stack["v"], stack["beta"], stack["g"], scale=scale,
-                                                     initial_state=S0.transpose(-1, -2), output_final_state=True)
+        o, ST = fla.naive_recurrent_gated_delta_rule(
+            q,
+            k,
+            stack["v"],
+            stack["beta"],
+            stack["g"],
+            scale=scale,
+            initial_state=S0.transpose(-1, -2),
+            output_final_state=True,
+        )
     assert rel_err(o, torch.stack(outs, 1)) < 1e-6
     assert rel_err(ST.transpose(-1, -2), state) < 1e-6

@@ -1,5 +1,6 @@
 """GDN / KDA speculative Triton kernels (verify, snapshot baseline) against the float64 serial
 oracle: under TRITON_INTERPRET=1 on the CPU (small odd shapes, GQA), natively on a GPU."""
+
 import pytest
 import torch
 
@@ -7,14 +8,20 @@ from triton_mode import INTERPRET
 from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry
 from mamba2_cases import DTYPES
 from replay_driver import rel_err
-from spec_cases import (commit_with_launcher, delta_args, delta_snapshot_verify_with_launcher,
-                        delta_verify_with_launcher, drive_baseline, drive_spec, make_window,
-                        snapshot_commit_with_launcher)
+from spec_cases import (
+    commit_with_launcher,
+    delta_args,
+    delta_snapshot_verify_with_launcher,
+    delta_verify_with_launcher,
+    drive_baseline,
+    drive_spec,
+    make_window,
+    snapshot_commit_with_launcher,
+)
 from trtllm_replayssm.kernels.common import LaunchConfig
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
 
-pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
-                                reason="needs TRITON_INTERPRET=1 or a GPU")
+pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FAMILY_IDS = {False: "gdn", True: "kda"}
 # Long runs: GQA (two value heads per key head). Launch configurations: two key heads, so that
@@ -23,8 +30,11 @@ FAMILY_IDS = {False: "gdn", True: "kda"}
 G_RUN = DeltaGeometry(1, 2, 12, 20) if INTERPRET else DeltaGeometry(2, 6, 80, 96)
 G_CFG = DeltaGeometry(2, 2, 12, 20) if INTERPRET else G_RUN
 CONFIG = LaunchConfig(32, 1) if INTERPRET else None
-CASES = ([(False, ("f32", "f32")), (True, ("f32", "bf16"))] if INTERPRET else
-         [(pc, (s, a)) for pc in (False, True) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")])
+CASES = (
+    [(False, ("f32", "f32")), (True, ("f32", "bf16"))]
+    if INTERPRET
+    else [(pc, (s, a)) for pc in (False, True) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+)
 ROWS = ["all", "bonus", "short", "mixed"]
 
 
@@ -32,14 +42,25 @@ def _verify(cache, win, p, slot_ids, num_tokens, out):
     return delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=CONFIG)
 
 
-@pytest.mark.parametrize("per_channel, dtypes", CASES,
-                         ids=lambda c: FAMILY_IDS[c] if isinstance(c, bool) else f"s{c[0]}-a{c[1]}")
+@pytest.mark.parametrize(
+    "per_channel, dtypes", CASES, ids=lambda c: FAMILY_IDS[c] if isinstance(c, bool) else f"s{c[0]}-a{c[1]}"
+)
 def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
     s, a = dtypes
     B, T = (4, 3) if INTERPRET else (16, 4)
-    worst = drive_spec(DeltaFamily(G_RUN, per_channel=per_channel), _verify, commit_with_launcher,
-                       L=spec_buffer_len(B, T), T=T, state_dtype=DTYPES[s], act_dtype=DTYPES[a],
-                       device=DEVICE, steps=6 if INTERPRET else 40, policies=ROWS, num_slots=7)
+    worst = drive_spec(
+        DeltaFamily(G_RUN, per_channel=per_channel),
+        _verify,
+        commit_with_launcher,
+        L=spec_buffer_len(B, T),
+        T=T,
+        state_dtype=DTYPES[s],
+        act_dtype=DTYPES[a],
+        device=DEVICE,
+        steps=6 if INTERPRET else 40,
+        policies=ROWS,
+        num_slots=7,
+    )
     assert sum(worst["flushes"].values()) >= 3, worst
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL[a], worst
@@ -66,8 +87,10 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
     slots = torch.tensor([1, -1, 3, 5], dtype=torch.int32, device=DEVICE)
     n = torch.tensor([3, 3, 2, 1], dtype=torch.int32, device=DEVICE)
     win = make_window(fam, 4, T, torch.float32, DEVICE)
-    ys = [delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), config=cfg)
-          for c, cfg in zip(caches, cfgs)]
+    ys = [
+        delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), config=cfg)
+        for c, cfg in zip(caches, cfgs)
+    ]
     for y in ys[1:]:
         assert torch.all(y[1] == 42.0) and torch.all(y[3, 1:] == 42.0)
         assert rel_err(y, ys[0]) < 1e-6
@@ -87,6 +110,7 @@ def test_gated_delta_replay_verify_kernel_folds_long_history(per_channel, record
     into TF32 parts). One step against the float64 reference on the same cache: outputs,
     checkpoint, records, cursors; padding and non-flush rows alongside."""
     from trtllm_replayssm.reference.spec import gated_delta_replay_verify_ref
+
     fam = DeltaFamily(G_CFG, per_channel=per_channel, record_dtype=DTYPES[record])
     p = fam.make_params(DEVICE)
     T, L = 3, 40
@@ -98,8 +122,7 @@ def test_gated_delta_replay_verify_kernel_folds_long_history(per_channel, record
     c.k_records /= c.k_records.norm(dim=-1, keepdim=True)  # stored k̂ are unit vectors
     c.g_records.uniform_(-0.2, -0.01)
     c.cursor.copy_(torch.tensor([38, 5, 37, 17, 33, 16], dtype=torch.int32))
-    ref = {name: getattr(c, name).to(torch.float64) for name in
-           ("checkpoint", "d_records", "k_records", "g_records")}
+    ref = {name: getattr(c, name).to(torch.float64) for name in ("checkpoint", "d_records", "k_records", "g_records")}
     ref_cursor, ref_pending = c.cursor.clone(), c.pending.clone()
     slots = torch.tensor([0, -1, 2, 3, 4, 5], dtype=torch.int32, device=DEVICE)
     n = torch.tensor([2, 3, 3, 3, 3, 3], dtype=torch.int32, device=DEVICE)
@@ -107,8 +130,18 @@ def test_gated_delta_replay_verify_kernel_folds_long_history(per_channel, record
     y = delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0))
     win64 = {k: None if v is None else v.to(torch.float64) for k, v in win.items()}
     y_ref = gated_delta_replay_verify_ref(
-        ref["checkpoint"], ref["d_records"], ref["k_records"], ref["g_records"], ref_cursor, ref_pending,
-        *delta_args(win64), slot_ids=slots, num_tokens=n, out=torch.full_like(win64["v"], 42.0), **p)
+        ref["checkpoint"],
+        ref["d_records"],
+        ref["k_records"],
+        ref["g_records"],
+        ref_cursor,
+        ref_pending,
+        *delta_args(win64),
+        slot_ids=slots,
+        num_tokens=n,
+        out=torch.full_like(win64["v"], 42.0),
+        **p,
+    )
     assert c.cursor.tolist() == ref_cursor.tolist() == [0, 5, 0, 17, 33, 16]  # slots 0 and 2 flush
     live = [0, 2, 3, 4, 5]
     assert torch.all(y[1] == 42.0) and torch.all(y[0, 2:] == 42.0)
@@ -125,18 +158,25 @@ def test_gated_delta_replay_verify_kernel_rejects_tiles_under_16_rows():
     win = make_window(fam, 1, 2, torch.float32, DEVICE)
     slots = torch.tensor([0], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match="block_head_dim is 8; expected >= 16"):
-        delta_verify_with_launcher(c, win, fam.make_params(DEVICE), slots, None, torch.empty_like(win["v"]),
-                                   config=LaunchConfig(8, 1))
+        delta_verify_with_launcher(
+            c, win, fam.make_params(DEVICE), slots, None, torch.empty_like(win["v"]), config=LaunchConfig(8, 1)
+        )
     assert torch.equal(c.checkpoint, before[0]) and torch.equal(c.cursor, before[1])
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
 def test_gated_delta_snapshot_kernels_match_serial(per_channel):
     T = 3
-    holder = SnapshotCache.allocate(6, (G_RUN.v_heads, G_RUN.head_v_dim, G_RUN.head_k_dim), T,
-                                    device=DEVICE)
-    worst = drive_baseline(DeltaFamily(G_RUN, per_channel=per_channel), holder,
-                           delta_snapshot_verify_with_launcher, snapshot_commit_with_launcher,
-                           T=T, act_dtype=torch.bfloat16, device=DEVICE,
-                           steps=2 if INTERPRET else 20, policies=ROWS)
+    holder = SnapshotCache.allocate(6, (G_RUN.v_heads, G_RUN.head_v_dim, G_RUN.head_k_dim), T, device=DEVICE)
+    worst = drive_baseline(
+        DeltaFamily(G_RUN, per_channel=per_channel),
+        holder,
+        delta_snapshot_verify_with_launcher,
+        snapshot_commit_with_launcher,
+        T=T,
+        act_dtype=torch.bfloat16,
+        device=DEVICE,
+        steps=2 if INTERPRET else 20,
+        policies=ROWS,
+    )
     assert worst < ACT_TOL["bf16"] + 4 * STATE_TOL["f32"], worst

@@ -1,5 +1,6 @@
 """The GDN / KDA speculative ops on the CPU: argument validation (nothing written on a bad call,
 errors name the argument) and torch.library.opcheck of their custom ops."""
+
 import re
 
 import pytest
@@ -9,8 +10,14 @@ from torch.library import opcheck
 
 from gated_delta_cases import DeltaFamily, DeltaGeometry
 from spec_cases import make_window
-from trtllm_replayssm.ops import (SnapshotCache, gdn_replay_verify, gdn_serial_decode,
-                                  kda_replay_verify, kda_snapshot_verify, spec_buffer_len)
+from trtllm_replayssm.ops import (
+    SnapshotCache,
+    gdn_replay_verify,
+    gdn_serial_decode,
+    kda_replay_verify,
+    kda_snapshot_verify,
+    spec_buffer_len,
+)
 
 G = DeltaGeometry(2, 4, 8, 6)
 T = 3
@@ -36,17 +43,30 @@ def _cache(per_channel: bool):
 
 def _kwargs(per_channel: bool, Tw: int = T) -> dict:
     win = make_window(DeltaFamily(G, per_channel=per_channel), len(SLOTS), Tw, torch.float32, "cpu")
-    return dict(q=win["q"], k=win["k"], v=win["v"], g=win["g"], beta=win["beta"],
-                slot_ids=_ids(*SLOTS), num_tokens=_ids(Tw, Tw, 1, 2), scale=None,
-                use_qk_l2norm=True, out=torch.full_like(win["v"], 42.0))
+    return dict(
+        q=win["q"],
+        k=win["k"],
+        v=win["v"],
+        g=win["g"],
+        beta=win["beta"],
+        slot_ids=_ids(*SLOTS),
+        num_tokens=_ids(Tw, Tw, 1, 2),
+        scale=None,
+        use_qk_l2norm=True,
+        out=torch.full_like(win["v"], 42.0),
+    )
 
 
 BAD = [
     pytest.param(lambda k, pc: {"q": k["q"][:, :, :, :-1]}, ValueError, "q", id="q-head_k_dim"),
     pytest.param(lambda k, pc: {"k": k["k"].double()}, TypeError, "k", id="k-dtype"),
     pytest.param(lambda k, pc: {"v": k["v"][:, :-1]}, ValueError, "v", id="v-T"),
-    pytest.param(lambda k, pc: {"g": k["g"][..., 0] if pc else k["g"][..., None].expand(-1, -1, -1, G.head_k_dim)},
-                 ValueError, "g", id="g-other-family"),
+    pytest.param(
+        lambda k, pc: {"g": k["g"][..., 0] if pc else k["g"][..., None].expand(-1, -1, -1, G.head_k_dim)},
+        ValueError,
+        "g",
+        id="g-other-family",
+    ),
     pytest.param(lambda k, pc: {"beta": k["beta"][:, :, :1]}, ValueError, "beta", id="beta-v_heads"),
     pytest.param(lambda k, pc: {"num_tokens": _ids(T, T, T + 1, 1)}, ValueError, "num_tokens", id="num_tokens-above-T"),
     pytest.param(lambda k, pc: {"scale": -1.0}, TypeError, "scale", id="scale-negative"),
@@ -85,13 +105,21 @@ def test_gated_delta_verify_and_baselines_reject_the_other_family():
 @pytest.mark.parametrize("op", ["verify", "snapshot_verify"])
 def test_gated_delta_spec_custom_ops_opcheck(per_channel, op):
     kw = _kwargs(per_channel)
-    window = (kw["q"], kw["k"], kw["v"], kw["g"], kw["beta"], kw["slot_ids"], kw["num_tokens"],
-              G.head_k_dim ** -0.5, True, kw["out"])
+    window = (
+        kw["q"],
+        kw["k"],
+        kw["v"],
+        kw["g"],
+        kw["beta"],
+        kw["slot_ids"],
+        kw["num_tokens"],
+        G.head_k_dim**-0.5,
+        True,
+        kw["out"],
+    )
     if op == "verify":
         c = _cache(per_channel)
-        opcheck(torch.ops.replayssm.gated_delta_replay_verify.default,
-                tuple(getattr(c, f) for f in FIELDS) + window)
+        opcheck(torch.ops.replayssm.gated_delta_replay_verify.default, tuple(getattr(c, f) for f in FIELDS) + window)
     else:
         holder = SnapshotCache.allocate(NUM_SLOTS, (G.v_heads, G.head_v_dim, G.head_k_dim), T)
-        opcheck(torch.ops.replayssm.gated_delta_snapshot_verify.default,
-                (holder.state, holder.snapshots) + window)
+        opcheck(torch.ops.replayssm.gated_delta_snapshot_verify.default, (holder.state, holder.snapshots) + window)

@@ -1,6 +1,7 @@
 """Speculative Triton kernels (verify, commit, snapshot baseline) against the float64 oracle:
 under TRITON_INTERPRET=1 on the CPU (small shapes, odd sizes exercise every mask), natively on
 a GPU."""
+
 from dataclasses import replace
 
 import pytest
@@ -9,16 +10,21 @@ import torch
 from triton_mode import INTERPRET
 from mamba2_cases import ACT_TOL, DTYPES, STATE_TOL, Geometry, Mamba2Family, make_params
 from replay_driver import rel_err
-from spec_cases import (commit_with_launcher, drive_baseline, drive_spec, make_window,
-                        mamba2_snapshot_verify_with_launcher, mamba2_verify_with_launcher,
-                        snapshot_commit_with_launcher)
+from spec_cases import (
+    commit_with_launcher,
+    drive_baseline,
+    drive_spec,
+    make_window,
+    mamba2_snapshot_verify_with_launcher,
+    mamba2_verify_with_launcher,
+    snapshot_commit_with_launcher,
+)
 from trtllm_replayssm.cache import Mamba2ReplayCache
 from trtllm_replayssm.kernels.common import LaunchConfig, mamba2_launch_config
 from trtllm_replayssm.kernels.mamba2_verify import mamba2_verify_launch_config
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
 
-pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()),
-                                reason="needs TRITON_INTERPRET=1 or a GPU")
+pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Long runs: two heads per group. Launch configurations: two groups, so that a flush row's last
 # program writes the B records of several groups. The interpreter pays per program.
@@ -27,8 +33,11 @@ G_CFG = Geometry(2, 20, 12, 2) if INTERPRET else G_RUN
 # Interpreter: one program per head (the per-program cost dominates); launch configurations are
 # compared separately below.
 CONFIG = LaunchConfig(32, 1) if INTERPRET else None
-PAIRS = ([("f32", "f32"), ("f32", "bf16")] if INTERPRET else
-         [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")])
+PAIRS = (
+    [("f32", "f32"), ("f32", "bf16")]
+    if INTERPRET
+    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+)
 ROWS = ["all", "bonus", "short", "mixed"]
 
 
@@ -40,10 +49,20 @@ def _verify(cache, win, p, slot_ids, num_tokens, out):
 def test_mamba2_replay_verify_kernel_matches_serial(dtypes):
     s, a = dtypes
     B, T = (4, 3) if INTERPRET else (16, 4)
-    worst = drive_spec(Mamba2Family(G_RUN, with_z=True, D_per_dim=s == "f16"), _verify,
-                       commit_with_launcher, L=spec_buffer_len(B, T), T=T,
-                       state_dtype=DTYPES[s], act_dtype=DTYPES[a], device=DEVICE,
-                       steps=6 if INTERPRET else 40, policies=ROWS, num_slots=7, n_padding=1)
+    worst = drive_spec(
+        Mamba2Family(G_RUN, with_z=True, D_per_dim=s == "f16"),
+        _verify,
+        commit_with_launcher,
+        L=spec_buffer_len(B, T),
+        T=T,
+        state_dtype=DTYPES[s],
+        act_dtype=DTYPES[a],
+        device=DEVICE,
+        steps=6 if INTERPRET else 40,
+        policies=ROWS,
+        num_slots=7,
+        n_padding=1,
+    )
     assert sum(worst["flushes"].values()) >= 3, worst
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s], worst
@@ -55,10 +74,20 @@ def test_mamba2_replay_verify_kernel_d_state_chunks():
     256), through flushes, against the float64 serial oracle."""
     G = Geometry(2, 8, 40, 1) if INTERPRET else Geometry(4, 24, 200, 2)
     B, T = 4, 3
-    worst = drive_spec(Mamba2Family(G, with_z=True), _verify, commit_with_launcher,
-                       L=spec_buffer_len(B, T), T=T, state_dtype=torch.float32,
-                       act_dtype=torch.float32, device=DEVICE, steps=6 if INTERPRET else 24,
-                       policies=ROWS, num_slots=5, n_padding=1)
+    worst = drive_spec(
+        Mamba2Family(G, with_z=True),
+        _verify,
+        commit_with_launcher,
+        L=spec_buffer_len(B, T),
+        T=T,
+        state_dtype=torch.float32,
+        act_dtype=torch.float32,
+        device=DEVICE,
+        steps=6 if INTERPRET else 24,
+        policies=ROWS,
+        num_slots=5,
+        n_padding=1,
+    )
     assert sum(worst["flushes"].values()) >= 2, worst
     assert worst["y"] < ACT_TOL["f32"] + STATE_TOL["f32"], worst
     assert worst["ckpt"] < STATE_TOL["f32"], worst
@@ -75,8 +104,9 @@ def test_mamba2_replay_verify_kernel_launch_config_invisible():
     caches = []
     for _ in cfgs:
         torch.manual_seed(1)
-        c = Mamba2ReplayCache.allocate(6, G.nheads, G.head_dim, G.d_state, G.ngroups, L,
-                                       state_dtype=torch.float32, act_dtype=torch.float32, device=DEVICE)
+        c = Mamba2ReplayCache.allocate(
+            6, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=torch.float32, act_dtype=torch.float32, device=DEVICE
+        )
         c.checkpoint.normal_()
         c.x_records.normal_()
         c.B_records.normal_()
@@ -87,8 +117,10 @@ def test_mamba2_replay_verify_kernel_launch_config_invisible():
     n = torch.tensor([3, 3, 2, 1, 3], dtype=torch.int32, device=DEVICE)
     accepted = torch.tensor([2, 1, 1, 1, 3], dtype=torch.int32, device=DEVICE)
     win = make_window(Mamba2Family(G, with_z=True), 5, T, torch.float32, DEVICE)
-    ys = [mamba2_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["x"], 42.0), config=cfg)
-          for c, cfg in zip(caches, cfgs)]
+    ys = [
+        mamba2_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["x"], 42.0), config=cfg)
+        for c, cfg in zip(caches, cfgs)
+    ]
     for y in ys[1:]:
         assert torch.all(y[1] == 42.0) and torch.all(y[3, 1:] == 42.0)
         assert rel_err(y, ys[0]) < 1e-6
@@ -103,17 +135,24 @@ def test_mamba2_replay_verify_kernel_launch_config_invisible():
         assert rel_err(c.checkpoint, caches[0].checkpoint) < 1e-6
 
 
-@pytest.mark.parametrize("dtypes", [("f32", "bf16")] + ([] if INTERPRET else [("f32", "f32"), ("f16", "f16")]),
-                         ids=lambda d: f"s{d[0]}-a{d[1]}")
+@pytest.mark.parametrize(
+    "dtypes", [("f32", "bf16")] + ([] if INTERPRET else [("f32", "f32"), ("f16", "f16")]), ids=lambda d: f"s{d[0]}-a{d[1]}"
+)
 def test_mamba2_snapshot_kernels_match_serial(dtypes):
     s, a = dtypes
     T = 3
-    holder = SnapshotCache.allocate(6, (G_RUN.nheads, G_RUN.head_dim, G_RUN.d_state), T,
-                                    dtype=DTYPES[s], device=DEVICE)
-    worst = drive_baseline(Mamba2Family(G_RUN, with_z=True), holder,
-                           mamba2_snapshot_verify_with_launcher, snapshot_commit_with_launcher,
-                           T=T, act_dtype=DTYPES[a], device=DEVICE,
-                           steps=3 if INTERPRET else 20, policies=ROWS)
+    holder = SnapshotCache.allocate(6, (G_RUN.nheads, G_RUN.head_dim, G_RUN.d_state), T, dtype=DTYPES[s], device=DEVICE)
+    worst = drive_baseline(
+        Mamba2Family(G_RUN, with_z=True),
+        holder,
+        mamba2_snapshot_verify_with_launcher,
+        snapshot_commit_with_launcher,
+        T=T,
+        act_dtype=DTYPES[a],
+        device=DEVICE,
+        steps=3 if INTERPRET else 20,
+        policies=ROWS,
+    )
     # The state is rounded to its dtype once per snapshot, every token (as conventional decode).
     assert worst < ACT_TOL[a] + 4 * STATE_TOL[s], worst
 

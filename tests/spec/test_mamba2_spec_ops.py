@@ -1,5 +1,6 @@
 """The speculative ops on the CPU: argument validation (nothing written on a bad call, errors
 name the argument), padding rows and fresh outputs, torch.compile and torch.library.opcheck."""
+
 import re
 
 import pytest
@@ -10,22 +11,29 @@ from torch.library import opcheck
 from mamba2_cases import Geometry, Mamba2Family, make_params
 from spec_cases import make_window
 from trtllm_replayssm.cache import Mamba2ReplayCache
-from trtllm_replayssm.ops import (SnapshotCache, mamba2_replay_verify, mamba2_serial_decode,
-                                  mamba2_snapshot_verify, replay_commit, snapshot_commit,
-                                  spec_buffer_len)
+from trtllm_replayssm.ops import (
+    SnapshotCache,
+    mamba2_replay_verify,
+    mamba2_serial_decode,
+    mamba2_snapshot_verify,
+    replay_commit,
+    snapshot_commit,
+    spec_buffer_len,
+)
 
 G = Geometry(4, 8, 16, 2)
 T = 3
-L = spec_buffer_len(4, T)      # 7
+L = spec_buffer_len(4, T)  # 7
 NUM_SLOTS = 6
-SLOTS = [3, -1, 0, 5]          # slot 3 at cursor 4 flushes (4 + 3 > 6); 0 and 5 do not
+SLOTS = [3, -1, 0, 5]  # slot 3 at cursor 4 flushes (4 + 3 > 6); 0 and 5 do not
 CURSORS = [0, 1, 2, 4, 0, 1]
 FIELDS = ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "pending")
 
 
 def _cache() -> Mamba2ReplayCache:
-    c = Mamba2ReplayCache.allocate(NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups, L,
-                                   state_dtype=torch.float32, act_dtype=torch.float32)
+    c = Mamba2ReplayCache.allocate(
+        NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=torch.float32, act_dtype=torch.float32
+    )
     c.checkpoint.normal_()
     c.x_records.normal_()
     c.B_records.normal_()
@@ -45,9 +53,20 @@ def _ids(*ids) -> torch.Tensor:
 def _verify_kwargs(Tw: int = T) -> dict:
     p = make_params(G, "cpu", D_per_dim=True)
     win = make_window(Mamba2Family(G, with_z=True), len(SLOTS), Tw, torch.float32, "cpu")
-    return dict(x=win["x"], dt=win["dt"], A=p.A, B=win["B"], C=win["C"], slot_ids=_ids(*SLOTS),
-                num_tokens=_ids(Tw, Tw, 1, 2), D=p.D, z=win["z"], dt_bias=p.dt_bias,
-                dt_softplus=True, out=torch.full_like(win["x"], 42.0))
+    return dict(
+        x=win["x"],
+        dt=win["dt"],
+        A=p.A,
+        B=win["B"],
+        C=win["C"],
+        slot_ids=_ids(*SLOTS),
+        num_tokens=_ids(Tw, Tw, 1, 2),
+        D=p.D,
+        z=win["z"],
+        dt_bias=p.dt_bias,
+        dt_softplus=True,
+        out=torch.full_like(win["x"], 42.0),
+    )
 
 
 def _assert_raises_untouched(fn, kw: dict, override, exc, name: str, op: str) -> None:
@@ -127,21 +146,59 @@ def _snapshot_kwargs() -> dict:
     return {"cache": holder, **_verify_kwargs()}
 
 
-@pytest.mark.parametrize("fn, op, override, exc, name", [
-    pytest.param(mamba2_snapshot_verify, "mamba2_snapshot_verify", lambda k: _verify_kwargs(4) | {"cache": k["cache"]},
-                 ValueError, "x", id="snapshot-T-above-snapshots"),
-    pytest.param(mamba2_snapshot_verify, "mamba2_snapshot_verify", lambda k: {"cache": _cache()},
-                 TypeError, "cache", id="snapshot-replay-cache"),
-    pytest.param(mamba2_snapshot_verify, "mamba2_snapshot_verify", lambda k: {"B": k["B"][..., :-1]},
-                 ValueError, "B", id="snapshot-B-d_state"),
-    pytest.param(mamba2_serial_decode, "mamba2_serial_decode", lambda k: {"state": k.pop("cache").state[0]},
-                 ValueError, "state", id="serial-state-3d"),
-    pytest.param(mamba2_serial_decode, "mamba2_serial_decode", lambda k: {"state": k.pop("cache").state.tolist()},
-                 TypeError, "state", id="serial-state-list"),
-    pytest.param(snapshot_commit, "snapshot_commit",
-                 lambda k: {"num_accepted": _ids(1, 1, T + 1, 1), "slot_ids": k["slot_ids"], "cache": k["cache"]},
-                 ValueError, "num_accepted", id="snapshot-commit-above-T"),
-])
+@pytest.mark.parametrize(
+    "fn, op, override, exc, name",
+    [
+        pytest.param(
+            mamba2_snapshot_verify,
+            "mamba2_snapshot_verify",
+            lambda k: _verify_kwargs(4) | {"cache": k["cache"]},
+            ValueError,
+            "x",
+            id="snapshot-T-above-snapshots",
+        ),
+        pytest.param(
+            mamba2_snapshot_verify,
+            "mamba2_snapshot_verify",
+            lambda k: {"cache": _cache()},
+            TypeError,
+            "cache",
+            id="snapshot-replay-cache",
+        ),
+        pytest.param(
+            mamba2_snapshot_verify,
+            "mamba2_snapshot_verify",
+            lambda k: {"B": k["B"][..., :-1]},
+            ValueError,
+            "B",
+            id="snapshot-B-d_state",
+        ),
+        pytest.param(
+            mamba2_serial_decode,
+            "mamba2_serial_decode",
+            lambda k: {"state": k.pop("cache").state[0]},
+            ValueError,
+            "state",
+            id="serial-state-3d",
+        ),
+        pytest.param(
+            mamba2_serial_decode,
+            "mamba2_serial_decode",
+            lambda k: {"state": k.pop("cache").state.tolist()},
+            TypeError,
+            "state",
+            id="serial-state-list",
+        ),
+        pytest.param(
+            snapshot_commit,
+            "snapshot_commit",
+            lambda k: {"num_accepted": _ids(1, 1, T + 1, 1), "slot_ids": k["slot_ids"], "cache": k["cache"]},
+            ValueError,
+            "num_accepted",
+            id="snapshot-commit-above-T",
+        ),
+    ],
+)
 def test_mamba2_baselines_bad_input_raises_before_writing(fn, op, override, exc, name):
     kw = _snapshot_kwargs()
     if fn is snapshot_commit:
@@ -181,9 +238,11 @@ def test_mamba2_replay_verify_fresh_out_and_untouched_tokens():
 
 def test_mamba2_replay_verify_compiled_equals_eager():
     """fullgraph tracing of verify + commit: device-value checks are skipped while compiling."""
+
     def step(cache, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, out, num_accepted):
-        y = mamba2_replay_verify(cache, x, dt, A, B, C, slot_ids=slot_ids, num_tokens=num_tokens,
-                                 D=D, z=z, dt_bias=dt_bias, out=out)
+        y = mamba2_replay_verify(
+            cache, x, dt, A, B, C, slot_ids=slot_ids, num_tokens=num_tokens, D=D, z=z, dt_bias=dt_bias, out=out
+        )
         replay_commit(cache, slot_ids, num_accepted)
         return y
 
@@ -205,15 +264,29 @@ def test_mamba2_replay_verify_compiled_equals_eager():
 @pytest.mark.parametrize("op", ["verify", "commit", "snapshot_verify", "snapshot_commit"])
 def test_spec_custom_ops_opcheck(op):
     kw = _verify_kwargs()
-    window = (kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["slot_ids"], kw["num_tokens"],
-              kw["D"], kw["z"], kw["dt_bias"], True, kw["out"])
+    window = (
+        kw["x"],
+        kw["dt"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        kw["slot_ids"],
+        kw["num_tokens"],
+        kw["D"],
+        kw["z"],
+        kw["dt_bias"],
+        True,
+        kw["out"],
+    )
     holder = SnapshotCache.allocate(NUM_SLOTS, (G.nheads, G.head_dim, G.d_state), T)
     a = _ids(1, 1, 1, 2)
-    args = {"verify": (torch.ops.replayssm.mamba2_replay_verify.default, tuple(_tensors(_cache())) + window),
-            "commit": (torch.ops.replayssm.replay_commit.default,
-                       (_pending_cache().cursor, torch.full((NUM_SLOTS,), 3, dtype=torch.int32), kw["slot_ids"], a)),
-            "snapshot_verify": (torch.ops.replayssm.mamba2_snapshot_verify.default,
-                                (holder.state, holder.snapshots) + window),
-            "snapshot_commit": (torch.ops.replayssm.snapshot_commit.default,
-                                (holder.state, holder.snapshots, kw["slot_ids"], a))}[op]
+    args = {
+        "verify": (torch.ops.replayssm.mamba2_replay_verify.default, tuple(_tensors(_cache())) + window),
+        "commit": (
+            torch.ops.replayssm.replay_commit.default,
+            (_pending_cache().cursor, torch.full((NUM_SLOTS,), 3, dtype=torch.int32), kw["slot_ids"], a),
+        ),
+        "snapshot_verify": (torch.ops.replayssm.mamba2_snapshot_verify.default, (holder.state, holder.snapshots) + window),
+        "snapshot_commit": (torch.ops.replayssm.snapshot_commit.default, (holder.state, holder.snapshots, kw["slot_ids"], a)),
+    }[op]
     opcheck(*args)

@@ -1,14 +1,25 @@
 """Speculative decoding in float64 on the CPU, through the public ops (which run the reference):
 verify + commit against a serial float64 oracle that only ever sees the accepted stream, the
 conventional baselines, standard decode on the same cache, and a teeth test."""
+
 import pytest
 import torch
 
 from mamba2_cases import Geometry, Mamba2Family, Oracle, make_params, make_step, replay_with_op
 from replay_driver import rel_err
-from spec_cases import (commit_with_op, draw, drive_baseline, drive_spec, make_window,
-                        mamba2_serial_with_op, mamba2_snapshot_verify_with_op,
-                        mamba2_verify_with_op, no_commit, snapshot_commit_with_op, token)
+from spec_cases import (
+    commit_with_op,
+    draw,
+    drive_baseline,
+    drive_spec,
+    make_window,
+    mamba2_serial_with_op,
+    mamba2_snapshot_verify_with_op,
+    mamba2_verify_with_op,
+    no_commit,
+    snapshot_commit_with_op,
+    token,
+)
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
 
 F64 = torch.float64
@@ -16,19 +27,32 @@ F64 = torch.float64
 ROWS = ["all", "bonus", "mixed", "short", "mixed"]
 
 
-@pytest.mark.parametrize("g, B, T, steps", [
-    pytest.param(Geometry(4, 8, 16, 2), 8, 4, 60, id="nh4-hd8-ds16-g2-B8-T4"),
-    pytest.param(Geometry(6, 5, 7, 1), 3, 3, 24, id="nh6-hd5-ds7-g1-B3-T3"),
-    pytest.param(Geometry(4, 8, 16, 2), 3, 1, 24, id="nh4-hd8-ds16-g2-B3-T1"),
-])
+@pytest.mark.parametrize(
+    "g, B, T, steps",
+    [
+        pytest.param(Geometry(4, 8, 16, 2), 8, 4, 60, id="nh4-hd8-ds16-g2-B8-T4"),
+        pytest.param(Geometry(6, 5, 7, 1), 3, 3, 24, id="nh6-hd5-ds7-g1-B3-T3"),
+        pytest.param(Geometry(4, 8, 16, 2), 3, 1, 24, id="nh4-hd8-ds16-g2-B3-T1"),
+    ],
+)
 def test_mamba2_replay_verify_random_acceptance_matches_serial_f64(g, B, T, steps):
     """From empty buffers, every window output equals the serial recurrence from the committed
     state, every flush leaves the oracle's committed state in the checkpoint, and a non-flush
     verify leaves the checkpoint bit-identical (checked inside drive_spec every step)."""
-    worst = drive_spec(Mamba2Family(g, with_z=True, D_per_dim=T == 3), mamba2_verify_with_op,
-                       commit_with_op, L=spec_buffer_len(B, T), T=T, state_dtype=F64,
-                       act_dtype=F64, device="cpu", steps=steps, policies=ROWS, num_slots=9,
-                       n_padding=2)
+    worst = drive_spec(
+        Mamba2Family(g, with_z=True, D_per_dim=T == 3),
+        mamba2_verify_with_op,
+        commit_with_op,
+        L=spec_buffer_len(B, T),
+        T=T,
+        state_dtype=F64,
+        act_dtype=F64,
+        device="cpu",
+        steps=steps,
+        policies=ROWS,
+        num_slots=9,
+        n_padding=2,
+    )
     assert len(worst["flushes"]) == len(ROWS) and min(worst["flushes"].values()) >= 2, worst
     assert worst["y"] < 1e-12, worst
     assert worst["ckpt"] < 1e-12, worst
@@ -36,15 +60,27 @@ def test_mamba2_replay_verify_random_acceptance_matches_serial_f64(g, B, T, step
 
 def test_mamba2_replay_verify_teeth_corrupt_record():
     """Corrupting one committed record must break agreement (the comparison can fail)."""
+
     def corrupt(cache, step):
         if step == 4:
             slot = int(torch.nonzero(cache.cursor > 0)[0])
             cache.x_records[slot, 0, 0, 0] += 1.0
+
     with pytest.raises(AssertionError):
-        worst = drive_spec(Mamba2Family(Geometry(4, 8, 16, 2)), mamba2_verify_with_op,
-                           commit_with_op, L=8, T=4, state_dtype=F64, act_dtype=F64,
-                           device="cpu", steps=8, policies=["mixed", "bonus", "all"],
-                           num_slots=5, corrupt=corrupt)
+        worst = drive_spec(
+            Mamba2Family(Geometry(4, 8, 16, 2)),
+            mamba2_verify_with_op,
+            commit_with_op,
+            L=8,
+            T=4,
+            state_dtype=F64,
+            act_dtype=F64,
+            device="cpu",
+            steps=8,
+            policies=["mixed", "bonus", "all"],
+            num_slots=5,
+            corrupt=corrupt,
+        )
         assert worst["y"] < 1e-12, worst
 
 
@@ -53,10 +89,10 @@ def test_mamba2_standard_decode_and_verify_share_one_cache():
     cursor stays in [0, L) and every output matches the serial recurrence."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.ops import mamba2_replay_verify, replay_commit
+
     g, L = Geometry(4, 8, 16, 2), 8
     p = make_params(g, "cpu")
-    cache = Mamba2ReplayCache.allocate(5, g.nheads, g.head_dim, g.d_state, g.ngroups, L,
-                                       state_dtype=F64, act_dtype=F64)
+    cache = Mamba2ReplayCache.allocate(5, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=F64, act_dtype=F64)
     slots = torch.tensor([3, 0, 4], dtype=torch.int32)
     cache.admit(slots, torch.randn(3, g.nheads, g.head_dim, g.d_state))
     oracle = Oracle(cache.checkpoint, p)
@@ -72,8 +108,9 @@ def test_mamba2_standard_decode_and_verify_share_one_cache():
         else:
             win = make_window(fam, 3, T, F64, "cpu")
             a = torch.tensor([draw("mixed", T)[1] for _ in range(3)], dtype=torch.int32)
-            y = mamba2_replay_verify(cache, win["x"], win["dt"], p.A, win["B"], win["C"],
-                                     slot_ids=slots, D=p.D, dt_bias=p.dt_bias)
+            y = mamba2_replay_verify(
+                cache, win["x"], win["dt"], p.A, win["B"], win["C"], slot_ids=slots, D=p.D, dt_bias=p.dt_bias
+            )
             scratch = Oracle(torch.zeros(1), p)
             scratch.state = oracle.state.clone()
             for s in range(T):
@@ -94,6 +131,16 @@ def test_mamba2_baselines_match_serial_f64(baseline):
         verify, commit, rows = mamba2_snapshot_verify_with_op, snapshot_commit_with_op, ROWS
     else:
         verify, commit, rows = mamba2_serial_with_op, no_commit, ["all", "short_all", "short_all"]
-    worst = drive_baseline(Mamba2Family(g, with_z=True), holder, verify, commit, T=T,
-                           act_dtype=F64, device="cpu", steps=10, policies=rows, n_padding=2)
+    worst = drive_baseline(
+        Mamba2Family(g, with_z=True),
+        holder,
+        verify,
+        commit,
+        T=T,
+        act_dtype=F64,
+        device="cpu",
+        steps=10,
+        policies=rows,
+        n_padding=2,
+    )
     assert worst < 1e-12

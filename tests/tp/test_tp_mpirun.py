@@ -3,6 +3,7 @@ the ranks, torch.distributed with gloo sums). Both routes, every family of the t
 (Mamba-2 with groups split and replicated, GDN, KDA): outputs over all steps equal the whole
 stack's, each rank's caches and conv states equal its shard of the whole ones, and each rank's
 pool holds the bytes the planner gives for TP 2. .ci/run installs mpich and mpi4py."""
+
 import importlib.util
 import json
 import os
@@ -35,14 +36,24 @@ def _mpirun() -> str:
 def run_tp_decode(n: int, *args: str, timeout: int = 240) -> dict:
     """``mpirun -n n python examples/tp_decode.py --check --json *args``; rank 0's report."""
     # Open MPI refuses root without the two OMPI_* variables (MPICH ignores them).
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+    }
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([_mpirun(), "-n", str(n), sys.executable, EXAMPLE, "--check", "--json", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [_mpirun(), "-n", str(n), sys.executable, EXAMPLE, "--check", "--json", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = [l for l in proc.stdout.splitlines() if l.startswith(JSON_TAG)]
     assert lines, f"no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    report = json.loads(lines[0][len(JSON_TAG):])
+    report = json.loads(lines[0][len(JSON_TAG) :])
     report["returncode"] = proc.returncode
     report["output"] = proc.stdout + "\n--- stderr (tail) ---\n" + proc.stderr[-4000:]
     return report

@@ -1,5 +1,6 @@
 """``trtllm-replayssm plan --tp N`` agrees with what each rank allocates, and each rank's buffers
 have TensorRT-LLM's per-rank cache shapes (conv_dim and heads divided as its cache manager does)."""
+
 import json
 
 import pytest
@@ -21,8 +22,7 @@ def _trtllm_rank_shapes(kind, g, tp):
     """Per-rank (state, conv state) shapes [.., width omitted] as TensorRT-LLM's cache manager sizes them."""
     if kind == MAMBA2:
         tp_ngroups = 1 if tp > g.ngroups else g.ngroups // tp
-        return ((g.nheads // tp, g.head_dim, g.d_state),
-                (g.nheads * g.head_dim // tp + 2 * tp_ngroups * g.d_state,))
+        return ((g.nheads // tp, g.head_dim, g.d_state), (g.nheads * g.head_dim // tp + 2 * tp_ngroups * g.d_state,))
     key_dim, value_dim = g.k_heads * g.head_k_dim, g.v_heads * g.head_v_dim
     return (g.v_heads // tp, g.head_v_dim, g.head_k_dim), (2 * key_dim // tp + value_dim // tp,)
 
@@ -30,12 +30,14 @@ def _trtllm_rank_shapes(kind, g, tp):
 @pytest.mark.parametrize("name, tp", CASES, ids=[f"{n}-tp{t}" for n, t in CASES])
 def test_plan_tp_bytes_equal_each_rank_pool(capsys, name, tp):
     whole = load_model(name)
-    figures = _plan_json(capsys, "--model", name, "--tp", str(tp), "--buffer-len", "16",
-                         "--spec-tokens", "4", "--padding-slots", str(PADDING))
+    figures = _plan_json(
+        capsys, "--model", name, "--tp", str(tp), "--buffer-len", "16", "--spec-tokens", "4", "--padding-slots", str(PADDING)
+    )
     assert figures["model"]["tp_size"] == tp
     for mode, spec in (("replay", None), ("replay_spec", 4)):
-        pool = ReplayCachePool(whole.for_tp(tp), SLOTS, mode=mode, buffer_len=16, spec_tokens=spec,
-                               num_padding_slots=PADDING, device="meta")
+        pool = ReplayCachePool(
+            whole.for_tp(tp), SLOTS, mode=mode, buffer_len=16, spec_tokens=spec, num_padding_slots=PADDING, device="meta"
+        )
         assert pool.nbytes == figures["modes"][mode]["ssm_bytes_per_sequence"] * (SLOTS + PADDING), mode
         for layer in whole.ssm_layers:
             state, conv = _trtllm_rank_shapes(layer.kind, layer.geometry, tp)

@@ -1,13 +1,12 @@
 """Per-rank rows of weights, caches and conv states, checked against an independent slicing of
 TensorRT-LLM's layout (split the whole tensor into its parts, chunk each part over the ranks)."""
+
 import pytest
 import torch
 
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
-from trtllm_replayssm.models import (ATTENTION, GDN, MAMBA2, AttentionGeometry, DeltaRuleGeometry,
-                                     Layer, Mamba2Geometry)
-from trtllm_replayssm.tp import (DeltaRuleShard, Mamba2Mixer, Mamba2Shard, TPGroup, layer_shard,
-                                 rank_major_rows)
+from trtllm_replayssm.models import ATTENTION, GDN, MAMBA2, AttentionGeometry, DeltaRuleGeometry, Layer, Mamba2Geometry
+from trtllm_replayssm.tp import DeltaRuleShard, Mamba2Mixer, Mamba2Shard, TPGroup, layer_shard, rank_major_rows
 from trtllm_replayssm.tp.layers import random_weights
 
 M2_SPLIT = Mamba2Geometry(nheads=8, head_dim=2, d_state=3, ngroups=4, d_conv=4)
@@ -27,8 +26,11 @@ def _mamba2_parts_for_rank(w, g, tp, r):
     return torch.cat([z.chunk(tp)[r], x.chunk(tp)[r], B, C, dt.chunk(tp)[r]])
 
 
-@pytest.mark.parametrize("g, tp", [(M2_SPLIT, 1), (M2_SPLIT, 2), (M2_SPLIT, 4), (M2_REPL, 4),
-                                   (M2_REPL, 8)], ids=["g4-tp1", "g4-tp2", "g4-tp4", "g2-tp4-repl", "g2-tp8-repl"])
+@pytest.mark.parametrize(
+    "g, tp",
+    [(M2_SPLIT, 1), (M2_SPLIT, 2), (M2_SPLIT, 4), (M2_REPL, 4), (M2_REPL, 8)],
+    ids=["g4-tp1", "g4-tp2", "g4-tp4", "g2-tp4-repl", "g2-tp8-repl"],
+)
 def test_mamba2_shard_rows_match_trtllm_layout(g, tp):
     d_in_proj = 2 * g.nheads * g.head_dim + 2 * g.ngroups * g.d_state + g.nheads
     w = torch.randn(d_in_proj, 5)
@@ -40,7 +42,7 @@ def test_mamba2_shard_rows_match_trtllm_layout(g, tp):
         assert torch.equal(w[s.in_proj_rows()], _mamba2_parts_for_rank(w, g, tp, r))
         # conv rows [x | B | C]: the in_proj parts without z and dt.
         x_bc = torch.cat([torch.zeros(g.nheads * g.head_dim, 4), conv, torch.zeros(g.nheads, 4)])
-        want = _mamba2_parts_for_rank(x_bc, g, tp, r)[loc.nheads * g.head_dim:-loc.nheads]
+        want = _mamba2_parts_for_rank(x_bc, g, tp, r)[loc.nheads * g.head_dim : -loc.nheads]
         assert torch.equal(conv[s.conv_rows()], want)
         assert s.conv_rows().numel() == loc.conv_dim  # the rank's conv state channels
     # A plain contiguous tp-way split of the rank-major permutation hands out each rank's rows.
@@ -88,8 +90,9 @@ def test_gdn_shard_rows_match_trtllm_layout(tp):
 
 def test_shard_cache_splits_heads_and_replicates_groups():
     tp = 4
-    m = Mamba2ReplayCache.allocate(3, M2_REPL.nheads, 2, 3, M2_REPL.ngroups, 5, state_dtype=torch.float32,
-                                   act_dtype=torch.float32)
+    m = Mamba2ReplayCache.allocate(
+        3, M2_REPL.nheads, 2, 3, M2_REPL.ngroups, 5, state_dtype=torch.float32, act_dtype=torch.float32
+    )
     for t in (m.checkpoint, m.x_records, m.dt_records, m.B_records):
         t.normal_()
     m.cursor.copy_(torch.tensor([1, 4, 0], dtype=torch.int32))
@@ -100,8 +103,7 @@ def test_shard_cache_splits_heads_and_replicates_groups():
         assert torch.equal(s.B_records[:, 0], m.B_records[:, r // 2])  # replica of its group
         assert torch.equal(s.cursor, m.cursor) and s.nheads == 2 and s.ngroups == 1
     for cls in (GDNReplayCache, KDAReplayCache):
-        c = cls.allocate(3, GDN_G.k_heads, GDN_G.v_heads, 3, 2, 5, state_dtype=torch.float32,
-                         record_dtype=torch.float32)
+        c = cls.allocate(3, GDN_G.k_heads, GDN_G.v_heads, 3, 2, 5, state_dtype=torch.float32, record_dtype=torch.float32)
         for t in (c.checkpoint, c.d_records, c.k_records, c.g_records):
             t.normal_()
         parts = [DeltaRuleShard(GDN_G, 2, r).shard_cache(c) for r in range(2)]
@@ -110,14 +112,17 @@ def test_shard_cache_splits_heads_and_replicates_groups():
         assert type(parts[0]) is cls and parts[0].k_heads == 2 and parts[0].v_heads == 4
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Mamba2Shard(M2_SPLIT, 3, 0), "nheads = 8 is not divisible by tp_size = 3"),
-    (lambda: Mamba2Shard(Mamba2Geometry(12, 2, 3, 3, 4), 2, 0), "ngroups = 3 and tp_size = 2"),
-    (lambda: Mamba2Shard(M2_SPLIT, 2, 2), r"rank is 2; expected an int in \[0, tp_size = 2\)"),
-    (lambda: DeltaRuleShard(GDN_G, 8, 0), "k_heads = 4 is not divisible by tp_size = 8"),
-    (lambda: layer_shard(Layer(3, GDN, GDN_G), 8, 0), r"layer 3 \(gdn\): .*k_heads = 4"),
-    (lambda: layer_shard(Layer(1, ATTENTION, AttentionGeometry(2, 8)), 2, 0), "expected mamba2, gdn or kda"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Mamba2Shard(M2_SPLIT, 3, 0), "nheads = 8 is not divisible by tp_size = 3"),
+        (lambda: Mamba2Shard(Mamba2Geometry(12, 2, 3, 3, 4), 2, 0), "ngroups = 3 and tp_size = 2"),
+        (lambda: Mamba2Shard(M2_SPLIT, 2, 2), r"rank is 2; expected an int in \[0, tp_size = 2\)"),
+        (lambda: DeltaRuleShard(GDN_G, 8, 0), "k_heads = 4 is not divisible by tp_size = 8"),
+        (lambda: layer_shard(Layer(3, GDN, GDN_G), 8, 0), r"layer 3 \(gdn\): .*k_heads = 4"),
+        (lambda: layer_shard(Layer(1, ATTENTION, AttentionGeometry(2, 8)), 2, 0), "expected mamba2, gdn or kda"),
+    ],
+)
 def test_impossible_splits_are_clear_errors(make, message):
     with pytest.raises(ValueError, match=message):
         make()

@@ -1,5 +1,6 @@
 """The hybrid stack split over 2, 4 and 8 ranks (threads of one process) computes what the whole
 stack computes, step after step, and each rank's caches are the shards of the whole caches."""
+
 import pytest
 import torch
 
@@ -59,15 +60,19 @@ def test_tp_stack_equals_whole_stack_fp32():
 
 def test_tp_stack_replay_equals_conventional():
     """The two routes agree (fp64), so the TP comparisons above test both decode paths."""
-    torch.testing.assert_close(_whole("replay", torch.float64).outputs,
-                               _whole("conventional", torch.float64).outputs, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        _whole("replay", torch.float64).outputs, _whole("conventional", torch.float64).outputs, rtol=0, atol=1e-12
+    )
 
 
-@pytest.mark.parametrize("tp, skip, what", [
-    (2, lambda t: t.shape[-1] == 1, "Mamba-2 norm statistics (ngroups 1, replicated at TP 2)"),
-    (8, lambda t: t.shape[-1] == 4, "Mamba-2 norm statistics (ngroups 4, replicated at TP 8)"),
-    (2, lambda t: t.shape[-1] == HIDDEN, "out_proj partial sums"),
-])
+@pytest.mark.parametrize(
+    "tp, skip, what",
+    [
+        (2, lambda t: t.shape[-1] == 1, "Mamba-2 norm statistics (ngroups 1, replicated at TP 2)"),
+        (8, lambda t: t.shape[-1] == 4, "Mamba-2 norm statistics (ngroups 4, replicated at TP 8)"),
+        (2, lambda t: t.shape[-1] == HIDDEN, "out_proj partial sums"),
+    ],
+)
 def test_tp_stack_teeth_missing_all_reduce(tp, skip, what):
     """Leaving out one all-reduce kind must break the equality the tests above check."""
     whole = _whole("replay", torch.float64)
@@ -78,6 +83,7 @@ def test_tp_stack_teeth_missing_all_reduce(tp, skip, what):
 
 def test_tp_stack_impossible_split_is_a_clear_error():
     from trtllm_replayssm.models import MAMBA2, HybridModel, Layer, Mamba2Geometry
+
     with pytest.raises(ValueError, match=r"tiny-hybrid layer 0 \(mamba2\).*nheads = 8 is not divisible by tp_size = 3"):
         run_ranks(3, lambda g: HybridDecodeStack(tiny_stack_model(), HIDDEN, group=g))
     odd = HybridModel("odd-groups", "mixed", (Layer(0, MAMBA2, Mamba2Geometry(12, 4, 8, 3, 4)),))
@@ -87,6 +93,7 @@ def test_tp_stack_impossible_split_is_a_clear_error():
 
 def test_tp_stack_rejects_non_ssm_layers_and_bad_routes():
     from trtllm_replayssm.models import load_model
+
     with pytest.raises(ValueError, match="not SSM layers"):
         HybridDecodeStack(load_model("qwen3.5-4b"), HIDDEN)
     stack = HybridDecodeStack(tiny_stack_model(), HIDDEN)

@@ -1,6 +1,7 @@
 """In-process tensor parallelism for tests: N ranks as N threads of one process, summing in rank
 order at each all-reduce. It exercises the sharding and the collectives' placement at TP 2, 4
 and 8 in seconds; the real launch (mpirun, torch.distributed) is tests/tp/test_tp_mpirun.py."""
+
 from __future__ import annotations
 
 import threading
@@ -58,6 +59,7 @@ def run_ranks(size: int, fn, skip=None) -> list:
 
 def single_threaded_torch():
     """Context: torch intra-op threads = 1 (rank threads would oversubscribe the CPU cores)."""
+
     class _Ctx:
         def __enter__(self):
             self.n = torch.get_num_threads()
@@ -65,4 +67,5 @@ def single_threaded_torch():
 
         def __exit__(self, *exc):
             torch.set_num_threads(self.n)
+
     return _Ctx()

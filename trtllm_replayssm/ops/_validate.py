@@ -3,6 +3,7 @@
 Every op validates all of its arguments before it launches anything, so a bad call raises
 ``ValueError`` (shape, value, range) or ``TypeError`` (type, dtype) and leaves caches untouched.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -24,9 +25,17 @@ def _dtype_names(dtypes: Sequence[torch.dtype]) -> str:
     return " | ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
-def check_tensor(op: str, name: str, t, dims: str, shape: Sequence[int], *,
-                 dtypes: Sequence[torch.dtype], device: torch.device,
-                 inner_contiguous: bool = True) -> None:
+def check_tensor(
+    op: str,
+    name: str,
+    t,
+    dims: str,
+    shape: Sequence[int],
+    *,
+    dtypes: Sequence[torch.dtype],
+    device: torch.device,
+    inner_contiguous: bool = True,
+) -> None:
     """``t`` is a tensor of ``shape`` (named ``dims``), one of ``dtypes``, on ``device``.
 
     With ``inner_contiguous`` the last dimension must have stride 1 (other strides are free:

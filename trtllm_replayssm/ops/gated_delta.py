@@ -5,6 +5,7 @@ GDN and KDA share two custom ops; the log-decay's rank tells them apart (g [batc
 for GDN, [batch, v_heads, head_k_dim] for KDA). CUDA tensors run the Triton kernels; CPU
 tensors run the PyTorch reference (any float dtype, float64 included).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,12 +17,10 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
-from ..reference.gated_delta import (delta_rule_gate, gated_delta_decode_step_ref,
-                                     gated_delta_replay_step_ref)
+from ..reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
 from ._validate import check_flag, check_rank, check_slot_ids, check_tensor, float_dtypes
 
-__all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step",
-           "gdn_gate", "kda_gate"]
+__all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step", "gdn_gate", "kda_gate"]
 
 _REPLAY_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
 
@@ -29,19 +28,30 @@ _REPLAY_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor",
 # --------------------------------------------------------------------------- custom ops
 # All arguments positional (custom ops take no keyword-only tensors); scale already resolved.
 
+
 @torch.library.custom_op("replayssm::gated_delta_decode_step", mutates_args=("state", "out"))
-def _gated_delta_decode_step_op(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                                beta: Tensor, slot_ids: Tensor, scale: float,
-                                use_qk_l2norm: bool, out: Tensor) -> None:
-    gated_delta_decode_step_ref(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale,
-                                use_qk_l2norm=use_qk_l2norm, out=out)
+def _gated_delta_decode_step_op(
+    state: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    slot_ids: Tensor,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> None:
+    gated_delta_decode_step_ref(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
 
 
 @_gated_delta_decode_step_op.register_kernel("cuda")
 def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
     from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
-    launch_gated_delta_decode_step(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale,
-                                   use_qk_l2norm=use_qk_l2norm, out=out)
+
+    launch_gated_delta_decode_step(
+        state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out
+    )
 
 
 @_gated_delta_decode_step_op.register_fake
@@ -50,43 +60,99 @@ def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
 
 
 @torch.library.custom_op("replayssm::gated_delta_replay_step", mutates_args=_REPLAY_FIELDS + ("out",))
-def _gated_delta_replay_step_op(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                                g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
-                                k: Tensor, v: Tensor, g: Tensor, beta: Tensor, slot_ids: Tensor,
-                                scale: float, use_qk_l2norm: bool, out: Tensor) -> None:
-    gated_delta_replay_step_ref(checkpoint, d_records, k_records, g_records, cursor, q, k, v, g,
-                                beta, slot_ids=slot_ids, scale=scale,
-                                use_qk_l2norm=use_qk_l2norm, out=out)
+def _gated_delta_replay_step_op(
+    checkpoint: Tensor,
+    d_records: Tensor,
+    k_records: Tensor,
+    g_records: Tensor,
+    cursor: Tensor,
+    arrivals: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    slot_ids: Tensor,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> None:
+    gated_delta_replay_step_ref(
+        checkpoint,
+        d_records,
+        k_records,
+        g_records,
+        cursor,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+    )
 
 
 @_gated_delta_replay_step_op.register_kernel("cuda")
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids,
-      scale, use_qk_l2norm, out):
+def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
     from ..kernels.gated_delta_replay import launch_gated_delta_replay_step
-    launch_gated_delta_replay_step(checkpoint, d_records, k_records, g_records, cursor, arrivals,
-                                   q, k, v, g, beta, slot_ids=slot_ids, scale=scale,
-                                   use_qk_l2norm=use_qk_l2norm, out=out)
+
+    launch_gated_delta_replay_step(
+        checkpoint,
+        d_records,
+        k_records,
+        g_records,
+        cursor,
+        arrivals,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+    )
 
 
 @_gated_delta_replay_step_op.register_fake
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids,
-      scale, use_qk_l2norm, out):
+def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
     return None
 
 
 # --------------------------------------------------------------------------- validation
 
+
 def _resolve_scale(op: str, scale, head_k_dim: int) -> float:
     if scale is None:
-        return head_k_dim ** -0.5
+        return head_k_dim**-0.5
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise TypeError(f"{op}: scale is {scale!r}; expected None (head_k_dim ** -0.5) or a positive finite float")
     return float(scale)
 
 
-def _check_inputs(op: str, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, *, per_channel: bool,
-                  k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, num_slots: int,
-                  device: torch.device) -> None:
+def _check_inputs(
+    op: str,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    slot_ids,
+    use_qk_l2norm,
+    out,
+    *,
+    per_channel: bool,
+    k_heads: int,
+    v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    num_slots: int,
+    device: torch.device,
+) -> None:
     """Checks the step inputs against the layer geometry."""
     check_rank(op, "q", q, 3, f"[batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
     batch = q.shape[0]
@@ -98,38 +164,57 @@ def _check_inputs(op: str, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, *, pe
     if per_channel:
         check_tensor(op, "g", g, "[batch, v_heads, head_k_dim]", (batch, v_heads, head_k_dim), dtypes=floats, device=device)
     else:
-        check_tensor(op, "g", g, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device,
-                     inner_contiguous=False)
-    check_tensor(op, "beta", beta, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device,
-                 inner_contiguous=False)
+        check_tensor(op, "g", g, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device, inner_contiguous=False)
+    check_tensor(op, "beta", beta, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device, inner_contiguous=False)
     check_flag(op, "use_qk_l2norm", use_qk_l2norm)
     if out is not None:
         check_tensor(op, "out", out, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
     check_slot_ids(op, slot_ids, batch, num_slots, device)
 
 
-def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale,
-                 use_qk_l2norm, out) -> Tensor:
+def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
     check_rank(op, "state", state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
     num_slots, v_heads, head_v_dim, head_k_dim = state.shape
     k_heads = q.shape[1] if isinstance(q, Tensor) and q.dim() == 3 else -1
     if k_heads < 1 or v_heads % k_heads:
-        raise ValueError(f"{op}: q has shape {tuple(q.shape) if isinstance(q, Tensor) else q}; expected [batch, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}")
+        raise ValueError(
+            f"{op}: q has shape {tuple(q.shape) if isinstance(q, Tensor) else q}; expected [batch, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
+        )
     floats = float_dtypes(state.device)
-    check_tensor(op, "state", state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
-                 dtypes=floats, device=state.device)
-    _check_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out, per_channel=per_channel,
-                  k_heads=k_heads, v_heads=v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim,
-                  num_slots=num_slots, device=state.device)
+    check_tensor(
+        op,
+        "state",
+        state,
+        "[num_slots, v_heads, head_v_dim, head_k_dim]",
+        tuple(state.shape),
+        dtypes=floats,
+        device=state.device,
+    )
+    _check_inputs(
+        op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        use_qk_l2norm,
+        out,
+        per_channel=per_channel,
+        k_heads=k_heads,
+        v_heads=v_heads,
+        head_k_dim=head_k_dim,
+        head_v_dim=head_v_dim,
+        num_slots=num_slots,
+        device=state.device,
+    )
     scale = _resolve_scale(op, scale, head_k_dim)
     out = torch.zeros_like(v) if out is None else out
-    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale,
-                                                use_qk_l2norm, out)
+    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
     return out
 
 
-def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, scale,
-                 use_qk_l2norm, out) -> Tensor:
+def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
     if not isinstance(cache, cache_type):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {cache_type.__name__}")
     if not 1 <= cache.L <= MAX_L:
@@ -140,15 +225,43 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    _check_inputs(op, q, k, v, g, beta, slot_ids, use_qk_l2norm, out,
-                  per_channel=cache_type.PER_CHANNEL_GATE, k_heads=cache.k_heads,
-                  v_heads=cache.v_heads, head_k_dim=cache.head_k_dim, head_v_dim=cache.head_v_dim,
-                  num_slots=cache.num_slots, device=device)
+    _check_inputs(
+        op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        use_qk_l2norm,
+        out,
+        per_channel=cache_type.PER_CHANNEL_GATE,
+        k_heads=cache.k_heads,
+        v_heads=cache.v_heads,
+        head_k_dim=cache.head_k_dim,
+        head_v_dim=cache.head_v_dim,
+        num_slots=cache.num_slots,
+        device=device,
+    )
     scale = _resolve_scale(op, scale, cache.head_k_dim)
     out = torch.zeros_like(v) if out is None else out
     torch.ops.replayssm.gated_delta_replay_step(
-        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
-        cache.arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+        cache.checkpoint,
+        cache.d_records,
+        cache.k_records,
+        cache.g_records,
+        cache.cursor,
+        cache.arrivals,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        scale,
+        use_qk_l2norm,
+        out,
+    )
     return out
 
 
@@ -175,56 +288,97 @@ _GDN_G = "[batch, v_heads], one per value head, any strides"
 _KDA_G = "[batch, v_heads, head_k_dim], one per key channel"
 
 
-def gdn_decode_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
-                    slot_ids: Tensor, scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                    out: Optional[Tensor] = None) -> Tensor:
-    return _decode_step("gdn_decode_step", False, state, q, k, v, g, beta, slot_ids, scale,
-                        use_qk_l2norm, out)
+def gdn_decode_step(
+    state: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    return _decode_step("gdn_decode_step", False, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
 
 
-def kda_decode_step(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
-                    slot_ids: Tensor, scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                    out: Optional[Tensor] = None) -> Tensor:
-    return _decode_step("kda_decode_step", True, state, q, k, v, g, beta, slot_ids, scale,
-                        use_qk_l2norm, out)
+def kda_decode_step(
+    state: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    return _decode_step("kda_decode_step", True, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
 
 
-def gdn_replay_step(cache: GDNReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                    beta: Tensor, *, slot_ids: Tensor, scale: Optional[float] = None,
-                    use_qk_l2norm: bool = True, out: Optional[Tensor] = None) -> Tensor:
-    return _replay_step("gdn_replay_step", GDNReplayCache, cache, q, k, v, g, beta, slot_ids,
-                        scale, use_qk_l2norm, out)
+def gdn_replay_step(
+    cache: GDNReplayCache,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    return _replay_step("gdn_replay_step", GDNReplayCache, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
 
 
-def kda_replay_step(cache: KDAReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                    beta: Tensor, *, slot_ids: Tensor, scale: Optional[float] = None,
-                    use_qk_l2norm: bool = True, out: Optional[Tensor] = None) -> Tensor:
-    return _replay_step("kda_replay_step", KDAReplayCache, cache, q, k, v, g, beta, slot_ids,
-                        scale, use_qk_l2norm, out)
+def kda_replay_step(
+    cache: KDAReplayCache,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    return _replay_step("kda_replay_step", KDAReplayCache, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
 
 
-_DECODE_DOC = """Conventional {family} decode step: reads, updates and stores the whole state.
+_DECODE_DOC = (
+    """Conventional {family} decode step: reads, updates and stores the whole state.
 
     Args:
         state (Tensor): [num_slots, v_heads, head_v_dim, head_k_dim], fp32 | bf16 | fp16 (fp64
             on CPU), head_k_dim contiguous. Mutated: S = S Diag(exp(g)) + d k̂ᵀ with
-            d = β (v - S Diag(exp(g)) k̂), rounded to its dtype every step.""" + _STEP_ARGS
-_REPLAY_DOC = """One {family} ReplaySSM decode step from checkpoint + records.
+            d = β (v - S Diag(exp(g)) k̂), rounded to its dtype every step."""
+    + _STEP_ARGS
+)
+_REPLAY_DOC = (
+    """One {family} ReplaySSM decode step from checkpoint + records.
 
     Args:
         cache ({cache}): mutated. A live row with cursor w < L-1 appends its record (d, k̂, g)
             at position w and sets the cursor to w+1, storing no state; a row with cursor L-1
             folds its L-1 records and the current token into the checkpoint (rounded to the
             checkpoint dtype once, here) and sets the cursor to 0. Decided and advanced on the
-            device: no host sync, and one captured CUDA graph serves every step.""" + _STEP_ARGS
+            device: no host sync, and one captured CUDA graph serves every step."""
+    + _STEP_ARGS
+)
 gdn_decode_step.__doc__ = _DECODE_DOC.format(family="Gated DeltaNet", g_layout=_GDN_G)
 kda_decode_step.__doc__ = _DECODE_DOC.format(family="Kimi Delta Attention", g_layout=_KDA_G)
 gdn_replay_step.__doc__ = _REPLAY_DOC.format(family="Gated DeltaNet", cache="GDNReplayCache", g_layout=_GDN_G)
 kda_replay_step.__doc__ = _REPLAY_DOC.format(family="Kimi Delta Attention", cache="KDAReplayCache", g_layout=_KDA_G)
 
 
-def _gate(op: str, per_channel: bool, a: Tensor, b: Tensor, A_log: Tensor,
-          dt_bias: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+def _gate(op: str, per_channel: bool, a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     want = 3 if per_channel else 2
     dims = "[batch, v_heads, head_k_dim]" if per_channel else "[batch, v_heads]"
     for name, t in (("a", a), ("b", b), ("A_log", A_log)):
@@ -242,8 +396,7 @@ def _gate(op: str, per_channel: bool, a: Tensor, b: Tensor, A_log: Tensor,
     return delta_rule_gate(a, b, A_log, dt_bias)
 
 
-def gdn_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None
-             ) -> tuple[Tensor, Tensor]:
+def gdn_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Gated DeltaNet (Qwen3-Next / Qwen3.5) g and β from the raw projections.
 
     g = -exp(A_log) * softplus(a + dt_bias), β = sigmoid(b), both fp32 (fp64 for fp64 input).
@@ -252,8 +405,7 @@ def gdn_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = No
     return _gate("gdn_gate", False, a, b, A_log, dt_bias)
 
 
-def kda_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None
-             ) -> tuple[Tensor, Tensor]:
+def kda_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Kimi Delta Attention (Kimi Linear) g and β from the raw projections.
 
     g = -exp(A_log)[h] * softplus(a + dt_bias) per key channel, β = sigmoid(b), fp32.

@@ -4,6 +4,7 @@ CUDA tensors run the Triton kernels; CPU tensors run the PyTorch reference (any 
 float64 included). Both ops are ``torch.library`` custom ops with fake implementations, so they
 trace under ``torch.compile`` and record into CUDA graphs.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -23,19 +24,34 @@ __all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
 # Same argument names and order as the public functions; all positional, since custom ops
 # take no keyword-only tensors.
 
+
 @torch.library.custom_op("replayssm::mamba2_decode_step", mutates_args=("state", "out"))
-def _mamba2_decode_step_op(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                           slot_ids: Tensor, D: Optional[Tensor], z: Optional[Tensor],
-                           dt_bias: Optional[Tensor], dt_softplus: bool, out: Tensor) -> None:
-    mamba2_decode_step_ref(state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias,
-                           dt_softplus=dt_softplus, out=out)
+def _mamba2_decode_step_op(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    slot_ids: Tensor,
+    D: Optional[Tensor],
+    z: Optional[Tensor],
+    dt_bias: Optional[Tensor],
+    dt_softplus: bool,
+    out: Tensor,
+) -> None:
+    mamba2_decode_step_ref(
+        state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out
+    )
 
 
 @_mamba2_decode_step_op.register_kernel("cuda")
 def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
     from ..kernels.mamba2_decode import launch_mamba2_decode_step
-    launch_mamba2_decode_step(state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z,
-                              dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+
+    launch_mamba2_decode_step(
+        state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out
+    )
 
 
 @_mamba2_decode_step_op.register_fake
@@ -45,37 +61,106 @@ def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
 
 @torch.library.custom_op(
     "replayssm::mamba2_replay_step",
-    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out"))
-def _mamba2_replay_step_op(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
-                           B_records: Tensor, cursor: Tensor, arrivals: Tensor, x: Tensor,
-                           dt: Tensor, A: Tensor, B: Tensor, C: Tensor, slot_ids: Tensor,
-                           D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
-                           dt_softplus: bool, out: Tensor) -> None:
-    mamba2_replay_step_ref(checkpoint, x_records, dt_records, B_records, cursor, x, dt, A, B, C,
-                           slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias,
-                           dt_softplus=dt_softplus, out=out)
+    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out"),
+)
+def _mamba2_replay_step_op(
+    checkpoint: Tensor,
+    x_records: Tensor,
+    dt_records: Tensor,
+    B_records: Tensor,
+    cursor: Tensor,
+    arrivals: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    slot_ids: Tensor,
+    D: Optional[Tensor],
+    z: Optional[Tensor],
+    dt_bias: Optional[Tensor],
+    dt_softplus: bool,
+    out: Tensor,
+) -> None:
+    mamba2_replay_step_ref(
+        checkpoint,
+        x_records,
+        dt_records,
+        B_records,
+        cursor,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
 @_mamba2_replay_step_op.register_kernel("cuda")
-def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
-      slot_ids, D, z, dt_bias, dt_softplus, out):
+def _(
+    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out
+):
     from ..kernels.mamba2_replay import launch_mamba2_replay_step
-    launch_mamba2_replay_step(checkpoint, x_records, dt_records, B_records, cursor, arrivals,
-                              x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias,
-                              dt_softplus=dt_softplus, out=out)
+
+    launch_mamba2_replay_step(
+        checkpoint,
+        x_records,
+        dt_records,
+        B_records,
+        cursor,
+        arrivals,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
 @_mamba2_replay_step_op.register_fake
-def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
-      slot_ids, D, z, dt_bias, dt_softplus, out):
+def _(
+    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out
+):
     return None
 
 
 # --------------------------------------------------------------------------- validation
 
-def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out, *,
-                  nheads: int, head_dim: int, d_state: int, ngroups: int, num_slots: int,
-                  act_dtype: Optional[torch.dtype], device: torch.device) -> None:
+
+def _check_inputs(
+    op: str,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    slot_ids,
+    D,
+    z,
+    dt_bias,
+    dt_softplus,
+    out,
+    *,
+    nheads: int,
+    head_dim: int,
+    d_state: int,
+    ngroups: int,
+    num_slots: int,
+    act_dtype: Optional[torch.dtype],
+    device: torch.device,
+) -> None:
     """Checks the step inputs against the layer geometry."""
     check_rank(op, "x", x, 3, f"[batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
     batch = x.shape[0]
@@ -83,8 +168,7 @@ def _check_inputs(op: str, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus,
     act = (act_dtype,) if act_dtype is not None else floats
     check_tensor(op, "x", x, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
     act = (x.dtype,)
-    check_tensor(op, "dt", dt, "[batch, nheads]", (batch, nheads), dtypes=floats, device=device,
-                 inner_contiguous=False)
+    check_tensor(op, "dt", dt, "[batch, nheads]", (batch, nheads), dtypes=floats, device=device, inner_contiguous=False)
     a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
     check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
     check_tensor(op, "B", B, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
@@ -108,10 +192,22 @@ def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
 
 # --------------------------------------------------------------------------- public API
 
-def mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *,
-                       slot_ids: Tensor, D: Optional[Tensor] = None, z: Optional[Tensor] = None,
-                       dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                       out: Optional[Tensor] = None) -> Tensor:
+
+def mamba2_decode_step(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Conventional Mamba-2 decode step: reads, updates and stores the whole state.
 
     Args:
@@ -138,23 +234,54 @@ def mamba2_decode_step(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tenso
     num_slots, nheads, head_dim, d_state = state.shape
     ngroups = B.shape[1] if isinstance(B, Tensor) and B.dim() == 3 else -1
     if ngroups < 1 or nheads % ngroups:
-        raise ValueError(f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; expected [batch, ngroups, d_state] with ngroups dividing nheads = {nheads}")
+        raise ValueError(
+            f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; expected [batch, ngroups, d_state] with ngroups dividing nheads = {nheads}"
+        )
     floats = float_dtypes(state.device)
-    check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
-                 dtypes=floats, device=state.device)
-    _check_inputs(op, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out,
-                  nheads=nheads, head_dim=head_dim, d_state=d_state, ngroups=ngroups,
-                  num_slots=num_slots, act_dtype=None, device=state.device)
+    check_tensor(
+        op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
+    )
+    _check_inputs(
+        op,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+        nheads=nheads,
+        head_dim=head_dim,
+        d_state=d_state,
+        ngroups=ngroups,
+        num_slots=num_slots,
+        act_dtype=None,
+        device=state.device,
+    )
     out = _new_out(x, out)
-    torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_ids, D, z, dt_bias,
-                                           dt_softplus, out)
+    torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     return out
 
 
-def mamba2_replay_step(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
-                       C: Tensor, *, slot_ids: Tensor, D: Optional[Tensor] = None,
-                       z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
-                       dt_softplus: bool = True, out: Optional[Tensor] = None) -> Tensor:
+def mamba2_replay_step(
+    cache: Mamba2ReplayCache,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """One Mamba-2 ReplaySSM decode step from checkpoint + records.
 
     Args:
@@ -189,12 +316,45 @@ def mamba2_replay_step(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Tenso
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    _check_inputs(op, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out,
-                  nheads=cache.nheads, head_dim=cache.head_dim, d_state=cache.d_state,
-                  ngroups=cache.ngroups, num_slots=cache.num_slots, act_dtype=cache.act_dtype,
-                  device=device)
+    _check_inputs(
+        op,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+        nheads=cache.nheads,
+        head_dim=cache.head_dim,
+        d_state=cache.d_state,
+        ngroups=cache.ngroups,
+        num_slots=cache.num_slots,
+        act_dtype=cache.act_dtype,
+        device=device,
+    )
     out = _new_out(x, out)
     torch.ops.replayssm.mamba2_replay_step(
-        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
-        cache.arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+        cache.checkpoint,
+        cache.x_records,
+        cache.dt_records,
+        cache.B_records,
+        cache.cursor,
+        cache.arrivals,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+    )
     return out

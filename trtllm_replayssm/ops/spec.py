@@ -37,6 +37,7 @@ speculation); ``*_snapshot_verify`` reads the state once and writes T state snap
 :class:`SnapshotCache`, and ``snapshot_commit`` copies the accepted one back (the conventional
 speculative scheme: 1 + T states per sequence).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,18 +48,33 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
-from ..reference.spec import (gated_delta_replay_verify_ref, gated_delta_snapshot_verify_ref,
-                              mamba2_replay_verify_ref, mamba2_snapshot_verify_ref,
-                              replay_commit_ref, snapshot_commit_ref, spec_buffer_len)
-from ._validate import (check_flag, check_optional, check_rank, check_slot_ids, check_tensor,
-                        float_dtypes, reads_device_values)
+from ..reference.spec import (
+    gated_delta_replay_verify_ref,
+    gated_delta_snapshot_verify_ref,
+    mamba2_replay_verify_ref,
+    mamba2_snapshot_verify_ref,
+    replay_commit_ref,
+    snapshot_commit_ref,
+    spec_buffer_len,
+)
+from ._validate import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, reads_device_values
 from .gated_delta import _resolve_scale
 
 __all__ = [
-    "MAX_T", "spec_buffer_len", "SnapshotCache",
-    "mamba2_replay_verify", "gdn_replay_verify", "kda_replay_verify", "replay_commit",
-    "mamba2_serial_decode", "gdn_serial_decode", "kda_serial_decode",
-    "mamba2_snapshot_verify", "gdn_snapshot_verify", "kda_snapshot_verify", "snapshot_commit",
+    "MAX_T",
+    "spec_buffer_len",
+    "SnapshotCache",
+    "mamba2_replay_verify",
+    "gdn_replay_verify",
+    "kda_replay_verify",
+    "replay_commit",
+    "mamba2_serial_decode",
+    "gdn_serial_decode",
+    "kda_serial_decode",
+    "mamba2_snapshot_verify",
+    "gdn_snapshot_verify",
+    "kda_snapshot_verify",
+    "snapshot_commit",
 ]
 
 MAX_T = 16  # window tokens per verify (the kernels unroll over the window)
@@ -89,17 +105,27 @@ class SnapshotCache:
                 raise ValueError(f"{owner}: {name} must be contiguous")
         s, p = self.state, self.snapshots
         if p.dim() != s.dim() + 1 or p.shape[0] != s.shape[0] or p.shape[2:] != s.shape[1:] or p.shape[1] < 1:
-            raise ValueError(f"{owner}: snapshots has shape {tuple(p.shape)}; expected [num_slots, T, *state_dims] with state {tuple(s.shape)}")
+            raise ValueError(
+                f"{owner}: snapshots has shape {tuple(p.shape)}; expected [num_slots, T, *state_dims] with state {tuple(s.shape)}"
+            )
         if p.dtype != s.dtype or p.device != s.device:
             raise TypeError(f"{owner}: snapshots is {p.dtype} on {p.device}; expected the state's {s.dtype} on {s.device}")
 
     @classmethod
-    def allocate(cls, num_slots: int, state_dims: tuple, T: int, *,
-                 dtype: torch.dtype = torch.float32,
-                 device: Union[str, torch.device, None] = None) -> "SnapshotCache":
+    def allocate(
+        cls,
+        num_slots: int,
+        state_dims: tuple,
+        T: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: Union[str, torch.device, None] = None,
+    ) -> "SnapshotCache":
         """Zero state and snapshots: [num_slots, *state_dims] and [num_slots, T, *state_dims]."""
-        return cls(torch.zeros(num_slots, *state_dims, dtype=dtype, device=device),
-                   torch.zeros(num_slots, T, *state_dims, dtype=dtype, device=device))
+        return cls(
+            torch.zeros(num_slots, *state_dims, dtype=dtype, device=device),
+            torch.zeros(num_slots, T, *state_dims, dtype=dtype, device=device),
+        )
 
     @property
     def num_slots(self) -> int:
@@ -113,33 +139,123 @@ class SnapshotCache:
 # --------------------------------------------------------------------------- custom ops
 # Same argument names and order as the public functions, all positional.
 
+
 @torch.library.custom_op(
     "replayssm::mamba2_replay_verify",
-    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals",
-                  "pending", "out"))
-def _mamba2_replay_verify_op(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
-                             B_records: Tensor, cursor: Tensor, arrivals: Tensor, pending: Tensor,
-                             x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                             slot_ids: Tensor, num_tokens: Optional[Tensor], D: Optional[Tensor],
-                             z: Optional[Tensor], dt_bias: Optional[Tensor], dt_softplus: bool,
-                             out: Tensor) -> None:
-    mamba2_replay_verify_ref(checkpoint, x_records, dt_records, B_records, cursor, pending, x, dt,
-                             A, B, C, slot_ids=slot_ids, num_tokens=num_tokens, D=D, z=z,
-                             dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "pending", "out"),
+)
+def _mamba2_replay_verify_op(
+    checkpoint: Tensor,
+    x_records: Tensor,
+    dt_records: Tensor,
+    B_records: Tensor,
+    cursor: Tensor,
+    arrivals: Tensor,
+    pending: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor],
+    D: Optional[Tensor],
+    z: Optional[Tensor],
+    dt_bias: Optional[Tensor],
+    dt_softplus: bool,
+    out: Tensor,
+) -> None:
+    mamba2_replay_verify_ref(
+        checkpoint,
+        x_records,
+        dt_records,
+        B_records,
+        cursor,
+        pending,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
 @_mamba2_replay_verify_op.register_kernel("cuda")
-def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,
-      slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+def _(
+    checkpoint,
+    x_records,
+    dt_records,
+    B_records,
+    cursor,
+    arrivals,
+    pending,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    slot_ids,
+    num_tokens,
+    D,
+    z,
+    dt_bias,
+    dt_softplus,
+    out,
+):
     from ..kernels.mamba2_verify import launch_mamba2_replay_verify
-    launch_mamba2_replay_verify(checkpoint, x_records, dt_records, B_records, cursor, arrivals,
-                                pending, x, dt, A, B, C, slot_ids=slot_ids, num_tokens=num_tokens,
-                                D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+
+    launch_mamba2_replay_verify(
+        checkpoint,
+        x_records,
+        dt_records,
+        B_records,
+        cursor,
+        arrivals,
+        pending,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
 @_mamba2_replay_verify_op.register_fake
-def _(checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,
-      slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
+def _(
+    checkpoint,
+    x_records,
+    dt_records,
+    B_records,
+    cursor,
+    arrivals,
+    pending,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    slot_ids,
+    num_tokens,
+    D,
+    z,
+    dt_bias,
+    dt_softplus,
+    out,
+):
     return None
 
 
@@ -147,29 +263,108 @@ _DELTA_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", 
 
 
 @torch.library.custom_op("replayssm::gated_delta_replay_verify", mutates_args=_DELTA_FIELDS + ("out",))
-def _gated_delta_replay_verify_op(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                                  g_records: Tensor, cursor: Tensor, arrivals: Tensor,
-                                  pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                                  beta: Tensor, slot_ids: Tensor, num_tokens: Optional[Tensor],
-                                  scale: float, use_qk_l2norm: bool, out: Tensor) -> None:
-    gated_delta_replay_verify_ref(checkpoint, d_records, k_records, g_records, cursor, pending, q,
-                                  k, v, g, beta, slot_ids=slot_ids, num_tokens=num_tokens,
-                                  scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
+def _gated_delta_replay_verify_op(
+    checkpoint: Tensor,
+    d_records: Tensor,
+    k_records: Tensor,
+    g_records: Tensor,
+    cursor: Tensor,
+    arrivals: Tensor,
+    pending: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor],
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> None:
+    gated_delta_replay_verify_ref(
+        checkpoint,
+        d_records,
+        k_records,
+        g_records,
+        cursor,
+        pending,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+    )
 
 
 @_gated_delta_replay_verify_op.register_kernel("cuda")
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, pending, q, k, v, g, beta,
-      slot_ids, num_tokens, scale, use_qk_l2norm, out):
+def _(
+    checkpoint,
+    d_records,
+    k_records,
+    g_records,
+    cursor,
+    arrivals,
+    pending,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    slot_ids,
+    num_tokens,
+    scale,
+    use_qk_l2norm,
+    out,
+):
     from ..kernels.gated_delta_verify import launch_gated_delta_replay_verify
-    launch_gated_delta_replay_verify(checkpoint, d_records, k_records, g_records, cursor, arrivals,
-                                     pending, q, k, v, g, beta, slot_ids=slot_ids,
-                                     num_tokens=num_tokens, scale=scale,
-                                     use_qk_l2norm=use_qk_l2norm, out=out)
+
+    launch_gated_delta_replay_verify(
+        checkpoint,
+        d_records,
+        k_records,
+        g_records,
+        cursor,
+        arrivals,
+        pending,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+    )
 
 
 @_gated_delta_replay_verify_op.register_fake
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, pending, q, k, v, g, beta,
-      slot_ids, num_tokens, scale, use_qk_l2norm, out):
+def _(
+    checkpoint,
+    d_records,
+    k_records,
+    g_records,
+    cursor,
+    arrivals,
+    pending,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    slot_ids,
+    num_tokens,
+    scale,
+    use_qk_l2norm,
+    out,
+):
     return None
 
 
@@ -181,6 +376,7 @@ def _replay_commit_op(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_acc
 @_replay_commit_op.register_kernel("cuda")
 def _(cursor, pending, slot_ids, num_accepted):
     from ..kernels.replay_commit import launch_replay_commit
+
     launch_replay_commit(cursor, pending, slot_ids, num_accepted)
 
 
@@ -190,21 +386,60 @@ def _(cursor, pending, slot_ids, num_accepted):
 
 
 @torch.library.custom_op("replayssm::mamba2_snapshot_verify", mutates_args=("snapshots", "out"))
-def _mamba2_snapshot_verify_op(state: Tensor, snapshots: Tensor, x: Tensor, dt: Tensor, A: Tensor,
-                               B: Tensor, C: Tensor, slot_ids: Tensor, num_tokens: Optional[Tensor],
-                               D: Optional[Tensor], z: Optional[Tensor], dt_bias: Optional[Tensor],
-                               dt_softplus: bool, out: Tensor) -> None:
-    mamba2_snapshot_verify_ref(state, snapshots, x, dt, A, B, C, slot_ids=slot_ids,
-                               num_tokens=num_tokens, D=D, z=z, dt_bias=dt_bias,
-                               dt_softplus=dt_softplus, out=out)
+def _mamba2_snapshot_verify_op(
+    state: Tensor,
+    snapshots: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor],
+    D: Optional[Tensor],
+    z: Optional[Tensor],
+    dt_bias: Optional[Tensor],
+    dt_softplus: bool,
+    out: Tensor,
+) -> None:
+    mamba2_snapshot_verify_ref(
+        state,
+        snapshots,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
 @_mamba2_snapshot_verify_op.register_kernel("cuda")
 def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
     from ..kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
-    launch_mamba2_snapshot_verify(state, snapshots, x, dt, A, B, C, slot_ids=slot_ids,
-                                  num_tokens=num_tokens, D=D, z=z, dt_bias=dt_bias,
-                                  dt_softplus=dt_softplus, out=out)
+
+    launch_mamba2_snapshot_verify(
+        state,
+        snapshots,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        D=D,
+        z=z,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+    )
 
 
 @_mamba2_snapshot_verify_op.register_fake
@@ -213,21 +448,54 @@ def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_
 
 
 @torch.library.custom_op("replayssm::gated_delta_snapshot_verify", mutates_args=("snapshots", "out"))
-def _gated_delta_snapshot_verify_op(state: Tensor, snapshots: Tensor, q: Tensor, k: Tensor,
-                                    v: Tensor, g: Tensor, beta: Tensor, slot_ids: Tensor,
-                                    num_tokens: Optional[Tensor], scale: float,
-                                    use_qk_l2norm: bool, out: Tensor) -> None:
-    gated_delta_snapshot_verify_ref(state, snapshots, q, k, v, g, beta, slot_ids=slot_ids,
-                                    num_tokens=num_tokens, scale=scale,
-                                    use_qk_l2norm=use_qk_l2norm, out=out)
+def _gated_delta_snapshot_verify_op(
+    state: Tensor,
+    snapshots: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor],
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> None:
+    gated_delta_snapshot_verify_ref(
+        state,
+        snapshots,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+    )
 
 
 @_gated_delta_snapshot_verify_op.register_kernel("cuda")
 def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
     from ..kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
-    launch_gated_delta_snapshot_verify(state, snapshots, q, k, v, g, beta, slot_ids=slot_ids,
-                                       num_tokens=num_tokens, scale=scale,
-                                       use_qk_l2norm=use_qk_l2norm, out=out)
+
+    launch_gated_delta_snapshot_verify(
+        state,
+        snapshots,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        num_tokens=num_tokens,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+    )
 
 
 @_gated_delta_snapshot_verify_op.register_fake
@@ -243,6 +511,7 @@ def _snapshot_commit_op(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_
 @_snapshot_commit_op.register_kernel("cuda")
 def _(state, snapshots, slot_ids, num_accepted):
     from ..kernels.replay_commit import launch_snapshot_commit
+
     launch_snapshot_commit(state, snapshots, slot_ids, num_accepted)
 
 
@@ -253,8 +522,8 @@ def _(state, snapshots, slot_ids, num_accepted):
 
 # --------------------------------------------------------------------------- validation
 
-def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, device,
-                  upper, upper_words: str) -> None:
+
+def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, device, upper, upper_words: str) -> None:
     """counts: [batch] int32; eagerly, each live row's count in [1, upper()[row]]."""
     check_tensor(op, name, counts, "[batch]", (batch,), dtypes=(torch.int32,), device=device)
     if not reads_device_values(counts):
@@ -264,14 +533,36 @@ def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, devi
     bad = torch.nonzero((c < 1) | (c > h)).flatten()
     if bad.numel():
         i = int(bad[0])
-        raise ValueError(f"{op}: {name} holds {int(c[i])} for a row whose {upper_words} is {int(h[i])}; "
-                         f"expected 1 <= {name} <= {upper_words} on live rows")
+        raise ValueError(
+            f"{op}: {name} holds {int(c[i])} for a row whose {upper_words} is {int(h[i])}; "
+            f"expected 1 <= {name} <= {upper_words} on live rows"
+        )
 
 
-def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias,
-                         dt_softplus, out, *, nheads: int, head_dim: int, d_state: int,
-                         ngroups: int, num_slots: int, act_dtype: Optional[torch.dtype],
-                         device: torch.device, max_T: int) -> int:
+def _check_window_inputs(
+    op: str,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    slot_ids,
+    num_tokens,
+    D,
+    z,
+    dt_bias,
+    dt_softplus,
+    out,
+    *,
+    nheads: int,
+    head_dim: int,
+    d_state: int,
+    ngroups: int,
+    num_slots: int,
+    act_dtype: Optional[torch.dtype],
+    device: torch.device,
+    max_T: int,
+) -> int:
     """Checks the window inputs of a Mamba-2 verify against the layer geometry; returns T."""
     check_rank(op, "x", x, 4, f"[batch, T, nheads, head_dim] = (batch, T, {nheads}, {head_dim})")
     batch, T = x.shape[:2]
@@ -281,8 +572,7 @@ def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt
     act = (act_dtype,) if act_dtype is not None else floats
     check_tensor(op, "x", x, "[batch, T, nheads, head_dim]", (batch, T, nheads, head_dim), dtypes=act, device=device)
     act = (x.dtype,)
-    check_tensor(op, "dt", dt, "[batch, T, nheads]", (batch, T, nheads), dtypes=floats, device=device,
-                 inner_contiguous=False)
+    check_tensor(op, "dt", dt, "[batch, T, nheads]", (batch, T, nheads), dtypes=floats, device=device, inner_contiguous=False)
     a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
     check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
     for name, t in (("B", B), ("C", C)):
@@ -299,15 +589,31 @@ def _check_window_inputs(op: str, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt
     check_optional(op, "out", out, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
     check_slot_ids(op, slot_ids, batch, num_slots, device)
     if num_tokens is not None:
-        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device,
-                      lambda: torch.full((batch,), T), "T")
+        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device, lambda: torch.full((batch,), T), "T")
     return T
 
 
-def _check_delta_window_inputs(op: str, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm,
-                               out, *, per_channel: bool, k_heads: int, v_heads: int,
-                               head_k_dim: int, head_v_dim: int, num_slots: int,
-                               device: torch.device, max_T: int) -> int:
+def _check_delta_window_inputs(
+    op: str,
+    q,
+    k,
+    v,
+    g,
+    beta,
+    slot_ids,
+    num_tokens,
+    use_qk_l2norm,
+    out,
+    *,
+    per_channel: bool,
+    k_heads: int,
+    v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    num_slots: int,
+    device: torch.device,
+    max_T: int,
+) -> int:
     """Checks the window inputs of a GDN / KDA verify against the layer geometry; returns T."""
     check_rank(op, "q", q, 4, f"[batch, T, k_heads, head_k_dim] = (batch, T, {k_heads}, {head_k_dim})")
     batch, T = q.shape[:2]
@@ -319,18 +625,23 @@ def _check_delta_window_inputs(op: str, q, k, v, g, beta, slot_ids, num_tokens, 
     check_tensor(op, "k", k, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=act, device=device)
     check_tensor(op, "v", v, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device)
     if per_channel:
-        check_tensor(op, "g", g, "[batch, T, v_heads, head_k_dim]", (batch, T, v_heads, head_k_dim), dtypes=floats, device=device)
+        check_tensor(
+            op, "g", g, "[batch, T, v_heads, head_k_dim]", (batch, T, v_heads, head_k_dim), dtypes=floats, device=device
+        )
     else:
-        check_tensor(op, "g", g, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device,
-                     inner_contiguous=False)
-    check_tensor(op, "beta", beta, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device,
-                 inner_contiguous=False)
+        check_tensor(
+            op, "g", g, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device, inner_contiguous=False
+        )
+    check_tensor(
+        op, "beta", beta, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device, inner_contiguous=False
+    )
     check_flag(op, "use_qk_l2norm", use_qk_l2norm)
-    check_optional(op, "out", out, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device)
+    check_optional(
+        op, "out", out, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device
+    )
     check_slot_ids(op, slot_ids, batch, num_slots, device)
     if num_tokens is not None:
-        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device,
-                      lambda: torch.full((batch,), T), "T")
+        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device, lambda: torch.full((batch,), T), "T")
     return T
 
 
@@ -350,11 +661,23 @@ def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
 
 # --------------------------------------------------------------------------- public API
 
-def mamba2_replay_verify(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
-                         C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                         D: Optional[Tensor] = None, z: Optional[Tensor] = None,
-                         dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                         out: Optional[Tensor] = None) -> Tensor:
+
+def mamba2_replay_verify(
+    cache: Mamba2ReplayCache,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Verify a window of T tokens per row with ReplaySSM (module docstring: the design).
 
     Args:
@@ -392,25 +715,63 @@ def mamba2_replay_verify(cache: Mamba2ReplayCache, x: Tensor, dt: Tensor, A: Ten
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
-                             out, nheads=cache.nheads, head_dim=cache.head_dim,
-                             d_state=cache.d_state, ngroups=cache.ngroups,
-                             num_slots=cache.num_slots, act_dtype=cache.act_dtype, device=device,
-                             max_T=MAX_T)
+    T = _check_window_inputs(
+        op,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        num_tokens,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+        nheads=cache.nheads,
+        head_dim=cache.head_dim,
+        d_state=cache.d_state,
+        ngroups=cache.ngroups,
+        num_slots=cache.num_slots,
+        act_dtype=cache.act_dtype,
+        device=device,
+        max_T=MAX_T,
+    )
     if 2 * T > cache.L:
-        raise ValueError(f"{op}: x has T = {T} window tokens; expected T <= history B = L - T, "
-                         f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)")
+        raise ValueError(
+            f"{op}: x has T = {T} window tokens; expected T <= history B = L - T, "
+            f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
+        )
     _check_nothing_pending(op, cache, slot_ids)
     out = _new_out(x, out)
     torch.ops.replayssm.mamba2_replay_verify(
-        cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor,
-        cache.arrivals, cache.pending, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias,
-        dt_softplus, out)
+        cache.checkpoint,
+        cache.x_records,
+        cache.dt_records,
+        cache.B_records,
+        cache.cursor,
+        cache.arrivals,
+        cache.pending,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        num_tokens,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+    )
     return out
 
 
-def _delta_replay_verify(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids,
-                         num_tokens, scale, use_qk_l2norm, out) -> Tensor:
+def _delta_replay_verify(
+    op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+) -> Tensor:
     _check_replay_cache(op, cache, (cache_type,))
     for name in ("d_records", "k_records", "g_records"):
         if not getattr(cache, name).is_contiguous():
@@ -420,38 +781,92 @@ def _delta_replay_verify(op: str, cache_type: type, cache, q, k, v, g, beta, slo
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = _check_delta_window_inputs(op, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm, out,
-                                   per_channel=cache_type.PER_CHANNEL_GATE, k_heads=cache.k_heads,
-                                   v_heads=cache.v_heads, head_k_dim=cache.head_k_dim,
-                                   head_v_dim=cache.head_v_dim, num_slots=cache.num_slots,
-                                   device=device, max_T=MAX_T)
+    T = _check_delta_window_inputs(
+        op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        num_tokens,
+        use_qk_l2norm,
+        out,
+        per_channel=cache_type.PER_CHANNEL_GATE,
+        k_heads=cache.k_heads,
+        v_heads=cache.v_heads,
+        head_k_dim=cache.head_k_dim,
+        head_v_dim=cache.head_v_dim,
+        num_slots=cache.num_slots,
+        device=device,
+        max_T=MAX_T,
+    )
     if 2 * T > cache.L:
-        raise ValueError(f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
-                         f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)")
+        raise ValueError(
+            f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
+            f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
+        )
     scale = _resolve_scale(op, scale, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
     out = _new_out(v, out)
     torch.ops.replayssm.gated_delta_replay_verify(
-        cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor,
-        cache.arrivals, cache.pending, q, k, v, g, beta, slot_ids, num_tokens, scale,
-        use_qk_l2norm, out)
+        cache.checkpoint,
+        cache.d_records,
+        cache.k_records,
+        cache.g_records,
+        cache.cursor,
+        cache.arrivals,
+        cache.pending,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        num_tokens,
+        scale,
+        use_qk_l2norm,
+        out,
+    )
     return out
 
 
-def gdn_replay_verify(cache: GDNReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                      beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                      out: Optional[Tensor] = None) -> Tensor:
-    return _delta_replay_verify("gdn_replay_verify", GDNReplayCache, cache, q, k, v, g, beta,
-                                slot_ids, num_tokens, scale, use_qk_l2norm, out)
+def gdn_replay_verify(
+    cache: GDNReplayCache,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    return _delta_replay_verify(
+        "gdn_replay_verify", GDNReplayCache, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
 
 
-def kda_replay_verify(cache: KDAReplayCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                      beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                      out: Optional[Tensor] = None) -> Tensor:
-    return _delta_replay_verify("kda_replay_verify", KDAReplayCache, cache, q, k, v, g, beta,
-                                slot_ids, num_tokens, scale, use_qk_l2norm, out)
+def kda_replay_verify(
+    cache: KDAReplayCache,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
+    return _delta_replay_verify(
+        "kda_replay_verify", KDAReplayCache, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
 
 
 _DELTA_WINDOW_ARGS = """
@@ -469,7 +884,8 @@ _DELTA_WINDOW_ARGS = """
         recurrence run serially over that row's tokens 0 .. s from its committed state.
     Raises:
         ValueError, TypeError: before anything is written."""
-_DELTA_VERIFY_DOC = """Verify a window of T tokens per row with ReplaySSM ({family}); the design
+_DELTA_VERIFY_DOC = (
+    """Verify a window of T tokens per row with ReplaySSM ({family}); the design
     is the Mamba-2 one (:func:`mamba2_replay_verify`, module docstring).
 
     Args:
@@ -477,7 +893,9 @@ _DELTA_VERIFY_DOC = """Verify a window of T tokens per row with ReplaySSM ({fami
             (d, k̂, g) past its committed records, or, when they would not fit below position
             L-1, first folds its history into the checkpoint on the device and writes them from
             position 0 (cursor -> 0); ``pending`` := num_tokens. Follow with
-            :func:`replay_commit`.""" + _DELTA_WINDOW_ARGS
+            :func:`replay_commit`."""
+    + _DELTA_WINDOW_ARGS
+)
 _GDN_G = "[batch, T, v_heads], one per value head"
 _KDA_G = "[batch, T, v_heads, head_k_dim], one per key channel"
 gdn_replay_verify.__doc__ = _DELTA_VERIFY_DOC.format(family="Gated DeltaNet", cache="GDNReplayCache", g_layout=_GDN_G)
@@ -490,8 +908,10 @@ def _check_nothing_pending(op: str, cache, slot_ids: Tensor) -> None:
     live = slot_ids[slot_ids >= 0].long()
     if live.numel() and bool(cache.pending[live].any()):
         s = int(live[cache.pending[live] != 0][0])
-        raise ValueError(f"{op}: slot_ids holds slot {s}, whose last verify window "
-                         f"({int(cache.pending[s])} records) is not committed; call replay_commit first")
+        raise ValueError(
+            f"{op}: slot_ids holds slot {s}, whose last verify window "
+            f"({int(cache.pending[s])} records) is not committed; call replay_commit first"
+        )
 
 
 def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
@@ -512,17 +932,35 @@ def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     batch = slot_ids.shape[0]
     check_slot_ids(op, slot_ids, batch, cache.num_slots, device)
-    _check_counts(op, "num_accepted", num_accepted, slot_ids, batch, device,
-                  lambda: cache.pending[slot_ids.clamp_min(0).long()].cpu(),
-                  "pending window (num_tokens of its verify; 0: no verify to commit)")
+    _check_counts(
+        op,
+        "num_accepted",
+        num_accepted,
+        slot_ids,
+        batch,
+        device,
+        lambda: cache.pending[slot_ids.clamp_min(0).long()].cpu(),
+        "pending window (num_tokens of its verify; 0: no verify to commit)",
+    )
     torch.ops.replayssm.replay_commit(cache.cursor, cache.pending, slot_ids, num_accepted)
 
 
-def mamba2_serial_decode(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *,
-                         slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                         D: Optional[Tensor] = None, z: Optional[Tensor] = None,
-                         dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                         out: Optional[Tensor] = None) -> Tensor:
+def mamba2_serial_decode(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Baseline: the window as num_tokens conventional decode steps (one launch per token).
 
     Every token is committed (no rollback): this is what decoding the T tokens without
@@ -533,34 +971,78 @@ def mamba2_serial_decode(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Ten
     check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
     num_slots, nheads, head_dim, d_state = state.shape
     floats = float_dtypes(state.device)
-    check_tensor(op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape),
-                 dtypes=floats, device=state.device)
-    T = _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
-                             out, nheads=nheads, head_dim=head_dim, d_state=d_state,
-                             ngroups=_ngroups(op, B, nheads), num_slots=num_slots, act_dtype=None,
-                             device=state.device, max_T=MAX_T)
+    check_tensor(
+        op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
+    )
+    T = _check_window_inputs(
+        op,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        num_tokens,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+        nheads=nheads,
+        head_dim=head_dim,
+        d_state=d_state,
+        ngroups=_ngroups(op, B, nheads),
+        num_slots=num_slots,
+        act_dtype=None,
+        device=state.device,
+        max_T=MAX_T,
+    )
     out = _new_out(x, out)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
         torch.ops.replayssm.mamba2_decode_step(
-            state, x[:, s], dt[:, s], A, B[:, s], C[:, s], rows, D,
-            None if z is None else z[:, s], dt_bias, dt_softplus, out[:, s])
+            state,
+            x[:, s],
+            dt[:, s],
+            A,
+            B[:, s],
+            C[:, s],
+            rows,
+            D,
+            None if z is None else z[:, s],
+            dt_bias,
+            dt_softplus,
+            out[:, s],
+        )
     return out
 
 
 def _ngroups(op: str, B, nheads: int) -> int:
     ngroups = B.shape[2] if isinstance(B, Tensor) and B.dim() == 4 else -1
     if ngroups < 1 or nheads % ngroups:
-        raise ValueError(f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; "
-                         f"expected [batch, T, ngroups, d_state] with ngroups dividing nheads = {nheads}")
+        raise ValueError(
+            f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; "
+            f"expected [batch, T, ngroups, d_state] with ngroups dividing nheads = {nheads}"
+        )
     return ngroups
 
 
-def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
-                           C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                           D: Optional[Tensor] = None, z: Optional[Tensor] = None,
-                           dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                           out: Optional[Tensor] = None) -> Tensor:
+def mamba2_snapshot_verify(
+    cache: SnapshotCache,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Baseline: verify by reading the state once and writing the state after every token.
 
     Args:
@@ -575,19 +1057,48 @@ def mamba2_snapshot_verify(cache: SnapshotCache, x: Tensor, dt: Tensor, A: Tenso
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     if cache.state.dim() != 4:
-        raise ValueError(f"{op}: cache.state has shape {tuple(cache.state.shape)}; expected [num_slots, nheads, head_dim, d_state]")
+        raise ValueError(
+            f"{op}: cache.state has shape {tuple(cache.state.shape)}; expected [num_slots, nheads, head_dim, d_state]"
+        )
     num_slots, nheads, head_dim, d_state = cache.state.shape
     device = cache.state.device
     floats = float_dtypes(device)
-    check_tensor(op, "cache.state", cache.state, "[num_slots, nheads, head_dim, d_state]",
-                 tuple(cache.state.shape), dtypes=floats, device=device)
-    _check_window_inputs(op, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus,
-                         out, nheads=nheads, head_dim=head_dim, d_state=d_state,
-                         ngroups=_ngroups(op, B, nheads), num_slots=num_slots, act_dtype=None,
-                         device=device, max_T=cache.T)
+    check_tensor(
+        op,
+        "cache.state",
+        cache.state,
+        "[num_slots, nheads, head_dim, d_state]",
+        tuple(cache.state.shape),
+        dtypes=floats,
+        device=device,
+    )
+    _check_window_inputs(
+        op,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids,
+        num_tokens,
+        D,
+        z,
+        dt_bias,
+        dt_softplus,
+        out,
+        nheads=nheads,
+        head_dim=head_dim,
+        d_state=d_state,
+        ngroups=_ngroups(op, B, nheads),
+        num_slots=num_slots,
+        act_dtype=None,
+        device=device,
+        max_T=cache.T,
+    )
     out = _new_out(x, out)
-    torch.ops.replayssm.mamba2_snapshot_verify(cache.state, cache.snapshots, x, dt, A, B, C,
-                                               slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out)
+    torch.ops.replayssm.mamba2_snapshot_verify(
+        cache.state, cache.snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out
+    )
     return out
 
 
@@ -596,83 +1107,166 @@ def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
     check_rank(op, name, state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
     num_slots, v_heads, head_v_dim, head_k_dim = state.shape
     floats = float_dtypes(state.device)
-    check_tensor(op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape),
-                 dtypes=floats, device=state.device)
+    check_tensor(
+        op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape), dtypes=floats, device=state.device
+    )
     k_heads = q.shape[2] if isinstance(q, Tensor) and q.dim() == 4 else -1
     if k_heads < 1 or v_heads % k_heads:
-        raise ValueError(f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; expected [batch, T, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}")
+        raise ValueError(
+            f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; expected [batch, T, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
+        )
     return num_slots, k_heads, v_heads, head_k_dim, head_v_dim
 
 
-def _delta_serial_decode(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens,
-                         scale, use_qk_l2norm, out) -> Tensor:
+def _delta_serial_decode(
+    op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+) -> Tensor:
     num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "state", state, q)
-    T = _check_delta_window_inputs(op, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm, out,
-                                   per_channel=per_channel, k_heads=k_heads, v_heads=v_heads,
-                                   head_k_dim=head_k_dim, head_v_dim=head_v_dim,
-                                   num_slots=num_slots, device=state.device, max_T=MAX_T)
+    T = _check_delta_window_inputs(
+        op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        num_tokens,
+        use_qk_l2norm,
+        out,
+        per_channel=per_channel,
+        k_heads=k_heads,
+        v_heads=v_heads,
+        head_k_dim=head_k_dim,
+        head_v_dim=head_v_dim,
+        num_slots=num_slots,
+        device=state.device,
+        max_T=MAX_T,
+    )
     scale = _resolve_scale(op, scale, head_k_dim)
     out = _new_out(v, out)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
-        torch.ops.replayssm.gated_delta_decode_step(state, q[:, s], k[:, s], v[:, s], g[:, s],
-                                                    beta[:, s], rows, scale, use_qk_l2norm, out[:, s])
+        torch.ops.replayssm.gated_delta_decode_step(
+            state, q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], rows, scale, use_qk_l2norm, out[:, s]
+        )
     return out
 
 
-def gdn_serial_decode(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
-                      slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                      out: Optional[Tensor] = None) -> Tensor:
+def gdn_serial_decode(
+    state: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Baseline: the window as num_tokens conventional GDN decode steps (every token committed).
     Arguments as :func:`gdn_replay_verify`, with ``state`` [num_slots, v_heads, head_v_dim,
     head_k_dim] (mutated) in place of the cache."""
-    return _delta_serial_decode("gdn_serial_decode", False, state, q, k, v, g, beta, slot_ids,
-                                num_tokens, scale, use_qk_l2norm, out)
+    return _delta_serial_decode(
+        "gdn_serial_decode", False, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
 
 
-def kda_serial_decode(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
-                      slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                      scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                      out: Optional[Tensor] = None) -> Tensor:
+def kda_serial_decode(
+    state: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Baseline: the window as num_tokens conventional KDA decode steps (see :func:`gdn_serial_decode`)."""
-    return _delta_serial_decode("kda_serial_decode", True, state, q, k, v, g, beta, slot_ids,
-                                num_tokens, scale, use_qk_l2norm, out)
+    return _delta_serial_decode(
+        "kda_serial_decode", True, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
 
 
-def _delta_snapshot_verify(op: str, per_channel: bool, cache, q, k, v, g, beta, slot_ids,
-                           num_tokens, scale, use_qk_l2norm, out) -> Tensor:
+def _delta_snapshot_verify(
+    op: str, per_channel: bool, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+) -> Tensor:
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "cache.state", cache.state, q)
-    _check_delta_window_inputs(op, q, k, v, g, beta, slot_ids, num_tokens, use_qk_l2norm, out,
-                               per_channel=per_channel, k_heads=k_heads, v_heads=v_heads,
-                               head_k_dim=head_k_dim, head_v_dim=head_v_dim, num_slots=num_slots,
-                               device=cache.state.device, max_T=cache.T)
+    _check_delta_window_inputs(
+        op,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        num_tokens,
+        use_qk_l2norm,
+        out,
+        per_channel=per_channel,
+        k_heads=k_heads,
+        v_heads=v_heads,
+        head_k_dim=head_k_dim,
+        head_v_dim=head_v_dim,
+        num_slots=num_slots,
+        device=cache.state.device,
+        max_T=cache.T,
+    )
     scale = _resolve_scale(op, scale, head_k_dim)
     out = _new_out(v, out)
-    torch.ops.replayssm.gated_delta_snapshot_verify(cache.state, cache.snapshots, q, k, v, g, beta,
-                                                    slot_ids, num_tokens, scale, use_qk_l2norm, out)
+    torch.ops.replayssm.gated_delta_snapshot_verify(
+        cache.state, cache.snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
     return out
 
 
-def gdn_snapshot_verify(cache: SnapshotCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                        beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                        scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                        out: Optional[Tensor] = None) -> Tensor:
+def gdn_snapshot_verify(
+    cache: SnapshotCache,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Baseline: GDN verify that reads the state once and writes the state after every token
     (:func:`mamba2_snapshot_verify`; state [num_slots, v_heads, head_v_dim, head_k_dim])."""
-    return _delta_snapshot_verify("gdn_snapshot_verify", False, cache, q, k, v, g, beta, slot_ids,
-                                  num_tokens, scale, use_qk_l2norm, out)
+    return _delta_snapshot_verify(
+        "gdn_snapshot_verify", False, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
 
 
-def kda_snapshot_verify(cache: SnapshotCache, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                        beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                        scale: Optional[float] = None, use_qk_l2norm: bool = True,
-                        out: Optional[Tensor] = None) -> Tensor:
+def kda_snapshot_verify(
+    cache: SnapshotCache,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    out: Optional[Tensor] = None,
+) -> Tensor:
     """Baseline: KDA verify with per-token state snapshots (see :func:`gdn_snapshot_verify`)."""
-    return _delta_snapshot_verify("kda_snapshot_verify", True, cache, q, k, v, g, beta, slot_ids,
-                                  num_tokens, scale, use_qk_l2norm, out)
+    return _delta_snapshot_verify(
+        "kda_snapshot_verify", True, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    )
 
 
 def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor) -> None:
@@ -688,6 +1282,7 @@ def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     batch = slot_ids.shape[0]
     check_slot_ids(op, slot_ids, batch, cache.num_slots, device)
-    _check_counts(op, "num_accepted", num_accepted, slot_ids, batch, device,
-                  lambda: torch.full((batch,), cache.T), "snapshot count T")
+    _check_counts(
+        op, "num_accepted", num_accepted, slot_ids, batch, device, lambda: torch.full((batch,), cache.T), "snapshot count T"
+    )
     torch.ops.replayssm.snapshot_commit(cache.state, cache.snapshots, slot_ids, num_accepted)

@@ -3,6 +3,7 @@
 For handing a sequence's state back to a host that runs its own way (a prefill continuation,
 a conventional step, disabling the extension). Reads only: the cache is not modified.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -26,19 +27,19 @@ def _check_slots(op: str, slot_ids, num_slots: int, device: torch.device) -> Ten
     if not isinstance(slot_ids, Tensor):
         raise TypeError(f"{op}: slot_ids is {type(slot_ids).__name__}; expected a torch.Tensor")
     if slot_ids.dim() != 1 or slot_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{op}: slot_ids has shape {tuple(slot_ids.shape)} and dtype "
-                         f"{slot_ids.dtype}; expected a 1-D int32 | int64 tensor of slot ids")
+        raise ValueError(
+            f"{op}: slot_ids has shape {tuple(slot_ids.shape)} and dtype "
+            f"{slot_ids.dtype}; expected a 1-D int32 | int64 tensor of slot ids"
+        )
     slots = slot_ids.to(device=device, dtype=torch.int64)
     if slots.numel():
         lo, hi = int(slots.min()), int(slots.max())
         if lo < 0 or hi >= num_slots:
-            raise ValueError(f"{op}: slot_ids span [{lo}, {hi}]; expected ids in "
-                             f"[0, num_slots = {num_slots})")
+            raise ValueError(f"{op}: slot_ids span [{lo}, {hi}]; expected ids in [0, num_slots = {num_slots})")
     return slots
 
 
-def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tensor] = None
-                       ) -> Tensor:
+def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tensor] = None) -> Tensor:
     """The state after the last recorded token of each given slot: S0 decayed + the records.
 
     Equal (up to rounding) to the state a conventional recurrence would hold after the same
@@ -60,22 +61,20 @@ def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tens
     """
     op = "replay_cache_state"
     if not isinstance(cache, (Mamba2ReplayCache, GDNReplayCache, KDAReplayCache)):
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected a Mamba2ReplayCache, "
-                        f"GDNReplayCache or KDAReplayCache")
+        raise TypeError(
+            f"{op}: cache is {type(cache).__name__}; expected a Mamba2ReplayCache, GDNReplayCache or KDAReplayCache"
+        )
     slots = _check_slots(op, slot_ids, cache.num_slots, cache.device)
     rows = dict(checkpoint=cache.checkpoint[slots], cursor=cache.cursor[slots])
     if isinstance(cache, Mamba2ReplayCache):
         if A is None:
-            raise ValueError(f"{op}: A is None; a Mamba2ReplayCache needs A [nheads] "
-                             f"(-exp(A_log)) to decay its records")
-        check_tensor(op, "A", A, "[nheads]", (cache.nheads,),
-                     dtypes=(torch.float32, torch.float64), device=cache.device)
-        return mamba2_records_state(x_records=cache.x_records[slots],
-                                    dt_records=cache.dt_records[slots],
-                                    B_records=cache.B_records[slots], A=A, **rows)
+            raise ValueError(f"{op}: A is None; a Mamba2ReplayCache needs A [nheads] (-exp(A_log)) to decay its records")
+        check_tensor(op, "A", A, "[nheads]", (cache.nheads,), dtypes=(torch.float32, torch.float64), device=cache.device)
+        return mamba2_records_state(
+            x_records=cache.x_records[slots], dt_records=cache.dt_records[slots], B_records=cache.B_records[slots], A=A, **rows
+        )
     if A is not None:
-        raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its "
-                         f"log-decays are in g_records)")
-    return gated_delta_records_state(d_records=cache.d_records[slots],
-                                     k_records=cache.k_records[slots],
-                                     g_records=cache.g_records[slots], **rows)
+        raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its log-decays are in g_records)")
+    return gated_delta_records_state(
+        d_records=cache.d_records[slots], k_records=cache.k_records[slots], g_records=cache.g_records[slots], **rows
+    )

@@ -31,6 +31,7 @@ so a non-flush step reads S0 once, forms no state, and appends (d_w, k_w, g_w). 
 (cursor == L-1) forms S_w = S'_{w-1} + d_w k_wᵀ, stores it as the checkpoint and resets the
 cursor to 0.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -57,8 +58,7 @@ __all__ = [
 L2NORM_EPS = 1e-6
 
 
-def delta_rule_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None
-                    ) -> tuple[Tensor, Tensor]:
+def delta_rule_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Log-decay g and β from a layer's raw gate projections (Qwen3-Next GDN, Kimi Linear KDA).
 
     g = -exp(A_log) * softplus(a + dt_bias) (softplus threshold 20), β = sigmoid(b), in fp32
@@ -81,8 +81,7 @@ def delta_rule_gate(a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Optional[Tenso
     return -A * F.softplus(a, beta=1.0, threshold=20.0), torch.sigmoid(b.to(cd))
 
 
-def prepare_qk(q: Tensor, k: Tensor, scale: float, use_qk_l2norm: bool, dtype: torch.dtype
-               ) -> tuple[Tensor, Tensor]:
+def prepare_qk(q: Tensor, k: Tensor, scale: float, use_qk_l2norm: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """q, k [rows, k_heads, head_k_dim] -> (scale * normalised q, normalised k) in ``dtype``."""
     q, k = q.to(dtype), k.to(dtype)
     if use_qk_l2norm:
@@ -96,9 +95,19 @@ def _channels(g: Tensor, per_channel: bool) -> Tensor:
     return g if per_channel else g[..., None]
 
 
-def gated_delta_decode_step_ref(state: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                                beta: Tensor, *, slot_ids: Tensor, scale: float,
-                                use_qk_l2norm: bool, out: Tensor) -> Tensor:
+def gated_delta_decode_step_ref(
+    state: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> Tensor:
     """Conventional gated delta-rule decode step: read, update and store the whole state.
 
     Args:
@@ -117,7 +126,7 @@ def gated_delta_decode_step_ref(state: Tensor, q: Tensor, k: Tensor, v: Tensor, 
     hv = v.shape[1]
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
     qh, kh = expand_heads(qn, hv), expand_heads(kn, hv)
-    decay = torch.exp(_channels(g[rows].to(cd), g.dim() == 3))           # [rows, hv, 1|K]
+    decay = torch.exp(_channels(g[rows].to(cd), g.dim() == 3))  # [rows, hv, 1|K]
     S = state[slots].to(cd) * decay[:, :, None, :]
     d = beta[rows].to(cd)[..., None] * (v[rows].to(cd) - torch.einsum("rhvk,rhk->rhv", S, kh))
     S = S + d[..., :, None] * kh[..., None, :]
@@ -126,8 +135,7 @@ def gated_delta_decode_step_ref(state: Tensor, q: Tensor, k: Tensor, v: Tensor, 
     return out
 
 
-def gated_delta_replay_weights(g_records: Tensor, valid: Tensor, g_cur: Tensor
-                               ) -> tuple[Tensor, Tensor]:
+def gated_delta_replay_weights(g_records: Tensor, valid: Tensor, g_cur: Tensor) -> tuple[Tensor, Tensor]:
     """Decay of the checkpoint and of each record for the token after the records.
 
     Args:
@@ -146,8 +154,9 @@ def gated_delta_replay_weights(g_records: Tensor, valid: Tensor, g_cur: Tensor
     return torch.exp(gr.sum(2) + g_cur), weights
 
 
-def gated_delta_replay_project(S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_decay: Tensor,
-                               weights: Tensor, u: Tensor) -> Tensor:
+def gated_delta_replay_project(
+    S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_decay: Tensor, weights: Tensor, u: Tensor
+) -> Tensor:
     """S'_{w-1} u, the decayed history state applied to a key-space vector, without forming it.
 
     Shapes: S0 [rows, v_heads, head_v_dim, head_k_dim]; d_rec [rows, v_heads, L, head_v_dim];
@@ -160,8 +169,9 @@ def gated_delta_replay_project(S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_de
     return hist + torch.einsum("rhl,rhlv->rhv", scores, d_rec)
 
 
-def gated_delta_replay_fold(S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_decay: Tensor,
-                            weights: Tensor, d_cur: Tensor, k_cur: Tensor) -> Tensor:
+def gated_delta_replay_fold(
+    S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_decay: Tensor, weights: Tensor, d_cur: Tensor, k_cur: Tensor
+) -> Tensor:
     """The state after the current token, S'_{w-1} + d_w k_wᵀ (shapes as above; d_cur
     [rows, v_heads, head_v_dim], k_cur [rows, v_heads, head_k_dim]). Compute dtype, not rounded."""
     S = S0 * ckpt_decay[:, :, None, :]
@@ -169,8 +179,9 @@ def gated_delta_replay_fold(S0: Tensor, d_rec: Tensor, k_rec: Tensor, ckpt_decay
     return S + d_cur[..., :, None] * k_cur[..., None, :]
 
 
-def gated_delta_records_state(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                              g_records: Tensor, cursor: Tensor) -> Tensor:
+def gated_delta_records_state(
+    checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor, cursor: Tensor
+) -> Tensor:
     """The state after the last recorded token: checkpoint decayed plus the held records.
 
     S = S0 Diag(exp(Σ_{j<w} g_j)) + Σ_{j<w} d_j (exp(Σ_{j<i<w} g_i) ⊙ k_j)ᵀ, w = cursor (no
@@ -198,10 +209,23 @@ def gated_delta_records_state(checkpoint: Tensor, d_records: Tensor, k_records: 
     return gated_delta_replay_fold(checkpoint.to(cd), d_rec, k_rec, ckpt_decay, weights, no_d, no_k)
 
 
-def gated_delta_replay_step_ref(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                                g_records: Tensor, cursor: Tensor, q: Tensor, k: Tensor,
-                                v: Tensor, g: Tensor, beta: Tensor, *, slot_ids: Tensor,
-                                scale: float, use_qk_l2norm: bool, out: Tensor) -> Tensor:
+def gated_delta_replay_step_ref(
+    checkpoint: Tensor,
+    d_records: Tensor,
+    k_records: Tensor,
+    g_records: Tensor,
+    cursor: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> Tensor:
     """One ReplaySSM decode step; mutates the cache tensors exactly as the Triton kernel does.
 
     Args:
@@ -242,8 +266,7 @@ def gated_delta_replay_step_ref(checkpoint: Tensor, d_records: Tensor, k_records
     flush = w == L - 1
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
-        S = gated_delta_replay_fold(S0[f], d_rec[f], k_rec[f], ckpt_decay[f], weights[f],
-                                    d_cur[f], kh[f])
+        S = gated_delta_replay_fold(S0[f], d_rec[f], k_rec[f], ckpt_decay[f], weights[f], d_cur[f], kh[f])
         checkpoint[slots[f]] = S.to(checkpoint.dtype)
     keep = torch.nonzero(~flush).flatten()
     if keep.numel():

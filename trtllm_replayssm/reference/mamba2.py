@@ -21,6 +21,7 @@ S0 (w = cursor). With the current token at position w, the suffix sums
 where Λ_{-1} = Σ_{i≤w} dt_i decays the checkpoint and Λ_w = 0. The output never forms S_w; a
 flush (cursor == L-1) forms it, stores it as the new checkpoint and resets the cursor to 0.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -70,8 +71,7 @@ def mask_records(records: Tensor, held: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(held[:, None, :, None], records.to(dtype), 0.0)
 
 
-def mamba2_process_dt(dt: Tensor, dt_bias: Optional[Tensor], dt_softplus: bool,
-                      dtype: torch.dtype) -> Tensor:
+def mamba2_process_dt(dt: Tensor, dt_bias: Optional[Tensor], dt_softplus: bool, dtype: torch.dtype) -> Tensor:
     """dt [batch, nheads] raw -> processed step size [batch, nheads] in ``dtype``.
 
     softplus uses threshold 20 (identity above), as mamba_ssm and the Triton kernels do.
@@ -100,10 +100,21 @@ def _skip_and_gate(y: Tensor, x: Tensor, D: Optional[Tensor], z: Optional[Tensor
     return y
 
 
-def mamba2_decode_step_ref(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                           *, slot_ids: Tensor, D: Optional[Tensor] = None,
-                           z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
-                           dt_softplus: bool = True, out: Tensor) -> Tensor:
+def mamba2_decode_step_ref(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Tensor,
+) -> Tensor:
     """Conventional Mamba-2 decode step: read, update and store the whole state.
 
     Args:
@@ -133,8 +144,7 @@ def mamba2_decode_step_ref(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: T
     return out
 
 
-def mamba2_replay_weights(A: Tensor, dt_records: Tensor, valid: Tensor, dt_cur: Tensor
-                          ) -> tuple[Tensor, Tensor]:
+def mamba2_replay_weights(A: Tensor, dt_records: Tensor, valid: Tensor, dt_cur: Tensor) -> tuple[Tensor, Tensor]:
     """Decay of the checkpoint and weight of each record for the token after the records.
 
     Args:
@@ -157,9 +167,17 @@ def mamba2_replay_weights(A: Tensor, dt_records: Tensor, valid: Tensor, dt_cur: 
     return ckpt_decay, weights
 
 
-def mamba2_replay_output(S0: Tensor, x_rec: Tensor, B_rec: Tensor, ckpt_decay: Tensor,
-                         weights: Tensor, x_cur: Tensor, dt_cur: Tensor, B_cur: Tensor,
-                         C_cur: Tensor) -> Tensor:
+def mamba2_replay_output(
+    S0: Tensor,
+    x_rec: Tensor,
+    B_rec: Tensor,
+    ckpt_decay: Tensor,
+    weights: Tensor,
+    x_cur: Tensor,
+    dt_cur: Tensor,
+    B_cur: Tensor,
+    C_cur: Tensor,
+) -> Tensor:
     """SSM output of the current token from checkpoint + records, without forming the state.
 
     Shapes: S0 [rows, nheads, head_dim, d_state]; x_rec [rows, nheads, L, head_dim];
@@ -174,8 +192,9 @@ def mamba2_replay_output(S0: Tensor, x_rec: Tensor, B_rec: Tensor, ckpt_decay: T
     return y + (dt_cur * bc_cur)[..., None] * x_cur
 
 
-def mamba2_replay_fold(S0: Tensor, x_rec: Tensor, B_rec: Tensor, ckpt_decay: Tensor,
-                       weights: Tensor, x_cur: Tensor, dt_cur: Tensor, B_cur: Tensor) -> Tensor:
+def mamba2_replay_fold(
+    S0: Tensor, x_rec: Tensor, B_rec: Tensor, ckpt_decay: Tensor, weights: Tensor, x_cur: Tensor, dt_cur: Tensor, B_cur: Tensor
+) -> Tensor:
     """The state after the current token: checkpoint and records folded (shapes as above).
 
     Returns [rows, nheads, head_dim, d_state] in the compute dtype (not yet rounded).
@@ -185,8 +204,9 @@ def mamba2_replay_fold(S0: Tensor, x_rec: Tensor, B_rec: Tensor, ckpt_decay: Ten
     return S + dt_cur[..., None, None] * x_cur[..., :, None] * B_cur[..., None, :]
 
 
-def mamba2_records_state(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
-                         B_records: Tensor, cursor: Tensor, A: Tensor) -> Tensor:
+def mamba2_records_state(
+    checkpoint: Tensor, x_records: Tensor, dt_records: Tensor, B_records: Tensor, cursor: Tensor, A: Tensor
+) -> Tensor:
     """The state after the last recorded token: checkpoint decayed plus the held records.
 
     S = exp(A Σ_{j<w} dt_j) S0 + Σ_{j<w} dt_j exp(A Σ_{j<i<w} dt_i) x_j B_jᵀ, w = cursor (no
@@ -212,11 +232,25 @@ def mamba2_records_state(checkpoint: Tensor, x_records: Tensor, dt_records: Tens
     return mamba2_replay_fold(checkpoint.to(cd), x_rec, B_rec, ckpt_decay, weights, no_x, no_dt, no_B)
 
 
-def mamba2_replay_step_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
-                           B_records: Tensor, cursor: Tensor, x: Tensor, dt: Tensor, A: Tensor,
-                           B: Tensor, C: Tensor, *, slot_ids: Tensor, D: Optional[Tensor] = None,
-                           z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
-                           dt_softplus: bool = True, out: Tensor) -> Tensor:
+def mamba2_replay_step_ref(
+    checkpoint: Tensor,
+    x_records: Tensor,
+    dt_records: Tensor,
+    B_records: Tensor,
+    cursor: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Tensor,
+) -> Tensor:
     """One ReplaySSM decode step; mutates the cache tensors exactly as the Triton kernel does.
 
     Args:
@@ -253,8 +287,7 @@ def mamba2_replay_step_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Te
     flush = w == L - 1
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
-        S = mamba2_replay_fold(S0[f], x_rec[f], B_rec[f], ckpt_decay[f], weights[f], xr[f],
-                               dt_cur[f], Bh[f])
+        S = mamba2_replay_fold(S0[f], x_rec[f], B_rec[f], ckpt_decay[f], weights[f], xr[f], dt_cur[f], Bh[f])
         checkpoint[slots[f]] = S.to(checkpoint.dtype)
     keep = torch.nonzero(~flush).flatten()
     if keep.numel():

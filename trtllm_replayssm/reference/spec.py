@@ -25,6 +25,7 @@ cursor == L-1) runs on the same cache between commits; T = 1 verify flushes at t
 With a buffer of L = B + T records and full windows, a row flushes exactly when its committed
 history has reached B records.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -33,11 +34,19 @@ import torch
 
 from torch import Tensor
 
-from .gated_delta import (_channels, gated_delta_replay_fold,
-                          gated_delta_replay_weights, prepare_qk)
-from .mamba2 import (_skip_and_gate, compute_dtype, expand_heads, held_records, live_rows, mask_records,
-                     mamba2_process_dt, mamba2_replay_fold, mamba2_replay_output,
-                     mamba2_replay_weights)
+from .gated_delta import _channels, gated_delta_replay_fold, gated_delta_replay_weights, prepare_qk
+from .mamba2 import (
+    _skip_and_gate,
+    compute_dtype,
+    expand_heads,
+    held_records,
+    live_rows,
+    mask_records,
+    mamba2_process_dt,
+    mamba2_replay_fold,
+    mamba2_replay_output,
+    mamba2_replay_weights,
+)
 
 __all__ = [
     "spec_buffer_len",
@@ -70,16 +79,31 @@ def verify_flushes(cursor: Tensor, num_tokens: Tensor, L: int) -> Tensor:
 def _live_rows(slot_ids: Tensor, num_tokens: Optional[Tensor], T: int):
     """(rows, slots int64, n int64) of the live rows (slot id ≥ 0)."""
     rows, slots = live_rows(slot_ids)
-    n = (torch.full_like(rows, T) if num_tokens is None else num_tokens[rows].long())
+    n = torch.full_like(rows, T) if num_tokens is None else num_tokens[rows].long()
     return rows, slots, n
 
 
-def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
-                             B_records: Tensor, cursor: Tensor, pending: Tensor, x: Tensor,
-                             dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, slot_ids: Tensor,
-                             num_tokens: Optional[Tensor] = None, D: Optional[Tensor] = None,
-                             z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
-                             dt_softplus: bool = True, out: Tensor) -> Tensor:
+def mamba2_replay_verify_ref(
+    checkpoint: Tensor,
+    x_records: Tensor,
+    dt_records: Tensor,
+    B_records: Tensor,
+    cursor: Tensor,
+    pending: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Tensor,
+) -> Tensor:
     """One Mamba-2 verify step of T tokens per row; mutates the cache as the Triton kernel does.
 
     Args:
@@ -122,8 +146,16 @@ def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: 
         f = torch.nonzero(flush).flatten()
         zero = torch.zeros(f.numel(), nheads, dtype=cd, device=base.device)
         decay, weights = mamba2_replay_weights(A, dt_hist[f], held[f], zero)
-        S1 = mamba2_replay_fold(base[f], x_hist[f], B_hist[f], decay, weights,
-                                torch.zeros_like(x_win[f, :, 0]), zero, torch.zeros_like(B_win[f, :, 0]))
+        S1 = mamba2_replay_fold(
+            base[f],
+            x_hist[f],
+            B_hist[f],
+            decay,
+            weights,
+            torch.zeros_like(x_win[f, :, 0]),
+            zero,
+            torch.zeros_like(B_win[f, :, 0]),
+        )
         checkpoint[slots[f]] = S1.to(checkpoint.dtype)
         base[f] = S1
 
@@ -136,9 +168,17 @@ def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: 
         valid = torch.cat([visible, (o_t[None, :] < s).expand(rows.numel(), T)], dim=1)
         decay, weights = mamba2_replay_weights(A, dt_seq, valid, dt_win[:, :, s])
         keep = valid[:, None, :, None]
-        y = mamba2_replay_output(base, torch.where(keep, x_seq, 0.0), torch.where(keep, B_seq, 0.0),
-                                 decay, weights, x_win[:, :, s], dt_win[:, :, s], B_win[:, :, s],
-                                 C_win[:, :, s])
+        y = mamba2_replay_output(
+            base,
+            torch.where(keep, x_seq, 0.0),
+            torch.where(keep, B_seq, 0.0),
+            decay,
+            weights,
+            x_win[:, :, s],
+            dt_win[:, :, s],
+            B_win[:, :, s],
+            C_win[:, :, s],
+        )
         y = _skip_and_gate(y, x_win[:, :, s], D, None if z is None else z[rows, s])
         live = s < n
         out[rows[live], s] = y[live].to(out.dtype)
@@ -156,8 +196,9 @@ def mamba2_replay_verify_ref(checkpoint: Tensor, x_records: Tensor, dt_records: 
     return out
 
 
-def _gated_delta_window(q: Tensor, k: Tensor, g: Tensor, rows: Tensor, v_heads: int, scale: float,
-                        use_qk_l2norm: bool, cd: torch.dtype):
+def _gated_delta_window(
+    q: Tensor, k: Tensor, g: Tensor, rows: Tensor, v_heads: int, scale: float, use_qk_l2norm: bool, cd: torch.dtype
+):
     """Window inputs per value head: (q̂, k̂ [rows, v_heads, T, head_k_dim], k̂ per key head
     [rows, T, k_heads, head_k_dim], g [rows, v_heads, T, 1 | head_k_dim])."""
     qn, kn = prepare_qk(q[rows], k[rows], scale, use_qk_l2norm, cd)
@@ -176,11 +217,25 @@ def _gated_delta_serial(S: Tensor, qh: Tensor, kh: Tensor, v: Tensor, gw: Tensor
         yield s, S, d, torch.einsum("rhvk,rhk->rhv", S, qh[:, :, s])
 
 
-def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                                  g_records: Tensor, cursor: Tensor, pending: Tensor, q: Tensor,
-                                  k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
-                                  slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
-                                  scale: float, use_qk_l2norm: bool, out: Tensor) -> Tensor:
+def gated_delta_replay_verify_ref(
+    checkpoint: Tensor,
+    d_records: Tensor,
+    k_records: Tensor,
+    g_records: Tensor,
+    cursor: Tensor,
+    pending: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> Tensor:
     """One gated delta-rule (GDN, KDA) verify step of T tokens per row; mutates the cache as
     the Triton kernel does (the flush rule and record placement of the module docstring).
 
@@ -212,8 +267,15 @@ def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_recor
     decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), held, zero)
     d_hist = mask_records(d_records[slots], held, cd)
     k_hist = expand_heads(mask_records(k_records[slots], held, cd), v_heads)
-    S_c = gated_delta_replay_fold(checkpoint[slots].to(cd), d_hist, k_hist, decay, weights,
-                                  torch.zeros_like(d_hist[:, :, 0]), torch.zeros_like(k_hist[:, :, 0]))
+    S_c = gated_delta_replay_fold(
+        checkpoint[slots].to(cd),
+        d_hist,
+        k_hist,
+        decay,
+        weights,
+        torch.zeros_like(d_hist[:, :, 0]),
+        torch.zeros_like(k_hist[:, :, 0]),
+    )
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
         checkpoint[slots[f]] = S_c[f].to(checkpoint.dtype)
@@ -232,8 +294,7 @@ def gated_delta_replay_verify_ref(checkpoint: Tensor, d_records: Tensor, k_recor
     return out
 
 
-def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor
-                      ) -> None:
+def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
     """Commit a verify step: ``cursor += num_accepted``, ``pending := 0`` for live rows.
 
     Args:
@@ -247,11 +308,23 @@ def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_acc
     pending[slots] = 0
 
 
-def mamba2_snapshot_verify_ref(state: Tensor, snapshots: Tensor, x: Tensor, dt: Tensor, A: Tensor,
-                               B: Tensor, C: Tensor, *, slot_ids: Tensor,
-                               num_tokens: Optional[Tensor] = None, D: Optional[Tensor] = None,
-                               z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
-                               dt_softplus: bool = True, out: Tensor) -> Tensor:
+def mamba2_snapshot_verify_ref(
+    state: Tensor,
+    snapshots: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Tensor,
+) -> Tensor:
     """Conventional verify (the baseline): run the window serially from ``state`` and store the
     state after every token.
 
@@ -274,20 +347,32 @@ def mamba2_snapshot_verify_ref(state: Tensor, snapshots: Tensor, x: Tensor, dt: 
     Ch = expand_heads(C[rows].to(cd).transpose(1, 2), nheads)
     for s in range(T):
         xs, ds = x[rows, s].to(cd), dtp[:, s]
-        S = torch.exp(A.to(cd)[None, :] * ds)[..., None, None] * S \
+        S = (
+            torch.exp(A.to(cd)[None, :] * ds)[..., None, None] * S
             + ds[..., None, None] * xs[..., :, None] * Bh[:, :, s, None, :]
-        y = _skip_and_gate(torch.einsum("rhpn,rhn->rhp", S, Ch[:, :, s]), xs, D,
-                           None if z is None else z[rows, s])
+        )
+        y = _skip_and_gate(torch.einsum("rhpn,rhn->rhp", S, Ch[:, :, s]), xs, D, None if z is None else z[rows, s])
         live = s < n
         out[rows[live], s] = y[live].to(out.dtype)
         snapshots[slots[live], s] = S[live].to(snapshots.dtype)
     return out
 
 
-def gated_delta_snapshot_verify_ref(state: Tensor, snapshots: Tensor, q: Tensor, k: Tensor,
-                                    v: Tensor, g: Tensor, beta: Tensor, *, slot_ids: Tensor,
-                                    num_tokens: Optional[Tensor] = None, scale: float,
-                                    use_qk_l2norm: bool, out: Tensor) -> Tensor:
+def gated_delta_snapshot_verify_ref(
+    state: Tensor,
+    snapshots: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+) -> Tensor:
     """Conventional gated delta-rule verify (the baseline): the window serially from ``state``
     (read only), the state after token s stored (rounded) as snapshot s for s < num_tokens.
     Arguments as in :func:`gated_delta_replay_verify_ref` and :func:`mamba2_snapshot_verify_ref`."""
@@ -297,16 +382,14 @@ def gated_delta_snapshot_verify_ref(state: Tensor, snapshots: Tensor, q: Tensor,
         return out
     cd = compute_dtype(state, v)
     qh, kh, _, gw = _gated_delta_window(q, k, g, rows, v_heads, scale, use_qk_l2norm, cd)
-    for s, S, _, o in _gated_delta_serial(state[slots].to(cd), qh, kh, v[rows].to(cd), gw,
-                                          beta[rows].to(cd)):
+    for s, S, _, o in _gated_delta_serial(state[slots].to(cd), qh, kh, v[rows].to(cd), gw, beta[rows].to(cd)):
         live = s < n
         out[rows[live], s] = o[live].to(out.dtype)
         snapshots[slots[live], s] = S[live].to(snapshots.dtype)
     return out
 
 
-def snapshot_commit_ref(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_accepted: Tensor
-                        ) -> None:
+def snapshot_commit_ref(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
     """Commit the baseline: ``state[slot] := snapshots[slot, num_accepted - 1]`` for live rows."""
     live = slot_ids >= 0
     slots = slot_ids[live].long()

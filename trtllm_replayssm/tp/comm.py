@@ -11,6 +11,7 @@ variables ``torchrun`` sets instead (for hosts without an MPI launcher); :func:`
 picks whichever launched the process. With NCCL keep NVLink multicast off in the launching
 environment (``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,7 @@ import torch.distributed as dist
 
 from torch import Tensor
 
-__all__ = ["TPGroup", "init_distributed", "init_from_mpi", "init_from_torchrun", "init_ranks",
-           "shutdown_distributed"]
+__all__ = ["TPGroup", "init_distributed", "init_from_mpi", "init_from_torchrun", "init_ranks", "shutdown_distributed"]
 
 BACKENDS = ("gloo", "nccl")
 
@@ -43,8 +43,7 @@ class TPGroup:
         if not isinstance(size, int) or size < 1 or not isinstance(rank, int) or not 0 <= rank < size:
             raise ValueError(f"TPGroup: rank {rank!r}, size {size!r}; expected 0 <= rank < size")
         if size > 1 and not dist.is_initialized():
-            raise ValueError("TPGroup: size > 1 needs torch.distributed initialised "
-                             "(init_from_mpi or init_distributed)")
+            raise ValueError("TPGroup: size > 1 needs torch.distributed initialised (init_from_mpi or init_distributed)")
         self.rank, self.size, self.process_group = rank, size, process_group
 
     @classmethod
@@ -65,8 +64,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(rank: int, world_size: int, *, backend: str, master_addr: str,
-                     master_port: int, device: torch.device) -> TPGroup:
+def init_distributed(
+    rank: int, world_size: int, *, backend: str, master_addr: str, master_port: int, device: torch.device
+) -> TPGroup:
     """Joins ``torch.distributed`` (TCP rendezvous at master_addr:master_port) and returns the
     world as a :class:`TPGroup`. ``device``: cuda:<local rank> with NCCL, cpu with gloo."""
     if backend not in BACKENDS:
@@ -75,9 +75,14 @@ def init_distributed(rank: int, world_size: int, *, backend: str, master_addr: s
         if device.type != "cuda":
             raise ValueError(f"init_distributed: backend nccl needs a CUDA device; got {device}")
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(minutes=5),
-                            **({"device_id": device} if backend == "nccl" else {}))
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{master_addr}:{master_port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(minutes=5),
+        **({"device_id": device} if backend == "nccl" else {}),
+    )
     return TPGroup.from_torch_distributed()
 
 
@@ -85,8 +90,7 @@ def _device(backend: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
 
 
-def init_from_mpi(backend: Optional[str] = None, master_addr: str = "127.0.0.1"
-                  ) -> Tuple[TPGroup, torch.device]:
+def init_from_mpi(backend: Optional[str] = None, master_addr: str = "127.0.0.1") -> Tuple[TPGroup, torch.device]:
     """Rank discovery with mpi4py (under ``mpirun -n N``, or a single process without it),
     collectives with ``torch.distributed``.
 
@@ -102,15 +106,17 @@ def init_from_mpi(backend: Optional[str] = None, master_addr: str = "127.0.0.1"
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise ImportError("init_from_mpi needs mpi4py and an MPI library: pip install mpi4py mpich "
-                          f"(or a system MPI) ({e})") from None
+        raise ImportError(
+            f"init_from_mpi needs mpi4py and an MPI library: pip install mpi4py mpich (or a system MPI) ({e})"
+        ) from None
     comm = MPI.COMM_WORLD
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
     device = _device(backend, local_rank)
     port = comm.bcast(_free_port() if comm.Get_rank() == 0 else None, root=0)
-    group = init_distributed(comm.Get_rank(), comm.Get_size(), backend=backend,
-                             master_addr=master_addr, master_port=port, device=device)
+    group = init_distributed(
+        comm.Get_rank(), comm.Get_size(), backend=backend, master_addr=master_addr, master_port=port, device=device
+    )
     return group, device
 
 
@@ -123,9 +129,14 @@ def init_from_torchrun(backend: Optional[str] = None) -> Tuple[TPGroup, torch.de
     if missing:
         raise ValueError(f"init_from_torchrun: {', '.join(missing)} not set; expected a torchrun launch")
     device = _device(backend, int(env["LOCAL_RANK"]))
-    group = init_distributed(int(env["RANK"]), int(env["WORLD_SIZE"]), backend=backend,
-                             master_addr=env["MASTER_ADDR"], master_port=int(env["MASTER_PORT"]),
-                             device=device)
+    group = init_distributed(
+        int(env["RANK"]),
+        int(env["WORLD_SIZE"]),
+        backend=backend,
+        master_addr=env["MASTER_ADDR"],
+        master_port=int(env["MASTER_PORT"]),
+        device=device,
+    )
     return group, device
 
 

@@ -18,6 +18,7 @@ out_proj is row-parallel: each rank multiplies its heads' columns and the group 
 the [batch, hidden] partial sums. Routes: ``"conventional"`` updates the cache's checkpoint as
 the state every step; ``"replay"`` runs the ReplaySSM step on the whole cache.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,17 +31,24 @@ from torch import Tensor
 
 from ..models import GDN, KDA, MAMBA2
 from ..reference.mamba2 import live_rows
-from ..ops import (gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step, kda_gate,
-                   kda_replay_step, mamba2_decode_step, mamba2_replay_step)
+from ..ops import (
+    gdn_decode_step,
+    gdn_gate,
+    gdn_replay_step,
+    kda_decode_step,
+    kda_gate,
+    kda_replay_step,
+    mamba2_decode_step,
+    mamba2_replay_step,
+)
 from .comm import TPGroup
 from .shard import DeltaRuleShard, Mamba2Shard
 
-__all__ = ["ROUTES", "random_weights", "causal_conv1d_update", "rms_norm", "Mamba2Mixer",
-           "GDNMixer", "KDAMixer", "MIXERS"]
+__all__ = ["ROUTES", "random_weights", "causal_conv1d_update", "rms_norm", "Mamba2Mixer", "GDNMixer", "KDAMixer", "MIXERS"]
 
 ROUTES = ("conventional", "replay")
-MAMBA2_NORM_EPS = 1e-5   # NemotronH layer_norm_epsilon
-DELTA_NORM_EPS = 1e-6    # Qwen3-Next rms_norm_eps, Kimi Linear
+MAMBA2_NORM_EPS = 1e-5  # NemotronH layer_norm_epsilon
+DELTA_NORM_EPS = 1e-6  # Qwen3-Next rms_norm_eps, Kimi Linear
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -54,12 +62,12 @@ def _check_route(owner: str, route: str) -> None:
 
 # --------------------------------------------------------------------------- weights
 
+
 def _inv_softplus(x: Tensor) -> Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
-def random_weights(kind: str, geometry, hidden_size: int, generator: torch.Generator
-                   ) -> Dict[str, Tensor]:
+def random_weights(kind: str, geometry, hidden_size: int, generator: torch.Generator) -> Dict[str, Tensor]:
     """A layer's whole weights in its Hugging Face checkpoint layout, fp32 on the CPU, drawn from
     ``generator`` (the same on every rank). Scales keep activations O(1) over many steps.
 
@@ -88,44 +96,51 @@ def random_weights(kind: str, geometry, hidden_size: int, generator: torch.Gener
 
     if kind == MAMBA2:
         d_inner = g.nheads * g.head_dim
-        return {"in_proj": randn(2 * d_inner + 2 * g.ngroups * g.d_state + g.nheads, hidden_size,
-                                 fan_in=hidden_size),
-                "conv1d_weight": randn(g.conv_dim, g.d_conv, fan_in=g.d_conv),
-                "conv1d_bias": 0.1 * torch.randn(g.conv_dim, generator=generator),
-                "A_log": torch.log(uniform(g.nheads, 1, 16)),
-                "D": uniform(g.nheads, 0.5, 1.5),
-                "dt_bias": _inv_softplus(uniform(g.nheads, 1e-3, 1e-1)),
-                "norm": norm(d_inner),
-                "out_proj": randn(hidden_size, d_inner, fan_in=d_inner)}
+        return {
+            "in_proj": randn(2 * d_inner + 2 * g.ngroups * g.d_state + g.nheads, hidden_size, fan_in=hidden_size),
+            "conv1d_weight": randn(g.conv_dim, g.d_conv, fan_in=g.d_conv),
+            "conv1d_bias": 0.1 * torch.randn(g.conv_dim, generator=generator),
+            "A_log": torch.log(uniform(g.nheads, 1, 16)),
+            "D": uniform(g.nheads, 0.5, 1.5),
+            "dt_bias": _inv_softplus(uniform(g.nheads, 1e-3, 1e-1)),
+            "norm": norm(d_inner),
+            "out_proj": randn(hidden_size, d_inner, fan_in=d_inner),
+        }
     key_dim, value_dim = g.k_heads * g.head_k_dim, g.v_heads * g.head_v_dim
-    common = {"conv1d_weight": randn(2 * key_dim + value_dim, g.d_conv, fan_in=g.d_conv),
-              "A_log": torch.log(uniform(g.v_heads, 1, 16)),
-              "norm": norm(g.head_v_dim)}
+    common = {
+        "conv1d_weight": randn(2 * key_dim + value_dim, g.d_conv, fan_in=g.d_conv),
+        "A_log": torch.log(uniform(g.v_heads, 1, 16)),
+        "norm": norm(g.head_v_dim),
+    }
     if kind == GDN:
-        return {**common,
-                "in_proj_qkvz": randn(2 * key_dim + 2 * value_dim, hidden_size, fan_in=hidden_size),
-                "in_proj_ba": randn(2 * g.v_heads, hidden_size, fan_in=hidden_size),
-                "dt_bias": _inv_softplus(uniform(g.v_heads, 1e-3, 1e-1)),
-                "out_proj": randn(hidden_size, value_dim, fan_in=value_dim)}
+        return {
+            **common,
+            "in_proj_qkvz": randn(2 * key_dim + 2 * value_dim, hidden_size, fan_in=hidden_size),
+            "in_proj_ba": randn(2 * g.v_heads, hidden_size, fan_in=hidden_size),
+            "dt_bias": _inv_softplus(uniform(g.v_heads, 1e-3, 1e-1)),
+            "out_proj": randn(hidden_size, value_dim, fan_in=value_dim),
+        }
     if kind == KDA:
-        return {**common,
-                "q_proj": randn(key_dim, hidden_size, fan_in=hidden_size),
-                "k_proj": randn(key_dim, hidden_size, fan_in=hidden_size),
-                "v_proj": randn(value_dim, hidden_size, fan_in=hidden_size),
-                "f_a": randn(g.head_k_dim, hidden_size, fan_in=hidden_size),
-                "f_b": randn(g.v_heads * g.head_k_dim, g.head_k_dim, fan_in=g.head_k_dim),
-                "b_proj": randn(g.v_heads, hidden_size, fan_in=hidden_size),
-                "g_a": randn(g.head_v_dim, hidden_size, fan_in=hidden_size),
-                "g_b": randn(value_dim, g.head_v_dim, fan_in=g.head_v_dim),
-                "dt_bias": _inv_softplus(uniform(g.v_heads * g.head_k_dim, 1e-3, 1e-1)),
-                "o_proj": randn(hidden_size, value_dim, fan_in=value_dim)}
+        return {
+            **common,
+            "q_proj": randn(key_dim, hidden_size, fan_in=hidden_size),
+            "k_proj": randn(key_dim, hidden_size, fan_in=hidden_size),
+            "v_proj": randn(value_dim, hidden_size, fan_in=hidden_size),
+            "f_a": randn(g.head_k_dim, hidden_size, fan_in=hidden_size),
+            "f_b": randn(g.v_heads * g.head_k_dim, g.head_k_dim, fan_in=g.head_k_dim),
+            "b_proj": randn(g.v_heads, hidden_size, fan_in=hidden_size),
+            "g_a": randn(g.head_v_dim, hidden_size, fan_in=hidden_size),
+            "g_b": randn(value_dim, g.head_v_dim, fan_in=g.head_v_dim),
+            "dt_bias": _inv_softplus(uniform(g.v_heads * g.head_k_dim, 1e-3, 1e-1)),
+            "o_proj": randn(hidden_size, value_dim, fan_in=value_dim),
+        }
     raise ValueError(f"random_weights: kind is {kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
 
 
 # --------------------------------------------------------------------------- shared pieces
 
-def causal_conv1d_update(x: Tensor, conv_state: Tensor, weight: Tensor, bias, slot_ids: Tensor
-                         ) -> Tensor:
+
+def causal_conv1d_update(x: Tensor, conv_state: Tensor, weight: Tensor, bias, slot_ids: Tensor) -> Tensor:
     """One decode step of a depthwise causal conv followed by silu.
 
     Args:
@@ -170,8 +185,10 @@ class _Mixer:
 
     def __init__(self, shard, group: TPGroup, dtype: torch.dtype, device) -> None:
         if group.size != shard.tp_size or group.rank != shard.rank:
-            raise ValueError(f"{type(self).__name__}: shard is rank {shard.rank} of {shard.tp_size}; "
-                             f"group is rank {group.rank} of {group.size}")
+            raise ValueError(
+                f"{type(self).__name__}: shard is rank {shard.rank} of {shard.tp_size}; "
+                f"group is rank {group.rank} of {group.size}"
+            )
         self.shard, self.group, self.dtype, self.device = shard, group, dtype, device
         self.param_dtype = _compute_dtype(dtype)
 
@@ -188,13 +205,13 @@ class _Mixer:
 
 # --------------------------------------------------------------------------- mixers
 
+
 class Mamba2Mixer(_Mixer):
     """Mamba-2 mixer decode step on one rank (see the module docstring)."""
 
     kind = MAMBA2
 
-    def __init__(self, weights: Dict[str, Tensor], shard: Mamba2Shard, group: TPGroup, *,
-                 dtype: torch.dtype, device) -> None:
+    def __init__(self, weights: Dict[str, Tensor], shard: Mamba2Shard, group: TPGroup, *, dtype: torch.dtype, device) -> None:
         super().__init__(shard, group, dtype, device)
         heads, inner = shard.head_rows(), shard.head_rows(shard.geometry.head_dim)
         conv = shard.conv_rows()
@@ -234,9 +251,13 @@ class Mamba2Mixer(_Mixer):
         z, xbc, dt = torch.split(h @ self.in_proj.T, [d_inner, d_inner + 2 * grouped, g.nheads], dim=-1)
         xbc = causal_conv1d_update(xbc, conv_state, self.conv_weight, self.conv_bias, slot_ids)
         x, B, C = torch.split(xbc, [d_inner, grouped, grouped], dim=-1)
-        args = (x.reshape(batch, g.nheads, g.head_dim), dt, self.A,
-                B.reshape(batch, g.ngroups, g.d_state).contiguous(),
-                C.reshape(batch, g.ngroups, g.d_state).contiguous())
+        args = (
+            x.reshape(batch, g.nheads, g.head_dim),
+            dt,
+            self.A,
+            B.reshape(batch, g.ngroups, g.d_state).contiguous(),
+            C.reshape(batch, g.ngroups, g.d_state).contiguous(),
+        )
         kw = dict(slot_ids=slot_ids, D=self.D, dt_bias=self.dt_bias, dt_softplus=True)
         if route == "replay":
             y = mamba2_replay_step(cache, *args, **kw)
@@ -248,8 +269,9 @@ class Mamba2Mixer(_Mixer):
 class _DeltaRuleMixer(_Mixer):
     """Shared parts of the GDN and KDA mixers: conv over [q | k | v], the step, the head norm."""
 
-    def __init__(self, weights: Dict[str, Tensor], shard: DeltaRuleShard, group: TPGroup, *,
-                 dtype: torch.dtype, device) -> None:
+    def __init__(
+        self, weights: Dict[str, Tensor], shard: DeltaRuleShard, group: TPGroup, *, dtype: torch.dtype, device
+    ) -> None:
         super().__init__(shard, group, dtype, device)
         self.conv_weight = self._act(weights["conv1d_weight"][shard.conv_rows()])
         self.A_log = self._param(weights["A_log"][shard.value_rows(1)])
@@ -263,8 +285,13 @@ class _DeltaRuleMixer(_Mixer):
         qkv = causal_conv1d_update(qkv, conv_state, self.conv_weight, None, slot_ids)
         q, k, v = torch.split(qkv, [key_dim, key_dim, g.v_heads * g.head_v_dim], dim=-1)
         gk, beta = self.gate(a, b, self.A_log, self.dt_bias)
-        args = (q.reshape(batch, g.k_heads, g.head_k_dim), k.reshape(batch, g.k_heads, g.head_k_dim),
-                v.reshape(batch, g.v_heads, g.head_v_dim), gk, beta)
+        args = (
+            q.reshape(batch, g.k_heads, g.head_k_dim),
+            k.reshape(batch, g.k_heads, g.head_k_dim),
+            v.reshape(batch, g.v_heads, g.head_v_dim),
+            gk,
+            beta,
+        )
         if route == "replay":
             return self.replay_step(cache, *args, slot_ids=slot_ids, use_qk_l2norm=True)
         return self.decode_step(cache.checkpoint, *args, slot_ids=slot_ids, use_qk_l2norm=True)
@@ -307,9 +334,15 @@ class KDAMixer(_DeltaRuleMixer):
     def __init__(self, weights, shard: DeltaRuleShard, group: TPGroup, *, dtype, device) -> None:
         super().__init__(weights, shard, group, dtype=dtype, device=device)
         geo = shard.geometry
-        self.qkv_proj = self._act(torch.cat([weights["q_proj"][shard.key_rows(geo.head_k_dim)],
-                                             weights["k_proj"][shard.key_rows(geo.head_k_dim)],
-                                             weights["v_proj"][shard.value_rows(geo.head_v_dim)]]))
+        self.qkv_proj = self._act(
+            torch.cat(
+                [
+                    weights["q_proj"][shard.key_rows(geo.head_k_dim)],
+                    weights["k_proj"][shard.key_rows(geo.head_k_dim)],
+                    weights["v_proj"][shard.value_rows(geo.head_v_dim)],
+                ]
+            )
+        )
         self.f_a, self.g_a = self._act(weights["f_a"]), self._act(weights["g_a"])
         self.f_b = self._act(weights["f_b"][shard.value_rows(geo.head_k_dim)])
         self.g_b = self._act(weights["g_b"][shard.value_rows(geo.head_v_dim)])

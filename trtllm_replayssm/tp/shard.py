@@ -21,6 +21,7 @@ Every family: ``out_proj`` is row-parallel (the columns of the rank's heads), fo
 all-reduce. Caches: state / checkpoint and per-head records by head, Mamba-2 B records by the
 rank's group(s), cursors whole. An impossible split raises ``ValueError`` naming the dimension.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,16 +103,23 @@ class Mamba2Shard:
         """Rows of ``in_proj`` [z | x | B | C | dt] the rank holds, as [z_r | x_r | B_r | C_r | dt_r]."""
         g = self.geometry
         d_inner, grouped = g.nheads * g.head_dim, g.ngroups * g.d_state
-        return torch.cat([self.head_rows(g.head_dim), self.head_rows(g.head_dim, d_inner),
-                          self.group_rows(2 * d_inner), self.group_rows(2 * d_inner + grouped),
-                          self.head_rows(1, 2 * d_inner + 2 * grouped)])
+        return torch.cat(
+            [
+                self.head_rows(g.head_dim),
+                self.head_rows(g.head_dim, d_inner),
+                self.group_rows(2 * d_inner),
+                self.group_rows(2 * d_inner + grouped),
+                self.head_rows(1, 2 * d_inner + 2 * grouped),
+            ]
+        )
 
     def conv_rows(self) -> Tensor:
         """Rows of ``conv1d`` (and conv-state channels) [x | B | C] as [x_r | B_r | C_r]."""
         g = self.geometry
         d_inner = g.nheads * g.head_dim
-        return torch.cat([self.head_rows(g.head_dim), self.group_rows(d_inner),
-                          self.group_rows(d_inner + g.ngroups * g.d_state)])
+        return torch.cat(
+            [self.head_rows(g.head_dim), self.group_rows(d_inner), self.group_rows(d_inner + g.ngroups * g.d_state)]
+        )
 
     def shard_cache(self, cache: Mamba2ReplayCache) -> Mamba2ReplayCache:
         """A copy of the rank's part of a whole-layer cache: checkpoint, x and dt records by head,
@@ -123,8 +131,10 @@ class Mamba2Shard:
             x_records=cache.x_records[:, heads].contiguous(),
             dt_records=cache.dt_records[:, heads].contiguous(),
             B_records=cache.B_records[:, groups].contiguous(),
-            cursor=cache.cursor.clone(), arrivals=cache.arrivals.clone(),
-            pending=cache.pending.clone())
+            cursor=cache.cursor.clone(),
+            arrivals=cache.arrivals.clone(),
+            pending=cache.pending.clone(),
+        )
 
 
 @dataclass(frozen=True)
@@ -163,8 +173,9 @@ class DeltaRuleShard:
         """Rows of the conv weight (and conv-state channels) [Q | K | V] as [Q_r | K_r | V_r]."""
         g = self.geometry
         key_dim = g.k_heads * g.head_k_dim
-        return torch.cat([self.key_rows(g.head_k_dim), self.key_rows(g.head_k_dim, key_dim),
-                          self.value_rows(g.head_v_dim, 2 * key_dim)])
+        return torch.cat(
+            [self.key_rows(g.head_k_dim), self.key_rows(g.head_k_dim, key_dim), self.value_rows(g.head_v_dim, 2 * key_dim)]
+        )
 
     def gdn_in_proj_qkvz_rows(self) -> Tensor:
         """Rows of a GDN checkpoint's ``in_proj_qkvz``, grouped per key head as
@@ -186,10 +197,14 @@ class DeltaRuleShard:
         head, k records by key head, cursors whole."""
         v, k = self.value_rows(1), self.key_rows(1)
         return type(cache)(
-            checkpoint=cache.checkpoint[:, v].contiguous(), d_records=cache.d_records[:, v].contiguous(),
-            k_records=cache.k_records[:, k].contiguous(), g_records=cache.g_records[:, v].contiguous(),
-            cursor=cache.cursor.clone(), arrivals=cache.arrivals.clone(),
-            pending=cache.pending.clone())
+            checkpoint=cache.checkpoint[:, v].contiguous(),
+            d_records=cache.d_records[:, v].contiguous(),
+            k_records=cache.k_records[:, k].contiguous(),
+            g_records=cache.g_records[:, v].contiguous(),
+            cursor=cache.cursor.clone(),
+            arrivals=cache.arrivals.clone(),
+            pending=cache.pending.clone(),
+        )
 
 
 Shard = Union[Mamba2Shard, DeltaRuleShard]
@@ -202,8 +217,7 @@ def layer_shard(layer: Layer, tp_size: int, rank: int) -> Shard:
         ValueError: not an SSM layer, or an impossible split (naming the layer).
     """
     if layer.kind not in (MAMBA2, GDN, KDA):
-        raise ValueError(f"layer_shard: layer {layer.index} is {layer.kind!r}; expected "
-                         f"{MAMBA2}, {GDN} or {KDA}")
+        raise ValueError(f"layer_shard: layer {layer.index} is {layer.kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
     cls = Mamba2Shard if layer.kind == MAMBA2 else DeltaRuleShard
     try:
         return cls(layer.geometry, tp_size, rank)

@@ -6,6 +6,7 @@ rank draws the same whole weights from one seed and keeps its shard, so the stac
 live in a :class:`~trtllm_replayssm.pool.ReplayCachePool` of the rank's geometry, the one
 the planner sizes (``trtllm-replayssm plan --tp N``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,15 +16,13 @@ import torch
 
 from torch import Tensor
 
-from ..models import (GDN, KDA, MAMBA2, SSM_KINDS, DeltaRuleGeometry, HybridModel, Layer,
-                      Mamba2Geometry)
+from ..models import GDN, KDA, MAMBA2, SSM_KINDS, DeltaRuleGeometry, HybridModel, Layer, Mamba2Geometry
 from ..pool import ReplayCachePool
 from .comm import TPGroup
 from .layers import MIXERS, ROUTES, random_weights, rms_norm
 from .shard import layer_shard
 
-__all__ = ["HybridDecodeStack", "DecodeRun", "run_decode", "tiny_stack_model", "ssm_stack",
-           "shard_errors", "NORM_EPS"]
+__all__ = ["HybridDecodeStack", "DecodeRun", "run_decode", "tiny_stack_model", "ssm_stack", "shard_errors", "NORM_EPS"]
 
 NORM_EPS = 1e-5
 
@@ -32,12 +31,18 @@ def tiny_stack_model() -> HybridModel:
     """A small mixed stack for CPU runs and tests, splittable over 1, 2, 4 and 8 ranks:
     Mamba-2 with ngroups 4 (groups split up to TP 4, replicated at 8), GDN (2 value heads per
     key head), Mamba-2 with ngroups 1 (replicated from TP 2), KDA, Mamba-2 with ngroups 2."""
+
     def m2(ngroups):
         return Mamba2Geometry(nheads=8, head_dim=4, d_state=8, ngroups=ngroups, d_conv=4)
-    geoms = [(MAMBA2, m2(4)), (GDN, DeltaRuleGeometry(8, 16, 8, 4, 4)), (MAMBA2, m2(1)),
-             (KDA, DeltaRuleGeometry(8, 8, 4, 4, 3)), (MAMBA2, m2(2))]
-    return HybridModel(name="tiny-hybrid", family="mixed",
-                       layers=tuple(Layer(i, k, g) for i, (k, g) in enumerate(geoms)))
+
+    geoms = [
+        (MAMBA2, m2(4)),
+        (GDN, DeltaRuleGeometry(8, 16, 8, 4, 4)),
+        (MAMBA2, m2(1)),
+        (KDA, DeltaRuleGeometry(8, 8, 4, 4, 3)),
+        (MAMBA2, m2(2)),
+    ]
+    return HybridModel(name="tiny-hybrid", family="mixed", layers=tuple(Layer(i, k, g) for i, (k, g) in enumerate(geoms)))
 
 
 def ssm_stack(model: HybridModel, num_layers: Optional[int] = None) -> HybridModel:
@@ -46,8 +51,11 @@ def ssm_stack(model: HybridModel, num_layers: Optional[int] = None) -> HybridMod
     layers = model.ssm_layers[:num_layers]
     if not layers:
         raise ValueError(f"ssm_stack: {model.name} has no SSM layer (num_layers {num_layers!r})")
-    return HybridModel(name=f"{model.name}-ssm{len(layers)}", family=model.family,
-                       layers=tuple(Layer(i, l.kind, l.geometry) for i, l in enumerate(layers)))
+    return HybridModel(
+        name=f"{model.name}-ssm{len(layers)}",
+        family=model.family,
+        layers=tuple(Layer(i, l.kind, l.geometry) for i, l in enumerate(layers)),
+    )
 
 
 class HybridDecodeStack:
@@ -65,17 +73,23 @@ class HybridDecodeStack:
         ValueError: a non-SSM layer, or an impossible split (naming the layer and dimension).
     """
 
-    def __init__(self, model: HybridModel, hidden_size: int, *, group: Optional[TPGroup] = None,
-                 seed: int = 0, dtype: torch.dtype = torch.float32,
-                 device: Union[str, torch.device] = "cpu") -> None:
+    def __init__(
+        self,
+        model: HybridModel,
+        hidden_size: int,
+        *,
+        group: Optional[TPGroup] = None,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: Union[str, torch.device] = "cpu",
+    ) -> None:
         owner = "HybridDecodeStack"
         group = group or TPGroup()
         if not isinstance(model, HybridModel):
             raise TypeError(f"{owner}: model is {type(model).__name__}; expected a HybridModel")
         other = [f"{l.index} ({l.kind})" for l in model.layers if l.kind not in SSM_KINDS]
         if other:
-            raise ValueError(f"{owner}: layers {', '.join(other)} are not SSM layers; expected "
-                             f"only {', '.join(SSM_KINDS)}")
+            raise ValueError(f"{owner}: layers {', '.join(other)} are not SSM layers; expected only {', '.join(SSM_KINDS)}")
         if not isinstance(hidden_size, int) or hidden_size < 1:
             raise ValueError(f"{owner}: hidden_size is {hidden_size!r}; expected a positive int")
         self.rank_model = model.for_tp(group.size)  # raises on an impossible split
@@ -86,19 +100,34 @@ class HybridDecodeStack:
         for layer in model.layers:
             weights = random_weights(layer.kind, layer.geometry, hidden_size, gen)
             self.norms.append((1 + 0.1 * torch.randn(hidden_size, generator=gen)).to(self.device, dtype))
-            self.mixers.append(MIXERS[layer.kind](weights, layer_shard(layer, group.size, group.rank),
-                                                  group, dtype=dtype, device=self.device))
+            self.mixers.append(
+                MIXERS[layer.kind](weights, layer_shard(layer, group.size, group.rank), group, dtype=dtype, device=self.device)
+            )
         self.final_norm = (1 + 0.1 * torch.randn(hidden_size, generator=gen)).to(self.device, dtype)
 
-    def new_pool(self, num_slots: int, *, buffer_len: int, state_dtype: torch.dtype,
-                 record_dtype: Optional[torch.dtype] = None, conv_dtype: Optional[torch.dtype] = None,
-                 num_padding_slots: int = 1) -> ReplayCachePool:
+    def new_pool(
+        self,
+        num_slots: int,
+        *,
+        buffer_len: int,
+        state_dtype: torch.dtype,
+        record_dtype: Optional[torch.dtype] = None,
+        conv_dtype: Optional[torch.dtype] = None,
+        num_padding_slots: int = 1,
+    ) -> ReplayCachePool:
         """A zeroed replay pool of the rank's geometry on the stack's device; records and conv
         states default to the activation dtype (the replay ops read records in it)."""
-        return ReplayCachePool(self.rank_model, num_slots, mode="replay", buffer_len=buffer_len,
-                               state_dtype=state_dtype, record_dtype=record_dtype or self.dtype,
-                               conv_dtype=conv_dtype or self.dtype,
-                               num_padding_slots=num_padding_slots, device=self.device)
+        return ReplayCachePool(
+            self.rank_model,
+            num_slots,
+            mode="replay",
+            buffer_len=buffer_len,
+            state_dtype=state_dtype,
+            record_dtype=record_dtype or self.dtype,
+            conv_dtype=conv_dtype or self.dtype,
+            num_padding_slots=num_padding_slots,
+            device=self.device,
+        )
 
     def step(self, pool: ReplayCachePool, h: Tensor, slot_ids: Tensor, route: str) -> Tensor:
         """One decode step of every layer: h [batch, hidden] -> [batch, hidden].
@@ -109,8 +138,9 @@ class HybridDecodeStack:
         if route not in ROUTES:
             raise ValueError(f"HybridDecodeStack.step: route is {route!r}; expected one of {', '.join(ROUTES)}")
         for layer, mixer, norm in zip(self.model.layers, self.mixers, self.norms):
-            h = h + mixer.step(rms_norm(h, norm, NORM_EPS), pool.cache(layer.index),
-                               pool.conv_state(layer.index), slot_ids, route)
+            h = h + mixer.step(
+                rms_norm(h, norm, NORM_EPS), pool.cache(layer.index), pool.conv_state(layer.index), slot_ids, route
+            )
         return rms_norm(h, self.final_norm, NORM_EPS)
 
 
@@ -123,9 +153,17 @@ class DecodeRun:
     slot_ids: List[Tensor]
 
 
-def run_decode(stack: HybridDecodeStack, *, route: str, steps: int, batch: int, buffer_len: int,
-               state_dtype: torch.dtype, num_slots: Optional[int] = None, seed: int = 1
-               ) -> DecodeRun:
+def run_decode(
+    stack: HybridDecodeStack,
+    *,
+    route: str,
+    steps: int,
+    batch: int,
+    buffer_len: int,
+    state_dtype: torch.dtype,
+    num_slots: Optional[int] = None,
+    seed: int = 1,
+) -> DecodeRun:
     """``steps`` decode steps of ``batch`` rows from zero states, inputs drawn from ``seed``
     (identical on every rank). Row i joins at step 2i (a padding row, slot -1, before), so
     cursors are spread over the window and flushes fall on different steps; slots are random
@@ -154,8 +192,7 @@ def _rel(a: Tensor, b: Tensor) -> float:
     return diff / scale if scale else diff
 
 
-def shard_errors(run: DecodeRun, whole: DecodeRun, model: HybridModel, tp_size: int, rank: int
-                 ) -> dict:
+def shard_errors(run: DecodeRun, whole: DecodeRun, model: HybridModel, tp_size: int, rank: int) -> dict:
     """How far rank ``rank``'s run is from the whole run: relative errors (max |Δ| / max |whole|)
     of the outputs, of every cache field against the rank's shard of the whole cache
     (checkpoint and records), and of the conv states against their channels; ``cursors_equal``.
@@ -163,8 +200,7 @@ def shard_errors(run: DecodeRun, whole: DecodeRun, model: HybridModel, tp_size: 
     ``run`` and ``whole``: the same :func:`run_decode` on ``model`` split over ``tp_size``
     ranks and whole (tp 1).
     """
-    errs = {"outputs": _rel(run.outputs, whole.outputs), "caches": 0.0, "conv_states": 0.0,
-            "cursors_equal": True}
+    errs = {"outputs": _rel(run.outputs, whole.outputs), "caches": 0.0, "conv_states": 0.0, "cursors_equal": True}
     for layer in model.layers:
         shard = layer_shard(layer, tp_size, rank)
         got, want = run.pool.cache(layer.index), shard.shard_cache(whole.pool.cache(layer.index))
@@ -174,6 +210,5 @@ def shard_errors(run: DecodeRun, whole: DecodeRun, model: HybridModel, tp_size: 
             else:
                 errs["caches"] = max(errs["caches"], _rel(t, getattr(want, name).to(t.device)))
         conv = whole.pool.conv_state(layer.index)[:, shard.conv_rows().to(whole.pool.device)]
-        errs["conv_states"] = max(errs["conv_states"],
-                                  _rel(run.pool.conv_state(layer.index), conv.to(run.pool.device)))
+        errs["conv_states"] = max(errs["conv_states"], _rel(run.pool.conv_state(layer.index), conv.to(run.pool.device)))
     return errs

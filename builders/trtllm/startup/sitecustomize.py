@@ -3,6 +3,7 @@
 (``trtllm_replayssm_builders.trtllm.STARTUP_DIR``). Processes without the variable are left
 alone. The next ``sitecustomize`` on ``sys.path`` (a distribution's own) still runs first.
 """
+
 import importlib.machinery
 import importlib.util
 import os
@@ -26,8 +27,9 @@ class _RefuseTensorRTLLM:
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "tensorrt_llm":
-            raise ImportError(f"TRTLLM_REPLAYSSM=1, but ReplaySSM could not be set up: "
-                              f"{type(self.error).__name__}: {self.error}") from self.error
+            raise ImportError(
+                f"TRTLLM_REPLAYSSM=1, but ReplaySSM could not be set up: {type(self.error).__name__}: {self.error}"
+            ) from self.error
         return None
 
 
