@@ -8,6 +8,7 @@ setup(
     description="ReplaySSM decoding (checkpoint + input records) for Mamba-2 / GDN / KDA hybrid LLMs",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
     python_requires=">=3.10",
     packages=(
         find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"])
@@ -28,6 +29,9 @@ setup(
         # runs the hook tests on both ends); a newer release warns at enable time, no pin.
         "test": ["pytest>=8", "transformers>=5.17"],
         "bench": ["matplotlib"],
+        # ruff pinned: its formatter's output changes between releases; bump it together with
+        # a `ruff format .` of the tree.
+        "lint": ["ruff==0.17.6"],
         # AOT plugins (engine runs without Python) need TensorRT >= 10.9; JIT ones 10.6.
         "tensorrt": ["tensorrt>=10.9"],
         # Hugging Face hooks and the model demo (trtllm-replayssm demo); tested range as above.
