@@ -4,7 +4,6 @@ Kernels in this package do no validation: the ops in :mod:`trtllm_replayssm.ops`
 argument before a launch. Addressing is int64 (slot ids times slot strides exceed 2**31 for
 large pools).
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,20 +28,8 @@ def process_dt(dt_ptr, dt_bias_ptr, i_h, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS:
 
 
 @triton.jit
-def skip_gate_store(
-    y,
-    x,
-    o_p,
-    m_p,
-    i_h,
-    D_ptr,
-    stride_D_head,
-    z_ptr,
-    out_ptr,
-    HAS_D: tl.constexpr,
-    D_PER_DIM: tl.constexpr,
-    HAS_Z: tl.constexpr,
-):
+def skip_gate_store(y, x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr,
+                    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
     """y += D x; y *= silu(z); store y (fp32 [BLOCK_HEAD_DIM]) into ``out`` at offsets o_p."""
     if HAS_D:
         if D_PER_DIM:
@@ -116,46 +103,18 @@ def mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> tuple:
     Absent optional tensors are replaced by a harmless pointer; their constexpr flag is off."""
     zz = z if z is not None else x
     DD = D if D is not None else A
-    return (
-        x,
-        x.stride(0),
-        x.stride(1),
-        zz,
-        zz.stride(0),
-        zz.stride(1),
-        out,
-        out.stride(0),
-        out.stride(1),
-        dt,
-        dt.stride(0),
-        dt.stride(1),
-        A,
-        dt_bias if dt_bias is not None else A,
-        DD,
-        DD.stride(0),
-        B,
-        B.stride(0),
-        B.stride(1),
-        C,
-        C.stride(0),
-        C.stride(1),
-        slot_ids,
-        x.shape[2],
-        B.shape[2],
-        x.shape[1] // B.shape[1],
-    )
+    return (x, x.stride(0), x.stride(1), zz, zz.stride(0), zz.stride(1),
+            out, out.stride(0), out.stride(1), dt, dt.stride(0), dt.stride(1),
+            A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+            B, B.stride(0), B.stride(1), C, C.stride(0), C.stride(1), slot_ids,
+            x.shape[2], B.shape[2], x.shape[1] // B.shape[1])
 
 
 def mamba2_step_constexprs(D, z, dt_bias, dt_softplus: bool, d_state: int) -> dict:
     """Constexpr flags shared by both Mamba-2 kernels."""
-    return dict(
-        BLOCK_D_STATE=triton.next_power_of_2(d_state),
-        HAS_D=D is not None,
-        D_PER_DIM=D is not None and D.dim() == 2,
-        HAS_Z=z is not None,
-        HAS_DT_BIAS=dt_bias is not None,
-        DT_SOFTPLUS=dt_softplus,
-    )
+    return dict(BLOCK_D_STATE=triton.next_power_of_2(d_state),
+                HAS_D=D is not None, D_PER_DIM=D is not None and D.dim() == 2, HAS_Z=z is not None,
+                HAS_DT_BIAS=dt_bias is not None, DT_SOFTPLUS=dt_softplus)
 
 
 @dataclass(frozen=True)
@@ -193,7 +152,8 @@ class LaunchConfig:
         return opts
 
 
-def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int, state_dtype: torch.dtype) -> LaunchConfig:
+def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
+                         state_dtype: torch.dtype) -> LaunchConfig:
     """Launch configuration of the Mamba-2 decode kernels for a shape and batch.
 
     ``route`` is ``"decode_step"`` (conventional) or ``"replay_step"``. The table was measured
@@ -220,10 +180,6 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int, st
     # Many rows: one program per head, its checkpoint streamed through a
     # cp.async pipeline, so the per-head work (weights, B.C) is paid once and loads stay in flight.
     block = min(16 if batch < 128 else 8, pow2)
-    return LaunchConfig(
-        block_head_dim=block,
-        num_warps=2 if (batch < 128 and not wide) else 1,
-        chunks=triton.cdiv(head_dim, block),
-        num_stages=2 if (batch < 128 and wide) else 3,
-        split_flush=split,
-    )
+    return LaunchConfig(block_head_dim=block, num_warps=2 if (batch < 128 and not wide) else 1,
+                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3,
+                        split_flush=split)

@@ -3,7 +3,6 @@
 Both families run the same kernels: ``PER_CHANNEL`` (a constexpr) selects KDA's log-decay per
 key channel, [batch, v_heads, head_k_dim], over GDN's scalar per value head, [batch, v_heads].
 """
-
 from __future__ import annotations
 
 import torch
@@ -48,46 +47,24 @@ def decay_columns(b_s, decay, PER_CHANNEL: tl.constexpr):
     return b_s
 
 
-def gated_delta_step_args(
-    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out: Tensor, slot_ids: Tensor, scale: float
-) -> tuple:
+def gated_delta_step_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out: Tensor,
+                          slot_ids: Tensor, scale: float) -> tuple:
     """Kernel arguments of the step inputs, in the order both kernels declare them (q, k, v, g,
     beta, out with their batch and head strides, slot_ids, scale, head_v_dim, head_k_dim,
     v_heads per key head)."""
-    return (
-        q,
-        q.stride(0),
-        q.stride(1),
-        k,
-        k.stride(0),
-        k.stride(1),
-        v,
-        v.stride(0),
-        v.stride(1),
-        g,
-        g.stride(0),
-        g.stride(1),
-        beta,
-        beta.stride(0),
-        beta.stride(1),
-        out,
-        out.stride(0),
-        out.stride(1),
-        slot_ids,
-        scale,
-        v.shape[2],
-        q.shape[2],
-        v.shape[1] // q.shape[1],
-    )
+    return (q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1),
+            v, v.stride(0), v.stride(1), g, g.stride(0), g.stride(1),
+            beta, beta.stride(0), beta.stride(1), out, out.stride(0), out.stride(1),
+            slot_ids, scale, v.shape[2], q.shape[2], v.shape[1] // q.shape[1])
 
 
 def gated_delta_step_constexprs(g: Tensor, head_k_dim: int, use_qk_l2norm: bool) -> dict:
-    return dict(BLOCK_K=triton.next_power_of_2(head_k_dim), PER_CHANNEL=g.dim() == 3, USE_QK_L2NORM=use_qk_l2norm)
+    return dict(BLOCK_K=triton.next_power_of_2(head_k_dim), PER_CHANNEL=g.dim() == 3,
+                USE_QK_L2NORM=use_qk_l2norm)
 
 
-def gated_delta_launch_config(
-    route: str, head_v_dim: int, head_k_dim: int, heads: int, state_dtype: torch.dtype
-) -> LaunchConfig:
+def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, heads: int,
+                              state_dtype: torch.dtype) -> LaunchConfig:
     """Launch configuration of the gated delta-rule kernels for ``heads`` = batch * v_heads
     (row, value head) pairs. Measured on an H200 (docs/kernel-notes.md, gated delta v2).
 
@@ -99,14 +76,14 @@ def gated_delta_launch_config(
       multiprocessor busy, so the per-head work (decays, scores) is paid once per program.
     """
     if route == "decode_step":
-        return LaunchConfig(
-            block_head_dim=min(8 if state_dtype.itemsize >= 4 else 16, triton.next_power_of_2(head_v_dim)), num_warps=1
-        )
+        return LaunchConfig(block_head_dim=min(8 if state_dtype.itemsize >= 4 else 16,
+                                               triton.next_power_of_2(head_v_dim)), num_warps=1)
     if route != "replay_step":
         raise ValueError(f"gated_delta_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
     tiles = triton.cdiv(head_v_dim, 16)
     spans = min(tiles, triton.next_power_of_2(triton.cdiv(_PROGRAMS_WANTED, heads)))
-    return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans), num_stages=3 if spans < tiles else 1)
+    return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans),
+                        num_stages=3 if spans < tiles else 1)
 
 
 _PROGRAMS_WANTED = 8 * 132  # eight one-warp programs per H200 multiprocessor

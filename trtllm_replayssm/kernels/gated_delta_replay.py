@@ -27,7 +27,6 @@ it decides on the device what the row does (notation of
 as a difference of prefix sums. The cursor advances in the same launch
 (:func:`trtllm_replayssm.kernels.common.advance_cursor`).
 """
-
 from __future__ import annotations
 
 from typing import Optional
@@ -38,7 +37,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import LaunchConfig, advance_cursor, split_dot
-from .gated_delta_common import gated_delta_launch_config, gated_delta_step_args, load_log_decay, load_qk
+from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
+                                 load_log_decay, load_qk)
 
 __all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
 
@@ -54,61 +54,28 @@ def _output_from_history(b_hq, b_hk, b_v, beta, kq, o_v, m_v, p_o):
 @triton.jit
 def _gated_delta_replay_step_kernel(
     # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous
-    ckpt_ptr,
-    stride_c_slot,
-    stride_c_head,
-    stride_c_row,
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_row,
     # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
-    dr_ptr,
-    stride_dr_slot,
-    stride_dr_head,
-    stride_dr_pos,
-    kr_ptr,
-    stride_kr_slot,
-    stride_kr_head,
-    stride_kr_pos,
+    dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
+    kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
     # g_records fp32 [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA)
-    gr_ptr,
-    stride_gr_slot,
-    stride_gr_head,
-    stride_gr_pos,
+    gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
     # cursor, arrivals [slot] int32
-    cursor_ptr,
-    arrivals_ptr,
+    cursor_ptr, arrivals_ptr,
     # q, k [batch, k_heads, head_k_dim]; v [batch, v_heads, head_v_dim]; last dims contiguous
-    q_ptr,
-    stride_q_batch,
-    stride_q_head,
-    k_ptr,
-    stride_k_batch,
-    stride_k_head,
-    v_ptr,
-    stride_v_batch,
-    stride_v_head,
+    q_ptr, stride_q_batch, stride_q_head,
+    k_ptr, stride_k_batch, stride_k_head,
+    v_ptr, stride_v_batch, stride_v_head,
     # g [batch, v_heads] (GDN) or [batch, v_heads, head_k_dim] (KDA); beta [batch, v_heads]
-    g_ptr,
-    stride_g_batch,
-    stride_g_head,
-    beta_ptr,
-    stride_beta_batch,
-    stride_beta_head,
+    g_ptr, stride_g_batch, stride_g_head,
+    beta_ptr, stride_beta_batch, stride_beta_head,
     # out [batch, v_heads, head_v_dim]
-    out_ptr,
-    stride_o_batch,
-    stride_o_head,
-    slot_ids_ptr,
-    scale,
-    head_v_dim,
-    head_k_dim,
-    v_per_k,
-    L: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    SPAN_V: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    PER_CHANNEL: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
+    out_ptr, stride_o_batch, stride_o_head,
+    slot_ids_ptr, scale,
+    head_v_dim, head_k_dim, v_per_k,
+    L: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -120,14 +87,8 @@ def _gated_delta_replay_step_kernel(
     o_k = tl.arange(0, BLOCK_K)
     m_k = o_k < head_k_dim
 
-    b_q, b_k = load_qk(
-        q_ptr + i_b * stride_q_batch + i_hk * stride_q_head,
-        k_ptr + i_b * stride_k_batch + i_hk * stride_k_head,
-        o_k,
-        m_k,
-        scale,
-        USE_QK_L2NORM,
-    )
+    b_q, b_k = load_qk(q_ptr + i_b * stride_q_batch + i_hk * stride_q_head,
+                       k_ptr + i_b * stride_k_batch + i_hk * stride_k_head, o_k, m_k, scale, USE_QK_L2NORM)
     g = load_log_decay(g_ptr + i_b * stride_g_batch + i_h * stride_g_head, o_k, m_k, PER_CHANNEL)
     beta = tl.load(beta_ptr + i_b * stride_beta_batch + i_h * stride_beta_head).to(tl.float32)
     kq = tl.sum(b_k * b_q, axis=0)
@@ -145,13 +106,11 @@ def _gated_delta_replay_step_kernel(
     o_l = tl.arange(0, BLOCK_L)
     m_l = o_l < w
     m_next = (o_l + 1) < w
-    b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :], mask=m_l[:, None] & m_k[None, :], other=0.0).to(
-        tl.float32
-    )
+    b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
+                   mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
     if PER_CHANNEL:
-        b_gn = tl.load(
-            p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :], mask=m_next[:, None] & m_k[None, :], other=0.0
-        )
+        b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
+                       mask=m_next[:, None] & m_k[None, :], other=0.0)
         g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
         b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
     else:
@@ -175,25 +134,18 @@ def _gated_delta_replay_step_kernel(
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
             if PER_CHANNEL:
-                b_dr = tl.load(
-                    p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :], mask=m_l[:, None] & m_v[None, :], other=0.0
-                ).to(tl.float32)
+                b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
+                               mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
                 b_s = b_s * e0[None, :] + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
             else:
-                b_de = (
-                    tl.load(
-                        p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None], mask=m_v[:, None] & m_l[None, :], other=0.0
-                    ).to(tl.float32)
-                    * b_e[None, :]
-                )
-                b_kt = tl.load(
-                    p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :], mask=m_l[:, None] & m_k[None, :], other=0.0
-                ).to(tl.float32)
+                b_de = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
+                               mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_e[None, :]
+                b_kt = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
+                               mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
                 b_s = split_dot(b_de, b_kt, b_s * e0, kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
             b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
-            b_d = _output_from_history(
-                tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1), b_v, beta, kq, o_v, m_v, p_o
-            )
+            b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
+                                       b_v, beta, kq, o_v, m_v, p_o)
             b_s += b_d[:, None] * b_k[None, :]
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
     else:
@@ -209,12 +161,10 @@ def _gated_delta_replay_step_kernel(
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
-            b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_v[:, None] & m_k[None, :], other=0.0).to(
-                tl.float32
-            )
-            b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :], mask=m_l[:, None] & m_v[None, :], other=0.0).to(
-                tl.float32
-            )
+            b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
+                           mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+            b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
+                           mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
             b_hq = tl.sum(b_s0 * b_q0[None, :], axis=1) + tl.sum(s_q[:, None] * b_dr, axis=0)
             b_hk = tl.sum(b_s0 * b_k0[None, :], axis=1) + tl.sum(s_k[:, None] * b_dr, axis=0)
             b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
@@ -231,7 +181,8 @@ def _gated_delta_replay_step_kernel(
     advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
 
-def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm: bool, config: LaunchConfig) -> dict:
+def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm: bool,
+                      config: LaunchConfig) -> dict:
     """The replay kernel's constexprs (the launcher's and the TensorRT plugin's single source).
 
     The flush's tile product (tl.dot) needs every dimension >= 16: BLOCK_L and BLOCK_K are
@@ -239,64 +190,31 @@ def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm:
     """
     if config.block_head_dim < 16:
         raise ValueError(f"gated delta replay: block_head_dim is {config.block_head_dim}; expected >= 16")
-    return dict(
-        L=L,
-        BLOCK_L=max(16, triton.next_power_of_2(L)),
-        BLOCK_V=config.block_head_dim,
-        SPAN_V=config.block_head_dim * config.chunks,
-        BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)),
-        NUM_STAGES=config.num_stages,
-        PER_CHANNEL=per_channel,
-        USE_QK_L2NORM=use_qk_l2norm,
-    )
+    return dict(L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_V=config.block_head_dim,
+                SPAN_V=config.block_head_dim * config.chunks,
+                BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=config.num_stages,
+                PER_CHANNEL=per_channel, USE_QK_L2NORM=use_qk_l2norm)
 
 
-def launch_gated_delta_replay_step(
-    checkpoint: Tensor,
-    d_records: Tensor,
-    k_records: Tensor,
-    g_records: Tensor,
-    cursor: Tensor,
-    arrivals: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    g: Tensor,
-    beta: Tensor,
-    *,
-    slot_ids: Tensor,
-    scale: float,
-    use_qk_l2norm: bool,
-    out: Tensor,
-    config: Optional[LaunchConfig] = None,
-) -> Tensor:
+def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                                   g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
+                                   k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+                                   slot_ids: Tensor, scale: float, use_qk_l2norm: bool,
+                                   out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the replay step on the cache tensors; arguments already checked by the op."""
     batch, v_heads, head_v_dim = v.shape
     head_k_dim = q.shape[2]
-    cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype)
+    cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch * v_heads,
+                                              checkpoint.dtype)
     const = replay_constexprs(d_records.shape[2], head_k_dim, g.dim() == 3, use_qk_l2norm, cfg)
     grid = (triton.cdiv(head_v_dim, const["SPAN_V"]), v_heads, batch)
     _gated_delta_replay_step_kernel[grid](
-        checkpoint,
-        checkpoint.stride(0),
-        checkpoint.stride(1),
-        checkpoint.stride(2),
-        d_records,
-        d_records.stride(0),
-        d_records.stride(1),
-        d_records.stride(2),
-        k_records,
-        k_records.stride(0),
-        k_records.stride(1),
-        k_records.stride(2),
-        g_records,
-        g_records.stride(0),
-        g_records.stride(1),
-        g_records.stride(2),
-        cursor,
-        arrivals,
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
+        k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
+        g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
+        cursor, arrivals,
         *gated_delta_step_args(q, k, v, g, beta, out, slot_ids, scale),
-        **cfg.launch_options(),
-        **const,
+        **cfg.launch_options(), **const,
     )
     return out

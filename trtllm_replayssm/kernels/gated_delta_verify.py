@@ -37,7 +37,6 @@ so each program rewrites its own after a barrier; g (per value head) and k̂ (pe
 records are written by the row's last program on its arrival counter, which also resets the
 cursor to 0. ``pending`` := n.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -57,7 +56,8 @@ __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config
 _FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over the history
 
 
-def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int, state_dtype: torch.dtype) -> LaunchConfig:
+def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
+                                     state_dtype: torch.dtype) -> LaunchConfig:
     """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
     batch * v_heads: 16-row tiles, one warp, a program walking its head's tiles in a
     software-pipelined loop), pipelined at most 2 deep. Timed on an H200 (T = 4, batch 256,
@@ -118,7 +118,8 @@ def _window_operand(p_rec, stride_rec_pos, p_win, stride_win_tok, o_l, o_r, m_r,
     m_h = m_r[:, None] & (o_l < base)[None, :]
     m_w = m_r[:, None] & ((o_l >= base) & (o_l < base + n))[None, :]
     b_e = tl.load(p_rec + o_r[:, None] + o_l[None, :] * stride_rec_pos, mask=m_h, other=0.0).to(tl.float32)
-    return b_e + tl.load(p_win + o_r[:, None] + (o_l - base)[None, :] * stride_win_tok, mask=m_w, other=0.0).to(tl.float32)
+    return b_e + tl.load(p_win + o_r[:, None] + (o_l - base)[None, :] * stride_win_tok, mask=m_w,
+                         other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -158,9 +159,8 @@ def _gate_row(b_gate, sel, PER_CHANNEL: tl.constexpr):
 
 
 @triton.jit
-def _store_window_tile(
-    z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T: tl.constexpr, FLUSH: tl.constexpr
-):
+def _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n,
+                       BLOCK_T: tl.constexpr, FLUSH: tl.constexpr):
     """Zᵀ's d columns to records base .. base+n-1, its o columns to out[:n]. A flush row's d
     records overwrite history rows this program has just read: FLUSH puts a barrier first."""
     s_o = o_u - BLOCK_T
@@ -168,37 +168,16 @@ def _store_window_tile(
     tl.store(p_o + o_v[:, None] + s_o[None, :] * stride_o_tok, z.to(p_o.dtype.element_ty), mask=m_o)
     if FLUSH:
         tl.debug_barrier()
-    tl.store(
-        p_dr + o_v[:, None] + (base + o_u)[None, :] * stride_dr_pos,
-        z.to(p_dr.dtype.element_ty),
-        mask=m_v[:, None] & (o_u < n)[None, :],
-    )
+    tl.store(p_dr + o_v[:, None] + (base + o_u)[None, :] * stride_dr_pos, z.to(p_dr.dtype.element_ty),
+             mask=m_v[:, None] & (o_u < n)[None, :])
 
 
 @triton.jit
-def _store_window_k_g(
-    p_kr,
-    stride_kr_head,
-    stride_kr_pos,
-    p_gr,
-    stride_gr_head,
-    stride_gr_pos,
-    p_k,
-    stride_k_tok,
-    stride_k_head,
-    p_g,
-    stride_g_tok,
-    stride_g_head,
-    n,
-    k_heads,
-    v_heads,
-    head_k_dim,
-    BLOCK_T: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    MAX_HEADS: tl.constexpr,
-    PER_CHANNEL: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
-):
+def _store_window_k_g(p_kr, stride_kr_head, stride_kr_pos, p_gr, stride_gr_head, stride_gr_pos,
+                      p_k, stride_k_tok, stride_k_head, p_g, stride_g_tok, stride_g_head,
+                      n, k_heads, v_heads, head_k_dim,
+                      BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, MAX_HEADS: tl.constexpr,
+                      PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr):
     """The window's k̂ records of every key head and g records of every value head at positions
     0 .. n-1 of one row (the flush row's last program), one head at a time ([BLOCK_T, BLOCK_K]
     tiles: a tile over all heads would hold up to 128 registers per thread)."""
@@ -208,24 +187,17 @@ def _store_window_k_g(
     m_tk = m_t[:, None] & (o_k < head_k_dim)[None, :]
     for h in tl.range(0, MAX_HEADS):  # a constexpr bound (runtime bounds: not in the interpreter)
         if h < k_heads:
-            b_k = tl.load(p_k + h * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :], mask=m_tk, other=0.0).to(
-                tl.float32
-            )
+            b_k = tl.load(p_k + h * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
+                          mask=m_tk, other=0.0).to(tl.float32)
             if USE_QK_L2NORM:
                 b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
-            tl.store(
-                p_kr + h * stride_kr_head + o_t[:, None] * stride_kr_pos + o_k[None, :],
-                b_k.to(p_kr.dtype.element_ty),
-                mask=m_tk,
-            )
+            tl.store(p_kr + h * stride_kr_head + o_t[:, None] * stride_kr_pos + o_k[None, :],
+                     b_k.to(p_kr.dtype.element_ty), mask=m_tk)
         if h < v_heads:
             if PER_CHANNEL:
                 b_g = tl.load(p_g + h * stride_g_head + o_t[:, None] * stride_g_tok + o_k[None, :], mask=m_tk, other=0.0)
-                tl.store(
-                    p_gr + h * stride_gr_head + o_t[:, None] * stride_gr_pos + o_k[None, :],
-                    b_g.to(p_gr.dtype.element_ty),
-                    mask=m_tk,
-                )
+                tl.store(p_gr + h * stride_gr_head + o_t[:, None] * stride_gr_pos + o_k[None, :],
+                         b_g.to(p_gr.dtype.element_ty), mask=m_tk)
             else:
                 b_g = tl.load(p_g + h * stride_g_head + o_t * stride_g_tok, mask=m_t, other=0.0)
                 tl.store(p_gr + h * stride_gr_head + o_t * stride_gr_pos, b_g.to(p_gr.dtype.element_ty), mask=m_t)
@@ -234,78 +206,30 @@ def _store_window_k_g(
 @triton.jit
 def _gated_delta_replay_verify_kernel(
     # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous
-    ckpt_ptr,
-    stride_c_slot,
-    stride_c_head,
-    stride_c_row,
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_row,
     # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
-    dr_ptr,
-    stride_dr_slot,
-    stride_dr_head,
-    stride_dr_pos,
-    kr_ptr,
-    stride_kr_slot,
-    stride_kr_head,
-    stride_kr_pos,
+    dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
+    kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
     # g_records fp32 [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA)
-    gr_ptr,
-    stride_gr_slot,
-    stride_gr_head,
-    stride_gr_pos,
+    gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
     # cursor, arrivals, pending [slot] int32
-    cursor_ptr,
-    arrivals_ptr,
-    pending_ptr,
+    cursor_ptr, arrivals_ptr, pending_ptr,
     # q, k [batch, T, k_heads, head_k_dim]; v, out [batch, T, v_heads, head_v_dim]
-    q_ptr,
-    stride_q_batch,
-    stride_q_tok,
-    stride_q_head,
-    k_ptr,
-    stride_k_batch,
-    stride_k_tok,
-    stride_k_head,
-    v_ptr,
-    stride_v_batch,
-    stride_v_tok,
-    stride_v_head,
-    out_ptr,
-    stride_o_batch,
-    stride_o_tok,
-    stride_o_head,
+    q_ptr, stride_q_batch, stride_q_tok, stride_q_head,
+    k_ptr, stride_k_batch, stride_k_tok, stride_k_head,
+    v_ptr, stride_v_batch, stride_v_tok, stride_v_head,
+    out_ptr, stride_o_batch, stride_o_tok, stride_o_head,
     # g [batch, T, v_heads] (GDN) or [batch, T, v_heads, head_k_dim] (KDA); beta [batch, T, v_heads]
-    g_ptr,
-    stride_g_batch,
-    stride_g_tok,
-    stride_g_head,
-    beta_ptr,
-    stride_beta_batch,
-    stride_beta_tok,
-    stride_beta_head,
+    g_ptr, stride_g_batch, stride_g_tok, stride_g_head,
+    beta_ptr, stride_beta_batch, stride_beta_tok, stride_beta_head,
     # slot_ids, num_tokens [batch] int32
-    slot_ids_ptr,
-    num_tokens_ptr,
-    scale,
-    T,
-    k_heads,
-    v_heads,
-    head_v_dim,
-    head_k_dim,
-    v_per_k,
-    L: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_U: tl.constexpr,
-    MAX_HEADS: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    SPAN_V: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    slot_ids_ptr, num_tokens_ptr, scale,
+    T, k_heads, v_heads, head_v_dim, head_k_dim, v_per_k,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_U: tl.constexpr,
+    MAX_HEADS: tl.constexpr, BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
-    HAS_NUM_TOKENS: tl.constexpr,
-    PER_CHANNEL: tl.constexpr,
-    USE_QK_L2NORM: tl.constexpr,
-    SPLIT_E: tl.constexpr,
-    FLUSH_ROWS: tl.constexpr,
+    HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+    SPLIT_E: tl.constexpr, FLUSH_ROWS: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -327,26 +251,24 @@ def _gated_delta_replay_verify_kernel(
     # Window inputs; tokens past n read as zeros (α = 1, β = 0): finite, and never stored.
     p_k = k_ptr + i_b * stride_k_batch
     p_g = g_ptr + i_b * stride_g_batch
-    b_q = tl.load(
-        q_ptr + i_b * stride_q_batch + i_hk * stride_q_head + o_t[:, None] * stride_q_tok + o_k[None, :], mask=m_tk, other=0.0
-    ).to(tl.float32)
-    b_k = tl.load(p_k + i_hk * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
+    b_q = tl.load(q_ptr + i_b * stride_q_batch + i_hk * stride_q_head + o_t[:, None] * stride_q_tok + o_k[None, :],
+                  mask=m_tk, other=0.0).to(tl.float32)
+    b_k = tl.load(p_k + i_hk * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
+                  mask=m_tk, other=0.0).to(tl.float32)
     if USE_QK_L2NORM:
         b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=1) + 1e-6)[:, None]
         b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
     b_q = b_q * scale
     if PER_CHANNEL:
-        b_g = tl.load(p_g + i_h * stride_g_head + o_t[:, None] * stride_g_tok + o_k[None, :], mask=m_tk, other=0.0).to(
-            tl.float32
-        )
+        b_g = tl.load(p_g + i_h * stride_g_head + o_t[:, None] * stride_g_tok + o_k[None, :],
+                      mask=m_tk, other=0.0).to(tl.float32)
         cdec = tl.full([BLOCK_K], 1.0, tl.float32)
     else:
         b_g = tl.load(p_g + i_h * stride_g_head + o_t * stride_g_tok, mask=m_t, other=0.0).to(tl.float32)
         cdec = tl.full([], 1.0, tl.float32)
     b_alpha = tl.exp(b_g)
-    b_beta = tl.load(
-        beta_ptr + i_b * stride_beta_batch + i_h * stride_beta_head + o_t * stride_beta_tok, mask=m_t, other=0.0
-    ).to(tl.float32)
+    b_beta = tl.load(beta_ptr + i_b * stride_beta_batch + i_h * stride_beta_head + o_t * stride_beta_tok,
+                     mask=m_t, other=0.0).to(tl.float32)
 
     # One pass over the window, in the stacked row space u of Z (rows u < BLOCK_T: token u's
     # key, rows BLOCK_T + s: token s's query; padding rows zero): kdec holds
@@ -368,9 +290,8 @@ def _gated_delta_replay_verify_kernel(
         AQ += tl.where(is_k[None, :], tl.sum(kdec * k_s[None, :], axis=1)[:, None], 0.0)
         AQ += tl.where(is_q[None, :], tl.sum(kdec * q_s[None, :], axis=1)[:, None], 0.0)
         U += tl.where(is_k[:, None], (cdec * k_s)[None, :], 0.0) + tl.where(is_q[:, None], (cdec * q_s)[None, :], 0.0)
-    causal = tl.where(
-        (o_u < BLOCK_T)[None, :], o_t[:, None] < s_u[None, :], (o_t[:, None] <= s_u[None, :]) & (s_u < n)[None, :]
-    )
+    causal = tl.where((o_u < BLOCK_T)[None, :], o_t[:, None] < s_u[None, :],
+                      (o_t[:, None] <= s_u[None, :]) & (s_u < n)[None, :])
     AQ = tl.where(causal & (o_u < 2 * BLOCK_T)[None, :], AQ, 0.0)
     # d = W R, R_s = β_s (v_s - P^k_s), with d_s = R_s - β_s Σ_{j<s} A[j, s] d_j: W by forward
     # substitution. Then o = P^q + Qᵀ d, so that Z = [d; o] = M2 (v - P^k) + [0; P^q] with
@@ -430,29 +351,11 @@ def _gated_delta_replay_verify_kernel(
         tl.debug_barrier()
         arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
         if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
-            _store_window_k_g(
-                kr_ptr + slot * stride_kr_slot,
-                stride_kr_head,
-                stride_kr_pos,
-                gr_ptr + slot * stride_gr_slot,
-                stride_gr_head,
-                stride_gr_pos,
-                p_k,
-                stride_k_tok,
-                stride_k_head,
-                p_g,
-                stride_g_tok,
-                stride_g_head,
-                n,
-                k_heads,
-                v_heads,
-                head_k_dim,
-                BLOCK_T,
-                BLOCK_K,
-                MAX_HEADS,
-                PER_CHANNEL,
-                USE_QK_L2NORM,
-            )
+            _store_window_k_g(kr_ptr + slot * stride_kr_slot, stride_kr_head, stride_kr_pos,
+                              gr_ptr + slot * stride_gr_slot, stride_gr_head, stride_gr_pos,
+                              p_k, stride_k_tok, stride_k_head, p_g, stride_g_tok, stride_g_head,
+                              n, k_heads, v_heads, head_k_dim, BLOCK_T, BLOCK_K, MAX_HEADS, PER_CHANNEL,
+                              USE_QK_L2NORM)
             tl.store(cursor_ptr + slot, 0)
             tl.store(arrivals_ptr + slot, 0)
     else:
@@ -466,7 +369,8 @@ def _gated_delta_replay_verify_kernel(
             else:
                 tl.store(p_gr + (w + o_t) * stride_gr_pos, b_g, mask=m_t)
             if i_h % v_per_k == 0:
-                tl.store(p_kr + (w + o_t)[:, None] * stride_kr_pos + o_k[None, :], b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
+                tl.store(p_kr + (w + o_t)[:, None] * stride_kr_pos + o_k[None, :],
+                         b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
         if PER_CHANNEL:
             hdec = tl.full([BLOCK_K], 1.0, tl.float32)
         else:
@@ -487,9 +391,8 @@ def _gated_delta_replay_verify_kernel(
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
-            b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_v[:, None] & m_k[None, :], other=0.0).to(
-                tl.float32
-            )
+            b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
+                           mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s0, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, False)
@@ -498,107 +401,46 @@ def _gated_delta_replay_verify_kernel(
             tl.store(pending_ptr + slot, n)
 
 
-def launch_gated_delta_replay_verify(
-    checkpoint: Tensor,
-    d_records: Tensor,
-    k_records: Tensor,
-    g_records: Tensor,
-    cursor: Tensor,
-    arrivals: Tensor,
-    pending: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    g: Tensor,
-    beta: Tensor,
-    *,
-    slot_ids: Tensor,
-    num_tokens: Optional[Tensor] = None,
-    scale: float,
-    use_qk_l2norm: bool,
-    out: Tensor,
-    config: Optional[LaunchConfig] = None,
-) -> Tensor:
+def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
+                                     g_records: Tensor, cursor: Tensor, arrivals: Tensor,
+                                     pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                     beta: Tensor, *, slot_ids: Tensor,
+                                     num_tokens: Optional[Tensor] = None, scale: float,
+                                     use_qk_l2norm: bool, out: Tensor,
+                                     config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the verify step on the cache tensors; arguments already checked by the op.
     g's rank selects the family: [batch, T, v_heads] GDN, [batch, T, v_heads, head_k_dim] KDA."""
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
-    cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype)
+    cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads,
+                                                     checkpoint.dtype)
     if cfg.block_head_dim < 16:
-        raise ValueError(
-            f"gated delta verify: block_head_dim is {cfg.block_head_dim}; expected >= 16 (the tiles are tensor-core operands)"
-        )
+        raise ValueError(f"gated delta verify: block_head_dim is {cfg.block_head_dim}; expected >= 16 "
+                         "(the tiles are tensor-core operands)")
     block_t = max(2, triton.next_power_of_2(T))
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_v_dim, span), v_heads, batch)
     args = (
-        checkpoint,
-        checkpoint.stride(0),
-        checkpoint.stride(1),
-        checkpoint.stride(2),
-        d_records,
-        d_records.stride(0),
-        d_records.stride(1),
-        d_records.stride(2),
-        k_records,
-        k_records.stride(0),
-        k_records.stride(1),
-        k_records.stride(2),
-        g_records,
-        g_records.stride(0),
-        g_records.stride(1),
-        g_records.stride(2),
-        cursor,
-        arrivals,
-        pending,
-        q,
-        q.stride(0),
-        q.stride(1),
-        q.stride(2),
-        k,
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-        v,
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        out,
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        g,
-        g.stride(0),
-        g.stride(1),
-        g.stride(2),
-        beta,
-        beta.stride(0),
-        beta.stride(1),
-        beta.stride(2),
-        slot_ids,
-        num_tokens if num_tokens is not None else slot_ids,
-        scale,
-        T,
-        k_heads,
-        v_heads,
-        head_v_dim,
-        head_k_dim,
-        v_heads // k_heads,
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
+        k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
+        g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
+        cursor, arrivals, pending,
+        q, q.stride(0), q.stride(1), q.stride(2),
+        k, k.stride(0), k.stride(1), k.stride(2),
+        v, v.stride(0), v.stride(1), v.stride(2),
+        out, out.stride(0), out.stride(1), out.stride(2),
+        g, g.stride(0), g.stride(1), g.stride(2),
+        beta, beta.stride(0), beta.stride(1), beta.stride(2),
+        slot_ids, num_tokens if num_tokens is not None else slot_ids, scale,
+        T, k_heads, v_heads, head_v_dim, head_k_dim, v_heads // k_heads,
     )
     const = dict(
-        L=L,
-        BLOCK_L=max(16, triton.next_power_of_2(L)),
-        BLOCK_T=block_t,
-        BLOCK_U=2 * block_t,
-        MAX_HEADS=max(k_heads, v_heads),
-        BLOCK_V=cfg.block_head_dim,
-        SPAN_V=span,
-        BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)),
-        NUM_STAGES=cfg.num_stages,
-        HAS_NUM_TOKENS=num_tokens is not None,
-        PER_CHANNEL=g.dim() == 4,
-        USE_QK_L2NORM=use_qk_l2norm,
+        L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_T=block_t, BLOCK_U=2 * block_t,
+        MAX_HEADS=max(k_heads, v_heads), BLOCK_V=cfg.block_head_dim, SPAN_V=span,
+        BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=cfg.num_stages,
+        HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
         SPLIT_E=max(d_records.element_size(), v.element_size()) > 2,  # 16-bit values are exact in TF32
     )
     # Non-flush rows first: they leave every cursor as it was, so the flush launch sees the

@@ -27,7 +27,6 @@ the last program to arrive writes the new cursor and resets the counter to zero.
 read a cursor that a program of the same launch has already advanced, so one captured CUDA graph
 replays correctly for any number of steps and any mix of flush and non-flush rows.
 """
-
 from __future__ import annotations
 
 from typing import Optional
@@ -38,16 +37,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (
-    LaunchConfig,
-    advance_cursor,
-    mamba2_launch_config,
-    mamba2_step_args,
-    mamba2_step_constexprs,
-    process_dt,
-    skip_gate_store,
-    split_dot,
-)
+from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
+                     mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
 
 __all__ = ["launch_mamba2_replay_step", "flush_programs"]
 
@@ -65,25 +56,9 @@ def flush_programs(device: torch.device) -> int:
 
 
 @triton.jit
-def _replay_output_chunk(
-    b_s0,
-    b_xr,
-    b_x,
-    b_C,
-    coef,
-    ckpt_decay,
-    cur_coef,
-    o_p,
-    m_p,
-    i_h,
-    D_ptr,
-    stride_D_head,
-    z_ptr,
-    out_ptr,
-    HAS_D: tl.constexpr,
-    D_PER_DIM: tl.constexpr,
-    HAS_Z: tl.constexpr,
-):
+def _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                         D_ptr, stride_D_head, z_ptr, out_ptr,
+                         HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
     """y rows o_p = exp(AΛ) (S0 C) + Σ_j s_j (B_j·C) x_j + dt (B·C) x, then D, z and store."""
     y = ckpt_decay * tl.sum(b_s0 * b_C[None, :], axis=1)
     y += tl.sum(coef[:, None] * b_xr, axis=0)
@@ -94,64 +69,27 @@ def _replay_output_chunk(
 @triton.jit
 def _mamba2_replay_flush_kernel(
     # the cache, as the step kernel takes it (records [slot, heads or groups, L, ...])
-    ckpt_ptr,
-    stride_c_slot,
-    stride_c_head,
-    stride_c_dim,
-    xr_ptr,
-    stride_xr_slot,
-    stride_xr_head,
-    stride_xr_pos,
-    dtr_ptr,
-    stride_dtr_slot,
-    stride_dtr_head,
-    Br_ptr,
-    stride_Br_slot,
-    stride_Br_group,
-    stride_Br_pos,
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
+    dtr_ptr, stride_dtr_slot, stride_dtr_head,
+    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
     cursor_ptr,
     # the step inputs and output, as the step kernel takes them
-    x_ptr,
-    stride_x_batch,
-    stride_x_head,
-    z_ptr,
-    stride_z_batch,
-    stride_z_head,
-    out_ptr,
-    stride_o_batch,
-    stride_o_head,
-    dt_ptr,
-    stride_dt_batch,
-    stride_dt_head,
-    A_ptr,
-    dt_bias_ptr,
-    D_ptr,
-    stride_D_head,
-    B_ptr,
-    stride_B_batch,
-    stride_B_group,
-    C_ptr,
-    stride_C_batch,
-    stride_C_group,
+    x_ptr, stride_x_batch, stride_x_head,
+    z_ptr, stride_z_batch, stride_z_head,
+    out_ptr, stride_o_batch, stride_o_head,
+    dt_ptr, stride_dt_batch, stride_dt_head,
+    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
+    B_ptr, stride_B_batch, stride_B_group,
+    C_ptr, stride_C_batch, stride_C_group,
     slot_ids_ptr,
-    head_dim,
-    d_state,
-    heads_per_group,
-    batch,
-    nheads,
-    L: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-    BLOCK_BATCH: tl.constexpr,
-    MAX_ITEMS: tl.constexpr,
-    BLOCK_HEAD_DIM: tl.constexpr,
-    CHUNKS: tl.constexpr,
-    BLOCK_D_STATE: tl.constexpr,
+    head_dim, d_state, heads_per_group,
+    batch, nheads,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_BATCH: tl.constexpr, MAX_ITEMS: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
-    HAS_D: tl.constexpr,
-    D_PER_DIM: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr,
-    DT_SOFTPLUS: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
     """Second launch of a split-flush step, persistent: the rows whose cursor the step kernel
     moved back to 0 (they were at L-1) are found and ranked by every program (one gather of the
@@ -173,7 +111,7 @@ def _mamba2_replay_flush_kernel(
     o_n = tl.arange(0, BLOCK_D_STATE)
     m_n = o_n < d_state
     o_l = tl.arange(0, BLOCK_L)
-    m_l = o_l < L - 1  # a flush folds exactly L-1 records
+    m_l = o_l < L - 1                      # a flush folds exactly L-1 records
     for it in tl.range(0, MAX_ITEMS):
         item = pid + it * programs
         if item < n_items:
@@ -184,15 +122,13 @@ def _mamba2_replay_flush_kernel(
             b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
             b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
             # The group's B records [BLOCK_L, d_state] (16-bit values are exact in TF32).
-            b_Br = tl.load(
-                Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group + o_l[:, None] * stride_Br_pos + o_n[None, :],
-                mask=m_l[:, None] & m_n[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            b_Br = tl.load(Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group + o_l[:, None] * stride_Br_pos
+                           + o_n[None, :], mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
             p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
             p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
             p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
-            dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h, HAS_DT_BIAS, DT_SOFTPLUS)
+            dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
+                            HAS_DT_BIAS, DT_SOFTPLUS)
             A = tl.load(A_ptr + i_h).to(tl.float32)
             b_dtr = tl.load(dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head + o_l, mask=m_l, other=0.0)
             # s_j = dt_j exp(A (dt + Σ_{j<i<L-1} dt_i)), the sums exact (no prefix-sum subtraction).
@@ -206,97 +142,47 @@ def _mamba2_replay_flush_kernel(
                 b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
                 b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
                 # x records as [BLOCK_HEAD_DIM, BLOCK_L], weighted: the fold is one product.
-                b_xw = (
-                    tl.load(
-                        p_xr + o_l[None, :] * stride_xr_pos + o_p[:, None], mask=m_p[:, None] & m_l[None, :], other=0.0
-                    ).to(tl.float32)
-                    * b_w[None, :]
-                )
+                b_xw = tl.load(p_xr + o_l[None, :] * stride_xr_pos + o_p[:, None],
+                               mask=m_p[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_w[None, :]
                 b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
                 b_s = split_dot(b_xw, b_Br, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
                 y = tl.sum(b_s * b_C[None, :], axis=1)
-                skip_gate_store(
-                    y,
-                    b_x,
-                    o_p,
-                    m_p,
-                    i_h,
-                    D_ptr,
-                    stride_D_head,
-                    z_ptr + i_b * stride_z_batch + i_h * stride_z_head,
-                    out_ptr + i_b * stride_o_batch + i_h * stride_o_head,
-                    HAS_D,
-                    D_PER_DIM,
-                    HAS_Z,
-                )
+                skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head,
+                                z_ptr + i_b * stride_z_batch + i_h * stride_z_head,
+                                out_ptr + i_b * stride_o_batch + i_h * stride_o_head,
+                                HAS_D, D_PER_DIM, HAS_Z)
                 tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
 
 
 @triton.jit
 def _mamba2_replay_step_kernel(
     # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
-    ckpt_ptr,
-    stride_c_slot,
-    stride_c_head,
-    stride_c_dim,
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
     # x_records [slot, nheads, L, head_dim], head_dim contiguous
-    xr_ptr,
-    stride_xr_slot,
-    stride_xr_head,
-    stride_xr_pos,
+    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
     # dt_records [slot, nheads, L] fp32, L contiguous
-    dtr_ptr,
-    stride_dtr_slot,
-    stride_dtr_head,
+    dtr_ptr, stride_dtr_slot, stride_dtr_head,
     # B_records [slot, ngroups, L, d_state], d_state contiguous
-    Br_ptr,
-    stride_Br_slot,
-    stride_Br_group,
-    stride_Br_pos,
+    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
     # cursor, arrivals [slot] int32
-    cursor_ptr,
-    arrivals_ptr,
+    cursor_ptr, arrivals_ptr,
     # x, z, out [batch, nheads, head_dim], head_dim contiguous
-    x_ptr,
-    stride_x_batch,
-    stride_x_head,
-    z_ptr,
-    stride_z_batch,
-    stride_z_head,
-    out_ptr,
-    stride_o_batch,
-    stride_o_head,
+    x_ptr, stride_x_batch, stride_x_head,
+    z_ptr, stride_z_batch, stride_z_head,
+    out_ptr, stride_o_batch, stride_o_head,
     # dt [batch, nheads]; A, dt_bias [nheads]; D [nheads] or [nheads, head_dim]
-    dt_ptr,
-    stride_dt_batch,
-    stride_dt_head,
-    A_ptr,
-    dt_bias_ptr,
-    D_ptr,
-    stride_D_head,
+    dt_ptr, stride_dt_batch, stride_dt_head,
+    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
     # B, C [batch, ngroups, d_state], d_state contiguous
-    B_ptr,
-    stride_B_batch,
-    stride_B_group,
-    C_ptr,
-    stride_C_batch,
-    stride_C_group,
+    B_ptr, stride_B_batch, stride_B_group,
+    C_ptr, stride_C_batch, stride_C_group,
     slot_ids_ptr,
-    head_dim,
-    d_state,
-    heads_per_group,
-    L: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-    BLOCK_HEAD_DIM: tl.constexpr,
-    SPAN_HEAD_DIM: tl.constexpr,
-    BLOCK_D_STATE: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    SPLIT_FLUSH: tl.constexpr,
-    HAS_D: tl.constexpr,
-    D_PER_DIM: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr,
-    DT_SOFTPLUS: tl.constexpr,
+    head_dim, d_state, heads_per_group,
+    L: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+    NUM_STAGES: tl.constexpr, SPLIT_FLUSH: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -315,13 +201,13 @@ def _mamba2_replay_step_kernel(
     p_Br = Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group
     p_dtr = dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head
     b_dtr = tl.load(p_dtr + o_l, mask=m_l, other=0.0)
-    dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
+                    HAS_DT_BIAS, DT_SOFTPLUS)
     A = tl.load(A_ptr + i_h).to(tl.float32)
     b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
-    b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :], mask=m_l[:, None] & m_n[None, :], other=0.0).to(
-        tl.float32
-    )
+    b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :],
+                   mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
     # later_j = Σ_{j<i<w} dt_i, summed exactly (no subtraction of prefix sums).
     later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
     b_wr = tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0)
@@ -346,28 +232,10 @@ def _mamba2_replay_step_kernel(
                 m_c = m_p[:, None] & m_n[None, :]
                 b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
                 b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
-                b_xr = tl.load(
-                    p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :], mask=m_l[:, None] & m_p[None, :], other=0.0
-                ).to(tl.float32)
-                _replay_output_chunk(
-                    b_s0,
-                    b_xr,
-                    b_x,
-                    b_C,
-                    coef,
-                    ckpt_decay,
-                    cur_coef,
-                    o_p,
-                    m_p,
-                    i_h,
-                    D_ptr,
-                    stride_D_head,
-                    p_z,
-                    p_o,
-                    HAS_D,
-                    D_PER_DIM,
-                    HAS_Z,
-                )
+                b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                               mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+                _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                                     D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
                 b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
                 for j in tl.range(0, L - 1, loop_unroll_factor=1):  # a flush folds exactly L-1 records
                     wj = tl.sum(tl.where(o_l == j, b_wr, 0.0), axis=0)
@@ -380,32 +248,13 @@ def _mamba2_replay_step_kernel(
         for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
             o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
             m_p = o_p < head_dim
-            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_p[:, None] & m_n[None, :], other=0.0).to(
-                tl.float32
-            )
+            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
+                           mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
             b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
-            b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :], mask=m_l[:, None] & m_p[None, :], other=0.0).to(
-                tl.float32
-            )
-            _replay_output_chunk(
-                b_s0,
-                b_xr,
-                b_x,
-                b_C,
-                coef,
-                ckpt_decay,
-                cur_coef,
-                o_p,
-                m_p,
-                i_h,
-                D_ptr,
-                stride_D_head,
-                p_z,
-                p_o,
-                HAS_D,
-                D_PER_DIM,
-                HAS_Z,
-            )
+            b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+            _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                                 D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
             tl.store(p_xr + w * stride_xr_pos + o_p, b_x.to(xr_ptr.dtype.element_ty), mask=m_p)
         if i_s == 0:
             tl.store(p_dtr + w, dt)
@@ -415,27 +264,12 @@ def _mamba2_replay_step_kernel(
     advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
 
-def launch_mamba2_replay_step(
-    checkpoint: Tensor,
-    x_records: Tensor,
-    dt_records: Tensor,
-    B_records: Tensor,
-    cursor: Tensor,
-    arrivals: Tensor,
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    *,
-    slot_ids: Tensor,
-    D: Optional[Tensor] = None,
-    z: Optional[Tensor] = None,
-    dt_bias: Optional[Tensor] = None,
-    dt_softplus: bool = True,
-    out: Tensor,
-    config: Optional[LaunchConfig] = None,
-) -> Tensor:
+def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                              B_records: Tensor, cursor: Tensor, arrivals: Tensor, x: Tensor,
+                              dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, slot_ids: Tensor,
+                              D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                              dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                              out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the replay step on the cache tensors; arguments already checked by the op."""
     batch, nheads, head_dim = x.shape
     d_state = B.shape[2]
@@ -444,29 +278,14 @@ def launch_mamba2_replay_step(
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_dim, span), nheads, batch)
     _mamba2_replay_step_kernel[grid](
-        checkpoint,
-        checkpoint.stride(0),
-        checkpoint.stride(1),
-        checkpoint.stride(2),
-        x_records,
-        x_records.stride(0),
-        x_records.stride(1),
-        x_records.stride(2),
-        dt_records,
-        dt_records.stride(0),
-        dt_records.stride(1),
-        B_records,
-        B_records.stride(0),
-        B_records.stride(1),
-        B_records.stride(2),
-        cursor,
-        arrivals,
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
+        dt_records, dt_records.stride(0), dt_records.stride(1),
+        B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
+        cursor, arrivals,
         *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
-        L=L,
-        BLOCK_L=max(2, triton.next_power_of_2(L)),
-        BLOCK_HEAD_DIM=cfg.block_head_dim,
-        SPAN_HEAD_DIM=span,
-        NUM_STAGES=cfg.num_stages,
+        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
+        BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
         SPLIT_FLUSH=cfg.split_flush,
         **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
@@ -475,33 +294,17 @@ def launch_mamba2_replay_step(
         block = min(FLUSH_BLOCK_HEAD_DIM, max(16, triton.next_power_of_2(head_dim)))  # tl.dot: >= 16
         programs = flush_programs(x.device)
         _mamba2_replay_flush_kernel[(programs,)](
-            checkpoint,
-            checkpoint.stride(0),
-            checkpoint.stride(1),
-            checkpoint.stride(2),
-            x_records,
-            x_records.stride(0),
-            x_records.stride(1),
-            x_records.stride(2),
-            dt_records,
-            dt_records.stride(0),
-            dt_records.stride(1),
-            B_records,
-            B_records.stride(0),
-            B_records.stride(1),
-            B_records.stride(2),
+            checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+            x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
+            dt_records, dt_records.stride(0), dt_records.stride(1),
+            B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
             cursor,
             *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
-            batch,
-            nheads,
-            L=L,
-            BLOCK_L=max(16, triton.next_power_of_2(L)),
-            BLOCK_BATCH=triton.next_power_of_2(batch),
+            batch, nheads,
+            L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_BATCH=triton.next_power_of_2(batch),
             MAX_ITEMS=triton.cdiv(batch * nheads, programs),
-            BLOCK_HEAD_DIM=block,
-            CHUNKS=triton.cdiv(head_dim, block),
-            NUM_STAGES=FLUSH_NUM_STAGES,
-            num_warps=FLUSH_NUM_WARPS,
+            BLOCK_HEAD_DIM=block, CHUNKS=triton.cdiv(head_dim, block),
+            NUM_STAGES=FLUSH_NUM_STAGES, num_warps=FLUSH_NUM_WARPS,
             **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
         )
     return out

@@ -28,7 +28,6 @@ barrier), which also resets the cursor to 0 and the counter. Non-flush rows writ
 history only, so they need no counter. ``pending`` := n is written by one program of the row.
 No host sync: one captured CUDA graph serves every step.
 """
-
 from __future__ import annotations
 
 from dataclasses import replace
@@ -56,7 +55,8 @@ __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 D_STATE_CHUNK = 32
 
 
-def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int, state_dtype: torch.dtype) -> LaunchConfig:
+def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
+                                state_dtype: torch.dtype) -> LaunchConfig:
     """The standard replay step's configuration (``mamba2_launch_config``), and for one-warp
     programs that pipeline several tiles (batch >= 32) a cap of 128 registers per thread.
 
@@ -75,34 +75,10 @@ def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int, state_d
 
 
 @triton.jit
-def _verify_outputs(
-    b_base,
-    ckpt_decay,
-    b_xh,
-    coef_h,
-    b_xw,
-    coef_w,
-    o_t,
-    o_p,
-    m_p,
-    o_n,
-    m_n,
-    n,
-    i_h,
-    p_C,
-    stride_C_tok,
-    p_z,
-    stride_z_tok,
-    p_o,
-    stride_o_tok,
-    D_ptr,
-    stride_D_head,
-    WITH_HISTORY: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    HAS_D: tl.constexpr,
-    D_PER_DIM: tl.constexpr,
-    HAS_Z: tl.constexpr,
-):
+def _verify_outputs(b_base, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
+                    i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
+                    D_ptr, stride_D_head, WITH_HISTORY: tl.constexpr, BLOCK_T: tl.constexpr,
+                    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
     """Rows o_p of every window token's output, a [BLOCK_T, BLOCK_HEAD_DIM] tile, from the base
     tile [BLOCK_HEAD_DIM, chunks, D_STATE_CHUNK] (d_state index o_n, mask m_n: [chunks,
     D_STATE_CHUNK]):
@@ -133,30 +109,12 @@ def _verify_outputs(
 
 
 @triton.jit
-def _store_window_dt_B(
-    p_dtr,
-    stride_dtr_head,
-    p_Br,
-    stride_Br_group,
-    stride_Br_pos,
-    p_dt,
-    stride_dt_tok,
-    stride_dt_head,
-    dt_bias_ptr,
-    p_B,
-    stride_B_tok,
-    stride_B_group,
-    n,
-    nheads,
-    ngroups,
-    d_state,
-    BLOCK_T: tl.constexpr,
-    BLOCK_NHEADS: tl.constexpr,
-    BLOCK_NGROUPS: tl.constexpr,
-    BLOCK_D_STATE: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr,
-    DT_SOFTPLUS: tl.constexpr,
-):
+def _store_window_dt_B(p_dtr, stride_dtr_head, p_Br, stride_Br_group, stride_Br_pos,
+                       p_dt, stride_dt_tok, stride_dt_head, dt_bias_ptr,
+                       p_B, stride_B_tok, stride_B_group, n, nheads, ngroups, d_state,
+                       BLOCK_T: tl.constexpr, BLOCK_NHEADS: tl.constexpr,
+                       BLOCK_NGROUPS: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
+                       HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
     """The window's dt records of every head and B records of every group at positions 0 .. n-1
     of one row (the flush row's last program)."""
     o_h = tl.arange(0, BLOCK_NHEADS)
@@ -167,97 +125,47 @@ def _store_window_dt_B(
     m_gn = (o_g < ngroups)[:, None] & (o_n < d_state)[None, :]
     for s in tl.static_range(BLOCK_T):
         if s < n:
-            dt = process_dt(p_dt + s * stride_dt_tok + i_hs * stride_dt_head, dt_bias_ptr, i_hs, HAS_DT_BIAS, DT_SOFTPLUS)
+            dt = process_dt(p_dt + s * stride_dt_tok + i_hs * stride_dt_head, dt_bias_ptr, i_hs,
+                            HAS_DT_BIAS, DT_SOFTPLUS)
             tl.store(p_dtr + o_h * stride_dtr_head + s, dt, mask=m_h)
-            b_B = tl.load(p_B + s * stride_B_tok + o_g[:, None] * stride_B_group + o_n[None, :], mask=m_gn, other=0.0)
-            tl.store(
-                p_Br + o_g[:, None] * stride_Br_group + s * stride_Br_pos + o_n[None, :],
-                b_B.to(p_Br.dtype.element_ty),
-                mask=m_gn,
-            )
+            b_B = tl.load(p_B + s * stride_B_tok + o_g[:, None] * stride_B_group + o_n[None, :],
+                          mask=m_gn, other=0.0)
+            tl.store(p_Br + o_g[:, None] * stride_Br_group + s * stride_Br_pos + o_n[None, :],
+                     b_B.to(p_Br.dtype.element_ty), mask=m_gn)
 
 
 @triton.jit
 def _mamba2_replay_verify_kernel(
     # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
-    ckpt_ptr,
-    stride_c_slot,
-    stride_c_head,
-    stride_c_dim,
+    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
     # x_records [slot, nheads, L, head_dim], head_dim contiguous
-    xr_ptr,
-    stride_xr_slot,
-    stride_xr_head,
-    stride_xr_pos,
+    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
     # dt_records [slot, nheads, L] fp32, L contiguous
-    dtr_ptr,
-    stride_dtr_slot,
-    stride_dtr_head,
+    dtr_ptr, stride_dtr_slot, stride_dtr_head,
     # B_records [slot, ngroups, L, d_state], d_state contiguous
-    Br_ptr,
-    stride_Br_slot,
-    stride_Br_group,
-    stride_Br_pos,
+    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
     # cursor, arrivals, pending [slot] int32
-    cursor_ptr,
-    arrivals_ptr,
-    pending_ptr,
+    cursor_ptr, arrivals_ptr, pending_ptr,
     # x, z, out [batch, T, nheads, head_dim], head_dim contiguous
-    x_ptr,
-    stride_x_batch,
-    stride_x_tok,
-    stride_x_head,
-    z_ptr,
-    stride_z_batch,
-    stride_z_tok,
-    stride_z_head,
-    out_ptr,
-    stride_o_batch,
-    stride_o_tok,
-    stride_o_head,
+    x_ptr, stride_x_batch, stride_x_tok, stride_x_head,
+    z_ptr, stride_z_batch, stride_z_tok, stride_z_head,
+    out_ptr, stride_o_batch, stride_o_tok, stride_o_head,
     # dt [batch, T, nheads]; A, dt_bias [nheads]; D [nheads] or [nheads, head_dim]
-    dt_ptr,
-    stride_dt_batch,
-    stride_dt_tok,
-    stride_dt_head,
-    A_ptr,
-    dt_bias_ptr,
-    D_ptr,
-    stride_D_head,
+    dt_ptr, stride_dt_batch, stride_dt_tok, stride_dt_head,
+    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
     # B, C [batch, T, ngroups, d_state], d_state contiguous
-    B_ptr,
-    stride_B_batch,
-    stride_B_tok,
-    stride_B_group,
-    C_ptr,
-    stride_C_batch,
-    stride_C_tok,
-    stride_C_group,
+    B_ptr, stride_B_batch, stride_B_tok, stride_B_group,
+    C_ptr, stride_C_batch, stride_C_tok, stride_C_group,
     # slot_ids, num_tokens [batch] int32
-    slot_ids_ptr,
-    num_tokens_ptr,
-    T,
-    nheads,
-    head_dim,
-    d_state,
-    ngroups,
-    heads_per_group,
-    L: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-    BLOCK_T: tl.constexpr,
-    BLOCK_NHEADS: tl.constexpr,
+    slot_ids_ptr, num_tokens_ptr,
+    T, nheads, head_dim, d_state, ngroups, heads_per_group,
+    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_NHEADS: tl.constexpr,
     BLOCK_NGROUPS: tl.constexpr,
-    BLOCK_HEAD_DIM: tl.constexpr,
-    SPAN_HEAD_DIM: tl.constexpr,
-    BLOCK_D_STATE: tl.constexpr,
+    BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
     D_STATE_CHUNK: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    HAS_NUM_TOKENS: tl.constexpr,
-    HAS_D: tl.constexpr,
-    D_PER_DIM: tl.constexpr,
-    HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr,
-    DT_SOFTPLUS: tl.constexpr,
+    NUM_STAGES: tl.constexpr, HAS_NUM_TOKENS: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -276,20 +184,21 @@ def _mamba2_replay_verify_kernel(
     m_tn = m_t[:, None] & m_n[None, :]
     # Checkpoint tiles are 3-D, [BLOCK_HEAD_DIM, BLOCK_D_STATE // D_STATE_CHUNK, D_STATE_CHUNK]
     # (o_n2: the d_state index of each [chunk, position]; the module's D_STATE_CHUNK says why).
-    o_n2 = tl.arange(0, BLOCK_D_STATE // D_STATE_CHUNK)[:, None] * D_STATE_CHUNK + tl.arange(0, D_STATE_CHUNK)[None, :]
+    o_n2 = (tl.arange(0, BLOCK_D_STATE // D_STATE_CHUNK)[:, None] * D_STATE_CHUNK
+            + tl.arange(0, D_STATE_CHUNK)[None, :])
     m_n2 = o_n2 < d_state
     A = tl.load(A_ptr + i_h).to(tl.float32)
 
     # Window, per (row, head): processed dt, its inclusive sums cum[s] = Σ_{i≤s} dt_i and
     # between[j, s] = Σ_{j<i≤s} dt_i, B_j · C_s, and the weights of window token j in output s.
     p_dt = dt_ptr + i_b * stride_dt_batch
-    dt_w = process_dt(
-        p_dt + tl.minimum(o_t, T - 1) * stride_dt_tok + i_h * stride_dt_head, dt_bias_ptr, i_h, HAS_DT_BIAS, DT_SOFTPLUS
-    )
+    dt_w = process_dt(p_dt + tl.minimum(o_t, T - 1) * stride_dt_tok + i_h * stride_dt_head,
+                      dt_bias_ptr, i_h, HAS_DT_BIAS, DT_SOFTPLUS)
     dt_w = tl.where(m_t, dt_w, 0.0)
     cum = tl.sum(tl.where(o_t[None, :] <= o_t[:, None], dt_w[None, :], 0.0), axis=1)
     o_i = o_t[None, None, :]
-    between = tl.sum(tl.where((o_t[:, None, None] < o_i) & (o_i <= o_t[None, :, None]), dt_w[None, None, :], 0.0), axis=2)
+    between = tl.sum(tl.where((o_t[:, None, None] < o_i) & (o_i <= o_t[None, :, None]),
+                              dt_w[None, None, :], 0.0), axis=2)
     p_B = B_ptr + i_b * stride_B_batch + i_g * stride_B_group
     p_C = C_ptr + i_b * stride_C_batch + i_g * stride_C_group
     b_Bw = tl.load(p_B + o_t[:, None] * stride_B_tok + o_n[None, :], mask=m_tn, other=0.0).to(tl.float32)
@@ -298,7 +207,8 @@ def _mamba2_replay_verify_kernel(
     for s in tl.static_range(BLOCK_T):
         C_s = tl.load(p_C + s * stride_C_tok + o_n, mask=m_n & (s < n), other=0.0).to(tl.float32)
         bc_w += tl.where(o_t[None, :] == s, tl.sum(b_Bw * C_s[None, :], axis=1)[:, None], 0.0)
-    coef_w = tl.where((o_t[:, None] <= o_t[None, :]) & m_t[None, :], dt_w[:, None] * tl.exp(A * between) * bc_w, 0.0)
+    coef_w = tl.where((o_t[:, None] <= o_t[None, :]) & m_t[None, :],
+                      dt_w[:, None] * tl.exp(A * between) * bc_w, 0.0)
 
     # History: the w committed records. later[k] = Σ_{k<i<w} dt_i, total = Σ_{i<w} dt_i.
     p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
@@ -337,37 +247,11 @@ def _mamba2_replay_verify_kernel(
                     b_s += (dt_k * tl.exp(A * after) * xk)[:, None, None] * Bk[None, :, :]
                     after += dt_k
             tl.store(p_tile, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
-            b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_t[:, None] & m_p[None, :], other=0.0).to(
-                tl.float32
-            )
-            _verify_outputs(
-                b_s,
-                ckpt_decay,
-                b_xw,
-                coef_w,
-                b_xw,
-                coef_w,
-                o_t,
-                o_p,
-                m_p,
-                o_n2,
-                m_n2,
-                n,
-                i_h,
-                p_C,
-                stride_C_tok,
-                p_z,
-                stride_z_tok,
-                p_o,
-                stride_o_tok,
-                D_ptr,
-                stride_D_head,
-                False,
-                BLOCK_T,
-                HAS_D,
-                D_PER_DIM,
-                HAS_Z,
-            )
+            b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :],
+                           mask=m_t[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+            _verify_outputs(b_s, ckpt_decay, b_xw, coef_w, b_xw, coef_w, o_t, o_p, m_p, o_n2, m_n2, n,
+                            i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
+                            D_ptr, stride_D_head, False, BLOCK_T, HAS_D, D_PER_DIM, HAS_Z)
         # The window's x records overwrite history this program has read: after a barrier.
         tl.debug_barrier()
         for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM):
@@ -379,30 +263,12 @@ def _mamba2_replay_verify_kernel(
         tl.debug_barrier()
         arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
         if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
-            _store_window_dt_B(
-                dtr_ptr + slot * stride_dtr_slot,
-                stride_dtr_head,
-                Br_ptr + slot * stride_Br_slot,
-                stride_Br_group,
-                stride_Br_pos,
-                p_dt,
-                stride_dt_tok,
-                stride_dt_head,
-                dt_bias_ptr,
-                B_ptr + i_b * stride_B_batch,
-                stride_B_tok,
-                stride_B_group,
-                n,
-                nheads,
-                ngroups,
-                d_state,
-                BLOCK_T,
-                BLOCK_NHEADS,
-                BLOCK_NGROUPS,
-                BLOCK_D_STATE,
-                HAS_DT_BIAS,
-                DT_SOFTPLUS,
-            )
+            _store_window_dt_B(dtr_ptr + slot * stride_dtr_slot, stride_dtr_head,
+                               Br_ptr + slot * stride_Br_slot, stride_Br_group, stride_Br_pos,
+                               p_dt, stride_dt_tok, stride_dt_head, dt_bias_ptr,
+                               B_ptr + i_b * stride_B_batch, stride_B_tok, stride_B_group,
+                               n, nheads, ngroups, d_state, BLOCK_T, BLOCK_NHEADS,
+                               BLOCK_NGROUPS, BLOCK_D_STATE, HAS_DT_BIAS, DT_SOFTPLUS)
             tl.store(cursor_ptr + slot, 0)
             tl.store(arrivals_ptr + slot, 0)
     else:
@@ -413,82 +279,40 @@ def _mamba2_replay_verify_kernel(
             if k < w:
                 Bk = tl.load(p_Br + k * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
                 bc_h += tl.where(o_l[:, None] == k, tl.sum(b_Cw * Bk[None, :], axis=1)[None, :], 0.0)
-        coef_h = tl.where(m_l[:, None] & m_t[None, :], dt_h[:, None] * tl.exp(A * (later[:, None] + cum[None, :])) * bc_h, 0.0)
+        coef_h = tl.where(m_l[:, None] & m_t[None, :],
+                          dt_h[:, None] * tl.exp(A * (later[:, None] + cum[None, :])) * bc_h, 0.0)
         ckpt_decay = tl.exp(A * (total + cum))
         for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
             o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
             m_p = o_p < head_dim
             m_tp = m_t[:, None] & m_p[None, :]
-            b_s0 = tl.load(
-                p_c + o_p[:, None, None] * stride_c_dim + o_n2[None, :, :],
-                mask=m_p[:, None, None] & m_n2[None, :, :],
-                other=0.0,
-            ).to(tl.float32)
-            b_xh = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :], mask=m_l[:, None] & m_p[None, :], other=0.0).to(
-                tl.float32
-            )
+            b_s0 = tl.load(p_c + o_p[:, None, None] * stride_c_dim + o_n2[None, :, :],
+                           mask=m_p[:, None, None] & m_n2[None, :, :], other=0.0).to(tl.float32)
+            b_xh = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
-            _verify_outputs(
-                b_s0,
-                ckpt_decay,
-                b_xh,
-                coef_h,
-                b_xw,
-                coef_w,
-                o_t,
-                o_p,
-                m_p,
-                o_n2,
-                m_n2,
-                n,
-                i_h,
-                p_C,
-                stride_C_tok,
-                p_z,
-                stride_z_tok,
-                p_o,
-                stride_o_tok,
-                D_ptr,
-                stride_D_head,
-                True,
-                BLOCK_T,
-                HAS_D,
-                D_PER_DIM,
-                HAS_Z,
-            )
-            tl.store(p_xr + (w + o_t)[:, None] * stride_xr_pos + o_p[None, :], b_xw.to(xr_ptr.dtype.element_ty), mask=m_tp)
+            _verify_outputs(b_s0, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n2, m_n2, n,
+                            i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
+                            D_ptr, stride_D_head, True, BLOCK_T, HAS_D, D_PER_DIM, HAS_Z)
+            tl.store(p_xr + (w + o_t)[:, None] * stride_xr_pos + o_p[None, :],
+                     b_xw.to(xr_ptr.dtype.element_ty), mask=m_tp)
         if i_s == 0:
             tl.store(p_dtr + w + o_t, dt_w, mask=m_t)
             if i_h % heads_per_group == 0:
-                tl.store(p_Br + (w + o_t)[:, None] * stride_Br_pos + o_n[None, :], b_Bw.to(Br_ptr.dtype.element_ty), mask=m_tn)
+                tl.store(p_Br + (w + o_t)[:, None] * stride_Br_pos + o_n[None, :],
+                         b_Bw.to(Br_ptr.dtype.element_ty), mask=m_tn)
     if i_s == 0:
         if i_h == 0:
             tl.store(pending_ptr + slot, n)
 
 
-def launch_mamba2_replay_verify(
-    checkpoint: Tensor,
-    x_records: Tensor,
-    dt_records: Tensor,
-    B_records: Tensor,
-    cursor: Tensor,
-    arrivals: Tensor,
-    pending: Tensor,
-    x: Tensor,
-    dt: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    *,
-    slot_ids: Tensor,
-    num_tokens: Optional[Tensor] = None,
-    D: Optional[Tensor] = None,
-    z: Optional[Tensor] = None,
-    dt_bias: Optional[Tensor] = None,
-    dt_softplus: bool = True,
-    out: Tensor,
-    config: Optional[LaunchConfig] = None,
-) -> Tensor:
+def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
+                                B_records: Tensor, cursor: Tensor, arrivals: Tensor,
+                                pending: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
+                                C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
+                                D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+                                dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
+                                out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the verify step on the cache tensors; arguments already checked by the op."""
     batch, T, nheads, head_dim = x.shape
     ngroups, d_state = B.shape[2], B.shape[3]
@@ -499,71 +323,25 @@ def launch_mamba2_replay_verify(
     zz = z if z is not None else x
     DD = D if D is not None else A
     _mamba2_replay_verify_kernel[grid](
-        checkpoint,
-        checkpoint.stride(0),
-        checkpoint.stride(1),
-        checkpoint.stride(2),
-        x_records,
-        x_records.stride(0),
-        x_records.stride(1),
-        x_records.stride(2),
-        dt_records,
-        dt_records.stride(0),
-        dt_records.stride(1),
-        B_records,
-        B_records.stride(0),
-        B_records.stride(1),
-        B_records.stride(2),
-        cursor,
-        arrivals,
-        pending,
-        x,
-        x.stride(0),
-        x.stride(1),
-        x.stride(2),
-        zz,
-        zz.stride(0),
-        zz.stride(1),
-        zz.stride(2),
-        out,
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        dt,
-        dt.stride(0),
-        dt.stride(1),
-        dt.stride(2),
-        A,
-        dt_bias if dt_bias is not None else A,
-        DD,
-        DD.stride(0),
-        B,
-        B.stride(0),
-        B.stride(1),
-        B.stride(2),
-        C,
-        C.stride(0),
-        C.stride(1),
-        C.stride(2),
-        slot_ids,
-        num_tokens if num_tokens is not None else slot_ids,
-        T,
-        nheads,
-        head_dim,
-        d_state,
-        ngroups,
-        nheads // ngroups,
-        L=L,
-        BLOCK_L=max(2, triton.next_power_of_2(L)),
-        BLOCK_T=max(2, triton.next_power_of_2(T)),
-        BLOCK_NHEADS=triton.next_power_of_2(nheads),
-        BLOCK_NGROUPS=triton.next_power_of_2(ngroups),
-        BLOCK_HEAD_DIM=cfg.block_head_dim,
-        SPAN_HEAD_DIM=span,
-        NUM_STAGES=cfg.num_stages,
+        checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
+        dt_records, dt_records.stride(0), dt_records.stride(1),
+        B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
+        cursor, arrivals, pending,
+        x, x.stride(0), x.stride(1), x.stride(2),
+        zz, zz.stride(0), zz.stride(1), zz.stride(2),
+        out, out.stride(0), out.stride(1), out.stride(2),
+        dt, dt.stride(0), dt.stride(1), dt.stride(2),
+        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+        B, B.stride(0), B.stride(1), B.stride(2),
+        C, C.stride(0), C.stride(1), C.stride(2),
+        slot_ids, num_tokens if num_tokens is not None else slot_ids,
+        T, nheads, head_dim, d_state, ngroups, nheads // ngroups,
+        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)), BLOCK_T=max(2, triton.next_power_of_2(T)),
+        BLOCK_NHEADS=triton.next_power_of_2(nheads), BLOCK_NGROUPS=triton.next_power_of_2(ngroups),
+        BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
         D_STATE_CHUNK=min(D_STATE_CHUNK, triton.next_power_of_2(d_state)),
-        HAS_NUM_TOKENS=num_tokens is not None,
-        **cfg.launch_options(),
+        HAS_NUM_TOKENS=num_tokens is not None, **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
     return out
