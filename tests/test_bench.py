@@ -155,10 +155,11 @@ def test_run_bench_reports_failed_refchecks_and_cases_that_do_not_fit(monkeypatc
             raise ValueError("GDNReplayCache.allocate: head_v_dim 7\nsecond line")
         return _StandInCase(seconds={"decode_step": 6e-6, "replay_step": 3e-6})
 
-    monkeypatch.setattr(bench, "Mamba2DecodeCase", mamba2_case)
-    monkeypatch.setattr(bench, "GatedDeltaDecodeCase", delta_case)
+    # run_bench looks the cases up in its own module.
+    monkeypatch.setattr(bench.command, "Mamba2DecodeCase", mamba2_case)
+    monkeypatch.setattr(bench.command, "GatedDeltaDecodeCase", delta_case)
     monkeypatch.setattr(
-        bench,
+        bench.command,
         "make_verify_case",
         lambda family, *a, **kw: _StandInCase(seconds={"snapshot": 8e-6, "replay": 2e-6}, mean_accepted=1.75),
     )

@@ -25,6 +25,7 @@ from .models import SSM_KINDS, HybridModel, Layer
 
 __all__ = [
     "PlanConfig",
+    "layer_groups",
     "Budget",
     "layer_bytes",
     "sequence_ssm_bytes",
@@ -204,7 +205,8 @@ class LayerGroup:
     indices: Tuple[int, ...]
 
 
-def _groups(layers) -> Tuple[LayerGroup, ...]:
+def layer_groups(layers) -> Tuple[LayerGroup, ...]:
+    """``layers`` grouped by (kind, geometry), in order of first appearance."""
     groups: Dict[tuple, list] = {}
     for l in layers:
         groups.setdefault((l.kind, l.geometry), []).append(l.index)
@@ -241,11 +243,11 @@ class Plan:
 
     @property
     def ssm_groups(self) -> Tuple[LayerGroup, ...]:
-        return _groups(self.model.ssm_layers)
+        return layer_groups(self.model.ssm_layers)
 
     @property
     def attention_groups(self) -> Tuple[LayerGroup, ...]:
-        return _groups(self.model.attention_layers)
+        return layer_groups(self.model.attention_layers)
 
     def to_dict(self) -> dict:
         """JSON-ready figures (bytes as ints, traffic as floats)."""
