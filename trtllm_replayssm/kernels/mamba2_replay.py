@@ -1,6 +1,7 @@
 """ReplaySSM Mamba-2 decode step: output from checkpoint + records, state stored only at flush.
 
-One launch per step. Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch); each program owns
+One step kernel launch per step (and, with the split flush below, a flush launch after it).
+Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch); each program owns
 SPAN_HEAD_DIM rows of one head's checkpoint of one row, computes the per-(row, head) weights once,
 then walks its rows in [BLOCK_HEAD_DIM, d_state] tiles (a loop software-pipelined NUM_STAGES
 deep). It decides on the device, from the row's cursor w, what the row does; flush and non-flush
@@ -13,11 +14,11 @@ have separate loops so that each stays lean for the pipeliner:
   formed in exact fp32 and stored over the checkpoint (rounded to its dtype).
 
 Split flush (``LaunchConfig.split_flush``; the launch table uses it for 16-bit checkpoints from
-batch 8): the step kernel leaves the flush rows
-alone but for their cursor, and a persistent second launch (``_mamba2_replay_flush_kernel``)
-folds exactly those rows (their cursor is back at 0), the records and the step's token, as
-above, then writes their output from the folded state. The flush branch then costs the step kernel no registers: in one kernel, its
-registers are every program's, although only 1/L of the rows flush.
+batch 8): the step kernel leaves the flush rows alone but for their cursor, and a persistent
+second launch (``_mamba2_replay_flush_kernel``) folds exactly those rows (their cursor is back
+at 0), the records and the step's token, as above, then writes their output from the folded
+state. The step kernel then carries no flush branch, whose registers would be every program's
+although only 1/L of the rows flush.
 
 Weights s_j and the decay are defined in :mod:`trtllm_replayssm.reference.mamba2`.
 
