@@ -57,6 +57,15 @@ def flush_programs(device: torch.device) -> int:
 
 
 @triton.jit
+def _record_weights(b_dtr, o_l, m_l, A, dt):
+    """(s_j [BLOCK_L], checkpoint decay) of a row's records 0..w-1 (``m_l``: j < w; ``b_dtr``
+    zero past w) before the step's token: s_j = dt_j exp(A (dt + later_j)) with later_j =
+    Σ_{j<i<w} dt_i summed exactly (no subtraction of prefix sums), decay exp(A (Σ_j dt_j + dt))."""
+    later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
+    return tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0), tl.exp(A * (tl.sum(b_dtr, axis=0) + dt))
+
+
+@triton.jit
 def _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
                          D_ptr, stride_D_head, z_ptr, out_ptr,
                          HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr):
@@ -132,10 +141,7 @@ def _mamba2_replay_flush_kernel(
                             HAS_DT_BIAS, DT_SOFTPLUS)
             A = tl.load(A_ptr + i_h).to(tl.float32)
             b_dtr = tl.load(dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head + o_l, mask=m_l, other=0.0)
-            # s_j = dt_j exp(A (dt + Σ_{j<i<L-1} dt_i)), the sums exact (no prefix-sum subtraction).
-            later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
-            b_w = tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0)
-            ckpt_decay = tl.exp(A * (tl.sum(b_dtr, axis=0) + dt))
+            b_w, ckpt_decay = _record_weights(b_dtr, o_l, m_l, A, dt)
             for c in tl.range(0, CHUNKS, num_stages=NUM_STAGES):
                 o_p = c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
                 m_p = o_p < head_dim
@@ -209,10 +215,7 @@ def _mamba2_replay_step_kernel(
     b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :],
                    mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
-    # later_j = Σ_{j<i<w} dt_i, summed exactly (no subtraction of prefix sums).
-    later = tl.sum(tl.where(o_l[None, :] > o_l[:, None], b_dtr[None, :], 0.0), axis=1)
-    b_wr = tl.where(m_l, b_dtr * tl.exp(A * (later + dt)), 0.0)
-    ckpt_decay = tl.exp(A * (tl.sum(b_dtr, axis=0) + dt))
+    b_wr, ckpt_decay = _record_weights(b_dtr, o_l, m_l, A, dt)
     coef = b_wr * tl.sum(b_Br * b_C[None, :], axis=1)
     cur_coef = dt * tl.sum(b_B * b_C, axis=0)
 
