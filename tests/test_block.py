@@ -1,0 +1,63 @@
+"""The per-slot state block (trtllm_replayssm.block): layout, views, planner byte count."""
+
+import pytest
+import torch
+
+from trtllm_replayssm.block import Mamba2StateBlock, planner_bytes
+
+
+def test_nemotron_3_super_block_is_the_planner_replay_bytes():
+    block = Mamba2StateBlock(128, 64, 128, 8, 16, "bf16")
+    # state 4 MiB + records 303,104 + cursors 12 (docs/architecture.md's plan table)
+    assert block.nbytes == 4_194_304 + 303_104 + 12 == planner_bytes(block)
+
+
+@pytest.mark.parametrize("act", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("geom", [(4, 8, 16, 2, 1), (6, 16, 8, 3, 5), (24, 32, 64, 8, 64)])
+def test_block_bytes_equal_planner(geom, act):
+    nh, hd, ds, ng, L = geom
+    block = Mamba2StateBlock(nh, hd, ds, ng, L, act)
+    assert block.nbytes == planner_bytes(block)
+    regions = block.regions
+    assert [r.name for r in regions] == ["checkpoint", "dt_records", "cursor", "arrivals", "pending", "x_records", "B_records"]
+    for a, b in zip(regions, regions[1:]):
+        assert b.offset == a.offset + a.nbytes
+    for r in regions:
+        assert r.offset % r.itemsize == 0
+
+
+def test_views_address_the_slot_bytes():
+    block = Mamba2StateBlock(4, 8, 16, 2, 3, "bf16")
+    num_slots = 3
+    buf = torch.zeros(num_slots, block.nbytes, dtype=torch.uint8)
+    v = block.views(buf)
+    assert v["checkpoint"].shape == (3, 4, 8, 16) and v["x_records"].shape == (3, 4, 3, 8)
+    v["cursor"][1] = 7
+    v["B_records"][2, 1, 2, 15] = 1.0
+    raw = buf.view(-1)
+    c = block.region("cursor")
+    assert raw[block.nbytes + c.offset] == 7
+    b = block.region("B_records")
+    end = 2 * block.nbytes + b.offset + b.nbytes
+    assert raw[end - 2 : end].view(torch.bfloat16).item() == 1.0
+    assert int(buf.count_nonzero()) == 3  # one int32 byte + the two bytes of bf16 1.0
+    assert block.slot_stride("checkpoint") == block.nbytes // 4
+    # the runtime's fp32 buffer views the same bytes
+    f32 = buf.view(torch.float32)
+    assert block.views(f32)["cursor"][1].item() == 7
+
+
+def test_bad_input_names_the_field():
+    with pytest.raises(ValueError, match="Mamba2StateBlock: L is 65"):
+        Mamba2StateBlock(4, 8, 16, 2, 65, "bf16")
+    with pytest.raises(TypeError, match="act_dtype is 'f64'"):
+        Mamba2StateBlock(4, 8, 16, 2, 4, "f64")
+    with pytest.raises(ValueError, match="must divide nheads"):
+        Mamba2StateBlock(4, 8, 16, 3, 4, "bf16")
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        Mamba2StateBlock(1, 1, 2, 1, 1, "bf16")
+    block = Mamba2StateBlock(4, 8, 16, 2, 3, "bf16")
+    with pytest.raises(ValueError, match="expected a multiple"):
+        block.views(torch.zeros(block.nbytes + 4, dtype=torch.uint8))
+    with pytest.raises(KeyError, match="no region 'state'"):
+        block.region("state")
