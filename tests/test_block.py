@@ -19,32 +19,38 @@ def test_block_bytes_equal_planner(geom, act):
     block = Mamba2StateBlock(nh, hd, ds, ng, L, act)
     assert block.nbytes == planner_bytes(block)
     regions = block.regions
-    assert [r.name for r in regions] == ["checkpoint", "dt_records", "cursor", "arrivals", "pending", "x_records", "B_records"]
+    assert block.checkpoint.nbytes == 4 * nh * hd * ds == block.state_bytes
+    assert [r.name for r in regions] == ["dt_records", "cursor", "arrivals", "pending", "x_records", "B_records"]
+    assert regions[0].offset == 0
     for a, b in zip(regions, regions[1:]):
         assert b.offset == a.offset + a.nbytes
+    assert block.tail_bytes == regions[-1].offset + regions[-1].nbytes
     for r in regions:
         assert r.offset % r.itemsize == 0
 
 
-def test_views_address_the_slot_bytes():
+def test_views_address_the_layer_bytes():
+    """Checkpoints at slot * state_bytes (where TensorRT-LLM's stock plugin writes a slot's
+    state), then one tail per slot after all the checkpoints."""
     block = Mamba2StateBlock(4, 8, 16, 2, 3, "bf16")
     num_slots = 3
     buf = torch.zeros(num_slots, block.nbytes, dtype=torch.uint8)
     v = block.views(buf)
     assert v["checkpoint"].shape == (3, 4, 8, 16) and v["x_records"].shape == (3, 4, 3, 8)
-    v["cursor"][1] = 7
-    v["B_records"][2, 1, 2, 15] = 1.0
     raw = buf.view(-1)
+    v["checkpoint"][2, 3, 7, 15] = 2.0
+    end = 3 * block.state_bytes
+    assert raw[end - 4 : end].view(torch.float32).item() == 2.0
+    v["cursor"][1] = 7
     c = block.region("cursor")
-    assert raw[block.nbytes + c.offset] == 7
-    b = block.region("B_records")
-    end = 2 * block.nbytes + b.offset + b.nbytes
-    assert raw[end - 2 : end].view(torch.bfloat16).item() == 1.0
-    assert int(buf.count_nonzero()) == 3  # one int32 byte + the two bytes of bf16 1.0
-    assert block.slot_stride("checkpoint") == block.nbytes // 4
+    assert raw[num_slots * block.state_bytes + block.tail_bytes + c.offset] == 7
+    assert block.layer_offset("cursor", num_slots) == num_slots * block.state_bytes + c.offset
+    v["B_records"][2, 1, 2, 15] = 1.0
+    assert raw[-2:].view(torch.bfloat16).item() == 1.0
+    assert int(buf.count_nonzero()) == 4  # fp32 2.0 and int32 7: one nonzero byte each; bf16 1.0: two
+    assert block.slot_stride("checkpoint") == 4 * 8 * 16 and block.slot_stride("x_records") == block.tail_bytes // 2
     # the runtime's fp32 buffer views the same bytes
-    f32 = buf.view(torch.float32)
-    assert block.views(f32)["cursor"][1].item() == 7
+    assert block.views(buf.view(torch.float32))["cursor"][1].item() == 7
 
 
 def test_bad_input_names_the_field():
@@ -54,7 +60,7 @@ def test_bad_input_names_the_field():
         Mamba2StateBlock(4, 8, 16, 2, 4, "f64")
     with pytest.raises(ValueError, match="must divide nheads"):
         Mamba2StateBlock(4, 8, 16, 3, 4, "bf16")
-    with pytest.raises(ValueError, match="not a multiple of 4"):
+    with pytest.raises(ValueError, match="tail holds .* not a multiple of 4"):
         Mamba2StateBlock(1, 1, 2, 1, 1, "bf16")
     block = Mamba2StateBlock(4, 8, 16, 2, 3, "bf16")
     with pytest.raises(ValueError, match="expected a multiple"):

@@ -1,30 +1,37 @@
-"""The per-slot state block: one Mamba-2 layer's whole ReplaySSM cache in one byte range.
+"""The state block: one Mamba-2 layer's whole ReplaySSM cache in the engine runtime's state buffer.
 
-An engine runtime that allocates one opaque state buffer per layer, ``[num_slots, nbytes]``
-(TensorRT-LLM's engine-path ``RnnStateManager`` does, sized from the model config), can hold
-the ReplaySSM cache if each slot's ``nbytes`` are laid out as below. The TensorRT plugin
-(``trtllm_replayssm_plugins.mamba2_block``) reads this layout; the engine-flow builder
-(``trtllm_replayssm_builders.trtllm_engine``) sizes the runtime's buffer from it.
+TensorRT-LLM's engine-path runtime (``RnnStateManager``) allocates one fp32 state buffer per
+SSM layer, ``num_slots`` times a per-slot size taken from the model config, and its stock
+``selective_scan`` plugin writes slot ``s``'s state at ``s * state_bytes`` of that buffer. This
+module lays the ReplaySSM cache into such a buffer: the checkpoints stay where the stock plugin
+writes its states, and the rest of each slot's cache (its *tail*) follows all the checkpoints.
+The TensorRT plugin (``trtllm_replayssm_plugins.mamba2_block``) reads this layout; the
+engine-flow builder (``trtllm_replayssm_builders.trtllm_engine``) sizes the runtime's buffer
+from it.
 
-Layout of one slot (byte offsets in this order, each region naturally aligned, no padding):
+One layer's buffer of ``num_slots`` slots, byte offsets:
 
-    checkpoint  f32  [nheads, head_dim, d_state]   the state S0 (d_state contiguous)
+    0                                checkpoint [num_slots, nheads, head_dim, d_state] f32
+    num_slots * state_bytes          tails      [num_slots, tail_bytes]
+
+and in each slot's tail, in this order, each field naturally aligned, no padding:
+
     dt_records  f32  [nheads, L]
-    cursor      i32  [1]                           records since the checkpoint, in [0, L)
-    arrivals    i32  [1]                           the kernel's per-row counter, 0 between steps
-    pending     i32  [1]                           unused by standard decode; kept so that the
-                                                   block is the planner's replay bytes exactly
+    cursor      i32  [1]          records since the checkpoint, in [0, L)
+    arrivals    i32  [1]          the kernel's per-row counter, 0 between steps
+    pending     i32  [1]          unused by standard decode; kept so that the bytes per slot are
+                                  the planner's replay bytes exactly
     x_records   act  [nheads, L, head_dim]
     B_records   act  [ngroups, L, d_state]
 
-``act`` is the activation dtype (f32 | bf16 | f16). The checkpoint is fp32 because the engine
-runtime's state buffer is fp32. Slot ``s`` of a region starts at ``s * nbytes + offset``, so each
-region is a strided tensor ``[num_slots, *shape]`` whose slot stride is ``nbytes`` in its own
-elements; ``nbytes`` must therefore be a multiple of 4 (checked).
+``act`` is the activation dtype (f32 | bf16 | f16). The checkpoint is fp32 because the runtime's
+state buffer is. Region ``r`` of slot ``s`` starts at ``base(r) + s * stride(r)`` with stride
+``state_bytes`` for the checkpoint and ``tail_bytes`` for the tail fields, so each is a strided
+tensor ``[num_slots, *shape]``; ``tail_bytes`` must be a multiple of 4 (checked).
 
-The byte count equals :func:`trtllm_replayssm.memory.ssm_layer_bytes` in ``replay`` mode,
-state + records + cursors (:func:`planner_bytes`), so a runtime that allocates ``nbytes`` per slot
-and layer counts the records exactly as the planner does.
+Bytes per slot, ``state_bytes + tail_bytes``, equal :func:`trtllm_replayssm.memory.ssm_layer_bytes`
+in ``replay`` mode, state + records + cursors (:func:`planner_bytes`): a runtime that allocates
+that much per slot and layer counts the records exactly as the planner does.
 """
 
 from __future__ import annotations
@@ -98,18 +105,23 @@ class Mamba2StateBlock:
             raise ValueError(f"{owner}: ngroups = {self.ngroups} must divide nheads = {self.nheads}")
         if self.act_dtype not in ACT_DTYPES:
             raise TypeError(f"{owner}: act_dtype is {self.act_dtype!r}; expected {' | '.join(ACT_DTYPES)}")
-        if self.nbytes % 4:
+        if self.tail_bytes % 4:
             raise ValueError(
-                f"{owner}: a slot holds {self.nbytes} bytes, not a multiple of 4, so the fp32 regions "
+                f"{owner}: a slot's tail holds {self.tail_bytes} bytes, not a multiple of 4, so its fp32 fields "
                 f"have no whole-element slot stride; expected nheads*L*head_dim + ngroups*L*d_state even "
                 f"(got {self.nheads}*{self.L}*{self.head_dim} + {self.ngroups}*{self.L}*{self.d_state})"
             )
 
     @property
+    def checkpoint(self) -> Region:
+        """The checkpoint of one slot, ``[nheads, head_dim, d_state]`` fp32 (offset 0)."""
+        return Region("checkpoint", "f32", 0, (self.nheads, self.head_dim, self.d_state))
+
+    @property
     def regions(self) -> Tuple[Region, ...]:
+        """The tail fields of one slot; offsets within the tail."""
         nh, hd, ds, ng, L, a = self.nheads, self.head_dim, self.d_state, self.ngroups, self.L, self.act_dtype
         fields = (
-            ("checkpoint", "f32", (nh, hd, ds)),
             ("dt_records", "f32", (nh, L)),
             ("cursor", "i32", (1,)),
             ("arrivals", "i32", (1,)),
@@ -125,48 +137,66 @@ class Mamba2StateBlock:
         return tuple(out)
 
     def region(self, name: str) -> Region:
-        for r in self.regions:
+        for r in (self.checkpoint, *self.regions):
             if r.name == name:
                 return r
-        raise KeyError(f"Mamba2StateBlock: no region {name!r}; regions are {', '.join(r.name for r in self.regions)}")
+        names = ", ".join(r.name for r in (self.checkpoint, *self.regions))
+        raise KeyError(f"Mamba2StateBlock: no region {name!r}; regions are {names}")
 
     @property
-    def nbytes(self) -> int:
-        """Bytes per slot: the sum of the regions (they are packed without padding)."""
+    def state_bytes(self) -> int:
+        return self.checkpoint.nbytes
+
+    @property
+    def tail_bytes(self) -> int:
+        """Bytes of one slot's tail: its fields packed without padding."""
         last = self.regions[-1]
         return last.offset + last.nbytes
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes per slot: checkpoint + tail."""
+        return self.state_bytes + self.tail_bytes
+
+    def layer_offset(self, name: str, num_slots: int) -> int:
+        """Byte offset of slot 0's region ``name`` in a layer buffer of ``num_slots`` slots."""
+        _positive("Mamba2StateBlock.layer_offset", "num_slots", num_slots)
+        r = self.region(name)
+        return r.offset if name == "checkpoint" else num_slots * self.state_bytes + r.offset
+
     def slot_stride(self, name: str) -> int:
-        """Slot stride of region ``name`` in its own elements (``nbytes / itemsize``)."""
-        return self.nbytes // self.region(name).itemsize
+        """Slot stride of region ``name`` in its own elements."""
+        r = self.region(name)
+        return (self.state_bytes if name == "checkpoint" else self.tail_bytes) // r.itemsize
 
     def views(self, buffer: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """Strided views ``[num_slots, *shape]`` of every region of a block buffer.
+        """Strided views ``[num_slots, *shape]`` of every region of one layer's buffer.
 
         Args:
-            buffer: a contiguous tensor of any dtype whose bytes are ``num_slots * nbytes``
-                (e.g. uint8 ``[num_slots, nbytes]``, or the runtime's fp32 state buffer).
+            buffer: a contiguous tensor of any dtype holding ``num_slots * nbytes`` bytes (e.g.
+                uint8 ``[num_slots, nbytes]``, or the runtime's fp32 state buffer of one layer).
         Raises:
             ValueError: not contiguous, or its size is not a whole number of slots.
         """
         if not buffer.is_contiguous():
-            raise ValueError("Mamba2StateBlock.views: buffer is not contiguous; expected a dense block buffer")
+            raise ValueError("Mamba2StateBlock.views: buffer is not contiguous; expected a dense layer buffer")
         total = buffer.numel() * buffer.element_size()
         if total % self.nbytes:
             raise ValueError(
-                f"Mamba2StateBlock.views: buffer holds {total} bytes; expected a multiple of the block's {self.nbytes}"
+                f"Mamba2StateBlock.views: buffer holds {total} bytes; expected a multiple of the {self.nbytes} bytes per slot"
             )
         raw = buffer.reshape(-1).view(torch.uint8)
         num_slots = total // self.nbytes
         out = {}
-        for r in self.regions:
-            typed = raw.view(_TORCH[r.dtype])
+        for r in (self.checkpoint, *self.regions):
             inner, strides = 1, []
             for d in reversed(r.shape):
                 strides.append(inner)
                 inner *= d
-            out[r.name] = typed.as_strided(
-                (num_slots, *r.shape), (self.nbytes // r.itemsize, *reversed(strides)), r.offset // r.itemsize
+            out[r.name] = raw.view(_TORCH[r.dtype]).as_strided(
+                (num_slots, *r.shape),
+                (self.slot_stride(r.name), *reversed(strides)),
+                self.layer_offset(r.name, num_slots) // r.itemsize,
             )
         return out
 
