@@ -125,9 +125,6 @@ class LaunchConfig:
     The conventional kernel uses one chunk per program (``chunks`` and ``num_stages`` 1).
     ``max_registers`` (None: ptxas chooses) caps the registers per thread (Triton's
     ``maxnreg``), trading spills for more resident warps; it never changes results.
-    ``split_flush`` (Mamba-2 replay only): flush rows are folded by a second, persistent launch,
-    so the step kernel carries no flush branch (:mod:`.mamba2_replay`); results move by fp32
-    reordering and the flush product's TF32 parts (about fp32 accuracy).
     """
 
     block_head_dim: int
@@ -135,14 +132,11 @@ class LaunchConfig:
     chunks: int = 1
     num_stages: int = 1
     max_registers: Optional[int] = None
-    split_flush: bool = False
 
     def label(self) -> str:
-        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``,
-        ``,split``): sweeps' key."""
+        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``): sweeps' key."""
         cap = f",r{self.max_registers}" if self.max_registers is not None else ""
-        split = ",split" if self.split_flush else ""
-        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}{split}"
+        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}"
 
     def launch_options(self) -> dict:
         """Triton launch keywords: ``num_warps``, and ``maxnreg`` when capped."""
@@ -171,15 +165,10 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     if batch < 8:
         # Few rows: spread each head over several programs to fill the GPU.
         return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=1 if wide else 2)
-    # From 8 rows, 16-bit checkpoints: flush rows folded by a second launch (split_flush), so
-    # that the step kernel carries no flush branch: 6-16% faster at batch 16-512; with fp32
-    # checkpoints it was 1-9% slower at batch 16, 256 and 512 (H200, 2026-12-01, docs/kernel-notes.md).
-    split = not wide
     if batch < 32:
-        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1, split_flush=split)
+        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1)
     # Many rows: one program per head, its checkpoint streamed through a
     # cp.async pipeline, so the per-head work (weights, B.C) is paid once and loads stay in flight.
     block = min(16 if batch < 128 else 8, pow2)
     return LaunchConfig(block_head_dim=block, num_warps=2 if (batch < 128 and not wide) else 1,
-                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3,
-                        split_flush=split)
+                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3)
