@@ -65,6 +65,11 @@ class Mamba2Geometry:
     d_conv: int
 
     @property
+    def state_dims(self) -> Tuple[int, int, int]:
+        """One state (checkpoint): [nheads, head_dim, d_state]."""
+        return (self.nheads, self.head_dim, self.d_state)
+
+    @property
     def conv_dim(self) -> int:
         """Conv channels: x (nheads * head_dim) then B and C (ngroups * d_state each)."""
         return self.nheads * self.head_dim + 2 * self.ngroups * self.d_state
@@ -96,6 +101,11 @@ class DeltaRuleGeometry:
     head_k_dim: int
     head_v_dim: int
     d_conv: int
+
+    @property
+    def state_dims(self) -> Tuple[int, int, int]:
+        """One state (checkpoint): [v_heads, head_v_dim, head_k_dim]."""
+        return (self.v_heads, self.head_v_dim, self.head_k_dim)
 
     @property
     def conv_dim(self) -> int:

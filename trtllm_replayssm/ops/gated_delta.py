@@ -17,19 +17,22 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
+from ..checks import check_flag, check_rank, check_slot_ids, check_tensor, float_dtypes, resolve_scale
 from ..reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
-from ._validate import check_flag, check_rank, check_slot_ids, check_tensor, float_dtypes
+from .library import define_op
 
 __all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step", "gdn_gate", "kda_gate"]
 
-_REPLAY_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
-
-
 # --------------------------------------------------------------------------- custom ops
-# All arguments positional (custom ops take no keyword-only tensors); scale already resolved.
+# Same argument names and order as the public functions (:func:`define_op`); scale resolved.
 
 
-@torch.library.custom_op("replayssm::gated_delta_decode_step", mutates_args=("state", "out"))
+@define_op(
+    "gated_delta_decode_step",
+    mutates_args=("state", "out"),
+    reference=gated_delta_decode_step_ref,
+    launcher="gated_delta_decode:launch_gated_delta_decode_step",
+)
 def _gated_delta_decode_step_op(
     state: Tensor,
     q: Tensor,
@@ -42,24 +45,15 @@ def _gated_delta_decode_step_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_decode_step_ref(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
+    """Schema of ``replayssm::gated_delta_decode_step``."""
 
 
-@_gated_delta_decode_step_op.register_kernel("cuda")
-def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
-
-    launch_gated_delta_decode_step(
-        state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out
-    )
-
-
-@_gated_delta_decode_step_op.register_fake
-def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    return None
-
-
-@torch.library.custom_op("replayssm::gated_delta_replay_step", mutates_args=_REPLAY_FIELDS + ("out",))
+@define_op(
+    "gated_delta_replay_step",
+    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "out"),
+    reference=gated_delta_replay_step_ref,
+    launcher="gated_delta_replay:launch_gated_delta_replay_step",
+)
 def _gated_delta_replay_step_op(
     checkpoint: Tensor,
     d_records: Tensor,
@@ -77,61 +71,10 @@ def _gated_delta_replay_step_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_replay_step_ref(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_replay_step_op.register_kernel("cuda")
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    from ..kernels.gated_delta_replay import launch_gated_delta_replay_step
-
-    launch_gated_delta_replay_step(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        arrivals,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_replay_step_op.register_fake
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    return None
+    """Schema of ``replayssm::gated_delta_replay_step``."""
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _resolve_scale(op: str, scale, head_k_dim: int) -> float:
-    if scale is None:
-        return head_k_dim**-0.5
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise TypeError(f"{op}: scale is {scale!r}; expected None (head_k_dim ** -0.5) or a positive finite float")
-    return float(scale)
 
 
 def _check_inputs(
@@ -208,7 +151,7 @@ def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, 
         num_slots=num_slots,
         device=state.device,
     )
-    scale = _resolve_scale(op, scale, head_k_dim)
+    scale = resolve_scale(op, scale, head_k_dim)
     out = torch.zeros_like(v) if out is None else out
     torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
     return out
@@ -219,9 +162,6 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {cache_type.__name__}")
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
-    for name in _REPLAY_FIELDS:
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
@@ -243,7 +183,7 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
         num_slots=cache.num_slots,
         device=device,
     )
-    scale = _resolve_scale(op, scale, cache.head_k_dim)
+    scale = resolve_scale(op, scale, cache.head_k_dim)
     out = torch.zeros_like(v) if out is None else out
     torch.ops.replayssm.gated_delta_replay_step(
         cache.checkpoint,

@@ -14,18 +14,23 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
+from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
-from ._validate import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes
+from .library import define_op
 
 __all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
 
 
 # --------------------------------------------------------------------------- custom ops
-# Same argument names and order as the public functions; all positional, since custom ops
-# take no keyword-only tensors.
+# Same argument names and order as the public functions (:func:`define_op`).
 
 
-@torch.library.custom_op("replayssm::mamba2_decode_step", mutates_args=("state", "out"))
+@define_op(
+    "mamba2_decode_step",
+    mutates_args=("state", "out"),
+    reference=mamba2_decode_step_ref,
+    launcher="mamba2_decode:launch_mamba2_decode_step",
+)
 def _mamba2_decode_step_op(
     state: Tensor,
     x: Tensor,
@@ -40,28 +45,14 @@ def _mamba2_decode_step_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_decode_step_ref(
-        state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out
-    )
+    """Schema of ``replayssm::mamba2_decode_step``."""
 
 
-@_mamba2_decode_step_op.register_kernel("cuda")
-def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
-    from ..kernels.mamba2_decode import launch_mamba2_decode_step
-
-    launch_mamba2_decode_step(
-        state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out
-    )
-
-
-@_mamba2_decode_step_op.register_fake
-def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
-    return None
-
-
-@torch.library.custom_op(
-    "replayssm::mamba2_replay_step",
+@define_op(
+    "mamba2_replay_step",
     mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out"),
+    reference=mamba2_replay_step_ref,
+    launcher="mamba2_replay:launch_mamba2_replay_step",
 )
 def _mamba2_replay_step_op(
     checkpoint: Tensor,
@@ -82,58 +73,7 @@ def _mamba2_replay_step_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_replay_step_ref(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_replay_step_op.register_kernel("cuda")
-def _(
-    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out
-):
-    from ..kernels.mamba2_replay import launch_mamba2_replay_step
-
-    launch_mamba2_replay_step(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        arrivals,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_replay_step_op.register_fake
-def _(
-    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out
-):
-    return None
+    """Schema of ``replayssm::mamba2_replay_step``."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -310,9 +250,6 @@ def mamba2_replay_step(
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected Mamba2ReplayCache")
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
-    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")

@@ -48,6 +48,16 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from ..checks import (
+    check_flag,
+    check_optional,
+    check_rank,
+    check_slot_ids,
+    check_tensor,
+    float_dtypes,
+    reads_device_values,
+    resolve_scale,
+)
 from ..reference.spec import (
     gated_delta_replay_verify_ref,
     gated_delta_snapshot_verify_ref,
@@ -57,8 +67,7 @@ from ..reference.spec import (
     snapshot_commit_ref,
     spec_buffer_len,
 )
-from ._validate import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, reads_device_values
-from .gated_delta import _resolve_scale
+from .library import define_op
 
 __all__ = [
     "MAX_T",
@@ -137,12 +146,14 @@ class SnapshotCache:
 
 
 # --------------------------------------------------------------------------- custom ops
-# Same argument names and order as the public functions, all positional.
+# Same argument names and order as the public functions (:func:`define_op`).
 
 
-@torch.library.custom_op(
-    "replayssm::mamba2_replay_verify",
+@define_op(
+    "mamba2_replay_verify",
     mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "pending", "out"),
+    reference=mamba2_replay_verify_ref,
+    launcher="mamba2_verify:launch_mamba2_replay_verify",
 )
 def _mamba2_replay_verify_op(
     checkpoint: Tensor,
@@ -165,104 +176,15 @@ def _mamba2_replay_verify_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_replay_verify_ref(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        pending,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
+    """Schema of ``replayssm::mamba2_replay_verify``."""
 
 
-@_mamba2_replay_verify_op.register_kernel("cuda")
-def _(
-    checkpoint,
-    x_records,
-    dt_records,
-    B_records,
-    cursor,
-    arrivals,
-    pending,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    num_tokens,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-):
-    from ..kernels.mamba2_verify import launch_mamba2_replay_verify
-
-    launch_mamba2_replay_verify(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        arrivals,
-        pending,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_replay_verify_op.register_fake
-def _(
-    checkpoint,
-    x_records,
-    dt_records,
-    B_records,
-    cursor,
-    arrivals,
-    pending,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    num_tokens,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-):
-    return None
-
-
-_DELTA_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "pending")
-
-
-@torch.library.custom_op("replayssm::gated_delta_replay_verify", mutates_args=_DELTA_FIELDS + ("out",))
+@define_op(
+    "gated_delta_replay_verify",
+    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "pending", "out"),
+    reference=gated_delta_replay_verify_ref,
+    launcher="gated_delta_verify:launch_gated_delta_replay_verify",
+)
 def _gated_delta_replay_verify_op(
     checkpoint: Tensor,
     d_records: Tensor,
@@ -282,110 +204,25 @@ def _gated_delta_replay_verify_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_replay_verify_ref(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        pending,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
+    """Schema of ``replayssm::gated_delta_replay_verify``."""
 
 
-@_gated_delta_replay_verify_op.register_kernel("cuda")
-def _(
-    checkpoint,
-    d_records,
-    k_records,
-    g_records,
-    cursor,
-    arrivals,
-    pending,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    num_tokens,
-    scale,
-    use_qk_l2norm,
-    out,
-):
-    from ..kernels.gated_delta_verify import launch_gated_delta_replay_verify
-
-    launch_gated_delta_replay_verify(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        arrivals,
-        pending,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_replay_verify_op.register_fake
-def _(
-    checkpoint,
-    d_records,
-    k_records,
-    g_records,
-    cursor,
-    arrivals,
-    pending,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    num_tokens,
-    scale,
-    use_qk_l2norm,
-    out,
-):
-    return None
-
-
-@torch.library.custom_op("replayssm::replay_commit", mutates_args=("cursor", "pending"))
+@define_op(
+    "replay_commit",
+    mutates_args=("cursor", "pending"),
+    reference=replay_commit_ref,
+    launcher="replay_commit:launch_replay_commit",
+)
 def _replay_commit_op(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
-    replay_commit_ref(cursor, pending, slot_ids, num_accepted)
+    """Schema of ``replayssm::replay_commit``."""
 
 
-@_replay_commit_op.register_kernel("cuda")
-def _(cursor, pending, slot_ids, num_accepted):
-    from ..kernels.replay_commit import launch_replay_commit
-
-    launch_replay_commit(cursor, pending, slot_ids, num_accepted)
-
-
-@_replay_commit_op.register_fake
-def _(cursor, pending, slot_ids, num_accepted):
-    return None
-
-
-@torch.library.custom_op("replayssm::mamba2_snapshot_verify", mutates_args=("snapshots", "out"))
+@define_op(
+    "mamba2_snapshot_verify",
+    mutates_args=("snapshots", "out"),
+    reference=mamba2_snapshot_verify_ref,
+    launcher="mamba2_snapshot:launch_mamba2_snapshot_verify",
+)
 def _mamba2_snapshot_verify_op(
     state: Tensor,
     snapshots: Tensor,
@@ -402,52 +239,15 @@ def _mamba2_snapshot_verify_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_snapshot_verify_ref(
-        state,
-        snapshots,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
+    """Schema of ``replayssm::mamba2_snapshot_verify``."""
 
 
-@_mamba2_snapshot_verify_op.register_kernel("cuda")
-def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
-    from ..kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
-
-    launch_mamba2_snapshot_verify(
-        state,
-        snapshots,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_snapshot_verify_op.register_fake
-def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
-    return None
-
-
-@torch.library.custom_op("replayssm::gated_delta_snapshot_verify", mutates_args=("snapshots", "out"))
+@define_op(
+    "gated_delta_snapshot_verify",
+    mutates_args=("snapshots", "out"),
+    reference=gated_delta_snapshot_verify_ref,
+    launcher="gated_delta_snapshot:launch_gated_delta_snapshot_verify",
+)
 def _gated_delta_snapshot_verify_op(
     state: Tensor,
     snapshots: Tensor,
@@ -462,62 +262,17 @@ def _gated_delta_snapshot_verify_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_snapshot_verify_ref(
-        state,
-        snapshots,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
+    """Schema of ``replayssm::gated_delta_snapshot_verify``."""
 
 
-@_gated_delta_snapshot_verify_op.register_kernel("cuda")
-def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
-    from ..kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
-
-    launch_gated_delta_snapshot_verify(
-        state,
-        snapshots,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_snapshot_verify_op.register_fake
-def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
-    return None
-
-
-@torch.library.custom_op("replayssm::snapshot_commit", mutates_args=("state",))
+@define_op(
+    "snapshot_commit",
+    mutates_args=("state",),
+    reference=snapshot_commit_ref,
+    launcher="replay_commit:launch_snapshot_commit",
+)
 def _snapshot_commit_op(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
-    snapshot_commit_ref(state, snapshots, slot_ids, num_accepted)
-
-
-@_snapshot_commit_op.register_kernel("cuda")
-def _(state, snapshots, slot_ids, num_accepted):
-    from ..kernels.replay_commit import launch_snapshot_commit
-
-    launch_snapshot_commit(state, snapshots, slot_ids, num_accepted)
-
-
-@_snapshot_commit_op.register_fake
-def _(state, snapshots, slot_ids, num_accepted):
-    return None
+    """Schema of ``replayssm::snapshot_commit``."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -649,9 +404,6 @@ def _check_replay_cache(op: str, cache, kinds) -> None:
     if not isinstance(cache, kinds):
         names = " | ".join(k.__name__ for k in kinds)
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {names}")
-    for f in ("checkpoint", "cursor", "arrivals", "pending"):
-        if not getattr(cache, f).is_contiguous():
-            raise ValueError(f"{op}: cache.{f} must be contiguous")
 
 
 def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
@@ -707,9 +459,6 @@ def mamba2_replay_verify(
     """
     op = "mamba2_replay_verify"
     _check_replay_cache(op, cache, (Mamba2ReplayCache,))
-    for name in ("x_records", "dt_records", "B_records"):
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
     device = cache.device
@@ -773,9 +522,6 @@ def _delta_replay_verify(
     op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
     _check_replay_cache(op, cache, (cache_type,))
-    for name in ("d_records", "k_records", "g_records"):
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
     device = cache.device
@@ -806,7 +552,7 @@ def _delta_replay_verify(
             f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
-    scale = _resolve_scale(op, scale, cache.head_k_dim)
+    scale = resolve_scale(op, scale, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
     out = _new_out(v, out)
     torch.ops.replayssm.gated_delta_replay_verify(
@@ -1142,7 +888,7 @@ def _delta_serial_decode(
         device=state.device,
         max_T=MAX_T,
     )
-    scale = _resolve_scale(op, scale, head_k_dim)
+    scale = resolve_scale(op, scale, head_k_dim)
     out = _new_out(v, out)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
@@ -1220,7 +966,7 @@ def _delta_snapshot_verify(
         device=cache.state.device,
         max_T=cache.T,
     )
-    scale = _resolve_scale(op, scale, head_k_dim)
+    scale = resolve_scale(op, scale, head_k_dim)
     out = _new_out(v, out)
     torch.ops.replayssm.gated_delta_snapshot_verify(
         cache.state, cache.snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
