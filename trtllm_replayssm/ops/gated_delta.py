@@ -17,11 +17,19 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
-from ..checks import check_flag, check_rank, check_slot_ids, check_tensor, float_dtypes, resolve_scale
+from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, resolve_scale
 from ..reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
-from .library import define_op
+from .library import define_op, new_out
 
-__all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step", "gdn_gate", "kda_gate"]
+__all__ = [
+    "gdn_decode_step",
+    "gdn_replay_step",
+    "kda_decode_step",
+    "kda_replay_step",
+    "gdn_gate",
+    "kda_gate",
+    "check_gated_delta_inputs",
+]
 
 # --------------------------------------------------------------------------- custom ops
 # Same argument names and order as the public functions (:func:`define_op`); scale resolved.
@@ -77,7 +85,7 @@ def _gated_delta_replay_step_op(
 # --------------------------------------------------------------------------- validation
 
 
-def _check_inputs(
+def check_gated_delta_inputs(
     op: str,
     q,
     k,
@@ -95,24 +103,39 @@ def _check_inputs(
     head_v_dim: int,
     num_slots: int,
     device: torch.device,
-) -> None:
-    """Checks the step inputs against the layer geometry."""
-    check_rank(op, "q", q, 3, f"[batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
-    batch = q.shape[0]
+    max_T: Optional[int] = None,
+) -> int:
+    """Checks a GDN (``per_channel`` False) or KDA step's inputs against the layer geometry;
+    returns the tokens per row.
+
+    One step (``max_T`` None): q, k [batch, k_heads, head_k_dim], v [batch, v_heads,
+    head_v_dim], g [batch, v_heads] (KDA [batch, v_heads, head_k_dim]), beta [batch,
+    v_heads]; returns 1. A window of T tokens (1 <= T <= ``max_T``): [batch, T, ...]; returns T.
+    """
+    window = max_T is not None
+    lead = "batch, T" if window else "batch"
+    check_rank(op, "q", q, 3 + window, f"[{lead}, k_heads, head_k_dim] = ({lead}, {k_heads}, {head_k_dim})")
+    rows = tuple(q.shape[: 1 + window])
+    T = rows[-1] if window else 1
+    if window and not 1 <= T <= max_T:
+        raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
     floats = float_dtypes(device)
-    check_tensor(op, "q", q, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=floats, device=device)
+    shape_q, shape_v = rows + (k_heads, head_k_dim), rows + (v_heads, head_v_dim)
+    check_tensor(op, "q", q, f"[{lead}, k_heads, head_k_dim]", shape_q, dtypes=floats, device=device)
     act = (q.dtype,)
-    check_tensor(op, "k", k, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=act, device=device)
-    check_tensor(op, "v", v, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
+    check_tensor(op, "k", k, f"[{lead}, k_heads, head_k_dim]", shape_q, dtypes=act, device=device)
+    check_tensor(op, "v", v, f"[{lead}, v_heads, head_v_dim]", shape_v, dtypes=act, device=device)
     if per_channel:
-        check_tensor(op, "g", g, "[batch, v_heads, head_k_dim]", (batch, v_heads, head_k_dim), dtypes=floats, device=device)
+        check_tensor(op, "g", g, f"[{lead}, v_heads, head_k_dim]", rows + (v_heads, head_k_dim), dtypes=floats, device=device)
     else:
-        check_tensor(op, "g", g, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device, inner_contiguous=False)
-    check_tensor(op, "beta", beta, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device, inner_contiguous=False)
+        check_tensor(op, "g", g, f"[{lead}, v_heads]", rows + (v_heads,), dtypes=floats, device=device, inner_contiguous=False)
+    check_tensor(
+        op, "beta", beta, f"[{lead}, v_heads]", rows + (v_heads,), dtypes=floats, device=device, inner_contiguous=False
+    )
     check_flag(op, "use_qk_l2norm", use_qk_l2norm)
-    if out is not None:
-        check_tensor(op, "out", out, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
+    check_optional(op, "out", out, f"[{lead}, v_heads, head_v_dim]", shape_v, dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, rows[0], num_slots, device)
+    return T
 
 
 def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
@@ -133,7 +156,7 @@ def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, 
         dtypes=floats,
         device=state.device,
     )
-    _check_inputs(
+    check_gated_delta_inputs(
         op,
         q,
         k,
@@ -152,7 +175,7 @@ def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, 
         device=state.device,
     )
     scale = resolve_scale(op, scale, head_k_dim)
-    out = torch.zeros_like(v) if out is None else out
+    out = new_out(v, out)
     torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
     return out
 
@@ -165,7 +188,7 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    _check_inputs(
+    check_gated_delta_inputs(
         op,
         q,
         k,
@@ -184,7 +207,7 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
         device=device,
     )
     scale = resolve_scale(op, scale, cache.head_k_dim)
-    out = torch.zeros_like(v) if out is None else out
+    out = new_out(v, out)
     torch.ops.replayssm.gated_delta_replay_step(
         cache.checkpoint,
         cache.d_records,

@@ -16,11 +16,13 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
-__all__ = ["define_op", "LAUNCHERS", "by_name"]
+from torch import Tensor
+
+__all__ = ["define_op", "LAUNCHERS", "by_name", "new_out"]
 
 _LIBRARY = torch.library.Library("replayssm", "FRAGMENT")
 
@@ -75,3 +77,9 @@ def define_op(name: str, *, mutates_args: Sequence[str], reference: Callable, la
         return getattr(torch.ops.replayssm, name)
 
     return define
+
+
+def new_out(like: Tensor, out: Optional[Tensor]) -> Tensor:
+    """``out``, or a fresh zeroed tensor like ``like``: the ops leave padding rows (and tokens
+    past a row's ``num_tokens``) unwritten, so a fresh output reads zero there."""
+    return torch.zeros_like(like) if out is None else out

@@ -16,9 +16,9 @@ from torch import Tensor
 from ..cache import MAX_L, Mamba2ReplayCache
 from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
-from .library import define_op
+from .library import define_op, new_out
 
-__all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
+__all__ = ["mamba2_decode_step", "mamba2_replay_step", "check_mamba2_inputs", "MAX_L"]
 
 
 # --------------------------------------------------------------------------- custom ops
@@ -79,7 +79,7 @@ def _mamba2_replay_step_op(
 # --------------------------------------------------------------------------- validation
 
 
-def _check_inputs(
+def check_mamba2_inputs(
     op: str,
     x,
     dt,
@@ -100,34 +100,43 @@ def _check_inputs(
     num_slots: int,
     act_dtype: Optional[torch.dtype],
     device: torch.device,
-) -> None:
-    """Checks the step inputs against the layer geometry."""
-    check_rank(op, "x", x, 3, f"[batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
-    batch = x.shape[0]
+    max_T: Optional[int] = None,
+) -> int:
+    """Checks a Mamba-2 step's inputs against the layer geometry (``act_dtype`` None: any
+    float dtype for x); returns the tokens per row.
+
+    One step (``max_T`` None): x [batch, nheads, head_dim], dt [batch, nheads], B, C
+    [batch, ngroups, d_state]; returns 1. A window of T tokens (verify, serial, snapshot;
+    1 <= T <= ``max_T``): the same with [batch, T, ...]; returns T.
+    """
+    window = max_T is not None
+    lead = "batch, T" if window else "batch"
+    check_rank(op, "x", x, 3 + window, f"[{lead}, nheads, head_dim] = ({lead}, {nheads}, {head_dim})")
+    rows = tuple(x.shape[: 1 + window])
+    T = rows[-1] if window else 1
+    if window and not 1 <= T <= max_T:
+        raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
     floats = float_dtypes(device)
     act = (act_dtype,) if act_dtype is not None else floats
-    check_tensor(op, "x", x, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    shape_x = rows + (nheads, head_dim)
+    check_tensor(op, "x", x, f"[{lead}, nheads, head_dim]", shape_x, dtypes=act, device=device)
     act = (x.dtype,)
-    check_tensor(op, "dt", dt, "[batch, nheads]", (batch, nheads), dtypes=floats, device=device, inner_contiguous=False)
+    check_tensor(op, "dt", dt, f"[{lead}, nheads]", rows + (nheads,), dtypes=floats, device=device, inner_contiguous=False)
     a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
     check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
-    check_tensor(op, "B", B, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
-    check_tensor(op, "C", C, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
+    for name, t in (("B", B), ("C", C)):
+        check_tensor(op, name, t, f"[{lead}, ngroups, d_state]", rows + (ngroups, d_state), dtypes=act, device=device)
     param = tuple(dict.fromkeys(a_dtypes + act))
-    if D is not None and isinstance(D, Tensor) and D.dim() == 2:
+    if isinstance(D, Tensor) and D.dim() == 2:
         check_tensor(op, "D", D, "[nheads, head_dim]", (nheads, head_dim), dtypes=param, device=device)
     else:
         check_optional(op, "D", D, "[nheads]", (nheads,), dtypes=param, device=device)
-    check_optional(op, "z", z, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    check_optional(op, "z", z, f"[{lead}, nheads, head_dim]", shape_x, dtypes=act, device=device)
     check_optional(op, "dt_bias", dt_bias, "[nheads]", (nheads,), dtypes=param, device=device)
     check_flag(op, "dt_softplus", dt_softplus)
-    check_optional(op, "out", out, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
-
-
-def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
-    # Padding rows are not written: a fresh ``out`` starts at zero so they read as zeros.
-    return torch.zeros_like(x) if out is None else out
+    check_optional(op, "out", out, f"[{lead}, nheads, head_dim]", shape_x, dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, rows[0], num_slots, device)
+    return T
 
 
 # --------------------------------------------------------------------------- public API
@@ -181,7 +190,7 @@ def mamba2_decode_step(
     check_tensor(
         op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
     )
-    _check_inputs(
+    check_mamba2_inputs(
         op,
         x,
         dt,
@@ -202,7 +211,7 @@ def mamba2_decode_step(
         act_dtype=None,
         device=state.device,
     )
-    out = _new_out(x, out)
+    out = new_out(x, out)
     torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     return out
 
@@ -253,7 +262,7 @@ def mamba2_replay_step(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    _check_inputs(
+    check_mamba2_inputs(
         op,
         x,
         dt,
@@ -274,7 +283,7 @@ def mamba2_replay_step(
         act_dtype=cache.act_dtype,
         device=device,
     )
-    out = _new_out(x, out)
+    out = new_out(x, out)
     torch.ops.replayssm.mamba2_replay_step(
         cache.checkpoint,
         cache.x_records,

@@ -49,8 +49,6 @@ from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..checks import (
-    check_flag,
-    check_optional,
     check_rank,
     check_slot_ids,
     check_tensor,
@@ -67,7 +65,9 @@ from ..reference.spec import (
     snapshot_commit_ref,
     spec_buffer_len,
 )
-from .library import define_op
+from .gated_delta import check_gated_delta_inputs
+from .library import define_op, new_out
+from .mamba2 import check_mamba2_inputs
 
 __all__ = [
     "MAX_T",
@@ -294,121 +294,17 @@ def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, devi
         )
 
 
-def _check_window_inputs(
-    op: str,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    num_tokens,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-    *,
-    nheads: int,
-    head_dim: int,
-    d_state: int,
-    ngroups: int,
-    num_slots: int,
-    act_dtype: Optional[torch.dtype],
-    device: torch.device,
-    max_T: int,
-) -> int:
-    """Checks the window inputs of a Mamba-2 verify against the layer geometry; returns T."""
-    check_rank(op, "x", x, 4, f"[batch, T, nheads, head_dim] = (batch, T, {nheads}, {head_dim})")
-    batch, T = x.shape[:2]
-    if not 1 <= T <= max_T:
-        raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
-    floats = float_dtypes(device)
-    act = (act_dtype,) if act_dtype is not None else floats
-    check_tensor(op, "x", x, "[batch, T, nheads, head_dim]", (batch, T, nheads, head_dim), dtypes=act, device=device)
-    act = (x.dtype,)
-    check_tensor(op, "dt", dt, "[batch, T, nheads]", (batch, T, nheads), dtypes=floats, device=device, inner_contiguous=False)
-    a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
-    check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
-    for name, t in (("B", B), ("C", C)):
-        check_tensor(op, name, t, "[batch, T, ngroups, d_state]", (batch, T, ngroups, d_state), dtypes=act, device=device)
-    param = tuple(dict.fromkeys(a_dtypes + act))
-    if isinstance(D, Tensor) and D.dim() == 2:
-        check_tensor(op, "D", D, "[nheads, head_dim]", (nheads, head_dim), dtypes=param, device=device)
-    else:
-        check_optional(op, "D", D, "[nheads]", (nheads,), dtypes=param, device=device)
-    shape_x = (batch, T, nheads, head_dim)
-    check_optional(op, "z", z, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
-    check_optional(op, "dt_bias", dt_bias, "[nheads]", (nheads,), dtypes=param, device=device)
-    check_flag(op, "dt_softplus", dt_softplus)
-    check_optional(op, "out", out, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
+def _check_num_tokens(op: str, num_tokens, slot_ids: Tensor, T: int) -> None:
+    """num_tokens None, or [batch] int32 with each live row's count in [1, T] (eagerly)."""
     if num_tokens is not None:
-        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device, lambda: torch.full((batch,), T), "T")
-    return T
-
-
-def _check_delta_window_inputs(
-    op: str,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    num_tokens,
-    use_qk_l2norm,
-    out,
-    *,
-    per_channel: bool,
-    k_heads: int,
-    v_heads: int,
-    head_k_dim: int,
-    head_v_dim: int,
-    num_slots: int,
-    device: torch.device,
-    max_T: int,
-) -> int:
-    """Checks the window inputs of a GDN / KDA verify against the layer geometry; returns T."""
-    check_rank(op, "q", q, 4, f"[batch, T, k_heads, head_k_dim] = (batch, T, {k_heads}, {head_k_dim})")
-    batch, T = q.shape[:2]
-    if not 1 <= T <= max_T:
-        raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
-    floats = float_dtypes(device)
-    check_tensor(op, "q", q, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=floats, device=device)
-    act = (q.dtype,)
-    check_tensor(op, "k", k, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=act, device=device)
-    check_tensor(op, "v", v, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device)
-    if per_channel:
-        check_tensor(
-            op, "g", g, "[batch, T, v_heads, head_k_dim]", (batch, T, v_heads, head_k_dim), dtypes=floats, device=device
-        )
-    else:
-        check_tensor(
-            op, "g", g, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device, inner_contiguous=False
-        )
-    check_tensor(
-        op, "beta", beta, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device, inner_contiguous=False
-    )
-    check_flag(op, "use_qk_l2norm", use_qk_l2norm)
-    check_optional(
-        op, "out", out, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device
-    )
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
-    if num_tokens is not None:
-        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device, lambda: torch.full((batch,), T), "T")
-    return T
+        batch = slot_ids.shape[0]
+        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, slot_ids.device, lambda: torch.full((batch,), T), "T")
 
 
 def _check_replay_cache(op: str, cache, kinds) -> None:
     if not isinstance(cache, kinds):
         names = " | ".join(k.__name__ for k in kinds)
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {names}")
-
-
-def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
-    # Padding rows and tokens past num_tokens are not written: a fresh ``out`` reads zero there.
-    return torch.zeros_like(x) if out is None else out
 
 
 # --------------------------------------------------------------------------- public API
@@ -464,7 +360,7 @@ def mamba2_replay_verify(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = _check_window_inputs(
+    T = check_mamba2_inputs(
         op,
         x,
         dt,
@@ -472,7 +368,6 @@ def mamba2_replay_verify(
         B,
         C,
         slot_ids,
-        num_tokens,
         D,
         z,
         dt_bias,
@@ -487,13 +382,14 @@ def mamba2_replay_verify(
         device=device,
         max_T=MAX_T,
     )
+    _check_num_tokens(op, num_tokens, slot_ids, T)
     if 2 * T > cache.L:
         raise ValueError(
             f"{op}: x has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
     _check_nothing_pending(op, cache, slot_ids)
-    out = _new_out(x, out)
+    out = new_out(x, out)
     torch.ops.replayssm.mamba2_replay_verify(
         cache.checkpoint,
         cache.x_records,
@@ -527,7 +423,7 @@ def _delta_replay_verify(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = _check_delta_window_inputs(
+    T = check_gated_delta_inputs(
         op,
         q,
         k,
@@ -535,7 +431,6 @@ def _delta_replay_verify(
         g,
         beta,
         slot_ids,
-        num_tokens,
         use_qk_l2norm,
         out,
         per_channel=cache_type.PER_CHANNEL_GATE,
@@ -547,6 +442,7 @@ def _delta_replay_verify(
         device=device,
         max_T=MAX_T,
     )
+    _check_num_tokens(op, num_tokens, slot_ids, T)
     if 2 * T > cache.L:
         raise ValueError(
             f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
@@ -554,7 +450,7 @@ def _delta_replay_verify(
         )
     scale = resolve_scale(op, scale, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
-    out = _new_out(v, out)
+    out = new_out(v, out)
     torch.ops.replayssm.gated_delta_replay_verify(
         cache.checkpoint,
         cache.d_records,
@@ -720,7 +616,7 @@ def mamba2_serial_decode(
     check_tensor(
         op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
     )
-    T = _check_window_inputs(
+    T = check_mamba2_inputs(
         op,
         x,
         dt,
@@ -728,7 +624,6 @@ def mamba2_serial_decode(
         B,
         C,
         slot_ids,
-        num_tokens,
         D,
         z,
         dt_bias,
@@ -743,7 +638,8 @@ def mamba2_serial_decode(
         device=state.device,
         max_T=MAX_T,
     )
-    out = _new_out(x, out)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
+    out = new_out(x, out)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
         torch.ops.replayssm.mamba2_decode_step(
@@ -818,7 +714,7 @@ def mamba2_snapshot_verify(
         dtypes=floats,
         device=device,
     )
-    _check_window_inputs(
+    T = check_mamba2_inputs(
         op,
         x,
         dt,
@@ -826,7 +722,6 @@ def mamba2_snapshot_verify(
         B,
         C,
         slot_ids,
-        num_tokens,
         D,
         z,
         dt_bias,
@@ -841,7 +736,8 @@ def mamba2_snapshot_verify(
         device=device,
         max_T=cache.T,
     )
-    out = _new_out(x, out)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
+    out = new_out(x, out)
     torch.ops.replayssm.mamba2_snapshot_verify(
         cache.state, cache.snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out
     )
@@ -868,7 +764,7 @@ def _delta_serial_decode(
     op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
     num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "state", state, q)
-    T = _check_delta_window_inputs(
+    T = check_gated_delta_inputs(
         op,
         q,
         k,
@@ -876,7 +772,6 @@ def _delta_serial_decode(
         g,
         beta,
         slot_ids,
-        num_tokens,
         use_qk_l2norm,
         out,
         per_channel=per_channel,
@@ -888,8 +783,9 @@ def _delta_serial_decode(
         device=state.device,
         max_T=MAX_T,
     )
+    _check_num_tokens(op, num_tokens, slot_ids, T)
     scale = resolve_scale(op, scale, head_k_dim)
-    out = _new_out(v, out)
+    out = new_out(v, out)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
         torch.ops.replayssm.gated_delta_decode_step(
@@ -946,7 +842,7 @@ def _delta_snapshot_verify(
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "cache.state", cache.state, q)
-    _check_delta_window_inputs(
+    T = check_gated_delta_inputs(
         op,
         q,
         k,
@@ -954,7 +850,6 @@ def _delta_snapshot_verify(
         g,
         beta,
         slot_ids,
-        num_tokens,
         use_qk_l2norm,
         out,
         per_channel=per_channel,
@@ -966,8 +861,9 @@ def _delta_snapshot_verify(
         device=cache.state.device,
         max_T=cache.T,
     )
+    _check_num_tokens(op, num_tokens, slot_ids, T)
     scale = resolve_scale(op, scale, head_k_dim)
-    out = _new_out(v, out)
+    out = new_out(v, out)
     torch.ops.replayssm.gated_delta_snapshot_verify(
         cache.state, cache.snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
     )
