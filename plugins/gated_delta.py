@@ -30,6 +30,8 @@ from typing import Dict, Mapping, Sequence, Tuple
 import torch
 import triton
 
+import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.* (run_op)
+
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import LaunchConfig
 from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config
