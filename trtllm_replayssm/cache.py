@@ -225,6 +225,32 @@ class Mamba2ReplayCache(_ReplayCache):
             **_counters(num_slots, device),
         )
 
+    @classmethod
+    def for_geometry(
+        cls,
+        geometry,
+        num_slots: int,
+        L: int,
+        *,
+        state_dtype: torch.dtype = torch.float32,
+        record_dtype: torch.dtype = torch.bfloat16,
+        device: Union[str, torch.device, None] = None,
+    ) -> "Mamba2ReplayCache":
+        """:meth:`allocate` for a layer geometry with nheads, head_dim, d_state and ngroups
+        (:class:`~trtllm_replayssm.models.Mamba2Geometry`); ``record_dtype`` is the x / B records'."""
+        g = geometry
+        return cls.allocate(
+            num_slots,
+            g.nheads,
+            g.head_dim,
+            g.d_state,
+            g.ngroups,
+            L,
+            state_dtype=state_dtype,
+            act_dtype=record_dtype,
+            device=device,
+        )
+
     _RECORDS = "x_records"
 
     # Geometry, derived from the tensors.
@@ -351,6 +377,32 @@ class _DeltaRuleReplayCache(_ReplayCache):
             k_records=torch.zeros(num_slots, k_heads, L, head_k_dim, dtype=record_dtype, **kw),
             g_records=torch.zeros(g_shape, dtype=g_dtype, **kw),
             **_counters(num_slots, device),
+        )
+
+    @classmethod
+    def for_geometry(
+        cls,
+        geometry,
+        num_slots: int,
+        L: int,
+        *,
+        state_dtype: torch.dtype = torch.float32,
+        record_dtype: torch.dtype = torch.bfloat16,
+        device: Union[str, torch.device, None] = None,
+    ) -> "_DeltaRuleReplayCache":
+        """:meth:`allocate` for a layer geometry with k_heads, v_heads, head_k_dim and
+        head_v_dim (:class:`~trtllm_replayssm.models.DeltaRuleGeometry`)."""
+        g = geometry
+        return cls.allocate(
+            num_slots,
+            g.k_heads,
+            g.v_heads,
+            g.head_k_dim,
+            g.head_v_dim,
+            L,
+            state_dtype=state_dtype,
+            record_dtype=record_dtype,
+            device=device,
         )
 
     _RECORDS = "d_records"

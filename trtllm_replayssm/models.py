@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Tuple, Union
 
+from .registry import is_ssm
+
 __all__ = [
     "MAMBA2",
     "GDN",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 MAMBA2, GDN, KDA, ATTENTION, MLP, MOE = "mamba2", "gdn", "kda", "attention", "mlp", "moe"
-SSM_KINDS = (MAMBA2, GDN, KDA)
+SSM_KINDS = (MAMBA2, GDN, KDA)  # the built-in SSM kinds; registry.kinds() adds registered ones
 
 
 def _check_tp(owner: str, tp_size: int) -> None:
@@ -189,7 +191,7 @@ class HybridModel:
 
     @property
     def ssm_layers(self) -> Tuple[Layer, ...]:
-        return tuple(l for l in self.layers if l.kind in SSM_KINDS)
+        return tuple(l for l in self.layers if is_ssm(l.kind))
 
     @property
     def attention_layers(self) -> Tuple[Layer, ...]:

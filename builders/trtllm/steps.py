@@ -23,8 +23,9 @@ from torch import Tensor
 from trtllm_replayssm.checks import check_rank, check_slot_values
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
 from trtllm_replayssm.ops import gdn_replay_step, kda_replay_step, mamba2_replay_step, replay_cache_state
-from trtllm_replayssm.pool import CACHE_CLASSES, ReplayCache
+from trtllm_replayssm.pool import ReplayCache
 from trtllm_replayssm.reference.mamba2 import compute_dtype
+from trtllm_replayssm.registry import family
 
 from .store import LayerRecords
 
@@ -125,7 +126,7 @@ def replay_cache(op: str, layer: LayerRecords, checkpoint: Tensor) -> ReplayCach
             f"[num_slots, ...] = {want} (the engine's SSM states)"
         )
     try:
-        return CACHE_CLASSES[layer.kind](
+        return family(layer.kind).cache(
             checkpoint=checkpoint, **layer.records, cursor=layer.cursor, arrivals=layer.arrivals, pending=layer.pending
         )
     except (TypeError, ValueError) as e:
