@@ -39,7 +39,8 @@ def by_name(target: Callable, params: Sequence[str]) -> Callable[[tuple], None]:
     picks = [(name, i) for i, name in enumerate(params) if name in accepted]
 
     def call(args: tuple) -> None:
-        target(**{name: args[i] for name, i in picks})
+        with torch.no_grad():  # the ops have no autograd: in-place writes to views made under no_grad
+            target(**{name: args[i] for name, i in picks})
 
     return call
 
