@@ -30,6 +30,8 @@ __all__ = [
     "reads_device_values",
     "check_slot_values",
     "check_slot_ids",
+    "SlotBatch",
+    "slot_tensor",
     "slot_index",
     "resolve_scale",
 ]
@@ -142,12 +144,61 @@ def check_slot_ids(op: str, slot_ids, batch: int, num_slots: int, device: torch.
 
     The value checks read the ids back to the host (one sync). They are skipped while a CUDA
     graph is being captured or under torch.compile tracing; there, valid ids are the caller's
-    contract (the check ran on the same buffer at warm-up in any sane engine). A host that
-    steps many layers with the same ids checks them once: :class:`trtllm_replayssm.ops.SlotBatch`.
+    contract (the check ran on the same buffer at warm-up in any sane engine). A
+    :class:`SlotBatch` was checked once for many layers: only its no-sync checks run here.
     """
+    if isinstance(slot_ids, SlotBatch):
+        slot_ids.check(op, batch, num_slots, device)
+        return
     check_tensor(op, "slot_ids", slot_ids, "[batch]", (batch,), dtypes=(torch.int32,), device=device)
     if reads_device_values(slot_ids):
         check_slot_values(op, slot_ids, num_slots, padding=True, distinct=True)
+
+
+class SlotBatch:
+    """Slot ids checked once, for every layer of a step: the eager hot path's validation.
+
+    An eager op checks its slot ids' values with a host read (a sync) on every call. A host that
+    steps many layers with the same ids builds one SlotBatch per step (or per batch layout, as
+    long as the ids tensor is not changed) and passes it as ``slot_ids`` to each layer's op;
+    the op then checks only what costs no sync (shape, dtype, device, that the ids were checked
+    against at most its cache's slots, and that the tensor was not changed in place since), so
+    no unchecked id reaches a kernel.
+
+    Args:
+        slot_ids: [batch] int32; negative ids are padding rows; live ids distinct.
+        num_slots: the slots the ids must index (those of the smallest cache they go to).
+    Raises:
+        TypeError, ValueError: as the ops' own slot-id check (one host read of the ids; skipped
+        under CUDA-graph capture and torch.compile, where valid ids are the caller's contract).
+
+    In-place changes are seen through the tensor's version counter, which counts writes by
+    PyTorch ops (on the tensor or any view of it). A buffer that other kernels rewrite behind
+    PyTorch's back (an engine's own CUDA kernels) needs a new SlotBatch after each rewrite.
+    """
+
+    def __init__(self, slot_ids: Tensor, num_slots: int) -> None:
+        op = "SlotBatch"
+        check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
+        if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
+            raise ValueError(f"{op}: num_slots is {num_slots!r}; expected a positive int")
+        check_slot_ids(op, slot_ids, slot_ids.shape[0], num_slots, slot_ids.device)
+        self.ids, self.num_slots, self.version = slot_ids, num_slots, slot_ids._version
+
+    def check(self, op: str, batch: int, num_slots: int, device: torch.device) -> None:
+        """The checks an op runs on a SlotBatch: no host read."""
+        check_tensor(op, "slot_ids", self.ids, "[batch]", (batch,), dtypes=(torch.int32,), device=device)
+        if self.num_slots > num_slots:
+            raise ValueError(
+                f"{op}: slot_ids were checked against num_slots = {self.num_slots}; expected at most {num_slots} (this op's)"
+            )
+        if self.ids._version != self.version:
+            raise ValueError(f"{op}: slot_ids changed in place after SlotBatch checked them; expected a new SlotBatch")
+
+
+def slot_tensor(slot_ids) -> Tensor:
+    """The ids tensor of ``slot_ids`` (a tensor or a :class:`SlotBatch`), for the kernels."""
+    return slot_ids.ids if isinstance(slot_ids, SlotBatch) else slot_ids
 
 
 def slot_index(op: str, slot_ids, num_slots: int, device: torch.device, *, distinct: bool) -> Tensor:

@@ -17,7 +17,16 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
-from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, resolve_scale
+from ..checks import (
+    check_flag,
+    check_optional,
+    check_rank,
+    check_slot_ids,
+    check_tensor,
+    float_dtypes,
+    resolve_scale,
+    slot_tensor,
+)
 from ..reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
 from .library import define_op, new_out
 
@@ -176,7 +185,7 @@ def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, 
     )
     scale = resolve_scale(op, scale, head_k_dim)
     out = new_out(v, out)
-    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_tensor(slot_ids), scale, use_qk_l2norm, out)
     return out
 
 
@@ -220,7 +229,7 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
         v,
         g,
         beta,
-        slot_ids,
+        slot_tensor(slot_ids),
         scale,
         use_qk_l2norm,
         out,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
-from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes
+from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, slot_tensor
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
 from .library import define_op, new_out
 
@@ -212,7 +212,7 @@ def mamba2_decode_step(
         device=state.device,
     )
     out = new_out(x, out)
-    torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_tensor(slot_ids), D, z, dt_bias, dt_softplus, out)
     return out
 
 
@@ -296,7 +296,7 @@ def mamba2_replay_step(
         A,
         B,
         C,
-        slot_ids,
+        slot_tensor(slot_ids),
         D,
         z,
         dt_bias,

@@ -55,6 +55,7 @@ from ..checks import (
     float_dtypes,
     reads_device_values,
     resolve_scale,
+    slot_tensor,
 )
 from ..reference.spec import (
     gated_delta_replay_verify_ref,
@@ -354,6 +355,7 @@ def mamba2_replay_verify(
         counts out of range, a window still pending on a live slot ...).
     """
     op = "mamba2_replay_verify"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     _check_replay_cache(op, cache, (Mamba2ReplayCache,))
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
@@ -417,6 +419,7 @@ def mamba2_replay_verify(
 def _delta_replay_verify(
     op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     _check_replay_cache(op, cache, (cache_type,))
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
@@ -569,6 +572,7 @@ def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
         range or a slot has no pending window).
     """
     op = "replay_commit"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     _check_replay_cache(op, cache, _REPLAY_CACHES)
     device = cache.device
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
@@ -610,6 +614,7 @@ def mamba2_serial_decode(
     [num_slots, nheads, head_dim, d_state] (mutated) in place of the cache.
     """
     op = "mamba2_serial_decode"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
     num_slots, nheads, head_dim, d_state = state.shape
     floats = float_dtypes(state.device)
@@ -696,6 +701,7 @@ def mamba2_snapshot_verify(
         Tensor: y [batch, T, nheads, head_dim].
     """
     op = "mamba2_snapshot_verify"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     if cache.state.dim() != 4:
@@ -763,6 +769,7 @@ def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
 def _delta_serial_decode(
     op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "state", state, q)
     T = check_gated_delta_inputs(
         op,
@@ -839,6 +846,7 @@ def kda_serial_decode(
 def _delta_snapshot_verify(
     op: str, per_channel: bool, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "cache.state", cache.state, q)
@@ -918,6 +926,7 @@ def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor
     the verify had is the caller's error (the baseline keeps no pending count).
     """
     op = "snapshot_commit"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     device = cache.state.device

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
+from ..checks import slot_tensor
 from ..models import GDN, KDA, MAMBA2
 from ..reference.mamba2 import live_rows
 from ..registry import family
@@ -274,12 +275,13 @@ class Mamba2Mixer(_Mixer):
         return (normed.reshape_as(yz) * self.norm.to(cd)).to(y.dtype)
 
     def step(self, h: Tensor, cache, conv_state: Tensor, slot_ids: Tensor, route: str) -> Tensor:
-        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state."""
+        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state.
+        slot_ids: [batch] int32 (< 0: padding row), or a :class:`~trtllm_replayssm.checks.SlotBatch`."""
         _check_route("Mamba2Mixer.step", route)
         g = self.shard.local
         batch, d_inner, grouped = h.shape[0], g.nheads * g.head_dim, g.ngroups * g.d_state
         z, xbc, dt = torch.split(h @ self.in_proj.T, [d_inner, d_inner + 2 * grouped, g.nheads], dim=-1)
-        xbc = causal_conv1d_update(xbc, conv_state, self.conv_weight, self.conv_bias, slot_ids)
+        xbc = causal_conv1d_update(xbc, conv_state, self.conv_weight, self.conv_bias, slot_tensor(slot_ids))
         x, B, C = torch.split(xbc, [d_inner, grouped, grouped], dim=-1)
         args = (
             x.reshape(batch, g.nheads, g.head_dim),
@@ -312,7 +314,7 @@ class _DeltaRuleMixer(_Mixer):
         _check_route(f"{type(self).__name__}.step", route)
         g = self.shard.local
         batch, key_dim = qkv.shape[0], g.k_heads * g.head_k_dim
-        qkv = causal_conv1d_update(qkv, conv_state, self.conv_weight, None, slot_ids)
+        qkv = causal_conv1d_update(qkv, conv_state, self.conv_weight, None, slot_tensor(slot_ids))
         q, k, v = torch.split(qkv, [key_dim, key_dim, g.v_heads * g.head_v_dim], dim=-1)
         gk, beta = self.gate(a, b, self.A_log, self.dt_bias)
         args = (
@@ -343,7 +345,8 @@ class GDNMixer(_DeltaRuleMixer):
         self.out_proj = self._act(weights["out_proj"][:, shard.value_rows(shard.geometry.head_v_dim)])
 
     def step(self, h: Tensor, cache, conv_state: Tensor, slot_ids: Tensor, route: str) -> Tensor:
-        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state."""
+        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state.
+        slot_ids: [batch] int32 (< 0: padding row), or a :class:`~trtllm_replayssm.checks.SlotBatch`."""
         g = self.shard.local
         conv_dim = 2 * g.k_heads * g.head_k_dim + g.v_heads * g.head_v_dim
         qkv, z = torch.split(h @ self.in_proj_qkvz.T, [conv_dim, g.v_heads * g.head_v_dim], dim=-1)
@@ -381,7 +384,8 @@ class KDAMixer(_DeltaRuleMixer):
         self.o_proj = self._act(weights["o_proj"][:, shard.value_rows(geo.head_v_dim)])
 
     def step(self, h: Tensor, cache, conv_state: Tensor, slot_ids: Tensor, route: str) -> Tensor:
-        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state."""
+        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state.
+        slot_ids: [batch] int32 (< 0: padding row), or a :class:`~trtllm_replayssm.checks.SlotBatch`."""
         g = self.shard.local
         a = ((h @ self.f_a.T) @ self.f_b.T).reshape(h.shape[0], g.v_heads, g.head_k_dim)
         o = self._core(h @ self.qkv_proj.T, a, h @ self.b_proj.T, cache, conv_state, slot_ids, route)

@@ -16,6 +16,7 @@ import torch
 
 from torch import Tensor
 
+from ..checks import SlotBatch
 from ..models import GDN, KDA, MAMBA2, DeltaRuleGeometry, HybridModel, Layer, Mamba2Geometry
 from ..registry import family, is_ssm, kinds
 from ..pool import ReplayCachePool
@@ -137,12 +138,14 @@ class HybridDecodeStack:
 
         ``route`` ``"replay"`` runs the ReplaySSM ops on the pool's caches; ``"conventional"``
         runs the conventional ops with each cache's checkpoint as the state. Every rank must call
-        it with the same h and slot_ids (the layers all-reduce)."""
+        it with the same h and slot_ids (the layers all-reduce). The slot ids are checked once
+        for all layers (:class:`~trtllm_replayssm.checks.SlotBatch`)."""
         if route not in ROUTES:
             raise ValueError(f"HybridDecodeStack.step: route is {route!r}; expected one of {', '.join(ROUTES)}")
+        checked = SlotBatch(slot_ids, pool.num_physical_slots)
         for layer, mixer, norm in zip(self.model.layers, self.mixers, self.norms):
             h = h + mixer.step(
-                rms_norm(h, norm, NORM_EPS), pool.cache(layer.index), pool.conv_state(layer.index), slot_ids, route
+                rms_norm(h, norm, NORM_EPS), pool.cache(layer.index), pool.conv_state(layer.index), checked, route
             )
         return rms_norm(h, self.final_norm, NORM_EPS)
 
