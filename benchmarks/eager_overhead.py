@@ -33,8 +33,6 @@ import os
 import sys
 import time
 
-from typing import Optional
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
@@ -133,70 +131,19 @@ class Layer:
         return step(cache, *self.inputs, slot_ids=ids, out=out, **p)
 
 
-def _custom_op(layer: Layer):
-    """The launcher behind a torch.library.custom_op, registered as the ops were before."""
-    impl = layer.impl()
-    name = f"replayssm_bench::{layer.family}_replay_step"
-    if layer.family == "mamba2":
-
-        def proto(
-            checkpoint: torch.Tensor, x_records: torch.Tensor, dt_records: torch.Tensor, B_records: torch.Tensor,
-            cursor: torch.Tensor, arrivals: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-            B: torch.Tensor, C: torch.Tensor, slot_ids: torch.Tensor, D: Optional[torch.Tensor], z: Optional[torch.Tensor],
-            dt_bias: Optional[torch.Tensor], dt_softplus: bool, out: torch.Tensor,
-        ) -> None:  # fmt: skip
-            impl(
-                checkpoint,
-                x_records,
-                dt_records,
-                B_records,
-                cursor,
-                arrivals,
-                x,
-                dt,
-                A,
-                B,
-                C,
-                slot_ids,
-                D,
-                z,
-                dt_bias,
-                dt_softplus,
-                out,
-            )
-
-        mutates = ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out")
-    else:
-
-        def proto(
-            checkpoint: torch.Tensor, d_records: torch.Tensor, k_records: torch.Tensor, g_records: torch.Tensor,
-            cursor: torch.Tensor, arrivals: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-            g: torch.Tensor, beta: torch.Tensor, slot_ids: torch.Tensor, scale: float, use_qk_l2norm: bool,
-            out: torch.Tensor,
-        ) -> None:  # fmt: skip
-            impl(
-                checkpoint,
-                d_records,
-                k_records,
-                g_records,
-                cursor,
-                arrivals,
-                q,
-                k,
-                v,
-                g,
-                beta,
-                slot_ids,
-                scale,
-                use_qk_l2norm,
-                out,
-            )
-
-        mutates = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "out")
-    if not hasattr(torch.ops.replayssm_bench, f"{layer.family}_replay_step"):
-        op = torch.library.custom_op(name, proto, mutates_args=mutates)
-        op.register_fake(lambda *args: None)
-    return getattr(torch.ops.replayssm_bench, f"{layer.family}_replay_step")
+def _custom_op(layer: Layer, op):
+    """``impl`` behind a torch.library.custom_op with ``op``'s schema, registered the way the
+    ops were before ``ops/library.py`` (once per family and device)."""
+    name = f"{layer.family}_{layer.device.type}_replay_step"
+    if not hasattr(torch.ops.replayssm_bench, name):
+        schema = op.default._schema
+        mutates = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+        impl = layer.impl()
+        wrapped = torch.library.custom_op(
+            f"replayssm_bench::{name}", lambda *args: impl(*args), mutates_args=mutates, schema=str(schema)[len(schema.name) :]
+        )
+        wrapped.register_fake(lambda *args: None)
+    return getattr(torch.ops.replayssm_bench, name)
 
 
 def step_fn(layer: Layer, variant: str):
@@ -205,7 +152,7 @@ def step_fn(layer: Layer, variant: str):
     ops["kda"] = ops["gdn"]
     direct = {"launch": layer.impl(), "torch_ops": ops[layer.family]}
     if variant == "custom_op":
-        direct["custom_op"] = _custom_op(layer)
+        direct["custom_op"] = _custom_op(layer, ops[layer.family])
     if variant in direct:
         fn = direct[variant]
 

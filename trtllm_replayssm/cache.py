@@ -92,6 +92,26 @@ class _ReplayCache:
     """What every replay cache derives from its tensors: slots, L, dtype, device, admission."""
 
     _RECORDS = ""  # the name of a [num_slots, heads, L, ...] record tensor
+    _GEOMETRY_DIMS: tuple = ()  # the geometry attributes allocate() takes before L, in order
+    _RECORD_DTYPE = ""  # allocate()'s keyword for the activation-like records' dtype
+
+    @classmethod
+    def for_geometry(
+        cls,
+        geometry,
+        num_slots: int,
+        L: int,
+        *,
+        state_dtype: torch.dtype = torch.float32,
+        record_dtype: torch.dtype = torch.bfloat16,
+        device: Union[str, torch.device, None] = None,
+    ):
+        """``allocate`` for a layer geometry (:class:`~trtllm_replayssm.models.Mamba2Geometry`:
+        nheads, head_dim, d_state, ngroups; :class:`~trtllm_replayssm.models.DeltaRuleGeometry`:
+        k_heads, v_heads, head_k_dim, head_v_dim); ``record_dtype``: x / B or d / k records."""
+        dims = [getattr(geometry, name) for name in cls._GEOMETRY_DIMS]
+        kw = {cls._RECORD_DTYPE: record_dtype}
+        return cls.allocate(num_slots, *dims, L, state_dtype=state_dtype, device=device, **kw)
 
     @property
     def num_slots(self) -> int:
@@ -225,33 +245,9 @@ class Mamba2ReplayCache(_ReplayCache):
             **_counters(num_slots, device),
         )
 
-    @classmethod
-    def for_geometry(
-        cls,
-        geometry,
-        num_slots: int,
-        L: int,
-        *,
-        state_dtype: torch.dtype = torch.float32,
-        record_dtype: torch.dtype = torch.bfloat16,
-        device: Union[str, torch.device, None] = None,
-    ) -> "Mamba2ReplayCache":
-        """:meth:`allocate` for a layer geometry with nheads, head_dim, d_state and ngroups
-        (:class:`~trtllm_replayssm.models.Mamba2Geometry`); ``record_dtype`` is the x / B records'."""
-        g = geometry
-        return cls.allocate(
-            num_slots,
-            g.nheads,
-            g.head_dim,
-            g.d_state,
-            g.ngroups,
-            L,
-            state_dtype=state_dtype,
-            act_dtype=record_dtype,
-            device=device,
-        )
-
     _RECORDS = "x_records"
+    _GEOMETRY_DIMS = ("nheads", "head_dim", "d_state", "ngroups")
+    _RECORD_DTYPE = "act_dtype"
 
     # Geometry, derived from the tensors.
     @property
@@ -379,33 +375,9 @@ class _DeltaRuleReplayCache(_ReplayCache):
             **_counters(num_slots, device),
         )
 
-    @classmethod
-    def for_geometry(
-        cls,
-        geometry,
-        num_slots: int,
-        L: int,
-        *,
-        state_dtype: torch.dtype = torch.float32,
-        record_dtype: torch.dtype = torch.bfloat16,
-        device: Union[str, torch.device, None] = None,
-    ) -> "_DeltaRuleReplayCache":
-        """:meth:`allocate` for a layer geometry with k_heads, v_heads, head_k_dim and
-        head_v_dim (:class:`~trtllm_replayssm.models.DeltaRuleGeometry`)."""
-        g = geometry
-        return cls.allocate(
-            num_slots,
-            g.k_heads,
-            g.v_heads,
-            g.head_k_dim,
-            g.head_v_dim,
-            L,
-            state_dtype=state_dtype,
-            record_dtype=record_dtype,
-            device=device,
-        )
-
     _RECORDS = "d_records"
+    _GEOMETRY_DIMS = ("k_heads", "v_heads", "head_k_dim", "head_v_dim")
+    _RECORD_DTYPE = "record_dtype"
 
     # Geometry, derived from the tensors.
     @property

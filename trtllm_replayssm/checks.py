@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -24,6 +24,7 @@ __all__ = [
     "check_dtype",
     "check_tensor",
     "check_rank",
+    "token_rows",
     "check_optional",
     "check_flag",
     "check_last_dim_dense",
@@ -100,6 +101,21 @@ def check_rank(op: str, name: str, t, ndim: int, dims: str) -> None:
         raise TypeError(f"{op}: {name} is {type(t).__name__}; expected a torch.Tensor")
     if t.dim() != ndim:
         raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected {dims}")
+
+
+def token_rows(op: str, name: str, t, dims: str, sizes: Sequence[int], max_T: Optional[int]) -> Tuple[str, tuple, int]:
+    """The leading dimensions of a step input: ``t`` is [batch, *dims] (one step: ``max_T``
+    None) or [batch, T, *dims] (a window of 1 <= T <= ``max_T`` tokens per row), ``dims``
+    naming the trailing ``sizes``. Returns (``"batch"`` or ``"batch, T"``, (batch,) or
+    (batch, T), T); checks the rank and T, not the trailing sizes."""
+    window = max_T is not None
+    lead = "batch, T" if window else "batch"
+    check_rank(op, name, t, 1 + window + len(sizes), f"[{lead}, {dims}] = ({lead}, {', '.join(map(str, sizes))})")
+    rows = tuple(t.shape[: 1 + window])
+    T = rows[-1] if window else 1
+    if window and not 1 <= T <= max_T:
+        raise ValueError(f"{op}: {name} has T = {T} window tokens; expected 1 <= T <= {max_T}")
+    return lead, rows, T
 
 
 def check_optional(op: str, name: str, t: Optional[Tensor], dims: str, shape: Sequence[int], **kw) -> None:

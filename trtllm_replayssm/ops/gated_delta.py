@@ -26,6 +26,7 @@ from ..checks import (
     float_dtypes,
     resolve_scale,
     slot_tensor,
+    token_rows,
 )
 from ..reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
 from .library import define_op, new_out
@@ -121,13 +122,7 @@ def check_gated_delta_inputs(
     head_v_dim], g [batch, v_heads] (KDA [batch, v_heads, head_k_dim]), beta [batch,
     v_heads]; returns 1. A window of T tokens (1 <= T <= ``max_T``): [batch, T, ...]; returns T.
     """
-    window = max_T is not None
-    lead = "batch, T" if window else "batch"
-    check_rank(op, "q", q, 3 + window, f"[{lead}, k_heads, head_k_dim] = ({lead}, {k_heads}, {head_k_dim})")
-    rows = tuple(q.shape[: 1 + window])
-    T = rows[-1] if window else 1
-    if window and not 1 <= T <= max_T:
-        raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
+    lead, rows, T = token_rows(op, "q", q, "k_heads, head_k_dim", (k_heads, head_k_dim), max_T)
     floats = float_dtypes(device)
     shape_q, shape_v = rows + (k_heads, head_k_dim), rows + (v_heads, head_v_dim)
     check_tensor(op, "q", q, f"[{lead}, k_heads, head_k_dim]", shape_q, dtypes=floats, device=device)

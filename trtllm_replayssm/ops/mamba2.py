@@ -14,7 +14,16 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
-from ..checks import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, slot_tensor
+from ..checks import (
+    check_flag,
+    check_optional,
+    check_rank,
+    check_slot_ids,
+    check_tensor,
+    float_dtypes,
+    slot_tensor,
+    token_rows,
+)
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
 from .library import define_op, new_out
 
@@ -109,13 +118,7 @@ def check_mamba2_inputs(
     [batch, ngroups, d_state]; returns 1. A window of T tokens (verify, serial, snapshot;
     1 <= T <= ``max_T``): the same with [batch, T, ...]; returns T.
     """
-    window = max_T is not None
-    lead = "batch, T" if window else "batch"
-    check_rank(op, "x", x, 3 + window, f"[{lead}, nheads, head_dim] = ({lead}, {nheads}, {head_dim})")
-    rows = tuple(x.shape[: 1 + window])
-    T = rows[-1] if window else 1
-    if window and not 1 <= T <= max_T:
-        raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
+    lead, rows, T = token_rows(op, "x", x, "nheads, head_dim", (nheads, head_dim), max_T)
     floats = float_dtypes(device)
     act = (act_dtype,) if act_dtype is not None else floats
     shape_x = rows + (nheads, head_dim)
