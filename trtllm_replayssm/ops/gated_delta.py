@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional
+from typing import NamedTuple, Optional, Union
 
 import torch
 
@@ -25,6 +25,7 @@ from ..checks import (
     check_tensor,
     float_dtypes,
     resolve_scale,
+    SlotBatch,
     slot_tensor,
     token_rows,
 )
@@ -38,7 +39,10 @@ __all__ = [
     "kda_replay_step",
     "gdn_gate",
     "kda_gate",
+    "DeltaRuleInputs",
+    "DeltaRuleDims",
     "check_gated_delta_inputs",
+    "cache_fields",
 ]
 
 # --------------------------------------------------------------------------- custom ops
@@ -95,33 +99,81 @@ def _gated_delta_replay_step_op(
 # --------------------------------------------------------------------------- validation
 
 
-def check_gated_delta_inputs(
-    op: str,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    use_qk_l2norm,
-    out,
-    *,
-    per_channel: bool,
-    k_heads: int,
-    v_heads: int,
-    head_k_dim: int,
-    head_v_dim: int,
-    num_slots: int,
-    device: torch.device,
-    max_T: Optional[int] = None,
-) -> int:
-    """Checks a GDN (``per_channel`` False) or KDA step's inputs against the layer geometry;
-    returns the tokens per row.
+class DeltaRuleInputs(NamedTuple):
+    """One GDN / KDA step's inputs besides the cache, in the custom ops' order: one token per
+    row (``[batch, ...]``) or a window of T tokens (``[batch, T, ...]``).
 
-    One step (``max_T`` None): q, k [batch, k_heads, head_k_dim], v [batch, v_heads,
-    head_v_dim], g [batch, v_heads] (KDA [batch, v_heads, head_k_dim]), beta [batch,
-    v_heads]; returns 1. A window of T tokens (1 <= T <= ``max_T``): [batch, T, ...]; returns T.
+    q, k: [batch, (T,) k_heads, head_k_dim] raw. v: [batch, (T,) v_heads, head_v_dim], q's
+    dtype. g: log-decays, [batch, (T,) v_heads] (GDN) or [batch, (T,) v_heads, head_k_dim]
+    (KDA). beta: [batch, (T,) v_heads]. slot_ids: [batch] int32 or a
+    :class:`~trtllm_replayssm.checks.SlotBatch`. scale: float | None (head_k_dim ** -0.5).
+    use_qk_l2norm: bool. out: like v | None.
     """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    g: Tensor
+    beta: Tensor
+    slot_ids: Union[Tensor, SlotBatch]
+    scale: Optional[float]
+    use_qk_l2norm: bool
+    out: Optional[Tensor]
+
+    def for_launch(self, op: str, head_k_dim: int) -> "DeltaRuleInputs":
+        """The custom op's arguments: the slot ids as a tensor, the scale resolved (a bad one
+        raises TypeError), ``out`` a fresh zeroed tensor when None."""
+        return self._replace(
+            slot_ids=slot_tensor(self.slot_ids), scale=resolve_scale(op, self.scale, head_k_dim), out=new_out(self.v, self.out)
+        )
+
+    def token(self, s: int, rows: Tensor) -> "DeltaRuleInputs":
+        """Token ``s`` of a window (launch form), for slot ids ``rows``."""
+        q, k, v, g, beta = (t[:, s] for t in (self.q, self.k, self.v, self.g, self.beta))
+        return self._replace(q=q, k=k, v=v, g=g, beta=beta, slot_ids=rows, out=self.out[:, s])
+
+
+class DeltaRuleDims(NamedTuple):
+    """What GDN / KDA inputs are checked against: the layer geometry, the gate's layout
+    (``per_channel``: KDA), the slots of the cache or state and the device."""
+
+    k_heads: int
+    v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    per_channel: bool
+    num_slots: int
+    device: torch.device
+
+    @classmethod
+    def of_cache(cls, cache) -> "DeltaRuleDims":
+        c = cache
+        return cls(c.k_heads, c.v_heads, c.head_k_dim, c.head_v_dim, c.PER_CHANNEL_GATE, c.num_slots, c.device)
+
+    @classmethod
+    def of_state(cls, op: str, name: str, state, q, per_channel: bool, window: bool) -> "DeltaRuleDims":
+        """Checks a conventional state [num_slots, v_heads, head_v_dim, head_k_dim] (``name``)
+        and takes k_heads from q [batch, (T,) k_heads, head_k_dim]."""
+        dims = "[num_slots, v_heads, head_v_dim, head_k_dim]"
+        check_rank(op, name, state, 4, dims)
+        check_tensor(op, name, state, dims, tuple(state.shape), dtypes=float_dtypes(state.device), device=state.device)
+        num_slots, v_heads, head_v_dim, head_k_dim = state.shape
+        rank = 3 + window
+        k_heads = q.shape[rank - 2] if isinstance(q, Tensor) and q.dim() == rank else -1
+        if k_heads < 1 or v_heads % k_heads:
+            lead = "batch, T" if window else "batch"
+            raise ValueError(
+                f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; "
+                f"expected [{lead}, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
+            )
+        return cls(k_heads, v_heads, head_k_dim, head_v_dim, per_channel, num_slots, state.device)
+
+
+def check_gated_delta_inputs(op: str, inputs: DeltaRuleInputs, dims: DeltaRuleDims, max_T: Optional[int] = None) -> int:
+    """Checks a GDN / KDA step's inputs against ``dims``; returns the tokens per row: 1 for one
+    step (``max_T`` None), T for a window of 1 <= T <= ``max_T`` tokens."""
+    q, k, v, g, beta, slot_ids, _, use_qk_l2norm, out = inputs
+    k_heads, v_heads, head_k_dim, head_v_dim, per_channel, num_slots, device = dims
     lead, rows, T = token_rows(op, "q", q, "k_heads, head_k_dim", (k_heads, head_k_dim), max_T)
     floats = float_dtypes(device)
     shape_q, shape_v = rows + (k_heads, head_k_dim), rows + (v_heads, head_v_dim)
@@ -142,49 +194,20 @@ def check_gated_delta_inputs(
     return T
 
 
-def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
-    check_rank(op, "state", state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
-    num_slots, v_heads, head_v_dim, head_k_dim = state.shape
-    k_heads = q.shape[1] if isinstance(q, Tensor) and q.dim() == 3 else -1
-    if k_heads < 1 or v_heads % k_heads:
-        raise ValueError(
-            f"{op}: q has shape {tuple(q.shape) if isinstance(q, Tensor) else q}; expected [batch, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
-        )
-    floats = float_dtypes(state.device)
-    check_tensor(
-        op,
-        "state",
-        state,
-        "[num_slots, v_heads, head_v_dim, head_k_dim]",
-        tuple(state.shape),
-        dtypes=floats,
-        device=state.device,
-    )
-    check_gated_delta_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=per_channel,
-        k_heads=k_heads,
-        v_heads=v_heads,
-        head_k_dim=head_k_dim,
-        head_v_dim=head_v_dim,
-        num_slots=num_slots,
-        device=state.device,
-    )
-    scale = resolve_scale(op, scale, head_k_dim)
-    out = new_out(v, out)
-    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_tensor(slot_ids), scale, use_qk_l2norm, out)
-    return out
+def cache_fields(cache) -> tuple:
+    """The cache tensors the replay custom ops take first, in order."""
+    return (cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.arrivals)
 
 
-def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
+def _decode_step(op: str, per_channel: bool, state, inputs: DeltaRuleInputs) -> Tensor:
+    dims = DeltaRuleDims.of_state(op, "state", state, inputs.q, per_channel, window=False)
+    check_gated_delta_inputs(op, inputs, dims)
+    run = inputs.for_launch(op, dims.head_k_dim)
+    torch.ops.replayssm.gated_delta_decode_step(state, *run)
+    return run.out
+
+
+def _replay_step(op: str, cache_type: type, cache, inputs: DeltaRuleInputs) -> Tensor:
     if not isinstance(cache, cache_type):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {cache_type.__name__}")
     if not 1 <= cache.L <= MAX_L:
@@ -192,44 +215,10 @@ def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, s
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    check_gated_delta_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=cache_type.PER_CHANNEL_GATE,
-        k_heads=cache.k_heads,
-        v_heads=cache.v_heads,
-        head_k_dim=cache.head_k_dim,
-        head_v_dim=cache.head_v_dim,
-        num_slots=cache.num_slots,
-        device=device,
-    )
-    scale = resolve_scale(op, scale, cache.head_k_dim)
-    out = new_out(v, out)
-    torch.ops.replayssm.gated_delta_replay_step(
-        cache.checkpoint,
-        cache.d_records,
-        cache.k_records,
-        cache.g_records,
-        cache.cursor,
-        cache.arrivals,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_tensor(slot_ids),
-        scale,
-        use_qk_l2norm,
-        out,
-    )
-    return out
+    check_gated_delta_inputs(op, inputs, DeltaRuleDims.of_cache(cache))
+    run = inputs.for_launch(op, cache.head_k_dim)
+    torch.ops.replayssm.gated_delta_replay_step(*cache_fields(cache), *run)
+    return run.out
 
 
 # --------------------------------------------------------------------------- public API
@@ -268,7 +257,9 @@ def gdn_decode_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _decode_step("gdn_decode_step", False, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _decode_step(
+        "gdn_decode_step", False, state, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    )
 
 
 def kda_decode_step(
@@ -284,7 +275,7 @@ def kda_decode_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _decode_step("kda_decode_step", True, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _decode_step("kda_decode_step", True, state, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out))
 
 
 def gdn_replay_step(
@@ -300,7 +291,9 @@ def gdn_replay_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _replay_step("gdn_replay_step", GDNReplayCache, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _replay_step(
+        "gdn_replay_step", GDNReplayCache, cache, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    )
 
 
 def kda_replay_step(
@@ -316,7 +309,9 @@ def kda_replay_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _replay_step("kda_replay_step", KDAReplayCache, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _replay_step(
+        "kda_replay_step", KDAReplayCache, cache, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    )
 
 
 _DECODE_DOC = (

@@ -52,9 +52,7 @@ from ..checks import (
     check_rank,
     check_slot_ids,
     check_tensor,
-    float_dtypes,
     reads_device_values,
-    resolve_scale,
     slot_tensor,
 )
 from ..reference.spec import (
@@ -66,9 +64,11 @@ from ..reference.spec import (
     snapshot_commit_ref,
     spec_buffer_len,
 )
-from .gated_delta import check_gated_delta_inputs
-from .library import define_op, new_out
-from .mamba2 import check_mamba2_inputs
+from .gated_delta import DeltaRuleDims, DeltaRuleInputs, check_gated_delta_inputs
+from .gated_delta import cache_fields as delta_cache_fields
+from .library import define_op
+from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs
+from .mamba2 import cache_fields as mamba2_cache_fields
 
 __all__ = [
     "MAX_T",
@@ -362,28 +362,8 @@ def mamba2_replay_verify(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = check_mamba2_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=cache.nheads,
-        head_dim=cache.head_dim,
-        d_state=cache.d_state,
-        ngroups=cache.ngroups,
-        num_slots=cache.num_slots,
-        act_dtype=cache.act_dtype,
-        device=device,
-        max_T=MAX_T,
-    )
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    T = check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache), max_T=MAX_T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
     if 2 * T > cache.L:
         raise ValueError(
@@ -391,29 +371,9 @@ def mamba2_replay_verify(
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
     _check_nothing_pending(op, cache, slot_ids)
-    out = new_out(x, out)
-    torch.ops.replayssm.mamba2_replay_verify(
-        cache.checkpoint,
-        cache.x_records,
-        cache.dt_records,
-        cache.B_records,
-        cache.cursor,
-        cache.arrivals,
-        cache.pending,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        num_tokens,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-    )
-    return out
+    run = inputs.for_launch()
+    torch.ops.replayssm.mamba2_replay_verify(*mamba2_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def _delta_replay_verify(
@@ -426,54 +386,18 @@ def _delta_replay_verify(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = check_gated_delta_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=cache_type.PER_CHANNEL_GATE,
-        k_heads=cache.k_heads,
-        v_heads=cache.v_heads,
-        head_k_dim=cache.head_k_dim,
-        head_v_dim=cache.head_v_dim,
-        num_slots=cache.num_slots,
-        device=device,
-        max_T=MAX_T,
-    )
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    T = check_gated_delta_inputs(op, inputs, DeltaRuleDims.of_cache(cache), max_T=MAX_T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
     if 2 * T > cache.L:
         raise ValueError(
             f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
-    scale = resolve_scale(op, scale, cache.head_k_dim)
+    run = inputs.for_launch(op, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
-    out = new_out(v, out)
-    torch.ops.replayssm.gated_delta_replay_verify(
-        cache.checkpoint,
-        cache.d_records,
-        cache.k_records,
-        cache.g_records,
-        cache.cursor,
-        cache.arrivals,
-        cache.pending,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        scale,
-        use_qk_l2norm,
-        out,
-    )
-    return out
+    torch.ops.replayssm.gated_delta_replay_verify(*delta_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def gdn_replay_verify(
@@ -615,63 +539,14 @@ def mamba2_serial_decode(
     """
     op = "mamba2_serial_decode"
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
-    num_slots, nheads, head_dim, d_state = state.shape
-    floats = float_dtypes(state.device)
-    check_tensor(
-        op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
-    )
-    T = check_mamba2_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=nheads,
-        head_dim=head_dim,
-        d_state=d_state,
-        ngroups=_ngroups(op, B, nheads),
-        num_slots=num_slots,
-        act_dtype=None,
-        device=state.device,
-        max_T=MAX_T,
-    )
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    T = check_mamba2_inputs(op, inputs, Mamba2Dims.of_state(op, "state", state, B, window=True), max_T=MAX_T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
-    out = new_out(x, out)
+    run = inputs.for_launch()
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
-        torch.ops.replayssm.mamba2_decode_step(
-            state,
-            x[:, s],
-            dt[:, s],
-            A,
-            B[:, s],
-            C[:, s],
-            rows,
-            D,
-            None if z is None else z[:, s],
-            dt_bias,
-            dt_softplus,
-            out[:, s],
-        )
-    return out
-
-
-def _ngroups(op: str, B, nheads: int) -> int:
-    ngroups = B.shape[2] if isinstance(B, Tensor) and B.dim() == 4 else -1
-    if ngroups < 1 or nheads % ngroups:
-        raise ValueError(
-            f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; "
-            f"expected [batch, T, ngroups, d_state] with ngroups dividing nheads = {nheads}"
-        )
-    return ngroups
+        torch.ops.replayssm.mamba2_decode_step(state, *run.token(s, rows))
+    return run.out
 
 
 def mamba2_snapshot_verify(
@@ -704,101 +579,28 @@ def mamba2_snapshot_verify(
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
-    if cache.state.dim() != 4:
-        raise ValueError(
-            f"{op}: cache.state has shape {tuple(cache.state.shape)}; expected [num_slots, nheads, head_dim, d_state]"
-        )
-    num_slots, nheads, head_dim, d_state = cache.state.shape
-    device = cache.state.device
-    floats = float_dtypes(device)
-    check_tensor(
-        op,
-        "cache.state",
-        cache.state,
-        "[num_slots, nheads, head_dim, d_state]",
-        tuple(cache.state.shape),
-        dtypes=floats,
-        device=device,
-    )
-    T = check_mamba2_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=nheads,
-        head_dim=head_dim,
-        d_state=d_state,
-        ngroups=_ngroups(op, B, nheads),
-        num_slots=num_slots,
-        act_dtype=None,
-        device=device,
-        max_T=cache.T,
-    )
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    dims = Mamba2Dims.of_state(op, "cache.state", cache.state, B, window=True)
+    T = check_mamba2_inputs(op, inputs, dims, max_T=cache.T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
-    out = new_out(x, out)
-    torch.ops.replayssm.mamba2_snapshot_verify(
-        cache.state, cache.snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out
-    )
-    return out
-
-
-def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
-    """(num_slots, k_heads, v_heads, head_k_dim, head_v_dim) of a conventional state."""
-    check_rank(op, name, state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
-    num_slots, v_heads, head_v_dim, head_k_dim = state.shape
-    floats = float_dtypes(state.device)
-    check_tensor(
-        op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape), dtypes=floats, device=state.device
-    )
-    k_heads = q.shape[2] if isinstance(q, Tensor) and q.dim() == 4 else -1
-    if k_heads < 1 or v_heads % k_heads:
-        raise ValueError(
-            f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; expected [batch, T, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
-        )
-    return num_slots, k_heads, v_heads, head_k_dim, head_v_dim
+    run = inputs.for_launch()
+    torch.ops.replayssm.mamba2_snapshot_verify(cache.state, cache.snapshots, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def _delta_serial_decode(
     op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "state", state, q)
-    T = check_gated_delta_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=per_channel,
-        k_heads=k_heads,
-        v_heads=v_heads,
-        head_k_dim=head_k_dim,
-        head_v_dim=head_v_dim,
-        num_slots=num_slots,
-        device=state.device,
-        max_T=MAX_T,
-    )
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    dims = DeltaRuleDims.of_state(op, "state", state, q, per_channel, window=True)
+    T = check_gated_delta_inputs(op, inputs, dims, max_T=MAX_T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
-    scale = resolve_scale(op, scale, head_k_dim)
-    out = new_out(v, out)
+    run = inputs.for_launch(op, dims.head_k_dim)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
-        torch.ops.replayssm.gated_delta_decode_step(
-            state, q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], rows, scale, use_qk_l2norm, out[:, s]
-        )
-    return out
+        torch.ops.replayssm.gated_delta_decode_step(state, *run.token(s, rows))
+    return run.out
 
 
 def gdn_serial_decode(
@@ -849,33 +651,13 @@ def _delta_snapshot_verify(
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
-    num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "cache.state", cache.state, q)
-    T = check_gated_delta_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=per_channel,
-        k_heads=k_heads,
-        v_heads=v_heads,
-        head_k_dim=head_k_dim,
-        head_v_dim=head_v_dim,
-        num_slots=num_slots,
-        device=cache.state.device,
-        max_T=cache.T,
-    )
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    dims = DeltaRuleDims.of_state(op, "cache.state", cache.state, q, per_channel, window=True)
+    T = check_gated_delta_inputs(op, inputs, dims, max_T=cache.T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
-    scale = resolve_scale(op, scale, head_k_dim)
-    out = new_out(v, out)
-    torch.ops.replayssm.gated_delta_snapshot_verify(
-        cache.state, cache.snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
-    )
-    return out
+    run = inputs.for_launch(op, dims.head_k_dim)
+    torch.ops.replayssm.gated_delta_snapshot_verify(cache.state, cache.snapshots, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def gdn_snapshot_verify(
