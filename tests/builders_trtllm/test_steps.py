@@ -23,6 +23,7 @@ from trtllm_replayssm_builders.trtllm.steps import (
     gated_delta_step,
     mamba2_step,
     padding_rows,
+    replay_cache,
     replay_slot_ids,
 )
 from trtllm_replayssm_builders.trtllm.store import ReplayRecordStore
@@ -354,3 +355,17 @@ def test_causal_conv_step_matches_conv1d(dtype):
     torch.testing.assert_close(rows.double(), seq[:, :, -(width - 1) :].to(dtype).double())
     with pytest.raises(ValueError, match="weight has shape \\(6, 3\\); expected \\[dim, width\\]"):
         causal_conv_step(rows, xs[0].to(dtype), weight[:, :3])
+
+
+def test_replay_cache_checks_a_view_layout_once():
+    """The cache over a checkpoint view is built (and its layout checked) once per layout: a
+    new view object of the same memory reuses it; another layout builds (and checks) anew."""
+    fam = Family("gdn", torch.float32, torch.float32)
+    layer, checkpoint, backing = pooled_layer(fam, torch.float32)
+    first = replay_cache("op", layer, checkpoint)
+    again = checkpoint.as_strided(checkpoint.shape, checkpoint.stride(), checkpoint.storage_offset())
+    assert again is not checkpoint and replay_cache("op", layer, again) is first
+    dense = checkpoint.contiguous()
+    assert replay_cache("op", layer, dense).checkpoint is dense
+    with pytest.raises(ValueError, match="^op: GDNReplayCache: checkpoint has strides"):
+        replay_cache("op", layer, dense.transpose(2, 3).contiguous().transpose(2, 3))
