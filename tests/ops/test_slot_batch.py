@@ -106,3 +106,16 @@ def test_window_ops_check_a_slot_batch_again():
     x, dt, B, C = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4), torch.randn(2, 3, 2, 16), torch.randn(2, 3, 2, 16)
     y = mamba2_replay_verify(m, x, dt, -torch.rand(4) - 0.5, B, C, slot_ids=checked)
     assert y.shape == x.shape and m.pending[[1, 2]].tolist() == [3, 3]
+
+
+def test_slot_batch_traces_under_torch_compile():
+    """Under torch.compile the version counter is not read (valid ids are the caller's
+    contract, as for tensor ids); the compiled step equals the eager one."""
+    eager, compiled = _caches(), _caches()
+    checked = SlotBatch(torch.tensor([1, 4], dtype=torch.int32), NUM_SLOTS)
+    inputs = _inputs(2)
+    want = mamba2_replay_step(eager[0], *inputs["mamba2"], slot_ids=checked)
+    step = torch.compile(
+        lambda: mamba2_replay_step(compiled[0], *inputs["mamba2"], slot_ids=checked), fullgraph=True, backend="aot_eager"
+    )
+    assert torch.equal(step(), want) and torch.equal(compiled[0].cursor, eager[0].cursor)
