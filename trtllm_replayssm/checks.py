@@ -25,6 +25,8 @@ __all__ = [
     "check_tensor",
     "check_rank",
     "token_rows",
+    "check_state",
+    "dividing_heads",
     "check_optional",
     "check_flag",
     "check_last_dim_dense",
@@ -116,6 +118,28 @@ def token_rows(op: str, name: str, t, dims: str, sizes: Sequence[int], max_T: Op
     if window and not 1 <= T <= max_T:
         raise ValueError(f"{op}: {name} has T = {T} window tokens; expected 1 <= T <= {max_T}")
     return lead, rows, T
+
+
+def check_state(op: str, name: str, state, dims: str) -> tuple:
+    """A conventional state (``dims``: ``"[num_slots, heads, rows, columns]"``): a 4-D float
+    tensor with a dense last dimension; returns its shape."""
+    check_rank(op, name, state, 4, dims)
+    check_tensor(op, name, state, dims, tuple(state.shape), dtypes=float_dtypes(state.device), device=state.device)
+    return tuple(state.shape)
+
+
+def dividing_heads(op: str, name: str, t, dims: str, whole_name: str, whole: int, window: bool) -> int:
+    """The head count of ``t`` [batch, (T,) heads, width] (``dims`` names ``"heads, width"``;
+    T only with ``window``), which must divide ``whole`` (named ``whole_name``)."""
+    rank = 3 + window
+    heads = t.shape[rank - 2] if isinstance(t, Tensor) and t.dim() == rank else -1
+    if heads < 1 or whole % heads:
+        lead = "batch, T" if window else "batch"
+        shape = tuple(t.shape) if isinstance(t, Tensor) else t
+        raise ValueError(
+            f"{op}: {name} has shape {shape}; expected [{lead}, {dims}] with {dims.split(',')[0]} dividing {whole_name} = {whole}"
+        )
+    return heads
 
 
 def check_optional(op: str, name: str, t: Optional[Tensor], dims: str, shape: Sequence[int], **kw) -> None:

@@ -20,9 +20,10 @@ from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
 from ..checks import (
     check_flag,
     check_optional,
-    check_rank,
     check_slot_ids,
+    check_state,
     check_tensor,
+    dividing_heads,
     float_dtypes,
     resolve_scale,
     SlotBatch,
@@ -154,18 +155,10 @@ class DeltaRuleDims(NamedTuple):
     def of_state(cls, op: str, name: str, state, q, per_channel: bool, window: bool) -> "DeltaRuleDims":
         """Checks a conventional state [num_slots, v_heads, head_v_dim, head_k_dim] (``name``)
         and takes k_heads from q [batch, (T,) k_heads, head_k_dim]."""
-        dims = "[num_slots, v_heads, head_v_dim, head_k_dim]"
-        check_rank(op, name, state, 4, dims)
-        check_tensor(op, name, state, dims, tuple(state.shape), dtypes=float_dtypes(state.device), device=state.device)
-        num_slots, v_heads, head_v_dim, head_k_dim = state.shape
-        rank = 3 + window
-        k_heads = q.shape[rank - 2] if isinstance(q, Tensor) and q.dim() == rank else -1
-        if k_heads < 1 or v_heads % k_heads:
-            lead = "batch, T" if window else "batch"
-            raise ValueError(
-                f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; "
-                f"expected [{lead}, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
-            )
+        num_slots, v_heads, head_v_dim, head_k_dim = check_state(
+            op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]"
+        )
+        k_heads = dividing_heads(op, "q", q, "k_heads, head_k_dim", "v_heads", v_heads, window)
         return cls(k_heads, v_heads, head_k_dim, head_v_dim, per_channel, num_slots, state.device)
 
 

@@ -17,9 +17,10 @@ from ..cache import MAX_L, Mamba2ReplayCache
 from ..checks import (
     check_flag,
     check_optional,
-    check_rank,
     check_slot_ids,
+    check_state,
     check_tensor,
+    dividing_heads,
     float_dtypes,
     SlotBatch,
     slot_tensor,
@@ -158,18 +159,8 @@ class Mamba2Dims(NamedTuple):
     def of_state(cls, op: str, name: str, state, B, window: bool) -> "Mamba2Dims":
         """Checks a conventional state [num_slots, nheads, head_dim, d_state] (``name``) and
         takes ngroups from B [batch, (T,) ngroups, d_state]."""
-        dims = "[num_slots, nheads, head_dim, d_state]"
-        check_rank(op, name, state, 4, dims)
-        check_tensor(op, name, state, dims, tuple(state.shape), dtypes=float_dtypes(state.device), device=state.device)
-        num_slots, nheads, head_dim, d_state = state.shape
-        rank = 3 + window
-        ngroups = B.shape[rank - 2] if isinstance(B, Tensor) and B.dim() == rank else -1
-        if ngroups < 1 or nheads % ngroups:
-            lead = "batch, T" if window else "batch"
-            raise ValueError(
-                f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; "
-                f"expected [{lead}, ngroups, d_state] with ngroups dividing nheads = {nheads}"
-            )
+        num_slots, nheads, head_dim, d_state = check_state(op, name, state, "[num_slots, nheads, head_dim, d_state]")
+        ngroups = dividing_heads(op, "B", B, "ngroups, d_state", "nheads", nheads, window)
         return cls(nheads, head_dim, d_state, ngroups, num_slots, None, state.device)
 
 
