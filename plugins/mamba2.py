@@ -37,6 +37,8 @@ from typing import Dict, Mapping, Sequence, Tuple
 import torch
 import triton
 
+import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.* (run_op)
+
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import mamba2_launch_config
 from trtllm_replayssm.kernels.mamba2_replay import fold_constexprs

@@ -2,7 +2,7 @@
 
 TensorRT launches an AOT plugin's kernel with input pointers, then scalars, then output
 pointers. This entry takes them in that order and runs the core kernel
-:func:`trtllm_replayssm.kernels.mamba2_replay._mamba2_replay_step_kernel` (inlined, so the
+:func:`trtllm_replayssm.kernels.inline.mamba2_replay_step_kernel` (inlined, so the
 numerics are the op's). The cache tensors are aliased plugin inputs/outputs: the entry reads and
 writes them through the output pointers; the input pointers of the same buffers are unused.
 
@@ -14,7 +14,7 @@ buffers it never initialised, so an out-of-range index must not become an out-of
 import triton
 import triton.language as tl
 
-from trtllm_replayssm.kernels.mamba2_replay import _mamba2_replay_step_kernel
+from trtllm_replayssm.kernels.inline import mamba2_replay_step_kernel
 
 __all__ = ["_mamba2_replay_step_plugin_kernel"]
 
@@ -54,7 +54,7 @@ def _mamba2_replay_step_plugin_kernel(
         w = tl.load(cursor_ptr + slot)
         if (w < 0) | (w >= L):
             return
-    _mamba2_replay_step_kernel(
+    mamba2_replay_step_kernel(
         checkpoint_ptr, stride_c_slot, stride_c_head, stride_c_dim,
         x_records_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
         dt_records_ptr, stride_dtr_slot, stride_dtr_head,

@@ -97,15 +97,19 @@ def advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L: tl.constexpr):
         tl.store(arrivals_ptr + slot, 0)
 
 
+def mamba2_optional_inputs(x, A, D, z, dt_bias) -> tuple:
+    """(z, D, dt_bias) for a Mamba-2 kernel launch: an absent tensor becomes a harmless pointer
+    (x for z, A for D and dt_bias), never read since its constexpr flag is off."""
+    return (z if z is not None else x, D if D is not None else A, dt_bias if dt_bias is not None else A)
+
+
 def mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> tuple:
     """Kernel arguments of the step inputs, in the order both Mamba-2 kernels declare them
-    (x, z, out, dt, A, dt_bias, D, B, C, slot_ids, head_dim, d_state, heads_per_group).
-    Absent optional tensors are replaced by a harmless pointer; their constexpr flag is off."""
-    zz = z if z is not None else x
-    DD = D if D is not None else A
+    (x, z, out, dt, A, dt_bias, D, B, C, slot_ids, head_dim, d_state, heads_per_group)."""
+    zz, DD, bias = mamba2_optional_inputs(x, A, D, z, dt_bias)
     return (x, x.stride(0), x.stride(1), zz, zz.stride(0), zz.stride(1),
             out, out.stride(0), out.stride(1), dt, dt.stride(0), dt.stride(1),
-            A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+            A, bias, DD, DD.stride(0),
             B, B.stride(0), B.stride(1), C, C.stride(0), C.stride(1), slot_ids,
             x.shape[2], B.shape[2], x.shape[1] // B.shape[1])
 
