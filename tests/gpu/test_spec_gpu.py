@@ -259,7 +259,7 @@ def test_gated_delta_baselines(per_channel, g, baseline):
 )
 @pytest.mark.parametrize("rows", [3, 40], ids=["batch3", "batch40"])
 def test_mamba2_replay_verify_16bit_no_less_accurate_than_serial(g, state, rows):
-    """Issue 24 on the kernels: a 16-bit checkpoint and activations, T = 4, L = 9, 500 steps of
+    """On the kernels: a 16-bit checkpoint and activations, T = 4, L = 9, 500 steps of
     random acceptance: verify's worst output error against float64 is no larger than that of
     conventional decode steps (the decode kernel, state in the same dtype) on the same inputs,
     and its flushed checkpoints err no more than the conventional state. Batch 3 and 40 take

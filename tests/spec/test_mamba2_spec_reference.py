@@ -1,7 +1,7 @@
 """Speculative decoding in float64 on the CPU, through the public ops (which run the reference):
 verify + commit against a serial float64 oracle that only ever sees the accepted stream, the
 conventional baselines, standard decode on the same cache, and a teeth test; with a bf16
-checkpoint, verify's error against float64 next to conventional bf16 decode's (issue 24)."""
+checkpoint, verify's error against float64 next to conventional bf16 decode's."""
 
 import pytest
 import torch
@@ -176,7 +176,7 @@ def _verify_vs_serial_bf16(g: Geometry, steps: int, degrade=None) -> dict:
 
 @pytest.mark.parametrize("g", PRECISION_GEOMETRIES)
 def test_mamba2_replay_verify_bf16_no_less_accurate_than_serial_bf16(g):
-    """Issue 24: with a bf16 checkpoint and bf16 activations (T = 4, L = 9, random acceptance),
+    """With a bf16 checkpoint and bf16 activations (T = 4, L = 9, random acceptance),
     verify's outputs err against float64 no more than conventional bf16 decode's on the same
     inputs, and its flushed checkpoints no more than the conventional state. The checkpoint is
     rounded once per flush (about every 6 tokens here), the conventional state every token:
