@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from mamba2_decode import DT, Case
+from trtllm_replayssm.kernels.common import LaunchConfig
 
 
 def main(argv=None):
@@ -33,12 +34,18 @@ def main(argv=None):
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--cursors", type=int, default=None, help="pin every replay cursor to this value")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument(
+        "--config",
+        default=None,
+        help="launch configuration block_head_dim,num_warps,chunks,num_stages (default: the launch table's)",
+    )
     a = ap.parse_args(argv)
     case = Case(a.geometry, a.batch, a.L, a.state, a.act)
+    config = LaunchConfig(*(int(v) for v in a.config.split(","))) if a.config else None
     for i in range(3 + a.steps):
         if a.cursors is not None:
             case.cache.cursor.fill_(a.cursors)
-        case.step(a.route, case.slot_sets[i % len(case.slot_sets)])
+        case.step(a.route, case.slot_sets[i % len(case.slot_sets)], config)
     torch.cuda.synchronize()
 
 

@@ -19,9 +19,9 @@ def _skip_reason():
         import tensorrt as trt
     except ImportError:
         return "TensorRT is not installed (pip install 'trtllm_replayssm[tensorrt]')"
-    from trtllm_replayssm_plugins.tensorrt_plugin import MIN_TENSORRT_AOT, _version_tuple
+    from trtllm_replayssm_plugins.tensorrt_plugin import MIN_TENSORRT_AOT, version_tuple
 
-    if _version_tuple(trt.__version__) < MIN_TENSORRT_AOT:
+    if version_tuple(trt.__version__) < MIN_TENSORRT_AOT:
         return f"TensorRT {trt.__version__} has no AOT plugins (needs >= 10.9)"
     import torch
 

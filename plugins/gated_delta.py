@@ -30,9 +30,11 @@ from typing import Dict, Mapping, Sequence, Tuple
 import torch
 import triton
 
+import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.* (run_op)
+
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import LaunchConfig
-from trtllm_replayssm.kernels.gated_delta_common import gated_delta_launch_config
+from trtllm_replayssm.kernels.gated_delta_common import H200_MULTIPROCESSORS, gated_delta_launch_config
 from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
@@ -130,13 +132,21 @@ class GatedDeltaReplayAttrs:
         use_qk_l2norm: bool = True,
         scale: float = None,
         batch_hint: int = 64,
+        multiprocessors: int = H200_MULTIPROCESSORS,
     ) -> "GatedDeltaReplayAttrs":
         """Attributes of one layer, with the op's launch configuration for ``batch_hint`` rows
-        and the op's default scale (head_k_dim ** -0.5) when ``scale`` is None."""
+        on a GPU of ``multiprocessors`` (the engine's GPU, which an AOT build need not have; by
+        default the H200's, where the launch tables were tuned) and the op's default scale
+        (head_k_dim ** -0.5) when ``scale`` is None."""
         if state_dtype not in _TORCH_DTYPES:
             raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
         cfg = gated_delta_launch_config(
-            "replay_step", head_v_dim, head_k_dim, batch_hint * v_heads, _TORCH_DTYPES[state_dtype]
+            "replay_step",
+            head_v_dim,
+            head_k_dim,
+            batch_hint * v_heads,
+            _TORCH_DTYPES[state_dtype],
+            multiprocessors=multiprocessors,
         )
         scale = head_k_dim**-0.5 if scale is None else scale
         return cls(

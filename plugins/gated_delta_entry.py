@@ -1,6 +1,6 @@
 """Entry kernel of the ``replayssm::gated_delta_replay_step`` plugin (GDN and KDA):
 TensorRT's parameter order around the core kernel
-:func:`trtllm_replayssm.kernels.gated_delta_replay._gated_delta_replay_step_kernel` (inlined).
+:func:`trtllm_replayssm.kernels.inline.gated_delta_replay_step_kernel` (inlined).
 
 As for Mamba-2 (:mod:`.mamba2_entry`): the aliased cache buffers are used through the output
 pointers; rows with a slot id >= num_slots or a cursor outside [0, L) are skipped. ``SCALE`` is
@@ -9,7 +9,7 @@ a constexpr: TensorRT passes only int32 scalars, so the plugin bakes the float i
 import triton
 import triton.language as tl
 
-from trtllm_replayssm.kernels.gated_delta_replay import _gated_delta_replay_step_kernel
+from trtllm_replayssm.kernels.inline import gated_delta_replay_step_kernel
 
 __all__ = ["_gated_delta_replay_step_plugin_kernel"]
 
@@ -46,7 +46,7 @@ def _gated_delta_replay_step_plugin_kernel(
         w = tl.load(cursor_ptr + slot)
         if (w < 0) | (w >= L):
             return
-    _gated_delta_replay_step_kernel(
+    gated_delta_replay_step_kernel(
         checkpoint_ptr, stride_c_slot, stride_c_head, stride_c_row,
         d_records_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
         k_records_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,

@@ -37,8 +37,11 @@ from typing import Dict, Mapping, Sequence, Tuple
 import torch
 import triton
 
+import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.* (run_op)
+
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.kernels.common import mamba2_launch_config
+from trtllm_replayssm.kernels.mamba2_replay import fold_constexprs
 
 from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
 from .spec import (
@@ -366,15 +369,16 @@ def _scalars(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
     return tuple(Scalar(n, v) for n, v in values.items())
 
 
-def _constexprs(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Dict[str, object]:
+def _constexprs(a: Mamba2ReplayAttrs, d_per_dim: bool, state_dtype: str) -> Dict[str, object]:
     """Constexprs as ``launch_mamba2_replay_step`` passes them for this configuration."""
     return dict(
         L=a.L,
-        BLOCK_L=max(2, triton.next_power_of_2(a.L)),
+        BLOCK_L=max(16, triton.next_power_of_2(a.L)),
         BLOCK_HEAD_DIM=a.block_head_dim,
         SPAN_HEAD_DIM=a.block_head_dim * a.chunks,
         BLOCK_D_STATE=triton.next_power_of_2(a.d_state),
         NUM_STAGES=a.num_stages,
+        **fold_constexprs(a.d_state, _TORCH_DTYPES[state_dtype]),
         HAS_D=a.has_D,
         D_PER_DIM=d_per_dim,
         HAS_Z=a.has_z,
@@ -402,7 +406,7 @@ def kernel_spec(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec
         dtypes,
         [dtypes[LIKE_INPUT[0]]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, len(OUTPUTS))],
         _scalars(a, d_per_dim),
-        _constexprs(a, d_per_dim),
+        _constexprs(a, d_per_dim, dtypes[0]),
         (triton.cdiv(a.head_dim, a.block_head_dim * a.chunks), a.nheads, InputDim(_X, 0)),
         a.num_warps,
     )

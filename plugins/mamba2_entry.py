@@ -2,9 +2,8 @@
 
 TensorRT launches an AOT plugin's kernel with input pointers, then scalars, then output
 pointers. This entry takes them in that order and runs the core kernel
-:func:`trtllm_replayssm.kernels.mamba2_replay._mamba2_replay_step_kernel` (inlined, so the
-numerics are the op's, with the flush folded in the same launch: TensorRT launches one kernel,
-so the op's ``split_flush`` second launch is not used here). The cache tensors are aliased plugin inputs/outputs: the entry reads and
+:func:`trtllm_replayssm.kernels.inline.mamba2_replay_step_kernel` (inlined, so the
+numerics are the op's). The cache tensors are aliased plugin inputs/outputs: the entry reads and
 writes them through the output pointers; the input pointers of the same buffers are unused.
 
 Rows that the op's validation would refuse are skipped: a slot id >= num_slots, or a live row
@@ -15,7 +14,7 @@ buffers it never initialised, so an out-of-range index must not become an out-of
 import triton
 import triton.language as tl
 
-from trtllm_replayssm.kernels.mamba2_replay import _mamba2_replay_step_kernel
+from trtllm_replayssm.kernels.inline import mamba2_replay_step_kernel
 
 __all__ = ["_mamba2_replay_step_plugin_kernel"]
 
@@ -43,7 +42,8 @@ def _mamba2_replay_step_plugin_kernel(
     out_ptr, checkpoint_ptr, x_records_ptr, dt_records_ptr, B_records_ptr, cursor_ptr, arrivals_ptr,
     L: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    NUM_STAGES: tl.constexpr, FOLD_TILES: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_D_STATE: tl.constexpr,
+    FOLD_CHUNKS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
@@ -54,7 +54,7 @@ def _mamba2_replay_step_plugin_kernel(
         w = tl.load(cursor_ptr + slot)
         if (w < 0) | (w >= L):
             return
-    _mamba2_replay_step_kernel(
+    mamba2_replay_step_kernel(
         checkpoint_ptr, stride_c_slot, stride_c_head, stride_c_dim,
         x_records_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
         dt_records_ptr, stride_dtr_slot, stride_dtr_head,
@@ -69,6 +69,7 @@ def _mamba2_replay_step_plugin_kernel(
         C_ptr, stride_C_batch, stride_C_group,
         slot_ids_ptr,
         head_dim, d_state, heads_per_group,
-        L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, False,
+        L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, FOLD_TILES, FOLD_ROWS, FOLD_D_STATE,
+        FOLD_CHUNKS,
         HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS,
     )

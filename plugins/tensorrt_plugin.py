@@ -29,7 +29,7 @@ from . import FAMILIES, NAMESPACE
 from .ptx import compile_ptx
 from .spec import TensorInfo
 
-__all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "build_arch", "import_tensorrt", "register_plugins"]
+__all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "build_arch", "import_tensorrt", "register_plugins", "version_tuple"]
 
 MIN_TENSORRT = (10, 6)  # tensorrt.plugin (JIT) appeared in 10.6
 MIN_TENSORRT_AOT = (10, 9)  # tensorrt.plugin.aot_impl appeared in 10.9
@@ -37,7 +37,8 @@ MIN_TENSORRT_AOT = (10, 9)  # tensorrt.plugin.aot_impl appeared in 10.9
 _REGISTERED = False
 
 
-def _version_tuple(version: str) -> Tuple[int, int]:
+def version_tuple(version: str) -> Tuple[int, int]:
+    """(major, minor) of a version string such as ``"10.9.0.34"``."""
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
 
@@ -54,7 +55,7 @@ def import_tensorrt(aot: bool = True):
             f"({'AOT' if aot else 'JIT'} plugins); install it with "
             "`pip install 'trtllm_replayssm[tensorrt]'`"
         ) from e
-    if _version_tuple(trt.__version__) < need:
+    if version_tuple(trt.__version__) < need:
         raise ImportError(
             f"trtllm_replayssm_plugins needs TensorRT >= {need_s} for "
             f"{'AOT' if aot else 'JIT'} plugins; found {trt.__version__}"

@@ -192,6 +192,55 @@ def drive_baseline(
     return worst
 
 
+def drive_verify_vs_serial(
+    family, verify, commit, serial_step, *, L: int, T: int, state_dtype, act_dtype, device, steps: int, rows: int, degrade=None
+) -> dict:
+    """Speculative verify + commit and the conventional serial path side by side, on the same
+    windows and the same random acceptance ("mixed": T tokens, 1 to T accepted), both against
+    the float64 serial oracle of the accepted stream.
+
+    The serial path keeps its committed state in ``state_dtype`` (rounded after every token, as
+    conventional decode does) and runs each window token by token with ``serial_step(state,
+    params, inputs, slot_ids) -> out``; its committed state becomes the state after the last
+    accepted token. Both start from the same admitted state. ``degrade(cache)`` (teeth tests)
+    runs after every verify.
+
+    Returns the worst errors over all steps and window tokens, each max |a - ref| / max |ref|
+    over the rows: ``y_verify`` and ``y_serial`` (outputs), ``ckpt`` (each flushed checkpoint
+    against the oracle's committed state) and ``state`` (the serial path's committed state),
+    and ``flushes`` (flush rows counted over the run).
+    """
+    p = family.make_params(device)
+    cache = family.allocate(rows, L, state_dtype, act_dtype, device)
+    slots = torch.arange(rows, dtype=torch.int32, device=device)
+    cache.admit(slots, torch.randn((rows,) + tuple(cache.checkpoint.shape[1:]), device=device))
+    state = cache.checkpoint.clone()
+    state64 = as_f64(cache.checkpoint, device).clone()
+    worst = {"y_verify": 0.0, "y_serial": 0.0, "ckpt": 0.0, "state": 0.0, "flushes": 0}
+    for _ in range(steps):
+        a = torch.tensor([draw("mixed", T)[1] for _ in range(rows)], dtype=torch.int32, device=device)
+        win = make_window(family, rows, T, act_dtype, device)
+        w0 = cache.cursor.clone()
+        y = verify(cache, win, p, slots, None, torch.zeros_like(win[family.out_key]))
+        if degrade is not None:
+            degrade(cache)
+        flushed = slots[(cache.cursor == 0) & (w0 > 0)].long()
+        if flushed.numel():
+            worst["flushes"] += flushed.numel()
+            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[flushed], state64[flushed]))
+        scratch64, scratch = state64.clone(), state.clone()
+        for s in range(T):
+            ref = family.oracle_step(scratch64, p, token(win, s), slots)
+            y_serial = serial_step(scratch, p, token(win, s), slots)
+            worst["y_verify"] = max(worst["y_verify"], rel_err(y[:, s], ref))
+            worst["y_serial"] = max(worst["y_serial"], rel_err(y_serial, ref))
+            done = slots[a == s + 1].long()
+            state64[done], state[done] = scratch64[done], scratch[done]
+        commit(cache, slots, a)
+        worst["state"] = max(worst["state"], rel_err(state, state64))
+    return worst
+
+
 # --------------------------------------------------------------------------- Mamba-2 adapters
 
 
@@ -211,6 +260,16 @@ def mamba2_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
         z=win["z"],
         dt_bias=p.dt_bias,
         out=out,
+    )
+
+
+def mamba2_decode_with_op(state, p, inp, slot_ids):
+    """One conventional Mamba-2 step on ``state`` (mutated, rounded to its dtype); the serial
+    path of :func:`drive_verify_vs_serial`."""
+    from trtllm_replayssm.ops import mamba2_decode_step
+
+    return mamba2_decode_step(
+        state, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], slot_ids=slot_ids, D=p.D, z=inp["z"], dt_bias=p.dt_bias
     )
 
 

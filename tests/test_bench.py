@@ -343,14 +343,23 @@ def fake_gpu(monkeypatch):
     stepping timer (the cases' kernels run under the interpreter)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Stand-in GPU")
     calls, real = [], bench.run_bench
     seen = {}
 
+    def set_device(device):
+        # As torch.cuda.set_device: a torch.device needs its index (torch 2.11 raises without).
+        if isinstance(device, torch.device) and device.index is None:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        seen["set_device"] = device
+
     def run_bench(model, **kw):
         seen.update(kw)
+        kw.pop("device")
         return real(model, device="cpu", pool_bytes=4096, copy_bw=2e12, progress=False, timer=stepping_timer(calls), **kw)
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
 
     monkeypatch.setattr(bench, "run_bench", run_bench)
     return seen
@@ -380,8 +389,16 @@ def test_bench_command_table_json_and_plot(fake_gpu, tmp_path, capsys):
         )
         == 0
     )
+    cuda0 = torch.device("cuda", 0)  # the default --device, given the index set_device needs
     assert fake_gpu == dict(
-        batches=[1, 2], L=4, state_dtype=torch.float32, act_dtype=torch.float32, spec_tokens=None, accept=0.7
+        batches=[1, 2],
+        L=4,
+        state_dtype=torch.float32,
+        act_dtype=torch.float32,
+        spec_tokens=None,
+        accept=0.7,
+        device=cuda0,
+        set_device=cuda0,
     )
     text = capsys.readouterr().out
     assert text.startswith("trtllm-replayssm bench: mamba2:4,16,8,2 (geometry), TP 1, Stand-in GPU, copy 2.00 TB/s")

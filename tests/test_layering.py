@@ -86,3 +86,63 @@ def test_hf_builders_import_no_transformers():
         assert not loaded, loaded
     """)
     assert proc.returncode == 0, proc.stderr
+
+
+# Source trees and the package each is imported as; examples/ and benchmarks/ are scripts.
+SOURCE_TREES = {
+    "trtllm_replayssm": "trtllm_replayssm",
+    "plugins": "trtllm_replayssm_plugins",
+    "builders": "trtllm_replayssm_builders",
+    "examples": "examples",
+    "benchmarks": "benchmarks",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _source_files():
+    """(path, dotted package of the module) for every .py file of the source trees."""
+    for tree, package in SOURCE_TREES.items():
+        for folder, _, files in os.walk(os.path.join(ROOT, tree)):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    rel = os.path.relpath(folder, os.path.join(ROOT, tree))
+                    yield os.path.join(folder, f), ".".join([package] + ([] if rel == "." else rel.split(os.sep)))
+
+
+def _path(module: str) -> str:
+    """Where a dotted module of the source trees lies, without the .py suffix."""
+    parts = module.split(".")
+    tree = {package: tree for tree, package in SOURCE_TREES.items()}.get(parts[0], parts[0])
+    return os.path.join(ROOT, tree, *parts[1:])
+
+
+def _module_package(module: str) -> str:
+    """The package a dotted module belongs to: itself when it is a package (a folder)."""
+    return module if os.path.isdir(_path(module)) else module.rpartition(".")[0]
+
+
+def test_no_module_imports_another_packages_private_names():
+    """A module may import private names (``_x``) and private modules only from its own package:
+    across packages only public names, so that a package's internals can change freely."""
+    import ast
+
+    bad = []
+    for path, package in _source_files():
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) + 1 - node.level] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                targets = [(module, a.name) for a in node.names]
+            else:
+                continue
+            for module, name in targets:
+                owner = _module_package(module)  # `from package import submodule`: the package
+                private = any(_private(p) for p in module.split(".")) or (name is not None and _private(name))
+                if private and owner != package:
+                    bad.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} imports {module}{'.' + name if name else ''}")
+    assert not bad, "\n".join(bad)

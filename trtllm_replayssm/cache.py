@@ -2,6 +2,12 @@
 
 A cache is a plain dataclass of tensors, indexed by physical slot (the engine's paged state
 index). The ops in :mod:`trtllm_replayssm.ops` mutate it in place; nothing here launches a kernel.
+
+A cache describes views as well as whole tensors: each field needs only a dense last dimension
+(any other strides, e.g. the slot stride of a host's cache pool, go to the kernels as they are),
+which the constructor checks once. So the same cache class and the same public ops serve a
+cache allocated here, one layer of :class:`~trtllm_replayssm.pool.ReplayCachePool`, and
+TensorRT-LLM's strided SSM state pool.
 """
 
 from __future__ import annotations
@@ -13,22 +19,17 @@ import torch
 
 from torch import Tensor
 
+from .checks import FLOAT_DTYPES, check_dtype, check_last_dim_dense, slot_index
+
 __all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES"]
 
 MAX_L = 64  # records per slot supported by the replay kernel (a register tile of the window)
 
-FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-
-
-def _check_dtype(owner: str, name: str, dtype: torch.dtype, allowed) -> None:
-    if dtype not in allowed:
-        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
-        raise TypeError(f"{owner}: {name} is {dtype}; expected one of {names}")
-
 
 def _check_common_fields(cache) -> None:
-    """Every field a contiguous tensor on the checkpoint's device; a 4-D float checkpoint;
-    cursor, arrivals and pending int32 [num_slots] (pending defaults to zeros)."""
+    """Every field a tensor on the checkpoint's device with a dense last dimension; a 4-D
+    float checkpoint; cursor, arrivals and pending int32 [num_slots] (so dense; pending
+    defaults to zeros)."""
     owner = type(cache).__name__
     if cache.pending is None and isinstance(cache.cursor, Tensor):
         cache.pending = torch.zeros_like(cache.cursor)
@@ -36,8 +37,7 @@ def _check_common_fields(cache) -> None:
         t = getattr(cache, f.name)
         if not isinstance(t, Tensor):
             raise TypeError(f"{owner}: {f.name} is {type(t).__name__}; expected a torch.Tensor")
-        if not t.is_contiguous():
-            raise ValueError(f"{owner}: {f.name} must be contiguous")
+        check_last_dim_dense(owner, f.name, t)
         if t.device != cache.checkpoint.device:
             raise ValueError(
                 f"{owner}: {f.name} is on {t.device}; expected {cache.checkpoint.device} (the checkpoint's device)"
@@ -46,13 +46,13 @@ def _check_common_fields(cache) -> None:
         raise ValueError(
             f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]"
         )
-    _check_dtype(owner, "checkpoint", cache.checkpoint.dtype, FLOAT_DTYPES)
+    check_dtype(owner, "checkpoint", cache.checkpoint.dtype, FLOAT_DTYPES)
     ns = cache.checkpoint.shape[0]
     for name in ("cursor", "arrivals", "pending"):
         t = getattr(cache, name)
         if tuple(t.shape) != (ns,):
             raise ValueError(f"{owner}: {name} has shape {tuple(t.shape)}; expected [num_slots] = ({ns},)")
-        _check_dtype(owner, name, t.dtype, (torch.int32,))
+        check_dtype(owner, name, t.dtype, (torch.int32,))
 
 
 def _check_shape(owner: str, name: str, t: Tensor, dims: str, want: tuple) -> None:
@@ -71,7 +71,8 @@ def _check_sizes(owner: str, **sizes) -> None:
 def _admit(cache, slot_ids: Tensor, state: Optional[Tensor]) -> None:
     """checkpoint[slot_ids] := state (or zeros), cursor[slot_ids] := 0, after all checks."""
     owner = f"{type(cache).__name__}.admit"
-    slots = _check_slot_list(owner, slot_ids, cache.num_slots, cache.device)
+    slot_ids = slot_ids if isinstance(slot_ids, Tensor) else torch.as_tensor(slot_ids)
+    slots = slot_index(owner, slot_ids, cache.num_slots, cache.device, distinct=True)
     if state is not None:
         want = (slots.numel(),) + tuple(cache.checkpoint.shape[1:])
         if not isinstance(state, Tensor):
@@ -91,6 +92,26 @@ class _ReplayCache:
     """What every replay cache derives from its tensors: slots, L, dtype, device, admission."""
 
     _RECORDS = ""  # the name of a [num_slots, heads, L, ...] record tensor
+    _GEOMETRY_DIMS: tuple = ()  # the geometry attributes allocate() takes before L, in order
+    _RECORD_DTYPE = ""  # allocate()'s keyword for the activation-like records' dtype
+
+    @classmethod
+    def for_geometry(
+        cls,
+        geometry,
+        num_slots: int,
+        L: int,
+        *,
+        state_dtype: torch.dtype = torch.float32,
+        record_dtype: torch.dtype = torch.bfloat16,
+        device: Union[str, torch.device, None] = None,
+    ):
+        """``allocate`` for a layer geometry (:class:`~trtllm_replayssm.models.Mamba2Geometry`:
+        nheads, head_dim, d_state, ngroups; :class:`~trtllm_replayssm.models.DeltaRuleGeometry`:
+        k_heads, v_heads, head_k_dim, head_v_dim); ``record_dtype``: x / B or d / k records."""
+        dims = [getattr(geometry, name) for name in cls._GEOMETRY_DIMS]
+        kw = {cls._RECORD_DTYPE: record_dtype}
+        return cls.allocate(num_slots, *dims, L, state_dtype=state_dtype, device=device, **kw)
 
     @property
     def num_slots(self) -> int:
@@ -182,13 +203,13 @@ class Mamba2ReplayCache(_ReplayCache):
         ng = self.B_records.shape[1]
         if ng < 1 or nh % ng:
             raise ValueError(f"{owner}: ngroups = {ng} must divide nheads = {nh}")
-        _check_dtype(owner, "x_records", self.x_records.dtype, FLOAT_DTYPES)
+        check_dtype(owner, "x_records", self.x_records.dtype, FLOAT_DTYPES)
         if self.B_records.dtype != self.x_records.dtype:
             raise TypeError(
                 f"{owner}: B_records is {self.B_records.dtype}; expected {self.x_records.dtype} (the x_records dtype)"
             )
         want_dt = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
-        _check_dtype(owner, "dt_records", self.dt_records.dtype, (want_dt,))
+        check_dtype(owner, "dt_records", self.dt_records.dtype, (want_dt,))
 
     @classmethod
     def allocate(
@@ -225,6 +246,8 @@ class Mamba2ReplayCache(_ReplayCache):
         )
 
     _RECORDS = "x_records"
+    _GEOMETRY_DIMS = ("nheads", "head_dim", "d_state", "ngroups")
+    _RECORD_DTYPE = "act_dtype"
 
     # Geometry, derived from the tensors.
     @property
@@ -246,24 +269,6 @@ class Mamba2ReplayCache(_ReplayCache):
     @property
     def act_dtype(self) -> torch.dtype:
         return self.x_records.dtype
-
-
-def _check_slot_list(owner: str, slot_ids: Tensor, num_slots: int, device: torch.device) -> Tensor:
-    """Validated int64 index tensor on ``device`` from a 1-D tensor of distinct slot ids."""
-    if not isinstance(slot_ids, Tensor):
-        slot_ids = torch.as_tensor(slot_ids)
-    if slot_ids.dim() != 1 or slot_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(
-            f"{owner}: slot_ids has shape {tuple(slot_ids.shape)} and dtype {slot_ids.dtype}; expected a 1-D int32/int64 tensor"
-        )
-    s = slot_ids.to(device=device, dtype=torch.int64)
-    if s.numel():
-        lo, hi = int(s.min()), int(s.max())
-        if lo < 0 or hi >= num_slots:
-            raise ValueError(f"{owner}: slot_ids span [{lo}, {hi}]; expected ids in [0, {num_slots})")
-        if torch.unique(s).numel() != s.numel():
-            raise ValueError(f"{owner}: slot_ids has duplicate ids; expected distinct slots")
-    return s
 
 
 @dataclass
@@ -326,13 +331,13 @@ class _DeltaRuleReplayCache(_ReplayCache):
             _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L, head_k_dim]", (ns, hv, L, dk))
         else:
             _check_shape(owner, "g_records", self.g_records, "[num_slots, v_heads, L]", (ns, hv, L))
-        _check_dtype(owner, "d_records", self.d_records.dtype, FLOAT_DTYPES)
+        check_dtype(owner, "d_records", self.d_records.dtype, FLOAT_DTYPES)
         if self.k_records.dtype != self.d_records.dtype:
             raise TypeError(
                 f"{owner}: k_records is {self.k_records.dtype}; expected {self.d_records.dtype} (the d_records dtype)"
             )
         want_g = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
-        _check_dtype(owner, "g_records", self.g_records.dtype, (want_g,))
+        check_dtype(owner, "g_records", self.g_records.dtype, (want_g,))
 
     @classmethod
     def allocate(
@@ -371,6 +376,8 @@ class _DeltaRuleReplayCache(_ReplayCache):
         )
 
     _RECORDS = "d_records"
+    _GEOMETRY_DIMS = ("k_heads", "v_heads", "head_k_dim", "head_v_dim")
+    _RECORD_DTYPE = "record_dtype"
 
     # Geometry, derived from the tensors.
     @property

@@ -491,6 +491,8 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     device = resolve_device(args.device or "cuda", parser)
     if device.type != "cuda":
         parser.error(f"--device {args.device}: bench times CUDA graphs; expected cuda or cuda:N")
+    if device.index is None:  # torch.cuda.set_device needs an index
+        device = torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     plot = args.out is not None
     if plot:
@@ -510,7 +512,14 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     dtypes = {name: dtype for dtype, name in DTYPE_NAMES.items()}
     state, act = dtypes[args.state_dtype], dtypes[args.act_dtype]
     result = bench.run_bench(
-        model, batches=args.batch, L=args.L, state_dtype=state, act_dtype=act, spec_tokens=args.spec_tokens, accept=args.accept
+        model,
+        batches=args.batch,
+        L=args.L,
+        state_dtype=state,
+        act_dtype=act,
+        spec_tokens=args.spec_tokens,
+        accept=args.accept,
+        device=device,
     )
     import datetime
 

@@ -21,11 +21,14 @@ part of the cache, counted with the cursors.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, fields
 
 import torch
 
-from .models import GDN, KDA, MAMBA2, AttentionGeometry, MLAGeometry
+from .models import MAMBA2, AttentionGeometry, Mamba2Geometry, MLAGeometry
+from .registry import family
 
 __all__ = [
     "MODES",
@@ -66,36 +69,29 @@ def _check_mode(owner: str, mode: str) -> None:
 
 
 def state_bytes(kind: str, geometry, state_dtype: torch.dtype) -> int:
-    """One state: Mamba-2 [nheads, head_dim, d_state]; GDN/KDA [v_heads, head_v_dim, head_k_dim]."""
-    g = geometry
-    if kind == MAMBA2:
-        n = g.nheads * g.head_dim * g.d_state
-    elif kind in (GDN, KDA):
-        n = g.v_heads * g.head_v_dim * g.head_k_dim
-    else:
-        raise ValueError(f"state_bytes: kind is {kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
-    return n * dtype_size(state_dtype)
+    """One state: ``geometry.state_dims`` (Mamba-2 [nheads, head_dim, d_state]; GDN/KDA
+    [v_heads, head_v_dim, head_k_dim]) of a registered SSM layer kind."""
+    family(kind).check_geometry("state_bytes", geometry)
+    return math.prod(geometry.state_dims) * dtype_size(state_dtype)
 
 
-def _mamba2_record(nheads: int, head_dim: int, d_state: int, ngroups: int, record_size: int, gate_size: int) -> int:
-    """x [nheads, head_dim] and B [ngroups, d_state] in the record dtype, dt [nheads] gate dtype."""
-    return nheads * head_dim * record_size + ngroups * d_state * record_size + nheads * gate_size
+NON_RECORD_FIELDS = ("checkpoint", "cursor", "arrivals", "pending")  # the other fields of a cache
 
 
 def record_bytes(kind: str, geometry, record_dtype: torch.dtype, state_dtype: torch.dtype) -> int:
-    """One record position (one token) of a replay cache.
+    """One record position (one token) of a replay cache: the per-slot bytes of every record
+    field of the family's cache class at L = 1 (read off a meta-device cache, so the byte
+    model is the layout itself).
 
     Mamba-2: x [nheads, head_dim], B [ngroups, d_state] (record dtype), dt [nheads] (gate dtype).
     GDN: d [v_heads, head_v_dim], k [k_heads, head_k_dim] (record dtype), g [v_heads].
     KDA: as GDN with g [v_heads, head_k_dim].
     """
-    g, r, s = geometry, dtype_size(record_dtype), dtype_size(gate_dtype(state_dtype))
-    if kind == MAMBA2:
-        return _mamba2_record(g.nheads, g.head_dim, g.d_state, g.ngroups, r, s)
-    if kind in (GDN, KDA):
-        gates = g.v_heads * (g.head_k_dim if kind == KDA else 1)
-        return g.v_heads * g.head_v_dim * r + g.k_heads * g.head_k_dim * r + gates * s
-    raise ValueError(f"record_bytes: kind is {kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
+    fam = family(kind)
+    fam.check_geometry("record_bytes", geometry)
+    one = fam.cache.for_geometry(geometry, 1, 1, state_dtype=state_dtype, record_dtype=record_dtype, device="meta")
+    records = [getattr(one, f.name) for f in fields(one) if f.name not in NON_RECORD_FIELDS]
+    return sum(t.numel() * t.element_size() for t in records)
 
 
 def conv_width(d_conv: int, spec_tokens: int = 1) -> int:
@@ -300,5 +296,6 @@ def mamba2_step_bytes(
         return Mamba2StepBytes(state, state, 0.0, 0.0, io)
     if route != "replay_step":
         raise ValueError(f"mamba2_step_bytes: route is {route!r}; expected 'decode_step' or 'replay_step'")
-    record = _mamba2_record(nheads, head_dim, d_state, ngroups, a, dtype_size(gate_dtype(state_dtype)))
+    layer = Mamba2Geometry(nheads, head_dim, d_state, ngroups, d_conv=1)  # d_conv: not in a record
+    record = record_bytes(MAMBA2, layer, act_dtype, state_dtype)
     return Mamba2StepBytes(*_replay_window(state, record, L), io=io)

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Tuple, Union
 
+from .registry import is_ssm
+
 __all__ = [
     "MAMBA2",
     "GDN",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 MAMBA2, GDN, KDA, ATTENTION, MLP, MOE = "mamba2", "gdn", "kda", "attention", "mlp", "moe"
-SSM_KINDS = (MAMBA2, GDN, KDA)
+SSM_KINDS = (MAMBA2, GDN, KDA)  # the built-in SSM kinds; registry.kinds() adds registered ones
 
 
 def _check_tp(owner: str, tp_size: int) -> None:
@@ -63,6 +65,11 @@ class Mamba2Geometry:
     d_state: int
     ngroups: int
     d_conv: int
+
+    @property
+    def state_dims(self) -> Tuple[int, int, int]:
+        """One state (checkpoint): [nheads, head_dim, d_state]."""
+        return (self.nheads, self.head_dim, self.d_state)
 
     @property
     def conv_dim(self) -> int:
@@ -96,6 +103,11 @@ class DeltaRuleGeometry:
     head_k_dim: int
     head_v_dim: int
     d_conv: int
+
+    @property
+    def state_dims(self) -> Tuple[int, int, int]:
+        """One state (checkpoint): [v_heads, head_v_dim, head_k_dim]."""
+        return (self.v_heads, self.head_v_dim, self.head_k_dim)
 
     @property
     def conv_dim(self) -> int:
@@ -179,7 +191,7 @@ class HybridModel:
 
     @property
     def ssm_layers(self) -> Tuple[Layer, ...]:
-        return tuple(l for l in self.layers if l.kind in SSM_KINDS)
+        return tuple(l for l in self.layers if is_ssm(l.kind))
 
     @property
     def attention_layers(self) -> Tuple[Layer, ...]:

@@ -21,7 +21,8 @@ import torch
 
 from .cache import FLOAT_DTYPES, MAX_L
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
-from .models import SSM_KINDS, HybridModel, Layer
+from .models import HybridModel, Layer
+from .registry import is_ssm
 
 __all__ = [
     "PlanConfig",
@@ -398,7 +399,7 @@ def _size(n: float) -> str:
 
 
 def _geometry_text(kind: str, g) -> str:
-    if kind in SSM_KINDS:
+    if is_ssm(kind):
         dims = ", ".join(f"{k} {v}" for k, v in vars(g).items() if k != "d_conv")
         return f"{dims}; conv {g.conv_dim} x {g.d_conv - 1}"
     return ", ".join(f"{k} {v}" for k, v in vars(g).items())

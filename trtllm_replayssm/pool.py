@@ -43,33 +43,21 @@ from torch import Tensor
 
 from .cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from .memory import conv_width
-from .models import GDN, KDA, MAMBA2, HybridModel
+from .models import HybridModel
+from .registry import family
 
-__all__ = ["ReplayCachePool", "POOL_MODES", "CACHE_CLASSES", "cache_template"]
+__all__ = ["ReplayCachePool", "POOL_MODES", "ReplayCache", "cache_template"]
 
 POOL_MODES = ("replay", "replay_spec")
-CACHE_CLASSES = {MAMBA2: Mamba2ReplayCache, GDN: GDNReplayCache, KDA: KDAReplayCache}
-ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
+ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]  # or a registered family's cache
 
 
 def cache_template(kind: str, g, L: int, *, state_dtype: torch.dtype, record_dtype: torch.dtype):
     """A one-slot cache of layer ``kind`` (geometry ``g``) on the meta device: each field's
-    per-slot shape and dtype, as the cache class lays it out."""
-    if kind == MAMBA2:
-        return Mamba2ReplayCache.allocate(
-            1, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=state_dtype, act_dtype=record_dtype, device="meta"
-        )
-    return CACHE_CLASSES[kind].allocate(
-        1,
-        g.k_heads,
-        g.v_heads,
-        g.head_k_dim,
-        g.head_v_dim,
-        L,
-        state_dtype=state_dtype,
-        record_dtype=record_dtype,
-        device="meta",
-    )
+    per-slot shape and dtype, as the registered family's cache class lays it out."""
+    fam = family(kind)
+    fam.check_geometry(f"cache_template: {kind}", g)
+    return fam.cache.for_geometry(g, 1, L, state_dtype=state_dtype, record_dtype=record_dtype, device="meta")
 
 
 def _positive_int(owner: str, name: str, v) -> None:

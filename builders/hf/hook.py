@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
+from trtllm_replayssm.ops import SlotBatch
 from trtllm_replayssm.pool import ReplayCachePool
 
 from .compat import (
@@ -76,6 +77,10 @@ class _Session:
     slot_ids: Tensor
     stores: dict
     host_states: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The session's slot ids never change: checked once here for every layer and step.
+        self.checked = SlotBatch(self.slot_ids, self.batch)
 
 
 class ReplaySSMHook:
@@ -248,7 +253,7 @@ class ReplaySSMHook:
             self._admit(cache_params, layer, batch, hidden_states.dtype)
             return out
         out = layer.adapter.decode(
-            mixer, hidden_states, attention_mask, host_layer.conv_states[0], session.stores[layer.index], session.slot_ids
+            mixer, hidden_states, attention_mask, host_layer.conv_states[0], session.stores[layer.index], session.checked
         )
         self.decode_steps[layer.index] = self.decode_steps.get(layer.index, 0) + 1
         return out

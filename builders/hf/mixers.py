@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry
 from trtllm_replayssm.ops import (
+    SlotBatch,
     gdn_decode_step,
     gdn_replay_step,
     kda_decode_step,
@@ -106,12 +107,13 @@ class MixerAdapter:
         attention_mask: Optional[Tensor],
         conv_state: Tensor,
         store: Store,
-        slot_ids: Tensor,
+        slot_ids: Union[Tensor, SlotBatch],
     ) -> Tensor:
         """The mixer's output [batch, 1, hidden_size] for one new token per row.
 
         ``conv_state`` (the host's) is updated in place by the host's causal-conv update; the
-        recurrent step reads and writes ``store`` only.
+        recurrent step reads and writes ``store`` only. ``slot_ids`` go to the op as they are
+        (the hook passes a :class:`~trtllm_replayssm.ops.SlotBatch` checked once per session).
         """
         raise NotImplementedError
 

@@ -21,9 +21,10 @@ from typing import Mapping, Sequence, Tuple, Union
 
 import torch
 
-from trtllm_replayssm.memory import CURSOR_BYTES
+from trtllm_replayssm.memory import CURSOR_BYTES, NON_RECORD_FIELDS
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry, from_hf_config
-from trtllm_replayssm.pool import CACHE_CLASSES, cache_template
+from trtllm_replayssm.pool import cache_template
+from trtllm_replayssm.registry import family, is_ssm, kinds
 
 __all__ = [
     "CONV_LAYOUTS",
@@ -149,10 +150,9 @@ def rank_geometry(
 def record_field_names(kind: str) -> Tuple[str, ...]:
     """The record fields of ``kind``'s core cache class (its fields minus the checkpoint and
     the counters), in declaration order."""
-    if kind not in CACHE_CLASSES:
-        raise ValueError(f"record_field_names: kind is {kind!r}; expected one of {', '.join(CACHE_CLASSES)}")
-    skip = ("checkpoint",) + COUNTER_FIELDS
-    return tuple(f.name for f in fields(CACHE_CLASSES[kind]) if f.name not in skip)
+    if not is_ssm(kind):
+        raise ValueError(f"record_field_names: kind is {kind!r}; expected one of {', '.join(kinds())}")
+    return tuple(f.name for f in fields(family(kind).cache) if f.name not in NON_RECORD_FIELDS)
 
 
 def record_fields(

@@ -1,11 +1,10 @@
 """One decode step of a hooked layer on TensorRT-LLM's buffers: pure functions, no TensorRT-LLM.
 
 TensorRT-LLM's SSM states (our checkpoints) are slot views into its cache pool whose slot stride
-is not the state size, so they cannot be wrapped in the core cache dataclasses, which require
-contiguous fields. The replay kernels take a stride per dimension and need only the last
-dimension dense; these functions check exactly that, check the step inputs with the ops' own
-validators, and call the ``replayssm::`` custom ops directly. Everything is checked before
-anything is written.
+is not the state size. The core caches describe such views (each field needs only a dense last
+dimension), so :func:`replay_cache` wraps the engine's states and the layer's records in the
+core cache class, and the steps call the public ops on it: the same validation and the same
+kernels as every other host. Everything is checked before anything is written.
 
 Padding rows: TensorRT-LLM pads CUDA-graph batches with dummy requests that share one slot.
 :func:`replay_slot_ids` turns their rows into slot id -1, which the ops skip entirely, so padding
@@ -21,14 +20,12 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.*
+from trtllm_replayssm.checks import check_rank, check_slot_values
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
-from trtllm_replayssm.ops._validate import float_dtypes
-from trtllm_replayssm.ops.gated_delta import _check_inputs as _check_gated_delta_inputs
-from trtllm_replayssm.ops.gated_delta import _resolve_scale
-from trtllm_replayssm.ops.mamba2 import _check_inputs as _check_mamba2_inputs
-from trtllm_replayssm.reference.gated_delta import gated_delta_records_state
+from trtllm_replayssm.ops import gdn_replay_step, kda_replay_step, mamba2_replay_step, replay_cache_state
+from trtllm_replayssm.pool import ReplayCache
 from trtllm_replayssm.reference.mamba2 import compute_dtype
+from trtllm_replayssm.registry import family
 
 from .store import LayerRecords
 
@@ -36,6 +33,7 @@ __all__ = [
     "padding_rows",
     "PaddingRowBuffer",
     "replay_slot_ids",
+    "replay_cache",
     "mamba2_step",
     "gated_delta_step",
     "flush_delta_rule_records",
@@ -103,25 +101,42 @@ def replay_slot_ids(state_indices: Tensor, padding: Tensor) -> Tensor:
     return torch.where(padding, -1, state_indices.to(torch.int32))
 
 
-def _check_checkpoint(op: str, layer: LayerRecords, checkpoint, state_shape: Tuple[int, ...]) -> None:
+def replay_cache(op: str, layer: LayerRecords, checkpoint: Tensor) -> ReplayCache:
+    """The core replay cache of ``layer`` over the engine's SSM states ``checkpoint``.
+
+    Args:
+        op: the calling step's name, for error messages.
+        layer: the layer's records and counters (views into the engine's pool).
+        checkpoint: [num_slots, *state_dims] the engine's SSM states of the layer (any slot
+            stride, last dimension dense; Mamba-2 [nheads, head_dim, d_state], GDN/KDA
+            [v_heads, head_v_dim, head_k_dim]).
+    Returns:
+        A :class:`~trtllm_replayssm.cache.Mamba2ReplayCache`, ``GDNReplayCache`` or
+        ``KDAReplayCache`` whose fields are these views (nothing is copied). The layer keeps
+        the last one: a later call with a view of the same memory and layout (pointer,
+        strides, dtype, device) gets it back without the constructor's checks again.
+    Raises:
+        TypeError, ValueError: ``checkpoint`` of the wrong type, shape, dtype, device or inner
+        layout; the cache constructor's message, prefixed with ``op``.
+    """
     if not isinstance(checkpoint, Tensor):
         raise TypeError(f"{op}: checkpoint is {type(checkpoint).__name__}; expected a torch.Tensor")
-    want = (layer.num_slots,) + state_shape
+    want = (layer.num_slots,) + layer.geometry.state_dims
     if tuple(checkpoint.shape) != want:
         raise ValueError(
             f"{op}: checkpoint has shape {tuple(checkpoint.shape)}; expected "
             f"[num_slots, ...] = {want} (the engine's SSM states)"
         )
-    floats = float_dtypes(checkpoint.device)
-    if checkpoint.dtype not in floats:
-        raise TypeError(
-            f"{op}: checkpoint is {checkpoint.dtype}; expected one of "
-            f"{', '.join(str(d).replace('torch.', '') for d in floats)}"
-        )
-    if checkpoint.device != layer.cursor.device:
-        raise ValueError(f"{op}: checkpoint is on {checkpoint.device}; expected {layer.cursor.device} (the records' device)")
-    if checkpoint.stride(-1) != 1:
-        raise ValueError(f"{op}: checkpoint has strides {checkpoint.stride()}; expected stride 1 in its last dimension")
+    key = (checkpoint.data_ptr(), checkpoint.stride(), checkpoint.dtype, checkpoint.device)
+    if layer.views.get("key") != key:
+        try:
+            cache = family(layer.kind).cache(
+                checkpoint=checkpoint, **layer.records, cursor=layer.cursor, arrivals=layer.arrivals, pending=layer.pending
+            )
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{op}: {e}") from None
+        layer.views.update(key=key, cache=cache)
+    return layer.views["cache"]
 
 
 def mamba2_step(
@@ -139,7 +154,8 @@ def mamba2_step(
     dt_softplus: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    """One Mamba-2 ReplaySSM decode step on an engine's SSM states.
+    """One Mamba-2 ReplaySSM decode step on an engine's SSM states: the public
+    :func:`~trtllm_replayssm.ops.mamba2_replay_step` on :func:`replay_cache`.
 
     Args:
         layer: the layer's records (kind ``mamba2``); counters mutated as in
@@ -157,51 +173,8 @@ def mamba2_step(
     op = "trtllm mamba2_step"
     if layer.kind != MAMBA2:
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected mamba2")
-    g = layer.geometry
-    _check_checkpoint(op, layer, checkpoint, (g.nheads, g.head_dim, g.d_state))
-    _check_mamba2_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        None,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=g.nheads,
-        head_dim=g.head_dim,
-        d_state=g.d_state,
-        ngroups=g.ngroups,
-        num_slots=layer.num_slots,
-        act_dtype=layer.records["x_records"].dtype,
-        device=checkpoint.device,
-    )
-    out = torch.zeros_like(x) if out is None else out
-    r = layer.records
-    torch.ops.replayssm.mamba2_replay_step(
-        checkpoint,
-        r["x_records"],
-        r["dt_records"],
-        r["B_records"],
-        layer.cursor,
-        layer.arrivals,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        None,
-        dt_bias,
-        dt_softplus,
-        out,
-    )
-    return out
+    cache = replay_cache(op, layer, checkpoint)
+    return mamba2_replay_step(cache, x, dt, A, B, C, slot_ids=slot_ids, D=D, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
 
 
 def gated_delta_step(
@@ -218,7 +191,8 @@ def gated_delta_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    """One GDN or KDA ReplaySSM decode step on an engine's SSM states.
+    """One GDN or KDA ReplaySSM decode step on an engine's SSM states: the public
+    :func:`~trtllm_replayssm.ops.gdn_replay_step` / ``kda_replay_step`` on :func:`replay_cache`.
 
     Args:
         layer: the layer's records (kind ``gdn`` or ``kda``).
@@ -235,74 +209,30 @@ def gated_delta_step(
     op = f"trtllm {layer.kind}_step"
     if layer.kind not in (GDN, KDA):
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
-    geo = layer.geometry
-    _check_checkpoint(op, layer, checkpoint, (geo.v_heads, geo.head_v_dim, geo.head_k_dim))
-    _check_gated_delta_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=layer.kind == KDA,
-        k_heads=geo.k_heads,
-        v_heads=geo.v_heads,
-        head_k_dim=geo.head_k_dim,
-        head_v_dim=geo.head_v_dim,
-        num_slots=layer.num_slots,
-        device=checkpoint.device,
-    )
-    scale = _resolve_scale(op, scale, geo.head_k_dim)
-    out = torch.zeros_like(v) if out is None else out
-    r = layer.records
-    torch.ops.replayssm.gated_delta_replay_step(
-        checkpoint,
-        r["d_records"],
-        r["k_records"],
-        r["g_records"],
-        layer.cursor,
-        layer.arrivals,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        scale,
-        use_qk_l2norm,
-        out,
-    )
-    return out
+    cache = replay_cache(op, layer, checkpoint)
+    step = gdn_replay_step if layer.kind == GDN else kda_replay_step
+    return step(cache, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
 
 
 def flush_delta_rule_records(layer: LayerRecords, checkpoint: Tensor, slot_ids: Tensor) -> None:
     """Fold the records of the live rows' slots into their checkpoints; cursors := 0.
 
     For steps the engine runs its own way on the full state (a GDN decode row inside a batch
-    with prefills): afterwards each slot's checkpoint is its current state, rounded to the
-    checkpoint dtype once. Rows with cursor 0 keep their checkpoint bit for bit; padding rows
-    (slot id < 0) are skipped. Eager only (it gathers the live rows on the host).
+    with prefills): afterwards each slot's checkpoint is its current state
+    (:func:`~trtllm_replayssm.ops.replay_cache_state`), rounded to the checkpoint dtype once.
+    Rows with cursor 0 keep their checkpoint bit for bit; padding rows (slot id < 0) are
+    skipped; a slot may repeat. Eager only (it gathers the live rows on the host).
     """
     op = "trtllm flush_delta_rule_records"
     if layer.kind not in (GDN, KDA):
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
-    geo = layer.geometry
-    _check_checkpoint(op, layer, checkpoint, (geo.v_heads, geo.head_v_dim, geo.head_k_dim))
-    if not isinstance(slot_ids, Tensor) or slot_ids.dim() != 1:
-        raise ValueError(f"{op}: slot_ids must be a 1-D tensor of slot ids")
+    cache = replay_cache(op, layer, checkpoint)
+    check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
+    check_slot_values(op, slot_ids, layer.num_slots, padding=True, distinct=False)
     slots = torch.unique(slot_ids[slot_ids >= 0]).long()
     if slots.numel() == 0:
         return
-    if int(slots.max()) >= layer.num_slots:
-        raise ValueError(f"{op}: slot_ids holds {int(slots.max())}; expected ids < num_slots = {layer.num_slots}")
-    r = layer.records
-    state = gated_delta_records_state(
-        checkpoint[slots], r["d_records"][slots], r["k_records"][slots], r["g_records"][slots], layer.cursor[slots]
-    )
-    checkpoint[slots] = state.to(checkpoint.dtype)
+    checkpoint[slots] = replay_cache_state(cache, slots).to(checkpoint.dtype)
     layer.cursor[slots] = 0
 
 

@@ -20,7 +20,7 @@ Slot lifecycle (host side, all before the forward that uses the slot):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -42,6 +42,8 @@ class LayerRecords:
         L: records per slot.
         records: field name -> ``[num_slots, *field.shape]`` (slot stride free, each slot dense).
         cursor, arrivals, pending: ``[num_slots]`` int32, dense.
+        views: the core cache over the last checkpoint view the steps saw, with its layout key
+            (:func:`~.steps.replay_cache`'s memo, so a view's layout is checked once).
     """
 
     kind: str
@@ -51,6 +53,7 @@ class LayerRecords:
     cursor: Tensor
     arrivals: Tensor
     pending: Tensor
+    views: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_slots(self) -> int:

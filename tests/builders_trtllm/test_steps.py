@@ -23,6 +23,7 @@ from trtllm_replayssm_builders.trtllm.steps import (
     gated_delta_step,
     mamba2_step,
     padding_rows,
+    replay_cache,
     replay_slot_ids,
 )
 from trtllm_replayssm_builders.trtllm.store import ReplayRecordStore
@@ -153,6 +154,49 @@ def test_step_on_pool_views_equals_public_op_on_dense_cache(kind, act, records):
     assert torch.equal(layer.cursor, cache.cursor) and layer.cursor.tolist() != [0, 2, 3, 1, 0]
     for name, view in list(layer.records.items()) + [("checkpoint", checkpoint)]:
         assert torch.equal(outside(view, backing[name]), before[name]), f"{name}: wrote outside its view"
+
+
+def _custom_op_step(fam, layer, checkpoint, inputs, slot_ids):
+    """The route the steps took before they called the public ops: ``torch.ops.replayssm.*``
+    straight on the pool views (inputs already valid)."""
+    r = layer.records
+    if fam.kind == "mamba2":
+        x, dt, B, C = inputs
+        p, out = fam.params, torch.zeros_like(x)
+        torch.ops.replayssm.mamba2_replay_step(
+            checkpoint, r["x_records"], r["dt_records"], r["B_records"], layer.cursor, layer.arrivals,
+            x, dt, p["A"], B, C, slot_ids, p["D"], None, p["dt_bias"], True, out,
+        )  # fmt: skip
+        return out
+    out = torch.zeros_like(inputs[2])
+    torch.ops.replayssm.gated_delta_replay_step(
+        checkpoint, r["d_records"], r["k_records"], r["g_records"], layer.cursor, layer.arrivals,
+        *inputs, slot_ids, fam.g.head_k_dim**-0.5, True, out,
+    )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(
+    "kind, act, records", FAMILIES, ids=[f"{k}-{str(a)[6:]}-rec{str(r or a)[6:]}" for k, a, r in FAMILIES]
+)
+def test_public_ops_on_pool_views_bit_identical_to_custom_ops(kind, act, records):
+    """The public ops on a cache of pool views give, bit for bit, what the custom ops gave on
+    the same views: outputs, checkpoints, records and counters, across flushes."""
+    fam = Family(kind, act, torch.float32, records)
+    cursors = [0, 2, 3, 1, 0]
+    torch.manual_seed(1)
+    layer, checkpoint, backing = pooled_layer(fam, torch.float32, cursors=cursors)
+    torch.manual_seed(1)
+    old_layer, old_checkpoint, old_backing = pooled_layer(fam, torch.float32, cursors=cursors)
+    slot_ids = torch.tensor([3, -1, 0, 1], dtype=torch.int32)
+    for step in range(2 * L + 1):
+        inputs = fam.inputs(4)
+        ours = fam.ours(layer, checkpoint, inputs, slot_ids)
+        old = _custom_op_step(fam, old_layer, old_checkpoint, inputs, slot_ids)
+        assert torch.equal(ours, old), f"step {step}: outputs differ"
+    for name, raw in backing.items():
+        assert torch.equal(raw, old_backing[name]), name
+    assert torch.equal(layer.cursor, old_layer.cursor) and torch.equal(layer.arrivals, old_layer.arrivals)
 
 
 @pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda"])
@@ -311,3 +355,17 @@ def test_causal_conv_step_matches_conv1d(dtype):
     torch.testing.assert_close(rows.double(), seq[:, :, -(width - 1) :].to(dtype).double())
     with pytest.raises(ValueError, match="weight has shape \\(6, 3\\); expected \\[dim, width\\]"):
         causal_conv_step(rows, xs[0].to(dtype), weight[:, :3])
+
+
+def test_replay_cache_checks_a_view_layout_once():
+    """The cache over a checkpoint view is built (and its layout checked) once per layout: a
+    new view object of the same memory reuses it; another layout builds (and checks) anew."""
+    fam = Family("gdn", torch.float32, torch.float32)
+    layer, checkpoint, backing = pooled_layer(fam, torch.float32)
+    first = replay_cache("op", layer, checkpoint)
+    again = checkpoint.as_strided(checkpoint.shape, checkpoint.stride(), checkpoint.storage_offset())
+    assert again is not checkpoint and replay_cache("op", layer, again) is first
+    dense = checkpoint.contiguous()
+    assert replay_cache("op", layer, dense).checkpoint is dense
+    with pytest.raises(ValueError, match="^op: GDNReplayCache: checkpoint has strides"):
+        replay_cache("op", layer, dense.transpose(2, 3).contiguous().transpose(2, 3))

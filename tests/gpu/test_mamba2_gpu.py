@@ -38,24 +38,31 @@ def test_mamba2_replay_step_nemotron_long_run(g, dtypes):
 
 
 @pytest.mark.parametrize("g", NEMOTRON)
-@pytest.mark.parametrize("dtypes", [("bf16", "f32"), ("bf16", "bf16"), ("f16", "f16")], ids=lambda d: f"s{d[0]}-a{d[1]}")
-def test_mamba2_replay_step_split_flush_long_run(g, dtypes):
-    """From batch 8 the op folds a 16-bit checkpoint's flush rows in a second launch
-    (LaunchConfig.split_flush)."""
-    from trtllm_replayssm.kernels.common import mamba2_launch_config
-
+@pytest.mark.parametrize("batch", [12, 40])
+@pytest.mark.parametrize("dtypes", [("f32", "bf16"), ("bf16", "bf16"), ("f16", "f16")], ids=lambda d: f"s{d[0]}-a{d[1]}")
+def test_mamba2_replay_step_long_run_wider_programs(g, batch, dtypes):
+    """The launch table's other program shapes (``mamba2_launch_config``): from batch 8 one
+    tile of 32 rows, from batch 32 a whole head in a pipelined loop."""
     s, a = dtypes
-    assert mamba2_launch_config("replay_step", g.head_dim, g.d_state, 15, DTYPES[s]).split_flush
     worst = drive_replay(
-        replay_with_op, g, 16, DTYPES[s], DTYPES[a], "cuda", steps=200, batch=12, num_slots=19, n_padding=3, with_z=True
+        replay_with_op,
+        g,
+        16,
+        DTYPES[s],
+        DTYPES[a],
+        "cuda",
+        steps=200,
+        batch=batch,
+        num_slots=batch + 7,
+        n_padding=3,
+        with_z=True,
     )
-    assert worst["flushes"] >= 120
+    assert worst["flushes"] >= 10 * (batch - 3)
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s], worst
 
 
-# Rows and checkpoint dtype: one launch per step (batch 5, fp32), and the split flush's two
-# launches (batch 12, bf16 checkpoint).
+# Rows and checkpoint dtype: batch 5 (fp32) and batch 12 (bf16 checkpoint), two launch-table rows.
 GRAPH_ROWS = {5: ([7, -1, 2, 0, 5], torch.float32), 12: ([7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1], torch.bfloat16)}
 
 

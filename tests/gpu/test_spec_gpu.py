@@ -16,7 +16,9 @@ from spec_cases import (
     draw,
     drive_baseline,
     drive_spec,
+    drive_verify_vs_serial,
     make_window,
+    mamba2_decode_with_op,
     mamba2_serial_with_op,
     mamba2_snapshot_verify_with_op,
     mamba2_verify_with_op,
@@ -242,3 +244,42 @@ def test_gated_delta_baselines(per_channel, g, baseline):
         n_padding=2,
     )
     assert worst < gd.ACT_TOL["bf16"] + 4 * gd.STATE_TOL["f32"], worst
+
+
+@pytest.mark.parametrize("state", ["bf16", "f16"])
+@pytest.mark.parametrize(
+    "g",
+    [
+        pytest.param(Geometry(8, 32, 16, 1), id="nh8-hd32-ds16-g1"),
+        pytest.param(Geometry(24, 48, 64, 2), id="nh24-hd48-ds64-g2"),
+        pytest.param(Geometry(8, 80, 128, 4), id="nh8-hd80-ds128-g4"),
+        pytest.param(Geometry(6, 40, 48, 3), id="nh6-hd40-ds48-g3"),
+        pytest.param(NANO, id="nano"),
+    ],
+)
+@pytest.mark.parametrize("rows", [3, 40], ids=["batch3", "batch40"])
+def test_mamba2_replay_verify_16bit_no_less_accurate_than_serial(g, state, rows):
+    """On the kernels: a 16-bit checkpoint and activations, T = 4, L = 9, 500 steps of
+    random acceptance: verify's worst output error against float64 is no larger than that of
+    conventional decode steps (the decode kernel, state in the same dtype) on the same inputs,
+    and its flushed checkpoints err no more than the conventional state. Batch 3 and 40 take
+    different launch configurations (one tile per program; pipelined tiles). CPU reference
+    (tests/spec/test_mamba2_spec_reference.py): verify 0.36-0.49 of the serial error."""
+    dt = DTYPES[state]
+    worst = drive_verify_vs_serial(
+        Mamba2Family(g),
+        mamba2_verify_with_op,
+        commit_with_op,
+        mamba2_decode_with_op,
+        L=9,
+        T=4,
+        state_dtype=dt,
+        act_dtype=dt,
+        device="cuda",
+        steps=500,
+        rows=rows,
+    )
+    print(f"{g} s{state}-a{state} batch {rows}: {worst}")
+    assert worst["flushes"] >= 100 * rows, worst
+    assert worst["y_verify"] <= worst["y_serial"], worst
+    assert worst["ckpt"] <= worst["state"], worst

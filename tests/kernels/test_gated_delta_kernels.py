@@ -122,3 +122,18 @@ def test_gated_delta_replay_step_kernel_launch_config_invisible(per_channel):
         # k̂ and d depend on the order of fp32 reductions (the warps per program).
         for name in ("checkpoint", "d_records", "k_records"):
             assert rel_err(getattr(c, name), getattr(caches[0], name)) < 1e-6, name
+
+
+def test_replay_launch_config_follows_the_devices_multiprocessors():
+    """Programs per head follow the multiprocessor count (8 one-warp programs per multiprocessor
+    wanted): 132 (H200) keeps 64 heads in one span of 8 tiles; 4 (a CPU) walks them in 8 chunks."""
+    from trtllm_replayssm.kernels.gated_delta_common import (
+        CPU_MULTIPROCESSORS,
+        gated_delta_launch_config,
+        multiprocessor_count,
+    )
+
+    assert multiprocessor_count(torch.device("cpu")) == CPU_MULTIPROCESSORS
+    h200 = gated_delta_launch_config("replay_step", 128, 128, 64, torch.float32, multiprocessors=132)
+    cpu = gated_delta_launch_config("replay_step", 128, 128, 64, torch.float32, multiprocessors=4)
+    assert (h200.chunks, h200.num_stages) == (1, 1) and (cpu.chunks, cpu.num_stages) == (8, 3)

@@ -88,8 +88,8 @@ def test_mamba2_decode_step_kernel_matches_reference(dtypes):
 
 
 def test_mamba2_replay_step_kernel_launch_config_invisible():
-    """Launch configurations (one tile per program, or a pipelined loop over the head; the flush
-    in the same launch or a second one) give the same outputs and caches, to fp32 reordering,
+    """Launch configurations (one tile per program, or a pipelined loop over the head; spans of
+    fewer rows than a fold tile) give the same outputs and caches, to fp32 reordering,
     over several flushes with padding rows."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
 
@@ -99,8 +99,7 @@ def test_mamba2_replay_step_kernel_launch_config_invisible():
         LaunchConfig(4, 1),
         LaunchConfig(16, 4),
         LaunchConfig(8, 2, **chunked),
-        LaunchConfig(4, 1, split_flush=True),
-        LaunchConfig(8, 2, **chunked, split_flush=True),
+        LaunchConfig(32, 1),
     ]
     caches = []
     for _ in cfgs:
@@ -146,3 +145,38 @@ def test_mamba2_replay_step_kernel_launch_config_invisible():
         assert torch.equal(c.x_records, caches[0].x_records)
         assert torch.equal(c.dt_records, caches[0].dt_records)
         assert torch.equal(c.B_records, caches[0].B_records)
+
+
+@pytest.mark.parametrize(
+    "cfg", [LaunchConfig(16, 2), LaunchConfig(16, 1, chunks=2, num_stages=2), LaunchConfig(8, 1)], ids=lambda c: c.label()
+)
+def test_mamba2_replay_step_kernel_bf16_checkpoint_output_is_fp32_accurate(cfg):
+    """A bf16 checkpoint read by one-tile and looped programs: with fp32 activations and no
+    flush yet (the checkpoint is exactly the reference's), y matches the reference to fp32
+    accuracy (a product or sum rounded through bf16 would be off by ~2^-9)."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.reference.mamba2 import mamba2_replay_step_ref
+
+    p = make_params(G, DEVICE)
+    L = 8
+    c = Mamba2ReplayCache.allocate(
+        5, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=torch.bfloat16, act_dtype=torch.float32, device=DEVICE
+    )
+    c.checkpoint.normal_()
+    ref = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(c).items()})
+    slots = torch.tensor([2, -1, 0, 3], dtype=torch.int32, device=DEVICE)
+    for _ in range(L - 1):
+        inp = make_step(G, 4, torch.float32, DEVICE, with_z=True)
+        kw = dict(slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias)
+        y = launch_mamba2_replay_step(
+            c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals,
+            inp["x"], inp["dt"], p.A, inp["B"], inp["C"], out=torch.full_like(inp["x"], 42.0), config=cfg, **kw,
+        )  # fmt: skip
+        y_ref = mamba2_replay_step_ref(
+            ref.checkpoint, ref.x_records, ref.dt_records, ref.B_records, ref.cursor,
+            inp["x"], inp["dt"], p.A, inp["B"], inp["C"], out=torch.empty_like(inp["x"]), **kw,
+        )  # fmt: skip
+        assert torch.all(y[1] == 42.0)
+        live = (slots >= 0).to(DEVICE)
+        assert rel_err(y[live], y_ref[live]) < ACT_TOL["f32"]
+    assert torch.equal(c.checkpoint, ref.checkpoint) and torch.equal(c.cursor, ref.cursor)

@@ -1,6 +1,7 @@
 """Speculative decoding in float64 on the CPU, through the public ops (which run the reference):
 verify + commit against a serial float64 oracle that only ever sees the accepted stream, the
-conventional baselines, standard decode on the same cache, and a teeth test."""
+conventional baselines, standard decode on the same cache, and a teeth test; with a bf16
+checkpoint, verify's error against float64 next to conventional bf16 decode's."""
 
 import pytest
 import torch
@@ -12,7 +13,9 @@ from spec_cases import (
     draw,
     drive_baseline,
     drive_spec,
+    drive_verify_vs_serial,
     make_window,
+    mamba2_decode_with_op,
     mamba2_serial_with_op,
     mamba2_snapshot_verify_with_op,
     mamba2_verify_with_op,
@@ -144,3 +147,56 @@ def test_mamba2_baselines_match_serial_f64(baseline):
         n_padding=2,
     )
     assert worst < 1e-12
+
+
+# Geometries outside the float64 tests above (odd head_dim / d_state ratios, 1 to 4 groups).
+PRECISION_GEOMETRIES = [
+    pytest.param(Geometry(8, 32, 16, 1), id="nh8-hd32-ds16-g1"),
+    pytest.param(Geometry(6, 40, 48, 3), id="nh6-hd40-ds48-g3"),
+    pytest.param(Geometry(8, 48, 64, 4), id="nh8-hd48-ds64-g4"),
+]
+
+
+def _verify_vs_serial_bf16(g: Geometry, steps: int, degrade=None) -> dict:
+    return drive_verify_vs_serial(
+        Mamba2Family(g),
+        mamba2_verify_with_op,
+        commit_with_op,
+        mamba2_decode_with_op,
+        L=9,
+        T=4,
+        state_dtype=torch.bfloat16,
+        act_dtype=torch.bfloat16,
+        device="cpu",
+        steps=steps,
+        rows=3,
+        degrade=degrade,
+    )
+
+
+@pytest.mark.parametrize("g", PRECISION_GEOMETRIES)
+def test_mamba2_replay_verify_bf16_no_less_accurate_than_serial_bf16(g):
+    """With a bf16 checkpoint and bf16 activations (T = 4, L = 9, random acceptance),
+    verify's outputs err against float64 no more than conventional bf16 decode's on the same
+    inputs, and its flushed checkpoints no more than the conventional state. The checkpoint is
+    rounded once per flush (about every 6 tokens here), the conventional state every token:
+    measured over 150 steps, verify's worst output error is 0.36-0.49 of the serial path's."""
+    worst = _verify_vs_serial_bf16(g, steps=60)
+    assert worst["flushes"] >= 40, worst
+    assert worst["y_verify"] <= worst["y_serial"], worst
+    assert worst["ckpt"] <= worst["state"], worst
+
+
+def test_mamba2_replay_verify_bf16_precision_teeth_biased_checkpoint():
+    """A checkpoint rounded toward zero at each flush, as the Triton interpreter converts fp32
+    to bf16 (half an ulp lower than rounding to nearest on average: here, half of the elements
+    one ulp toward zero), must fail the comparison above."""
+
+    def shrink(cache):
+        flushed = cache.cursor == 0
+        c = cache.checkpoint[flushed].float()
+        lower = ((c - c * 2.0**-8).view(torch.int32) & -(1 << 16)).view(torch.float32)
+        cache.checkpoint[flushed] = torch.where(torch.rand_like(c) < 0.5, lower, c).to(torch.bfloat16)
+
+    worst = _verify_vs_serial_bf16(Geometry(8, 32, 16, 1), steps=60, degrade=shrink)
+    assert worst["y_verify"] > worst["y_serial"], worst

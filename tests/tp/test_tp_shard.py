@@ -120,7 +120,7 @@ def test_shard_cache_splits_heads_and_replicates_groups():
         (lambda: Mamba2Shard(M2_SPLIT, 2, 2), r"rank is 2; expected an int in \[0, tp_size = 2\)"),
         (lambda: DeltaRuleShard(GDN_G, 8, 0), "k_heads = 4 is not divisible by tp_size = 8"),
         (lambda: layer_shard(Layer(3, GDN, GDN_G), 8, 0), r"layer 3 \(gdn\): .*k_heads = 4"),
-        (lambda: layer_shard(Layer(1, ATTENTION, AttentionGeometry(2, 8)), 2, 0), "expected mamba2, gdn or kda"),
+        (lambda: layer_shard(Layer(1, ATTENTION, AttentionGeometry(2, 8)), 2, 0), "expected one of mamba2, gdn, kda"),
     ],
 )
 def test_impossible_splits_are_clear_errors(make, message):

@@ -6,7 +6,7 @@ import torch
 
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..kernels.common import mamba2_launch_config
-from ..kernels.gated_delta_common import gated_delta_launch_config
+from ..kernels.gated_delta_common import gated_delta_launch_config, multiprocessor_count
 from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
 from ..kernels.gated_delta_replay import launch_gated_delta_replay_step
 from ..kernels.mamba2_decode import launch_mamba2_decode_step
@@ -195,7 +195,9 @@ class GatedDeltaDecodeCase(DecodeCase):
         return 16 if route == "replay_step" else 1  # the replay flush's tile product (replay_constexprs)
 
     def default_config(self, route):
-        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, self.batch * self.v_heads, self.state)
+        heads = self.batch * self.v_heads
+        mps = multiprocessor_count(self.q.device)
+        return gated_delta_launch_config(route, self.head_v_dim, self.head_k_dim, heads, self.state, multiprocessors=mps)
 
     def bytes_per_step(self, route):
         geom = DeltaRuleGeometry(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from ..kernels.gated_delta_common import multiprocessor_count
 from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
 from ..kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
 from ..kernels.gated_delta_verify import gated_delta_verify_launch_config, launch_gated_delta_replay_verify
@@ -244,7 +245,8 @@ class DeltaVerifyCase(VerifyCase):
 
     def default_config(self):
         hk, hv, dk, dv = self.geom
-        return gated_delta_verify_launch_config(dv, dk, self.batch * hv, self.state)
+        mps = multiprocessor_count(self.q.device)
+        return gated_delta_verify_launch_config(dv, dk, self.batch * hv, self.state, multiprocessors=mps)
 
     def replay_verify(self, slots, out, config=None):
         c = self.cache

@@ -97,15 +97,19 @@ def advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L: tl.constexpr):
         tl.store(arrivals_ptr + slot, 0)
 
 
+def mamba2_optional_inputs(x, A, D, z, dt_bias) -> tuple:
+    """(z, D, dt_bias) for a Mamba-2 kernel launch: an absent tensor becomes a harmless pointer
+    (x for z, A for D and dt_bias), never read since its constexpr flag is off."""
+    return (z if z is not None else x, D if D is not None else A, dt_bias if dt_bias is not None else A)
+
+
 def mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> tuple:
     """Kernel arguments of the step inputs, in the order both Mamba-2 kernels declare them
-    (x, z, out, dt, A, dt_bias, D, B, C, slot_ids, head_dim, d_state, heads_per_group).
-    Absent optional tensors are replaced by a harmless pointer; their constexpr flag is off."""
-    zz = z if z is not None else x
-    DD = D if D is not None else A
+    (x, z, out, dt, A, dt_bias, D, B, C, slot_ids, head_dim, d_state, heads_per_group)."""
+    zz, DD, bias = mamba2_optional_inputs(x, A, D, z, dt_bias)
     return (x, x.stride(0), x.stride(1), zz, zz.stride(0), zz.stride(1),
             out, out.stride(0), out.stride(1), dt, dt.stride(0), dt.stride(1),
-            A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+            A, bias, DD, DD.stride(0),
             B, B.stride(0), B.stride(1), C, C.stride(0), C.stride(1), slot_ids,
             x.shape[2], B.shape[2], x.shape[1] // B.shape[1])
 
@@ -125,9 +129,6 @@ class LaunchConfig:
     The conventional kernel uses one chunk per program (``chunks`` and ``num_stages`` 1).
     ``max_registers`` (None: ptxas chooses) caps the registers per thread (Triton's
     ``maxnreg``), trading spills for more resident warps; it never changes results.
-    ``split_flush`` (Mamba-2 replay only): flush rows are folded by a second, persistent launch,
-    so the step kernel carries no flush branch (:mod:`.mamba2_replay`); results move by fp32
-    reordering and the flush product's TF32 parts (about fp32 accuracy).
     """
 
     block_head_dim: int
@@ -135,14 +136,11 @@ class LaunchConfig:
     chunks: int = 1
     num_stages: int = 1
     max_registers: Optional[int] = None
-    split_flush: bool = False
 
     def label(self) -> str:
-        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``,
-        ``,split``): sweeps' key."""
+        """``block_head_dim,num_warps,chunks,num_stages`` (and ``,r<max_registers>``): sweeps' key."""
         cap = f",r{self.max_registers}" if self.max_registers is not None else ""
-        split = ",split" if self.split_flush else ""
-        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}{split}"
+        return f"{self.block_head_dim},{self.num_warps},{self.chunks},{self.num_stages}{cap}"
 
     def launch_options(self) -> dict:
         """Triton launch keywords: ``num_warps``, and ``maxnreg`` when capped."""
@@ -171,15 +169,10 @@ def mamba2_launch_config(route: str, head_dim: int, d_state: int, batch: int,
     if batch < 8:
         # Few rows: spread each head over several programs to fill the GPU.
         return LaunchConfig(block_head_dim=min(8 if wide else 16, pow2), num_warps=1 if wide else 2)
-    # From 8 rows, 16-bit checkpoints: flush rows folded by a second launch (split_flush), so
-    # that the step kernel carries no flush branch: 6-16% faster at batch 16-512; with fp32
-    # checkpoints it was 1-9% slower at batch 16, 256 and 512 (H200, 2026-12-01, docs/kernel-notes.md).
-    split = not wide
     if batch < 32:
-        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1, split_flush=split)
+        return LaunchConfig(block_head_dim=min(32, pow2), num_warps=1)
     # Many rows: one program per head, its checkpoint streamed through a
     # cp.async pipeline, so the per-head work (weights, B.C) is paid once and loads stay in flight.
     block = min(16 if batch < 128 else 8, pow2)
     return LaunchConfig(block_head_dim=block, num_warps=2 if (batch < 128 and not wide) else 1,
-                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3,
-                        split_flush=split)
+                        chunks=triton.cdiv(head_dim, block), num_stages=2 if (batch < 128 and wide) else 3)

@@ -13,7 +13,25 @@ from torch import Tensor
 
 from .common import LaunchConfig
 
-__all__ = ["gated_delta_launch_config", "gated_delta_step_args", "gated_delta_step_constexprs"]
+__all__ = [
+    "gated_delta_launch_config",
+    "gated_delta_step_args",
+    "gated_delta_step_constexprs",
+    "multiprocessor_count",
+    "CPU_MULTIPROCESSORS",
+    "H200_MULTIPROCESSORS",
+]
+
+CPU_MULTIPROCESSORS = 4  # "multiprocessors" of a CPU, where the kernels run under the interpreter
+H200_MULTIPROCESSORS = 132  # the GPU the launch tables were tuned on (default target of AOT plugins)
+
+
+def multiprocessor_count(device: torch.device) -> int:
+    """Multiprocessors of ``device`` (a CUDA device's, asked once per device by torch's cache of
+    device properties); CPU_MULTIPROCESSORS on any other device."""
+    if device.type != "cuda":
+        return CPU_MULTIPROCESSORS
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @triton.jit
@@ -64,7 +82,7 @@ def gated_delta_step_constexprs(g: Tensor, head_k_dim: int, use_qk_l2norm: bool)
 
 
 def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, heads: int,
-                              state_dtype: torch.dtype) -> LaunchConfig:
+                              state_dtype: torch.dtype, *, multiprocessors: int) -> LaunchConfig:
     """Launch configuration of the gated delta-rule kernels for ``heads`` = batch * v_heads
     (row, value head) pairs. Measured on an H200 (docs/kernel-notes.md, gated delta v2).
 
@@ -73,7 +91,8 @@ def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, head
       2026-11-30: one warp beat two by 2-17% at batch 64/256, most for bf16 state and KDA).
     - ``"replay_step"``: tiles of 16 value rows (the flush's tile product needs >= 16),
       one warp; a program walks as many tiles of its head as keeps >= ~8 programs per
-      multiprocessor busy, so the per-head work (decays, scores) is paid once per program.
+      multiprocessor busy (``multiprocessors``: :func:`multiprocessor_count` of the launch's
+      device), so the per-head work (decays, scores) is paid once per program.
     """
     if route == "decode_step":
         return LaunchConfig(block_head_dim=min(8 if state_dtype.itemsize >= 4 else 16,
@@ -81,9 +100,9 @@ def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, head
     if route != "replay_step":
         raise ValueError(f"gated_delta_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
     tiles = triton.cdiv(head_v_dim, 16)
-    spans = min(tiles, triton.next_power_of_2(triton.cdiv(_PROGRAMS_WANTED, heads)))
+    spans = min(tiles, triton.next_power_of_2(triton.cdiv(_PROGRAMS_PER_SM * multiprocessors, heads)))
     return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans),
                         num_stages=3 if spans < tiles else 1)
 
 
-_PROGRAMS_WANTED = 8 * 132  # eight one-warp programs per H200 multiprocessor
+_PROGRAMS_PER_SM = 8  # one-warp programs wanted per multiprocessor

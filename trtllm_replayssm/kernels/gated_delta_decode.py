@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .common import LaunchConfig
 from .gated_delta_common import (decay_columns, gated_delta_launch_config, gated_delta_step_args,
-                                 gated_delta_step_constexprs, load_log_decay, load_qk)
+                                 gated_delta_step_constexprs, load_log_decay, load_qk, multiprocessor_count)
 
 __all__ = ["launch_gated_delta_decode_step"]
 
@@ -75,7 +75,8 @@ def launch_gated_delta_decode_step(state: Tensor, q: Tensor, k: Tensor, v: Tenso
     (already checked)."""
     batch, v_heads, head_v_dim = v.shape
     head_k_dim = q.shape[2]
-    cfg = config or gated_delta_launch_config("decode_step", head_v_dim, head_k_dim, batch * v_heads, state.dtype)
+    cfg = config or gated_delta_launch_config("decode_step", head_v_dim, head_k_dim, batch * v_heads, state.dtype,
+                                              multiprocessors=multiprocessor_count(state.device))
     grid = (triton.cdiv(head_v_dim, cfg.block_head_dim), v_heads, batch)
     _gated_delta_decode_step_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),

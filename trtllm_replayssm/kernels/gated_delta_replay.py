@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .common import LaunchConfig, advance_cursor, split_dot
 from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
-                                 load_log_decay, load_qk)
+                                 load_log_decay, load_qk, multiprocessor_count)
 
 __all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
 
@@ -205,7 +205,7 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
     batch, v_heads, head_v_dim = v.shape
     head_k_dim = q.shape[2]
     cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch * v_heads,
-                                              checkpoint.dtype)
+                                              checkpoint.dtype, multiprocessors=multiprocessor_count(v.device))
     const = replay_constexprs(d_records.shape[2], head_k_dim, g.dim() == 3, use_qk_l2norm, cfg)
     grid = (triton.cdiv(head_v_dim, const["SPAN_V"]), v_heads, batch)
     _gated_delta_replay_step_kernel[grid](

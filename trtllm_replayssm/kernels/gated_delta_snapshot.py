@@ -15,7 +15,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import LaunchConfig, window_tokens
-from .gated_delta_common import decay_columns, gated_delta_launch_config, load_log_decay, load_qk
+from .gated_delta_common import (decay_columns, gated_delta_launch_config, load_log_decay, load_qk,
+                                 multiprocessor_count)
 
 __all__ = ["launch_gated_delta_snapshot_verify"]
 
@@ -80,7 +81,8 @@ def launch_gated_delta_snapshot_verify(state: Tensor, snapshots: Tensor, q: Tens
     """Launch the snapshot verify; arguments already checked by the op."""
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
-    cfg = config or gated_delta_launch_config("decode_step", head_v_dim, head_k_dim, batch * v_heads, state.dtype)
+    cfg = config or gated_delta_launch_config("decode_step", head_v_dim, head_k_dim, batch * v_heads, state.dtype,
+                                              multiprocessors=multiprocessor_count(state.device))
     grid = (triton.cdiv(head_v_dim, cfg.block_head_dim), v_heads, batch)
     _gated_delta_snapshot_verify_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),

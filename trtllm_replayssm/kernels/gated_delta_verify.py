@@ -49,7 +49,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import LaunchConfig, tf32_split, window_tokens
-from .gated_delta_common import decay_columns, gated_delta_launch_config
+from .gated_delta_common import decay_columns, gated_delta_launch_config, multiprocessor_count
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
 
@@ -57,7 +57,7 @@ _FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over th
 
 
 def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
-                                     state_dtype: torch.dtype) -> LaunchConfig:
+                                     state_dtype: torch.dtype, *, multiprocessors: int) -> LaunchConfig:
     """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
     batch * v_heads: 16-row tiles, one warp, a program walking its head's tiles in a
     software-pipelined loop), pipelined at most 2 deep. Timed on an H200 (T = 4, batch 256,
@@ -65,7 +65,8 @@ def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: in
     verify v3): the best for Qwen3.5-122B GDN and Kimi Linear KDA, 6-7% faster than depth 3,
     whose 28.9 KB of shared memory per program left room for 7 resident programs per
     multiprocessor instead of 11; two and four warps took 1.5-3x longer."""
-    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype)
+    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype,
+                                    multiprocessors=multiprocessors)
     return dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
 
 
@@ -413,8 +414,8 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
-    cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads,
-                                                     checkpoint.dtype)
+    cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype,
+                                                     multiprocessors=multiprocessor_count(v.device))
     if cfg.block_head_dim < 16:
         raise ValueError(f"gated delta verify: block_head_dim is {cfg.block_head_dim}; expected >= 16 "
                          "(the tiles are tensor-core operands)")

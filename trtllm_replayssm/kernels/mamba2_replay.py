@@ -1,24 +1,20 @@
 """ReplaySSM Mamba-2 decode step: output from checkpoint + records, state stored only at flush.
 
-One step kernel launch per step (and, with the split flush below, a flush launch after it).
-Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch); each program owns
+One launch per step. Grid (cdiv(head_dim, SPAN_HEAD_DIM), nheads, batch); each program owns
 SPAN_HEAD_DIM rows of one head's checkpoint of one row, computes the per-(row, head) weights once,
 then walks its rows in [BLOCK_HEAD_DIM, d_state] tiles (a loop software-pipelined NUM_STAGES
-deep). It decides on the device, from the row's cursor w, what the row does; flush and non-flush
-have separate loops so that each stays lean for the pipeliner:
+deep), the same loop for every row:
 
-* w < L-1 (non-flush): y = exp(A Λ) (S0 C) + Σ_j s_j (B_j · C) x_j + dt (B · C) x (the
-  inner-product route: the state is never formed), then the record (x, dt, B) is appended at w.
-  The checkpoint is only read.
-* w == L-1 (flush): the same y, and the tile S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ + dt x Bᵀ is
-  formed in exact fp32 and stored over the checkpoint (rounded to its dtype).
+* y = exp(A Λ) (S0 C) + Σ_j s_j (B_j · C) x_j + dt (B · C) x (the inner-product route: the state
+  is never formed); then, for w < L-1, the record (x, dt, B) is appended at w and the
+  checkpoint was only read.
+* w == L-1 (flush), after the loop: the program's rows of S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ +
+  dt x Bᵀ are formed in [FOLD_ROWS, FOLD_D_STATE] tiles (the record sum as one tensor-core
+  product in TF32 parts, about fp32 accuracy; the checkpoint rows come from L2, the loop has
+  just read them) and stored over the checkpoint (rounded to its dtype).
 
-Split flush (``LaunchConfig.split_flush``; the launch table uses it for 16-bit checkpoints from
-batch 8): the step kernel leaves the flush rows alone but for their cursor, and a persistent
-second launch (``_mamba2_replay_flush_kernel``) folds exactly those rows (their cursor is back
-at 0), the records and the step's token, as above, then writes their output from the folded
-state. The step kernel then carries no flush branch, whose registers would be every program's
-although only 1/L of the rows flush.
+So a flush costs only the flush rows their fold: the loop, which sets the kernel's registers and
+pipeline, is the non-flush one.
 
 Weights s_j and the decay are defined in :mod:`trtllm_replayssm.reference.mamba2`.
 
@@ -41,19 +37,19 @@ from torch import Tensor
 from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
                      mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
 
-__all__ = ["launch_mamba2_replay_step", "flush_programs"]
+__all__ = ["launch_mamba2_replay_step", "fold_constexprs"]
 
-# The flush launch's programs: [32, d_state] tiles, 4 warps, loads two tiles deep; this many
-# resident per multiprocessor (168 registers per thread at the Nemotron geometry: 3 fit).
-FLUSH_BLOCK_HEAD_DIM, FLUSH_NUM_WARPS, FLUSH_NUM_STAGES, FLUSH_PROGRAMS_PER_SM = 32, 4, 2, 3
+# A 16-bit checkpoint's flush fold: tiles of FOLD_ROWS rows (the tile product's M, at least 16)
+# by FOLD_D_STATE columns of d_state.
+FOLD_ROWS, FOLD_D_STATE = 16, 32
 
 
-def flush_programs(device: torch.device) -> int:
-    """Programs of the persistent flush launch: FLUSH_PROGRAMS_PER_SM per multiprocessor of
-    ``device`` (4 on a CPU, where the kernels run under the interpreter)."""
-    if device.type != "cuda":
-        return 4
-    return FLUSH_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+def fold_constexprs(d_state: int, state_dtype: torch.dtype) -> dict:
+    """How the step kernel folds a flush row, for ``d_state`` and the checkpoint dtype (the
+    TensorRT plugin passes the same): in [FOLD_ROWS, FOLD_D_STATE] tiles after the loop
+    (``FOLD_TILES``, 16-bit checkpoints) or in the loop, one record at a time (fp32)."""
+    return dict(FOLD_TILES=state_dtype.itemsize < 4, FOLD_ROWS=FOLD_ROWS, FOLD_D_STATE=FOLD_D_STATE,
+                FOLD_CHUNKS=triton.cdiv(d_state, FOLD_D_STATE))
 
 
 @triton.jit
@@ -74,91 +70,6 @@ def _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, 
     y += tl.sum(coef[:, None] * b_xr, axis=0)
     y += cur_coef * b_x
     skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head, z_ptr, out_ptr, HAS_D, D_PER_DIM, HAS_Z)
-
-
-@triton.jit
-def _mamba2_replay_flush_kernel(
-    # the cache, as the step kernel takes it (records [slot, heads or groups, L, ...])
-    ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
-    xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
-    dtr_ptr, stride_dtr_slot, stride_dtr_head,
-    Br_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
-    cursor_ptr,
-    # the step inputs and output, as the step kernel takes them
-    x_ptr, stride_x_batch, stride_x_head,
-    z_ptr, stride_z_batch, stride_z_head,
-    out_ptr, stride_o_batch, stride_o_head,
-    dt_ptr, stride_dt_batch, stride_dt_head,
-    A_ptr, dt_bias_ptr, D_ptr, stride_D_head,
-    B_ptr, stride_B_batch, stride_B_group,
-    C_ptr, stride_C_batch, stride_C_group,
-    slot_ids_ptr,
-    head_dim, d_state, heads_per_group,
-    batch, nheads,
-    L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_BATCH: tl.constexpr, MAX_ITEMS: tl.constexpr,
-    BLOCK_HEAD_DIM: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-):
-    """Second launch of a split-flush step, persistent: the rows whose cursor the step kernel
-    moved back to 0 (they were at L-1) are found and ranked by every program (one gather of the
-    batch's cursors), and their (row, head) items are dealt round-robin over the programs. Item:
-    S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ + dt x Bᵀ over records 0..L-2 and the step's token
-    (from the step inputs, as the one-launch flush takes it), stored over the checkpoint, and
-    y = S C (+ D x, · silu(z)) written to ``out``. The record sum is one tensor-core product in
-    TF32 parts (:func:`~.common.split_dot`, about fp32 accuracy; sm_80+). ``MAX_ITEMS`` bounds
-    each program's items (every row flushing); the loop bound is a constexpr, which the
-    interpreter needs."""
-    pid, programs = tl.program_id(0), tl.num_programs(0)
-    o_r = tl.arange(0, BLOCK_BATCH)
-    slots = tl.load(slot_ids_ptr + o_r, mask=o_r < batch, other=-1)
-    live = slots >= 0
-    cursors = tl.load(cursor_ptr + slots.to(tl.int64), mask=live, other=1)
-    flush = (live & (cursors == 0)).to(tl.int32)
-    rank = tl.cumsum(flush, axis=0) - 1
-    n_items = tl.sum(flush, axis=0) * nheads
-    o_n = tl.arange(0, BLOCK_D_STATE)
-    m_n = o_n < d_state
-    o_l = tl.arange(0, BLOCK_L)
-    m_l = o_l < L - 1                      # a flush folds exactly L-1 records
-    for it in tl.range(0, MAX_ITEMS):
-        item = pid + it * programs
-        if item < n_items:
-            i_h = item % nheads
-            i_b = tl.sum(tl.where((flush == 1) & (rank == item // nheads), o_r, 0), axis=0).to(tl.int64)
-            slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
-            i_g = i_h // heads_per_group
-            b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
-            b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
-            # The group's B records [BLOCK_L, d_state] (16-bit values are exact in TF32).
-            b_Br = tl.load(Br_ptr + slot * stride_Br_slot + i_g * stride_Br_group + o_l[:, None] * stride_Br_pos
-                           + o_n[None, :], mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
-            p_xr = xr_ptr + slot * stride_xr_slot + i_h * stride_xr_head
-            p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
-            p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
-            dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
-                            HAS_DT_BIAS, DT_SOFTPLUS)
-            A = tl.load(A_ptr + i_h).to(tl.float32)
-            b_dtr = tl.load(dtr_ptr + slot * stride_dtr_slot + i_h * stride_dtr_head + o_l, mask=m_l, other=0.0)
-            b_w, ckpt_decay = _record_weights(b_dtr, o_l, m_l, A, dt)
-            for c in tl.range(0, CHUNKS, num_stages=NUM_STAGES):
-                o_p = c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
-                m_p = o_p < head_dim
-                m_c = m_p[:, None] & m_n[None, :]
-                b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], mask=m_c, other=0.0).to(tl.float32)
-                b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
-                # x records as [BLOCK_HEAD_DIM, BLOCK_L], weighted: the fold is one product.
-                b_xw = tl.load(p_xr + o_l[None, :] * stride_xr_pos + o_p[:, None],
-                               mask=m_p[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_w[None, :]
-                b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_B[None, :]
-                b_s = split_dot(b_xw, b_Br, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
-                y = tl.sum(b_s * b_C[None, :], axis=1)
-                skip_gate_store(y, b_x, o_p, m_p, i_h, D_ptr, stride_D_head,
-                                z_ptr + i_b * stride_z_batch + i_h * stride_z_head,
-                                out_ptr + i_b * stride_o_batch + i_h * stride_o_head,
-                                HAS_D, D_PER_DIM, HAS_Z)
-                tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
 
 
 @triton.jit
@@ -187,7 +98,8 @@ def _mamba2_replay_step_kernel(
     head_dim, d_state, heads_per_group,
     L: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
-    NUM_STAGES: tl.constexpr, SPLIT_FLUSH: tl.constexpr,
+    NUM_STAGES: tl.constexpr, FOLD_TILES: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_D_STATE: tl.constexpr,
+    FOLD_CHUNKS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
@@ -211,7 +123,8 @@ def _mamba2_replay_step_kernel(
     dt = process_dt(dt_ptr + i_b * stride_dt_batch + i_h * stride_dt_head, dt_bias_ptr, i_h,
                     HAS_DT_BIAS, DT_SOFTPLUS)
     A = tl.load(A_ptr + i_h).to(tl.float32)
-    b_B = tl.load(B_ptr + i_b * stride_B_batch + i_g * stride_B_group + o_n, mask=m_n, other=0.0).to(tl.float32)
+    p_B = B_ptr + i_b * stride_B_batch + i_g * stride_B_group
+    b_B = tl.load(p_B + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_C = tl.load(C_ptr + i_b * stride_C_batch + i_g * stride_C_group + o_n, mask=m_n, other=0.0).to(tl.float32)
     b_Br = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_n[None, :],
                    mask=m_l[:, None] & m_n[None, :], other=0.0).to(tl.float32)
@@ -224,12 +137,10 @@ def _mamba2_replay_step_kernel(
     p_z = z_ptr + i_b * stride_z_batch + i_h * stride_z_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_HEAD_DIM
-    if w == L - 1:
-        # Split flush: nothing here; the flush launch folds this row and writes its output.
-        if not SPLIT_FLUSH:
-            # Flush: output, then the folded state tile stored over the checkpoint. Exact fp32
-            # rank-1 updates, one record at a time (an FMA tl.dot costs registers that every
-            # program would pay).
+    if not FOLD_TILES:
+        if w == L - 1:
+            # fp32 checkpoint, flush: output, then the folded state tile stored over the checkpoint, in
+            # the loop. Exact fp32 rank-1 updates, one record at a time.
             for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
                 o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
                 m_p = o_p < head_dim
@@ -247,23 +158,49 @@ def _mamba2_replay_step_kernel(
                     Bj = tl.load(p_Br + j * stride_Br_pos + o_n, mask=m_n, other=0.0).to(tl.float32)
                     b_s += (wj * xj)[:, None] * Bj[None, :]
                 tl.store(p_c + o_p[:, None] * stride_c_dim + o_n[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
-    else:
-        # Non-flush: output from checkpoint + records (the state is never formed), append x.
-        for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
-            o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
-            m_p = o_p < head_dim
-            b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
-                           mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
-            b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
-            b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
-                           mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
-            _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
-                                 D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
-            tl.store(p_xr + w * stride_xr_pos + o_p, b_x.to(xr_ptr.dtype.element_ty), mask=m_p)
-        if i_s == 0:
-            tl.store(p_dtr + w, dt)
-            if i_h % heads_per_group == 0:
-                tl.store(p_Br + w * stride_Br_pos + o_n, b_B.to(Br_ptr.dtype.element_ty), mask=m_n)
+            advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
+            return
+    # Output from checkpoint + records (the state is never formed), and the step's x appended at
+    # w (not at a flush: the fold below takes the step's token from the inputs).
+    for c in tl.range(0, SPAN_HEAD_DIM // BLOCK_HEAD_DIM, num_stages=NUM_STAGES):
+        o_p = p_start + c * BLOCK_HEAD_DIM + tl.arange(0, BLOCK_HEAD_DIM)
+        m_p = o_p < head_dim
+        b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
+                       mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+        b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
+        b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
+                       mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
+        _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, m_p, i_h,
+                             D_ptr, stride_D_head, p_z, p_o, HAS_D, D_PER_DIM, HAS_Z)
+        tl.store(p_xr + w * stride_xr_pos + o_p, b_x.to(xr_ptr.dtype.element_ty), mask=m_p & (w < L - 1))
+    if w == L - 1:
+        # Fold records 0..L-2 (weights b_wr: w = L-1) and the step's token into this program's
+        # rows of the checkpoint, in [FOLD_ROWS, FOLD_D_STATE] tiles (the rows come from L2: the
+        # loop above has just read them); the record sum is one tensor-core product in TF32
+        # parts (common.split_dot, about fp32 accuracy; sm_80+).
+        m_f_l = o_l < L - 1
+        for t in tl.range(0, (SPAN_HEAD_DIM + FOLD_ROWS - 1) // FOLD_ROWS * FOLD_CHUNKS, num_stages=2):
+            o_f = p_start + (t // FOLD_CHUNKS) * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
+            m_f = (o_f < head_dim) & (o_f < p_start + SPAN_HEAD_DIM)
+            o_d = (t % FOLD_CHUNKS) * FOLD_D_STATE + tl.arange(0, FOLD_D_STATE)
+            m_d = o_d < d_state
+            m_fd = m_f[:, None] & m_d[None, :]
+            p_cf = p_c + o_f[:, None] * stride_c_dim + o_d[None, :]
+            b_s0 = tl.load(p_cf, mask=m_fd, other=0.0).to(tl.float32)
+            b_x = tl.load(p_x + o_f, mask=m_f, other=0.0).to(tl.float32)
+            b_Bd = tl.load(p_B + o_d, mask=m_d, other=0.0).to(tl.float32)
+            # Records past L-2 are masked, not only weighted by 0: they may be stale (inf * 0).
+            b_xw = tl.load(p_xr + o_l[None, :] * stride_xr_pos + o_f[:, None],
+                           mask=m_f[:, None] & m_f_l[None, :], other=0.0).to(tl.float32) * b_wr[None, :]
+            b_Brd = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_d[None, :],
+                            mask=m_f_l[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+            b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_Bd[None, :]
+            b_s = split_dot(b_xw, b_Brd, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
+            tl.store(p_cf, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_fd)
+    elif i_s == 0:
+        tl.store(p_dtr + w, dt)
+        if i_h % heads_per_group == 0:
+            tl.store(p_Br + w * stride_Br_pos + o_n, b_B.to(Br_ptr.dtype.element_ty), mask=m_n)
 
     advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
@@ -288,27 +225,10 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
         B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
         cursor, arrivals,
         *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
-        L=L, BLOCK_L=max(2, triton.next_power_of_2(L)),
+        L=L, BLOCK_L=max(16, triton.next_power_of_2(L)),  # the fold's tile product: K >= 16
         BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
-        SPLIT_FLUSH=cfg.split_flush,
+        **fold_constexprs(d_state, checkpoint.dtype),
         **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
     )
-    if cfg.split_flush:
-        block = min(FLUSH_BLOCK_HEAD_DIM, max(16, triton.next_power_of_2(head_dim)))  # tl.dot: >= 16
-        programs = flush_programs(x.device)
-        _mamba2_replay_flush_kernel[(programs,)](
-            checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
-            x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
-            dt_records, dt_records.stride(0), dt_records.stride(1),
-            B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
-            cursor,
-            *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
-            batch, nheads,
-            L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_BATCH=triton.next_power_of_2(batch),
-            MAX_ITEMS=triton.cdiv(batch * nheads, programs),
-            BLOCK_HEAD_DIM=block, CHUNKS=triton.cdiv(head_dim, block),
-            NUM_STAGES=FLUSH_NUM_STAGES, num_warps=FLUSH_NUM_WARPS,
-            **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
-        )
     return out

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt,
+from .common import (LaunchConfig, mamba2_launch_config, mamba2_optional_inputs, mamba2_step_constexprs, process_dt,
                      skip_gate_store, window_tokens)
 
 __all__ = ["launch_mamba2_snapshot_verify"]
@@ -89,8 +89,7 @@ def launch_mamba2_snapshot_verify(state: Tensor, snapshots: Tensor, x: Tensor, d
     ngroups, d_state = B.shape[2], B.shape[3]
     cfg = config or mamba2_launch_config("decode_step", head_dim, d_state, batch, state.dtype)
     grid = (triton.cdiv(head_dim, cfg.block_head_dim), nheads, batch)
-    zz = z if z is not None else x
-    DD = D if D is not None else A
+    zz, DD, bias = mamba2_optional_inputs(x, A, D, z, dt_bias)
     _mamba2_snapshot_verify_kernel[grid](
         state, state.stride(0), state.stride(1), state.stride(2),
         snapshots, snapshots.stride(0), snapshots.stride(1), snapshots.stride(2), snapshots.stride(3),
@@ -98,7 +97,7 @@ def launch_mamba2_snapshot_verify(state: Tensor, snapshots: Tensor, x: Tensor, d
         zz, zz.stride(0), zz.stride(1), zz.stride(2),
         out, out.stride(0), out.stride(1), out.stride(2),
         dt, dt.stride(0), dt.stride(1), dt.stride(2),
-        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+        A, bias, DD, DD.stride(0),
         B, B.stride(0), B.stride(1), B.stride(2),
         C, C.stride(0), C.stride(1), C.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids,

@@ -39,7 +39,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, mamba2_launch_config, mamba2_step_constexprs, process_dt, window_tokens
+from .common import (LaunchConfig, mamba2_launch_config, mamba2_optional_inputs, mamba2_step_constexprs,
+                     process_dt, window_tokens)
 
 __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 
@@ -320,8 +321,7 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
     cfg = config or mamba2_verify_launch_config(head_dim, d_state, batch, checkpoint.dtype)
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_dim, span), nheads, batch)
-    zz = z if z is not None else x
-    DD = D if D is not None else A
+    zz, DD, bias = mamba2_optional_inputs(x, A, D, z, dt_bias)
     _mamba2_replay_verify_kernel[grid](
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
         x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
@@ -332,7 +332,7 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
         zz, zz.stride(0), zz.stride(1), zz.stride(2),
         out, out.stride(0), out.stride(1), out.stride(2),
         dt, dt.stride(0), dt.stride(1), dt.stride(2),
-        A, dt_bias if dt_bias is not None else A, DD, DD.stride(0),
+        A, bias, DD, DD.stride(0),
         B, B.stride(0), B.stride(1), B.stride(2),
         C, C.stride(0), C.stride(1), C.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids,

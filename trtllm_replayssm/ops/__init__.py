@@ -1,6 +1,7 @@
 """Public ops of trtllm_replayssm (registered as ``torch.ops.replayssm.*``)."""
 
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from ..checks import SlotBatch
 from .gated_delta import gdn_decode_step, gdn_gate, gdn_replay_step, kda_decode_step, kda_gate, kda_replay_step
 from .mamba2 import MAX_L, mamba2_decode_step, mamba2_replay_step
 from .spec import (
@@ -26,6 +27,7 @@ __all__ = [
     "GDNReplayCache",
     "KDAReplayCache",
     "MAX_L",
+    "SlotBatch",
     "mamba2_decode_step",
     "mamba2_replay_step",
     "replay_cache_state",

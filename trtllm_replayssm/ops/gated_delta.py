@@ -10,26 +10,52 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional
+from typing import NamedTuple, Optional, Union
 
 import torch
 
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
+from ..checks import (
+    check_flag,
+    check_optional,
+    check_slot_ids,
+    check_state,
+    check_tensor,
+    dividing_heads,
+    float_dtypes,
+    resolve_scale,
+    SlotBatch,
+    slot_tensor,
+    token_rows,
+)
 from ..reference.gated_delta import delta_rule_gate, gated_delta_decode_step_ref, gated_delta_replay_step_ref
-from ._validate import check_flag, check_rank, check_slot_ids, check_tensor, float_dtypes
+from .library import define_op, new_out
 
-__all__ = ["gdn_decode_step", "gdn_replay_step", "kda_decode_step", "kda_replay_step", "gdn_gate", "kda_gate"]
-
-_REPLAY_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
-
+__all__ = [
+    "gdn_decode_step",
+    "gdn_replay_step",
+    "kda_decode_step",
+    "kda_replay_step",
+    "gdn_gate",
+    "kda_gate",
+    "DeltaRuleInputs",
+    "DeltaRuleDims",
+    "check_gated_delta_inputs",
+    "cache_fields",
+]
 
 # --------------------------------------------------------------------------- custom ops
-# All arguments positional (custom ops take no keyword-only tensors); scale already resolved.
+# Same argument names and order as the public functions (:func:`define_op`); scale resolved.
 
 
-@torch.library.custom_op("replayssm::gated_delta_decode_step", mutates_args=("state", "out"))
+@define_op(
+    "gated_delta_decode_step",
+    mutates_args=("state", "out"),
+    reference=gated_delta_decode_step_ref,
+    launcher="gated_delta_decode:launch_gated_delta_decode_step",
+)
 def _gated_delta_decode_step_op(
     state: Tensor,
     q: Tensor,
@@ -42,24 +68,15 @@ def _gated_delta_decode_step_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_decode_step_ref(state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
+    """Schema of ``replayssm::gated_delta_decode_step``."""
 
 
-@_gated_delta_decode_step_op.register_kernel("cuda")
-def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
-
-    launch_gated_delta_decode_step(
-        state, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out
-    )
-
-
-@_gated_delta_decode_step_op.register_fake
-def _(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    return None
-
-
-@torch.library.custom_op("replayssm::gated_delta_replay_step", mutates_args=_REPLAY_FIELDS + ("out",))
+@define_op(
+    "gated_delta_replay_step",
+    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "out"),
+    reference=gated_delta_replay_step_ref,
+    launcher="gated_delta_replay:launch_gated_delta_replay_step",
+)
 def _gated_delta_replay_step_op(
     checkpoint: Tensor,
     d_records: Tensor,
@@ -77,192 +94,124 @@ def _gated_delta_replay_step_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_replay_step_ref(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_replay_step_op.register_kernel("cuda")
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    from ..kernels.gated_delta_replay import launch_gated_delta_replay_step
-
-    launch_gated_delta_replay_step(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        arrivals,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_replay_step_op.register_fake
-def _(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out):
-    return None
+    """Schema of ``replayssm::gated_delta_replay_step``."""
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _resolve_scale(op: str, scale, head_k_dim: int) -> float:
-    if scale is None:
-        return head_k_dim**-0.5
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise TypeError(f"{op}: scale is {scale!r}; expected None (head_k_dim ** -0.5) or a positive finite float")
-    return float(scale)
+class DeltaRuleInputs(NamedTuple):
+    """One GDN / KDA step's inputs besides the cache, in the custom ops' order: one token per
+    row (``[batch, ...]``) or a window of T tokens (``[batch, T, ...]``).
 
+    q, k: [batch, (T,) k_heads, head_k_dim] raw. v: [batch, (T,) v_heads, head_v_dim], q's
+    dtype. g: log-decays, [batch, (T,) v_heads] (GDN) or [batch, (T,) v_heads, head_k_dim]
+    (KDA). beta: [batch, (T,) v_heads]. slot_ids: [batch] int32 or a
+    :class:`~trtllm_replayssm.checks.SlotBatch`. scale: float | None (head_k_dim ** -0.5).
+    use_qk_l2norm: bool. out: like v | None.
+    """
 
-def _check_inputs(
-    op: str,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    use_qk_l2norm,
-    out,
-    *,
-    per_channel: bool,
-    k_heads: int,
-    v_heads: int,
-    head_k_dim: int,
-    head_v_dim: int,
-    num_slots: int,
-    device: torch.device,
-) -> None:
-    """Checks the step inputs against the layer geometry."""
-    check_rank(op, "q", q, 3, f"[batch, k_heads, head_k_dim] = (batch, {k_heads}, {head_k_dim})")
-    batch = q.shape[0]
-    floats = float_dtypes(device)
-    check_tensor(op, "q", q, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=floats, device=device)
-    act = (q.dtype,)
-    check_tensor(op, "k", k, "[batch, k_heads, head_k_dim]", (batch, k_heads, head_k_dim), dtypes=act, device=device)
-    check_tensor(op, "v", v, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
-    if per_channel:
-        check_tensor(op, "g", g, "[batch, v_heads, head_k_dim]", (batch, v_heads, head_k_dim), dtypes=floats, device=device)
-    else:
-        check_tensor(op, "g", g, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device, inner_contiguous=False)
-    check_tensor(op, "beta", beta, "[batch, v_heads]", (batch, v_heads), dtypes=floats, device=device, inner_contiguous=False)
-    check_flag(op, "use_qk_l2norm", use_qk_l2norm)
-    if out is not None:
-        check_tensor(op, "out", out, "[batch, v_heads, head_v_dim]", (batch, v_heads, head_v_dim), dtypes=act, device=device)
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    g: Tensor
+    beta: Tensor
+    slot_ids: Union[Tensor, SlotBatch]
+    scale: Optional[float]
+    use_qk_l2norm: bool
+    out: Optional[Tensor]
 
-
-def _decode_step(op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
-    check_rank(op, "state", state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
-    num_slots, v_heads, head_v_dim, head_k_dim = state.shape
-    k_heads = q.shape[1] if isinstance(q, Tensor) and q.dim() == 3 else -1
-    if k_heads < 1 or v_heads % k_heads:
-        raise ValueError(
-            f"{op}: q has shape {tuple(q.shape) if isinstance(q, Tensor) else q}; expected [batch, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
+    def for_launch(self, op: str, head_k_dim: int) -> "DeltaRuleInputs":
+        """The custom op's arguments: the slot ids as a tensor, the scale resolved (a bad one
+        raises TypeError), ``out`` a fresh zeroed tensor when None."""
+        return self._replace(
+            slot_ids=slot_tensor(self.slot_ids), scale=resolve_scale(op, self.scale, head_k_dim), out=new_out(self.v, self.out)
         )
-    floats = float_dtypes(state.device)
+
+    def token(self, s: int, rows: Tensor) -> "DeltaRuleInputs":
+        """Token ``s`` of a window (launch form), for slot ids ``rows``."""
+        q, k, v, g, beta = (t[:, s] for t in (self.q, self.k, self.v, self.g, self.beta))
+        return self._replace(q=q, k=k, v=v, g=g, beta=beta, slot_ids=rows, out=self.out[:, s])
+
+
+class DeltaRuleDims(NamedTuple):
+    """What GDN / KDA inputs are checked against: the layer geometry, the gate's layout
+    (``per_channel``: KDA), the slots of the cache or state and the device."""
+
+    k_heads: int
+    v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    per_channel: bool
+    num_slots: int
+    device: torch.device
+
+    @classmethod
+    def of_cache(cls, cache) -> "DeltaRuleDims":
+        c = cache
+        return cls(c.k_heads, c.v_heads, c.head_k_dim, c.head_v_dim, c.PER_CHANNEL_GATE, c.num_slots, c.device)
+
+    @classmethod
+    def of_state(cls, op: str, name: str, state, q, per_channel: bool, window: bool) -> "DeltaRuleDims":
+        """Checks a conventional state [num_slots, v_heads, head_v_dim, head_k_dim] (``name``)
+        and takes k_heads from q [batch, (T,) k_heads, head_k_dim]."""
+        num_slots, v_heads, head_v_dim, head_k_dim = check_state(
+            op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]"
+        )
+        k_heads = dividing_heads(op, "q", q, "k_heads, head_k_dim", "v_heads", v_heads, window)
+        return cls(k_heads, v_heads, head_k_dim, head_v_dim, per_channel, num_slots, state.device)
+
+
+def check_gated_delta_inputs(op: str, inputs: DeltaRuleInputs, dims: DeltaRuleDims, max_T: Optional[int] = None) -> int:
+    """Checks a GDN / KDA step's inputs against ``dims``; returns the tokens per row: 1 for one
+    step (``max_T`` None), T for a window of 1 <= T <= ``max_T`` tokens."""
+    q, k, v, g, beta, slot_ids, _, use_qk_l2norm, out = inputs
+    k_heads, v_heads, head_k_dim, head_v_dim, per_channel, num_slots, device = dims
+    lead, rows, T = token_rows(op, "q", q, "k_heads, head_k_dim", (k_heads, head_k_dim), max_T)
+    floats = float_dtypes(device)
+    shape_q, shape_v = rows + (k_heads, head_k_dim), rows + (v_heads, head_v_dim)
+    check_tensor(op, "q", q, f"[{lead}, k_heads, head_k_dim]", shape_q, dtypes=floats, device=device)
+    act = (q.dtype,)
+    check_tensor(op, "k", k, f"[{lead}, k_heads, head_k_dim]", shape_q, dtypes=act, device=device)
+    check_tensor(op, "v", v, f"[{lead}, v_heads, head_v_dim]", shape_v, dtypes=act, device=device)
+    if per_channel:
+        check_tensor(op, "g", g, f"[{lead}, v_heads, head_k_dim]", rows + (v_heads, head_k_dim), dtypes=floats, device=device)
+    else:
+        check_tensor(op, "g", g, f"[{lead}, v_heads]", rows + (v_heads,), dtypes=floats, device=device, inner_contiguous=False)
     check_tensor(
-        op,
-        "state",
-        state,
-        "[num_slots, v_heads, head_v_dim, head_k_dim]",
-        tuple(state.shape),
-        dtypes=floats,
-        device=state.device,
+        op, "beta", beta, f"[{lead}, v_heads]", rows + (v_heads,), dtypes=floats, device=device, inner_contiguous=False
     )
-    _check_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=per_channel,
-        k_heads=k_heads,
-        v_heads=v_heads,
-        head_k_dim=head_k_dim,
-        head_v_dim=head_v_dim,
-        num_slots=num_slots,
-        device=state.device,
-    )
-    scale = _resolve_scale(op, scale, head_k_dim)
-    out = torch.zeros_like(v) if out is None else out
-    torch.ops.replayssm.gated_delta_decode_step(state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
-    return out
+    check_flag(op, "use_qk_l2norm", use_qk_l2norm)
+    check_optional(op, "out", out, f"[{lead}, v_heads, head_v_dim]", shape_v, dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, rows[0], num_slots, device)
+    return T
 
 
-def _replay_step(op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out) -> Tensor:
+def cache_fields(cache) -> tuple:
+    """The cache tensors the replay custom ops take first, in order."""
+    return (cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.arrivals)
+
+
+def _decode_step(op: str, per_channel: bool, state, inputs: DeltaRuleInputs) -> Tensor:
+    dims = DeltaRuleDims.of_state(op, "state", state, inputs.q, per_channel, window=False)
+    check_gated_delta_inputs(op, inputs, dims)
+    run = inputs.for_launch(op, dims.head_k_dim)
+    torch.ops.replayssm.gated_delta_decode_step(state, *run)
+    return run.out
+
+
+def _replay_step(op: str, cache_type: type, cache, inputs: DeltaRuleInputs) -> Tensor:
     if not isinstance(cache, cache_type):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {cache_type.__name__}")
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
-    for name in _REPLAY_FIELDS:
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    _check_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        use_qk_l2norm,
-        out,
-        per_channel=cache_type.PER_CHANNEL_GATE,
-        k_heads=cache.k_heads,
-        v_heads=cache.v_heads,
-        head_k_dim=cache.head_k_dim,
-        head_v_dim=cache.head_v_dim,
-        num_slots=cache.num_slots,
-        device=device,
-    )
-    scale = _resolve_scale(op, scale, cache.head_k_dim)
-    out = torch.zeros_like(v) if out is None else out
-    torch.ops.replayssm.gated_delta_replay_step(
-        cache.checkpoint,
-        cache.d_records,
-        cache.k_records,
-        cache.g_records,
-        cache.cursor,
-        cache.arrivals,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        scale,
-        use_qk_l2norm,
-        out,
-    )
-    return out
+    check_gated_delta_inputs(op, inputs, DeltaRuleDims.of_cache(cache))
+    run = inputs.for_launch(op, cache.head_k_dim)
+    torch.ops.replayssm.gated_delta_replay_step(*cache_fields(cache), *run)
+    return run.out
 
 
 # --------------------------------------------------------------------------- public API
@@ -301,7 +250,9 @@ def gdn_decode_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _decode_step("gdn_decode_step", False, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _decode_step(
+        "gdn_decode_step", False, state, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    )
 
 
 def kda_decode_step(
@@ -317,7 +268,7 @@ def kda_decode_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _decode_step("kda_decode_step", True, state, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _decode_step("kda_decode_step", True, state, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out))
 
 
 def gdn_replay_step(
@@ -333,7 +284,9 @@ def gdn_replay_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _replay_step("gdn_replay_step", GDNReplayCache, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _replay_step(
+        "gdn_replay_step", GDNReplayCache, cache, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    )
 
 
 def kda_replay_step(
@@ -349,7 +302,9 @@ def kda_replay_step(
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
 ) -> Tensor:
-    return _replay_step("kda_replay_step", KDAReplayCache, cache, q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _replay_step(
+        "kda_replay_step", KDAReplayCache, cache, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    )
 
 
 _DECODE_DOC = (

@@ -7,25 +7,49 @@ trace under ``torch.compile`` and record into CUDA graphs.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional, Union
 
 import torch
 
 from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
+from ..checks import (
+    check_flag,
+    check_optional,
+    check_slot_ids,
+    check_state,
+    check_tensor,
+    dividing_heads,
+    float_dtypes,
+    SlotBatch,
+    slot_tensor,
+    token_rows,
+)
 from ..reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref
-from ._validate import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes
+from .library import define_op, new_out
 
-__all__ = ["mamba2_decode_step", "mamba2_replay_step", "MAX_L"]
+__all__ = [
+    "mamba2_decode_step",
+    "mamba2_replay_step",
+    "Mamba2Inputs",
+    "Mamba2Dims",
+    "check_mamba2_inputs",
+    "cache_fields",
+    "MAX_L",
+]
 
 
 # --------------------------------------------------------------------------- custom ops
-# Same argument names and order as the public functions; all positional, since custom ops
-# take no keyword-only tensors.
+# Same argument names and order as the public functions (:func:`define_op`).
 
 
-@torch.library.custom_op("replayssm::mamba2_decode_step", mutates_args=("state", "out"))
+@define_op(
+    "mamba2_decode_step",
+    mutates_args=("state", "out"),
+    reference=mamba2_decode_step_ref,
+    launcher="mamba2_decode:launch_mamba2_decode_step",
+)
 def _mamba2_decode_step_op(
     state: Tensor,
     x: Tensor,
@@ -40,28 +64,14 @@ def _mamba2_decode_step_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_decode_step_ref(
-        state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out
-    )
+    """Schema of ``replayssm::mamba2_decode_step``."""
 
 
-@_mamba2_decode_step_op.register_kernel("cuda")
-def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
-    from ..kernels.mamba2_decode import launch_mamba2_decode_step
-
-    launch_mamba2_decode_step(
-        state, x, dt, A, B, C, slot_ids=slot_ids, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out
-    )
-
-
-@_mamba2_decode_step_op.register_fake
-def _(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out):
-    return None
-
-
-@torch.library.custom_op(
-    "replayssm::mamba2_replay_step",
+@define_op(
+    "mamba2_replay_step",
     mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out"),
+    reference=mamba2_replay_step_ref,
+    launcher="mamba2_replay:launch_mamba2_replay_step",
 )
 def _mamba2_replay_step_op(
     checkpoint: Tensor,
@@ -82,112 +92,111 @@ def _mamba2_replay_step_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_replay_step_ref(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_replay_step_op.register_kernel("cuda")
-def _(
-    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out
-):
-    from ..kernels.mamba2_replay import launch_mamba2_replay_step
-
-    launch_mamba2_replay_step(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        arrivals,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_replay_step_op.register_fake
-def _(
-    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out
-):
-    return None
+    """Schema of ``replayssm::mamba2_replay_step``."""
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _check_inputs(
-    op: str,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-    *,
-    nheads: int,
-    head_dim: int,
-    d_state: int,
-    ngroups: int,
-    num_slots: int,
-    act_dtype: Optional[torch.dtype],
-    device: torch.device,
-) -> None:
-    """Checks the step inputs against the layer geometry."""
-    check_rank(op, "x", x, 3, f"[batch, nheads, head_dim] = (batch, {nheads}, {head_dim})")
-    batch = x.shape[0]
+class Mamba2Inputs(NamedTuple):
+    """One Mamba-2 step's inputs besides the cache, in the custom ops' order: one token per row
+    (``[batch, ...]``) or a window of T tokens (``[batch, T, ...]``).
+
+    x: [batch, (T,) nheads, head_dim]. dt: [batch, (T,) nheads] raw (before dt_bias and
+    softplus), any float dtype and strides. A: [nheads] fp32 (fp64 on the CPU). B, C:
+    [batch, (T,) ngroups, d_state], x's dtype. slot_ids: [batch] int32 or a
+    :class:`~trtllm_replayssm.checks.SlotBatch`. D: [nheads] | [nheads, head_dim] | None.
+    z: like x | None. dt_bias: [nheads] | None. dt_softplus: bool. out: like x | None.
+    """
+
+    x: Tensor
+    dt: Tensor
+    A: Tensor
+    B: Tensor
+    C: Tensor
+    slot_ids: Union[Tensor, SlotBatch]
+    D: Optional[Tensor]
+    z: Optional[Tensor]
+    dt_bias: Optional[Tensor]
+    dt_softplus: bool
+    out: Optional[Tensor]
+
+    def for_launch(self) -> "Mamba2Inputs":
+        """The custom op's arguments: the slot ids as a tensor, ``out`` a fresh zeroed tensor
+        when None."""
+        return self._replace(slot_ids=slot_tensor(self.slot_ids), out=new_out(self.x, self.out))
+
+    def token(self, s: int, rows: Tensor) -> "Mamba2Inputs":
+        """Token ``s`` of a window (launch form), for slot ids ``rows``."""
+        return self._replace(
+            x=self.x[:, s],
+            dt=self.dt[:, s],
+            B=self.B[:, s],
+            C=self.C[:, s],
+            slot_ids=rows,
+            z=None if self.z is None else self.z[:, s],
+            out=self.out[:, s],
+        )
+
+
+class Mamba2Dims(NamedTuple):
+    """What Mamba-2 inputs are checked against: the layer geometry, the slots of the cache or
+    state, the activation dtype (None: any float dtype) and the device."""
+
+    nheads: int
+    head_dim: int
+    d_state: int
+    ngroups: int
+    num_slots: int
+    act_dtype: Optional[torch.dtype]
+    device: torch.device
+
+    @classmethod
+    def of_cache(cls, cache: Mamba2ReplayCache) -> "Mamba2Dims":
+        return cls(cache.nheads, cache.head_dim, cache.d_state, cache.ngroups, cache.num_slots, cache.act_dtype, cache.device)
+
+    @classmethod
+    def of_state(cls, op: str, name: str, state, B, window: bool) -> "Mamba2Dims":
+        """Checks a conventional state [num_slots, nheads, head_dim, d_state] (``name``) and
+        takes ngroups from B [batch, (T,) ngroups, d_state]."""
+        num_slots, nheads, head_dim, d_state = check_state(op, name, state, "[num_slots, nheads, head_dim, d_state]")
+        ngroups = dividing_heads(op, "B", B, "ngroups, d_state", "nheads", nheads, window)
+        return cls(nheads, head_dim, d_state, ngroups, num_slots, None, state.device)
+
+
+def check_mamba2_inputs(op: str, inputs: Mamba2Inputs, dims: Mamba2Dims, max_T: Optional[int] = None) -> int:
+    """Checks a Mamba-2 step's inputs against ``dims``; returns the tokens per row: 1 for one
+    step (``max_T`` None), T for a window of 1 <= T <= ``max_T`` tokens (verify, serial,
+    snapshot)."""
+    x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out = inputs
+    nheads, head_dim, d_state, ngroups, num_slots, act_dtype, device = dims
+    lead, rows, T = token_rows(op, "x", x, "nheads, head_dim", (nheads, head_dim), max_T)
     floats = float_dtypes(device)
     act = (act_dtype,) if act_dtype is not None else floats
-    check_tensor(op, "x", x, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    shape_x = rows + (nheads, head_dim)
+    check_tensor(op, "x", x, f"[{lead}, nheads, head_dim]", shape_x, dtypes=act, device=device)
     act = (x.dtype,)
-    check_tensor(op, "dt", dt, "[batch, nheads]", (batch, nheads), dtypes=floats, device=device, inner_contiguous=False)
+    check_tensor(op, "dt", dt, f"[{lead}, nheads]", rows + (nheads,), dtypes=floats, device=device, inner_contiguous=False)
     a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
     check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
-    check_tensor(op, "B", B, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
-    check_tensor(op, "C", C, "[batch, ngroups, d_state]", (batch, ngroups, d_state), dtypes=act, device=device)
+    for name, t in (("B", B), ("C", C)):
+        check_tensor(op, name, t, f"[{lead}, ngroups, d_state]", rows + (ngroups, d_state), dtypes=act, device=device)
     param = tuple(dict.fromkeys(a_dtypes + act))
-    if D is not None and isinstance(D, Tensor) and D.dim() == 2:
+    if isinstance(D, Tensor) and D.dim() == 2:
         check_tensor(op, "D", D, "[nheads, head_dim]", (nheads, head_dim), dtypes=param, device=device)
     else:
         check_optional(op, "D", D, "[nheads]", (nheads,), dtypes=param, device=device)
-    check_optional(op, "z", z, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
+    check_optional(op, "z", z, f"[{lead}, nheads, head_dim]", shape_x, dtypes=act, device=device)
     check_optional(op, "dt_bias", dt_bias, "[nheads]", (nheads,), dtypes=param, device=device)
     check_flag(op, "dt_softplus", dt_softplus)
-    check_optional(op, "out", out, "[batch, nheads, head_dim]", (batch, nheads, head_dim), dtypes=act, device=device)
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
+    check_optional(op, "out", out, f"[{lead}, nheads, head_dim]", shape_x, dtypes=act, device=device)
+    check_slot_ids(op, slot_ids, rows[0], num_slots, device)
+    return T
 
 
-def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
-    # Padding rows are not written: a fresh ``out`` starts at zero so they read as zeros.
-    return torch.zeros_like(x) if out is None else out
+def cache_fields(cache: Mamba2ReplayCache) -> tuple:
+    """The cache tensors the replay custom ops take first, in order."""
+    return (cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor, cache.arrivals)
 
 
 # --------------------------------------------------------------------------- public API
@@ -230,41 +239,11 @@ def mamba2_decode_step(
         the state (one host sync) except during CUDA-graph capture.
     """
     op = "mamba2_decode_step"
-    check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
-    num_slots, nheads, head_dim, d_state = state.shape
-    ngroups = B.shape[1] if isinstance(B, Tensor) and B.dim() == 3 else -1
-    if ngroups < 1 or nheads % ngroups:
-        raise ValueError(
-            f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; expected [batch, ngroups, d_state] with ngroups dividing nheads = {nheads}"
-        )
-    floats = float_dtypes(state.device)
-    check_tensor(
-        op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
-    )
-    _check_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=nheads,
-        head_dim=head_dim,
-        d_state=d_state,
-        ngroups=ngroups,
-        num_slots=num_slots,
-        act_dtype=None,
-        device=state.device,
-    )
-    out = _new_out(x, out)
-    torch.ops.replayssm.mamba2_decode_step(state, x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
-    return out
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    check_mamba2_inputs(op, inputs, Mamba2Dims.of_state(op, "state", state, B, window=False))
+    run = inputs.for_launch()
+    torch.ops.replayssm.mamba2_decode_step(state, *run)
+    return run.out
 
 
 def mamba2_replay_step(
@@ -310,51 +289,11 @@ def mamba2_replay_step(
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected Mamba2ReplayCache")
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
-    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    _check_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=cache.nheads,
-        head_dim=cache.head_dim,
-        d_state=cache.d_state,
-        ngroups=cache.ngroups,
-        num_slots=cache.num_slots,
-        act_dtype=cache.act_dtype,
-        device=device,
-    )
-    out = _new_out(x, out)
-    torch.ops.replayssm.mamba2_replay_step(
-        cache.checkpoint,
-        cache.x_records,
-        cache.dt_records,
-        cache.B_records,
-        cache.cursor,
-        cache.arrivals,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-    )
-    return out
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache))
+    run = inputs.for_launch()
+    torch.ops.replayssm.mamba2_replay_step(*cache_fields(cache), *run)
+    return run.out

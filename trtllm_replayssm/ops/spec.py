@@ -48,6 +48,13 @@ import torch
 from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from ..checks import (
+    check_rank,
+    check_slot_ids,
+    check_tensor,
+    reads_device_values,
+    slot_tensor,
+)
 from ..reference.spec import (
     gated_delta_replay_verify_ref,
     gated_delta_snapshot_verify_ref,
@@ -57,8 +64,11 @@ from ..reference.spec import (
     snapshot_commit_ref,
     spec_buffer_len,
 )
-from ._validate import check_flag, check_optional, check_rank, check_slot_ids, check_tensor, float_dtypes, reads_device_values
-from .gated_delta import _resolve_scale
+from .gated_delta import DeltaRuleDims, DeltaRuleInputs, check_gated_delta_inputs
+from .gated_delta import cache_fields as delta_cache_fields
+from .library import define_op
+from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs
+from .mamba2 import cache_fields as mamba2_cache_fields
 
 __all__ = [
     "MAX_T",
@@ -137,12 +147,14 @@ class SnapshotCache:
 
 
 # --------------------------------------------------------------------------- custom ops
-# Same argument names and order as the public functions, all positional.
+# Same argument names and order as the public functions (:func:`define_op`).
 
 
-@torch.library.custom_op(
-    "replayssm::mamba2_replay_verify",
+@define_op(
+    "mamba2_replay_verify",
     mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "pending", "out"),
+    reference=mamba2_replay_verify_ref,
+    launcher="mamba2_verify:launch_mamba2_replay_verify",
 )
 def _mamba2_replay_verify_op(
     checkpoint: Tensor,
@@ -165,104 +177,15 @@ def _mamba2_replay_verify_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_replay_verify_ref(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        pending,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
+    """Schema of ``replayssm::mamba2_replay_verify``."""
 
 
-@_mamba2_replay_verify_op.register_kernel("cuda")
-def _(
-    checkpoint,
-    x_records,
-    dt_records,
-    B_records,
-    cursor,
-    arrivals,
-    pending,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    num_tokens,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-):
-    from ..kernels.mamba2_verify import launch_mamba2_replay_verify
-
-    launch_mamba2_replay_verify(
-        checkpoint,
-        x_records,
-        dt_records,
-        B_records,
-        cursor,
-        arrivals,
-        pending,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_replay_verify_op.register_fake
-def _(
-    checkpoint,
-    x_records,
-    dt_records,
-    B_records,
-    cursor,
-    arrivals,
-    pending,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    num_tokens,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-):
-    return None
-
-
-_DELTA_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "pending")
-
-
-@torch.library.custom_op("replayssm::gated_delta_replay_verify", mutates_args=_DELTA_FIELDS + ("out",))
+@define_op(
+    "gated_delta_replay_verify",
+    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "pending", "out"),
+    reference=gated_delta_replay_verify_ref,
+    launcher="gated_delta_verify:launch_gated_delta_replay_verify",
+)
 def _gated_delta_replay_verify_op(
     checkpoint: Tensor,
     d_records: Tensor,
@@ -282,110 +205,25 @@ def _gated_delta_replay_verify_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_replay_verify_ref(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        pending,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
+    """Schema of ``replayssm::gated_delta_replay_verify``."""
 
 
-@_gated_delta_replay_verify_op.register_kernel("cuda")
-def _(
-    checkpoint,
-    d_records,
-    k_records,
-    g_records,
-    cursor,
-    arrivals,
-    pending,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    num_tokens,
-    scale,
-    use_qk_l2norm,
-    out,
-):
-    from ..kernels.gated_delta_verify import launch_gated_delta_replay_verify
-
-    launch_gated_delta_replay_verify(
-        checkpoint,
-        d_records,
-        k_records,
-        g_records,
-        cursor,
-        arrivals,
-        pending,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_replay_verify_op.register_fake
-def _(
-    checkpoint,
-    d_records,
-    k_records,
-    g_records,
-    cursor,
-    arrivals,
-    pending,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    num_tokens,
-    scale,
-    use_qk_l2norm,
-    out,
-):
-    return None
-
-
-@torch.library.custom_op("replayssm::replay_commit", mutates_args=("cursor", "pending"))
+@define_op(
+    "replay_commit",
+    mutates_args=("cursor", "pending"),
+    reference=replay_commit_ref,
+    launcher="replay_commit:launch_replay_commit",
+)
 def _replay_commit_op(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
-    replay_commit_ref(cursor, pending, slot_ids, num_accepted)
+    """Schema of ``replayssm::replay_commit``."""
 
 
-@_replay_commit_op.register_kernel("cuda")
-def _(cursor, pending, slot_ids, num_accepted):
-    from ..kernels.replay_commit import launch_replay_commit
-
-    launch_replay_commit(cursor, pending, slot_ids, num_accepted)
-
-
-@_replay_commit_op.register_fake
-def _(cursor, pending, slot_ids, num_accepted):
-    return None
-
-
-@torch.library.custom_op("replayssm::mamba2_snapshot_verify", mutates_args=("snapshots", "out"))
+@define_op(
+    "mamba2_snapshot_verify",
+    mutates_args=("snapshots", "out"),
+    reference=mamba2_snapshot_verify_ref,
+    launcher="mamba2_snapshot:launch_mamba2_snapshot_verify",
+)
 def _mamba2_snapshot_verify_op(
     state: Tensor,
     snapshots: Tensor,
@@ -402,52 +240,15 @@ def _mamba2_snapshot_verify_op(
     dt_softplus: bool,
     out: Tensor,
 ) -> None:
-    mamba2_snapshot_verify_ref(
-        state,
-        snapshots,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
+    """Schema of ``replayssm::mamba2_snapshot_verify``."""
 
 
-@_mamba2_snapshot_verify_op.register_kernel("cuda")
-def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
-    from ..kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
-
-    launch_mamba2_snapshot_verify(
-        state,
-        snapshots,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        D=D,
-        z=z,
-        dt_bias=dt_bias,
-        dt_softplus=dt_softplus,
-        out=out,
-    )
-
-
-@_mamba2_snapshot_verify_op.register_fake
-def _(state, snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out):
-    return None
-
-
-@torch.library.custom_op("replayssm::gated_delta_snapshot_verify", mutates_args=("snapshots", "out"))
+@define_op(
+    "gated_delta_snapshot_verify",
+    mutates_args=("snapshots", "out"),
+    reference=gated_delta_snapshot_verify_ref,
+    launcher="gated_delta_snapshot:launch_gated_delta_snapshot_verify",
+)
 def _gated_delta_snapshot_verify_op(
     state: Tensor,
     snapshots: Tensor,
@@ -462,62 +263,17 @@ def _gated_delta_snapshot_verify_op(
     use_qk_l2norm: bool,
     out: Tensor,
 ) -> None:
-    gated_delta_snapshot_verify_ref(
-        state,
-        snapshots,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
+    """Schema of ``replayssm::gated_delta_snapshot_verify``."""
 
 
-@_gated_delta_snapshot_verify_op.register_kernel("cuda")
-def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
-    from ..kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
-
-    launch_gated_delta_snapshot_verify(
-        state,
-        snapshots,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids=slot_ids,
-        num_tokens=num_tokens,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        out=out,
-    )
-
-
-@_gated_delta_snapshot_verify_op.register_fake
-def _(state, snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out):
-    return None
-
-
-@torch.library.custom_op("replayssm::snapshot_commit", mutates_args=("state",))
+@define_op(
+    "snapshot_commit",
+    mutates_args=("state",),
+    reference=snapshot_commit_ref,
+    launcher="replay_commit:launch_snapshot_commit",
+)
 def _snapshot_commit_op(state: Tensor, snapshots: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
-    snapshot_commit_ref(state, snapshots, slot_ids, num_accepted)
-
-
-@_snapshot_commit_op.register_kernel("cuda")
-def _(state, snapshots, slot_ids, num_accepted):
-    from ..kernels.replay_commit import launch_snapshot_commit
-
-    launch_snapshot_commit(state, snapshots, slot_ids, num_accepted)
-
-
-@_snapshot_commit_op.register_fake
-def _(state, snapshots, slot_ids, num_accepted):
-    return None
+    """Schema of ``replayssm::snapshot_commit``."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -539,124 +295,17 @@ def _check_counts(op: str, name: str, counts, slot_ids: Tensor, batch: int, devi
         )
 
 
-def _check_window_inputs(
-    op: str,
-    x,
-    dt,
-    A,
-    B,
-    C,
-    slot_ids,
-    num_tokens,
-    D,
-    z,
-    dt_bias,
-    dt_softplus,
-    out,
-    *,
-    nheads: int,
-    head_dim: int,
-    d_state: int,
-    ngroups: int,
-    num_slots: int,
-    act_dtype: Optional[torch.dtype],
-    device: torch.device,
-    max_T: int,
-) -> int:
-    """Checks the window inputs of a Mamba-2 verify against the layer geometry; returns T."""
-    check_rank(op, "x", x, 4, f"[batch, T, nheads, head_dim] = (batch, T, {nheads}, {head_dim})")
-    batch, T = x.shape[:2]
-    if not 1 <= T <= max_T:
-        raise ValueError(f"{op}: x has T = {T} window tokens; expected 1 <= T <= {max_T}")
-    floats = float_dtypes(device)
-    act = (act_dtype,) if act_dtype is not None else floats
-    check_tensor(op, "x", x, "[batch, T, nheads, head_dim]", (batch, T, nheads, head_dim), dtypes=act, device=device)
-    act = (x.dtype,)
-    check_tensor(op, "dt", dt, "[batch, T, nheads]", (batch, T, nheads), dtypes=floats, device=device, inner_contiguous=False)
-    a_dtypes = (torch.float32, torch.float64) if device.type == "cpu" else (torch.float32,)
-    check_tensor(op, "A", A, "[nheads]", (nheads,), dtypes=a_dtypes, device=device)
-    for name, t in (("B", B), ("C", C)):
-        check_tensor(op, name, t, "[batch, T, ngroups, d_state]", (batch, T, ngroups, d_state), dtypes=act, device=device)
-    param = tuple(dict.fromkeys(a_dtypes + act))
-    if isinstance(D, Tensor) and D.dim() == 2:
-        check_tensor(op, "D", D, "[nheads, head_dim]", (nheads, head_dim), dtypes=param, device=device)
-    else:
-        check_optional(op, "D", D, "[nheads]", (nheads,), dtypes=param, device=device)
-    shape_x = (batch, T, nheads, head_dim)
-    check_optional(op, "z", z, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
-    check_optional(op, "dt_bias", dt_bias, "[nheads]", (nheads,), dtypes=param, device=device)
-    check_flag(op, "dt_softplus", dt_softplus)
-    check_optional(op, "out", out, "[batch, T, nheads, head_dim]", shape_x, dtypes=act, device=device)
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
+def _check_num_tokens(op: str, num_tokens, slot_ids: Tensor, T: int) -> None:
+    """num_tokens None, or [batch] int32 with each live row's count in [1, T] (eagerly)."""
     if num_tokens is not None:
-        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device, lambda: torch.full((batch,), T), "T")
-    return T
-
-
-def _check_delta_window_inputs(
-    op: str,
-    q,
-    k,
-    v,
-    g,
-    beta,
-    slot_ids,
-    num_tokens,
-    use_qk_l2norm,
-    out,
-    *,
-    per_channel: bool,
-    k_heads: int,
-    v_heads: int,
-    head_k_dim: int,
-    head_v_dim: int,
-    num_slots: int,
-    device: torch.device,
-    max_T: int,
-) -> int:
-    """Checks the window inputs of a GDN / KDA verify against the layer geometry; returns T."""
-    check_rank(op, "q", q, 4, f"[batch, T, k_heads, head_k_dim] = (batch, T, {k_heads}, {head_k_dim})")
-    batch, T = q.shape[:2]
-    if not 1 <= T <= max_T:
-        raise ValueError(f"{op}: q has T = {T} window tokens; expected 1 <= T <= {max_T}")
-    floats = float_dtypes(device)
-    check_tensor(op, "q", q, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=floats, device=device)
-    act = (q.dtype,)
-    check_tensor(op, "k", k, "[batch, T, k_heads, head_k_dim]", (batch, T, k_heads, head_k_dim), dtypes=act, device=device)
-    check_tensor(op, "v", v, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device)
-    if per_channel:
-        check_tensor(
-            op, "g", g, "[batch, T, v_heads, head_k_dim]", (batch, T, v_heads, head_k_dim), dtypes=floats, device=device
-        )
-    else:
-        check_tensor(
-            op, "g", g, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device, inner_contiguous=False
-        )
-    check_tensor(
-        op, "beta", beta, "[batch, T, v_heads]", (batch, T, v_heads), dtypes=floats, device=device, inner_contiguous=False
-    )
-    check_flag(op, "use_qk_l2norm", use_qk_l2norm)
-    check_optional(
-        op, "out", out, "[batch, T, v_heads, head_v_dim]", (batch, T, v_heads, head_v_dim), dtypes=act, device=device
-    )
-    check_slot_ids(op, slot_ids, batch, num_slots, device)
-    if num_tokens is not None:
-        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, device, lambda: torch.full((batch,), T), "T")
-    return T
+        batch = slot_ids.shape[0]
+        _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, slot_ids.device, lambda: torch.full((batch,), T), "T")
 
 
 def _check_replay_cache(op: str, cache, kinds) -> None:
     if not isinstance(cache, kinds):
         names = " | ".join(k.__name__ for k in kinds)
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {names}")
-    for f in ("checkpoint", "cursor", "arrivals", "pending"):
-        if not getattr(cache, f).is_contiguous():
-            raise ValueError(f"{op}: cache.{f} must be contiguous")
-
-
-def _new_out(x: Tensor, out: Optional[Tensor]) -> Tensor:
-    # Padding rows and tokens past num_tokens are not written: a fresh ``out`` reads zero there.
-    return torch.zeros_like(x) if out is None else out
 
 
 # --------------------------------------------------------------------------- public API
@@ -706,129 +355,49 @@ def mamba2_replay_verify(
         counts out of range, a window still pending on a live slot ...).
     """
     op = "mamba2_replay_verify"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     _check_replay_cache(op, cache, (Mamba2ReplayCache,))
-    for name in ("x_records", "dt_records", "B_records"):
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = _check_window_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        num_tokens,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=cache.nheads,
-        head_dim=cache.head_dim,
-        d_state=cache.d_state,
-        ngroups=cache.ngroups,
-        num_slots=cache.num_slots,
-        act_dtype=cache.act_dtype,
-        device=device,
-        max_T=MAX_T,
-    )
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    T = check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache), max_T=MAX_T)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
     if 2 * T > cache.L:
         raise ValueError(
             f"{op}: x has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
     _check_nothing_pending(op, cache, slot_ids)
-    out = _new_out(x, out)
-    torch.ops.replayssm.mamba2_replay_verify(
-        cache.checkpoint,
-        cache.x_records,
-        cache.dt_records,
-        cache.B_records,
-        cache.cursor,
-        cache.arrivals,
-        cache.pending,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        num_tokens,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-    )
-    return out
+    run = inputs.for_launch()
+    torch.ops.replayssm.mamba2_replay_verify(*mamba2_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def _delta_replay_verify(
     op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     _check_replay_cache(op, cache, (cache_type,))
-    for name in ("d_records", "k_records", "g_records"):
-        if not getattr(cache, name).is_contiguous():
-            raise ValueError(f"{op}: cache.{name} must be contiguous")
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    T = _check_delta_window_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        use_qk_l2norm,
-        out,
-        per_channel=cache_type.PER_CHANNEL_GATE,
-        k_heads=cache.k_heads,
-        v_heads=cache.v_heads,
-        head_k_dim=cache.head_k_dim,
-        head_v_dim=cache.head_v_dim,
-        num_slots=cache.num_slots,
-        device=device,
-        max_T=MAX_T,
-    )
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    T = check_gated_delta_inputs(op, inputs, DeltaRuleDims.of_cache(cache), max_T=MAX_T)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
     if 2 * T > cache.L:
         raise ValueError(
             f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
-    scale = _resolve_scale(op, scale, cache.head_k_dim)
+    run = inputs.for_launch(op, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
-    out = _new_out(v, out)
-    torch.ops.replayssm.gated_delta_replay_verify(
-        cache.checkpoint,
-        cache.d_records,
-        cache.k_records,
-        cache.g_records,
-        cache.cursor,
-        cache.arrivals,
-        cache.pending,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        scale,
-        use_qk_l2norm,
-        out,
-    )
-    return out
+    torch.ops.replayssm.gated_delta_replay_verify(*delta_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def gdn_replay_verify(
@@ -927,6 +496,7 @@ def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
         range or a slot has no pending window).
     """
     op = "replay_commit"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     _check_replay_cache(op, cache, _REPLAY_CACHES)
     device = cache.device
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
@@ -968,63 +538,15 @@ def mamba2_serial_decode(
     [num_slots, nheads, head_dim, d_state] (mutated) in place of the cache.
     """
     op = "mamba2_serial_decode"
-    check_rank(op, "state", state, 4, "[num_slots, nheads, head_dim, d_state]")
-    num_slots, nheads, head_dim, d_state = state.shape
-    floats = float_dtypes(state.device)
-    check_tensor(
-        op, "state", state, "[num_slots, nheads, head_dim, d_state]", tuple(state.shape), dtypes=floats, device=state.device
-    )
-    T = _check_window_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        num_tokens,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=nheads,
-        head_dim=head_dim,
-        d_state=d_state,
-        ngroups=_ngroups(op, B, nheads),
-        num_slots=num_slots,
-        act_dtype=None,
-        device=state.device,
-        max_T=MAX_T,
-    )
-    out = _new_out(x, out)
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    T = check_mamba2_inputs(op, inputs, Mamba2Dims.of_state(op, "state", state, B, window=True), max_T=MAX_T)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
+    run = inputs.for_launch()
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
-        torch.ops.replayssm.mamba2_decode_step(
-            state,
-            x[:, s],
-            dt[:, s],
-            A,
-            B[:, s],
-            C[:, s],
-            rows,
-            D,
-            None if z is None else z[:, s],
-            dt_bias,
-            dt_softplus,
-            out[:, s],
-        )
-    return out
-
-
-def _ngroups(op: str, B, nheads: int) -> int:
-    ngroups = B.shape[2] if isinstance(B, Tensor) and B.dim() == 4 else -1
-    if ngroups < 1 or nheads % ngroups:
-        raise ValueError(
-            f"{op}: B has shape {tuple(B.shape) if isinstance(B, Tensor) else B}; "
-            f"expected [batch, T, ngroups, d_state] with ngroups dividing nheads = {nheads}"
-        )
-    return ngroups
+        torch.ops.replayssm.mamba2_decode_step(state, *run.token(s, rows))
+    return run.out
 
 
 def mamba2_snapshot_verify(
@@ -1054,102 +576,31 @@ def mamba2_snapshot_verify(
         Tensor: y [batch, T, nheads, head_dim].
     """
     op = "mamba2_snapshot_verify"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
-    if cache.state.dim() != 4:
-        raise ValueError(
-            f"{op}: cache.state has shape {tuple(cache.state.shape)}; expected [num_slots, nheads, head_dim, d_state]"
-        )
-    num_slots, nheads, head_dim, d_state = cache.state.shape
-    device = cache.state.device
-    floats = float_dtypes(device)
-    check_tensor(
-        op,
-        "cache.state",
-        cache.state,
-        "[num_slots, nheads, head_dim, d_state]",
-        tuple(cache.state.shape),
-        dtypes=floats,
-        device=device,
-    )
-    _check_window_inputs(
-        op,
-        x,
-        dt,
-        A,
-        B,
-        C,
-        slot_ids,
-        num_tokens,
-        D,
-        z,
-        dt_bias,
-        dt_softplus,
-        out,
-        nheads=nheads,
-        head_dim=head_dim,
-        d_state=d_state,
-        ngroups=_ngroups(op, B, nheads),
-        num_slots=num_slots,
-        act_dtype=None,
-        device=device,
-        max_T=cache.T,
-    )
-    out = _new_out(x, out)
-    torch.ops.replayssm.mamba2_snapshot_verify(
-        cache.state, cache.snapshots, x, dt, A, B, C, slot_ids, num_tokens, D, z, dt_bias, dt_softplus, out
-    )
-    return out
-
-
-def _delta_state_geometry(op: str, name: str, state, q) -> tuple:
-    """(num_slots, k_heads, v_heads, head_k_dim, head_v_dim) of a conventional state."""
-    check_rank(op, name, state, 4, "[num_slots, v_heads, head_v_dim, head_k_dim]")
-    num_slots, v_heads, head_v_dim, head_k_dim = state.shape
-    floats = float_dtypes(state.device)
-    check_tensor(
-        op, name, state, "[num_slots, v_heads, head_v_dim, head_k_dim]", tuple(state.shape), dtypes=floats, device=state.device
-    )
-    k_heads = q.shape[2] if isinstance(q, Tensor) and q.dim() == 4 else -1
-    if k_heads < 1 or v_heads % k_heads:
-        raise ValueError(
-            f"{op}: q has shape {tuple(getattr(q, 'shape', ()))}; expected [batch, T, k_heads, head_k_dim] with k_heads dividing v_heads = {v_heads}"
-        )
-    return num_slots, k_heads, v_heads, head_k_dim, head_v_dim
+    inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
+    dims = Mamba2Dims.of_state(op, "cache.state", cache.state, B, window=True)
+    T = check_mamba2_inputs(op, inputs, dims, max_T=cache.T)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
+    run = inputs.for_launch()
+    torch.ops.replayssm.mamba2_snapshot_verify(cache.state, cache.snapshots, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def _delta_serial_decode(
     op: str, per_channel: bool, state, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
-    num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "state", state, q)
-    T = _check_delta_window_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        use_qk_l2norm,
-        out,
-        per_channel=per_channel,
-        k_heads=k_heads,
-        v_heads=v_heads,
-        head_k_dim=head_k_dim,
-        head_v_dim=head_v_dim,
-        num_slots=num_slots,
-        device=state.device,
-        max_T=MAX_T,
-    )
-    scale = _resolve_scale(op, scale, head_k_dim)
-    out = _new_out(v, out)
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    dims = DeltaRuleDims.of_state(op, "state", state, q, per_channel, window=True)
+    T = check_gated_delta_inputs(op, inputs, dims, max_T=MAX_T)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
+    run = inputs.for_launch(op, dims.head_k_dim)
     for s in range(T):
         rows = slot_ids if num_tokens is None else torch.where(num_tokens > s, slot_ids, -1)
-        torch.ops.replayssm.gated_delta_decode_step(
-            state, q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], rows, scale, use_qk_l2norm, out[:, s]
-        )
-    return out
+        torch.ops.replayssm.gated_delta_decode_step(state, *run.token(s, rows))
+    return run.out
 
 
 def gdn_serial_decode(
@@ -1197,35 +648,16 @@ def kda_serial_decode(
 def _delta_snapshot_verify(
     op: str, per_channel: bool, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
-    num_slots, k_heads, v_heads, head_k_dim, head_v_dim = _delta_state_geometry(op, "cache.state", cache.state, q)
-    _check_delta_window_inputs(
-        op,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        use_qk_l2norm,
-        out,
-        per_channel=per_channel,
-        k_heads=k_heads,
-        v_heads=v_heads,
-        head_k_dim=head_k_dim,
-        head_v_dim=head_v_dim,
-        num_slots=num_slots,
-        device=cache.state.device,
-        max_T=cache.T,
-    )
-    scale = _resolve_scale(op, scale, head_k_dim)
-    out = _new_out(v, out)
-    torch.ops.replayssm.gated_delta_snapshot_verify(
-        cache.state, cache.snapshots, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
-    )
-    return out
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    dims = DeltaRuleDims.of_state(op, "cache.state", cache.state, q, per_channel, window=True)
+    T = check_gated_delta_inputs(op, inputs, dims, max_T=cache.T)
+    _check_num_tokens(op, num_tokens, slot_ids, T)
+    run = inputs.for_launch(op, dims.head_k_dim)
+    torch.ops.replayssm.gated_delta_snapshot_verify(cache.state, cache.snapshots, *run[:6], num_tokens, *run[6:])
+    return run.out
 
 
 def gdn_snapshot_verify(
@@ -1276,6 +708,7 @@ def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor
     the verify had is the caller's error (the baseline keeps no pending count).
     """
     op = "snapshot_commit"
+    slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     if not isinstance(cache, SnapshotCache):
         raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
     device = cache.state.device

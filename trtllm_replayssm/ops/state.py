@@ -15,28 +15,11 @@ from torch import Tensor
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.gated_delta import gated_delta_records_state
 from ..reference.mamba2 import mamba2_records_state
-from ._validate import check_tensor
+from ..checks import check_tensor, slot_index
 
 __all__ = ["replay_cache_state"]
 
 ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
-
-
-def _check_slots(op: str, slot_ids, num_slots: int, device: torch.device) -> Tensor:
-    """Validated int64 index tensor on ``device`` (repeats allowed: nothing is written)."""
-    if not isinstance(slot_ids, Tensor):
-        raise TypeError(f"{op}: slot_ids is {type(slot_ids).__name__}; expected a torch.Tensor")
-    if slot_ids.dim() != 1 or slot_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(
-            f"{op}: slot_ids has shape {tuple(slot_ids.shape)} and dtype "
-            f"{slot_ids.dtype}; expected a 1-D int32 | int64 tensor of slot ids"
-        )
-    slots = slot_ids.to(device=device, dtype=torch.int64)
-    if slots.numel():
-        lo, hi = int(slots.min()), int(slots.max())
-        if lo < 0 or hi >= num_slots:
-            raise ValueError(f"{op}: slot_ids span [{lo}, {hi}]; expected ids in [0, num_slots = {num_slots})")
-    return slots
 
 
 def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tensor] = None) -> Tensor:
@@ -47,7 +30,7 @@ def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tens
 
     Args:
         cache: a :class:`Mamba2ReplayCache`, :class:`GDNReplayCache` or :class:`KDAReplayCache`.
-        slot_ids: [n] int32 | int64, ids in [0, num_slots) (no padding rows).
+        slot_ids: [n] int32 | int64, ids in [0, num_slots) (no padding rows; repeats allowed).
         A: Mamba-2 only, required there: [nheads] fp32 | fp64, negative (-exp(A_log)), as
             passed to ``mamba2_replay_step``. Must be None for the delta-rule caches.
     Returns:
@@ -64,7 +47,7 @@ def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tens
         raise TypeError(
             f"{op}: cache is {type(cache).__name__}; expected a Mamba2ReplayCache, GDNReplayCache or KDAReplayCache"
         )
-    slots = _check_slots(op, slot_ids, cache.num_slots, cache.device)
+    slots = slot_index(op, slot_ids, cache.num_slots, cache.device, distinct=False)
     rows = dict(checkpoint=cache.checkpoint[slots], cursor=cache.cursor[slots])
     if isinstance(cache, Mamba2ReplayCache):
         if A is None:

@@ -29,8 +29,10 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
+from ..checks import slot_tensor
 from ..models import GDN, KDA, MAMBA2
 from ..reference.mamba2 import live_rows
+from ..registry import family
 from ..ops import (
     gdn_decode_step,
     gdn_gate,
@@ -44,7 +46,18 @@ from ..ops import (
 from .comm import TPGroup
 from .shard import DeltaRuleShard, Mamba2Shard
 
-__all__ = ["ROUTES", "random_weights", "causal_conv1d_update", "rms_norm", "Mamba2Mixer", "GDNMixer", "KDAMixer", "MIXERS"]
+__all__ = [
+    "ROUTES",
+    "random_weights",
+    "mamba2_random_weights",
+    "gdn_random_weights",
+    "kda_random_weights",
+    "causal_conv1d_update",
+    "rms_norm",
+    "Mamba2Mixer",
+    "GDNMixer",
+    "KDAMixer",
+]
 
 ROUTES = ("conventional", "replay")
 MAMBA2_NORM_EPS = 1e-5  # NemotronH layer_norm_epsilon
@@ -67,74 +80,92 @@ def _inv_softplus(x: Tensor) -> Tensor:
     return x + torch.log(-torch.expm1(-x))
 
 
+class _Draws:
+    """Random weight tensors from one generator, scaled to keep activations O(1)."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def randn(self, *shape, fan_in):
+        return torch.randn(*shape, generator=self.generator) / math.sqrt(fan_in)
+
+    def uniform(self, n, lo, hi):
+        return torch.rand(n, generator=self.generator) * (hi - lo) + lo
+
+    def norm(self, n):
+        return 1 + 0.1 * torch.randn(n, generator=self.generator)
+
+
 def random_weights(kind: str, geometry, hidden_size: int, generator: torch.Generator) -> Dict[str, Tensor]:
     """A layer's whole weights in its Hugging Face checkpoint layout, fp32 on the CPU, drawn from
-    ``generator`` (the same on every rank). Scales keep activations O(1) over many steps.
+    ``generator`` (the same on every rank): the registered family's ``random_weights``
+    (:func:`mamba2_random_weights`, :func:`gdn_random_weights`, :func:`kda_random_weights`)."""
+    return family(kind).random_weights(geometry, hidden_size, generator)
 
-    Mamba-2: in_proj [2*d_inner + 2*ngroups*d_state + nheads, hidden] rows [z | x | B | C | dt],
+
+def mamba2_random_weights(g, hidden_size: int, generator: torch.Generator) -> Dict[str, Tensor]:
+    """in_proj [2*d_inner + 2*ngroups*d_state + nheads, hidden] rows [z | x | B | C | dt],
     conv1d_weight [conv_dim, d_conv] / conv1d_bias [conv_dim] rows [x | B | C], A_log, D,
-    dt_bias [nheads], norm [d_inner], out_proj [hidden, d_inner].
-    GDN: in_proj_qkvz rows grouped per key head [q_g | k_g | v_g | z_g], in_proj_ba [b_g | a_g],
+    dt_bias [nheads], norm [d_inner], out_proj [hidden, d_inner]."""
+    r = _Draws(generator)
+    d_inner = g.nheads * g.head_dim
+    return {
+        "in_proj": r.randn(2 * d_inner + 2 * g.ngroups * g.d_state + g.nheads, hidden_size, fan_in=hidden_size),
+        "conv1d_weight": r.randn(g.conv_dim, g.d_conv, fan_in=g.d_conv),
+        "conv1d_bias": 0.1 * torch.randn(g.conv_dim, generator=generator),
+        "A_log": torch.log(r.uniform(g.nheads, 1, 16)),
+        "D": r.uniform(g.nheads, 0.5, 1.5),
+        "dt_bias": _inv_softplus(r.uniform(g.nheads, 1e-3, 1e-1)),
+        "norm": r.norm(d_inner),
+        "out_proj": r.randn(hidden_size, d_inner, fan_in=d_inner),
+    }
+
+
+def _delta_rule_weights(r: _Draws, g) -> Dict[str, Tensor]:
+    """conv1d_weight [key_dim*2 + value_dim, d_conv] rows [Q | K | V], A_log [v_heads], norm [head_v_dim]."""
+    return {
+        "conv1d_weight": r.randn(2 * g.k_heads * g.head_k_dim + g.v_heads * g.head_v_dim, g.d_conv, fan_in=g.d_conv),
+        "A_log": torch.log(r.uniform(g.v_heads, 1, 16)),
+        "norm": r.norm(g.head_v_dim),
+    }
+
+
+def gdn_random_weights(g, hidden_size: int, generator: torch.Generator) -> Dict[str, Tensor]:
+    """in_proj_qkvz rows grouped per key head [q_g | k_g | v_g | z_g], in_proj_ba [b_g | a_g],
     conv1d_weight [key_dim*2 + value_dim, d_conv] rows [Q | K | V], A_log, dt_bias [v_heads],
-    norm [head_v_dim], out_proj [hidden, value_dim].
-    KDA: q_proj, k_proj [k_heads*head_k_dim, hidden], v_proj [v_heads*head_v_dim, hidden],
+    norm [head_v_dim], out_proj [hidden, value_dim]."""
+    r = _Draws(generator)
+    key_dim, value_dim = g.k_heads * g.head_k_dim, g.v_heads * g.head_v_dim
+    return {
+        **_delta_rule_weights(r, g),
+        "in_proj_qkvz": r.randn(2 * key_dim + 2 * value_dim, hidden_size, fan_in=hidden_size),
+        "in_proj_ba": r.randn(2 * g.v_heads, hidden_size, fan_in=hidden_size),
+        "dt_bias": _inv_softplus(r.uniform(g.v_heads, 1e-3, 1e-1)),
+        "out_proj": r.randn(hidden_size, value_dim, fan_in=value_dim),
+    }
+
+
+def kda_random_weights(g, hidden_size: int, generator: torch.Generator) -> Dict[str, Tensor]:
+    """q_proj, k_proj [k_heads*head_k_dim, hidden], v_proj [v_heads*head_v_dim, hidden],
     conv1d_weight rows [q | k | v] (the three HF convs stacked), f_a [head_k_dim, hidden],
     f_b [v_heads*head_k_dim, head_k_dim], b_proj [v_heads, hidden], g_a [head_v_dim, hidden],
     g_b [v_heads*head_v_dim, head_v_dim], A_log [v_heads], dt_bias [v_heads*head_k_dim],
-    norm [head_v_dim], o_proj [hidden, v_heads*head_v_dim].
-    """
-    g = geometry
-
-    def randn(*shape, fan_in):
-        return torch.randn(*shape, generator=generator) / math.sqrt(fan_in)
-
-    def uniform(n, lo, hi):
-        return torch.rand(n, generator=generator) * (hi - lo) + lo
-
-    def norm(n):
-        return 1 + 0.1 * torch.randn(n, generator=generator)
-
-    if kind == MAMBA2:
-        d_inner = g.nheads * g.head_dim
-        return {
-            "in_proj": randn(2 * d_inner + 2 * g.ngroups * g.d_state + g.nheads, hidden_size, fan_in=hidden_size),
-            "conv1d_weight": randn(g.conv_dim, g.d_conv, fan_in=g.d_conv),
-            "conv1d_bias": 0.1 * torch.randn(g.conv_dim, generator=generator),
-            "A_log": torch.log(uniform(g.nheads, 1, 16)),
-            "D": uniform(g.nheads, 0.5, 1.5),
-            "dt_bias": _inv_softplus(uniform(g.nheads, 1e-3, 1e-1)),
-            "norm": norm(d_inner),
-            "out_proj": randn(hidden_size, d_inner, fan_in=d_inner),
-        }
+    norm [head_v_dim], o_proj [hidden, v_heads*head_v_dim]."""
+    r = _Draws(generator)
     key_dim, value_dim = g.k_heads * g.head_k_dim, g.v_heads * g.head_v_dim
-    common = {
-        "conv1d_weight": randn(2 * key_dim + value_dim, g.d_conv, fan_in=g.d_conv),
-        "A_log": torch.log(uniform(g.v_heads, 1, 16)),
-        "norm": norm(g.head_v_dim),
+    return {
+        **_delta_rule_weights(r, g),
+        "q_proj": r.randn(key_dim, hidden_size, fan_in=hidden_size),
+        "k_proj": r.randn(key_dim, hidden_size, fan_in=hidden_size),
+        "v_proj": r.randn(value_dim, hidden_size, fan_in=hidden_size),
+        "f_a": r.randn(g.head_k_dim, hidden_size, fan_in=hidden_size),
+        "f_b": r.randn(g.v_heads * g.head_k_dim, g.head_k_dim, fan_in=g.head_k_dim),
+        "b_proj": r.randn(g.v_heads, hidden_size, fan_in=hidden_size),
+        "g_a": r.randn(g.head_v_dim, hidden_size, fan_in=hidden_size),
+        "g_b": r.randn(value_dim, g.head_v_dim, fan_in=g.head_v_dim),
+        "dt_bias": _inv_softplus(r.uniform(g.v_heads * g.head_k_dim, 1e-3, 1e-1)),
+        "o_proj": r.randn(hidden_size, value_dim, fan_in=value_dim),
     }
-    if kind == GDN:
-        return {
-            **common,
-            "in_proj_qkvz": randn(2 * key_dim + 2 * value_dim, hidden_size, fan_in=hidden_size),
-            "in_proj_ba": randn(2 * g.v_heads, hidden_size, fan_in=hidden_size),
-            "dt_bias": _inv_softplus(uniform(g.v_heads, 1e-3, 1e-1)),
-            "out_proj": randn(hidden_size, value_dim, fan_in=value_dim),
-        }
-    if kind == KDA:
-        return {
-            **common,
-            "q_proj": randn(key_dim, hidden_size, fan_in=hidden_size),
-            "k_proj": randn(key_dim, hidden_size, fan_in=hidden_size),
-            "v_proj": randn(value_dim, hidden_size, fan_in=hidden_size),
-            "f_a": randn(g.head_k_dim, hidden_size, fan_in=hidden_size),
-            "f_b": randn(g.v_heads * g.head_k_dim, g.head_k_dim, fan_in=g.head_k_dim),
-            "b_proj": randn(g.v_heads, hidden_size, fan_in=hidden_size),
-            "g_a": randn(g.head_v_dim, hidden_size, fan_in=hidden_size),
-            "g_b": randn(value_dim, g.head_v_dim, fan_in=g.head_v_dim),
-            "dt_bias": _inv_softplus(uniform(g.v_heads * g.head_k_dim, 1e-3, 1e-1)),
-            "o_proj": randn(hidden_size, value_dim, fan_in=value_dim),
-        }
-    raise ValueError(f"random_weights: kind is {kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -244,12 +275,13 @@ class Mamba2Mixer(_Mixer):
         return (normed.reshape_as(yz) * self.norm.to(cd)).to(y.dtype)
 
     def step(self, h: Tensor, cache, conv_state: Tensor, slot_ids: Tensor, route: str) -> Tensor:
-        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state."""
+        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state.
+        slot_ids: [batch] int32 (< 0: padding row), or a :class:`~trtllm_replayssm.checks.SlotBatch`."""
         _check_route("Mamba2Mixer.step", route)
         g = self.shard.local
         batch, d_inner, grouped = h.shape[0], g.nheads * g.head_dim, g.ngroups * g.d_state
         z, xbc, dt = torch.split(h @ self.in_proj.T, [d_inner, d_inner + 2 * grouped, g.nheads], dim=-1)
-        xbc = causal_conv1d_update(xbc, conv_state, self.conv_weight, self.conv_bias, slot_ids)
+        xbc = causal_conv1d_update(xbc, conv_state, self.conv_weight, self.conv_bias, slot_tensor(slot_ids))
         x, B, C = torch.split(xbc, [d_inner, grouped, grouped], dim=-1)
         args = (
             x.reshape(batch, g.nheads, g.head_dim),
@@ -282,7 +314,7 @@ class _DeltaRuleMixer(_Mixer):
         _check_route(f"{type(self).__name__}.step", route)
         g = self.shard.local
         batch, key_dim = qkv.shape[0], g.k_heads * g.head_k_dim
-        qkv = causal_conv1d_update(qkv, conv_state, self.conv_weight, None, slot_ids)
+        qkv = causal_conv1d_update(qkv, conv_state, self.conv_weight, None, slot_tensor(slot_ids))
         q, k, v = torch.split(qkv, [key_dim, key_dim, g.v_heads * g.head_v_dim], dim=-1)
         gk, beta = self.gate(a, b, self.A_log, self.dt_bias)
         args = (
@@ -313,7 +345,8 @@ class GDNMixer(_DeltaRuleMixer):
         self.out_proj = self._act(weights["out_proj"][:, shard.value_rows(shard.geometry.head_v_dim)])
 
     def step(self, h: Tensor, cache, conv_state: Tensor, slot_ids: Tensor, route: str) -> Tensor:
-        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state."""
+        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state.
+        slot_ids: [batch] int32 (< 0: padding row), or a :class:`~trtllm_replayssm.checks.SlotBatch`."""
         g = self.shard.local
         conv_dim = 2 * g.k_heads * g.head_k_dim + g.v_heads * g.head_v_dim
         qkv, z = torch.split(h @ self.in_proj_qkvz.T, [conv_dim, g.v_heads * g.head_v_dim], dim=-1)
@@ -351,13 +384,11 @@ class KDAMixer(_DeltaRuleMixer):
         self.o_proj = self._act(weights["o_proj"][:, shard.value_rows(geo.head_v_dim)])
 
     def step(self, h: Tensor, cache, conv_state: Tensor, slot_ids: Tensor, route: str) -> Tensor:
-        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state."""
+        """h [batch, hidden] -> [batch, hidden] (summed over the group); mutates cache, conv_state.
+        slot_ids: [batch] int32 (< 0: padding row), or a :class:`~trtllm_replayssm.checks.SlotBatch`."""
         g = self.shard.local
         a = ((h @ self.f_a.T) @ self.f_b.T).reshape(h.shape[0], g.v_heads, g.head_k_dim)
         o = self._core(h @ self.qkv_proj.T, a, h @ self.b_proj.T, cache, conv_state, slot_ids, route)
         gate = ((h @ self.g_a.T) @ self.g_b.T).reshape(o.shape)
         y = _head_norm_gate(o, gate, self.norm, DELTA_NORM_EPS, torch.sigmoid)
         return self._out(y, self.o_proj)
-
-
-MIXERS = {MAMBA2: Mamba2Mixer, GDN: GDNMixer, KDA: KDAMixer}

@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
-from ..models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Layer, Mamba2Geometry
+from ..models import DeltaRuleGeometry, Layer, Mamba2Geometry
+from ..registry import family, is_ssm, kinds
 
 __all__ = ["Mamba2Shard", "DeltaRuleShard", "layer_shard", "rank_major_rows"]
 
@@ -211,16 +212,18 @@ Shard = Union[Mamba2Shard, DeltaRuleShard]
 
 
 def layer_shard(layer: Layer, tp_size: int, rank: int) -> Shard:
-    """The shard of an SSM layer (whole-model geometry) for ``rank`` of ``tp_size``.
+    """The shard of an SSM layer (whole-model geometry) for ``rank`` of ``tp_size``: the shard
+    rule of the layer's registered family (:mod:`trtllm_replayssm.registry`).
 
     Raises:
         ValueError: not an SSM layer, or an impossible split (naming the layer).
     """
-    if layer.kind not in (MAMBA2, GDN, KDA):
-        raise ValueError(f"layer_shard: layer {layer.index} is {layer.kind!r}; expected {MAMBA2}, {GDN} or {KDA}")
-    cls = Mamba2Shard if layer.kind == MAMBA2 else DeltaRuleShard
+    if not is_ssm(layer.kind):
+        raise ValueError(f"layer_shard: layer {layer.index} is {layer.kind!r}; expected one of {', '.join(kinds())}")
+    fam = family(layer.kind)
+    fam.check_geometry(f"layer_shard: layer {layer.index}", layer.geometry)
     try:
-        return cls(layer.geometry, tp_size, rank)
+        return fam.shard(layer.geometry, tp_size, rank)
     except ValueError as e:
         raise ValueError(f"layer {layer.index} ({layer.kind}): {e}") from None
 

@@ -16,10 +16,12 @@ import torch
 
 from torch import Tensor
 
-from ..models import GDN, KDA, MAMBA2, SSM_KINDS, DeltaRuleGeometry, HybridModel, Layer, Mamba2Geometry
+from ..checks import SlotBatch
+from ..models import GDN, KDA, MAMBA2, DeltaRuleGeometry, HybridModel, Layer, Mamba2Geometry
+from ..registry import family, is_ssm, kinds
 from ..pool import ReplayCachePool
 from .comm import TPGroup
-from .layers import MIXERS, ROUTES, random_weights, rms_norm
+from .layers import ROUTES, rms_norm
 from .shard import layer_shard
 
 __all__ = ["HybridDecodeStack", "DecodeRun", "run_decode", "tiny_stack_model", "ssm_stack", "shard_errors", "NORM_EPS"]
@@ -62,7 +64,8 @@ class HybridDecodeStack:
     """The SSM layers of ``model`` (whole geometry) as ``group.rank`` of ``group.size`` holds them.
 
     Args:
-        model: a whole model (tp_size 1) whose layers are all mamba2, gdn or kda.
+        model: a whole model (tp_size 1) whose layers are all SSM layers of registered families
+            (:mod:`trtllm_replayssm.registry`: mamba2, gdn, kda and any you register).
         hidden_size: width of the residual stream.
         group: the TP group (default: one process).
         seed: weights are drawn from ``torch.Generator().manual_seed(seed)``, identical on
@@ -87,9 +90,9 @@ class HybridDecodeStack:
         group = group or TPGroup()
         if not isinstance(model, HybridModel):
             raise TypeError(f"{owner}: model is {type(model).__name__}; expected a HybridModel")
-        other = [f"{l.index} ({l.kind})" for l in model.layers if l.kind not in SSM_KINDS]
+        other = [f"{l.index} ({l.kind})" for l in model.layers if not is_ssm(l.kind)]
         if other:
-            raise ValueError(f"{owner}: layers {', '.join(other)} are not SSM layers; expected only {', '.join(SSM_KINDS)}")
+            raise ValueError(f"{owner}: layers {', '.join(other)} are not SSM layers; expected only {', '.join(kinds())}")
         if not isinstance(hidden_size, int) or hidden_size < 1:
             raise ValueError(f"{owner}: hidden_size is {hidden_size!r}; expected a positive int")
         self.rank_model = model.for_tp(group.size)  # raises on an impossible split
@@ -98,10 +101,11 @@ class HybridDecodeStack:
         gen = torch.Generator().manual_seed(seed)
         self.mixers, self.norms = [], []
         for layer in model.layers:
-            weights = random_weights(layer.kind, layer.geometry, hidden_size, gen)
+            fam = family(layer.kind)
+            weights = fam.random_weights(layer.geometry, hidden_size, gen)
             self.norms.append((1 + 0.1 * torch.randn(hidden_size, generator=gen)).to(self.device, dtype))
             self.mixers.append(
-                MIXERS[layer.kind](weights, layer_shard(layer, group.size, group.rank), group, dtype=dtype, device=self.device)
+                fam.mixer(weights, layer_shard(layer, group.size, group.rank), group, dtype=dtype, device=self.device)
             )
         self.final_norm = (1 + 0.1 * torch.randn(hidden_size, generator=gen)).to(self.device, dtype)
 
@@ -134,12 +138,14 @@ class HybridDecodeStack:
 
         ``route`` ``"replay"`` runs the ReplaySSM ops on the pool's caches; ``"conventional"``
         runs the conventional ops with each cache's checkpoint as the state. Every rank must call
-        it with the same h and slot_ids (the layers all-reduce)."""
+        it with the same h and slot_ids (the layers all-reduce). The slot ids are checked once
+        for all layers (:class:`~trtllm_replayssm.checks.SlotBatch`)."""
         if route not in ROUTES:
             raise ValueError(f"HybridDecodeStack.step: route is {route!r}; expected one of {', '.join(ROUTES)}")
+        checked = SlotBatch(slot_ids, pool.num_physical_slots)
         for layer, mixer, norm in zip(self.model.layers, self.mixers, self.norms):
             h = h + mixer.step(
-                rms_norm(h, norm, NORM_EPS), pool.cache(layer.index), pool.conv_state(layer.index), slot_ids, route
+                rms_norm(h, norm, NORM_EPS), pool.cache(layer.index), pool.conv_state(layer.index), checked, route
             )
         return rms_norm(h, self.final_norm, NORM_EPS)
 
