@@ -53,6 +53,23 @@ def test_views_address_the_layer_bytes():
     assert block.views(buf.view(torch.float32))["cursor"][1].item() == 7
 
 
+def test_views_of_one_layer_of_a_pool_address_that_layer():
+    """A layer buffer that is a view into a pooled allocation (``pool[1]``): the views start at
+    its first byte, not at the storage's (as_strided's offset is absolute; the admit bug of the
+    mamba2_replay_block interpreter test)."""
+    block = Mamba2StateBlock(4, 8, 16, 2, 3, "bf16")
+    pool = torch.zeros(2, 3, block.nbytes, dtype=torch.uint8)
+    v = block.views(pool[1])
+    v["checkpoint"][0, 0, 0, 0] = 1.0
+    v["cursor"][2] = 5
+    assert int(pool[0].count_nonzero()) == 0
+    assert pool[1].reshape(-1)[:4].view(torch.float32).item() == 1.0
+    assert pool[1].reshape(-1)[block.layer_offset("cursor", 3) + 2 * block.tail_bytes] == 5
+    assert v["checkpoint"].data_ptr() == pool[1].data_ptr()
+    with pytest.raises(ValueError, match="starts at byte 2 of its storage; expected a multiple of 4"):
+        block.views(torch.zeros(2 + 3 * block.nbytes, dtype=torch.uint8)[2:])
+
+
 def test_bad_input_names_the_field():
     with pytest.raises(ValueError, match="Mamba2StateBlock: L is 65"):
         Mamba2StateBlock(4, 8, 16, 2, 65, "bf16")

@@ -174,9 +174,11 @@ class Mamba2StateBlock:
 
         Args:
             buffer: a contiguous tensor of any dtype holding ``num_slots * nbytes`` bytes (e.g.
-                uint8 ``[num_slots, nbytes]``, or the runtime's fp32 state buffer of one layer).
+                uint8 ``[num_slots, nbytes]``, or the runtime's fp32 state buffer of one layer),
+                possibly a view into a larger allocation (one layer of a pooled buffer).
         Raises:
-            ValueError: not contiguous, or its size is not a whole number of slots.
+            ValueError: not contiguous, its size is not a whole number of slots, or it does not
+                start 4-byte aligned in its storage.
         """
         if not buffer.is_contiguous():
             raise ValueError("Mamba2StateBlock.views: buffer is not contiguous; expected a dense layer buffer")
@@ -186,6 +188,9 @@ class Mamba2StateBlock:
                 f"Mamba2StateBlock.views: buffer holds {total} bytes; expected a multiple of the {self.nbytes} bytes per slot"
             )
         raw = buffer.reshape(-1).view(torch.uint8)
+        start = raw.storage_offset()  # bytes; as_strided's offset counts from the storage's start
+        if start % 4:
+            raise ValueError(f"Mamba2StateBlock.views: buffer starts at byte {start} of its storage; expected a multiple of 4")
         num_slots = total // self.nbytes
         out = {}
         for r in (self.checkpoint, *self.regions):
@@ -196,7 +201,7 @@ class Mamba2StateBlock:
             out[r.name] = raw.view(_TORCH[r.dtype]).as_strided(
                 (num_slots, *r.shape),
                 (self.slot_stride(r.name), *reversed(strides)),
-                self.layer_offset(r.name, num_slots) // r.itemsize,
+                (start + self.layer_offset(r.name, num_slots)) // r.itemsize,
             )
         return out
 
