@@ -175,7 +175,7 @@ def kernel_spec(a: Mamba2BlockAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
         OFF_XR=b.region("x_records").offset,
         OFF_BR=b.region("B_records").offset,
         BLOCK_HEAD_DIM_ALL=triton.next_power_of_2(r.head_dim),
-        **_constexprs(r, d_per_dim),
+        **_constexprs(r, d_per_dim, "f32"),
     )
     flags = "".join(
         c for c, on in (("D", r.has_D), ("P", d_per_dim), ("z", r.has_z), ("b", r.has_dt_bias), ("s", r.dt_softplus)) if on

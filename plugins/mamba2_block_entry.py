@@ -12,7 +12,7 @@ after ``num_slots`` checkpoints). Then:
   state in place to the replay checkpoint layout ``[nheads, head_dim, d_state]``; program
   ``(0, 0, row)`` also zeroes the slot's cursor, arrivals and pending. Nothing else is read.
 - **generation step** (one token per row): the core replay kernel
-  :func:`trtllm_replayssm.kernels.mamba2_replay._mamba2_replay_step_kernel`, inlined, on the
+  :func:`trtllm_replayssm.kernels.inline.mamba2_replay_step_kernel`, inlined, on the
   block's strided views, so the numerics are the op's. The core kernel addresses the cursor and
   arrivals as ``ptr + slot`` (dense); the entry hands it pointers shifted by
   ``slot * (tail stride - 1)`` so that ``ptr + slot`` lands in the slot's tail.
@@ -23,7 +23,7 @@ are skipped, as in :mod:`.mamba2_entry`. The kernel bodies of the core package a
 import triton
 import triton.language as tl
 
-from trtllm_replayssm.kernels.mamba2_replay import _mamba2_replay_step_kernel
+from trtllm_replayssm.kernels.inline import mamba2_replay_step_kernel
 
 __all__ = ["_mamba2_replay_block_plugin_kernel"]
 
@@ -63,7 +63,8 @@ def _mamba2_replay_block_plugin_kernel(
     OFF_XR: tl.constexpr, OFF_BR: tl.constexpr, BLOCK_HEAD_DIM_ALL: tl.constexpr,
     L: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    NUM_STAGES: tl.constexpr, FOLD_TILES: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_D_STATE: tl.constexpr,
+    FOLD_CHUNKS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
 ):
@@ -90,7 +91,7 @@ def _mamba2_replay_block_plugin_kernel(
         w = tl.load(cursor + slot)
         if (w < 0) | (w >= L):
             return
-    _mamba2_replay_step_kernel(
+    mamba2_replay_step_kernel(
         ckpt, stride_c_slot, stride_c_head, stride_c_dim,
         (tails + OFF_XR).to(x_ptr.dtype), stride_xr_slot, stride_xr_head, stride_xr_pos,
         (tails + OFF_DTR).to(tl.pointer_type(tl.float32)), stride_dtr_slot, stride_dtr_head,
@@ -105,6 +106,7 @@ def _mamba2_replay_block_plugin_kernel(
         C_ptr, stride_C_batch, stride_C_group,
         slot_ids_ptr,
         head_dim, d_state, heads_per_group,
-        L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, False,
+        L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, FOLD_TILES, FOLD_ROWS, FOLD_D_STATE,
+        FOLD_CHUNKS,
         HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS,
     )

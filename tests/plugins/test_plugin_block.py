@@ -83,7 +83,6 @@ def test_bad_inputs_are_refused():
 
 
 @pytest.mark.skipif(not INTERPRET, reason="CPU interpreter test (the GPU runs the PTX)")
-@pytest.mark.xfail(strict=True, reason="open bug: the context-step admit leaves the stock state untransposed")
 @pytest.mark.parametrize(
     "kw",
     [
