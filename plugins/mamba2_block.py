@@ -30,7 +30,7 @@ buffer: where the tails start) and the activation dtype of the records.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import triton
 
@@ -40,7 +40,17 @@ from .mamba2 import Mamba2ReplayAttrs, _constexprs
 from .mamba2_block_entry import _mamba2_replay_block_plugin_kernel as ENTRY
 from .spec import InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype, check_rank_and_dims
 
-__all__ = ["PLUGIN", "INPUTS", "OUTPUTS", "LIKE_INPUT", "ENTRY", "Mamba2BlockAttrs", "check_inputs", "kernel_spec"]
+__all__ = [
+    "PLUGIN",
+    "INPUTS",
+    "OUTPUTS",
+    "LIKE_INPUT",
+    "ENTRY",
+    "ROW_STRIDES",
+    "Mamba2BlockAttrs",
+    "check_inputs",
+    "kernel_spec",
+]
 
 PLUGIN = "mamba2_replay_block"
 INPUTS = ("state_ptr", "x", "dt", "A", "B", "C", "slot_ids", "D", "z", "dt_bias")
@@ -122,9 +132,14 @@ def check_inputs(a: Mamba2BlockAttrs, infos: Sequence[TensorInfo]) -> None:
         check_dtype(PLUGIN, name, by[name], tuple(dict.fromkeys(("f32", a.act_dtype))))
 
 
-def _scalars(a: Mamba2BlockAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
+# Row strides of the step tensors (elements) that a caller may set: the engine flow reads x, B, C
+# from the fused conv output and z, dt from the fused in_proj output (builders.trtllm_engine).
+ROW_STRIDES = ("stride_x_batch", "stride_z_batch", "stride_dt_batch", "stride_B_batch", "stride_C_batch")
+
+
+def _scalars(a: Mamba2BlockAttrs, d_per_dim: bool, row_strides: Mapping[str, int]) -> Tuple[Scalar, ...]:
     """The entry's scalars in its parameter order: cache strides from the block layout, step
-    strides of dense tensors."""
+    strides of dense tensors unless ``row_strides`` names them."""
     r, b = a.replay, a.block
     nh, hd, ds, ng = r.nheads, r.head_dim, r.d_state, r.ngroups
     values = dict(
@@ -159,11 +174,21 @@ def _scalars(a: Mamba2BlockAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
         d_state=ds,
         heads_per_group=nh // ng,
     )
+    unknown = sorted(set(row_strides) - set(ROW_STRIDES))
+    if unknown:
+        raise ValueError(f"{PLUGIN}: row_strides names {unknown}; expected names from {', '.join(ROW_STRIDES)}")
+    for name, value in row_strides.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{PLUGIN}: row_strides[{name!r}] is {value!r}; expected a positive int")
+    values.update(row_strides)
     return tuple(Scalar(n, v) for n, v in values.items())
 
 
-def kernel_spec(a: Mamba2BlockAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
-    """The entry kernel's specialization and TensorRT launch; ``infos`` passed :func:`check_inputs`."""
+def kernel_spec(
+    a: Mamba2BlockAttrs, infos: Sequence[TensorInfo], row_strides: Optional[Mapping[str, int]] = None
+) -> KernelSpec:
+    """The entry kernel's specialization and launch; ``infos`` passed :func:`check_inputs`.
+    ``row_strides``: step-tensor row strides (:data:`ROW_STRIDES`) of non-dense inputs."""
     r, b = a.replay, a.block
     d_per_dim = _d_per_dim(a, infos)
     dtypes = [i.dtype for i in infos]
@@ -190,7 +215,7 @@ def kernel_spec(a: Mamba2BlockAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
         ENTRY.arg_names,
         dtypes,
         [dtypes[_X]],
-        _scalars(a, d_per_dim),
+        _scalars(a, d_per_dim, row_strides or {}),
         constexprs,
         (triton.cdiv(r.head_dim, r.block_head_dim * r.chunks), r.nheads, InputDim(_SLOTS, 0)),
         r.num_warps,
