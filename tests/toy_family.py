@@ -12,6 +12,7 @@ from torch import Tensor
 
 from trtllm_replayssm.cache import GDNReplayCache
 from trtllm_replayssm.models import DeltaRuleGeometry
+from trtllm_replayssm.ops.state import gated_delta_cache_state
 from trtllm_replayssm.registry import LayerFamily, register
 from trtllm_replayssm.tp.layers import GDNMixer, gdn_random_weights
 from trtllm_replayssm.tp.shard import DeltaRuleShard
@@ -45,6 +46,7 @@ TOY_FAMILY = LayerFamily(
     shard=DeltaRuleShard,
     random_weights=gdn_random_weights,
     mixer=ToyMixer,
+    replay_state=gated_delta_cache_state,
 )
 
 
