@@ -53,3 +53,21 @@ TOY_FAMILY = LayerFamily(
 def register_toy() -> LayerFamily:
     """The toy family's one registration."""
     return register(TOY_FAMILY)
+
+
+def toy_hf_adapter():
+    """The toy family's Hugging Face host adapter: GDN's, for mixers of class
+    ``ToyGatedDeltaNet`` (a Qwen3-Next layer with the toy gate), with :func:`toy_gate`'s decay.
+    Registering it is one :func:`~trtllm_replayssm_builders.hf.register_adapter` call."""
+    from trtllm_replayssm_builders.hf.mixers import GDNAdapter
+
+    class ToyHFAdapter(GDNAdapter):
+        family = TOY
+        label = "toy Gated DeltaNet"
+        classes = {"ToyGatedDeltaNet": "toy Qwen3-Next"}
+
+        @staticmethod
+        def log_decay(mixer, a):
+            return -mixer.A_log.float().exp() * torch.sigmoid(a.float() + mixer.dt_bias)
+
+    return ToyHFAdapter()
