@@ -5,6 +5,7 @@ and the decode runs the toy gate on the GDN ops. Nothing outside the toy's modul
 import pytest
 import torch
 
+from test_hf_hooks import _generate, _prompts
 from toy_family import TOY, ToyReplayCache, register_toy, toy_hf_adapter
 from trtllm_replayssm import registry
 from trtllm_replayssm_builders.hf import disable_replayssm, enable_replayssm, register_adapter, supported_mixers_text
@@ -35,16 +36,8 @@ def _toy_model():
 
 
 def _greedy(model, new_tokens=9):
-    ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(0))
-    out = model.generate(
-        ids,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
-    return out.sequences, torch.stack(out.logits), out.past_key_values
+    """(tokens, logits, host cache) of greedy generation, as the hook tests run it."""
+    return _generate(model, *_prompts(), new_tokens)
 
 
 def test_register_adapter_refuses_unknown_family_and_taken_class(toy_hf):
