@@ -12,6 +12,7 @@ from torch import Tensor
 
 from trtllm_replayssm.cache import GDNReplayCache
 from trtllm_replayssm.models import DeltaRuleGeometry
+from trtllm_replayssm.ops.state import gated_delta_cache_state
 from trtllm_replayssm.registry import LayerFamily, register
 from trtllm_replayssm.tp.layers import GDNMixer, gdn_random_weights
 from trtllm_replayssm.tp.shard import DeltaRuleShard
@@ -45,9 +46,28 @@ TOY_FAMILY = LayerFamily(
     shard=DeltaRuleShard,
     random_weights=gdn_random_weights,
     mixer=ToyMixer,
+    replay_state=gated_delta_cache_state,
 )
 
 
 def register_toy() -> LayerFamily:
     """The toy family's one registration."""
     return register(TOY_FAMILY)
+
+
+def toy_hf_adapter():
+    """The toy family's Hugging Face host adapter: GDN's, for mixers of class
+    ``ToyGatedDeltaNet`` (a Qwen3-Next layer with the toy gate), with :func:`toy_gate`'s decay.
+    Registering it is one :func:`~trtllm_replayssm_builders.hf.register_adapter` call."""
+    from trtllm_replayssm_builders.hf.mixers import GDNAdapter
+
+    class ToyHFAdapter(GDNAdapter):
+        family = TOY
+        label = "toy Gated DeltaNet"
+        classes = {"ToyGatedDeltaNet": "toy Qwen3-Next"}
+
+        @staticmethod
+        def log_decay(mixer, a):
+            return -mixer.A_log.float().exp() * torch.sigmoid(a.float() + mixer.dt_bias)
+
+    return ToyHFAdapter()

@@ -22,6 +22,7 @@ __all__ = [
     "float_dtypes",
     "dtype_names",
     "check_dtype",
+    "check_cache_type",
     "check_tensor",
     "check_rank",
     "token_rows",
@@ -57,6 +58,12 @@ def check_dtype(op: str, name: str, dtype: torch.dtype, allowed: Sequence[torch.
     """TypeError unless ``dtype`` is one of ``allowed``."""
     if dtype not in allowed:
         raise TypeError(f"{op}: {name} is {dtype}; expected one of {dtype_names(allowed)}")
+
+
+def check_cache_type(op: str, cache, kinds: Tuple[type, ...]) -> None:
+    """TypeError unless ``cache`` is an instance of one of the cache classes ``kinds``."""
+    if not isinstance(cache, kinds):
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {' | '.join(k.__name__ for k in kinds)}")
 
 
 def check_last_dim_dense(op: str, name: str, t: Tensor) -> None:

@@ -2,13 +2,14 @@
 
 A new family follows the same pattern from its own module: a geometry dataclass (or a built-in
 one), a replay cache class with ``for_geometry``, a shard rule, a decode mixer and its random
-weights, then ``register(LayerFamily(...))``. ``tests/test_registry.py`` adds one that reuses the
+weights, its ``replay_state``, then ``register(LayerFamily(...))``. ``tests/test_registry.py`` adds one that reuses the
 GDN kernels with another gate.
 """
 
 from __future__ import annotations
 
 from .cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from .ops.state import gated_delta_cache_state, mamba2_cache_state
 from .models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry
 from .registry import LayerFamily, register
 from .tp.layers import GDNMixer, KDAMixer, Mamba2Mixer, gdn_random_weights, kda_random_weights, mamba2_random_weights
@@ -24,6 +25,7 @@ MAMBA2_FAMILY = register(
         shard=Mamba2Shard,
         random_weights=mamba2_random_weights,
         mixer=Mamba2Mixer,
+        replay_state=mamba2_cache_state,
     )
 )
 GDN_FAMILY = register(
@@ -34,6 +36,7 @@ GDN_FAMILY = register(
         shard=DeltaRuleShard,
         random_weights=gdn_random_weights,
         mixer=GDNMixer,
+        replay_state=gated_delta_cache_state,
     )
 )
 KDA_FAMILY = register(
@@ -44,5 +47,6 @@ KDA_FAMILY = register(
         shard=DeltaRuleShard,
         random_weights=kda_random_weights,
         mixer=KDAMixer,
+        replay_state=gated_delta_cache_state,
     )
 )

@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
-__all__ = ["LayerFamily", "register", "family", "kinds", "is_ssm"]
+__all__ = ["LayerFamily", "register", "family", "family_of_cache", "kinds", "is_ssm"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ class LayerFamily:
         mixer: the decode mixer on one TP rank: ``mixer(weights, shard, group, *, dtype,
             device)`` with ``step(h, cache, conv_state, slot_ids, route)`` (route
             ``"conventional"`` or ``"replay"``).
+        replay_state: ``(op, cache, slots, A)`` -> the current states [n, *state_dims] of the
+            (checked, int64) ``slots``: checkpoint with the records folded in, what
+            :func:`~trtllm_replayssm.ops.replay_cache_state` returns (``A``: the op's optional
+            argument, checked here; ``op`` names it in errors).
     """
 
     kind: str
@@ -49,6 +53,7 @@ class LayerFamily:
     shard: type
     random_weights: Callable
     mixer: type
+    replay_state: Callable
 
     def check_geometry(self, owner: str, geometry) -> None:
         """TypeError unless ``geometry`` is an instance of the family's geometry class."""
@@ -98,6 +103,17 @@ def family(kind: str) -> LayerFamily:
     if kind not in _FAMILIES:
         raise ValueError(f"no SSM layer family {kind!r}; expected one of {', '.join(_FAMILIES)}")
     return _FAMILIES[kind]
+
+
+def family_of_cache(cache) -> Optional[LayerFamily]:
+    """The family whose cache class is nearest in ``type(cache)``'s MRO (a subclass of a
+    family's cache that registers no family of its own belongs to that family); None if none."""
+    _load_builtins()
+    by_cache = {f.cache: f for f in _FAMILIES.values()}
+    for cls in type(cache).__mro__:
+        if cls in by_cache:
+            return by_cache[cls]
+    return None
 
 
 def kinds() -> Tuple[str, ...]:

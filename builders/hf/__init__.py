@@ -10,6 +10,14 @@ This package imports no ``transformers`` module itself: it recognises mixers by 
 """
 
 from .hook import HookedLayer, ReplaySSMHook, disable_replayssm, enable_replayssm, replayssm_hook
-from .mixers import supported_mixers_text
+from .mixers import register_adapter, supported_mixers_text
 
-__all__ = ["HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm", "replayssm_hook", "supported_mixers_text"]
+__all__ = [
+    "HookedLayer",
+    "ReplaySSMHook",
+    "enable_replayssm",
+    "disable_replayssm",
+    "replayssm_hook",
+    "register_adapter",
+    "supported_mixers_text",
+]

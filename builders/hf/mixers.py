@@ -1,6 +1,7 @@
 """The Hugging Face SSM mixers the hook supports, and their single-token decode with our ops.
 
-One adapter per mixer family. ``decode`` follows its mixer's own single-token path (input mask,
+One adapter per mixer family, registered by mixer class name with :func:`register_adapter`
+(a new layer family adds its adapter the same way, from its own module). ``decode`` follows its mixer's own single-token path (input mask,
 projections, causal-conv update of the host's conv state, gates, gated norm, output projection),
 calling the mixer's own submodules and its modelling module's helpers; only the recurrent step
 is replaced by a ``trtllm_replayssm`` op. The adapters also convert between the host's
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, DeltaRuleGeometry, Mamba2Geometry
+from trtllm_replayssm.registry import is_ssm, kinds
 from trtllm_replayssm.ops import (
     SlotBatch,
     gdn_decode_step,
@@ -36,7 +38,7 @@ from trtllm_replayssm.ops import (
 )
 from trtllm_replayssm.reference.mamba2 import compute_dtype
 
-__all__ = ["MixerAdapter", "ADAPTERS", "supported_mixers_text"]
+__all__ = ["MixerAdapter", "GDNAdapter", "ADAPTERS", "register_adapter", "supported_mixers_text"]
 
 ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
 Store = Union[ReplayCache, Tensor]
@@ -237,6 +239,11 @@ class GDNAdapter(_DeltaRuleAdapter):
         z = mixer.in_proj_z(hidden_states).reshape(batch, seq, -1, mixer.head_v_dim)
         return (mixer.in_proj_qkv(hidden_states), z, mixer.in_proj_b(hidden_states), mixer.in_proj_a(hidden_states))
 
+    @staticmethod
+    def log_decay(mixer, a):
+        """The log-decay g (fp32, a's shape) from the raw decay projection a, as the host computes it."""
+        return -mixer.A_log.float().exp() * nn.functional.softplus(a.float() + mixer.dt_bias)
+
     def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
         host = _host_module(mixer)
         batch = hidden_states.shape[0]
@@ -249,7 +256,7 @@ class GDNAdapter(_DeltaRuleAdapter):
         q, k, v = torch.split(mixed, [mixer.key_dim, mixer.key_dim, mixer.value_dim], dim=-1)
         # The host's gate expressions: β in the activation dtype, g in fp32.
         beta = b.sigmoid().reshape(batch, v_heads)
-        g = -mixer.A_log.float().exp() * nn.functional.softplus(a.float() + mixer.dt_bias)
+        g = self.log_decay(mixer, a)
         o = self._step(
             store,
             q.reshape(batch, k_heads, head_k_dim),
@@ -305,8 +312,35 @@ class KDAAdapter(_DeltaRuleAdapter):
 
 
 ADAPTERS: dict[str, MixerAdapter] = {}
+"""Mixer class name -> its adapter: what the hook looks a module up in (:func:`register_adapter`)."""
+
+
+def register_adapter(adapter: MixerAdapter) -> MixerAdapter:
+    """Adds ``adapter`` for each of its mixer ``classes``; returns it. A new layer family's HF
+    host adapter is this one call (its family registered in :mod:`trtllm_replayssm.registry`).
+
+    Raises:
+        TypeError: not a :class:`MixerAdapter`.
+        ValueError: its family is not a registered SSM layer kind, it names no mixer class, or
+            one of its classes already has an adapter.
+    """
+    if not isinstance(adapter, MixerAdapter):
+        raise TypeError(f"register_adapter: adapter is {type(adapter).__name__}; expected a MixerAdapter")
+    if not is_ssm(adapter.family):
+        raise ValueError(
+            f"register_adapter: family {adapter.family!r} is not a registered SSM layer kind; expected one of {', '.join(kinds())}"
+        )
+    if not adapter.classes:
+        raise ValueError(f"register_adapter: {type(adapter).__name__} names no mixer class")
+    taken = [cls for cls in adapter.classes if cls in ADAPTERS]
+    if taken:
+        raise ValueError(f"register_adapter: {', '.join(taken)} already {'has' if len(taken) == 1 else 'have'} an adapter")
+    ADAPTERS.update(dict.fromkeys(adapter.classes, adapter))
+    return adapter
+
+
 for _adapter in (Mamba2Adapter(), GDNAdapter(), KDAAdapter()):
-    ADAPTERS.update(dict.fromkeys(_adapter.classes, _adapter))
+    register_adapter(_adapter)
 
 
 def supported_mixers_text() -> str:

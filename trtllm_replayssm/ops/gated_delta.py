@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
 from ..checks import (
+    check_cache_type,
     check_flag,
     check_optional,
     check_slot_ids,
@@ -201,8 +202,7 @@ def _decode_step(op: str, per_channel: bool, state, inputs: DeltaRuleInputs) -> 
 
 
 def _replay_step(op: str, cache_type: type, cache, inputs: DeltaRuleInputs) -> Tensor:
-    if not isinstance(cache, cache_type):
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {cache_type.__name__}")
+    check_cache_type(op, cache, (cache_type,))
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
     device = cache.device

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ..cache import MAX_L, Mamba2ReplayCache
 from ..checks import (
+    check_cache_type,
     check_flag,
     check_optional,
     check_slot_ids,
@@ -285,8 +286,7 @@ def mamba2_replay_step(
         the cache (one host sync) except during CUDA-graph capture.
     """
     op = "mamba2_replay_step"
-    if not isinstance(cache, Mamba2ReplayCache):
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected Mamba2ReplayCache")
+    check_cache_type(op, cache, (Mamba2ReplayCache,))
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
     device = cache.device

@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..checks import (
+    check_cache_type,
     check_rank,
     check_slot_ids,
     check_tensor,
@@ -302,12 +303,6 @@ def _check_num_tokens(op: str, num_tokens, slot_ids: Tensor, T: int) -> None:
         _check_counts(op, "num_tokens", num_tokens, slot_ids, batch, slot_ids.device, lambda: torch.full((batch,), T), "T")
 
 
-def _check_replay_cache(op: str, cache, kinds) -> None:
-    if not isinstance(cache, kinds):
-        names = " | ".join(k.__name__ for k in kinds)
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected {names}")
-
-
 # --------------------------------------------------------------------------- public API
 
 
@@ -356,7 +351,7 @@ def mamba2_replay_verify(
     """
     op = "mamba2_replay_verify"
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    _check_replay_cache(op, cache, (Mamba2ReplayCache,))
+    check_cache_type(op, cache, (Mamba2ReplayCache,))
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
     device = cache.device
@@ -380,7 +375,7 @@ def _delta_replay_verify(
     op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    _check_replay_cache(op, cache, (cache_type,))
+    check_cache_type(op, cache, (cache_type,))
     if not 2 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 2 <= L <= {MAX_L}")
     device = cache.device
@@ -497,7 +492,7 @@ def replay_commit(cache, slot_ids: Tensor, num_accepted: Tensor) -> None:
     """
     op = "replay_commit"
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    _check_replay_cache(op, cache, _REPLAY_CACHES)
+    check_cache_type(op, cache, _REPLAY_CACHES)
     device = cache.device
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     batch = slot_ids.shape[0]
@@ -577,8 +572,7 @@ def mamba2_snapshot_verify(
     """
     op = "mamba2_snapshot_verify"
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    if not isinstance(cache, SnapshotCache):
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
+    check_cache_type(op, cache, (SnapshotCache,))
     inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     dims = Mamba2Dims.of_state(op, "cache.state", cache.state, B, window=True)
     T = check_mamba2_inputs(op, inputs, dims, max_T=cache.T)
@@ -649,8 +643,7 @@ def _delta_snapshot_verify(
     op: str, per_channel: bool, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
 ) -> Tensor:
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    if not isinstance(cache, SnapshotCache):
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
+    check_cache_type(op, cache, (SnapshotCache,))
     inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
     dims = DeltaRuleDims.of_state(op, "cache.state", cache.state, q, per_channel, window=True)
     T = check_gated_delta_inputs(op, inputs, dims, max_T=cache.T)
@@ -709,8 +702,7 @@ def snapshot_commit(cache: SnapshotCache, slot_ids: Tensor, num_accepted: Tensor
     """
     op = "snapshot_commit"
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
-    if not isinstance(cache, SnapshotCache):
-        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected SnapshotCache")
+    check_cache_type(op, cache, (SnapshotCache,))
     device = cache.state.device
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     batch = slot_ids.shape[0]

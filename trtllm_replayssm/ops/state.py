@@ -16,8 +16,9 @@ from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.gated_delta import gated_delta_records_state
 from ..reference.mamba2 import mamba2_records_state
 from ..checks import check_tensor, slot_index
+from ..registry import family, family_of_cache, kinds
 
-__all__ = ["replay_cache_state"]
+__all__ = ["replay_cache_state", "mamba2_cache_state", "gated_delta_cache_state"]
 
 ReplayCache = Union[Mamba2ReplayCache, GDNReplayCache, KDAReplayCache]
 
@@ -29,7 +30,8 @@ def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tens
     tokens; a slot with cursor 0 gives its checkpoint.
 
     Args:
-        cache: a :class:`Mamba2ReplayCache`, :class:`GDNReplayCache` or :class:`KDAReplayCache`.
+        cache: a :class:`Mamba2ReplayCache`, :class:`GDNReplayCache` or :class:`KDAReplayCache`
+            (or a registered family's cache: its ``replay_state`` folds the records in).
         slot_ids: [n] int32 | int64, ids in [0, num_slots) (no padding rows; repeats allowed).
         A: Mamba-2 only, required there: [nheads] fp32 | fp64, negative (-exp(A_log)), as
             passed to ``mamba2_replay_step``. Must be None for the delta-rule caches.
@@ -43,21 +45,39 @@ def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tens
             of the wrong shape.
     """
     op = "replay_cache_state"
-    if not isinstance(cache, (Mamba2ReplayCache, GDNReplayCache, KDAReplayCache)):
-        raise TypeError(
-            f"{op}: cache is {type(cache).__name__}; expected a Mamba2ReplayCache, GDNReplayCache or KDAReplayCache"
-        )
+    layer_family = family_of_cache(cache)
+    if layer_family is None:
+        expected = ", ".join(family(kind).cache.__name__ for kind in kinds())
+        raise TypeError(f"{op}: cache is {type(cache).__name__}; expected one of {expected}")
     slots = slot_index(op, slot_ids, cache.num_slots, cache.device, distinct=False)
-    rows = dict(checkpoint=cache.checkpoint[slots], cursor=cache.cursor[slots])
-    if isinstance(cache, Mamba2ReplayCache):
-        if A is None:
-            raise ValueError(f"{op}: A is None; a Mamba2ReplayCache needs A [nheads] (-exp(A_log)) to decay its records")
-        check_tensor(op, "A", A, "[nheads]", (cache.nheads,), dtypes=(torch.float32, torch.float64), device=cache.device)
-        return mamba2_records_state(
-            x_records=cache.x_records[slots], dt_records=cache.dt_records[slots], B_records=cache.B_records[slots], A=A, **rows
-        )
+    return layer_family.replay_state(op, cache, slots, A)
+
+
+def mamba2_cache_state(op: str, cache: Mamba2ReplayCache, slots: Tensor, A: Optional[Tensor]) -> Tensor:
+    """:func:`replay_cache_state` of a Mamba-2 cache (the family's ``replay_state``): the
+    slots already checked; ``A`` required."""
+    if A is None:
+        raise ValueError(f"{op}: A is None; a Mamba2ReplayCache needs A [nheads] (-exp(A_log)) to decay its records")
+    check_tensor(op, "A", A, "[nheads]", (cache.nheads,), dtypes=(torch.float32, torch.float64), device=cache.device)
+    return mamba2_records_state(
+        checkpoint=cache.checkpoint[slots],
+        cursor=cache.cursor[slots],
+        x_records=cache.x_records[slots],
+        dt_records=cache.dt_records[slots],
+        B_records=cache.B_records[slots],
+        A=A,
+    )
+
+
+def gated_delta_cache_state(op: str, cache: GDNReplayCache, slots: Tensor, A: Optional[Tensor]) -> Tensor:
+    """:func:`replay_cache_state` of a GDN / KDA cache (the families' ``replay_state``): the
+    slots already checked; ``A`` must be None (the records carry their log-decays)."""
     if A is not None:
         raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its log-decays are in g_records)")
     return gated_delta_records_state(
-        d_records=cache.d_records[slots], k_records=cache.k_records[slots], g_records=cache.g_records[slots], **rows
+        checkpoint=cache.checkpoint[slots],
+        cursor=cache.cursor[slots],
+        d_records=cache.d_records[slots],
+        k_records=cache.k_records[slots],
+        g_records=cache.g_records[slots],
     )
