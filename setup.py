@@ -38,12 +38,18 @@ setup(
         "hf": ["transformers>=5.17"],
         # TensorRT-LLM hooks, pinned to 1.3.0rc26; other versions are checked at enable time.
         "trtllm": ["tensorrt_llm>=1.3.0rc26"],
+        # The trtllm-build engine flow (trtllm-replayssm build), pinned to the last release with
+        # engine builds; its names are checked when the hook engages (builders/trtllm_engine).
+        "trtllm-engine": ["tensorrt_llm==1.2.1"],
     },
     # The TensorRT-LLM hooks' startup directory (sitecustomize for TRTLLM_REPLAYSSM=1) and notes.
     package_data={"trtllm_replayssm_builders.trtllm": ["startup/sitecustomize.py", "README.md"]},
     entry_points={
         "console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"],
         # Subcommands other packages add to trtllm-replayssm (the core imports no builder).
-        "trtllm_replayssm.cli": ["demo=trtllm_replayssm_builders.cli:add_demo"],
+        "trtllm_replayssm.cli": [
+            "demo=trtllm_replayssm_builders.cli:add_demo",
+            "build=trtllm_replayssm_builders.cli:add_build",
+        ],
     },
 )

@@ -1,19 +1,28 @@
-"""``trtllm-replayssm demo``: the model demo, a subcommand this package adds to the core CLI.
+"""``trtllm-replayssm demo`` and ``trtllm-replayssm build``: subcommands this package adds to
+the core CLI.
 
 The core CLI (:mod:`trtllm_replayssm.cli`) imports no builder: it loads the subcommands that
 installed packages register under the entry-point group ``trtllm_replayssm.cli`` (setup.py
-registers :func:`add_demo` as ``demo``), each a function that adds its parser to the core's
-subparsers, as the core's own subcommands do. Adding the parser imports neither torch nor
-transformers; the handler does.
+registers :func:`add_demo` as ``demo`` and :func:`add_build` as ``build``), each a function that
+adds its parser to the core's subparsers, as the core's own subcommands do. Adding the parsers
+imports neither torch, transformers nor TensorRT-LLM; the handlers do.
+
+- ``demo``: a small random hybrid model generates with and without ReplaySSM (:mod:`.hf.demo`).
+- ``build``: ``trtllm-build`` with the engine-flow hook (:mod:`.trtllm_engine`): every argument
+  it does not define goes to ``trtllm-build`` unchanged (``--checkpoint_dir``,
+  ``--max_batch_size``, ...); it adds ``--replayssm-buffer-len`` and ``--replayssm-plugin-lib``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import sys
 
 from trtllm_replayssm.cli import (
     MAX_L,
+    PASS_THROUGH,
     add_device_argument,
     add_json_argument,
     dtype_arg,
@@ -23,7 +32,7 @@ from trtllm_replayssm.cli import (
     resolve_device,
 )
 
-__all__ = ["add_demo", "DEMO_MODELS", "DEMO_ALIASES"]
+__all__ = ["add_demo", "add_build", "DEMO_MODELS", "DEMO_ALIASES", "PLUGIN_LIBRARY_ENV"]
 
 # demo --model: the presets of ``plan`` and ``bench`` (the demo builds a small model of the
 # preset's family with random weights, :mod:`.hf.random_models`) and, for the families without
@@ -182,3 +191,66 @@ def add_demo(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="weights and prompts (default: 0)")
     add_json_argument(p)
     p.set_defaults(func=lambda args: _run_demo(args, p))
+
+
+# --------------------------------------------------------------------------- build
+
+PLUGIN_LIBRARY_ENV = "TRTLLM_REPLAYSSM_PLUGIN_LIB"  # trtllm_engine.adapter.PLUGIN_LIBRARY_ENV (a test checks)
+
+
+def _run_build(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Checks what needs no TensorRT-LLM, then runs trtllm-build with the hook."""
+    if args.replayssm_buffer_len > MAX_L:
+        parser.error(f"--replayssm-buffer-len {args.replayssm_buffer_len}: expected at most {MAX_L}")
+    from .trtllm_engine.hook import EngineFlowError, settings_problems_for_cli
+
+    passed = getattr(args, PASS_THROUGH)
+    problem = settings_problems_for_cli(passed)
+    if problem:
+        parser.error(f"trtllm-build arguments: {problem}")
+    if importlib.util.find_spec("tensorrt_llm") is None:
+        parser.error(
+            "build: tensorrt_llm is not importable; expected TensorRT-LLM 1.2.1, the last release with "
+            "trtllm-build engines (pip install tensorrt_llm==1.2.1, on a machine with a CUDA GPU)"
+        )
+    from .trtllm_engine.adapter import run_trtllm_build
+
+    try:
+        return run_trtllm_build(passed, buffer_len=args.replayssm_buffer_len, plugin_lib=args.replayssm_plugin_lib)
+    except ImportError as e:
+        parser.error(str(e))
+    except EngineFlowError as e:
+        print(f"trtllm-replayssm build: error: {e}", file=sys.stderr)
+        return 1
+
+
+def add_build(subparsers) -> None:
+    """Adds ``build`` to the ``trtllm-replayssm`` subparsers (entry point ``trtllm_replayssm.cli``)."""
+    p = subparsers.add_parser(
+        "build",
+        help="trtllm-build a Mamba-2 engine whose decode steps run ReplaySSM (TensorRT-LLM 1.2.1)",
+        description="Runs TensorRT-LLM 1.2.1's trtllm-build with every argument this command does not "
+        "define (--checkpoint_dir, --output_dir, --max_batch_size, ...), after rewriting each Mamba2 "
+        "layer of the MambaForCausalLM it builds: the context phase keeps the stock selective_scan, "
+        "generation steps run the ReplaySSM plugin, and the engine's config.json sizes the runtime's "
+        "state buffers for the records (docs/engine_flow.md). Needs paged state, packed input, "
+        "the mamba_conv1d plugin (trtllm-build's defaults for Mamba), beam width 1, tp = pp = 1, "
+        "--workers 1. The runtime must then use the engine's max_batch_size as its slot count.",
+        allow_abbrev=False,  # a trtllm-build flag must never be taken for an abbreviation of ours
+        epilog="Example: trtllm-replayssm build --replayssm-buffer-len 16 --checkpoint_dir ckpt "
+        "--output_dir engine --max_batch_size 64 --gemm_plugin auto",
+    )
+    p.add_argument(
+        "--replayssm-buffer-len",
+        type=positive_int,
+        default=16,
+        metavar="L",
+        help=f"ReplaySSM records per sequence, at most {MAX_L} (default: 16)",
+    )
+    p.add_argument(
+        "--replayssm-plugin-lib",
+        default=os.environ.get(PLUGIN_LIBRARY_ENV),
+        metavar="PATH",
+        help=f"the engine plugin library built from plugins/cpp (default: ${PLUGIN_LIBRARY_ENV})",
+    )
+    p.set_defaults(func=lambda args: _run_build(args, p), **{PASS_THROUGH: []})

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 # dtype names used by the plugin layer (TensorRT- and torch-independent) -> Triton pointer type.
-DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32"}
+DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32", "i64": "i64"}
 
 
 @dataclass(frozen=True)

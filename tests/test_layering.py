@@ -146,3 +146,23 @@ def test_no_module_imports_another_packages_private_names():
                 if private and owner != package:
                     bad.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} imports {module}{'.' + name if name else ''}")
     assert not bad, "\n".join(bad)
+
+
+def test_only_the_engine_flow_builder_imports_the_plugins_package():
+    """builders/ -> plugins/ only from builders/trtllm_engine (the engine flow needs the plugin's
+    launch table); the other builders stay free of TensorRT-side code."""
+    import ast
+
+    bad = []
+    for path, package in _source_files():
+        if not package.startswith("trtllm_replayssm_builders") or package.startswith(
+            "trtllm_replayssm_builders.trtllm_engine"
+        ):
+            continue
+        for node in ast.walk(ast.parse(open(path).read())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "trtllm_replayssm_plugins" for n in names):
+                bad.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not bad, "\n".join(bad)

@@ -4,7 +4,9 @@ Each subcommand is one ``_add_<name>`` function that builds its parser and sets 
 handler taking the parsed arguments and returning the exit status; :data:`_SUBCOMMANDS` lists them.
 Installed packages add subcommands the same way through the entry-point group
 :data:`EXTENSION_GROUP` (each entry point is such an ``add`` function): the model demo ``demo``
-comes from ``trtllm_replayssm_builders``, which this package never imports.
+comes from ``trtllm_replayssm_builders``, which this package never imports. A subcommand that
+sets the default :data:`PASS_THROUGH` receives the arguments it does not define instead of a
+usage error (``build`` hands them to ``trtllm-build``).
 
 Building the parsers imports neither torch nor Triton (``--help`` answers at once); a handler
 imports what it runs. The argument types here (:func:`positive_int`, :func:`device_arg`,
@@ -27,6 +29,7 @@ from .models import GDN, KDA, MAMBA2, DeltaRuleGeometry, HybridModel, Layer, Mam
 
 __all__ = [
     "EXTENSION_GROUP",
+    "PASS_THROUGH",
     "MAX_L",
     "build_parser",
     "main",
@@ -44,6 +47,9 @@ __all__ = [
 ]
 
 EXTENSION_GROUP = "trtllm_replayssm.cli"
+# A subcommand whose parser sets this default gets the arguments it does not define, in order
+# (``trtllm-replayssm build`` passes them to trtllm-build); other subcommands refuse them.
+PASS_THROUGH = "pass_through_args"
 MAX_L = 64  # records per slot the replay kernels hold: trtllm_replayssm.cache.MAX_L (a test checks)
 
 
@@ -678,5 +684,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Returns:
         int: the exit status (argparse exits with 2 on a usage error).
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Only a subcommand that sets the default ``pass_through_args`` takes arguments it does
+        # not know (``build`` hands them to trtllm-build); anywhere else argparse's own error.
+        if not hasattr(args, PASS_THROUGH):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        setattr(args, PASS_THROUGH, list(extra))
     return args.func(args)

@@ -23,7 +23,7 @@ SUBPROCESS_PRELUDE = (
 )
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-TORCH_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int32: "i32"}
+TORCH_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int32: "i32", torch.int64: "i64"}
 
 
 def import_plugins_package():

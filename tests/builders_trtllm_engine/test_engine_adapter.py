@@ -1,0 +1,58 @@
+"""The engine-flow adapter (builders/trtllm_engine/adapter.py) where TensorRT-LLM is absent or is
+not the release it was written for: it refuses with a message naming what it expected and got.
+Its TensorRT-LLM side (the rewrite on a real network, the plugin layers) was not run here."""
+
+import sys
+import types
+
+import pytest
+
+from trtllm_replayssm_builders.trtllm_engine import adapter
+from trtllm_replayssm_builders.trtllm_engine.hook import EngineFlowError
+
+
+@pytest.fixture
+def no_tensorrt_llm(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", None)  # `import tensorrt_llm` raises ImportError
+
+
+def test_import_refuses_without_tensorrt_llm(no_tensorrt_llm):
+    with pytest.raises(ImportError, match=r"trtllm_engine: import tensorrt_llm failed \(.*\); expected TensorRT-LLM 1\.2\.1"):
+        adapter.import_tensorrt_llm()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: adapter.enable_replayssm_engine(object(), object(), buffer_len=16),
+        lambda: adapter.run_trtllm_build(["--checkpoint_dir", "c"], buffer_len=16),
+    ],
+    ids=["enable", "build"],
+)
+def test_entry_points_refuse_without_tensorrt_llm(no_tensorrt_llm, call):
+    with pytest.raises(ImportError, match="expected TensorRT-LLM 1.2.1"):
+        call()
+
+
+def test_import_lists_every_missing_name(monkeypatch):
+    """A stand-in ``tensorrt_llm`` module without the names the hook uses (not a package)."""
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", types.ModuleType("tensorrt_llm"))
+    sys.modules["tensorrt_llm"].__version__ = "1.1.0"
+    with pytest.raises(EngineFlowError) as e:
+        adapter.import_tensorrt_llm()
+    msg = str(e.value)
+    assert msg.startswith("import_tensorrt_llm: TensorRT-LLM 1.1.0 lacks what the engine flow uses (written for 1.2.1):")
+    assert "  tensorrt_llm.models.MambaForCausalLM: missing" in msg
+    assert "  tensorrt_llm.layers.ssm.Mamba2.forward: missing" in msg
+    assert "  tensorrt_llm.commands.build.build: missing" in msg
+
+
+def test_plugin_library_path_is_required(monkeypatch, tmp_path):
+    monkeypatch.delenv(adapter.PLUGIN_LIBRARY_ENV, raising=False)
+    with pytest.raises(
+        EngineFlowError, match=r"load_plugin_library: path is None; expected the plugin library built from plugins/cpp"
+    ):
+        adapter.load_plugin_library()
+    missing = str(tmp_path / "libreplayssm_engine_plugins.so")
+    with pytest.raises(EngineFlowError, match="path is '.*libreplayssm_engine_plugins.so'"):
+        adapter.load_plugin_library(missing)
