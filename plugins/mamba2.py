@@ -71,6 +71,7 @@ __all__ = [
     "plugin_inputs",
     "run_op",
     "tensor_infos",
+    "step_scalars",
 ]
 
 PLUGIN = "mamba2_replay_step"
@@ -349,6 +350,16 @@ def _scalars(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
         stride_Br_slot=ng * L * ds,
         stride_Br_group=L * ds,
         stride_Br_pos=ds,
+        **step_scalars(nh, hd, ds, ng, d_per_dim),
+    )
+    return tuple(Scalar(n, v) for n, v in values.items())
+
+
+def step_scalars(nh: int, hd: int, ds: int, ng: int, d_per_dim: bool) -> Dict[str, int]:
+    """The replay entry kernels' scalars after the cache strides, in parameter order: the strides
+    of dense step inputs (x, z, out [tokens, nheads, head_dim]; dt [tokens, nheads]; D; B, C
+    [tokens, ngroups, d_state]) and the geometry."""
+    return dict(
         stride_x_batch=nh * hd,
         stride_x_head=hd,
         stride_z_batch=nh * hd,
@@ -366,7 +377,6 @@ def _scalars(a: Mamba2ReplayAttrs, d_per_dim: bool) -> Tuple[Scalar, ...]:
         d_state=ds,
         heads_per_group=nh // ng,
     )
-    return tuple(Scalar(n, v) for n, v in values.items())
 
 
 def _constexprs(a: Mamba2ReplayAttrs, d_per_dim: bool, state_dtype: str) -> Dict[str, object]:

@@ -36,7 +36,7 @@ import triton
 
 from trtllm_replayssm.block import ACT_DTYPES, Mamba2StateBlock
 
-from .mamba2 import Mamba2ReplayAttrs, _constexprs
+from .mamba2 import Mamba2ReplayAttrs, _constexprs, step_scalars
 from .mamba2_block_entry import _mamba2_replay_block_plugin_kernel as ENTRY
 from .spec import InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype, check_rank_and_dims
 
@@ -157,22 +157,7 @@ def _scalars(a: Mamba2BlockAttrs, d_per_dim: bool, row_strides: Mapping[str, int
         stride_Br_slot=b.slot_stride("B_records"),
         stride_Br_group=r.L * ds,
         stride_Br_pos=ds,
-        stride_x_batch=nh * hd,
-        stride_x_head=hd,
-        stride_z_batch=nh * hd,
-        stride_z_head=hd,
-        stride_o_batch=nh * hd,
-        stride_o_head=hd,
-        stride_dt_batch=nh,
-        stride_dt_head=1,
-        stride_D_head=hd if d_per_dim else 1,
-        stride_B_batch=ng * ds,
-        stride_B_group=ds,
-        stride_C_batch=ng * ds,
-        stride_C_group=ds,
-        head_dim=hd,
-        d_state=ds,
-        heads_per_group=nh // ng,
+        **step_scalars(nh, hd, ds, ng, d_per_dim),
     )
     unknown = sorted(set(row_strides) - set(ROW_STRIDES))
     if unknown:
