@@ -30,9 +30,9 @@
 // (getPluginRegistry()->registerCreator, namespace "replayssm") from a static initializer, so that
 // dlopen (the build hook: builders/trtllm_engine/adapter.py load_plugin_library) and LD_PRELOAD
 // (Triton, the C++ runtime) both make the creators available before an engine is built or
-// deserialized. It deliberately exports no getCreators / setLoggerFinder entry points:
-// IPluginRegistry::loadLibrary would register the creators a second time and fail, so load it
-// with dlopen, not IPluginRegistry::loadLibrary / trtexec --dynamicPlugins.
+// deserialized. It exports no getCreators / setLoggerFinder entry points, so load it with dlopen,
+// not IPluginRegistry::loadLibrary / trtexec --dynamicPlugins (with those entry points,
+// loadLibrary would find the creators registered already by the initializer, and fail).
 #include <NvInferRuntime.h>
 #include <cuda.h>
 #include <cuda_runtime.h>
