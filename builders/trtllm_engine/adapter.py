@@ -97,11 +97,18 @@ def import_tensorrt_llm():
 
 
 def load_plugin_library(path: Optional[str] = None) -> str:
-    """Loads the ReplaySSM engine plugin library (built from ``plugins/cpp``) into TensorRT's
-    plugin registry; ``path`` defaults to ``$TRTLLM_REPLAYSSM_PLUGIN_LIB``.
+    """Loads the ReplaySSM engine plugin library (built from ``plugins/cpp``) into this process;
+    ``path`` defaults to ``$TRTLLM_REPLAYSSM_PLUGIN_LIB``.
+
+    The library registers its two creators with TensorRT's plugin registry when it is loaded (a
+    static initializer, as under ``LD_PRELOAD`` at serve time), so it is loaded with ``dlopen``
+    (``ctypes.CDLL``, after ``import tensorrt`` so that it binds to the same ``libnvinfer``), not
+    with ``IPluginRegistry::loadLibrary``, which would register them a second time. Loading it
+    again (or when it was preloaded) registers nothing new.
 
     Raises:
         EngineFlowError: no path, no file, or the library registers no ``replayssm`` creators.
+        OSError: the dynamic loader refuses the file (e.g. a missing ``libnvinfer`` or ``libcuda``).
     """
     path = path or os.environ.get(PLUGIN_LIBRARY_ENV)
     if not path or not os.path.isfile(path):
@@ -109,10 +116,12 @@ def load_plugin_library(path: Optional[str] = None) -> str:
             f"load_plugin_library: path is {path!r}; expected the plugin library built from plugins/cpp "
             f"(--replayssm-plugin-lib or ${PLUGIN_LIBRARY_ENV})"
         )
+    import ctypes
+
     import tensorrt as trt
 
+    ctypes.CDLL(os.path.abspath(path), mode=ctypes.RTLD_GLOBAL)
     registry = trt.get_plugin_registry()
-    registry.load_library(path)
     for name, version in (ROUTE_PLUGIN, BLOCK_PLUGIN):
         if registry.get_creator(name, version, PLUGIN_NAMESPACE) is None:
             raise EngineFlowError(

@@ -56,3 +56,43 @@ def test_plugin_library_path_is_required(monkeypatch, tmp_path):
     missing = str(tmp_path / "libreplayssm_engine_plugins.so")
     with pytest.raises(EngineFlowError, match="path is '.*libreplayssm_engine_plugins.so'"):
         adapter.load_plugin_library(missing)
+
+
+class _Registry:
+    def __init__(self, names):
+        self.names, self.asked = names, []
+
+    def get_creator(self, name, version, namespace):
+        self.asked.append((name, version, namespace))
+        return object() if (name, version, namespace) in self.names else None
+
+    def load_library(self, path):  # the creators register on load: IPluginRegistry::loadLibrary must not be used
+        raise AssertionError("load_library called")
+
+
+def _fake_tensorrt(monkeypatch, registry):
+    trt = types.ModuleType("tensorrt")
+    trt.get_plugin_registry = lambda: registry
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+
+
+@pytest.mark.parametrize("registered", [2, 1])
+def test_plugin_library_is_dlopened_and_its_creators_checked(monkeypatch, tmp_path, registered):
+    """dlopen (RTLD_GLOBAL, after importing tensorrt) registers the creators (the library's static
+    initializer); both must then be in TensorRT's registry under the replayssm namespace."""
+    import ctypes
+
+    lib = tmp_path / "libreplayssm_engine_plugins.so"
+    lib.write_bytes(b"")
+    opened = []
+    monkeypatch.setattr(ctypes, "CDLL", lambda path, mode=0: opened.append((path, mode)))
+    names = [("Mamba2Route", "1", "replayssm"), ("Mamba2ReplayBlock", "1", "replayssm")][:registered]
+    registry = _Registry(names)
+    _fake_tensorrt(monkeypatch, registry)
+    if registered == 2:
+        assert adapter.load_plugin_library(str(lib)) == str(lib)
+    else:
+        with pytest.raises(EngineFlowError, match=r"registers no replayssm::Mamba2ReplayBlock version 1; expected"):
+            adapter.load_plugin_library(str(lib))
+    assert opened == [(str(lib), ctypes.RTLD_GLOBAL)]
+    assert registry.asked[0] == ("Mamba2Route", "1", "replayssm")

@@ -17,7 +17,6 @@ sees which engine inputs each layer and each plugin reads.
 """
 
 import os
-import re
 
 import pytest
 
@@ -109,19 +108,5 @@ def test_plugin_inputs_match_the_cpp_plugins():
     assert "*static_cast<int64_t const*>(in[0])" in src
 
 
-def test_plugin_fields_are_the_ones_the_cpp_plugins_serialize():
-    src = open(os.path.join(ROOT, "plugins", "cpp", "replayssm_engine_plugins.cpp")).read()
-    route_src, block_src = src.split("class Mamba2ReplayBlock")
-    kinds = {"kINT32": "int32", "kINT64": "int64", "kCHAR": "char"}
-
-    def serialized(text):
-        return [(n, kinds[k]) for n, k in re.findall(r'PluginField\("(\w+)", [^;]*?PluginFieldType::(\w+)', text)]
-
-    plan = hook.plan_layer(0, S.Mamba2(256, 256, d_state=16, ngroups=2), _settings())
-    assert [(f.name, f.kind) for f in hook.route_plugin_fields(plan)] == serialized(route_src)
-    fields = hook.block_plugin_fields(plan, S.Compiled(plan.table.spec))
-    assert [(f.name, f.kind) for f in fields] == serialized(block_src)
-    for name, version in (hook.ROUTE_PLUGIN, hook.BLOCK_PLUGIN):
-        assert f'getPluginName() const noexcept override {{ return "{name}"; }}' in src
-        assert f'getPluginVersion() const noexcept override {{ return "{version}"; }}' in src
-    assert f'kNamespace = "{hook.PLUGIN_NAMESPACE}"' in src
+# The plugin fields against the C++ plugins and their creators (names, types, order), the
+# syntax check and the CPU harness: test_engine_plugins_cpp.py.
