@@ -42,6 +42,7 @@ from typing import Dict, Tuple
 import torch
 
 from .cache import MAX_L
+from .checks import check_positive_int
 from .memory import ssm_layer_bytes
 from .models import MAMBA2, Mamba2Geometry
 
@@ -73,11 +74,6 @@ class Region:
         return n
 
 
-def _positive(owner: str, name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{owner}: {name} is {value!r}; expected a positive int")
-
-
 @dataclass(frozen=True)
 class Mamba2StateBlock:
     """Per-slot block layout of one Mamba-2 layer (see the module docstring).
@@ -98,7 +94,7 @@ class Mamba2StateBlock:
     def __post_init__(self) -> None:
         owner = "Mamba2StateBlock"
         for name in ("nheads", "head_dim", "d_state", "ngroups", "L"):
-            _positive(owner, name, getattr(self, name))
+            check_positive_int(owner, name, getattr(self, name))
         if self.L > MAX_L:
             raise ValueError(f"{owner}: L is {self.L}; expected 1 <= L <= {MAX_L}")
         if self.nheads % self.ngroups:
@@ -160,7 +156,7 @@ class Mamba2StateBlock:
 
     def layer_offset(self, name: str, num_slots: int) -> int:
         """Byte offset of slot 0's region ``name`` in a layer buffer of ``num_slots`` slots."""
-        _positive("Mamba2StateBlock.layer_offset", "num_slots", num_slots)
+        check_positive_int("Mamba2StateBlock.layer_offset", "num_slots", num_slots)
         r = self.region(name)
         return r.offset if name == "checkpoint" else num_slots * self.state_bytes + r.offset
 

@@ -19,7 +19,7 @@ import torch
 
 from torch import Tensor
 
-from .checks import FLOAT_DTYPES, check_dtype, check_last_dim_dense, slot_index
+from .checks import FLOAT_DTYPES, check_dtype, check_last_dim_dense, check_positive_int, slot_index
 
 __all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES"]
 
@@ -62,8 +62,7 @@ def _check_shape(owner: str, name: str, t: Tensor, dims: str, want: tuple) -> No
 
 def _check_sizes(owner: str, **sizes) -> None:
     for name, v in sizes.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
+        check_positive_int(owner, name, v)
     if sizes["L"] > MAX_L:
         raise ValueError(f"{owner}: L is {sizes['L']}; expected 1 <= L <= {MAX_L}")
 

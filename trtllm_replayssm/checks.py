@@ -30,6 +30,7 @@ __all__ = [
     "dividing_heads",
     "check_optional",
     "check_flag",
+    "check_positive_int",
     "check_last_dim_dense",
     "reads_device_values",
     "check_slot_values",
@@ -153,6 +154,12 @@ def check_optional(op: str, name: str, t: Optional[Tensor], dims: str, shape: Se
     """:func:`check_tensor` unless ``t`` is None."""
     if t is not None:
         check_tensor(op, name, t, dims, shape, **kw)
+
+
+def check_positive_int(op: str, name: str, v) -> None:
+    """``v`` is an int >= 1 (not a bool): sizes, counts, lengths."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{op}: {name} is {v!r}; expected a positive int")
 
 
 def check_flag(op: str, name: str, v) -> None:

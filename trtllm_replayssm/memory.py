@@ -27,6 +27,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from .checks import check_positive_int
 from .models import MAMBA2, AttentionGeometry, Mamba2Geometry, MLAGeometry
 from .registry import family
 
@@ -130,8 +131,7 @@ class LayerBytes:
 
 def _check_lengths(owner: str, mode: str, buffer_len: int, spec_tokens: int) -> None:
     for name, v in (("buffer_len", buffer_len), ("spec_tokens", spec_tokens)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
+        check_positive_int(owner, name, v)
     if mode == "replay_spec" and buffer_len < spec_tokens:
         raise ValueError(f"{owner}: buffer_len (history B) = {buffer_len} < spec_tokens (T) = {spec_tokens}; expected B >= T")
 

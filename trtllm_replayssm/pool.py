@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from .cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
+from .checks import check_positive_int
 from .memory import conv_width
 from .models import HybridModel
 from .registry import family
@@ -58,11 +59,6 @@ def cache_template(kind: str, g, L: int, *, state_dtype: torch.dtype, record_dty
     fam = family(kind)
     fam.check_geometry(f"cache_template: {kind}", g)
     return fam.cache.for_geometry(g, 1, L, state_dtype=state_dtype, record_dtype=record_dtype, device="meta")
-
-
-def _positive_int(owner: str, name: str, v) -> None:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"{owner}: {name} is {v!r}; expected a positive int")
 
 
 class ReplayCachePool:
@@ -103,8 +99,8 @@ class ReplayCachePool:
             raise TypeError(f"{owner}: model is {type(model).__name__}; expected a HybridModel")
         if mode not in POOL_MODES:
             raise ValueError(f"{owner}: mode is {mode!r}; expected one of {', '.join(POOL_MODES)}")
-        _positive_int(owner, "num_slots", num_slots)
-        _positive_int(owner, "buffer_len", buffer_len)
+        check_positive_int(owner, "num_slots", num_slots)
+        check_positive_int(owner, "buffer_len", buffer_len)
         if not isinstance(num_padding_slots, int) or isinstance(num_padding_slots, bool) or num_padding_slots < 0:
             raise ValueError(f"{owner}: num_padding_slots is {num_padding_slots!r}; expected an int >= 0")
         if mode == "replay":
@@ -115,7 +111,7 @@ class ReplayCachePool:
                 )
             T, L = 1, buffer_len
         else:
-            _positive_int(owner, "spec_tokens", spec_tokens)
+            check_positive_int(owner, "spec_tokens", spec_tokens)
             if spec_tokens > buffer_len:
                 raise ValueError(f"{owner}: spec_tokens (T) = {spec_tokens} > buffer_len (B) = {buffer_len}; expected B >= T")
             T, L = spec_tokens, buffer_len + spec_tokens

@@ -30,6 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trtllm_replayssm.block import Mamba2StateBlock
 from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.checks import check_positive_int
 from trtllm_replayssm_plugins.mamba2 import Mamba2ReplayAttrs
 from trtllm_replayssm_plugins.mamba2_block import Mamba2BlockAttrs
 from trtllm_replayssm_plugins.mamba2_block_launch import ENGINE_INPUTS, LaunchTable, launch_table
@@ -146,11 +147,6 @@ class EngineFlowError(RuntimeError):
     """The engine-flow hook cannot engage (the build would otherwise decode on the stock path)."""
 
 
-def _positive_int(owner: str, name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{owner}: {name} is {value!r}; expected a positive int")
-
-
 @dataclass(frozen=True)
 class EngineBuildSettings:
     """The build options the engine flow depends on, read from ``build_config`` and
@@ -195,8 +191,8 @@ def check_settings(s: EngineBuildSettings) -> None:
         EngineFlowError: one line per problem: the option, what is expected, what was given.
     """
     owner = "enable_replayssm_engine"
-    _positive_int(owner, "max_batch_size", s.max_batch_size)
-    _positive_int(owner, "buffer_len", s.buffer_len)
+    check_positive_int(owner, "max_batch_size", s.max_batch_size)
+    check_positive_int(owner, "buffer_len", s.buffer_len)
     wants = (
         ("model.config.mamba_version", s.mamba_version == "Mamba2", "'Mamba2'", repr(s.mamba_version)),
         ("buffer_len (--replayssm-buffer-len)", s.buffer_len <= MAX_L, f"at most {MAX_L}", s.buffer_len),
@@ -466,7 +462,7 @@ def engine_io(num_layers: int, *, gather_context_logits: bool = False) -> Engine
     state, packed input): ``input_ids`` and ``last_token_ids`` (``prepare_inputs``), the layers'
     inputs (:func:`layer_engine_inputs`), output ``logits``. The rewrite adds no tensor and
     removes none, so the runtime binds what it binds for the stock engine."""
-    _positive_int("engine_io", "num_layers", num_layers)
+    check_positive_int("engine_io", "num_layers", num_layers)
     names = {"input_ids", "last_token_ids"}
     for i in range(num_layers):
         names.update(layer_engine_inputs(i))

@@ -22,15 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trtllm_replayssm.block import Mamba2StateBlock
+from trtllm_replayssm.checks import check_positive_int
 
 __all__ = ["EngineStateLayout"]
 
 _F32 = 4
-
-
-def _positive(owner: str, name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{owner}: {name} is {value!r}; expected a positive int")
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ class EngineStateLayout:
         owner = "EngineStateLayout"
         if not isinstance(self.block, Mamba2StateBlock):
             raise TypeError(f"{owner}: block is {type(self.block).__name__}; expected Mamba2StateBlock")
-        _positive(owner, "num_slots", self.num_slots)
+        check_positive_int(owner, "num_slots", self.num_slots)
 
     @property
     def rnn_hidden_size(self) -> int:
