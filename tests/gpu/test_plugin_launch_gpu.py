@@ -10,12 +10,12 @@ flush rows in a second launch, equal to the one-launch fold to fp32 accuracy, te
 over steps with flushes, padding rows and an out-of-range slot id: Mamba-2 (``replayssm::mamba2_replay_step``),
 GDN and KDA (``replayssm::gated_delta_replay_step``).
 
-The driver API is reached through ctypes on libcuda (no extra package): that is the call
-TensorRT makes, with an explicit ``void**`` argument array, and cuFuncGetParamInfo (CUDA >= 12.4)
-confirms the loaded entry has exactly the plugin's parameter count and sizes.
+The driver API is reached through ctypes on libcuda (no extra package; ``cuda_driver.Driver``,
+shared with test_block_plugin_launch_gpu.py): that is the call TensorRT makes, with an explicit
+``void**`` argument array, and cuFuncGetParamInfo (CUDA >= 12.4) confirms the loaded entry has
+exactly the plugin's parameter count and sizes.
 """
 
-import ctypes
 import os
 import sys
 
@@ -23,51 +23,11 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins"))
+from cuda_driver import Driver
 from plugin_cases import GatedDeltaCase, Mamba2Case, grid_of, info_of, launch_arguments
 # (importing plugin_cases makes trtllm_replayssm_plugins importable from a checkout)
 
 pytestmark = pytest.mark.gpu
-
-
-class Driver:
-    """The few CUDA driver calls TensorRT's AOT launch makes, on torch's current context."""
-
-    def __init__(self):
-        lib = self.lib = ctypes.CDLL("libcuda.so.1")
-        vp, sz, u = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint
-        lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        lib.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
-        lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
-        lib.cuLaunchKernel.argtypes = [vp, u, u, u, u, u, u, u, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]
-        self.has_param_info = hasattr(lib, "cuFuncGetParamInfo")
-        if self.has_param_info:
-            lib.cuFuncGetParamInfo.argtypes = [vp, sz, ctypes.POINTER(sz), ctypes.POINTER(sz)]
-
-    def check(self, result, what):
-        if result != 0:
-            msg = ctypes.c_char_p()
-            self.lib.cuGetErrorString(result, ctypes.byref(msg))
-            raise RuntimeError(f"{what} failed: {result} {msg.value.decode() if msg.value else ''}")
-
-    def load(self, ptx: str, name: str) -> ctypes.c_void_p:
-        module, fn = ctypes.c_void_p(), ctypes.c_void_p()
-        self.check(self.lib.cuModuleLoadData(ctypes.byref(module), ptx.encode()), "cuModuleLoadData")
-        self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()), "cuModuleGetFunction")
-        return fn
-
-    def param_sizes(self, fn) -> list:
-        """Size of each kernel parameter, until the driver reports no more."""
-        sizes = []
-        offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-        while self.lib.cuFuncGetParamInfo(fn, len(sizes), ctypes.byref(offset), ctypes.byref(size)) == 0:
-            sizes.append(size.value)
-        return sizes
-
-    def launch(self, fn, grid, block, shared_mem, args, params):
-        slots = [ctypes.c_void_p(a.data_ptr()) if p.role != "scalar" else ctypes.c_int32(a) for a, p in zip(args, params)]
-        array = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.check(self.lib.cuLaunchKernel(fn, *grid, *block, shared_mem, stream, array, None), "cuLaunchKernel")
 
 
 @pytest.fixture(scope="module")

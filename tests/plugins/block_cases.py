@@ -1,13 +1,18 @@
 """The ``replayssm::mamba2_replay_block`` plugin against the public op, over a layer buffer laid
 out as TensorRT-LLM's engine runtime hands it (shared by the CPU interpreter test and the GPU
-driver-API test).
+driver-API test, tests/gpu/test_block_plugin_launch_gpu.py).
 
 One pooled allocation ``[layers, num_slots, nbytes]`` (``RnnStateManager``'s ``pagedRnnStates``:
-one fp32 buffer per layer, each layer's address in its own ``rnn_state_ptr_<i>``); the plugin's
-``state_ptr`` input holds layer 1's address. A context step first writes each admitted slot's
-stock state ``[nheads, d_state, head_dim]`` at ``slot * state_bytes`` (what the stock
-``selective_scan`` leaves) and launches the plugin with more tokens than rows; then 3L + 2
-generation steps with padding rows run the plugin and the public op side by side.
+one fp32 buffer per layer, each layer's address in its own ``rnn_state_ptr_<i>``), uninitialised:
+random bytes everywhere, NaN and inf patterns included; the plugin's ``state_ptr`` input holds
+layer 1's address. A context step first writes each admitted slot's stock state
+``[nheads, d_state, head_dim]`` at ``slot * state_bytes`` (what the stock ``selective_scan``
+leaves) and launches the plugin with more tokens than rows; then 3L + 2 generation steps with
+padding rows run the plugin and the public op side by side. The op runs on an ordinary cache
+holding the same bits as the layer (every slot, stale records included), and after the context
+step and every generation step every region of every slot of the layer must equal that cache
+bit for bit: the regions tile the layer, so this is the whole layer buffer (unused slots and
+never-read record positions untouched). Layer 0 must stay untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +24,39 @@ from trtllm_replayssm.cache import Mamba2ReplayCache
 from trtllm_replayssm.ops import mamba2_replay_step
 
 LAYERS, LAYER = 2, 1  # the pool holds two layers; the plugin runs on layer 1
-SLOTS = (3, 0, 5)  # admitted slots; rows of a step: these plus padding rows (-1)
+SLOTS = (3, 0, 5)  # admitted slots, in this (nontrivial) row order
+CONTEXT_ROWS = (SLOTS[0], -1, SLOTS[1], SLOTS[2])
+ROWS = (SLOTS[0], -1, SLOTS[1], -1, SLOTS[2])  # a generation step: padding rows between live rows
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t):
+    """``t`` viewed as integers of its element size: NaN-safe bitwise comparison."""
+    return t.view(_INT[t.element_size()])
+
+
+def op_cache_of(block, views, device):
+    """An ordinary (dense) ``Mamba2ReplayCache`` holding the block's values bit for bit."""
+    cache = Mamba2ReplayCache.allocate(
+        views["checkpoint"].shape[0],
+        block.nheads,
+        block.head_dim,
+        block.d_state,
+        block.ngroups,
+        block.L,
+        state_dtype=torch.float32,
+        act_dtype=ACT_DTYPES[block.act_dtype],
+        device=device,
+    )
+    for name, v in views.items():
+        field = getattr(cache, name)
+        bits(field).copy_(bits(v).reshape(field.shape))
+    return cache
+
+
+def regions_differing(views, cache):
+    """Names of the block regions whose bits differ from the op cache's (every slot)."""
+    return [n for n, v in views.items() if not torch.equal(bits(v).reshape(getattr(cache, n).shape), bits(getattr(cache, n)))]
 
 
 def plugin_inputs(family, a, *, state_ptr, step, params, slot_ids):
@@ -79,11 +116,9 @@ def launcher_op(a, cache, step, params, slot_ids):
 
 
 def run_case(family, a, launch, *, device, op=public_op, seed=0):
-    """Run the context step and 3L+2 generation steps; assert outputs and caches bit-identical
-    to ``op`` (the public op by default). ``launch(spec, inputs, out)`` launches the plugin's
-    kernel."""
-    from plugin_cases import info_of
-
+    """Run the context step and 3L+2 generation steps; assert outputs and the whole layer buffer
+    bit-identical to ``op`` (the public op by default) on an ordinary cache. ``launch(spec,
+    inputs, out)`` launches the plugin's kernel."""
     r, block = a.replay, a.block
     act = ACT_DTYPES[a.act_dtype]
     g = torch.Generator().manual_seed(seed)
@@ -91,13 +126,10 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0):
     def randn(*shape, dtype=act):
         return torch.randn(shape, generator=g).to(dtype).to(device)
 
-    pool = torch.zeros(LAYERS, a.num_slots, block.nbytes, dtype=torch.uint8, device=device)
-    pool[LAYER].copy_(torch.randint(0, 256, (a.num_slots, block.nbytes), generator=g, dtype=torch.uint8))
+    pool = torch.randint(0, 256, (LAYERS, a.num_slots, block.nbytes), generator=g, dtype=torch.uint8).to(device)
     layer = pool[LAYER]
     views = block.views(layer)
-    views["checkpoint"].zero_()  # garbage bytes elsewhere; no NaN can reach a compared row
-    for name in ("x_records", "B_records", "dt_records"):
-        views[name].zero_()
+    assert sum(v.numel() * v.element_size() for v in views.values()) == layer.numel(), "the regions tile the layer"
     state_ptr = torch.tensor([layer.data_ptr()], dtype=torch.int64, device=device)
     params = dict(A=-(torch.rand(r.nheads, generator=g) + 1.0).to(device))
     if r.has_D:
@@ -107,9 +139,15 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0):
 
     # context step: the stock plugin's final states, then the plugin admits them
     slots = torch.tensor(SLOTS, dtype=torch.int32, device=device)
+    idx = slots.long()
     stock = torch.randn(len(SLOTS), r.nheads, r.d_state, r.head_dim, generator=g).to(device)
-    views["checkpoint"].view(a.num_slots, -1)[slots.long()] = stock.reshape(len(SLOTS), -1)
-    ctx_slots = torch.tensor([SLOTS[0], -1, SLOTS[1], SLOTS[2]], dtype=torch.int32, device=device)
+    views["checkpoint"].view(a.num_slots, -1)[idx] = stock.reshape(len(SLOTS), -1)
+    # the op's cache: the same bits, then admitted with the same checkpoints (its arrivals are
+    # zero between launches; the plugin zeroes the runtime buffer's, and its pending)
+    cache = op_cache_of(block, views, device)
+    cache.admit(slots, stock.transpose(-1, -2).contiguous())
+    cache.arrivals[idx] = 0
+    ctx_slots = torch.tensor(CONTEXT_ROWS, dtype=torch.int32, device=device)
     tokens = 7  # > rows: a context step
     ctx_step = dict(
         x=randn(tokens, r.nheads, r.head_dim),
@@ -120,34 +158,20 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0):
     if r.has_z:
         ctx_step["z"] = randn(tokens, r.nheads, r.head_dim)
     inputs = plugin_inputs(family, a, state_ptr=state_ptr, step=ctx_step, params=params, slot_ids=ctx_slots)
-    spec = family.kernel_spec(a, [info_of(t) for t in inputs])
     out = torch.full_like(ctx_step["x"], 7.0)
     before = pool.clone()
-    launch(spec, inputs, out)
+    launch(spec_for(family, a, inputs), inputs, out)
     assert torch.equal(out, torch.full_like(out, 7.0)), "a context step writes no output"
-    assert torch.equal(views["checkpoint"][slots.long()], stock.transpose(-1, -2).contiguous())
+    assert not regions_differing(views, cache), f"context step: {regions_differing(views, cache)} differ from the op's cache"
+    assert torch.equal(views["checkpoint"][idx], stock.transpose(-1, -2).contiguous())
     for name in ("cursor", "arrivals", "pending"):
-        assert torch.equal(views[name][slots.long()], torch.zeros_like(views[name][slots.long()]))
+        assert torch.equal(views[name][idx], torch.zeros_like(views[name][idx])), name
     assert torch.equal(pool[0], before[0]), "layer 0 untouched"
 
-    # the public op's cache, admitted with the same checkpoints
-    cache = Mamba2ReplayCache.allocate(
-        a.num_slots,
-        r.nheads,
-        r.head_dim,
-        r.d_state,
-        r.ngroups,
-        r.L,
-        state_dtype=torch.float32,
-        act_dtype=act,
-        device=device,
-    )
-    cache.admit(slots, stock.transpose(-1, -2).contiguous())
-    rows = [SLOTS[0], -1, SLOTS[1], -1, SLOTS[2]]  # padding rows between live rows
-    slot_ids = torch.tensor(rows, dtype=torch.int32, device=device)
+    slot_ids = torch.tensor(ROWS, dtype=torch.int32, device=device)
     live = slot_ids >= 0
-    for _ in range(3 * r.L + 2):
-        n = len(rows)
+    for i in range(3 * r.L + 2):
+        n = len(ROWS)
         step = dict(
             x=randn(n, r.nheads, r.head_dim),
             dt=randn(n, r.nheads),
@@ -160,12 +184,13 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0):
         out = torch.full_like(step["x"], 7.0)
         launch(spec_for(family, a, inputs), inputs, out)
         y = op(a, cache, step, params, slot_ids)
-        assert torch.equal(out[live], y[live])
+        assert torch.equal(out[live], y[live]), (
+            f"step {i}: output differs by {(out[live].float() - y[live].float()).abs().max()}"
+        )
         assert torch.equal(out[~live], torch.full_like(out[~live], 7.0)), "padding rows are not written"
-        idx = slots.long()
-        for name in ("checkpoint", "x_records", "dt_records", "B_records"):
-            assert torch.equal(views[name][idx], getattr(cache, name)[idx]), name
-        assert torch.equal(views["cursor"][idx, 0], cache.cursor[idx])
+        assert not regions_differing(views, cache), f"step {i}: {regions_differing(views, cache)} differ from the op's cache"
+        assert torch.equal(views["cursor"][idx, 0], torch.full_like(idx, (i + 1) % r.L, dtype=torch.int32)), f"step {i}"
+        assert torch.equal(views["arrivals"][idx], torch.zeros_like(views["arrivals"][idx])), f"step {i}"
     assert torch.equal(pool[0], before[0]), "layer 0 untouched"
 
 
