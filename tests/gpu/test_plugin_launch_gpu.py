@@ -5,9 +5,8 @@ cuLaunchKernel exactly as the plugin's launch parameters say: grid and block fro
 plan, its shared memory, and one kernel-parameter slot per plugin argument in TensorRT's order
 (input pointers, int32 scalars, output pointers; the aliased cache outputs are the input
 buffers). Outputs and cache updates must equal the op's launcher at the plugin's launch
-configuration bit for bit (one launch per step: the op's Mamba-2 default from batch 8 folds the
-flush rows in a second launch, equal to the one-launch fold to fp32 accuracy, tests/kernels)
-over steps with flushes, padding rows and an out-of-range slot id: Mamba-2 (``replayssm::mamba2_replay_step``),
+configuration bit for bit (the op and the plugin both run one launch per step) over steps with
+flushes, padding rows and an out-of-range slot id: Mamba-2 (``replayssm::mamba2_replay_step``),
 GDN and KDA (``replayssm::gated_delta_replay_step``).
 
 The driver API is reached through ctypes on libcuda (no extra package; ``cuda_driver.Driver``,
