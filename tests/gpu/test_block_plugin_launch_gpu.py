@@ -17,10 +17,15 @@ cuLaunchKernel (``cuda_driver.Driver``, as test_plugin_launch_gpu.py), one launc
 After every step the output rows and the whole layer (every region of every slot: checkpoints,
 dt / x / B records, cursor, arrivals, pending; unused slots and stale record positions included)
 must equal the public op, ``replayssm::mamba2_replay_step``, run on an ordinary cache holding
-the same bits, bit for bit, and layer 0 must stay untouched. The rows (five) keep the op's launch
-heuristic at the configuration the plugin's attributes take (asserted), so the public op runs
-the same configuration. The same comparison runs on the CPU under the Triton interpreter with
-the entry called directly (tests/plugins/test_plugin_block.py).
+the same bits, and layer 0 must stay untouched. The rows (five) keep the op's launch heuristic at
+the configuration the plugin's attributes take (asserted), so the public op runs the same
+configuration. Everything copied (records, cursors, arrivals, pending, unused slots) must match
+bit for bit; the outputs and live checkpoints to rounding (``block_cases.GPU_CLOSE``): the block's
+regions are only 4-byte aligned, so the compiled entry loads them element by element, Triton lays
+the tiles out otherwise than for the op's dense tensors, and the sums over d_state run in another
+order (on the H200, 2026-12-02, one unit in the last place at the first step of Nemotron-3-Super's
+geometry; the small odd geometry was bit for bit). The same comparison runs bit for bit on the CPU
+under the Triton interpreter with the entry called directly (tests/plugins/test_plugin_block.py).
 
 The checkpoint is fp32 whatever the activation dtype (the runtime's state buffer is fp32), so
 unlike test_plugin_launch_gpu.py there is no 16-bit state; the activations and records are bf16
@@ -103,5 +108,5 @@ def test_block_ptx_on_a_pooled_buffer_equals_the_op(driver, geometry, flags, act
     ), "the public op must launch at the plugin's configuration for a bit-identical comparison"
     a = mamba2_block.Mamba2BlockAttrs(r, NUM_SLOTS, act)
     loaded = {}
-    run_case(mamba2_block, a, driver_launch(driver, loaded), device="cuda")
+    run_case(mamba2_block, a, driver_launch(driver, loaded), device="cuda", exact=False)
     assert len(loaded) == 1, "one PTX serves the context and the generation steps"

@@ -54,9 +54,39 @@ def op_cache_of(block, views, device):
     return cache
 
 
-def regions_differing(views, cache):
-    """Names of the block regions whose bits differ from the op cache's (every slot)."""
-    return [n for n, v in views.items() if not torch.equal(bits(v).reshape(getattr(cache, n).shape), bits(getattr(cache, n)))]
+# Rounding-level agreement for the computed values (outputs, live checkpoints) on a GPU: relative
+# tolerance by dtype (fp32 about 80 units in the last place, 16-bit about two), see close_to(). The
+# block's regions are only 4-byte aligned (a packed tail; the runtime's buffer), so the entry's compiled
+# kernel loads them element by element where the op, on dense 16-byte aligned tensors, loads
+# vectors; Triton then lays the [rows, d_state] tiles out differently and sums over d_state in
+# another order. Under the CPU interpreter both sum alike and the comparison is bit for bit.
+GPU_CLOSE = {"f32": 1e-5, "bf16": 2**-7, "f16": 2**-10}
+
+
+def close_to(got, want, rtol):
+    """``|got - want| <= rtol (|want| + max |want| / 16)`` elementwise: relative, with an absolute
+    floor at the tensor's scale for values that cancel to near zero."""
+    got, want = got.double(), want.double()
+    return bool(((got - want).abs() <= rtol * (want.abs() + want.abs().max() / 16)).all())
+
+
+def regions_differing(views, cache, tolerate=None):
+    """Names of the block regions that differ from the op cache's (every slot): bit for bit,
+    except that with ``tolerate = (slot index, rtol)`` the checkpoints of those slots need
+    only agree to that tolerance (:func:`close_to`; their other slots still bit for bit)."""
+    differing = []
+    for n, v in views.items():
+        got, want = v.reshape(getattr(cache, n).shape), getattr(cache, n)
+        if tolerate is not None and n == "checkpoint":
+            idx, rtol = tolerate
+            live = torch.zeros(got.shape[0], dtype=torch.bool, device=got.device)
+            live[idx] = True
+            if not close_to(got[live], want[live], rtol):
+                differing.append(n)
+            got, want = got[~live], want[~live]
+        if not torch.equal(bits(got), bits(want)):
+            differing.append(n)
+    return differing
 
 
 def plugin_inputs(family, a, *, state_ptr, step, params, slot_ids):
@@ -115,10 +145,12 @@ def launcher_op(a, cache, step, params, slot_ids):
     return out
 
 
-def run_case(family, a, launch, *, device, op=public_op, seed=0):
+def run_case(family, a, launch, *, device, op=public_op, seed=0, exact=True):
     """Run the context step and 3L+2 generation steps; assert outputs and the whole layer buffer
-    bit-identical to ``op`` (the public op by default) on an ordinary cache. ``launch(spec,
-    inputs, out)`` launches the plugin's kernel."""
+    equal to ``op`` (the public op by default) on an ordinary cache: bit for bit, or with
+    ``exact=False`` outputs and live checkpoints to :data:`GPU_CLOSE` and everything else (records,
+    cursors, arrivals, pending, unused slots) still bit for bit. ``launch(spec, inputs, out)``
+    launches the plugin's kernel."""
     r, block = a.replay, a.block
     act = ACT_DTYPES[a.act_dtype]
     g = torch.Generator().manual_seed(seed)
@@ -170,6 +202,7 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0):
 
     slot_ids = torch.tensor(ROWS, dtype=torch.int32, device=device)
     live = slot_ids >= 0
+    rtol = GPU_CLOSE[a.act_dtype]
     for i in range(3 * r.L + 2):
         n = len(ROWS)
         step = dict(
@@ -184,11 +217,11 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0):
         out = torch.full_like(step["x"], 7.0)
         launch(spec_for(family, a, inputs), inputs, out)
         y = op(a, cache, step, params, slot_ids)
-        assert torch.equal(out[live], y[live]), (
-            f"step {i}: output differs by {(out[live].float() - y[live].float()).abs().max()}"
-        )
+        same = torch.equal(out[live], y[live]) if exact else close_to(out[live], y[live], rtol)
+        assert same, f"step {i}: output differs by {(out[live].float() - y[live].float()).abs().max()}"
         assert torch.equal(out[~live], torch.full_like(out[~live], 7.0)), "padding rows are not written"
-        assert not regions_differing(views, cache), f"step {i}: {regions_differing(views, cache)} differ from the op's cache"
+        differing = regions_differing(views, cache, None if exact else (idx, GPU_CLOSE["f32"]))
+        assert not differing, f"step {i}: {differing} differ from the op's cache"
         assert torch.equal(views["cursor"][idx, 0], torch.full_like(idx, (i + 1) % r.L, dtype=torch.int32)), f"step {i}"
         assert torch.equal(views["arrivals"][idx], torch.zeros_like(views["arrivals"][idx])), f"step {i}"
     assert torch.equal(pool[0], before[0]), "layer 0 untouched"

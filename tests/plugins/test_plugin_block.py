@@ -106,3 +106,33 @@ def test_entry_on_a_pooled_layer_buffer_equals_the_op(kw):
 
 def test_info_of_names_int64():
     assert info_of(torch.zeros(1, dtype=torch.int64)).dtype == "i64"
+
+
+def test_gpu_tolerance_keeps_teeth():
+    """The GPU comparison's tolerance (block_cases.regions_differing with ``tolerate``) lets live
+    checkpoints differ by rounding only, and never an unused slot's bits or a copied region."""
+    from block_cases import bits, close_to, op_cache_of, regions_differing
+
+    a = _attrs(num_slots=4, act_dtype="bf16")
+    layer = torch.randint(0, 256, (4, a.block.nbytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    views = a.block.views(layer)
+    views["checkpoint"].copy_(torch.randn(views["checkpoint"].shape))
+    cache = op_cache_of(a.block, views, "cpu")
+    live = torch.tensor([2, 0])
+    assert regions_differing(views, cache) == []
+
+    cache.checkpoint[live] *= 1 + 2**-20  # rounding-level, live slots
+    assert regions_differing(views, cache) == ["checkpoint"]
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == []
+    cache.checkpoint[0, 0, 0, 0] += 1.0  # a real error in a live slot
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["checkpoint"]
+    cache.checkpoint[0, 0, 0, 0] -= 1.0
+    cache.checkpoint[1] *= 1 + 2**-20  # an unused slot: bit for bit even with the tolerance
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["checkpoint"]
+    cache.checkpoint[1] = views["checkpoint"][1]
+    bits(cache.x_records)[0, 0, 0, 0] ^= 1  # copied regions stay exact (one bit of random bytes)
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["x_records"]
+
+    y = torch.randn(5, 4, 8)
+    assert close_to(y * (1 + 2**-9), y, 2**-7)
+    assert not close_to(y + 0.1 * y.abs().max(), y, 2**-7)
