@@ -16,16 +16,22 @@ cuLaunchKernel (``cuda_driver.Driver``, as test_plugin_launch_gpu.py), one launc
 
 After every step the output rows and the whole layer (every region of every slot: checkpoints,
 dt / x / B records, cursor, arrivals, pending; unused slots and stale record positions included)
-must equal the public op, ``replayssm::mamba2_replay_step``, run on an ordinary cache holding
-the same bits, and layer 0 must stay untouched. The rows (five) keep the op's launch heuristic at
-the configuration the plugin's attributes take (asserted), so the public op runs the same
-configuration. Everything copied (records, cursors, arrivals, pending, unused slots) must match
-bit for bit; the outputs and live checkpoints to rounding (``block_cases.GPU_CLOSE``): the block's
-regions are only 4-byte aligned, so the compiled entry loads them element by element, Triton lays
-the tiles out otherwise than for the op's dense tensors, and the sums over d_state run in another
-order (on the H200, 2026-12-02, one unit in the last place at the first step of Nemotron-3-Super's
-geometry; the small odd geometry was bit for bit). The same comparison runs bit for bit on the CPU
-under the Triton interpreter with the entry called directly (tests/plugins/test_plugin_block.py).
+must equal the public op, ``replayssm::mamba2_replay_step``, and layer 0 must stay untouched. The
+rows (five) keep the op's launch heuristic at the configuration the plugin's attributes take
+(asserted), so the public op runs the same configuration. Two oracles:
+
+- ``twin``, bit for bit: the op on strided views of a copy of the layer in the same block layout,
+  placed so that no float region is 16-byte aligned (``block_cases.twin_cache_of``). The entry
+  loads the layer's address at run time and so knows no alignment; Triton's JIT specializes the
+  op's pointers by their actual alignment; unaligned, both lay the tiles out alike.
+- ``dense``, to rounding: the op on an ordinary dense cache holding the same bits. Its aligned
+  tensors give it vector loads and another summation order over d_state (on the H200, 2026-12-02,
+  one unit in the last place at the first step of Nemotron-3-Super's geometry), so outputs and live
+  checkpoints are compared to ``block_cases.GPU_CLOSE``; everything copied (records, cursors,
+  arrivals, pending, unused slots) still bit for bit.
+
+The same comparisons run bit for bit on the CPU under the Triton interpreter with the entry called
+directly (tests/plugins/test_plugin_block.py).
 
 The checkpoint is fp32 whatever the activation dtype (the runtime's state buffer is fp32), so
 unlike test_plugin_launch_gpu.py there is no 16-bit state; the activations and records are bf16
@@ -40,7 +46,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins"))
-from block_cases import ROWS, run_case
+from block_cases import ROWS, op_cache_of, run_case, twin_cache_of
 from cuda_driver import Driver
 from plugin_cases import grid_of, launch_arguments
 # (importing plugin_cases makes trtllm_replayssm_plugins importable from a checkout)
@@ -92,8 +98,9 @@ def driver_launch(driver, loaded):
     return launch
 
 
+@pytest.mark.parametrize("oracle", ["twin", "dense"])
 @pytest.mark.parametrize("geometry,flags,act", CASES)
-def test_block_ptx_on_a_pooled_buffer_equals_the_op(driver, geometry, flags, act):
+def test_block_ptx_on_a_pooled_buffer_equals_the_op(driver, geometry, flags, act, oracle):
     from trtllm_replayssm.kernels.common import mamba2_launch_config
     from trtllm_replayssm_plugins import mamba2, mamba2_block
 
@@ -108,5 +115,6 @@ def test_block_ptx_on_a_pooled_buffer_equals_the_op(driver, geometry, flags, act
     ), "the public op must launch at the plugin's configuration for a bit-identical comparison"
     a = mamba2_block.Mamba2BlockAttrs(r, NUM_SLOTS, act)
     loaded = {}
-    run_case(mamba2_block, a, driver_launch(driver, loaded), device="cuda", exact=False)
+    op_cache, exact = dict(twin=(twin_cache_of, True), dense=(op_cache_of, False))[oracle]
+    run_case(mamba2_block, a, driver_launch(driver, loaded), device="cuda", op_cache=op_cache, exact=exact)
     assert len(loaded) == 1, "one PTX serves the context and the generation steps"

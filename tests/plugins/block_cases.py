@@ -70,6 +70,32 @@ def close_to(got, want, rtol):
     return bool(((got - want).abs() <= rtol * (want.abs() + want.abs().max() / 16)).all())
 
 
+def twin_cache_of(block, views, device):
+    """A ``Mamba2ReplayCache`` whose checkpoints and records are strided views into a copy of the
+    layer (the same block layout, the same bytes), placed so that no float region starts 16-byte
+    aligned; its cursor, arrivals and pending are dense copies.
+
+    The block entry loads the layer's address at run time, so the compiler knows no alignment of
+    the regions and lays the tiles out for element loads; Triton's JIT specializes the public
+    op's pointers by their actual alignment. With none aligned, both compile the same tile
+    layouts and sum in the same order: on a GPU, the op on this cache is the bit-exact oracle."""
+    num_slots = views["checkpoint"].shape[0]
+    nbytes = num_slots * block.nbytes
+    store = torch.empty(nbytes + 16, dtype=torch.uint8, device=device)
+    floats = ("checkpoint", "dt_records", "x_records", "B_records")
+    for shift in (4, 8, 12):
+        if all((store.data_ptr() + shift + block.layer_offset(n, num_slots)) % 16 for n in floats):
+            break
+    else:
+        raise AssertionError("no 4-byte shift leaves every float region unaligned")
+    twin = block.views(store[shift : shift + nbytes])
+    for name, v in views.items():
+        bits(twin[name]).copy_(bits(v))
+    # the counters are dense (the cache indexes them by slot); they take no part in the sums
+    fields = {n: (t[:, 0].contiguous() if n in ("cursor", "arrivals", "pending") else t) for n, t in twin.items()}
+    return Mamba2ReplayCache(**fields)
+
+
 def regions_differing(views, cache, tolerate=None):
     """Names of the block regions that differ from the op cache's (every slot): bit for bit,
     except that with ``tolerate = (slot index, rtol)`` the checkpoints of those slots need
@@ -145,9 +171,10 @@ def launcher_op(a, cache, step, params, slot_ids):
     return out
 
 
-def run_case(family, a, launch, *, device, op=public_op, seed=0, exact=True):
+def run_case(family, a, launch, *, device, op=public_op, op_cache=op_cache_of, seed=0, exact=True):
     """Run the context step and 3L+2 generation steps; assert outputs and the whole layer buffer
-    equal to ``op`` (the public op by default) on an ordinary cache: bit for bit, or with
+    equal to ``op`` (the public op by default) on ``op_cache(block, views, device)`` (an ordinary
+    dense cache by default; :func:`twin_cache_of`: the same layout): bit for bit, or with
     ``exact=False`` outputs and live checkpoints to :data:`GPU_CLOSE` and everything else (records,
     cursors, arrivals, pending, unused slots) still bit for bit. ``launch(spec, inputs, out)``
     launches the plugin's kernel."""
@@ -176,7 +203,7 @@ def run_case(family, a, launch, *, device, op=public_op, seed=0, exact=True):
     views["checkpoint"].view(a.num_slots, -1)[idx] = stock.reshape(len(SLOTS), -1)
     # the op's cache: the same bits, then admitted with the same checkpoints (its arrivals are
     # zero between launches; the plugin zeroes the runtime buffer's, and its pending)
-    cache = op_cache_of(block, views, device)
+    cache = op_cache(block, views, device)
     cache.admit(slots, stock.transpose(-1, -2).contiguous())
     cache.arrivals[idx] = 0
     ctx_slots = torch.tensor(CONTEXT_ROWS, dtype=torch.int32, device=device)

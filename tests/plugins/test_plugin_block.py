@@ -5,7 +5,7 @@ bit for bit (block_cases; the GPU runs the exported PTX the same way)."""
 import pytest
 import torch
 
-from block_cases import launcher_op, run_case
+from block_cases import launcher_op, op_cache_of, run_case, twin_cache_of
 from plugin_cases import INTERPRET, info_of
 from trtllm_replayssm_plugins import mamba2, mamba2_block
 from trtllm_replayssm_plugins.spec import TensorInfo
@@ -91,7 +91,10 @@ def test_bad_inputs_are_refused():
     ],
     ids=["f32-all-flags-L3", "bf16-no-z-no-D-L1"],
 )
-def test_entry_on_a_pooled_layer_buffer_equals_the_op(kw):
+@pytest.mark.parametrize("op_cache", ["dense", "twin"])
+def test_entry_on_a_pooled_layer_buffer_equals_the_op(kw, op_cache):
+    """Against the op's launcher on a dense copy of the layer, and on strided views of an
+    unaligned twin of it (the GPU test's bit-exact oracle, block_cases.twin_cache_of)."""
     a = _attrs(**kw)
     family = mamba2_block
 
@@ -101,7 +104,7 @@ def test_entry_on_a_pooled_layer_buffer_equals_the_op(kw):
             **{p.name: args[p.role][p.index] for p in spec.params}, **spec.constexprs, num_warps=spec.num_warps
         )
 
-    run_case(family, a, launch, device="cpu", op=launcher_op)
+    run_case(family, a, launch, device="cpu", op=launcher_op, op_cache=dict(dense=op_cache_of, twin=twin_cache_of)[op_cache])
 
 
 def test_info_of_names_int64():
