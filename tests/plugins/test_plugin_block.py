@@ -5,7 +5,7 @@ bit for bit (block_cases; the GPU runs the exported PTX the same way)."""
 import pytest
 import torch
 
-from block_cases import launcher_op, op_cache_of, run_case, twin_cache_of
+from block_cases import bits, close_to, launcher_op, op_cache_of, regions_differing, run_case, twin_cache_of
 from plugin_cases import INTERPRET, info_of
 from trtllm_replayssm_plugins import mamba2, mamba2_block
 from trtllm_replayssm_plugins.spec import TensorInfo
@@ -114,8 +114,6 @@ def test_info_of_names_int64():
 def test_gpu_tolerance_keeps_teeth():
     """The GPU comparison's tolerance (block_cases.regions_differing with ``tolerate``) lets live
     checkpoints differ by rounding only, and never an unused slot's bits or a copied region."""
-    from block_cases import bits, close_to, op_cache_of, regions_differing
-
     a = _attrs(num_slots=4, act_dtype="bf16")
     layer = torch.randint(0, 256, (4, a.block.nbytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     views = a.block.views(layer)
