@@ -24,7 +24,7 @@ from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_laye
 from .models import HybridModel, Layer
 from .registry import is_ssm
 from .route_advice import MODES as ADVICE_MODES
-from .route_advice import Advice, geometry_dims, route_advice
+from .route_advice import Advice, model_advice
 
 __all__ = [
     "PlanConfig",
@@ -405,26 +405,15 @@ def plan(
 def plan_advice(
     model: HybridModel, config: PlanConfig, modes: Dict[str, ModePlan], batch: Optional[int]
 ) -> Tuple[Advice, ...]:
-    """The measured route advice (:func:`~trtllm_replayssm.route_advice.route_advice`) of each SSM
-    layer group of ``model`` (rank-local) in modes replay and replay_spec, at ``batch`` or, when
-    None, at that mode's max concurrency; a mode in which no sequence fits gets none."""
+    """The measured route advice (:func:`~trtllm_replayssm.route_advice.model_advice`) of
+    ``model`` (rank-local) in modes replay, then replay_spec, at ``batch`` or, when None, at that
+    mode's max concurrency; a mode in which no sequence fits gets none."""
     out = []
-    for g in layer_groups(model.ssm_layers):
-        for mode in ADVICE_MODES:
-            at = batch if batch is not None else modes[mode].max_concurrency
-            if at < 1:
-                continue
-            out.append(
-                route_advice(
-                    g.kind,
-                    mode,
-                    state_dtype=DTYPE_NAMES[config.state_dtype],
-                    L=config.buffer_len,
-                    T=config.spec_tokens if mode == "replay_spec" else None,
-                    batch=at,
-                    geometry=geometry_dims(g.geometry),
-                )
-            )
+    for mode in ADVICE_MODES:
+        at = batch if batch is not None else modes[mode].max_concurrency
+        if at >= 1:
+            T = config.spec_tokens if mode == "replay_spec" else None
+            out += model_advice(model, mode, state_dtype=DTYPE_NAMES[config.state_dtype], L=config.buffer_len, batch=at, T=T)
     return tuple(out)
 
 

@@ -18,13 +18,16 @@ How a setting finds its cell, each step said in the text:
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from .measured_speeds import MEASUREMENTS, STEP, VERIFY, Measurement, Source
-from .models import SSM_KINDS
+from .models import HybridModel
+from .registry import is_ssm, kinds
 
-__all__ = ["MODES", "SlowRouteWarning", "Advice", "route_advice", "geometry_dims"]
+__all__ = ["MODES", "SlowRouteWarning", "Advice", "route_advice", "model_advice", "warn_if_slower", "geometry_dims"]
 
 # ReplaySSM modes with a measured alternative: replay vs the conventional step, replay_spec vs
 # T serial conventional steps.
@@ -77,20 +80,21 @@ class Advice:
         return d
 
 
-def geometry_dims(geometry) -> Tuple[int, int, int, int]:
+def geometry_dims(geometry) -> Optional[Tuple[int, int, int, int]]:
     """The four dims a :class:`~trtllm_replayssm.measured_speeds.MeasuredLayer` is keyed by, from
     a :class:`~trtllm_replayssm.models.Mamba2Geometry` or
-    :class:`~trtllm_replayssm.models.DeltaRuleGeometry`."""
+    :class:`~trtllm_replayssm.models.DeltaRuleGeometry`; None for another geometry (a registered
+    family's own, never measured: its advice says "not measured")."""
     for names in (("nheads", "head_dim", "d_state", "ngroups"), ("k_heads", "v_heads", "head_k_dim", "head_v_dim")):
         if all(hasattr(geometry, n) for n in names):
             return tuple(int(getattr(geometry, n)) for n in names)
-    raise TypeError(f"geometry_dims: geometry is {type(geometry).__name__}; expected a Mamba2Geometry or DeltaRuleGeometry")
+    return None
 
 
 def _check(family, mode, state_dtype, L, T, batch) -> None:
     owner = "route_advice"
-    if family not in SSM_KINDS:
-        raise ValueError(f"{owner}: family is {family!r}; expected one of {', '.join(SSM_KINDS)}")
+    if not is_ssm(family):
+        raise ValueError(f"{owner}: family is {family!r}; expected a registered SSM layer family ({', '.join(kinds())})")
     if mode not in MODES:
         raise ValueError(f"{owner}: mode is {mode!r}; expected one of {', '.join(MODES)}")
     if state_dtype not in _STATE_DTYPES:
@@ -129,7 +133,7 @@ def route_advice(
     """The measured advice for one setting (see the module docstring for how a cell is found).
 
     Args:
-        family: ``mamba2``, ``gdn`` or ``kda``.
+        family: a registered SSM layer family (``mamba2``, ``gdn``, ``kda`` were measured).
         mode: ``replay`` (vs the conventional step) or ``replay_spec`` (verify vs T serial steps).
         state_dtype: checkpoint dtype name: fp32, bf16, fp16 or fp64.
         L: records per slot; the history B in ``replay_spec``.
@@ -137,14 +141,15 @@ def route_advice(
         T: tokens per verify step (``replay_spec`` only).
         geometry: the layer's four dims (:func:`geometry_dims`); None: any measured layer.
     Raises:
-        ValueError: an unknown family, mode or dtype, or a non-positive L, T or batch.
+        ValueError: an unregistered family, an unknown mode or dtype, or a non-positive L, T or batch.
     """
     _check(family, mode, state_dtype, L, T, batch)
     setting = _setting(family, mode, state_dtype, L, T, batch)
     family_rows = [r for r in MEASUREMENTS if r.family == family and r.route == _ROUTE[mode]]
     rows = [r for r in family_rows if (r.state_dtype, r.L, r.T) == (state_dtype, L, T)]
     if not rows:
-        text = f"{setting}: not measured ({_measured_keys(family_rows, mode)}); no recommendation"
+        measured = _measured_keys(family_rows, mode) if family_rows else "no cell of this family was measured"
+        text = f"{setting}: not measured ({measured}); no recommendation"
         return Advice(family, mode, state_dtype, L, T, batch, None, None, text)
     batches = sorted({r.batch for r in rows})
     measured_batch = min(batches, key=lambda b: (abs(b - batch), b))
@@ -161,3 +166,34 @@ def route_advice(
         f"recommended: {recommendation}"
     )
     return Advice(family, mode, state_dtype, L, T, batch, cell.ratio, recommendation, text, measured_batch, cell.source)
+
+
+def model_advice(
+    model: HybridModel, mode: str, *, state_dtype: str, L: int, batch: int, T: Optional[int] = None
+) -> Tuple[Advice, ...]:
+    """:func:`route_advice` for each distinct (family, geometry) of ``model``'s SSM layers, in
+    order of first appearance (``model``'s geometry as given: one rank's under TP)."""
+    groups = dict.fromkeys((l.kind, l.geometry) for l in model.ssm_layers)
+    return tuple(
+        route_advice(kind, mode, state_dtype=state_dtype, L=L, batch=batch, T=T, geometry=geometry_dims(g))
+        for kind, g in groups
+    )
+
+
+def warn_if_slower(advice: Sequence[Advice], host: str, *, stacklevel: int = 2) -> bool:
+    """One :class:`SlowRouteWarning` naming every entry of ``advice`` measured slower than its
+    alternative (their texts, figures and sources), or nothing; the route is left as it is.
+
+    Returns:
+        bool: True when it warned.
+    """
+    slower = [a for a in advice if a.slower]
+    if not slower:
+        return False
+    warnings.warn(
+        f"{host}: ReplaySSM runs in a setting measured slower than the conventional route; the "
+        f"route is unchanged (advice only): " + " | ".join(a.text for a in slower),
+        SlowRouteWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True

@@ -34,7 +34,9 @@ from torch import Tensor, nn
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.ops import SlotBatch
+from trtllm_replayssm.planner import DTYPE_NAMES
 from trtllm_replayssm.pool import ReplayCachePool
+from trtllm_replayssm.route_advice import model_advice, warn_if_slower
 
 from .compat import (
     CACHE_ARGUMENTS,
@@ -103,6 +105,7 @@ class ReplaySSMHook:
         self.route = route
         self.state_dtype = state_dtype
         self.decode_steps: dict = {}
+        self._advised: set = set()
         self._sessions: "weakref.WeakKeyDictionary[object, _Session]" = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ reporting
@@ -143,6 +146,7 @@ class ReplaySSMHook:
                 for l in self.layers
             }
             return _Session(batch, slot_ids, stores)
+        self._advise(batch, state_dtype)
         pool = ReplayCachePool(
             self.hybrid_model(),
             batch,
@@ -154,6 +158,17 @@ class ReplaySSMHook:
             device=device,
         )
         return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers})
+
+    def _advise(self, batch: int, state_dtype: torch.dtype) -> None:
+        """Once per (batch, checkpoint dtype): a SlowRouteWarning when the hooked layers' replay
+        step was measured slower than the conventional step there (the route stays)."""
+        if (batch, state_dtype) in self._advised:
+            return
+        self._advised.add((batch, state_dtype))
+        advice = model_advice(
+            self.hybrid_model(), "replay", state_dtype=DTYPE_NAMES[state_dtype], L=self.buffer_len, batch=batch
+        )
+        warn_if_slower(advice, f"enable_replayssm on {self.model_name}", stacklevel=4)
 
     # ------------------------------------------------------------------ install
 
@@ -349,7 +364,11 @@ def enable_replayssm(
 
     No silent fallback: a decode step that would bypass the op (the host passing its cache under
     a name the hook does not know, or a cache without the fields it reads) raises. A transformers
-    release outside :data:`~.compat.TESTED_TRANSFORMERS` warns (UserWarning).
+    release outside :data:`~.compat.TESTED_TRANSFORMERS` warns (UserWarning). When the first host
+    cache of a batch size is admitted (the batch and checkpoint dtype are known then), a
+    setting whose replay step was measured slower than the conventional step on the H200
+    (:func:`trtllm_replayssm.route_advice.route_advice`) warns once (``SlowRouteWarning``, with
+    the figure and its source); the route is never changed.
 
     Args:
         model (nn.Module): a ``transformers`` model (e.g. ``NemotronHForCausalLM``); modified in
