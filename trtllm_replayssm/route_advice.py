@@ -112,12 +112,16 @@ def _setting(family, mode, state_dtype, L, T, batch) -> str:
 
 
 def _measured_keys(rows: Sequence[Measurement], mode: str) -> str:
-    dtypes = "/".join(dict.fromkeys(r.state_dtype for r in rows))
-    Ls = "/".join(str(L) for L in sorted({r.L for r in rows}))
-    if mode == "replay":
-        return f"measured: {dtypes} checkpoints at L {Ls}"
-    Ts = "/".join(str(T) for T in sorted({r.T for r in rows}))
-    return f"measured: {dtypes} checkpoints, B {Ls}, T {Ts}"
+    """What was measured of a family, per checkpoint dtype: ``fp32 at L 8/16/32, bf16 at L 16``."""
+    parts = []
+    for dtype in dict.fromkeys(r.state_dtype for r in rows):
+        mine = [r for r in rows if r.state_dtype == dtype]
+        Ls = "/".join(str(L) for L in sorted({r.L for r in mine}))
+        if mode == "replay":
+            parts.append(f"{dtype} at L {Ls}")
+        else:
+            parts.append(f"{dtype} at B {Ls}, T {'/'.join(str(T) for T in sorted({r.T for r in mine}))}")
+    return "measured: " + ", ".join(parts)
 
 
 def route_advice(
