@@ -54,6 +54,13 @@ ROUTES = ("replay_step", "decode_step")
 _HOOK_ATTR = "_replayssm_hook"
 
 
+def advice_applies(device: torch.device) -> bool:
+    """Whether the route advice (:mod:`trtllm_replayssm.route_advice`) speaks for a run on
+    ``device``: on CUDA devices only, since its figures are the GPU kernels' (H200); a CPU run
+    uses the PyTorch reference."""
+    return device.type == "cuda"
+
+
 @dataclass(frozen=True)
 class HookedLayer:
     """One SSM mixer the hook drives: its module path, index in the host cache, adapter, and the
@@ -146,7 +153,8 @@ class ReplaySSMHook:
                 for l in self.layers
             }
             return _Session(batch, slot_ids, stores)
-        self._advise(batch, state_dtype)
+        if advice_applies(device):
+            self._advise(batch, state_dtype)
         pool = ReplayCachePool(
             self.hybrid_model(),
             batch,
@@ -160,8 +168,9 @@ class ReplaySSMHook:
         return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers})
 
     def _advise(self, batch: int, state_dtype: torch.dtype) -> None:
-        """Once per (batch, checkpoint dtype): a SlowRouteWarning when the hooked layers' replay
-        step was measured slower than the conventional step there (the route stays)."""
+        """Once per (batch, checkpoint dtype), on a CUDA device: a SlowRouteWarning when the hooked
+        layers' replay step was measured (H200) slower than the conventional step there (the
+        route stays). A CPU run (the PyTorch reference) gets none: the figures are the GPU kernels'."""
         if (batch, state_dtype) in self._advised:
             return
         self._advised.add((batch, state_dtype))
