@@ -516,3 +516,31 @@ def test_plan_long_max_seq_len_keeps_its_columns_apart(capsys):
     start = next(i for i, l in enumerate(lines) if l.startswith("Per sequence, all layers"))
     for line in lines[start + 2 : start + 6]:
         assert re.fullmatch(r"  [a-z ]+?( +[0-9.,]+ [KMGT]?i?B){3} +[0-9,]+ +(-|[0-9.]+x) +[0-9,]+", line), line
+
+
+def test_plan_prints_the_measured_route_advice(capsys):
+    assert main(["plan", "--model", "kimi-linear-48b", "--batch", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "Measured speed of the ReplaySSM routes at batch 16 (advice only: nothing is switched)" in out
+    assert (
+        "  kda replay step L 16, fp32 checkpoint, batch 16: 0.68x the conventional step "
+        '(H200 2026-11-30, docs/benchmarks.md "GDN and KDA decode"); recommended: conventional'
+    ) in out
+    assert "  kda verify T 4, B 16, fp32 checkpoint, batch 16: 0.78x 4 serial steps" in out
+    assert "recommended: serial" in out
+
+
+def test_plan_route_advice_defaults_to_max_seqs_and_reaches_json(capsys):
+    assert main(["plan", "--model", "nemotron-3-super-120b", "--weights-gib", "90", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["advice_batch"] is None
+    replay = d["route_advice"][0]
+    assert (replay["mode"], replay["batch"]) == ("replay", d["modes"]["replay"]["max_concurrency"])
+    assert replay["recommendation"] == "replay" and f"nearest measured batch {replay['measured_batch']}" in replay["text"]
+
+
+def test_plan_batch_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "--model", "qwen3.5-4b", "--batch", "0"])
+    assert exit_info.value.code == 2
+    assert "--batch: expected a positive integer, got '0'" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from trtllm_replayssm.memory import (
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, from_hf_config, load_model
 from trtllm_replayssm.planner import (
     Budget,
+    format_plan,
     PlanConfig,
     kv_token_equivalent,
     max_concurrency,
@@ -310,3 +311,27 @@ def test_budget_rejects_weights_beyond_memory():
         Budget(gpu_mem_bytes=80 * GiB, weights_bytes=240 * GiB, tp_size=2)
     with pytest.raises(ValueError, match="free_fraction"):
         Budget(gpu_mem_bytes=80 * GiB, free_fraction=0)
+
+
+def test_plan_route_advice_at_max_concurrency_and_at_a_batch():
+    model = load_model("kimi-linear-48b")
+    p = plan(model, gpu_mem_bytes=141 * 2**30, weights_bytes=90 * 2**30)
+    assert p.batch is None
+    assert [(a.family, a.mode, a.batch) for a in p.advice] == [
+        ("kda", "replay", p.modes["replay"].max_concurrency),
+        ("kda", "replay_spec", p.modes["replay_spec"].max_concurrency),
+    ]
+    at16 = plan(model, gpu_mem_bytes=141 * 2**30, batch=16)
+    replay, spec = at16.advice
+    assert (replay.ratio, replay.recommendation, spec.ratio, spec.recommendation) == (0.68, "conventional", 0.78, "serial")
+    text = format_plan(at16)
+    assert "Measured speed of the ReplaySSM routes at batch 16 (advice only: nothing is switched)" in text
+    assert f"  {replay.text}" in text and f"  {spec.text}" in text
+    d = json.loads(json.dumps(at16.to_dict()))
+    assert d["advice_batch"] == 16 and d["route_advice"][0]["ratio"] == 0.68
+    assert d["route_advice"][0]["source"]["doc"] == "docs/benchmarks.md"
+
+
+def test_plan_route_advice_rejects_a_bad_batch():
+    with pytest.raises(ValueError, match="plan: batch is 0; expected None or a positive int"):
+        plan(load_model("qwen3.5-4b"), gpu_mem_bytes=2**30, batch=0)

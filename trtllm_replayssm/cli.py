@@ -352,6 +352,7 @@ def _run_plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             weights_bytes=int(args.weights_gib * 2**30),
             max_seq_len=args.max_seq_len,
             num_padding_slots=args.padding_slots,
+            batch=args.batch,
         )
     except (ValueError, TypeError) as e:
         parser.error(str(e))
@@ -418,6 +419,12 @@ def _add_plan(subparsers) -> None:
             help=f"{what} (default: {default})",
         )
     p.add_argument("--padding-slots", type=int, default=1, help="SSM slots kept for CUDA-graph padding rows (default: 1)")
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        help="sequences per step at which the measured speed of replay and verify is looked up "
+        "(H200 figures of docs/benchmarks.md; advice only) (default: each mode's max seqs)",
+    )
     add_json_argument(p)
     p.set_defaults(func=lambda args: _run_plan(args, p))
 

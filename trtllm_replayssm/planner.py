@@ -23,6 +23,8 @@ from .cache import FLOAT_DTYPES, MAX_L
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import HybridModel, Layer
 from .registry import is_ssm
+from .route_advice import MODES as ADVICE_MODES
+from .route_advice import Advice, model_advice
 
 __all__ = [
     "PlanConfig",
@@ -38,6 +40,7 @@ __all__ = [
     "Plan",
     "plan",
     "format_plan",
+    "plan_advice",
     "DTYPE_NAMES",
 ]
 
@@ -241,6 +244,8 @@ class Plan:
     num_padding_slots: int
     kv_bytes_per_token: int
     modes: Dict[str, ModePlan] = field(default_factory=dict)
+    batch: Optional[int] = None
+    advice: Tuple[Advice, ...] = ()
 
     @property
     def ssm_groups(self) -> Tuple[LayerGroup, ...]:
@@ -312,6 +317,8 @@ class Plan:
                 }
                 for mode, p in self.modes.items()
             },
+            "advice_batch": self.batch,
+            "route_advice": [a.to_dict() for a in self.advice],
         }
 
 
@@ -338,6 +345,7 @@ def plan(
     weights_bytes: int = 0,
     max_seq_len: int = 8192,
     num_padding_slots: int = 1,
+    batch: Optional[int] = None,
 ) -> Plan:
     """Plan ``model`` (a whole model, tp_size 1) on one of ``tp_size`` ranks.
 
@@ -347,6 +355,8 @@ def plan(
         weights_bytes: weights of the whole model (each rank holds 1 / tp_size of them).
         max_seq_len: tokens of KV cache each sequence reserves.
         num_padding_slots: SSM slots kept for CUDA-graph padding rows (see the pool).
+        batch: sequences per step the measured route advice is looked up at (see
+            :func:`plan_advice`); None: each mode's max concurrency.
 
     Raises:
         ValueError: an impossible tensor-parallel split or bad budget, naming what is wrong.
@@ -355,6 +365,8 @@ def plan(
         raise ValueError(f"plan: max_seq_len is {max_seq_len!r}; expected a positive int")
     if not isinstance(num_padding_slots, int) or num_padding_slots < 0:
         raise ValueError(f"plan: num_padding_slots is {num_padding_slots!r}; expected an int >= 0")
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
+        raise ValueError(f"plan: batch is {batch!r}; expected None or a positive int")
     rank = model.for_tp(tp_size)
     budget = Budget(gpu_mem_bytes=gpu_mem_bytes, free_fraction=free_fraction, weights_bytes=weights_bytes, tp_size=tp_size)
     kv_per_token = sequence_kv_bytes_per_token(rank, config.kv_dtype)
@@ -385,7 +397,24 @@ def plan(
         num_padding_slots=num_padding_slots,
         kv_bytes_per_token=kv_per_token,
         modes=modes,
+        batch=batch,
+        advice=plan_advice(rank, config, modes, batch),
     )
+
+
+def plan_advice(
+    model: HybridModel, config: PlanConfig, modes: Dict[str, ModePlan], batch: Optional[int]
+) -> Tuple[Advice, ...]:
+    """The measured route advice (:func:`~trtllm_replayssm.route_advice.model_advice`) of
+    ``model`` (rank-local) in modes replay, then replay_spec, at ``batch`` or, when None, at that
+    mode's max concurrency; a mode in which no sequence fits gets none."""
+    out = []
+    for mode in ADVICE_MODES:
+        at = batch if batch is not None else modes[mode].max_concurrency
+        if at >= 1:
+            T = config.spec_tokens if mode == "replay_spec" else None
+            out += model_advice(model, mode, state_dtype=DTYPE_NAMES[config.state_dtype], L=config.buffer_len, batch=at, T=T)
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- table
@@ -473,6 +502,11 @@ def format_plan(p: Plan) -> str:
             f"{_fmt_ratio(t.total, conv.traffic.total):>9}{mp.traffic_kv_tokens:>13,.0f}"
         )
     out.append("  (= KV tokens: the context length whose KV read moves as many bytes)")
+    at = f"batch {p.batch}" if p.batch is not None else "each mode's max seqs"
+    out += ["", f"Measured speed of the ReplaySSM routes at {at} (advice only: nothing is switched)"]
+    out += [f"  {a.text}" for a in p.advice]
+    if p.batch is None:
+        out += [f"  {mode}: no advice, no sequence fits" for mode in ADVICE_MODES if p.modes[mode].max_concurrency < 1]
     return "\n".join(out)
 
 

@@ -34,7 +34,9 @@ from torch import Tensor, nn
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.ops import SlotBatch
+from trtllm_replayssm.planner import DTYPE_NAMES
 from trtllm_replayssm.pool import ReplayCachePool
+from trtllm_replayssm.route_advice import model_advice, warn_if_slower
 
 from .compat import (
     CACHE_ARGUMENTS,
@@ -50,6 +52,13 @@ __all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disabl
 
 ROUTES = ("replay_step", "decode_step")
 _HOOK_ATTR = "_replayssm_hook"
+
+
+def advice_applies(device: torch.device) -> bool:
+    """Whether the route advice (:mod:`trtllm_replayssm.route_advice`) speaks for a run on
+    ``device``: on CUDA devices only, since its figures are the GPU kernels' (H200); a CPU run
+    uses the PyTorch reference."""
+    return device.type == "cuda"
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class ReplaySSMHook:
         self.route = route
         self.state_dtype = state_dtype
         self.decode_steps: dict = {}
+        self._advised: set = set()
         self._sessions: "weakref.WeakKeyDictionary[object, _Session]" = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ reporting
@@ -143,6 +153,8 @@ class ReplaySSMHook:
                 for l in self.layers
             }
             return _Session(batch, slot_ids, stores)
+        if advice_applies(device):
+            self._advise(batch, state_dtype)
         pool = ReplayCachePool(
             self.hybrid_model(),
             batch,
@@ -154,6 +166,18 @@ class ReplaySSMHook:
             device=device,
         )
         return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers})
+
+    def _advise(self, batch: int, state_dtype: torch.dtype) -> None:
+        """Once per (batch, checkpoint dtype), on a CUDA device: a SlowRouteWarning when the hooked
+        layers' replay step was measured (H200) slower than the conventional step there (the
+        route stays). A CPU run (the PyTorch reference) gets none: the figures are the GPU kernels'."""
+        if (batch, state_dtype) in self._advised:
+            return
+        self._advised.add((batch, state_dtype))
+        advice = model_advice(
+            self.hybrid_model(), "replay", state_dtype=DTYPE_NAMES[state_dtype], L=self.buffer_len, batch=batch
+        )
+        warn_if_slower(advice, f"enable_replayssm on {self.model_name}", stacklevel=4)
 
     # ------------------------------------------------------------------ install
 
@@ -349,7 +373,11 @@ def enable_replayssm(
 
     No silent fallback: a decode step that would bypass the op (the host passing its cache under
     a name the hook does not know, or a cache without the fields it reads) raises. A transformers
-    release outside :data:`~.compat.TESTED_TRANSFORMERS` warns (UserWarning).
+    release outside :data:`~.compat.TESTED_TRANSFORMERS` warns (UserWarning). When the first host
+    cache of a batch size is admitted (the batch and checkpoint dtype are known then), a
+    setting whose replay step was measured slower than the conventional step on the H200
+    (:func:`trtllm_replayssm.route_advice.route_advice`) warns once (``SlowRouteWarning``, with
+    the figure and its source); the route is never changed.
 
     Args:
         model (nn.Module): a ``transformers`` model (e.g. ``NemotronHForCausalLM``); modified in

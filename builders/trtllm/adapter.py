@@ -43,6 +43,7 @@ import torch
 
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
 from trtllm_replayssm.ops import gdn_gate, kda_gate
+from trtllm_replayssm.route_advice import warn_if_slower
 
 from .api import _COMMON, _GDN, _KDA, _MAMBA2, _METADATA, _V2, PINNED_RELEASE, require_api, require_instance_attributes
 from .config import ReplaySSMConfig
@@ -524,6 +525,10 @@ def _manager_init(original, extension_class, make_role, make_buffer_config):
         a["aux_cache_extensions"] = tuple(a["aux_cache_extensions"]) + (extension,)
         original(*bound.args, **bound.kwargs)
         _require_bound(self, extension, status.trtllm_version)
+        warn_if_slower(
+            extension.route_advice(a["max_batch_size"]),
+            f"ReplaySSM ({type(self).__name__}, max_batch_size {a['max_batch_size']})",
+        )
 
     return __init__
 

@@ -153,13 +153,15 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
             "self",
             "mamba_layer_mask",
             "kv_cache_config",
+            "max_batch_size",
             "mapping",
             "spec_config",
             "is_draft",
             "conv_state_layout",
             "aux_cache_extensions",
         ),
-        use="wrapped: appends the ReplaySSM extension to aux_cache_extensions",
+        use="wrapped: appends the ReplaySSM extension to aux_cache_extensions; max_batch_size: "
+        "the batch its measured route advice is looked up at",
     ),
     Requirement(
         _V2,

@@ -18,11 +18,14 @@ Which layers are hooked comes from the mixers the hooks registered (layer index 
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from trtllm_replayssm.memory import CURSOR_BYTES
+from trtllm_replayssm.models import HybridModel, Layer
+from trtllm_replayssm.planner import DTYPE_NAMES
+from trtllm_replayssm.route_advice import Advice, model_advice
 
 from .config import ReplaySSMConfig
 from .layout import RecordField, rank_geometry, record_dtype_for, record_field_names, record_fields
@@ -98,6 +101,8 @@ class ReplayRecordsFeature:
         names = sorted({f"replayssm_{name}" for kind in set(self.layers.values()) for name in record_field_names(kind)})
         self._roles = {name: make_role(name) for name in names}
         self.store: Optional[ReplayRecordStore] = None
+        self._bound_model: Optional[HybridModel] = None
+        self._state_dtype: Optional[torch.dtype] = None
         self._observed = None
 
     # ------------------------------------------------------------------ description
@@ -186,7 +191,24 @@ class ReplayRecordsFeature:
         self.store = ReplayRecordStore(
             geometries, self.config.buffer_len, slots, state_dtype=context.ssm_state_dtype, device=device, record_views=views
         )
+        layers = tuple(Layer(i, kind, geometry) for i, (kind, geometry, _) in geometries.items())
+        self._bound_model = HybridModel(name="ReplaySSM hooked layers", family="trtllm", layers=layers)
+        self._state_dtype = context.ssm_state_dtype
         self._observe(manager.get_state_update_strategy())
+
+    def route_advice(self, batch: int) -> Tuple[Advice, ...]:
+        """The measured speed of the bound layers' replay step against the conventional step at
+        ``batch`` sequences (:func:`trtllm_replayssm.route_advice.model_advice`); empty when this
+        manager bound no hooked layer. Advice only: the route stays ReplaySSM."""
+        if self._bound_model is None:
+            return ()
+        return model_advice(
+            self._bound_model,
+            "replay",
+            state_dtype=DTYPE_NAMES[self._state_dtype],
+            L=self.config.buffer_len,
+            batch=batch,
+        )
 
     def _observe(self, strategy) -> None:
         """Fresh generation slots reset, relocated live slots move their counters: both go
@@ -234,3 +256,4 @@ class ReplayRecordsFeature:
                 self._observed.__dict__.pop(name, None)
             self._observed = None
         self.store = None
+        self._bound_model = self._state_dtype = None

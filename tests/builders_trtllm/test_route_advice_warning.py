@@ -1,0 +1,50 @@
+"""The TensorRT-LLM hook's route advice: a V2 Mamba cache manager whose hooked layers' replay
+step was measured slower than the conventional step at its max_batch_size warns once
+(SlowRouteWarning, with the figure); a faster or unmeasured setting does not; the records are
+bound either way (behavioural stand-in of TensorRT-LLM, CPU)."""
+
+import types
+import warnings
+
+import pytest
+import torch
+
+import fake_trtllm as ft
+from standins import importer
+from trtllm_replayssm.route_advice import SlowRouteWarning
+from trtllm_replayssm_builders.trtllm import adapter
+from trtllm_replayssm_builders.trtllm.config import ReplaySSMConfig
+
+MAPPING = types.SimpleNamespace(tp_size=1, pp_size=1, cp_size=1, enable_attention_dp=False)
+KV = types.SimpleNamespace(enable_block_reuse=False)
+
+
+@pytest.fixture
+def hooks():
+    adapter.install(ReplaySSMConfig(buffer_len=16), importer(ft.modules()))
+    yield
+    assert adapter.uninstall()
+
+
+def _manager_warnings(max_batch_size, state_dtype):
+    ft.Mamba2Mixer(nheads=4, head_dim=8, d_state=16, n_groups=2, layer_idx=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mgr = ft.MambaHybridCacheManagerV2(
+            16, 4, 4, 2, 8, 1, [True], torch.float32, state_dtype, KV, None, max_batch_size=max_batch_size, mapping=MAPPING
+        )
+    assert mgr.get_aux_cache_extension("replayssm_records").store is not None
+    return [str(w.message) for w in caught if w.category is SlowRouteWarning]
+
+
+def test_slow_setting_warns_once_with_the_figure(hooks):
+    # Mamba-2, fp32 checkpoint, L 16, batch 1: 0.73x (the stand-in's layer was not measured).
+    (message,) = _manager_warnings(2, torch.float32)
+    assert message.startswith("ReplaySSM (MambaHybridCacheManagerV2, max_batch_size 2): ReplaySSM runs in a setting")
+    assert "mamba2 replay step L 16, fp32 checkpoint, batch 2: nearest measured batch 1" in message
+    assert "0.73x the conventional step" in message and "recommended: conventional" in message
+
+
+@pytest.mark.parametrize("batch, dtype", [(64, torch.float32), (4, torch.float64)], ids=["fast-1.27x", "not-measured"])
+def test_fast_or_unmeasured_setting_does_not_warn(hooks, batch, dtype):
+    assert _manager_warnings(batch, dtype) == []

@@ -1,0 +1,145 @@
+"""Measured route advice: the lookup (measured, nearest batch, other layer, not measured), its
+argument checks, and the data's provenance (every cell cites files and a section that exist, and
+its figure is printed in that section)."""
+
+import os
+import re
+import warnings
+
+import pytest
+
+from trtllm_replayssm.measured_speeds import MEASUREMENTS, STEP, VERIFY
+from trtllm_replayssm.models import DeltaRuleGeometry, load_model
+from trtllm_replayssm.route_advice import SlowRouteWarning, geometry_dims, model_advice, route_advice, warn_if_slower
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KIMI = (32, 32, 128, 128)
+
+
+def _section(doc: str, heading: str) -> str:
+    text = open(os.path.join(ROOT, doc)).read()
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def test_every_cell_cites_an_existing_doc_section_and_raw_file():
+    assert MEASUREMENTS
+    for m in MEASUREMENTS:
+        s = m.source
+        assert os.path.isfile(os.path.join(ROOT, s.doc)), (m, s.doc)
+        assert os.path.isfile(os.path.join(ROOT, s.raw)), (m, s.raw)
+        assert re.fullmatch(r"20\d\d-\d\d-\d\d", s.date) and s.gpu == "NVIDIA H200" and s.command
+        assert s.date in s.raw  # the raw file is of that day's run
+        assert f"{m.ratio:.2f}" in _section(s.doc, s.section), (m.family, m.route, m.layer, m.L, m.T, m.batch)
+
+
+def test_cells_are_unique_and_complete_per_key():
+    keys = [(m.family, m.route, m.layer, m.state_dtype, m.L, m.T, m.batch) for m in MEASUREMENTS]
+    assert len(keys) == len(set(keys))
+    assert {m.route for m in MEASUREMENTS} == {STEP, VERIFY}
+    assert all(m.T is None for m in MEASUREMENTS if m.route == STEP)
+
+
+@pytest.mark.parametrize("batch, ratio", [(1, 0.46), (16, 0.68), (64, 0.98), (256, 1.25), (512, 1.34)])
+def test_measured_kda_fp32_step(batch, ratio):
+    a = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=batch, geometry=KIMI)
+    assert (a.ratio, a.measured_batch) == (ratio, batch)
+    assert a.recommendation == ("conventional" if ratio < 1 else "replay") and a.slower == (ratio < 1)
+    assert f"{ratio:.2f}x the conventional step" in a.text
+    assert 'docs/benchmarks.md "GDN and KDA decode"' in a.text and "2026-11-30" in a.text
+    assert "nearest" not in a.text and "measured on" not in a.text
+
+
+def test_nearest_measured_batch_is_said():
+    a = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=32, geometry=KIMI)
+    assert (a.ratio, a.measured_batch, a.recommendation) == (0.68, 16, "conventional")
+    assert "batch 32: nearest measured batch 16; 0.68x" in a.text
+    # a tie takes the smaller batch (ratios grow with the batch)
+    assert route_advice("kda", "replay", state_dtype="fp32", L=16, batch=40, geometry=KIMI).measured_batch == 16
+
+
+def test_bf16_checkpoint_gdn_kda_step_slower_at_batch_16():
+    for family, dims, ratio in (("gdn", (16, 32, 128, 128), 0.73), ("gdn", (16, 64, 128, 128), 0.85), ("kda", KIMI, 0.45)):
+        a = route_advice(family, "replay", state_dtype="bf16", L=16, batch=16, geometry=dims)
+        assert (a.ratio, a.recommendation) == (ratio, "conventional")
+
+
+def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
+    a = route_advice("gdn", "replay", state_dtype="fp32", L=16, batch=16, geometry=(8, 32, 128, 128))
+    assert a.ratio == 0.94  # Qwen3.5-4B, not Qwen3.5-122B's 1.14
+    assert "measured on Qwen3.5-4B GDN (16, 32, 128, 128), not this layer" in a.text
+    assert route_advice("gdn", "replay", state_dtype="fp32", L=16, batch=16, geometry=(16, 64, 128, 128)).ratio == 1.14
+
+
+@pytest.mark.parametrize(
+    "kwargs, what",
+    [
+        (
+            dict(family="gdn", mode="replay", state_dtype="fp16", L=16, batch=16),
+            "measured: fp32 at L 8/16/32, bf16 at L 8/16/32",
+        ),
+        (dict(family="mamba2", mode="replay", state_dtype="bf16", L=8, batch=64), "measured: fp32 at L 8/16/32, bf16 at L 16"),
+        (dict(family="kda", mode="replay", state_dtype="fp32", L=12, batch=16), "L 8/16/32"),
+        (
+            dict(family="mamba2", mode="replay_spec", state_dtype="fp32", L=16, T=3, batch=16),
+            "measured: fp32 at B 16, T 2/4/8",
+        ),
+        (dict(family="gdn", mode="replay_spec", state_dtype="bf16", L=16, T=4, batch=16), "measured: fp32 at B 16"),
+    ],
+)
+def test_unmeasured_cells_are_not_interpolated(kwargs, what):
+    a = route_advice(kwargs.pop("family"), kwargs.pop("mode"), **kwargs)
+    assert (a.ratio, a.recommendation, a.source, a.slower) == (None, None, None, False)
+    assert "not measured" in a.text and what in a.text and "no recommendation" in a.text
+
+
+def test_verify_against_serial_steps():
+    a = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=16, geometry=KIMI)
+    assert (a.ratio, a.recommendation) == (0.78, "serial")
+    assert "0.78x 4 serial steps" in a.text and '"Speculative verify"' in a.text
+    assert a.source.raw.endswith("2026-11-30-h200-spec_verify_v3.log")
+    g = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=(16, 64, 128, 128))
+    assert (g.ratio, g.recommendation) == (0.98, "serial")
+    m = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256, geometry=(128, 64, 128, 8))
+    assert (m.ratio, m.recommendation) == (3.42, "replay")
+    # batch 64 of GDN/KDA: verify at pipelining depth 3, named in the source
+    assert "depth 3" in route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=64).source.table
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        (("mamba1", "replay"), dict(state_dtype="fp32", L=16, batch=1), "family is 'mamba1'; expected a registered SSM"),
+        (("gdn", "conventional"), dict(state_dtype="fp32", L=16, batch=1), "mode is 'conventional'; expected one of replay"),
+        (("gdn", "replay"), dict(state_dtype="fp8", L=16, batch=1), "state_dtype is 'fp8'"),
+        (("gdn", "replay"), dict(state_dtype="fp32", L=0, batch=1), "L is 0; expected a positive int"),
+        (("gdn", "replay"), dict(state_dtype="fp32", L=16, batch=0), "batch is 0; expected a positive int"),
+        (("gdn", "replay_spec"), dict(state_dtype="fp32", L=16, batch=1), "T is None; expected a positive int"),
+        (("gdn", "replay"), dict(state_dtype="fp32", L=16, batch=1, T=4), "T is 4 in mode replay; expected None"),
+    ],
+)
+def test_route_advice_rejects(args, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        route_advice(*args, **kwargs)
+
+
+def test_model_advice_one_per_layer_geometry():
+    model = load_model("kimi-linear-48b")
+    advice = model_advice(model, "replay", state_dtype="fp32", L=16, batch=16)
+    assert [a.family for a in advice] == ["kda"] and advice[0].ratio == 0.68
+    assert geometry_dims(DeltaRuleGeometry(32, 32, 128, 128, d_conv=4)) == KIMI
+    assert geometry_dims(object()) is None
+
+
+def test_warn_if_slower_warns_once_and_only_when_slower():
+    slow = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=16, geometry=KIMI)
+    fast = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=256, geometry=KIMI)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert warn_if_slower([slow, fast, slow], "host") is True
+        assert warn_if_slower([fast], "host") is False
+    assert len(caught) == 1 and caught[0].category is SlowRouteWarning
+    message = str(caught[0].message)
+    assert message.startswith("host: ReplaySSM runs in a setting measured slower") and "route is unchanged" in message
+    assert message.count("0.68x") == 2 and "1.25x" not in message

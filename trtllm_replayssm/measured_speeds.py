@@ -1,0 +1,228 @@
+"""Measured speed ratios of the ReplaySSM routes against the conventional ones, as data.
+
+Two kinds of cell, each copied from a table of ``docs/benchmarks.md`` and citing it
+(:class:`Source`: date, GPU, command, document section and raw result file):
+
+- ``step``: one replay decode step / one conventional decode step, by family, layer geometry,
+  checkpoint dtype, L and batch (> 1: replay is faster);
+- ``verify``: one speculative verify + commit step / T serial conventional steps, by family,
+  layer geometry, T and batch (fp32 checkpoint, history B = 16).
+
+Nothing here is interpolated: a cell that no table holds is absent. Every ratio was timed on
+one NVIDIA H200; :mod:`trtllm_replayssm.route_advice` looks cells up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from .models import GDN, KDA, MAMBA2
+
+__all__ = ["STEP", "VERIFY", "ROUTES", "Source", "MeasuredLayer", "Measurement", "MEASUREMENTS"]
+
+STEP, VERIFY = "step", "verify"
+ROUTES = (STEP, VERIFY)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a measured ratio comes from.
+
+    Attributes:
+        date: day of the run (ISO).
+        gpu: the GPU it ran on.
+        command: the command that produced it.
+        doc: repository path of the document whose table holds it.
+        section: the heading of that document's section (``## <section>``).
+        table: which table of the section, and what it timed.
+        raw: repository path of the raw result file of the run.
+    """
+
+    date: str
+    gpu: str
+    command: str
+    doc: str
+    section: str
+    table: str
+    raw: str
+
+    def cite(self) -> str:
+        """One short citation: ``H200 2026-11-30, docs/benchmarks.md "GDN and KDA decode"``."""
+        return f'{self.gpu.replace("NVIDIA ", "")} {self.date}, {self.doc} "{self.section}"'
+
+
+@dataclass(frozen=True)
+class MeasuredLayer:
+    """A layer geometry a benchmark timed: (nheads, head_dim, d_state, ngroups) for Mamba-2,
+    (k_heads, v_heads, head_k_dim, head_v_dim) for GDN and KDA, at tensor-parallel size 1."""
+
+    name: str
+    dims: Tuple[int, int, int, int]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.dims}"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured cell: ``ratio`` = conventional route time / ReplaySSM route time.
+
+    Attributes:
+        family: ``mamba2``, ``gdn`` or ``kda``.
+        route: :data:`STEP` (vs the conventional step) or :data:`VERIFY` (vs T serial steps).
+        layer: the geometry timed.
+        state_dtype: checkpoint dtype, ``fp32`` or ``bf16``.
+        L: records per slot (step); the history B (verify).
+        T: tokens per verify step; None for a step.
+        batch: sequences per step.
+        ratio: the speedup of the ReplaySSM route (< 1: slower).
+        source: where the figure is published.
+    """
+
+    family: str
+    route: str
+    layer: MeasuredLayer
+    state_dtype: str
+    L: int
+    T: Optional[int]
+    batch: int
+    ratio: float
+    source: Source
+
+
+_H200 = "NVIDIA H200"
+_DOC = "docs/benchmarks.md"
+_RESULTS = "benchmarks/results/"
+
+SUPER = MeasuredLayer("Nemotron-3-Super Mamba-2", (128, 64, 128, 8))
+QWEN35_4B = MeasuredLayer("Qwen3.5-4B GDN", (16, 32, 128, 128))
+QWEN35_122B = MeasuredLayer("Qwen3.5-122B-A10B GDN", (16, 64, 128, 128))
+KIMI = MeasuredLayer("Kimi Linear KDA", (32, 32, 128, 128))
+
+_MAMBA2_V2 = Source(
+    "2026-11-29",
+    _H200,
+    "python benchmarks/mamba2_decode.py",
+    _DOC,
+    "Mamba-2 decode",
+    "first table (fp32 rows: the v2 path, still the fp32 kernel)",
+    _RESULTS + "2026-11-29-h200-mamba2_decode.json",
+)
+_MAMBA2_V5 = Source(
+    "2026-12-01",
+    _H200,
+    "VARIANTS=main bash scripts/device_compare.sh v5h benchmarks/mamba2_decode.py "
+    "--batch 1 16 64 256 512 --L 16 --state f32 bf16",
+    _DOC,
+    "Mamba-2 decode",
+    "2026-12-01, replay v5 (the current kernel)",
+    _RESULTS + "2026-12-01-h200-mamba2_v5h_side_by_side_main.log",
+)
+_GDN_DECODE = Source(
+    "2026-11-30",
+    _H200,
+    "python benchmarks/gated_delta_decode.py --family gdn --fla",
+    _DOC,
+    "GDN and KDA decode",
+    "replay speedup table, GDN rows (replay v4)",
+    _RESULTS + "2026-11-30-h200-gdn_decode_v4.json",
+)
+_KDA_DECODE = Source(
+    "2026-11-30",
+    _H200,
+    "python benchmarks/gated_delta_decode.py --family kda --fla",
+    _DOC,
+    "GDN and KDA decode",
+    "replay speedup table, KDA rows (replay v2)",
+    _RESULTS + "2026-11-30-h200-kda_decode_onewarp.json",
+)
+_MAMBA2_VERIFY = Source(
+    "2026-11-30",
+    _H200,
+    "python benchmarks/spec_verify.py",
+    _DOC,
+    "Speculative verify",
+    "first table, Mamba-2 rows (verify v1.2, current)",
+    _RESULTS + "2026-11-30-h200-spec_verify_v2.json",
+)
+_DELTA_VERIFY_DEPTH2 = Source(
+    "2026-11-30",
+    _H200,
+    "python benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 16 256",
+    _DOC,
+    "Speculative verify",
+    "re-timed with depth 2 (verify v3, the current launch)",
+    _RESULTS + "2026-11-30-h200-spec_verify_v3.log",
+)
+_DELTA_VERIFY_DEPTH3 = Source(
+    "2026-11-30",
+    _H200,
+    "python benchmarks/spec_verify.py",
+    _DOC,
+    "Speculative verify",
+    "first table, GDN/KDA rows (verify v3 at pipelining depth 3; depth 2, now the default, was not timed at this batch)",
+    _RESULTS + "2026-11-30-h200-spec_verify_v3_stages3.json",
+)
+
+_STEP_BATCHES = (1, 16, 64, 256, 512)
+_VERIFY_BATCHES = (16, 64, 256, 512)
+
+# (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES.
+_STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
+    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_V2): (0.71, 1.07, 1.42, 1.63, 1.67),
+    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_V5): (0.73, 1.03, 1.27, 1.58, 1.66),
+    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_V2): (0.61, 0.91, 1.08, 1.33, 1.42),
+    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_V5): (0.66, 0.76, 0.99, 1.17, 1.14),
+    (GDN, QWEN35_4B, "fp32", 8, _GDN_DECODE): (0.65, 0.92, 1.08, 1.44, 1.55),
+    (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (0.69, 0.94, 1.17, 1.50, 1.63),
+    (GDN, QWEN35_4B, "fp32", 32, _GDN_DECODE): (0.55, 0.81, 1.02, 1.31, 1.40),
+    (GDN, QWEN35_4B, "bf16", 8, _GDN_DECODE): (0.68, 0.70, 0.81, 1.01, 1.06),
+    (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (0.68, 0.73, 0.89, 1.07, 1.12),
+    (GDN, QWEN35_4B, "bf16", 32, _GDN_DECODE): (0.60, 0.58, 0.72, 0.87, 0.91),
+    (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE): (0.76, 1.09, 1.32, 1.55, 1.61),
+    (GDN, QWEN35_122B, "fp32", 16, _GDN_DECODE): (0.76, 1.14, 1.36, 1.64, 1.65),
+    (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE): (0.66, 1.03, 1.23, 1.43, 1.46),
+    (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE): (0.70, 0.80, 0.96, 1.07, 1.11),
+    (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (0.70, 0.85, 1.01, 1.14, 1.16),
+    (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE): (0.62, 0.71, 0.85, 0.94, 0.95),
+    (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.45, 0.65, 0.92, 1.18, 1.25),
+    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.46, 0.68, 0.98, 1.25, 1.34),
+    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.23, 0.37, 0.59, 0.71, 0.73),
+    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.38, 0.43, 0.59, 0.75, 0.79),
+    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.37, 0.45, 0.65, 0.82, 0.88),
+    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.21, 0.22, 0.36, 0.45, 0.48),
+}
+
+# (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.
+_VERIFY_TABLE: Dict[tuple, Tuple[float, ...]] = {
+    (MAMBA2, SUPER, 2): (1.47, 2.12, 2.40, 2.51),
+    (MAMBA2, SUPER, 4): (2.17, 2.73, 3.42, 3.53),
+    (MAMBA2, SUPER, 8): (1.97, 2.75, 3.09, 3.03),
+    (GDN, QWEN35_122B, 2): (0.98, 1.48, 2.16, 2.36),
+    (GDN, QWEN35_122B, 4): (1.54, 2.40, 3.34, 3.34),
+    (GDN, QWEN35_122B, 8): (1.89, 2.78, 3.42, 3.24),
+    (KDA, KIMI, 2): (0.61, 0.95, 1.59, 1.95),
+    (KDA, KIMI, 4): (0.78, 1.56, 2.54, 2.55),
+    (KDA, KIMI, 8): (0.89, 1.93, 2.80, 2.68),
+}
+# The source of each _VERIFY_BATCHES column, by family (GDN/KDA: depth 2 where it was re-timed).
+_DELTA_VERIFY_SOURCES = (_DELTA_VERIFY_DEPTH2, _DELTA_VERIFY_DEPTH3, _DELTA_VERIFY_DEPTH2, _DELTA_VERIFY_DEPTH3)
+_VERIFY_SOURCES = {MAMBA2: (_MAMBA2_VERIFY,) * 4, GDN: _DELTA_VERIFY_SOURCES, KDA: _DELTA_VERIFY_SOURCES}
+
+
+def _measurements() -> Tuple[Measurement, ...]:
+    rows = [
+        Measurement(family, STEP, layer, dtype, L, None, batch, ratio, source)
+        for (family, layer, dtype, L, source), ratios in _STEP_TABLE.items()
+        for batch, ratio in zip(_STEP_BATCHES, ratios)
+    ]
+    rows += [
+        Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
+        for (family, layer, T), ratios in _VERIFY_TABLE.items()
+        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family])
+    ]
+    return tuple(rows)
+
+
+MEASUREMENTS: Tuple[Measurement, ...] = _measurements()

@@ -1,0 +1,203 @@
+"""Which route the measurements favour for a setting: ReplaySSM, or the conventional / serial one.
+
+:func:`route_advice` looks a setting (family, mode, checkpoint dtype, L, T, batch, optionally the
+layer's geometry) up in :data:`~trtllm_replayssm.measured_speeds.MEASUREMENTS` and answers with
+the measured ratio, a recommendation and one line of text naming the figure and its source.
+
+Advice only: nothing here switches a route. ``plan`` prints it; the hooks warn with its text
+(:class:`SlowRouteWarning`) when the route they run was measured slower than the alternative.
+
+How a setting finds its cell, each step said in the text:
+
+- checkpoint dtype, L (the history B in ``replay_spec``) and T must match a measured cell
+  exactly; otherwise the answer is "not measured" and there is no recommendation;
+- the layer: the measured layer of the same geometry when there is one, else the measured layer
+  of the family with the lowest ratio at that batch ("measured on ..., not this layer");
+- the batch: the measured batch itself, else the nearest measured batch (the smaller on a tie).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from .measured_speeds import MEASUREMENTS, STEP, VERIFY, Measurement, Source
+from .models import HybridModel
+from .registry import is_ssm, kinds
+
+__all__ = ["MODES", "SlowRouteWarning", "Advice", "route_advice", "model_advice", "warn_if_slower", "geometry_dims"]
+
+# ReplaySSM modes with a measured alternative: replay vs the conventional step, replay_spec vs
+# T serial conventional steps.
+MODES = ("replay", "replay_spec")
+_ROUTE = {"replay": STEP, "replay_spec": VERIFY}
+_ALTERNATIVE = {"replay": "conventional", "replay_spec": "serial"}
+_AGAINST = {"replay": "the conventional step", "replay_spec": "{T} serial steps"}
+_STATE_DTYPES = ("fp32", "bf16", "fp16", "fp64")
+
+
+class SlowRouteWarning(UserWarning):
+    """A hook runs ReplaySSM in a setting measured slower than the conventional route."""
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The measured answer for one setting.
+
+    Attributes:
+        family, mode, state_dtype, L, T, batch: the setting asked about (T None for ``replay``).
+        ratio: the measured speedup of the ReplaySSM route (< 1: slower); None: not measured.
+        recommendation: ``"replay"``, ``"conventional"`` (mode ``replay``) or ``"serial"``
+            (mode ``replay_spec``); None when not measured.
+        text: one line with the figure, where it was measured and what it recommends.
+        measured_batch: the batch of the cell used (differs from ``batch`` when nearest).
+        source: the cell's source; None when not measured.
+    """
+
+    family: str
+    mode: str
+    state_dtype: str
+    L: int
+    T: Optional[int]
+    batch: int
+    ratio: Optional[float]
+    recommendation: Optional[str]
+    text: str
+    measured_batch: Optional[int] = None
+    source: Optional[Source] = None
+
+    @property
+    def slower(self) -> bool:
+        """True when the ReplaySSM route was measured slower than the alternative."""
+        return self.ratio is not None and self.ratio < 1.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the fields, the source as a dict."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "source"}
+        d["source"] = None if self.source is None else vars(self.source)
+        return d
+
+
+def geometry_dims(geometry) -> Optional[Tuple[int, int, int, int]]:
+    """The four dims a :class:`~trtllm_replayssm.measured_speeds.MeasuredLayer` is keyed by, from
+    a :class:`~trtllm_replayssm.models.Mamba2Geometry` or
+    :class:`~trtllm_replayssm.models.DeltaRuleGeometry`; None for another geometry (a registered
+    family's own, never measured: its advice says "not measured")."""
+    for names in (("nheads", "head_dim", "d_state", "ngroups"), ("k_heads", "v_heads", "head_k_dim", "head_v_dim")):
+        if all(hasattr(geometry, n) for n in names):
+            return tuple(int(getattr(geometry, n)) for n in names)
+    return None
+
+
+def _check(family, mode, state_dtype, L, T, batch) -> None:
+    owner = "route_advice"
+    if not is_ssm(family):
+        raise ValueError(f"{owner}: family is {family!r}; expected a registered SSM layer family ({', '.join(kinds())})")
+    if mode not in MODES:
+        raise ValueError(f"{owner}: mode is {mode!r}; expected one of {', '.join(MODES)}")
+    if state_dtype not in _STATE_DTYPES:
+        raise ValueError(f"{owner}: state_dtype is {state_dtype!r}; expected one of {', '.join(_STATE_DTYPES)}")
+    for name, value in (("L", L), ("batch", batch)) + ((("T", T),) if mode == "replay_spec" else ()):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{owner}: {name} is {value!r}; expected a positive int")
+    if mode == "replay" and T is not None:
+        raise ValueError(f"{owner}: T is {T!r} in mode replay; expected None (T is the verify window of replay_spec)")
+
+
+def _setting(family, mode, state_dtype, L, T, batch) -> str:
+    what = "replay step" if mode == "replay" else f"verify T {T}, B"
+    return f"{family} {what} {'L ' if mode == 'replay' else ''}{L}, {state_dtype} checkpoint, batch {batch}"
+
+
+def _measured_keys(rows: Sequence[Measurement], mode: str) -> str:
+    """What was measured of a family, per checkpoint dtype: ``fp32 at L 8/16/32, bf16 at L 16``."""
+    parts = []
+    for dtype in dict.fromkeys(r.state_dtype for r in rows):
+        mine = [r for r in rows if r.state_dtype == dtype]
+        Ls = "/".join(str(L) for L in sorted({r.L for r in mine}))
+        if mode == "replay":
+            parts.append(f"{dtype} at L {Ls}")
+        else:
+            parts.append(f"{dtype} at B {Ls}, T {'/'.join(str(T) for T in sorted({r.T for r in mine}))}")
+    return "measured: " + ", ".join(parts)
+
+
+def route_advice(
+    family: str,
+    mode: str,
+    *,
+    state_dtype: str,
+    L: int,
+    batch: int,
+    T: Optional[int] = None,
+    geometry: Optional[Tuple[int, int, int, int]] = None,
+) -> Advice:
+    """The measured advice for one setting (see the module docstring for how a cell is found).
+
+    Args:
+        family: a registered SSM layer family (``mamba2``, ``gdn``, ``kda`` were measured).
+        mode: ``replay`` (vs the conventional step) or ``replay_spec`` (verify vs T serial steps).
+        state_dtype: checkpoint dtype name: fp32, bf16, fp16 or fp64.
+        L: records per slot; the history B in ``replay_spec``.
+        batch: sequences per step.
+        T: tokens per verify step (``replay_spec`` only).
+        geometry: the layer's four dims (:func:`geometry_dims`); None: any measured layer.
+    Raises:
+        ValueError: an unregistered family, an unknown mode or dtype, or a non-positive L, T or batch.
+    """
+    _check(family, mode, state_dtype, L, T, batch)
+    setting = _setting(family, mode, state_dtype, L, T, batch)
+    family_rows = [r for r in MEASUREMENTS if r.family == family and r.route == _ROUTE[mode]]
+    rows = [r for r in family_rows if (r.state_dtype, r.L, r.T) == (state_dtype, L, T)]
+    if not rows:
+        measured = _measured_keys(family_rows, mode) if family_rows else "no cell of this family was measured"
+        text = f"{setting}: not measured ({measured}); no recommendation"
+        return Advice(family, mode, state_dtype, L, T, batch, None, None, text)
+    batches = sorted({r.batch for r in rows})
+    measured_batch = min(batches, key=lambda b: (abs(b - batch), b))
+    same_layer = [r for r in rows if r.layer.dims == geometry]
+    cells = [r for r in (same_layer or rows) if r.batch == measured_batch]
+    cell = min(cells, key=lambda r: r.ratio)
+    where = [] if measured_batch == batch else [f"nearest measured batch {measured_batch}"]
+    if not same_layer:
+        where.append(f"measured on {cell.layer}{', not this layer' if geometry is not None else ''}")
+    recommendation = _ALTERNATIVE[mode] if cell.ratio < 1.0 else "replay"
+    against = _AGAINST[mode].format(T=T)
+    text = (
+        f"{setting}: {'; '.join(where + [''])}{cell.ratio:.2f}x {against} ({cell.source.cite()}); "
+        f"recommended: {recommendation}"
+    )
+    return Advice(family, mode, state_dtype, L, T, batch, cell.ratio, recommendation, text, measured_batch, cell.source)
+
+
+def model_advice(
+    model: HybridModel, mode: str, *, state_dtype: str, L: int, batch: int, T: Optional[int] = None
+) -> Tuple[Advice, ...]:
+    """:func:`route_advice` for each distinct (family, geometry) of ``model``'s SSM layers, in
+    order of first appearance (``model``'s geometry as given: one rank's under TP)."""
+    groups = dict.fromkeys((l.kind, l.geometry) for l in model.ssm_layers)
+    return tuple(
+        route_advice(kind, mode, state_dtype=state_dtype, L=L, batch=batch, T=T, geometry=geometry_dims(g))
+        for kind, g in groups
+    )
+
+
+def warn_if_slower(advice: Sequence[Advice], host: str, *, stacklevel: int = 2) -> bool:
+    """One :class:`SlowRouteWarning` naming every entry of ``advice`` measured slower than its
+    alternative (their texts, figures and sources), or nothing; the route is left as it is.
+
+    Returns:
+        bool: True when it warned.
+    """
+    slower = [a for a in advice if a.slower]
+    if not slower:
+        return False
+    warnings.warn(
+        f"{host}: ReplaySSM runs in a setting measured slower than the conventional route; the "
+        f"route is unchanged (advice only): " + " | ".join(a.text for a in slower),
+        SlowRouteWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True
