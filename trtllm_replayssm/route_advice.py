@@ -23,6 +23,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+from .checks import check_positive_int
 from .measured_speeds import MEASUREMENTS, STEP, VERIFY, Measurement, Source
 from .models import HybridModel
 from .registry import is_ssm, kinds
@@ -100,8 +101,7 @@ def _check(family, mode, state_dtype, L, T, batch) -> None:
     if state_dtype not in _STATE_DTYPES:
         raise ValueError(f"{owner}: state_dtype is {state_dtype!r}; expected one of {', '.join(_STATE_DTYPES)}")
     for name, value in (("L", L), ("batch", batch)) + ((("T", T),) if mode == "replay_spec" else ()):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{owner}: {name} is {value!r}; expected a positive int")
+        check_positive_int(owner, name, value)
     if mode == "replay" and T is not None:
         raise ValueError(f"{owner}: T is {T!r} in mode replay; expected None (T is the verify window of replay_spec)")
 

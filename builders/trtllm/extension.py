@@ -101,8 +101,6 @@ class ReplayRecordsFeature:
         names = sorted({f"replayssm_{name}" for kind in set(self.layers.values()) for name in record_field_names(kind)})
         self._roles = {name: make_role(name) for name in names}
         self.store: Optional[ReplayRecordStore] = None
-        self._bound_model: Optional[HybridModel] = None
-        self._state_dtype: Optional[torch.dtype] = None
         self._observed = None
 
     # ------------------------------------------------------------------ description
@@ -191,21 +189,19 @@ class ReplayRecordsFeature:
         self.store = ReplayRecordStore(
             geometries, self.config.buffer_len, slots, state_dtype=context.ssm_state_dtype, device=device, record_views=views
         )
-        layers = tuple(Layer(i, kind, geometry) for i, (kind, geometry, _) in geometries.items())
-        self._bound_model = HybridModel(name="ReplaySSM hooked layers", family="trtllm", layers=layers)
-        self._state_dtype = context.ssm_state_dtype
         self._observe(manager.get_state_update_strategy())
 
     def route_advice(self, batch: int) -> Tuple[Advice, ...]:
         """The measured speed of the bound layers' replay step against the conventional step at
         ``batch`` sequences (:func:`trtllm_replayssm.route_advice.model_advice`); empty when this
         manager bound no hooked layer. Advice only: the route stays ReplaySSM."""
-        if self._bound_model is None:
+        if self.store is None:
             return ()
+        layers = tuple(Layer(i, self.store.layer(i).kind, self.store.layer(i).geometry) for i in self.store.layer_ids)
         return model_advice(
-            self._bound_model,
+            HybridModel(name="ReplaySSM hooked layers", family="trtllm", layers=layers),
             "replay",
-            state_dtype=DTYPE_NAMES[self._state_dtype],
+            state_dtype=DTYPE_NAMES[self.store.state_dtype],
             L=self.config.buffer_len,
             batch=batch,
         )
@@ -256,4 +252,3 @@ class ReplayRecordsFeature:
                 self._observed.__dict__.pop(name, None)
             self._observed = None
         self.store = None
-        self._bound_model = self._state_dtype = None

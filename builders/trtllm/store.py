@@ -129,6 +129,7 @@ class ReplayRecordStore:
             raise ValueError(f"{owner}: num_slots is {num_slots!r}; expected a positive int")
         device = _resolved_device(device)
         self.L, self.num_slots, self.device = L, num_slots, device
+        self.state_dtype = state_dtype
         self.owns_records = record_views is None
         self._layer_ids: List[int] = list(layers)
         self.counters = torch.zeros(len(layers), len(COUNTER_FIELDS), num_slots, dtype=torch.int32, device=device)
