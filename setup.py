@@ -23,7 +23,17 @@ setup(
     # drivers (R580, the H200 here) refuse to load, and TensorRT's AOT plugins take PTX only;
     # its interpreter also rejects a mask the GDN/KDA kernels build (plugins/ptx.py, docs/kernel-notes.md).
     # 3.7 and 3.8 are checked (KNOWN_GOOD_TRITON); CPU CI runs the newest allowed.
-    install_requires=["torch>=2.4", "triton>=3.2,<3.9", "tqdm"],
+    # cuda-bindings + NVRTC (Linux): the CUDA C++ Mamba-2 step (trtllm_replayssm/kernels/nvrtc.py)
+    # is compiled at run time. nvidia-cuda-nvrtc 13.0.*: 13.1 and later write a PTX ISA that
+    # CUDA 13.0 drivers (R580, the H200 here) refuse in the plugin export; the op loads machine
+    # code, which any 13.x driver takes. cuda-bindings >= 13: the CUDA 13 driver API.
+    install_requires=[
+        "torch>=2.4",
+        "triton>=3.2,<3.9",
+        "tqdm",
+        "cuda-bindings>=13; sys_platform == 'linux'",
+        "nvidia-cuda-nvrtc==13.0.*; sys_platform == 'linux'",
+    ],
     extras_require={
         # transformers: tested 5.17.0 to 5.24.0 (builders/hf/compat.py TESTED_TRANSFORMERS; CI
         # runs the hook tests on both ends); a newer release warns at enable time, no pin.
@@ -43,7 +53,10 @@ setup(
         "trtllm-engine": ["tensorrt_llm==1.2.1"],
     },
     # The TensorRT-LLM hooks' startup directory (sitecustomize for TRTLLM_REPLAYSSM=1) and notes.
-    package_data={"trtllm_replayssm_builders.trtllm": ["startup/sitecustomize.py", "README.md"]},
+    package_data={
+        "trtllm_replayssm_builders.trtllm": ["startup/sitecustomize.py", "README.md"],
+        "trtllm_replayssm.kernels": ["cuda/*.cu"],
+    },
     entry_points={
         "console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"],
         # Subcommands other packages add to trtllm-replayssm (the core imports no builder).

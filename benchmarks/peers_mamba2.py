@@ -107,7 +107,7 @@ import torch
 FI_DIR = "/tmp/fi"  # where the set-up above unpacks FlashInfer
 NO_NULL_SLOT = -1  # null_block_id / pad_slot_id: the benchmark has no padding rows
 REFCHECK_TOL = 5e-2  # as harness.run_table
-OURS = ("decode_step", "replay_step")
+OURS = ("decode_step", "replay_step", "replay_triton")  # replay_step: the op's route (CUDA or Triton)
 FI_LAUNCH_ENV = ("FLASHINFER_SSU_MAIN_PIPELINE_STAGES", "FLASHINFER_SSU_MAIN_CTA_PER_SM")
 FI_HEURISTIC = dict.fromkeys(FI_LAUNCH_ENV)  # unset: the launcher's own choice
 FI_S2C4 = dict(zip(FI_LAUNCH_ENV, ("2", "4")))

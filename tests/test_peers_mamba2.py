@@ -538,7 +538,7 @@ def test_run_table_ratios_notes_and_rows(monkeypatch, capsys):
 
     peers = pm.Peers(vllm_ssu=vllm_stand_in, official=broken)
     monkeypatch.setattr(pm, "capture", lambda route: route)
-    us = dict(decode_step=10.0, replay_step=5.0, vllm_conv=11.0)
+    us = dict(decode_step=10.0, replay_step=5.0, replay_triton=6.0, vllm_conv=11.0)
     monkeypatch.setattr(
         pm, "time_interleaved", lambda graphs, steps, reps=5: {n: (us[n] * 1e-6, [us[n] * 1e-3]) for n in graphs}
     )
@@ -546,7 +546,7 @@ def test_run_table_ratios_notes_and_rows(monkeypatch, capsys):
     args = argparse.Namespace(state=["f32"], L=[4], batch=[3], act="bf16")
     rows = pm.run_table(lambda batch, L, state: case, args, 2e12, peers)
     by = {r["route"]: r for r in rows}
-    assert list(by) == ["decode_step", "replay_step", "vllm_conv"]
+    assert list(by) == ["decode_step", "replay_step", "replay_triton", "vllm_conv"]
     assert by["replay_step"]["speedup"] == pytest.approx(2.0)
     assert by["replay_step"]["speedup_vs_vllm"] == pytest.approx(2.2)
     assert by["vllm_conv"]["peer"] and by["vllm_conv"]["gbps"] is None and by["vllm_conv"]["refcheck"] < 1e-6

@@ -89,7 +89,7 @@ class Mamba2DecodeCase(DecodeCase):
             launch_mamba2_decode_step(
                 self.conv_state, self.x, self.dt, self.A, self.B, self.C, config=config, **self._common(slots)
             )
-        elif route == "replay_step":
+        elif route in ("replay_step", "replay_triton"):
             launch_mamba2_replay_step(
                 c.checkpoint,
                 c.x_records,
@@ -103,6 +103,7 @@ class Mamba2DecodeCase(DecodeCase):
                 self.B,
                 self.C,
                 config=config,
+                kernel="triton" if route == "replay_triton" else "auto",
                 **self._common(slots),
             )
         else:
@@ -118,7 +119,7 @@ class Mamba2DecodeCase(DecodeCase):
 
     def bytes_per_step(self, route):
         b = mamba2_step_bytes(
-            route,
+            "replay_step" if route == "replay_triton" else route,
             nheads=self.nheads,
             head_dim=self.head_dim,
             d_state=self.d_state,

@@ -36,8 +36,14 @@ from torch import Tensor
 
 from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
                      mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
+from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
-__all__ = ["launch_mamba2_replay_step", "fold_constexprs"]
+__all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "MIN_CUDA_BATCH", "KERNELS"]
+
+# The CUDA step (kernels/cuda/mamba2_replay_step.cu) runs where it applies from this batch up;
+# below it the Triton kernel was measured faster on the H200 (docs/kernel-notes.md).
+MIN_CUDA_BATCH = 16
+KERNELS = ("auto", "triton", "cuda")
 
 # A 16-bit checkpoint's flush fold: tiles of FOLD_ROWS rows (the tile product's M, at least 16)
 # by FOLD_D_STATE columns of d_state.
@@ -205,13 +211,41 @@ def _mamba2_replay_step_kernel(
     advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
 
+def replay_step_kernel(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> str:
+    """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
+    :func:`~.mamba2_replay_cuda.cuda_step_unsupported` finds nothing against it (sm_90, bf16
+    checkpoint and activations, its sizes and alignment) and the batch is at least
+    ``MIN_CUDA_BATCH``; Triton otherwise (every dtype, size and GPU)."""
+    if x.shape[0] >= MIN_CUDA_BATCH and cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
+        return "cuda"
+    return "triton"
+
+
 def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
                               B_records: Tensor, cursor: Tensor, arrivals: Tensor, x: Tensor,
                               dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, slot_ids: Tensor,
                               D: Optional[Tensor] = None, z: Optional[Tensor] = None,
                               dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                              out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
-    """Launch the replay step on the cache tensors; arguments already checked by the op."""
+                              out: Tensor, config=None, kernel: str = "auto") -> Tensor:
+    """Launch the replay step on the cache tensors; arguments already checked by the op.
+
+    ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses), ``"triton"`` or ``"cuda"``
+    (ValueError where the CUDA step does not apply). ``config``: a :class:`LaunchConfig` for the
+    Triton kernel or a :class:`~.mamba2_replay_cuda.CudaStepConfig` for the CUDA one (None: the
+    launch tables)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"launch_mamba2_replay_step: kernel is {kernel!r}; expected one of {KERNELS}")
+    if kernel == "auto":
+        if isinstance(config, (CudaStepConfig, LaunchConfig)):
+            kernel = "cuda" if isinstance(config, CudaStepConfig) else "triton"
+        else:
+            kernel = replay_step_kernel(checkpoint, x_records, B_records, x)
+    if kernel == "cuda":
+        return launch_mamba2_replay_step_cuda(
+            checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids=slot_ids,
+            D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out, config=config)
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"launch_mamba2_replay_step: config is {type(config).__name__}; the Triton kernel takes a LaunchConfig")
     batch, nheads, head_dim = x.shape
     d_state = B.shape[2]
     L = x_records.shape[2]

@@ -1,0 +1,100 @@
+"""The CUDA Mamba-2 replay step's launch configurations beside the Triton kernel (GPU, sm_90).
+
+Per (L, batch): each CUDA configuration is first checked against the Triton kernel over 2L + 2
+steps from the same cache (outputs, checkpoints and cursors), then the conventional step, the
+Triton replay, the op's route and every configuration are captured in CUDA graphs and timed
+in interleaved rounds (benchmarks/peers_mamba2.py's ``time_interleaved``), as
+benchmarks/mamba2_decode.py times them.
+
+    python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl 3,3,nopdl 2,2,nopdl
+
+A configuration is ``stages,min_ctas,pdl|nopdl`` (``CudaStepConfig``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from functools import partial
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+
+from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
+from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_step_config  # noqa: E402
+
+
+def parse_config(text: str) -> CudaStepConfig:
+    stages, min_ctas, pdl = text.split(",")
+    if pdl not in ("pdl", "nopdl"):
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl")
+    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl")
+
+
+def check_against_triton(case, cfg: CudaStepConfig) -> float:
+    """Relative max error of ``cfg``'s outputs and checkpoints against the Triton kernel over
+    2L + 2 steps on the first slot set; the cache is restored afterwards. Cursors must agree."""
+    c = case.cache
+    saved = {k: v.clone() for k, v in vars(c).items()}
+    slots = case.slot_sets[0]
+    runs = {}
+    for name, kw in (("triton", dict(route="replay_triton")), ("cuda", dict(route="replay_step", config=cfg))):
+        for k, v in saved.items():
+            getattr(c, k).copy_(v)
+        outs = []
+        for _ in range(2 * case.L + 2):
+            case.step(kw["route"], slots, kw.get("config"))
+            outs.append(case.out.clone())
+        runs[name] = (outs, c.checkpoint.clone(), c.cursor.clone())
+    for k, v in saved.items():
+        getattr(c, k).copy_(v)
+    (yt, ct, wt), (yc, cc, wc) = runs["triton"], runs["cuda"]
+    if not torch.equal(wt, wc):
+        return float("inf")
+    rel = lambda a, b: float((a.float() - b.float()).abs().max() / b.float().abs().max())  # noqa: E731
+    return max(max(rel(a, b) for a, b in zip(yc, yt)), rel(cc, ct))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), default=(128, 64, 128, 8))
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256])
+    ap.add_argument("--L", type=int, nargs="+", default=[16])
+    ap.add_argument("--configs", type=parse_config, nargs="*", default=[])
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("mamba2_cuda_probe: needs a CUDA GPU")
+    print(f"# mamba2_cuda_probe | {torch.cuda.get_device_name()} | geometry {args.geometry} | bf16 checkpoint, bf16 act")
+    print(f"{'L':>3} {'batch':>6} {'route':>22} {'us/step':>9} {'speedup':>8} {'check':>9}")
+    for L in args.L:
+        for batch in args.batch:
+            case = Mamba2DecodeCase(args.geometry, batch, L, "bf16", "bf16")
+            table = cuda_step_config(args.geometry[1], args.geometry[2], L, batch)
+            configs = {f"cuda {c.label()}": c for c in args.configs}
+            checks = {name: check_against_triton(case, c) for name, c in configs.items()}
+            routes = {
+                r: Route([partial(case.step, r, s) for s in case.slot_sets])
+                for r in ("decode_step", "replay_triton", "replay_step")
+            }
+            for name, c in configs.items():
+                routes[name] = Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets])
+            graphs = {name: capture(r) for name, r in routes.items()}
+            times = time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs})
+            conv = times["decode_step"][0]
+            for name, (t, _) in times.items():
+                label = f"{name} (table {table.label()})" if name == "replay_step" else name
+                check = checks.get(name)
+                print(
+                    f"{L:>3} {batch:>6} {label:>22} {t * 1e6:9.2f} {conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"
+                )
+            del case, graphs
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

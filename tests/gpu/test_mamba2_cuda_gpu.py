@@ -1,0 +1,226 @@
+"""The CUDA C++ Mamba-2 replay step (kernels/cuda/mamba2_replay_step.cu) on an sm_90 GPU: long runs
+against the float64 oracle (flushes, padding rows, poisoned unused slots and record positions),
+CUDA graphs bit for bit, the op's route, spill-free launch-table shapes, refusals."""
+
+import pytest
+import torch
+
+from mamba2_cases import ACT_TOL, STATE_TOL, Geometry, drive_replay, make_params, make_step
+
+pytestmark = pytest.mark.gpu
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the CUDA step is built for sm_90")
+
+
+def replay_cuda(cache, inp, p, slot_ids, out, config=None):
+    from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+
+    return launch_mamba2_replay_step(
+        cache.checkpoint,
+        cache.x_records,
+        cache.dt_records,
+        cache.B_records,
+        cache.cursor,
+        cache.arrivals,
+        inp["x"],
+        inp["dt"],
+        p.A,
+        inp["B"],
+        inp["C"],
+        slot_ids=slot_ids,
+        D=p.D,
+        z=inp["z"],
+        dt_bias=p.dt_bias,
+        out=out,
+        config=config,
+        kernel="cuda",
+    )
+
+
+SHAPES = [
+    pytest.param(Geometry(128, 64, 128, 8), 16, id="super-L16"),
+    pytest.param(Geometry(96, 80, 128, 8), 8, id="nano-hd80-L8"),
+    pytest.param(Geometry(96, 80, 128, 8), 32, id="nano-hd80-L32"),
+    pytest.param(Geometry(6, 48, 64, 3), 5, id="odd-hd48-ds64-L5"),
+    pytest.param(Geometry(4, 128, 256, 1), 1, id="hd128-ds256-L1"),
+    pytest.param(Geometry(10, 16, 192, 2), 17, id="hd16-ds192-L17"),
+]
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", SHAPES)
+@pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
+def test_cuda_step_long_run_against_oracle(g, L, D_per_dim):
+    worst = drive_replay(
+        replay_cuda,
+        g,
+        L,
+        torch.bfloat16,
+        torch.bfloat16,
+        "cuda",
+        steps=3 * L + 5,
+        batch=7,
+        num_slots=12,
+        n_padding=2,
+        with_z=True,
+        D_per_dim=D_per_dim,
+    )
+    assert worst["flushes"] >= 7 * ((3 * L + 5) // L) - 7
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["bf16"], worst
+    assert worst["ckpt"] < STATE_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("stages,pdl", [(2, True), (3, False), (1, True)])
+def test_cuda_step_configs_agree(stages, pdl):
+    """Every stage count and both launch forms: same results as the launch table's (the ring's
+    wrap-around at 1-3 stages, the programmatic dependent launch)."""
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
+
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl)
+    g = Geometry(128, 64, 128, 8)
+    worst = drive_replay(
+        lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",
+        steps=40, batch=40, num_slots=50, n_padding=3, with_z=True,
+    )  # fmt: skip
+    assert worst["ckpt"] < STATE_TOL["bf16"] and worst["y"] < ACT_TOL["bf16"] + STATE_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("L", [1, 16, 32])
+def test_cuda_step_graph_equals_eager(L):
+    """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    g = Geometry(128, 64, 128, 8)
+    p = make_params(g, "cuda")
+    rows = [7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1, 4, 6, 8, 10, 12, 13, 15, -1]
+    slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
+    caches = []
+    for _ in range(2):
+        c = Mamba2ReplayCache.allocate(
+            17,
+            g.nheads,
+            g.head_dim,
+            g.d_state,
+            g.ngroups,
+            L,
+            state_dtype=torch.bfloat16,
+            act_dtype=torch.bfloat16,
+            device="cuda",
+        )
+        torch.manual_seed(3)
+        c.checkpoint.normal_()
+        c.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
+        caches.append(c)
+    inputs = [make_step(g, len(rows), torch.bfloat16, "cuda", with_z=True) for _ in range(3 * L)]
+    static = {k: v.clone() for k, v in inputs[0].items()}
+    out_g = torch.full_like(static["x"], 42.0)
+    out_e = out_g.clone()
+    warm = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(caches[0]).items()})
+    replay_cuda(warm, static, p, slots, out_g.clone())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replay_cuda(caches[0], static, p, slots, out_g)
+    for inp in inputs:
+        for k, v in inp.items():
+            if v is not None:
+                static[k].copy_(v)
+        graph.replay()
+        replay_cuda(caches[1], inp, p, slots, out_e)
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, out_e)
+    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
+        assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
+
+
+@needs_sm90
+def test_op_routes_bf16_batch_16_to_cuda_and_matches_triton():
+    """The op (kernel "auto") takes the CUDA step for a bf16 cache at batch >= MIN_CUDA_BATCH,
+    and its outputs and caches track the Triton kernel's over 2L + 3 steps."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay import MIN_CUDA_BATCH, launch_mamba2_replay_step, replay_step_kernel
+    from trtllm_replayssm.ops import mamba2_replay_step
+
+    g, L, batch = Geometry(128, 64, 128, 8), 16, MIN_CUDA_BATCH
+    p = make_params(g, "cuda")
+    c = Mamba2ReplayCache.allocate(
+        batch,
+        g.nheads,
+        g.head_dim,
+        g.d_state,
+        g.ngroups,
+        L,
+        state_dtype=torch.bfloat16,
+        act_dtype=torch.bfloat16,
+        device="cuda",
+    )
+    c.checkpoint.normal_()
+    c.cursor.copy_(torch.arange(batch, dtype=torch.int32) % L)
+    t = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(c).items()})
+    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+    assert (
+        replay_step_kernel(
+            c.checkpoint,
+            c.x_records,
+            c.B_records,
+            torch.empty(batch, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda"),
+        )
+        == "cuda"
+    )
+    for _ in range(2 * L + 3):
+        inp = make_step(g, batch, torch.bfloat16, "cuda", with_z=True)
+        y = mamba2_replay_step(
+            c, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias
+        )
+        y_t = torch.zeros_like(y)
+        launch_mamba2_replay_step(
+            t.checkpoint, t.x_records, t.dt_records, t.B_records, t.cursor, t.arrivals, inp["x"], inp["dt"], p.A,
+            inp["B"], inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias, out=y_t, kernel="triton",
+        )  # fmt: skip
+        assert (y.float() - y_t.float()).abs().max() <= 2e-2 * y_t.float().abs().max()
+    assert torch.equal(c.cursor, t.cursor)
+    assert (c.checkpoint.float() - t.checkpoint.float()).abs().max() <= 2e-2 * t.checkpoint.float().abs().max()
+
+
+@needs_sm90
+@pytest.mark.parametrize(
+    "g,L", [(Geometry(128, 64, 128, 8), 16), (Geometry(96, 80, 128, 8), 16), (Geometry(128, 64, 128, 8), 32)]
+)
+def test_cuda_step_launch_table_shapes_do_not_spill(g, L):
+    """The launch table's register caps leave the step kernel without local memory."""
+    from cuda.bindings import driver
+
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import SOURCE, cuda_step_config, step_defines, step_shared_bytes
+    from trtllm_replayssm.kernels.nvrtc import load_kernel
+
+    cfg = cuda_step_config(g.head_dim, g.d_state, L, 256)
+    flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=1, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
+    defines = step_defines(g.nheads, g.ngroups, g.head_dim, g.d_state, L, cfg, flags)
+    k = load_kernel(
+        SOURCE, "mamba2_replay_step", defines, torch.device("cuda"), step_shared_bytes(g.head_dim, g.d_state, L, cfg.stages)
+    )
+    err, local = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.function)
+    assert int(err) == 0 and local == 0, (cfg, local)
+
+
+@needs_sm90
+def test_cuda_kernel_refuses_fp32_checkpoint_and_leaves_cache():
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    g = Geometry(128, 64, 128, 8)
+    p = make_params(g, "cuda")
+    c = Mamba2ReplayCache.allocate(
+        4, g.nheads, g.head_dim, g.d_state, g.ngroups, 16, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda"
+    )
+    before = {k: v.clone() for k, v in vars(c).items() if isinstance(v, torch.Tensor)}
+    inp = make_step(g, 4, torch.bfloat16, "cuda")
+    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): checkpoint torch.float32"):
+        replay_cuda(c, inp, p, torch.arange(4, dtype=torch.int32, device="cuda"), torch.empty_like(inp["x"]))
+    for k, v in before.items():
+        assert torch.equal(getattr(c, k), v), k

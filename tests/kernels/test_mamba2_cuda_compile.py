@@ -1,0 +1,156 @@
+"""The CUDA C++ Mamba-2 step on the CPU: NVRTC compiles every launch-table shape, the shared memory
+the launcher allocates equals what the kernel indexes, the launcher packs exactly the kernels'
+PTX parameters, and the route's refusals name their reason. (Running it needs an sm_90 GPU:
+tests/gpu/test_mamba2_cuda_gpu.py.)"""
+
+import re
+
+import pytest
+import torch
+
+from trtllm_replayssm.kernels import mamba2_replay_cuda as mc
+from trtllm_replayssm.kernels.mamba2_replay import MIN_CUDA_BATCH, launch_mamba2_replay_step, replay_step_kernel
+
+FLAGS = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=1, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
+SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
+    (128, 8, 64, 128, 16),  # Nemotron-3-Super, TP=1
+    (96, 8, 80, 128, 16),  # Nemotron-3-Nano
+    (128, 1, 64, 128, 32),
+    (128, 8, 64, 128, 8),
+    (6, 3, 48, 64, 5),
+    (4, 1, 128, 256, 1),
+    (10, 2, 16, 192, 17),
+    (14, 2, 32, 64, 16),  # 7 heads a group: warps with one and two heads
+]
+
+
+def _ptx(shape, batch=256, flags=FLAGS):
+    nheads, ngroups, head_dim, d_state, L = shape
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch)
+    return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_every_shape_compiles_and_shared_memory_matches(shape):
+    _, _, head_dim, d_state, L = shape
+    cfg = mc.cuda_step_config(head_dim, d_state, L, 256)
+    ptx = _ptx(shape)
+    assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
+    compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages)
+    assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
+
+
+@pytest.mark.parametrize("flags", [dict(FLAGS), dict(FLAGS, HAS_D=0, HAS_Z=0, HAS_DT_BIAS=0, DT_SOFTPLUS=0, DT_CODE=0),
+                                   dict(FLAGS, D_PER_DIM=1, D_CODE=1, DTB_CODE=2, DT_CODE=2)])  # fmt: skip
+def test_optional_inputs_and_dtypes_compile(flags):
+    assert ".entry mamba2_replay_step(" in _ptx(SHAPES[0], flags=flags)
+
+
+def _ptx_params(ptx: str, entry: str) -> list:
+    body = ptx[ptx.index(f".entry {entry}(") :]
+    body = body[: body.index(")")]
+    kinds = []
+    for decl in re.findall(r"\.param ([^\n,]+)", body):
+        if "[128]" in decl:
+            kinds.append("map")
+        elif ".u64" in decl or ".s64" in decl:
+            kinds.append("64")
+        elif ".u32" in decl or ".s32" in decl:
+            kinds.append("i32")
+        else:
+            raise AssertionError(decl)
+    return kinds
+
+
+def _cpu_case(nheads=128, head_dim=64, d_state=128, ngroups=8, L=16, batch=4, slots=6):
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    c = Mamba2ReplayCache.allocate(
+        slots, nheads, head_dim, d_state, ngroups, L, state_dtype=torch.bfloat16, act_dtype=torch.bfloat16, device="cpu"
+    )
+    x = torch.zeros(batch, nheads, head_dim, dtype=torch.bfloat16)
+    B = torch.zeros(batch, ngroups, d_state, dtype=torch.bfloat16)
+    return c, x, B
+
+
+def test_launcher_packs_the_kernels_ptx_parameters():
+    """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
+    c, x, B = _cpu_case()
+    ptx = _ptx(SHAPES[0])
+    dt = torch.zeros(4, 128)
+    A = torch.zeros(128)
+    slots = torch.zeros(4, dtype=torch.int32)
+    coef = torch.zeros(8)
+    args = mc.coefficient_args(
+        coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None
+    )
+    widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
+    assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
+    args = mc.step_args((b"\0" * 128, b"\0" * 128), coef, B, c.x_records, c.B_records, None, None, x, slots, x, A)
+    widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
+    assert widths == _ptx_params(ptx, "mamba2_replay_step")
+
+
+def test_launch_table():
+    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=False)
+    assert mc.cuda_step_config(64, 128, 16, 16).pdl and not mc.cuda_step_config(64, 128, 16, 32).pdl
+    assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
+    assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
+    assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
+    assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
+
+
+@pytest.mark.parametrize(
+    "change,reason",
+    [
+        (dict(state=torch.float32), "checkpoint torch.float32"),
+        (dict(act=torch.float16), "activations torch.float16"),
+        (dict(head_dim=72), "head_dim 72"),
+        (dict(head_dim=144), "head_dim 144"),
+        (dict(d_state=96), "d_state 96"),
+        (dict(L=33), "L 33"),
+    ],
+)
+def test_shape_refusals_name_their_reason(change, reason):
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    kw = dict(head_dim=64, d_state=128, L=16, state=torch.bfloat16, act=torch.bfloat16) | change
+    c = Mamba2ReplayCache.allocate(
+        3, 4, kw["head_dim"], kw["d_state"], 2, kw["L"], state_dtype=kw["state"], act_dtype=kw["act"], device="cpu"
+    )
+    x = torch.zeros(2, 4, kw["head_dim"], dtype=kw["act"])
+    assert reason in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
+
+
+def test_misaligned_records_are_refused():
+    c, x, _ = _cpu_case()
+    xr = torch.zeros(6 * 128 * 16 * 64 + 1, dtype=torch.bfloat16)[1:].view(6, 128, 16, 64)
+    assert "x_records base or strides" in mc.cuda_shape_unsupported(c.checkpoint, xr, c.B_records, x)
+    assert mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x) is None
+    spread = torch.zeros(6, 128, 16, 72, dtype=torch.bfloat16)[..., :64]
+    assert "x_records positions 72 elements apart" in mc.cuda_shape_unsupported(c.checkpoint, spread, c.B_records, x)
+
+
+def test_cpu_tensors_route_to_triton_and_cuda_is_refused_with_the_reason():
+    c, x, B = _cpu_case(batch=MIN_CUDA_BATCH)
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "triton"
+    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): not a CUDA tensor"):
+        launch_mamba2_replay_step(
+            c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, torch.zeros(x.shape[:2]),
+            torch.zeros(128), B, B, slot_ids=torch.zeros(MIN_CUDA_BATCH, dtype=torch.int32), out=x, kernel="cuda",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="kernel is 'cutlass'"):
+        launch_mamba2_replay_step(
+            c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, torch.zeros(x.shape[:2]),
+            torch.zeros(128), B, B, slot_ids=torch.zeros(MIN_CUDA_BATCH, dtype=torch.int32), out=x, kernel="cutlass",
+        )  # fmt: skip
+
+
+def test_nvrtc_compile_error_carries_the_log(tmp_path, monkeypatch):
+    from trtllm_replayssm.kernels import nvrtc
+
+    monkeypatch.setattr(nvrtc, "_SOURCE_DIR", str(tmp_path))
+    (tmp_path / "bad.cu").write_text('extern "C" __global__ void k() { undeclared_thing(); }\n')
+    with pytest.raises(RuntimeError, match="undeclared_thing"):
+        nvrtc.compile_program("bad.cu", "sm_90", ())

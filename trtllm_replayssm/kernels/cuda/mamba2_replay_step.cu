@@ -1,0 +1,538 @@
+// ReplaySSM Mamba-2 decode step for sm_90, 16-bit (bf16) checkpoints and activations: two
+// launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers: the
+// element type is bf16 handled as 16-bit integers, conversions and products in inline PTX.
+//
+// 1. mamba2_replay_coefficients, one CTA of 4 warps per (group, batch row):
+//    reads the row's cursor w, the group's B records 0..w-1, the step's B and C, and each head's
+//    dt records; writes per (row, head) a coefficient block
+//        coef[LP]  coef_j = s_j (B_j . C) for j < w, dt (B . C) at j = w, 0 after
+//        wgt[LP]   s_j for j < w, dt at j = w, 0 after        (the flush's record weights)
+//        decay     exp(A (sum_{j<w} dt_j + dt)),   w
+//    with s_j = dt_j exp(A (dt + sum_{j<i<w} dt_i)) (suffix sums, no subtraction); per
+//    (row, group) C as a dense row; appends the step's record (x, dt, B) at w, for every w
+//    (at w == L-1 the fold below reads it as record L-1); counts the CTA in arrivals[slot]: the
+//    last of the row's NGROUPS CTAs writes the new cursor (0 after a flush, else w+1) and
+//    resets the counter. Padding rows (slot < 0) read and write nothing.
+// 2. mamba2_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being
+//    one head of one batch row, u = b * NHEADS + h, all ROWS = head_dim rows of it. Warp
+//    CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it with
+//    one TMA tensor-map copy per 64 columns of the checkpoint rows (128-byte swizzle), one bulk
+//    copy of x records 0..w, one per B record row j <= w for a flush (padded rows), the
+//    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores (m16n8k16, C as column 0), the record
+//    term sum_j coef_j x_j from shared memory, y = decay (S0 . C) + records + D x, gated by
+//    silu(z). A flush unit (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor
+//    cores (s_j x_j in three bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to
+//    bf16 in the stage and stores its 16 rows with a TMA tensor store (whole sectors).
+//
+// Compile-time constants (-D): NHEADS, NGROUPS, ROWS (head_dim, a multiple of 16, <= 128), DSTATE (a
+// multiple of 64, <= 256), LREC (L, <= 32), LP (L rounded up to 16), STAGES, HAS_D,
+// D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of
+// dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define CONSUMERS (ROWS / 16)
+#define NBOX (DSTATE / 64)                 // 64-column (128-byte) boxes of a checkpoint row
+#define CKPT_BYTES (ROWS * DSTATE * 2)
+#define X_BYTES (LP * ROWS * 2)
+#define B_PITCH (DSTATE * 2 + 16)           // padded: ldmatrix rows 16 bytes apart in banks
+#define B_BYTES (LP * B_PITCH)
+#define C_BYTES (DSTATE * 2)
+#define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
+#define COEF_BYTES (COEF_FLOATS * 4)
+#define OFF_X CKPT_BYTES
+#define OFF_B (OFF_X + X_BYTES)
+#define OFF_C (OFF_B + B_BYTES)
+#define OFF_COEF (OFF_C + C_BYTES)
+#define OFF_META (OFF_COEF + COEF_BYTES)
+#define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
+
+struct __align__(64) TensorMap { u64 opaque[16]; };
+
+// Dynamic shared memory the step kernel indexes (bytes): the launcher's step_shared_bytes must
+// equal it (a CPU test reads this from the PTX).
+extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+
+// ------------------------------------------------------------------ scalars
+
+__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
+
+__device__ __forceinline__ float f16_to_f32(u16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+  return f;
+}
+
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+  u16 v;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
+  return v;
+}
+
+// Two floats as bf16x2: lo in bits 0-15.
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// A value of dtype code 0 (fp32), 1 (bf16) or 2 (fp16) at p[i], as fp32.
+template <int CODE>
+__device__ __forceinline__ float load_f32(const void* p, long long i) {
+  if (CODE == 0) return ((const float*)p)[i];
+  if (CODE == 1) return bf16_to_f32(((const u16*)p)[i]);
+  return f16_to_f32(((const u16*)p)[i]);
+}
+
+__device__ __forceinline__ float softplus_dt(float dt) {
+  return dt <= 20.0f ? logf(1.0f + expf(dt)) : dt;
+}
+
+// ------------------------------------------------------------------ shared memory, barriers, copies
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
+// completing on `bar`.
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// One box of a 4-D tensor map at coordinates (c0, c1, c2, c3) into shared memory.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c0, int c1, int c2, int c3, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(map),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
+
+// Byte offset of (row r, byte column cb) in a [rows][128-byte] box written with the 128-byte
+// swizzle (16-byte chunk index XOR row % 8; the box starts 1024-byte aligned).
+__device__ __forceinline__ u32 swizzle128(u32 r, u32 cb) { return r * 128u + ((((cb >> 4) ^ (r & 7u)) << 4) | (cb & 15u)); }
+
+// Offset of checkpoint element (row, col) in a stage: boxes of 64 columns, each [ROWS][128 B].
+__device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
+  return (col >> 6) * (ROWS * 128u) + swizzle128(row, (col & 63u) * 2u);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// d += a b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// v = hi + mid + lo, each bf16, exact to 24 bits of v.
+__device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo) {
+  hi = bf16_to_f32(f32_to_bf16(v));
+  float r = v - hi;
+  mid = bf16_to_f32(f32_to_bf16(r));
+  lo = r - mid;
+}
+
+// ------------------------------------------------------------------ launch 1: coefficients
+
+extern "C" __global__ void __launch_bounds__(128) mamba2_replay_coefficients(
+    float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
+    u16* __restrict__ c_out,              // [batch, NGROUPS, DSTATE]
+    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head, long long sxr_pos,
+    float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
+    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    int* __restrict__ cursor, int* __restrict__ arrivals,
+    const u16* __restrict__ x, long long sx_batch, long long sx_head,
+    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
+    const float* __restrict__ A, const void* __restrict__ dt_bias,
+    const u16* __restrict__ B, long long sB_batch, long long sB_group,
+    const u16* __restrict__ C, long long sC_batch, long long sC_group,
+    const int* __restrict__ slot_ids) {
+  // The step kernel may start now: it waits for this grid's completion before reading anything
+  // written here.
+  asm volatile("griddepcontrol.launch_dependents;");
+  constexpr int HPG = NHEADS / NGROUPS;  // heads per group
+  constexpr int HPW = (HPG + 3) / 4;     // heads per warp
+  constexpr int PER_LANE = DSTATE / 32;  // d_state elements per lane (2 to 8)
+  constexpr int XPL = (ROWS + 31) / 32;  // x elements per lane and head
+  const int g = blockIdx.x, b = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long slot = slot_ids[b];
+  if (slot < 0) return;
+  // Two memory round trips: the step's inputs with the slot, then the cursor with every record
+  // the row may hold (rows past the cursor are loaded and discarded: no load waits for w).
+  const u16* Crow = C + b * sC_batch + g * sC_group;
+  const u16* Bnow = B + b * sB_batch + g * sB_group;
+  float c[PER_LANE], bn[PER_LANE];
+#pragma unroll
+  for (int k = 0; k < PER_LANE; ++k) {
+    c[k] = bf16_to_f32(Crow[lane * PER_LANE + k]);
+    bn[k] = bf16_to_f32(Bnow[lane * PER_LANE + k]);
+  }
+  float dth[HPW], a[HPW], dtj[HPW];
+  u16 xv[HPW][XPL];
+#pragma unroll
+  for (int i = 0; i < HPW; ++i) {
+    const int h = g * HPG + min(warp + 4 * i, HPG - 1);
+    float v = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
+#if HAS_DT_BIAS
+    v += load_f32<DTB_CODE>(dt_bias, h);
+#endif
+#if DT_SOFTPLUS
+    v = softplus_dt(v);
+#endif
+    dth[i] = v;
+    a[i] = A[h];
+#pragma unroll
+    for (int k = 0; k < XPL; ++k) {
+      const int p = lane + 32 * k;
+      xv[i][k] = p < ROWS ? x[b * sx_batch + h * sx_head + p] : (u16)0;
+    }
+    dtj[i] = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
+  }
+  u16* const Brec = B_records + slot * sBr_slot + g * sBr_group;
+  float part[LP];
+#pragma unroll
+  for (int j = 0; j < LP; ++j) {
+    float acc = 0.0f;
+    if (j < LREC) {
+      const u16* row = Brec + j * sBr_pos + lane * PER_LANE;
+#pragma unroll
+      for (int k = 0; k < PER_LANE; k += 2) {
+        const u32 v = *(const u32*)(row + k);
+        acc += bf16_to_f32((u16)(v & 0xffffu)) * c[k] + bf16_to_f32((u16)(v >> 16)) * c[k + 1];
+      }
+    }
+    part[j] = acc;
+  }
+  const int w = cursor[slot];
+  float now = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER_LANE; ++k) now += bn[k] * c[k];
+  // B_j . C at lane j: records j < w, the step's B at j == w, zero after.
+  float bc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < LP; ++j) {
+    float v = j < w ? part[j] : (j == w ? now : 0.0f);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == j) bc = v;
+  }
+
+#pragma unroll
+  for (int i = 0; i < HPW; ++i) {
+    const int hl = warp + 4 * i;
+    if (hl >= HPG) break;
+    const int h = g * HPG + hl;
+    // Inclusive suffix sums v_j = sum_{i >= j} dt_i over the records (zero from w), then
+    // later_j = v_{j+1}: the sums are exact suffixes, no prefix subtraction.
+    float v = lane < w ? dtj[i] : 0.0f;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float t = __shfl_down_sync(0xffffffffu, v, o);
+      if (lane + o < 32) v += t;
+    }
+    float later = __shfl_down_sync(0xffffffffu, v, 1);
+    if (lane == 31) later = 0.0f;
+    const float total = __shfl_sync(0xffffffffu, v, 0);
+    const float s = lane < w ? dtj[i] * expf(a[i] * (later + dth[i])) : (lane == w ? dth[i] : 0.0f);
+    float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
+    if (lane < LP) {
+      blk[lane] = s * bc;
+      blk[LP + lane] = s;
+    }
+    if (lane == 0) {
+      blk[2 * LP] = expf(a[i] * (total + dth[i]));
+      ((int*)blk)[2 * LP + 1] = w;
+      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth[i];
+    }
+    u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
+#pragma unroll
+    for (int k = 0; k < XPL; ++k)
+      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[i][k];
+  }
+  if (warp == 0) {
+    u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
+    u16* brow = Brec + w * sBr_pos;
+    for (int k = lane; k < DSTATE; k += 32) {
+      crow[k] = Crow[k];
+      brow[k] = Bnow[k];
+    }
+  }
+  // Cursor advance: every thread has used w; the last of the row's NGROUPS CTAs writes it.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(arrivals + slot) : "memory");
+    if (old == NGROUPS - 1) {
+      cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+      arrivals[slot] = 0;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ launch 2: the step
+
+extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
+    const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
+    const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
+    const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
+    const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
+    const u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
+    const u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    const void* __restrict__ D, long long sD_head,
+    const u16* __restrict__ z, long long sz_batch, long long sz_head,
+    u16* __restrict__ out, long long so_batch, long long so_head,
+    const int* __restrict__ slot_ids, int batch) {
+  extern __shared__ unsigned char smem_raw[];
+  const u32 raw = smem_u32(smem_raw);
+  const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
+  unsigned char* const gbase = smem_raw + (base - raw);
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int units = batch * NHEADS;
+  constexpr int HPG = NHEADS / NGROUPS;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (STAGES + s), CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == CONSUMERS) {
+    // ---------------- producer
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    int slot_l = -1, w_l = 0;
+    int i = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+      const int k = i & 31;
+      if (k == 0) {  // slots and cursors of this CTA's next 32 units, one per lane
+        const int uk = u + lane * gridDim.x;
+        slot_l = -1;
+        w_l = 0;
+        if (uk < units) {
+          const int bk = uk / NHEADS;
+          slot_l = slot_ids[bk];
+          if (slot_l >= 0) w_l = ((const int*)coef)[(long long)uk * COEF_FLOATS + 2 * LP + 1];
+        }
+      }
+      const int slot = __shfl_sync(0xffffffffu, slot_l, k);
+      const int w = __shfl_sync(0xffffffffu, w_l, k);
+      const int st = i % STAGES;
+      const u32 stage = base + st * STAGE_BYTES;
+      const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
+      mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
+      const int b = u / NHEADS, h = u - b * NHEADS, g = h / HPG;
+      const bool flush = w == LREC - 1;
+      if (lane == 0) {
+        int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
+        meta[0] = slot;
+        if (slot < 0) {
+          mbar_arrive(full);
+        } else {
+          const u32 bytes = CKPT_BYTES + (w + 1) * ROWS * 2 + COEF_BYTES + C_BYTES + (flush ? (w + 1) * DSTATE * 2 : 0);
+          mbar_arrive_expect_tx(full, bytes);
+        }
+      }
+      __syncwarp();
+      if (slot >= 0) {
+        if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * 64, 0, h, slot, full);
+        // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
+        if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
+        if (flush && lane <= w)
+          bulk_load(stage + OFF_B + lane * B_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos,
+                    DSTATE * 2, full);
+        if (lane == 31) bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
+        if (lane == 30)
+          bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
+  const int r0 = warp * 16;
+  const int gq = lane >> 2, tq = lane & 3;
+  int i = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+    const int b = u / NHEADS, h = u - b * NHEADS;
+    const int row = r0 + (lane & 15);
+    // Inputs that do not depend on the stage, requested before the wait.
+#if HAS_D
+#if D_PER_DIM
+    const float d_skip = load_f32<D_CODE>(D, h * sD_head + row);
+#else
+    const float d_skip = load_f32<D_CODE>(D, h * sD_head);
+#endif
+#endif
+#if HAS_Z
+    const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
+#endif
+    const int st = i % STAGES;
+    const u32 stage = base + st * STAGE_BYTES;
+    unsigned char* const gstage = gbase + st * STAGE_BYTES;
+    const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
+    mbar_wait(full, (i / STAGES) & 1);
+    const int slot = ((const int*)(gstage + OFF_META))[0];
+    if (slot >= 0) {
+      const float* cf = (const float*)(gstage + OFF_COEF);
+      const int w = ((const int*)cf)[2 * LP + 1];
+      const float decay = cf[2 * LP];
+      // S0 . C: A = the warp's 16 checkpoint rows (ldmatrix from the swizzled boxes), B = C as
+      // column 0 (lanes 0-3 hold it), fp32 accumulators.
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const u16* cs = (const u16*)(gstage + OFF_C);
+      const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int k0 = 0; k0 < DSTATE; k0 += 16) {
+        u32 a0, a1, a2, a3;
+        ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 8), a0, a1, a2, a3);
+        u32 b0 = 0, b1 = 0;
+        if (gq == 0) {
+          b0 = *(const u32*)(cs + k0 + 2 * tq);
+          b1 = *(const u32*)(cs + k0 + 8 + 2 * tq);
+        }
+        mma_bf16(acc, a0, a1, a2, a3, b0, b1);
+      }
+      // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j.
+      const u16* xs = (const u16*)(gstage + OFF_X);
+      float rec = 0.0f;
+      for (int j = lane >> 4; j <= w; j += 2) rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
+      rec += __shfl_xor_sync(0xffffffffu, rec, 16);
+      const int src = 4 * (lane & 7);
+      const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
+      const float s0c_hi = __shfl_sync(0xffffffffu, acc[2], src);
+      if (lane < 16) {
+        float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
+#if HAS_D
+        y += d_skip * bf16_to_f32(xs[w * ROWS + row]);
+#endif
+#if HAS_Z
+        y *= zv / (1.0f + expf(-zv));
+#endif
+        out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
+      }
+      if (w == LREC - 1) {
+        // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, one 64-column box
+        // at a time (8 n tiles of 8 columns), rounded into the stage in place.
+        const float* wgt = cf + LP;
+        const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
+#pragma unroll 1
+        for (int bx = 0; bx < NBOX; ++bx) {
+          float s[8][4];
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const u32 v = *(const u32*)(gstage + ckpt_offset(r0 + gq + 8 * half, bx * 64 + n * 8 + 2 * tq));
+              s[n][2 * half] = decay * bf16_to_f32((u16)(v & 0xffffu));
+              s[n][2 * half + 1] = decay * bf16_to_f32((u16)(v >> 16));
+            }
+          }
+#pragma unroll
+          for (int k0 = 0; k0 < LP; k0 += 16) {
+            // A: rows (gq, gq + 8) x records (k0 + 2 tq + {0, 1}, + 8), s_j x_j in three parts.
+            u32 ah[4], am[4], al[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int rr = r0 + gq + 8 * (q & 1);
+              const int j = k0 + 2 * tq + 8 * (q >> 1);
+              float v0 = 0.0f, v1 = 0.0f;
+              if (j <= w) v0 = wgt[j] * bf16_to_f32(xs[j * ROWS + rr]);
+              if (j + 1 <= w) v1 = wgt[j + 1] * bf16_to_f32(xs[(j + 1) * ROWS + rr]);
+              float h0, m0, l0, h1, m1, l1;
+              split3(v0, h0, m0, l0);
+              split3(v1, h1, m1, l1);
+              ah[q] = pack_bf16x2(h0, h1);
+              am[q] = pack_bf16x2(m0, m1);
+              al[q] = pack_bf16x2(l0, l1);
+            }
+            // B: records as rows k (clamped to w: finite values times a zero A), 8 columns a tile.
+            const int k = k0 + kr <= w ? k0 + kr : w;
+#pragma unroll
+            for (int n = 0; n < 8; n += 2) {
+              u32 b0, b1, b2, b3;
+              ldmatrix_x4_trans(stage + OFF_B + k * B_PITCH + (bx * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
+              mma_bf16(s[n], ah[0], ah[1], ah[2], ah[3], b0, b1);
+              mma_bf16(s[n], am[0], am[1], am[2], am[3], b0, b1);
+              mma_bf16(s[n], al[0], al[1], al[2], al[3], b0, b1);
+              mma_bf16(s[n + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);
+              mma_bf16(s[n + 1], am[0], am[1], am[2], am[3], b2, b3);
+              mma_bf16(s[n + 1], al[0], al[1], al[2], al[3], b2, b3);
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const u32 off = ckpt_offset(r0 + gq + 8 * half, bx * 64 + n * 8 + 2 * tq);
+              *(u32*)(gstage + off) = pack_bf16x2(s[n][2 * half], s[n][2 * half + 1]);
+            }
+          }
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncwarp();
+        if (lane == 0) {
+#pragma unroll
+          for (int bx = 0; bx < NBOX; ++bx)
+            tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * 64, r0, h, slot);
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty);
+  }
+}

@@ -1,0 +1,258 @@
+"""ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
+for bf16 checkpoints and activations on sm_90 where it was measured faster than the Triton
+kernel (docs/kernel-notes.md, "CUDA step, rebuilt").
+
+Two launches per step on the current stream: a coefficient launch per (row, group) and a
+persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and flush).
+The .cu file's header documents what each computes; the contract is the Triton kernel's
+(:mod:`trtllm_replayssm.kernels.mamba2_replay`): same cache tensors, same results up to fp32
+rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a
+CUDA graph. The coefficient launch writes the step's record at the cursor for every row, also
+at a flush (w = L-1, a position the cursor then leaves behind).
+
+:func:`cuda_step_unsupported` says why a call cannot take this route (None: it can); the
+launcher raises with that reason when asked to run anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from torch import Tensor
+
+from .nvrtc import KernelArgs, compile_program, load_kernel, tensor_map_4d
+
+__all__ = [
+    "SOURCE",
+    "CudaStepConfig",
+    "cuda_step_config",
+    "cuda_step_unsupported",
+    "step_defines",
+    "step_shared_bytes",
+    "coefficient_floats",
+    "launch_mamba2_replay_step_cuda",
+]
+
+SOURCE = "mamba2_replay_step.cu"
+MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
+SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
+SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
+REGISTERS_PER_SM = 65536
+
+
+@dataclass(frozen=True)
+class CudaStepConfig:
+    """How the step kernel runs: ``stages`` units in flight per CTA (shared-memory ring),
+    ``min_ctas`` the resident CTAs per multiprocessor its registers are capped for, and ``pdl``
+    (the step kernel launched as a programmatic dependent of the coefficient launch)."""
+
+    stages: int
+    min_ctas: int
+    pdl: bool
+
+    def label(self) -> str:
+        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}"
+
+
+def coefficient_floats(L: int) -> int:
+    """Floats of one (row, head) coefficient block: coef[LP], wgt[LP], decay, w, 2 pad."""
+    return 2 * _records_padded(L) + 4
+
+
+def _records_padded(L: int) -> int:
+    return (L + 15) // 16 * 16
+
+
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int) -> int:
+    """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
+    (checkpoint rows, x records, padded B records, C, coefficient block, meta), 1 KiB of
+    alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test
+    reads the compiled value)."""
+    LP = _records_padded(L)
+    stage = head_dim * d_state * 2 + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
+    stage = (stage + 1023) // 1024 * 1024
+    return stages * stage + 1024 + 16 * stages
+
+
+def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int) -> CudaStepConfig:
+    """The launch table (H200-measured, docs/kernel-notes.md "CUDA step, rebuilt"): two stages
+    (three were no faster at any batch), as many CTAs per multiprocessor as shared memory and a
+    128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
+    at 2), programmatic dependent launch below batch 32 (the step kernel's CTAs start while the
+    coefficient CTAs run: a gain at small batch, noise from batch 64 on)."""
+    threads = (head_dim // 16 + 1) * 32
+    per_cta = step_shared_bytes(head_dim, d_state, L, 2) + SMEM_RESERVED_PER_CTA
+    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (threads * 128))
+    if ctas < 1:
+        raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=batch < 32)
+
+
+def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
+    """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, bf16
+    checkpoint and activations, head_dim a multiple of 16 up to 128, d_state a multiple of 64
+    up to 256, L <= 32, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
+    head and position strides of the checkpoint and the records, x records' positions dense."""
+    if checkpoint.device.type != "cuda":
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
+        return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
+    return cuda_shape_unsupported(checkpoint, x_records, B_records, x)
+
+
+def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
+    """The device-independent part of :func:`cuda_step_unsupported` (dtypes, sizes, alignment)."""
+    if checkpoint.dtype != torch.bfloat16 or x.dtype != torch.bfloat16:
+        return f"checkpoint {checkpoint.dtype} / activations {x.dtype}; the CUDA step takes bf16 / bf16"
+    _, _, head_dim, d_state = checkpoint.shape
+    L = x_records.shape[2]
+    if head_dim % 16 or head_dim > 128:
+        return f"head_dim {head_dim}; the CUDA step takes multiples of 16 up to 128"
+    if d_state % 64 or d_state > 256:
+        return f"d_state {d_state}; the CUDA step takes multiples of 64 up to 256"
+    if L > MAX_L_CUDA:
+        return f"L {L}; the CUDA step takes L <= {MAX_L_CUDA}"
+    for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
+        if t.stride(3) != 1 or t.data_ptr() % 16 or any((t.stride(d) * 2) % 16 for d in range(3)):
+            return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
+    if x_records.stride(2) != head_dim:
+        return f"x_records positions {x_records.stride(2)} elements apart; the CUDA step copies them as one range (head_dim)"
+    return None
+
+
+def step_defines(
+    nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict
+) -> Tuple[Tuple[str, int], ...]:
+    """The .cu file's -D constants for a shape, config and the optional-input flags."""
+    base = dict(NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas)
+    return tuple(sorted({**base, **flags}.items()))
+
+
+_DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+def _flags(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Optional[Tensor], dt_softplus: bool) -> dict:
+    return dict(
+        HAS_D=int(D is not None),
+        D_PER_DIM=int(D is not None and D.dim() == 2),
+        HAS_Z=int(z is not None),
+        HAS_DT_BIAS=int(dt_bias is not None),
+        DT_SOFTPLUS=int(bool(dt_softplus)),
+        DT_CODE=_DTYPE_CODE[dt.dtype],
+        DTB_CODE=_DTYPE_CODE[dt_bias.dtype] if dt_bias is not None else 0,
+        D_CODE=_DTYPE_CODE[D.dtype] if D is not None else 0,
+    )
+
+
+def compile_step_ptx(
+    nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, arch: str = "sm_90"
+) -> str:
+    """PTX of both entries for a shape (CPU: no GPU needed), for tests and the plugin export."""
+    return compile_program(SOURCE, arch, step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags), "ptx").decode()
+
+
+def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, dt_bias) -> KernelArgs:
+    """Parameters of ``mamba2_replay_coefficients``, in the .cu file's order (an absent dt_bias
+    is A's pointer, never read: HAS_DT_BIAS is 0)."""
+    bias = dt_bias if dt_bias is not None else A
+    return (
+        KernelArgs()
+        .ptr(coef).ptr(c_rows)
+        .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1)).i64(x_records.stride(2))
+        .ptr(dt_records).i64(dt_records.stride(0)).i64(dt_records.stride(1))
+        .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
+        .ptr(cursor).ptr(arrivals)
+        .ptr(x).i64(x.stride(0)).i64(x.stride(1))
+        .ptr(dt).i64(dt.stride(0)).i64(dt.stride(1))
+        .ptr(A).ptr(bias)
+        .ptr(B).i64(B.stride(0)).i64(B.stride(1))
+        .ptr(C).i64(C.stride(0)).i64(C.stride(1))
+        .ptr(slot_ids)
+    )  # fmt: skip
+
+
+def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, x, A) -> KernelArgs:
+    """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
+    store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
+    DD = D if D is not None else A
+    zz = z if z is not None else x
+    return (
+        KernelArgs()
+        .tensor_map(maps[0]).tensor_map(maps[1])
+        .ptr(coef).ptr(c_rows)
+        .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1))
+        .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
+        .ptr(DD).i64(DD.stride(0))
+        .ptr(zz).i64(zz.stride(0)).i64(zz.stride(1))
+        .ptr(out).i64(out.stride(0)).i64(out.stride(1))
+        .ptr(slot_ids).i32(x.shape[0])
+    )  # fmt: skip
+
+
+_TENSOR_MAPS: dict = {}
+
+
+def _checkpoint_maps(checkpoint: Tensor, head_dim: int) -> Tuple[bytes, bytes]:
+    """(load map: boxes of [64, head_dim], store map: boxes of [64, 16]) of the checkpoint,
+    cached by address, shape and strides (the cache's tensors live as long as the model)."""
+    key = (checkpoint.data_ptr(), tuple(checkpoint.shape), checkpoint.stride(), checkpoint.device)
+    maps = _TENSOR_MAPS.get(key)
+    if maps is None:
+        if len(_TENSOR_MAPS) > 256:
+            _TENSOR_MAPS.clear()
+        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, (64, head_dim)), tensor_map_4d(checkpoint, (64, 16)))
+    return maps
+
+
+def launch_mamba2_replay_step_cuda(
+    checkpoint: Tensor,
+    x_records: Tensor,
+    dt_records: Tensor,
+    B_records: Tensor,
+    cursor: Tensor,
+    arrivals: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    *,
+    slot_ids: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = True,
+    out: Tensor,
+    config: Optional[CudaStepConfig] = None,
+) -> Tensor:
+    """The CUDA replay step on the cache tensors; arguments already checked by the op.
+
+    Raises:
+        ValueError: when :func:`cuda_step_unsupported` names a reason (nothing is launched).
+    """
+    reason = cuda_step_unsupported(checkpoint, x_records, B_records, x)
+    if reason is not None:
+        raise ValueError(f"mamba2_replay_step (CUDA): {reason}")
+    batch, nheads, head_dim = x.shape
+    d_state, ngroups, L = B.shape[2], B.shape[1], x_records.shape[2]
+    cfg = config or cuda_step_config(head_dim, d_state, L, batch)
+    defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus))
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages)
+    device = x.device
+    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
+    step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
+    stream = torch.cuda.current_stream(device).cuda_stream
+
+    coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
+    c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
+    coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, dt_bias)
+    coef_kernel.launch((ngroups, batch), 128, 0, stream, coef_args)
+    load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
+    threads = (head_dim // 16 + 1) * 32
+    grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * torch.cuda.get_device_properties(device).multi_processor_count)
+    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, x, A)
+    step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
+    return out

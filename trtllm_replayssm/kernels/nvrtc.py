@@ -1,0 +1,238 @@
+"""CUDA C++ kernels compiled at run time: NVRTC to machine code, loaded and launched through the
+CUDA driver API (``cuda-bindings``) on PyTorch's current stream, so CUDA graphs capture them.
+
+Sources live in ``kernels/cuda/*.cu`` and are specialised by ``-D`` constants. Compilation needs
+no GPU (NVRTC runs on the host: CPU tests compile every launch-table shape); loading and
+launching need one. The package requires ``cuda-bindings`` and ``nvidia-cuda-nvrtc`` 13.0 on
+Linux (setup.py says why 13.0). Machine code (cubin) is loaded rather than PTX: it loads under
+CUDA's minor-version compatibility on any 13.x driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+from typing import Dict, Sequence, Tuple
+
+import torch
+
+__all__ = ["cuda_source", "compile_program", "CudaKernel", "load_kernel", "tensor_map_4d", "KernelArgs"]
+
+_SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
+
+
+def _bindings():
+    """(driver, nvrtc) modules of cuda-bindings; an ImportError that says what to install."""
+    try:
+        from cuda.bindings import driver, nvrtc
+    except ImportError as e:  # pragma: no cover - setup.py installs both on Linux
+        raise ImportError(
+            "trtllm_replayssm's CUDA C++ kernels need cuda-bindings and nvidia-cuda-nvrtc==13.0.* "
+            f"(pip install 'cuda-bindings>=13' 'nvidia-cuda-nvrtc==13.0.*'): {e}"
+        ) from e
+    return driver, nvrtc
+
+
+def _check(result, what: str):
+    """The values of a cuda-bindings call after its status; RuntimeError naming ``what`` otherwise."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err!r}")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+def cuda_source(name: str) -> str:
+    """Text of ``kernels/cuda/<name>``."""
+    with open(os.path.join(_SOURCE_DIR, name), encoding="utf-8") as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=None)
+def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], output: str = "cubin") -> bytes:
+    """NVRTC compile of ``kernels/cuda/<name>`` for ``arch`` (e.g. ``"sm_90"``) with ``-D`` defines.
+
+    Args:
+        output: ``"cubin"`` (machine code, what :func:`load_kernel` loads) or ``"ptx"``.
+    Returns:
+        The cubin or PTX bytes (PTX without its trailing NUL). Cached per arguments.
+    Raises:
+        RuntimeError: with NVRTC's log when the compile fails.
+    """
+    _, nvrtc = _bindings()
+    prog = _check(nvrtc.nvrtcCreateProgram(cuda_source(name).encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+        opts += [f"-D{k}={int(v)}".encode() for k, v in defines]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        if int(status) != 0:
+            raise RuntimeError(f"NVRTC could not compile {name} for {arch} with {dict(defines)}:\n{log.decode(errors='replace')}")
+        if output == "cubin":
+            size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+            buf = b" " * size
+            _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
+            return buf
+        if output == "ptx":
+            size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+            buf = b" " * size
+            _check(nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+            return buf.rstrip(b"\0")
+        raise ValueError(f"compile_program: output is {output!r}; expected 'cubin' or 'ptx'")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+class KernelArgs:
+    """A kernel's parameters packed for ``cuLaunchKernelEx``: 64-bit pointers and integers,
+    32-bit integers and 128-byte tensor maps, in the kernel's order. ``address`` is the
+    ``void**`` the launch takes; the object keeps the storage alive."""
+
+    def __init__(self):
+        self._values = []
+        self.kinds = []  # "ptr", "i64", "i32", "map": what tests compare with the PTX parameters
+
+    def _add(self, kind: str, value) -> "KernelArgs":
+        self.kinds.append(kind)
+        self._values.append(value)
+        return self
+
+    def ptr(self, t) -> "KernelArgs":
+        """A tensor's data pointer (or an int address)."""
+        return self._add("ptr", ctypes.c_uint64(t if isinstance(t, int) else t.data_ptr()))
+
+    def i64(self, v: int) -> "KernelArgs":
+        return self._add("i64", ctypes.c_int64(int(v)))
+
+    def i32(self, v: int) -> "KernelArgs":
+        return self._add("i32", ctypes.c_int32(int(v)))
+
+    def tensor_map(self, blob: bytes) -> "KernelArgs":
+        """A CUtensorMap (128 bytes) passed by value."""
+        if len(blob) != 128:
+            raise ValueError(f"KernelArgs.tensor_map: {len(blob)} bytes; a CUtensorMap has 128")
+        return self._add("map", (ctypes.c_uint8 * 128).from_buffer_copy(blob))
+
+    @property
+    def address(self) -> int:
+        self._ptrs = (ctypes.c_void_p * len(self._values))(*[ctypes.addressof(v) for v in self._values])
+        return ctypes.addressof(self._ptrs)
+
+
+class CudaKernel:
+    """One loaded kernel entry: ``launch`` on a stream with a grid, block, dynamic shared memory
+    and optional programmatic dependent launch (the kernel may then start before the previous
+    kernel on the stream ends; it must execute ``griddepcontrol.wait`` before reading that
+    kernel's results)."""
+
+    def __init__(self, function, max_dynamic_smem: int):
+        self.function = function
+        self.max_dynamic_smem = max_dynamic_smem
+        self._occupancy: Dict[Tuple[int, int], int] = {}
+
+    def ctas_per_sm(self, threads: int, smem: int) -> int:
+        """Resident CTAs per multiprocessor at ``threads`` and ``smem`` bytes (the occupancy API)."""
+        n = self._occupancy.get((threads, smem))
+        if n is None:
+            driver, _ = _bindings()
+            n = self._occupancy[(threads, smem)] = _check(
+                driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, threads, smem),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
+        return n
+
+    def launch(self, grid: Sequence[int], block: int, smem: int, stream: int, args: KernelArgs, pdl: bool = False):
+        driver, _ = _bindings()
+        if smem > self.max_dynamic_smem:
+            raise ValueError(f"CudaKernel.launch: {smem} bytes of shared memory; the kernel was loaded for {self.max_dynamic_smem}")
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (list(grid) + [1, 1])[:3]
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block, 1, 1
+        cfg.sharedMemBytes = smem
+        cfg.hStream = driver.CUstream(stream)
+        if pdl:
+            attr = driver.CUlaunchAttribute()
+            attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+        else:
+            cfg.numAttrs = 0
+        _check(driver.cuLaunchKernelEx(cfg, self.function, args.address, 0), "cuLaunchKernelEx")
+
+
+def _current_context(device: torch.device):
+    """Makes the device's primary context (the one PyTorch uses) current on this thread."""
+    driver, _ = _bindings()
+    _check(driver.cuInit(0), "cuInit")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    dev = _check(driver.cuDeviceGet(index), "cuDeviceGet")
+    ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+_KERNELS: Dict[tuple, CudaKernel] = {}
+_MODULES: Dict[tuple, object] = {}
+
+
+def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], device: torch.device, max_dynamic_smem: int) -> CudaKernel:
+    """``entry`` of ``kernels/cuda/<name>`` compiled for ``device``'s architecture with
+    ``defines``, loaded once per (device, source, defines) with ``max_dynamic_smem`` bytes of
+    dynamic shared memory allowed."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, name, entry, defines, max_dynamic_smem)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        driver, _ = _bindings()
+        major, minor = torch.cuda.get_device_capability(index)
+        _current_context(torch.device("cuda", index))
+        module = _MODULES.get((index, name, defines))
+        if module is None:
+            cubin = compile_program(name, f"sm_{major}{minor}", defines)
+            module = _MODULES[(index, name, defines)] = _check(driver.cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
+        function = _check(driver.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check(driver.cuFuncSetAttribute(function, attr, max_dynamic_smem), "cuFuncSetAttribute")
+        kernel = _KERNELS[key] = CudaKernel(function, max_dynamic_smem)
+    return kernel
+
+
+def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int], swizzle_128: bool = True) -> bytes:
+    """CUtensorMap (128 bytes) of a 4-D 16-bit tensor ``t`` (innermost dimension contiguous),
+    boxes of ``box`` = (innermost elements, second-dimension rows) and one index of the two
+    outer dimensions, 128-byte swizzle. The caller checks the TMA rules (16-byte aligned base
+    and strides, box inner bytes <= 128 with the swizzle)."""
+    driver, _ = _bindings()
+    if t.dim() != 4 or t.element_size() != 2 or t.stride(3) != 1:
+        raise ValueError(f"tensor_map_4d: expected a 4-D 16-bit tensor with a contiguous last dim; got {tuple(t.shape)} {t.dtype} strides {t.stride()}")
+    dtype = {
+        torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    }[t.dtype]
+    dims = [driver.cuuint64_t(s) for s in reversed(t.shape)]
+    strides = [driver.cuuint64_t(t.stride(d) * 2) for d in (2, 1, 0)]
+    boxes = [driver.cuuint32_t(box[0]), driver.cuuint32_t(box[1]), driver.cuuint32_t(1), driver.cuuint32_t(1)]
+    elem = [driver.cuuint32_t(1)] * 4
+    swizzle = (
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128 else driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+    )
+    tmap = _check(
+        driver.cuTensorMapEncodeTiled(
+            dtype,
+            4,
+            t.data_ptr(),
+            dims,
+            strides,
+            boxes,
+            elem,
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        ),
+        "cuTensorMapEncodeTiled",
+    )
+    return ctypes.string_at(tmap.getPtr(), 128)
