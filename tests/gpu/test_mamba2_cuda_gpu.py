@@ -49,6 +49,7 @@ SHAPES = [
     pytest.param(Geometry(6, 48, 64, 3), 5, id="odd-hd48-ds64-L5"),
     pytest.param(Geometry(4, 128, 256, 1), 1, id="hd128-ds256-L1"),
     pytest.param(Geometry(10, 16, 192, 2), 17, id="hd16-ds192-L17"),
+    pytest.param(Geometry(40, 32, 64, 1), 16, id="ngroups1-40heads-L16"),  # three coefficient CTAs a row
 ]
 
 

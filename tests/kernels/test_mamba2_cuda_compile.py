@@ -82,23 +82,21 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     A = torch.zeros(128)
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
-    args = mc.coefficient_args(
-        coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None
-    )
+    args = mc.coefficient_args(coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, x, dt, A, B, B, slots, None)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
-    args = mc.step_args((b"\0" * 128, b"\0" * 128), coef, B, c.x_records, c.B_records, None, None, x, slots, x, A)
+    args = mc.step_args((b"\0" * 128, b"\0" * 128), coef, B, c.x_records, c.B_records, None, None, x, slots, c.cursor, x, A)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_step")
 
 
 def test_launch_table():
-    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=False)
-    assert mc.cuda_step_config(64, 128, 16, 16).pdl and not mc.cuda_step_config(64, 128, 16, 32).pdl
+    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True)
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
     assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
+    assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
 
 
 @pytest.mark.parametrize(

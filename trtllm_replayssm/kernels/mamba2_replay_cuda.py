@@ -33,6 +33,7 @@ __all__ = [
     "step_defines",
     "step_shared_bytes",
     "coefficient_floats",
+    "coefficient_split",
     "launch_mamba2_replay_step_cuda",
 ]
 
@@ -41,6 +42,7 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
+COEF_THREADS = 512  # the coefficient launch's CTA: 16 warps, a head each (the .cu file's COEF_WARPS)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,12 @@ class CudaStepConfig:
 
     def label(self) -> str:
         return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}"
+
+
+def coefficient_split(heads_per_group: int) -> int:
+    """Coefficient CTAs per (group, row): each takes up to 16 of the group's heads (the .cu
+    file's COEF_SPLIT)."""
+    return -(-heads_per_group // 16)
 
 
 def coefficient_floats(L: int) -> int:
@@ -81,14 +89,15 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int) -> CudaSte
     """The launch table (H200-measured, docs/kernel-notes.md "CUDA step, rebuilt"): two stages
     (three were no faster at any batch), as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
-    at 2), programmatic dependent launch below batch 32 (the step kernel's CTAs start while the
-    coefficient CTAs run: a gain at small batch, noise from batch 64 on)."""
+    at 2), and programmatic dependent launch: the step kernel's CTAs request their first
+    checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
+    ``batch`` is kept for the table's interface (no row depends on it today)."""
     threads = (head_dim // 16 + 1) * 32
     per_cta = step_shared_bytes(head_dim, d_state, L, 2) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (threads * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=batch < 32)
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True)
 
 
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
@@ -154,7 +163,7 @@ def compile_step_ptx(
     return compile_program(SOURCE, arch, step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags), "ptx").decode()
 
 
-def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, dt_bias) -> KernelArgs:
+def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias) -> KernelArgs:
     """Parameters of ``mamba2_replay_coefficients``, in the .cu file's order (an absent dt_bias
     is A's pointer, never read: HAS_DT_BIAS is 0)."""
     bias = dt_bias if dt_bias is not None else A
@@ -164,7 +173,7 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, arr
         .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1)).i64(x_records.stride(2))
         .ptr(dt_records).i64(dt_records.stride(0)).i64(dt_records.stride(1))
         .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
-        .ptr(cursor).ptr(arrivals)
+        .ptr(cursor)
         .ptr(x).i64(x.stride(0)).i64(x.stride(1))
         .ptr(dt).i64(dt.stride(0)).i64(dt.stride(1))
         .ptr(A).ptr(bias)
@@ -174,7 +183,7 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, arr
     )  # fmt: skip
 
 
-def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, x, A) -> KernelArgs:
+def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A) -> KernelArgs:
     """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
     store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
     DD = D if D is not None else A
@@ -188,7 +197,7 @@ def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, x, 
         .ptr(DD).i64(DD.stride(0))
         .ptr(zz).i64(zz.stride(0)).i64(zz.stride(1))
         .ptr(out).i64(out.stride(0)).i64(out.stride(1))
-        .ptr(slot_ids).i32(x.shape[0])
+        .ptr(slot_ids).ptr(cursor).i32(x.shape[0])
     )  # fmt: skip
 
 
@@ -248,11 +257,11 @@ def launch_mamba2_replay_step_cuda(
 
     coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
     c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
-    coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, dt_bias)
-    coef_kernel.launch((ngroups, batch), 128, 0, stream, coef_args)
+    coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
+    coef_kernel.launch((ngroups * coefficient_split(nheads // ngroups), batch), COEF_THREADS, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = (head_dim // 16 + 1) * 32
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * torch.cuda.get_device_properties(device).multi_processor_count)
-    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, x, A)
+    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
     step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
     return out

@@ -3,7 +3,8 @@
 // trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers: the
 // element type is bf16 handled as 16-bit integers, conversions and products in inline PTX.
 //
-// 1. mamba2_replay_coefficients, one CTA of 4 warps per (group, batch row):
+// 1. mamba2_replay_coefficients, one CTA of 16 warps per (group, batch row, 16 heads of the group),
+//    a warp a head:
 //    reads the row's cursor w, the group's B records 0..w-1, the step's B and C, and each head's
 //    dt records; writes per (row, head) a coefficient block
 //        coef[LP]  coef_j = s_j (B_j . C) for j < w, dt (B . C) at j = w, 0 after
@@ -11,9 +12,8 @@
 //        decay     exp(A (sum_{j<w} dt_j + dt)),   w
 //    with s_j = dt_j exp(A (dt + sum_{j<i<w} dt_i)) (suffix sums, no subtraction); per
 //    (row, group) C as a dense row; appends the step's record (x, dt, B) at w, for every w
-//    (at w == L-1 the fold below reads it as record L-1); counts the CTA in arrivals[slot]: the
-//    last of the row's NGROUPS CTAs writes the new cursor (0 after a flush, else w+1) and
-//    resets the counter. Padding rows (slot < 0) read and write nothing.
+//    (at w == L-1 the fold below reads it as record L-1). Padding rows (slot < 0) read and write
+//    nothing. The cursor is only read here: the step kernel advances it.
 // 2. mamba2_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being
 //    one head of one batch row, u = b * NHEADS + h, all ROWS = head_dim rows of it. Warp
 //    CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it with
@@ -21,7 +21,8 @@
 //    copy of x records 0..w, one per B record row j <= w for a flush (padded rows), the
 //    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores (m16n8k16, C as column 0), the record
 //    term sum_j coef_j x_j from shared memory, y = decay (S0 . C) + records + D x, gated by
-//    silu(z). A flush unit (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor
+//    silu(z). The producer of a row's head-0 unit writes the new cursor (0 after a flush, else
+//    w+1) once the coefficient grid is complete. A flush unit (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor
 //    cores (s_j x_j in three bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to
 //    bf16 in the stage and stores its 16 rows with a TMA tensor store (whole sectors).
 //
@@ -120,6 +121,10 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
       : "memory");
 }
 
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
 // completing on `bar`.
 __device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
@@ -183,13 +188,21 @@ __device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo
 
 // ------------------------------------------------------------------ launch 1: coefficients
 
-extern "C" __global__ void __launch_bounds__(128) mamba2_replay_coefficients(
+#define HPG (NHEADS / NGROUPS)                   // heads per group
+#define COEF_WARPS 16                            // warps per coefficient CTA: one head each
+#define HPC (HPG < COEF_WARPS ? HPG : COEF_WARPS)  // heads per coefficient CTA
+#define COEF_SPLIT ((HPG + HPC - 1) / HPC)       // coefficient CTAs per (group, row)
+#define PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
+#define XPL ((ROWS + 31) / 32)                   // x elements per lane and head
+#define RPW (LP / 16)                            // records per warp in B_j . C (1 or 2)
+
+extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients(
     float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
     u16* __restrict__ c_out,              // [batch, NGROUPS, DSTATE]
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head, long long sxr_pos,
     float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
-    int* __restrict__ cursor, int* __restrict__ arrivals,
+    const int* __restrict__ cursor,
     const u16* __restrict__ x, long long sx_batch, long long sx_head,
     const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
     const float* __restrict__ A, const void* __restrict__ dt_bias,
@@ -199,11 +212,8 @@ extern "C" __global__ void __launch_bounds__(128) mamba2_replay_coefficients(
   // The step kernel may start now: it waits for this grid's completion before reading anything
   // written here.
   asm volatile("griddepcontrol.launch_dependents;");
-  constexpr int HPG = NHEADS / NGROUPS;  // heads per group
-  constexpr int HPW = (HPG + 3) / 4;     // heads per warp
-  constexpr int PER_LANE = DSTATE / 32;  // d_state elements per lane (2 to 8)
-  constexpr int XPL = (ROWS + 31) / 32;  // x elements per lane and head
-  const int g = blockIdx.x, b = blockIdx.y;
+  __shared__ float bc_shared[LP];
+  const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long slot = slot_ids[b];
   if (slot < 0) return;
@@ -217,31 +227,30 @@ extern "C" __global__ void __launch_bounds__(128) mamba2_replay_coefficients(
     c[k] = bf16_to_f32(Crow[lane * PER_LANE + k]);
     bn[k] = bf16_to_f32(Bnow[lane * PER_LANE + k]);
   }
-  float dth[HPW], a[HPW], dtj[HPW];
-  u16 xv[HPW][XPL];
-#pragma unroll
-  for (int i = 0; i < HPW; ++i) {
-    const int h = g * HPG + min(warp + 4 * i, HPG - 1);
-    float v = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
+  // This warp's head (a warp past the group's last head works on that head and stores nothing).
+  const int hl = split * HPC + warp;
+  const bool active = warp < HPC && hl < HPG;
+  const int h = g * HPG + min(hl, HPG - 1);
+  float dth = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
 #if HAS_DT_BIAS
-    v += load_f32<DTB_CODE>(dt_bias, h);
+  dth += load_f32<DTB_CODE>(dt_bias, h);
 #endif
 #if DT_SOFTPLUS
-    v = softplus_dt(v);
+  dth = dth <= 20.0f ? log1pf(__expf(dth)) : dth;
 #endif
-    dth[i] = v;
-    a[i] = A[h];
+  const float a = A[h];
+  const u16* xrow = x + b * sx_batch + h * sx_head;
+  u16 xv[XPL];
 #pragma unroll
-    for (int k = 0; k < XPL; ++k) {
-      const int p = lane + 32 * k;
-      xv[i][k] = p < ROWS ? x[b * sx_batch + h * sx_head + p] : (u16)0;
-    }
-    dtj[i] = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
-  }
+  for (int k = 0; k < XPL; ++k) xv[k] = lane + 32 * k < ROWS ? xrow[lane + 32 * k] : (u16)0;
+  const float* dtr = dt_records + slot * sdtr_slot + h * sdtr_head;
+  const float dtj = lane < LREC ? dtr[lane] : 0.0f;
+  // B_j . C: warp w takes records j = w RPW .. w RPW + RPW - 1 (j < LP), lanes over d_state.
   u16* const Brec = B_records + slot * sBr_slot + g * sBr_group;
-  float part[LP];
+  float part[RPW];
 #pragma unroll
-  for (int j = 0; j < LP; ++j) {
+  for (int r = 0; r < RPW; ++r) {
+    const int j = warp * RPW + r;
     float acc = 0.0f;
     if (j < LREC) {
       const u16* row = Brec + j * sBr_pos + lane * PER_LANE;
@@ -251,70 +260,71 @@ extern "C" __global__ void __launch_bounds__(128) mamba2_replay_coefficients(
         acc += bf16_to_f32((u16)(v & 0xffffu)) * c[k] + bf16_to_f32((u16)(v >> 16)) * c[k + 1];
       }
     }
-    part[j] = acc;
+    part[r] = acc;
   }
   const int w = cursor[slot];
   float now = 0.0f;
 #pragma unroll
   for (int k = 0; k < PER_LANE; ++k) now += bn[k] * c[k];
-  // B_j . C at lane j: records j < w, the step's B at j == w, zero after.
-  float bc = 0.0f;
 #pragma unroll
-  for (int j = 0; j < LP; ++j) {
-    float v = j < w ? part[j] : (j == w ? now : 0.0f);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == j) bc = v;
+  for (int r = 0; r < RPW; ++r) {
+    const int j = warp * RPW + r;
+    part[r] = j < w ? part[r] : (j == w ? now : 0.0f);
   }
-
+  // Transposing warp sum: halve the array per exchange (offsets 16, 8, ...), then a plain
+  // butterfly over the remaining lane bits; lane bits 4, 3, ... name the record.
+  int rec = 0;
 #pragma unroll
-  for (int i = 0; i < HPW; ++i) {
-    const int hl = warp + 4 * i;
-    if (hl >= HPG) break;
-    const int h = g * HPG + hl;
-    // Inclusive suffix sums v_j = sum_{i >= j} dt_i over the records (zero from w), then
-    // later_j = v_{j+1}: the sums are exact suffixes, no prefix subtraction.
-    float v = lane < w ? dtj[i] : 0.0f;
+  for (int n = RPW, o = 16; n > 1; n >>= 1, o >>= 1) {
+    const bool upper = (lane & o) != 0;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float t = __shfl_down_sync(0xffffffffu, v, o);
-      if (lane + o < 32) v += t;
+    for (int q = 0; q < n / 2; ++q) {
+      const float send = upper ? part[q] : part[q + n / 2];
+      const float keep = upper ? part[q + n / 2] : part[q];
+      part[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
     }
-    float later = __shfl_down_sync(0xffffffffu, v, 1);
-    if (lane == 31) later = 0.0f;
-    const float total = __shfl_sync(0xffffffffu, v, 0);
-    const float s = lane < w ? dtj[i] * expf(a[i] * (later + dth[i])) : (lane == w ? dth[i] : 0.0f);
+    rec += upper ? n / 2 : 0;
+  }
+#pragma unroll
+  for (int o = 32 / RPW / 2; o > 0; o >>= 1) part[0] += __shfl_xor_sync(0xffffffffu, part[0], o);
+  if ((lane & (32 / RPW - 1)) == 0) bc_shared[warp * RPW + rec] = part[0];
+  __syncthreads();
+  const float bc = lane < LP ? bc_shared[lane] : 0.0f;  // lane j: B_j . C (the step's B at w)
+
+  // Inclusive suffix sums v_j = sum_{i >= j} dt_i over the records (zero from w), then
+  // later_j = v_{j+1}: the sums are exact suffixes, no prefix subtraction.
+  float v = lane < w ? dtj : 0.0f;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float t = __shfl_down_sync(0xffffffffu, v, o);
+    if (lane + o < 32) v += t;
+  }
+  float later = __shfl_down_sync(0xffffffffu, v, 1);
+  if (lane == 31) later = 0.0f;
+  const float total = __shfl_sync(0xffffffffu, v, 0);
+  if (active) {
+    const float s = lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
     float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
     if (lane < LP) {
       blk[lane] = s * bc;
       blk[LP + lane] = s;
     }
     if (lane == 0) {
-      blk[2 * LP] = expf(a[i] * (total + dth[i]));
+      blk[2 * LP] = __expf(a * (total + dth));
       ((int*)blk)[2 * LP + 1] = w;
-      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth[i];
+      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
     }
     u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
 #pragma unroll
     for (int k = 0; k < XPL; ++k)
-      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[i][k];
+      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[k];
   }
-  if (warp == 0) {
+  if (warp == 0 && split == 0) {
     u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
     u16* brow = Brec + w * sBr_pos;
     for (int k = lane; k < DSTATE; k += 32) {
       crow[k] = Crow[k];
       brow[k] = Bnow[k];
-    }
-  }
-  // Cursor advance: every thread has used w; the last of the row's NGROUPS CTAs writes it.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(arrivals + slot) : "memory");
-    if (old == NGROUPS - 1) {
-      cursor[slot] = w == LREC - 1 ? 0 : w + 1;
-      arrivals[slot] = 0;
     }
   }
 }
@@ -331,7 +341,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     const void* __restrict__ D, long long sD_head,
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
-    const int* __restrict__ slot_ids, int batch) {
+    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
@@ -339,8 +349,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * NHEADS;
-  constexpr int HPG = NHEADS / NGROUPS;
-
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
@@ -352,27 +360,37 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 
   if (warp == CONSUMERS) {
     // ---------------- producer
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    // The first STAGES units' checkpoint rows need only the slot (an input): requested before
+    // the wait for the coefficient grid, so that they load while it runs (programmatic
+    // dependent launch; a no-op wait otherwise).
     int slot_l = -1, w_l = 0;
+    if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
+#pragma unroll 1
+    for (int i = 0; i < STAGES; ++i) {
+      const int u = blockIdx.x + i * gridDim.x;
+      const int slot = __shfl_sync(0xffffffffu, slot_l, i);
+      if (u >= units || slot < 0) continue;
+      const u32 full = bars + 8 * i;
+      if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
+      __syncwarp();
+      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * 64, 0, u % NHEADS, slot, full);
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
       if (k == 0) {  // slots and cursors of this CTA's next 32 units, one per lane
         const int uk = u + lane * gridDim.x;
-        slot_l = -1;
-        w_l = 0;
-        if (uk < units) {
-          const int bk = uk / NHEADS;
-          slot_l = slot_ids[bk];
-          if (slot_l >= 0) w_l = ((const int*)coef)[(long long)uk * COEF_FLOATS + 2 * LP + 1];
-        }
+        if (i > 0) slot_l = uk < units ? slot_ids[uk / NHEADS] : -1;
+        w_l = slot_l >= 0 ? ((const int*)coef)[(long long)uk * COEF_FLOATS + 2 * LP + 1] : 0;
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
-      mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
+      const bool prefetched = i < STAGES;
+      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int b = u / NHEADS, h = u - b * NHEADS, g = h / HPG;
       const bool flush = w == LREC - 1;
       if (lane == 0) {
@@ -381,21 +399,24 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = CKPT_BYTES + (w + 1) * ROWS * 2 + COEF_BYTES + C_BYTES + (flush ? (w + 1) * DSTATE * 2 : 0);
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * ROWS * 2 + COEF_BYTES + C_BYTES +
+                            (flush ? (w + 1) * DSTATE * 2 : 0);
           mbar_arrive_expect_tx(full, bytes);
+          // The row's cursor advances here, once (head 0): the coefficient grid that read it
+          // has completed.
+          if (h == 0) cursor[slot] = flush ? 0 : w + 1;
         }
       }
       __syncwarp();
       if (slot >= 0) {
-        if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * 64, 0, h, slot, full);
+        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * 64, 0, h, slot, full);
         // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
         if (flush && lane <= w)
           bulk_load(stage + OFF_B + lane * B_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos,
                     DSTATE * 2, full);
         if (lane == 31) bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
-        if (lane == 30)
-          bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
+        if (lane == 30) bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
       }
     }
     return;
