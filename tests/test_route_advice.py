@@ -79,7 +79,10 @@ def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
             dict(family="gdn", mode="replay", state_dtype="fp16", L=16, batch=16),
             "measured: fp32 at L 8/16/32, bf16 at L 8/16/32",
         ),
-        (dict(family="mamba2", mode="replay", state_dtype="bf16", L=8, batch=64), "measured: fp32 at L 8/16/32, bf16 at L 16"),
+        (
+            dict(family="mamba2", mode="replay", state_dtype="fp16", L=16, batch=64),
+            "measured: fp32 at L 8/16/32, bf16 at L 8/16/32",
+        ),
         (dict(family="kda", mode="replay", state_dtype="fp32", L=12, batch=16), "L 8/16/32"),
         (
             dict(family="mamba2", mode="replay_spec", state_dtype="fp32", L=16, T=3, batch=16),

@@ -100,24 +100,14 @@ QWEN35_4B = MeasuredLayer("Qwen3.5-4B GDN", (16, 32, 128, 128))
 QWEN35_122B = MeasuredLayer("Qwen3.5-122B-A10B GDN", (16, 64, 128, 128))
 KIMI = MeasuredLayer("Kimi Linear KDA", (32, 32, 128, 128))
 
-_MAMBA2_V2 = Source(
-    "2026-11-29",
+_MAMBA2_DECODE = Source(
+    "2026-12-02",
     _H200,
-    "python benchmarks/mamba2_decode.py",
+    "python benchmarks/mamba2_decode.py --peers build/peers --batch 1 16 64 256 512 --L 16 8 32 --state bf16 f32",
     _DOC,
     "Mamba-2 decode",
-    "first table (fp32 rows: the v2 path, still the fp32 kernel)",
-    _RESULTS + "2026-11-29-h200-mamba2_decode.json",
-)
-_MAMBA2_V5 = Source(
-    "2026-12-01",
-    _H200,
-    "VARIANTS=main bash scripts/device_compare.sh v5h benchmarks/mamba2_decode.py "
-    "--batch 1 16 64 256 512 --L 16 --state f32 bf16",
-    _DOC,
-    "Mamba-2 decode",
-    "2026-12-01, replay v5 (the current kernel)",
-    _RESULTS + "2026-12-01-h200-mamba2_v5h_side_by_side_main.log",
+    "2026-12-02, the CUDA step for bf16 checkpoints (Triton replay v5 for fp32 and bf16 batch 1)",
+    _RESULTS + "2026-12-02-h200-mamba2_decode_peers_cuda.json",
 )
 _GDN_DECODE = Source(
     "2026-11-30",
@@ -170,10 +160,12 @@ _VERIFY_BATCHES = (16, 64, 256, 512)
 
 # (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES.
 _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
-    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_V2): (0.71, 1.07, 1.42, 1.63, 1.67),
-    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_V5): (0.73, 1.03, 1.27, 1.58, 1.66),
-    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_V2): (0.61, 0.91, 1.08, 1.33, 1.42),
-    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_V5): (0.66, 0.76, 0.99, 1.17, 1.14),
+    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_DECODE): (0.74, 1.05, 1.35, 1.64, 1.71),
+    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_DECODE): (0.75, 1.03, 1.28, 1.60, 1.72),
+    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_DECODE): (0.67, 0.94, 1.10, 1.34, 1.44),
+    (MAMBA2, SUPER, "bf16", 8, _MAMBA2_DECODE): (0.64, 1.13, 1.41, 1.52, 1.57),
+    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.66, 1.16, 1.44, 1.54, 1.61),
+    (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE): (0.55, 1.11, 1.39, 1.47, 1.54),
     (GDN, QWEN35_4B, "fp32", 8, _GDN_DECODE): (0.65, 0.92, 1.08, 1.44, 1.55),
     (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (0.69, 0.94, 1.17, 1.50, 1.63),
     (GDN, QWEN35_4B, "fp32", 32, _GDN_DECODE): (0.55, 0.81, 1.02, 1.31, 1.40),
