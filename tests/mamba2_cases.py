@@ -73,7 +73,8 @@ def replay_with_op(cache, inp, p: Params, slot_ids, out):
     )
 
 
-def replay_with_launcher(cache, inp, p: Params, slot_ids, out):
+def replay_with_launcher(cache, inp, p: Params, slot_ids, out, **launch):
+    """The replay step through the launcher; ``launch``: its ``config`` / ``kernel`` keywords."""
     from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
 
     return launch_mamba2_replay_step(
@@ -93,6 +94,7 @@ def replay_with_launcher(cache, inp, p: Params, slot_ids, out):
         z=inp["z"],
         dt_bias=p.dt_bias,
         out=out,
+        **launch,
     )
 
 

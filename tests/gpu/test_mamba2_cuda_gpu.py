@@ -5,7 +5,16 @@ CUDA graphs bit for bit, the op's route, spill-free launch-table shapes, refusal
 import pytest
 import torch
 
-from mamba2_cases import ACT_TOL, STATE_TOL, Geometry, drive_replay, make_params, make_step
+from mamba2_cases import (
+    ACT_TOL,
+    STATE_TOL,
+    Geometry,
+    drive_replay,
+    make_params,
+    make_step,
+    replay_with_launcher,
+    replay_with_op,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -17,29 +26,15 @@ def _sm90() -> bool:
 needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the CUDA step is built for sm_90")
 
 
-def replay_cuda(cache, inp, p, slot_ids, out, config=None):
-    from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+def bf16_cache(g, num_slots, L):
+    from trtllm_replayssm.cache import Mamba2ReplayCache
 
-    return launch_mamba2_replay_step(
-        cache.checkpoint,
-        cache.x_records,
-        cache.dt_records,
-        cache.B_records,
-        cache.cursor,
-        cache.arrivals,
-        inp["x"],
-        inp["dt"],
-        p.A,
-        inp["B"],
-        inp["C"],
-        slot_ids=slot_ids,
-        D=p.D,
-        z=inp["z"],
-        dt_bias=p.dt_bias,
-        out=out,
-        config=config,
-        kernel="cuda",
-    )
+    dims = (num_slots, g.nheads, g.head_dim, g.d_state, g.ngroups, L)
+    return Mamba2ReplayCache.allocate(*dims, state_dtype=torch.bfloat16, act_dtype=torch.bfloat16, device="cuda")
+
+
+def replay_cuda(cache, inp, p, slot_ids, out, config=None):
+    return replay_with_launcher(cache, inp, p, slot_ids, out, config=config, kernel="cuda")
 
 
 SHAPES = [
@@ -104,17 +99,7 @@ def test_cuda_step_graph_equals_eager(L):
     slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
     caches = []
     for _ in range(2):
-        c = Mamba2ReplayCache.allocate(
-            17,
-            g.nheads,
-            g.head_dim,
-            g.d_state,
-            g.ngroups,
-            L,
-            state_dtype=torch.bfloat16,
-            act_dtype=torch.bfloat16,
-            device="cuda",
-        )
+        c = bf16_cache(g, 17, L)
         torch.manual_seed(3)
         c.checkpoint.normal_()
         c.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
@@ -145,45 +130,21 @@ def test_op_routes_bf16_batch_16_to_cuda_and_matches_triton():
     """The op (kernel "auto") takes the CUDA step for a bf16 cache at batch >= MIN_CUDA_BATCH,
     and its outputs and caches track the Triton kernel's over 2L + 3 steps."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
-    from trtllm_replayssm.kernels.mamba2_replay import MIN_CUDA_BATCH, launch_mamba2_replay_step, replay_step_kernel
-    from trtllm_replayssm.ops import mamba2_replay_step
+    from trtllm_replayssm.kernels.mamba2_replay import MIN_CUDA_BATCH, replay_step_kernel
 
     g, L, batch = Geometry(128, 64, 128, 8), 16, MIN_CUDA_BATCH
     p = make_params(g, "cuda")
-    c = Mamba2ReplayCache.allocate(
-        batch,
-        g.nheads,
-        g.head_dim,
-        g.d_state,
-        g.ngroups,
-        L,
-        state_dtype=torch.bfloat16,
-        act_dtype=torch.bfloat16,
-        device="cuda",
-    )
+    c = bf16_cache(g, batch, L)
     c.checkpoint.normal_()
     c.cursor.copy_(torch.arange(batch, dtype=torch.int32) % L)
     t = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(c).items()})
     slots = torch.arange(batch, dtype=torch.int32, device="cuda")
-    assert (
-        replay_step_kernel(
-            c.checkpoint,
-            c.x_records,
-            c.B_records,
-            torch.empty(batch, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda"),
-        )
-        == "cuda"
-    )
+    x = torch.empty(batch, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda")
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "cuda"
     for _ in range(2 * L + 3):
         inp = make_step(g, batch, torch.bfloat16, "cuda", with_z=True)
-        y = mamba2_replay_step(
-            c, inp["x"], inp["dt"], p.A, inp["B"], inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias
-        )
-        y_t = torch.zeros_like(y)
-        launch_mamba2_replay_step(
-            t.checkpoint, t.x_records, t.dt_records, t.B_records, t.cursor, t.arrivals, inp["x"], inp["dt"], p.A,
-            inp["B"], inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias, out=y_t, kernel="triton",
-        )  # fmt: skip
+        y = replay_with_op(c, inp, p, slots, torch.zeros_like(inp["x"]))
+        y_t = replay_with_launcher(t, inp, p, slots, torch.zeros_like(inp["x"]), kernel="triton")
         assert (y.float() - y_t.float()).abs().max() <= 2e-2 * y_t.float().abs().max()
     assert torch.equal(c.cursor, t.cursor)
     assert (c.checkpoint.float() - t.checkpoint.float()).abs().max() <= 2e-2 * t.checkpoint.float().abs().max()
