@@ -1,0 +1,106 @@
+"""Every checkpoint dtype's decode step, against the fp32 conventional step and against the
+conventional step at the same dtype, in the same run (GPU).
+
+Per (family, batch): one case per checkpoint dtype (the package's decode cases: a >= 512 MiB slot
+pool rotated across steps, replay cursors spread over [0, L) and advancing), the conventional
+and the replay step of each captured in CUDA graphs and timed in interleaved rounds
+(benchmarks/peers_mamba2.py's ``time_interleaved``), so every ratio of a row is same-run.
+bf16 activations; GDN/KDA bf16 records.
+
+    python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --batch 1 16 64 256 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from functools import partial
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+
+from harness import copy_bandwidth, header, results_stem, write_json  # noqa: E402
+from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
+from trtllm_replayssm.bench import GatedDeltaDecodeCase, Mamba2DecodeCase  # noqa: E402
+
+# The preset geometries at TP = 1: Nemotron-3-Super (Mamba-2), Qwen3.5-122B-A10B (GDN), Kimi Linear (KDA).
+CASES = {
+    "mamba2": lambda batch, L, state: Mamba2DecodeCase((128, 64, 128, 8), batch, L, state, "bf16"),
+    "gdn": lambda batch, L, state: GatedDeltaDecodeCase("gdn", (16, 64, 128, 128), batch, L, state, "bf16"),
+    "kda": lambda batch, L, state: GatedDeltaDecodeCase("kda", (32, 32, 128, 128), batch, L, state, "bf16"),
+}
+ROUTES = {"conventional": "decode_step", "replay": "replay_step"}
+
+
+def group_routes(cases: dict) -> dict:
+    """``"<route> <state>"`` -> Route of that case's steps over its slot sets."""
+    return {
+        f"{name} {state}": Route([partial(case.step, step, s) for s in case.slot_sets])
+        for state, case in cases.items()
+        for name, step in ROUTES.items()
+    }
+
+
+def ratio_rows(times: dict, key: dict) -> list:
+    """One row per timed route: seconds, and the speedup over the fp32 conventional step and
+    over the conventional step of the same checkpoint dtype (both from ``times``: same run)."""
+    rows = []
+    for name, (seconds, samples) in times.items():
+        route, state = name.split()
+        same = times[f"conventional {state}"][0]
+        fp32 = times.get("conventional f32", (None,))[0]
+        rows.append(
+            dict(
+                key,
+                route=route,
+                state=state,
+                seconds=seconds,
+                samples_ms=samples,
+                vs_fp32_conventional=None if fp32 is None else fp32 / seconds,
+                vs_same_dtype_conventional=same / seconds,
+            )
+        )
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
+    ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--state", nargs="+", default=["f32", "bf16", "f16"], choices=["f32", "bf16", "f16"])
+    ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("checkpoint_speed: needs a CUDA GPU")
+    copy_bw = copy_bandwidth()
+    print(header("checkpoint_speed", copy_bw))
+    print(f"{'family':>7} {'batch':>6} {'route':>13} {'state':>5} {'us/step':>9} {'x fp32 conv':>11} {'x same conv':>11}")
+    rows = []
+    for family in args.family:
+        for batch in args.batch:
+            cases = {state: CASES[family](batch, args.L, state) for state in args.state}
+            routes = group_routes(cases)
+            graphs = {name: capture(r) for name, r in routes.items()}
+            times = time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs})
+            for r in ratio_rows(times, dict(family=family, batch=batch, L=args.L)):
+                rows.append(r)
+                fp32 = "-" if r["vs_fp32_conventional"] is None else f"{r['vs_fp32_conventional']:.3f}"
+                print(
+                    f"{family:>7} {batch:>6} {r['route']:>13} {r['state']:>5} {r['seconds'] * 1e6:9.2f} "
+                    f"{fp32:>11} {r['vs_same_dtype_conventional']:11.3f}"
+                )
+            del cases, graphs
+            torch.cuda.empty_cache()
+    stem = results_stem(args.out_dir, "checkpoint_speed")
+    write_json(stem, copy_bw, rows, L=args.L)
+    print(f"# wrote {stem}.json")
+    print("# repro: python benchmarks/checkpoint_speed.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""benchmarks/checkpoint_speed.py on the CPU: its routes per checkpoint dtype and its same-run
+ratios, with stand-in cases and times (the timing itself needs a GPU)."""
+
+import os
+import sys
+
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import checkpoint_speed as cs  # noqa: E402
+
+
+def test_group_routes_time_both_steps_of_every_dtype_on_its_own_slot_sets():
+    calls = []
+    cases = {
+        state: SimpleNamespace(slot_sets=[f"{state}-a", f"{state}-b"], step=lambda route, s: calls.append((route, s)))
+        for state in ("f32", "bf16")
+    }
+    routes = cs.group_routes(cases)
+    assert list(routes) == ["conventional f32", "replay f32", "conventional bf16", "replay bf16"]
+    for f in routes["replay bf16"].steps:
+        f()
+    assert calls == [("replay_step", "bf16-a"), ("replay_step", "bf16-b")]
+
+
+def test_ratio_rows_are_against_fp32_and_the_same_dtype_conventional_step():
+    us = {"conventional f32": 500.0, "replay f32": 330.0, "conventional bf16": 270.0, "replay bf16": 176.0}
+    rows = cs.ratio_rows({k: (v * 1e-6, [v * 1e-3]) for k, v in us.items()}, dict(family="mamba2", batch=256, L=16))
+    by = {(r["route"], r["state"]): r for r in rows}
+    assert by[("replay", "bf16")]["vs_fp32_conventional"] == pytest.approx(500 / 176)
+    assert by[("replay", "bf16")]["vs_same_dtype_conventional"] == pytest.approx(270 / 176)
+    assert by[("conventional", "f32")]["vs_same_dtype_conventional"] == pytest.approx(1.0)
+    assert all(r["family"] == "mamba2" and r["batch"] == 256 and r["L"] == 16 for r in rows)
+
+
+def test_without_an_fp32_case_the_fp32_ratio_is_absent():
+    rows = cs.ratio_rows({"conventional bf16": (2e-4, []), "replay bf16": (1e-4, [])}, {})
+    assert all(r["vs_fp32_conventional"] is None for r in rows)
