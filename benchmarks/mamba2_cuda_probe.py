@@ -8,7 +8,9 @@ benchmarks/mamba2_decode.py times them.
 
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl 3,3,nopdl 2,2,nopdl
 
-A configuration is ``stages,min_ctas,pdl|nopdl`` (``CudaStepConfig``).
+A configuration is ``stages,min_ctas,pdl|nopdl`` (``CudaStepConfig``); a configuration forces the
+CUDA step, so ``--state f32 --configs 2,2,pdl`` times it with an fp32 checkpoint, which the
+op's route keeps on Triton.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
+from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_step_config  # noqa: E402
 
 
@@ -66,15 +69,22 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=[])
+    ap.add_argument(
+        "--state", default="bf16", choices=["bf16", "f32"], help="checkpoint dtype (f32: the CUDA step only with --configs)"
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_probe: needs a CUDA GPU")
-    print(f"# mamba2_cuda_probe | {torch.cuda.get_device_name()} | geometry {args.geometry} | bf16 checkpoint, bf16 act")
+    print(
+        f"# mamba2_cuda_probe | {torch.cuda.get_device_name()} | geometry {args.geometry} | {args.state} checkpoint, bf16 act"
+    )
     print(f"{'L':>3} {'batch':>6} {'route':>22} {'us/step':>9} {'speedup':>8} {'check':>9}")
     for L in args.L:
         for batch in args.batch:
-            case = Mamba2DecodeCase(args.geometry, batch, L, "bf16", "bf16")
-            table = cuda_step_config(args.geometry[1], args.geometry[2], L, batch)
+            case = Mamba2DecodeCase(args.geometry, batch, L, args.state, "bf16")
+            kernel = replay_step_kernel(case.cache.checkpoint, case.cache.x_records, case.cache.B_records, case.x)
+            if kernel == "cuda":
+                kernel += " " + cuda_step_config(args.geometry[1], args.geometry[2], L, batch, case.state.itemsize).label()
             configs = {f"cuda {c.label()}": c for c in args.configs}
             checks = {name: check_against_triton(case, c) for name, c in configs.items()}
             routes = {
@@ -87,7 +97,7 @@ def main(argv=None):
             times = time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs})
             conv = times["decode_step"][0]
             for name, (t, _) in times.items():
-                label = f"{name} (table {table.label()})" if name == "replay_step" else name
+                label = f"{name} ({kernel})" if name == "replay_step" else name
                 check = checks.get(name)
                 print(
                     f"{L:>3} {batch:>6} {label:>22} {t * 1e6:9.2f} {conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"

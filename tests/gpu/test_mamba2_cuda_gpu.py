@@ -48,15 +48,25 @@ SHAPES = [
 ]
 
 
+STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+
 @needs_sm90
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
-def test_cuda_step_long_run_against_oracle(g, L, D_per_dim):
+@pytest.mark.parametrize("state", list(STATES))
+def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state):
+    """Every shape with a bf16 and (forced: the automatic route takes bf16 only) an fp32
+    checkpoint, except fp32 rows too large for two stages."""
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import SMEM_PER_SM, SMEM_RESERVED_PER_CTA, step_shared_bytes
+
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, STATES[state].itemsize) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+        pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
     worst = drive_replay(
         replay_cuda,
         g,
         L,
-        torch.bfloat16,
+        STATES[state],
         torch.bfloat16,
         "cuda",
         steps=3 * L + 5,
@@ -67,8 +77,8 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim):
         D_per_dim=D_per_dim,
     )
     assert worst["flushes"] >= 7 * ((3 * L + 5) // L) - 7
-    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["bf16"], worst
-    assert worst["ckpt"] < STATE_TOL["bf16"], worst
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
+    assert worst["ckpt"] < STATE_TOL[state], worst
 
 
 @needs_sm90
@@ -154,35 +164,49 @@ def test_op_routes_bf16_batch_16_to_cuda_and_matches_triton():
 @pytest.mark.parametrize(
     "g,L", [(Geometry(128, 64, 128, 8), 16), (Geometry(96, 80, 128, 8), 16), (Geometry(128, 64, 128, 8), 32)]
 )
-def test_cuda_step_launch_table_shapes_do_not_spill(g, L):
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "f32"])
+def test_cuda_step_launch_table_shapes_do_not_spill(g, L, state_bytes):
     """The launch table's register caps leave the step kernel without local memory."""
     from cuda.bindings import driver
 
     from trtllm_replayssm.kernels.mamba2_replay_cuda import SOURCE, cuda_step_config, step_defines, step_shared_bytes
     from trtllm_replayssm.kernels.nvrtc import load_kernel
 
-    cfg = cuda_step_config(g.head_dim, g.d_state, L, 256)
+    cfg = cuda_step_config(g.head_dim, g.d_state, L, 256, state_bytes)
     flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=1, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
-    defines = step_defines(g.nheads, g.ngroups, g.head_dim, g.d_state, L, cfg, flags)
-    k = load_kernel(
-        SOURCE, "mamba2_replay_step", defines, torch.device("cuda"), step_shared_bytes(g.head_dim, g.d_state, L, cfg.stages)
-    )
+    defines = step_defines(g.nheads, g.ngroups, g.head_dim, g.d_state, L, cfg, flags, state_bytes)
+    smem = step_shared_bytes(g.head_dim, g.d_state, L, cfg.stages, state_bytes)
+    k = load_kernel(SOURCE, "mamba2_replay_step", defines, torch.device("cuda"), smem)
     err, local = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.function)
     assert int(err) == 0 and local == 0, (cfg, local)
 
 
 @needs_sm90
-def test_cuda_kernel_refuses_fp32_checkpoint_and_leaves_cache():
+def test_cuda_kernel_refuses_fp16_checkpoint_and_leaves_cache():
     from trtllm_replayssm.cache import Mamba2ReplayCache
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
     c = Mamba2ReplayCache.allocate(
-        4, g.nheads, g.head_dim, g.d_state, g.ngroups, 16, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda"
+        4, g.nheads, g.head_dim, g.d_state, g.ngroups, 16, state_dtype=torch.float16, act_dtype=torch.bfloat16, device="cuda"
     )
     before = {k: v.clone() for k, v in vars(c).items() if isinstance(v, torch.Tensor)}
     inp = make_step(g, 4, torch.bfloat16, "cuda")
-    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): checkpoint torch.float32"):
+    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): checkpoint torch.float16"):
         replay_cuda(c, inp, p, torch.arange(4, dtype=torch.int32, device="cuda"), torch.empty_like(inp["x"]))
     for k, v in before.items():
         assert torch.equal(getattr(c, k), v), k
+
+
+@needs_sm90
+def test_op_keeps_fp32_checkpoints_on_triton():
+    """The automatic route takes the CUDA step for bf16 checkpoints only (fp32: not timed yet)."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel
+
+    g = Geometry(128, 64, 128, 8)
+    c = Mamba2ReplayCache.allocate(
+        64, g.nheads, g.head_dim, g.d_state, g.ngroups, 16, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda"
+    )
+    x = torch.empty(64, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda")
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "triton"

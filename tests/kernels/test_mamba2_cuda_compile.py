@@ -24,20 +24,23 @@ SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
 ]
 
 
-def _ptx(shape, batch=256, flags=FLAGS):
+def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2):
     nheads, ngroups, head_dim, d_state, L = shape
-    cfg = mc.cuda_step_config(head_dim, d_state, L, batch)
-    return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags)
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
+    return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
 
 
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes):
     _, _, head_dim, d_state, L = shape
-    cfg = mc.cuda_step_config(head_dim, d_state, L, 256)
-    ptx = _ptx(shape)
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+        pytest.skip("does not fit: test_oversized_stages_are_refused")
+    cfg = mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes)
+    ptx = _ptx(shape, state_bytes=state_bytes)
     assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages)
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
@@ -95,6 +98,7 @@ def test_launch_table():
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
+    assert mc.cuda_step_config(64, 128, 16, 256, state_bytes=4).min_ctas == 2  # 2 stages of 40 KiB
     assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
 
@@ -102,7 +106,7 @@ def test_launch_table():
 @pytest.mark.parametrize(
     "change,reason",
     [
-        (dict(state=torch.float32), "checkpoint torch.float32"),
+        (dict(state=torch.float16), "checkpoint torch.float16"),
         (dict(act=torch.float16), "activations torch.float16"),
         (dict(head_dim=72), "head_dim 72"),
         (dict(head_dim=144), "head_dim 144"),
@@ -119,6 +123,14 @@ def test_shape_refusals_name_their_reason(change, reason):
     )
     x = torch.zeros(2, 4, kw["head_dim"], dtype=kw["act"])
     assert reason in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
+
+
+def test_oversized_stages_are_refused():
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    c = Mamba2ReplayCache.allocate(2, 2, 128, 256, 1, 4, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cpu")
+    x = torch.zeros(1, 2, 128, dtype=torch.bfloat16)
+    assert "do not fit a multiprocessor" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
 
 
 def test_misaligned_records_are_refused():

@@ -27,6 +27,20 @@ def split3(v: torch.Tensor):
     return hi, mid, lo
 
 
+def tf32(v: torch.Tensor) -> torch.Tensor:
+    """fp32 values as the TF32 tensor-core inputs read them: the low 13 mantissa bits dropped."""
+    return (v.contiguous().view(torch.int32) & -8192).view(torch.float32)
+
+
+def s0_dot_c(S0: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """S0 . C as the step kernel forms it: bf16 rows exactly (bf16 products, fp32 sums); fp32
+    rows as TF32 products of their hi and lo parts (C, bf16, is exact in TF32)."""
+    if S0.dtype == BF16:
+        return S0.float() @ C
+    hi = tf32(S0)
+    return hi @ C + tf32(S0 - hi) @ C
+
+
 def coefficient_launch(cache, inp, p, slot_ids, LP):
     """Launch 1: per (row, head) (coef[LP], wgt[LP], decay, w); appends the step's record at w."""
     x_rec, dt_rec, B_rec = cache.x_records, cache.dt_records, cache.B_records
@@ -68,7 +82,7 @@ def step_launch(cache, inp, p, slot_ids, blocks, L, parts=3):
         slot, g = int(slot_ids[b]), h // hpg
         S0 = cache.checkpoint[slot, h].float()
         X = cache.x_records[slot, h, : w + 1].float()  # [w+1, head_dim]: record w is the step's x
-        y = decay * (S0 @ inp["C"][b, g].float()) + coef[: w + 1] @ X
+        y = decay * s0_dot_c(cache.checkpoint[slot, h], inp["C"][b, g].float()) + coef[: w + 1] @ X
         D = p.D[h].float()
         y = y + D * X[w]
         if inp["z"] is not None:
@@ -110,13 +124,15 @@ def cuda_model_step(cache, inp, p, slot_ids, out, parts=3):
         pytest.param(Geometry(2, 16, 64, 1), 17, id="L17-two-k-steps"),
     ],
 )
-def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L):
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L, state):
+    state_dtype = {"bf16": BF16, "f32": torch.float32}[state]
     worst = drive_replay(
-        cuda_model_step, g, L, BF16, BF16, "cpu", steps=2 * L + 3, batch=3, num_slots=6, n_padding=1, with_z=True
+        cuda_model_step, g, L, state_dtype, BF16, "cpu", steps=2 * L + 3, batch=3, num_slots=6, n_padding=1, with_z=True
     )
     assert worst["flushes"] >= 3
-    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["bf16"], worst
-    assert worst["ckpt"] < STATE_TOL["bf16"], worst
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
+    assert worst["ckpt"] < STATE_TOL[state], worst
 
 
 def test_three_bf16_parts_carry_fp32_and_one_does_not():
@@ -128,6 +144,18 @@ def test_three_bf16_parts_carry_fp32_and_one_does_not():
     rel = lambda a: ((a - v.double()).abs() / v.double().abs()).max().item()  # noqa: E731
     assert rel(hi.double() + mid.double() + lo.double()) < 2.0**-23
     assert rel(hi.double()) > 2.0**-12
+
+
+def test_tf32_hi_and_lo_parts_carry_an_fp32_row_and_hi_alone_does_not():
+    """S0 . C of an fp32 checkpoint: two TF32 products (hi, lo) come within ~2^-20 of the exact
+    dot product; the hi part alone (plain TF32) is off by ~2^-11."""
+    torch.manual_seed(1)
+    S0 = torch.randn(64, 128)
+    C = torch.randn(128).to(BF16).float()
+    exact = S0.double() @ C.double()
+    err = lambda y: ((y.double() - exact).abs().max() / exact.abs().max()).item()  # noqa: E731
+    assert err(s0_dot_c(S0, C)) < 2.0**-19
+    assert err(tf32(S0) @ C) > 2.0**-14
 
 
 def test_a_flush_without_the_step_record_at_w_fails():
@@ -152,3 +180,15 @@ def test_a_flush_without_the_step_record_at_w_fails():
     worst = drive_replay(poisoned, Geometry(2, 16, 64, 1), 4, BF16, BF16, "cpu", steps=9, batch=2, num_slots=4)
     assert worst["flushes"] >= 2
     assert worst["ckpt"] > 10 * STATE_TOL["bf16"] and worst["y"] > 10 * ACT_TOL["bf16"], worst
+
+
+def test_fp32_checkpoint_needs_the_three_part_flush():
+    """With an fp32 checkpoint the flush's records term must keep fp32's precision: three bf16
+    parts stay at fp32 rounding (~2e-7 here); one part (s_j x_j rounded to bf16) misses the
+    fp32 tolerance by two orders."""
+    run = lambda parts: drive_replay(  # noqa: E731
+        lambda *a: cuda_model_step(*a, parts=parts), Geometry(4, 16, 64, 2), 16, torch.float32, BF16, "cpu",
+        steps=35, batch=3, num_slots=6, n_padding=1,
+    )  # fmt: skip
+    assert run(3)["ckpt"] < 1e-6
+    assert run(1)["ckpt"] > 10 * STATE_TOL["f32"]

@@ -213,10 +213,11 @@ def _mamba2_replay_step_kernel(
 
 def replay_step_kernel(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
-    :func:`~.mamba2_replay_cuda.cuda_step_unsupported` finds nothing against it (sm_90, bf16
-    checkpoint and activations, its sizes and alignment) and the batch is at least
+    :func:`~.mamba2_replay_cuda.cuda_step_unsupported` finds nothing against it (sm_90, its
+    sizes and alignment), the checkpoint and activations are bf16 and the batch is at least
     ``MIN_CUDA_BATCH``; Triton otherwise (every dtype, size and GPU)."""
-    if x.shape[0] >= MIN_CUDA_BATCH and cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
+    measured = checkpoint.dtype == torch.bfloat16  # fp32 checkpoints: not timed on the CUDA step yet
+    if measured and x.shape[0] >= MIN_CUDA_BATCH and cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
         return "cuda"
     return "triton"
 

@@ -74,26 +74,27 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int) -> int:
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
-    (checkpoint rows, x records, padded B records, C, coefficient block, meta), 1 KiB of
-    alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test
-    reads the compiled value)."""
+    (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, coefficient
+    block, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's
+    STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
-    stage = head_dim * d_state * 2 + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
+    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
 
-def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int) -> CudaStepConfig:
+def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int = 2) -> CudaStepConfig:
     """The launch table (H200-measured, docs/kernel-notes.md "CUDA step, rebuilt"): two stages
     (three were no faster at any batch), as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
-    ``batch`` is kept for the table's interface (no row depends on it today)."""
+    ``batch`` is kept for the table's interface (no row depends on it today). fp32 checkpoints
+    (``state_bytes`` 4) take the same rule, not yet timed."""
     threads = (head_dim // 16 + 1) * 32
-    per_cta = step_shared_bytes(head_dim, d_state, L, 2) + SMEM_RESERVED_PER_CTA
+    per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (threads * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
@@ -101,8 +102,9 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int) -> CudaSte
 
 
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
-    """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, bf16
-    checkpoint and activations, head_dim a multiple of 16 up to 128, d_state a multiple of 64
+    """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, a bf16 or
+    fp32 checkpoint (fp32: compiled and modelled on the CPU, not yet run on a GPU; the op's
+    automatic route takes bf16 only), bf16 activations, head_dim a multiple of 16 up to 128, d_state a multiple of 64
     up to 256, L <= 32, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
     head and position strides of the checkpoint and the records, x records' positions dense."""
     if checkpoint.device.type != "cuda":
@@ -114,8 +116,8 @@ def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tens
 
 def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
     """The device-independent part of :func:`cuda_step_unsupported` (dtypes, sizes, alignment)."""
-    if checkpoint.dtype != torch.bfloat16 or x.dtype != torch.bfloat16:
-        return f"checkpoint {checkpoint.dtype} / activations {x.dtype}; the CUDA step takes bf16 / bf16"
+    if checkpoint.dtype not in (torch.bfloat16, torch.float32) or x.dtype != torch.bfloat16:
+        return f"checkpoint {checkpoint.dtype} / activations {x.dtype}; the CUDA step takes bf16 or fp32 / bf16"
     _, _, head_dim, d_state = checkpoint.shape
     L = x_records.shape[2]
     if head_dim % 16 or head_dim > 128:
@@ -125,18 +127,22 @@ def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Ten
     if L > MAX_L_CUDA:
         return f"L {L}; the CUDA step takes L <= {MAX_L_CUDA}"
     for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
-        if t.stride(3) != 1 or t.data_ptr() % 16 or any((t.stride(d) * 2) % 16 for d in range(3)):
+        if t.stride(3) != 1 or t.data_ptr() % 16 or any((t.stride(d) * t.element_size()) % 16 for d in range(3)):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
+    if step_shared_bytes(head_dim, d_state, L, 2, checkpoint.element_size()) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+        return f"two stages of head_dim {head_dim} x d_state {d_state} {checkpoint.dtype} rows do not fit a multiprocessor"
     if x_records.stride(2) != head_dim:
         return f"x_records positions {x_records.stride(2)} elements apart; the CUDA step copies them as one range (head_dim)"
     return None
 
 
 def step_defines(
-    nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict
+    nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, state_bytes: int = 2
 ) -> Tuple[Tuple[str, int], ...]:
-    """The .cu file's -D constants for a shape, config and the optional-input flags."""
-    base = dict(NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas)
+    """The .cu file's -D constants for a shape, config, checkpoint element size and the
+    optional-input flags."""
+    base = dict(
+        CKPT_F32=int(state_bytes == 4),NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas)
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -157,10 +163,11 @@ def _flags(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Option
 
 
 def compile_step_ptx(
-    nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, arch: str = "sm_90"
+    nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, state_bytes: int = 2
 ) -> str:
-    """PTX of both entries for a shape (CPU: no GPU needed), for tests and the plugin export."""
-    return compile_program(SOURCE, arch, step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags), "ptx").decode()
+    """PTX of both entries for a shape for sm_90 (CPU: no GPU needed), for tests."""
+    defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
+    return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
 
 
 def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias) -> KernelArgs:
@@ -205,14 +212,16 @@ _TENSOR_MAPS: dict = {}
 
 
 def _checkpoint_maps(checkpoint: Tensor, head_dim: int) -> Tuple[bytes, bytes]:
-    """(load map: boxes of [64, head_dim], store map: boxes of [64, 16]) of the checkpoint,
-    cached by address, shape and strides (the cache's tensors live as long as the model)."""
+    """(load map: boxes of [128 bytes of columns, head_dim rows], store map: [128 bytes, 16
+    rows]) of the checkpoint, cached by address, shape and strides (the cache's tensors live as
+    long as the model)."""
     key = (checkpoint.data_ptr(), tuple(checkpoint.shape), checkpoint.stride(), checkpoint.device)
     maps = _TENSOR_MAPS.get(key)
     if maps is None:
         if len(_TENSOR_MAPS) > 256:
             _TENSOR_MAPS.clear()
-        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, (64, head_dim)), tensor_map_4d(checkpoint, (64, 16)))
+        cols = 128 // checkpoint.element_size()
+        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, (cols, head_dim)), tensor_map_4d(checkpoint, (cols, 16)))
     return maps
 
 
@@ -247,9 +256,10 @@ def launch_mamba2_replay_step_cuda(
         raise ValueError(f"mamba2_replay_step (CUDA): {reason}")
     batch, nheads, head_dim = x.shape
     d_state, ngroups, L = B.shape[2], B.shape[1], x_records.shape[2]
-    cfg = config or cuda_step_config(head_dim, d_state, L, batch)
-    defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus))
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages)
+    es = checkpoint.element_size()
+    cfg = config or cuda_step_config(head_dim, d_state, L, batch, es)
+    defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     device = x.device
     coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)

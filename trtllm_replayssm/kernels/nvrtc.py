@@ -201,19 +201,23 @@ def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], dev
 
 
 def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int], swizzle_128: bool = True) -> bytes:
-    """CUtensorMap (128 bytes) of a 4-D 16-bit tensor ``t`` (innermost dimension contiguous),
+    """CUtensorMap (128 bytes) of a 4-D bf16, fp16 or fp32 tensor ``t`` (innermost dimension contiguous),
     boxes of ``box`` = (innermost elements, second-dimension rows) and one index of the two
     outer dimensions, 128-byte swizzle. The caller checks the TMA rules (16-byte aligned base
     and strides, box inner bytes <= 128 with the swizzle)."""
     driver, _ = _bindings()
-    if t.dim() != 4 or t.element_size() != 2 or t.stride(3) != 1:
-        raise ValueError(f"tensor_map_4d: expected a 4-D 16-bit tensor with a contiguous last dim; got {tuple(t.shape)} {t.dtype} strides {t.stride()}")
-    dtype = {
+    types = {
         torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-    }[t.dtype]
+        torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    }
+    if t.dim() != 4 or t.dtype not in types or t.stride(3) != 1:
+        raise ValueError(
+            f"tensor_map_4d: expected a 4-D bf16, fp16 or fp32 tensor with a contiguous last dim; got "
+            f"{tuple(t.shape)} {t.dtype} strides {t.stride()}"
+        )
     dims = [driver.cuuint64_t(s) for s in reversed(t.shape)]
-    strides = [driver.cuuint64_t(t.stride(d) * 2) for d in (2, 1, 0)]
+    strides = [driver.cuuint64_t(t.stride(d) * t.element_size()) for d in (2, 1, 0)]
     boxes = [driver.cuuint32_t(box[0]), driver.cuuint32_t(box[1]), driver.cuuint32_t(1), driver.cuuint32_t(1)]
     elem = [driver.cuuint32_t(1)] * 4
     swizzle = (
@@ -221,7 +225,7 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int], swizzle_128: bool = Tru
     )
     tmap = _check(
         driver.cuTensorMapEncodeTiled(
-            dtype,
+            types[t.dtype],
             4,
             t.data_ptr(),
             dims,

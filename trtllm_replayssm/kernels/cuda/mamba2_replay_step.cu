@@ -1,7 +1,7 @@
-// ReplaySSM Mamba-2 decode step for sm_90, 16-bit (bf16) checkpoints and activations: two
-// launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
-// trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers: the
-// element type is bf16 handled as 16-bit integers, conversions and products in inline PTX.
+// ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16 or fp32 (CKPT_F32) checkpoints:
+// two launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
+// by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
+// bf16 is handled as 16-bit integers, conversions and products in inline PTX.
 //
 // 1. mamba2_replay_coefficients, one CTA of 16 warps per (group, batch row, 16 heads of the group),
 //    a warp a head:
@@ -17,27 +17,31 @@
 // 2. mamba2_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being
 //    one head of one batch row, u = b * NHEADS + h, all ROWS = head_dim rows of it. Warp
 //    CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it with
-//    one TMA tensor-map copy per 64 columns of the checkpoint rows (128-byte swizzle), one bulk
-//    copy of x records 0..w, one per B record row j <= w for a flush (padded rows), the
-//    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores (m16n8k16, C as column 0), the record
-//    term sum_j coef_j x_j from shared memory, y = decay (S0 . C) + records + D x, gated by
-//    silu(z). The producer of a row's head-0 unit writes the new cursor (0 after a flush, else
-//    w+1) once the coefficient grid is complete. A flush unit (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor
-//    cores (s_j x_j in three bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to
-//    bf16 in the stage and stores its 16 rows with a TMA tensor store (whole sectors).
+//    one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
+//    bulk copy of x records 0..w, one per B record row j <= w for a flush (padded rows), the
+//    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores with C as
+//    column 0 (bf16 rows: m16n8k16 bf16 products; fp32 rows: m16n8k8 TF32 products of their hi
+//    and lo parts, ~2^-21), the record term sum_j coef_j x_j from shared memory, y = decay
+//    (S0 . C) + records + D x, gated by silu(z). The producer of a row's head-0 unit writes the
+//    new cursor (0 after a flush, else w+1) once the coefficient grid is complete. A flush unit
+//    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
+//    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
+//    the stage and stores its 16 rows with TMA tensor stores (whole sectors).
 //
-// Compile-time constants (-D): NHEADS, NGROUPS, ROWS (head_dim, a multiple of 16, <= 128), DSTATE (a
-// multiple of 64, <= 256), LREC (L, <= 32), LP (L rounded up to 16), STAGES, HAS_D,
-// D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of
-// dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
+// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
+// (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
+// (L rounded up to 16), STAGES, MIN_CTAS, HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and
+// the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
 
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define CONSUMERS (ROWS / 16)
-#define NBOX (DSTATE / 64)                 // 64-column (128-byte) boxes of a checkpoint row
-#define CKPT_BYTES (ROWS * DSTATE * 2)
+#define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
+#define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
+#define NBOX (DSTATE / BOXC)                // boxes of a checkpoint row
+#define CKPT_BYTES (ROWS * DSTATE * ES)
 #define X_BYTES (LP * ROWS * 2)
 #define B_PITCH (DSTATE * 2 + 16)           // padded: ldmatrix rows 16 bytes apart in banks
 #define B_BYTES (LP * B_PITCH)
@@ -52,6 +56,7 @@ typedef unsigned long long u64;
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
 struct __align__(64) TensorMap { u64 opaque[16]; };
+struct __align__(8) Pair { float x, y; };
 
 // Dynamic shared memory the step kernel indexes (bytes): the launcher's step_shared_bytes must
 // equal it (a CPU test reads this from the PTX).
@@ -152,9 +157,34 @@ __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int 
 // swizzle (16-byte chunk index XOR row % 8; the box starts 1024-byte aligned).
 __device__ __forceinline__ u32 swizzle128(u32 r, u32 cb) { return r * 128u + ((((cb >> 4) ^ (r & 7u)) << 4) | (cb & 15u)); }
 
-// Offset of checkpoint element (row, col) in a stage: boxes of 64 columns, each [ROWS][128 B].
+// Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
-  return (col >> 6) * (ROWS * 128u) + swizzle128(row, (col & 63u) * 2u);
+  return (col / BOXC) * (ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
+}
+
+// Checkpoint elements (row, col) and (row, col + 1) of a stage as fp32 (col even), and back,
+// rounded to the checkpoint dtype.
+__device__ __forceinline__ void load_pair(const unsigned char* stage, u32 row, u32 col, float& a, float& b) {
+#if CKPT_F32
+  const Pair v = *(const Pair*)(stage + ckpt_offset(row, col));
+  a = v.x;
+  b = v.y;
+#else
+  const u32 v = *(const u32*)(stage + ckpt_offset(row, col));
+  a = bf16_to_f32((u16)(v & 0xffffu));
+  b = bf16_to_f32((u16)(v >> 16));
+#endif
+}
+
+__device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 col, float a, float b) {
+#if CKPT_F32
+  Pair v;
+  v.x = a;
+  v.y = b;
+  *(Pair*)(stage + ckpt_offset(row, col)) = v;
+#else
+  *(u32*)(stage + ckpt_offset(row, col)) = pack_bf16x2(a, b);
+#endif
 }
 
 __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
@@ -173,6 +203,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u3
 __device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += a b, m16n8k8, TF32 inputs (fp32 bit patterns, low 13 mantissa bits ignored), fp32 accumulators.
+__device__ __forceinline__ void mma_tf32(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -373,7 +412,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const u32 full = bars + 8 * i;
       if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
       __syncwarp();
-      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * 64, 0, u % NHEADS, slot, full);
+      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
@@ -409,7 +448,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       __syncwarp();
       if (slot >= 0) {
-        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * 64, 0, h, slot, full);
+        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
         // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
         if (flush && lane <= w)
@@ -450,10 +489,31 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const float* cf = (const float*)(gstage + OFF_COEF);
       const int w = ((const int*)cf)[2 * LP + 1];
       const float decay = cf[2 * LP];
-      // S0 . C: A = the warp's 16 checkpoint rows (ldmatrix from the swizzled boxes), B = C as
-      // column 0 (lanes 0-3 hold it), fp32 accumulators.
+      // S0 . C on tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact
+      // in both input types), fp32 accumulators.
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const u16* cs = (const u16*)(gstage + OFF_C);
+#if CKPT_F32
+      // m16n8k8 TF32, the fp32 rows as hi (TF32) + lo parts: ~2^-21 of S0.
+#pragma unroll
+      for (int k0 = 0; k0 < DSTATE; k0 += 8) {
+        u32 hi[4], lo[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float v = *(const float*)(gstage + ckpt_offset(r0 + gq + 8 * (q & 1), k0 + tq + 4 * (q >> 1)));
+          hi[q] = __float_as_uint(v) & 0xffffe000u;
+          lo[q] = __float_as_uint(v - __uint_as_float(hi[q]));
+        }
+        u32 b0 = 0, b1 = 0;
+        if (gq == 0) {
+          b0 = ((u32)cs[k0 + tq]) << 16;
+          b1 = ((u32)cs[k0 + tq + 4]) << 16;
+        }
+        mma_tf32(acc, hi[0], hi[1], hi[2], hi[3], b0, b1);
+        mma_tf32(acc, lo[0], lo[1], lo[2], lo[3], b0, b1);
+      }
+#else
+      // m16n8k16 bf16, A = the warp's 16 rows by ldmatrix from the swizzled boxes.
       const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
       for (int k0 = 0; k0 < DSTATE; k0 += 16) {
@@ -466,6 +526,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         }
         mma_bf16(acc, a0, a1, a2, a3, b0, b1);
       }
+#endif
       // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j.
       const u16* xs = (const u16*)(gstage + OFF_X);
       float rec = 0.0f;
@@ -485,20 +546,20 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
       }
       if (w == LREC - 1) {
-        // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, one 64-column box
-        // at a time (8 n tiles of 8 columns), rounded into the stage in place.
+        // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, 64 columns at a time
+        // (8 n tiles of 8 columns), rounded into the stage in place.
         const float* wgt = cf + LP;
         const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
 #pragma unroll 1
-        for (int bx = 0; bx < NBOX; ++bx) {
+        for (int cb = 0; cb < DSTATE / 64; ++cb) {
           float s[8][4];
 #pragma unroll
           for (int n = 0; n < 8; ++n) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-              const u32 v = *(const u32*)(gstage + ckpt_offset(r0 + gq + 8 * half, bx * 64 + n * 8 + 2 * tq));
-              s[n][2 * half] = decay * bf16_to_f32((u16)(v & 0xffffu));
-              s[n][2 * half + 1] = decay * bf16_to_f32((u16)(v >> 16));
+              load_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
+              s[n][2 * half] *= decay;
+              s[n][2 * half + 1] *= decay;
             }
           }
 #pragma unroll
@@ -524,7 +585,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #pragma unroll
             for (int n = 0; n < 8; n += 2) {
               u32 b0, b1, b2, b3;
-              ldmatrix_x4_trans(stage + OFF_B + k * B_PITCH + (bx * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
+              ldmatrix_x4_trans(stage + OFF_B + k * B_PITCH + (cb * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
               mma_bf16(s[n], ah[0], ah[1], ah[2], ah[3], b0, b1);
               mma_bf16(s[n], am[0], am[1], am[2], am[3], b0, b1);
               mma_bf16(s[n], al[0], al[1], al[2], al[3], b0, b1);
@@ -536,10 +597,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #pragma unroll
           for (int n = 0; n < 8; ++n) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const u32 off = ckpt_offset(r0 + gq + 8 * half, bx * 64 + n * 8 + 2 * tq);
-              *(u32*)(gstage + off) = pack_bf16x2(s[n][2 * half], s[n][2 * half + 1]);
-            }
+            for (int half = 0; half < 2; ++half)
+              store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
           }
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -547,7 +606,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         if (lane == 0) {
 #pragma unroll
           for (int bx = 0; bx < NBOX; ++bx)
-            tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * 64, r0, h, slot);
+            tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * BOXC, r0, h, slot);
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         }
