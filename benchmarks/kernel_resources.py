@@ -1,5 +1,7 @@
 """Registers per thread, spill bytes and shared memory of each Triton kernel at its default
-launch configuration, compiled for an NVIDIA architecture on a machine without a GPU.
+launch configuration, compiled for an NVIDIA architecture on a machine without a GPU; for the
+Mamba-2 replay step at sm_90 also the CUDA C++ step's two kernels (bf16 and fp32 checkpoints,
+NVRTC, ``cuda_step_resources``).
 
     python benchmarks/kernel_resources.py                        # every kernel, sm_90a, batch 256, T 4, L 16
     python benchmarks/kernel_resources.py --family gdn kda --T 2 4 8
@@ -40,12 +42,14 @@ sys.path[:0] = [os.path.join(HERE, "..")]
 
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.kernels.common import LaunchConfig
+from trtllm_replayssm.kernels.nvrtc import compile_program
 from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decode_step
 from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
 from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
 from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+from trtllm_replayssm.kernels.mamba2_replay_cuda import SOURCE, cuda_step_config, step_defines, step_shared_bytes
 from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
 from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
@@ -137,6 +141,33 @@ def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
     if regs is None or spills is None:
         raise RuntimeError(f"kernel_resources: unexpected ptxas report for {name}:\n{report}")
     return KernelResources(name, int(regs.group(1)), int(spills.group(1)), int(spills.group(2)), int(kernel.metadata.shared))
+
+
+def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
+    """[KernelResources] of the CUDA Mamba-2 step's two kernels (kernels/cuda/mamba2_replay_step.cu)
+    at the launch table's configuration for the Mamba-2 geometry, a bf16 (``state_bytes`` 2) or
+    fp32 (4) checkpoint, compiled by NVRTC for sm_90 and read with Triton's bundled cuobjdump
+    (``shared``: the step kernel's dynamic shared memory, the coefficient kernel's static;
+    ``spill_stores`` / ``spill_loads``: both the kernel's local memory bytes)."""
+    H, P, N, G = GEOMETRIES[MAMBA2]
+    cfg = cuda_step_config(P, N, L, 256, state_bytes)
+    flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
+    cubin = compile_program(SOURCE, "sm_90", step_defines(H, G, P, N, L, cfg, flags, state_bytes))
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "step.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        report = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True).stdout
+    out = []
+    for name, regs, static, local in re.findall(r"Function (\w+):\s+REG:(\d+) STACK:\d+ SHARED:(\d+) LOCAL:(\d+)", report):
+        step = name == "mamba2_replay_step"
+        shared = step_shared_bytes(P, N, L, cfg.stages, state_bytes) if step else int(static)
+        # cuobjdump reports local memory, not stores and loads apart: both columns show it
+        out.append(KernelResources(f"{name}({cfg.label()})", int(regs), int(local), int(local), shared))
+    if len(out) != 2:
+        raise RuntimeError(f"kernel_resources: unexpected cuobjdump report:\n{report}")
+    return out
 
 
 def _mamba2_launch(route: str, batch: int, T: int, L: int, config) -> None:
@@ -256,7 +287,11 @@ def main(argv=None) -> None:
         for route in args.route:
             for batch in args.batch:
                 for T in args.T if route.endswith("verify") else [1]:
-                    for r in kernel_resources(family, route, batch=batch, T=T, L=args.L, arch=args.arch):
+                    rows = kernel_resources(family, route, batch=batch, T=T, L=args.L, arch=args.arch)
+                    if (family, route, args.arch) == (MAMBA2, "replay_step", 90):
+                        # the op's route for bf16 checkpoints at batch >= 16 (fp32: forced only)
+                        rows += cuda_step_resources(args.L, 2) + cuda_step_resources(args.L, 4)
+                    for r in rows:
                         print(
                             f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "
                             f"{f'{r.spill_stores}/{r.spill_loads}':>12} {r.shared:>7}  {r.kernel}"
