@@ -1,6 +1,8 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
 for bf16 checkpoints and activations on sm_90 where it was measured faster than the Triton
-kernel (docs/kernel-notes.md, "CUDA step, rebuilt").
+kernel (docs/kernel-notes.md, "CUDA step, rebuilt"). fp32 checkpoints are compiled and modelled
+on the CPU but have not run on a GPU yet: only ``kernel="cuda"`` launches them, the op's route
+keeps them on Triton.
 
 Two launches per step on the current stream: a coefficient launch per (row, group) and a
 persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and flush).
@@ -246,7 +248,9 @@ def launch_mamba2_replay_step_cuda(
     out: Tensor,
     config: Optional[CudaStepConfig] = None,
 ) -> Tensor:
-    """The CUDA replay step on the cache tensors; arguments already checked by the op.
+    """The CUDA replay step on the cache tensors; arguments already checked by the op, in the
+    Triton launcher's order (``arrivals`` is not used: the step kernel advances the cursor after
+    the coefficient grid, with no arrival count; it stays zero).
 
     Raises:
         ValueError: when :func:`cuda_step_unsupported` names a reason (nothing is launched).
