@@ -2,6 +2,8 @@
 against the float64 oracle (flushes, padding rows, poisoned unused slots and record positions),
 CUDA graphs bit for bit, the op's route, spill-free launch-table shapes, refusals."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -54,16 +56,25 @@ STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
 @needs_sm90
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
-@pytest.mark.parametrize("state", list(STATES))
-def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state):
-    """Every shape with a bf16 and (forced: the automatic route takes bf16 only) an fp32
-    checkpoint, except fp32 rows too large for two stages."""
-    from trtllm_replayssm.kernels.mamba2_replay_cuda import SMEM_PER_SM, SMEM_RESERVED_PER_CTA, step_shared_bytes
+@pytest.mark.parametrize("state,form", [("bf16", "small"), ("bf16", "two_launch"), ("f32", "two_launch")])
+def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
+    """Every shape with a bf16 checkpoint in both forms (the one-launch small form is the table's
+    below batch 16) and with an fp32 one (forced: the automatic route takes bf16 only), except
+    fp32 rows too large for two stages."""
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import (
+        SMEM_PER_SM,
+        SMEM_RESERVED_PER_CTA,
+        cuda_step_config,
+        step_shared_bytes,
+    )
 
-    if step_shared_bytes(g.head_dim, g.d_state, L, 2, STATES[state].itemsize) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    es = STATES[state].itemsize
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
+    table = cuda_step_config(g.head_dim, g.d_state, L, 256, es)
+    cfg = dataclasses.replace(table, small=form == "small")
     worst = drive_replay(
-        replay_cuda,
+        lambda *a: replay_cuda(*a, config=cfg),
         g,
         L,
         STATES[state],
@@ -82,13 +93,13 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state):
 
 
 @needs_sm90
-@pytest.mark.parametrize("stages,pdl", [(2, True), (3, False), (1, True)])
-def test_cuda_step_configs_agree(stages, pdl):
-    """Every stage count and both launch forms: same results as the launch table's (the ring's
-    wrap-around at 1-3 stages, the programmatic dependent launch)."""
+@pytest.mark.parametrize("stages,pdl,small", [(2, True, False), (3, False, False), (1, True, False), (2, True, True)])
+def test_cuda_step_configs_agree(stages, pdl, small):
+    """Every stage count, with and without programmatic dependent launch, and the small form at
+    batch 40 (the ring's wrap-around at 1-3 stages; many CTAs a row for the arrival count)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl)
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, small=small)
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",
@@ -99,9 +110,14 @@ def test_cuda_step_configs_agree(stages, pdl):
 
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
-def test_cuda_step_graph_equals_eager(L):
-    """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
+@pytest.mark.parametrize("small", [False, True], ids=["two_launch", "small"])
+def test_cuda_step_graph_equals_eager(L, small):
+    """One captured step (both launches, or the small form) replayed 3L times equals 3L eager
+    steps, bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
+
+    cfg = dataclasses.replace(cuda_step_config(64, 128, L, 20), small=small)
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
@@ -119,16 +135,16 @@ def test_cuda_step_graph_equals_eager(L):
     out_g = torch.full_like(static["x"], 42.0)
     out_e = out_g.clone()
     warm = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(caches[0]).items()})
-    replay_cuda(warm, static, p, slots, out_g.clone())
+    replay_cuda(warm, static, p, slots, out_g.clone(), config=cfg)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        replay_cuda(caches[0], static, p, slots, out_g)
+        replay_cuda(caches[0], static, p, slots, out_g, config=cfg)
     for inp in inputs:
         for k, v in inp.items():
             if v is not None:
                 static[k].copy_(v)
         graph.replay()
-        replay_cuda(caches[1], inp, p, slots, out_e)
+        replay_cuda(caches[1], inp, p, slots, out_e, config=cfg)
         torch.cuda.synchronize()
         assert torch.equal(out_g, out_e)
     for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):

@@ -44,20 +44,27 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
+SMALL_BATCH = 16  # below it the launch table takes the one-launch small form (bf16; not yet timed)
+SMALL_THREADS = 128  # mamba2_replay_small's CTA (the .cu file's SMALL_WARPS)
 COEF_THREADS = 512  # the coefficient launch's CTA: 16 warps, a head each (the .cu file's COEF_WARPS)
 
 
 @dataclass(frozen=True)
 class CudaStepConfig:
-    """How the step kernel runs: ``stages`` units in flight per CTA (shared-memory ring),
-    ``min_ctas`` the resident CTAs per multiprocessor its registers are capped for, and ``pdl``
-    (the step kernel launched as a programmatic dependent of the coefficient launch)."""
+    """How the step runs: ``small`` (one launch, a CTA per (head, row): ``mamba2_replay_small``,
+    bf16 checkpoints) or the two launches, whose persistent step kernel keeps ``stages`` units
+    in flight per CTA (shared-memory ring), is register-capped for ``min_ctas`` resident CTAs per
+    multiprocessor, and is launched as a programmatic dependent of the coefficient launch when
+    ``pdl``."""
 
     stages: int
     min_ctas: int
     pdl: bool
+    small: bool = False
 
     def label(self) -> str:
+        if self.small:
+            return "cuda,small"
         return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}"
 
 
@@ -93,14 +100,15 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
-    ``batch`` is kept for the table's interface (no row depends on it today). fp32 checkpoints
-    (``state_bytes`` 4) take the same rule, not yet timed."""
+    Below ``SMALL_BATCH`` a bf16 checkpoint takes the one-launch small form (written for batch
+    1's latency, not yet timed: the op's route sends those batches to Triton). fp32 checkpoints
+    (``state_bytes`` 4) take the two launches, not yet timed either."""
     threads = (head_dim // 16 + 1) * 32
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (threads * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True)
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=batch < SMALL_BATCH and state_bytes == 2)
 
 
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
@@ -210,6 +218,33 @@ def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cur
     )  # fmt: skip
 
 
+def small_args(
+    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
+) -> KernelArgs:
+    """Parameters of ``mamba2_replay_small``, in the .cu file's order (absent optional inputs are
+    other tensors' pointers, never read)."""
+    bias = dt_bias if dt_bias is not None else A
+    DD = D if D is not None else A
+    zz = z if z is not None else x
+    return (
+        KernelArgs()
+        .ptr(checkpoint).i64(checkpoint.stride(0)).i64(checkpoint.stride(1)).i64(checkpoint.stride(2))
+        .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1))
+        .ptr(dt_records).i64(dt_records.stride(0)).i64(dt_records.stride(1))
+        .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
+        .ptr(cursor).ptr(arrivals)
+        .ptr(x).i64(x.stride(0)).i64(x.stride(1))
+        .ptr(dt).i64(dt.stride(0)).i64(dt.stride(1))
+        .ptr(A).ptr(bias)
+        .ptr(DD).i64(DD.stride(0))
+        .ptr(zz).i64(zz.stride(0)).i64(zz.stride(1))
+        .ptr(B).i64(B.stride(0)).i64(B.stride(1))
+        .ptr(C).i64(C.stride(0)).i64(C.stride(1))
+        .ptr(out).i64(out.stride(0)).i64(out.stride(1))
+        .ptr(slot_ids)
+    )  # fmt: skip
+
+
 _TENSOR_MAPS: dict = {}
 
 
@@ -249,8 +284,8 @@ def launch_mamba2_replay_step_cuda(
     config: Optional[CudaStepConfig] = None,
 ) -> Tensor:
     """The CUDA replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order (``arrivals`` is not used: the step kernel advances the cursor after
-    the coefficient grid, with no arrival count; it stays zero).
+    Triton launcher's order (``arrivals``: the small form's cursor advance counts its CTAs there;
+    the two-launch form advances the cursor after the coefficient grid and leaves it zero).
 
     Raises:
         ValueError: when :func:`cuda_step_unsupported` names a reason (nothing is launched).
@@ -263,11 +298,20 @@ def launch_mamba2_replay_step_cuda(
     es = checkpoint.element_size()
     cfg = config or cuda_step_config(head_dim, d_state, L, batch, es)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     device = x.device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    if cfg.small:
+        if es != 2:
+            raise ValueError(f"mamba2_replay_step (CUDA): the small form takes bf16 checkpoints; got {checkpoint.dtype}")
+        kernel = load_kernel(SOURCE, "mamba2_replay_small", defines, device, 0)
+        args = small_args(
+            checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
+        )
+        kernel.launch((nheads, batch), SMALL_THREADS, 0, stream, args)
+        return out
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
-    stream = torch.cuda.current_stream(device).cuda_stream
 
     coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
     c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
