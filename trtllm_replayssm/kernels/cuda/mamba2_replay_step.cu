@@ -225,6 +225,37 @@ __device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo
   lo = r - mid;
 }
 
+// ------------------------------------------------------------------ per-head weights
+
+// The step's processed dt of head h, row b: softplus(dt + dt_bias) (identity above 20).
+__device__ __forceinline__ float step_dt(const void* dt, long long sdt_batch, long long sdt_head, const void* dt_bias,
+                                         int b, int h) {
+  float v = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
+#if HAS_DT_BIAS
+  v += load_f32<DTB_CODE>(dt_bias, h);
+#endif
+#if DT_SOFTPLUS
+  v = v <= 20.0f ? log1pf(__expf(v)) : v;
+#endif
+  return v;
+}
+
+// Lane j's record weight s_j of one head (the whole warp calls it): dt_j exp(A (dt + sum_{j<i<w}
+// dt_i)) for j < w, dt at j == w, zero after, from exact suffix sums (inclusive v_j by a warp
+// scan, then later_j = v_{j+1}: no prefix subtraction). ``total``: sum_{j<w} dt_j.
+__device__ __forceinline__ float record_weight(float dtj, float dth, float a, int w, int lane, float& total) {
+  float v = lane < w ? dtj : 0.0f;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float t = __shfl_down_sync(0xffffffffu, v, o);
+    if (lane + o < 32) v += t;
+  }
+  float later = __shfl_down_sync(0xffffffffu, v, 1);
+  if (lane == 31) later = 0.0f;
+  total = __shfl_sync(0xffffffffu, v, 0);
+  return lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
+}
+
 // ------------------------------------------------------------------ launch 1: coefficients
 
 #define HPG (NHEADS / NGROUPS)                   // heads per group
@@ -270,13 +301,7 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
   const int hl = split * HPC + warp;
   const bool active = warp < HPC && hl < HPG;
   const int h = g * HPG + min(hl, HPG - 1);
-  float dth = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
-#if HAS_DT_BIAS
-  dth += load_f32<DTB_CODE>(dt_bias, h);
-#endif
-#if DT_SOFTPLUS
-  dth = dth <= 20.0f ? log1pf(__expf(dth)) : dth;
-#endif
+  const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
   const float a = A[h];
   const u16* xrow = x + b * sx_batch + h * sx_head;
   u16 xv[XPL];
@@ -330,19 +355,9 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
   __syncthreads();
   const float bc = lane < LP ? bc_shared[lane] : 0.0f;  // lane j: B_j . C (the step's B at w)
 
-  // Inclusive suffix sums v_j = sum_{i >= j} dt_i over the records (zero from w), then
-  // later_j = v_{j+1}: the sums are exact suffixes, no prefix subtraction.
-  float v = lane < w ? dtj : 0.0f;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float t = __shfl_down_sync(0xffffffffu, v, o);
-    if (lane + o < 32) v += t;
-  }
-  float later = __shfl_down_sync(0xffffffffu, v, 1);
-  if (lane == 31) later = 0.0f;
-  const float total = __shfl_sync(0xffffffffu, v, 0);
+  float total;
+  const float s = record_weight(dtj, dth, a, w, lane, total);
   if (active) {
-    const float s = lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
     float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
     if (lane < LP) {
       blk[lane] = s * bc;
@@ -681,13 +696,7 @@ extern "C" __global__ void __launch_bounds__(SMALL_WARPS * 32) mamba2_replay_sma
   float dtj = 0.0f, dth = 0.0f;
   if (warp == 0) {
     dtj = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
-    dth = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
-#if HAS_DT_BIAS
-    dth += load_f32<DTB_CODE>(dt_bias, h);
-#endif
-#if DT_SOFTPLUS
-    dth = dth <= 20.0f ? log1pf(__expf(dth)) : dth;
-#endif
+    dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
   }
   __syncthreads();
   // The step's x and B become record w (records past w are never used).
@@ -707,18 +716,10 @@ extern "C" __global__ void __launch_bounds__(SMALL_WARPS * 32) mamba2_replay_sma
   }
   __syncthreads();
   if (warp == 0) {
-    // Weights as in the coefficient launch: exact suffix sums, s_j, coef_j, decay.
+    // Weights as in the coefficient launch: s_j, coef_j, decay.
     const float a = A[h];
-    float v = lane < w ? dtj : 0.0f;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float t = __shfl_down_sync(0xffffffffu, v, o);
-      if (lane + o < 32) v += t;
-    }
-    float later = __shfl_down_sync(0xffffffffu, v, 1);
-    if (lane == 31) later = 0.0f;
-    const float total = __shfl_sync(0xffffffffu, v, 0);
-    const float s = lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
+    float total;
+    const float s = record_weight(dtj, dth, a, w, lane, total);
     if (lane < LP) {
       coef_s[lane] = s * bc_s[lane];
       wgt_s[lane] = s;
