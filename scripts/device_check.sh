@@ -6,7 +6,9 @@
 #   TESTS   test paths, each run as its own pytest with its own log and time limit
 #           (default: tests; e.g. TESTS="tests/gpu/test_spec_gpu.py tests/spec")
 #   BENCH   benchmarks to run (default: "mamba2 gdn kda"; also "spec" = spec_verify.py,
-#           "model" = model_decode.py; BENCH=none runs none)
+#           "model" = model_decode.py, "ckpt" = checkpoint_speed.py, "cuda" = mamba2_cuda_probe.py
+#           with CUDA_PROBE_ARGS, default "--batch 1 4 8 16 64 256 --configs small 2,3,pdl";
+#           BENCH=none runs none)
 #   PART_TIMEOUT  seconds for each test path and each benchmark (default 540)
 #   JOBS    test paths run at once (default 1; the tests' own times are not measurements, so
 #           several can share the GPU: 4 ran the GDN/KDA and spec GPU tests in 330 s instead of
@@ -40,14 +42,19 @@ for b in ${BENCH:-mamba2 gdn kda}; do
     gdn|kda) cmd=(benchmarks/gated_delta_decode.py --family "$b") ;;
     spec) cmd=(benchmarks/spec_verify.py) ;;
     model) cmd=(benchmarks/model_decode.py) ;;
+    ckpt) cmd=(benchmarks/checkpoint_speed.py) ;;
+    cuda) read -ra probe <<< "${CUDA_PROBE_ARGS:---batch 1 4 8 16 64 256 --configs small 2,3,pdl}"
+          cmd=(benchmarks/mamba2_cuda_probe.py "${probe[@]}") ;;
     *) echo "unknown benchmark $b"; status=1; continue ;;
   esac
-  if [[ "${1:-}" == "--sweep" && "$b" != "model" ]]; then
+  if [[ "${1:-}" == "--sweep" && "$b" != "model" && "$b" != "ckpt" && "$b" != "cuda" ]]; then
     sweep=(--sweep --batch 1 16 64 256 --L 16)
     [[ "$b" == "spec" ]] && sweep=(--sweep --T 4 --batch 16 256)
     timeout "$LIMIT" python3 "${cmd[@]}" "${sweep[@]}" > "$OUT/sweep_$b.log" 2>&1 || status=1
   fi
-  timeout "$LIMIT" python3 "${cmd[@]}" --out-dir "$OUT" > "$OUT/bench_$b.log" 2>&1 || status=1
+  out=(--out-dir "$OUT")
+  [[ "$b" == "cuda" ]] && out=()  # the probe prints only
+  timeout "$LIMIT" python3 "${cmd[@]}" "${out[@]}" > "$OUT/bench_$b.log" 2>&1 || status=1
   grep -v "^#" "$OUT/bench_$b.log" | tail -40
 done
 exit $status
