@@ -4,7 +4,7 @@
 #   bash scripts/device_check.sh --sweep    also the decode launch-configuration sweeps
 # The whole run takes longer than one 10-minute device call; split it:
 #   TESTS   test paths, each run as its own pytest with its own log and time limit
-#           (default: tests; e.g. TESTS="tests/gpu/test_spec_gpu.py tests/spec")
+#           (default: tests; e.g. TESTS="tests/gpu/test_spec_gpu.py tests/spec"; TESTS=none runs none)
 #   BENCH   benchmarks to run (default: "mamba2 gdn kda"; also "spec" = spec_verify.py,
 #           "model" = model_decode.py, "ckpt" = checkpoint_speed.py, "cuda" = mamba2_cuda_probe.py
 #           with CUDA_PROBE_ARGS, default "--batch 1 4 8 16 64 256 --configs small 2,3,pdl";
@@ -31,6 +31,7 @@ run_tests() {  # one test path, its log in $OUT; prints its summary line
   return $rc
 }
 for t in ${TESTS:-tests}; do
+  [[ "$t" == none ]] && continue
   while (( $(jobs -rp | wc -l) >= ${JOBS:-1} )); do wait -n || status=1; done
   run_tests "$t" &
 done
