@@ -25,6 +25,7 @@ import torch
 
 from torch import Tensor
 
+from .gated_delta_common import multiprocessor_count
 from .nvrtc import KernelArgs, compile_program, load_kernel, tensor_map_4d
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "cuda_step_unsupported",
     "step_defines",
     "step_shared_bytes",
+    "step_threads",
     "coefficient_floats",
     "coefficient_split",
     "launch_mamba2_replay_step_cuda",
@@ -94,6 +96,11 @@ def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_by
     return stages * stage + 1024 + 16 * stages
 
 
+def step_threads(head_dim: int) -> int:
+    """Threads of a step-kernel CTA: a consumer warp per 16 rows and the producer warp."""
+    return (head_dim // 16 + 1) * 32
+
+
 def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int = 2) -> CudaStepConfig:
     """The launch table (H200-measured, docs/kernel-notes.md "CUDA step, rebuilt"): two stages
     (three were no faster at any batch), as many CTAs per multiprocessor as shared memory and a
@@ -103,9 +110,8 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     Below ``SMALL_BATCH`` a bf16 checkpoint takes the one-launch small form (written for batch
     1's latency, not yet timed: the op's route sends those batches to Triton). fp32 checkpoints
     (``state_bytes`` 4) take the two launches, not yet timed either."""
-    threads = (head_dim // 16 + 1) * 32
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
-    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (threads * 128))
+    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=batch < SMALL_BATCH and state_bytes == 2)
@@ -114,8 +120,8 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
     """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, a bf16 or
     fp32 checkpoint (fp32: compiled and modelled on the CPU, not yet run on a GPU; the op's
-    automatic route takes bf16 only), bf16 activations, head_dim a multiple of 16 up to 128, d_state a multiple of 64
-    up to 256, L <= 32, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
+    automatic route takes bf16 only), bf16 activations, head_dim a multiple of 16 up to 128,
+    d_state a multiple of 64 up to 256, L <= 32, two stages fitting a multiprocessor, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
     head and position strides of the checkpoint and the records, x records' positions dense."""
     if checkpoint.device.type != "cuda":
         return "not a CUDA tensor"
@@ -151,8 +157,8 @@ def step_defines(
 ) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
-    base = dict(
-        CKPT_F32=int(state_bytes == 4),NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas)
+    base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas)
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -175,7 +181,7 @@ def _flags(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Option
 def compile_step_ptx(
     nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, state_bytes: int = 2
 ) -> str:
-    """PTX of both entries for a shape for sm_90 (CPU: no GPU needed), for tests."""
+    """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
     return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
 
@@ -318,8 +324,8 @@ def launch_mamba2_replay_step_cuda(
     coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
     coef_kernel.launch((ngroups * coefficient_split(nheads // ngroups), batch), COEF_THREADS, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
-    threads = (head_dim // 16 + 1) * 32
-    grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * torch.cuda.get_device_properties(device).multi_processor_count)
+    threads = step_threads(head_dim)
+    grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
     step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
     return out

@@ -200,7 +200,7 @@ def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], dev
     return kernel
 
 
-def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int], swizzle_128: bool = True) -> bytes:
+def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
     """CUtensorMap (128 bytes) of a 4-D bf16, fp16 or fp32 tensor ``t`` (innermost dimension contiguous),
     boxes of ``box`` = (innermost elements, second-dimension rows) and one index of the two
     outer dimensions, 128-byte swizzle. The caller checks the TMA rules (16-byte aligned base
@@ -220,9 +220,6 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int], swizzle_128: bool = Tru
     strides = [driver.cuuint64_t(t.stride(d) * t.element_size()) for d in (2, 1, 0)]
     boxes = [driver.cuuint32_t(box[0]), driver.cuuint32_t(box[1]), driver.cuuint32_t(1), driver.cuuint32_t(1)]
     elem = [driver.cuuint32_t(1)] * 4
-    swizzle = (
-        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128 else driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
-    )
     tmap = _check(
         driver.cuTensorMapEncodeTiled(
             types[t.dtype],
@@ -233,7 +230,7 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int], swizzle_128: bool = Tru
             boxes,
             elem,
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzle,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         ),
