@@ -172,3 +172,13 @@ def test_nvrtc_compile_error_carries_the_log(tmp_path, monkeypatch):
     (tmp_path / "bad.cu").write_text('extern "C" __global__ void k() { undeclared_thing(); }\n')
     with pytest.raises(RuntimeError, match="undeclared_thing"):
         nvrtc.compile_program("bad.cu", "sm_90", ())
+
+
+def test_tensor_map_key_tells_apart_dtypes_at_one_address():
+    """A freed bf16 checkpoint's address handed to an fp32 one must not find the bf16 maps."""
+    raw = torch.zeros(2 * 3 * 16 * 64, dtype=torch.float32)
+    f32 = raw.view(2, 3, 16, 64)
+    bf16 = raw[: raw.numel() // 2].view(torch.bfloat16)[: 2 * 3 * 16 * 64].view(2, 3, 16, 64)
+    assert f32.data_ptr() == bf16.data_ptr() and f32.shape == bf16.shape and f32.stride() == bf16.stride()
+    assert mc.tensor_map_key(f32) != mc.tensor_map_key(bf16)
+    assert mc.tensor_map_key(f32) == mc.tensor_map_key(f32.view(2, 3, 16, 64))

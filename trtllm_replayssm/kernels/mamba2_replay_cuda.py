@@ -254,11 +254,20 @@ def small_args(
 _TENSOR_MAPS: dict = {}
 
 
+def tensor_map_key(t: Tensor) -> tuple:
+    """Everything a tensor map of ``t`` encodes: address, dtype (element size and data type),
+    shape, strides and device. The caching allocator hands a freed tensor's address to the next
+    one, so a key without the dtype gave an fp32 checkpoint the bf16 map of an earlier tensor
+    (strides in bytes halved: stores landed in other slots; found by the GPU test's unused-slot
+    check, 2026-12-02)."""
+    return (t.data_ptr(), t.dtype, tuple(t.shape), t.stride(), t.device)
+
+
 def _checkpoint_maps(checkpoint: Tensor, head_dim: int) -> Tuple[bytes, bytes]:
     """(load map: boxes of [128 bytes of columns, head_dim rows], store map: [128 bytes, 16
-    rows]) of the checkpoint, cached by address, shape and strides (the cache's tensors live as
-    long as the model)."""
-    key = (checkpoint.data_ptr(), tuple(checkpoint.shape), checkpoint.stride(), checkpoint.device)
+    rows]) of the checkpoint, cached by :func:`tensor_map_key` (the cache's tensors live as long as
+    the model)."""
+    key = tensor_map_key(checkpoint)
     maps = _TENSOR_MAPS.get(key)
     if maps is None:
         if len(_TENSOR_MAPS) > 256:
