@@ -8,7 +8,7 @@ benchmarks/mamba2_decode.py times them.
 
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl 3,3,nopdl 2,2,nopdl
 
-A configuration is ``stages,min_ctas,pdl|nopdl`` or ``small`` (``CudaStepConfig``); a configuration forces the
+A configuration is ``stages,min_ctas,pdl|nopdl[,rows]`` (``CudaStepConfig``); a configuration forces the
 CUDA step, so ``--state f32 --configs 2,2,pdl`` times it with an fp32 checkpoint, which the
 op's route keeps on Triton.
 """
@@ -33,12 +33,10 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 
 def parse_config(text: str) -> CudaStepConfig:
-    if text == "small":
-        return CudaStepConfig(stages=0, min_ctas=0, pdl=False, small=True)
-    stages, min_ctas, pdl = text.split(",")
-    if pdl not in ("pdl", "nopdl"):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl")
-    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl")
+    stages, min_ctas, pdl, *rows = text.split(",")
+    if pdl not in ("pdl", "nopdl") or rows not in ([], ["rows"]):
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl[,rows]")
+    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", row_copies=rows == ["rows"])
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:

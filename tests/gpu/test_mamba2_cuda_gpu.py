@@ -56,11 +56,12 @@ STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
 @needs_sm90
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
-@pytest.mark.parametrize("state,form", [("bf16", "small"), ("bf16", "two_launch"), ("f32", "two_launch")])
-def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
-    """Every shape with a bf16 checkpoint in both forms (the one-launch small form is the table's
-    below batch 16) and with an fp32 one (forced: the automatic route takes bf16 only), except
-    fp32 rows too large for two stages."""
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("copies", ["maps", "rows"])
+def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, copies):
+    """Every shape with a bf16 and an fp32 checkpoint (fp32 forced: the automatic route takes
+    bf16 only), the checkpoint moved by tensor-map boxes and by row copies, except rows too large
+    for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
         SMEM_RESERVED_PER_CTA,
@@ -69,10 +70,10 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     )
 
     es = STATES[state].itemsize
-    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    rows = copies == "rows"
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, rows) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
-    table = cuda_step_config(g.head_dim, g.d_state, L, 256, es)
-    cfg = dataclasses.replace(table, small=form == "small")
+    cfg = dataclasses.replace(cuda_step_config(g.head_dim, g.d_state, L, 256, es), row_copies=rows)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -93,13 +94,13 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
 
 
 @needs_sm90
-@pytest.mark.parametrize("stages,pdl,small", [(2, True, False), (3, False, False), (1, True, False), (2, True, True)])
-def test_cuda_step_configs_agree(stages, pdl, small):
-    """Every stage count, with and without programmatic dependent launch, and the small form at
-    batch 40 (the ring's wrap-around at 1-3 stages; many CTAs a row for the arrival count)."""
+@pytest.mark.parametrize("stages,pdl,rows", [(2, True, False), (3, False, False), (1, True, False), (2, True, True)])
+def test_cuda_step_configs_agree(stages, pdl, rows):
+    """Every stage count, with and without programmatic dependent launch, and row copies, at
+    batch 40 (the ring's wrap-around at 1-3 stages)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, small=small)
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, row_copies=rows)
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",
@@ -110,14 +111,13 @@ def test_cuda_step_configs_agree(stages, pdl, small):
 
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
-@pytest.mark.parametrize("small", [False, True], ids=["two_launch", "small"])
-def test_cuda_step_graph_equals_eager(L, small):
-    """One captured step (both launches, or the small form) replayed 3L times equals 3L eager
-    steps, bit for bit."""
+@pytest.mark.parametrize("rows", [False, True], ids=["maps", "rows"])
+def test_cuda_step_graph_equals_eager(L, rows):
+    """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
-    cfg = dataclasses.replace(cuda_step_config(64, 128, L, 20), small=small)
+    cfg = dataclasses.replace(cuda_step_config(64, 128, L, 20), row_copies=rows)
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")

@@ -3,6 +3,7 @@ the launcher allocates equals what the kernel indexes, the launcher packs exactl
 PTX parameters, and the route's refusals name their reason. (Running it needs an sm_90 GPU:
 tests/gpu/test_mamba2_cuda_gpu.py.)"""
 
+import dataclasses
 import re
 
 import pytest
@@ -24,24 +25,24 @@ SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
 ]
 
 
-def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2):
+def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2, rows=False):
     nheads, ngroups, head_dim, d_state, L = shape
-    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
+    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), row_copies=rows)
     return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
 
 
+@pytest.mark.parametrize("rows", [False, True], ids=["maps", "rows"])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, rows):
     _, _, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes, rows) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
         pytest.skip("does not fit: test_oversized_stages_are_refused")
     cfg = mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes)
-    ptx = _ptx(shape, state_bytes=state_bytes)
+    ptx = _ptx(shape, state_bytes=state_bytes, rows=rows)
     assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
-    assert ".entry mamba2_replay_small(" in ptx
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes)
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, rows)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
@@ -89,14 +90,10 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     args = mc.coefficient_args(coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, x, dt, A, B, B, slots, None)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
-    args = mc.step_args((b"\0" * 128, b"\0" * 128), coef, B, c.x_records, c.B_records, None, None, x, slots, c.cursor, x, A)
+    maps = (b"\0" * 128, b"\0" * 128)
+    args = mc.step_args(maps, c.checkpoint, coef, B, c.x_records, c.B_records, None, None, x, slots, c.cursor, x, A)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_step")
-    args = mc.small_args(
-        c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
-    )
-    widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
-    assert widths == _ptx_params(ptx, "mamba2_replay_small")
 
 
 def test_launch_table():
@@ -105,8 +102,6 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
     assert mc.cuda_step_config(64, 128, 16, 256, state_bytes=4).min_ctas == 2  # 2 stages of 40 KiB
-    assert mc.cuda_step_config(64, 128, 16, 15).small and not mc.cuda_step_config(64, 128, 16, 16).small
-    assert not mc.cuda_step_config(64, 128, 16, 1, state_bytes=4).small  # the small form is bf16 only
     assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
 

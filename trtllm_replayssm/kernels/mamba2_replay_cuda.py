@@ -46,28 +46,23 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
-SMALL_BATCH = 16  # below it the launch table takes the one-launch small form (bf16; not yet timed)
-SMALL_THREADS = 128  # mamba2_replay_small's CTA (the .cu file's SMALL_WARPS)
 COEF_THREADS = 512  # the coefficient launch's CTA: 16 warps, a head each (the .cu file's COEF_WARPS)
 
 
 @dataclass(frozen=True)
 class CudaStepConfig:
-    """How the step runs: ``small`` (one launch, a CTA per (head, row): ``mamba2_replay_small``,
-    bf16 checkpoints) or the two launches, whose persistent step kernel keeps ``stages`` units
-    in flight per CTA (shared-memory ring), is register-capped for ``min_ctas`` resident CTAs per
-    multiprocessor, and is launched as a programmatic dependent of the coefficient launch when
-    ``pdl``."""
+    """How the step's persistent kernel runs: ``stages`` units in flight per CTA (shared-memory
+    ring), register-capped for ``min_ctas`` resident CTAs per multiprocessor, launched as a
+    programmatic dependent of the coefficient launch when ``pdl``; ``row_copies``: the checkpoint moves by a bulk copy per row into rows 16 bytes
+    apart, instead of tensor-map boxes (no host-encoded map: what an AOT plugin can launch)."""
 
     stages: int
     min_ctas: int
     pdl: bool
-    small: bool = False
+    row_copies: bool = False
 
     def label(self) -> str:
-        if self.small:
-            return "cuda,small"
-        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}"
+        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}{',rows' if self.row_copies else ''}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -85,13 +80,15 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2) -> int:
+def step_shared_bytes(
+    head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, row_copies: bool = False
+) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
-    (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, coefficient
-    block, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's
-    STAGE_BYTES (a CPU test reads the compiled value)."""
+    (checkpoint rows of ``state_bytes`` elements, 16 bytes of padding each with ``row_copies``,
+    x records, padded B records, C, coefficient block, meta), 1 KiB of alignment slack, two
+    mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
-    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
+    stage = head_dim * (d_state * state_bytes + 16 * row_copies) + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -107,14 +104,13 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
-    Below ``SMALL_BATCH`` a bf16 checkpoint takes the one-launch small form (written for batch
-    1's latency, not yet timed: the op's route sends those batches to Triton). fp32 checkpoints
-    (``state_bytes`` 4) take the two launches, not yet timed either."""
+    ``batch`` does not change it today (a one-launch form for small batches ran 1.6-2.8x slower
+    on 2026-12-02 and was removed: kernel notes)."""
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=batch < SMALL_BATCH and state_bytes == 2)
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True)
 
 
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
@@ -158,7 +154,7 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas)
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, CKPT_ROWS=int(cfg.row_copies))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -206,14 +202,16 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, 
     )  # fmt: skip
 
 
-def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A) -> KernelArgs:
+def step_args(maps, checkpoint, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A) -> KernelArgs:
     """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
-    store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
+    store) tensor maps, then its pointer and strides (an absent D or z is another tensor's
+    pointer, never read)."""
     DD = D if D is not None else A
     zz = z if z is not None else x
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
+        .ptr(checkpoint).i64(checkpoint.stride(0)).i64(checkpoint.stride(1)).i64(checkpoint.stride(2))
         .ptr(coef).ptr(c_rows)
         .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1))
         .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
@@ -221,33 +219,6 @@ def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cur
         .ptr(zz).i64(zz.stride(0)).i64(zz.stride(1))
         .ptr(out).i64(out.stride(0)).i64(out.stride(1))
         .ptr(slot_ids).ptr(cursor).i32(x.shape[0])
-    )  # fmt: skip
-
-
-def small_args(
-    checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
-) -> KernelArgs:
-    """Parameters of ``mamba2_replay_small``, in the .cu file's order (absent optional inputs are
-    other tensors' pointers, never read)."""
-    bias = dt_bias if dt_bias is not None else A
-    DD = D if D is not None else A
-    zz = z if z is not None else x
-    return (
-        KernelArgs()
-        .ptr(checkpoint).i64(checkpoint.stride(0)).i64(checkpoint.stride(1)).i64(checkpoint.stride(2))
-        .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1))
-        .ptr(dt_records).i64(dt_records.stride(0)).i64(dt_records.stride(1))
-        .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
-        .ptr(cursor).ptr(arrivals)
-        .ptr(x).i64(x.stride(0)).i64(x.stride(1))
-        .ptr(dt).i64(dt.stride(0)).i64(dt.stride(1))
-        .ptr(A).ptr(bias)
-        .ptr(DD).i64(DD.stride(0))
-        .ptr(zz).i64(zz.stride(0)).i64(zz.stride(1))
-        .ptr(B).i64(B.stride(0)).i64(B.stride(1))
-        .ptr(C).i64(C.stride(0)).i64(C.stride(1))
-        .ptr(out).i64(out.stride(0)).i64(out.stride(1))
-        .ptr(slot_ids)
     )  # fmt: skip
 
 
@@ -299,8 +270,8 @@ def launch_mamba2_replay_step_cuda(
     config: Optional[CudaStepConfig] = None,
 ) -> Tensor:
     """The CUDA replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order (``arrivals``: the small form's cursor advance counts its CTAs there;
-    the two-launch form advances the cursor after the coefficient grid and leaves it zero).
+    Triton launcher's order (``arrivals`` is not used: the step kernel advances the cursor once
+    the coefficient grid is complete, with no arrival count; it stays zero).
 
     Raises:
         ValueError: when :func:`cuda_step_unsupported` names a reason (nothing is launched).
@@ -315,16 +286,7 @@ def launch_mamba2_replay_step_cuda(
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    if cfg.small:
-        if es != 2:
-            raise ValueError(f"mamba2_replay_step (CUDA): the small form takes bf16 checkpoints; got {checkpoint.dtype}")
-        kernel = load_kernel(SOURCE, "mamba2_replay_small", defines, device, 0)
-        args = small_args(
-            checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
-        )
-        kernel.launch((nheads, batch), SMALL_THREADS, 0, stream, args)
-        return out
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.row_copies)
     coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
 
@@ -335,6 +297,6 @@ def launch_mamba2_replay_step_cuda(
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
-    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
+    args = step_args((load_map, store_map), checkpoint, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
     step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
     return out

@@ -41,14 +41,20 @@ typedef unsigned long long u64;
 #define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
 #define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
 #define NBOX (DSTATE / BOXC)                // boxes of a checkpoint row
-#define CKPT_BYTES (ROWS * DSTATE * ES)
+#define CKPT_BYTES (ROWS * DSTATE * ES)  // checkpoint bytes of a unit in global memory
+#if CKPT_ROWS
+#define CK_PITCH (DSTATE * ES + 16)         // row copies: rows 16 bytes apart in banks
+#define CKPT_SMEM (ROWS * CK_PITCH)
+#else
+#define CKPT_SMEM CKPT_BYTES                // tensor-map boxes, 128-byte swizzle
+#endif
 #define X_BYTES (LP * ROWS * 2)
 #define B_PITCH (DSTATE * 2 + 16)           // padded: ldmatrix rows 16 bytes apart in banks
 #define B_BYTES (LP * B_PITCH)
 #define C_BYTES (DSTATE * 2)
 #define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
 #define COEF_BYTES (COEF_FLOATS * 4)
-#define OFF_X CKPT_BYTES
+#define OFF_X CKPT_SMEM
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
@@ -147,6 +153,11 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c
       : "memory");
 }
 
+// Bulk copy of `bytes` from shared to global memory (both 16-byte aligned), in the bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, u32 src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(map),
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
@@ -157,9 +168,14 @@ __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int 
 // swizzle (16-byte chunk index XOR row % 8; the box starts 1024-byte aligned).
 __device__ __forceinline__ u32 swizzle128(u32 r, u32 cb) { return r * 128u + ((((cb >> 4) ^ (r & 7u)) << 4) | (cb & 15u)); }
 
-// Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
+// Offset of checkpoint element (row, col) in a stage: rows CK_PITCH bytes apart (CKPT_ROWS), or
+// boxes of BOXC columns, each [ROWS][128 B] swizzled.
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
+#if CKPT_ROWS
+  return row * CK_PITCH + col * ES;
+#else
   return (col / BOXC) * (ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
+#endif
 }
 
 // Checkpoint elements (row, col) and (row, col + 1) of a stage as fp32 (col even), and back,
@@ -385,9 +401,22 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 
 // ------------------------------------------------------------------ launch 2: the step
 
+// The producer warp's copies of unit (slot, h)'s checkpoint rows into a stage, completing on
+// `full`: a bulk copy per row (CKPT_ROWS) or a tensor-map copy per 128-byte box.
+// `ck`: the unit's row 0, `row_bytes` apart.
+__device__ __forceinline__ void load_checkpoint(u32 stage, const TensorMap* map, const unsigned char* ck,
+                                                long long row_bytes, int lane, u32 full, int h, int slot) {
+#if CKPT_ROWS
+  for (int r = lane; r < ROWS; r += 32) bulk_load(stage + r * CK_PITCH, ck + r * row_bytes, DSTATE * ES, full);
+#else
+  if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), map, lane * BOXC, 0, h, slot, full);
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
+    u16* __restrict__ checkpoint, long long sc_slot, long long sc_head, long long sc_row,  // CKPT_ROWS
     const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
     const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
     const u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
@@ -397,6 +426,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
   extern __shared__ unsigned char smem_raw[];
+  unsigned char* const ckpt_bytes = (unsigned char*)checkpoint;
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
@@ -427,7 +457,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const u32 full = bars + 8 * i;
       if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
       __syncwarp();
-      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
+      load_checkpoint(base + i * STAGE_BYTES, &ckpt_load, ckpt_bytes + (slot * sc_slot + (u % NHEADS) * sc_head) * ES,
+                      sc_row * ES, lane, full, u % NHEADS, slot);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
@@ -463,7 +494,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       __syncwarp();
       if (slot >= 0) {
-        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
+        if (!prefetched)
+          load_checkpoint(stage, &ckpt_load, ckpt_bytes + (slot * sc_slot + h * sc_head) * ES, sc_row * ES, lane, full, h, slot);
         // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
         if (flush && lane <= w)
@@ -618,10 +650,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
-        if (lane == 0) {
+#if CKPT_ROWS
+        if (lane < 16) {  // a bulk copy per row
+          bulk_store(ckpt_bytes + (slot * sc_slot + h * sc_head + (r0 + lane) * sc_row) * ES, stage + (r0 + lane) * CK_PITCH,
+                     DSTATE * ES);
+#else
+        if (lane == 0) {  // a tensor-map copy per 128-byte box
 #pragma unroll
           for (int bx = 0; bx < NBOX; ++bx)
             tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * BOXC, r0, h, slot);
+#endif
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         }
@@ -629,166 +667,5 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(empty);
-  }
-}
-
-// ------------------------------------------------------------------ one launch for small batches
-
-// 3. mamba2_replay_small (bf16 checkpoints): one CTA of SMALL_WARPS warps per (head, row) doing
-//    both launches' work, for batches too small to fill the GPU with the persistent step. Right
-//    after the slot, every load the CTA may need is issued at once (the cursor, the head's
-//    checkpoint rows into registers, all L x and B records into shared memory; rows past the
-//    cursor are discarded later), so the chain is slot -> loads -> arithmetic -> stores. Then
-//    B_j . C (warps over records, lanes over d_state), the weights (warp 0's suffix scan), and per
-//    row (a warp a row) y = decay (S0 . C) + sum_{j<=w} coef_j x_j + D x from one warp sum; a
-//    flush folds the records into the row by fp32 FMAs and stores it (a warp a row: whole
-//    sectors). The step's record is appended at w (w < L-1); the last of a row's NHEADS CTAs
-//    advances the cursor (an arrival count, reset to zero).
-
-#define SMALL_WARPS 4
-#define SMALL_ROWS ((ROWS + SMALL_WARPS - 1) / SMALL_WARPS)  // checkpoint rows per warp
-
-struct __align__(16) Vec16 { u32 v[4]; };
-
-extern "C" __global__ void __launch_bounds__(SMALL_WARPS * 32) mamba2_replay_small(
-    u16* __restrict__ checkpoint, long long sc_slot, long long sc_head, long long sc_row,
-    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
-    float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
-    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
-    int* __restrict__ cursor, int* __restrict__ arrivals,
-    const u16* __restrict__ x, long long sx_batch, long long sx_head,
-    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
-    const float* __restrict__ A, const void* __restrict__ dt_bias,
-    const void* __restrict__ D, long long sD_head,
-    const u16* __restrict__ z, long long sz_batch, long long sz_head,
-    const u16* __restrict__ B, long long sB_batch, long long sB_group,
-    const u16* __restrict__ C, long long sC_batch, long long sC_group,
-    u16* __restrict__ out, long long so_batch, long long so_head,
-    const int* __restrict__ slot_ids) {
-  __shared__ __align__(16) u16 xs[LP * ROWS];    // x records 0..L-1, the step's x as record w
-  __shared__ __align__(16) u16 bs[LP * DSTATE];  // B records 0..L-1, the step's B as record w
-  __shared__ float bc_s[LP], coef_s[LP], wgt_s[LP], decay_s;
-  const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long slot = slot_ids[b];
-  if (slot < 0) return;
-  const int w = cursor[slot];
-  // Loads that need only the slot, issued before w is used.
-  u16* const ck = checkpoint + slot * sc_slot + h * sc_head;
-  u32 s0[SMALL_ROWS][PER_LANE / 2];
-#pragma unroll
-  for (int i = 0; i < SMALL_ROWS; ++i) {
-    const int r = min(warp + SMALL_WARPS * i, ROWS - 1);
-#pragma unroll
-    for (int k = 0; k < PER_LANE / 2; ++k) s0[i][k] = *(const u32*)(ck + r * sc_row + lane * PER_LANE + 2 * k);
-  }
-  const u16* xr = x_records + slot * sxr_slot + h * sxr_head;
-  for (int e = threadIdx.x * 8; e < LREC * ROWS; e += SMALL_WARPS * 32 * 8) *(Vec16*)(xs + e) = *(const Vec16*)(xr + e);
-  u16* const Brec = B_records + slot * sBr_slot + g * sBr_group;
-  for (int e = threadIdx.x * 8; e < LREC * DSTATE; e += SMALL_WARPS * 32 * 8)
-    *(Vec16*)(bs + e) = *(const Vec16*)(Brec + (e / DSTATE) * sBr_pos + e % DSTATE);
-  const u16* Crow = C + b * sC_batch + g * sC_group;
-  const u16* Bnow = B + b * sB_batch + g * sB_group;
-  const u16* xrow = x + b * sx_batch + h * sx_head;
-  float c[PER_LANE];
-#pragma unroll
-  for (int k = 0; k < PER_LANE; ++k) c[k] = bf16_to_f32(Crow[lane * PER_LANE + k]);
-  float dtj = 0.0f, dth = 0.0f;
-  if (warp == 0) {
-    dtj = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
-    dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
-  }
-  __syncthreads();
-  // The step's x and B become record w (records past w are never used).
-  for (int p = threadIdx.x; p < ROWS; p += SMALL_WARPS * 32) xs[w * ROWS + p] = xrow[p];
-  for (int k = threadIdx.x; k < DSTATE; k += SMALL_WARPS * 32) bs[w * DSTATE + k] = Bnow[k];
-  __syncthreads();
-  // B_j . C for j <= w: warps over records, lanes over d_state.
-  for (int j = warp; j < LP; j += SMALL_WARPS) {
-    float acc = 0.0f;
-    if (j <= w) {
-#pragma unroll
-      for (int k = 0; k < PER_LANE; ++k) acc += bf16_to_f32(bs[j * DSTATE + lane * PER_LANE + k]) * c[k];
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) bc_s[j] = acc;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    // Weights as in the coefficient launch: s_j, coef_j, decay.
-    const float a = A[h];
-    float total;
-    const float s = record_weight(dtj, dth, a, w, lane, total);
-    if (lane < LP) {
-      coef_s[lane] = s * bc_s[lane];
-      wgt_s[lane] = s;
-    }
-    if (lane == 0) {
-      decay_s = __expf(a * (total + dth));
-      if (w < LREC - 1) dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
-    }
-  }
-  __syncthreads();
-  const float decay = decay_s;
-  const float coef_l = lane <= w ? coef_s[lane] : 0.0f;  // lane j's record weight (j <= w < 32)
-#pragma unroll
-  for (int i = 0; i < SMALL_ROWS; ++i) {
-    const int r = warp + SMALL_WARPS * i;
-    if (r >= ROWS) break;  // warp-uniform
-    float p = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PER_LANE / 2; ++k)
-      p += bf16_to_f32((u16)(s0[i][k] & 0xffffu)) * c[2 * k] + bf16_to_f32((u16)(s0[i][k] >> 16)) * c[2 * k + 1];
-    float y = decay * p + (lane <= w ? coef_l * bf16_to_f32(xs[lane * ROWS + r]) : 0.0f);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
-    if (lane == 0) {
-#if HAS_D
-#if D_PER_DIM
-      y += load_f32<D_CODE>(D, h * sD_head + r) * bf16_to_f32(xs[w * ROWS + r]);
-#else
-      y += load_f32<D_CODE>(D, h * sD_head) * bf16_to_f32(xs[w * ROWS + r]);
-#endif
-#endif
-#if HAS_Z
-      const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + r]);
-      y *= zv / (1.0f + expf(-zv));
-#endif
-      out[b * so_batch + h * so_head + r] = f32_to_bf16(y);
-    }
-    if (w == LREC - 1) {
-      // Flush: the row's PER_LANE columns of this lane, exact fp32 FMAs over records 0..w.
-      float acc[PER_LANE];
-#pragma unroll
-      for (int k = 0; k < PER_LANE / 2; ++k) {
-        acc[2 * k] = decay * bf16_to_f32((u16)(s0[i][k] & 0xffffu));
-        acc[2 * k + 1] = decay * bf16_to_f32((u16)(s0[i][k] >> 16));
-      }
-      for (int j = 0; j <= w; ++j) {
-        const float sx = wgt_s[j] * bf16_to_f32(xs[j * ROWS + r]);
-#pragma unroll
-        for (int k = 0; k < PER_LANE; ++k) acc[k] += sx * bf16_to_f32(bs[j * DSTATE + lane * PER_LANE + k]);
-      }
-#pragma unroll
-      for (int k = 0; k < PER_LANE / 2; ++k)
-        *(u32*)(ck + r * sc_row + lane * PER_LANE + 2 * k) = pack_bf16x2(acc[2 * k], acc[2 * k + 1]);
-    }
-  }
-  if (w < LREC - 1) {  // the step's record at w (dt: warp 0 above)
-    u16* xw = x_records + slot * sxr_slot + h * sxr_head + w * ROWS;
-    for (int p = threadIdx.x; p < ROWS; p += SMALL_WARPS * 32) xw[p] = xs[w * ROWS + p];
-    if (h % HPG == 0)
-      for (int k = threadIdx.x; k < DSTATE; k += SMALL_WARPS * 32) Brec[w * sBr_pos + k] = bs[w * DSTATE + k];
-  }
-  // Cursor advance: every thread has used w; the last of the row's NHEADS CTAs writes it.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(arrivals + slot) : "memory");
-    if (old == NHEADS - 1) {
-      cursor[slot] = w == LREC - 1 ? 0 : w + 1;
-      arrivals[slot] = 0;
-    }
   }
 }
