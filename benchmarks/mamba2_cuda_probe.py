@@ -33,10 +33,12 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 
 def parse_config(text: str) -> CudaStepConfig:
-    stages, min_ctas, pdl, *rows = text.split(",")
-    if pdl not in ("pdl", "nopdl") or rows not in ([], ["rows"]):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl[,rows]")
-    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", row_copies=rows == ["rows"])
+    stages, min_ctas, pdl, *extra = text.split(",")
+    if pdl not in ("pdl", "nopdl") or not set(extra) <= {"rows", "coef1"}:
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl[,rows][,coef1]")
+    return CudaStepConfig(
+        stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", row_copies="rows" in extra, coef_v1="coef1" in extra
+    )
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:

@@ -37,7 +37,6 @@ __all__ = [
     "step_shared_bytes",
     "step_threads",
     "coefficient_floats",
-    "coefficient_split",
     "launch_mamba2_replay_step_cuda",
 ]
 
@@ -46,7 +45,7 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
-COEF_THREADS = 512  # the coefficient launch's CTA: 16 warps, a head each (the .cu file's COEF_WARPS)
+COEF_THREADS = 128  # the coefficient launch's CTA, one per (group, row): the .cu file's COEF_WARPS warps
 
 
 @dataclass(frozen=True)
@@ -60,15 +59,10 @@ class CudaStepConfig:
     min_ctas: int
     pdl: bool
     row_copies: bool = False
+    coef_v1: bool = False  # TEMPORARY: the previous coefficient launch, timed side by side
 
     def label(self) -> str:
-        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}{',rows' if self.row_copies else ''}"
-
-
-def coefficient_split(heads_per_group: int) -> int:
-    """Coefficient CTAs per (group, row): each takes up to 16 of the group's heads (the .cu
-    file's COEF_SPLIT)."""
-    return -(-heads_per_group // 16)
+        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}{',rows' if self.row_copies else ''}{',coef1' if self.coef_v1 else ''}"
 
 
 def coefficient_floats(L: int) -> int:
@@ -287,13 +281,17 @@ def launch_mamba2_replay_step_cuda(
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
     smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.row_copies)
-    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
+    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients" + ("_v1" if cfg.coef_v1 else ""), defines, device, 0)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
 
     coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
     c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
     coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
-    coef_kernel.launch((ngroups * coefficient_split(nheads // ngroups), batch), COEF_THREADS, 0, stream, coef_args)
+    if cfg.coef_v1:
+        hpg = nheads // ngroups
+        coef_kernel.launch((ngroups * -(-hpg // 16), batch), 512, 0, stream, coef_args)
+    else:
+        coef_kernel.launch((ngroups, batch), COEF_THREADS, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))

@@ -3,10 +3,11 @@
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX.
 //
-// 1. mamba2_replay_coefficients, one CTA of 16 warps per (group, batch row, 16 heads of the group),
-//    a warp a head:
-//    reads the row's cursor w, the group's B records 0..w-1, the step's B and C, and each head's
-//    dt records; writes per (row, head) a coefficient block
+// 1. mamba2_replay_coefficients, one CTA of 4 warps per (group, batch row): B_j . C once per
+//    group (warps over records j, lanes over d_state), then each warp the weights of every 4th
+//    head of the group (lanes over records). Reads the row's cursor w, the group's B records
+//    0..w-1, the step's B and C, and each head's dt records; writes per (row, head) a coefficient
+//    block
 //        coef[LP]  coef_j = s_j (B_j . C) for j < w, dt (B . C) at j = w, 0 after
 //        wgt[LP]   s_j for j < w, dt at j = w, 0 after        (the flush's record weights)
 //        decay     exp(A (sum_{j<w} dt_j + dt)),   w
@@ -275,12 +276,18 @@ __device__ __forceinline__ float record_weight(float dtj, float dth, float a, in
 // ------------------------------------------------------------------ launch 1: coefficients
 
 #define HPG (NHEADS / NGROUPS)                   // heads per group
-#define COEF_WARPS 16                            // warps per coefficient CTA: one head each
-#define HPC (HPG < COEF_WARPS ? HPG : COEF_WARPS)  // heads per coefficient CTA
-#define COEF_SPLIT ((HPG + HPC - 1) / HPC)       // coefficient CTAs per (group, row)
+#define COEF_WARPS 4                             // warps per coefficient CTA (one CTA per (group, row))
+#define HPW ((HPG + COEF_WARPS - 1) / COEF_WARPS)  // heads per warp: warp q takes heads q, q + 4, ...
+#define RPW (LP / COEF_WARPS)                    // records per warp in B_j . C: warp q takes j = q, q + 4, ...
 #define PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
 #define XPL ((ROWS + 31) / 32)                   // x elements per lane and head
-#define RPW (LP / 16)                            // records per warp in B_j . C (1 or 2)
+
+// Sum over the warp, every lane gets it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 
 extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients(
     float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
@@ -299,38 +306,24 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
   // written here.
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float bc_shared[LP];
-  const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
+  const int g = blockIdx.x, b = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long slot = slot_ids[b];
   if (slot < 0) return;
-  // Two memory round trips: the step's inputs with the slot, then the cursor with every record
-  // the row may hold (rows past the cursor are loaded and discarded: no load waits for w).
+  // Two memory round trips: every input and record the CTA may use needs only the slot (records
+  // past the cursor are loaded and discarded: no load waits for w), then the cursor's uses.
   const u16* Crow = C + b * sC_batch + g * sC_group;
-  const u16* Bnow = B + b * sB_batch + g * sB_group;
-  float c[PER_LANE], bn[PER_LANE];
+  float c[PER_LANE];
 #pragma unroll
-  for (int k = 0; k < PER_LANE; ++k) {
-    c[k] = bf16_to_f32(Crow[lane * PER_LANE + k]);
-    bn[k] = bf16_to_f32(Bnow[lane * PER_LANE + k]);
-  }
-  // This warp's head (a warp past the group's last head works on that head and stores nothing).
-  const int hl = split * HPC + warp;
-  const bool active = warp < HPC && hl < HPG;
-  const int h = g * HPG + min(hl, HPG - 1);
-  const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
-  const float a = A[h];
-  const u16* xrow = x + b * sx_batch + h * sx_head;
-  u16 xv[XPL];
-#pragma unroll
-  for (int k = 0; k < XPL; ++k) xv[k] = lane + 32 * k < ROWS ? xrow[lane + 32 * k] : (u16)0;
-  const float* dtr = dt_records + slot * sdtr_slot + h * sdtr_head;
-  const float dtj = lane < LREC ? dtr[lane] : 0.0f;
-  // B_j . C: warp w takes records j = w RPW .. w RPW + RPW - 1 (j < LP), lanes over d_state.
+  for (int k = 0; k < PER_LANE; ++k) c[k] = bf16_to_f32(Crow[lane * PER_LANE + k]);
+  // B_j . C of this warp's records, j = warp + COEF_WARPS r (lanes over d_state); the step's B
+  // stands at j = w.
   u16* const Brec = B_records + slot * sBr_slot + g * sBr_group;
+  const u16* Bnow = B + b * sB_batch + g * sB_group;
   float part[RPW];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) {
-    const int j = warp * RPW + r;
+    const int j = warp + COEF_WARPS * r;
     float acc = 0.0f;
     if (j < LREC) {
       const u16* row = Brec + j * sBr_pos + lane * PER_LANE;
@@ -342,60 +335,60 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
     }
     part[r] = acc;
   }
-  const int w = cursor[slot];
   float now = 0.0f;
 #pragma unroll
-  for (int k = 0; k < PER_LANE; ++k) now += bn[k] * c[k];
+  for (int k = 0; k < PER_LANE; ++k) now += bf16_to_f32(Bnow[lane * PER_LANE + k]) * c[k];
+  // Each head of this warp: the step's dt and x, the dt records (lane j: record j).
+  float dth[HPW], dtj[HPW], ah[HPW];
+  u16 xv[HPW][XPL];
+#pragma unroll
+  for (int q = 0; q < HPW; ++q) {
+    const int h = g * HPG + min(warp + COEF_WARPS * q, HPG - 1);
+    dth[q] = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
+    ah[q] = A[h];
+    dtj[q] = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
+    const u16* xrow = x + b * sx_batch + h * sx_head;
+#pragma unroll
+    for (int k = 0; k < XPL; ++k) xv[q][k] = lane + 32 * k < ROWS ? xrow[lane + 32 * k] : (u16)0;
+  }
+  const int w = cursor[slot];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) {
-    const int j = warp * RPW + r;
-    part[r] = j < w ? part[r] : (j == w ? now : 0.0f);
+    const int j = warp + COEF_WARPS * r;
+    const float v = warp_sum(j < w ? part[r] : (j == w ? now : 0.0f));
+    if (lane == 0) bc_shared[j] = v;
   }
-  // Transposing warp sum: halve the array per exchange (offsets 16, 8, ...), then a plain
-  // butterfly over the remaining lane bits; lane bits 4, 3, ... name the record.
-  int rec = 0;
-#pragma unroll
-  for (int n = RPW, o = 16; n > 1; n >>= 1, o >>= 1) {
-    const bool upper = (lane & o) != 0;
-#pragma unroll
-    for (int q = 0; q < n / 2; ++q) {
-      const float send = upper ? part[q] : part[q + n / 2];
-      const float keep = upper ? part[q + n / 2] : part[q];
-      part[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-    rec += upper ? n / 2 : 0;
-  }
-#pragma unroll
-  for (int o = 32 / RPW / 2; o > 0; o >>= 1) part[0] += __shfl_xor_sync(0xffffffffu, part[0], o);
-  if ((lane & (32 / RPW - 1)) == 0) bc_shared[warp * RPW + rec] = part[0];
-  __syncthreads();
-  const float bc = lane < LP ? bc_shared[lane] : 0.0f;  // lane j: B_j . C (the step's B at w)
-
-  float total;
-  const float s = record_weight(dtj, dth, a, w, lane, total);
-  if (active) {
-    float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
-    if (lane < LP) {
-      blk[lane] = s * bc;
-      blk[LP + lane] = s;
-    }
-    if (lane == 0) {
-      blk[2 * LP] = __expf(a * (total + dth));
-      ((int*)blk)[2 * LP + 1] = w;
-      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
-    }
-    u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
-#pragma unroll
-    for (int k = 0; k < XPL; ++k)
-      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[k];
-  }
-  if (warp == 0 && split == 0) {
+  if (warp == 0) {  // the step's C for the step kernel and its B as record w
     u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
     u16* brow = Brec + w * sBr_pos;
     for (int k = lane; k < DSTATE; k += 32) {
       crow[k] = Crow[k];
       brow[k] = Bnow[k];
     }
+  }
+  __syncthreads();
+  const float bc = lane < LP ? bc_shared[lane] : 0.0f;  // lane j: B_j . C (the step's B at w)
+#pragma unroll
+  for (int q = 0; q < HPW; ++q) {
+    const int hl = warp + COEF_WARPS * q;
+    if (hl >= HPG) break;  // warp-uniform
+    const int h = g * HPG + hl;
+    float total;
+    const float s = record_weight(dtj[q], dth[q], ah[q], w, lane, total);
+    float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
+    if (lane < LP) {
+      blk[lane] = s * bc;
+      blk[LP + lane] = s;
+    }
+    if (lane == 0) {
+      blk[2 * LP] = __expf(ah[q] * (total + dth[q]));
+      ((int*)blk)[2 * LP + 1] = w;
+      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth[q];
+    }
+    u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
+#pragma unroll
+    for (int k = 0; k < XPL; ++k)
+      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];
   }
 }
 
@@ -669,3 +662,129 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     if (lane == 0) mbar_arrive(empty);
   }
 }
+
+// TEMPORARY (timed side by side, then removed): the previous coefficient launch.
+#define V1_COEF_WARPS 16                            // warps per coefficient CTA: one head each
+#define V1_HPC (HPG < V1_COEF_WARPS ? HPG : V1_COEF_WARPS)  // heads per coefficient CTA
+#define V1_COEF_SPLIT ((HPG + V1_HPC - 1) / V1_HPC)       // coefficient CTAs per (group, row)
+#define V1_PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
+#define V1_XPL ((ROWS + 31) / 32)                   // x elements per lane and head
+#define V1_RPW (LP / 16)                            // records per warp in B_j . C (1 or 2)
+
+extern "C" __global__ void __launch_bounds__(V1_COEF_WARPS * 32) mamba2_replay_coefficients_v1(
+    float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
+    u16* __restrict__ c_out,              // [batch, NGROUPS, DSTATE]
+    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head, long long sxr_pos,
+    float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
+    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    const int* __restrict__ cursor,
+    const u16* __restrict__ x, long long sx_batch, long long sx_head,
+    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
+    const float* __restrict__ A, const void* __restrict__ dt_bias,
+    const u16* __restrict__ B, long long sB_batch, long long sB_group,
+    const u16* __restrict__ C, long long sC_batch, long long sC_group,
+    const int* __restrict__ slot_ids) {
+  // The step kernel may start now: it waits for this grid's completion before reading anything
+  // written here.
+  asm volatile("griddepcontrol.launch_dependents;");
+  __shared__ float bc_shared_v1[LP];
+  const int g = blockIdx.x / V1_COEF_SPLIT, split = blockIdx.x - g * V1_COEF_SPLIT, b = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long slot = slot_ids[b];
+  if (slot < 0) return;
+  // Two memory round trips: the step's inputs with the slot, then the cursor with every record
+  // the row may hold (rows past the cursor are loaded and discarded: no load waits for w).
+  const u16* Crow = C + b * sC_batch + g * sC_group;
+  const u16* Bnow = B + b * sB_batch + g * sB_group;
+  float c[V1_PER_LANE], bn[V1_PER_LANE];
+#pragma unroll
+  for (int k = 0; k < V1_PER_LANE; ++k) {
+    c[k] = bf16_to_f32(Crow[lane * V1_PER_LANE + k]);
+    bn[k] = bf16_to_f32(Bnow[lane * V1_PER_LANE + k]);
+  }
+  // This warp's head (a warp past the group's last head works on that head and stores nothing).
+  const int hl = split * V1_HPC + warp;
+  const bool active = warp < V1_HPC && hl < HPG;
+  const int h = g * HPG + min(hl, HPG - 1);
+  const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
+  const float a = A[h];
+  const u16* xrow = x + b * sx_batch + h * sx_head;
+  u16 xv[V1_XPL];
+#pragma unroll
+  for (int k = 0; k < V1_XPL; ++k) xv[k] = lane + 32 * k < ROWS ? xrow[lane + 32 * k] : (u16)0;
+  const float* dtr = dt_records + slot * sdtr_slot + h * sdtr_head;
+  const float dtj = lane < LREC ? dtr[lane] : 0.0f;
+  // B_j . C: warp w takes records j = w V1_RPW .. w V1_RPW + V1_RPW - 1 (j < LP), lanes over d_state.
+  u16* const Brec = B_records + slot * sBr_slot + g * sBr_group;
+  float part[V1_RPW];
+#pragma unroll
+  for (int r = 0; r < V1_RPW; ++r) {
+    const int j = warp * V1_RPW + r;
+    float acc = 0.0f;
+    if (j < LREC) {
+      const u16* row = Brec + j * sBr_pos + lane * V1_PER_LANE;
+#pragma unroll
+      for (int k = 0; k < V1_PER_LANE; k += 2) {
+        const u32 v = *(const u32*)(row + k);
+        acc += bf16_to_f32((u16)(v & 0xffffu)) * c[k] + bf16_to_f32((u16)(v >> 16)) * c[k + 1];
+      }
+    }
+    part[r] = acc;
+  }
+  const int w = cursor[slot];
+  float now = 0.0f;
+#pragma unroll
+  for (int k = 0; k < V1_PER_LANE; ++k) now += bn[k] * c[k];
+#pragma unroll
+  for (int r = 0; r < V1_RPW; ++r) {
+    const int j = warp * V1_RPW + r;
+    part[r] = j < w ? part[r] : (j == w ? now : 0.0f);
+  }
+  // Transposing warp sum: halve the array per exchange (offsets 16, 8, ...), then a plain
+  // butterfly over the remaining lane bits; lane bits 4, 3, ... name the record.
+  int rec = 0;
+#pragma unroll
+  for (int n = V1_RPW, o = 16; n > 1; n >>= 1, o >>= 1) {
+    const bool upper = (lane & o) != 0;
+#pragma unroll
+    for (int q = 0; q < n / 2; ++q) {
+      const float send = upper ? part[q] : part[q + n / 2];
+      const float keep = upper ? part[q + n / 2] : part[q];
+      part[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+    rec += upper ? n / 2 : 0;
+  }
+#pragma unroll
+  for (int o = 32 / V1_RPW / 2; o > 0; o >>= 1) part[0] += __shfl_xor_sync(0xffffffffu, part[0], o);
+  if ((lane & (32 / V1_RPW - 1)) == 0) bc_shared_v1[warp * V1_RPW + rec] = part[0];
+  __syncthreads();
+  const float bc = lane < LP ? bc_shared_v1[lane] : 0.0f;  // lane j: B_j . C (the step's B at w)
+
+  float total;
+  const float s = record_weight(dtj, dth, a, w, lane, total);
+  if (active) {
+    float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
+    if (lane < LP) {
+      blk[lane] = s * bc;
+      blk[LP + lane] = s;
+    }
+    if (lane == 0) {
+      blk[2 * LP] = __expf(a * (total + dth));
+      ((int*)blk)[2 * LP + 1] = w;
+      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
+    }
+    u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
+#pragma unroll
+    for (int k = 0; k < V1_XPL; ++k)
+      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[k];
+  }
+  if (warp == 0 && split == 0) {
+    u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
+    u16* brow = Brec + w * sBr_pos;
+    for (int k = lane; k < DSTATE; k += 32) {
+      crow[k] = Crow[k];
+      brow[k] = Bnow[k];
+    }
+  }
+}
+
