@@ -6,11 +6,10 @@ Triton replay, the op's route and every configuration are captured in CUDA graph
 in interleaved rounds (benchmarks/peers_mamba2.py's ``time_interleaved``), as
 benchmarks/mamba2_decode.py times them.
 
-    python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl 3,3,nopdl 2,2,nopdl
+    python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
-A configuration is ``stages,min_ctas,pdl|nopdl[,rows]`` (``CudaStepConfig``); a configuration forces the
-CUDA step, so ``--state f32 --configs 2,2,pdl`` times it with an fp32 checkpoint, which the
-op's route keeps on Triton.
+A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
+coefficient launch's warps per CTA); a configuration forces the CUDA step at every batch.
 """
 
 from __future__ import annotations
@@ -33,12 +32,11 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 
 def parse_config(text: str) -> CudaStepConfig:
-    stages, min_ctas, pdl, *extra = text.split(",")
-    if pdl not in ("pdl", "nopdl") or not set(extra) <= {"rows", "coef1"}:
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl[,rows][,coef1]")
-    return CudaStepConfig(
-        stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", row_copies="rows" in extra, coef_v1="coef1" in extra
-    )
+    parts = text.split(",")
+    if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16")
+    stages, min_ctas, pdl, coef = parts
+    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:

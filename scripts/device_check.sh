@@ -7,7 +7,7 @@
 #           (default: tests; e.g. TESTS="tests/gpu/test_spec_gpu.py tests/spec"; TESTS=none runs none)
 #   BENCH   benchmarks to run (default: "mamba2 gdn kda"; also "spec" = spec_verify.py,
 #           "model" = model_decode.py, "ckpt" = checkpoint_speed.py, "cuda" = mamba2_cuda_probe.py
-#           with CUDA_PROBE_ARGS, default "--batch 1 4 8 16 64 256 --configs small 2,3,pdl";
+#           with CUDA_PROBE_ARGS, default "--batch 1 4 8 16 64 256 --configs 2,3,pdl,c16 2,3,pdl,c4";
 #           BENCH=none runs none)
 #   PART_TIMEOUT  seconds for each test path and each benchmark (default 540)
 #   JOBS    test paths run at once (default 1; the tests' own times are not measurements, so
@@ -44,7 +44,7 @@ for b in ${BENCH:-mamba2 gdn kda}; do
     spec) cmd=(benchmarks/spec_verify.py) ;;
     model) cmd=(benchmarks/model_decode.py) ;;
     ckpt) cmd=(benchmarks/checkpoint_speed.py) ;;
-    cuda) read -ra probe <<< "${CUDA_PROBE_ARGS:---batch 1 4 8 16 64 256 --configs small 2,3,pdl}"
+    cuda) read -ra probe <<< "${CUDA_PROBE_ARGS:---batch 1 4 8 16 64 256 --configs 2,3,pdl,c16 2,3,pdl,c4}"
           cmd=(benchmarks/mamba2_cuda_probe.py "${probe[@]}") ;;
     *) echo "unknown benchmark $b"; status=1; continue ;;
   esac

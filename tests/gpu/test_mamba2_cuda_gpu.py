@@ -57,11 +57,10 @@ STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("copies", ["maps", "rows"])
-def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, copies):
-    """Every shape with a bf16 and an fp32 checkpoint (fp32 forced: the automatic route takes
-    bf16 only), the checkpoint moved by tensor-map boxes and by row copies, except rows too large
-    for two stages."""
+@pytest.mark.parametrize("coef_warps", [4, 16])
+def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, coef_warps):
+    """Every shape with a bf16 and an fp32 checkpoint, coefficient CTAs of 4 and 16 warps (more
+    and fewer warps than heads: 1-40 heads a group), except rows too large for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
         SMEM_RESERVED_PER_CTA,
@@ -70,10 +69,9 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, copies):
     )
 
     es = STATES[state].itemsize
-    rows = copies == "rows"
-    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, rows) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
-    cfg = dataclasses.replace(cuda_step_config(g.head_dim, g.d_state, L, 256, es), row_copies=rows)
+    cfg = dataclasses.replace(cuda_step_config(g.head_dim, g.d_state, L, 256, es), coef_warps=coef_warps)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -94,13 +92,13 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, copies):
 
 
 @needs_sm90
-@pytest.mark.parametrize("stages,pdl,rows", [(2, True, False), (3, False, False), (1, True, False), (2, True, True)])
-def test_cuda_step_configs_agree(stages, pdl, rows):
-    """Every stage count, with and without programmatic dependent launch, and row copies, at
-    batch 40 (the ring's wrap-around at 1-3 stages)."""
+@pytest.mark.parametrize("stages,pdl,coef_warps", [(2, True, 4), (3, False, 16), (1, True, 4), (2, False, 16)])
+def test_cuda_step_configs_agree(stages, pdl, coef_warps):
+    """Every stage count, with and without programmatic dependent launch, both coefficient
+    CTAs, at batch 40 (the ring's wrap-around at 1-3 stages)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, row_copies=rows)
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps)
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",
@@ -111,13 +109,13 @@ def test_cuda_step_configs_agree(stages, pdl, rows):
 
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
-@pytest.mark.parametrize("rows", [False, True], ids=["maps", "rows"])
-def test_cuda_step_graph_equals_eager(L, rows):
+@pytest.mark.parametrize("coef_warps", [4, 16])
+def test_cuda_step_graph_equals_eager(L, coef_warps):
     """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
-    cfg = dataclasses.replace(cuda_step_config(64, 128, L, 20), row_copies=rows)
+    cfg = dataclasses.replace(cuda_step_config(64, 128, L, 20), coef_warps=coef_warps)
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
@@ -152,9 +150,9 @@ def test_cuda_step_graph_equals_eager(L, rows):
 
 
 @needs_sm90
-def test_op_routes_bf16_batch_16_to_cuda_and_matches_triton():
-    """The op (kernel "auto") takes the CUDA step for a bf16 cache at batch >= MIN_CUDA_BATCH,
-    and its outputs and caches track the Triton kernel's over 2L + 3 steps."""
+def test_op_routes_bf16_batch_4_to_cuda_and_matches_triton():
+    """The op (kernel "auto") takes the CUDA step for a bf16 cache at batch >= MIN_CUDA_BATCH
+    (Triton below), and its outputs and caches track the Triton kernel's over 2L + 3 steps."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import MIN_CUDA_BATCH, replay_step_kernel
 
@@ -167,6 +165,7 @@ def test_op_routes_bf16_batch_16_to_cuda_and_matches_triton():
     slots = torch.arange(batch, dtype=torch.int32, device="cuda")
     x = torch.empty(batch, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda")
     assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "cuda"
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x[: MIN_CUDA_BATCH - 1]) == "triton"
     for _ in range(2 * L + 3):
         inp = make_step(g, batch, torch.bfloat16, "cuda", with_z=True)
         y = replay_with_op(c, inp, p, slots, torch.zeros_like(inp["x"]))

@@ -3,7 +3,6 @@ the launcher allocates equals what the kernel indexes, the launcher packs exactl
 PTX parameters, and the route's refusals name their reason. (Running it needs an sm_90 GPU:
 tests/gpu/test_mamba2_cuda_gpu.py.)"""
 
-import dataclasses
 import re
 
 import pytest
@@ -25,24 +24,24 @@ SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
 ]
 
 
-def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2, rows=False):
+def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2):
     nheads, ngroups, head_dim, d_state, L = shape
-    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), row_copies=rows)
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
     return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
 
 
-@pytest.mark.parametrize("rows", [False, True], ids=["maps", "rows"])
+@pytest.mark.parametrize("batch", [16, 256], ids=["c16", "c4"])  # the coefficient CTA's warps
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, rows):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch):
     _, _, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes, rows) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
         pytest.skip("does not fit: test_oversized_stages_are_refused")
-    cfg = mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes)
-    ptx = _ptx(shape, state_bytes=state_bytes, rows=rows)
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
+    ptx = _ptx(shape, batch=batch, state_bytes=state_bytes)
     assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, rows)
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
@@ -91,13 +90,15 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
     maps = (b"\0" * 128, b"\0" * 128)
-    args = mc.step_args(maps, c.checkpoint, coef, B, c.x_records, c.B_records, None, None, x, slots, c.cursor, x, A)
+    args = mc.step_args(maps, coef, B, c.x_records, c.B_records, None, None, x, slots, c.cursor, x, A)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_step")
 
 
 def test_launch_table():
-    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True)
+    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
+    assert mc.cuda_step_config(64, 128, 16, 63).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 64).coef_warps == 4
+    assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1

@@ -41,8 +41,8 @@ from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_ma
 __all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "MIN_CUDA_BATCH", "KERNELS"]
 
 # The CUDA step (kernels/cuda/mamba2_replay_step.cu) runs where it applies from this batch up;
-# below it the Triton kernel was measured faster on the H200 (docs/kernel-notes.md).
-MIN_CUDA_BATCH = 16
+# below it (batch 1) the Triton kernel was measured faster on the H200 (docs/kernel-notes.md).
+MIN_CUDA_BATCH = 4
 KERNELS = ("auto", "triton", "cuda")
 
 # A 16-bit checkpoint's flush fold: tiles of FOLD_ROWS rows (the tile product's M, at least 16)
@@ -214,10 +214,9 @@ def _mamba2_replay_step_kernel(
 def replay_step_kernel(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
     :func:`~.mamba2_replay_cuda.cuda_step_unsupported` finds nothing against it (sm_90, its
-    sizes and alignment), the checkpoint and activations are bf16 and the batch is at least
+    sizes and alignment: bf16 or fp32 checkpoints, bf16 activations) and the batch is at least
     ``MIN_CUDA_BATCH``; Triton otherwise (every dtype, size and GPU)."""
-    measured = checkpoint.dtype == torch.bfloat16  # fp32 checkpoints: not timed on the CUDA step yet
-    if measured and x.shape[0] >= MIN_CUDA_BATCH and cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
+    if x.shape[0] >= MIN_CUDA_BATCH and cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
         return "cuda"
     return "triton"
 

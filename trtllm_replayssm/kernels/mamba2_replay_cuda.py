@@ -1,8 +1,6 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
-for bf16 checkpoints and activations on sm_90 where it was measured faster than the Triton
-kernel (docs/kernel-notes.md, "CUDA step, rebuilt"). fp32 checkpoints are compiled and modelled
-on the CPU but have not run on a GPU yet: only ``kernel="cuda"`` launches them, the op's route
-keeps them on Triton.
+for bf16 or fp32 checkpoints and bf16 activations on sm_90, from the batch where it was measured
+faster than the Triton kernel (docs/kernel-notes.md, "CUDA step, rebuilt").
 
 Two launches per step on the current stream: a coefficient launch per (row, group) and a
 persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and flush).
@@ -37,6 +35,7 @@ __all__ = [
     "step_shared_bytes",
     "step_threads",
     "coefficient_floats",
+    "coefficient_split",
     "launch_mamba2_replay_step_cuda",
 ]
 
@@ -45,24 +44,29 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
-COEF_THREADS = 128  # the coefficient launch's CTA, one per (group, row): the .cu file's COEF_WARPS warps
+COEF_WARPS_4_BATCH = 64  # from this batch on, coefficient CTAs of 4 warps (16 below): kernel notes
 
 
 @dataclass(frozen=True)
 class CudaStepConfig:
     """How the step's persistent kernel runs: ``stages`` units in flight per CTA (shared-memory
     ring), register-capped for ``min_ctas`` resident CTAs per multiprocessor, launched as a
-    programmatic dependent of the coefficient launch when ``pdl``; ``row_copies``: the checkpoint moves by a bulk copy per row into rows 16 bytes
-    apart, instead of tensor-map boxes (no host-encoded map: what an AOT plugin can launch)."""
+    programmatic dependent of the coefficient launch when ``pdl``; the coefficient launch has
+    ``coef_warps`` (4 or 16) warps per CTA."""
 
     stages: int
     min_ctas: int
     pdl: bool
-    row_copies: bool = False
-    coef_v1: bool = False  # TEMPORARY: the previous coefficient launch, timed side by side
+    coef_warps: int = 16
 
     def label(self) -> str:
-        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'}{',rows' if self.row_copies else ''}{',coef1' if self.coef_v1 else ''}"
+        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'},c{self.coef_warps}"
+
+
+def coefficient_split(heads_per_group: int) -> int:
+    """Coefficient CTAs per (group, row): each takes up to 16 of the group's heads (the .cu
+    file's COEF_SPLIT)."""
+    return -(-heads_per_group // 16)
 
 
 def coefficient_floats(L: int) -> int:
@@ -74,15 +78,12 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(
-    head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, row_copies: bool = False
-) -> int:
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
-    (checkpoint rows of ``state_bytes`` elements, 16 bytes of padding each with ``row_copies``,
-    x records, padded B records, C, coefficient block, meta), 1 KiB of alignment slack, two
+    (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, coefficient block, meta), 1 KiB of alignment slack, two
     mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
-    stage = head_dim * (d_state * state_bytes + 16 * row_copies) + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
+    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -104,13 +105,12 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True)
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
 
 
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
     """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, a bf16 or
-    fp32 checkpoint (fp32: compiled and modelled on the CPU, not yet run on a GPU; the op's
-    automatic route takes bf16 only), bf16 activations, head_dim a multiple of 16 up to 128,
+    fp32 checkpoint, bf16 activations, head_dim a multiple of 16 up to 128,
     d_state a multiple of 64 up to 256, L <= 32, two stages fitting a multiprocessor, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
     head and position strides of the checkpoint and the records, x records' positions dense."""
     if checkpoint.device.type != "cuda":
@@ -148,7 +148,7 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, CKPT_ROWS=int(cfg.row_copies))
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps)
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -196,16 +196,14 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, 
     )  # fmt: skip
 
 
-def step_args(maps, checkpoint, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A) -> KernelArgs:
+def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A) -> KernelArgs:
     """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
-    store) tensor maps, then its pointer and strides (an absent D or z is another tensor's
-    pointer, never read)."""
+    store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
     DD = D if D is not None else A
     zz = z if z is not None else x
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
-        .ptr(checkpoint).i64(checkpoint.stride(0)).i64(checkpoint.stride(1)).i64(checkpoint.stride(2))
         .ptr(coef).ptr(c_rows)
         .ptr(x_records).i64(x_records.stride(0)).i64(x_records.stride(1))
         .ptr(B_records).i64(B_records.stride(0)).i64(B_records.stride(1)).i64(B_records.stride(2))
@@ -280,21 +278,18 @@ def launch_mamba2_replay_step_cuda(
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.row_copies)
-    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients" + ("_v1" if cfg.coef_v1 else ""), defines, device, 0)
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
+    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
 
     coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
     c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
     coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
-    if cfg.coef_v1:
-        hpg = nheads // ngroups
-        coef_kernel.launch((ngroups * -(-hpg // 16), batch), 512, 0, stream, coef_args)
-    else:
-        coef_kernel.launch((ngroups, batch), COEF_THREADS, 0, stream, coef_args)
+    coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
+    coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
-    args = step_args((load_map, store_map), checkpoint, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
+    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
     step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
     return out

@@ -3,9 +3,9 @@
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX.
 //
-// 1. mamba2_replay_coefficients, one CTA of 4 warps per (group, batch row): B_j . C once per
-//    group (warps over records j, lanes over d_state), then each warp the weights of every 4th
-//    head of the group (lanes over records). Reads the row's cursor w, the group's B records
+// 1. mamba2_replay_coefficients, one CTA of COEF_WARPS warps (4 or 16) per (group, batch row,
+//    16 heads of the group): B_j . C once per CTA (warps over records j, lanes over d_state),
+//    then each warp the weights of every COEF_WARPS-th head (lanes over records). Reads the row's cursor w, the group's B records
 //    0..w-1, the step's B and C, and each head's dt records; writes per (row, head) a coefficient
 //    block
 //        coef[LP]  coef_j = s_j (B_j . C) for j < w, dt (B . C) at j = w, 0 after
@@ -42,20 +42,14 @@ typedef unsigned long long u64;
 #define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
 #define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
 #define NBOX (DSTATE / BOXC)                // boxes of a checkpoint row
-#define CKPT_BYTES (ROWS * DSTATE * ES)  // checkpoint bytes of a unit in global memory
-#if CKPT_ROWS
-#define CK_PITCH (DSTATE * ES + 16)         // row copies: rows 16 bytes apart in banks
-#define CKPT_SMEM (ROWS * CK_PITCH)
-#else
-#define CKPT_SMEM CKPT_BYTES                // tensor-map boxes, 128-byte swizzle
-#endif
+#define CKPT_BYTES (ROWS * DSTATE * ES)
 #define X_BYTES (LP * ROWS * 2)
 #define B_PITCH (DSTATE * 2 + 16)           // padded: ldmatrix rows 16 bytes apart in banks
 #define B_BYTES (LP * B_PITCH)
 #define C_BYTES (DSTATE * 2)
 #define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
 #define COEF_BYTES (COEF_FLOATS * 4)
-#define OFF_X CKPT_SMEM
+#define OFF_X CKPT_BYTES
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
@@ -154,11 +148,6 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c
       : "memory");
 }
 
-// Bulk copy of `bytes` from shared to global memory (both 16-byte aligned), in the bulk group.
-__device__ __forceinline__ void bulk_store(void* dst, u32 src, u32 bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(map),
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
@@ -169,14 +158,9 @@ __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int 
 // swizzle (16-byte chunk index XOR row % 8; the box starts 1024-byte aligned).
 __device__ __forceinline__ u32 swizzle128(u32 r, u32 cb) { return r * 128u + ((((cb >> 4) ^ (r & 7u)) << 4) | (cb & 15u)); }
 
-// Offset of checkpoint element (row, col) in a stage: rows CK_PITCH bytes apart (CKPT_ROWS), or
-// boxes of BOXC columns, each [ROWS][128 B] swizzled.
+// Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
-#if CKPT_ROWS
-  return row * CK_PITCH + col * ES;
-#else
   return (col / BOXC) * (ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
-#endif
 }
 
 // Checkpoint elements (row, col) and (row, col + 1) of a stage as fp32 (col even), and back,
@@ -276,9 +260,10 @@ __device__ __forceinline__ float record_weight(float dtj, float dth, float a, in
 // ------------------------------------------------------------------ launch 1: coefficients
 
 #define HPG (NHEADS / NGROUPS)                   // heads per group
-#define COEF_WARPS 4                             // warps per coefficient CTA (one CTA per (group, row))
-#define HPW ((HPG + COEF_WARPS - 1) / COEF_WARPS)  // heads per warp: warp q takes heads q, q + 4, ...
-#define RPW (LP / COEF_WARPS)                    // records per warp in B_j . C: warp q takes j = q, q + 4, ...
+#define HPC (HPG < 16 ? HPG : 16)                // heads per coefficient CTA
+#define COEF_SPLIT ((HPG + HPC - 1) / HPC)       // coefficient CTAs per (group, row)
+#define HPW ((HPC + COEF_WARPS - 1) / COEF_WARPS)  // heads per warp: warp q takes q, q + COEF_WARPS, ...
+#define RPW (LP / COEF_WARPS)                    // records per warp in B_j . C: j = q, q + COEF_WARPS, ...
 #define PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
 #define XPL ((ROWS + 31) / 32)                   // x elements per lane and head
 
@@ -306,7 +291,8 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
   // written here.
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float bc_shared[LP];
-  const int g = blockIdx.x, b = blockIdx.y;
+  const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
+  const int h0 = split * HPC, hn = min(HPG - h0, HPC);  // this CTA's heads of the group: h0 .. h0 + hn - 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long slot = slot_ids[b];
   if (slot < 0) return;
@@ -343,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
   u16 xv[HPW][XPL];
 #pragma unroll
   for (int q = 0; q < HPW; ++q) {
-    const int h = g * HPG + min(warp + COEF_WARPS * q, HPG - 1);
+    const int h = g * HPG + h0 + min(warp + COEF_WARPS * q, hn - 1);
     dth[q] = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
     ah[q] = A[h];
     dtj[q] = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
@@ -358,7 +344,7 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
     const float v = warp_sum(j < w ? part[r] : (j == w ? now : 0.0f));
     if (lane == 0) bc_shared[j] = v;
   }
-  if (warp == 0) {  // the step's C for the step kernel and its B as record w
+  if (warp == 0 && split == 0) {  // the step's C for the step kernel and its B as record w
     u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
     u16* brow = Brec + w * sBr_pos;
     for (int k = lane; k < DSTATE; k += 32) {
@@ -371,8 +357,8 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 #pragma unroll
   for (int q = 0; q < HPW; ++q) {
     const int hl = warp + COEF_WARPS * q;
-    if (hl >= HPG) break;  // warp-uniform
-    const int h = g * HPG + hl;
+    if (hl >= hn) break;  // warp-uniform
+    const int h = g * HPG + h0 + hl;
     float total;
     const float s = record_weight(dtj[q], dth[q], ah[q], w, lane, total);
     float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
@@ -394,22 +380,9 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 
 // ------------------------------------------------------------------ launch 2: the step
 
-// The producer warp's copies of unit (slot, h)'s checkpoint rows into a stage, completing on
-// `full`: a bulk copy per row (CKPT_ROWS) or a tensor-map copy per 128-byte box.
-// `ck`: the unit's row 0, `row_bytes` apart.
-__device__ __forceinline__ void load_checkpoint(u32 stage, const TensorMap* map, const unsigned char* ck,
-                                                long long row_bytes, int lane, u32 full, int h, int slot) {
-#if CKPT_ROWS
-  for (int r = lane; r < ROWS; r += 32) bulk_load(stage + r * CK_PITCH, ck + r * row_bytes, DSTATE * ES, full);
-#else
-  if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), map, lane * BOXC, 0, h, slot, full);
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
-    u16* __restrict__ checkpoint, long long sc_slot, long long sc_head, long long sc_row,  // CKPT_ROWS
     const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
     const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
     const u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
@@ -419,7 +392,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* const ckpt_bytes = (unsigned char*)checkpoint;
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
@@ -450,8 +422,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const u32 full = bars + 8 * i;
       if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
       __syncwarp();
-      load_checkpoint(base + i * STAGE_BYTES, &ckpt_load, ckpt_bytes + (slot * sc_slot + (u % NHEADS) * sc_head) * ES,
-                      sc_row * ES, lane, full, u % NHEADS, slot);
+      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
@@ -487,8 +458,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       __syncwarp();
       if (slot >= 0) {
-        if (!prefetched)
-          load_checkpoint(stage, &ckpt_load, ckpt_bytes + (slot * sc_slot + h * sc_head) * ES, sc_row * ES, lane, full, h, slot);
+        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
         // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
         if (flush && lane <= w)
@@ -643,16 +613,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
-#if CKPT_ROWS
-        if (lane < 16) {  // a bulk copy per row
-          bulk_store(ckpt_bytes + (slot * sc_slot + h * sc_head + (r0 + lane) * sc_row) * ES, stage + (r0 + lane) * CK_PITCH,
-                     DSTATE * ES);
-#else
-        if (lane == 0) {  // a tensor-map copy per 128-byte box
+        if (lane == 0) {
 #pragma unroll
           for (int bx = 0; bx < NBOX; ++bx)
             tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * BOXC, r0, h, slot);
-#endif
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         }
@@ -662,129 +626,3 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     if (lane == 0) mbar_arrive(empty);
   }
 }
-
-// TEMPORARY (timed side by side, then removed): the previous coefficient launch.
-#define V1_COEF_WARPS 16                            // warps per coefficient CTA: one head each
-#define V1_HPC (HPG < V1_COEF_WARPS ? HPG : V1_COEF_WARPS)  // heads per coefficient CTA
-#define V1_COEF_SPLIT ((HPG + V1_HPC - 1) / V1_HPC)       // coefficient CTAs per (group, row)
-#define V1_PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
-#define V1_XPL ((ROWS + 31) / 32)                   // x elements per lane and head
-#define V1_RPW (LP / 16)                            // records per warp in B_j . C (1 or 2)
-
-extern "C" __global__ void __launch_bounds__(V1_COEF_WARPS * 32) mamba2_replay_coefficients_v1(
-    float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
-    u16* __restrict__ c_out,              // [batch, NGROUPS, DSTATE]
-    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head, long long sxr_pos,
-    float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
-    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
-    const int* __restrict__ cursor,
-    const u16* __restrict__ x, long long sx_batch, long long sx_head,
-    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
-    const float* __restrict__ A, const void* __restrict__ dt_bias,
-    const u16* __restrict__ B, long long sB_batch, long long sB_group,
-    const u16* __restrict__ C, long long sC_batch, long long sC_group,
-    const int* __restrict__ slot_ids) {
-  // The step kernel may start now: it waits for this grid's completion before reading anything
-  // written here.
-  asm volatile("griddepcontrol.launch_dependents;");
-  __shared__ float bc_shared_v1[LP];
-  const int g = blockIdx.x / V1_COEF_SPLIT, split = blockIdx.x - g * V1_COEF_SPLIT, b = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long slot = slot_ids[b];
-  if (slot < 0) return;
-  // Two memory round trips: the step's inputs with the slot, then the cursor with every record
-  // the row may hold (rows past the cursor are loaded and discarded: no load waits for w).
-  const u16* Crow = C + b * sC_batch + g * sC_group;
-  const u16* Bnow = B + b * sB_batch + g * sB_group;
-  float c[V1_PER_LANE], bn[V1_PER_LANE];
-#pragma unroll
-  for (int k = 0; k < V1_PER_LANE; ++k) {
-    c[k] = bf16_to_f32(Crow[lane * V1_PER_LANE + k]);
-    bn[k] = bf16_to_f32(Bnow[lane * V1_PER_LANE + k]);
-  }
-  // This warp's head (a warp past the group's last head works on that head and stores nothing).
-  const int hl = split * V1_HPC + warp;
-  const bool active = warp < V1_HPC && hl < HPG;
-  const int h = g * HPG + min(hl, HPG - 1);
-  const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
-  const float a = A[h];
-  const u16* xrow = x + b * sx_batch + h * sx_head;
-  u16 xv[V1_XPL];
-#pragma unroll
-  for (int k = 0; k < V1_XPL; ++k) xv[k] = lane + 32 * k < ROWS ? xrow[lane + 32 * k] : (u16)0;
-  const float* dtr = dt_records + slot * sdtr_slot + h * sdtr_head;
-  const float dtj = lane < LREC ? dtr[lane] : 0.0f;
-  // B_j . C: warp w takes records j = w V1_RPW .. w V1_RPW + V1_RPW - 1 (j < LP), lanes over d_state.
-  u16* const Brec = B_records + slot * sBr_slot + g * sBr_group;
-  float part[V1_RPW];
-#pragma unroll
-  for (int r = 0; r < V1_RPW; ++r) {
-    const int j = warp * V1_RPW + r;
-    float acc = 0.0f;
-    if (j < LREC) {
-      const u16* row = Brec + j * sBr_pos + lane * V1_PER_LANE;
-#pragma unroll
-      for (int k = 0; k < V1_PER_LANE; k += 2) {
-        const u32 v = *(const u32*)(row + k);
-        acc += bf16_to_f32((u16)(v & 0xffffu)) * c[k] + bf16_to_f32((u16)(v >> 16)) * c[k + 1];
-      }
-    }
-    part[r] = acc;
-  }
-  const int w = cursor[slot];
-  float now = 0.0f;
-#pragma unroll
-  for (int k = 0; k < V1_PER_LANE; ++k) now += bn[k] * c[k];
-#pragma unroll
-  for (int r = 0; r < V1_RPW; ++r) {
-    const int j = warp * V1_RPW + r;
-    part[r] = j < w ? part[r] : (j == w ? now : 0.0f);
-  }
-  // Transposing warp sum: halve the array per exchange (offsets 16, 8, ...), then a plain
-  // butterfly over the remaining lane bits; lane bits 4, 3, ... name the record.
-  int rec = 0;
-#pragma unroll
-  for (int n = V1_RPW, o = 16; n > 1; n >>= 1, o >>= 1) {
-    const bool upper = (lane & o) != 0;
-#pragma unroll
-    for (int q = 0; q < n / 2; ++q) {
-      const float send = upper ? part[q] : part[q + n / 2];
-      const float keep = upper ? part[q + n / 2] : part[q];
-      part[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-    }
-    rec += upper ? n / 2 : 0;
-  }
-#pragma unroll
-  for (int o = 32 / V1_RPW / 2; o > 0; o >>= 1) part[0] += __shfl_xor_sync(0xffffffffu, part[0], o);
-  if ((lane & (32 / V1_RPW - 1)) == 0) bc_shared_v1[warp * V1_RPW + rec] = part[0];
-  __syncthreads();
-  const float bc = lane < LP ? bc_shared_v1[lane] : 0.0f;  // lane j: B_j . C (the step's B at w)
-
-  float total;
-  const float s = record_weight(dtj, dth, a, w, lane, total);
-  if (active) {
-    float* blk = coef_out + ((long long)b * NHEADS + h) * COEF_FLOATS;
-    if (lane < LP) {
-      blk[lane] = s * bc;
-      blk[LP + lane] = s;
-    }
-    if (lane == 0) {
-      blk[2 * LP] = __expf(a * (total + dth));
-      ((int*)blk)[2 * LP + 1] = w;
-      dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
-    }
-    u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
-#pragma unroll
-    for (int k = 0; k < V1_XPL; ++k)
-      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[k];
-  }
-  if (warp == 0 && split == 0) {
-    u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
-    u16* brow = Brec + w * sBr_pos;
-    for (int k = lane; k < DSTATE; k += 32) {
-      crow[k] = Crow[k];
-      brow[k] = Bnow[k];
-    }
-  }
-}
-
