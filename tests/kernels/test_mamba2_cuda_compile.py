@@ -3,6 +3,7 @@ the launcher allocates equals what the kernel indexes, the launcher packs exactl
 PTX parameters, and the route's refusals name their reason. (Running it needs an sm_90 GPU:
 tests/gpu/test_mamba2_cuda_gpu.py.)"""
 
+import dataclasses
 import re
 
 import pytest
@@ -24,24 +25,24 @@ SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
 ]
 
 
-def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2):
+def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2, fused=False):
     nheads, ngroups, head_dim, d_state, L = shape
-    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
+    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), fused=fused)
     return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
 
 
-@pytest.mark.parametrize("batch", [16, 256], ids=["c16", "c4"])  # the coefficient CTA's warps
+@pytest.mark.parametrize("batch,fused", [(16, False), (256, False), (256, True)], ids=["c16", "c4", "fused"])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, fused):
     _, _, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes, fused) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
         pytest.skip("does not fit: test_oversized_stages_are_refused")
-    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
-    ptx = _ptx(shape, batch=batch, state_bytes=state_bytes)
+    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), fused=fused)
+    ptx = _ptx(shape, batch=batch, state_bytes=state_bytes, fused=fused)
     assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes)
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, fused)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
@@ -90,7 +91,9 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
     maps = (b"\0" * 128, b"\0" * 128)
-    args = mc.step_args(maps, coef, B, c.x_records, c.B_records, None, None, x, slots, c.cursor, x, A)
+    args = mc.step_args(
+        maps, coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
+    )
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_step")
 

@@ -58,8 +58,11 @@ class CudaStepConfig:
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
+    fused: bool = False  # one launch: the step kernel computes the coefficients (``pdl``, ``coef_warps`` unused)
 
     def label(self) -> str:
+        if self.fused:
+            return f"cuda,{self.stages},{self.min_ctas},fused"
         return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'},c{self.coef_warps}"
 
 
@@ -78,12 +81,13 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2) -> int:
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, coefficient block, meta), 1 KiB of alignment slack, two
     mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
-    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coefficient_floats(L) * 4 + 16
+    coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
+    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -148,7 +152,7 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps)
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -196,11 +200,15 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, 
     )  # fmt: skip
 
 
-def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A) -> KernelArgs:
+def step_args(
+    maps, coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
+) -> KernelArgs:
     """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
-    store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
+    store) tensor maps first; the fused form's inputs last (an absent D, z or dt_bias is another
+    tensor's pointer, never read; ``coef`` and ``c_rows`` are unused by the fused form)."""
     DD = D if D is not None else A
     zz = z if z is not None else x
+    bias = dt_bias if dt_bias is not None else A
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
@@ -211,6 +219,12 @@ def step_args(maps, coef, c_rows, x_records, B_records, D, z, out, slot_ids, cur
         .ptr(zz).i64(zz.stride(0)).i64(zz.stride(1))
         .ptr(out).i64(out.stride(0)).i64(out.stride(1))
         .ptr(slot_ids).ptr(cursor).i32(x.shape[0])
+        .ptr(arrivals).ptr(dt_records).i64(dt_records.stride(0)).i64(dt_records.stride(1))
+        .ptr(x).i64(x.stride(0)).i64(x.stride(1))
+        .ptr(dt).i64(dt.stride(0)).i64(dt.stride(1))
+        .ptr(A).ptr(bias)
+        .ptr(B).i64(B.stride(0)).i64(B.stride(1))
+        .ptr(C).i64(C.stride(0)).i64(C.stride(1))
     )  # fmt: skip
 
 
@@ -278,18 +292,28 @@ def launch_mamba2_replay_step_cuda(
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
-    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
-
-    coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
-    c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
-    coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
-    coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
-    coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args)
+    if cfg.fused:
+        for name, t in (("x", x), ("B", B), ("C", C)):
+            if t.data_ptr() % 16 or any((t.stride(d) * t.element_size()) % 16 for d in range(2)) or t.stride(2) != 1:
+                raise ValueError(f"mamba2_replay_step (CUDA, fused): {name} strides {t.stride()} not 16-byte aligned rows")
+        coef = c_rows = cursor  # unused by the fused form
+    else:
+        coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
+        coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
+        c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
+        coef_args = coefficient_args(
+            coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias
+        )
+        coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
+        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
-    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, D, z, out, slot_ids, cursor, x, A)
-    step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
+    args = step_args(
+        (load_map, store_map), coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
+        slot_ids, D, z, dt_bias, out,
+    )  # fmt: skip
+    step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl and not cfg.fused)
     return out

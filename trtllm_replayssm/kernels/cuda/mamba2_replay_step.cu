@@ -49,11 +49,16 @@ typedef unsigned long long u64;
 #define C_BYTES (DSTATE * 2)
 #define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
 #define COEF_BYTES (COEF_FLOATS * 4)
+#if FUSED
+#define COEF_AREA (CONSUMERS * COEF_BYTES + LP * 4)  // a coefficient block per consumer warp, B_j . C
+#else
+#define COEF_AREA COEF_BYTES                       // the coefficient launch's block
+#endif
 #define OFF_X CKPT_BYTES
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
-#define OFF_META (OFF_COEF + COEF_BYTES)
+#define OFF_META (OFF_COEF + COEF_AREA)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
 struct __align__(64) TensorMap { u64 opaque[16]; };
@@ -383,14 +388,21 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
-    const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
-    const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
-    const u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
-    const u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS] (two launches)
+    const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE] (two launches)
+    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
+    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
     const void* __restrict__ D, long long sD_head,
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
-    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
+    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch,
+    // FUSED only: the step's inputs, the dt records and the arrival counts
+    int* __restrict__ arrivals, float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
+    const u16* __restrict__ x, long long sx_batch, long long sx_head,
+    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
+    const float* __restrict__ A, const void* __restrict__ dt_bias,
+    const u16* __restrict__ B, long long sB_batch, long long sB_group,
+    const u16* __restrict__ C, long long sC_batch, long long sC_group) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
@@ -431,7 +443,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (k == 0) {  // slots and cursors of this CTA's next 32 units, one per lane
         const int uk = u + lane * gridDim.x;
         if (i > 0) slot_l = uk < units ? slot_ids[uk / NHEADS] : -1;
+#if FUSED
+        w_l = slot_l >= 0 ? cursor[slot_l] : 0;
+#else
         w_l = slot_l >= 0 ? ((const int*)coef)[(long long)uk * COEF_FLOATS + 2 * LP + 1] : 0;
+#endif
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
@@ -442,23 +458,50 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int b = u / NHEADS, h = u - b * NHEADS, g = h / HPG;
       const bool flush = w == LREC - 1;
+#if FUSED
+      int arrived = 0;
+#endif
       if (lane == 0) {
         int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
         meta[0] = slot;
+        meta[1] = w;
         if (slot < 0) {
           mbar_arrive(full);
         } else {
+#if FUSED
+          // Every record 0..w (the step's x and B as record w, from the inputs) and C.
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * (ROWS + DSTATE) * 2 + C_BYTES;
+          mbar_arrive_expect_tx(full, bytes);
+          // This unit has read the row's cursor: count it; the row's last unit advances the
+          // cursor (checked below, after the copies are issued).
+          asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+#else
           const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * ROWS * 2 + COEF_BYTES + C_BYTES +
                             (flush ? (w + 1) * DSTATE * 2 : 0);
           mbar_arrive_expect_tx(full, bytes);
           // The row's cursor advances here, once (head 0): the coefficient grid that read it
           // has completed.
           if (h == 0) cursor[slot] = flush ? 0 : w + 1;
+#endif
         }
       }
       __syncwarp();
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
+#if FUSED
+        // x records 0..w-1 are one dense range (position stride head_dim, checked by the launcher).
+        if (lane == 31 && w > 0) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, w * ROWS * 2, full);
+        if (lane == 30) bulk_load(stage + OFF_X + w * ROWS * 2, x + b * sx_batch + h * sx_head, ROWS * 2, full);
+        if (lane < w)
+          bulk_load(stage + OFF_B + lane * B_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos,
+                    DSTATE * 2, full);
+        if (lane == w) bulk_load(stage + OFF_B + w * B_PITCH, B + b * sB_batch + g * sB_group, DSTATE * 2, full);
+        if (lane == 29) bulk_load(stage + OFF_C, C + b * sC_batch + g * sC_group, C_BYTES, full);
+        if (lane == 0 && arrived == NHEADS - 1) {
+          cursor[slot] = flush ? 0 : w + 1;
+          arrivals[slot] = 0;
+        }
+#else
         // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
         if (flush && lane <= w)
@@ -466,6 +509,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
                     DSTATE * 2, full);
         if (lane == 31) bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
         if (lane == 30) bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
+#endif
       }
     }
     return;
@@ -489,6 +533,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #if HAS_Z
     const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
 #endif
+#if FUSED
+    // The head's weights' inputs: lane j's dt record, the step's dt, A.
+    const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
+    const float a = A[h];
+    const long long slot_in = slot_ids[b];
+    const float dtj = slot_in >= 0 && lane < LREC ? dt_records[slot_in * sdtr_slot + h * sdtr_head + lane] : 0.0f;
+#endif
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
@@ -496,8 +547,52 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     mbar_wait(full, (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
     if (slot >= 0) {
+      const int w = ((const int*)(gstage + OFF_META))[1];
+      const u16* xs = (const u16*)(gstage + OFF_X);
+#if FUSED
+      // B_j . C of records j = warp, warp + CONSUMERS, ... (lanes over d_state), shared by the
+      // consumer warps; then each warp the head's weights (the coefficient launch's arithmetic)
+      // into its own coefficient block.
+      {
+        const u16* cs = (const u16*)(gstage + OFF_C);
+        float* bc_s = (float*)(gstage + OFF_COEF + CONSUMERS * COEF_BYTES);
+        for (int j = warp; j <= w; j += CONSUMERS) {
+          const u16* bj = (const u16*)(gstage + OFF_B + j * B_PITCH);
+          float p = 0.0f;
+#pragma unroll
+          for (int k = lane * 2; k < DSTATE; k += 64) {
+            const u32 bv = *(const u32*)(bj + k), cv = *(const u32*)(cs + k);
+            p += bf16_to_f32((u16)(bv & 0xffffu)) * bf16_to_f32((u16)(cv & 0xffffu)) +
+                 bf16_to_f32((u16)(bv >> 16)) * bf16_to_f32((u16)(cv >> 16));
+          }
+          p = warp_sum(p);
+          if (lane == 0) bc_s[j] = p;
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 32) : "memory");
+        const float bc = lane <= w ? bc_s[lane] : 0.0f;
+        float total;
+        const float sw = record_weight(dtj, dth, a, w, lane, total);
+        float* blk = (float*)(gstage + OFF_COEF + warp * COEF_BYTES);
+        if (lane < LP) {
+          blk[lane] = sw * bc;
+          blk[LP + lane] = sw;
+        }
+        if (lane == 0) blk[2 * LP] = __expf(a * (total + dth));
+        __syncwarp();
+        // The step's record at w: x (each warp its rows), dt (warp 0), B (the group's first head).
+        if (lane < 16) x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + row] = xs[w * ROWS + row];
+        if (warp == 0) {
+          if (lane == 0) dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
+          if (h % HPG == 0) {
+            const u16* bw = (const u16*)(gstage + OFF_B + w * B_PITCH);
+            for (int k = lane; k < DSTATE; k += 32) B_records[slot * sBr_slot + (h / HPG) * sBr_group + w * sBr_pos + k] = bw[k];
+          }
+        }
+      }
+      const float* cf = (const float*)(gstage + OFF_COEF + warp * COEF_BYTES);
+#else
       const float* cf = (const float*)(gstage + OFF_COEF);
-      const int w = ((const int*)cf)[2 * LP + 1];
+#endif
       const float decay = cf[2 * LP];
       // S0 . C on tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact
       // in both input types), fp32 accumulators.
@@ -538,7 +633,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
 #endif
       // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j.
-      const u16* xs = (const u16*)(gstage + OFF_X);
       float rec = 0.0f;
       for (int j = lane >> 4; j <= w; j += 2) rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
