@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from trtllm_replayssm.measured_speeds import MEASUREMENTS, STEP
 from trtllm_replayssm.route_advice import SlowRouteWarning
 from trtllm_replayssm_builders.hf import disable_replayssm, enable_replayssm
 from trtllm_replayssm_builders.hf import hook as hook_module
@@ -14,7 +15,15 @@ from trtllm_replayssm_builders.hf.random_models import build_random_model
 
 from test_hf_hooks import _generate, _prompts
 
-BATCH = 10  # nearest measured batch: 16
+BATCH = 10  # nearest measured batch: 16 (every Mamba-2 cell faster than the conventional step)
+SLOW_BATCH = 2  # nearest measured batch: 1 (every Mamba-2 cell slower)
+
+
+def _measured(L, batch):
+    """The Mamba-2 Super fp32-checkpoint step ratio at (L, batch), as the advice cites it."""
+    (m,) = [m for m in MEASUREMENTS if m.family == "mamba2" and m.route == STEP and m.state_dtype == "fp32"
+            and m.L == L and m.batch == batch]  # fmt: skip
+    return m.ratio
 
 
 @pytest.fixture
@@ -22,9 +31,9 @@ def advice_on_cpu(monkeypatch):
     monkeypatch.setattr(hook_module, "advice_applies", lambda device: True)
 
 
-def _advice_warnings(L, route="replay_step"):
+def _advice_warnings(L, route="replay_step", batch=BATCH):
     model = build_random_model("mamba2")
-    ids, mask = _prompts(lengths=(7,) * BATCH)
+    ids, mask = _prompts(lengths=(7,) * batch)
     hook = enable_replayssm(model, buffer_len=L, route=route)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -36,23 +45,25 @@ def _advice_warnings(L, route="replay_step"):
 
 
 def test_slow_cell_warns_once_with_the_figure(advice_on_cpu):
-    # Mamba-2, fp32 checkpoint, L 32, batch 16: 0.94x the conventional step.
-    (message,) = _advice_warnings(32)
+    # Mamba-2, fp32 checkpoint, L 16, batch 1: slower than the conventional step.
+    assert _measured(16, 1) < 1.0
+    (message,) = _advice_warnings(16, batch=SLOW_BATCH)
     assert message.startswith("enable_replayssm on Mamba2ForCausalLM: ReplaySSM runs in a setting measured slower")
-    assert "mamba2 replay step L 32, fp32 checkpoint, batch 10: nearest measured batch 16" in message
-    assert "0.94x the conventional step" in message and "recommended: conventional" in message
+    assert "mamba2 replay step L 16, fp32 checkpoint, batch 2: nearest measured batch 1" in message
+    assert f"{_measured(16, 1):.2f}x the conventional step" in message and "recommended: conventional" in message
     assert "docs/benchmarks.md" in message
 
 
-@pytest.mark.parametrize("L", [8, 5], ids=["fast-1.05x", "not-measured"])
+@pytest.mark.parametrize("L", [8, 5], ids=["fast", "not-measured"])
 def test_fast_or_unmeasured_cell_does_not_warn(advice_on_cpu, L):
+    assert L != 8 or _measured(8, 16) > 1.0
     assert _advice_warnings(L) == []
 
 
 def test_conventional_route_is_not_advised(advice_on_cpu):
-    assert _advice_warnings(32, route="decode_step") == []
+    assert _advice_warnings(16, route="decode_step", batch=SLOW_BATCH) == []
 
 
 def test_no_advice_for_a_cpu_run():
     # the slow cell of the first test, on the CPU: the H200 figures do not speak for it
-    assert _advice_warnings(32) == []
+    assert _advice_warnings(16, batch=SLOW_BATCH) == []

@@ -58,7 +58,10 @@ class CudaStepConfig:
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
-    fused: bool = False  # one launch: the step kernel computes the coefficients (``pdl``, ``coef_warps`` unused)
+    # One launch: the step kernel computes the coefficients (``pdl`` and ``coef_warps`` unused).
+    # Measured 20-30% slower than the two launches from batch 16, level with Triton at batch 1
+    # (2026-12-02, kernel notes "Session 15"): never chosen by the table, reached only when set.
+    fused: bool = False
 
     def label(self) -> str:
         if self.fused:
