@@ -2,8 +2,9 @@
 for bf16 or fp32 checkpoints and bf16 activations on sm_90, from the batch where it was measured
 faster than the Triton kernel (docs/kernel-notes.md, "CUDA step, rebuilt").
 
-Two launches per step on the current stream: a coefficient launch per (row, group) and a
-persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and flush).
+Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
+and a persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and
+flush); ``CudaStepConfig(fused=True)`` runs the step kernel alone (one launch; timed slower).
 The .cu file's header documents what each computes; the contract is the Triton kernel's
 (:mod:`trtllm_replayssm.kernels.mamba2_replay`): same cache tensors, same results up to fp32
 rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a

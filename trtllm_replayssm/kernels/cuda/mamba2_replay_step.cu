@@ -28,11 +28,17 @@
 //    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
 //    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
 //    the stage and stores its 16 rows with TMA tensor stores (whole sectors).
+// FUSED=1 (one launch, measured slower from batch 16: kernel notes "Session 15"): the step kernel
+//    alone. Its producer copies every record 0..w (the step's x and B, from the inputs, as record
+//    w) and C, and counts the unit in the row's arrivals (the last unit advances the cursor); its
+//    consumer warps form B_j . C (a named barrier), each warp the head's weights, and append the
+//    step's record (x, dt, and B by the group's first head).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and
-// the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
+// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, HAS_D, D_PER_DIM, HAS_Z,
+// HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
+// (0 fp32, 1 bf16, 2 fp16).
 
 typedef unsigned short u16;
 typedef unsigned int u32;
