@@ -302,6 +302,11 @@ def launch_mamba2_replay_step_cuda(
         for name, t in (("x", x), ("B", B), ("C", C)):
             if t.data_ptr() % 16 or any((t.stride(d) * t.element_size()) % 16 for d in range(2)) or t.stride(2) != 1:
                 raise ValueError(f"mamba2_replay_step (CUDA, fused): {name} strides {t.stride()} not 16-byte aligned rows")
+        if B_records.stride(2) != d_state:
+            raise ValueError(
+                f"mamba2_replay_step (CUDA, fused): B_records positions {B_records.stride(2)} elements apart; "
+                f"the fused form copies them as one range (d_state {d_state})"
+            )
         coef = c_rows = cursor  # unused by the fused form
     else:
         coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)

@@ -443,6 +443,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#if FUSED
+    // The previous unit's arrival count and cursor, checked one unit later: the atomic's round
+    // trip overlaps the next unit's wait for a free stage.
+    int prev_arrived = 0, prev_slot = -1, prev_cursor = 0;
+#endif
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
@@ -495,18 +500,24 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
 #if FUSED
-        // x records 0..w-1 are one dense range (position stride head_dim, checked by the launcher).
+        // x and B records 0..w-1 are dense ranges (position strides head_dim and d_state, checked
+        // by the launcher): one copy each, except B for a flush, whose rows the fold's ldmatrix
+        // reads padded (b_pitch).
+        const u32 b_pitch = flush ? B_PITCH : DSTATE * 2;
         if (lane == 31 && w > 0) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, w * ROWS * 2, full);
         if (lane == 30) bulk_load(stage + OFF_X + w * ROWS * 2, x + b * sx_batch + h * sx_head, ROWS * 2, full);
-        if (lane < w)
-          bulk_load(stage + OFF_B + lane * B_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos,
-                    DSTATE * 2, full);
-        if (lane == w) bulk_load(stage + OFF_B + w * B_PITCH, B + b * sB_batch + g * sB_group, DSTATE * 2, full);
-        if (lane == 29) bulk_load(stage + OFF_C, C + b * sC_batch + g * sC_group, C_BYTES, full);
-        if (lane == 0 && arrived == NHEADS - 1) {
-          cursor[slot] = flush ? 0 : w + 1;
-          arrivals[slot] = 0;
+        const u16* Brow0 = B_records + slot * sBr_slot + g * sBr_group;
+        if (flush && lane < w) bulk_load(stage + OFF_B + lane * B_PITCH, Brow0 + lane * sBr_pos, DSTATE * 2, full);
+        if (!flush && lane == 28 && w > 0) bulk_load(stage + OFF_B, Brow0, w * DSTATE * 2, full);
+        if (lane == 29) bulk_load(stage + OFF_B + w * b_pitch, B + b * sB_batch + g * sB_group, DSTATE * 2, full);
+        if (lane == 27) bulk_load(stage + OFF_C, C + b * sC_batch + g * sC_group, C_BYTES, full);
+        if (lane == 0 && prev_slot >= 0 && prev_arrived == NHEADS - 1) {
+          cursor[prev_slot] = prev_cursor;
+          arrivals[prev_slot] = 0;
         }
+        prev_arrived = arrived;
+        prev_slot = slot;
+        prev_cursor = flush ? 0 : w + 1;
 #else
         // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
@@ -518,6 +529,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #endif
       }
     }
+#if FUSED
+    if (lane == 0 && prev_slot >= 0 && prev_arrived == NHEADS - 1) {
+      cursor[prev_slot] = prev_cursor;
+      arrivals[prev_slot] = 0;
+    }
+#endif
     return;
   }
 
@@ -561,9 +578,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       // into its own coefficient block.
       {
         const u16* cs = (const u16*)(gstage + OFF_C);
+        const u32 b_pitch = w == LREC - 1 ? B_PITCH : DSTATE * 2;  // as the producer copied them
         float* bc_s = (float*)(gstage + OFF_COEF + CONSUMERS * COEF_BYTES);
         for (int j = warp; j <= w; j += CONSUMERS) {
-          const u16* bj = (const u16*)(gstage + OFF_B + j * B_PITCH);
+          const u16* bj = (const u16*)(gstage + OFF_B + j * b_pitch);
           float p = 0.0f;
 #pragma unroll
           for (int k = lane * 2; k < DSTATE; k += 64) {
@@ -590,7 +608,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         if (warp == 0) {
           if (lane == 0) dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
           if (h % HPG == 0) {
-            const u16* bw = (const u16*)(gstage + OFF_B + w * B_PITCH);
+            const u16* bw = (const u16*)(gstage + OFF_B + w * b_pitch);
             for (int k = lane; k < DSTATE; k += 32) B_records[slot * sBr_slot + (h / HPG) * sBr_group + w * sBr_pos + k] = bw[k];
           }
         }
