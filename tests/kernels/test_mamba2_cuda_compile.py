@@ -102,6 +102,16 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
     assert mc.cuda_step_config(64, 128, 16, 63).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 64).coef_warps == 4
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
+
+
+def test_balanced_grid_gives_every_cta_the_same_units():
+    assert mc.step_grid(2048, 396, False) == 396 and mc.step_grid(2048, 396, True) == 342
+    assert mc.step_grid(100, 396, True) == 100 and mc.step_grid(32768, 396, True) == 395
+    for units in (1, 7, 512, 2048, 8191, 32768):
+        grid = mc.step_grid(units, 396, True)
+        per_cta = -(-units // grid)
+        assert grid <= 396 and per_cta == -(-units // min(units, 396))  # the same longest CTA
+        assert units - (grid - 1) * per_cta > 0  # the last CTA has work
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1

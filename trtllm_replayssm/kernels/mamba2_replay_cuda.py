@@ -35,6 +35,7 @@ __all__ = [
     "step_defines",
     "step_shared_bytes",
     "step_threads",
+    "step_grid",
     "coefficient_floats",
     "coefficient_split",
     "launch_mamba2_replay_step_cuda",
@@ -59,15 +60,19 @@ class CudaStepConfig:
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
+    # Grid of units / ceil(units / resident CTAs): every CTA the same number of units, no tail
+    # of a few CTAs doing one more (step_grid). Not yet timed: never chosen by the table.
+    balanced: bool = False
     # One launch: the step kernel computes the coefficients (``pdl`` and ``coef_warps`` unused).
     # Measured 20-30% slower than the two launches from batch 16, level with Triton at batch 1
     # (2026-12-02, kernel notes "Session 15"): never chosen by the table, reached only when set.
     fused: bool = False
 
     def label(self) -> str:
-        if self.fused:
-            return f"cuda,{self.stages},{self.min_ctas},fused"
-        return f"cuda,{self.stages},{self.min_ctas}{'' if self.pdl else ',nopdl'},c{self.coef_warps}"
+        launch = f"fused{',bal' if self.balanced else ''}" if self.fused else (
+            f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}{',bal' if self.balanced else ''}"
+        )
+        return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -94,6 +99,18 @@ def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_by
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
+
+
+def step_grid(units: int, resident: int, balanced: bool) -> int:
+    """CTAs of the persistent step kernel for ``units`` (batch rows x heads) and ``resident``
+    CTAs that fit the GPU at once: one per unit up to ``resident``; ``balanced`` trims that to
+    ceil(units / ceil(units / resident)) so that every CTA takes the same number of units (2048
+    units on 396 resident CTAs: 342 CTAs of 6 instead of 68 of 6 and 328 of 5)."""
+    grid = min(units, resident)
+    if balanced:
+        per_cta = -(-units // grid)
+        grid = -(-units // per_cta)
+    return grid
 
 
 def step_threads(head_dim: int) -> int:
@@ -319,7 +336,7 @@ def launch_mamba2_replay_step_cuda(
         coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
-    grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
+    grid = step_grid(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device), cfg.balanced)
     args = step_args(
         (load_map, store_map), coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
         slot_ids, D, z, dt_bias, out,

@@ -541,6 +541,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
+#if FUSED
+  // Each unit's slot is loaded one unit ahead: only the dt records' load waits on the prologue.
+  int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
+#endif
   int i = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
     const int b = u / NHEADS, h = u - b * NHEADS;
@@ -560,7 +564,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     // The head's weights' inputs: lane j's dt record, the step's dt, A.
     const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
     const float a = A[h];
-    const long long slot_in = slot_ids[b];
+    const long long slot_in = slot_next;
+    slot_next = u + gridDim.x < units ? slot_ids[(u + gridDim.x) / NHEADS] : -1;
     const float dtj = slot_in >= 0 && lane < LREC ? dt_records[slot_in * sdtr_slot + h * sdtr_head + lane] : 0.0f;
 #endif
     const int st = i % STAGES;
