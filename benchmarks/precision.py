@@ -1,0 +1,286 @@
+"""Drift of narrow states and checkpoints (issue 25's study): over a long decode, the output and
+state error of each path against the float64 recurrence, for the conventional step (its state
+stored in the dtype, so rounded every step) and the replay step (its checkpoint stored in the
+dtype, rounded once per flush; records in the activation dtype, bf16), per checkpoint dtype and
+L, on the SSM geometry of each preset model (one layer, ``--batch`` sequences).
+
+    python benchmarks/precision.py --steps 4096 --L 8 16 32 64 --dtypes fp32 bf16 fp16 --out-dir benchmarks/results
+
+Truth: the conventional recurrence in float64 on the CPU, fed the same (bf16-rounded)
+activations, so activation rounding is not counted as drift. Errors: max |y - y64| / max |y64|
+over the batch every step (y is bf16, as the ops return it: its rounding, ~2e-3 to 4e-3, is a
+floor under every path's output error); the state's max |S - S64| / max |S64| at powers of two
+and the last step (replay: checkpoint with its records folded in, ``replay_cache_state``). GDN /
+KDA replay with bf16 records carries their rounding at every dtype (``--record-dtype fp32``
+removes it; docs/benchmarks.md, "Accuracy").
+
+Inputs are synthetic: no pretrained checkpoint is loaded. Their statistics are the published
+initialisations, not trained weights: Mamba-2 as mamba_ssm initialises it (A = -U(1, 16),
+dt_bias = softplus^-1 of a log-uniform dt in [1e-3, 1e-1], D = 1), GDN / KDA as FLA does
+(A_log = log U(1, 16), the same dt_bias); projections (raw dt, x, B, C; q, k, v, a, b) are
+N(0, 1), q and k l2-normalised by the step. Drift depends on these statistics, so the figures
+compare paths with one another, not with a served model.
+
+On a GPU the steps run the project's kernels (the ops' routes); on the CPU, its references
+(slow: small ``--steps`` only). Writes ``<date>-<gpu>-precision.{json,png}`` with ``--out-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import math
+import os
+import sys
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Sequence
+
+import torch
+
+from tqdm import tqdm
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..")]
+
+from trtllm_replayssm import ops  # noqa: E402
+from trtllm_replayssm.models import KDA, MAMBA2, PRESETS, load_model  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ACT = torch.bfloat16
+
+
+def _log_uniform(gen, n, lo, hi, device):
+    return torch.exp(torch.empty(n, device=device).uniform_(math.log(lo), math.log(hi), generator=gen))
+
+
+def _inverse_softplus(v: torch.Tensor) -> torch.Tensor:
+    return v + torch.log(-torch.expm1(-v))
+
+
+@dataclass
+class Family:
+    """One SSM family's step, on any device and dtype, for this study."""
+
+    name: str
+    dims: tuple  # state dims after the slot: Mamba-2 (nheads, head_dim, d_state), GDN/KDA (v_heads, V, K)
+    make_params: Callable  # (gen, device) -> dict
+    make_inputs: Callable  # (gen, batch, params, device) -> dict of step inputs
+    conventional: Callable  # (state, inputs, params, slots) -> y
+    allocate: Callable  # (num_slots, L, state_dtype, device) -> cache
+    replay: Callable  # (cache, inputs, params, slots) -> y
+    cache_state: Callable  # (cache, params, slots) -> fp32 state
+
+
+def mamba2_family(geometry) -> Family:
+    """Mamba-2 with geometry (nheads, head_dim, d_state, ngroups)."""
+    H, P, N, G = geometry
+
+    def params(gen, device):
+        A = -torch.empty(H, device=device).uniform_(1.0, 16.0, generator=gen)
+        dt_bias = _inverse_softplus(_log_uniform(gen, H, 1e-3, 1e-1, device))
+        return dict(A=A, dt_bias=dt_bias, D=torch.ones(H, device=device))
+
+    def inputs(gen, batch, p, device):
+        r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
+        return dict(x=r(batch, H, P).to(ACT), dt=r(batch, H), B=r(batch, G, N).to(ACT), C=r(batch, G, N).to(ACT))
+
+    def kw(inp, p, slots):
+        return dict(slot_ids=slots, D=p["D"], dt_bias=p["dt_bias"])
+
+    return Family(
+        MAMBA2,
+        (H, P, N),
+        params,
+        inputs,
+        lambda S, i, p, s: ops.mamba2_decode_step(S, i["x"], i["dt"], p["A"], i["B"], i["C"], **kw(i, p, s)),
+        lambda n, L, dt, dev: ops.Mamba2ReplayCache.allocate(n, H, P, N, G, L, state_dtype=dt, act_dtype=ACT, device=dev),
+        lambda c, i, p, s: ops.mamba2_replay_step(c, i["x"], i["dt"], p["A"], i["B"], i["C"], **kw(i, p, s)),
+        lambda c, p, s: ops.replay_cache_state(c, s, A=p["A"]),
+    )
+
+
+def delta_rule_family(kind: str, geometry, record_dtype=ACT) -> Family:
+    """GDN or KDA with geometry (k_heads, v_heads, head_k_dim, head_v_dim); d and k records in
+    ``record_dtype``."""
+    Hk, Hv, K, V = geometry
+    per_channel = kind == KDA
+    gate = ops.kda_gate if per_channel else ops.gdn_gate
+    decode = ops.kda_decode_step if per_channel else ops.gdn_decode_step
+    replay = ops.kda_replay_step if per_channel else ops.gdn_replay_step
+    cache_type = ops.KDAReplayCache if per_channel else ops.GDNReplayCache
+    gate_shape = (Hv, K) if per_channel else (Hv,)
+
+    def params(gen, device):
+        A_log = torch.log(torch.empty(Hv, device=device).uniform_(1.0, 16.0, generator=gen))
+        dt_bias = _inverse_softplus(_log_uniform(gen, math.prod(gate_shape), 1e-3, 1e-1, device))
+        return dict(A_log=A_log, dt_bias=dt_bias)
+
+    def inputs(gen, batch, p, device):
+        r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
+        g, beta = gate(r(batch, *gate_shape), r(batch, Hv), p["A_log"], p["dt_bias"])
+        return dict(q=r(batch, Hk, K).to(ACT), k=r(batch, Hk, K).to(ACT), v=r(batch, Hv, V).to(ACT), g=g, beta=beta)
+
+    def args(i):
+        return i["q"], i["k"], i["v"], i["g"], i["beta"]
+
+    return Family(
+        kind,
+        (Hv, V, K),
+        params,
+        inputs,
+        lambda S, i, p, s: decode(S, *args(i), slot_ids=s),
+        lambda n, L, dt, dev: cache_type.allocate(n, Hk, Hv, K, V, L, state_dtype=dt, record_dtype=record_dtype, device=dev),
+        lambda c, i, p, s: replay(c, *args(i), slot_ids=s),
+        lambda c, p, s: ops.replay_cache_state(c, s),
+    )
+
+
+def family_of(model: str, record_dtype=ACT) -> Family:
+    """The study's Family for the first SSM layer of a preset model (GDN/KDA records in
+    ``record_dtype``; Mamba-2's records are activations, bf16)."""
+    layer = load_model(model).ssm_layers()[0]
+    g = layer.geometry
+    if layer.kind == MAMBA2:
+        return mamba2_family((g.nheads, g.head_dim, g.d_state, g.ngroups))
+    return delta_rule_family(layer.kind, (g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim), record_dtype)
+
+
+def _to(d: dict, device, float_dtype=None) -> dict:
+    """The inputs on ``device``; floating tensors in ``float_dtype`` when given."""
+    out = {}
+    for k, v in d.items():
+        v = v.to(device)
+        out[k] = v.to(float_dtype) if float_dtype is not None and v.is_floating_point() else v
+    return out
+
+
+def rel_err(a: torch.Tensor, truth: torch.Tensor) -> float:
+    t = truth.double()
+    return float((a.detach().cpu().double() - t).abs().max() / t.abs().max().clamp_min(1e-300))
+
+
+def horizons(steps: int) -> List[int]:
+    """Steps (1-based) at which states are compared: powers of two, and the last."""
+    return sorted({2**i for i in range(int(math.log2(steps)) + 1)} | {steps})
+
+
+def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, batch: int, device, seed: int = 0,
+          progress: bool = False) -> Dict[str, dict]:  # fmt: skip
+    """Run one layer for ``steps`` steps along every path; returns {path: {"y": [error per step],
+    "state": {step: error}}} with paths ``conventional <dtype>`` and ``replay <dtype> L<L>``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    params = family.make_params(gen, device)
+    slots = torch.arange(batch, dtype=torch.int32, device=device)
+    # Fresh sequences (zero state): the error measured is what the steps add, not the rounding
+    # of a starting state that the dtypes would store differently.
+    init = torch.zeros(batch, *family.dims, device=device)
+    truth_state = init.double().cpu()
+    truth_params = _to(params, "cpu", torch.float64)
+    paths: Dict[str, dict] = {}
+    for name in dtypes:
+        dt = DTYPES[name]
+        state = init.to(dt)
+        paths[f"conventional {name}"] = dict(state=state, y=[], errors={})
+        for L in Ls:
+            cache = family.allocate(batch, L, dt, device)
+            cache.admit(slots, init.to(dt))
+            paths[f"replay {name} L{L}"] = dict(cache=cache, y=[], errors={})
+    at = set(horizons(steps))
+    cpu_slots = slots.cpu()
+    for step in tqdm(range(1, steps + 1), disable=not progress, desc=family.name):
+        inp = family.make_inputs(gen, batch, params, device)
+        y64 = family.conventional(truth_state, _to(inp, "cpu", torch.float64), truth_params, cpu_slots)
+        for path in paths.values():
+            if "state" in path:
+                y = family.conventional(path["state"], inp, params, slots)
+            else:
+                y = family.replay(path["cache"], inp, params, slots)
+            path["y"].append(rel_err(y, y64))
+            if step in at:
+                s = path["state"] if "state" in path else family.cache_state(path["cache"], params, slots)
+                path["errors"][step] = rel_err(s, truth_state)
+    return {name: dict(y=p["y"], state=p["errors"]) for name, p in paths.items()}
+
+
+def summary_rows(model: str, result: Dict[str, dict]) -> List[dict]:
+    """One row per path: the final state error and the worst output error of the last tenth."""
+    rows = []
+    for path, r in result.items():
+        tail = r["y"][-max(1, len(r["y"]) // 10) :]
+        last = max(r["state"])
+        rows.append(dict(model=model, path=path, steps=len(r["y"]), y_err_tail=max(tail), state_err=r["state"][last]))
+    return rows
+
+
+def plot(results: Dict[str, Dict[str, dict]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
+    colors = {"fp32": "tab:blue", "bf16": "tab:orange", "fp16": "tab:green"}
+    for ax, (model, result) in zip(axes[:, 0], results.items()):
+        for name, r in result.items():
+            kind, dtype = name.split()[:2]
+            xs = sorted(r["state"])
+            ax.plot(xs, [max(r["state"][x], 1e-12) for x in xs], label=name, color=colors.get(dtype),
+                    linestyle="--" if kind == "conventional" else "-", marker="o" if kind == "conventional" else None)  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{model}: state error vs float64 (max |S - S64| / max |S64|)")
+        ax.set_xlabel("decode step")
+        ax.legend(fontsize=6, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=sorted(PRESETS), help="preset model names (first SSM layer of each)")
+    ap.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=sorted(DTYPES))
+    ap.add_argument("--L", type=int, nargs="+", default=[8, 16, 32, 64])
+    ap.add_argument("--steps", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--record-dtype", default="bf16", choices=["bf16", "fp32"], help="GDN/KDA d and k records")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out-dir", default=None, help="write <date>-<gpu>-precision.{json,png} there")
+    args = ap.parse_args(argv)
+    results, rows = {}, []
+    for model in args.models:
+        result = study(
+            family_of(model, DTYPES[args.record_dtype]),
+            args.dtypes,
+            args.L,
+            args.steps,
+            args.batch,
+            args.device,
+            args.seed,
+            True,
+        )
+        results[model] = result
+        rows += summary_rows(model, result)
+    print(f"{'model':<22} {'path':<20} {'steps':>6} {'y err (last 10%)':>17} {'state err':>10}")
+    for r in rows:
+        print(f"{r['model']:<22} {r['path']:<20} {r['steps']:>6} {r['y_err_tail']:17.2e} {r['state_err']:10.2e}")
+    if args.out_dir:
+        device = torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else "cpu"
+        os.makedirs(args.out_dir, exist_ok=True)
+        stem = os.path.join(args.out_dir, f"{datetime.date.today()}-{device.split()[-1].lower()}-precision")
+        meta = dict(device=device, date=str(datetime.date.today()), torch=torch.__version__, args=vars(args))
+        with open(stem + ".json", "w") as f:
+            json.dump(dict(meta, rows=rows, results=results), f, indent=1)
+        if importlib.util.find_spec("matplotlib") is None:
+            print(f"# wrote {stem}.json; no plot: matplotlib is not installed (pip install -e '.[bench]')")
+        else:
+            plot(results, stem + ".png")
+            print(f"# wrote {stem}.json/.png")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

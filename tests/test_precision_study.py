@@ -1,0 +1,61 @@
+"""benchmarks/precision.py (issue 25's drift study) on the CPU references, tiny geometries: the
+float64 truth is fed the same inputs (fp32 paths agree with it to fp32 rounding), narrow paths
+show their rounding, a bf16 replay checkpoint drifts less than a bf16 state, and the CLI writes
+its table, JSON and plot."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+import precision  # noqa: E402
+
+TINY = {
+    "mamba2": lambda: precision.mamba2_family((4, 16, 32, 2)),
+    "gdn": lambda: precision.delta_rule_family("gdn", (2, 4, 16, 16), record_dtype=precision.DTYPES["fp32"]),
+    "kda": lambda: precision.delta_rule_family("kda", (2, 2, 16, 16), record_dtype=precision.DTYPES["fp32"]),
+}
+
+
+def test_horizons_are_powers_of_two_and_the_last_step():
+    assert precision.horizons(40) == [1, 2, 4, 8, 16, 32, 40] and precision.horizons(64)[-1] == 64
+
+
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_fp32_paths_match_the_float64_truth_and_bf16_paths_do_not(family):
+    r = precision.study(TINY[family](), ["fp32", "bf16"], [4], 24, 2, "cpu")
+    assert set(r) == {"conventional fp32", "replay fp32 L4", "conventional bf16", "replay bf16 L4"}
+    for path, v in r.items():
+        assert len(v["y"]) == 24 and sorted(v["state"]) == precision.horizons(24)
+        worst = max(v["state"].values())
+        if "fp32" in path:
+            assert worst < 2e-6, (path, worst)  # the truth saw the same inputs
+        else:
+            assert 1e-4 < worst < 5e-2, (path, worst)  # bf16 rounding, and no blow-up
+
+
+def test_bf16_replay_checkpoint_drifts_less_than_a_bf16_state():
+    r = precision.study(TINY["mamba2"](), ["bf16"], [8], 64, 2, "cpu")
+    assert r["replay bf16 L8"]["state"][64] < r["conventional bf16"]["state"][64]
+
+
+def test_cli_writes_table_json_and_plot(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(precision, "family_of", lambda model, record_dtype: TINY["mamba2"]())
+    rows = precision.main(
+        ["--models", "nemotron-3-super-120b", "--dtypes", "fp32", "--L", "4", "--steps", "8", "--device", "cpu",
+         "--out-dir", str(tmp_path)]
+    )  # fmt: skip
+    assert [r["path"] for r in rows] == ["conventional fp32", "replay fp32 L4"]
+    (js,) = tmp_path.glob("*-cpu-precision.json")
+    data = json.loads(js.read_text())
+    assert data["rows"] == rows and set(data["results"]) == {"nemotron-3-super-120b"}
+    out = capsys.readouterr().out
+    assert "replay fp32 L4" in out
+    if importlib.util.find_spec("matplotlib"):
+        assert js.with_suffix(".png").stat().st_size > 0
+    else:
+        assert "no plot: matplotlib is not installed" in out
