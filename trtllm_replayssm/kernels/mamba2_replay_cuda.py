@@ -92,8 +92,10 @@ def _records_padded(L: int) -> int:
 
 def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
-    (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, coefficient block, meta), 1 KiB of alignment slack, two
-    mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
+    coefficient block, or with ``fused`` one block per consumer warp and the B_j . C array,
+    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES
+    (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
@@ -297,8 +299,9 @@ def launch_mamba2_replay_step_cuda(
     config: Optional[CudaStepConfig] = None,
 ) -> Tensor:
     """The CUDA replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order (``arrivals`` is not used: the step kernel advances the cursor once
-    the coefficient grid is complete, with no arrival count; it stays zero).
+    Triton launcher's order. ``arrivals``: the fused form counts each row's units there (the
+    last advances the cursor and resets it to zero); the two launches do not use it (their step
+    kernel advances the cursor once the coefficient grid is complete).
 
     Raises:
         ValueError: when :func:`cuda_step_unsupported` names a reason (nothing is launched).
