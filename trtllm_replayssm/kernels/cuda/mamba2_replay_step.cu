@@ -5,9 +5,9 @@
 //
 // 1. mamba2_replay_coefficients, one CTA of COEF_WARPS warps (4 or 16) per (group, batch row,
 //    16 heads of the group): B_j . C once per CTA (warps over records j, lanes over d_state),
-//    then each warp the weights of every COEF_WARPS-th head (lanes over records). Reads the row's cursor w, the group's B records
-//    0..w-1, the step's B and C, and each head's dt records; writes per (row, head) a coefficient
-//    block
+//    then each warp the weights of every COEF_WARPS-th head (lanes over records). Reads the
+//    row's cursor w, the group's B records 0..w-1, the step's B and C, and each head's dt
+//    records; writes per (row, head) a coefficient block
 //        coef[LP]  coef_j = s_j (B_j . C) for j < w, dt (B . C) at j = w, 0 after
 //        wgt[LP]   s_j for j < w, dt at j = w, 0 after        (the flush's record weights)
 //        decay     exp(A (sum_{j<w} dt_j + dt)),   w
