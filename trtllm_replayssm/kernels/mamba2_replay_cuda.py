@@ -147,6 +147,13 @@ def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tens
     return cuda_shape_unsupported(checkpoint, x_records, B_records, x)
 
 
+def _copyable_rows(t: Tensor) -> bool:
+    """Whether bulk copies can move ``t``'s rows: last dim contiguous, base and every outer
+    stride 16-byte multiples."""
+    es = t.element_size()
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(t.stride(d) * es % 16 == 0 for d in range(t.dim() - 1))
+
+
 def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
     """The device-independent part of :func:`cuda_step_unsupported` (dtypes, sizes, alignment)."""
     if checkpoint.dtype not in (torch.bfloat16, torch.float32) or x.dtype != torch.bfloat16:
@@ -160,7 +167,7 @@ def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Ten
     if L > MAX_L_CUDA:
         return f"L {L}; the CUDA step takes L <= {MAX_L_CUDA}"
     for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
-        if t.stride(3) != 1 or t.data_ptr() % 16 or any((t.stride(d) * t.element_size()) % 16 for d in range(3)):
+        if not _copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
     if step_shared_bytes(head_dim, d_state, L, 2, checkpoint.element_size()) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         return f"two stages of head_dim {head_dim} x d_state {d_state} {checkpoint.dtype} rows do not fit a multiprocessor"
@@ -320,7 +327,7 @@ def launch_mamba2_replay_step_cuda(
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
         for name, t in (("x", x), ("B", B), ("C", C)):
-            if t.data_ptr() % 16 or any((t.stride(d) * t.element_size()) % 16 for d in range(2)) or t.stride(2) != 1:
+            if not _copyable_rows(t):
                 raise ValueError(f"mamba2_replay_step (CUDA, fused): {name} strides {t.stride()} not 16-byte aligned rows")
         if B_records.stride(2) != d_state:
             raise ValueError(
