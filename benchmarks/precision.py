@@ -14,11 +14,11 @@ and the last step (replay: checkpoint with its records folded in, ``replay_cache
 KDA replay with bf16 records carries their rounding at every dtype (``--record-dtype fp32``
 removes it; docs/benchmarks.md, "Accuracy").
 
-Inputs are synthetic: no pretrained checkpoint is loaded. Their statistics are the published
-initialisations, not trained weights: Mamba-2 as mamba_ssm initialises it (A = -U(1, 16),
-dt_bias = softplus^-1 of a log-uniform dt in [1e-3, 1e-1], D = 1), GDN / KDA as FLA does
-(A_log = log U(1, 16), the same dt_bias); projections (raw dt, x, B, C; q, k, v, a, b) are
-N(0, 1), q and k l2-normalised by the step. Drift depends on these statistics, so the figures
+Inputs are synthetic: no pretrained checkpoint is loaded. The per-head parameters are those of
+the project's random-weight layers (``trtllm_replayssm.tp.layers.random_weights``: A_log =
+log U(1, 16), dt_bias = softplus^-1 of U(1e-3, 1e-1), Mamba-2's D = U(0.5, 1.5)), the ranges
+of the published initialisations, not trained weights; projections (raw dt, x, B, C; q, k, v,
+a, b) are N(0, 1), q and k l2-normalised by the step. Drift depends on these statistics, so the figures
 compare paths with one another, not with a served model.
 
 On a GPU the steps run the project's kernels (the ops' routes); on the CPU, its references
@@ -46,18 +46,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..")]
 
 from trtllm_replayssm import ops  # noqa: E402
-from trtllm_replayssm.models import KDA, MAMBA2, PRESETS, load_model  # noqa: E402
+from trtllm_replayssm.models import KDA, MAMBA2, PRESETS, DeltaRuleGeometry, Mamba2Geometry, load_model  # noqa: E402
+from trtllm_replayssm.tp.layers import random_weights  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ACT = torch.bfloat16
 
 
-def _log_uniform(gen, n, lo, hi, device):
-    return torch.exp(torch.empty(n, device=device).uniform_(math.log(lo), math.log(hi), generator=gen))
-
-
-def _inverse_softplus(v: torch.Tensor) -> torch.Tensor:
-    return v + torch.log(-torch.expm1(-v))
+def _layer_params(kind: str, geometry, seed: int, names: Sequence[str], device) -> dict:
+    """Per-head parameters ``names`` of a random-weight layer (the project's draws), on ``device``."""
+    w = random_weights(kind, geometry, 1, torch.Generator().manual_seed(seed))  # hidden 1: projections unused
+    return {n: w[n].to(device) for n in names}
 
 
 @dataclass
@@ -66,7 +65,7 @@ class Family:
 
     name: str
     dims: tuple  # state dims after the slot: Mamba-2 (nheads, head_dim, d_state), GDN/KDA (v_heads, V, K)
-    make_params: Callable  # (gen, device) -> dict
+    make_params: Callable  # (seed, device) -> dict
     make_inputs: Callable  # (gen, batch, params, device) -> dict of step inputs
     conventional: Callable  # (state, inputs, params, slots) -> y
     allocate: Callable  # (num_slots, L, state_dtype, device) -> cache
@@ -74,14 +73,13 @@ class Family:
     cache_state: Callable  # (cache, params, slots) -> fp32 state
 
 
-def mamba2_family(geometry) -> Family:
-    """Mamba-2 with geometry (nheads, head_dim, d_state, ngroups)."""
-    H, P, N, G = geometry
+def mamba2_family(geometry: Mamba2Geometry) -> Family:
+    """Mamba-2 of ``geometry``."""
+    H, P, N, G = geometry.nheads, geometry.head_dim, geometry.d_state, geometry.ngroups
 
-    def params(gen, device):
-        A = -torch.empty(H, device=device).uniform_(1.0, 16.0, generator=gen)
-        dt_bias = _inverse_softplus(_log_uniform(gen, H, 1e-3, 1e-1, device))
-        return dict(A=A, dt_bias=dt_bias, D=torch.ones(H, device=device))
+    def params(seed, device):
+        p = _layer_params(MAMBA2, geometry, seed, ("A_log", "dt_bias", "D"), device)
+        return dict(A=-torch.exp(p.pop("A_log")), **p)
 
     def inputs(gen, batch, p, device):
         r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
@@ -92,7 +90,7 @@ def mamba2_family(geometry) -> Family:
 
     return Family(
         MAMBA2,
-        (H, P, N),
+        geometry.state_dims,
         params,
         inputs,
         lambda S, i, p, s: ops.mamba2_decode_step(S, i["x"], i["dt"], p["A"], i["B"], i["C"], **kw(i, p, s)),
@@ -102,10 +100,9 @@ def mamba2_family(geometry) -> Family:
     )
 
 
-def delta_rule_family(kind: str, geometry, record_dtype=ACT) -> Family:
-    """GDN or KDA with geometry (k_heads, v_heads, head_k_dim, head_v_dim); d and k records in
-    ``record_dtype``."""
-    Hk, Hv, K, V = geometry
+def delta_rule_family(kind: str, geometry: DeltaRuleGeometry, record_dtype=ACT) -> Family:
+    """GDN or KDA of ``geometry``; d and k records in ``record_dtype``."""
+    Hk, Hv, K, V = geometry.k_heads, geometry.v_heads, geometry.head_k_dim, geometry.head_v_dim
     per_channel = kind == KDA
     gate = ops.kda_gate if per_channel else ops.gdn_gate
     decode = ops.kda_decode_step if per_channel else ops.gdn_decode_step
@@ -113,10 +110,8 @@ def delta_rule_family(kind: str, geometry, record_dtype=ACT) -> Family:
     cache_type = ops.KDAReplayCache if per_channel else ops.GDNReplayCache
     gate_shape = (Hv, K) if per_channel else (Hv,)
 
-    def params(gen, device):
-        A_log = torch.log(torch.empty(Hv, device=device).uniform_(1.0, 16.0, generator=gen))
-        dt_bias = _inverse_softplus(_log_uniform(gen, math.prod(gate_shape), 1e-3, 1e-1, device))
-        return dict(A_log=A_log, dt_bias=dt_bias)
+    def params(seed, device):
+        return _layer_params(kind, geometry, seed, ("A_log", "dt_bias"), device)
 
     def inputs(gen, batch, p, device):
         r = lambda *s: torch.randn(*s, device=device, generator=gen)  # noqa: E731
@@ -128,7 +123,7 @@ def delta_rule_family(kind: str, geometry, record_dtype=ACT) -> Family:
 
     return Family(
         kind,
-        (Hv, V, K),
+        geometry.state_dims,
         params,
         inputs,
         lambda S, i, p, s: decode(S, *args(i), slot_ids=s),
@@ -141,11 +136,10 @@ def delta_rule_family(kind: str, geometry, record_dtype=ACT) -> Family:
 def family_of(model: str, record_dtype=ACT) -> Family:
     """The study's Family for the first SSM layer of a preset model (GDN/KDA records in
     ``record_dtype``; Mamba-2's records are activations, bf16)."""
-    layer = load_model(model).ssm_layers()[0]
-    g = layer.geometry
+    layer = load_model(model).ssm_layers[0]
     if layer.kind == MAMBA2:
-        return mamba2_family((g.nheads, g.head_dim, g.d_state, g.ngroups))
-    return delta_rule_family(layer.kind, (g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim), record_dtype)
+        return mamba2_family(layer.geometry)
+    return delta_rule_family(layer.kind, layer.geometry, record_dtype)
 
 
 def _to(d: dict, device, float_dtype=None) -> dict:
@@ -172,7 +166,7 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
     """Run one layer for ``steps`` steps along every path; returns {path: {"y": [error per step],
     "state": {step: error}}} with paths ``conventional <dtype>`` and ``replay <dtype> L<L>``."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    params = family.make_params(gen, device)
+    params = family.make_params(seed, device)
     slots = torch.arange(batch, dtype=torch.int32, device=device)
     # Fresh sequences (zero state): the error measured is what the steps add, not the rounding
     # of a starting state that the dtypes would store differently.

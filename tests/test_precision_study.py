@@ -9,15 +9,18 @@ import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 import precision  # noqa: E402
+from trtllm_replayssm.models import DeltaRuleGeometry, Mamba2Geometry  # noqa: E402
 
+FP32 = precision.DTYPES["fp32"]
 TINY = {
-    "mamba2": lambda: precision.mamba2_family((4, 16, 32, 2)),
-    "gdn": lambda: precision.delta_rule_family("gdn", (2, 4, 16, 16), record_dtype=precision.DTYPES["fp32"]),
-    "kda": lambda: precision.delta_rule_family("kda", (2, 2, 16, 16), record_dtype=precision.DTYPES["fp32"]),
+    "mamba2": lambda: precision.mamba2_family(Mamba2Geometry(4, 16, 32, 2, 4)),
+    "gdn": lambda: precision.delta_rule_family("gdn", DeltaRuleGeometry(2, 4, 16, 16, 4), record_dtype=FP32),
+    "kda": lambda: precision.delta_rule_family("kda", DeltaRuleGeometry(2, 2, 16, 16, 4), record_dtype=FP32),
 }
 
 
@@ -59,3 +62,15 @@ def test_cli_writes_table_json_and_plot(tmp_path, monkeypatch, capsys):
         assert js.with_suffix(".png").stat().st_size > 0
     else:
         assert "no plot: matplotlib is not installed" in out
+
+
+@pytest.mark.parametrize("model", sorted(precision.PRESETS))
+def test_every_preset_model_gives_a_family_with_its_layers_parameters(model):
+    family = precision.family_of(model, FP32)
+    params = family.make_params(0, "cpu")
+    assert family.name in ("mamba2", "gdn", "kda") and len(family.dims) == 3
+    assert all(v.dtype == torch.float32 and torch.isfinite(v).all() for v in params.values())
+    if family.name == "mamba2":
+        assert set(params) == {"A", "dt_bias", "D"} and (params["A"] < 0).all()
+    else:
+        assert set(params) == {"A_log", "dt_bias"}
