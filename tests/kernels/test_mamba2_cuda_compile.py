@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc
-from trtllm_replayssm.kernels.mamba2_replay import MIN_CUDA_BATCH, launch_mamba2_replay_step, replay_step_kernel
+from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step, replay_step_kernel
 
 FLAGS = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=1, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
 SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
@@ -102,16 +102,20 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
     assert mc.cuda_step_config(64, 128, 16, 63).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 64).coef_warps == 4
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
+    # The fused one-launch form at batch 1-2 (bf16) and 1 (fp32), without programmatic launch.
+    for batch, state_bytes, fused in ((1, 2, True), (2, 2, True), (3, 2, False), (1, 4, True), (2, 4, False)):
+        cfg = mc.cuda_step_config(64, 128, 16, batch, state_bytes)
+        assert (cfg.fused, cfg.pdl) == (fused, not fused), (batch, state_bytes)
 
 
-def test_balanced_grid_gives_every_cta_the_same_units():
-    assert mc.step_grid(2048, 396, False) == 396 and mc.step_grid(2048, 396, True) == 342
-    assert mc.step_grid(100, 396, True) == 100 and mc.step_grid(32768, 396, True) == 395
-    for units in (1, 7, 512, 2048, 8191, 32768):
-        grid = mc.step_grid(units, 396, True)
-        per_cta = -(-units // grid)
-        assert grid <= 396 and per_cta == -(-units // min(units, 396))  # the same longest CTA
-        assert units - (grid - 1) * per_cta > 0  # the last CTA has work
+def test_fused_inputs_unsupported_names_the_tensor():
+    c, x, B = _cpu_case(batch=2)
+    assert mc.fused_inputs_unsupported(x, B, B, c.B_records) is None
+    odd = torch.zeros(2, 8, 129, dtype=torch.bfloat16)[..., 1:]  # rows 2 bytes off 16-byte alignment
+    assert "B strides" in mc.fused_inputs_unsupported(x, odd, B, c.B_records)
+    assert "C strides" in mc.fused_inputs_unsupported(x, B, odd, c.B_records)
+    spread = torch.zeros(6, 8, 16, 136, dtype=torch.bfloat16)[..., :128]
+    assert "B_records positions 136 elements apart" in mc.fused_inputs_unsupported(x, B, B, spread)
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
@@ -159,17 +163,17 @@ def test_misaligned_records_are_refused():
 
 
 def test_cpu_tensors_route_to_triton_and_cuda_is_refused_with_the_reason():
-    c, x, B = _cpu_case(batch=MIN_CUDA_BATCH)
+    c, x, B = _cpu_case(batch=4)
     assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "triton"
     with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): not a CUDA tensor"):
         launch_mamba2_replay_step(
             c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, torch.zeros(x.shape[:2]),
-            torch.zeros(128), B, B, slot_ids=torch.zeros(MIN_CUDA_BATCH, dtype=torch.int32), out=x, kernel="cuda",
+            torch.zeros(128), B, B, slot_ids=torch.zeros(4, dtype=torch.int32), out=x, kernel="cuda",
         )  # fmt: skip
     with pytest.raises(ValueError, match="kernel is 'cutlass'"):
         launch_mamba2_replay_step(
             c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, torch.zeros(x.shape[:2]),
-            torch.zeros(128), B, B, slot_ids=torch.zeros(MIN_CUDA_BATCH, dtype=torch.int32), out=x, kernel="cutlass",
+            torch.zeros(128), B, B, slot_ids=torch.zeros(4, dtype=torch.int32), out=x, kernel="cutlass",
         )  # fmt: skip
 
 

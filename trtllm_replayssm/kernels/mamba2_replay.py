@@ -38,11 +38,8 @@ from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_
                      mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
 from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
-__all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "MIN_CUDA_BATCH", "KERNELS"]
+__all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "KERNELS"]
 
-# The CUDA step (kernels/cuda/mamba2_replay_step.cu) runs where it applies from this batch up;
-# below it (batch 1) the Triton kernel was measured faster on the H200 (docs/kernel-notes.md).
-MIN_CUDA_BATCH = 4
 KERNELS = ("auto", "triton", "cuda")
 
 # A 16-bit checkpoint's flush fold: tiles of FOLD_ROWS rows (the tile product's M, at least 16)
@@ -214,9 +211,10 @@ def _mamba2_replay_step_kernel(
 def replay_step_kernel(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
     :func:`~.mamba2_replay_cuda.cuda_step_unsupported` finds nothing against it (sm_90, its
-    sizes and alignment: bf16 or fp32 checkpoints, bf16 activations) and the batch is at least
-    ``MIN_CUDA_BATCH``; Triton otherwise (every dtype, size and GPU)."""
-    if x.shape[0] >= MIN_CUDA_BATCH and cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
+    sizes and alignment: bf16 or fp32 checkpoints, bf16 activations), at every batch (measured
+    faster on the H200 from batch 1, 2026-12-02: docs/kernel-notes.md); Triton otherwise (every
+    dtype, size and GPU)."""
+    if cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
         return "cuda"
     return "triton"
 

@@ -1,10 +1,10 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
-for bf16 or fp32 checkpoints and bf16 activations on sm_90, from the batch where it was measured
-faster than the Triton kernel (docs/kernel-notes.md, "CUDA step, rebuilt").
+for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (measured faster
+than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-16).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
 and a persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and
-flush); ``CudaStepConfig(fused=True)`` runs the step kernel alone (one launch; timed slower).
+flush); at batch 1-2 (``CudaStepConfig(fused=True)``) the step kernel alone, one launch.
 The .cu file's header documents what each computes; the contract is the Triton kernel's
 (:mod:`trtllm_replayssm.kernels.mamba2_replay`): same cache tensors, same results up to fp32
 rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a
@@ -17,7 +17,7 @@ launcher raises with that reason when asked to run anyway.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import torch
@@ -32,10 +32,10 @@ __all__ = [
     "CudaStepConfig",
     "cuda_step_config",
     "cuda_step_unsupported",
+    "fused_inputs_unsupported",
     "step_defines",
     "step_shared_bytes",
     "step_threads",
-    "step_grid",
     "coefficient_floats",
     "coefficient_split",
     "launch_mamba2_replay_step_cuda",
@@ -47,6 +47,8 @@ SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (by
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
 COEF_WARPS_4_BATCH = 64  # from this batch on, coefficient CTAs of 4 warps (16 below): kernel notes
+# Up to this batch (by checkpoint element bytes: bf16, fp32) the fused one-launch form: kernel notes.
+FUSED_MAX_BATCH = {2: 2, 4: 1}
 
 
 @dataclass(frozen=True)
@@ -54,24 +56,18 @@ class CudaStepConfig:
     """How the step's persistent kernel runs: ``stages`` units in flight per CTA (shared-memory
     ring), register-capped for ``min_ctas`` resident CTAs per multiprocessor, launched as a
     programmatic dependent of the coefficient launch when ``pdl``; the coefficient launch has
-    ``coef_warps`` (4 or 16) warps per CTA."""
+    ``coef_warps`` (4 or 16) warps per CTA. ``fused``: one launch, the step kernel computes the
+    coefficients itself (``pdl`` and ``coef_warps`` unused): the fastest form at batch 1-2,
+    20-30% slower than the two launches from batch 16 (kernel notes, sessions 15-16)."""
 
     stages: int
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
-    # Grid of units / ceil(units / resident CTAs): every CTA the same number of units, no tail
-    # of a few CTAs doing one more (step_grid). Not yet timed: never chosen by the table.
-    balanced: bool = False
-    # One launch: the step kernel computes the coefficients (``pdl`` and ``coef_warps`` unused).
-    # Measured 20-30% slower than the two launches from batch 16, level with Triton at batch 1
-    # (2026-12-02, kernel notes "Session 15"): never chosen by the table, reached only when set.
     fused: bool = False
 
     def label(self) -> str:
-        launch = f"fused{',bal' if self.balanced else ''}" if self.fused else (
-            f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}{',bal' if self.balanced else ''}"
-        )
+        launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
         return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
@@ -103,18 +99,6 @@ def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_by
     return stages * stage + 1024 + 16 * stages
 
 
-def step_grid(units: int, resident: int, balanced: bool) -> int:
-    """CTAs of the persistent step kernel for ``units`` (batch rows x heads) and ``resident``
-    CTAs that fit the GPU at once: one per unit up to ``resident``; ``balanced`` trims that to
-    ceil(units / ceil(units / resident)) so that every CTA takes the same number of units (2048
-    units on 396 resident CTAs: 342 CTAs of 6 instead of 68 of 6 and 328 of 5)."""
-    grid = min(units, resident)
-    if balanced:
-        per_cta = -(-units // grid)
-        grid = -(-units // per_cta)
-    return grid
-
-
 def step_threads(head_dim: int) -> int:
     """Threads of a step-kernel CTA: a consumer warp per 16 rows and the producer warp."""
     return (head_dim // 16 + 1) * 32
@@ -126,13 +110,28 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
-    ``batch`` does not change it today (a one-launch form for small batches ran 1.6-2.8x slower
-    on 2026-12-02 and was removed: kernel notes)."""
+    By batch: the fused one-launch form up to ``FUSED_MAX_BATCH`` (batch 1-2 bf16, 1 fp32),
+    coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it."""
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
+    fused = batch <= FUSED_MAX_BATCH[state_bytes]
+    return CudaStepConfig(
+        stages=2, min_ctas=ctas, pdl=not fused, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16, fused=fused
+    )
+
+
+def fused_inputs_unsupported(x: Tensor, B: Tensor, C: Tensor, B_records: Tensor) -> Optional[str]:
+    """Why the fused form cannot copy these tensors (None: it can): it bulk-copies the step's x,
+    B and C rows (16-byte aligned, contiguous) and B records 0..w-1 as one range (positions
+    d_state apart)."""
+    for name, t in (("x", x), ("B", B), ("C", C)):
+        if not _copyable_rows(t):
+            return f"{name} strides {t.stride()} not 16-byte aligned rows"
+    if B_records.stride(2) != B_records.shape[3]:
+        return f"B_records positions {B_records.stride(2)} elements apart; the fused form copies them as one range (d_state {B_records.shape[3]})"
+    return None
 
 
 def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
@@ -320,20 +319,18 @@ def launch_mamba2_replay_step_cuda(
     d_state, ngroups, L = B.shape[2], B.shape[1], x_records.shape[2]
     es = checkpoint.element_size()
     cfg = config or cuda_step_config(head_dim, d_state, L, batch, es)
+    fused_reason = fused_inputs_unsupported(x, B, C, B_records) if cfg.fused else None
+    if fused_reason is not None:
+        if config is not None:
+            raise ValueError(f"mamba2_replay_step (CUDA, fused): {fused_reason}")
+        # The table's fused form cannot copy these inputs; the two launches can (same results).
+        cfg = replace(cfg, fused=False, pdl=True)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
     smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
-        for name, t in (("x", x), ("B", B), ("C", C)):
-            if not _copyable_rows(t):
-                raise ValueError(f"mamba2_replay_step (CUDA, fused): {name} strides {t.stride()} not 16-byte aligned rows")
-        if B_records.stride(2) != d_state:
-            raise ValueError(
-                f"mamba2_replay_step (CUDA, fused): B_records positions {B_records.stride(2)} elements apart; "
-                f"the fused form copies them as one range (d_state {d_state})"
-            )
         coef = c_rows = cursor  # unused by the fused form
     else:
         coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
@@ -346,7 +343,7 @@ def launch_mamba2_replay_step_cuda(
         coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
-    grid = step_grid(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device), cfg.balanced)
+    grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     args = step_args(
         (load_map, store_map), coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
         slot_ids, D, z, dt_bias, out,

@@ -19,16 +19,20 @@
 //    one head of one batch row, u = b * NHEADS + h, all ROWS = head_dim rows of it. Warp
 //    CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it with
 //    one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
-//    bulk copy of x records 0..w, one per B record row j <= w for a flush (padded rows), the
+//    bulk copy of x records 0..w, one per B record row for a flush (all L, padded rows), the
 //    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores with C as
 //    column 0 (bf16 rows: m16n8k16 bf16 products; fp32 rows: m16n8k8 TF32 products of their hi
 //    and lo parts, ~2^-21), the record term sum_j coef_j x_j from shared memory, y = decay
-//    (S0 . C) + records + D x, gated by silu(z). The producer of a row's head-0 unit writes the
-//    new cursor (0 after a flush, else w+1) once the coefficient grid is complete. A flush unit
+//    (S0 . C) + records + D x, gated by silu(z). A consumer of a row's head-0 unit writes the
+//    new cursor (0 after a flush, else w+1): its stage holds the coefficient block, so the
+//    coefficient grid, the cursor's only other reader, is complete. The producer reads each
+//    unit's cursor itself, before its first checkpoint tiles (so that the read does not wait
+//    behind them), and may see it advanced: it copies for either value, and the consumers take
+//    the exact w from the coefficient block. A flush unit
 //    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
 //    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
 //    the stage and stores its 16 rows with TMA tensor stores (whole sectors).
-// FUSED=1 (one launch, measured slower from batch 16: kernel notes "Session 15"): the step kernel
+// FUSED=1 (one launch: the route at batch 1-2, slower from batch 16; kernel notes): the step kernel
 //    alone. Its producer copies every record 0..w (the step's x and B, from the inputs, as record
 //    w) and C, and counts the unit in the row's arrivals (the last unit advances the cursor); its
 //    consumer warps form B_j . C (a named barrier), each warp the head's weights, and append the
@@ -427,11 +431,19 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 
   if (warp == CONSUMERS) {
     // ---------------- producer
+    // Slots and cursors of the CTA's next 32 units, a lane each. The first ones are requested
+    // before any checkpoint tile: a load issued after the tiles waits behind them (up to 128 KiB
+    // per multiprocessor, microseconds; kernel notes, session 16). Two launches: a cursor read
+    // here may already be advanced by this launch (the row's head-0 unit, by a consumer) to
+    // w + 1, or 0 after a flush, so the copies are sized for either value and the consumers
+    // take the exact w from the coefficient block. Fused: exact (a row's cursor advances only
+    // after all its units arrived, each after its read).
+    int slot_l = -1, w_l = 0;
+    if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
+    if (slot_l >= 0) w_l = cursor[slot_l];
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
-    int slot_l = -1, w_l = 0;
-    if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
 #pragma unroll 1
     for (int i = 0; i < STAGES; ++i) {
       const int u = blockIdx.x + i * gridDim.x;
@@ -451,14 +463,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
-      if (k == 0) {  // slots and cursors of this CTA's next 32 units, one per lane
+      if (k == 0 && i > 0) {
         const int uk = u + lane * gridDim.x;
-        if (i > 0) slot_l = uk < units ? slot_ids[uk / NHEADS] : -1;
-#if FUSED
+        slot_l = uk < units ? slot_ids[uk / NHEADS] : -1;
         w_l = slot_l >= 0 ? cursor[slot_l] : 0;
-#else
-        w_l = slot_l >= 0 ? ((const int*)coef)[(long long)uk * COEF_FLOATS + 2 * LP + 1] : 0;
-#endif
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
@@ -468,7 +476,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const bool prefetched = i < STAGES;
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int b = u / NHEADS, h = u - b * NHEADS, g = h / HPG;
-      const bool flush = w == LREC - 1;
+#if !FUSED
+      // For a cursor read w' that may be one step ahead (above): x records 0..w' (all L at w' = 0,
+      // which may be a wrapped L-1), every B record row when the unit may flush (w' = L-1, or 0).
+      const int nx = w == 0 ? LREC : w + 1;
+      const bool b_rows = w == LREC - 1 || w == 0;
+#endif
 #if FUSED
       int arrived = 0;
 #endif
@@ -487,26 +500,24 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
           // cursor (checked below, after the copies are issued).
           asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
 #else
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * ROWS * 2 + COEF_BYTES + C_BYTES +
-                            (flush ? (w + 1) * DSTATE * 2 : 0);
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nx * ROWS * 2 + COEF_BYTES + C_BYTES +
+                            (b_rows ? LREC * DSTATE * 2 : 0);
           mbar_arrive_expect_tx(full, bytes);
-          // The row's cursor advances here, once (head 0): the coefficient grid that read it
-          // has completed.
-          if (h == 0) cursor[slot] = flush ? 0 : w + 1;
 #endif
         }
       }
       __syncwarp();
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
+        const u16* Brow0 = B_records + slot * sBr_slot + g * sBr_group;
 #if FUSED
         // x and B records 0..w-1 are dense ranges (position strides head_dim and d_state, checked
         // by the launcher): one copy each, except B for a flush, whose rows the fold's ldmatrix
-        // reads padded (b_pitch).
+        // reads padded (B_PITCH: conflict-free).
+        const bool flush = w == LREC - 1;
         const u32 b_pitch = flush ? B_PITCH : DSTATE * 2;
         if (lane == 31 && w > 0) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, w * ROWS * 2, full);
         if (lane == 30) bulk_load(stage + OFF_X + w * ROWS * 2, x + b * sx_batch + h * sx_head, ROWS * 2, full);
-        const u16* Brow0 = B_records + slot * sBr_slot + g * sBr_group;
         if (flush && lane < w) bulk_load(stage + OFF_B + lane * B_PITCH, Brow0 + lane * sBr_pos, DSTATE * 2, full);
         if (!flush && lane == 28 && w > 0) bulk_load(stage + OFF_B, Brow0, w * DSTATE * 2, full);
         if (lane == 29) bulk_load(stage + OFF_B + w * b_pitch, B + b * sB_batch + g * sB_group, DSTATE * 2, full);
@@ -517,15 +528,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         }
         prev_arrived = arrived;
         prev_slot = slot;
-        prev_cursor = flush ? 0 : w + 1;
+        prev_cursor = w == LREC - 1 ? 0 : w + 1;
 #else
-        // Records 0..w of x are one dense range (position stride head_dim, checked by the launcher).
-        if (lane == 29) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, (w + 1) * ROWS * 2, full);
-        if (flush && lane <= w)
-          bulk_load(stage + OFF_B + lane * B_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos,
-                    DSTATE * 2, full);
-        if (lane == 31) bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
-        if (lane == 30) bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
+        // x records 0..nx-1 are one dense range (position stride head_dim, checked by the launcher).
+        if (lane == 31) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, nx * ROWS * 2, full);
+        // B record rows padded (B_PITCH: the fold's ldmatrix reads are conflict-free).
+        if (b_rows && lane < LREC) bulk_load(stage + OFF_B + lane * B_PITCH, Brow0 + lane * sBr_pos, DSTATE * 2, full);
+        if (lane == 0) {
+          bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
+          bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
+        }
 #endif
       }
     }
@@ -575,15 +587,57 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     mbar_wait(full, (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
     if (slot >= 0) {
-      const int w = ((const int*)(gstage + OFF_META))[1];
       const u16* xs = (const u16*)(gstage + OFF_X);
+      const u16* cs = (const u16*)(gstage + OFF_C);
+      // S0 . C on tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact
+      // in both input types), fp32 accumulators: several independent ones (even and odd k
+      // tiles; TF32: hi and lo parts), so that the products do not wait on one another's result.
+      float part[4][4] = {};
+#if CKPT_F32
+      // m16n8k8 TF32, the fp32 rows as hi (TF32) + lo parts: ~2^-21 of S0.
+#pragma unroll
+      for (int k0 = 0; k0 < DSTATE; k0 += 8) {
+        u32 hi[4], lo[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float v = *(const float*)(gstage + ckpt_offset(r0 + gq + 8 * (q & 1), k0 + tq + 4 * (q >> 1)));
+          hi[q] = __float_as_uint(v) & 0xffffe000u;
+          lo[q] = __float_as_uint(v - __uint_as_float(hi[q]));
+        }
+        u32 b0 = 0, b1 = 0;
+        if (gq == 0) {
+          b0 = ((u32)cs[k0 + tq]) << 16;
+          b1 = ((u32)cs[k0 + tq + 4]) << 16;
+        }
+        const int p = 2 * ((k0 / 8) & 1);
+        mma_tf32(part[p], hi[0], hi[1], hi[2], hi[3], b0, b1);
+        mma_tf32(part[p + 1], lo[0], lo[1], lo[2], lo[3], b0, b1);
+      }
+#else
+      // m16n8k16 bf16, A = the warp's 16 rows by ldmatrix from the swizzled boxes.
+      const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int k0 = 0; k0 < DSTATE; k0 += 16) {
+        u32 a0, a1, a2, a3;
+        ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 8), a0, a1, a2, a3);
+        u32 b0 = 0, b1 = 0;
+        if (gq == 0) {
+          b0 = *(const u32*)(cs + k0 + 2 * tq);
+          b1 = *(const u32*)(cs + k0 + 8 + 2 * tq);
+        }
+        mma_bf16(part[(k0 / 16) & 1], a0, a1, a2, a3, b0, b1);
+      }
+#endif
+      float acc[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[q] = (part[0][q] + part[2][q]) + (part[1][q] + part[3][q]);
 #if FUSED
       // B_j . C of records j = warp, warp + CONSUMERS, ... (lanes over d_state), shared by the
       // consumer warps; then each warp the head's weights (the coefficient launch's arithmetic)
       // into its own coefficient block.
+      const int w = ((const int*)(gstage + OFF_META))[1];
+      const u32 b_pitch = w == LREC - 1 ? B_PITCH : DSTATE * 2;  // as the producer copied them
       {
-        const u16* cs = (const u16*)(gstage + OFF_C);
-        const u32 b_pitch = w == LREC - 1 ? B_PITCH : DSTATE * 2;  // as the producer copied them
         float* bc_s = (float*)(gstage + OFF_COEF + CONSUMERS * COEF_BYTES);
         for (int j = warp; j <= w; j += CONSUMERS) {
           const u16* bj = (const u16*)(gstage + OFF_B + j * b_pitch);
@@ -621,49 +675,22 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const float* cf = (const float*)(gstage + OFF_COEF + warp * COEF_BYTES);
 #else
       const float* cf = (const float*)(gstage + OFF_COEF);
+      const int w = ((const int*)cf)[2 * LP + 1];  // exact; the producer's read may be one step ahead
+      // The row's cursor advances here, once (head 0): the coefficient grid that read it has
+      // completed (its block is in this stage).
+      if (h == 0 && warp == 0 && lane == 0) cursor[slot] = w == LREC - 1 ? 0 : w + 1;
 #endif
       const float decay = cf[2 * LP];
-      // S0 . C on tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact
-      // in both input types), fp32 accumulators.
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const u16* cs = (const u16*)(gstage + OFF_C);
-#if CKPT_F32
-      // m16n8k8 TF32, the fp32 rows as hi (TF32) + lo parts: ~2^-21 of S0.
-#pragma unroll
-      for (int k0 = 0; k0 < DSTATE; k0 += 8) {
-        u32 hi[4], lo[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float v = *(const float*)(gstage + ckpt_offset(r0 + gq + 8 * (q & 1), k0 + tq + 4 * (q >> 1)));
-          hi[q] = __float_as_uint(v) & 0xffffe000u;
-          lo[q] = __float_as_uint(v - __uint_as_float(hi[q]));
-        }
-        u32 b0 = 0, b1 = 0;
-        if (gq == 0) {
-          b0 = ((u32)cs[k0 + tq]) << 16;
-          b1 = ((u32)cs[k0 + tq + 4]) << 16;
-        }
-        mma_tf32(acc, hi[0], hi[1], hi[2], hi[3], b0, b1);
-        mma_tf32(acc, lo[0], lo[1], lo[2], lo[3], b0, b1);
+      // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j, in two
+      // independent sums.
+      float rec = 0.0f, rec2 = 0.0f;
+      int j = lane >> 4;
+      for (; j + 2 <= w; j += 4) {
+        rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
+        rec2 += cf[j + 2] * bf16_to_f32(xs[(j + 2) * ROWS + row]);
       }
-#else
-      // m16n8k16 bf16, A = the warp's 16 rows by ldmatrix from the swizzled boxes.
-      const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-      for (int k0 = 0; k0 < DSTATE; k0 += 16) {
-        u32 a0, a1, a2, a3;
-        ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 8), a0, a1, a2, a3);
-        u32 b0 = 0, b1 = 0;
-        if (gq == 0) {
-          b0 = *(const u32*)(cs + k0 + 2 * tq);
-          b1 = *(const u32*)(cs + k0 + 8 + 2 * tq);
-        }
-        mma_bf16(acc, a0, a1, a2, a3, b0, b1);
-      }
-#endif
-      // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j.
-      float rec = 0.0f;
-      for (int j = lane >> 4; j <= w; j += 2) rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
+      if (j <= w) rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
+      rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
       const int src = 4 * (lane & 7);
       const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
