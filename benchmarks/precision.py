@@ -6,8 +6,9 @@ L, on the SSM geometry of each preset model (one layer, ``--batch`` sequences).
 
     python benchmarks/precision.py --steps 4096 --L 8 16 32 64 --dtypes fp32 bf16 fp16 --out-dir benchmarks/results
 
-Truth: the conventional recurrence in float64 on the CPU, fed the same (bf16-rounded)
-activations, so activation rounding is not counted as drift. Errors: max |y - y64| / max |y64|
+Truth: the conventional recurrence in float64 (the project's reference implementation, plain
+torch, on the study's device), fed the same (bf16-rounded) activations, so activation rounding
+is not counted as drift. Errors: max |y - y64| / max |y64|
 over the batch every step (y is bf16, as the ops return it: its rounding, ~2e-3 to 4e-3, is a
 floor under every path's output error); the state's max |S - S64| / max |S64| at powers of two
 and the last step (replay: checkpoint with its records folded in, ``replay_cache_state``). GDN /
@@ -47,6 +48,8 @@ sys.path[:0] = [os.path.join(HERE, "..")]
 
 from trtllm_replayssm import ops  # noqa: E402
 from trtllm_replayssm.models import KDA, MAMBA2, PRESETS, DeltaRuleGeometry, Mamba2Geometry, load_model  # noqa: E402
+from trtllm_replayssm.reference.gated_delta import gated_delta_decode_step_ref  # noqa: E402
+from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref  # noqa: E402
 from trtllm_replayssm.tp.layers import random_weights  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -68,6 +71,7 @@ class Family:
     make_params: Callable  # (seed, device) -> dict
     make_inputs: Callable  # (gen, batch, params, device) -> dict of step inputs
     conventional: Callable  # (state, inputs, params, slots) -> y
+    truth: Callable  # (float64 state, float64 inputs and params, slots) -> y: the reference, any device
     allocate: Callable  # (num_slots, L, state_dtype, device) -> cache
     replay: Callable  # (cache, inputs, params, slots) -> y
     cache_state: Callable  # (cache, params, slots) -> fp32 state
@@ -88,12 +92,17 @@ def mamba2_family(geometry: Mamba2Geometry) -> Family:
     def kw(inp, p, slots):
         return dict(slot_ids=slots, D=p["D"], dt_bias=p["dt_bias"])
 
+    def truth(S, i, p, s):
+        out = torch.empty_like(i["x"])
+        return mamba2_decode_step_ref(S, i["x"], i["dt"], p["A"], i["B"], i["C"], out=out, **kw(i, p, s))
+
     return Family(
         MAMBA2,
         geometry.state_dims,
         params,
         inputs,
         lambda S, i, p, s: ops.mamba2_decode_step(S, i["x"], i["dt"], p["A"], i["B"], i["C"], **kw(i, p, s)),
+        truth,
         lambda n, L, dt, dev: ops.Mamba2ReplayCache.allocate(n, H, P, N, G, L, state_dtype=dt, act_dtype=ACT, device=dev),
         lambda c, i, p, s: ops.mamba2_replay_step(c, i["x"], i["dt"], p["A"], i["B"], i["C"], **kw(i, p, s)),
         lambda c, p, s: ops.replay_cache_state(c, s, A=p["A"]),
@@ -121,12 +130,17 @@ def delta_rule_family(kind: str, geometry: DeltaRuleGeometry, record_dtype=ACT) 
     def args(i):
         return i["q"], i["k"], i["v"], i["g"], i["beta"]
 
+    def truth(S, i, p, s):  # the ops' defaults: q and k l2-normalised, scale head_k_dim^-1/2
+        out = torch.empty_like(i["v"])
+        return gated_delta_decode_step_ref(S, *args(i), slot_ids=s, scale=K**-0.5, use_qk_l2norm=True, out=out)
+
     return Family(
         kind,
         geometry.state_dims,
         params,
         inputs,
         lambda S, i, p, s: decode(S, *args(i), slot_ids=s),
+        truth,
         lambda n, L, dt, dev: cache_type.allocate(n, Hk, Hv, K, V, L, state_dtype=dt, record_dtype=record_dtype, device=dev),
         lambda c, i, p, s: replay(c, *args(i), slot_ids=s),
         lambda c, p, s: ops.replay_cache_state(c, s),
@@ -151,9 +165,10 @@ def _to(d: dict, device, float_dtype=None) -> dict:
     return out
 
 
-def rel_err(a: torch.Tensor, truth: torch.Tensor) -> float:
+def rel_err(a: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """max |a - truth| / max |truth| as a float64 scalar tensor on truth's device (no host sync)."""
     t = truth.double()
-    return float((a.detach().cpu().double() - t).abs().max() / t.abs().max().clamp_min(1e-300))
+    return (a.detach().to(t.device).double() - t).abs().max() / t.abs().max().clamp_min(1e-300)
 
 
 def horizons(steps: int) -> List[int]:
@@ -171,8 +186,8 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
     # Fresh sequences (zero state): the error measured is what the steps add, not the rounding
     # of a starting state that the dtypes would store differently.
     init = torch.zeros(batch, *family.dims, device=device)
-    truth_state = init.double().cpu()
-    truth_params = _to(params, "cpu", torch.float64)
+    truth_state = init.double()
+    truth_params = _to(params, device, torch.float64)
     paths: Dict[str, dict] = {}
     for name in dtypes:
         dt = DTYPES[name]
@@ -183,10 +198,9 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
             cache.admit(slots, init.to(dt))
             paths[f"replay {name} L{L}"] = dict(cache=cache, y=[], errors={})
     at = set(horizons(steps))
-    cpu_slots = slots.cpu()
     for step in tqdm(range(1, steps + 1), disable=not progress, desc=family.name):
         inp = family.make_inputs(gen, batch, params, device)
-        y64 = family.conventional(truth_state, _to(inp, "cpu", torch.float64), truth_params, cpu_slots)
+        y64 = family.truth(truth_state, _to(inp, device, torch.float64), truth_params, slots)
         for path in paths.values():
             if "state" in path:
                 y = family.conventional(path["state"], inp, params, slots)
@@ -196,7 +210,13 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
             if step in at:
                 s = path["state"] if "state" in path else family.cache_state(path["cache"], params, slots)
                 path["errors"][step] = rel_err(s, truth_state)
-    return {name: dict(y=p["y"], state=p["errors"]) for name, p in paths.items()}
+    # Errors stay on the device during the run: one host transfer per path at the end.
+    return {
+        name: dict(
+            y=torch.stack(p["y"]).tolist(), state=dict(zip(p["errors"], torch.stack(list(p["errors"].values())).tolist()))
+        )
+        for name, p in paths.items()
+    }
 
 
 def summary_rows(model: str, result: Dict[str, dict]) -> List[dict]:

@@ -74,3 +74,19 @@ def test_every_preset_model_gives_a_family_with_its_layers_parameters(model):
         assert set(params) == {"A", "dt_bias", "D"} and (params["A"] < 0).all()
     else:
         assert set(params) == {"A_log", "dt_bias"}
+
+
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_truth_is_the_ops_float64_step(family):
+    """The study's truth (the reference called directly, so that it runs on the GPU too) is the
+    op's CPU float64 step: same outputs and state, bit for bit."""
+    f = TINY[family]()
+    gen = torch.Generator().manual_seed(3)
+    params = precision._to(f.make_params(0, "cpu"), "cpu", torch.float64)
+    slots = torch.tensor([1, -1, 0], dtype=torch.int32)
+    s_ref, s_op = (torch.randn(2, *f.dims, generator=torch.Generator().manual_seed(5), dtype=torch.float64) for _ in "ab")
+    for _ in range(3):
+        inp = precision._to(f.make_inputs(gen, 3, f.make_params(0, "cpu"), "cpu"), "cpu", torch.float64)
+        y_ref = f.truth(s_ref, inp, params, slots)
+        y_op = f.conventional(s_op, inp, params, slots)
+        assert torch.equal(y_ref[[0, 2]], y_op[[0, 2]]) and torch.equal(s_ref, s_op)
