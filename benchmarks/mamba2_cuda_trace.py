@@ -1,0 +1,204 @@
+"""Per-CTA timeline of one CUDA Mamba-2 replay step (GPU, sm_90): where a step's time goes.
+
+A copy of ``kernels/cuda/mamba2_replay_step.cu`` with ``%globaltimer`` reads (32 ns resolution on
+the H200) at fixed points, each CTA writing its own row of a trace buffer (one more kernel
+parameter); the step kernel's points: start, slot known, programmatic wait done, first cursor
+known, then per unit the producer's issue and the consumers' stage full and stage released, and
+the end; the coefficient launch's: start, slot, cursor, end. One eager step of a slot set that
+has not been touched for a few steps (so the checkpoint comes from DRAM) is printed as
+percentiles over the CTAs, in µs from the first CTA's start. Eager: the launches do not overlap
+as in a CUDA graph (the host packs the second launch's arguments for tens of µs), so read the
+step kernel's own timeline, not the gap between the launches.
+
+    python benchmarks/mamba2_cuda_trace.py --state f32 --batch 16 64
+    python benchmarks/mamba2_cuda_trace.py --state bf16 --batch 1 --fused
+
+The instrumentation is applied by text (``traced_source``): a CPU test checks that every anchor
+still matches the kernel and that the traced copy compiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+
+from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
+from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_common import multiprocessor_count  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import cuda_source, load_kernel  # noqa: E402
+
+STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i released, 52 end
+UNITS_TRACED = 16  # units per CTA with their own words
+COEF_SLOTS = 4
+COEF_OFFSET = 65536  # the coefficient CTAs' words start here
+
+# (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
+_PATCHES = (
+    (
+        "// ------------------------------------------------------------------ scalars",
+        '__device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }\n'
+        "// ------------------------------------------------------------------ scalars",
+    ),
+    (
+        "    const int* __restrict__ slot_ids) {\n  // The step kernel may start now",
+        "    const int* __restrict__ slot_ids, u64* __restrict__ trace) {\n"
+        f"  u64* tr = trace + {COEF_OFFSET} + (blockIdx.y * gridDim.x + blockIdx.x) * {COEF_SLOTS};\n"
+        "  if (threadIdx.x == 0) tr[0] = gtime();\n  // The step kernel may start now",
+    ),
+    (
+        "  if (slot < 0) return;\n  // Two memory round trips",
+        "  if (slot < 0) return;\n  if (threadIdx.x == 0) tr[1] = gtime();\n  // Two memory round trips",
+    ),
+    ("  const int w = cursor[slot];\n", "  const int w = cursor[slot];\n  if (threadIdx.x == 0 && w >= 0) tr[2] = gtime();\n"),
+    (
+        "      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];\n  }\n}",
+        "      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];\n  }\n  if (threadIdx.x == 0) tr[3] = gtime();\n}",
+    ),
+    (
+        "    const u16* __restrict__ C, long long sC_batch, long long sC_group) {\n  extern __shared__",
+        "    const u16* __restrict__ C, long long sC_batch, long long sC_group, u64* __restrict__ trace) {\n"
+        f"  u64* tr = trace + blockIdx.x * {STEP_SLOTS};\n  if (threadIdx.x == 0) tr[0] = gtime();\n  extern __shared__",
+    ),
+    (
+        "    if (slot_l >= 0) w_l = cursor[slot_l];\n",
+        "    if (lane == 0 && slot_l > -2) tr[1] = gtime();\n    if (slot_l >= 0) w_l = cursor[slot_l];\n",
+    ),
+    (
+        '    asm volatile("griddepcontrol.wait;" ::: "memory");\n',
+        '    asm volatile("griddepcontrol.wait;" ::: "memory");\n    if (lane == 0) tr[2] = gtime();\n',
+    ),
+    (
+        "      const int w = __shfl_sync(0xffffffffu, w_l, k);\n",
+        "      const int w = __shfl_sync(0xffffffffu, w_l, k);\n      if (lane == 0 && i == 0 && w >= 0) tr[3] = gtime();\n",
+    ),
+    (
+        "      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);\n",
+        "      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);\n"
+        f"      if (lane == 0 && i < {UNITS_TRACED}) tr[4 + i] = gtime();\n",
+    ),
+    (
+        "    mbar_wait(full, (i / STAGES) & 1);\n",
+        f"    mbar_wait(full, (i / STAGES) & 1);\n    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[20 + i] = gtime();\n",
+    ),
+    (
+        "    __syncwarp();\n    if (lane == 0) mbar_arrive(empty);\n  }\n}",
+        "    __syncwarp();\n    if (lane == 0) mbar_arrive(empty);\n"
+        f"    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[36 + i] = gtime();\n  }}\n  if (threadIdx.x == 0) tr[52] = gtime();\n}}",
+    ),
+)
+
+
+def traced_source(text: str) -> str:
+    """The kernel source with the trace points and trace parameters added. Raises ValueError
+    naming the anchor when the kernel no longer matches one of them exactly once."""
+    for anchor, replacement in _PATCHES:
+        n = text.count(anchor)
+        if n != 1:
+            raise ValueError(f"traced_source: anchor {anchor[:60]!r} found {n} times; expected once (update _PATCHES)")
+        text = text.replace(anchor, replacement)
+    return text
+
+
+def write_traced_source(directory: str) -> str:
+    """Path of the traced copy of the step kernel's source, written into ``directory``."""
+    path = os.path.join(directory, "mamba2_replay_step_traced.cu")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(traced_source(cuda_source(mc.SOURCE)))
+    return path
+
+
+def traced_step(source: str, case: Mamba2DecodeCase, slots: torch.Tensor, cfg: mc.CudaStepConfig, trace: torch.Tensor):
+    """One eager step of ``case`` on ``slots`` through the traced kernels; returns (step CTAs,
+    coefficient CTAs)."""
+    c, x = case.cache, case.x
+    batch, nheads, head_dim = x.shape
+    d_state, ngroups, L = case.B.shape[2], case.B.shape[1], c.x_records.shape[2]
+    es = c.checkpoint.element_size()
+    flags = mc._flags(case.dt, case.dt_bias, case.D, None, True)
+    defines = mc.step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags, es)
+    stream = torch.cuda.current_stream().cuda_stream
+    smem = mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
+    step = load_kernel(source, "mamba2_replay_step", defines, x.device, smem)
+    coef = torch.zeros(batch * nheads * mc.coefficient_floats(L), dtype=torch.float32, device=x.device)
+    c_rows = torch.zeros(batch * ngroups * d_state, dtype=torch.bfloat16, device=x.device)
+    coef_grid = (ngroups * mc.coefficient_split(nheads // ngroups), batch)
+    if not cfg.fused:
+        kernel = load_kernel(source, "mamba2_replay_coefficients", defines, x.device, 0)
+        args = mc.coefficient_args(
+            coef, c_rows, c.x_records, c.dt_records, c.B_records, c.cursor, x, case.dt, case.A, case.B, case.C, slots,
+            case.dt_bias,
+        )  # fmt: skip
+        kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, args.ptr(trace))
+    threads = mc.step_threads(head_dim)
+    grid = min(batch * nheads, step.ctas_per_sm(threads, smem) * multiprocessor_count(x.device))
+    args = mc.step_args(
+        mc._checkpoint_maps(c.checkpoint, head_dim), coef, c_rows, c.x_records, c.dt_records, c.B_records, c.cursor,
+        c.arrivals, x, case.dt, case.A, case.B, case.C, slots, case.D, None, case.dt_bias, case.out,
+    )  # fmt: skip
+    step.launch((grid,), threads, smem, stream, args.ptr(trace), pdl=cfg.pdl and not cfg.fused)
+    return grid, 0 if cfg.fused else coef_grid[0] * coef_grid[1]
+
+
+def percentiles(values) -> str:
+    """min / p50 / p90 / max of ``values`` (ns) in µs, or '-'."""
+    v = sorted(values)
+    if not v:
+        return "-"
+    at = lambda p: v[min(len(v) - 1, int(p * len(v)))]  # noqa: E731
+    return f"{v[0] / 1e3:7.2f} {at(0.5) / 1e3:7.2f} {at(0.9) / 1e3:7.2f} {v[-1] / 1e3:7.2f}"
+
+
+def report(trace: list, step_ctas: int, coef_ctas: int, units: int) -> None:
+    step = [trace[i * STEP_SLOTS : (i + 1) * STEP_SLOTS] for i in range(step_ctas)]
+    coef = [trace[COEF_OFFSET + i * COEF_SLOTS : COEF_OFFSET + (i + 1) * COEF_SLOTS] for i in range(coef_ctas)]
+    t0 = min(r[0] for r in step + coef if r[0])
+    rel = lambda words: [w - t0 for w in words if w]  # noqa: E731
+    print(f"  {'(µs from the first start)':28s} {'min':>7} {'p50':>7} {'p90':>7} {'max':>7}")
+    for k, name in enumerate(("coefficients: start", "coefficients: slot", "coefficients: cursor", "coefficients: end")):
+        if coef:
+            print(f"  {name:28s} {percentiles(rel(r[k] for r in coef))}")
+    for k, name in enumerate(("step: start", "step: slot", "step: programmatic wait", "step: first cursor")):
+        print(f"  {name:28s} {percentiles(rel(r[k] for r in step))}")
+    for i in range(min(UNITS_TRACED, -(-units // step_ctas))):
+        for k, name in ((4, "issued"), (20, "full"), (36, "released")):
+            print(f"  {f'unit {i}: {name}':28s} {percentiles(rel(r[k + i] for r in step))}")
+    print(f"  {'step: end':28s} {percentiles(rel(r[52] for r in step))}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), default=(128, 64, 128, 8))
+    ap.add_argument("--batch", type=int, nargs="+", default=[16])
+    ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--state", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--fused", action="store_true", help="the fused one-launch form (default: the launch table's)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("mamba2_cuda_trace: needs a CUDA GPU")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = write_traced_source(tmp)
+        for batch in args.batch:
+            case = Mamba2DecodeCase(args.geometry, batch, args.L, args.state, "bf16")
+            nheads, head_dim, d_state, _ = args.geometry
+            cfg = mc.cuda_step_config(head_dim, d_state, args.L, batch, case.state.itemsize)
+            if args.fused:
+                cfg = dataclasses.replace(cfg, fused=True, pdl=False)
+            trace = torch.zeros(2 * COEF_OFFSET, dtype=torch.int64, device="cuda")
+            for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest
+                trace.zero_()
+                ctas = traced_step(source, case, case.slot_sets[rep % len(case.slot_sets)], cfg, trace)
+                torch.cuda.synchronize()
+            print(f"== {args.state} batch {batch} L {args.L} {cfg.label()} ({ctas[0]} step CTAs)")
+            report(trace.cpu().tolist(), *ctas, batch * nheads)
+
+
+if __name__ == "__main__":
+    main()
