@@ -96,15 +96,18 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
 
 @needs_sm90
 @pytest.mark.parametrize(
-    "stages,pdl,coef_warps,fused", [(2, True, 4, False), (3, False, 16, False), (1, True, 4, False),
-                                    (2, False, 16, False), (1, False, 4, True), (3, False, 4, True)]
+    "stages,pdl,coef_warps,fused,d_in_shared", [(2, True, 4, False, False), (3, False, 16, False, False),
+                                                (1, True, 4, False, False), (2, False, 16, False, False),
+                                                (1, False, 4, True, False), (3, False, 4, True, False),
+                                                (2, True, 4, False, True), (2, False, 4, True, True)]
 )  # fmt: skip
-def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused):
+def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused, d_in_shared):
     """Every stage count, with and without programmatic dependent launch, both coefficient
-    CTAs, the fused form, at batch 40 (the ring's wrap-around at 1-3 stages)."""
+    CTAs, the fused form, D from shared memory, at batch 40 (the ring's wrap-around at 1-3
+    stages)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused)
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused, d_in_shared=d_in_shared)
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",

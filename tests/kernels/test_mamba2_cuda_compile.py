@@ -46,6 +46,23 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["two-launches", "fused"])
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[-1]], ids=lambda s: "-".join(map(str, s)))
+def test_d_in_shared_declares_the_head_array_only_for_a_per_head_d(shape, fused):
+    """``d_in_shared``: the step kernel holds D of every head in shared memory (NHEADS floats)
+    when D is per head; per-dim D and no D keep the per-unit loads (no array)."""
+    nheads, ngroups, head_dim, d_state, L = shape
+    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256), fused=fused, d_in_shared=True)
+    assert cfg.label().endswith(",dsh")
+    array = re.compile(rf"\.shared \.align 4 \.b8 \S*d_heads\S*\[{4 * nheads}\]")
+    for flags, declared in ((FLAGS, FLAGS["HAS_D"] == 1 and FLAGS["D_PER_DIM"] == 0), (dict(FLAGS, D_PER_DIM=1), False),
+                            (dict(FLAGS, HAS_D=0), False)):  # fmt: skip
+        ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags)
+        assert bool(array.search(ptx)) == declared, flags
+    plain = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, dataclasses.replace(cfg, d_in_shared=False), FLAGS)
+    assert not array.search(plain)
+
+
 @pytest.mark.parametrize("flags", [dict(FLAGS), dict(FLAGS, HAS_D=0, HAS_Z=0, HAS_DT_BIAS=0, DT_SOFTPLUS=0, DT_CODE=0),
                                    dict(FLAGS, D_PER_DIM=1, D_CODE=1, DTB_CODE=2, DT_CODE=2)])  # fmt: skip
 def test_optional_inputs_and_dtypes_compile(flags):

@@ -65,10 +65,14 @@ class CudaStepConfig:
     pdl: bool
     coef_warps: int = 16
     fused: bool = False
+    # A per-head D read from shared memory, loaded once at the step kernel's start, instead of
+    # one global load per unit (kernel notes, session 16: a suspect for the consumers' stalls).
+    # Written 2026-12-02, compiled, not yet run on a GPU: never chosen by the table.
+    d_in_shared: bool = False
 
     def label(self) -> str:
         launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
-        return f"cuda,{self.stages},{self.min_ctas},{launch}"
+        return f"cuda,{self.stages},{self.min_ctas},{launch}{',dsh' if self.d_in_shared else ''}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -181,7 +185,8 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused))
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
+                D_IN_SHARED=int(cfg.d_in_shared))
     return tuple(sorted({**base, **flags}.items()))
 
 

@@ -40,7 +40,8 @@
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, HAS_D, D_PER_DIM, HAS_Z,
+// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, D_IN_SHARED (the step
+// kernel reads a per-head D from shared memory, loaded at its start), HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
 
@@ -70,6 +71,7 @@ typedef unsigned long long u64;
 #define OFF_COEF (OFF_C + C_BYTES)
 #define OFF_META (OFF_COEF + COEF_AREA)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
+#define HEAD_D_SHARED (D_IN_SHARED && HAS_D && !D_PER_DIM)  // per-head D from a shared array
 
 struct __align__(64) TensorMap { u64 opaque[16]; };
 struct __align__(8) Pair { float x, y; };
@@ -553,6 +555,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
+#if HEAD_D_SHARED
+  // D of every head in shared memory, requested at the start, before the producer's first
+  // checkpoint tiles: a per-unit load issued behind the tiles waits microseconds (kernel notes,
+  // session 16).
+  __shared__ float d_heads[NHEADS];
+  for (int k = threadIdx.x; k < NHEADS; k += CONSUMERS * 32) d_heads[k] = load_f32<D_CODE>(D, k * sD_head);
+  asm volatile("bar.sync 2, %0;" ::"r"(CONSUMERS * 32) : "memory");
+#endif
 #if FUSED
   // Each unit's slot is loaded one unit ahead: only the dt records' load waits on the prologue.
   int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
@@ -565,6 +575,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #if HAS_D
 #if D_PER_DIM
     const float d_skip = load_f32<D_CODE>(D, h * sD_head + row);
+#elif HEAD_D_SHARED
+    const float d_skip = d_heads[h];
 #else
     const float d_skip = load_f32<D_CODE>(D, h * sD_head);
 #endif
