@@ -5,6 +5,7 @@ dtype, rounded once per flush; records in the activation dtype, bf16), per check
 L, on the SSM geometry of each preset model (one layer, ``--batch`` sequences).
 
     python benchmarks/precision.py --steps 4096 --L 8 16 32 64 --dtypes fp32 bf16 fp16 --out-dir benchmarks/results
+    python benchmarks/precision.py --L 16 --dtypes bf16 --simulate bf16-sr fp8-row fp8-row-sr
 
 Truth: the conventional recurrence in float64 (the project's reference implementation, plain
 torch, on the study's device), fed the same (bf16-rounded) activations, so activation rounding
@@ -23,7 +24,14 @@ a, b) are N(0, 1), q and k l2-normalised by the step. Drift depends on these sta
 compare paths with one another, not with a served model.
 
 On a GPU the steps run the project's kernels (the ops' routes); on the CPU, its references
-(slow: small ``--steps`` only). Writes ``<date>-<gpu>-precision.{json,png}`` with ``--out-dir``.
+(slow: small ``--steps`` only).
+
+``--simulate FORMAT ...`` adds paths for storage formats the kernels do not have yet (issue 25:
+stochastic rounding, fp8 with a scale per row; ``trtllm_replayssm.reference.rounding``):
+``conventional <format> (sim)``, the float64 recurrence with its state rounded to the format
+after every step, and ``replay <format> L<L> (sim)``, the float64 replay reference (records as
+the kernels store them) with its checkpoint rounded to the format at every flush. Their draws
+come from a generator seeded with ``--seed``. Writes ``<date>-<gpu>-precision.{json,png}`` with ``--out-dir``.
 """
 
 from __future__ import annotations
@@ -48,8 +56,9 @@ sys.path[:0] = [os.path.join(HERE, "..")]
 
 from trtllm_replayssm import ops  # noqa: E402
 from trtllm_replayssm.models import KDA, MAMBA2, PRESETS, DeltaRuleGeometry, Mamba2Geometry, load_model  # noqa: E402
-from trtllm_replayssm.reference.gated_delta import gated_delta_decode_step_ref  # noqa: E402
-from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref  # noqa: E402
+from trtllm_replayssm.reference.gated_delta import gated_delta_decode_step_ref, gated_delta_replay_step_ref  # noqa: E402
+from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref, mamba2_replay_step_ref  # noqa: E402
+from trtllm_replayssm.reference.rounding import format_names, quantize  # noqa: E402
 from trtllm_replayssm.tp.layers import random_weights  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -74,6 +83,7 @@ class Family:
     truth: Callable  # (float64 state, float64 inputs and params, slots) -> y: the reference, any device
     allocate: Callable  # (num_slots, L, state_dtype, device) -> cache
     replay: Callable  # (cache, inputs, params, slots) -> y
+    replay_reference: Callable  # (float64 cache, inputs, float64 params, slots) -> y: the reference, any device
     cache_state: Callable  # (cache, params, slots) -> fp32 state
 
 
@@ -96,6 +106,11 @@ def mamba2_family(geometry: Mamba2Geometry) -> Family:
         out = torch.empty_like(i["x"])
         return mamba2_decode_step_ref(S, i["x"], i["dt"], p["A"], i["B"], i["C"], out=out, **kw(i, p, s))
 
+    def replay_reference(c, i, p, s):
+        out = torch.empty(i["x"].shape, dtype=torch.float64, device=i["x"].device)
+        records = (c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor)
+        return mamba2_replay_step_ref(*records, i["x"], i["dt"], p["A"], i["B"], i["C"], out=out, **kw(i, p, s))
+
     return Family(
         MAMBA2,
         geometry.state_dims,
@@ -105,6 +120,7 @@ def mamba2_family(geometry: Mamba2Geometry) -> Family:
         truth,
         lambda n, L, dt, dev: ops.Mamba2ReplayCache.allocate(n, H, P, N, G, L, state_dtype=dt, act_dtype=ACT, device=dev),
         lambda c, i, p, s: ops.mamba2_replay_step(c, i["x"], i["dt"], p["A"], i["B"], i["C"], **kw(i, p, s)),
+        replay_reference,
         lambda c, p, s: ops.replay_cache_state(c, s, A=p["A"]),
     )
 
@@ -134,6 +150,11 @@ def delta_rule_family(kind: str, geometry: DeltaRuleGeometry, record_dtype=ACT) 
         out = torch.empty_like(i["v"])
         return gated_delta_decode_step_ref(S, *args(i), slot_ids=s, scale=K**-0.5, use_qk_l2norm=True, out=out)
 
+    def replay_reference(c, i, p, s):
+        out = torch.empty(i["v"].shape, dtype=torch.float64, device=i["v"].device)
+        records = (c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor)
+        return gated_delta_replay_step_ref(*records, *args(i), slot_ids=s, scale=K**-0.5, use_qk_l2norm=True, out=out)
+
     return Family(
         kind,
         geometry.state_dims,
@@ -143,6 +164,7 @@ def delta_rule_family(kind: str, geometry: DeltaRuleGeometry, record_dtype=ACT) 
         truth,
         lambda n, L, dt, dev: cache_type.allocate(n, Hk, Hv, K, V, L, state_dtype=dt, record_dtype=record_dtype, device=dev),
         lambda c, i, p, s: replay(c, *args(i), slot_ids=s),
+        replay_reference,
         lambda c, p, s: ops.replay_cache_state(c, s),
     )
 
@@ -177,12 +199,17 @@ def horizons(steps: int) -> List[int]:
 
 
 def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, batch: int, device, seed: int = 0,
-          progress: bool = False) -> Dict[str, dict]:  # fmt: skip
+          progress: bool = False, formats: Sequence[str] = ()) -> Dict[str, dict]:  # fmt: skip
     """Run one layer for ``steps`` steps along every path; returns {path: {"y": [error per step],
-    "state": {step: error}}} with paths ``conventional <dtype>`` and ``replay <dtype> L<L>``."""
+    "state": {step: error}}} with paths ``conventional <dtype>`` and ``replay <dtype> L<L>``
+    (the kernels), and for each of ``formats`` (``reference.rounding.format_names``)
+    ``conventional <format> (sim)`` and ``replay <format> L<L> (sim)``. Every path's outputs
+    are compared as the ops return them, in the activation dtype."""
     gen = torch.Generator(device=device).manual_seed(seed)
+    draws = torch.Generator(device=device).manual_seed(seed + 1)  # the simulated formats' rounding
     params = family.make_params(seed, device)
     slots = torch.arange(batch, dtype=torch.int32, device=device)
+    rows = slots.long()
     # Fresh sequences (zero state): the error measured is what the steps add, not the rounding
     # of a starting state that the dtypes would store differently.
     init = torch.zeros(batch, *family.dims, device=device)
@@ -191,25 +218,39 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
     paths: Dict[str, dict] = {}
     for name in dtypes:
         dt = DTYPES[name]
-        state = init.to(dt)
-        paths[f"conventional {name}"] = dict(state=state, y=[], errors={})
+        paths[f"conventional {name}"] = dict(state=init.to(dt), y=[], errors={})
         for L in Ls:
             cache = family.allocate(batch, L, dt, device)
             cache.admit(slots, init.to(dt))
             paths[f"replay {name} L{L}"] = dict(cache=cache, y=[], errors={})
+    for fmt in formats:
+        paths[f"conventional {fmt} (sim)"] = dict(state64=init.double(), fmt=fmt, y=[], errors={})
+        for L in Ls:
+            cache = family.allocate(batch, L, torch.float64, device)
+            cache.admit(slots, init.double())
+            paths[f"replay {fmt} L{L} (sim)"] = dict(cache64=cache, fmt=fmt, L=L, y=[], errors={})
     at = set(horizons(steps))
     for step in tqdm(range(1, steps + 1), disable=not progress, desc=family.name):
         inp = family.make_inputs(gen, batch, params, device)
-        y64 = family.truth(truth_state, _to(inp, device, torch.float64), truth_params, slots)
+        inp64 = _to(inp, device, torch.float64)
+        y64 = family.truth(truth_state, inp64, truth_params, slots)
         for path in paths.values():
             if "state" in path:
                 y = family.conventional(path["state"], inp, params, slots)
-            else:
+            elif "cache" in path:
                 y = family.replay(path["cache"], inp, params, slots)
+            elif "state64" in path:  # the state stored in the format after every step
+                y = family.truth(path["state64"], inp64, truth_params, slots).to(ACT)
+                path["state64"].copy_(quantize(path["state64"], path["fmt"], draws))
+            else:  # the checkpoint stored in the format at every flush
+                c = path["cache64"]
+                flush = (c.cursor[rows] == path["L"] - 1).view(-1, *(1,) * len(family.dims))
+                y = family.replay_reference(c, inp, truth_params, slots).to(ACT)
+                ckpt = c.checkpoint[rows]
+                c.checkpoint[rows] = torch.where(flush, quantize(ckpt, path["fmt"], draws), ckpt)
             path["y"].append(rel_err(y, y64))
             if step in at:
-                s = path["state"] if "state" in path else family.cache_state(path["cache"], params, slots)
-                path["errors"][step] = rel_err(s, truth_state)
+                path["errors"][step] = rel_err(_state(family, path, params, truth_params, slots), truth_state)
     # Errors stay on the device during the run: one host transfer per path at the end.
     return {
         name: dict(
@@ -217,6 +258,15 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
         )
         for name, p in paths.items()
     }
+
+
+def _state(family: Family, path: dict, params: dict, params64: dict, slots) -> torch.Tensor:
+    """The state a path holds now (a replay path's: checkpoint with its records folded in)."""
+    if "state" in path or "state64" in path:
+        return path.get("state", path.get("state64"))
+    if "cache" in path:
+        return family.cache_state(path["cache"], params, slots)
+    return family.cache_state(path["cache64"], params64, slots)
 
 
 def summary_rows(model: str, result: Dict[str, dict]) -> List[dict]:
@@ -236,13 +286,15 @@ def plot(results: Dict[str, Dict[str, dict]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), squeeze=False)
-    colors = {"fp32": "tab:blue", "bf16": "tab:orange", "fp16": "tab:green"}
+    colors = {"fp32": "tab:blue", "bf16": "tab:orange", "fp16": "tab:green", "bf16-sr": "tab:red",
+              "fp16-sr": "tab:olive", "fp8-row": "tab:purple", "fp8-row-sr": "tab:brown"}  # fmt: skip
+    styles = {("conventional", False): "--", ("replay", False): "-", ("conventional", True): "-.", ("replay", True): ":"}
     for ax, (model, result) in zip(axes[:, 0], results.items()):
         for name, r in result.items():
             kind, dtype = name.split()[:2]
             xs = sorted(r["state"])
             ax.plot(xs, [max(r["state"][x], 1e-12) for x in xs], label=name, color=colors.get(dtype),
-                    linestyle="--" if kind == "conventional" else "-", marker="o" if kind == "conventional" else None)  # fmt: skip
+                    linestyle=styles[kind, name.endswith("(sim)")], marker="o" if kind == "conventional" else None)  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"{model}: state error vs float64 (max |S - S64| / max |S64|)")
@@ -262,6 +314,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--record-dtype", default="bf16", choices=["bf16", "fp32"], help="GDN/KDA d and k records")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--simulate", nargs="*", default=[], choices=format_names(), metavar="FORMAT",
+                    help=f"storage formats simulated on the float64 reference, from {', '.join(format_names())}")  # fmt: skip
     ap.add_argument("--out-dir", default=None, help="write <date>-<gpu>-precision.{json,png} there")
     args = ap.parse_args(argv)
     results, rows = {}, []
@@ -275,12 +329,13 @@ def main(argv=None):
             args.device,
             args.seed,
             True,
+            args.simulate,
         )
         results[model] = result
         rows += summary_rows(model, result)
-    print(f"{'model':<22} {'path':<20} {'steps':>6} {'y err (last 10%)':>17} {'state err':>10}")
+    print(f"{'model':<22} {'path':<28} {'steps':>6} {'y err (last 10%)':>17} {'state err':>10}")
     for r in rows:
-        print(f"{r['model']:<22} {r['path']:<20} {r['steps']:>6} {r['y_err_tail']:17.2e} {r['state_err']:10.2e}")
+        print(f"{r['model']:<22} {r['path']:<28} {r['steps']:>6} {r['y_err_tail']:17.2e} {r['state_err']:10.2e}")
     if args.out_dir:
         device = torch.cuda.get_device_name() if torch.device(args.device).type == "cuda" else "cpu"
         os.makedirs(args.out_dir, exist_ok=True)

@@ -90,3 +90,38 @@ def test_truth_is_the_ops_float64_step(family):
         y_ref = f.truth(s_ref, inp, params, slots)
         y_op = f.conventional(s_op, inp, params, slots)
         assert torch.equal(y_ref[[0, 2]], y_op[[0, 2]]) and torch.equal(s_ref, s_op)
+
+
+@pytest.mark.parametrize("family", sorted(TINY))
+def test_simulated_nearest_bf16_reproduces_the_bf16_paths(family):
+    """The simulated paths (float64 reference, state or checkpoint rounded by the format) with
+    nearest bf16 match the real bf16 paths: the simulation adds the format and nothing else."""
+    r = precision.study(TINY[family](), ["bf16"], [4], 40, 2, "cpu", formats=["bf16"])
+    for real, sim in (("conventional bf16", "conventional bf16 (sim)"), ("replay bf16 L4", "replay bf16 L4 (sim)")):
+        for step, err in r[real]["state"].items():
+            assert r[sim]["state"][step] == pytest.approx(err, rel=0.05, abs=1e-6), (real, step)
+
+
+def test_simulated_formats_order_by_precision_and_are_seeded():
+    fmts = ["fp16", "bf16", "fp8-row", "bf16-sr"]
+    r = precision.study(TINY["mamba2"](), [], [8], 64, 2, "cpu", formats=fmts)
+    last = {f: r[f"replay {f} L8 (sim)"]["state"][64] for f in fmts}
+    assert 1e-6 < last["fp16"] < last["bf16"] < last["fp8-row"] < 0.5, last
+    again = precision.study(TINY["mamba2"](), [], [8], 64, 2, "cpu", formats=["bf16-sr"])
+    assert again["replay bf16-sr L8 (sim)"] == r["replay bf16-sr L8 (sim)"]
+    other = precision.study(TINY["mamba2"](), [], [8], 64, 2, "cpu", seed=1, formats=["bf16-sr"])
+    assert other["replay bf16-sr L8 (sim)"] != r["replay bf16-sr L8 (sim)"]
+
+
+def test_cli_simulate_adds_the_formats_paths(tmp_path, monkeypatch):
+    monkeypatch.setattr(precision, "family_of", lambda model, record_dtype: TINY["mamba2"]())
+    rows = precision.main(
+        ["--models", "nemotron-3-super-120b", "--dtypes", "bf16", "--L", "4", "--steps", "8", "--device", "cpu",
+         "--simulate", "fp8-row", "bf16-sr"]
+    )  # fmt: skip
+    assert [r["path"] for r in rows] == [
+        "conventional bf16", "replay bf16 L4", "conventional fp8-row (sim)", "replay fp8-row L4 (sim)",
+        "conventional bf16-sr (sim)", "replay bf16-sr L4 (sim)",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit):
+        precision.main(["--simulate", "int4"])

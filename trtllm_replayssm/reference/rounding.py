@@ -1,0 +1,90 @@
+"""Checkpoint storage formats as quantize-dequantize functions, for studying their drift.
+
+``quantize(x, fmt)`` returns ``x`` rounded to the storage format ``fmt`` and back, in ``x``'s
+dtype (float64 in the drift study). Formats:
+
+* ``"bf16"``, ``"fp16"``: the value in that dtype.
+* ``"fp8-row"``: float8-e4m3 (``torch.float8_e4m3fn``, max 448) with one fp32 scale per row
+  (every index but the last: per (head, head_dim) row of a Mamba-2 checkpoint, per (head,
+  head_v_dim) row of a GDN/KDA one), scale = max |row| / 448 (1 for a zero row), so that each
+  row's largest magnitude is stored exactly.
+
+Each with ``"-sr"`` appended rounds stochastically: each value goes to one of its two
+neighbours in the format, the upper with probability (x - lower) / (upper - lower), so the
+rounding error has mean zero; ``generator`` makes the draws reproducible. Without it, round to
+nearest even. Magnitudes stop at the format's largest finite value (no overflow to inf or NaN).
+
+The kernels do not implement stochastic rounding or fp8 checkpoints yet (issue 25): this is the
+reference the drift study (``benchmarks/precision.py --simulate``) uses to measure the formats
+before they are built. Any device; no state.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from torch import Tensor
+
+__all__ = ["FORMATS", "FP8_MAX", "quantize", "format_names"]
+
+FORMATS = ("bf16", "fp16", "fp8-row")
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+
+# dtype, integer view of its bits, sign bit, largest finite magnitude's bit pattern
+_CODES = {
+    torch.bfloat16: (torch.int16, 0x8000, 0x7F7F),
+    torch.float16: (torch.int16, 0x8000, 0x7BFF),
+    torch.float8_e4m3fn: (torch.uint8, 0x80, 0x7E),
+}
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8-row": torch.float8_e4m3fn}
+
+
+def format_names() -> tuple:
+    """Every accepted ``fmt``: each format, nearest and stochastic."""
+    return FORMATS + tuple(f"{f}-sr" for f in FORMATS)
+
+
+def quantize(x: Tensor, fmt: str, generator: Optional[torch.Generator] = None) -> Tensor:
+    """``x`` (a float tensor) rounded to ``fmt`` and back, in ``x``'s dtype (a new tensor).
+
+    Raises:
+        ValueError: ``fmt`` is not one of :func:`format_names`.
+        TypeError: ``x`` is not a floating tensor.
+    """
+    if fmt not in format_names():
+        raise ValueError(f"quantize: fmt is {fmt!r}; expected one of {format_names()}")
+    if not x.is_floating_point():
+        raise TypeError(f"quantize: x is {x.dtype}; expected a floating dtype")
+    stochastic = fmt.endswith("-sr")
+    base = fmt[:-3] if stochastic else fmt
+    dtype = _DTYPES[base]
+    if base != "fp8-row":
+        return _round(x, dtype, stochastic, generator).to(x.dtype)
+    amax = x.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).float().to(x.dtype)  # fp32 scale
+    return _round(x / scale, dtype, stochastic, generator).to(x.dtype) * scale
+
+
+def _round(x: Tensor, dtype: torch.dtype, stochastic: bool, generator: Optional[torch.Generator]) -> Tensor:
+    """``x`` in ``dtype``: nearest even, or stochastically between its two neighbours."""
+    int_dtype, sign_bit, max_mag = _CODES[dtype]
+    limit = float(torch.tensor(max_mag, dtype=int_dtype).view(dtype).float())
+    x = x.clamp(-limit, limit)
+    nearest = x.to(dtype)
+    if not stochastic:
+        return nearest
+    # The neighbour of `nearest` on x's side: one step of the magnitude bits away from zero when
+    # x lies beyond it, toward zero otherwise (from zero: the smallest subnormal of x's sign).
+    bits = nearest.view(int_dtype).to(torch.int32) & (2 * sign_bit - 1)
+    sign, mag = bits & sign_bit, bits & (sign_bit - 1)
+    diff = x - nearest.to(x.dtype)
+    away = (diff > 0) == (sign == 0)
+    other_mag = torch.where(mag == 0, torch.ones_like(mag), torch.where(away, (mag + 1).clamp(max=max_mag), mag - 1))
+    other_sign = torch.where(mag == 0, torch.where(diff < 0, sign_bit, 0), sign)
+    other = (other_sign | other_mag).to(int_dtype).view(dtype)
+    gap = (other.to(x.dtype) - nearest.to(x.dtype)).abs()
+    p = torch.where(gap > 0, diff.abs() / gap, torch.zeros_like(gap))
+    u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+    return torch.where(u < p, other, nearest)
