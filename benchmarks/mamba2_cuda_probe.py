@@ -10,7 +10,7 @@ benchmarks/mamba2_decode.py times them.
 
 A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
 coefficient launch's warps per CTA) or ``stages,min_ctas,fused`` (one launch), either with
-``,dsh`` (``d_in_shared``: a per-head D from shared memory).
+``,ps`` (``producer_scalars``: the consumers' per-unit scalars passed by the producer).
 """
 
 from __future__ import annotations
@@ -34,18 +34,24 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 def parse_config(text: str) -> CudaStepConfig:
     parts = text.split(",")
-    d_in_shared = parts[-1] == "dsh"
-    if d_in_shared:
+    producer_scalars = parts[-1] == "ps"
+    if producer_scalars:
         parts = parts[:-1]
     if len(parts) == 3 and parts[2] == "fused":
-        return CudaStepConfig(stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True, d_in_shared=d_in_shared)
+        return CudaStepConfig(
+            stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True, producer_scalars=producer_scalars
+        )
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16[,dsh] or stages,min_ctas,fused[,dsh]"
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16[,ps] or stages,min_ctas,fused[,ps]"
         )
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(
-        stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]), d_in_shared=d_in_shared
+        stages=int(stages),
+        min_ctas=int(min_ctas),
+        pdl=pdl == "pdl",
+        coef_warps=int(coef[1:]),
+        producer_scalars=producer_scalars,
     )
 
 

@@ -125,7 +125,7 @@ def traced_step(source: str, case: Mamba2DecodeCase, slots: torch.Tensor, cfg: m
     flags = mc._flags(case.dt, case.dt_bias, case.D, None, True)
     defines = mc.step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags, es)
     stream = torch.cuda.current_stream().cuda_stream
-    smem = mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
+    smem = mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, cfg.producer_scalars)
     step = load_kernel(source, "mamba2_replay_step", defines, x.device, smem)
     coef = torch.zeros(batch * nheads * mc.coefficient_floats(L), dtype=torch.float32, device=x.device)
     c_rows = torch.zeros(batch * ngroups * d_state, dtype=torch.bfloat16, device=x.device)

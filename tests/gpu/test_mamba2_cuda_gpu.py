@@ -57,11 +57,12 @@ STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "c16", "fused"])
+@pytest.mark.parametrize("form", ["c4", "c16", "fused", "c4-ps", "fused-ps"])
 def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     """Every shape with a bf16 and an fp32 checkpoint, coefficient CTAs of 4 and 16 warps (more
-    and fewer warps than heads: 1-40 heads a group) and the fused one-launch form, except rows
-    too large for two stages."""
+    and fewer warps than heads: 1-40 heads a group), the fused one-launch form, and both with
+    the producer's scalars (``-ps``; the dt records copied for L % 4 == 0, loaded otherwise),
+    except rows too large for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
         SMEM_RESERVED_PER_CTA,
@@ -70,11 +71,11 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     )
 
     es = STATES[state].itemsize
-    fused = form == "fused"
-    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    fused, scalars = form.startswith("fused"), form.endswith("-ps")
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused, scalars) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
     table = cuda_step_config(g.head_dim, g.d_state, L, 256, es)
-    cfg = dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=fused)
+    cfg = dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=fused, producer_scalars=scalars)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -96,18 +97,20 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
 
 @needs_sm90
 @pytest.mark.parametrize(
-    "stages,pdl,coef_warps,fused,d_in_shared", [(2, True, 4, False, False), (3, False, 16, False, False),
+    "stages,pdl,coef_warps,fused,producer_scalars", [(2, True, 4, False, False), (3, False, 16, False, False),
                                                 (1, True, 4, False, False), (2, False, 16, False, False),
                                                 (1, False, 4, True, False), (3, False, 4, True, False),
                                                 (2, True, 4, False, True), (2, False, 4, True, True)]
 )  # fmt: skip
-def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused, d_in_shared):
+def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused, producer_scalars):
     """Every stage count, with and without programmatic dependent launch, both coefficient
-    CTAs, the fused form, D from shared memory, at batch 40 (the ring's wrap-around at 1-3
+    CTAs, the fused form, the producer's scalars, at batch 40 (the ring's wrap-around at 1-3
     stages)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused, d_in_shared=d_in_shared)
+    cfg = CudaStepConfig(
+        stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused, producer_scalars=producer_scalars
+    )
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",
