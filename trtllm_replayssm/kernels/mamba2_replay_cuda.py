@@ -322,7 +322,10 @@ def launch_mamba2_replay_step_cuda(
     kernel advances the cursor once the coefficient grid is complete).
 
     Raises:
-        ValueError: when :func:`cuda_step_unsupported` names a reason (nothing is launched).
+        ValueError: when :func:`cuda_step_unsupported` names a reason, or ``config`` asks for the
+            fused form with inputs it cannot copy (:func:`fused_inputs_unsupported`; the launch
+            table's fused form takes the two launches then) or for producer scalars with
+            unaligned dt records (nothing is launched).
     """
     reason = cuda_step_unsupported(checkpoint, x_records, B_records, x)
     if reason is not None:
