@@ -232,6 +232,25 @@ def test_cuda_kernel_refuses_fp16_checkpoint_and_leaves_cache():
 
 
 @needs_sm90
+def test_fused_config_refuses_uncopyable_inputs_and_leaves_cache():
+    """An explicit fused config with B rows off 16-byte alignment raises naming B (the launch
+    table's fused form takes the two launches instead: the route test above)."""
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
+
+    g = Geometry(128, 64, 128, 8)
+    p = make_params(g, "cuda")
+    c = bf16_cache(g, 4, 16)
+    before = {k: v.clone() for k, v in vars(c).items() if isinstance(v, torch.Tensor)}
+    inp = make_step(g, 1, torch.bfloat16, "cuda")
+    inp["B"] = torch.cat([torch.zeros_like(inp["B"][..., :1]), inp["B"]], dim=-1)[..., 1:]
+    cfg = CudaStepConfig(stages=2, min_ctas=3, pdl=False, fused=True)
+    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA, fused\): B strides"):
+        replay_cuda(c, inp, p, torch.zeros(1, dtype=torch.int32, device="cuda"), torch.empty_like(inp["x"]), config=cfg)
+    for k, v in before.items():
+        assert torch.equal(getattr(c, k), v), k
+
+
+@needs_sm90
 def test_op_routes_fp32_checkpoints_to_cuda_at_every_batch():
     """The automatic route takes the CUDA step for fp32 checkpoints too, batch 1 included
     (measured no slower than Triton there and faster above, 2026-12-02)."""
