@@ -20,6 +20,7 @@ still matches the kernel and that the traced copy compiles.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -32,8 +33,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_common import multiprocessor_count  # noqa: E402
-from trtllm_replayssm.kernels.nvrtc import cuda_source, load_kernel  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
 
 STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i released, 52 end
 UNITS_TRACED = 16  # units per CTA with their own words
@@ -115,36 +115,32 @@ def write_traced_source(directory: str) -> str:
     return path
 
 
-def traced_step(source: str, case: Mamba2DecodeCase, slots: torch.Tensor, cfg: mc.CudaStepConfig, trace: torch.Tensor):
-    """One eager step of ``case`` on ``slots`` through the traced kernels; returns (step CTAs,
-    coefficient CTAs)."""
-    c, x = case.cache, case.x
-    batch, nheads, head_dim = x.shape
-    d_state, ngroups, L = case.B.shape[2], case.B.shape[1], c.x_records.shape[2]
-    es = c.checkpoint.element_size()
-    flags = mc._flags(case.dt, case.dt_bias, case.D, None, True)
-    defines = mc.step_defines(nheads, ngroups, head_dim, d_state, L, cfg, flags, es)
-    stream = torch.cuda.current_stream().cuda_stream
-    smem = mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, cfg.producer_scalars)
-    step = load_kernel(source, "mamba2_replay_step", defines, x.device, smem)
-    coef = torch.zeros(batch * nheads * mc.coefficient_floats(L), dtype=torch.float32, device=x.device)
-    c_rows = torch.zeros(batch * ngroups * d_state, dtype=torch.bfloat16, device=x.device)
-    coef_grid = (ngroups * mc.coefficient_split(nheads // ngroups), batch)
-    if not cfg.fused:
-        kernel = load_kernel(source, "mamba2_replay_coefficients", defines, x.device, 0)
-        args = mc.coefficient_args(
-            coef, c_rows, c.x_records, c.dt_records, c.B_records, c.cursor, x, case.dt, case.A, case.B, case.C, slots,
-            case.dt_bias,
-        )  # fmt: skip
-        kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, args.ptr(trace))
-    threads = mc.step_threads(head_dim)
-    grid = min(batch * nheads, step.ctas_per_sm(threads, smem) * multiprocessor_count(x.device))
-    args = mc.step_args(
-        mc._checkpoint_maps(c.checkpoint, head_dim), coef, c_rows, c.x_records, c.dt_records, c.B_records, c.cursor,
-        c.arrivals, x, case.dt, case.A, case.B, case.C, slots, case.D, None, case.dt_bias, case.out,
-    )  # fmt: skip
-    step.launch((grid,), threads, smem, stream, args.ptr(trace), pdl=cfg.pdl and not cfg.fused)
-    return grid, 0 if cfg.fused else coef_grid[0] * coef_grid[1]
+class _TracedKernel:
+    """A kernel of the traced source: every launch gets the trace buffer as its last parameter."""
+
+    def __init__(self, kernel, trace: torch.Tensor):
+        self.kernel, self.trace = kernel, trace
+
+    def ctas_per_sm(self, threads: int, smem: int) -> int:
+        return self.kernel.ctas_per_sm(threads, smem)
+
+    def launch(self, grid, block, smem, stream, args, pdl=False):
+        self.kernel.launch(grid, block, smem, stream, args.ptr(self.trace), pdl)
+
+
+@contextlib.contextmanager
+def traced_kernels(source: str, trace: torch.Tensor):
+    """Inside: the CUDA step's own launcher (``mamba2_replay_cuda``) loads its kernels from the
+    traced ``source`` and passes ``trace`` to each launch, so that a traced step is the op's
+    step, configuration and argument for argument."""
+    real = mc.load_kernel
+    mc.load_kernel = lambda name, entry, defines, device, smem: _TracedKernel(
+        real(source, entry, defines, device, smem), trace
+    )
+    try:
+        yield
+    finally:
+        mc.load_kernel = real
 
 
 def percentiles(values) -> str:
@@ -156,9 +152,10 @@ def percentiles(values) -> str:
     return f"{v[0] / 1e3:7.2f} {at(0.5) / 1e3:7.2f} {at(0.9) / 1e3:7.2f} {v[-1] / 1e3:7.2f}"
 
 
-def report(trace: list, step_ctas: int, coef_ctas: int, units: int) -> None:
-    step = [trace[i * STEP_SLOTS : (i + 1) * STEP_SLOTS] for i in range(step_ctas)]
-    coef = [trace[COEF_OFFSET + i * COEF_SLOTS : COEF_OFFSET + (i + 1) * COEF_SLOTS] for i in range(coef_ctas)]
+def report(trace: list, units: int) -> None:
+    """Percentiles of each trace point over the CTAs that ran (those with a start time)."""
+    step = [trace[i : i + STEP_SLOTS] for i in range(0, COEF_OFFSET, STEP_SLOTS) if trace[i]]
+    coef = [trace[i : i + COEF_SLOTS] for i in range(COEF_OFFSET, len(trace), COEF_SLOTS) if trace[i]]
     t0 = min(r[0] for r in step + coef if r[0])
     rel = lambda words: [w - t0 for w in words if w]  # noqa: E731
     print(f"  {'(µs from the first start)':28s} {'min':>7} {'p50':>7} {'p90':>7} {'max':>7}")
@@ -167,7 +164,7 @@ def report(trace: list, step_ctas: int, coef_ctas: int, units: int) -> None:
             print(f"  {name:28s} {percentiles(rel(r[k] for r in coef))}")
     for k, name in enumerate(("step: start", "step: slot", "step: programmatic wait", "step: first cursor")):
         print(f"  {name:28s} {percentiles(rel(r[k] for r in step))}")
-    for i in range(min(UNITS_TRACED, -(-units // step_ctas))):
+    for i in range(min(UNITS_TRACED, -(-units // len(step)))):
         for k, name in ((4, "issued"), (20, "full"), (36, "released")):
             print(f"  {f'unit {i}: {name}':28s} {percentiles(rel(r[k + i] for r in step))}")
     print(f"  {'step: end':28s} {percentiles(rel(r[52] for r in step))}")
@@ -192,12 +189,13 @@ def main(argv=None):
             if args.fused:
                 cfg = dataclasses.replace(cfg, fused=True, pdl=False)
             trace = torch.zeros(2 * COEF_OFFSET, dtype=torch.int64, device="cuda")
-            for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest
-                trace.zero_()
-                ctas = traced_step(source, case, case.slot_sets[rep % len(case.slot_sets)], cfg, trace)
-                torch.cuda.synchronize()
-            print(f"== {args.state} batch {batch} L {args.L} {cfg.label()} ({ctas[0]} step CTAs)")
-            report(trace.cpu().tolist(), *ctas, batch * nheads)
+            with traced_kernels(source, trace):
+                for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest
+                    trace.zero_()
+                    case.step("replay_step", case.slot_sets[rep % len(case.slot_sets)], cfg)
+                    torch.cuda.synchronize()
+            print(f"== {args.state} batch {batch} L {args.L} {cfg.label()}")
+            report(trace.cpu().tolist(), batch * nheads)
 
 
 if __name__ == "__main__":

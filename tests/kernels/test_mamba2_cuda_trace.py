@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
 
@@ -35,3 +36,29 @@ def test_a_moved_anchor_is_named():
     text = cuda_source(mc.SOURCE).replace("    mbar_wait(full, (i / STAGES) & 1);\n", "")
     with pytest.raises(ValueError, match="mbar_wait\\(full.*found 0 times"):
         trace.traced_source(text)
+
+
+def test_traced_kernels_route_the_launcher_through_the_traced_source(monkeypatch):
+    """Inside ``traced_kernels`` the launcher's ``load_kernel`` takes the traced source and each
+    launch gets the trace buffer as one pointer more; outside, the launcher is as it was."""
+    from trtllm_replayssm.kernels.nvrtc import KernelArgs
+
+    loaded, launched = [], []
+
+    class Fake:
+        def ctas_per_sm(self, threads, smem):
+            return 3
+
+        def launch(self, grid, block, smem, stream, args, pdl=False):
+            launched.append(list(args.kinds))
+
+    monkeypatch.setattr(mc, "load_kernel", lambda *a: loaded.append(a) or Fake())
+    real = mc.load_kernel
+    buf = torch.zeros(4, dtype=torch.int64)
+    with trace.traced_kernels("/tmp/traced.cu", buf):
+        k = mc.load_kernel(mc.SOURCE, "mamba2_replay_step", (), "dev", 7)
+        assert k.ctas_per_sm(160, 7) == 3
+        k.launch((1,), 32, 7, 0, KernelArgs().i32(1))
+    assert loaded == [("/tmp/traced.cu", "mamba2_replay_step", (), "dev", 7)]
+    assert launched == [["i32", "ptr"]]
+    assert mc.load_kernel is real
