@@ -57,12 +57,11 @@ STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "c16", "fused", "c4-ps", "fused-ps"])
+@pytest.mark.parametrize("form", ["c4", "c16", "fused"])
 def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     """Every shape with a bf16 and an fp32 checkpoint, coefficient CTAs of 4 and 16 warps (more
-    and fewer warps than heads: 1-40 heads a group), the fused one-launch form, and both with
-    the producer's scalars (``-ps``; the dt records copied for L % 4 == 0, loaded otherwise),
-    except rows too large for two stages."""
+    and fewer warps than heads: 1-40 heads a group) and the fused one-launch form, except rows
+    too large for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
         SMEM_RESERVED_PER_CTA,
@@ -71,11 +70,11 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     )
 
     es = STATES[state].itemsize
-    fused, scalars = form.startswith("fused"), form.endswith("-ps")
-    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused, scalars) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    fused = form == "fused"
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
     table = cuda_step_config(g.head_dim, g.d_state, L, 256, es)
-    cfg = dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=fused, producer_scalars=scalars)
+    cfg = dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=fused)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -97,20 +96,15 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
 
 @needs_sm90
 @pytest.mark.parametrize(
-    "stages,pdl,coef_warps,fused,producer_scalars", [(2, True, 4, False, False), (3, False, 16, False, False),
-                                                (1, True, 4, False, False), (2, False, 16, False, False),
-                                                (1, False, 4, True, False), (3, False, 4, True, False),
-                                                (2, True, 4, False, True), (2, False, 4, True, True)]
+    "stages,pdl,coef_warps,fused", [(2, True, 4, False), (3, False, 16, False), (1, True, 4, False),
+                                    (2, False, 16, False), (1, False, 4, True), (3, False, 4, True)]
 )  # fmt: skip
-def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused, producer_scalars):
+def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused):
     """Every stage count, with and without programmatic dependent launch, both coefficient
-    CTAs, the fused form, the producer's scalars, at batch 40 (the ring's wrap-around at 1-3
-    stages)."""
+    CTAs, the fused form, at batch 40 (the ring's wrap-around at 1-3 stages)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(
-        stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused, producer_scalars=producer_scalars
-    )
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused)
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",

@@ -46,23 +46,6 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["two-launches", "fused"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_producer_scalars_compile_and_shared_memory_matches(shape, fused):
-    """``producer_scalars``: a 32-byte stage meta, and for the fused form with L % 4 == 0 the dt
-    records in the stage; the launcher's size equals the compiled one for every test shape (L
-    from 5 to 32, both remainders mod 4)."""
-    nheads, ngroups, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, 2, fused, True) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
-        pytest.skip("does not fit: test_oversized_stages_are_refused")
-    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256), fused=fused, producer_scalars=True)
-    assert cfg.label().endswith(",ps")
-    for flags in (FLAGS, dict(FLAGS, D_PER_DIM=1), dict(FLAGS, HAS_D=0)):
-        ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags)
-        compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-        assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, 2, fused, True), flags
-
-
 @pytest.mark.parametrize("flags", [dict(FLAGS), dict(FLAGS, HAS_D=0, HAS_Z=0, HAS_DT_BIAS=0, DT_SOFTPLUS=0, DT_CODE=0),
                                    dict(FLAGS, D_PER_DIM=1, D_CODE=1, DTB_CODE=2, DT_CODE=2)])  # fmt: skip
 def test_optional_inputs_and_dtypes_compile(flags):

@@ -65,15 +65,10 @@ class CudaStepConfig:
     pdl: bool
     coef_warps: int = 16
     fused: bool = False
-    # The consumers' per-unit scalars (D per head; fused: the step's dt, A, the dt records) loaded
-    # by the producer a batch of 32 units ahead and passed in the stage, instead of a global load
-    # per unit in the consumers (kernel notes, session 16: a suspect for their stalls). Written
-    # 2026-12-02, compiled, not yet run on a GPU: never chosen by the table.
-    producer_scalars: bool = False
 
     def label(self) -> str:
         launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
-        return f"cuda,{self.stages},{self.min_ctas},{launch}{',ps' if self.producer_scalars else ''}"
+        return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -91,21 +86,15 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(
-    head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False, producer_scalars: bool = False
-) -> int:
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
     coefficient block, or with ``fused`` one block per consumer warp and the B_j . C array,
-    with ``producer_scalars`` and ``fused`` and L % 4 == 0 the dt records, meta of 16 bytes or 32
-    with ``producer_scalars``), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the
-    .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES
+    (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
-    dt_records = LP * 4 if producer_scalars and fused and L % 4 == 0 else 0
-    meta = 32 if producer_scalars else 16
-    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area
-    stage += dt_records + meta
+    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -192,8 +181,7 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
-                PRODUCER_SCALARS=int(cfg.producer_scalars))
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -343,12 +331,7 @@ def launch_mamba2_replay_step_cuda(
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, cfg.producer_scalars)
-    if cfg.producer_scalars and cfg.fused and L % 4 == 0 and not _copyable_rows(dt_records):
-        raise ValueError(
-            f"mamba2_replay_step (CUDA, producer scalars): dt_records strides {dt_records.stride()} not 16-byte "
-            "aligned rows; the producer copies them"
-        )
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
         coef = c_rows = cursor  # unused by the fused form

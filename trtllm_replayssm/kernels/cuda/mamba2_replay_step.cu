@@ -40,8 +40,7 @@
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, PRODUCER_SCALARS (below),
-// HAS_D, D_PER_DIM, HAS_Z,
+// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
 
@@ -69,17 +68,8 @@ typedef unsigned long long u64;
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
-// PRODUCER_SCALARS=1: the consumers make no global load of their own for a unit's per-head
-// scalars (D per head; fused: the step's dt, A and, for L % 4 == 0, the dt records): the
-// producer's lanes load them with the slots and cursors, a batch of 32 units ahead, and pass
-// them in the stage (meta; the dt records as one bulk copy). A consumer load issued behind the
-// checkpoint tiles waits microseconds (kernel notes, session 16).
-#define PS_DTR (PRODUCER_SCALARS && FUSED && LREC % 4 == 0)  // dt records copied into the stage
-#define DTR_BYTES (PS_DTR ? LP * 4 : 0)
-#define OFF_DTR (OFF_COEF + COEF_AREA)
-#define OFF_META (OFF_DTR + DTR_BYTES)
-#define META_BYTES (PRODUCER_SCALARS ? 32 : 16)  // slot, w (, D, the step's dt, A as floats)
-#define STAGE_BYTES (((OFF_META + META_BYTES) + 1023) / 1024 * 1024)
+#define OFF_META (OFF_COEF + COEF_AREA)
+#define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
 struct __align__(64) TensorMap { u64 opaque[16]; };
 struct __align__(8) Pair { float x, y; };
@@ -405,26 +395,6 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 
 // ------------------------------------------------------------------ launch 2: the step
 
-// PRODUCER_SCALARS: unit u's slot and scalars (D of its head, and for the fused form the step's
-// processed dt and A), for one producer lane; slot -1 past the last unit. Requests only: the
-// values are first used a batch of units later.
-__device__ __forceinline__ void load_unit_scalars(int u, int units, const void* D, long long sD_head, const void* dt,
-                                                  long long sdt_batch, long long sdt_head, const void* dt_bias,
-                                                  const float* A, const int* slot_ids, int& slot, float* sc) {
-  slot = -1;
-  if (u >= units) return;
-  const int b = u / NHEADS, h = u - b * NHEADS;
-  slot = slot_ids[b];
-#if HAS_D && !D_PER_DIM
-  sc[0] = load_f32<D_CODE>(D, h * sD_head);
-#endif
-#if FUSED
-  sc[1] = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
-  sc[2] = A[h];
-#endif
-}
-
-
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
@@ -469,20 +439,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     // take the exact w from the coefficient block. Fused: exact (a row's cursor advances only
     // after all its units arrived, each after its read).
     int slot_l = -1, w_l = 0;
-#if PRODUCER_SCALARS
-    // Lane k: unit u + k * gridDim.x of the current batch of 32 (slot_l, w_l, sc_l) and of the
-    // next (the _n registers: slots and scalars requested at the batch's unit 0, cursors at its
-    // unit 16, so that no request waits on another inside the loop).
-    float sc_l[3] = {0.0f, 0.0f, 0.0f}, sc_n[3] = {0.0f, 0.0f, 0.0f};  // D, the step's dt, A
-    int slot_n = -1, w_n = 0;
-    load_unit_scalars(blockIdx.x + lane * gridDim.x, units, D, sD_head, dt, sdt_batch, sdt_head, dt_bias, A, slot_ids,
-                      slot_l, sc_l);
-    load_unit_scalars(blockIdx.x + (32 + lane) * gridDim.x, units, D, sD_head, dt, sdt_batch, sdt_head, dt_bias, A,
-                      slot_ids, slot_n, sc_n);
-    if (slot_n >= 0) w_n = cursor[slot_n];
-#else
     if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
-#endif
     if (slot_l >= 0) w_l = cursor[slot_l];
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
@@ -506,30 +463,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
-#if PRODUCER_SCALARS
-      if (k == 0 && i > 0) {
-        slot_l = slot_n;
-        w_l = w_n;
-#pragma unroll
-        for (int q = 0; q < 3; ++q) sc_l[q] = sc_n[q];
-        load_unit_scalars(u + (32 + lane) * gridDim.x, units, D, sD_head, dt, sdt_batch, sdt_head, dt_bias, A, slot_ids,
-                          slot_n, sc_n);
-      }
-      if (k == 16) w_n = slot_n >= 0 ? cursor[slot_n] : 0;
-#else
       if (k == 0 && i > 0) {
         const int uk = u + lane * gridDim.x;
         slot_l = uk < units ? slot_ids[uk / NHEADS] : -1;
         w_l = slot_l >= 0 ? cursor[slot_l] : 0;
       }
-#endif
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
-#if PRODUCER_SCALARS
-      float sc[3];
-#pragma unroll
-      for (int q = 0; q < 3; ++q) sc[q] = __shfl_sync(0xffffffffu, sc_l[q], k);
-#endif
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
@@ -549,16 +489,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
         meta[0] = slot;
         meta[1] = w;
-#if PRODUCER_SCALARS
-#pragma unroll
-        for (int q = 0; q < 3; ++q) ((float*)meta)[2 + q] = sc[q];
-#endif
         if (slot < 0) {
           mbar_arrive(full);
         } else {
 #if FUSED
-          // Every record 0..w (the step's x and B as record w, from the inputs), C (and the dt records).
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * (ROWS + DSTATE) * 2 + C_BYTES + LREC * 4 * PS_DTR;
+          // Every record 0..w (the step's x and B as record w, from the inputs) and C.
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * (ROWS + DSTATE) * 2 + C_BYTES;
           mbar_arrive_expect_tx(full, bytes);
           // This unit has read the row's cursor: count it; the row's last unit advances the
           // cursor (checked below, after the copies are issued).
@@ -586,9 +522,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         if (!flush && lane == 28 && w > 0) bulk_load(stage + OFF_B, Brow0, w * DSTATE * 2, full);
         if (lane == 29) bulk_load(stage + OFF_B + w * b_pitch, B + b * sB_batch + g * sB_group, DSTATE * 2, full);
         if (lane == 27) bulk_load(stage + OFF_C, C + b * sC_batch + g * sC_group, C_BYTES, full);
-#if PS_DTR
-        if (lane == 26) bulk_load(stage + OFF_DTR, dt_records + slot * sdtr_slot + h * sdtr_head, LREC * 4, full);
-#endif
         if (lane == 0 && prev_slot >= 0 && prev_arrived == NHEADS - 1) {
           cursor[prev_slot] = prev_cursor;
           arrivals[prev_slot] = 0;
@@ -620,7 +553,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
-#if FUSED && !PS_DTR
+#if FUSED
   // Each unit's slot is loaded one unit ahead: only the dt records' load waits on the prologue.
   int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
 #endif
@@ -629,20 +562,20 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     const int b = u / NHEADS, h = u - b * NHEADS;
     const int row = r0 + (lane & 15);
     // Inputs that do not depend on the stage, requested before the wait.
-#if HAS_D && D_PER_DIM
+#if HAS_D
+#if D_PER_DIM
     const float d_skip = load_f32<D_CODE>(D, h * sD_head + row);
-#elif HAS_D && !PRODUCER_SCALARS
+#else
     const float d_skip = load_f32<D_CODE>(D, h * sD_head);
+#endif
 #endif
 #if HAS_Z
     const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
 #endif
-#if FUSED && !PRODUCER_SCALARS
-    // The head's weights' inputs: the step's dt, A (lane j's dt record below).
+#if FUSED
+    // The head's weights' inputs: lane j's dt record, the step's dt, A.
     const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
     const float a = A[h];
-#endif
-#if FUSED && !PS_DTR
     const long long slot_in = slot_next;
     slot_next = u + gridDim.x < units ? slot_ids[(u + gridDim.x) / NHEADS] : -1;
     const float dtj = slot_in >= 0 && lane < LREC ? dt_records[slot_in * sdtr_slot + h * sdtr_head + lane] : 0.0f;
@@ -653,17 +586,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
     mbar_wait(full, (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
-#if PRODUCER_SCALARS
-#if HAS_D && !D_PER_DIM
-    const float d_skip = ((const float*)(gstage + OFF_META))[2];
-#endif
-#if FUSED
-    const float dth = ((const float*)(gstage + OFF_META))[3], a = ((const float*)(gstage + OFF_META))[4];
-#endif
-#if PS_DTR
-    const float dtj = lane < LREC ? ((const float*)(gstage + OFF_DTR))[lane] : 0.0f;
-#endif
-#endif
     if (slot >= 0) {
       const u16* xs = (const u16*)(gstage + OFF_X);
       const u16* cs = (const u16*)(gstage + OFF_C);
