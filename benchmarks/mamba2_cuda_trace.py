@@ -3,7 +3,7 @@
 A copy of ``kernels/cuda/mamba2_replay_step.cu`` with ``%globaltimer`` reads (32 ns resolution on
 the H200) at fixed points, each CTA writing its own row of a trace buffer (one more kernel
 parameter); the step kernel's points: start, slot known, programmatic wait done, first cursor
-known, then per unit the producer's issue and the consumers' stage full and stage released, and
+known, then per unit the producer's issue and the consumers' stage full and unit done, and
 the end; the coefficient launch's: start, slot, cursor, end. One eager step of a slot set that
 has not been touched for a few steps (so the checkpoint comes from DRAM) is printed as
 percentiles over the CTAs, in µs from the first CTA's start. Eager: the launches do not overlap
@@ -35,7 +35,7 @@ from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
 from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
 
-STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i released, 52 end
+STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i done, 52 end
 UNITS_TRACED = 16  # units per CTA with their own words
 COEF_SLOTS = 4
 COEF_OFFSET = 65536  # the coefficient CTAs' words start here
@@ -89,8 +89,8 @@ _PATCHES = (
         f"    mbar_wait(full, (i / STAGES) & 1);\n    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[20 + i] = gtime();\n",
     ),
     (
-        "    __syncwarp();\n    if (lane == 0) mbar_arrive(empty);\n  }\n}",
-        "    __syncwarp();\n    if (lane == 0) mbar_arrive(empty);\n"
+        "      if (lane == 0) mbar_arrive(empty);\n    }\n  }\n}",
+        "      if (lane == 0) mbar_arrive(empty);\n    }\n"
         f"    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[36 + i] = gtime();\n  }}\n  if (threadIdx.x == 0) tr[52] = gtime();\n}}",
     ),
 )
@@ -165,7 +165,7 @@ def report(trace: list, units: int) -> None:
     for k, name in enumerate(("step: start", "step: slot", "step: programmatic wait", "step: first cursor")):
         print(f"  {name:28s} {percentiles(rel(r[k] for r in step))}")
     for i in range(min(UNITS_TRACED, -(-units // len(step)))):
-        for k, name in ((4, "issued"), (20, "full"), (36, "released")):
+        for k, name in ((4, "issued"), (20, "full"), (36, "done")):
             print(f"  {f'unit {i}: {name}':28s} {percentiles(rel(r[k + i] for r in step))}")
     print(f"  {'step: end':28s} {percentiles(rel(r[52] for r in step))}")
 

@@ -586,6 +586,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
     mbar_wait(full, (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
+    bool released = false;  // the stage given back to the producer
     if (slot >= 0) {
       const u16* xs = (const u16*)(gstage + OFF_X);
       const u16* cs = (const u16*)(gstage + OFF_C);
@@ -682,14 +683,23 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #endif
       const float decay = cf[2 * LP];
       // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j, in two
-      // independent sums.
+      // independent sums, a fixed trip count (predicated by w) so that the shared-memory reads
+      // are issued together.
       float rec = 0.0f, rec2 = 0.0f;
-      int j = lane >> 4;
-      for (; j + 2 <= w; j += 4) {
-        rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
-        rec2 += cf[j + 2] * bf16_to_f32(xs[(j + 2) * ROWS + row]);
+#pragma unroll
+      for (int q = 0; q < LP / 2; q += 2) {
+        const int j = (lane >> 4) + 2 * q;
+        if (j <= w) rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
+        if (j + 2 <= w) rec2 += cf[j + 2] * bf16_to_f32(xs[(j + 2) * ROWS + row]);
       }
-      if (j <= w) rec += cf[j] * bf16_to_f32(xs[j * ROWS + row]);
+      const float x_now = bf16_to_f32(xs[w * ROWS + row]);
+      // A unit that does not flush has read its stage: release it now, before the arithmetic and
+      // the output store (the producer refills it meanwhile; kernel notes, session 17).
+      released = w != LREC - 1;
+      if (released) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty);
+      }
       rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
       const int src = 4 * (lane & 7);
@@ -698,7 +708,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (lane < 16) {
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
 #if HAS_D
-        y += d_skip * bf16_to_f32(xs[w * ROWS + row]);
+        y += d_skip * x_now;
 #endif
 #if HAS_Z
         y *= zv / (1.0f + expf(-zv));
@@ -772,7 +782,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         }
       }
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty);
+    if (!released) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty);
+    }
   }
 }
