@@ -106,8 +106,8 @@ _MAMBA2_DECODE = Source(
     "python benchmarks/mamba2_decode.py --peers build/peers --batch 1 16 64 256 512 --L 16 --state bf16 f32",
     _DOC,
     "Mamba-2 decode",
-    "2026-12-02 (session 16), the CUDA step at every batch (fused one-launch form at batch 1-2)",
-    _RESULTS + "2026-12-02-h200-mamba2_decode_peers_s16.json",
+    "2026-12-02 (session 17), the CUDA step at every batch (fused one-launch form at batch 1-2)",
+    _RESULTS + "2026-12-02-h200-mamba2_decode_peers_s17.json",
 )
 _MAMBA2_DECODE_L = Source(
     "2026-12-02",
@@ -115,8 +115,8 @@ _MAMBA2_DECODE_L = Source(
     "python benchmarks/mamba2_decode.py --batch 1 16 64 256 512 --L 8 32 --state bf16 f32",
     _DOC,
     "Mamba-2 decode",
-    "2026-12-02 (session 16), L = 8 and 32 rows of the replay speedup table",
-    _RESULTS + "2026-12-02-h200-mamba2_decode_L8_L32_s16.json",
+    "2026-12-02 (session 17), L = 8 and 32 rows of the replay speedup table",
+    _RESULTS + "2026-12-02-h200-mamba2_decode_L8_L32_s17.json",
 )
 _GDN_DECODE = Source(
     "2026-11-30",
@@ -169,12 +169,12 @@ _VERIFY_BATCHES = (16, 64, 256, 512)
 
 # (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES.
 _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
-    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_DECODE_L): (0.74, 1.28, 1.52, 1.67, 1.69),
-    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_DECODE): (0.74, 1.32, 1.56, 1.72, 1.77),
-    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_DECODE_L): (0.71, 1.31, 1.55, 1.70, 1.75),
+    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_DECODE_L): (0.75, 1.29, 1.52, 1.67, 1.70),
+    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_DECODE): (0.75, 1.33, 1.56, 1.72, 1.77),
+    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_DECODE_L): (0.72, 1.33, 1.56, 1.70, 1.75),
     (MAMBA2, SUPER, "bf16", 8, _MAMBA2_DECODE_L): (0.67, 1.12, 1.41, 1.55, 1.59),
-    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.68, 1.16, 1.43, 1.56, 1.63),
-    (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.59, 1.09, 1.37, 1.49, 1.54),
+    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.69, 1.18, 1.44, 1.57, 1.64),
+    (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.59, 1.10, 1.38, 1.49, 1.54),
     (GDN, QWEN35_4B, "fp32", 8, _GDN_DECODE): (0.65, 0.92, 1.08, 1.44, 1.55),
     (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (0.69, 0.94, 1.17, 1.50, 1.63),
     (GDN, QWEN35_4B, "fp32", 32, _GDN_DECODE): (0.55, 0.81, 1.02, 1.31, 1.40),
