@@ -23,7 +23,8 @@
 //    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores with C as
 //    column 0 (bf16 rows: m16n8k16 bf16 products; fp32 rows: m16n8k8 TF32 products of their hi
 //    and lo parts, ~2^-21), the record term sum_j coef_j x_j from shared memory, y = decay
-//    (S0 . C) + records + D x, gated by silu(z). A consumer of a row's head-0 unit writes the
+//    (S0 . C) + records + D x, gated by silu(z); a unit that does not flush gives its stage back
+//    once read, before that arithmetic. A consumer of a row's head-0 unit writes the
 //    new cursor (0 after a flush, else w+1): its stage holds the coefficient block, so the
 //    coefficient grid, the cursor's only other reader, is complete. The producer reads each
 //    unit's cursor itself, before its first checkpoint tiles (so that the read does not wait
