@@ -9,7 +9,8 @@ benchmarks/mamba2_decode.py times them.
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
 A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
-coefficient launch's warps per CTA) or ``stages,min_ctas,fused`` (one launch).
+coefficient launch's warps per CTA) or ``stages,min_ctas,fused`` (one launch), then optionally ``,fma`` (``s0c_fma``) and ``,cpdl``
+(``coef_pdl``).
 """
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 def parse_config(text: str) -> CudaStepConfig:
     parts = text.split(",")
+    options = {"fma": "s0c_fma", "cpdl": "coef_pdl"}
+    flags = {}
+    while parts and parts[-1] in options:
+        flags[options[parts.pop()]] = True
     if len(parts) == 3 and parts[2] == "fused":
-        return CudaStepConfig(stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True)
+        return CudaStepConfig(stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True, **flags)
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or stages,min_ctas,fused"
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16[,fma][,cpdl] or stages,min_ctas,fused[,fma]"
         )
     stages, min_ctas, pdl, coef = parts
-    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
+    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]), **flags)
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:

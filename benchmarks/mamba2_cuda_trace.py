@@ -48,10 +48,10 @@ _PATCHES = (
         "// ------------------------------------------------------------------ scalars",
     ),
     (
-        "    const int* __restrict__ slot_ids) {\n  // The step kernel may start now",
+        "    const int* __restrict__ slot_ids) {\n  // Launched programmatically",
         "    const int* __restrict__ slot_ids, u64* __restrict__ trace) {\n"
         f"  u64* tr = trace + {COEF_OFFSET} + (blockIdx.y * gridDim.x + blockIdx.x) * {COEF_SLOTS};\n"
-        "  if (threadIdx.x == 0) tr[0] = gtime();\n  // The step kernel may start now",
+        "  if (threadIdx.x == 0) tr[0] = gtime();\n  // Launched programmatically",
     ),
     (
         "  if (slot < 0) return;\n  // Two memory round trips",

@@ -51,17 +51,30 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
+FORMS = ["c4", "c16", "fused", "c4-fma-cpdl"]
+
+
+def form_config(table, form: str):
+    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the fused
+    form, or 4 warps with session 17's unrun options (``s0c_fma``, ``coef_pdl``)."""
+    return dataclasses.replace(
+        table,
+        coef_warps=16 if form == "c16" else 4,
+        fused=form == "fused",
+        s0c_fma=form == "c4-fma-cpdl",
+        coef_pdl=form == "c4-fma-cpdl",
+    )
 
 
 @needs_sm90
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("D_per_dim", [False, True], ids=["D-head", "D-dim"])
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "c16", "fused"])
+@pytest.mark.parametrize("form", FORMS)
 def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     """Every shape with a bf16 and an fp32 checkpoint, coefficient CTAs of 4 and 16 warps (more
-    and fewer warps than heads: 1-40 heads a group) and the fused one-launch form, except rows
-    too large for two stages."""
+    and fewer warps than heads: 1-40 heads a group), the fused one-launch form and the unrun
+    options, except rows too large for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
         SMEM_RESERVED_PER_CTA,
@@ -73,8 +86,7 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     fused = form == "fused"
     if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
-    table = cuda_step_config(g.head_dim, g.d_state, L, 256, es)
-    cfg = dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=fused)
+    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -115,13 +127,13 @@ def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused):
 
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
-@pytest.mark.parametrize("form", ["c4", "c16", "fused"])
+@pytest.mark.parametrize("form", FORMS)
 def test_cuda_step_graph_equals_eager(L, form):
     """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
-    cfg = dataclasses.replace(cuda_step_config(64, 128, L, 20), coef_warps=16 if form == "c16" else 4, fused=form == "fused")
+    cfg = form_config(cuda_step_config(64, 128, L, 20), form)
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
@@ -151,6 +163,45 @@ def test_cuda_step_graph_equals_eager(L, form):
         replay_cuda(caches[1], inp, p, slots, out_e, config=cfg)
         torch.cuda.synchronize()
         assert torch.equal(out_g, out_e)
+    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
+        assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
+
+
+@needs_sm90
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("form", ["c4", "c4-fma-cpdl"])
+def test_cuda_steps_in_one_graph_equal_eager(state, form):
+    """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
+    follows the previous step kernel inside the graph: with ``coef_pdl`` a programmatic edge)
+    equal the same steps run eagerly, outputs and caches bit for bit."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
+
+    L, g = 16, Geometry(128, 64, 128, 8)
+    cfg = form_config(cuda_step_config(64, 128, L, 20, STATES[state].itemsize), form)
+    p = make_params(g, "cuda")
+    rows = [7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1, 4, 6, 8, 10, 12, 13, 15, -1]
+    slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
+    dims = (17, g.nheads, g.head_dim, g.d_state, g.ngroups, L)
+    torch.manual_seed(5)
+    first = Mamba2ReplayCache.allocate(*dims, state_dtype=STATES[state], act_dtype=torch.bfloat16, device="cuda")
+    first.checkpoint.normal_()
+    first.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
+    caches = [Mamba2ReplayCache(**{k: v.clone() for k, v in vars(first).items()}) for _ in range(3)]
+    inputs = [make_step(g, len(rows), torch.bfloat16, "cuda", with_z=True) for _ in range(2 * L + 3)]
+    outs_g = [torch.full_like(inputs[0]["x"], 42.0) for _ in inputs]
+    outs_e = [o.clone() for o in outs_g]
+    replay_cuda(caches[2], inputs[0], p, slots, outs_g[0].clone(), config=cfg)  # compile and load
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for inp, out in zip(inputs, outs_g):
+            replay_cuda(caches[0], inp, p, slots, out, config=cfg)
+    graph.replay()
+    for inp, out in zip(inputs, outs_e):
+        replay_cuda(caches[1], inp, p, slots, out, config=cfg)
+    torch.cuda.synchronize()
+    for k, (a, b) in enumerate(zip(outs_g, outs_e)):
+        assert torch.equal(a, b), k
     for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
         assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
 

@@ -194,3 +194,39 @@ def test_tensor_map_key_tells_apart_dtypes_at_one_address():
     assert f32.data_ptr() == bf16.data_ptr() and f32.shape == bf16.shape and f32.stride() == bf16.stride()
     assert mc.tensor_map_key(f32) != mc.tensor_map_key(bf16)
     assert mc.tensor_map_key(f32) == mc.tensor_map_key(f32.view(2, 3, 16, 64))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_s0c_fma_replaces_the_tf32_products(shape):
+    """``s0c_fma`` (unrun option, session 17): an fp32 checkpoint's S0 . C without TF32 tensor-core
+    products (the flush keeps its bf16 three-part products); without it, the TF32 path."""
+    nheads, ngroups, head_dim, d_state, L = shape
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, 4) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+        pytest.skip("does not fit: test_oversized_stages_are_refused")
+    table = mc.cuda_step_config(head_dim, d_state, L, 256, 4)
+    tf32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+    for fma in (False, True):
+        cfg = dataclasses.replace(table, s0c_fma=fma)
+        ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 4)
+        step = ptx[ptx.index(".entry mamba2_replay_step(") :]
+        assert (tf32 in step) != fma
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step  # the flush
+
+
+def test_coefficient_grid_waits_for_the_previous_step_before_anything():
+    """The coefficient kernel's first global access and its trigger for the step kernel come after
+    its griddepcontrol.wait (``coef_pdl`` launches it programmatically after the previous step
+    kernel, whose writes it and the step kernel's early reads must see)."""
+    nheads, ngroups, head_dim, d_state, L = SHAPES[0]
+    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256), coef_pdl=True)
+    ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS)
+    body = ptx[ptx.index(".entry mamba2_replay_coefficients(") :]
+    body = body[: body.find(".entry ", 1) % (len(body) + 1)]
+    wait = body.index("griddepcontrol.wait")
+    assert wait < body.index("griddepcontrol.launch_dependents")
+    assert wait < body.index("ld.global")
+    step = ptx[ptx.index(".entry mamba2_replay_step(") :]
+    assert "griddepcontrol.launch_dependents" in step
+    plain = _ptx(SHAPES[0])  # without the option: neither
+    assert "griddepcontrol.wait" not in plain[plain.index(".entry mamba2_replay_coefficients(") :].split(".entry ")[1]
+    assert "griddepcontrol.launch_dependents" not in plain[plain.index(".entry mamba2_replay_step(") :].split(".entry ")[1]

@@ -58,16 +58,26 @@ class CudaStepConfig:
     programmatic dependent of the coefficient launch when ``pdl``; the coefficient launch has
     ``coef_warps`` (4 or 16) warps per CTA. ``fused``: one launch, the step kernel computes the
     coefficients itself (``pdl`` and ``coef_warps`` unused): the fastest form at batch 1-2,
-    20-30% slower than the two launches from batch 16 (kernel notes, sessions 15-16)."""
+    20-30% slower than the two launches from batch 16 (kernel notes, sessions 15-16).
+
+    Written 2026-12-02 (session 17), compiled, not yet run on a GPU, never chosen by the table
+    (kernel notes, "Session 17"): ``s0c_fma``, an fp32 checkpoint's S0 . C in exact fp32 FMAs
+    instead of TF32 hi / lo tensor-core products (half the instructions that hold a stage);
+    ``coef_pdl`` (with ``pdl``), the coefficient launch a programmatic dependent of the previous
+    step kernel too, so that its CTAs are scheduled while that kernel drains."""
 
     stages: int
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
     fused: bool = False
+    s0c_fma: bool = False
+    coef_pdl: bool = False
 
     def label(self) -> str:
         launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
+        launch += ",fma" if self.s0c_fma else ""
+        launch += ",cpdl" if self.coef_pdl else ""
         return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
@@ -181,7 +191,8 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused))
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
+                S0C_FMA=int(cfg.s0c_fma), COEF_PDL=int(cfg.coef_pdl and cfg.pdl and not cfg.fused))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -343,7 +354,9 @@ def launch_mamba2_replay_step_cuda(
             coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias
         )
         coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
-        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args)
+        # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it
+        # waits for that grid before reading; the .cu file's launch 1).
+        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=cfg.pdl and cfg.coef_pdl)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))

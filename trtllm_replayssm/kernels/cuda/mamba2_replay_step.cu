@@ -22,7 +22,8 @@
 //    bulk copy of x records 0..w, one per B record row for a flush (all L, padded rows), the
 //    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores with C as
 //    column 0 (bf16 rows: m16n8k16 bf16 products; fp32 rows: m16n8k8 TF32 products of their hi
-//    and lo parts, ~2^-21), the record term sum_j coef_j x_j from shared memory, y = decay
+//    and lo parts, ~2^-21; with S0C_FMA exact fp32 products, a lane per row and half of d_state),
+//    the record term sum_j coef_j x_j from shared memory, y = decay
 //    (S0 . C) + records + D x, gated by silu(z); a unit that does not flush gives its stage back
 //    once read, before that arithmetic. A consumer of a row's head-0 unit writes the
 //    new cursor (0 after a flush, else w+1): its stage holds the coefficient block, so the
@@ -41,7 +42,9 @@
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, HAS_D, D_PER_DIM, HAS_Z,
+// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, S0C_FMA (fp32
+// checkpoints: S0 . C in fp32 FMAs), COEF_PDL (the coefficient launch programmatic after the
+// previous step kernel; both written 2026-12-02, session 17, not yet run), HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
 
@@ -303,8 +306,14 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
     const u16* __restrict__ B, long long sB_batch, long long sB_group,
     const u16* __restrict__ C, long long sC_batch, long long sC_group,
     const int* __restrict__ slot_ids) {
-  // The step kernel may start now: it waits for this grid's completion before reading anything
-  // written here.
+  // Launched programmatically after the previous step kernel (COEF_PDL; that kernel lets this
+  // grid's CTAs be scheduled while it drains): wait for it to complete before any read. Then
+  // the step kernel may start: it waits for this grid's completion before reading anything
+  // written here, and its reads before that wait (slots, cursors, checkpoint rows) see the
+  // previous step's writes, which completed before this wait returned.
+#if COEF_PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float bc_shared[LP];
   const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
@@ -421,6 +430,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * NHEADS;
+#if COEF_PDL
+  // The next step's coefficient grid (launched programmatically) may be scheduled now, into
+  // what this grid leaves free; it waits for this grid's completion before reading anything.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
@@ -591,9 +605,29 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     if (slot >= 0) {
       const u16* xs = (const u16*)(gstage + OFF_X);
       const u16* cs = (const u16*)(gstage + OFF_C);
-      // S0 . C on tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact
-      // in both input types), fp32 accumulators: several independent ones (even and odd k
-      // tiles; TF32: hi and lo parts), so that the products do not wait on one another's result.
+      // S0 . C for the lane's row r0 + (lane & 15), in every lane (both halves of the warp).
+#if CKPT_F32 && S0C_FMA
+      // fp32 rows: exact fp32 products, lanes 0-15 over columns [0, DSTATE/2), 16-31 over the
+      // rest, 4 columns (one 16-byte chunk: the swizzle moves whole chunks) a shared load; the
+      // 16 lanes of a half read 16 rows' same chunk, 8 distinct banks groups a quarter-warp:
+      // conflict-free. Four independent sums.
+      float p4[4] = {};
+#pragma unroll
+      for (int q = 0; q < DSTATE / 8; ++q) {
+        const int k = (lane >> 4) * (DSTATE / 2) + 4 * q;
+        const float4 v = *(const float4*)(gstage + ckpt_offset(row, k));
+        const uint2 c2 = *(const uint2*)(cs + k);
+        p4[0] += v.x * __uint_as_float(c2.x << 16);
+        p4[1] += v.y * __uint_as_float(c2.x & 0xffff0000u);
+        p4[2] += v.z * __uint_as_float(c2.y << 16);
+        p4[3] += v.w * __uint_as_float(c2.y & 0xffff0000u);
+      }
+      float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
+      s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
+#else
+      // On tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact in
+      // both input types), fp32 accumulators: several independent ones (even and odd k tiles;
+      // TF32: hi and lo parts), so that the products do not wait on one another's result.
       float part[4][4] = {};
 #if CKPT_F32
       // m16n8k8 TF32, the fp32 rows as hi (TF32) + lo parts: ~2^-21 of S0.
@@ -633,6 +667,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       float acc[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[q] = (part[0][q] + part[2][q]) + (part[1][q] + part[3][q]);
+#endif
 #if FUSED
       // B_j . C of records j = warp, warp + CONSUMERS, ... (lanes over d_state), shared by the
       // consumer warps; then each warp the head's weights (the coefficient launch's arithmetic)
@@ -703,11 +738,18 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
+#if !(CKPT_F32 && S0C_FMA)
+      // Row gq's result sits in lane 4 gq (c0), row gq + 8's in the same lane (c2).
       const int src = 4 * (lane & 7);
       const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
       const float s0c_hi = __shfl_sync(0xffffffffu, acc[2], src);
+#endif
       if (lane < 16) {
+#if CKPT_F32 && S0C_FMA
+        float y = decay * s0c_row + rec;
+#else
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
+#endif
 #if HAS_D
         y += d_skip * x_now;
 #endif
