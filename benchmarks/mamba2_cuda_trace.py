@@ -85,8 +85,8 @@ _PATCHES = (
         f"      if (lane == 0 && i < {UNITS_TRACED}) tr[4 + i] = gtime();\n",
     ),
     (
-        "    mbar_wait(full, (i / STAGES) & 1);\n",
-        f"    mbar_wait(full, (i / STAGES) & 1);\n    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[20 + i] = gtime();\n",
+        "\n    mbar_wait(full, (i / STAGES) & 1);\n",
+        f"\n    mbar_wait(full, (i / STAGES) & 1);\n    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[20 + i] = gtime();\n",
     ),
     (
         "      if (lane == 0) mbar_arrive(empty);\n    }\n  }\n}",

@@ -51,18 +51,19 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "fused", "c4-fma-cpdl"]
+FORMS = ["c4", "c16", "fused", "c4-fma-cpdl", "fused-fma-pc"]
 
 
 def form_config(table, form: str):
     """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the fused
-    form, or 4 warps with session 17's unrun options (``s0c_fma``, ``coef_pdl``)."""
+    form, or with session 17's unrun options (``s0c_fma``, ``coef_pdl``, ``producer_coef``)."""
     return dataclasses.replace(
         table,
         coef_warps=16 if form == "c16" else 4,
-        fused=form == "fused",
-        s0c_fma=form == "c4-fma-cpdl",
-        coef_pdl=form == "c4-fma-cpdl",
+        fused=form.startswith("fused"),
+        s0c_fma="fma" in form,
+        coef_pdl="cpdl" in form,
+        producer_coef=form.endswith("-pc"),
     )
 
 
@@ -83,7 +84,7 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     )
 
     es = STATES[state].itemsize
-    fused = form == "fused"
+    fused = form.startswith("fused")
     if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
     cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form)

@@ -230,3 +230,23 @@ def test_coefficient_grid_waits_for_the_previous_step_before_anything():
     plain = _ptx(SHAPES[0])  # without the option: neither
     assert "griddepcontrol.wait" not in plain[plain.index(".entry mamba2_replay_coefficients(") :].split(".entry ")[1]
     assert "griddepcontrol.launch_dependents" not in plain[plain.index(".entry mamba2_replay_step(") :].split(".entry ")[1]
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_producer_coef_compiles_with_a_third_barrier(shape, state_bytes):
+    """``producer_coef`` (unrun option, session 17; fused form): every shape compiles, its shared
+    memory has a third mbarrier a stage (coef_ready) and matches the launcher's; the fused form
+    without it keeps two."""
+    nheads, ngroups, head_dim, d_state, L = shape
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes, True, True) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+        pytest.skip("does not fit: test_oversized_stages_are_refused")
+    table = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 1, state_bytes), fused=True, pdl=False)
+    sizes = []
+    for pc in (False, True):
+        cfg = dataclasses.replace(table, producer_coef=pc)
+        ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes)
+        compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
+        assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, True, pc)
+        sizes.append(compiled)
+    assert sizes[1] - sizes[0] == 8 * table.stages

@@ -33,7 +33,7 @@ def _params(ptx: str, entry: str) -> int:
 
 
 def test_a_moved_anchor_is_named():
-    text = cuda_source(mc.SOURCE).replace("    mbar_wait(full, (i / STAGES) & 1);\n", "")
+    text = cuda_source(mc.SOURCE).replace("\n    mbar_wait(full, (i / STAGES) & 1);\n", "\n")
     with pytest.raises(ValueError, match="mbar_wait\\(full.*found 0 times"):
         trace.traced_source(text)
 

@@ -64,7 +64,10 @@ class CudaStepConfig:
     (kernel notes, "Session 17"): ``s0c_fma``, an fp32 checkpoint's S0 . C in exact fp32 FMAs
     instead of TF32 hi / lo tensor-core products (half the instructions that hold a stage);
     ``coef_pdl`` (with ``pdl``), the coefficient launch a programmatic dependent of the previous
-    step kernel too, so that its CTAs are scheduled while that kernel drains."""
+    step kernel too, so that its CTAs are scheduled while that kernel drains; ``producer_coef``
+    (with ``fused``), the head's coefficient block formed by the producer warp while the
+    consumer warps form S0 . C, instead of by the consumers after it (batch 1-2: one unit a
+    CTA)."""
 
     stages: int
     min_ctas: int
@@ -73,11 +76,13 @@ class CudaStepConfig:
     fused: bool = False
     s0c_fma: bool = False
     coef_pdl: bool = False
+    producer_coef: bool = False
 
     def label(self) -> str:
         launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
         launch += ",fma" if self.s0c_fma else ""
         launch += ",cpdl" if self.coef_pdl else ""
+        launch += ",pc" if self.producer_coef else ""
         return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
@@ -96,17 +101,20 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False) -> int:
+def step_shared_bytes(
+    head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False, producer_coef: bool = False
+) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
     coefficient block, or with ``fused`` one block per consumer warp and the B_j . C array,
-    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES
+    meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``fused`` and
+    ``producer_coef``). Mirrors the .cu file's STAGE_BYTES
     (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
     stage = (stage + 1023) // 1024 * 1024
-    return stages * stage + 1024 + 16 * stages
+    return stages * stage + 1024 + 8 * stages * (3 if fused and producer_coef else 2)
 
 
 def step_threads(head_dim: int) -> int:
@@ -192,7 +200,8 @@ def step_defines(
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
-                S0C_FMA=int(cfg.s0c_fma), COEF_PDL=int(cfg.coef_pdl and cfg.pdl and not cfg.fused))
+                S0C_FMA=int(cfg.s0c_fma), COEF_PDL=int(cfg.coef_pdl and cfg.pdl and not cfg.fused),
+                PRODUCER_COEF=int(cfg.producer_coef and cfg.fused))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -342,7 +351,7 @@ def launch_mamba2_replay_step_cuda(
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, cfg.producer_coef)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
         coef = c_rows = cursor  # unused by the fused form

@@ -44,7 +44,9 @@
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
 // (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, S0C_FMA (fp32
 // checkpoints: S0 . C in fp32 FMAs), COEF_PDL (the coefficient launch programmatic after the
-// previous step kernel; both written 2026-12-02, session 17, not yet run), HAS_D, D_PER_DIM, HAS_Z,
+// previous step kernel), PRODUCER_COEF (fused: the producer warp forms the coefficient block
+// while the consumers form S0 . C; the three written 2026-12-02, session 17, not yet run),
+// HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
 
@@ -80,7 +82,8 @@ struct __align__(8) Pair { float x, y; };
 
 // Dynamic shared memory the step kernel indexes (bytes): the launcher's step_shared_bytes must
 // equal it (a CPU test reads this from the PTX).
-extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+#define NBARS (PRODUCER_COEF ? 3 : 2)  // full, empty (and coef_ready) mbarriers per stage
+extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
 // ------------------------------------------------------------------ scalars
 
@@ -96,6 +99,11 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
   u16 v;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
   return v;
+}
+
+// a.lo b.lo + a.hi b.hi of two bf16x2 words, in fp32.
+__device__ __forceinline__ float dot_bf16x2(u32 a, u32 b) {
+  return __uint_as_float(a << 16) * __uint_as_float(b << 16) + __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
 }
 
 // Two floats as bf16x2: lo in bits 0-15.
@@ -439,6 +447,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
       mbar_init(bars + 8 * (STAGES + s), CONSUMERS);
+#if PRODUCER_COEF
+      mbar_init(bars + 8 * (2 * STAGES + s), 1);
+#endif
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -506,6 +517,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         meta[1] = w;
         if (slot < 0) {
           mbar_arrive(full);
+#if PRODUCER_COEF
+          mbar_arrive(bars + 8 * (2 * STAGES + st));  // the barrier's phases stay one a unit
+#endif
         } else {
 #if FUSED
           // Every record 0..w (the step's x and B as record w, from the inputs) and C.
@@ -544,6 +558,54 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         prev_arrived = arrived;
         prev_slot = slot;
         prev_cursor = w == LREC - 1 ? 0 : w + 1;
+#if PRODUCER_COEF
+        // The head's coefficient block, formed here while the consumers form S0 . C (batch 1-2:
+        // one unit a CTA, the producer idle otherwise): B_j . C with 8 lanes a record, the
+        // weights, the step's records appended; then coef_ready.
+        const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h), a = A[h];
+        const float dtj = lane < LREC ? dt_records[(long long)slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
+        mbar_wait(full, (i / STAGES) & 1);
+        unsigned char* const gst = gbase + st * STAGE_BYTES;
+        const u16* cs = (const u16*)(gst + OFF_C);
+        float bc = 0.0f;  // lane j: B_j . C
+#pragma unroll
+        for (int q = 0; q < LP / 4; ++q) {
+          const int j = 4 * q + (lane >> 3);
+          float p = 0.0f;
+          if (j <= w) {
+            const u16* bj = (const u16*)(gst + OFF_B + j * b_pitch);
+#pragma unroll
+            for (int k = (lane & 7) * 8; k < DSTATE; k += 64) {
+              const uint4 bv = *(const uint4*)(bj + k), cv = *(const uint4*)(cs + k);
+              p += dot_bf16x2(bv.x, cv.x) + dot_bf16x2(bv.y, cv.y) + dot_bf16x2(bv.z, cv.z) + dot_bf16x2(bv.w, cv.w);
+            }
+          }
+          p += __shfl_xor_sync(0xffffffffu, p, 1);
+          p += __shfl_xor_sync(0xffffffffu, p, 2);
+          p += __shfl_xor_sync(0xffffffffu, p, 4);
+          const float pj = __shfl_sync(0xffffffffu, p, 8 * (lane & 3));  // record 4 q + (lane & 3)
+          if ((lane >> 2) == q) bc = pj;
+        }
+        float total;
+        const float sw = record_weight(dtj, dth, a, w, lane, total);
+        float* blk = (float*)(gst + OFF_COEF);
+        if (lane < LP) {
+          blk[lane] = sw * bc;
+          blk[LP + lane] = sw;
+        }
+        if (lane == 0) {
+          blk[2 * LP] = __expf(a * (total + dth));
+          dt_records[(long long)slot * sdtr_slot + h * sdtr_head + w] = dth;
+        }
+        const u16* xw = (const u16*)(gst + OFF_X + w * ROWS * 2);
+        for (int k = lane; k < ROWS; k += 32) x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + k] = xw[k];
+        if (h % HPG == 0) {
+          const u16* bw = (const u16*)(gst + OFF_B + w * b_pitch);
+          for (int k = lane; k < DSTATE; k += 32) B_records[slot * sBr_slot + g * sBr_group + w * sBr_pos + k] = bw[k];
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (2 * STAGES + st));
+#endif
 #else
         // x records 0..nx-1 are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 31) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, nx * ROWS * 2, full);
@@ -568,7 +630,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
-#if FUSED
+#if FUSED && !PRODUCER_COEF
   // Each unit's slot is loaded one unit ahead: only the dt records' load waits on the prologue.
   int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
 #endif
@@ -587,7 +649,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #if HAS_Z
     const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
 #endif
-#if FUSED
+#if FUSED && !PRODUCER_COEF
     // The head's weights' inputs: lane j's dt record, the step's dt, A.
     const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
     const float a = A[h];
@@ -668,7 +730,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[q] = (part[0][q] + part[2][q]) + (part[1][q] + part[3][q]);
 #endif
-#if FUSED
+#if FUSED && PRODUCER_COEF
+      // The producer's coefficient block (it formed it while this warp formed S0 . C above).
+      const int w = ((const int*)(gstage + OFF_META))[1];
+      mbar_wait(bars + 8 * (2 * STAGES + st), (i / STAGES) & 1);
+      const float* cf = (const float*)(gstage + OFF_COEF);
+#elif FUSED
       // B_j . C of records j = warp, warp + CONSUMERS, ... (lanes over d_state), shared by the
       // consumer warps; then each warp the head's weights (the coefficient launch's arithmetic)
       // into its own coefficient block.
