@@ -51,12 +51,13 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "fused", "c4-fma-cpdl", "fused-fma-pc"]
+FORMS = ["c4", "c16", "fused", "c4-fma-cpdl-ff", "fused-fma-pc"]
 
 
 def form_config(table, form: str):
     """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the fused
-    form, or with session 17's unrun options (``s0c_fma``, ``coef_pdl``, ``producer_coef``)."""
+    form, or with session 17's unrun options (``s0c_fma``, ``coef_pdl``, ``producer_coef``,
+    ``flush_first``)."""
     return dataclasses.replace(
         table,
         coef_warps=16 if form == "c16" else 4,
@@ -64,6 +65,7 @@ def form_config(table, form: str):
         s0c_fma="fma" in form,
         coef_pdl="cpdl" in form,
         producer_coef=form.endswith("-pc"),
+        flush_first=form.endswith("-ff"),
     )
 
 
@@ -170,7 +172,7 @@ def test_cuda_step_graph_equals_eager(L, form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "c4-fma-cpdl"])
+@pytest.mark.parametrize("form", ["c4", "c4-fma-cpdl-ff"])
 def test_cuda_steps_in_one_graph_equal_eager(state, form):
     """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
     follows the previous step kernel inside the graph: with ``coef_pdl`` a programmatic edge)

@@ -250,3 +250,22 @@ def test_producer_coef_compiles_with_a_third_barrier(shape, state_bytes):
         assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, True, pc)
         sizes.append(compiled)
     assert sizes[1] - sizes[0] == 8 * table.stages
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_flush_first_compiles_with_the_row_table_barrier(shape, state_bytes):
+    """``flush_first`` (unrun option, session 17; two launches): every shape compiles, the
+    producer publishes the row table with a named barrier that the consumers wait on; the
+    launch adds the table (4 bytes a row) to the shared memory; the option is ignored by the
+    fused form."""
+    nheads, ngroups, head_dim, d_state, L = shape
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+        pytest.skip("does not fit: test_oversized_stages_are_refused")
+    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes), flush_first=True)
+    step = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes)
+    step = step[step.index(".entry mamba2_replay_step(") :]
+    assert "bar.arrive 2" in step and "bar.sync 2" in step
+    assert mc.row_table_bytes(5) == 32 and mc.row_table_bytes(512) == 2048
+    fused = dict(mc.step_defines(nheads, ngroups, head_dim, d_state, L, dataclasses.replace(cfg, fused=True), FLAGS))
+    assert fused["FLUSH_FIRST"] == 0

@@ -39,6 +39,7 @@ __all__ = [
     "coefficient_floats",
     "coefficient_split",
     "launch_mamba2_replay_step_cuda",
+    "row_table_bytes",
 ]
 
 SOURCE = "mamba2_replay_step.cu"
@@ -67,7 +68,9 @@ class CudaStepConfig:
     step kernel too, so that its CTAs are scheduled while that kernel drains; ``producer_coef``
     (with ``fused``), the head's coefficient block formed by the producer warp while the
     consumer warps form S0 . C, instead of by the consumers after it (batch 1-2: one unit a
-    CTA)."""
+    CTA); ``flush_first`` (two launches), each CTA's units of rows about to flush before its
+    others (after the first ``stages``), so that a flush unit's longer fold does not end the
+    CTA."""
 
     stages: int
     min_ctas: int
@@ -77,12 +80,14 @@ class CudaStepConfig:
     s0c_fma: bool = False
     coef_pdl: bool = False
     producer_coef: bool = False
+    flush_first: bool = False
 
     def label(self) -> str:
         launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
         launch += ",fma" if self.s0c_fma else ""
         launch += ",cpdl" if self.coef_pdl else ""
         launch += ",pc" if self.producer_coef else ""
+        launch += ",ff" if self.flush_first else ""
         return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
@@ -115,6 +120,12 @@ def step_shared_bytes(
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 8 * stages * (3 if fused and producer_coef else 2)
+
+
+def row_table_bytes(batch: int) -> int:
+    """The step kernel's row table with ``flush_first`` (after its barriers): each batch row's
+    slot and cursor as one int32, 16-byte rounded."""
+    return (4 * batch + 15) // 16 * 16
 
 
 def step_threads(head_dim: int) -> int:
@@ -201,7 +212,7 @@ def step_defines(
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
                 S0C_FMA=int(cfg.s0c_fma), COEF_PDL=int(cfg.coef_pdl and cfg.pdl and not cfg.fused),
-                PRODUCER_COEF=int(cfg.producer_coef and cfg.fused))
+                PRODUCER_COEF=int(cfg.producer_coef and cfg.fused), FLUSH_FIRST=int(cfg.flush_first and not cfg.fused))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -352,6 +363,7 @@ def launch_mamba2_replay_step_cuda(
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
     smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, cfg.producer_coef)
+    smem += row_table_bytes(batch) if cfg.flush_first and not cfg.fused else 0
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
         coef = c_rows = cursor  # unused by the fused form

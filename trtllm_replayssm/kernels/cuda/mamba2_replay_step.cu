@@ -45,7 +45,8 @@
 // (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, S0C_FMA (fp32
 // checkpoints: S0 . C in fp32 FMAs), COEF_PDL (the coefficient launch programmatic after the
 // previous step kernel), PRODUCER_COEF (fused: the producer warp forms the coefficient block
-// while the consumers form S0 . C; the three written 2026-12-02, session 17, not yet run),
+// while the consumers form S0 . C), FLUSH_FIRST (two launches: a CTA's units of flushing rows
+// before its others; the four written 2026-12-02, session 17, not yet run),
 // HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
@@ -413,6 +414,32 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 
 // ------------------------------------------------------------------ launch 2: the step
 
+#if FLUSH_FIRST
+// The order in which a CTA takes its units u_k = blockIdx.x + k gridDim.x: the first STAGES as
+// they come (prefetched before the cursors are known), then those of rows about to flush (w =
+// L-1 in the row table: slot * 32 + w, -1 for padding), then the rest, so that a flush unit's
+// fold (microseconds longer) is not what ends the CTA (kernel notes, session 17). Producer and
+// consumers step the same order from the same table; -1 after the last unit.
+struct UnitOrder {
+  int k, pass;
+};
+__device__ __forceinline__ int next_unit(UnitOrder& o, int units, const int* row_table) {
+  for (;;) {
+    const int k = o.k, u = blockIdx.x + k * gridDim.x;
+    if (u >= units) {
+      if (o.pass == 1) return -1;
+      o.pass = 1;
+      o.k = STAGES;
+      continue;
+    }
+    ++o.k;
+    if (k < STAGES) return u;  // pass 0 only: pass 1 starts at STAGES
+    const int e = row_table[u / NHEADS];
+    if ((e >= 0 && (e & 31) == LREC - 1) == (o.pass == 0)) return u;
+  }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
@@ -436,6 +463,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
   const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+#if FLUSH_FIRST
+  int* const row_table = (int*)(gbase + STAGES * STAGE_BYTES + 8 * NBARS * STAGES);  // [batch]
+#endif
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * NHEADS;
 #if COEF_PDL
@@ -467,6 +497,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     int slot_l = -1, w_l = 0;
     if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
     if (slot_l >= 0) w_l = cursor[slot_l];
+#if FLUSH_FIRST
+    // The row table's first 256 rows (8 a lane) requested before the tiles, written after them.
+    int tab_s[8], tab_w[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) tab_s[q] = lane + 32 * q < batch ? slot_ids[lane + 32 * q] : -1;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) tab_w[q] = tab_s[q] >= 0 ? cursor[tab_s[q]] : 0;
+#endif
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
@@ -480,6 +518,17 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       __syncwarp();
       if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
     }
+#if FLUSH_FIRST
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+      if (lane + 32 * q < batch) row_table[lane + 32 * q] = tab_s[q] < 0 ? -1 : tab_s[q] * 32 + tab_w[q];
+    for (int r = 256 + lane; r < batch; r += 32) {
+      const int sr = slot_ids[r];
+      row_table[r] = sr < 0 ? -1 : sr * 32 + cursor[sr];
+    }
+    __syncwarp();
+    asm volatile("bar.arrive 2, %0;" ::"r"((CONSUMERS + 1) * 32) : "memory");  // the consumers may read it
+#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #if FUSED
     // The previous unit's arrival count and cursor, checked one unit later: the atomic's round
@@ -487,6 +536,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     int prev_arrived = 0, prev_slot = -1, prev_cursor = 0;
 #endif
     int i = 0;
+#if FLUSH_FIRST
+    UnitOrder order = {0, 0};
+    for (int u = next_unit(order, units, row_table); u >= 0; u = next_unit(order, units, row_table), ++i) {
+      const int entry = row_table[u / NHEADS];
+      const int slot = entry < 0 ? -1 : entry >> 5, w = entry < 0 ? 0 : entry & 31;
+#else
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
       if (k == 0 && i > 0) {
@@ -496,6 +551,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
+#endif
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
@@ -635,7 +691,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
 #endif
   int i = 0;
+#if FLUSH_FIRST
+  asm volatile("bar.sync 2, %0;" ::"r"((CONSUMERS + 1) * 32) : "memory");  // the producer's row table
+  UnitOrder order = {0, 0};
+  for (int u = next_unit(order, units, row_table); u >= 0; u = next_unit(order, units, row_table), ++i) {
+#else
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+#endif
     const int b = u / NHEADS, h = u - b * NHEADS;
     const int row = r0 + (lane & 15);
     // Inputs that do not depend on the stage, requested before the wait.
