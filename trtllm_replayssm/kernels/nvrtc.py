@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import struct
+import threading
 
 from typing import Dict, Sequence, Tuple
 
@@ -87,9 +89,15 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
 
 
 class KernelArgs:
-    """A kernel's parameters packed for ``cuLaunchKernelEx``: 64-bit pointers and integers,
-    32-bit integers and 128-byte tensor maps, in the kernel's order. ``address`` is the
-    ``void**`` the launch takes; the object keeps the storage alive."""
+    """A kernel's parameters for ``cuLaunchKernelEx``: 64-bit pointers and integers, 32-bit
+    integers and 128-byte tensor maps, in the kernel's order, kept as Python ints and bytes.
+
+    ``address`` packs them with one ``struct.pack_into`` into storage kept per thread and
+    parameter-kind list (its ``void**`` array built once) and returns that array's address. It
+    stays valid until the next ``address`` of an argument list of the same kinds on the same
+    thread: :meth:`CudaKernel.launch` takes it right before the launch, which copies the values.
+    Eager steps build both of the CUDA step's argument lists every layer (kernel notes, "the
+    CUDA step's host side")."""
 
     def __init__(self):
         self._values = []
@@ -102,24 +110,53 @@ class KernelArgs:
 
     def ptr(self, t) -> "KernelArgs":
         """A tensor's data pointer (or an int address)."""
-        return self._add("ptr", ctypes.c_uint64(t if isinstance(t, int) else t.data_ptr()))
+        return self._add("ptr", t if isinstance(t, int) else t.data_ptr())
+
+    def tensor(self, t, strides: int) -> "KernelArgs":
+        """A tensor's data pointer, then its first ``strides`` strides (elements) as 64-bit ints."""
+        self.kinds.append("ptr")
+        self._values.append(t.data_ptr())
+        if strides:
+            self.kinds.extend(("i64",) * strides)
+            self._values.extend(t.stride()[:strides])
+        return self
 
     def i64(self, v: int) -> "KernelArgs":
-        return self._add("i64", ctypes.c_int64(int(v)))
+        return self._add("i64", int(v))
 
     def i32(self, v: int) -> "KernelArgs":
-        return self._add("i32", ctypes.c_int32(int(v)))
+        return self._add("i32", int(v))
 
     def tensor_map(self, blob: bytes) -> "KernelArgs":
         """A CUtensorMap (128 bytes) passed by value."""
         if len(blob) != 128:
             raise ValueError(f"KernelArgs.tensor_map: {len(blob)} bytes; a CUtensorMap has 128")
-        return self._add("map", (ctypes.c_uint8 * 128).from_buffer_copy(blob))
+        return self._add("map", bytes(blob))
 
     @property
     def address(self) -> int:
-        self._ptrs = (ctypes.c_void_p * len(self._values))(*[ctypes.addressof(v) for v in self._values])
-        return ctypes.addressof(self._ptrs)
+        layout, buffer, pointers = _arg_storage(tuple(self.kinds))
+        layout.pack_into(buffer, 0, *self._values)
+        return ctypes.addressof(pointers)
+
+
+_ARG_FORMATS = {"ptr": "Q", "i64": "q", "i32": "i", "map": "128s"}
+_ARG_STORAGE = threading.local()
+
+
+def _arg_storage(kinds: Tuple[str, ...]):
+    """(struct of the values in native alignment, this thread's buffer for them, the ``void**``
+    array of each value's address in it), made once per kind list and thread."""
+    storage = _ARG_STORAGE.__dict__.setdefault("by_kinds", {})
+    entry = storage.get(kinds)
+    if entry is None:
+        codes = [_ARG_FORMATS[k] for k in kinds]
+        offsets = [struct.calcsize("@" + "".join(codes[:i]) + c) - struct.calcsize(c) for i, c in enumerate(codes)]
+        layout = struct.Struct("@" + "".join(codes))
+        buffer = ctypes.create_string_buffer(max(layout.size, 1))
+        base = ctypes.addressof(buffer)
+        entry = storage[kinds] = (layout, buffer, (ctypes.c_void_p * len(codes))(*[base + o for o in offsets]))
+    return entry
 
 
 class CudaKernel:
