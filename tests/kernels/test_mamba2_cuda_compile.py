@@ -68,6 +68,13 @@ def _ptx_params(ptx: str, entry: str) -> list:
     return kinds
 
 
+def _entry(ptx: str, name: str) -> str:
+    """The PTX of entry ``name``, up to the next entry."""
+    body = ptx[ptx.index(f".entry {name}(") :]
+    end = body.find(".entry ", 1)
+    return body if end < 0 else body[:end]
+
+
 def _cpu_case(nheads=128, head_dim=64, d_state=128, ngroups=8, L=16, batch=4, slots=6):
     from trtllm_replayssm.cache import Mamba2ReplayCache
 
@@ -106,6 +113,11 @@ def test_launch_table():
     for batch, state_bytes, fused in ((1, 2, True), (2, 2, True), (3, 2, False), (1, 4, True), (2, 4, False)):
         cfg = mc.cuda_step_config(64, 128, 16, batch, state_bytes)
         assert (cfg.fused, cfg.pdl) == (fused, not fused), (batch, state_bytes)
+    assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
+    assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
+    assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
+    assert mc.cuda_step_config(64, 128, 16, 256, state_bytes=4).min_ctas == 2  # 2 stages of 40 KiB
+    assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
 
 
 def test_fused_inputs_unsupported_names_the_tensor():
@@ -116,11 +128,6 @@ def test_fused_inputs_unsupported_names_the_tensor():
     assert "C strides" in mc.fused_inputs_unsupported(x, B, odd, c.B_records)
     spread = torch.zeros(6, 8, 16, 136, dtype=torch.bfloat16)[..., :128]
     assert "B_records positions 136 elements apart" in mc.fused_inputs_unsupported(x, B, B, spread)
-    assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
-    assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
-    assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
-    assert mc.cuda_step_config(64, 128, 16, 256, state_bytes=4).min_ctas == 2  # 2 stages of 40 KiB
-    assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
 
 
 @pytest.mark.parametrize(
@@ -208,7 +215,7 @@ def test_s0c_fma_replaces_the_tf32_products(shape):
     for fma in (False, True):
         cfg = dataclasses.replace(table, s0c_fma=fma)
         ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 4)
-        step = ptx[ptx.index(".entry mamba2_replay_step(") :]
+        step = _entry(ptx, "mamba2_replay_step")
         assert (tf32 in step) != fma
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step  # the flush
 
@@ -220,16 +227,14 @@ def test_coefficient_grid_waits_for_the_previous_step_before_anything():
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
     cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256), coef_pdl=True)
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS)
-    body = ptx[ptx.index(".entry mamba2_replay_coefficients(") :]
-    body = body[: body.find(".entry ", 1) % (len(body) + 1)]
+    body = _entry(ptx, "mamba2_replay_coefficients")
     wait = body.index("griddepcontrol.wait")
     assert wait < body.index("griddepcontrol.launch_dependents")
     assert wait < body.index("ld.global")
-    step = ptx[ptx.index(".entry mamba2_replay_step(") :]
-    assert "griddepcontrol.launch_dependents" in step
+    assert "griddepcontrol.launch_dependents" in _entry(ptx, "mamba2_replay_step")
     plain = _ptx(SHAPES[0])  # without the option: neither
-    assert "griddepcontrol.wait" not in plain[plain.index(".entry mamba2_replay_coefficients(") :].split(".entry ")[1]
-    assert "griddepcontrol.launch_dependents" not in plain[plain.index(".entry mamba2_replay_step(") :].split(".entry ")[1]
+    assert "griddepcontrol.wait" not in _entry(plain, "mamba2_replay_coefficients")
+    assert "griddepcontrol.launch_dependents" not in _entry(plain, "mamba2_replay_step")
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
@@ -263,8 +268,7 @@ def test_flush_first_compiles_with_the_row_table_barrier(shape, state_bytes):
     if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
         pytest.skip("does not fit: test_oversized_stages_are_refused")
     cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes), flush_first=True)
-    step = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes)
-    step = step[step.index(".entry mamba2_replay_step(") :]
+    step = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_step")
     assert "bar.arrive 2" in step and "bar.sync 2" in step
     assert mc.row_table_bytes(5) == 32 and mc.row_table_bytes(512) == 2048
     fused = dict(mc.step_defines(nheads, ngroups, head_dim, d_state, L, dataclasses.replace(cfg, fused=True), FLAGS))

@@ -113,8 +113,8 @@ def step_shared_bytes(
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
     coefficient block, or with ``fused`` one block per consumer warp and the B_j . C array,
     meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``fused`` and
-    ``producer_coef``). Mirrors the .cu file's STAGE_BYTES
-    (a CPU test reads the compiled value)."""
+    ``producer_coef``). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled
+    value); a ``flush_first`` launch adds :func:`row_table_bytes`."""
     LP = _records_padded(L)
     coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
@@ -208,7 +208,8 @@ def step_defines(
     nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, state_bytes: int = 2
 ) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
-    optional-input flags."""
+    optional-input flags. The one place that says which options apply to which form (the
+    launcher reads COEF_PDL, PRODUCER_COEF and FLUSH_FIRST back from here)."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
                 S0C_FMA=int(cfg.s0c_fma), COEF_PDL=int(cfg.coef_pdl and cfg.pdl and not cfg.fused),
@@ -343,8 +344,7 @@ def launch_mamba2_replay_step_cuda(
     Raises:
         ValueError: when :func:`cuda_step_unsupported` names a reason, or ``config`` asks for the
             fused form with inputs it cannot copy (:func:`fused_inputs_unsupported`; the launch
-            table's fused form takes the two launches then) or for producer scalars with
-            unaligned dt records (nothing is launched).
+            table's fused form takes the two launches then; nothing is launched).
     """
     reason = cuda_step_unsupported(checkpoint, x_records, B_records, x)
     if reason is not None:
@@ -360,10 +360,11 @@ def launch_mamba2_replay_step_cuda(
         # The table's fused form cannot copy these inputs; the two launches can (same results).
         cfg = replace(cfg, fused=False, pdl=True)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
+    applied = dict(defines)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, cfg.producer_coef)
-    smem += row_table_bytes(batch) if cfg.flush_first and not cfg.fused else 0
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, bool(applied["PRODUCER_COEF"]))
+    smem += row_table_bytes(batch) if applied["FLUSH_FIRST"] else 0
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
         coef = c_rows = cursor  # unused by the fused form
@@ -377,7 +378,7 @@ def launch_mamba2_replay_step_cuda(
         coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
         # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it
         # waits for that grid before reading; the .cu file's launch 1).
-        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=cfg.pdl and cfg.coef_pdl)
+        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=bool(applied["COEF_PDL"]))
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))

@@ -81,8 +81,9 @@ typedef unsigned long long u64;
 struct __align__(64) TensorMap { u64 opaque[16]; };
 struct __align__(8) Pair { float x, y; };
 
-// Dynamic shared memory the step kernel indexes (bytes): the launcher's step_shared_bytes must
-// equal it (a CPU test reads this from the PTX).
+// Dynamic shared memory the step kernel indexes (bytes), not counting FLUSH_FIRST's row table
+// (4 bytes a batch row, after the barriers, added at launch): the launcher's step_shared_bytes
+// must equal it (a CPU test reads this from the PTX).
 #define NBARS (PRODUCER_COEF ? 3 : 2)  // full, empty (and coef_ready) mbarriers per stage
 extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
@@ -462,7 +463,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (, coef_ready[STAGES])
 #if FLUSH_FIRST
   int* const row_table = (int*)(gbase + STAGES * STAGE_BYTES + 8 * NBARS * STAGES);  // [batch]
 #endif
