@@ -9,8 +9,8 @@ benchmarks/mamba2_decode.py times them.
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
 A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
-coefficient launch's warps per CTA) or ``stages,min_ctas,fused`` (one launch), then optionally ``,fma`` (``s0c_fma``), and for two launches ``,cpdl``
-(``coef_pdl``) and ``,ff`` (``flush_first``), for the fused form ``,pc`` (``producer_coef``).
+coefficient launch's warps per CTA), ``stages,min_ctas,fused`` (one launch) or ``small`` (the
+one-launch kernel without a ring).
 """
 
 from __future__ import annotations
@@ -34,18 +34,16 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 def parse_config(text: str) -> CudaStepConfig:
     parts = text.split(",")
-    options = {"fma": "s0c_fma", "cpdl": "coef_pdl", "pc": "producer_coef", "ff": "flush_first"}
-    flags = {}
-    while parts and parts[-1] in options:
-        flags[options[parts.pop()]] = True
+    if parts == ["small"]:
+        return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True)
     if len(parts) == 3 and parts[2] == "fused":
-        return CudaStepConfig(stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True, **flags)
+        return CudaStepConfig(stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True)
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16[,fma][,cpdl][,ff] or stages,min_ctas,fused[,fma][,pc]"
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16, stages,min_ctas,fused or small"
         )
     stages, min_ctas, pdl, coef = parts
-    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]), **flags)
+    return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:

@@ -51,22 +51,13 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "fused", "c4-fma-cpdl-ff", "fused-fma-pc"]
+FORMS = ["c4", "c16", "fused", "small"]
 
 
 def form_config(table, form: str):
     """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the fused
-    form, or with session 17's unrun options (``s0c_fma``, ``coef_pdl``, ``producer_coef``,
-    ``flush_first``)."""
-    return dataclasses.replace(
-        table,
-        coef_warps=16 if form == "c16" else 4,
-        fused=form.startswith("fused"),
-        s0c_fma="fma" in form,
-        coef_pdl="cpdl" in form,
-        producer_coef=form.endswith("-pc"),
-        flush_first=form.endswith("-ff"),
-    )
+    form, or the small one-launch kernel."""
+    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=form == "fused", small=form == "small")
 
 
 @needs_sm90
@@ -76,8 +67,8 @@ def form_config(table, form: str):
 @pytest.mark.parametrize("form", FORMS)
 def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     """Every shape with a bf16 and an fp32 checkpoint, coefficient CTAs of 4 and 16 warps (more
-    and fewer warps than heads: 1-40 heads a group), the fused one-launch form and the unrun
-    options, except rows too large for two stages."""
+    and fewer warps than heads: 1-40 heads a group) and the fused one-launch form, except rows
+    too large for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
         SMEM_RESERVED_PER_CTA,
@@ -86,7 +77,7 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     )
 
     es = STATES[state].itemsize
-    fused = form.startswith("fused")
+    fused = form == "fused"
     if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
     cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form)
@@ -172,10 +163,10 @@ def test_cuda_step_graph_equals_eager(L, form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "c4-fma-cpdl-ff"])
+@pytest.mark.parametrize("form", ["c4", "fused", "small"])
 def test_cuda_steps_in_one_graph_equal_eager(state, form):
     """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
-    follows the previous step kernel inside the graph: with ``coef_pdl`` a programmatic edge)
+    follows the previous step kernel inside the graph through a programmatic edge)
     equal the same steps run eagerly, outputs and caches bit for bit."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config

@@ -41,6 +41,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), fused=fused)
     ptx = _ptx(shape, batch=batch, state_bytes=state_bytes, fused=fused)
     assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
+    assert ".entry mamba2_replay_small(" in ptx
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, fused)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
@@ -103,6 +104,11 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     )
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_step")
+    args = mc.small_args(
+        c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
+    )
+    widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
+    assert widths == _ptx_params(ptx, "mamba2_replay_small")
 
 
 def test_launch_table():
@@ -204,72 +210,35 @@ def test_tensor_map_key_tells_apart_dtypes_at_one_address():
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_s0c_fma_replaces_the_tf32_products(shape):
-    """``s0c_fma`` (unrun option, session 17): an fp32 checkpoint's S0 . C without TF32 tensor-core
-    products (the flush keeps its bf16 three-part products); without it, the TF32 path."""
+def test_fp32_s0c_takes_no_tf32_products(shape):
+    """An fp32 checkpoint's S0 . C is formed in exact fp32 FMAs (kernel notes, session 18): no
+    TF32 tensor-core product anywhere in the step kernel; the flush keeps its bf16 three-part
+    products, and a bf16 checkpoint its bf16 S0 . C products."""
     nheads, ngroups, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, 4) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
-        pytest.skip("does not fit: test_oversized_stages_are_refused")
-    table = mc.cuda_step_config(head_dim, d_state, L, 256, 4)
     tf32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-    for fma in (False, True):
-        cfg = dataclasses.replace(table, s0c_fma=fma)
-        ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 4)
-        step = _entry(ptx, "mamba2_replay_step")
-        assert (tf32 in step) != fma
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step  # the flush
+    bf16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+    for es in (2, 4):
+        if mc.step_shared_bytes(head_dim, d_state, L, 2, es) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+            continue  # does not fit: test_oversized_stages_are_refused
+        cfg = mc.cuda_step_config(head_dim, d_state, L, 256, es)
+        step = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, es), "mamba2_replay_step")
+        assert tf32 not in step and bf16 in step, es
+        if es == 4:
+            assert "ld.shared.v4.f32" in step  # four checkpoint columns a load
 
 
-def test_coefficient_grid_waits_for_the_previous_step_before_anything():
+def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
     """The coefficient kernel's first global access and its trigger for the step kernel come after
-    its griddepcontrol.wait (``coef_pdl`` launches it programmatically after the previous step
-    kernel, whose writes it and the step kernel's early reads must see)."""
+    its griddepcontrol.wait (with ``pdl`` it is launched programmatically after the previous
+    kernel in the stream, whose writes it and the step kernel's early reads must see); the step
+    kernel triggers the next coefficient grid at its start."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
-    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256), coef_pdl=True)
+    cfg = mc.cuda_step_config(head_dim, d_state, L, 256)
+    assert cfg.pdl and not cfg.fused
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS)
     body = _entry(ptx, "mamba2_replay_coefficients")
     wait = body.index("griddepcontrol.wait")
     assert wait < body.index("griddepcontrol.launch_dependents")
     assert wait < body.index("ld.global")
-    assert "griddepcontrol.launch_dependents" in _entry(ptx, "mamba2_replay_step")
-    plain = _ptx(SHAPES[0])  # without the option: neither
-    assert "griddepcontrol.wait" not in _entry(plain, "mamba2_replay_coefficients")
-    assert "griddepcontrol.launch_dependents" not in _entry(plain, "mamba2_replay_step")
-
-
-@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_producer_coef_compiles_with_a_third_barrier(shape, state_bytes):
-    """``producer_coef`` (unrun option, session 17; fused form): every shape compiles, its shared
-    memory has a third mbarrier a stage (coef_ready) and matches the launcher's; the fused form
-    without it keeps two."""
-    nheads, ngroups, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes, True, True) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
-        pytest.skip("does not fit: test_oversized_stages_are_refused")
-    table = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 1, state_bytes), fused=True, pdl=False)
-    sizes = []
-    for pc in (False, True):
-        cfg = dataclasses.replace(table, producer_coef=pc)
-        ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes)
-        compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-        assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, True, pc)
-        sizes.append(compiled)
-    assert sizes[1] - sizes[0] == 8 * table.stages
-
-
-@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_flush_first_compiles_with_the_row_table_barrier(shape, state_bytes):
-    """``flush_first`` (unrun option, session 17; two launches): every shape compiles, the
-    producer publishes the row table with a named barrier that the consumers wait on; the
-    launch adds the table (4 bytes a row) to the shared memory; the option is ignored by the
-    fused form."""
-    nheads, ngroups, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
-        pytest.skip("does not fit: test_oversized_stages_are_refused")
-    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes), flush_first=True)
-    step = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_step")
-    assert "bar.arrive 2" in step and "bar.sync 2" in step
-    assert mc.row_table_bytes(5) == 32 and mc.row_table_bytes(512) == 2048
-    fused = dict(mc.step_defines(nheads, ngroups, head_dim, d_state, L, dataclasses.replace(cfg, fused=True), FLAGS))
-    assert fused["FLUSH_FIRST"] == 0
+    step = _entry(ptx, "mamba2_replay_step")
+    assert step.index("griddepcontrol.launch_dependents") < step.index("ld.global")

@@ -39,7 +39,6 @@ __all__ = [
     "coefficient_floats",
     "coefficient_split",
     "launch_mamba2_replay_step_cuda",
-    "row_table_bytes",
 ]
 
 SOURCE = "mamba2_replay_step.cu"
@@ -59,35 +58,24 @@ class CudaStepConfig:
     programmatic dependent of the coefficient launch when ``pdl``; the coefficient launch has
     ``coef_warps`` (4 or 16) warps per CTA. ``fused``: one launch, the step kernel computes the
     coefficients itself (``pdl`` and ``coef_warps`` unused): the fastest form at batch 1-2,
-    20-30% slower than the two launches from batch 16 (kernel notes, sessions 15-16).
-
-    Written 2026-12-02 (session 17), compiled, not yet run on a GPU, never chosen by the table
-    (kernel notes, "Session 17"): ``s0c_fma``, an fp32 checkpoint's S0 . C in exact fp32 FMAs
-    instead of TF32 hi / lo tensor-core products (half the instructions that hold a stage);
-    ``coef_pdl`` (with ``pdl``), the coefficient launch a programmatic dependent of the previous
-    step kernel too, so that its CTAs are scheduled while that kernel drains; ``producer_coef``
-    (with ``fused``), the head's coefficient block formed by the producer warp while the
-    consumer warps form S0 . C, instead of by the consumers after it (batch 1-2: one unit a
-    CTA); ``flush_first`` (two launches), each CTA's units of rows about to flush before its
-    others (after the first ``stages``), so that a flush unit's longer fold does not end the
-    CTA."""
+    20-30% slower than the two launches from batch 16 (kernel notes, sessions 15-16). With
+    ``pdl`` the coefficient launch is a programmatic dependent of the previous kernel in the
+    stream too (it waits for that kernel before any read), so that its CTAs are scheduled while
+    the previous step kernel drains (kernel notes, session 18). ``small``: one launch of
+    ``mamba2_replay_small`` instead (no ring: a CTA per 16 rows of a head and batch row; the
+    other fields unused; written in session 18 for batch 1-2)."""
 
     stages: int
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
     fused: bool = False
-    s0c_fma: bool = False
-    coef_pdl: bool = False
-    producer_coef: bool = False
-    flush_first: bool = False
+    small: bool = False
 
     def label(self) -> str:
+        if self.small:
+            return "cuda,small"
         launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
-        launch += ",fma" if self.s0c_fma else ""
-        launch += ",cpdl" if self.coef_pdl else ""
-        launch += ",pc" if self.producer_coef else ""
-        launch += ",ff" if self.flush_first else ""
         return f"cuda,{self.stages},{self.min_ctas},{launch}"
 
 
@@ -106,26 +94,17 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(
-    head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False, producer_coef: bool = False
-) -> int:
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
     coefficient block, or with ``fused`` one block per consumer warp and the B_j . C array,
-    meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``fused`` and
-    ``producer_coef``). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled
-    value); a ``flush_first`` launch adds :func:`row_table_bytes`."""
+    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's
+    STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
     stage = (stage + 1023) // 1024 * 1024
-    return stages * stage + 1024 + 8 * stages * (3 if fused and producer_coef else 2)
-
-
-def row_table_bytes(batch: int) -> int:
-    """The step kernel's row table with ``flush_first`` (after its barriers): each batch row's
-    slot and cursor as one int32, 16-byte rounded."""
-    return (4 * batch + 15) // 16 * 16
+    return stages * stage + 1024 + 16 * stages
 
 
 def step_threads(head_dim: int) -> int:
@@ -208,12 +187,9 @@ def step_defines(
     nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, state_bytes: int = 2
 ) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
-    optional-input flags. The one place that says which options apply to which form (the
-    launcher reads COEF_PDL, PRODUCER_COEF and FLUSH_FIRST back from here)."""
+    optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused),
-                S0C_FMA=int(cfg.s0c_fma), COEF_PDL=int(cfg.coef_pdl and cfg.pdl and not cfg.fused),
-                PRODUCER_COEF=int(cfg.producer_coef and cfg.fused), FLUSH_FIRST=int(cfg.flush_first and not cfg.fused))
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -257,6 +233,31 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, 
         .ptr(A).ptr(bias)
         .tensor(B, 2)
         .tensor(C, 2)
+        .ptr(slot_ids)
+    )  # fmt: skip
+
+
+def small_args(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> KernelArgs:
+    """Parameters of ``mamba2_replay_small``, in the .cu file's order (an absent D, z or dt_bias
+    is another tensor's pointer, never read)."""
+    DD = D if D is not None else A
+    zz = z if z is not None else x
+    bias = dt_bias if dt_bias is not None else A
+    return (
+        KernelArgs()
+        .tensor(checkpoint, 3)
+        .tensor(x_records, 2)
+        .tensor(dt_records, 2)
+        .tensor(B_records, 3)
+        .ptr(cursor).ptr(arrivals)
+        .tensor(x, 2)
+        .tensor(dt, 2)
+        .ptr(A).ptr(bias)
+        .tensor(B, 2)
+        .tensor(C, 2)
+        .tensor(DD, 1)
+        .tensor(zz, 2)
+        .tensor(out, 2)
         .ptr(slot_ids)
     )  # fmt: skip
 
@@ -353,18 +354,23 @@ def launch_mamba2_replay_step_cuda(
     d_state, ngroups, L = B.shape[2], B.shape[1], x_records.shape[2]
     es = checkpoint.element_size()
     cfg = config or cuda_step_config(head_dim, d_state, L, batch, es)
-    fused_reason = fused_inputs_unsupported(x, B, C, B_records) if cfg.fused else None
+    fused_reason = fused_inputs_unsupported(x, B, C, B_records) if cfg.fused or cfg.small else None
     if fused_reason is not None:
         if config is not None:
             raise ValueError(f"mamba2_replay_step (CUDA, fused): {fused_reason}")
         # The table's fused form cannot copy these inputs; the two launches can (same results).
-        cfg = replace(cfg, fused=False, pdl=True)
+        cfg = replace(cfg, fused=False, small=False, pdl=True)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
-    applied = dict(defines)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused, bool(applied["PRODUCER_COEF"]))
-    smem += row_table_bytes(batch) if applied["FLUSH_FIRST"] else 0
+    if cfg.small:
+        small = load_kernel(SOURCE, "mamba2_replay_small", defines, device, 0)
+        args = small_args(
+            checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
+        )
+        small.launch((nheads * head_dim // 16, batch), 128, 0, stream, args, pdl=True)
+        return out
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     if cfg.fused:
         coef = c_rows = cursor  # unused by the fused form
@@ -378,7 +384,7 @@ def launch_mamba2_replay_step_cuda(
         coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
         # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it
         # waits for that grid before reading; the .cu file's launch 1).
-        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=bool(applied["COEF_PDL"]))
+        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=cfg.pdl)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))

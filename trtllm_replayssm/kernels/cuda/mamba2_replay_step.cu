@@ -20,10 +20,9 @@
 //    CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it with
 //    one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
 //    bulk copy of x records 0..w, one per B record row for a flush (all L, padded rows), the
-//    coefficient block and C. Each consumer warp owns 16 rows: S0 . C on tensor cores with C as
-//    column 0 (bf16 rows: m16n8k16 bf16 products; fp32 rows: m16n8k8 TF32 products of their hi
-//    and lo parts, ~2^-21; with S0C_FMA exact fp32 products, a lane per row and half of d_state),
-//    the record term sum_j coef_j x_j from shared memory, y = decay
+//    coefficient block and C. Each consumer warp owns 16 rows: S0 . C (bf16 rows: m16n8k16
+//    tensor-core products with C as column 0; fp32 rows: exact fp32 FMAs, a lane per row and
+//    half of d_state), the record term sum_j coef_j x_j from shared memory, y = decay
 //    (S0 . C) + records + D x, gated by silu(z); a unit that does not flush gives its stage back
 //    once read, before that arithmetic. A consumer of a row's head-0 unit writes the
 //    new cursor (0 after a flush, else w+1): its stage holds the coefficient block, so the
@@ -42,12 +41,7 @@
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, S0C_FMA (fp32
-// checkpoints: S0 . C in fp32 FMAs), COEF_PDL (the coefficient launch programmatic after the
-// previous step kernel), PRODUCER_COEF (fused: the producer warp forms the coefficient block
-// while the consumers form S0 . C), FLUSH_FIRST (two launches: a CTA's units of flushing rows
-// before its others; the four written 2026-12-02, session 17, not yet run),
-// HAS_D, D_PER_DIM, HAS_Z,
+// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
 
@@ -81,11 +75,9 @@ typedef unsigned long long u64;
 struct __align__(64) TensorMap { u64 opaque[16]; };
 struct __align__(8) Pair { float x, y; };
 
-// Dynamic shared memory the step kernel indexes (bytes), not counting FLUSH_FIRST's row table
-// (4 bytes a batch row, after the barriers, added at launch): the launcher's step_shared_bytes
-// must equal it (a CPU test reads this from the PTX).
-#define NBARS (PRODUCER_COEF ? 3 : 2)  // full, empty (and coef_ready) mbarriers per stage
-extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
+// Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
+// the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
+extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
 
 // ------------------------------------------------------------------ scalars
 
@@ -238,15 +230,6 @@ __device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// d += a b, m16n8k8, TF32 inputs (fp32 bit patterns, low 13 mantissa bits ignored), fp32 accumulators.
-__device__ __forceinline__ void mma_tf32(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // v = hi + mid + lo, each bf16, exact to 24 bits of v.
 __device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo) {
   hi = bf16_to_f32(f32_to_bf16(v));
@@ -316,14 +299,13 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
     const u16* __restrict__ B, long long sB_batch, long long sB_group,
     const u16* __restrict__ C, long long sC_batch, long long sC_group,
     const int* __restrict__ slot_ids) {
-  // Launched programmatically after the previous step kernel (COEF_PDL; that kernel lets this
-  // grid's CTAs be scheduled while it drains): wait for it to complete before any read. Then
+  // Launched programmatically after the previous kernel in the stream (with pdl; the previous
+  // step kernel lets this grid's CTAs be scheduled while it drains): wait for that kernel to
+  // complete before any read (a no-op when not launched programmatically). Then
   // the step kernel may start: it waits for this grid's completion before reading anything
   // written here, and its reads before that wait (slots, cursors, checkpoint rows) see the
   // previous step's writes, which completed before this wait returned.
-#if COEF_PDL
   asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float bc_shared[LP];
   const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
@@ -415,31 +397,6 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 
 // ------------------------------------------------------------------ launch 2: the step
 
-#if FLUSH_FIRST
-// The order in which a CTA takes its units u_k = blockIdx.x + k gridDim.x: the first STAGES as
-// they come (prefetched before the cursors are known), then those of rows about to flush (w =
-// L-1 in the row table: slot * 32 + w, -1 for padding), then the rest, so that a flush unit's
-// fold (microseconds longer) is not what ends the CTA (kernel notes, session 17). Producer and
-// consumers step the same order from the same table; -1 after the last unit.
-struct UnitOrder {
-  int k, pass;
-};
-__device__ __forceinline__ int next_unit(UnitOrder& o, int units, const int* row_table) {
-  for (;;) {
-    const int k = o.k, u = blockIdx.x + k * gridDim.x;
-    if (u >= units) {
-      if (o.pass == 1) return -1;
-      o.pass = 1;
-      o.k = STAGES;
-      continue;
-    }
-    ++o.k;
-    if (k < STAGES) return u;  // pass 0 only: pass 1 starts at STAGES
-    const int e = row_table[u / NHEADS];
-    if ((e >= 0 && (e & 31) == LREC - 1) == (o.pass == 0)) return u;
-  }
-}
-#endif
 
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
@@ -463,24 +420,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (, coef_ready[STAGES])
-#if FLUSH_FIRST
-  int* const row_table = (int*)(gbase + STAGES * STAGE_BYTES + 8 * NBARS * STAGES);  // [batch]
-#endif
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * NHEADS;
-#if COEF_PDL
   // The next step's coefficient grid (launched programmatically) may be scheduled now, into
   // what this grid leaves free; it waits for this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
-#endif
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(bars + 8 * s, 1);
       mbar_init(bars + 8 * (STAGES + s), CONSUMERS);
-#if PRODUCER_COEF
-      mbar_init(bars + 8 * (2 * STAGES + s), 1);
-#endif
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -498,14 +447,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     int slot_l = -1, w_l = 0;
     if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
     if (slot_l >= 0) w_l = cursor[slot_l];
-#if FLUSH_FIRST
-    // The row table's first 256 rows (8 a lane) requested before the tiles, written after them.
-    int tab_s[8], tab_w[8];
-#pragma unroll
-    for (int q = 0; q < 8; ++q) tab_s[q] = lane + 32 * q < batch ? slot_ids[lane + 32 * q] : -1;
-#pragma unroll
-    for (int q = 0; q < 8; ++q) tab_w[q] = tab_s[q] >= 0 ? cursor[tab_s[q]] : 0;
-#endif
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
@@ -519,17 +460,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       __syncwarp();
       if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
     }
-#if FLUSH_FIRST
-#pragma unroll
-    for (int q = 0; q < 8; ++q)
-      if (lane + 32 * q < batch) row_table[lane + 32 * q] = tab_s[q] < 0 ? -1 : tab_s[q] * 32 + tab_w[q];
-    for (int r = 256 + lane; r < batch; r += 32) {
-      const int sr = slot_ids[r];
-      row_table[r] = sr < 0 ? -1 : sr * 32 + cursor[sr];
-    }
-    __syncwarp();
-    asm volatile("bar.arrive 2, %0;" ::"r"((CONSUMERS + 1) * 32) : "memory");  // the consumers may read it
-#endif
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #if FUSED
     // The previous unit's arrival count and cursor, checked one unit later: the atomic's round
@@ -537,12 +467,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     int prev_arrived = 0, prev_slot = -1, prev_cursor = 0;
 #endif
     int i = 0;
-#if FLUSH_FIRST
-    UnitOrder order = {0, 0};
-    for (int u = next_unit(order, units, row_table); u >= 0; u = next_unit(order, units, row_table), ++i) {
-      const int entry = row_table[u / NHEADS];
-      const int slot = entry < 0 ? -1 : entry >> 5, w = entry < 0 ? 0 : entry & 31;
-#else
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
       if (k == 0 && i > 0) {
@@ -552,7 +476,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
-#endif
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
@@ -574,9 +497,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         meta[1] = w;
         if (slot < 0) {
           mbar_arrive(full);
-#if PRODUCER_COEF
-          mbar_arrive(bars + 8 * (2 * STAGES + st));  // the barrier's phases stay one a unit
-#endif
         } else {
 #if FUSED
           // Every record 0..w (the step's x and B as record w, from the inputs) and C.
@@ -615,54 +535,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         prev_arrived = arrived;
         prev_slot = slot;
         prev_cursor = w == LREC - 1 ? 0 : w + 1;
-#if PRODUCER_COEF
-        // The head's coefficient block, formed here while the consumers form S0 . C (batch 1-2:
-        // one unit a CTA, the producer idle otherwise): B_j . C with 8 lanes a record, the
-        // weights, the step's records appended; then coef_ready.
-        const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h), a = A[h];
-        const float dtj = lane < LREC ? dt_records[(long long)slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
-        mbar_wait(full, (i / STAGES) & 1);
-        unsigned char* const gst = gbase + st * STAGE_BYTES;
-        const u16* cs = (const u16*)(gst + OFF_C);
-        float bc = 0.0f;  // lane j: B_j . C
-#pragma unroll
-        for (int q = 0; q < LP / 4; ++q) {
-          const int j = 4 * q + (lane >> 3);
-          float p = 0.0f;
-          if (j <= w) {
-            const u16* bj = (const u16*)(gst + OFF_B + j * b_pitch);
-#pragma unroll
-            for (int k = (lane & 7) * 8; k < DSTATE; k += 64) {
-              const uint4 bv = *(const uint4*)(bj + k), cv = *(const uint4*)(cs + k);
-              p += dot_bf16x2(bv.x, cv.x) + dot_bf16x2(bv.y, cv.y) + dot_bf16x2(bv.z, cv.z) + dot_bf16x2(bv.w, cv.w);
-            }
-          }
-          p += __shfl_xor_sync(0xffffffffu, p, 1);
-          p += __shfl_xor_sync(0xffffffffu, p, 2);
-          p += __shfl_xor_sync(0xffffffffu, p, 4);
-          const float pj = __shfl_sync(0xffffffffu, p, 8 * (lane & 3));  // record 4 q + (lane & 3)
-          if ((lane >> 2) == q) bc = pj;
-        }
-        float total;
-        const float sw = record_weight(dtj, dth, a, w, lane, total);
-        float* blk = (float*)(gst + OFF_COEF);
-        if (lane < LP) {
-          blk[lane] = sw * bc;
-          blk[LP + lane] = sw;
-        }
-        if (lane == 0) {
-          blk[2 * LP] = __expf(a * (total + dth));
-          dt_records[(long long)slot * sdtr_slot + h * sdtr_head + w] = dth;
-        }
-        const u16* xw = (const u16*)(gst + OFF_X + w * ROWS * 2);
-        for (int k = lane; k < ROWS; k += 32) x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + k] = xw[k];
-        if (h % HPG == 0) {
-          const u16* bw = (const u16*)(gst + OFF_B + w * b_pitch);
-          for (int k = lane; k < DSTATE; k += 32) B_records[slot * sBr_slot + g * sBr_group + w * sBr_pos + k] = bw[k];
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (2 * STAGES + st));
-#endif
 #else
         // x records 0..nx-1 are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 31) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, nx * ROWS * 2, full);
@@ -687,18 +559,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
-#if FUSED && !PRODUCER_COEF
+#if FUSED
   // Each unit's slot is loaded one unit ahead: only the dt records' load waits on the prologue.
   int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
 #endif
   int i = 0;
-#if FLUSH_FIRST
-  asm volatile("bar.sync 2, %0;" ::"r"((CONSUMERS + 1) * 32) : "memory");  // the producer's row table
-  UnitOrder order = {0, 0};
-  for (int u = next_unit(order, units, row_table); u >= 0; u = next_unit(order, units, row_table), ++i) {
-#else
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
-#endif
     const int b = u / NHEADS, h = u - b * NHEADS;
     const int row = r0 + (lane & 15);
     // Inputs that do not depend on the stage, requested before the wait.
@@ -712,7 +578,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #if HAS_Z
     const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
 #endif
-#if FUSED && !PRODUCER_COEF
+#if FUSED
     // The head's weights' inputs: lane j's dt record, the step's dt, A.
     const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
     const float a = A[h];
@@ -731,7 +597,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const u16* xs = (const u16*)(gstage + OFF_X);
       const u16* cs = (const u16*)(gstage + OFF_C);
       // S0 . C for the lane's row r0 + (lane & 15), in every lane (both halves of the warp).
-#if CKPT_F32 && S0C_FMA
+#if CKPT_F32
       // fp32 rows: exact fp32 products, lanes 0-15 over columns [0, DSTATE/2), 16-31 over the
       // rest, 4 columns (one 16-byte chunk: the swizzle moves whole chunks) a shared load; the
       // 16 lanes of a half read 16 rows' same chunk, 8 distinct banks groups a quarter-warp:
@@ -750,32 +616,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
       s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
 #else
-      // On tensor cores, C as column 0 of the B operand (lanes 0-3 hold it; bf16 C is exact in
-      // both input types), fp32 accumulators: several independent ones (even and odd k tiles;
-      // TF32: hi and lo parts), so that the products do not wait on one another's result.
-      float part[4][4] = {};
-#if CKPT_F32
-      // m16n8k8 TF32, the fp32 rows as hi (TF32) + lo parts: ~2^-21 of S0.
-#pragma unroll
-      for (int k0 = 0; k0 < DSTATE; k0 += 8) {
-        u32 hi[4], lo[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float v = *(const float*)(gstage + ckpt_offset(r0 + gq + 8 * (q & 1), k0 + tq + 4 * (q >> 1)));
-          hi[q] = __float_as_uint(v) & 0xffffe000u;
-          lo[q] = __float_as_uint(v - __uint_as_float(hi[q]));
-        }
-        u32 b0 = 0, b1 = 0;
-        if (gq == 0) {
-          b0 = ((u32)cs[k0 + tq]) << 16;
-          b1 = ((u32)cs[k0 + tq + 4]) << 16;
-        }
-        const int p = 2 * ((k0 / 8) & 1);
-        mma_tf32(part[p], hi[0], hi[1], hi[2], hi[3], b0, b1);
-        mma_tf32(part[p + 1], lo[0], lo[1], lo[2], lo[3], b0, b1);
-      }
-#else
-      // m16n8k16 bf16, A = the warp's 16 rows by ldmatrix from the swizzled boxes.
+      // bf16 rows on tensor cores: m16n8k16 products, A = the warp's 16 rows by ldmatrix from the
+      // swizzled boxes, C as column 0 of the B operand (lanes 0-3 hold it), two independent fp32
+      // accumulators (even and odd k tiles).
+      float part[2][4] = {};
       const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
       for (int k0 = 0; k0 < DSTATE; k0 += 16) {
@@ -788,17 +632,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         }
         mma_bf16(part[(k0 / 16) & 1], a0, a1, a2, a3, b0, b1);
       }
-#endif
       float acc[4];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc[q] = (part[0][q] + part[2][q]) + (part[1][q] + part[3][q]);
+      for (int q = 0; q < 4; ++q) acc[q] = part[0][q] + part[1][q];
 #endif
-#if FUSED && PRODUCER_COEF
-      // The producer's coefficient block (it formed it while this warp formed S0 . C above).
-      const int w = ((const int*)(gstage + OFF_META))[1];
-      mbar_wait(bars + 8 * (2 * STAGES + st), (i / STAGES) & 1);
-      const float* cf = (const float*)(gstage + OFF_COEF);
-#elif FUSED
+#if FUSED
       // B_j . C of records j = warp, warp + CONSUMERS, ... (lanes over d_state), shared by the
       // consumer warps; then each warp the head's weights (the coefficient launch's arithmetic)
       // into its own coefficient block.
@@ -868,14 +706,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
-#if !(CKPT_F32 && S0C_FMA)
+#if !CKPT_F32
       // Row gq's result sits in lane 4 gq (c0), row gq + 8's in the same lane (c2).
       const int src = 4 * (lane & 7);
       const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
       const float s0c_hi = __shfl_sync(0xffffffffu, acc[2], src);
 #endif
       if (lane < 16) {
-#if CKPT_F32 && S0C_FMA
+#if CKPT_F32
         float y = decay * s0c_row + rec;
 #else
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
@@ -959,5 +797,238 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       __syncwarp();
       if (lane == 0) mbar_arrive(empty);
     }
+  }
+}
+
+// ------------------------------------------------------------------ one launch for small batches
+
+// mamba2_replay_small: the whole step in one launch without a pipeline, for batches too small to
+// fill the persistent kernel's ring (kernel notes, session 18). One CTA of SM_THREADS threads
+// per (16 rows of a head, batch row); grid (NHEADS * ROWS / 16, batch). A row is 8 threads
+// (part p = thread % 8), each holding 16-byte checkpoint chunks p, p + 8, ... of the row in
+// registers. The memory chain is one round trip after the slot: the cursor, the chunks, all L
+// x records of the CTA's rows and B records of the group, the dt records (records past the
+// cursor are loaded and discarded by selects, never multiplied: they may hold anything). Then
+// B_j . C by 16 teams of 8 threads (team k: records k, k + 16), each warp the head's weights
+// (lane j: record j), and per row decay (S0 . C) + sum_j coef_j x_j + D x, gated by silu(z).
+// Appends the step's record at w (x: each CTA its rows; dt: the head's first CTA; B: the
+// group's first head's first CTA); a flush (w == L-1) folds S = decay S0 + sum_{j<=w} s_j x_j
+// B_jᵀ in fp32 FMAs from the registers and stores the rounded chunks. Each CTA counts itself
+// once in arrivals[slot] after its threads have used their cursor reads; the row's last
+// advances the cursor (0 after a flush, else w + 1) and zeroes the count. Launched programmatically: waits for the previous
+// kernel before any read, and lets the next grid be scheduled at once.
+#define SM_THREADS 128                         // 16 rows x 8 threads
+#define SM_CPT (DSTATE * ES / 128)             // 16-byte checkpoint chunks per thread (1-8)
+#define SM_EPC (16 / ES)                       // checkpoint elements per chunk (8 bf16, 4 fp32)
+#define SM_BPT (DSTATE / 64)                   // 16-byte B chunks (8 bf16) per team thread (1-4)
+#define SM_CTAS_PER_HEAD (ROWS / 16)
+
+extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
+    unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
+    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense (ROWS apart)
+    float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
+    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    int* __restrict__ cursor, int* __restrict__ arrivals,
+    const u16* __restrict__ x, long long sx_batch, long long sx_head,
+    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
+    const float* __restrict__ A, const void* __restrict__ dt_bias,
+    const u16* __restrict__ B, long long sB_batch, long long sB_group,
+    const u16* __restrict__ C, long long sC_batch, long long sC_group,
+    const void* __restrict__ D, long long sD_head,
+    const u16* __restrict__ z, long long sz_batch, long long sz_head,
+    u16* __restrict__ out, long long so_batch, long long so_head,
+    const int* __restrict__ slot_ids) {
+  __shared__ __align__(16) u16 xs[LP][16];          // x records of the CTA's rows (record w: the step's x)
+  __shared__ __align__(16) u16 bs[LP][DSTATE];      // B records, for a flush only (record w: the step's B)
+  __shared__ float bc_s[LP];                        // B_j . C (the step's B at w, zero after)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int t = threadIdx.x, lane = t & 31, p = t & 7, rl = t >> 3;
+  const int h = blockIdx.x / SM_CTAS_PER_HEAD, rb = blockIdx.x - h * SM_CTAS_PER_HEAD, b = blockIdx.y;
+  const int g = h / HPG, row = rb * 16 + rl;
+  const long long slot = slot_ids[b];
+  // The step's inputs need no slot: requested with it.
+  const u16* Crow = C + b * sC_batch + g * sC_group;
+  const u16* Bnow = B + b * sB_batch + g * sB_group;
+  const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
+  const float a = A[h];
+  const u16 x_raw = x[b * sx_batch + h * sx_head + row];
+  const float x_now = bf16_to_f32(x_raw);
+#if HAS_D
+#if D_PER_DIM
+  const float d_skip = load_f32<D_CODE>(D, h * sD_head + row);
+#else
+  const float d_skip = load_f32<D_CODE>(D, h * sD_head);
+#endif
+#endif
+#if HAS_Z
+  const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
+#endif
+  uint4 bnow[SM_BPT];  // the step's B, chunks p + 8 k (team threads)
+#pragma unroll
+  for (int k = 0; k < SM_BPT; ++k) bnow[k] = *(const uint4*)(Bnow + (p + 8 * k) * 8);
+  if (slot < 0) return;
+  // One round of loads after the slot.
+  const int w = cursor[slot];
+  uint4 ck[SM_CPT];  // checkpoint chunks p + 8 k of the row
+  const unsigned char* ckrow = ckpt + ((slot * sck_slot + h * sck_head + row * sck_row) * ES);
+#pragma unroll
+  for (int k = 0; k < SM_CPT; ++k) ck[k] = *(const uint4*)(ckrow + (p + 8 * k) * 16);
+  const int team = t >> 3;  // 16 teams: records team, team + 16
+  uint4 brec[LP / 16][SM_BPT];
+  const u16* Brec = B_records + slot * sBr_slot + g * sBr_group;
+#pragma unroll
+  for (int m = 0; m < LP / 16; ++m) {
+    const int j = team + 16 * m;
+#pragma unroll
+    for (int k = 0; k < SM_BPT; ++k)
+      brec[m][k] = j < LREC ? *(const uint4*)(Brec + j * sBr_pos + (p + 8 * k) * 8) : make_uint4(0, 0, 0, 0);
+  }
+  // x records: chunk t = (record t / 2, rows 8 (t % 2) ..) of the CTA's 16 rows.
+  uint4 xr = make_uint4(0, 0, 0, 0);
+  if (t < 2 * LREC) xr = *(const uint4*)(x_records + slot * sxr_slot + h * sxr_head + (long long)(t >> 1) * ROWS + rb * 16 + 8 * (t & 1));
+  const float dtj = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
+  // C for the thread's B chunks (bf16) and for its checkpoint chunks.
+  uint4 cb[SM_BPT];
+#pragma unroll
+  for (int k = 0; k < SM_BPT; ++k) cb[k] = *(const uint4*)(Crow + (p + 8 * k) * 8);
+  // B_j . C of the team's records (the step's B at j == w, zero after w), summed over the team.
+#pragma unroll
+  for (int m = 0; m < LP / 16; ++m) {
+    const int j = team + 16 * m;
+    float pr = 0.0f, pn = 0.0f;
+#pragma unroll
+    for (int k = 0; k < SM_BPT; ++k) {
+      pr += dot_bf16x2(brec[m][k].x, cb[k].x) + dot_bf16x2(brec[m][k].y, cb[k].y) + dot_bf16x2(brec[m][k].z, cb[k].z) +
+            dot_bf16x2(brec[m][k].w, cb[k].w);
+      pn += dot_bf16x2(bnow[k].x, cb[k].x) + dot_bf16x2(bnow[k].y, cb[k].y) + dot_bf16x2(bnow[k].z, cb[k].z) +
+            dot_bf16x2(bnow[k].w, cb[k].w);
+    }
+    float v = j < w ? pr : (j == w ? pn : 0.0f);
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    if (p == 0) bc_s[j] = v;
+    if (w == LREC - 1) {  // the flush reads every record's B from shared memory
+#pragma unroll
+      for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bs[j][(p + 8 * k) * 8]) = j == w ? bnow[k] : brec[m][k];
+    }
+  }
+  if (t < 2 * LREC) *(uint4*)(&xs[t >> 1][8 * (t & 1)]) = xr;
+  __syncthreads();
+  // Every thread of the CTA has used its cursor read (the selects above): count the CTA once;
+  // the row's last CTA advances the cursor at the end.
+  int arrived = 0;
+  if (t == 0) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  // Each warp: the head's weights (lane j: record j), coefficients and decay.
+  const float bc = lane < LP ? bc_s[lane] : 0.0f;
+  float total;
+  const float sw = record_weight(dtj, dth, a, w, lane, total);
+  const float cf = sw * bc;
+  const float decay = __expf(a * (total + dth));
+  // S0 . C of the row, the part's chunks; C for the checkpoint columns.
+  float s0c = 0.0f, s0c2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < SM_CPT; ++k) {
+    const int c = p + 8 * k;  // chunk: columns c * SM_EPC ..
+#if CKPT_F32
+    const uint2 c2 = *(const uint2*)(Crow + c * 4);
+    s0c += __uint_as_float(ck[k].x) * __uint_as_float(c2.x << 16) + __uint_as_float(ck[k].y) * __uint_as_float(c2.x & 0xffff0000u);
+    s0c2 += __uint_as_float(ck[k].z) * __uint_as_float(c2.y << 16) + __uint_as_float(ck[k].w) * __uint_as_float(c2.y & 0xffff0000u);
+#else
+    const uint4 c4 = cb[k];  // SM_CPT == SM_BPT for bf16: the same chunks
+    s0c += dot_bf16x2(ck[k].x, c4.x) + dot_bf16x2(ck[k].y, c4.y);
+    s0c2 += dot_bf16x2(ck[k].z, c4.z) + dot_bf16x2(ck[k].w, c4.w);
+#endif
+  }
+  // Records term: the part's records j = p, p + 8, ... (x at w: the step's; zero after w).
+  float rec = 0.0f;
+#pragma unroll
+  for (int m = 0; m < LP / 8; ++m) {
+    const int j = p + 8 * m;
+    const float cj = __shfl_sync(0xffffffffu, cf, j);
+    const float xj = j < w ? bf16_to_f32(xs[j][rl]) : (j == w ? x_now : 0.0f);
+    rec += cj * xj;
+  }
+  float y = s0c + s0c2;
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) {
+    y += __shfl_xor_sync(0xffffffffu, y, o);
+    rec += __shfl_xor_sync(0xffffffffu, rec, o);
+  }
+  y = decay * y + rec;
+#if HAS_D
+  y += d_skip * x_now;
+#endif
+#if HAS_Z
+  y *= zv / (1.0f + expf(-zv));
+#endif
+  if (p == 0) {
+    out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
+    x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + row] = x_raw;
+  }
+  if (rb == 0 && t == 0) dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
+  if (rb == 0 && h % HPG == 0 && t < 8) {
+    u16* brow = B_records + slot * sBr_slot + g * sBr_group + w * sBr_pos;
+#pragma unroll
+    for (int k = 0; k < SM_BPT; ++k) *(uint4*)(brow + (p + 8 * k) * 8) = bnow[k];
+  }
+  if (w == LREC - 1) {
+    // Flush: the row's chunks S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ in fp32, rounded, stored.
+    float s[SM_CPT][SM_EPC];
+#pragma unroll
+    for (int k = 0; k < SM_CPT; ++k) {
+#if CKPT_F32
+      s[k][0] = decay * __uint_as_float(ck[k].x);
+      s[k][1] = decay * __uint_as_float(ck[k].y);
+      s[k][2] = decay * __uint_as_float(ck[k].z);
+      s[k][3] = decay * __uint_as_float(ck[k].w);
+#else
+      const u32 wd[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[k][2 * e] = decay * __uint_as_float(wd[e] << 16);
+        s[k][2 * e + 1] = decay * __uint_as_float(wd[e] & 0xffff0000u);
+      }
+#endif
+    }
+#pragma unroll 4
+    for (int j = 0; j < LREC; ++j) {
+      const float vj = __shfl_sync(0xffffffffu, sw, j) * (j == w ? x_now : bf16_to_f32(xs[j][rl]));
+#pragma unroll
+      for (int k = 0; k < SM_CPT; ++k) {
+        const int col = (p + 8 * k) * SM_EPC;
+#if CKPT_F32
+        const uint2 bj = *(const uint2*)(&bs[j][col]);
+        s[k][0] += vj * __uint_as_float(bj.x << 16);
+        s[k][1] += vj * __uint_as_float(bj.x & 0xffff0000u);
+        s[k][2] += vj * __uint_as_float(bj.y << 16);
+        s[k][3] += vj * __uint_as_float(bj.y & 0xffff0000u);
+#else
+        const uint4 bj = *(const uint4*)(&bs[j][col]);
+        const u32 wd[4] = {bj.x, bj.y, bj.z, bj.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[k][2 * e] += vj * __uint_as_float(wd[e] << 16);
+          s[k][2 * e + 1] += vj * __uint_as_float(wd[e] & 0xffff0000u);
+        }
+#endif
+      }
+    }
+    unsigned char* dst = ckpt + ((slot * sck_slot + h * sck_head + row * sck_row) * ES);
+#pragma unroll
+    for (int k = 0; k < SM_CPT; ++k) {
+#if CKPT_F32
+      *(uint4*)(dst + (p + 8 * k) * 16) =
+          make_uint4(__float_as_uint(s[k][0]), __float_as_uint(s[k][1]), __float_as_uint(s[k][2]), __float_as_uint(s[k][3]));
+#else
+      *(uint4*)(dst + (p + 8 * k) * 16) = make_uint4(pack_bf16x2(s[k][0], s[k][1]), pack_bf16x2(s[k][2], s[k][3]),
+                                                     pack_bf16x2(s[k][4], s[k][5]), pack_bf16x2(s[k][6], s[k][7]));
+#endif
+    }
+  }
+  if (t == 0 && arrived == NHEADS * SM_CTAS_PER_HEAD - 1) {
+    cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+    arrivals[slot] = 0;
   }
 }
