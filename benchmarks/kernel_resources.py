@@ -145,7 +145,8 @@ def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
 
 def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
     """[KernelResources] of the CUDA Mamba-2 step's kernels (kernels/cuda/mamba2_replay_step.cu: the
-    step and the coefficient launch) at the launch table's configuration for the Mamba-2 geometry, a bf16 (``state_bytes`` 2) or
+    step, the coefficient launch and the small one-launch kernel) at the launch table's
+    configuration at batch 256 for the Mamba-2 geometry, a bf16 (``state_bytes`` 2) or
     fp32 (4) checkpoint, compiled by NVRTC for sm_90 and read with Triton's bundled cuobjdump
     (``shared``: the step kernel's dynamic shared memory, the others' static;
     ``spill_stores`` / ``spill_loads``: both the kernel's local memory bytes)."""
@@ -164,8 +165,9 @@ def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
         step = name == "mamba2_replay_step"
         shared = step_shared_bytes(P, N, L, cfg.stages, state_bytes) if step else int(static)
         # cuobjdump reports local memory, not stores and loads apart: both columns show it
-        out.append(KernelResources(f"{name}({cfg.label()})", int(regs), int(local), int(local), shared))
-    if len(out) != 2:
+        label = "cuda,small" if name == "mamba2_replay_small" else cfg.label()
+        out.append(KernelResources(f"{name}({label})", int(regs), int(local), int(local), shared))
+    if len(out) != 3:
         raise RuntimeError(f"kernel_resources: unexpected cuobjdump report:\n{report}")
     return out
 

@@ -9,8 +9,7 @@ benchmarks/mamba2_decode.py times them.
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
 A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
-coefficient launch's warps per CTA), ``stages,min_ctas,fused`` (one launch) or ``small`` (the
-one-launch kernel without a ring).
+coefficient launch's warps per CTA) or ``small`` (the one-launch kernel without a ring).
 """
 
 from __future__ import annotations
@@ -36,12 +35,8 @@ def parse_config(text: str) -> CudaStepConfig:
     parts = text.split(",")
     if parts == ["small"]:
         return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True)
-    if len(parts) == 3 and parts[2] == "fused":
-        return CudaStepConfig(stages=int(parts[0]), min_ctas=int(parts[1]), pdl=False, fused=True)
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
-        raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16, stages,min_ctas,fused or small"
-        )
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small")
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
 

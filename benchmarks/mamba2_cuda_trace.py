@@ -11,7 +11,6 @@ as in a CUDA graph (the host packs the second launch's arguments for tens of µs
 step kernel's own timeline, not the gap between the launches.
 
     python benchmarks/mamba2_cuda_trace.py --state f32 --batch 16 64
-    python benchmarks/mamba2_cuda_trace.py --state bf16 --batch 1 --fused
 
 The instrumentation is applied by text (``traced_source``): a CPU test checks that every anchor
 still matches the kernel and that the traced copy compiles.
@@ -57,14 +56,17 @@ _PATCHES = (
         "  if (slot < 0) return;\n  // Two memory round trips",
         "  if (slot < 0) return;\n  if (threadIdx.x == 0) tr[1] = gtime();\n  // Two memory round trips",
     ),
-    ("  const int w = cursor[slot];\n", "  const int w = cursor[slot];\n  if (threadIdx.x == 0 && w >= 0) tr[2] = gtime();\n"),
+    (
+        "  const int w = cursor[slot];\n#pragma unroll\n",
+        "  const int w = cursor[slot];\n  if (threadIdx.x == 0 && w >= 0) tr[2] = gtime();\n#pragma unroll\n",
+    ),
     (
         "      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];\n  }\n}",
         "      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];\n  }\n  if (threadIdx.x == 0) tr[3] = gtime();\n}",
     ),
     (
-        "    const u16* __restrict__ C, long long sC_batch, long long sC_group) {\n  extern __shared__",
-        "    const u16* __restrict__ C, long long sC_batch, long long sC_group, u64* __restrict__ trace) {\n"
+        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {\n  extern __shared__",
+        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, u64* __restrict__ trace) {\n"
         f"  u64* tr = trace + blockIdx.x * {STEP_SLOTS};\n  if (threadIdx.x == 0) tr[0] = gtime();\n  extern __shared__",
     ),
     (
@@ -176,7 +178,6 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[16])
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--state", default="bf16", choices=["bf16", "f32"])
-    ap.add_argument("--fused", action="store_true", help="the fused one-launch form (default: the launch table's)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_trace: needs a CUDA GPU")
@@ -186,8 +187,7 @@ def main(argv=None):
             case = Mamba2DecodeCase(args.geometry, batch, args.L, args.state, "bf16")
             nheads, head_dim, d_state, _ = args.geometry
             cfg = mc.cuda_step_config(head_dim, d_state, args.L, batch, case.state.itemsize)
-            if args.fused:
-                cfg = dataclasses.replace(cfg, fused=True, pdl=False)
+            cfg = dataclasses.replace(cfg, small=False)  # the small kernel is not instrumented
             trace = torch.zeros(2 * COEF_OFFSET, dtype=torch.int64, device="cuda")
             with traced_kernels(source, trace):
                 for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest

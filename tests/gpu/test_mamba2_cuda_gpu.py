@@ -51,13 +51,13 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "fused", "small"]
+FORMS = ["c4", "c16", "small"]
 
 
 def form_config(table, form: str):
-    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the fused
-    form, or the small one-launch kernel."""
-    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, fused=form == "fused", small=form == "small")
+    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, or the
+    small one-launch kernel."""
+    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, small=form == "small")
 
 
 @needs_sm90
@@ -67,7 +67,7 @@ def form_config(table, form: str):
 @pytest.mark.parametrize("form", FORMS)
 def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     """Every shape with a bf16 and an fp32 checkpoint, coefficient CTAs of 4 and 16 warps (more
-    and fewer warps than heads: 1-40 heads a group) and the fused one-launch form, except rows
+    and fewer warps than heads: 1-40 heads a group) and the small one-launch kernel, except rows
     too large for two stages."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import (
         SMEM_PER_SM,
@@ -77,8 +77,7 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     )
 
     es = STATES[state].itemsize
-    fused = form == "fused"
-    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es, fused) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    if step_shared_bytes(g.head_dim, g.d_state, L, 2, es) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
     cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form)
     worst = drive_replay(
@@ -102,15 +101,15 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
 
 @needs_sm90
 @pytest.mark.parametrize(
-    "stages,pdl,coef_warps,fused", [(2, True, 4, False), (3, False, 16, False), (1, True, 4, False),
-                                    (2, False, 16, False), (1, False, 4, True), (3, False, 4, True)]
+    "stages,pdl,coef_warps,small", [(2, True, 4, False), (3, False, 16, False), (1, True, 4, False),
+                                    (2, False, 16, False), (2, True, 16, True)]
 )  # fmt: skip
-def test_cuda_step_configs_agree(stages, pdl, coef_warps, fused):
+def test_cuda_step_configs_agree(stages, pdl, coef_warps, small):
     """Every stage count, with and without programmatic dependent launch, both coefficient
-    CTAs, the fused form, at batch 40 (the ring's wrap-around at 1-3 stages)."""
+    CTAs, the small kernel, at batch 40 (the ring's wrap-around at 1-3 stages)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
-    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, fused=fused)
+    cfg = CudaStepConfig(stages=stages, min_ctas=1, pdl=pdl, coef_warps=coef_warps, small=small)
     g = Geometry(128, 64, 128, 8)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, 16, torch.bfloat16, torch.bfloat16, "cuda",
@@ -163,7 +162,7 @@ def test_cuda_step_graph_equals_eager(L, form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "fused", "small"])
+@pytest.mark.parametrize("form", ["c4", "small"])
 def test_cuda_steps_in_one_graph_equal_eager(state, form):
     """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
     follows the previous step kernel inside the graph through a programmatic edge)
@@ -203,13 +202,13 @@ def test_cuda_steps_in_one_graph_equal_eager(state, form):
 @needs_sm90
 @pytest.mark.parametrize("batch,offset_B", [(1, False), (2, False), (4, False), (1, True)])
 def test_op_routes_bf16_to_cuda_and_matches_triton(batch, offset_B):
-    """The op (kernel "auto") takes the CUDA step for a bf16 cache at every batch (fused at
-    batch 1-2, two launches above; B rows off 16-byte alignment, which the fused form cannot
-    copy: two launches at batch 1 too), and its outputs and caches track the Triton kernel's
-    over 2L + 3 steps."""
+    """The op (kernel "auto") takes the CUDA step for a bf16 cache at every batch (the small
+    kernel at batch 1, two launches above; B rows off 16-byte alignment, which the small kernel
+    cannot read: two launches at batch 1 too), and its outputs and caches track the Triton
+    kernel's over 2L + 3 steps."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel
-    from trtllm_replayssm.kernels.mamba2_replay_cuda import fused_inputs_unsupported
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import small_inputs_unsupported
 
     g, L = Geometry(128, 64, 128, 8), 16
     p = make_params(g, "cuda")
@@ -224,7 +223,7 @@ def test_op_routes_bf16_to_cuda_and_matches_triton(batch, offset_B):
         inp = make_step(g, batch, torch.bfloat16, "cuda", with_z=True)
         if offset_B:  # the same values, each row 2 bytes off 16-byte alignment
             inp["B"] = torch.cat([torch.zeros_like(inp["B"][..., :1]), inp["B"]], dim=-1)[..., 1:]
-            assert "B strides" in fused_inputs_unsupported(inp["x"], inp["B"], inp["C"], c.B_records)
+            assert "B strides" in small_inputs_unsupported(inp["B"], inp["C"])
         y = replay_with_op(c, inp, p, slots, torch.zeros_like(inp["x"]))
         y_t = replay_with_launcher(t, inp, p, slots, torch.zeros_like(inp["x"]), kernel="triton")
         assert (y.float() - y_t.float()).abs().max() <= 2e-2 * y_t.float().abs().max()
@@ -238,7 +237,8 @@ def test_op_routes_bf16_to_cuda_and_matches_triton(batch, offset_B):
 )
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "f32"])
 def test_cuda_step_launch_table_shapes_do_not_spill(g, L, state_bytes):
-    """The launch table's register caps leave the step kernel without local memory."""
+    """The launch table's register caps leave the step kernel and the small kernel without local
+    memory."""
     from cuda.bindings import driver
 
     from trtllm_replayssm.kernels.mamba2_replay_cuda import SOURCE, cuda_step_config, step_defines, step_shared_bytes
@@ -248,9 +248,11 @@ def test_cuda_step_launch_table_shapes_do_not_spill(g, L, state_bytes):
     flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=1, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
     defines = step_defines(g.nheads, g.ngroups, g.head_dim, g.d_state, L, cfg, flags, state_bytes)
     smem = step_shared_bytes(g.head_dim, g.d_state, L, cfg.stages, state_bytes)
-    k = load_kernel(SOURCE, "mamba2_replay_step", defines, torch.device("cuda"), smem)
-    err, local = driver.cuFuncGetAttribute(driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.function)
-    assert int(err) == 0 and local == 0, (cfg, local)
+    for entry, entry_smem in (("mamba2_replay_step", smem), ("mamba2_replay_small", 0)):
+        k = load_kernel(SOURCE, entry, defines, torch.device("cuda"), entry_smem)
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+        err, local = driver.cuFuncGetAttribute(attr, k.function)
+        assert int(err) == 0 and local == 0, (entry, cfg, local)
 
 
 @needs_sm90
@@ -271,9 +273,9 @@ def test_cuda_kernel_refuses_fp16_checkpoint_and_leaves_cache():
 
 
 @needs_sm90
-def test_fused_config_refuses_uncopyable_inputs_and_leaves_cache():
-    """An explicit fused config with B rows off 16-byte alignment raises naming B (the launch
-    table's fused form takes the two launches instead: the route test above)."""
+def test_small_config_refuses_unaligned_inputs_and_leaves_cache():
+    """An explicit small config with B rows off 16-byte alignment raises naming B (the launch
+    table's small kernel takes the two launches instead: the route test above)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig
 
     g = Geometry(128, 64, 128, 8)
@@ -282,8 +284,8 @@ def test_fused_config_refuses_uncopyable_inputs_and_leaves_cache():
     before = {k: v.clone() for k, v in vars(c).items() if isinstance(v, torch.Tensor)}
     inp = make_step(g, 1, torch.bfloat16, "cuda")
     inp["B"] = torch.cat([torch.zeros_like(inp["B"][..., :1]), inp["B"]], dim=-1)[..., 1:]
-    cfg = CudaStepConfig(stages=2, min_ctas=3, pdl=False, fused=True)
-    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA, fused\): B strides"):
+    cfg = CudaStepConfig(stages=2, min_ctas=3, pdl=True, small=True)
+    with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA, small\): B strides"):
         replay_cuda(c, inp, p, torch.zeros(1, dtype=torch.int32, device="cuda"), torch.empty_like(inp["x"]), config=cfg)
     for k, v in before.items():
         assert torch.equal(getattr(c, k), v), k

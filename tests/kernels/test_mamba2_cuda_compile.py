@@ -3,7 +3,6 @@ the launcher allocates equals what the kernel indexes, the launcher packs exactl
 PTX parameters, and the route's refusals name their reason. (Running it needs an sm_90 GPU:
 tests/gpu/test_mamba2_cuda_gpu.py.)"""
 
-import dataclasses
 import re
 
 import pytest
@@ -25,25 +24,25 @@ SHAPES = [  # (nheads, ngroups, head_dim, d_state, L)
 ]
 
 
-def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2, fused=False):
+def _ptx(shape, batch=256, flags=FLAGS, state_bytes=2):
     nheads, ngroups, head_dim, d_state, L = shape
-    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), fused=fused)
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
     return mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, flags, state_bytes)
 
 
-@pytest.mark.parametrize("batch,fused", [(16, False), (256, False), (256, True)], ids=["c16", "c4", "fused"])
+@pytest.mark.parametrize("batch", [16, 256], ids=["c16", "c4"])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, fused):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch):
     _, _, head_dim, d_state, L = shape
-    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes, fused) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
+    if mc.step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
         pytest.skip("does not fit: test_oversized_stages_are_refused")
-    cfg = dataclasses.replace(mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes), fused=fused)
-    ptx = _ptx(shape, batch=batch, state_bytes=state_bytes, fused=fused)
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, state_bytes)
+    ptx = _ptx(shape, batch=batch, state_bytes=state_bytes)
     assert ".entry mamba2_replay_step(" in ptx and ".entry mamba2_replay_coefficients(" in ptx
     assert ".entry mamba2_replay_small(" in ptx
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes, fused)
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, state_bytes)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
 
 
@@ -99,9 +98,7 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
     maps = (b"\0" * 128, b"\0" * 128)
-    args = mc.step_args(
-        maps, coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
-    )
+    args = mc.step_args(maps, coef, B, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == _ptx_params(ptx, "mamba2_replay_step")
     args = mc.small_args(
@@ -113,12 +110,11 @@ def test_launcher_packs_the_kernels_ptx_parameters():
 
 def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
-    assert mc.cuda_step_config(64, 128, 16, 63).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 64).coef_warps == 4
+    assert mc.cuda_step_config(64, 128, 16, 127).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 128).coef_warps == 4
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
-    # The fused one-launch form at batch 1-2 (bf16) and 1 (fp32), without programmatic launch.
-    for batch, state_bytes, fused in ((1, 2, True), (2, 2, True), (3, 2, False), (1, 4, True), (2, 4, False)):
-        cfg = mc.cuda_step_config(64, 128, 16, batch, state_bytes)
-        assert (cfg.fused, cfg.pdl) == (fused, not fused), (batch, state_bytes)
+    # The small one-launch kernel at batch 1 (bf16) and 1-4 (fp32).
+    for batch, state_bytes, small in ((1, 2, True), (2, 2, False), (1, 4, True), (4, 4, True), (5, 4, False)):
+        assert mc.cuda_step_config(64, 128, 16, batch, state_bytes).small == small, (batch, state_bytes)
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
@@ -126,14 +122,12 @@ def test_launch_table():
     assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
 
 
-def test_fused_inputs_unsupported_names_the_tensor():
-    c, x, B = _cpu_case(batch=2)
-    assert mc.fused_inputs_unsupported(x, B, B, c.B_records) is None
+def test_small_inputs_unsupported_names_the_tensor():
+    _, _, B = _cpu_case(batch=2)
+    assert mc.small_inputs_unsupported(B, B) is None
     odd = torch.zeros(2, 8, 129, dtype=torch.bfloat16)[..., 1:]  # rows 2 bytes off 16-byte alignment
-    assert "B strides" in mc.fused_inputs_unsupported(x, odd, B, c.B_records)
-    assert "C strides" in mc.fused_inputs_unsupported(x, B, odd, c.B_records)
-    spread = torch.zeros(6, 8, 16, 136, dtype=torch.bfloat16)[..., :128]
-    assert "B_records positions 136 elements apart" in mc.fused_inputs_unsupported(x, B, B, spread)
+    assert "B strides" in mc.small_inputs_unsupported(odd, B)
+    assert "C strides" in mc.small_inputs_unsupported(B, odd)
 
 
 @pytest.mark.parametrize(
@@ -234,7 +228,7 @@ def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
     kernel triggers the next coefficient grid at its start."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
     cfg = mc.cuda_step_config(head_dim, d_state, L, 256)
-    assert cfg.pdl and not cfg.fused
+    assert cfg.pdl and not cfg.small
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS)
     body = _entry(ptx, "mamba2_replay_coefficients")
     wait = body.index("griddepcontrol.wait")

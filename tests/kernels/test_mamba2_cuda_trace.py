@@ -1,5 +1,5 @@
 """benchmarks/mamba2_cuda_trace.py's instrumented copy of the CUDA step (CPU: NVRTC to PTX): every
-anchor still matches the kernel once, the copy compiles for both forms with the trace parameter
+anchor still matches the kernel once, the copy compiles with the trace parameter
 last, and a kernel edit that moves an anchor is named, not silently untraced."""
 
 import os
@@ -17,10 +17,9 @@ from trtllm_replayssm.kernels.nvrtc import compile_program, cuda_source  # noqa:
 FLAGS = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["two-launches", "fused"])
-def test_traced_copy_compiles_with_the_trace_parameter_last(tmp_path, fused):
+def test_traced_copy_compiles_with_the_trace_parameter_last(tmp_path):
     path = trace.write_traced_source(str(tmp_path))
-    cfg = mc.CudaStepConfig(stages=2, min_ctas=3, pdl=not fused, fused=fused)
+    cfg = mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True)
     ptx = compile_program(path, "sm_90", mc.step_defines(128, 8, 64, 128, 16, cfg, FLAGS), "ptx").decode()
     assert ptx.count("%globaltimer") >= 8
     original = compile_program(mc.SOURCE, "sm_90", mc.step_defines(128, 8, 64, 128, 16, cfg, FLAGS), "ptx").decode()

@@ -3,8 +3,9 @@ for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (meas
 than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-16).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
-and a persistent step kernel (TMA tensor-map copies of the checkpoint, tensor-core S0 . C and
-flush); at batch 1-2 (``CudaStepConfig(fused=True)``) the step kernel alone, one launch.
+and a persistent step kernel (TMA tensor-map copies of the checkpoint, S0 . C, tensor-core
+flush); at small batches (``CudaStepConfig(small=True)``, :data:`SMALL_MAX_BATCH`) one launch of
+a kernel without a ring, a CTA per 16 rows of a head.
 The .cu file's header documents what each computes; the contract is the Triton kernel's
 (:mod:`trtllm_replayssm.kernels.mamba2_replay`): same cache tensors, same results up to fp32
 rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a
@@ -32,7 +33,7 @@ __all__ = [
     "CudaStepConfig",
     "cuda_step_config",
     "cuda_step_unsupported",
-    "fused_inputs_unsupported",
+    "small_inputs_unsupported",
     "step_defines",
     "step_shared_bytes",
     "step_threads",
@@ -46,9 +47,13 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
-COEF_WARPS_4_BATCH = 64  # from this batch on, coefficient CTAs of 4 warps (16 below): kernel notes
-# Up to this batch (by checkpoint element bytes: bf16, fp32) the fused one-launch form: kernel notes.
-FUSED_MAX_BATCH = {2: 2, 4: 1}
+# From this batch on, coefficient CTAs of 4 warps (16 below): kernel notes, sessions 15 and 18
+# (with the programmatic coefficient launch 16 warps are as fast or faster at 64, 4 at 256).
+COEF_WARPS_4_BATCH = 128
+# Up to this batch (by checkpoint element bytes: bf16, fp32) the small one-launch kernel: kernel
+# notes, session 18 (bf16: 4.33 against the two launches' 5.03 us at batch 1, 6.27 against 5.96
+# at 2; fp32: 4.47 / 6.04 / 9.94 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
+SMALL_MAX_BATCH = {2: 1, 4: 4}
 
 
 @dataclass(frozen=True)
@@ -56,27 +61,23 @@ class CudaStepConfig:
     """How the step's persistent kernel runs: ``stages`` units in flight per CTA (shared-memory
     ring), register-capped for ``min_ctas`` resident CTAs per multiprocessor, launched as a
     programmatic dependent of the coefficient launch when ``pdl``; the coefficient launch has
-    ``coef_warps`` (4 or 16) warps per CTA. ``fused``: one launch, the step kernel computes the
-    coefficients itself (``pdl`` and ``coef_warps`` unused): the fastest form at batch 1-2,
-    20-30% slower than the two launches from batch 16 (kernel notes, sessions 15-16). With
-    ``pdl`` the coefficient launch is a programmatic dependent of the previous kernel in the
-    stream too (it waits for that kernel before any read), so that its CTAs are scheduled while
-    the previous step kernel drains (kernel notes, session 18). ``small``: one launch of
-    ``mamba2_replay_small`` instead (no ring: a CTA per 16 rows of a head and batch row; the
-    other fields unused; written in session 18 for batch 1-2)."""
+    ``coef_warps`` (4 or 16) warps per CTA. With ``pdl`` the coefficient launch is a programmatic
+    dependent of the previous kernel in the stream too (it waits for that kernel before any
+    read), so that its CTAs are scheduled while the previous step kernel drains (kernel notes,
+    session 18). ``small``: one launch of ``mamba2_replay_small`` instead (no ring: a CTA per 16
+    rows of a head and batch row; the other fields unused), the fastest form at small batches
+    (:data:`SMALL_MAX_BATCH`)."""
 
     stages: int
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
-    fused: bool = False
     small: bool = False
 
     def label(self) -> str:
         if self.small:
             return "cuda,small"
-        launch = "fused" if self.fused else f"{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
-        return f"cuda,{self.stages},{self.min_ctas},{launch}"
+        return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -94,15 +95,14 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2, fused: bool = False) -> int:
+def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
-    coefficient block, or with ``fused`` one block per consumer warp and the B_j . C array,
-    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's
-    STAGE_BYTES (a CPU test reads the compiled value)."""
+    coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the
+    .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
-    coef_area = (head_dim // 16) * coefficient_floats(L) * 4 + LP * 4 if fused else coefficient_floats(L) * 4
-    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef_area + 16
+    coef = coefficient_floats(L) * 4
+    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -118,27 +118,27 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
-    By batch: the fused one-launch form up to ``FUSED_MAX_BATCH`` (batch 1-2 bf16, 1 fp32),
+    By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1 bf16, 1-4 fp32),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it."""
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    fused = batch <= FUSED_MAX_BATCH[state_bytes]
     return CudaStepConfig(
-        stages=2, min_ctas=ctas, pdl=not fused, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16, fused=fused
+        stages=2,
+        min_ctas=ctas,
+        pdl=True,
+        coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16,
+        small=batch <= SMALL_MAX_BATCH[state_bytes],
     )
 
 
-def fused_inputs_unsupported(x: Tensor, B: Tensor, C: Tensor, B_records: Tensor) -> Optional[str]:
-    """Why the fused form cannot copy these tensors (None: it can): it bulk-copies the step's x,
-    B and C rows (16-byte aligned, contiguous) and B records 0..w-1 as one range (positions
-    d_state apart)."""
-    for name, t in (("x", x), ("B", B), ("C", C)):
+def small_inputs_unsupported(B: Tensor, C: Tensor) -> Optional[str]:
+    """Why the small kernel cannot read these tensors (None: it can): it loads the step's B and
+    C rows in 16-byte vectors (16-byte aligned, contiguous rows)."""
+    for name, t in (("B", B), ("C", C)):
         if not _copyable_rows(t):
             return f"{name} strides {t.stride()} not 16-byte aligned rows"
-    if B_records.stride(2) != B_records.shape[3]:
-        return f"B_records positions {B_records.stride(2)} elements apart; the fused form copies them as one range (d_state {B_records.shape[3]})"
     return None
 
 
@@ -189,7 +189,7 @@ def step_defines(
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
     optional-input flags."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps, FUSED=int(cfg.fused))
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps)
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -262,15 +262,11 @@ def small_args(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x
     )  # fmt: skip
 
 
-def step_args(
-    maps, coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
-) -> KernelArgs:
+def step_args(maps, coef, c_rows, x_records, B_records, cursor, slot_ids, D, z, x, out) -> KernelArgs:
     """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
-    store) tensor maps first; the fused form's inputs last (an absent D, z or dt_bias is another
-    tensor's pointer, never read; ``coef`` and ``c_rows`` are unused by the fused form)."""
-    DD = D if D is not None else A
+    store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
+    DD = D if D is not None else coef
     zz = z if z is not None else x
-    bias = dt_bias if dt_bias is not None else A
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
@@ -281,12 +277,6 @@ def step_args(
         .tensor(zz, 2)
         .tensor(out, 2)
         .ptr(slot_ids).ptr(cursor).i32(x.shape[0])
-        .ptr(arrivals).tensor(dt_records, 2)
-        .tensor(x, 2)
-        .tensor(dt, 2)
-        .ptr(A).ptr(bias)
-        .tensor(B, 2)
-        .tensor(C, 2)
     )  # fmt: skip
 
 
@@ -338,14 +328,14 @@ def launch_mamba2_replay_step_cuda(
     config: Optional[CudaStepConfig] = None,
 ) -> Tensor:
     """The CUDA replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order. ``arrivals``: the fused form counts each row's units there (the
+    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there (the
     last advances the cursor and resets it to zero); the two launches do not use it (their step
     kernel advances the cursor once the coefficient grid is complete).
 
     Raises:
         ValueError: when :func:`cuda_step_unsupported` names a reason, or ``config`` asks for the
-            fused form with inputs it cannot copy (:func:`fused_inputs_unsupported`; the launch
-            table's fused form takes the two launches then; nothing is launched).
+            small kernel with inputs it cannot read (:func:`small_inputs_unsupported`; the launch
+            table's small kernel takes the two launches then; nothing is launched).
     """
     reason = cuda_step_unsupported(checkpoint, x_records, B_records, x)
     if reason is not None:
@@ -354,12 +344,12 @@ def launch_mamba2_replay_step_cuda(
     d_state, ngroups, L = B.shape[2], B.shape[1], x_records.shape[2]
     es = checkpoint.element_size()
     cfg = config or cuda_step_config(head_dim, d_state, L, batch, es)
-    fused_reason = fused_inputs_unsupported(x, B, C, B_records) if cfg.fused or cfg.small else None
-    if fused_reason is not None:
+    small_reason = small_inputs_unsupported(B, C) if cfg.small else None
+    if small_reason is not None:
         if config is not None:
-            raise ValueError(f"mamba2_replay_step (CUDA, fused): {fused_reason}")
-        # The table's fused form cannot copy these inputs; the two launches can (same results).
-        cfg = replace(cfg, fused=False, small=False, pdl=True)
+            raise ValueError(f"mamba2_replay_step (CUDA, small): {small_reason}")
+        # The table's small kernel cannot read these inputs; the two launches can (same results).
+        cfg = replace(cfg, small=False)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
@@ -370,27 +360,19 @@ def launch_mamba2_replay_step_cuda(
         )
         small.launch((nheads * head_dim // 16, batch), 128, 0, stream, args, pdl=True)
         return out
-    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es, cfg.fused)
+    smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
-    if cfg.fused:
-        coef = c_rows = cursor  # unused by the fused form
-    else:
-        coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
-        coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
-        c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
-        coef_args = coefficient_args(
-            coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias
-        )
-        coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
-        # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it
-        # waits for that grid before reading; the .cu file's launch 1).
-        coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=cfg.pdl)
+    coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
+    coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
+    c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
+    coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
+    coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
+    # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it
+    # waits for that grid before reading; the .cu file's launch 1).
+    coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=cfg.pdl)
     load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
-    args = step_args(
-        (load_map, store_map), coef, c_rows, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C,
-        slot_ids, D, z, dt_bias, out,
-    )  # fmt: skip
-    step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl and not cfg.fused)
+    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, cursor, slot_ids, D, z, x, out)
+    step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
     return out

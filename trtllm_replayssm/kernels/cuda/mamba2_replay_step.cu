@@ -1,5 +1,5 @@
 // ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16 or fp32 (CKPT_F32) checkpoints:
-// two launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
+// two launches (1 and 2 below), or for small batches one (3), compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX.
 //
@@ -33,15 +33,11 @@
 //    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
 //    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
 //    the stage and stores its 16 rows with TMA tensor stores (whole sectors).
-// FUSED=1 (one launch: the route at batch 1-2, slower from batch 16; kernel notes): the step kernel
-//    alone. Its producer copies every record 0..w (the step's x and B, from the inputs, as record
-//    w) and C, and counts the unit in the row's arrivals (the last unit advances the cursor); its
-//    consumer warps form B_j . C (a named barrier), each warp the head's weights, and append the
-//    step's record (x, dt, and B by the group's first head).
+// 3. mamba2_replay_small: the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), FUSED, HAS_D, D_PER_DIM, HAS_Z,
+// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), HAS_D, D_PER_DIM, HAS_Z,
 // HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
 // (0 fp32, 1 bf16, 2 fp16).
 
@@ -60,16 +56,11 @@ typedef unsigned long long u64;
 #define C_BYTES (DSTATE * 2)
 #define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
 #define COEF_BYTES (COEF_FLOATS * 4)
-#if FUSED
-#define COEF_AREA (CONSUMERS * COEF_BYTES + LP * 4)  // a coefficient block per consumer warp, B_j . C
-#else
-#define COEF_AREA COEF_BYTES                       // the coefficient launch's block
-#endif
 #define OFF_X CKPT_BYTES
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
-#define OFF_META (OFF_COEF + COEF_AREA)
+#define OFF_META (OFF_COEF + COEF_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
 struct __align__(64) TensorMap { u64 opaque[16]; };
@@ -401,21 +392,14 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
-    const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS] (two launches)
-    const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE] (two launches)
+    const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
+    const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
     const void* __restrict__ D, long long sD_head,
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
-    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch,
-    // FUSED only: the step's inputs, the dt records and the arrival counts
-    int* __restrict__ arrivals, float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
-    const u16* __restrict__ x, long long sx_batch, long long sx_head,
-    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
-    const float* __restrict__ A, const void* __restrict__ dt_bias,
-    const u16* __restrict__ B, long long sB_batch, long long sB_group,
-    const u16* __restrict__ C, long long sC_batch, long long sC_group) {
+    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
@@ -439,11 +423,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     // ---------------- producer
     // Slots and cursors of the CTA's next 32 units, a lane each. The first ones are requested
     // before any checkpoint tile: a load issued after the tiles waits behind them (up to 128 KiB
-    // per multiprocessor, microseconds; kernel notes, session 16). Two launches: a cursor read
-    // here may already be advanced by this launch (the row's head-0 unit, by a consumer) to
-    // w + 1, or 0 after a flush, so the copies are sized for either value and the consumers
-    // take the exact w from the coefficient block. Fused: exact (a row's cursor advances only
-    // after all its units arrived, each after its read).
+    // per multiprocessor, microseconds; kernel notes, session 16). A cursor read here may
+    // already be advanced by this launch (the row's head-0 unit, by a consumer) to w + 1, or 0
+    // after a flush, so the copies are sized for either value and the consumers take the exact
+    // w from the coefficient block.
     int slot_l = -1, w_l = 0;
     if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
     if (slot_l >= 0) w_l = cursor[slot_l];
@@ -461,11 +444,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#if FUSED
-    // The previous unit's arrival count and cursor, checked one unit later: the atomic's round
-    // trip overlaps the next unit's wait for a free stage.
-    int prev_arrived = 0, prev_slot = -1, prev_cursor = 0;
-#endif
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k = i & 31;
@@ -482,15 +460,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       const bool prefetched = i < STAGES;
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int b = u / NHEADS, h = u - b * NHEADS, g = h / HPG;
-#if !FUSED
       // For a cursor read w' that may be one step ahead (above): x records 0..w' (all L at w' = 0,
       // which may be a wrapped L-1), every B record row when the unit may flush (w' = L-1, or 0).
       const int nx = w == 0 ? LREC : w + 1;
       const bool b_rows = w == LREC - 1 || w == 0;
-#endif
-#if FUSED
-      int arrived = 0;
-#endif
       if (lane == 0) {
         int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
         meta[0] = slot;
@@ -498,44 +471,15 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-#if FUSED
-          // Every record 0..w (the step's x and B as record w, from the inputs) and C.
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + (w + 1) * (ROWS + DSTATE) * 2 + C_BYTES;
-          mbar_arrive_expect_tx(full, bytes);
-          // This unit has read the row's cursor: count it; the row's last unit advances the
-          // cursor (checked below, after the copies are issued).
-          asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
-#else
           const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nx * ROWS * 2 + COEF_BYTES + C_BYTES +
                             (b_rows ? LREC * DSTATE * 2 : 0);
           mbar_arrive_expect_tx(full, bytes);
-#endif
         }
       }
       __syncwarp();
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
         const u16* Brow0 = B_records + slot * sBr_slot + g * sBr_group;
-#if FUSED
-        // x and B records 0..w-1 are dense ranges (position strides head_dim and d_state, checked
-        // by the launcher): one copy each, except B for a flush, whose rows the fold's ldmatrix
-        // reads padded (B_PITCH: conflict-free).
-        const bool flush = w == LREC - 1;
-        const u32 b_pitch = flush ? B_PITCH : DSTATE * 2;
-        if (lane == 31 && w > 0) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, w * ROWS * 2, full);
-        if (lane == 30) bulk_load(stage + OFF_X + w * ROWS * 2, x + b * sx_batch + h * sx_head, ROWS * 2, full);
-        if (flush && lane < w) bulk_load(stage + OFF_B + lane * B_PITCH, Brow0 + lane * sBr_pos, DSTATE * 2, full);
-        if (!flush && lane == 28 && w > 0) bulk_load(stage + OFF_B, Brow0, w * DSTATE * 2, full);
-        if (lane == 29) bulk_load(stage + OFF_B + w * b_pitch, B + b * sB_batch + g * sB_group, DSTATE * 2, full);
-        if (lane == 27) bulk_load(stage + OFF_C, C + b * sC_batch + g * sC_group, C_BYTES, full);
-        if (lane == 0 && prev_slot >= 0 && prev_arrived == NHEADS - 1) {
-          cursor[prev_slot] = prev_cursor;
-          arrivals[prev_slot] = 0;
-        }
-        prev_arrived = arrived;
-        prev_slot = slot;
-        prev_cursor = w == LREC - 1 ? 0 : w + 1;
-#else
         // x records 0..nx-1 are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 31) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, nx * ROWS * 2, full);
         // B record rows padded (B_PITCH: the fold's ldmatrix reads are conflict-free).
@@ -544,25 +488,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
           bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
           bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
         }
-#endif
       }
     }
-#if FUSED
-    if (lane == 0 && prev_slot >= 0 && prev_arrived == NHEADS - 1) {
-      cursor[prev_slot] = prev_cursor;
-      arrivals[prev_slot] = 0;
-    }
-#endif
     return;
   }
 
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
-#if FUSED
-  // Each unit's slot is loaded one unit ahead: only the dt records' load waits on the prologue.
-  int slot_next = blockIdx.x < units ? slot_ids[blockIdx.x / NHEADS] : -1;
-#endif
   int i = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
     const int b = u / NHEADS, h = u - b * NHEADS;
@@ -577,14 +510,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #endif
 #if HAS_Z
     const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
-#endif
-#if FUSED
-    // The head's weights' inputs: lane j's dt record, the step's dt, A.
-    const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
-    const float a = A[h];
-    const long long slot_in = slot_next;
-    slot_next = u + gridDim.x < units ? slot_ids[(u + gridDim.x) / NHEADS] : -1;
-    const float dtj = slot_in >= 0 && lane < LREC ? dt_records[slot_in * sdtr_slot + h * sdtr_head + lane] : 0.0f;
 #endif
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
@@ -636,55 +561,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[q] = part[0][q] + part[1][q];
 #endif
-#if FUSED
-      // B_j . C of records j = warp, warp + CONSUMERS, ... (lanes over d_state), shared by the
-      // consumer warps; then each warp the head's weights (the coefficient launch's arithmetic)
-      // into its own coefficient block.
-      const int w = ((const int*)(gstage + OFF_META))[1];
-      const u32 b_pitch = w == LREC - 1 ? B_PITCH : DSTATE * 2;  // as the producer copied them
-      {
-        float* bc_s = (float*)(gstage + OFF_COEF + CONSUMERS * COEF_BYTES);
-        for (int j = warp; j <= w; j += CONSUMERS) {
-          const u16* bj = (const u16*)(gstage + OFF_B + j * b_pitch);
-          float p = 0.0f;
-#pragma unroll
-          for (int k = lane * 2; k < DSTATE; k += 64) {
-            const u32 bv = *(const u32*)(bj + k), cv = *(const u32*)(cs + k);
-            p += bf16_to_f32((u16)(bv & 0xffffu)) * bf16_to_f32((u16)(cv & 0xffffu)) +
-                 bf16_to_f32((u16)(bv >> 16)) * bf16_to_f32((u16)(cv >> 16));
-          }
-          p = warp_sum(p);
-          if (lane == 0) bc_s[j] = p;
-        }
-        asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 32) : "memory");
-        const float bc = lane <= w ? bc_s[lane] : 0.0f;
-        float total;
-        const float sw = record_weight(dtj, dth, a, w, lane, total);
-        float* blk = (float*)(gstage + OFF_COEF + warp * COEF_BYTES);
-        if (lane < LP) {
-          blk[lane] = sw * bc;
-          blk[LP + lane] = sw;
-        }
-        if (lane == 0) blk[2 * LP] = __expf(a * (total + dth));
-        __syncwarp();
-        // The step's record at w: x (each warp its rows), dt (warp 0), B (the group's first head).
-        if (lane < 16) x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + row] = xs[w * ROWS + row];
-        if (warp == 0) {
-          if (lane == 0) dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
-          if (h % HPG == 0) {
-            const u16* bw = (const u16*)(gstage + OFF_B + w * b_pitch);
-            for (int k = lane; k < DSTATE; k += 32) B_records[slot * sBr_slot + (h / HPG) * sBr_group + w * sBr_pos + k] = bw[k];
-          }
-        }
-      }
-      const float* cf = (const float*)(gstage + OFF_COEF + warp * COEF_BYTES);
-#else
       const float* cf = (const float*)(gstage + OFF_COEF);
       const int w = ((const int*)cf)[2 * LP + 1];  // exact; the producer's read may be one step ahead
       // The row's cursor advances here, once (head 0): the coefficient grid that read it has
       // completed (its block is in this stage).
       if (h == 0 && warp == 0 && lane == 0) cursor[slot] = w == LREC - 1 ? 0 : w + 1;
-#endif
       const float decay = cf[2 * LP];
       // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j, in two
       // independent sums, a fixed trip count (predicated by w) so that the shared-memory reads
