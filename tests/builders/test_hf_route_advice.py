@@ -6,6 +6,7 @@ devices only, is made to apply here except in the CPU test)."""
 import warnings
 
 import pytest
+import torch
 
 from trtllm_replayssm.measured_speeds import MEASUREMENTS, STEP
 from trtllm_replayssm.route_advice import SlowRouteWarning
@@ -16,12 +17,12 @@ from trtllm_replayssm_builders.hf.random_models import build_random_model
 from test_hf_hooks import _generate, _prompts
 
 BATCH = 10  # nearest measured batch: 16 (every Mamba-2 cell faster than the conventional step)
-SLOW_BATCH = 2  # nearest measured batch: 1 (every Mamba-2 cell slower)
+SLOW_BATCH = 2  # nearest measured batch: 1 (a bf16 checkpoint's replay step is slower there)
 
 
-def _measured(L, batch):
-    """The Mamba-2 Super fp32-checkpoint step ratio at (L, batch), as the advice cites it."""
-    (m,) = [m for m in MEASUREMENTS if m.family == "mamba2" and m.route == STEP and m.state_dtype == "fp32"
+def _measured(L, batch, dtype="fp32"):
+    """The Mamba-2 Super step ratio at (L, batch) for a ``dtype`` checkpoint, as the advice cites it."""
+    (m,) = [m for m in MEASUREMENTS if m.family == "mamba2" and m.route == STEP and m.state_dtype == dtype
             and m.L == L and m.batch == batch]  # fmt: skip
     return m.ratio
 
@@ -31,10 +32,10 @@ def advice_on_cpu(monkeypatch):
     monkeypatch.setattr(hook_module, "advice_applies", lambda device: True)
 
 
-def _advice_warnings(L, route="replay_step", batch=BATCH):
+def _advice_warnings(L, route="replay_step", batch=BATCH, state_dtype=None):
     model = build_random_model("mamba2")
     ids, mask = _prompts(lengths=(7,) * batch)
-    hook = enable_replayssm(model, buffer_len=L, route=route)
+    hook = enable_replayssm(model, buffer_len=L, route=route, state_dtype=state_dtype)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _generate(model, ids, mask, 3)
@@ -45,12 +46,12 @@ def _advice_warnings(L, route="replay_step", batch=BATCH):
 
 
 def test_slow_cell_warns_once_with_the_figure(advice_on_cpu):
-    # Mamba-2, fp32 checkpoint, L 16, batch 1: slower than the conventional step.
-    assert _measured(16, 1) < 1.0
-    (message,) = _advice_warnings(16, batch=SLOW_BATCH)
+    # Mamba-2, bf16 checkpoint, L 16, batch 1: slower than the conventional step.
+    assert _measured(16, 1, "bf16") < 1.0
+    (message,) = _advice_warnings(16, batch=SLOW_BATCH, state_dtype=torch.bfloat16)
     assert message.startswith("enable_replayssm on Mamba2ForCausalLM: ReplaySSM runs in a setting measured slower")
-    assert "mamba2 replay step L 16, fp32 checkpoint, batch 2: nearest measured batch 1" in message
-    assert f"{_measured(16, 1):.2f}x the conventional step" in message and "recommended: conventional" in message
+    assert "mamba2 replay step L 16, bf16 checkpoint, batch 2: nearest measured batch 1" in message
+    assert f"{_measured(16, 1, 'bf16'):.2f}x the conventional step" in message and "recommended: conventional" in message
     assert "docs/benchmarks.md" in message
 
 
@@ -66,4 +67,4 @@ def test_conventional_route_is_not_advised(advice_on_cpu):
 
 def test_no_advice_for_a_cpu_run():
     # the slow cell of the first test, on the CPU: the H200 figures do not speak for it
-    assert _advice_warnings(16, batch=SLOW_BATCH) == []
+    assert _advice_warnings(16, batch=SLOW_BATCH, state_dtype=torch.bfloat16) == []

@@ -39,13 +39,13 @@ def _manager_warnings(max_batch_size, state_dtype):
 
 
 def test_slow_setting_warns_once_with_the_figure(hooks):
-    # Mamba-2, fp32 checkpoint, L 16, batch 1: slower (the stand-in's layer was not measured).
-    (ratio,) = [m.ratio for m in MEASUREMENTS if m.family == "mamba2" and m.route == STEP and m.state_dtype == "fp32"
+    # Mamba-2, bf16 checkpoint, L 16, batch 1: slower (the stand-in's layer was not measured).
+    (ratio,) = [m.ratio for m in MEASUREMENTS if m.family == "mamba2" and m.route == STEP and m.state_dtype == "bf16"
                 and m.L == 16 and m.batch == 1]  # fmt: skip
     assert ratio < 1.0
-    (message,) = _manager_warnings(2, torch.float32)
+    (message,) = _manager_warnings(2, torch.bfloat16)
     assert message.startswith("ReplaySSM (MambaHybridCacheManagerV2, max_batch_size 2): ReplaySSM runs in a setting")
-    assert "mamba2 replay step L 16, fp32 checkpoint, batch 2: nearest measured batch 1" in message
+    assert "mamba2 replay step L 16, bf16 checkpoint, batch 2: nearest measured batch 1" in message
     assert f"{ratio:.2f}x the conventional step" in message and "recommended: conventional" in message
 
 
