@@ -229,6 +229,40 @@ __device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo
   lo = r - mid;
 }
 
+// ------------------------------------------------------------------ the output of a row
+
+// A row's skip and gate inputs, requested early: D (per head or per dim; 0 without D) and z
+// (0 without z) of (batch row b, head h, dim row).
+struct RowInputs {
+  float d_skip, zv;
+};
+__device__ __forceinline__ RowInputs row_inputs(const void* D, long long sD_head, const u16* z, long long sz_batch,
+                                                long long sz_head, int b, int h, int row) {
+  RowInputs r = {0.0f, 0.0f};
+#if HAS_D
+#if D_PER_DIM
+  r.d_skip = load_f32<D_CODE>(D, h * sD_head + row);
+#else
+  r.d_skip = load_f32<D_CODE>(D, h * sD_head);
+#endif
+#endif
+#if HAS_Z
+  r.zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
+#endif
+  return r;
+}
+
+// y + D x, gated by silu(z), for the inputs the kernel was compiled with.
+__device__ __forceinline__ float row_output(float y, RowInputs r, float x_now) {
+#if HAS_D
+  y += r.d_skip * x_now;
+#endif
+#if HAS_Z
+  y *= r.zv / (1.0f + expf(-r.zv));
+#endif
+  return y;
+}
+
 // ------------------------------------------------------------------ per-head weights
 
 // The step's processed dt of head h, row b: softplus(dt + dt_bias) (identity above 20).
@@ -501,16 +535,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     const int b = u / NHEADS, h = u - b * NHEADS;
     const int row = r0 + (lane & 15);
     // Inputs that do not depend on the stage, requested before the wait.
-#if HAS_D
-#if D_PER_DIM
-    const float d_skip = load_f32<D_CODE>(D, h * sD_head + row);
-#else
-    const float d_skip = load_f32<D_CODE>(D, h * sD_head);
-#endif
-#endif
-#if HAS_Z
-    const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
-#endif
+    const RowInputs ri = row_inputs(D, sD_head, z, sz_batch, sz_head, b, h, row);
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
@@ -599,12 +624,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #else
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
 #endif
-#if HAS_D
-        y += d_skip * x_now;
-#endif
-#if HAS_Z
-        y *= zv / (1.0f + expf(-zv));
-#endif
+        y = row_output(y, ri, x_now);
         out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
       }
       if (w == LREC - 1) {
@@ -735,16 +755,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
   const float a = A[h];
   const u16 x_raw = x[b * sx_batch + h * sx_head + row];
   const float x_now = bf16_to_f32(x_raw);
-#if HAS_D
-#if D_PER_DIM
-  const float d_skip = load_f32<D_CODE>(D, h * sD_head + row);
-#else
-  const float d_skip = load_f32<D_CODE>(D, h * sD_head);
-#endif
-#endif
-#if HAS_Z
-  const float zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
-#endif
+  const RowInputs ri = row_inputs(D, sD_head, z, sz_batch, sz_head, b, h, row);
   uint4 bnow[SM_BPT];  // the step's B, chunks p + 8 k (team threads)
 #pragma unroll
   for (int k = 0; k < SM_BPT; ++k) bnow[k] = *(const uint4*)(Bnow + (p + 8 * k) * 8);
@@ -837,13 +848,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     y += __shfl_xor_sync(0xffffffffu, y, o);
     rec += __shfl_xor_sync(0xffffffffu, rec, o);
   }
-  y = decay * y + rec;
-#if HAS_D
-  y += d_skip * x_now;
-#endif
-#if HAS_Z
-  y *= zv / (1.0f + expf(-zv));
-#endif
+  y = row_output(decay * y + rec, ri, x_now);
   if (p == 0) {
     out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
     x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + row] = x_raw;
