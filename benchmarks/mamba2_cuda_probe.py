@@ -9,7 +9,8 @@ benchmarks/mamba2_decode.py times them.
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
 A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
-coefficient launch's warps per CTA) or ``small`` (the one-launch kernel without a ring).
+coefficient launch's warps per CTA) or ``small[,32|,64][,early]`` (the one-launch kernel
+without a ring; 32 or 64 rows a CTA instead of 16, the early arrival: unrun options of session 18).
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_ste
 
 def parse_config(text: str) -> CudaStepConfig:
     parts = text.split(",")
-    if parts == ["small"]:
-        return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True)
+    if parts[0] == "small" and all(q in ("32", "64", "early") for q in parts[1:]):
+        rows = next((int(q) for q in parts[1:] if q != "early"), 16)
+        return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_arrival="early" in parts)
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small")
+        raise argparse.ArgumentTypeError(
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small[,32|,64][,early]"
+        )
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
 

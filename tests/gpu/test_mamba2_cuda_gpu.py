@@ -51,13 +51,21 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "small"]
+FORMS = ["c4", "c16", "small", "small-early", "small-wide"]
 
 
-def form_config(table, form: str):
-    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, or the
-    small one-launch kernel."""
-    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, small=form == "small")
+def form_config(table, form: str, head_dim: int = 64):
+    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the small
+    one-launch kernel, or with its unrun options (session 18): the early arrival, or the most rows
+    a CTA (64, 32 or 16) that tile ``head_dim``."""
+    wide = next(r for r in (64, 32, 16) if head_dim % r == 0) if form == "small-wide" else 16
+    return dataclasses.replace(
+        table,
+        coef_warps=16 if form == "c16" else 4,
+        small=form.startswith("small"),
+        small_rows=wide,
+        early_arrival=form == "small-early",
+    )
 
 
 @needs_sm90
@@ -79,7 +87,7 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     es = STATES[state].itemsize
     if step_shared_bytes(g.head_dim, g.d_state, L, 2, es) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
-    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form)
+    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form, g.head_dim)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -162,7 +170,7 @@ def test_cuda_step_graph_equals_eager(L, form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "small"])
+@pytest.mark.parametrize("form", ["c4", "small", "small-early", "small-wide"])
 def test_cuda_steps_in_one_graph_equal_eager(state, form):
     """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
     follows the previous step kernel inside the graph through a programmatic edge)

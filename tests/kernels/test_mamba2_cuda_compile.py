@@ -236,3 +236,23 @@ def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
     assert wait < body.index("ld.global")
     step = _entry(ptx, "mamba2_replay_step")
     assert step.index("griddepcontrol.launch_dependents") < step.index("ld.global")
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("rows,early", [(16, True), (64, False), (64, True)], ids=["16-early", "64", "64-early"])
+def test_small_kernel_options_compile(rows, early, state_bytes):
+    """The small kernel's unrun options (session 18: rows a CTA, the early arrival) compile at the
+    Super geometry with the shared memory they add (the step's B and the cursor for the early
+    arrival); the kernel without them keeps its own."""
+    nheads, ngroups, head_dim, d_state, L = SHAPES[0]
+    cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_arrival=early)
+    body = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_small")
+    assert f".maxntid {8 * rows}, 1, 1" in body
+    assert ("E6bnow_s" in body) == early and ("E3w_s" in body) == early  # mangled shared names
+
+
+@pytest.mark.parametrize("rows,head_dim", [(8, 64), (48, 96), (128, 128), (32, 80)])
+def test_small_rows_that_do_not_tile_the_head_are_refused(rows, head_dim):
+    cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows)
+    with pytest.raises(ValueError, match=rf"small_rows {rows}; expected 16, 32 or 64 dividing head_dim {head_dim}"):
+        mc.step_defines(8, 1, head_dim, 128, 16, cfg, FLAGS)

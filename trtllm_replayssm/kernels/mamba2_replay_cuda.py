@@ -66,17 +66,23 @@ class CudaStepConfig:
     read), so that its CTAs are scheduled while the previous step kernel drains (kernel notes,
     session 18). ``small``: one launch of ``mamba2_replay_small`` instead (no ring: a CTA per 16
     rows of a head and batch row; the other fields unused), the fastest form at small batches
-    (:data:`SMALL_MAX_BATCH`)."""
+    (:data:`SMALL_MAX_BATCH`). Two options of the small kernel, written in session 18 and not yet
+    run (kernel notes): ``small_rows`` rows a CTA (16, measured; 32 or 64 where they divide
+    head_dim) and ``early_arrival`` (the cursor read by one thread, which counts the CTA at
+    once)."""
 
     stages: int
     min_ctas: int
     pdl: bool
     coef_warps: int = 16
     small: bool = False
+    small_rows: int = 16
+    early_arrival: bool = False
 
     def label(self) -> str:
         if self.small:
-            return "cuda,small"
+            rows = "" if self.small_rows == 16 else f",{self.small_rows}"
+            return f"cuda,small{rows}{',early' if self.early_arrival else ''}"
         return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
 
 
@@ -187,9 +193,19 @@ def step_defines(
     nheads: int, ngroups: int, head_dim: int, d_state: int, L: int, cfg: CudaStepConfig, flags: dict, state_bytes: int = 2
 ) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants for a shape, config, checkpoint element size and the
-    optional-input flags."""
+    optional-input flags.
+
+    Raises:
+        ValueError: ``cfg.small_rows`` is not 16, 32 or 64 dividing head_dim (checked before any
+            launch).
+    """
+    if cfg.small_rows not in (16, 32, 64) or head_dim % cfg.small_rows:
+        raise ValueError(
+            f"mamba2_replay_step (CUDA): small_rows {cfg.small_rows}; expected 16, 32 or 64 dividing head_dim {head_dim}"
+        )
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps)
+                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
+                SM_ROWS=cfg.small_rows, SM_EARLY_ARRIVAL=int(cfg.early_arrival))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -358,7 +374,7 @@ def launch_mamba2_replay_step_cuda(
         args = small_args(
             checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
         )
-        small.launch((nheads * head_dim // 16, batch), 128, 0, stream, args, pdl=True)
+        small.launch((nheads * head_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)

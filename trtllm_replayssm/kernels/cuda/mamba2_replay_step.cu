@@ -716,13 +716,22 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 // group's first head's first CTA); a flush (w == L-1) folds S = decay S0 + sum_{j<=w} s_j x_j
 // B_jᵀ in fp32 FMAs from the registers and stores the rounded chunks. Each CTA counts itself
 // once in arrivals[slot] after its threads have used their cursor reads; the row's last
-// advances the cursor (0 after a flush, else w + 1) and zeroes the count. Launched programmatically: waits for the previous
-// kernel before any read, and lets the next grid be scheduled at once.
-#define SM_THREADS 128                         // 16 rows x 8 threads
+// advances the cursor (0 after a flush, else w + 1) and zeroes the count. Launched
+// programmatically: waits for the previous kernel before any read, and lets the next grid be
+// scheduled at once.
+// Two options, written in session 18 after the device time ran out and not yet run (off: the
+// measured kernel, SASS unchanged): SM_ROWS 32 or 64 rows a CTA (B_j . C, the weights and the
+// arrival once per SM_ROWS rows; only the first 128 threads form B_j . C), and
+// SM_EARLY_ARRIVAL, the cursor read by thread 0 alone, which counts the CTA as soon as the read
+// returns (the arrival's round trip overlaps the other loads instead of following the barrier)
+// and passes w on through shared memory; B_j . C and the step's B are then kept apart until w is
+// known after the barrier.
+#define SM_THREADS (SM_ROWS * 8)               // rows x 8 threads
+#define SM_XCH (SM_ROWS / 8)                   // 16-byte x-record chunks per record of the CTA's rows
 #define SM_CPT (DSTATE * ES / 128)             // 16-byte checkpoint chunks per thread (1-8)
 #define SM_EPC (16 / ES)                       // checkpoint elements per chunk (8 bf16, 4 fp32)
 #define SM_BPT (DSTATE / 64)                   // 16-byte B chunks (8 bf16) per team thread (1-4)
-#define SM_CTAS_PER_HEAD (ROWS / 16)
+#define SM_CTAS_PER_HEAD (ROWS / SM_ROWS)
 
 extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
@@ -739,14 +748,19 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids) {
-  __shared__ __align__(16) u16 xs[LP][16];          // x records of the CTA's rows (record w: the step's x)
+  __shared__ __align__(16) u16 xs[LP][SM_ROWS];     // x records of the CTA's rows (record w: the step's x)
   __shared__ __align__(16) u16 bs[LP][DSTATE];      // B records, for a flush only (record w: the step's B)
   __shared__ float bc_s[LP];                        // B_j . C (the step's B at w, zero after)
+#if SM_EARLY_ARRIVAL
+  __shared__ __align__(16) u16 bnow_s[DSTATE];      // the step's B (a flush reads it as record w)
+  __shared__ float bcn_s[LP];                       // B . C of the step's B, by team
+  __shared__ int w_s;                               // the cursor, read by thread 0
+#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   const int t = threadIdx.x, lane = t & 31, p = t & 7, rl = t >> 3;
   const int h = blockIdx.x / SM_CTAS_PER_HEAD, rb = blockIdx.x - h * SM_CTAS_PER_HEAD, b = blockIdx.y;
-  const int g = h / HPG, row = rb * 16 + rl;
+  const int g = h / HPG, row = rb * SM_ROWS + rl;
   const long long slot = slot_ids[b];
   // The step's inputs need no slot: requested with it.
   const u16* Crow = C + b * sC_batch + g * sC_group;
@@ -761,12 +775,21 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
   for (int k = 0; k < SM_BPT; ++k) bnow[k] = *(const uint4*)(Bnow + (p + 8 * k) * 8);
   if (slot < 0) return;
   // One round of loads after the slot.
+#if SM_EARLY_ARRIVAL
+  int arrived = 0;
+  if (t == 0) {
+    const int w0 = cursor[slot];
+    w_s = w0;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  }
+#else
   const int w = cursor[slot];
+#endif
   uint4 ck[SM_CPT];  // checkpoint chunks p + 8 k of the row
   const unsigned char* ckrow = ckpt + ((slot * sck_slot + h * sck_head + row * sck_row) * ES);
 #pragma unroll
   for (int k = 0; k < SM_CPT; ++k) ck[k] = *(const uint4*)(ckrow + (p + 8 * k) * 16);
-  const int team = t >> 3;  // 16 teams: records team, team + 16
+  const int team = t >> 3;  // 16 teams (threads 0-127; the others load, never use): records team, team + 16
   uint4 brec[LP / 16][SM_BPT];
   const u16* Brec = B_records + slot * sBr_slot + g * sBr_group;
 #pragma unroll
@@ -776,15 +799,23 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     for (int k = 0; k < SM_BPT; ++k)
       brec[m][k] = j < LREC ? *(const uint4*)(Brec + j * sBr_pos + (p + 8 * k) * 8) : make_uint4(0, 0, 0, 0);
   }
-  // x records: chunk t = (record t / 2, rows 8 (t % 2) ..) of the CTA's 16 rows.
+  // x records: chunk t = (record t / SM_XCH, rows 8 (t % SM_XCH) ..) of the CTA's rows.
   uint4 xr = make_uint4(0, 0, 0, 0);
+#if SM_ROWS == 16
   if (t < 2 * LREC) xr = *(const uint4*)(x_records + slot * sxr_slot + h * sxr_head + (long long)(t >> 1) * ROWS + rb * 16 + 8 * (t & 1));
+#else
+  if (t < SM_XCH * LREC)
+    xr = *(const uint4*)(x_records + slot * sxr_slot + h * sxr_head + (long long)(t / SM_XCH) * ROWS + rb * SM_ROWS + 8 * (t % SM_XCH));
+#endif
   const float dtj = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
   // C for the thread's B chunks (bf16) and for its checkpoint chunks.
   uint4 cb[SM_BPT];
 #pragma unroll
   for (int k = 0; k < SM_BPT; ++k) cb[k] = *(const uint4*)(Crow + (p + 8 * k) * 8);
   // B_j . C of the team's records (the step's B at j == w, zero after w), summed over the team.
+#if SM_ROWS > 16
+  if (t < 128) {
+#endif
 #pragma unroll
   for (int m = 0; m < LP / 16; ++m) {
     const int j = team + 16 * m;
@@ -796,6 +827,24 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
       pn += dot_bf16x2(bnow[k].x, cb[k].x) + dot_bf16x2(bnow[k].y, cb[k].y) + dot_bf16x2(bnow[k].z, cb[k].z) +
             dot_bf16x2(bnow[k].w, cb[k].w);
     }
+#if SM_EARLY_ARRIVAL
+    // w is not known here: both products and every record's B kept, selected after the barrier.
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      pr += __shfl_xor_sync(0xffffffffu, pr, o);
+      pn += __shfl_xor_sync(0xffffffffu, pn, o);
+    }
+    if (p == 0) {
+      bc_s[j] = pr;
+      bcn_s[j] = pn;
+    }
+#pragma unroll
+    for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bs[j][(p + 8 * k) * 8]) = brec[m][k];
+    if (team == 0) {
+#pragma unroll
+      for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bnow_s[(p + 8 * k) * 8]) = bnow[k];
+    }
+#else
     float v = j < w ? pr : (j == w ? pn : 0.0f);
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     v += __shfl_xor_sync(0xffffffffu, v, 2);
@@ -805,15 +854,28 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
 #pragma unroll
       for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bs[j][(p + 8 * k) * 8]) = j == w ? bnow[k] : brec[m][k];
     }
+#endif
   }
+#if SM_ROWS > 16
+  }
+#endif
+#if SM_ROWS == 16
   if (t < 2 * LREC) *(uint4*)(&xs[t >> 1][8 * (t & 1)]) = xr;
+#else
+  if (t < SM_XCH * LREC) *(uint4*)(&xs[t / SM_XCH][8 * (t % SM_XCH)]) = xr;
+#endif
   __syncthreads();
-  // Every thread of the CTA has used its cursor read (the selects above): count the CTA once;
-  // the row's last CTA advances the cursor at the end.
+#if SM_EARLY_ARRIVAL
+  const int w = w_s;
+  const float bc = lane < w ? bc_s[lane] : (lane == w ? bcn_s[lane] : 0.0f);
+#else
+  // Every thread's cursor read is performed once the barrier completes: count the CTA once; the
+  // row's last CTA advances the cursor at the end.
   int arrived = 0;
   if (t == 0) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
-  // Each warp: the head's weights (lane j: record j), coefficients and decay.
   const float bc = lane < LP ? bc_s[lane] : 0.0f;
+#endif
+  // Each warp: the head's weights (lane j: record j), coefficients and decay.
   float total;
   const float sw = record_weight(dtj, dth, a, w, lane, total);
   const float cf = sw * bc;
@@ -881,17 +943,22 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
 #pragma unroll 4
     for (int j = 0; j < LREC; ++j) {
       const float vj = __shfl_sync(0xffffffffu, sw, j) * (j == w ? x_now : bf16_to_f32(xs[j][rl]));
+#if SM_EARLY_ARRIVAL
+      const u16* bsj = j == w ? bnow_s : bs[j];
+#else
+      const u16* bsj = bs[j];
+#endif
 #pragma unroll
       for (int k = 0; k < SM_CPT; ++k) {
         const int col = (p + 8 * k) * SM_EPC;
 #if CKPT_F32
-        const uint2 bj = *(const uint2*)(&bs[j][col]);
+        const uint2 bj = *(const uint2*)(&bsj[col]);
         s[k][0] += vj * __uint_as_float(bj.x << 16);
         s[k][1] += vj * __uint_as_float(bj.x & 0xffff0000u);
         s[k][2] += vj * __uint_as_float(bj.y << 16);
         s[k][3] += vj * __uint_as_float(bj.y & 0xffff0000u);
 #else
-        const uint4 bj = *(const uint4*)(&bs[j][col]);
+        const uint4 bj = *(const uint4*)(&bsj[col]);
         const u32 wd[4] = {bj.x, bj.y, bj.z, bj.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
