@@ -1,6 +1,6 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
 for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (measured faster
-than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-16).
+than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-18).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
 and a persistent step kernel (TMA tensor-map copies of the checkpoint, S0 . C, tensor-core
