@@ -109,15 +109,24 @@ _MAMBA2_DECODE = Source(
     "2026-12-02 (session 18), from batch 16 (batch 1 there timed the fused form, since removed)",
     _RESULTS + "2026-12-02-h200-mamba2_decode_peers_s18.json",
 )
-_MAMBA2_SMALL = Source(
+_MAMBA2_SMALL_F32 = Source(
     "2026-12-02",
     _H200,
-    "python benchmarks/mamba2_cuda_probe.py --state f32 --batch 1 2 4 8 --configs small 2,2,pdl,c16"
-    " (and --state bf16 --batch 1 2 4 --configs small 2,3,fused 2,3,pdl,c16)",
+    "python benchmarks/mamba2_cuda_probe.py --state f32 --batch 1 2 4 8 --configs small 2,2,pdl,c16",
     _DOC,
     "Mamba-2 decode",
     "2026-12-02 (session 18), batch 1: the small one-launch kernel (probe run)",
     _RESULTS + "2026-12-02-h200-mamba2_cuda_session18_call4_probe_f32.log",
+)
+_MAMBA2_SMALL_BF16 = Source(
+    "2026-12-02",
+    _H200,
+    "python benchmarks/mamba2_cuda_probe.py --state bf16 --batch 1 2 4 --configs small 2,3,fused 2,3,pdl,c16"
+    " (the fused config was removed after this run)",
+    _DOC,
+    "Mamba-2 decode",
+    "2026-12-02 (session 18), batch 1: the small one-launch kernel (probe run)",
+    _RESULTS + "2026-12-02-h200-mamba2_cuda_session18_call3_probe_bf16.log",
 )
 _MAMBA2_DECODE_L = Source(
     "2026-12-02",
@@ -177,8 +186,8 @@ _DELTA_VERIFY_DEPTH3 = Source(
 _STEP_BATCHES = (1, 16, 64, 256, 512)
 # (family, layer, checkpoint dtype, L, batch, source) -> ratio: cells timed apart from the tables.
 _STEP_CELLS: Dict[tuple, float] = {
-    (MAMBA2, SUPER, "fp32", 16, 1, _MAMBA2_SMALL): 1.00,
-    (MAMBA2, SUPER, "bf16", 16, 1, _MAMBA2_SMALL): 0.80,
+    (MAMBA2, SUPER, "fp32", 16, 1, _MAMBA2_SMALL_F32): 1.00,
+    (MAMBA2, SUPER, "bf16", 16, 1, _MAMBA2_SMALL_BF16): 0.80,
 }
 _VERIFY_BATCHES = (16, 64, 256, 512)
 

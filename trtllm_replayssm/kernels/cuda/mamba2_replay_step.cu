@@ -705,15 +705,15 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 
 // mamba2_replay_small: the whole step in one launch without a pipeline, for batches too small to
 // fill the persistent kernel's ring (kernel notes, session 18). One CTA of SM_THREADS threads
-// per (16 rows of a head, batch row); grid (NHEADS * ROWS / 16, batch). A row is 8 threads
+// per (SM_ROWS rows of a head, batch row); grid (NHEADS * ROWS / SM_ROWS, batch). A row is 8 threads
 // (part p = thread % 8), each holding 16-byte checkpoint chunks p, p + 8, ... of the row in
 // registers. The memory chain is one round trip after the slot: the cursor, the chunks, all L
 // x records of the CTA's rows and B records of the group, the dt records (records past the
 // cursor are loaded and discarded by selects, never multiplied: they may hold anything). Then
-// B_j . C by 16 teams of 8 threads (team k: records k, k + 16), each warp the head's weights
+// B_j . C by 16 teams of 8 threads (the first 128; team k: records k, k + 16), each warp the head's weights
 // (lane j: record j), and per row decay (S0 . C) + sum_j coef_j x_j + D x, gated by silu(z).
 // Appends the step's record at w (x: each CTA its rows; dt: the head's first CTA; B: the
-// group's first head's first CTA); a flush (w == L-1) folds S = decay S0 + sum_{j<=w} s_j x_j
+// group's first head's first CTA, 8 threads); a flush (w == L-1) folds S = decay S0 + sum_{j<=w} s_j x_j
 // B_jᵀ in fp32 FMAs from the registers and stores the rounded chunks. Each CTA counts itself
 // once in arrivals[slot] after its threads have used their cursor reads; the row's last
 // advances the cursor (0 after a flush, else w + 1) and zeroes the count. Launched
@@ -749,7 +749,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids) {
   __shared__ __align__(16) u16 xs[LP][SM_ROWS];     // x records of the CTA's rows (record w: the step's x)
-  __shared__ __align__(16) u16 bs[LP][DSTATE];      // B records, for a flush only (record w: the step's B)
+  __shared__ __align__(16) u16 bs[LP][DSTATE];      // B records for a flush (record w: the step's B; early arrival: every step, w in bnow_s)
   __shared__ float bc_s[LP];                        // B_j . C (the step's B at w, zero after)
 #if SM_EARLY_ARRIVAL
   __shared__ __align__(16) u16 bnow_s[DSTATE];      // the step's B (a flush reads it as record w)
