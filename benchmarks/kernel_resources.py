@@ -145,30 +145,36 @@ def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
 
 def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
     """[KernelResources] of the CUDA Mamba-2 step's kernels (kernels/cuda/mamba2_replay_step.cu: the
-    step, the coefficient launch and the small one-launch kernel) at the launch table's
-    configuration at batch 256 for the Mamba-2 geometry, a bf16 (``state_bytes`` 2) or
-    fp32 (4) checkpoint, compiled by NVRTC for sm_90 and read with Triton's bundled cuobjdump
-    (``shared``: the step kernel's dynamic shared memory, the others' static;
-    ``spill_stores`` / ``spill_loads``: both the kernel's local memory bytes)."""
+    step and the coefficient launch at the launch table's configuration at batch 256, the small
+    one-launch kernel at its batch-1 and batch-2 configurations) for the Mamba-2 geometry, a bf16
+    (``state_bytes`` 2) or fp32 (4) checkpoint, compiled by NVRTC for sm_90 and read with
+    Triton's bundled cuobjdump (``shared``: the step kernel's dynamic shared memory, the others'
+    static; ``spill_stores`` / ``spill_loads``: both the kernel's local memory and stack bytes,
+    where ptxas puts spills)."""
     H, P, N, G = GEOMETRIES[MAMBA2]
-    cfg = cuda_step_config(P, N, L, 256, state_bytes)
     flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
-    cubin = compile_program(SOURCE, "sm_90", step_defines(H, G, P, N, L, cfg, flags, state_bytes))
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "step.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        report = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True).stdout
     out = []
-    for name, regs, static, local in re.findall(r"Function (\w+):\s+REG:(\d+) STACK:\d+ SHARED:(\d+) LOCAL:(\d+)", report):
-        step = name == "mamba2_replay_step"
-        shared = step_shared_bytes(P, N, L, cfg.stages, state_bytes) if step else int(static)
-        # cuobjdump reports local memory, not stores and loads apart: both columns show it
-        label = "cuda,small" if name == "mamba2_replay_small" else cfg.label()
-        out.append(KernelResources(f"{name}({label})", int(regs), int(local), int(local), shared))
-    if len(out) != 3:
-        raise RuntimeError(f"kernel_resources: unexpected cuobjdump report:\n{report}")
+    for batch, entries in ((256, ("mamba2_replay_step", "mamba2_replay_coefficients")), (1, ("mamba2_replay_small",)),
+                           (2, ("mamba2_replay_small",))):  # fmt: skip
+        cfg = cuda_step_config(P, N, L, batch, state_bytes)
+        cubin = compile_program(SOURCE, "sm_90", step_defines(H, G, P, N, L, cfg, flags, state_bytes))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "step.cubin")
+            with open(path, "wb") as f:
+                f.write(cubin)
+            report = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True).stdout
+        found = re.findall(r"Function (\w+):\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", report)
+        for name, regs, stack, static, local in found:
+            if name not in entries:
+                continue
+            step = name == "mamba2_replay_step"
+            shared = step_shared_bytes(P, N, L, cfg.stages, state_bytes) if step else int(static)
+            # cuobjdump reports local memory and stack, not stores and loads apart: both columns show them
+            spill = int(stack) + int(local)
+            out.append(KernelResources(f"{name}({cfg.label()})", int(regs), spill, spill, shared))
+        if len(found) != 3:
+            raise RuntimeError(f"kernel_resources: unexpected cuobjdump report:\n{report}")
     return out
 
 

@@ -9,13 +9,20 @@ benchmarks/mamba2_decode.py times them.
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
 A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
-coefficient launch's warps per CTA) or ``small[,32|,64][,early]`` (the one-launch kernel
-without a ring; 32 or 64 rows a CTA instead of 16, the early arrival: unrun options of session 18).
+coefficient launch's warps per CTA) or ``small[,ROWS][,mN][,early]`` (the one-launch kernel
+without a ring, 16 rows a CTA unless given, registers capped for N resident CTAs a multiprocessor,
+the arithmetic before the barrier).
+
+``--baseline CU`` times every configuration with another copy of the kernel source too (e.g. a
+revision exported by scripts/export_variant.sh: ``variants/main/trtllm_replayssm/kernels/cuda/
+mamba2_replay_step.cu``; same kernel parameters), in the same interleaved rounds, labelled
+``@base``: a kernel change measured side by side with the kernel it replaces.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -29,20 +36,40 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel  # noqa: E402
+from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, cuda_step_config  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str) -> CudaStepConfig:
     parts = text.split(",")
-    if parts[0] == "small" and all(q in ("32", "64", "early") for q in parts[1:]):
-        rows = next((int(q) for q in parts[1:] if q != "early"), 16)
-        return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_arrival="early" in parts)
+    if parts[0] == "small":
+        rows = next((int(q) for q in parts[1:] if q.isdigit()), 16)
+        ctas = next((int(q[1:]) for q in parts[1:] if q[:1] == "m" and q[1:].isdigit()), 1)
+        if len(parts) - 1 != sum(q.isdigit() or q == "early" or q[:1] == "m" for q in parts[1:]):
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected small[,ROWS][,mN][,early]")
+        return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows, early_math="early" in parts)
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
-        raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small[,32|,64][,early]"
-        )
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small[,16|,32|,64]")
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
+
+
+@contextlib.contextmanager
+def kernel_source(path, loaded: dict):
+    """Inside: the CUDA launcher loads its kernels from the source file at ``path`` (None: its
+    own); ``loaded`` maps each entry loaded to its kernel."""
+    real = mc.load_kernel
+
+    def load(name, entry, defines, device, smem):
+        loaded[entry] = real(name if path is None else os.path.abspath(path), entry, defines, device, smem)
+        return loaded[entry]
+
+    mc.load_kernel = load
+    try:
+        yield
+    finally:
+        mc.load_kernel = real
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:
@@ -78,11 +105,13 @@ def main(argv=None):
     ap.add_argument(
         "--state", default="bf16", choices=["bf16", "f32"], help="checkpoint dtype (f32: the CUDA step only with --configs)"
     )
+    ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_probe: needs a CUDA GPU")
     print(
         f"# mamba2_cuda_probe | {torch.cuda.get_device_name()} | geometry {args.geometry} | {args.state} checkpoint, bf16 act"
+        f" | NVRTC {nvrtc_version()}"
     )
     print(f"{'L':>3} {'batch':>6} {'route':>22} {'us/step':>9} {'speedup':>8} {'check':>9}")
     for L in args.L:
@@ -91,16 +120,21 @@ def main(argv=None):
             kernel = replay_step_kernel(case.cache.checkpoint, case.cache.x_records, case.cache.B_records, case.x)
             if kernel == "cuda":
                 kernel += " " + cuda_step_config(args.geometry[1], args.geometry[2], L, batch, case.state.itemsize).label()
-            configs = {f"cuda {c.label()}": c for c in args.configs}
-            checks = {name: check_against_triton(case, c) for name, c in configs.items()}
+            sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
+            configs = {f"cuda {c.label()}{tag}": (c, src) for c in args.configs for tag, src in sources.items()}
+            checks, kernels = {}, {}
+            for name, (c, src) in configs.items():
+                with kernel_source(src, kernels.setdefault(name, {})):
+                    checks[name] = check_against_triton(case, c)
             routes = {
                 r: Route([partial(case.step, r, s) for s in case.slot_sets])
                 for r in ("decode_step", "replay_triton", "replay_step")
             }
-            for name, c in configs.items():
-                routes[name] = Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets])
             graphs = {name: capture(r) for name, r in routes.items()}
-            times = time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs})
+            for name, (c, src) in configs.items():
+                with kernel_source(src, {}):
+                    graphs[name] = capture(Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets]))
+            times = time_interleaved(graphs, {n: len(case.slot_sets) for n in graphs})
             conv = times["decode_step"][0]
             for name, (t, _) in times.items():
                 label = f"{name} ({kernel})" if name == "replay_step" else name
@@ -108,6 +142,18 @@ def main(argv=None):
                 print(
                     f"{L:>3} {batch:>6} {label:>22} {t * 1e6:9.2f} {conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"
                 )
+            for name, loaded in kernels.items():
+                c = configs[name][0]
+                threads = 8 * c.small_rows if c.small else mc.step_threads(args.geometry[1])
+                entry = "mamba2_replay_small" if c.small else "mamba2_replay_step"
+                regs, local = loaded[entry].resources()
+                smem = (
+                    0
+                    if c.small
+                    else mc.step_shared_bytes(args.geometry[1], args.geometry[2], L, c.stages, case.state.itemsize)
+                )
+                ctas = loaded[entry].ctas_per_sm(threads, smem)
+                print(f"#   {name}: {regs} registers, {local} local bytes, {ctas} CTAs a multiprocessor")
             del case, graphs
             torch.cuda.empty_cache()
 

@@ -4,7 +4,9 @@ A copy of ``kernels/cuda/mamba2_replay_step.cu`` with ``%globaltimer`` reads (32
 the H200) at fixed points, each CTA writing its own row of a trace buffer (one more kernel
 parameter); the step kernel's points: start, slot known, programmatic wait done, first cursor
 known, then per unit the producer's issue and the consumers' stage full and unit done, and
-the end; the coefficient launch's: start, slot, cursor, end. One eager step of a slot set that
+the end; the coefficient launch's: start, slot, cursor, end; the small kernel's (the table's
+choice at small batches): start, programmatic wait done, slot known, its loads back, barrier
+passed, output known, arrival known, end. One eager step of a slot set that
 has not been touched for a few steps (so the checkpoint comes from DRAM) is printed as
 percentiles over the CTAs, in µs from the first CTA's start. Eager: the launches do not overlap
 as in a CUDA graph (the host packs the second launch's arguments for tens of µs), so read the
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import sys
 import tempfile
@@ -38,12 +39,17 @@ STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+
 UNITS_TRACED = 16  # units per CTA with their own words
 COEF_SLOTS = 4
 COEF_OFFSET = 65536  # the coefficient CTAs' words start here
+SMALL_SLOTS = 8  # trace words per small-kernel CTA (from word 0: the step kernel does not run then)
+SMALL_POINTS = ("start", "programmatic wait", "slot", "loads back", "barrier", "output", "arrival", "end")
 
 # (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
 _PATCHES = (
     (
         "// ------------------------------------------------------------------ scalars",
         '__device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }\n'
+        "// The time once dep is known (the read waits for it).\n"
+        "__device__ __forceinline__ u64 gtime_after(unsigned dep) {\n"
+        '  u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t) : "r"(dep)); return t; }\n'
         "// ------------------------------------------------------------------ scalars",
     ),
     (
@@ -94,6 +100,43 @@ _PATCHES = (
         "      if (lane == 0) mbar_arrive(empty);\n    }\n  }\n}",
         "      if (lane == 0) mbar_arrive(empty);\n    }\n"
         f"    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[36 + i] = gtime();\n  }}\n  if (threadIdx.x == 0) tr[52] = gtime();\n}}",
+    ),
+    # The small kernel (words at the CTA's SMALL_SLOTS): 0 start, 1 programmatic wait done, 2 slot
+    # known, 3 its loads back (thread 0's), 4 barrier passed, 5 output known, 6 arrival known, 7 end.
+    (
+        "    const int* __restrict__ slot_ids) {\n  __shared__ __align__(16) u16 xs[LP][SM_ROWS];",
+        "    const int* __restrict__ slot_ids, u64* __restrict__ trace) {\n"
+        f"  u64* tr = trace + (blockIdx.y * gridDim.x + blockIdx.x) * {SMALL_SLOTS};\n"
+        "  if (threadIdx.x == 0) tr[0] = gtime();\n  __shared__ __align__(16) u16 xs[LP][SM_ROWS];",
+    ),
+    (
+        "  const int team = t >> 3;  // B_j . C teams",
+        "  if (threadIdx.x == 0) tr[1] = gtime();\n  const int team = t >> 3;  // B_j . C teams",
+    ),
+    (
+        "  const bool live = slot >= 0;\n",
+        "  const bool live = slot >= 0;\n  if (threadIdx.x == 0) tr[2] = gtime_after(slot);\n",
+    ),
+    (
+        "  // SM_EARLY_MATH: the thread's own arithmetic",
+        "  if (threadIdx.x == 0) tr[3] = gtime_after(w ^ ck[SM_CPT - 1].w ^ brec[0][0].x ^ xr.x ^ __float_as_uint(dtj));\n"
+        "  // SM_EARLY_MATH: the thread's own arithmetic",
+    ),
+    (
+        "  __syncthreads();\n  // Every thread's cursor read",
+        "  __syncthreads();\n  if (threadIdx.x == 0) tr[4] = gtime();\n  // Every thread's cursor read",
+    ),
+    (
+        "  if (!live) return;\n  if (p == 0) {",
+        "  if (threadIdx.x == 0) tr[5] = gtime_after(__float_as_uint(y));\n  if (!live) return;\n  if (p == 0) {",
+    ),
+    (
+        "  if (t == 0 && arrived == NHEADS * SM_CTAS_PER_HEAD - 1) {",
+        "  if (threadIdx.x == 0) tr[6] = gtime_after(arrived);\n  if (t == 0 && arrived == NHEADS * SM_CTAS_PER_HEAD - 1) {",
+    ),
+    (
+        "    arrivals[slot] = 0;\n  }\n}",
+        "    arrivals[slot] = 0;\n  }\n  if (threadIdx.x == 0) tr[7] = gtime();\n}",
     ),
 )
 
@@ -172,6 +215,15 @@ def report(trace: list, units: int) -> None:
     print(f"  {'step: end':28s} {percentiles(rel(r[52] for r in step))}")
 
 
+def report_small(trace: list) -> None:
+    """Percentiles of the small kernel's trace points over its CTAs."""
+    ctas = [trace[i : i + SMALL_SLOTS] for i in range(0, COEF_OFFSET, SMALL_SLOTS) if trace[i]]
+    t0 = min(r[0] for r in ctas)
+    print(f"  {'(µs from the first start)':28s} {'min':>7} {'p50':>7} {'p90':>7} {'max':>7}")
+    for k, name in enumerate(SMALL_POINTS):
+        print(f"  {'small: ' + name:28s} {percentiles([r[k] - t0 for r in ctas if r[k]])}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), default=(128, 64, 128, 8))
@@ -187,7 +239,6 @@ def main(argv=None):
             case = Mamba2DecodeCase(args.geometry, batch, args.L, args.state, "bf16")
             nheads, head_dim, d_state, _ = args.geometry
             cfg = mc.cuda_step_config(head_dim, d_state, args.L, batch, case.state.itemsize)
-            cfg = dataclasses.replace(cfg, small=False)  # the small kernel is not instrumented
             trace = torch.zeros(2 * COEF_OFFSET, dtype=torch.int64, device="cuda")
             with traced_kernels(source, trace):
                 for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest
@@ -195,7 +246,7 @@ def main(argv=None):
                     case.step("replay_step", case.slot_sets[rep % len(case.slot_sets)], cfg)
                     torch.cuda.synchronize()
             print(f"== {args.state} batch {batch} L {args.L} {cfg.label()}")
-            report(trace.cpu().tolist(), batch * nheads)
+            (report_small(trace.cpu().tolist()) if cfg.small else report(trace.cpu().tolist(), batch * nheads))
 
 
 if __name__ == "__main__":

@@ -51,21 +51,22 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "small", "small-early", "small-wide"]
+FORMS = ["c4", "c16", "small", "small-b1", "small-head"]
 
 
-def form_config(table, form: str, head_dim: int = 64):
-    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, the small
-    one-launch kernel, or with its unrun options (session 18): the early arrival, or the most rows
-    a CTA (64, 32 or 16) that tile ``head_dim``."""
-    wide = next(r for r in (64, 32, 16) if head_dim % r == 0) if form == "small-wide" else 16
-    return dataclasses.replace(
-        table,
-        coef_warps=16 if form == "c16" else 4,
-        small=form.startswith("small"),
-        small_rows=wide,
-        early_arrival=form == "small-early",
-    )
+def form_config(table, form: str, head_dim: int = 64, d_state: int = 128, L: int = 16, state_bytes: int = 2):
+    """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, or the
+    small one-launch kernel as the launch table takes it from batch 2 (registers capped, the
+    arithmetic after the barrier, 64 / 32 / 16 rows a CTA) or at batch 1 (uncapped, the
+    arithmetic before the barrier, 32 / 16 rows), or as at batch 1 with a CTA a head (head_dim
+    rows: 16 to 128, multiples of 8 that are not powers of two among them)."""
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import small_config
+
+    if form == "small-head":
+        return dataclasses.replace(small_config(head_dim, d_state, L, 1, state_bytes), small_rows=head_dim)
+    if form.startswith("small"):
+        return small_config(head_dim, d_state, L, 1 if form == "small-b1" else 2, state_bytes)
+    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4)
 
 
 @needs_sm90
@@ -87,7 +88,7 @@ def test_cuda_step_long_run_against_oracle(g, L, D_per_dim, state, form):
     es = STATES[state].itemsize
     if step_shared_bytes(g.head_dim, g.d_state, L, 2, es) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         pytest.skip("refused: two stages do not fit (tests/kernels/test_mamba2_cuda_compile.py)")
-    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form, g.head_dim)
+    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, es), form, g.head_dim, g.d_state, L, es)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg),
         g,
@@ -170,7 +171,7 @@ def test_cuda_step_graph_equals_eager(L, form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "small", "small-early", "small-wide"])
+@pytest.mark.parametrize("form", ["c4", "small", "small-b1"])
 def test_cuda_steps_in_one_graph_equal_eager(state, form):
     """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
     follows the previous step kernel inside the graph through a programmatic edge)
@@ -179,7 +180,8 @@ def test_cuda_steps_in_one_graph_equal_eager(state, form):
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
     L, g = 16, Geometry(128, 64, 128, 8)
-    cfg = form_config(cuda_step_config(64, 128, L, 20, STATES[state].itemsize), form)
+    es = STATES[state].itemsize
+    cfg = form_config(cuda_step_config(64, 128, L, 20, es), form, 64, 128, L, es)
     p = make_params(g, "cuda")
     rows = [7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1, 4, 6, 8, 10, 12, 13, 15, -1]
     slots = torch.tensor(rows, dtype=torch.int32, device="cuda")

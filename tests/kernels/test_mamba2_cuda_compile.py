@@ -112,9 +112,18 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
     assert mc.cuda_step_config(64, 128, 16, 127).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 128).coef_warps == 4
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
-    # The small one-launch kernel at batch 1 (bf16) and 1-4 (fp32).
-    for batch, state_bytes, small in ((1, 2, True), (2, 2, False), (1, 4, True), (4, 4, True), (5, 4, False)):
+    # The small one-launch kernel at batch 1-3 (bf16) and 1-4 (fp32), 32 rows a CTA where they
+    # tile head_dim (else 16): batch 1 uncapped with the arithmetic before the barrier; from
+    # batch 2 capped at 64 registers where that does not spill.
+    for batch, state_bytes, small in ((3, 2, True), (4, 2, False), (1, 4, True), (4, 4, True), (5, 4, False)):
         assert mc.cuda_step_config(64, 128, 16, batch, state_bytes).small == small, (batch, state_bytes)
+    small = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=32, early_math=True)
+    assert mc.cuda_step_config(64, 128, 16, 1, 2) == small == mc.cuda_step_config(64, 128, 16, 1, 4)
+    for head_dim, batch, state_bytes, rows, ctas in ((64, 2, 2, 32, 4), (64, 4, 4, 32, 4), (96, 3, 2, 32, 4),
+                                                     (80, 1, 2, 16, 1), (80, 2, 4, 16, 1), (48, 2, 2, 16, 1)):  # fmt: skip
+        cfg = mc.small_config(head_dim, 128, 16, batch, state_bytes)
+        assert (cfg.small_rows, cfg.min_ctas, cfg.early_math) == (rows, ctas, batch == 1), (head_dim, batch, state_bytes)
+    assert mc.small_config(64, 128, 32, 2, 2).min_ctas == mc.small_config(64, 256, 16, 2, 2).min_ctas == 1  # would spill
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
@@ -239,20 +248,38 @@ def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("rows,early", [(16, True), (64, False), (64, True)], ids=["16-early", "64", "64-early"])
-def test_small_kernel_options_compile(rows, early, state_bytes):
-    """The small kernel's unrun options (session 18: rows a CTA, the early arrival) compile at the
-    Super geometry with the shared memory they add (the step's B and the cursor for the early
-    arrival); the kernel without them keeps its own."""
+@pytest.mark.parametrize("rows", [16, 32, 64])
+@pytest.mark.parametrize("early", [False, True], ids=["late", "early"])
+def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early):
+    """The small kernel's cache loads (cursor, checkpoint chunks, B, x and dt records) are
+    predicated on the slot, not behind a branch, and all precede the barrier; no return before
+    it (session 19: behind the padding-row branch, NVVM sank ~140 instructions of index
+    arithmetic between the slot's arrival and these loads)."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
-    cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_arrival=early)
+    cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=early)
     body = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_small")
     assert f".maxntid {8 * rows}, 1, 1" in body
-    assert ("E6bnow_s" in body) == early and ("E3w_s" in body) == early  # mangled shared names
+    # the head's weights (a warp scan of shuffles) before the barrier only with the early arithmetic
+    assert ("shfl.sync.down" in body[: body.index("bar.sync")]) == early
+    head = body[: body.index("bar.sync")]
+    chunks = d_state * state_bytes // 128
+    # cursor + checkpoint chunks + B records (one 16-record round of d_state / 64 chunks) + x + dt
+    assert head.count("@q ld.global") == 1 + chunks + d_state // 64 + 1 + 1
+    assert "ret;" not in head
 
 
-@pytest.mark.parametrize("rows,head_dim", [(8, 64), (48, 96), (128, 128), (32, 80)])
+@pytest.mark.parametrize("rows,head_dim", [(8, 64), (12, 48), (136, 136), (32, 80), (40, 96)])
 def test_small_rows_that_do_not_tile_the_head_are_refused(rows, head_dim):
     cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows)
-    with pytest.raises(ValueError, match=rf"small_rows {rows}; expected 16, 32 or 64 dividing head_dim {head_dim}"):
+    with pytest.raises(
+        ValueError, match=rf"small_rows {rows}; expected a multiple of 8 from 16 to 128 dividing head_dim {head_dim}"
+    ):
         mc.step_defines(8, 1, head_dim, 128, 16, cfg, FLAGS)
+
+
+@pytest.mark.parametrize("rows,head_dim", [(40, 80), (80, 80), (128, 128), (24, 48)])
+def test_small_rows_any_multiple_of_8_that_tiles_the_head(rows, head_dim):
+    """One CTA a head for head_dim that is no power of two (Nano: 80; GPU-tested as the form
+    ``small-head``), or any multiple of 8 rows that tiles it."""
+    cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows)
+    assert ("SM_ROWS", rows) in mc.step_defines(8, 1, head_dim, 128, 16, cfg, FLAGS)

@@ -1,11 +1,11 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
 for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (measured faster
-than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-18).
+than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-19).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
 and a persistent step kernel (TMA tensor-map copies of the checkpoint, S0 . C, tensor-core
 flush); at small batches (``CudaStepConfig(small=True)``, :data:`SMALL_MAX_BATCH`) one launch of
-a kernel without a ring, a CTA per 16 rows of a head.
+a kernel without a ring, a CTA per 16 to 32 rows of a head (:func:`small_config`).
 The .cu file's header documents what each computes; the contract is the Triton kernel's
 (:mod:`trtllm_replayssm.kernels.mamba2_replay`): same cache tensors, same results up to fp32
 rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a
@@ -34,6 +34,7 @@ __all__ = [
     "cuda_step_config",
     "cuda_step_unsupported",
     "small_inputs_unsupported",
+    "small_config",
     "step_defines",
     "step_shared_bytes",
     "step_threads",
@@ -51,9 +52,9 @@ REGISTERS_PER_SM = 65536
 # (with the programmatic coefficient launch 16 warps are as fast or faster at 64, 4 at 256).
 COEF_WARPS_4_BATCH = 128
 # Up to this batch (by checkpoint element bytes: bf16, fp32) the small one-launch kernel: kernel
-# notes, session 18 (bf16: 4.33 against the two launches' 5.03 us at batch 1, 6.27 against 5.96
-# at 2; fp32: 4.47 / 6.04 / 9.94 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
-SMALL_MAX_BATCH = {2: 1, 4: 4}
+# notes, sessions 18-19 (bf16: 3.57 / 5.07 / 7.39 against the two launches' 5.03 / 5.96 / 8.08 us
+# at batch 1 / 2 / 3; fp32: 4.14 / 6.09 / 9.97 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
+SMALL_MAX_BATCH = {2: 3, 4: 4}
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,12 @@ class CudaStepConfig:
     ``coef_warps`` (4 or 16) warps per CTA. With ``pdl`` the coefficient launch is a programmatic
     dependent of the previous kernel in the stream too (it waits for that kernel before any
     read), so that its CTAs are scheduled while the previous step kernel drains (kernel notes,
-    session 18). ``small``: one launch of ``mamba2_replay_small`` instead (no ring: a CTA per 16
-    rows of a head and batch row; the other fields unused), the fastest form at small batches
-    (:data:`SMALL_MAX_BATCH`). Two options of the small kernel, written in session 18 and not yet
-    run (kernel notes): ``small_rows`` rows a CTA (16, measured; 32 or 64 where they divide
-    head_dim) and ``early_arrival`` (the cursor read by one thread, which counts the CTA at
-    once)."""
+    session 18). ``small``: one launch of ``mamba2_replay_small`` instead (no ring: a CTA per
+    ``small_rows`` rows of a head and batch row, a multiple of 8 from 16 to 128 dividing
+    head_dim; registers capped for ``min_ctas`` resident CTAs; ``early_math``: a thread's own
+    arithmetic before the CTA's barrier instead of after it; the other fields unused), the
+    fastest form at small batches
+    (:data:`SMALL_MAX_BATCH`, :func:`small_config`)."""
 
     stages: int
     min_ctas: int
@@ -77,12 +78,12 @@ class CudaStepConfig:
     coef_warps: int = 16
     small: bool = False
     small_rows: int = 16
-    early_arrival: bool = False
+    early_math: bool = False
 
     def label(self) -> str:
         if self.small:
             rows = "" if self.small_rows == 16 else f",{self.small_rows}"
-            return f"cuda,small{rows}{',early' if self.early_arrival else ''}"
+            return f"cuda,small{rows},m{self.min_ctas}{',early' if self.early_math else ''}"
         return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
 
 
@@ -124,19 +125,38 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     128-register cap allow (at most 3; 80-row units at 3 CTAs spilled and ran 6% slower than
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
-    By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1 bf16, 1-4 fp32),
+    By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1-3 bf16, 1-4 fp32;
+    :func:`small_config`),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it."""
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    return CudaStepConfig(
-        stages=2,
-        min_ctas=ctas,
-        pdl=True,
-        coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16,
-        small=batch <= SMALL_MAX_BATCH[state_bytes],
-    )
+    if batch <= SMALL_MAX_BATCH[state_bytes]:
+        return small_config(head_dim, d_state, L, batch, state_bytes)
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
+
+
+def small_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int) -> CudaStepConfig:
+    """The small kernel's launch (kernel notes, session 19): 32 rows a CTA where they tile
+    head_dim, else 16. Batch 1: registers uncapped, a thread's own arithmetic before the CTA's
+    barrier (one grid of few CTAs: latency decides; bf16 3.57 us against session 18's 4.33).
+    From batch 2: registers capped at 64 so that consecutive steps' grids are resident together
+    (programmatic launch) where that cap holds the kernel without spills (L <= 16, d_state
+    <= 128, head_dim a multiple of 32; a CPU test compiles the table's configurations), the
+    arithmetic after the barrier (before it, the registers live across the barrier spill under
+    the cap)."""
+    rows = _widest_rows(head_dim, 32)
+    if batch == 1:
+        return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=True)
+    fits = L <= 16 and d_state <= 128 and head_dim % 32 == 0
+    ctas = REGISTERS_PER_SM // (64 * 8 * rows) if fits else 1
+    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows)
+
+
+def _widest_rows(head_dim: int, most: int) -> int:
+    """The most rows a CTA, of 64 / 32 / 16 up to ``most``, that tile ``head_dim``."""
+    return next(r for r in (64, 32, 16) if r <= most and head_dim % r == 0)
 
 
 def small_inputs_unsupported(B: Tensor, C: Tensor) -> Optional[str]:
@@ -196,16 +216,17 @@ def step_defines(
     optional-input flags.
 
     Raises:
-        ValueError: ``cfg.small_rows`` is not 16, 32 or 64 dividing head_dim (checked before any
+        ValueError: ``cfg.small_rows`` is not a multiple of 8 from 16 to 128 dividing head_dim (checked before any
             launch).
     """
-    if cfg.small_rows not in (16, 32, 64) or head_dim % cfg.small_rows:
+    if cfg.small_rows % 8 or not 16 <= cfg.small_rows <= 128 or head_dim % cfg.small_rows:
         raise ValueError(
-            f"mamba2_replay_step (CUDA): small_rows {cfg.small_rows}; expected 16, 32 or 64 dividing head_dim {head_dim}"
+            f"mamba2_replay_step (CUDA): small_rows {cfg.small_rows}; expected a multiple of 8 from 16 to 128 dividing "
+            f"head_dim {head_dim}"
         )
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
-                SM_ROWS=cfg.small_rows, SM_EARLY_ARRIVAL=int(cfg.early_arrival))
+                SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math))
     return tuple(sorted({**base, **flags}.items()))
 
 

@@ -45,6 +45,15 @@ def _check(result, what: str):
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
+def nvrtc_version() -> str:
+    """The loaded NVRTC's version, ``major.minor`` (register allocation differs between releases)."""
+    _, nvrtc = _bindings()
+    err, major, minor = nvrtc.nvrtcVersion()
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"nvrtcVersion: {err}")
+    return f"{major}.{minor}"
+
+
 def cuda_source(name: str) -> str:
     """Text of ``kernels/cuda/<name>``."""
     with open(os.path.join(_SOURCE_DIR, name), encoding="utf-8") as f:
@@ -180,6 +189,15 @@ class CudaKernel:
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             )
         return n
+
+    def resources(self) -> Tuple[int, int]:
+        """(registers per thread, local memory bytes per thread: spills and stack) of the loaded code."""
+        driver, _ = _bindings()
+        attr = driver.CUfunction_attribute
+        return tuple(
+            _check(driver.cuFuncGetAttribute(a, self.function), "cuFuncGetAttribute")
+            for a in (attr.CU_FUNC_ATTRIBUTE_NUM_REGS, attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+        )
 
     def launch(self, grid: Sequence[int], block: int, smem: int, stream: int, args: KernelArgs, pdl: bool = False):
         driver, _ = _bindings()

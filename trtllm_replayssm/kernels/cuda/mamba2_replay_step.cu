@@ -37,9 +37,11 @@
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
-// (L rounded up to 16), STAGES, MIN_CTAS, COEF_WARPS (4 or 16), HAS_D, D_PER_DIM, HAS_Z,
-// HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE, DTB_CODE, D_CODE of dt, dt_bias and D
-// (0 fp32, 1 bf16, 2 fp16).
+// (L rounded up to 16), STAGES, MIN_CTAS (the step kernel's and the small kernel's register cap:
+// resident CTAs a multiprocessor), COEF_WARPS (4 or 16), SM_ROWS (the small kernel's rows a CTA,
+// a multiple of 8 from 16 to 128 dividing ROWS), SM_EARLY_MATH (0 / 1: its arithmetic after / before
+// the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
+// DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
 
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -252,13 +254,28 @@ __device__ __forceinline__ RowInputs row_inputs(const void* D, long long sD_head
   return r;
 }
 
-// y + D x, gated by silu(z), for the inputs the kernel was compiled with.
-__device__ __forceinline__ float row_output(float y, RowInputs r, float x_now) {
+// y + D x, for the inputs the kernel was compiled with.
+__device__ __forceinline__ float row_skip(float y, RowInputs r, float x_now) {
 #if HAS_D
   y += r.d_skip * x_now;
 #endif
+  return y;
+}
+
+// The output's gate silu(z) (unused without z).
+__device__ __forceinline__ float row_gate(RowInputs r) {
 #if HAS_Z
-  y *= r.zv / (1.0f + expf(-r.zv));
+  return r.zv / (1.0f + expf(-r.zv));
+#else
+  return 1.0f;
+#endif
+}
+
+// y + D x, gated by silu(z), for the inputs the kernel was compiled with.
+__device__ __forceinline__ float row_output(float y, RowInputs r, float x_now) {
+  y = row_skip(y, r, x_now);
+#if HAS_Z
+  y *= row_gate(r);
 #endif
   return y;
 }
@@ -704,28 +721,24 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 // ------------------------------------------------------------------ one launch for small batches
 
 // mamba2_replay_small: the whole step in one launch without a pipeline, for batches too small to
-// fill the persistent kernel's ring (kernel notes, session 18). One CTA of SM_THREADS threads
-// per (SM_ROWS rows of a head, batch row); grid (NHEADS * ROWS / SM_ROWS, batch). A row is 8 threads
-// (part p = thread % 8), each holding 16-byte checkpoint chunks p, p + 8, ... of the row in
-// registers. The memory chain is one round trip after the slot: the cursor, the chunks, all L
-// x records of the CTA's rows and B records of the group, the dt records (records past the
-// cursor are loaded and discarded by selects, never multiplied: they may hold anything). Then
-// B_j . C by 16 teams of 8 threads (the first 128; team k: records k, k + 16), each warp the head's weights
-// (lane j: record j), and per row decay (S0 . C) + sum_j coef_j x_j + D x, gated by silu(z).
-// Appends the step's record at w (x: each CTA its rows; dt: the head's first CTA; B: the
-// group's first head's first CTA, 8 threads); a flush (w == L-1) folds S = decay S0 + sum_{j<=w} s_j x_j
-// B_jᵀ in fp32 FMAs from the registers and stores the rounded chunks. Each CTA counts itself
-// once in arrivals[slot] after its threads have used their cursor reads; the row's last
-// advances the cursor (0 after a flush, else w + 1) and zeroes the count. Launched
-// programmatically: waits for the previous kernel before any read, and lets the next grid be
-// scheduled at once.
-// Two options, written in session 18 after the device time ran out and not yet run (off: the
-// measured kernel, SASS unchanged): SM_ROWS 32 or 64 rows a CTA (B_j . C, the weights and the
-// arrival once per SM_ROWS rows; only the first 128 threads form B_j . C), and
-// SM_EARLY_ARRIVAL, the cursor read by thread 0 alone, which counts the CTA as soon as the read
-// returns (the arrival's round trip overlaps the other loads instead of following the barrier)
-// and passes w on through shared memory; B_j . C and the step's B are then kept apart until w is
-// known after the barrier.
+// fill the persistent kernel's ring (kernel notes, sessions 18-19). One CTA of SM_THREADS threads
+// per (SM_ROWS rows of a head, batch row); grid (NHEADS * ROWS / SM_ROWS, batch). A row is 8
+// threads (part p = thread % 8), each holding 16-byte checkpoint chunks p, p + 8, ... of the row
+// in registers. The memory chain is one round trip after the slot: the cache loads (the cursor,
+// the chunks, all L x records of the CTA's rows and B records of the group, the dt records) are
+// predicated on the slot instead of behind a padding-row branch, so that the compiler forms their
+// addresses while the slot is read (records past the cursor are loaded and discarded by selects,
+// never multiplied: they may hold anything; a padding row loads and stores nothing). Then B_j . C
+// by 16 teams of 8 threads (the first 128; team k: records k, k + 16), each warp the head's
+// weights (lane j: record j), and per row decay (S0 . C) + sum_j coef_j x_j + D x, gated by
+// silu(z); with SM_EARLY_MATH the weights, S0 . C and the gate before the barrier. Appends the
+// step's record at w (x: each CTA its rows; dt: the head's first CTA; B: the group's first head's
+// first CTA, 8 threads); a flush (w == L-1) folds S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ in fp32
+// FMAs from the registers and stores the rounded chunks. Each CTA counts itself once in
+// arrivals[slot] (acquire-release, after the barrier that follows every thread's use of its cursor
+// read, before any store); the row's last advances the cursor (0 after a flush, else w + 1) and
+// zeroes the count. Launched programmatically: waits for the previous kernel before any read, and
+// lets the next grid be scheduled at once.
 #define SM_THREADS (SM_ROWS * 8)               // rows x 8 threads
 #define SM_XCH (SM_ROWS / 8)                   // 16-byte x-record chunks per record of the CTA's rows
 #define SM_CPT (DSTATE * ES / 128)             // 16-byte checkpoint chunks per thread (1-8)
@@ -733,7 +746,57 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #define SM_BPT (DSTATE / 64)                   // 16-byte B chunks (8 bf16) per team thread (1-4)
 #define SM_CTAS_PER_HEAD (ROWS / SM_ROWS)
 
-extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
+// The small kernel's arithmetic on a thread's own inputs: each warp the head's weights (lane j:
+// record j) and decay, the row's S0 . C (reduced over its 8 threads) and gate.
+struct SmallRowMath {
+  float sw, decay, s0c, gate;
+};
+template <int CPT, int BPT>
+__device__ __forceinline__ SmallRowMath small_row_math(float dtj, float dth, float a, int w, int lane, int p, RowInputs ri,
+                                                       const uint4 (&ck)[CPT], const uint4 (&cb)[BPT], const u16* Crow) {
+  SmallRowMath m;
+  float total;
+  m.sw = record_weight(dtj, dth, a, w, lane, total);
+  m.decay = __expf(a * (total + dth));
+  m.gate = row_gate(ri);
+  float s0c = 0.0f, s0c2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+#if CKPT_F32
+    const uint2 c2 = *(const uint2*)(Crow + (p + 8 * k) * 4);  // C for the chunk's 4 columns
+    s0c += __uint_as_float(ck[k].x) * __uint_as_float(c2.x << 16) + __uint_as_float(ck[k].y) * __uint_as_float(c2.x & 0xffff0000u);
+    s0c2 += __uint_as_float(ck[k].z) * __uint_as_float(c2.y << 16) + __uint_as_float(ck[k].w) * __uint_as_float(c2.y & 0xffff0000u);
+#else
+    const uint4 c4 = cb[k];  // CPT == BPT for bf16: the same chunks
+    s0c += dot_bf16x2(ck[k].x, c4.x) + dot_bf16x2(ck[k].y, c4.y);
+    s0c2 += dot_bf16x2(ck[k].z, c4.z) + dot_bf16x2(ck[k].w, c4.w);
+#endif
+  }
+  m.s0c = s0c + s0c2;
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) m.s0c += __shfl_xor_sync(0xffffffffu, m.s0c, o);
+  return m;
+}
+
+// Loads that a predicate guards instead of a branch (zero where it is false): NVVM sinks
+// arithmetic used only after a branch below it, which put ~140 instructions of 64-bit index
+// arithmetic between the slot's arrival (the padding-row branch) and the cache loads (kernel
+// notes, session 19). Volatile: issued where they stand, the padding-row return after them.
+__device__ __forceinline__ uint4 load16_if(bool pred, const void* ptr) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "r"((int)pred), "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ u32 load4_if(bool pred, const void* ptr) {
+  u32 v = 0;
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n @q ld.global.u32 %0, [%2];\n}" : "+r"(v) : "r"((int)pred), "l"(ptr));
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense (ROWS apart)
     float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
@@ -748,20 +811,16 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids) {
-  __shared__ __align__(16) u16 xs[LP][SM_ROWS];     // x records of the CTA's rows (record w: the step's x)
-  __shared__ __align__(16) u16 bs[LP][DSTATE];      // B records for a flush (record w: the step's B; early arrival: every step, w in bnow_s)
-  __shared__ float bc_s[LP];                        // B_j . C (the step's B at w, zero after)
-#if SM_EARLY_ARRIVAL
-  __shared__ __align__(16) u16 bnow_s[DSTATE];      // the step's B (a flush reads it as record w)
-  __shared__ float bcn_s[LP];                       // B . C of the step's B, by team
-  __shared__ int w_s;                               // the cursor, read by thread 0
-#endif
+  __shared__ __align__(16) u16 xs[LP][SM_ROWS];  // x records of the CTA's rows (record w: the step's x)
+  __shared__ __align__(16) u16 bs[LP][DSTATE];   // B records for a flush (record w: the step's B)
+  __shared__ float bc_s[LP];                     // B_j . C (the step's B at w, zero after)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   const int t = threadIdx.x, lane = t & 31, p = t & 7, rl = t >> 3;
+  const int team = t >> 3;  // B_j . C teams: the first 16 (threads 0-127), records team, team + 16
   const int h = blockIdx.x / SM_CTAS_PER_HEAD, rb = blockIdx.x - h * SM_CTAS_PER_HEAD, b = blockIdx.y;
   const int g = h / HPG, row = rb * SM_ROWS + rl;
-  const long long slot = slot_ids[b];
+  const int slot = slot_ids[b];
   // The step's inputs need no slot: requested with it.
   const u16* Crow = C + b * sC_batch + g * sC_group;
   const u16* Bnow = B + b * sB_batch + g * sB_group;
@@ -773,128 +832,72 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
   uint4 bnow[SM_BPT];  // the step's B, chunks p + 8 k (team threads)
 #pragma unroll
   for (int k = 0; k < SM_BPT; ++k) bnow[k] = *(const uint4*)(Bnow + (p + 8 * k) * 8);
-  if (slot < 0) return;
-  // One round of loads after the slot.
-#if SM_EARLY_ARRIVAL
-  int arrived = 0;
-  if (t == 0) {
-    const int w0 = cursor[slot];
-    w_s = w0;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
-  }
-#else
-  const int w = cursor[slot];
-#endif
-  uint4 ck[SM_CPT];  // checkpoint chunks p + 8 k of the row
-  const unsigned char* ckrow = ckpt + ((slot * sck_slot + h * sck_head + row * sck_row) * ES);
-#pragma unroll
-  for (int k = 0; k < SM_CPT; ++k) ck[k] = *(const uint4*)(ckrow + (p + 8 * k) * 16);
-  const int team = t >> 3;  // 16 teams (threads 0-127; the others load, never use): records team, team + 16
-  uint4 brec[LP / 16][SM_BPT];
-  const u16* Brec = B_records + slot * sBr_slot + g * sBr_group;
-#pragma unroll
-  for (int m = 0; m < LP / 16; ++m) {
-    const int j = team + 16 * m;
-#pragma unroll
-    for (int k = 0; k < SM_BPT; ++k)
-      brec[m][k] = j < LREC ? *(const uint4*)(Brec + j * sBr_pos + (p + 8 * k) * 8) : make_uint4(0, 0, 0, 0);
-  }
-  // x records: chunk t = (record t / SM_XCH, rows 8 (t % SM_XCH) ..) of the CTA's rows.
-  uint4 xr = make_uint4(0, 0, 0, 0);
-#if SM_ROWS == 16
-  if (t < 2 * LREC) xr = *(const uint4*)(x_records + slot * sxr_slot + h * sxr_head + (long long)(t >> 1) * ROWS + rb * 16 + 8 * (t & 1));
-#else
-  if (t < SM_XCH * LREC)
-    xr = *(const uint4*)(x_records + slot * sxr_slot + h * sxr_head + (long long)(t / SM_XCH) * ROWS + rb * SM_ROWS + 8 * (t % SM_XCH));
-#endif
-  const float dtj = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
-  // C for the thread's B chunks (bf16) and for its checkpoint chunks.
-  uint4 cb[SM_BPT];
+  uint4 cb[SM_BPT];  // C for the thread's B chunks (bf16: its checkpoint chunks too)
 #pragma unroll
   for (int k = 0; k < SM_BPT; ++k) cb[k] = *(const uint4*)(Crow + (p + 8 * k) * 8);
-  // B_j . C of the team's records (the step's B at j == w, zero after w), summed over the team.
-#if SM_ROWS > 16
-  if (t < 128) {
-#endif
+  // One round of loads after the slot, none for a padding row (slot < 0: its CTA reads and writes
+  // nothing of the cache and returns before the stores).
+  const bool live = slot >= 0;
+  const unsigned long long us = live ? (unsigned)slot : 0u;
+  const int w = (int)load4_if(live, cursor + us);
+  unsigned char* ck_t = ckpt + (us * sck_slot + h * sck_head + row * sck_row) * ES + p * 16;  // chunk p + 8 k: + 128 k bytes
+  uint4 ck[SM_CPT];  // checkpoint chunks p + 8 k of the row
+#pragma unroll
+  for (int k = 0; k < SM_CPT; ++k) ck[k] = load16_if(live, ck_t + 128 * k);
+  const u16* brec_t = B_records + us * sBr_slot + g * sBr_group + team * sBr_pos + p * 8;  // + 16 m records, + 64 k elements
+  uint4 brec[LP / 16][SM_BPT];
 #pragma unroll
   for (int m = 0; m < LP / 16; ++m) {
-    const int j = team + 16 * m;
-    float pr = 0.0f, pn = 0.0f;
 #pragma unroll
-    for (int k = 0; k < SM_BPT; ++k) {
-      pr += dot_bf16x2(brec[m][k].x, cb[k].x) + dot_bf16x2(brec[m][k].y, cb[k].y) + dot_bf16x2(brec[m][k].z, cb[k].z) +
-            dot_bf16x2(brec[m][k].w, cb[k].w);
-      pn += dot_bf16x2(bnow[k].x, cb[k].x) + dot_bf16x2(bnow[k].y, cb[k].y) + dot_bf16x2(bnow[k].z, cb[k].z) +
-            dot_bf16x2(bnow[k].w, cb[k].w);
-    }
-#if SM_EARLY_ARRIVAL
-    // w is not known here: both products and every record's B kept, selected after the barrier.
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
-      pr += __shfl_xor_sync(0xffffffffu, pr, o);
-      pn += __shfl_xor_sync(0xffffffffu, pn, o);
-    }
-    if (p == 0) {
-      bc_s[j] = pr;
-      bcn_s[j] = pn;
-    }
-#pragma unroll
-    for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bs[j][(p + 8 * k) * 8]) = brec[m][k];
-    if (team == 0) {
-#pragma unroll
-      for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bnow_s[(p + 8 * k) * 8]) = bnow[k];
-    }
-#else
-    float v = j < w ? pr : (j == w ? pn : 0.0f);
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
-    v += __shfl_xor_sync(0xffffffffu, v, 4);
-    if (p == 0) bc_s[j] = v;
-    if (w == LREC - 1) {  // the flush reads every record's B from shared memory
-#pragma unroll
-      for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bs[j][(p + 8 * k) * 8]) = j == w ? bnow[k] : brec[m][k];
-    }
-#endif
+    for (int k = 0; k < SM_BPT; ++k)
+      brec[m][k] = load16_if(live && t < 128 && team + 16 * m < LREC, brec_t + 16 * m * sBr_pos + 64 * k);
   }
-#if SM_ROWS > 16
-  }
+  // x records: chunk t = (record t / SM_XCH, rows 8 (t % SM_XCH) ..) of the CTA's rows.
+  const uint4 xr = load16_if(live && t < SM_XCH * LREC, x_records + us * sxr_slot + h * sxr_head +
+                                                            (long long)(t / SM_XCH) * ROWS + rb * SM_ROWS + 8 * (t % SM_XCH));
+  const float dtj = __uint_as_float(load4_if(live && lane < LREC, dt_records + us * sdtr_slot + h * sdtr_head + lane));
+  // SM_EARLY_MATH: the thread's own arithmetic while the CTA's other loads are in flight (kernel
+  // notes, session 19: after the barrier it took ~0.9 of the step's ~3 µs at batch 1), at the cost
+  // of registers live across the barrier; otherwise after the barrier.
+#if SM_EARLY_MATH
+  const SmallRowMath rm = small_row_math(dtj, dth, a, w, lane, p, ri, ck, cb, Crow);
 #endif
-#if SM_ROWS == 16
-  if (t < 2 * LREC) *(uint4*)(&xs[t >> 1][8 * (t & 1)]) = xr;
-#else
+  // B_j . C of the team's records (the step's B at j == w, zero after w), summed over the team.
+  if (t < 128) {
+#pragma unroll
+    for (int m = 0; m < LP / 16; ++m) {
+      const int j = team + 16 * m;
+      float pr = 0.0f, pn = 0.0f;
+#pragma unroll
+      for (int k = 0; k < SM_BPT; ++k) {
+        pr += dot_bf16x2(brec[m][k].x, cb[k].x) + dot_bf16x2(brec[m][k].y, cb[k].y) + dot_bf16x2(brec[m][k].z, cb[k].z) +
+              dot_bf16x2(brec[m][k].w, cb[k].w);
+        pn += dot_bf16x2(bnow[k].x, cb[k].x) + dot_bf16x2(bnow[k].y, cb[k].y) + dot_bf16x2(bnow[k].z, cb[k].z) +
+              dot_bf16x2(bnow[k].w, cb[k].w);
+      }
+      float v = j < w ? pr : (j == w ? pn : 0.0f);
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      if (p == 0) bc_s[j] = v;
+      if (w == LREC - 1) {  // the flush reads every record's B from shared memory
+#pragma unroll
+        for (int k = 0; k < SM_BPT; ++k) *(uint4*)(&bs[j][(p + 8 * k) * 8]) = j == w ? bnow[k] : brec[m][k];
+      }
+    }
+  }
   if (t < SM_XCH * LREC) *(uint4*)(&xs[t / SM_XCH][8 * (t % SM_XCH)]) = xr;
-#endif
   __syncthreads();
-#if SM_EARLY_ARRIVAL
-  const int w = w_s;
-  const float bc = lane < w ? bc_s[lane] : (lane == w ? bcn_s[lane] : 0.0f);
-#else
   // Every thread's cursor read is performed once the barrier completes: count the CTA once; the
-  // row's last CTA advances the cursor at the end.
+  // row's last CTA advances the cursor at the end (acquire and release here, before any store of
+  // the CTA: a fence at the end would wait for the stores, session 19).
   int arrived = 0;
-  if (t == 0) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
-  const float bc = lane < LP ? bc_s[lane] : 0.0f;
+  if (t == 0 && live) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+#if !SM_EARLY_MATH
+  const SmallRowMath rm = small_row_math(dtj, dth, a, w, lane, p, ri, ck, cb, Crow);
 #endif
-  // Each warp: the head's weights (lane j: record j), coefficients and decay.
-  float total;
-  const float sw = record_weight(dtj, dth, a, w, lane, total);
-  const float cf = sw * bc;
-  const float decay = __expf(a * (total + dth));
-  // S0 . C of the row, the part's chunks; C for the checkpoint columns.
-  float s0c = 0.0f, s0c2 = 0.0f;
-#pragma unroll
-  for (int k = 0; k < SM_CPT; ++k) {
-    const int c = p + 8 * k;  // chunk: columns c * SM_EPC ..
-#if CKPT_F32
-    const uint2 c2 = *(const uint2*)(Crow + c * 4);
-    s0c += __uint_as_float(ck[k].x) * __uint_as_float(c2.x << 16) + __uint_as_float(ck[k].y) * __uint_as_float(c2.x & 0xffff0000u);
-    s0c2 += __uint_as_float(ck[k].z) * __uint_as_float(c2.y << 16) + __uint_as_float(ck[k].w) * __uint_as_float(c2.y & 0xffff0000u);
-#else
-    const uint4 c4 = cb[k];  // SM_CPT == SM_BPT for bf16: the same chunks
-    s0c += dot_bf16x2(ck[k].x, c4.x) + dot_bf16x2(ck[k].y, c4.y);
-    s0c2 += dot_bf16x2(ck[k].z, c4.z) + dot_bf16x2(ck[k].w, c4.w);
-#endif
-  }
+  const float sw = rm.sw, decay = rm.decay;
+  const float cf = sw * (lane < LP ? bc_s[lane] : 0.0f);
   // Records term: the part's records j = p, p + 8, ... (x at w: the step's; zero after w).
   float rec = 0.0f;
 #pragma unroll
@@ -904,20 +907,17 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
     const float xj = j < w ? bf16_to_f32(xs[j][rl]) : (j == w ? x_now : 0.0f);
     rec += cj * xj;
   }
-  float y = s0c + s0c2;
 #pragma unroll
-  for (int o = 1; o < 8; o <<= 1) {
-    y += __shfl_xor_sync(0xffffffffu, y, o);
-    rec += __shfl_xor_sync(0xffffffffu, rec, o);
-  }
-  y = row_output(decay * y + rec, ri, x_now);
+  for (int o = 1; o < 8; o <<= 1) rec += __shfl_xor_sync(0xffffffffu, rec, o);
+  const float y = row_skip(decay * rm.s0c + rec, ri, x_now) * rm.gate;
+  if (!live) return;
   if (p == 0) {
     out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
-    x_records[slot * sxr_slot + h * sxr_head + (long long)w * ROWS + row] = x_raw;
+    x_records[us * sxr_slot + h * sxr_head + (long long)w * ROWS + row] = x_raw;
   }
-  if (rb == 0 && t == 0) dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth;
+  if (rb == 0 && t == 0) dt_records[us * sdtr_slot + h * sdtr_head + w] = dth;
   if (rb == 0 && h % HPG == 0 && t < 8) {
-    u16* brow = B_records + slot * sBr_slot + g * sBr_group + w * sBr_pos;
+    u16* brow = B_records + us * sBr_slot + g * sBr_group + w * sBr_pos;
 #pragma unroll
     for (int k = 0; k < SM_BPT; ++k) *(uint4*)(brow + (p + 8 * k) * 8) = bnow[k];
   }
@@ -943,11 +943,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
 #pragma unroll 4
     for (int j = 0; j < LREC; ++j) {
       const float vj = __shfl_sync(0xffffffffu, sw, j) * (j == w ? x_now : bf16_to_f32(xs[j][rl]));
-#if SM_EARLY_ARRIVAL
-      const u16* bsj = j == w ? bnow_s : bs[j];
-#else
       const u16* bsj = bs[j];
-#endif
 #pragma unroll
       for (int k = 0; k < SM_CPT; ++k) {
         const int col = (p + 8 * k) * SM_EPC;
@@ -968,15 +964,14 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS) mamba2_replay_small(
 #endif
       }
     }
-    unsigned char* dst = ckpt + ((slot * sck_slot + h * sck_head + row * sck_row) * ES);
 #pragma unroll
     for (int k = 0; k < SM_CPT; ++k) {
 #if CKPT_F32
-      *(uint4*)(dst + (p + 8 * k) * 16) =
+      *(uint4*)(ck_t + 128 * k) =
           make_uint4(__float_as_uint(s[k][0]), __float_as_uint(s[k][1]), __float_as_uint(s[k][2]), __float_as_uint(s[k][3]));
 #else
-      *(uint4*)(dst + (p + 8 * k) * 16) = make_uint4(pack_bf16x2(s[k][0], s[k][1]), pack_bf16x2(s[k][2], s[k][3]),
-                                                     pack_bf16x2(s[k][4], s[k][5]), pack_bf16x2(s[k][6], s[k][7]));
+      *(uint4*)(ck_t + 128 * k) = make_uint4(pack_bf16x2(s[k][0], s[k][1]), pack_bf16x2(s[k][2], s[k][3]),
+                                             pack_bf16x2(s[k][4], s[k][5]), pack_bf16x2(s[k][6], s[k][7]));
 #endif
     }
   }
