@@ -106,27 +106,8 @@ _MAMBA2_DECODE = Source(
     "python benchmarks/mamba2_decode.py --peers build/peers --batch 1 16 64 256 512 --L 16 --state bf16 f32",
     _DOC,
     "Mamba-2 decode",
-    "2026-12-02 (session 18), from batch 16 (batch 1 there timed the fused form, since removed)",
-    _RESULTS + "2026-12-02-h200-mamba2_decode_peers_s18.json",
-)
-_MAMBA2_SMALL_F32 = Source(
-    "2026-12-02",
-    _H200,
-    "python benchmarks/mamba2_cuda_probe.py --state f32 --batch 1 2 4 8 --configs small 2,2,pdl,c16",
-    _DOC,
-    "Mamba-2 decode",
-    "2026-12-02 (session 18), batch 1: the small one-launch kernel (probe run)",
-    _RESULTS + "2026-12-02-h200-mamba2_cuda_session18_call4_probe_f32.log",
-)
-_MAMBA2_SMALL_BF16 = Source(
-    "2026-12-02",
-    _H200,
-    "python benchmarks/mamba2_cuda_probe.py --state bf16 --batch 1 2 4 --configs small 2,3,fused 2,3,pdl,c16"
-    " (the fused config was removed after this run)",
-    _DOC,
-    "Mamba-2 decode",
-    "2026-12-02 (session 18), batch 1: the small one-launch kernel (probe run)",
-    _RESULTS + "2026-12-02-h200-mamba2_cuda_session18_call3_probe_bf16.log",
+    "2026-12-02 (session 19)",
+    _RESULTS + "2026-12-02-h200-mamba2_decode_peers_s19.json",
 )
 _MAMBA2_DECODE_L = Source(
     "2026-12-02",
@@ -134,8 +115,8 @@ _MAMBA2_DECODE_L = Source(
     "python benchmarks/mamba2_decode.py --batch 1 16 64 256 512 --L 8 32 --state bf16 f32",
     _DOC,
     "Mamba-2 decode",
-    "2026-12-02 (session 18), L = 8 and 32 rows, from batch 16",
-    _RESULTS + "2026-12-02-h200-mamba2_decode_L8_L32_s18.json",
+    "2026-12-02 (session 19), L = 8 and 32 rows",
+    _RESULTS + "2026-12-02-h200-mamba2_decode_L8_L32_s19.json",
 )
 _GDN_DECODE = Source(
     "2026-11-30",
@@ -184,22 +165,16 @@ _DELTA_VERIFY_DEPTH3 = Source(
 )
 
 _STEP_BATCHES = (1, 16, 64, 256, 512)
-# (family, layer, checkpoint dtype, L, batch, source) -> ratio: cells timed apart from the tables.
-_STEP_CELLS: Dict[tuple, float] = {
-    (MAMBA2, SUPER, "fp32", 16, 1, _MAMBA2_SMALL_F32): 1.00,
-    (MAMBA2, SUPER, "bf16", 16, 1, _MAMBA2_SMALL_BF16): 0.80,
-}
 _VERIFY_BATCHES = (16, 64, 256, 512)
 
-# (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES (None: not timed for
-# the current route; the Mamba-2 batch-1 cells measured apart are in _STEP_CELLS).
-_STEP_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
-    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_DECODE_L): (None, 1.35, 1.55, 1.68, 1.71),
-    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_DECODE): (None, 1.40, 1.60, 1.73, 1.79),
-    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_DECODE_L): (None, 1.38, 1.59, 1.72, 1.76),
-    (MAMBA2, SUPER, "bf16", 8, _MAMBA2_DECODE_L): (None, 1.15, 1.41, 1.54, 1.59),
-    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (None, 1.21, 1.44, 1.58, 1.64),
-    (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (None, 1.12, 1.36, 1.48, 1.55),
+# (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES.
+_STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
+    (MAMBA2, SUPER, "fp32", 8, _MAMBA2_DECODE_L): (1.07, 1.35, 1.55, 1.68, 1.71),
+    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_DECODE): (1.07, 1.40, 1.60, 1.74, 1.78),
+    (MAMBA2, SUPER, "fp32", 32, _MAMBA2_DECODE_L): (1.03, 1.38, 1.60, 1.72, 1.76),
+    (MAMBA2, SUPER, "bf16", 8, _MAMBA2_DECODE_L): (0.88, 1.16, 1.43, 1.55, 1.59),
+    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.97, 1.21, 1.46, 1.57, 1.64),
+    (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.83, 1.13, 1.40, 1.49, 1.54),
     (GDN, QWEN35_4B, "fp32", 8, _GDN_DECODE): (0.65, 0.92, 1.08, 1.44, 1.55),
     (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (0.69, 0.94, 1.17, 1.50, 1.63),
     (GDN, QWEN35_4B, "fp32", 32, _GDN_DECODE): (0.55, 0.81, 1.02, 1.31, 1.40),
@@ -242,11 +217,6 @@ def _measurements() -> Tuple[Measurement, ...]:
         Measurement(family, STEP, layer, dtype, L, None, batch, ratio, source)
         for (family, layer, dtype, L, source), ratios in _STEP_TABLE.items()
         for batch, ratio in zip(_STEP_BATCHES, ratios)
-        if ratio is not None
-    ]
-    rows += [
-        Measurement(family, STEP, layer, dtype, L, None, batch, ratio, source)
-        for (family, layer, dtype, L, batch, source), ratio in _STEP_CELLS.items()
     ]
     rows += [
         Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
