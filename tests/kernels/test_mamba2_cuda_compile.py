@@ -124,6 +124,9 @@ def test_launch_table():
         cfg = mc.small_config(head_dim, 128, 16, batch, state_bytes)
         assert (cfg.small_rows, cfg.min_ctas, cfg.early_math) == (rows, ctas, batch == 1), (head_dim, batch, state_bytes)
     assert mc.small_config(64, 128, 32, 2, 2).min_ctas == mc.small_config(64, 256, 16, 2, 2).min_ctas == 1  # would spill
+    # uncapped, the small kernel only up to batch 2 (L = 32: the two launches faster from 3 / 4)
+    for batch, state_bytes, small in ((2, 2, True), (3, 2, False), (2, 4, True), (3, 4, False)):
+        assert mc.cuda_step_config(64, 128, 32, batch, state_bytes).small == small, (batch, state_bytes)
     assert mc.cuda_step_config(80, 128, 16, 256).min_ctas == 2  # 3 CTAs of 6 warps: under 128 registers
     assert mc.cuda_step_config(64, 128, 32, 256).min_ctas == 3
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1

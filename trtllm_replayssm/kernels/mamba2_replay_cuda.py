@@ -55,6 +55,11 @@ COEF_WARPS_4_BATCH = 128
 # notes, sessions 18-19 (bf16: 3.57 / 5.07 / 7.39 against the two launches' 5.03 / 5.96 / 8.08 us
 # at batch 1 / 2 / 3; fp32: 4.14 / 6.09 / 9.97 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
 SMALL_MAX_BATCH = {2: 3, 4: 4}
+# Where its registers cannot be capped at 64 without spills (small_fits_register_cap), the small
+# kernel only up to this batch: at L = 32 from batch 3 (bf16) / 4 (fp32) its uncapped grid runs
+# in two waves, slower than the two launches (8.56 against 9.10 us, 11.33 against 12.90; kernel
+# notes, session 19).
+SMALL_MAX_BATCH_UNCAPPED = 2
 
 
 @dataclass(frozen=True)
@@ -126,13 +131,14 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     at 2), and programmatic dependent launch: the step kernel's CTAs request their first
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
     By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1-3 bf16, 1-4 fp32;
-    :func:`small_config`),
+    up to ``SMALL_MAX_BATCH_UNCAPPED`` where its registers cannot be capped; :func:`small_config`),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it."""
     per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
     if ctas < 1:
         raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
-    if batch <= SMALL_MAX_BATCH[state_bytes]:
+    fits = small_fits_register_cap(head_dim, d_state, L)
+    if batch <= (SMALL_MAX_BATCH[state_bytes] if fits else SMALL_MAX_BATCH_UNCAPPED):
         return small_config(head_dim, d_state, L, batch, state_bytes)
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
 
@@ -142,16 +148,22 @@ def small_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: i
     head_dim, else 16. Batch 1: registers uncapped, a thread's own arithmetic before the CTA's
     barrier (one grid of few CTAs: latency decides; bf16 3.57 us against session 18's 4.33).
     From batch 2: registers capped at 64 so that consecutive steps' grids are resident together
-    (programmatic launch) where that cap holds the kernel without spills (L <= 16, d_state
-    <= 128, head_dim a multiple of 32; a CPU test compiles the table's configurations), the
+    (programmatic launch) where that cap holds the kernel without spills
+    (:func:`small_fits_register_cap`), the
     arithmetic after the barrier (before it, the registers live across the barrier spill under
     the cap)."""
     rows = _widest_rows(head_dim, 32)
     if batch == 1:
         return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=True)
-    fits = L <= 16 and d_state <= 128 and head_dim % 32 == 0
-    ctas = REGISTERS_PER_SM // (64 * 8 * rows) if fits else 1
+    ctas = REGISTERS_PER_SM // (64 * 8 * rows) if small_fits_register_cap(head_dim, d_state, L) else 1
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows)
+
+
+def small_fits_register_cap(head_dim: int, d_state: int, L: int) -> bool:
+    """Whether the small kernel without the early arithmetic fits 64 registers a thread without
+    spills: L <= 16, d_state <= 128 and head_dim a multiple of 32 (a CPU test compiles the launch
+    table's configurations and reads their local memory and stack)."""
+    return L <= 16 and d_state <= 128 and head_dim % 32 == 0
 
 
 def _widest_rows(head_dim: int, most: int) -> int:
