@@ -17,12 +17,17 @@ the arithmetic before the barrier).
 revision exported by scripts/export_variant.sh: ``variants/main/trtllm_replayssm/kernels/cuda/
 mamba2_replay_step.cu``; same kernel parameters), in the same interleaved rounds, labelled
 ``@base``: a kernel change measured side by side with the kernel it replaces.
+
+``--pads 0 64 128`` builds each case again after allocating that many MiB first, so that its
+state pool lands elsewhere: our conventional bf16 step at batch 1 ran 3.14 or 3.47 µs by case
+in one process (kernel notes, session 19), and this shows which placements give which.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import sys
 
@@ -106,6 +111,14 @@ def main(argv=None):
         "--state", default="bf16", choices=["bf16", "f32"], help="checkpoint dtype (f32: the CUDA step only with --configs)"
     )
     ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
+    ap.add_argument(
+        "--pads",
+        type=int,
+        nargs="+",
+        default=[0],
+        metavar="MIB",
+        help="each case again after allocating this many MiB first (the state pool placed elsewhere)",
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_probe: needs a CUDA GPU")
@@ -114,48 +127,46 @@ def main(argv=None):
         f" | NVRTC {nvrtc_version()}"
     )
     print(f"{'L':>3} {'batch':>6} {'route':>22} {'us/step':>9} {'speedup':>8} {'check':>9}")
-    for L in args.L:
-        for batch in args.batch:
-            case = Mamba2DecodeCase(args.geometry, batch, L, args.state, "bf16")
-            kernel = replay_step_kernel(case.cache.checkpoint, case.cache.x_records, case.cache.B_records, case.x)
-            if kernel == "cuda":
-                kernel += " " + cuda_step_config(args.geometry[1], args.geometry[2], L, batch, case.state.itemsize).label()
-            sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
-            configs = {f"cuda {c.label()}{tag}": (c, src) for c in args.configs for tag, src in sources.items()}
-            checks, kernels = {}, {}
-            for name, (c, src) in configs.items():
-                with kernel_source(src, kernels.setdefault(name, {})):
-                    checks[name] = check_against_triton(case, c)
-            routes = {
-                r: Route([partial(case.step, r, s) for s in case.slot_sets])
-                for r in ("decode_step", "replay_triton", "replay_step")
-            }
-            graphs = {name: capture(r) for name, r in routes.items()}
-            for name, (c, src) in configs.items():
-                with kernel_source(src, {}):
-                    graphs[name] = capture(Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets]))
-            times = time_interleaved(graphs, {n: len(case.slot_sets) for n in graphs})
-            conv = times["decode_step"][0]
-            for name, (t, _) in times.items():
-                label = f"{name} ({kernel})" if name == "replay_step" else name
-                check = checks.get(name)
-                print(
-                    f"{L:>3} {batch:>6} {label:>22} {t * 1e6:9.2f} {conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"
-                )
-            for name, loaded in kernels.items():
-                c = configs[name][0]
-                threads = 8 * c.small_rows if c.small else mc.step_threads(args.geometry[1])
-                entry = "mamba2_replay_small" if c.small else "mamba2_replay_step"
-                regs, local = loaded[entry].resources()
-                smem = (
-                    0
-                    if c.small
-                    else mc.step_shared_bytes(args.geometry[1], args.geometry[2], L, c.stages, case.state.itemsize)
-                )
-                ctas = loaded[entry].ctas_per_sm(threads, smem)
-                print(f"#   {name}: {regs} registers, {local} local bytes, {ctas} CTAs a multiprocessor")
-            del case, graphs
-            torch.cuda.empty_cache()
+    for L, batch, pad_mib in itertools.product(args.L, args.batch, args.pads):
+        pad = torch.empty(pad_mib << 20, dtype=torch.uint8, device="cuda")
+        if len(args.pads) > 1:
+            print(f"# {pad_mib} MiB allocated before the case")
+        case = Mamba2DecodeCase(args.geometry, batch, L, args.state, "bf16")
+        kernel = replay_step_kernel(case.cache.checkpoint, case.cache.x_records, case.cache.B_records, case.x)
+        if kernel == "cuda":
+            kernel += " " + cuda_step_config(args.geometry[1], args.geometry[2], L, batch, case.state.itemsize).label()
+        sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
+        configs = {f"cuda {c.label()}{tag}": (c, src) for c in args.configs for tag, src in sources.items()}
+        checks, kernels = {}, {}
+        for name, (c, src) in configs.items():
+            with kernel_source(src, kernels.setdefault(name, {})):
+                checks[name] = check_against_triton(case, c)
+        routes = {
+            r: Route([partial(case.step, r, s) for s in case.slot_sets])
+            for r in ("decode_step", "replay_triton", "replay_step")
+        }
+        graphs = {name: capture(r) for name, r in routes.items()}
+        for name, (c, src) in configs.items():
+            with kernel_source(src, {}):
+                graphs[name] = capture(Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets]))
+        times = time_interleaved(graphs, {n: len(case.slot_sets) for n in graphs})
+        conv = times["decode_step"][0]
+        for name, (t, _) in times.items():
+            label = f"{name} ({kernel})" if name == "replay_step" else name
+            check = checks.get(name)
+            print(
+                f"{L:>3} {batch:>6} {label:>22} {t * 1e6:9.2f} {conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"
+            )
+        for name, loaded in kernels.items():
+            c = configs[name][0]
+            threads = 8 * c.small_rows if c.small else mc.step_threads(args.geometry[1])
+            entry = "mamba2_replay_small" if c.small else "mamba2_replay_step"
+            regs, local = loaded[entry].resources()
+            smem = 0 if c.small else mc.step_shared_bytes(args.geometry[1], args.geometry[2], L, c.stages, case.state.itemsize)
+            ctas = loaded[entry].ctas_per_sm(threads, smem)
+            print(f"#   {name}: {regs} registers, {local} local bytes, {ctas} CTAs a multiprocessor")
+        del case, graphs, pad
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
