@@ -55,7 +55,9 @@ def parse_config(text: str) -> CudaStepConfig:
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small[,ROWS][,mN][,early]")
         return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows, early_math="early" in parts)
     if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small[,16|,32|,64]")
+        raise argparse.ArgumentTypeError(
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small[,ROWS][,mN][,early]"
+        )
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
 

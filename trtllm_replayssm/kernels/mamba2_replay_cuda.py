@@ -74,8 +74,7 @@ class CudaStepConfig:
     ``small_rows`` rows of a head and batch row, a multiple of 8 from 16 to 128 dividing
     head_dim; registers capped for ``min_ctas`` resident CTAs; ``early_math``: a thread's own
     arithmetic before the CTA's barrier instead of after it; the other fields unused), the
-    fastest form at small batches
-    (:data:`SMALL_MAX_BATCH`, :func:`small_config`)."""
+    fastest form at small batches (:data:`SMALL_MAX_BATCH`, :func:`small_config`)."""
 
     stages: int
     min_ctas: int
@@ -149,10 +148,9 @@ def small_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: i
     barrier (one grid of few CTAs: latency decides; bf16 3.57 us against session 18's 4.33).
     From batch 2: registers capped at 64 so that consecutive steps' grids are resident together
     (programmatic launch) where that cap holds the kernel without spills
-    (:func:`small_fits_register_cap`), the
-    arithmetic after the barrier (before it, the registers live across the barrier spill under
-    the cap)."""
-    rows = _widest_rows(head_dim, 32)
+    (:func:`small_fits_register_cap`), the arithmetic after the barrier (before it, the registers
+    live across the barrier spill under the cap)."""
+    rows = 32 if head_dim % 32 == 0 else 16  # head_dim is a multiple of 16 (cuda_shape_unsupported)
     if batch == 1:
         return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=True)
     ctas = REGISTERS_PER_SM // (64 * 8 * rows) if small_fits_register_cap(head_dim, d_state, L) else 1
@@ -164,11 +162,6 @@ def small_fits_register_cap(head_dim: int, d_state: int, L: int) -> bool:
     spills: L <= 16, d_state <= 128 and head_dim a multiple of 32 (a CPU test compiles the launch
     table's configurations and reads their local memory and stack)."""
     return L <= 16 and d_state <= 128 and head_dim % 32 == 0
-
-
-def _widest_rows(head_dim: int, most: int) -> int:
-    """The most rows a CTA, of 64 / 32 / 16 up to ``most``, that tile ``head_dim``."""
-    return next(r for r in (64, 32, 16) if r <= most and head_dim % r == 0)
 
 
 def small_inputs_unsupported(B: Tensor, C: Tensor) -> Optional[str]:

@@ -48,9 +48,7 @@ def _check(result, what: str):
 def nvrtc_version() -> str:
     """The loaded NVRTC's version, ``major.minor`` (register allocation differs between releases)."""
     _, nvrtc = _bindings()
-    err, major, minor = nvrtc.nvrtcVersion()
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"nvrtcVersion: {err}")
+    major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
     return f"{major}.{minor}"
 
 
