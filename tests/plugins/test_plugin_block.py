@@ -113,13 +113,17 @@ def test_info_of_names_int64():
 
 def test_gpu_tolerance_keeps_teeth():
     """The GPU comparison's tolerance (block_cases.regions_differing with ``tolerate``) lets live
-    checkpoints differ by rounding only, and never an unused slot's bits or a copied region."""
+    checkpoints and dt records before the cursor differ by rounding only, records from the cursor
+    on (dead positions) by anything, and never an unused slot's bits or a record before the
+    cursor."""
     a = _attrs(num_slots=4, act_dtype="bf16")
     layer = torch.randint(0, 256, (4, a.block.nbytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
     views = a.block.views(layer)
     views["checkpoint"].copy_(torch.randn(views["checkpoint"].shape))
     cache = op_cache_of(a.block, views, "cpu")
     live = torch.tensor([2, 0])
+    for slot, w in ((2, 2), (0, 0)):  # live slots' cursors: records before them are compared
+        cache.cursor[slot] = views["cursor"].reshape(cache.cursor.shape)[slot] = w
     assert regions_differing(views, cache) == []
 
     cache.checkpoint[live] *= 1 + 2**-20  # rounding-level, live slots
@@ -131,9 +135,25 @@ def test_gpu_tolerance_keeps_teeth():
     cache.checkpoint[1] *= 1 + 2**-20  # an unused slot: bit for bit even with the tolerance
     assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["checkpoint"]
     cache.checkpoint[1] = views["checkpoint"][1]
-    bits(cache.x_records)[0, 0, 0, 0] ^= 1  # copied regions stay exact (one bit of random bytes)
+    bits(cache.x_records)[2, 0, 0, 0] ^= 1  # copied regions stay exact (one bit of random bytes)
     assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["x_records"]
-
+    bits(cache.x_records)[2, 0, 0, 0] ^= 1
+    # records of live slots: compared before the cursor only, dt records there by rounding
+    dt_view = views["dt_records"].reshape(cache.dt_records.shape)  # a view: writes reach the layer
+    cache.dt_records[2] = dt_view[2] = 0.25
+    cache.dt_records[2, 0, 1] *= 1 + 2**-20
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == []
+    cache.dt_records[2, 0, 1] = 0.5
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["dt_records"]
+    cache.dt_records[2, 0, 1] = 0.25
+    bits(cache.x_records)[2, 0, 1, 0] ^= 1  # before the cursor: exact
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["x_records"]
+    bits(cache.x_records)[2, 0, 1, 0] ^= 1
+    bits(cache.x_records)[2, 0, 2, 0] ^= 1  # from the cursor on: anything
+    bits(cache.B_records)[0, 0, 0, 0] ^= 1  # slot 0's cursor is 0
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == []
+    bits(cache.B_records)[1, 0, 0, 0] ^= 1  # an unused slot: exact
+    assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["B_records"]
     y = torch.randn(5, 4, 8)
     assert close_to(y * (1 + 2**-9), y, 2**-7)
     assert not close_to(y + 0.1 * y.abs().max(), y, 2**-7)
