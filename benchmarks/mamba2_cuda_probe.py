@@ -8,10 +8,10 @@ benchmarks/mamba2_decode.py times them.
 
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
-A configuration is ``stages,min_ctas,pdl|nopdl,c4|c16`` (``CudaStepConfig``; c: the
-coefficient launch's warps per CTA) or ``small[,ROWS][,mN][,early]`` (the one-launch kernel
-without a ring, 16 rows a CTA unless given, registers capped for N resident CTAs a multiprocessor,
-the arithmetic before the barrier).
+A configuration is ``stages,min_ctas,pdl|nopdl,cW`` (``CudaStepConfig``; W: the coefficient
+launch's warps per CTA, 1, 2, 4, 8 or 16) or ``small[,ROWS][,mN][,early]`` (the one-launch
+kernel without a ring, 16 rows a CTA unless given, registers capped for N resident CTAs a
+multiprocessor, the arithmetic before the barrier).
 
 ``--baseline CU`` times every configuration with another copy of the kernel source too (e.g. a
 revision exported by scripts/export_variant.sh: ``variants/main/trtllm_replayssm/kernels/cuda/
@@ -19,8 +19,8 @@ mamba2_replay_step.cu``; same kernel parameters), in the same interleaved rounds
 ``@base``: a kernel change measured side by side with the kernel it replaces.
 
 ``--pads 0 64 128`` builds each case again after allocating that many MiB first, so that its
-state pool lands elsewhere: our conventional bf16 step at batch 1 ran 3.14 or 3.47 µs by case
-in one process (kernel notes, session 19), and this shows which placements give which.
+state pool lands elsewhere (kernel notes, session 20: our conventional bf16 step at batch 1 runs
+~0.35 µs faster in a process's first case, whatever the pad).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def parse_config(text: str) -> CudaStepConfig:
         if len(parts) - 1 != sum(q.isdigit() or q == "early" or q[:1] == "m" for q in parts[1:]):
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small[,ROWS][,mN][,early]")
         return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows, early_math="early" in parts)
-    if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c4", "c16"):
+    if len(parts) != 4 or parts[2] not in ("pdl", "nopdl") or parts[3] not in ("c1", "c2", "c4", "c8", "c16"):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c4|c16 or small[,ROWS][,mN][,early]"
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c1|c2|c4|c8|c16 or small[,ROWS][,mN][,early]"
         )
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
