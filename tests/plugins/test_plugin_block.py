@@ -154,6 +154,7 @@ def test_gpu_tolerance_keeps_teeth():
     assert regions_differing(views, cache, tolerate=(live, 1e-5)) == []
     bits(cache.B_records)[1, 0, 0, 0] ^= 1  # an unused slot: exact
     assert regions_differing(views, cache, tolerate=(live, 1e-5)) == ["B_records"]
+
     y = torch.randn(5, 4, 8)
     assert close_to(y * (1 + 2**-9), y, 2**-7)
     assert not close_to(y + 0.1 * y.abs().max(), y, 2**-7)

@@ -67,12 +67,12 @@ class CudaStepConfig:
     """How the step's persistent kernel runs: ``stages`` units in flight per CTA (shared-memory
     ring), register-capped for ``min_ctas`` resident CTAs per multiprocessor, launched as a
     programmatic dependent of the coefficient launch when ``pdl``; the coefficient launch has
-    ``coef_warps`` (4 or 16) warps per CTA. With ``pdl`` the coefficient launch is a programmatic
-    dependent of the previous kernel in the stream too (it waits for that kernel before any
-    read), so that its CTAs are scheduled while the previous step kernel drains (kernel notes,
-    session 18). ``small``: one launch of ``mamba2_replay_small`` instead (no ring: a CTA per
-    ``small_rows`` rows of a head and batch row, a multiple of 8 from 16 to 128 dividing
-    head_dim; registers capped for ``min_ctas`` resident CTAs; ``early_math``: a thread's own
+    ``coef_warps`` (1, 2, 4, 8 or 16; the table takes 4 or 16) warps per CTA. With ``pdl`` the
+    coefficient launch is a programmatic dependent of the previous kernel in the stream too (it
+    waits for that kernel before any read), so that its CTAs are scheduled while the previous
+    step kernel drains (kernel notes, session 18). ``small``: one launch of
+    ``mamba2_replay_small`` instead (no ring: a CTA per ``small_rows`` rows of a head and batch
+    row, a multiple of 8 from 16 to 128 dividing head_dim; registers capped for ``min_ctas`` resident CTAs; ``early_math``: a thread's own
     arithmetic before the CTA's barrier instead of after it; the other fields unused), the
     fastest form at small batches (:data:`SMALL_MAX_BATCH`, :func:`small_config`)."""
 

@@ -3,7 +3,7 @@
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX.
 //
-// 1. mamba2_replay_coefficients, one CTA of COEF_WARPS warps (4 or 16) per (group, batch row,
+// 1. mamba2_replay_coefficients, one CTA of COEF_WARPS warps (the table's 4 or 16) per (group, batch row,
 //    16 heads of the group): B_j . C once per CTA (warps over records j, lanes over d_state),
 //    then each warp the weights of every COEF_WARPS-th head (lanes over records). Reads the
 //    row's cursor w, the group's B records 0..w-1, the step's B and C, and each head's dt
@@ -38,7 +38,7 @@
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
 // (L rounded up to 16), STAGES, MIN_CTAS (the step kernel's and the small kernel's register cap:
-// resident CTAs a multiprocessor), COEF_WARPS (4 or 16), SM_ROWS (the small kernel's rows a CTA,
+// resident CTAs a multiprocessor), COEF_WARPS (1, 2, 4, 8 or 16: a divisor of LP), SM_ROWS (the small kernel's rows a CTA,
 // a multiple of 8 from 16 to 128 dividing ROWS), SM_EARLY_MATH (0 / 1: its arithmetic after / before
 // the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
 // DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
