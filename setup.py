@@ -55,7 +55,7 @@ setup(
     # The TensorRT-LLM hooks' startup directory (sitecustomize for TRTLLM_REPLAYSSM=1) and notes.
     package_data={
         "trtllm_replayssm_builders.trtllm": ["startup/sitecustomize.py", "README.md"],
-        "trtllm_replayssm.kernels": ["cuda/*.cu"],
+        "trtllm_replayssm.kernels": ["cuda/*.cu", "cuda/*.cuh"],
     },
     entry_points={
         "console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"],

@@ -45,12 +45,12 @@ SMALL_POINTS = ("start", "programmatic wait", "slot", "loads back", "barrier", "
 # (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
 _PATCHES = (
     (
-        "// ------------------------------------------------------------------ scalars",
+        '#include "replay_common.cuh"\n',
+        '#include "replay_common.cuh"\n'
         '__device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }\n'
         "// The time once dep is known (the read waits for it).\n"
         "__device__ __forceinline__ u64 gtime_after(unsigned dep) {\n"
-        '  u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t) : "r"(dep)); return t; }\n'
-        "// ------------------------------------------------------------------ scalars",
+        '  u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t) : "r"(dep)); return t; }\n',
     ),
     (
         "    const int* __restrict__ slot_ids) {\n  // Launched programmatically",

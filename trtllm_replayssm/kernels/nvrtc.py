@@ -20,7 +20,7 @@ from typing import Dict, Sequence, Tuple
 
 import torch
 
-__all__ = ["cuda_source", "compile_program", "CudaKernel", "load_kernel", "tensor_map_4d", "KernelArgs"]
+__all__ = ["cuda_source", "cuda_headers", "compile_program", "CudaKernel", "load_kernel", "tensor_map_4d", "KernelArgs"]
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
 
@@ -58,9 +58,15 @@ def cuda_source(name: str) -> str:
         return f.read()
 
 
+def cuda_headers() -> Tuple[str, ...]:
+    """Names of the headers in ``kernels/cuda`` (``*.cuh``), which every program may include."""
+    return tuple(sorted(n for n in os.listdir(_SOURCE_DIR) if n.endswith(".cuh")))
+
+
 @functools.lru_cache(maxsize=None)
 def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], output: str = "cubin") -> bytes:
-    """NVRTC compile of ``kernels/cuda/<name>`` for ``arch`` (e.g. ``"sm_90"``) with ``-D`` defines.
+    """NVRTC compile of ``kernels/cuda/<name>`` for ``arch`` (e.g. ``"sm_90"``) with ``-D`` defines,
+    the headers of :func:`cuda_headers` includable by name.
 
     Args:
         output: ``"cubin"`` (machine code, what :func:`load_kernel` loads) or ``"ptx"``.
@@ -70,7 +76,12 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
         RuntimeError: with NVRTC's log when the compile fails.
     """
     _, nvrtc = _bindings()
-    prog = _check(nvrtc.nvrtcCreateProgram(cuda_source(name).encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+    names = cuda_headers()
+    prog = _check(
+        nvrtc.nvrtcCreateProgram(cuda_source(name).encode(), name.encode(), len(names),
+                                 [cuda_source(h).encode() for h in names], [h.encode() for h in names]),
+        "nvrtcCreateProgram",
+    )
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
         opts += [f"-D{k}={int(v)}".encode() for k, v in defines]

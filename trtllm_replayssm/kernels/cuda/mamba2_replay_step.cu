@@ -43,9 +43,7 @@
 // the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
 // DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
 
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
+#include "replay_common.cuh"
 
 #define CONSUMERS (ROWS / 16)
 #define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
@@ -65,112 +63,9 @@ typedef unsigned long long u64;
 #define OFF_META (OFF_COEF + COEF_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
-struct __align__(64) TensorMap { u64 opaque[16]; };
-struct __align__(8) Pair { float x, y; };
-
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
 extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
-
-// ------------------------------------------------------------------ scalars
-
-__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
-
-__device__ __forceinline__ float f16_to_f32(u16 v) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-  return f;
-}
-
-__device__ __forceinline__ u16 f32_to_bf16(float f) {
-  u16 v;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
-  return v;
-}
-
-// a.lo b.lo + a.hi b.hi of two bf16x2 words, in fp32.
-__device__ __forceinline__ float dot_bf16x2(u32 a, u32 b) {
-  return __uint_as_float(a << 16) * __uint_as_float(b << 16) + __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
-}
-
-// Two floats as bf16x2: lo in bits 0-15.
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// A value of dtype code 0 (fp32), 1 (bf16) or 2 (fp16) at p[i], as fp32.
-template <int CODE>
-__device__ __forceinline__ float load_f32(const void* p, long long i) {
-  if (CODE == 0) return ((const float*)p)[i];
-  if (CODE == 1) return bf16_to_f32(((const u16*)p)[i]);
-  return f16_to_f32(((const u16*)p)[i]);
-}
-
-__device__ __forceinline__ float softplus_dt(float dt) {
-  return dt <= 20.0f ? logf(1.0f + expf(dt)) : dt;
-}
-
-// ------------------------------------------------------------------ shared memory, barriers, copies
-
-__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
-// completing on `bar`.
-__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
-// One box of a 4-D tensor map at coordinates (c0, c1, c2, c3) into shared memory.
-__device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c0, int c1, int c2, int c3, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
-}
-
-__device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(map),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
-               : "memory");
-}
-
-// Byte offset of (row r, byte column cb) in a [rows][128-byte] box written with the 128-byte
-// swizzle (16-byte chunk index XOR row % 8; the box starts 1024-byte aligned).
-__device__ __forceinline__ u32 swizzle128(u32 r, u32 cb) { return r * 128u + ((((cb >> 4) ^ (r & 7u)) << 4) | (cb & 15u)); }
 
 // Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
@@ -299,15 +194,7 @@ __device__ __forceinline__ float step_dt(const void* dt, long long sdt_batch, lo
 // dt_i)) for j < w, dt at j == w, zero after, from exact suffix sums (inclusive v_j by a warp
 // scan, then later_j = v_{j+1}: no prefix subtraction). ``total``: sum_{j<w} dt_j.
 __device__ __forceinline__ float record_weight(float dtj, float dth, float a, int w, int lane, float& total) {
-  float v = lane < w ? dtj : 0.0f;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float t = __shfl_down_sync(0xffffffffu, v, o);
-    if (lane + o < 32) v += t;
-  }
-  float later = __shfl_down_sync(0xffffffffu, v, 1);
-  if (lane == 31) later = 0.0f;
-  total = __shfl_sync(0xffffffffu, v, 0);
+  const float later = warp_suffix_sums(lane < w ? dtj : 0.0f, lane, total);
   return lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
 }
 
@@ -321,12 +208,6 @@ __device__ __forceinline__ float record_weight(float dtj, float dth, float a, in
 #define PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
 #define XPL ((ROWS + 31) / 32)                   // x elements per lane and head
 
-// Sum over the warp, every lane gets it.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients(
     float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
