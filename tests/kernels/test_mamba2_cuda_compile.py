@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from ptx_params import ptx_entry, ptx_params
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step, replay_step_kernel
 
@@ -52,29 +53,6 @@ def test_optional_inputs_and_dtypes_compile(flags):
     assert ".entry mamba2_replay_step(" in _ptx(SHAPES[0], flags=flags)
 
 
-def _ptx_params(ptx: str, entry: str) -> list:
-    body = ptx[ptx.index(f".entry {entry}(") :]
-    body = body[: body.index(")")]
-    kinds = []
-    for decl in re.findall(r"\.param ([^\n,]+)", body):
-        if "[128]" in decl:
-            kinds.append("map")
-        elif ".u64" in decl or ".s64" in decl:
-            kinds.append("64")
-        elif ".u32" in decl or ".s32" in decl:
-            kinds.append("i32")
-        else:
-            raise AssertionError(decl)
-    return kinds
-
-
-def _entry(ptx: str, name: str) -> str:
-    """The PTX of entry ``name``, up to the next entry."""
-    body = ptx[ptx.index(f".entry {name}(") :]
-    end = body.find(".entry ", 1)
-    return body if end < 0 else body[:end]
-
-
 def _cpu_case(nheads=128, head_dim=64, d_state=128, ngroups=8, L=16, batch=4, slots=6):
     from trtllm_replayssm.cache import Mamba2ReplayCache
 
@@ -96,16 +74,16 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     coef = torch.zeros(8)
     args = mc.coefficient_args(coef, B, c.x_records, c.dt_records, c.B_records, c.cursor, x, dt, A, B, B, slots, None)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
-    assert widths == _ptx_params(ptx, "mamba2_replay_coefficients")
+    assert widths == ptx_params(ptx, "mamba2_replay_coefficients")
     maps = (b"\0" * 128, b"\0" * 128)
     args = mc.step_args(maps, coef, B, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
-    assert widths == _ptx_params(ptx, "mamba2_replay_step")
+    assert widths == ptx_params(ptx, "mamba2_replay_step")
     args = mc.small_args(
         c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
     )
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
-    assert widths == _ptx_params(ptx, "mamba2_replay_small")
+    assert widths == ptx_params(ptx, "mamba2_replay_small")
 
 
 def test_launch_table():
@@ -227,7 +205,7 @@ def test_fp32_s0c_takes_no_tf32_products(shape):
         if mc.step_shared_bytes(head_dim, d_state, L, 2, es) + mc.SMEM_RESERVED_PER_CTA > mc.SMEM_PER_SM:
             continue  # does not fit: test_oversized_stages_are_refused
         cfg = mc.cuda_step_config(head_dim, d_state, L, 256, es)
-        step = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, es), "mamba2_replay_step")
+        step = ptx_entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, es), "mamba2_replay_step")
         assert tf32 not in step and bf16 in step, es
         if es == 4:
             assert "ld.shared.v4.f32" in step  # four checkpoint columns a load
@@ -242,11 +220,11 @@ def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
     cfg = mc.cuda_step_config(head_dim, d_state, L, 256)
     assert cfg.pdl and not cfg.small
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS)
-    body = _entry(ptx, "mamba2_replay_coefficients")
+    body = ptx_entry(ptx, "mamba2_replay_coefficients")
     wait = body.index("griddepcontrol.wait")
     assert wait < body.index("griddepcontrol.launch_dependents")
     assert wait < body.index("ld.global")
-    step = _entry(ptx, "mamba2_replay_step")
+    step = ptx_entry(ptx, "mamba2_replay_step")
     assert step.index("griddepcontrol.launch_dependents") < step.index("ld.global")
 
 
@@ -260,7 +238,7 @@ def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early
     arithmetic between the slot's arrival and these loads)."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
     cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=early)
-    body = _entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_small")
+    body = ptx_entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_small")
     assert f".maxntid {8 * rows}, 1, 1" in body
     # the head's weights (a warp scan of shuffles) before the barrier only with the early arithmetic
     assert ("shfl.sync.down" in body[: body.index("bar.sync")]) == early

@@ -171,7 +171,7 @@ class GatedDeltaDecodeCase(DecodeCase):
         args = (self.q, self.k, self.v, self.g, self.beta)
         if route == "decode_step":
             launch_gated_delta_decode_step(self.conv_state, *args, slot_ids=slots, config=config, **self.kw)
-        elif route == "replay_step":
+        elif route in ("replay_step", "replay_triton"):
             launch_gated_delta_replay_step(
                 c.checkpoint,
                 c.d_records,
@@ -182,6 +182,7 @@ class GatedDeltaDecodeCase(DecodeCase):
                 *args,
                 slot_ids=slots,
                 config=config,
+                kernel="triton" if route == "replay_triton" else "auto",
                 **self.kw,
             )
         else:

@@ -13,7 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["LaunchConfig", "mamba2_launch_config", "mamba2_step_args", "mamba2_step_constexprs"]
+__all__ = ["KERNELS", "LaunchConfig", "mamba2_launch_config", "mamba2_step_args", "mamba2_step_constexprs"]
+
+# The replay launchers' ``kernel`` argument: the op's choice, or the Triton or CUDA C++ kernel.
+KERNELS = ("auto", "triton", "cuda")
 
 
 @triton.jit

@@ -36,11 +36,12 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, advance_cursor, split_dot
+from .common import KERNELS, LaunchConfig, advance_cursor, split_dot
+from .gated_delta_replay_cuda import GdnCudaConfig, launch_gdn_replay_step_cuda
 from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk, multiprocessor_count)
 
-__all__ = ["launch_gated_delta_replay_step", "replay_constexprs"]
+__all__ = ["launch_gated_delta_replay_step", "replay_constexprs", "replay_step_kernel"]
 
 
 @triton.jit
@@ -196,12 +197,38 @@ def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm:
                 PER_CHANNEL=per_channel, USE_QK_L2NORM=use_qk_l2norm)
 
 
+def replay_step_kernel(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                       q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> str:
+    """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. Triton (every
+    family, dtype, size and GPU) until the CUDA GDN step
+    (:mod:`~.gated_delta_replay_cuda`) is measured faster."""
+    return "triton"
+
+
 def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
                                    g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
                                    k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
                                    slot_ids: Tensor, scale: float, use_qk_l2norm: bool,
-                                   out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
-    """Launch the replay step on the cache tensors; arguments already checked by the op."""
+                                   out: Tensor, config=None, kernel: str = "auto") -> Tensor:
+    """Launch the replay step on the cache tensors; arguments already checked by the op.
+
+    ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses; a ``config`` of either kind
+    chooses its kernel), ``"triton"`` or ``"cuda"`` (GDN only: ValueError where the CUDA step
+    does not apply). ``config``: a :class:`LaunchConfig` for the Triton kernel or a
+    :class:`~.gated_delta_replay_cuda.GdnCudaConfig` for the CUDA one (None: the launch tables)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"launch_gated_delta_replay_step: kernel is {kernel!r}; expected one of {KERNELS}")
+    if kernel == "auto":
+        if isinstance(config, (GdnCudaConfig, LaunchConfig)):
+            kernel = "cuda" if isinstance(config, GdnCudaConfig) else "triton"
+        else:
+            kernel = replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    if kernel == "cuda":
+        return launch_gdn_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
+                                           beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                           out=out, config=config)
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"launch_gated_delta_replay_step: config is {type(config).__name__}; the Triton kernel takes a LaunchConfig")
     batch, v_heads, head_v_dim = v.shape
     head_k_dim = q.shape[2]
     cfg = config or gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, batch * v_heads,

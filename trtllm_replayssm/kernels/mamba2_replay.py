@@ -34,13 +34,11 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
+from .common import (KERNELS, LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
                      mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
 from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
 __all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "KERNELS"]
-
-KERNELS = ("auto", "triton", "cuda")
 
 # A 16-bit checkpoint's flush fold: tiles of FOLD_ROWS rows (the tile product's M, at least 16)
 # by FOLD_D_STATE columns of d_state.

@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
-from .nvrtc import KernelArgs, compile_program, load_kernel, tensor_map_4d
+from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps,  # noqa: F401
+                    compile_program, copyable_rows, load_kernel, tensor_map_key)
 
 __all__ = [
     "SOURCE",
@@ -45,9 +46,6 @@ __all__ = [
 
 SOURCE = "mamba2_replay_step.cu"
 MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
-SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
-SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
-REGISTERS_PER_SM = 65536
 # From this batch on, coefficient CTAs of 4 warps (16 below): kernel notes, sessions 15 and 18
 # (with the programmatic coefficient launch 16 warps are as fast or faster at 64, 4 at 256).
 COEF_WARPS_4_BATCH = 128
@@ -168,7 +166,7 @@ def small_inputs_unsupported(B: Tensor, C: Tensor) -> Optional[str]:
     """Why the small kernel cannot read these tensors (None: it can): it loads the step's B and
     C rows in 16-byte vectors (16-byte aligned, contiguous rows)."""
     for name, t in (("B", B), ("C", C)):
-        if not _copyable_rows(t):
+        if not copyable_rows(t):
             return f"{name} strides {t.stride()} not 16-byte aligned rows"
     return None
 
@@ -185,13 +183,6 @@ def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tens
     return cuda_shape_unsupported(checkpoint, x_records, B_records, x)
 
 
-def _copyable_rows(t: Tensor) -> bool:
-    """Whether bulk copies can move ``t``'s rows: last dim contiguous, base and every outer
-    stride 16-byte multiples."""
-    es = t.element_size()
-    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(t.stride(d) * es % 16 == 0 for d in range(t.dim() - 1))
-
-
 def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
     """The device-independent part of :func:`cuda_step_unsupported` (dtypes, sizes, alignment)."""
     if checkpoint.dtype not in (torch.bfloat16, torch.float32) or x.dtype != torch.bfloat16:
@@ -205,7 +196,7 @@ def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Ten
     if L > MAX_L_CUDA:
         return f"L {L}; the CUDA step takes L <= {MAX_L_CUDA}"
     for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
-        if not _copyable_rows(t):
+        if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
     if step_shared_bytes(head_dim, d_state, L, 2, checkpoint.element_size()) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         return f"two stages of head_dim {head_dim} x d_state {d_state} {checkpoint.dtype} rows do not fit a multiprocessor"
@@ -322,32 +313,6 @@ def step_args(maps, coef, c_rows, x_records, B_records, cursor, slot_ids, D, z, 
     )  # fmt: skip
 
 
-_TENSOR_MAPS: dict = {}
-
-
-def tensor_map_key(t: Tensor) -> tuple:
-    """Everything a tensor map of ``t`` encodes: address, dtype (element size and data type),
-    shape, strides and device. The caching allocator hands a freed tensor's address to the next
-    one, so a key without the dtype gave an fp32 checkpoint the bf16 map of an earlier tensor
-    (strides in bytes halved: stores landed in other slots; found by the GPU test's unused-slot
-    check, 2026-12-02)."""
-    return (t.data_ptr(), t.dtype, tuple(t.shape), t.stride(), t.device)
-
-
-def _checkpoint_maps(checkpoint: Tensor, head_dim: int) -> Tuple[bytes, bytes]:
-    """(load map: boxes of [128 bytes of columns, head_dim rows], store map: [128 bytes, 16
-    rows]) of the checkpoint, cached by :func:`tensor_map_key` (the cache's tensors live as long as
-    the model)."""
-    key = tensor_map_key(checkpoint)
-    maps = _TENSOR_MAPS.get(key)
-    if maps is None:
-        if len(_TENSOR_MAPS) > 256:
-            _TENSOR_MAPS.clear()
-        cols = 128 // checkpoint.element_size()
-        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, (cols, head_dim)), tensor_map_4d(checkpoint, (cols, 16)))
-    return maps
-
-
 def launch_mamba2_replay_step_cuda(
     checkpoint: Tensor,
     x_records: Tensor,
@@ -412,7 +377,7 @@ def launch_mamba2_replay_step_cuda(
     # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it
     # waits for that grid before reading; the .cu file's launch 1).
     coef_kernel.launch(coef_grid, 32 * cfg.coef_warps, 0, stream, coef_args, pdl=cfg.pdl)
-    load_map, store_map = _checkpoint_maps(checkpoint, head_dim)
+    load_map, store_map = checkpoint_tensor_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, cursor, slot_ids, D, z, x, out)

@@ -20,7 +20,25 @@ from typing import Dict, Sequence, Tuple
 
 import torch
 
-__all__ = ["cuda_source", "cuda_headers", "compile_program", "CudaKernel", "load_kernel", "tensor_map_4d", "KernelArgs"]
+__all__ = [
+    "cuda_source",
+    "cuda_headers",
+    "compile_program",
+    "CudaKernel",
+    "load_kernel",
+    "tensor_map_4d",
+    "tensor_map_key",
+    "checkpoint_tensor_maps",
+    "copyable_rows",
+    "KernelArgs",
+    "SMEM_PER_SM",
+    "SMEM_RESERVED_PER_CTA",
+    "REGISTERS_PER_SM",
+]
+
+SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
+SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
+REGISTERS_PER_SM = 65536
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
 
@@ -108,7 +126,7 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
 
 class KernelArgs:
     """A kernel's parameters for ``cuLaunchKernelEx``: 64-bit pointers and integers, 32-bit
-    integers and 128-byte tensor maps, in the kernel's order, kept as Python ints and bytes.
+    integers and floats, and 128-byte tensor maps, in the kernel's order, kept as Python ints and bytes.
 
     ``address`` packs them with one ``struct.pack_into`` into storage kept per thread and
     parameter-kind list (its ``void**`` array built once) and returns that array's address. It
@@ -119,7 +137,7 @@ class KernelArgs:
 
     def __init__(self):
         self._values = []
-        self.kinds = []  # "ptr", "i64", "i32", "map": what tests compare with the PTX parameters
+        self.kinds = []  # "ptr", "i64", "i32", "f32", "map": what tests compare with the PTX parameters
 
     def _add(self, kind: str, value) -> "KernelArgs":
         self.kinds.append(kind)
@@ -145,6 +163,9 @@ class KernelArgs:
     def i32(self, v: int) -> "KernelArgs":
         return self._add("i32", int(v))
 
+    def f32(self, v: float) -> "KernelArgs":
+        return self._add("f32", float(v))
+
     def tensor_map(self, blob: bytes) -> "KernelArgs":
         """A CUtensorMap (128 bytes) passed by value."""
         if len(blob) != 128:
@@ -158,7 +179,7 @@ class KernelArgs:
         return ctypes.addressof(pointers)
 
 
-_ARG_FORMATS = {"ptr": "Q", "i64": "q", "i32": "i", "map": "128s"}
+_ARG_FORMATS = {"ptr": "Q", "i64": "q", "i32": "i", "f32": "f", "map": "128s"}
 _ARG_STORAGE = threading.local()
 
 
@@ -301,3 +322,36 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
         "cuTensorMapEncodeTiled",
     )
     return ctypes.string_at(tmap.getPtr(), 128)
+
+
+def copyable_rows(t: torch.Tensor) -> bool:
+    """Whether bulk copies can move ``t``'s rows: last dim contiguous, base and every outer
+    stride 16-byte multiples."""
+    es = t.element_size()
+    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(t.stride(d) * es % 16 == 0 for d in range(t.dim() - 1))
+
+
+_TENSOR_MAPS: dict = {}
+
+
+def tensor_map_key(t: torch.Tensor) -> tuple:
+    """Everything a tensor map of ``t`` encodes: address, dtype (element size and data type),
+    shape, strides and device. The caching allocator hands a freed tensor's address to the next
+    one, so a key without the dtype gave an fp32 checkpoint the bf16 map of an earlier tensor
+    (strides in bytes halved: stores landed in other slots; found by the GPU test's unused-slot
+    check, 2026-12-02)."""
+    return (t.data_ptr(), t.dtype, tuple(t.shape), t.stride(), t.device)
+
+
+def checkpoint_tensor_maps(checkpoint: torch.Tensor, rows: int) -> Tuple[bytes, bytes]:
+    """(load map: boxes of [128 bytes of columns, ``rows`` rows], store map: [128 bytes, 16 rows])
+    of a 4-D checkpoint [slot, heads, rows, columns], cached by :func:`tensor_map_key` and
+    ``rows`` (the cache's tensors live as long as the model)."""
+    key = (tensor_map_key(checkpoint), rows)
+    maps = _TENSOR_MAPS.get(key)
+    if maps is None:
+        if len(_TENSOR_MAPS) > 256:
+            _TENSOR_MAPS.clear()
+        cols = 128 // checkpoint.element_size()
+        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, (cols, rows)), tensor_map_4d(checkpoint, (cols, 16)))
+    return maps

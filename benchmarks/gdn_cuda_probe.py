@@ -1,0 +1,83 @@
+"""The CUDA GDN replay step's launch configurations beside the Triton kernel (GPU, sm_90).
+
+Per (state, L, batch): each CUDA configuration is first checked against the Triton kernel over
+2L + 2 steps from the same cache (outputs, checkpoints and cursors), then the conventional step,
+the Triton replay, the op's route and every configuration are captured in CUDA graphs and timed
+in interleaved rounds (benchmarks/peers_mamba2.py's ``time_interleaved``), as
+benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors spread and advancing).
+
+    python benchmarks/gdn_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
+
+A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas``
+(``GdnCudaConfig``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+
+from functools import partial
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+
+from mamba2_cuda_probe import check_against_triton  # noqa: E402
+from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
+from trtllm_replayssm.bench import GatedDeltaDecodeCase  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_replay_cuda import GdnCudaConfig, gdn_cuda_config  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
+
+
+def parse_config(text: str):
+    if text == "table":
+        return text
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected table or rows,stages,min_ctas")
+    rows, stages, min_ctas = (int(p) for p in parts)
+    return GdnCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 64, 128, 128))
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
+    ap.add_argument("--L", type=int, nargs="+", default=[16])
+    ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32"])
+    ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("gdn_cuda_probe: needs a CUDA GPU")
+    print(f"# gdn_cuda_probe | {torch.cuda.get_device_name()} | geometry {args.geometry} | bf16 act | NVRTC {nvrtc_version()}")
+    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>24} {'us/step':>9} {'speedup':>8} {'check':>9}")
+    _, _, head_k_dim, head_v_dim = args.geometry
+    for state, L, batch in itertools.product(args.state, args.L, args.batch):
+        case = GatedDeltaDecodeCase("gdn", args.geometry, batch, L, state, "bf16")
+        configs = {}
+        for c in args.configs:
+            cfg = gdn_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize) if c == "table" else c
+            configs[f"cuda {cfg.label()}"] = cfg
+        checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
+        routes = {r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("decode_step", "replay_triton")}
+        graphs = {name: capture(r) for name, r in routes.items()}
+        for name, cfg in configs.items():
+            graphs[name] = capture(Route([partial(case.step, "replay_step", s, cfg) for s in case.slot_sets]))
+        times = time_interleaved(graphs, {n: len(case.slot_sets) for n in graphs})
+        conv = times["decode_step"][0]
+        for name, (t, _) in times.items():
+            check = checks.get(name)
+            print(
+                f"{state:>5} {L:>3} {batch:>6} {name:>24} {t * 1e6:9.2f} {conv / t:8.3f} "
+                f"{'-' if check is None else f'{check:9.1e}':>9}"
+            )
+        del case, graphs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The CUDA C++ GDN replay step (kernels/cuda/gated_delta_replay_step.cu) on an sm_90 GPU: long runs
+against the float64 oracle (flushes, padding rows, poisoned unused slots and record positions),
+CUDA graphs bit for bit, agreement with the Triton kernel, refusals."""
+
+import pytest
+import torch
+
+from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step
+from replay_driver import drive_replay
+
+pytestmark = pytest.mark.gpu
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the CUDA step is built for sm_90")
+
+STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
+SHAPES = [
+    pytest.param(DeltaGeometry(16, 64, 128, 128), 16, id="qwen3.5-122b-L16"),
+    pytest.param(DeltaGeometry(16, 32, 128, 128), 8, id="qwen3.5-4b-L8"),
+    pytest.param(DeltaGeometry(16, 32, 128, 128), 32, id="qwen3.5-4b-L32"),
+    pytest.param(DeltaGeometry(2, 6, 64, 96), 5, id="dk64-dv96-L5"),  # 96-row units, 6 consumer warps
+    pytest.param(DeltaGeometry(3, 3, 256, 48), 1, id="dk256-dv48-L1"),  # every step a flush
+    pytest.param(DeltaGeometry(1, 32, 128, 16), 17, id="vpk32-dv16-L17"),  # 32 warps a coefficient CTA
+]
+
+
+def replay_cuda(cache, inp, p, slot_ids, out, config=None):
+    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+
+    c = cache
+    return launch_gated_delta_replay_step(
+        c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals,
+        inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+        slot_ids=slot_ids, out=out, config=config, kernel="cuda", **p,
+    )  # fmt: skip
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", SHAPES)
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("l2norm", [True, False], ids=["l2norm", "raw"])
+def test_cuda_gdn_step_long_run_against_oracle(g, L, state, l2norm):
+    worst = drive_replay(
+        DeltaFamily(g, per_channel=False, use_qk_l2norm=l2norm),
+        replay_cuda,
+        L,
+        STATES[state],
+        torch.bfloat16,
+        "cuda",
+        steps=max(3 * L + 3, 40),
+        batch=5,
+        num_slots=11,
+        n_padding=2,
+    )
+    assert worst["flushes"] >= 5
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
+    assert worst["ckpt"] < STATE_TOL[state] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+def test_cuda_gdn_step_many_units_per_cta(state):
+    """Batch 64 at the 122B geometry: 8192 units, tens per CTA (the ring wraps many times)."""
+    worst = drive_replay(
+        DeltaFamily(DeltaGeometry(16, 64, 128, 128), per_channel=False),
+        replay_cuda,
+        16,
+        STATES[state],
+        torch.bfloat16,
+        "cuda",
+        steps=40,
+        batch=64,
+        num_slots=70,
+        n_padding=3,
+    )
+    assert worst["flushes"] >= 64
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
+    assert worst["ckpt"] < STATE_TOL[state] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+def test_cuda_gdn_graph_equals_eager_and_tracks_triton(state):
+    """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
+    within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
+    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+
+    g, L, batch, slots = DeltaGeometry(16, 64, 128, 128), 8, 6, 9
+    fam = DeltaFamily(g, per_channel=False)
+    p = fam.make_params("cuda")
+    cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")
+    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
+    torch.nn.init.normal_(cache.d_records)
+    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
+    cache.g_records.uniform_(-0.3, -0.01)
+    cache.cursor.copy_(torch.randint(0, L, (slots,), dtype=torch.int32))
+    slot_ids = torch.tensor([3, -1, 0, 7, 5, 1], dtype=torch.int32, device="cuda")
+    inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=False)
+    saved = {k: v.clone() for k, v in vars(cache).items() if isinstance(v, torch.Tensor)}
+
+    def restore():
+        for k, v in saved.items():
+            getattr(cache, k).copy_(v)
+
+    def run(kernel, steps, graph=False):
+        restore()
+        out = torch.zeros_like(inp["v"])
+        outs = []
+        call = lambda: launch_gated_delta_replay_step(  # noqa: E731
+            cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.arrivals,
+            inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids, out=out, kernel=kernel, **p)
+        if graph:
+            call()  # compile and load outside the capture
+            restore()
+            cg = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(cg):
+                call()
+            restore()
+            step = cg.replay
+        else:
+            step = call
+        for _ in range(steps):
+            step()
+            outs.append(out.clone())
+        torch.cuda.synchronize()
+        return outs, cache.checkpoint.clone(), cache.cursor.clone(), cache.d_records.clone()
+
+    steps = 2 * L + 3
+    eager, graphed, triton = run("cuda", steps), run("cuda", steps, graph=True), run("triton", steps)
+    for a, b in zip(eager[0], graphed[0]):
+        assert torch.equal(a, b)
+    assert torch.equal(eager[1], graphed[1]) and torch.equal(eager[2], graphed[2]) and torch.equal(eager[3], graphed[3])
+    assert torch.equal(eager[2], triton[2])
+    rel = lambda a, b: float((a.float() - b.float()).abs().max() / b.float().abs().max())  # noqa: E731
+    tol = 2e-2 if state == "bf16" else 1e-2  # outputs in bf16: a rounding step apart at most, compounded
+    assert max(rel(a, b) for a, b in zip(eager[0], triton[0])) < tol
+    assert rel(eager[1], triton[1]) < tol
+
+
+@needs_sm90
+def test_cuda_gdn_refuses_kda_and_fp32_activations():
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import gdn_cuda_unsupported
+
+    g = DeltaGeometry(2, 4, 128, 128)
+    for per_channel, act, expect in ((True, torch.bfloat16, "KDA"), (False, torch.float32, "bf16")):
+        fam = DeltaFamily(g, per_channel=per_channel)
+        c = fam.allocate(3, 4, torch.float32, act, "cuda")
+        inp = make_step(g, 2, act, "cuda", per_channel=per_channel)
+        reason = gdn_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, inp["q"], inp["k"], inp["v"], inp["g"])
+        assert reason is not None and expect in reason, reason

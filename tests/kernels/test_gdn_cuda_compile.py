@@ -1,0 +1,102 @@
+"""The CUDA C++ GDN replay step on the CPU: NVRTC compiles every supported shape without local
+memory, the shared memory the launcher allocates equals what the kernel indexes, the launcher
+packs exactly the kernels' PTX parameters, and the route's refusals name their reason. (Running
+it needs an sm_90 GPU: tests/gpu/test_gdn_cuda_gpu.py.)"""
+
+import re
+
+import pytest
+import torch
+
+from ptx_params import ptx_params
+from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc
+from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
+
+SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
+    (16, 64, 128, 128, 16),  # Qwen3.5-122B-A10B, TP=1
+    (16, 32, 128, 128, 8),  # Qwen3.5-4B
+    (16, 32, 128, 128, 32),
+    (2, 6, 64, 96, 5),
+    (3, 3, 256, 48, 1),
+    (1, 32, 128, 16, 17),
+]
+
+
+def _ptx(shape, state_bytes, l2norm=True):
+    k_heads, v_heads, dk, dv, L = shape
+    cfg = gc.gdn_cuda_config(dk, dv, L, 256, state_bytes)
+    return cfg, gc.compile_gdn_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm)
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes):
+    _, _, dk, dv, L = shape
+    cfg, ptx = _ptx(shape, state_bytes)
+    assert ".entry gdn_replay_step(" in ptx and ".entry gdn_replay_coefficients(" in ptx
+    assert ".local" not in ptx  # no arrays indexed at run time
+    compiled = int(re.search(r"gdn_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == gc.gdn_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes)
+    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+
+
+def test_raw_qk_compiles():
+    assert ".entry gdn_replay_coefficients(" in _ptx(SHAPES[0], 4, l2norm=False)[1]
+
+
+def _cpu_case(k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16):
+    from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
+
+    cls = KDAReplayCache if per_channel else GDNReplayCache
+    c = cls.allocate(slots, k_heads, v_heads, dk, dv, L, state_dtype=torch.float32, record_dtype=act, device="cpu")
+    q = torch.zeros(batch, k_heads, dk, dtype=act)
+    v = torch.zeros(batch, v_heads, dv, dtype=act)
+    g = torch.zeros((batch, v_heads, dk) if per_channel else (batch, v_heads))
+    return c, q, v, g
+
+
+def test_launcher_packs_the_kernels_ptx_parameters():
+    """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
+    c, q, v, g = _cpu_case()
+    ptx = _ptx(SHAPES[0], 4)[1]
+    slots = torch.zeros(4, dtype=torch.int32)
+    coef = torch.zeros(8)
+    args = gc.coefficient_args(coef, coef, c.k_records, c.g_records, c.cursor, q, q, g, g, slots, 0.1)
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_coefficients")
+    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, v, v, slots, c.cursor)
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_step")
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (dict(per_channel=True), "KDA"),
+        (dict(act=torch.float32), "bf16"),
+        (dict(dk=96), "head_k_dim 96"),
+        (dict(dv=40), "head_v_dim 40"),
+        (dict(L=33), "L 33"),
+        (dict(k_heads=1, v_heads=64), "64 value heads per key head"),
+    ],
+)
+def test_shape_refusals_name_their_reason(change, reason):
+    c, q, v, g = _cpu_case(**change)
+    got = gc.gdn_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g)
+    assert got is not None and reason in got, got
+
+
+def test_supported_shape_has_no_reason_and_cpu_tensors_are_refused_by_the_launcher():
+    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+
+    c, q, v, g = _cpu_case()
+    assert gc.gdn_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
+    beta = torch.zeros(4, 64)
+    with pytest.raises(ValueError, match=r"gdn_replay_step \(CUDA\): not a CUDA tensor"):
+        launch_gated_delta_replay_step(
+            c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, beta,
+            slot_ids=torch.zeros(4, dtype=torch.int32), scale=0.1, use_qk_l2norm=True, out=v.clone(), kernel="cuda",
+        )  # fmt: skip
+
+
+def test_rows_that_do_not_tile_the_head_are_refused():
+    with pytest.raises(ValueError, match="rows 48; expected a multiple of 16 up to 128 dividing head_v_dim 128"):
+        gc.gdn_step_defines(16, 64, 128, 128, 16, gc.GdnCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)

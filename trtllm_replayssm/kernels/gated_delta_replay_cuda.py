@@ -1,0 +1,260 @@
+"""ReplaySSM GDN decode step in CUDA C++ (``kernels/cuda/gated_delta_replay_step.cu``) for bf16 or
+fp32 checkpoints, bf16 activations and bf16 records on sm_90.
+
+Two launches per step on the current stream: a coefficient launch per (batch row, key head)
+(the value heads' record scores and decays, q̂ and k̂, the k̂ and g appends) and a persistent
+step kernel over units of ``rows`` value rows of one value head (TMA tensor-map copies of the
+checkpoint, S0 q̂ and S0 k̂ in exact fp32, the d append, an exact-fp32 flush). The .cu file's
+header documents what each computes; the contract is the Triton kernel's
+(:mod:`trtllm_replayssm.kernels.gated_delta_replay`): same cache tensors, same results up to fp32
+rounding, cursor advanced on the device (``arrivals`` is not used), padding rows (slot < 0)
+untouched, capturable in a CUDA graph. KDA (a log-decay per key channel) is not handled here.
+
+:func:`gdn_cuda_unsupported` says why a call cannot take this route (None: it can); the launcher
+raises with that reason when asked to run anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from torch import Tensor
+
+from .gated_delta_common import multiprocessor_count
+from .nvrtc import (
+    REGISTERS_PER_SM,
+    SMEM_PER_SM,
+    SMEM_RESERVED_PER_CTA,
+    KernelArgs,
+    checkpoint_tensor_maps,
+    compile_program,
+    copyable_rows,
+    load_kernel,
+)
+
+__all__ = [
+    "SOURCE",
+    "GdnCudaConfig",
+    "gdn_cuda_config",
+    "gdn_cuda_unsupported",
+    "gdn_shape_unsupported",
+    "gdn_step_defines",
+    "gdn_step_shared_bytes",
+    "gdn_coefficient_floats",
+    "compile_gdn_ptx",
+    "launch_gdn_replay_step_cuda",
+]
+
+SOURCE = "gated_delta_replay_step.cu"
+MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
+MAX_VALUE_HEADS_PER_KEY_HEAD = 32  # a warp per value head in a coefficient CTA
+_DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@dataclass(frozen=True)
+class GdnCudaConfig:
+    """How the step kernel runs: units of ``rows`` value rows (a multiple of 16 up to 128 dividing
+    head_v_dim), ``stages`` units in flight per CTA (shared-memory ring), register-capped for
+    ``min_ctas`` resident CTAs per multiprocessor, both launches programmatic (``pdl``): the
+    coefficient launch after the previous kernel, the step kernel after the coefficient launch."""
+
+    rows: int
+    stages: int
+    min_ctas: int
+    pdl: bool = True
+
+    def label(self) -> str:
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
+
+
+def _records_padded(L: int) -> int:
+    return (L + 15) // 16 * 16
+
+
+def gdn_coefficient_floats(L: int) -> int:
+    """Floats of one (row, value head) coefficient block: sq[LP], sk[LP], e[LP], e0, kq, beta, w."""
+    return 3 * _records_padded(L) + 4
+
+
+def gdn_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int) -> int:
+    """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
+    (checkpoint rows of ``state_bytes`` elements, d records, k records, q̂ and k̂, the coefficient
+    block, v, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's
+    STAGE_BYTES (a CPU test reads the compiled value)."""
+    LP = _records_padded(L)
+    v_bytes = (rows * 2 + 15) // 16 * 16
+    stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + 2 * head_k_dim * 4
+    stage += gdn_coefficient_floats(L) * 4 + v_bytes + 16
+    stage = (stage + 1023) // 1024 * 1024
+    return stages * stage + 1024 + 16 * stages
+
+
+def _threads(rows: int) -> int:
+    """Threads of a step-kernel CTA: a consumer warp per 16 rows and the producer warp."""
+    return (rows // 16 + 1) * 32
+
+
+def _rows(head_v_dim: int) -> int:
+    """Rows of a unit: 64 where they tile head_v_dim, else the largest multiple of 16 up to 128
+    that does."""
+    if head_v_dim % 64 == 0:
+        return 64
+    return max(r for r in range(16, 129, 16) if head_v_dim % r == 0)
+
+
+def gdn_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int) -> GdnCudaConfig:
+    """The launch table: units of 64 value rows, two stages, as many CTAs per multiprocessor as
+    shared memory and a 128-register cap allow (at most 3), programmatic launches."""
+    rows = _rows(head_v_dim)
+    per_cta = gdn_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
+    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (_threads(rows) * 128))
+    if ctas < 1:
+        raise ValueError(f"gdn_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
+    return GdnCudaConfig(rows=rows, stages=2, min_ctas=ctas)
+
+
+def gdn_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                         q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+    """Why the CUDA GDN step cannot run these tensors (None: it can): an sm_90 GPU and
+    :func:`gdn_shape_unsupported`."""
+    if checkpoint.device.type != "cuda":
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
+        return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
+    return gdn_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+
+
+def gdn_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                          q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+    """The device-independent part of :func:`gdn_cuda_unsupported`: GDN (g per value head), a
+    bf16 or fp32 checkpoint, bf16 q, k, v and d / k records, fp32 g records, head_k_dim a multiple
+    of 64 up to 256, head_v_dim a multiple of 16, L <= 32, at most 32 value heads per key head,
+    two stages fitting a multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases
+    and outer strides, contiguous last dims)."""
+    if g.dim() != 2:
+        return "a log-decay per key channel (KDA); the CUDA step takes GDN's one per value head"
+    if checkpoint.dtype not in (torch.bfloat16, torch.float32):
+        return f"checkpoint {checkpoint.dtype}; the CUDA step takes bf16 or fp32"
+    for name, t in (("q", q), ("k", k), ("v", v), ("d_records", d_records), ("k_records", k_records)):
+        if t.dtype != torch.bfloat16:
+            return f"{name} {t.dtype}; the CUDA step takes bf16"
+    if g_records.dtype != torch.float32 or g_records.stride(-1) != 1:
+        return f"g_records {g_records.dtype} strides {g_records.stride()}; the CUDA step takes fp32, positions dense"
+    _, v_heads, head_v_dim, head_k_dim = checkpoint.shape
+    k_heads, L = q.shape[1], d_records.shape[2]
+    if head_k_dim % 64 or head_k_dim > 256:
+        return f"head_k_dim {head_k_dim}; the CUDA step takes multiples of 64 up to 256"
+    if head_v_dim % 16:
+        return f"head_v_dim {head_v_dim}; the CUDA step takes multiples of 16"
+    if L > MAX_L_CUDA:
+        return f"L {L}; the CUDA step takes L <= {MAX_L_CUDA}"
+    if v_heads // k_heads > MAX_VALUE_HEADS_PER_KEY_HEAD:
+        return f"{v_heads // k_heads} value heads per key head; the CUDA step takes <= {MAX_VALUE_HEADS_PER_KEY_HEAD}"
+    for name, t in (("checkpoint", checkpoint), ("d_records", d_records), ("k_records", k_records),
+                    ("q", q), ("k", k), ("v", v)):
+        if not copyable_rows(t):
+            return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
+    rows = _rows(head_v_dim)
+    if gdn_step_shared_bytes(head_k_dim, rows, L, 2, checkpoint.element_size()) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+        return f"two stages of {rows} x head_k_dim {head_k_dim} {checkpoint.dtype} rows do not fit a multiprocessor"
+    return None
+
+
+def gdn_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: GdnCudaConfig,
+                     state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
+                     beta_dtype: torch.dtype) -> Tuple[Tuple[str, int], ...]:
+    """The .cu file's -D constants.
+
+    Raises:
+        ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim.
+    """
+    if cfg.rows % 16 or not 16 <= cfg.rows <= 128 or head_v_dim % cfg.rows:
+        raise ValueError(
+            f"gdn_replay_step (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
+        )
+    d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
+             ROWS=cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
+             L2NORM=int(bool(use_qk_l2norm)), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+    return tuple(sorted(d.items()))
+
+
+def compile_gdn_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: GdnCudaConfig,
+                    state_bytes: int, use_qk_l2norm: bool = True) -> str:
+    """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
+    defines = gdn_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, state_bytes, use_qk_l2norm,
+                               torch.float32, torch.float32)
+    return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
+
+
+def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale) -> KernelArgs:
+    """Parameters of ``gdn_replay_coefficients``, in the .cu file's order."""
+    return (
+        KernelArgs()
+        .ptr(coef).ptr(qk)
+        .tensor(k_records, 3)
+        .tensor(g_records, 2)
+        .ptr(cursor)
+        .tensor(q, 2)
+        .tensor(k, 2)
+        .tensor(g, 2)
+        .tensor(beta, 2)
+        .ptr(slot_ids)
+        .f32(scale)
+    )  # fmt: skip
+
+
+def step_args(maps, coef, qk, d_records, k_records, v, out, slot_ids, cursor) -> KernelArgs:
+    """Parameters of ``gdn_replay_step``, in the .cu file's order: the checkpoint's (load, store)
+    tensor maps first."""
+    return (
+        KernelArgs()
+        .tensor_map(maps[0]).tensor_map(maps[1])
+        .ptr(coef).ptr(qk)
+        .tensor(d_records, 3)
+        .tensor(k_records, 3)
+        .tensor(v, 2)
+        .tensor(out, 2)
+        .ptr(slot_ids).ptr(cursor).i32(v.shape[0])
+    )  # fmt: skip
+
+
+def launch_gdn_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                                cursor: Tensor, arrivals: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
+                                config: Optional[GdnCudaConfig] = None) -> Tensor:
+    """The CUDA GDN replay step on the cache tensors; arguments already checked by the op, in the
+    Triton launcher's order (``arrivals`` unused: the step kernel advances the cursor once the
+    coefficient grid is complete).
+
+    Raises:
+        ValueError: when :func:`gdn_cuda_unsupported` names a reason (nothing is launched).
+    """
+    reason = gdn_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    if reason is not None:
+        raise ValueError(f"gdn_replay_step (CUDA): {reason}")
+    batch, v_heads, head_v_dim = v.shape
+    k_heads, head_k_dim = q.shape[1], q.shape[2]
+    L = d_records.shape[2]
+    es = checkpoint.element_size()
+    cfg = config or gdn_cuda_config(head_k_dim, head_v_dim, L, batch, es)
+    defines = gdn_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype)
+    device = v.device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    smem = gdn_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es)
+    step_kernel = load_kernel(SOURCE, "gdn_replay_step", defines, device, smem)
+    coef_kernel = load_kernel(SOURCE, "gdn_replay_coefficients", defines, device, 0)
+    coef = torch.empty(batch * v_heads * gdn_coefficient_floats(L), dtype=torch.float32, device=device)
+    qk = torch.empty(batch * k_heads * 2 * head_k_dim, dtype=torch.float32, device=device)
+    coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
+                       coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),
+                       pdl=cfg.pdl)
+    maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
+    threads = _threads(cfg.rows)
+    units = batch * v_heads * (head_v_dim // cfg.rows)
+    grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
+    step_kernel.launch((grid,), threads, smem, stream,
+                       step_args(maps, coef, qk, d_records, k_records, v, out, slot_ids, cursor), pdl=cfg.pdl)
+    return out
