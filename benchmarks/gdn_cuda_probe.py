@@ -9,12 +9,15 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
     python benchmarks/gdn_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
 
 A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas``
-(``GdnCudaConfig``).
+(``GdnCudaConfig``), either followed by ``,across`` (``dot_across``: S0 q̂ and S0 k̂ with a row
+across the lanes), or ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers
+capped for N resident CTAs a multiprocessor).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import sys
@@ -34,13 +37,22 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
-    if text == "table":
-        return text
+    """``table[,across]`` -> ("table", across); ``rows,stages,min_ctas[,across]`` or
+    ``small,ROWS,mN`` -> GdnCudaConfig."""
     parts = text.split(",")
+    if parts[0] == "small":
+        if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
+        return GdnCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
+    across = parts[-1] == "across"
+    if across:
+        parts = parts[:-1]
+    if parts == ["table"]:
+        return ("table", across)
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected table or rows,stages,min_ctas")
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,across] or rows,stages,min_ctas[,across]")
     rows, stages, min_ctas = (int(p) for p in parts)
-    return GdnCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas)
+    return GdnCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, dot_across=across)
 
 
 def main(argv=None):
@@ -49,7 +61,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32"])
-    ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
+    ap.add_argument("--configs", type=parse_config, nargs="*", default=[("table", False)])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("gdn_cuda_probe: needs a CUDA GPU")
@@ -60,7 +72,10 @@ def main(argv=None):
         case = GatedDeltaDecodeCase("gdn", args.geometry, batch, L, state, "bf16")
         configs = {}
         for c in args.configs:
-            cfg = gdn_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize) if c == "table" else c
+            if isinstance(c, tuple):
+                table = gdn_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize)
+                c = dataclasses.replace(table, dot_across=c[1])
+            cfg = c
             configs[f"cuda {cfg.label()}"] = cfg
         checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
         routes = {r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("decode_step", "replay_triton")}

@@ -2,6 +2,10 @@
 against the float64 oracle (flushes, padding rows, poisoned unused slots and record positions),
 CUDA graphs bit for bit, agreement with the Triton kernel, refusals."""
 
+import dataclasses
+
+from functools import partial
+
 import pytest
 import torch
 
@@ -39,14 +43,29 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
     )  # fmt: skip
 
 
+FORMS = ["lane-rows", "across", "small16", "small32"]  # the two launches' S0 q̂, S0 k̂ forms; the small kernel
+
+
+def config(g, L, state, form):
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import gdn_cuda_config
+
+    cfg = gdn_cuda_config(g.head_k_dim, g.head_v_dim, L, 1, STATES[state].itemsize)
+    if form.startswith("small"):
+        rows = int(form[5:])
+        if g.head_v_dim % rows:
+            pytest.skip(f"{rows} rows do not tile head_v_dim {g.head_v_dim}")
+        return dataclasses.replace(cfg, small=True, small_rows=rows, min_ctas=1)
+    return dataclasses.replace(cfg, dot_across=form == "across")
+
+
 @needs_sm90
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("l2norm", [True, False], ids=["l2norm", "raw"])
-def test_cuda_gdn_step_long_run_against_oracle(g, L, state, l2norm):
+@pytest.mark.parametrize("form", FORMS)
+def test_cuda_gdn_step_long_run_against_oracle(g, L, state, form):
     worst = drive_replay(
-        DeltaFamily(g, per_channel=False, use_qk_l2norm=l2norm),
-        replay_cuda,
+        DeltaFamily(g, per_channel=False),
+        partial(replay_cuda, config=config(g, L, state, form)),
         L,
         STATES[state],
         torch.bfloat16,
@@ -62,12 +81,38 @@ def test_cuda_gdn_step_long_run_against_oracle(g, L, state, l2norm):
 
 
 @needs_sm90
-@pytest.mark.parametrize("state", ["bf16", "f32"])
-def test_cuda_gdn_step_many_units_per_cta(state):
-    """Batch 64 at the 122B geometry: 8192 units, tens per CTA (the ring wraps many times)."""
+@pytest.mark.parametrize("form", FORMS)
+def test_cuda_gdn_step_raw_qk_short_run(form):
+    """q and k not normalised in the kernel: a short run at head_k_dim 64 (unnormalised keys,
+    |k|² ~ head_k_dim, grow the delta rule's state; over long runs the fp64 oracle and any fp32
+    kernel part ways, the Triton kernel's too)."""
+    g, L = DeltaGeometry(2, 6, 64, 96), 4
     worst = drive_replay(
-        DeltaFamily(DeltaGeometry(16, 64, 128, 128), per_channel=False),
-        replay_cuda,
+        DeltaFamily(g, per_channel=False, use_qk_l2norm=False),
+        partial(replay_cuda, config=config(g, L, "f32", form)),
+        L,
+        torch.float32,
+        torch.bfloat16,
+        "cuda",
+        steps=14,
+        batch=5,
+        num_slots=11,
+        n_padding=2,
+    )
+    assert worst["flushes"] >= 5
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["f32"], worst
+    assert worst["ckpt"] < STATE_TOL["f32"] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("form", FORMS)
+def test_cuda_gdn_step_many_units_per_cta(state, form):
+    """Batch 64 at the 122B geometry: 8192 units, tens per CTA (the ring wraps many times)."""
+    g = DeltaGeometry(16, 64, 128, 128)
+    worst = drive_replay(
+        DeltaFamily(g, per_channel=False),
+        partial(replay_cuda, config=config(g, 16, state, form)),
         16,
         STATES[state],
         torch.bfloat16,

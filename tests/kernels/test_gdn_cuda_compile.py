@@ -3,6 +3,7 @@ memory, the shared memory the launcher allocates equals what the kernel indexes,
 packs exactly the kernels' PTX parameters, and the route's refusals name their reason. (Running
 it needs an sm_90 GPU: tests/gpu/test_gdn_cuda_gpu.py.)"""
 
+import dataclasses
 import re
 
 import pytest
@@ -22,22 +23,33 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True):
+def _ptx(shape, state_bytes, l2norm=True, dot_across=False):
     k_heads, v_heads, dk, dv, L = shape
-    cfg = gc.gdn_cuda_config(dk, dv, L, 256, state_bytes)
+    cfg = dataclasses.replace(gc.gdn_cuda_config(dk, dv, L, 256, state_bytes), dot_across=dot_across)
     return cfg, gc.compile_gdn_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm)
 
 
+@pytest.mark.parametrize("dot_across", [False, True], ids=["lane-rows", "across"])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, dot_across):
     _, _, dk, dv, L = shape
-    cfg, ptx = _ptx(shape, state_bytes)
+    cfg, ptx = _ptx(shape, state_bytes, dot_across=dot_across)
     assert ".entry gdn_replay_step(" in ptx and ".entry gdn_replay_coefficients(" in ptx
     assert ".local" not in ptx  # no arrays indexed at run time
     compiled = int(re.search(r"gdn_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == gc.gdn_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_small_kernel_compiles_without_local_memory(shape, state_bytes):
+    k_heads, v_heads, dk, dv, L = shape
+    rows = 32 if dv % 32 == 0 else 16
+    cfg = dataclasses.replace(gc.gdn_cuda_config(dk, dv, L, 1, state_bytes), small=True, small_rows=rows, min_ctas=1)
+    ptx = gc.compile_gdn_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes)
+    assert ".entry gdn_replay_small(" in ptx and ".local" not in ptx
 
 
 def test_raw_qk_compiles():
@@ -65,6 +77,9 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_coefficients")
     args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, v, v, slots, c.cursor)
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_step")
+    args = gc.small_args(c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, g, v,
+                         slots, 0.1)  # fmt: skip
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_small")
 
 
 @pytest.mark.parametrize(

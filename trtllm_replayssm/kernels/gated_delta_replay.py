@@ -29,7 +29,6 @@ as a difference of prefix sums. The cursor advances in the same launch
 """
 from __future__ import annotations
 
-from typing import Optional
 
 import triton
 import triton.language as tl

@@ -59,15 +59,26 @@ class GdnCudaConfig:
     """How the step kernel runs: units of ``rows`` value rows (a multiple of 16 up to 128 dividing
     head_v_dim), ``stages`` units in flight per CTA (shared-memory ring), register-capped for
     ``min_ctas`` resident CTAs per multiprocessor, both launches programmatic (``pdl``): the
-    coefficient launch after the previous kernel, the step kernel after the coefficient launch."""
+    coefficient launch after the previous kernel, the step kernel after the coefficient launch.
+    ``dot_across``: S0 q̂ and S0 k̂ with a row's columns across the lanes (q̂, k̂ in registers,
+    partial sums reduce-scattered) instead of a lane a row. ``small``: one launch of
+    ``gdn_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
+    row, a multiple of 16 up to 128 dividing head_v_dim, registers capped for ``min_ctas`` resident
+    CTAs; the other fields unused)."""
 
     rows: int
     stages: int
     min_ctas: int
     pdl: bool = True
+    dot_across: bool = False
+    small: bool = False
+    small_rows: int = 32
 
     def label(self) -> str:
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
+        if self.small:
+            return f"cuda,small,{self.small_rows},m{self.min_ctas}"
+        across = ",across" if self.dot_across else ""
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{across}"
 
 
 def _records_padded(L: int) -> int:
@@ -169,15 +180,17 @@ def gdn_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: in
     """The .cu file's -D constants.
 
     Raises:
-        ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim.
+        ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
+            up to 128 dividing head_v_dim.
     """
-    if cfg.rows % 16 or not 16 <= cfg.rows <= 128 or head_v_dim % cfg.rows:
-        raise ValueError(
-            f"gdn_replay_step (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
-        )
+    for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
+        if rows % 16 or not 16 <= rows <= 128 or head_v_dim % rows:
+            raise ValueError(
+                f"gdn_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
+            )
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
-             ROWS=cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
-             L2NORM=int(bool(use_qk_l2norm)), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
+             L2NORM=int(bool(use_qk_l2norm)), DOT_ACROSS=int(cfg.dot_across), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -206,6 +219,27 @@ def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot
     )  # fmt: skip
 
 
+def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
+               scale) -> KernelArgs:
+    """Parameters of ``gdn_replay_small``, in the .cu file's order."""
+    return (
+        KernelArgs()
+        .tensor(checkpoint, 3)
+        .tensor(d_records, 3)
+        .tensor(k_records, 3)
+        .tensor(g_records, 2)
+        .ptr(cursor).ptr(arrivals)
+        .tensor(q, 2)
+        .tensor(k, 2)
+        .tensor(v, 2)
+        .tensor(g, 2)
+        .tensor(beta, 2)
+        .tensor(out, 2)
+        .ptr(slot_ids)
+        .f32(scale)
+    )  # fmt: skip
+
+
 def step_args(maps, coef, qk, d_records, k_records, v, out, slot_ids, cursor) -> KernelArgs:
     """Parameters of ``gdn_replay_step``, in the .cu file's order: the checkpoint's (load, store)
     tensor maps first."""
@@ -226,8 +260,9 @@ def launch_gdn_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records
                                 beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
                                 config: Optional[GdnCudaConfig] = None) -> Tensor:
     """The CUDA GDN replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order (``arrivals`` unused: the step kernel advances the cursor once the
-    coefficient grid is complete).
+    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there (the last
+    advances the cursor and resets it to zero); the two launches do not use it (their step kernel
+    advances the cursor once the coefficient grid is complete).
 
     Raises:
         ValueError: when :func:`gdn_cuda_unsupported` names a reason (nothing is launched).
@@ -243,6 +278,12 @@ def launch_gdn_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records
     defines = gdn_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype)
     device = v.device
     stream = torch.cuda.current_stream(device).cuda_stream
+    if cfg.small:
+        small = load_kernel(SOURCE, "gdn_replay_small", defines, device, 0)
+        args = small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
+                          scale)
+        small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
+        return out
     smem = gdn_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es)
     step_kernel = load_kernel(SOURCE, "gdn_replay_step", defines, device, smem)
     coef_kernel = load_kernel(SOURCE, "gdn_replay_coefficients", defines, device, 0)

@@ -1,5 +1,6 @@
 // ReplaySSM GDN (gated delta rule, a log-decay per value head) decode step for sm_90, bf16
-// activations and records, bf16 or fp32 (CKPT_F32) checkpoints: two launches, compiled at run
+// activations and records, bf16 or fp32 (CKPT_F32) checkpoints: two launches (1 and 2 below), or
+// for small batches one (3), compiled at run
 // time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
 // kernel's, kernels/gated_delta_replay.py). Notation of trtllm_replayssm/reference/gated_delta.py:
@@ -35,12 +36,15 @@
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced:
 //    it copies for either value (records 0..w, all L at 0, k records at L-1 or 0), and the
 //    consumers take the exact w from the coefficient block.
+// 3. gdn_replay_small: the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
 // of KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim),
 // ROWS (rows of a unit: a multiple of 16 up to 128 dividing DV), LREC (L, <= 32), LP (L rounded
-// up to 16), STAGES, MIN_CTAS (the step kernel's register cap: resident CTAs a multiprocessor),
-// L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
+// up to 16), STAGES, MIN_CTAS (the step and small kernels' register cap: resident CTAs a multiprocessor),
+// SM_ROWS (the small kernel's rows a CTA: a multiple of 16 up to 128 dividing DV),
+// L2NORM (0 / 1), DOT_ACROSS (0: S0 q̂ and S0 k̂ a lane a row; 1: a row across lanes), and the dtype
+// codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
 
@@ -97,20 +101,17 @@ __device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, 
 #endif
 }
 
-__device__ __forceinline__ void store_chunk(unsigned char* stage, u32 row, u32 col, const float* v) {
-  uint4 c;
+// EPC fp32 values as one 16-byte chunk of the checkpoint dtype (rounded).
+__device__ __forceinline__ uint4 pack_chunk(const float* v) {
 #if CKPT_F32
-  c.x = __float_as_uint(v[0]);
-  c.y = __float_as_uint(v[1]);
-  c.z = __float_as_uint(v[2]);
-  c.w = __float_as_uint(v[3]);
+  return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
 #else
-  c.x = pack_bf16x2(v[0], v[1]);
-  c.y = pack_bf16x2(v[2], v[3]);
-  c.z = pack_bf16x2(v[4], v[5]);
-  c.w = pack_bf16x2(v[6], v[7]);
+  return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
 #endif
-  *(uint4*)(stage + ckpt_offset(row, col)) = c;
+}
+
+__device__ __forceinline__ void store_chunk(unsigned char* stage, u32 row, u32 col, const float* v) {
+  *(uint4*)(stage + ckpt_offset(row, col)) = pack_chunk(v);
 }
 
 // ------------------------------------------------------------------ launch 1: coefficients
@@ -299,6 +300,93 @@ __device__ __forceinline__ void load_k_chunk(const u16* row, int col, float* v) 
   }
 }
 
+// S0 q̂ and S0 k̂ (q̂, k̂ fp32 in shared memory at qks, qks + DK) of the warp's row r0 + (lane & 15),
+// returned in every lane; exact fp32 products.
+#if DOT_ACROSS
+// A row's columns across LPR lanes, a 16-byte chunk a lane and shared load (a quarter-warp reads 8
+// consecutive chunks of one row: one 128-byte box, conflict-free), q̂ and k̂ in registers once;
+// the partial sums of the warp's 16 rows reduce-scattered over each LPR-lane group.
+#define LPR (DK / EPC < 32 ? DK / EPC : 32)  // lanes a row
+#define RPI (32 / LPR)                       // rows a warp-wide load
+#define CPL (DK / (EPC * LPR))               // chunks a lane per row
+template <int N>
+__device__ __forceinline__ void reduce_scatter_group(float* v, int lane) {
+  if constexpr (N >= 1) {
+    if constexpr (N < LPR) reduce_scatter_step<N>(v, lane);
+    reduce_scatter_group<N / 2>(v, lane);
+  }
+}
+
+__device__ __forceinline__ void s0_dots(const unsigned char* stage, const float* qks, int r0, int lane, float& sq, float& sk) {
+  const int li = lane % LPR, grp = lane / LPR;
+  float qv[CPL][EPC], kv[CPL][EPC];
+#pragma unroll
+  for (int c = 0; c < CPL; ++c) {
+    const int col = (li + c * LPR) * EPC;
+#pragma unroll
+    for (int e = 0; e < EPC; e += 4) {
+      const float4 q4 = *(const float4*)(qks + col + e);
+      const float4 k4 = *(const float4*)(qks + DK + col + e);
+      qv[c][e] = q4.x, qv[c][e + 1] = q4.y, qv[c][e + 2] = q4.z, qv[c][e + 3] = q4.w;
+      kv[c][e] = k4.x, kv[c][e + 1] = k4.y, kv[c][e + 2] = k4.z, kv[c][e + 3] = k4.w;
+    }
+  }
+  // v[s]: q partial of row slot s (row r0 + s RPI + grp), v[LPR / 2 + s]: its k partial.
+  float v[LPR];
+#pragma unroll
+  for (int s = 0; s < LPR / 2; ++s) {
+    float aq = 0.0f, ak = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) {
+      float x[EPC];
+      load_chunk(stage, r0 + s * RPI + grp, (li + c * LPR) * EPC, x);
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) {
+        aq += x[e] * qv[c][e];
+        ak += x[e] * kv[c][e];
+      }
+    }
+    v[s] = aq;
+    v[LPR / 2 + s] = ak;
+  }
+  reduce_scatter_group<16>(v, lane);  // lane li of group grp: the total of v[li]
+  // Row t = r0 + (lane & 15) is slot t / RPI of group t % RPI.
+  const int t = lane & 15, src = (t % RPI) * LPR + t / RPI;
+  sq = __shfl_sync(0xffffffffu, v[0], src);
+  sk = __shfl_sync(0xffffffffu, v[0], src + LPR / 2);
+}
+#else
+// A lane a row and half of its columns (lanes 0-15: the first half), one 16-byte chunk a shared
+// load (a quarter-warp reads 8 rows' same chunk: 8 distinct bank groups under the swizzle).
+__device__ __forceinline__ void s0_dots(const unsigned char* stage, const float* qks, int r0, int lane, float& sq, float& sk) {
+  const int row = r0 + (lane & 15), half = lane >> 4;
+  float aq[4] = {}, ak[4] = {};
+#pragma unroll
+  for (int c = 0; c < HALF; c += EPC) {
+    const int col = half * HALF + c;
+    float s[EPC];
+    load_chunk(stage, row, col, s);
+#pragma unroll
+    for (int e = 0; e < EPC; e += 4) {
+      const float4 q4 = *(const float4*)(qks + col + e);
+      const float4 k4 = *(const float4*)(qks + DK + col + e);
+      aq[0] += s[e] * q4.x;
+      aq[1] += s[e + 1] * q4.y;
+      aq[2] += s[e + 2] * q4.z;
+      aq[3] += s[e + 3] * q4.w;
+      ak[0] += s[e] * k4.x;
+      ak[1] += s[e + 1] * k4.y;
+      ak[2] += s[e + 2] * k4.z;
+      ak[3] += s[e + 3] * k4.w;
+    }
+  }
+  sq = (aq[0] + aq[1]) + (aq[2] + aq[3]);
+  sk = (ak[0] + ak[1]) + (ak[2] + ak[3]);
+  sq += __shfl_xor_sync(0xffffffffu, sq, 16);
+  sk += __shfl_xor_sync(0xffffffffu, sk, 16);
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
@@ -413,28 +501,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
       const float* cf = (const float*)(gstage + OFF_COEF);
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
-      // S0 q̂ and S0 k̂ of the lane's row and half: exact fp32 products, one 16-byte chunk a shared
-      // load (a quarter-warp reads 8 rows' same chunk: 8 distinct bank groups under the swizzle).
-      float aq[4] = {}, ak[4] = {};
-#pragma unroll
-      for (int c = 0; c < HALF; c += EPC) {
-        const int col = half * HALF + c;
-        float s[EPC];
-        load_chunk(gstage, row, col, s);
-#pragma unroll
-        for (int e = 0; e < EPC; e += 4) {
-          const float4 q4 = *(const float4*)(qks + col + e);
-          const float4 k4 = *(const float4*)(qks + DK + col + e);
-          aq[0] += s[e] * q4.x;
-          aq[1] += s[e + 1] * q4.y;
-          aq[2] += s[e + 2] * q4.z;
-          aq[3] += s[e + 3] * q4.w;
-          ak[0] += s[e] * k4.x;
-          ak[1] += s[e + 1] * k4.y;
-          ak[2] += s[e + 2] * k4.z;
-          ak[3] += s[e + 3] * k4.w;
-        }
-      }
+      // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, exact fp32 products.
+      float sq, sk;
+      s0_dots(gstage, qks, r0, lane, sq, sk);
       const int w = ((const int*)cf)[3 * LP + 3];  // exact; the producer's read may be one step ahead
       // The row's cursor advances here, once (head 0, part 0): the coefficient grid that read it
       // has completed (its block is in this stage).
@@ -457,9 +526,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);
       }
-      float sq = (aq[0] + aq[1]) + (aq[2] + aq[3]), sk = (ak[0] + ak[1]) + (ak[2] + ak[3]);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 16);
-      sk += __shfl_xor_sync(0xffffffffu, sk, 16);
       rq += __shfl_xor_sync(0xffffffffu, rq, 16);
       rk += __shfl_xor_sync(0xffffffffu, rk, 16);
       const float hq = e0 * sq + rq, hk = e0 * sk + rk;
@@ -509,5 +575,272 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
       __syncwarp();
       if (lane == 0) mbar_arrive(empty);
     }
+  }
+}
+
+// ------------------------------------------------------------------ one launch for small batches
+
+// gdn_replay_small: the whole step in one launch without a ring, for batches too small to fill the
+// persistent kernel's. One CTA of SM_THREADS threads per (SM_ROWS value rows of a value head,
+// batch row); grid (VHEADS * DV / SM_ROWS, batch). A row is 8 threads (part p = thread % 8), each
+// holding 16-byte checkpoint chunks p, p + 8, ... of the row in registers. One round of cache
+// loads after the slot (the cursor, the chunks, the key head's L k records, the CTA's d records,
+// the g records), predicated on the slot instead of behind a padding-row branch; records past the
+// cursor are loaded and discarded by selects. Every group of 8 threads forms |q| and |k| from its
+// chunks (q̂ = scale q / |q|, k̂ = k / |k| with L2NORM, applied to the sums as scalars); 16 teams of
+// 8 threads (the first 128) the record scores k̂_j . q̂ and k̂_j . k̂ (team k: records k, k + 16);
+// each warp the decays (lane j: record j). Per row hq, hk, d and o as in the step kernel.
+// Appends (w < L-1): d (each CTA its rows), g (the head's first CTA), k̂ (the key head's first
+// value head's first CTA). A flush folds S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ in fp32
+// FMAs from the registers and stores the rounded chunks. Each CTA counts itself once in
+// arrivals[slot] (acquire-release, after the barrier that follows every thread's cursor use, before
+// any store); the row's last advances the cursor (0 after a flush, else w + 1) and zeroes the count.
+// Launched programmatically: waits for the previous kernel before any read and lets the next grid
+// be scheduled at once.
+#define SM_THREADS (SM_ROWS * 8)              // rows x 8 threads
+#define SM_CPT (DK * ES / 128)                // 16-byte checkpoint chunks per thread
+#define SM_KPT (DK / 64)                      // 16-byte k chunks (8 bf16) per thread in the scores
+#define SM_DCH (SM_ROWS / 8)                  // 16-byte d-record chunks per record of the CTA's rows
+#define SM_CTAS_PER_HEAD (DV / SM_ROWS)
+
+// Loads that a predicate guards instead of a branch (zero where it is false), issued where they
+// stand (volatile): the padding-row return comes after them.
+__device__ __forceinline__ uint4 load16_if(bool pred, const void* ptr) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "r"((int)pred), "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ u32 load4_if(bool pred, const void* ptr) {
+  u32 v = 0;
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n @q ld.global.u32 %0, [%2];\n}" : "+r"(v) : "r"((int)pred), "l"(ptr));
+  return v;
+}
+
+// The 8 bf16 values of a 16-byte chunk as fp32.
+__device__ __forceinline__ void unpack8(uint4 c, float* v) {
+  const u32 wd[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    v[2 * e] = __uint_as_float(wd[e] << 16);
+    v[2 * e + 1] = __uint_as_float(wd[e] & 0xffff0000u);
+  }
+}
+
+// Sum over the 8 threads of a row (lanes 8r .. 8r + 7).
+__device__ __forceinline__ float row_sum8(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  return v;
+}
+
+extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) gdn_replay_small(
+    unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
+    u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
+    u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
+    float* __restrict__ g_records, long long sgr_slot, long long sgr_head,
+    int* __restrict__ cursor, int* __restrict__ arrivals,
+    const u16* __restrict__ q, long long sq_batch, long long sq_head,
+    const u16* __restrict__ k, long long sk_batch, long long sk_head,
+    const u16* __restrict__ v, long long sv_batch, long long sv_head,
+    const void* __restrict__ g, long long sg_batch, long long sg_head,
+    const void* __restrict__ beta, long long sb_batch, long long sb_head,
+    u16* __restrict__ out, long long so_batch, long long so_head,
+    const int* __restrict__ slot_ids, float scale) {
+  __shared__ __align__(16) u16 ds[LP][SM_ROWS];  // d records of the CTA's rows
+  __shared__ __align__(16) u16 ks[LP][DK];       // k records for a flush
+  __shared__ float sq_s[LP], sk_s[LP];           // k̂_j . q̂, k̂_j . k̂ (zero from w on)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int t = threadIdx.x, lane = t & 31, p = t & 7, rl = t >> 3;
+  const int team = t >> 3;  // score teams: the first 16 (threads 0-127), records team, team + 16
+  const int h = blockIdx.x / SM_CTAS_PER_HEAD, rb = blockIdx.x - h * SM_CTAS_PER_HEAD, b = blockIdx.y;
+  const int kh = h / VPK, row = rb * SM_ROWS + rl;
+  const int slot = slot_ids[b];
+  // The step's inputs need no slot: requested with it. q and k chunks p + 8 m (8 columns each).
+  const u16* qrow = q + b * sq_batch + kh * sq_head;
+  const u16* krow = k + b * sk_batch + kh * sk_head;
+  uint4 qb[SM_KPT], kb[SM_KPT];
+#pragma unroll
+  for (int m = 0; m < SM_KPT; ++m) {
+    qb[m] = *(const uint4*)(qrow + (p + 8 * m) * 8);
+    kb[m] = *(const uint4*)(krow + (p + 8 * m) * 8);
+  }
+  const float gh = load_f32<G_CODE>(g, b * sg_batch + h * sg_head);
+  const float bh = load_f32<BETA_CODE>(beta, b * sb_batch + h * sb_head);
+  const float vr = bf16_to_f32(v[b * sv_batch + h * sv_head + row]);
+  // One round of loads after the slot, none for a padding row.
+  const bool live = slot >= 0;
+  const unsigned long long us = live ? (unsigned)slot : 0u;
+  const int w = (int)load4_if(live, cursor + us);
+  unsigned char* ck_t = ckpt + (us * sck_slot + h * sck_head + row * sck_row) * ES + p * 16;  // chunk p + 8 m: + 128 m bytes
+  uint4 ck[SM_CPT];
+#pragma unroll
+  for (int m = 0; m < SM_CPT; ++m) ck[m] = load16_if(live, ck_t + 128 * m);
+  u16* const krec = k_records + us * skr_slot + kh * skr_head;
+  uint4 kr[LP / 16][SM_KPT];
+#pragma unroll
+  for (int i = 0; i < LP / 16; ++i) {
+#pragma unroll
+    for (int m = 0; m < SM_KPT; ++m)
+      kr[i][m] = load16_if(live && t < 128 && team + 16 * i < LREC, krec + (team + 16 * i) * skr_pos + (p + 8 * m) * 8);
+  }
+  u16* const drec = d_records + us * sdr_slot + h * sdr_head + rb * SM_ROWS;
+  const uint4 dr = load16_if(live && t < SM_DCH * LREC, drec + (long long)(t / SM_DCH) * sdr_pos + 8 * (t % SM_DCH));
+  float* const grec = g_records + us * sgr_slot + h * sgr_head;
+  const float gj = __uint_as_float(load4_if(live && lane < LREC, grec + lane));
+  // |q|, |k| and q . k over each group of 8 threads (every group holds the whole rows).
+  float nq = 0.0f, nk = 0.0f, qk = 0.0f;
+#pragma unroll
+  for (int m = 0; m < SM_KPT; ++m) {
+    float qv[8], kv[8];
+    unpack8(qb[m], qv);
+    unpack8(kb[m], kv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      nq += qv[e] * qv[e];
+      nk += kv[e] * kv[e];
+      qk += qv[e] * kv[e];
+    }
+  }
+#if L2NORM
+  const float rq = rsqrtf(row_sum8(nq) + 1e-6f) * scale, rk = rsqrtf(row_sum8(nk) + 1e-6f);
+#else
+  const float rq = scale, rk = 1.0f;
+  (void)nq;
+  (void)nk;
+#endif
+  const float kq = row_sum8(qk) * rq * rk;
+  // Scores of the team's records, selected to zero from w on (records there may hold anything).
+  if (t < 128) {
+#pragma unroll
+    for (int i = 0; i < LP / 16; ++i) {
+      const int j = team + 16 * i;
+      float pq = 0.0f, pk = 0.0f;
+#pragma unroll
+      for (int m = 0; m < SM_KPT; ++m) {
+        float rv[8], qv[8], kv[8];
+        unpack8(kr[i][m], rv);
+        unpack8(qb[m], qv);
+        unpack8(kb[m], kv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          pq += rv[e] * qv[e];
+          pk += rv[e] * kv[e];
+        }
+      }
+      pq = row_sum8(pq);
+      pk = row_sum8(pk);
+      if (p == 0) {
+        sq_s[j] = j < w ? pq * rq : 0.0f;
+        sk_s[j] = j < w ? pk * rk : 0.0f;
+      }
+      if (w == LREC - 1 && j < LREC) {  // the flush reads the k records from shared memory
+#pragma unroll
+        for (int m = 0; m < SM_KPT; ++m) *(uint4*)(&ks[j][(p + 8 * m) * 8]) = kr[i][m];
+      }
+    }
+  }
+  if (t < SM_DCH * LREC) *(uint4*)(&ds[t / SM_DCH][8 * (t % SM_DCH)]) = dr;
+  __syncthreads();
+  // Every thread's cursor read is performed once the barrier completes: count the CTA once.
+  int arrived = 0;
+  if (t == 0 && live) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  // Decays (lane j: record j) and the lane's record coefficients.
+  float total;
+  const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);
+  const float ej = lane < w ? __expf(later + gh) : 0.0f;
+  const float e0 = __expf(total + gh);
+  const float cq = lane < LP ? ej * sq_s[lane] : 0.0f, ckk = lane < LP ? ej * sk_s[lane] : 0.0f;
+  // S0 q and S0 k (raw q and k; normalised as scalars) over the thread's chunks, summed over the row.
+  float aq = 0.0f, ak = 0.0f;
+#pragma unroll
+  for (int m = 0; m < SM_CPT; ++m) {
+    const int col = (p + 8 * m) * EPC;
+    float x[EPC], qv[EPC], kv[EPC];
+#if CKPT_F32
+    x[0] = __uint_as_float(ck[m].x), x[1] = __uint_as_float(ck[m].y), x[2] = __uint_as_float(ck[m].z),
+    x[3] = __uint_as_float(ck[m].w);
+    const uint2 q2 = *(const uint2*)(qrow + col), k2 = *(const uint2*)(krow + col);
+    qv[0] = __uint_as_float(q2.x << 16), qv[1] = __uint_as_float(q2.x & 0xffff0000u), qv[2] = __uint_as_float(q2.y << 16),
+    qv[3] = __uint_as_float(q2.y & 0xffff0000u);
+    kv[0] = __uint_as_float(k2.x << 16), kv[1] = __uint_as_float(k2.x & 0xffff0000u), kv[2] = __uint_as_float(k2.y << 16),
+    kv[3] = __uint_as_float(k2.y & 0xffff0000u);
+#else
+    unpack8(ck[m], x);
+    unpack8(qb[m], qv);  // bf16 chunks: the thread's q and k chunks are its checkpoint chunks' columns
+    unpack8(kb[m], kv);
+#endif
+#pragma unroll
+    for (int e = 0; e < EPC; ++e) {
+      aq += x[e] * qv[e];
+      ak += x[e] * kv[e];
+    }
+  }
+  // Records term: the part's records j = p, p + 8, ...
+  float rq_rec = 0.0f, rk_rec = 0.0f;
+#pragma unroll
+  for (int i = 0; i < LP / 8; ++i) {
+    const int j = p + 8 * i;
+    const float a = __shfl_sync(0xffffffffu, cq, j), c = __shfl_sync(0xffffffffu, ckk, j);
+    const float dj = j < w ? bf16_to_f32(ds[j][rl]) : 0.0f;
+    rq_rec += a * dj;
+    rk_rec += c * dj;
+  }
+  const float hq = e0 * rq * row_sum8(aq) + row_sum8(rq_rec);
+  const float hk = e0 * rk * row_sum8(ak) + row_sum8(rk_rec);
+  const float d = bh * (vr - hk);
+  if (!live) return;
+  if (p == 0) {
+    out[b * so_batch + h * so_head + row] = f32_to_bf16(hq + d * kq);
+    if (w < LREC - 1) drec[(long long)w * sdr_pos + rl] = f32_to_bf16(d);
+  }
+  if (w < LREC - 1) {
+    if (rb == 0 && t == 0) grec[w] = gh;
+    if (rb == 0 && h % VPK == 0 && t < 8) {
+#pragma unroll
+      for (int m = 0; m < SM_KPT; ++m) {
+        float kv[8];
+        unpack8(kb[m], kv);
+        *(uint4*)(krec + w * skr_pos + (p + 8 * m) * 8) =
+            make_uint4(pack_bf16x2(kv[0] * rk, kv[1] * rk), pack_bf16x2(kv[2] * rk, kv[3] * rk),
+                       pack_bf16x2(kv[4] * rk, kv[5] * rk), pack_bf16x2(kv[6] * rk, kv[7] * rk));
+      }
+    }
+  } else {
+    // Flush: the row's chunks S = e0 S0 + d k̂ᵀ + sum_{j<w} (e_j d_j) k̂_jᵀ in fp32, rounded, stored.
+#pragma unroll
+    for (int m = 0; m < SM_CPT; ++m) {
+      const int col = (p + 8 * m) * EPC;
+      float s[EPC], kc[EPC];
+#if CKPT_F32
+      s[0] = __uint_as_float(ck[m].x), s[1] = __uint_as_float(ck[m].y), s[2] = __uint_as_float(ck[m].z),
+      s[3] = __uint_as_float(ck[m].w);
+      const uint2 k2 = *(const uint2*)(krow + col);
+      kc[0] = __uint_as_float(k2.x << 16), kc[1] = __uint_as_float(k2.x & 0xffff0000u), kc[2] = __uint_as_float(k2.y << 16),
+      kc[3] = __uint_as_float(k2.y & 0xffff0000u);
+#else
+      unpack8(ck[m], s);
+      unpack8(kb[m], kc);
+#endif
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) s[e] = e0 * s[e] + d * (kc[e] * rk);
+#pragma unroll 4
+      for (int j = 0; j < LREC - 1; ++j) {
+        const float aj = __shfl_sync(0xffffffffu, ej, j) * bf16_to_f32(ds[j][rl]);
+        float kj[EPC];
+        load_k_chunk(ks[j], col, kj);
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) s[e] += aj * kj[e];
+      }
+      *(uint4*)(ck_t + 128 * m) = pack_chunk(s);
+    }
+  }
+  if (t == 0 && arrived == VHEADS * SM_CTAS_PER_HEAD - 1) {
+    cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+    arrivals[slot] = 0;
   }
 }

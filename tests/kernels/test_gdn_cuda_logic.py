@@ -1,0 +1,123 @@
+"""The CUDA C++ GDN step's arithmetic on the CPU, at the kernel's decomposition: a PyTorch model of
+its two launches (kernels/cuda/gated_delta_replay_step.cu) driven against the float64 oracle over
+many steps and flushes, with padding rows and poisoned unused slots and record positions.
+
+What the model shares with the kernel, and the GPU tests (tests/gpu/test_gdn_cuda_gpu.py) then
+hold the kernel to: the coefficient block (scores e_j k̂_j.q̂ and e_j k̂_j.k̂ for j < w, decays
+e_j and e0 from exact suffix sums of the g records, kq, beta, w), q̂ and k̂ normalised once per
+(row, key head), the k̂ and g appends only below L-1, records 0..w-1 read, hq and hk as
+e0 (S0 q̂) + sum_j score_j d_j, the flush as e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ in fp32
+with k̂ unrounded, one rounding of the checkpoint, of o and of d, the cursor advanced once.
+"""
+
+import pytest
+import torch
+
+from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry
+from replay_driver import drive_replay
+
+BF16 = torch.bfloat16
+
+
+def coefficient_launch(cache, inp, p, slot_ids):
+    """Launch 1: per (row, value head) (sq, sk, e, e0, kq, beta, w) and per (row, key head) (q̂, k̂);
+    appends k̂ and g at w below L-1."""
+    k_heads = inp["q"].shape[1]
+    v_heads = inp["v"].shape[1]
+    vpk = v_heads // k_heads
+    L = cache.d_records.shape[2]
+    blocks, qk = {}, {}
+    for b, slot in enumerate(slot_ids.tolist()):
+        if slot < 0:
+            continue
+        w = int(cache.cursor[slot])
+        for kh in range(k_heads):
+            q, k = inp["q"][b, kh].float(), inp["k"][b, kh].float()
+            if p["use_qk_l2norm"]:
+                q = q * torch.rsqrt((q * q).sum() + 1e-6)
+                k = k * torch.rsqrt((k * k).sum() + 1e-6)
+            q = q * p["scale"]
+            qk[b, kh] = (q, k)
+            krec = cache.k_records[slot, kh, :w].float()
+            for h in range(kh * vpk, (kh + 1) * vpk):
+                gr = cache.g_records[slot, h, :w].float()
+                later = torch.stack([gr[j + 1 :].sum() for j in range(w)]) if w else gr
+                g = inp["g"][b, h].float()
+                e = torch.exp(later + g)
+                blocks[b, h] = dict(sq=e * (krec @ q), sk=e * (krec @ k), e=e, e0=torch.exp(gr.sum() + g),
+                                    kq=(q * k).sum(), beta=inp["beta"][b, h].float(), w=w)  # fmt: skip
+                if w < L - 1:
+                    cache.g_records[slot, h, w] = g
+            if w < L - 1:
+                cache.k_records[slot, kh, w] = k.to(cache.k_records.dtype)
+    return blocks, qk
+
+
+def step_launch(cache, inp, slot_ids, blocks, qk, out, flush_k_term=True):
+    """Launch 2: outputs, d appends, flushes; the cursor advanced once per row."""
+    v_heads = inp["v"].shape[1]
+    vpk = v_heads // inp["q"].shape[1]
+    L = cache.d_records.shape[2]
+    for b, slot in enumerate(slot_ids.tolist()):
+        if slot < 0:
+            continue
+        for h in range(v_heads):
+            blk = blocks[b, h]
+            q, k = qk[b, h // vpk]
+            w = blk["w"]
+            S0 = cache.checkpoint[slot, h].float()
+            drec = cache.d_records[slot, h, :w].float()
+            hq = blk["e0"] * (S0 @ q) + blk["sq"] @ drec
+            hk = blk["e0"] * (S0 @ k) + blk["sk"] @ drec
+            d = blk["beta"] * (inp["v"][b, h].float() - hk)
+            out[b, h] = (hq + d * blk["kq"]).to(out.dtype)
+            if w < L - 1:
+                cache.d_records[slot, h, w] = d.to(cache.d_records.dtype)
+            else:
+                krec = cache.k_records[slot, h // vpk, :w].float()
+                S = blk["e0"] * S0 + (blk["e"][:, None] * drec).T @ krec
+                if flush_k_term:
+                    S = S + d[:, None] * k[None, :]
+                cache.checkpoint[slot, h] = S.to(cache.checkpoint.dtype)
+        w = blocks[b, 0]["w"]
+        cache.cursor[slot] = 0 if w == L - 1 else w + 1
+    return out
+
+
+def cuda_model_step(cache, inp, p, slot_ids, out, **kw):
+    blocks, qk = coefficient_launch(cache, inp, p, slot_ids)
+    return step_launch(cache, inp, slot_ids, blocks, qk, out, **kw)
+
+
+CASES = [
+    pytest.param(DeltaGeometry(2, 4, 64, 32), 4, id="vpk2-L4"),
+    pytest.param(DeltaGeometry(1, 3, 64, 48), 1, id="vpk3-L1"),
+    pytest.param(DeltaGeometry(2, 2, 64, 16), 7, id="vpk1-L7"),
+]
+
+
+# Raw q and k only with an fp32 checkpoint: unnormalised keys (|k|² ~ head_k_dim) make the delta
+# rule's state grow without bound, past what a bf16 checkpoint's rounding can track.
+FORMS = [(torch.float32, True), (BF16, True), (torch.float32, False)]
+
+
+@pytest.mark.parametrize("g,L", CASES)
+@pytest.mark.parametrize("state,l2norm", FORMS, ids=["f32-l2norm", "bf16-l2norm", "f32-raw"])
+def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L, state, l2norm):
+    fam = DeltaFamily(g, per_channel=False, use_qk_l2norm=l2norm)
+    worst = drive_replay(fam, cuda_model_step, L, state, BF16, "cpu", steps=3 * L + 4, batch=3, num_slots=6, n_padding=1)
+    assert worst["flushes"] >= 3
+    s = "f32" if state == torch.float32 else "bf16"
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[s], worst
+    assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL["bf16"], worst
+
+
+def test_a_flush_without_the_current_token_fails():
+    """Teeth: the flush's d k̂ᵀ term left out drifts the checkpoint far past the tolerance."""
+    fam = DeltaFamily(DeltaGeometry(2, 4, 64, 32), per_channel=False)
+
+    def without(cache, inp, p, slot_ids, out):
+        return cuda_model_step(cache, inp, p, slot_ids, out, flush_k_term=False)
+
+    worst = drive_replay(fam, without, 4, torch.float32, BF16, "cpu", steps=16, batch=3, num_slots=6, n_padding=1)
+    assert worst["ckpt"] > 10 * (STATE_TOL["f32"] + ACT_TOL["bf16"]), worst
