@@ -36,7 +36,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import KERNELS, LaunchConfig, advance_cursor, split_dot
-from .gated_delta_replay_cuda import GdnCudaConfig, launch_gdn_replay_step_cuda
+from .gated_delta_replay_cuda import DeltaCudaConfig, launch_delta_replay_step_cuda
 from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk, multiprocessor_count)
 
@@ -214,16 +214,16 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
     ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses; a ``config`` of either kind
     chooses its kernel), ``"triton"`` or ``"cuda"`` (GDN only: ValueError where the CUDA step
     does not apply). ``config``: a :class:`LaunchConfig` for the Triton kernel or a
-    :class:`~.gated_delta_replay_cuda.GdnCudaConfig` for the CUDA one (None: the launch tables)."""
+    :class:`~.gated_delta_replay_cuda.DeltaCudaConfig` for the CUDA one (None: the launch tables)."""
     if kernel not in KERNELS:
         raise ValueError(f"launch_gated_delta_replay_step: kernel is {kernel!r}; expected one of {KERNELS}")
     if kernel == "auto":
-        if isinstance(config, (GdnCudaConfig, LaunchConfig)):
-            kernel = "cuda" if isinstance(config, GdnCudaConfig) else "triton"
+        if isinstance(config, (DeltaCudaConfig, LaunchConfig)):
+            kernel = "cuda" if isinstance(config, DeltaCudaConfig) else "triton"
         else:
             kernel = replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g)
     if kernel == "cuda":
-        return launch_gdn_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
+        return launch_delta_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
                                            beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,
                                            out=out, config=config)
     if config is not None and not isinstance(config, LaunchConfig):

@@ -1,16 +1,18 @@
-"""ReplaySSM GDN decode step in CUDA C++ (``kernels/cuda/gated_delta_replay_step.cu``) for bf16 or
-fp32 checkpoints, bf16 activations and bf16 records on sm_90.
+"""ReplaySSM gated delta-rule decode step (GDN: a log-decay per value head; KDA: one per key
+channel) in CUDA C++ (``kernels/cuda/gated_delta_replay_step.cu``) for bf16 or fp32 checkpoints,
+bf16 activations and bf16 records on sm_90.
 
 Two launches per step on the current stream: a coefficient launch per (batch row, key head)
 (the value heads' record scores and decays, q̂ and k̂, the k̂ and g appends) and a persistent
 step kernel over units of ``rows`` value rows of one value head (TMA tensor-map copies of the
-checkpoint, S0 q̂ and S0 k̂ in exact fp32, the d append, an exact-fp32 flush). The .cu file's
+checkpoint, S0 q̂ and S0 k̂ in exact fp32, the d append, an exact-fp32 flush); at small batches
+(GDN) one launch of a kernel without a ring (``DeltaCudaConfig(small=True)``). The .cu file's
 header documents what each computes; the contract is the Triton kernel's
 (:mod:`trtllm_replayssm.kernels.gated_delta_replay`): same cache tensors, same results up to fp32
-rounding, cursor advanced on the device (``arrivals`` is not used), padding rows (slot < 0)
-untouched, capturable in a CUDA graph. KDA (a log-decay per key channel) is not handled here.
+rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a CUDA
+graph.
 
-:func:`gdn_cuda_unsupported` says why a call cannot take this route (None: it can); the launcher
+:func:`delta_cuda_unsupported` says why a call cannot take this route (None: it can); the launcher
 raises with that reason when asked to run anyway.
 """
 
@@ -37,15 +39,15 @@ from .nvrtc import (
 
 __all__ = [
     "SOURCE",
-    "GdnCudaConfig",
-    "gdn_cuda_config",
-    "gdn_cuda_unsupported",
-    "gdn_shape_unsupported",
-    "gdn_step_defines",
-    "gdn_step_shared_bytes",
-    "gdn_coefficient_floats",
-    "compile_gdn_ptx",
-    "launch_gdn_replay_step_cuda",
+    "DeltaCudaConfig",
+    "delta_cuda_config",
+    "delta_cuda_unsupported",
+    "delta_shape_unsupported",
+    "delta_step_defines",
+    "delta_step_shared_bytes",
+    "delta_coefficient_floats",
+    "compile_delta_ptx",
+    "launch_delta_replay_step_cuda",
 ]
 
 SOURCE = "gated_delta_replay_step.cu"
@@ -55,14 +57,14 @@ _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 @dataclass(frozen=True)
-class GdnCudaConfig:
+class DeltaCudaConfig:
     """How the step kernel runs: units of ``rows`` value rows (a multiple of 16 up to 128 dividing
     head_v_dim), ``stages`` units in flight per CTA (shared-memory ring), register-capped for
     ``min_ctas`` resident CTAs per multiprocessor, both launches programmatic (``pdl``): the
     coefficient launch after the previous kernel, the step kernel after the coefficient launch.
     ``dot_across``: S0 q̂ and S0 k̂ with a row's columns across the lanes (q̂, k̂ in registers,
     partial sums reduce-scattered) instead of a lane a row. ``small``: one launch of
-    ``gdn_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
+    ``delta_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
     row, a multiple of 16 up to 128 dividing head_v_dim, registers capped for ``min_ctas`` resident
     CTAs; the other fields unused)."""
 
@@ -85,20 +87,23 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def gdn_coefficient_floats(L: int) -> int:
+def delta_coefficient_floats(L: int) -> int:
     """Floats of one (row, value head) coefficient block: sq[LP], sk[LP], e[LP], e0, kq, beta, w."""
     return 3 * _records_padded(L) + 4
 
 
-def gdn_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int) -> int:
+def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
+                            per_channel: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
-    (checkpoint rows of ``state_bytes`` elements, d records, k records, q̂ and k̂, the coefficient
-    block, v, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's
-    STAGE_BYTES (a CPU test reads the compiled value)."""
+    (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
+    KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, g), the coefficient block, v, KDA's g records, meta), 1 KiB of
+    alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads
+    the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
-    stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + 2 * head_k_dim * 4
-    stage += gdn_coefficient_floats(L) * 4 + v_bytes + 16
+    qk_floats = (4 if per_channel else 2) * head_k_dim
+    stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
+    stage += delta_coefficient_floats(L) * 4 + v_bytes + (LP * head_k_dim * 4 if per_channel else 0) + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -116,37 +121,39 @@ def _rows(head_v_dim: int) -> int:
     return max(r for r in range(16, 129, 16) if head_v_dim % r == 0)
 
 
-def gdn_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int) -> GdnCudaConfig:
+def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
+                      per_channel: bool = False) -> DeltaCudaConfig:
     """The launch table: units of 64 value rows, two stages, as many CTAs per multiprocessor as
     shared memory and a 128-register cap allow (at most 3), programmatic launches."""
     rows = _rows(head_v_dim)
-    per_cta = gdn_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
+    per_cta = delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (_threads(rows) * 128))
     if ctas < 1:
-        raise ValueError(f"gdn_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
-    return GdnCudaConfig(rows=rows, stages=2, min_ctas=ctas)
+        raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
+    return DeltaCudaConfig(rows=rows, stages=2, min_ctas=ctas)
 
 
-def gdn_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                          q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
-    """Why the CUDA GDN step cannot run these tensors (None: it can): an sm_90 GPU and
-    :func:`gdn_shape_unsupported`."""
+    """Why the CUDA gated delta-rule step cannot run these tensors (None: it can): an sm_90 GPU and
+    :func:`delta_shape_unsupported`."""
     if checkpoint.device.type != "cuda":
         return "not a CUDA tensor"
     if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
         return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
-    return gdn_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    return delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
 
 
-def gdn_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                           q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
-    """The device-independent part of :func:`gdn_cuda_unsupported`: GDN (g per value head), a
-    bf16 or fp32 checkpoint, bf16 q, k, v and d / k records, fp32 g records, head_k_dim a multiple
-    of 64 up to 256, head_v_dim a multiple of 16, L <= 32, at most 32 value heads per key head,
-    two stages fitting a multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases
-    and outer strides, contiguous last dims)."""
-    if g.dim() != 2:
-        return "a log-decay per key channel (KDA); the CUDA step takes GDN's one per value head"
+    """The device-independent part of :func:`delta_cuda_unsupported`: a bf16 or fp32 checkpoint,
+    bf16 q, k, v and d / k records, fp32 g records, head_k_dim a multiple of 64 up to 256,
+    head_v_dim a multiple of 16, L <= 32, at most 32 value heads per key head, two stages fitting
+    a multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases and outer strides,
+    contiguous last dims; KDA's g and g records per channel contiguous too)."""
+    per_channel = g.dim() == 3
+    if per_channel and (g.stride(-1) != 1 or not copyable_rows(g_records)):
+        return f"KDA g strides {g.stride()} / g_records strides {g_records.stride()}; channels contiguous, rows 16-byte aligned"
     if checkpoint.dtype not in (torch.bfloat16, torch.float32):
         return f"checkpoint {checkpoint.dtype}; the CUDA step takes bf16 or fp32"
     for name, t in (("q", q), ("k", k), ("v", v), ("d_records", d_records), ("k_records", k_records)):
@@ -169,46 +176,49 @@ def gdn_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tens
         if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
     rows = _rows(head_v_dim)
-    if gdn_step_shared_bytes(head_k_dim, rows, L, 2, checkpoint.element_size()) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    if delta_step_shared_bytes(head_k_dim, rows, L, 2, checkpoint.element_size(), per_channel) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         return f"two stages of {rows} x head_k_dim {head_k_dim} {checkpoint.dtype} rows do not fit a multiprocessor"
     return None
 
 
-def gdn_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: GdnCudaConfig,
+def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: DeltaCudaConfig,
                      state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
-                     beta_dtype: torch.dtype) -> Tuple[Tuple[str, int], ...]:
+                     beta_dtype: torch.dtype, per_channel: bool = False) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants.
 
     Raises:
+        ValueError: ``cfg.small`` with ``per_channel`` (the small kernel takes GDN only).
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
     """
+    if cfg.small and per_channel:
+        raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
         if rows % 16 or not 16 <= rows <= 128 or head_v_dim % rows:
             raise ValueError(
-                f"gdn_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
+                f"delta_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
             )
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
-             L2NORM=int(bool(use_qk_l2norm)), DOT_ACROSS=int(cfg.dot_across), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             L2NORM=int(bool(use_qk_l2norm)), DOT_ACROSS=int(cfg.dot_across), PER_CHANNEL=int(per_channel), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
-def compile_gdn_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: GdnCudaConfig,
-                    state_bytes: int, use_qk_l2norm: bool = True) -> str:
+def compile_delta_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: DeltaCudaConfig,
+                      state_bytes: int, use_qk_l2norm: bool = True, per_channel: bool = False) -> str:
     """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
-    defines = gdn_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, state_bytes, use_qk_l2norm,
-                               torch.float32, torch.float32)
+    defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, state_bytes, use_qk_l2norm,
+                                 torch.float32, torch.float32, per_channel)
     return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
 
 
 def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale) -> KernelArgs:
-    """Parameters of ``gdn_replay_coefficients``, in the .cu file's order."""
+    """Parameters of ``delta_replay_coefficients``, in the .cu file's order."""
     return (
         KernelArgs()
         .ptr(coef).ptr(qk)
         .tensor(k_records, 3)
-        .tensor(g_records, 2)
+        .tensor(g_records, 3)
         .ptr(cursor)
         .tensor(q, 2)
         .tensor(k, 2)
@@ -221,7 +231,7 @@ def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot
 
 def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
                scale) -> KernelArgs:
-    """Parameters of ``gdn_replay_small``, in the .cu file's order."""
+    """Parameters of ``delta_replay_small``, in the .cu file's order."""
     return (
         KernelArgs()
         .tensor(checkpoint, 3)
@@ -240,8 +250,8 @@ def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q,
     )  # fmt: skip
 
 
-def step_args(maps, coef, qk, d_records, k_records, v, out, slot_ids, cursor) -> KernelArgs:
-    """Parameters of ``gdn_replay_step``, in the .cu file's order: the checkpoint's (load, store)
+def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor) -> KernelArgs:
+    """Parameters of ``delta_replay_step``, in the .cu file's order: the checkpoint's (load, store)
     tensor maps first."""
     return (
         KernelArgs()
@@ -249,46 +259,49 @@ def step_args(maps, coef, qk, d_records, k_records, v, out, slot_ids, cursor) ->
         .ptr(coef).ptr(qk)
         .tensor(d_records, 3)
         .tensor(k_records, 3)
+        .tensor(g_records, 3)
         .tensor(v, 2)
         .tensor(out, 2)
         .ptr(slot_ids).ptr(cursor).i32(v.shape[0])
     )  # fmt: skip
 
 
-def launch_gdn_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                                 cursor: Tensor, arrivals: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
                                 beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
-                                config: Optional[GdnCudaConfig] = None) -> Tensor:
+                                config: Optional[DeltaCudaConfig] = None) -> Tensor:
     """The CUDA GDN replay step on the cache tensors; arguments already checked by the op, in the
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there (the last
     advances the cursor and resets it to zero); the two launches do not use it (their step kernel
     advances the cursor once the coefficient grid is complete).
 
     Raises:
-        ValueError: when :func:`gdn_cuda_unsupported` names a reason (nothing is launched).
+        ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
     """
-    reason = gdn_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    reason = delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
     if reason is not None:
-        raise ValueError(f"gdn_replay_step (CUDA): {reason}")
+        raise ValueError(f"delta_replay_step (CUDA): {reason}")
     batch, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[1], q.shape[2]
     L = d_records.shape[2]
     es = checkpoint.element_size()
-    cfg = config or gdn_cuda_config(head_k_dim, head_v_dim, L, batch, es)
-    defines = gdn_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype)
+    per_channel = g.dim() == 3
+    cfg = config or delta_cuda_config(head_k_dim, head_v_dim, L, batch, es, per_channel)
+    defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype,
+                                 per_channel)
     device = v.device
     stream = torch.cuda.current_stream(device).cuda_stream
     if cfg.small:
-        small = load_kernel(SOURCE, "gdn_replay_small", defines, device, 0)
+        small = load_kernel(SOURCE, "delta_replay_small", defines, device, 0)
         args = small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
                           scale)
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
-    smem = gdn_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es)
-    step_kernel = load_kernel(SOURCE, "gdn_replay_step", defines, device, smem)
-    coef_kernel = load_kernel(SOURCE, "gdn_replay_coefficients", defines, device, 0)
-    coef = torch.empty(batch * v_heads * gdn_coefficient_floats(L), dtype=torch.float32, device=device)
-    qk = torch.empty(batch * k_heads * 2 * head_k_dim, dtype=torch.float32, device=device)
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel)
+    step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
+    coef_kernel = load_kernel(SOURCE, "delta_replay_coefficients", defines, device, 0)
+    coef = torch.empty(batch * v_heads * delta_coefficient_floats(L), dtype=torch.float32, device=device)
+    qk = torch.empty(batch * (v_heads * 4 if per_channel else k_heads * 2) * head_k_dim, dtype=torch.float32, device=device)
     coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
                        coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),
                        pdl=cfg.pdl)
@@ -297,5 +310,5 @@ def launch_gdn_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     step_kernel.launch((grid,), threads, smem, stream,
-                       step_args(maps, coef, qk, d_records, k_records, v, out, slot_ids, cursor), pdl=cfg.pdl)
+                       step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor), pdl=cfg.pdl)
     return out

@@ -1,13 +1,13 @@
-// ReplaySSM GDN (gated delta rule, a log-decay per value head) decode step for sm_90, bf16
-// activations and records, bf16 or fp32 (CKPT_F32) checkpoints: two launches (1 and 2 below), or
-// for small batches one (3), compiled at run
+// ReplaySSM gated delta-rule decode step for sm_90 (GDN: a log-decay per value head; KDA, with
+// PER_CHANNEL: one per key channel), bf16 activations and records, bf16 or fp32 (CKPT_F32)
+// checkpoints: two launches (1 and 2 below), or for small GDN batches one (3), compiled at run
 // time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
 // kernel's, kernels/gated_delta_replay.py). Notation of trtllm_replayssm/reference/gated_delta.py:
 // a row's cursor w, records j < w of (d_j, k̂_j, g_j), q̂ = scale q / |q|, k̂ = k / |k| (with
-// L2NORM), e_j = exp(g + sum_{j<i<w} g_i), e0 = exp(g + sum_{i<w} g_i).
+// L2NORM), e_j = exp(g + sum_{j<i<w} g_i), e0 = exp(g + sum_{i<w} g_i) (KDA: per channel).
 //
-// 1. gdn_replay_coefficients, one CTA per (key head, batch row), a warp per value head of the
+// 1. delta_replay_coefficients, one CTA per (key head, batch row), a warp per value head of the
 //    key head (VPK warps). Reads the row's cursor, the key head's k records 0..L-1 (those at
 //    j >= w are selected out, never multiplied: they may hold anything), the value head's g
 //    records, q, k, g, beta; writes per (row, value head) a coefficient block
@@ -15,10 +15,12 @@
 //        sk[LP]   e_j (k̂_j . k̂) for j < w, 0 after
 //        e[LP]    e_j for j < w, 0 after                 (the flush's record weights)
 //        e0, kq = k̂ . q̂, beta, w (int)
-//    and per (row, key head) q̂ and k̂ in fp32 (the qk block, warp 0). For w < L-1 it appends g
-//    at w (every warp) and k̂ at w (warp 0), rounded to the record dtype. Padding rows
+//    and per (row, key head) q̂ and k̂ in fp32 (the qk block, warp 0). KDA: the scores take the
+//    decays inside, sq_j = (e_j ⊙ k̂_j) . q̂, e is unused and e0 = 1, and the qk block is per
+//    (row, value head): e0 ⊙ q̂, e0 ⊙ k̂, k̂, g. For w < L-1 it appends g at w (every warp) and k̂ at
+//    w (warp 0), rounded to the record dtype. Padding rows
 //    (slot < 0) read and write nothing. The cursor is only read here: the step kernel advances it.
-// 2. gdn_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being ROWS
+// 2. delta_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being ROWS
 //    value rows (a part) of one value head of one batch row, u = (b VHEADS + h) PARTS + part.
 //    Warp CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it
 //    with one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
@@ -30,20 +32,22 @@
 //    o to out, d appended at w (w < L-1). A flush unit (w == L-1) also forms
 //        S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ
 //    in exact fp32 FMAs, rounds it into the stage in the checkpoint dtype and stores its rows
-//    with TMA tensor stores. A unit that does not flush gives its stage back once read. A
+//    with TMA tensor stores (KDA: S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j
+//    formed in the stage from the g records the producer copies for a flush). A unit that does not flush gives its stage back once read. A
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced:
 //    it copies for either value (records 0..w, all L at 0, k records at L-1 or 0), and the
 //    consumers take the exact w from the coefficient block.
-// 3. gdn_replay_small: the whole step in one launch without a ring (its comment, below).
+// 3. delta_replay_small: the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
 // of KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim),
 // ROWS (rows of a unit: a multiple of 16 up to 128 dividing DV), LREC (L, <= 32), LP (L rounded
 // up to 16), STAGES, MIN_CTAS (the step and small kernels' register cap: resident CTAs a multiprocessor),
 // SM_ROWS (the small kernel's rows a CTA: a multiple of 16 up to 128 dividing DV),
-// L2NORM (0 / 1), DOT_ACROSS (0: S0 q̂ and S0 k̂ a lane a row; 1: a row across lanes), and the dtype
+// PER_CHANNEL (0: GDN, a log-decay per value head; 1: KDA, one per key channel; the small kernel
+// takes GDN only), L2NORM (0 / 1), DOT_ACROSS (0: S0 q̂ and S0 k̂ a lane a row; 1: a row across lanes), and the dtype
 // codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
@@ -60,7 +64,7 @@
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
-#define QK_FLOATS (2 * DK)                  // q̂, k̂
+#define QK_FLOATS ((PER_CHANNEL ? 4 : 2) * DK)  // GDN: q̂, k̂; KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, g
 #define QK_BYTES (QK_FLOATS * 4)
 #define COEF_FLOATS (3 * LP + 4)            // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int)
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -69,13 +73,15 @@
 #define OFF_QK (OFF_K + K_BYTES)
 #define OFF_COEF (OFF_QK + QK_BYTES)
 #define OFF_V (OFF_COEF + COEF_BYTES)
-#define OFF_META (OFF_V + ((V_BYTES + 15) / 16) * 16)
+#define G_BYTES (PER_CHANNEL ? LP * DK * 4 : 0)  // KDA flush: g records, then U_j = e_j ⊙ k̂_j and e0
+#define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
+#define OFF_META (OFF_G + G_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
-extern "C" __device__ unsigned int gdn_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
 
 // Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
@@ -166,11 +172,11 @@ __device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
   return v[0];
 }
 
-extern "C" __global__ void __launch_bounds__(VPK * 32) gdn_replay_coefficients(
+extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients(
     float* __restrict__ coef_out,    // [batch, VHEADS, COEF_FLOATS]
-    float* __restrict__ qk_out,      // [batch, KHEADS, QK_FLOATS]
+    float* __restrict__ qk_out,      // [batch, KHEADS (GDN) or VHEADS (KDA), QK_FLOATS]
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
-    float* __restrict__ g_records, long long sgr_slot, long long sgr_head,
+    float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     const int* __restrict__ cursor,
     const u16* __restrict__ q, long long sq_batch, long long sq_head,
     const u16* __restrict__ k, long long sk_batch, long long sk_head,
@@ -202,8 +208,20 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) gdn_replay_coefficients(
     }
   }
   float* const grec = g_records + slot * sgr_slot + h * sgr_head;
+#if PER_CHANNEL
+  // The lane's channels of the step's g and of every g record.
+  float gv[PER_LANE], grc[LP][PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) gv[i] = load_f32<G_CODE>(g, b * sg_batch + h * sg_head + lane * PER_LANE + i);
+#pragma unroll
+  for (int j = 0; j < LP; ++j) {
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) grc[j][i] = j < LREC ? grec[j * sgr_pos + lane * PER_LANE + i] : 0.0f;
+  }
+#else
   const float gj = lane < LREC ? grec[lane] : 0.0f;
   const float gh = load_f32<G_CODE>(g, b * sg_batch + h * sg_head);
+#endif
   const float bh = load_f32<BETA_CODE>(beta, b * sb_batch + h * sb_head);
   const int w = cursor[slot];
 #if L2NORM
@@ -225,8 +243,23 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) gdn_replay_coefficients(
     kq += qv[i] * kv[i];
   }
   kq = warp_sum(kq);
-  // k̂_j . q̂ and k̂_j . k̂ of every record, reduce-scattered: lane j gets record j's (records at
-  // j >= w selected out before the sums: they may hold NaN).
+#if PER_CHANNEL
+  // Per channel: e_j = exp(g + sum_{j<i<w} g_i) from suffix sums over the records (no prefix
+  // subtraction), e0 = exp(g + sum_{i<w} g_i); the scores take e_j inside the dot products.
+  float ew[LP][PER_LANE], e0v[PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = LP - 1; j >= 0; --j) {
+      ew[j][i] = j < w ? __expf(acc + gv[i]) : 0.0f;
+      if (j < w) acc += grc[j][i];
+    }
+    e0v[i] = __expf(acc + gv[i]);
+  }
+#endif
+  // k̂_j . q̂ and k̂_j . k̂ of every record (KDA: (e_j ⊙ k̂_j) . q̂, ...), reduce-scattered: lane j gets
+  // record j's (records at j >= w selected out before the sums: they may hold NaN).
   float pq = 0.0f, pk = 0.0f;
 #pragma unroll
   for (int c = 0; c < LP; c += 16) {
@@ -236,8 +269,13 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) gdn_replay_coefficients(
       float a = 0.0f, s = 0.0f;
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) {
-        a += kr[c + j][i] * qv[i];
-        s += kr[c + j][i] * kv[i];
+#if PER_CHANNEL
+        const float u = kr[c + j][i] * ew[c + j][i];
+#else
+        const float u = kr[c + j][i];
+#endif
+        a += u * qv[i];
+        s += u * kv[i];
       }
       part[j] = c + j < w ? a : 0.0f;
       part[16 + j] = c + j < w ? s : 0.0f;
@@ -251,11 +289,39 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) gdn_replay_coefficients(
       pk = vk;
     }
   }
+  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
+#if PER_CHANNEL
+  // Scores with the decays inside; the checkpoint's decay folded into q0, k0 (e0 = 1 here).
+  if (lane < LP) {
+    blk[lane] = pq;
+    blk[LP + lane] = pk;
+    blk[2 * LP + lane] = 0.0f;
+  }
+  if (lane == 0) {
+    blk[3 * LP] = 1.0f;
+    blk[3 * LP + 1] = kq;
+    blk[3 * LP + 2] = bh;
+    ((int*)blk)[3 * LP + 3] = w;
+  }
+  float* qk = qk_out + ((long long)b * VHEADS + h) * QK_FLOATS + lane * PER_LANE;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    qk[i] = e0v[i] * qv[i];
+    qk[DK + i] = e0v[i] * kv[i];
+    qk[2 * DK + i] = kv[i];
+    qk[3 * DK + i] = gv[i];
+    if (w < LREC - 1) grec[w * sgr_pos + lane * PER_LANE + i] = gv[i];
+  }
+  if (warp == 0 && w < LREC - 1) {
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) krec[w * skr_pos + lane * PER_LANE + i] = f32_to_bf16(kv[i]);
+  }
+}
+#else
   // Decays from exact suffix sums of the g records (no prefix subtraction).
   float total;
   const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);
   const float ej = lane < w ? __expf(later + gh) : 0.0f;
-  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
   if (lane < LP) {
     blk[lane] = ej * pq;
     blk[LP + lane] = ej * pk;
@@ -281,6 +347,7 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) gdn_replay_coefficients(
     }
   }
 }
+#endif
 
 // ------------------------------------------------------------------ launch 2: the step
 
@@ -387,13 +454,14 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn_replay_step(
+extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
     const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS]
-    const float* __restrict__ qk,                  // [batch, KHEADS, QK_FLOATS]
+    const float* __restrict__ qk,                  // [batch, KHEADS (GDN) or VHEADS (KDA), QK_FLOATS]
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     const u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
+    const float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     const u16* __restrict__ v, long long sv_batch, long long sv_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
@@ -462,8 +530,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nd * ROWS * 2 + (k_rows ? (LREC - 1) * DK * 2 : 0) + V_BYTES +
-                            COEF_BYTES + QK_BYTES;
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nd * ROWS * 2 + (k_rows ? (LREC - 1) * DK * (2 + 4 * PER_CHANNEL) : 0) +
+                            V_BYTES + COEF_BYTES + QK_BYTES;
           mbar_arrive_expect_tx(full, bytes);
         }
       }
@@ -473,10 +541,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
         if (lane < nd)
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, full);
-        if (k_rows && lane < LREC - 1)
+        if (k_rows && lane < LREC - 1) {
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, full);
+#if PER_CHANNEL
+          bulk_load(stage + OFF_G + lane * (DK * 4), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 4, full);
+#endif
+        }
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + (long long)bh * COEF_FLOATS, COEF_BYTES, full);
-        if (lane == 1) bulk_load(stage + OFF_QK, qk + ((long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
+        if (lane == 1) bulk_load(stage + OFF_QK, qk + (PER_CHANNEL ? (long long)bh : (long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
         if (lane == 2) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
       }
     }
@@ -538,23 +610,57 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
       }
       if (w == LREC - 1) {
         // Flush: S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ for the lane's row and half, exact
-        // fp32 FMAs (the k record chunks are read by all 16 lanes of a half: broadcasts),
-        // rounded into the stage in place, then the warp's 16 rows stored by TMA.
+        // fp32 FMAs (the record chunks are read by all 16 lanes of a half: broadcasts), rounded
+        // into the stage in place, then the warp's 16 rows stored by TMA. KDA (decays per
+        // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
+        // first by the consumer warps together, a column a thread, over the g records.
+        const u16* ks = (const u16*)(gstage + OFF_K);
+#if PER_CHANNEL
+        float* us = (float*)(gstage + OFF_G);  // g records in, U_j (rows j < w) and e0 (row LP-1) out
+        for (int c = warp * 32 + lane; c < DK; c += CONSUMERS * 32) {
+          const float gc = qks[3 * DK + c];
+          float acc = 0.0f;
+#pragma unroll 1
+          for (int j = LREC - 2; j >= 0; --j) {
+            const float gj = us[j * DK + c];
+            us[j * DK + c] = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
+            acc += gj;
+          }
+          us[(LP - 1) * DK + c] = __expf(acc + gc);
+        }
+        asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
+        const float* khat = qks + 2 * DK;
+#else
+        const float* khat = qks + DK;
+#endif
         float a[LREC > 1 ? LREC - 1 : 1];
 #pragma unroll
-        for (int j = 0; j < LREC - 1; ++j) a[j] = cf[2 * LP + j] * bf16_to_f32(ds[j * ROWS + row]);
-        const u16* ks = (const u16*)(gstage + OFF_K);
+        for (int j = 0; j < LREC - 1; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + row]);
 #pragma unroll 1
         for (int c = 0; c < HALF; c += EPC) {
           const int col = half * HALF + c;
           float s[EPC];
           load_chunk(gstage, row, col, s);
 #pragma unroll
-          for (int e = 0; e < EPC; ++e) s[e] = e0 * s[e] + d * qks[DK + col + e];
+          for (int e = 0; e < EPC; ++e) {
+#if PER_CHANNEL
+            s[e] = us[(LP - 1) * DK + col + e] * s[e] + d * khat[col + e];
+#else
+            s[e] = e0 * s[e] + d * khat[col + e];
+#endif
+          }
 #pragma unroll
           for (int j = 0; j < LREC - 1; ++j) {
             float kc[EPC];
+#if PER_CHANNEL
+#pragma unroll
+            for (int e = 0; e < EPC; e += 4) {
+              const float4 u4 = *(const float4*)(us + j * DK + col + e);
+              kc[e] = u4.x, kc[e + 1] = u4.y, kc[e + 2] = u4.z, kc[e + 3] = u4.w;
+            }
+#else
             load_k_chunk(ks + j * DK, col, kc);
+#endif
 #pragma unroll
             for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
           }
@@ -578,9 +684,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) gdn
   }
 }
 
-// ------------------------------------------------------------------ one launch for small batches
+// ------------------------------------------------------------------ one launch for small batches (GDN)
+#if !PER_CHANNEL
 
-// gdn_replay_small: the whole step in one launch without a ring, for batches too small to fill the
+// delta_replay_small: the whole step in one launch without a ring, for batches too small to fill the
 // persistent kernel's. One CTA of SM_THREADS threads per (SM_ROWS value rows of a value head,
 // batch row); grid (VHEADS * DV / SM_ROWS, batch). A row is 8 threads (part p = thread % 8), each
 // holding 16-byte checkpoint chunks p, p + 8, ... of the row in registers. One round of cache
@@ -637,7 +744,7 @@ __device__ __forceinline__ float row_sum8(float v) {
   return v;
 }
 
-extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) gdn_replay_small(
+extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
@@ -844,3 +951,4 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) gdn_replay_sm
     arrivals[slot] = 0;
   }
 }
+#endif  // !PER_CHANNEL

@@ -1,4 +1,5 @@
-"""The CUDA C++ GDN replay step (kernels/cuda/gated_delta_replay_step.cu) on an sm_90 GPU: long runs
+"""The CUDA C++ gated delta-rule (GDN, KDA) replay step (kernels/cuda/gated_delta_replay_step.cu) on
+an sm_90 GPU: long runs
 against the float64 oracle (flushes, padding rows, poisoned unused slots and record positions),
 CUDA graphs bit for bit, agreement with the Triton kernel, refusals."""
 
@@ -46,10 +47,18 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 FORMS = ["lane-rows", "across", "small16", "small32"]  # the two launches' S0 q̂, S0 k̂ forms; the small kernel
 
 
-def config(g, L, state, form):
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import gdn_cuda_config
+KDA_SHAPES = [
+    pytest.param(DeltaGeometry(32, 32, 128, 128), 16, id="kimi-linear-L16"),
+    pytest.param(DeltaGeometry(2, 4, 64, 96), 5, id="kda-vpk2-dk64-dv96-L5"),
+    pytest.param(DeltaGeometry(3, 3, 256, 48), 1, id="kda-dk256-dv48-L1"),
+    pytest.param(DeltaGeometry(4, 4, 128, 64), 32, id="kda-L32"),
+]
 
-    cfg = gdn_cuda_config(g.head_k_dim, g.head_v_dim, L, 1, STATES[state].itemsize)
+
+def config(g, L, state, form, per_channel=False):
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
+
+    cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 1, STATES[state].itemsize, per_channel)
     if form.startswith("small"):
         rows = int(form[5:])
         if g.head_v_dim % rows:
@@ -62,7 +71,7 @@ def config(g, L, state, form):
 @pytest.mark.parametrize("g,L", SHAPES)
 @pytest.mark.parametrize("state", ["bf16", "f32"])
 @pytest.mark.parametrize("form", FORMS)
-def test_cuda_gdn_step_long_run_against_oracle(g, L, state, form):
+def test_cuda_delta_step_long_run_against_oracle(g, L, state, form):
     worst = drive_replay(
         DeltaFamily(g, per_channel=False),
         partial(replay_cuda, config=config(g, L, state, form)),
@@ -81,8 +90,30 @@ def test_cuda_gdn_step_long_run_against_oracle(g, L, state, form):
 
 
 @needs_sm90
+@pytest.mark.parametrize("g,L", KDA_SHAPES)
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("form", FORMS[:2])
+def test_cuda_kda_step_long_run_against_oracle(g, L, state, form):
+    worst = drive_replay(
+        DeltaFamily(g, per_channel=True),
+        partial(replay_cuda, config=config(g, L, state, form, per_channel=True)),
+        L,
+        STATES[state],
+        torch.bfloat16,
+        "cuda",
+        steps=max(3 * L + 3, 40),
+        batch=5,
+        num_slots=11,
+        n_padding=2,
+    )
+    assert worst["flushes"] >= 5
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
+    assert worst["ckpt"] < STATE_TOL[state] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
 @pytest.mark.parametrize("form", FORMS)
-def test_cuda_gdn_step_raw_qk_short_run(form):
+def test_cuda_delta_step_raw_qk_short_run(form):
     """q and k not normalised in the kernel: a short run at head_k_dim 64 (unnormalised keys,
     |k|² ~ head_k_dim, grow the delta rule's state; over long runs the fp64 oracle and any fp32
     kernel part ways, the Triton kernel's too)."""
@@ -106,13 +137,16 @@ def test_cuda_gdn_step_raw_qk_short_run(form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", FORMS)
-def test_cuda_gdn_step_many_units_per_cta(state, form):
-    """Batch 64 at the 122B geometry: 8192 units, tens per CTA (the ring wraps many times)."""
-    g = DeltaGeometry(16, 64, 128, 128)
+@pytest.mark.parametrize(
+    "per_channel,form", [(False, f) for f in FORMS] + [(True, f) for f in FORMS[:2]], ids=lambda v: str(v)
+)
+def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
+    """Batch 64 at the 122B (GDN) or Kimi Linear (KDA) geometry: thousands of units, tens per CTA
+    (the ring wraps many times)."""
+    g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
     worst = drive_replay(
-        DeltaFamily(g, per_channel=False),
-        partial(replay_cuda, config=config(g, 16, state, form)),
+        DeltaFamily(g, per_channel=per_channel),
+        partial(replay_cuda, config=config(g, 16, state, form, per_channel)),
         16,
         STATES[state],
         torch.bfloat16,
@@ -129,13 +163,14 @@ def test_cuda_gdn_step_many_units_per_cta(state, form):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-def test_cuda_gdn_graph_equals_eager_and_tracks_triton(state):
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
     from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
 
     g, L, batch, slots = DeltaGeometry(16, 64, 128, 128), 8, 6, 9
-    fam = DeltaFamily(g, per_channel=False)
+    fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")
     cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
@@ -144,7 +179,7 @@ def test_cuda_gdn_graph_equals_eager_and_tracks_triton(state):
     cache.g_records.uniform_(-0.3, -0.01)
     cache.cursor.copy_(torch.randint(0, L, (slots,), dtype=torch.int32))
     slot_ids = torch.tensor([3, -1, 0, 7, 5, 1], dtype=torch.int32, device="cuda")
-    inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=False)
+    inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=per_channel)
     saved = {k: v.clone() for k, v in vars(cache).items() if isinstance(v, torch.Tensor)}
 
     def restore():
@@ -187,13 +222,13 @@ def test_cuda_gdn_graph_equals_eager_and_tracks_triton(state):
 
 
 @needs_sm90
-def test_cuda_gdn_refuses_kda_and_fp32_activations():
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import gdn_cuda_unsupported
+def test_cuda_delta_refuses_fp32_activations():
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_unsupported
 
     g = DeltaGeometry(2, 4, 128, 128)
-    for per_channel, act, expect in ((True, torch.bfloat16, "KDA"), (False, torch.float32, "bf16")):
+    for per_channel, act, expect in ((True, torch.float32, "bf16"), (False, torch.float32, "bf16")):
         fam = DeltaFamily(g, per_channel=per_channel)
         c = fam.allocate(3, 4, torch.float32, act, "cuda")
         inp = make_step(g, 2, act, "cuda", per_channel=per_channel)
-        reason = gdn_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, inp["q"], inp["k"], inp["v"], inp["g"])
+        reason = delta_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, inp["q"], inp["k"], inp["v"], inp["g"])
         assert reason is not None and expect in reason, reason

@@ -1,7 +1,7 @@
 """The CUDA C++ GDN replay step on the CPU: NVRTC compiles every supported shape without local
 memory, the shared memory the launcher allocates equals what the kernel indexes, the launcher
 packs exactly the kernels' PTX parameters, and the route's refusals name their reason. (Running
-it needs an sm_90 GPU: tests/gpu/test_gdn_cuda_gpu.py.)"""
+it needs an sm_90 GPU: tests/gpu/test_delta_cuda_gpu.py.)"""
 
 import dataclasses
 import re
@@ -23,22 +23,24 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True, dot_across=False):
+def _ptx(shape, state_bytes, l2norm=True, dot_across=False, per_channel=False):
     k_heads, v_heads, dk, dv, L = shape
-    cfg = dataclasses.replace(gc.gdn_cuda_config(dk, dv, L, 256, state_bytes), dot_across=dot_across)
-    return cfg, gc.compile_gdn_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm)
+    cfg = dataclasses.replace(gc.delta_cuda_config(dk, dv, L, 256, state_bytes, per_channel), dot_across=dot_across)
+    return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("dot_across", [False, True], ids=["lane-rows", "across"])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, dot_across):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, dot_across, per_channel):
     _, _, dk, dv, L = shape
-    cfg, ptx = _ptx(shape, state_bytes, dot_across=dot_across)
-    assert ".entry gdn_replay_step(" in ptx and ".entry gdn_replay_coefficients(" in ptx
+    cfg, ptx = _ptx(shape, state_bytes, dot_across=dot_across, per_channel=per_channel)
+    assert ".entry delta_replay_step(" in ptx and ".entry delta_replay_coefficients(" in ptx
+    assert (".entry delta_replay_small(" in ptx) != per_channel  # the small kernel: GDN only
     assert ".local" not in ptx  # no arrays indexed at run time
-    compiled = int(re.search(r"gdn_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == gc.gdn_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes)
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes, per_channel)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
 
 
@@ -47,13 +49,13 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, dot_
 def test_small_kernel_compiles_without_local_memory(shape, state_bytes):
     k_heads, v_heads, dk, dv, L = shape
     rows = 32 if dv % 32 == 0 else 16
-    cfg = dataclasses.replace(gc.gdn_cuda_config(dk, dv, L, 1, state_bytes), small=True, small_rows=rows, min_ctas=1)
-    ptx = gc.compile_gdn_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes)
-    assert ".entry gdn_replay_small(" in ptx and ".local" not in ptx
+    cfg = dataclasses.replace(gc.delta_cuda_config(dk, dv, L, 1, state_bytes), small=True, small_rows=rows, min_ctas=1)
+    ptx = gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes)
+    assert ".entry delta_replay_small(" in ptx and ".local" not in ptx
 
 
 def test_raw_qk_compiles():
-    assert ".entry gdn_replay_coefficients(" in _ptx(SHAPES[0], 4, l2norm=False)[1]
+    assert ".entry delta_replay_coefficients(" in _ptx(SHAPES[0], 4, l2norm=False)[1]
 
 
 def _cpu_case(k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16):
@@ -67,25 +69,28 @@ def _cpu_case(k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, pe
     return c, q, v, g
 
 
-def test_launcher_packs_the_kernels_ptx_parameters():
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
-    c, q, v, g = _cpu_case()
-    ptx = _ptx(SHAPES[0], 4)[1]
+    c, q, v, g = _cpu_case(per_channel=per_channel)
+    ptx = _ptx(SHAPES[0], 4, per_channel=per_channel)[1]
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
     args = gc.coefficient_args(coef, coef, c.k_records, c.g_records, c.cursor, q, q, g, g, slots, 0.1)
-    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_coefficients")
-    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, v, v, slots, c.cursor)
-    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_step")
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_coefficients")
+    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, c.g_records, v, v, slots,
+                        c.cursor)  # fmt: skip
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_step")
+    if per_channel:
+        return  # no small kernel
     args = gc.small_args(c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, g, v,
                          slots, 0.1)  # fmt: skip
-    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "gdn_replay_small")
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_small")
 
 
 @pytest.mark.parametrize(
     "change, reason",
     [
-        (dict(per_channel=True), "KDA"),
         (dict(act=torch.float32), "bf16"),
         (dict(dk=96), "head_k_dim 96"),
         (dict(dv=40), "head_v_dim 40"),
@@ -95,7 +100,7 @@ def test_launcher_packs_the_kernels_ptx_parameters():
 )
 def test_shape_refusals_name_their_reason(change, reason):
     c, q, v, g = _cpu_case(**change)
-    got = gc.gdn_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g)
+    got = gc.delta_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g)
     assert got is not None and reason in got, got
 
 
@@ -103,15 +108,28 @@ def test_supported_shape_has_no_reason_and_cpu_tensors_are_refused_by_the_launch
     from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
 
     c, q, v, g = _cpu_case()
-    assert gc.gdn_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
+    assert gc.delta_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
     beta = torch.zeros(4, 64)
-    with pytest.raises(ValueError, match=r"gdn_replay_step \(CUDA\): not a CUDA tensor"):
+    with pytest.raises(ValueError, match=r"delta_replay_step \(CUDA\): not a CUDA tensor"):
         launch_gated_delta_replay_step(
             c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, beta,
             slot_ids=torch.zeros(4, dtype=torch.int32), scale=0.1, use_qk_l2norm=True, out=v.clone(), kernel="cuda",
         )  # fmt: skip
 
 
+def test_small_kernel_refuses_kda():
+    cfg = gc.DeltaCudaConfig(64, 2, 2, small=True)
+    with pytest.raises(ValueError, match="the small kernel takes GDN only"):
+        gc.delta_step_defines(32, 32, 128, 128, 16, cfg, 4, True, torch.float32, torch.float32, per_channel=True)
+
+
+def test_kda_with_strided_channels_is_refused():
+    c, q, v, g = _cpu_case(per_channel=True)
+    g = torch.zeros(4, 128, 64).transpose(1, 2)
+    got = gc.delta_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g)
+    assert got is not None and "channels contiguous" in got, got
+
+
 def test_rows_that_do_not_tile_the_head_are_refused():
     with pytest.raises(ValueError, match="rows 48; expected a multiple of 16 up to 128 dividing head_v_dim 128"):
-        gc.gdn_step_defines(16, 64, 128, 128, 16, gc.GdnCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)
+        gc.delta_step_defines(16, 64, 128, 128, 16, gc.DeltaCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)

@@ -1,4 +1,5 @@
-"""The CUDA GDN replay step's launch configurations beside the Triton kernel (GPU, sm_90).
+"""The CUDA gated delta-rule (GDN, KDA) replay step's launch configurations beside the Triton
+kernel (GPU, sm_90).
 
 Per (state, L, batch): each CUDA configuration is first checked against the Triton kernel over
 2L + 2 steps from the same cache (outputs, checkpoints and cursors), then the conventional step,
@@ -6,10 +7,11 @@ the Triton replay, the op's route and every configuration are captured in CUDA g
 in interleaved rounds (benchmarks/peers_mamba2.py's ``time_interleaved``), as
 benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors spread and advancing).
 
-    python benchmarks/gdn_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
+    python benchmarks/delta_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
+    python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
 
 A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas``
-(``GdnCudaConfig``), either followed by ``,across`` (``dot_across``: S0 q̂ and S0 k̂ with a row
+(``DeltaCudaConfig``), either followed by ``,across`` (``dot_across``: S0 q̂ and S0 k̂ with a row
 across the lanes), or ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers
 capped for N resident CTAs a multiprocessor).
 """
@@ -32,18 +34,18 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 from mamba2_cuda_probe import check_against_triton  # noqa: E402
 from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import GatedDeltaDecodeCase  # noqa: E402
-from trtllm_replayssm.kernels.gated_delta_replay_cuda import GdnCudaConfig, gdn_cuda_config  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig, delta_cuda_config  # noqa: E402
 from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
     """``table[,across]`` -> ("table", across); ``rows,stages,min_ctas[,across]`` or
-    ``small,ROWS,mN`` -> GdnCudaConfig."""
+    ``small,ROWS,mN`` -> DeltaCudaConfig."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
-        return GdnCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
+        return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     across = parts[-1] == "across"
     if across:
         parts = parts[:-1]
@@ -52,28 +54,38 @@ def parse_config(text: str):
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,across] or rows,stages,min_ctas[,across]")
     rows, stages, min_ctas = (int(p) for p in parts)
-    return GdnCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, dot_across=across)
+    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, dot_across=across)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--geometry", type=lambda s: tuple(int(v) for v in s.split(",")), default=(16, 64, 128, 128))
+    ap.add_argument("--family", choices=["gdn", "kda"], default="gdn")
+    ap.add_argument(
+        "--geometry",
+        type=lambda s: tuple(int(v) for v in s.split(",")),
+        default=None,
+        help="k_heads,v_heads,head_k_dim,head_v_dim (default: Qwen3.5-122B for gdn, Kimi Linear for kda)",
+    )
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32"])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=[("table", False)])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        sys.exit("gdn_cuda_probe: needs a CUDA GPU")
-    print(f"# gdn_cuda_probe | {torch.cuda.get_device_name()} | geometry {args.geometry} | bf16 act | NVRTC {nvrtc_version()}")
+        sys.exit("delta_cuda_probe: needs a CUDA GPU")
+    geometry = args.geometry or ((32, 32, 128, 128) if args.family == "kda" else (16, 64, 128, 128))
+    per_channel = args.family == "kda"
+    print(
+        f"# delta_cuda_probe | {torch.cuda.get_device_name()} | {args.family} {geometry} | bf16 act | NVRTC {nvrtc_version()}"
+    )
     print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>24} {'us/step':>9} {'speedup':>8} {'check':>9}")
-    _, _, head_k_dim, head_v_dim = args.geometry
+    _, _, head_k_dim, head_v_dim = geometry
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
-        case = GatedDeltaDecodeCase("gdn", args.geometry, batch, L, state, "bf16")
+        case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
         configs = {}
         for c in args.configs:
             if isinstance(c, tuple):
-                table = gdn_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize)
+                table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize, per_channel)
                 c = dataclasses.replace(table, dot_across=c[1])
             cfg = c
             configs[f"cuda {cfg.label()}"] = cfg

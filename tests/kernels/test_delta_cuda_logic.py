@@ -1,13 +1,13 @@
-"""The CUDA C++ GDN step's arithmetic on the CPU, at the kernel's decomposition: a PyTorch model of
+"""The CUDA C++ gated delta-rule (GDN, KDA) step's arithmetic on the CPU, at the kernel's decomposition: a PyTorch model of
 its two launches (kernels/cuda/gated_delta_replay_step.cu) driven against the float64 oracle over
 many steps and flushes, with padding rows and poisoned unused slots and record positions.
 
-What the model shares with the kernel, and the GPU tests (tests/gpu/test_gdn_cuda_gpu.py) then
+What the model shares with the kernel, and the GPU tests (tests/gpu/test_delta_cuda_gpu.py) then
 hold the kernel to: the coefficient block (scores e_j k̂_j.q̂ and e_j k̂_j.k̂ for j < w, decays
 e_j and e0 from exact suffix sums of the g records, kq, beta, w), q̂ and k̂ normalised once per
 (row, key head), the k̂ and g appends only below L-1, records 0..w-1 read, hq and hk as
 e0 (S0 q̂) + sum_j score_j d_j, the flush as e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ in fp32
-with k̂ unrounded, one rounding of the checkpoint, of o and of d, the cursor advanced once.
+with k̂ unrounded (KDA: decays per channel, S0 (e0 ⊙ q̂) and S0 Diag(e0) + sum_j d_j (e_j ⊙ k̂_j)ᵀ), one rounding of the checkpoint, of o and of d, the cursor advanced once.
 """
 
 import pytest
@@ -21,7 +21,8 @@ BF16 = torch.bfloat16
 
 def coefficient_launch(cache, inp, p, slot_ids):
     """Launch 1: per (row, value head) (sq, sk, e, e0, kq, beta, w) and per (row, key head) (q̂, k̂);
-    appends k̂ and g at w below L-1."""
+    appends k̂ and g at w below L-1. KDA (g per channel): e_j and e0 are vectors, the scores
+    (e_j ⊙ k̂_j) . q̂, and the step takes e0 ⊙ q̂, e0 ⊙ k̂ (the kernel's qk block per value head)."""
     k_heads = inp["q"].shape[1]
     v_heads = inp["v"].shape[1]
     vpk = v_heads // k_heads
@@ -41,11 +42,13 @@ def coefficient_launch(cache, inp, p, slot_ids):
             krec = cache.k_records[slot, kh, :w].float()
             for h in range(kh * vpk, (kh + 1) * vpk):
                 gr = cache.g_records[slot, h, :w].float()
-                later = torch.stack([gr[j + 1 :].sum() for j in range(w)]) if w else gr
+                later = torch.stack([gr[j + 1 :].sum(0) for j in range(w)]) if w else gr
                 g = inp["g"][b, h].float()
-                e = torch.exp(later + g)
-                blocks[b, h] = dict(sq=e * (krec @ q), sk=e * (krec @ k), e=e, e0=torch.exp(gr.sum() + g),
-                                    kq=(q * k).sum(), beta=inp["beta"][b, h].float(), w=w)  # fmt: skip
+                e = torch.exp(later + g)  # [w] (GDN) or [w, head_k_dim] (KDA)
+                e0 = torch.exp(gr.sum(0) + g)
+                u = krec * (e[:, None] if g.dim() == 0 else e)  # e_j ⊙ k̂_j
+                blocks[b, h] = dict(sq=u @ q, sk=u @ k, e=e, u=u, e0=e0, kq=(q * k).sum(),
+                                    beta=inp["beta"][b, h].float(), w=w)  # fmt: skip
                 if w < L - 1:
                     cache.g_records[slot, h, w] = g
             if w < L - 1:
@@ -67,15 +70,14 @@ def step_launch(cache, inp, slot_ids, blocks, qk, out, flush_k_term=True):
             w = blk["w"]
             S0 = cache.checkpoint[slot, h].float()
             drec = cache.d_records[slot, h, :w].float()
-            hq = blk["e0"] * (S0 @ q) + blk["sq"] @ drec
-            hk = blk["e0"] * (S0 @ k) + blk["sk"] @ drec
+            hq = S0 @ (blk["e0"] * q) + blk["sq"] @ drec
+            hk = S0 @ (blk["e0"] * k) + blk["sk"] @ drec
             d = blk["beta"] * (inp["v"][b, h].float() - hk)
             out[b, h] = (hq + d * blk["kq"]).to(out.dtype)
             if w < L - 1:
                 cache.d_records[slot, h, w] = d.to(cache.d_records.dtype)
             else:
-                krec = cache.k_records[slot, h // vpk, :w].float()
-                S = blk["e0"] * S0 + (blk["e"][:, None] * drec).T @ krec
+                S = S0 * blk["e0"] + drec.T @ blk["u"]
                 if flush_k_term:
                     S = S + d[:, None] * k[None, :]
                 cache.checkpoint[slot, h] = S.to(cache.checkpoint.dtype)
@@ -90,9 +92,11 @@ def cuda_model_step(cache, inp, p, slot_ids, out, **kw):
 
 
 CASES = [
-    pytest.param(DeltaGeometry(2, 4, 64, 32), 4, id="vpk2-L4"),
-    pytest.param(DeltaGeometry(1, 3, 64, 48), 1, id="vpk3-L1"),
-    pytest.param(DeltaGeometry(2, 2, 64, 16), 7, id="vpk1-L7"),
+    pytest.param(DeltaGeometry(2, 4, 64, 32), 4, False, id="gdn-vpk2-L4"),
+    pytest.param(DeltaGeometry(1, 3, 64, 48), 1, False, id="gdn-vpk3-L1"),
+    pytest.param(DeltaGeometry(2, 2, 64, 16), 7, False, id="gdn-vpk1-L7"),
+    pytest.param(DeltaGeometry(2, 2, 64, 32), 5, True, id="kda-L5"),
+    pytest.param(DeltaGeometry(1, 2, 64, 16), 1, True, id="kda-vpk2-L1"),
 ]
 
 
@@ -101,10 +105,10 @@ CASES = [
 FORMS = [(torch.float32, True), (BF16, True), (torch.float32, False)]
 
 
-@pytest.mark.parametrize("g,L", CASES)
+@pytest.mark.parametrize("g,L,per_channel", CASES)
 @pytest.mark.parametrize("state,l2norm", FORMS, ids=["f32-l2norm", "bf16-l2norm", "f32-raw"])
-def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L, state, l2norm):
-    fam = DeltaFamily(g, per_channel=False, use_qk_l2norm=l2norm)
+def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L, per_channel, state, l2norm):
+    fam = DeltaFamily(g, per_channel=per_channel, use_qk_l2norm=l2norm)
     worst = drive_replay(fam, cuda_model_step, L, state, BF16, "cpu", steps=3 * L + 4, batch=3, num_slots=6, n_padding=1)
     assert worst["flushes"] >= 3
     s = "f32" if state == torch.float32 else "bf16"
