@@ -11,6 +11,12 @@ output.
     python benchmarks/gated_delta_decode.py --family kda          # Kimi Linear
     python benchmarks/gated_delta_decode.py --family gdn --sweep  # replay launch configurations
     python benchmarks/gated_delta_decode.py --family kda --sweep decode_step --state bf16  # conventional
+    python benchmarks/gated_delta_decode.py --family gdn --peers DIR  # + vLLM, official ReplaySSM
+
+--peers DIR (GDN only): vLLM's conventional GDN decode kernel and the official ReplaySSM GDN
+kernel (a copy of shared/peers) timed in the same run, in the same interleaved CUDA-graph groups
+as this project's routes; rows and calls in benchmarks/peers_gated_delta.py. Without the flag
+nothing changes; a peer that is missing is skipped with a one-line note.
 """
 
 from __future__ import annotations
@@ -82,6 +88,24 @@ def fla_baseline(case) -> float:
     return time_graph(step, case.slot_sets)[0]
 
 
+def load_peers(args):
+    """The GDN peers of ``--peers DIR`` (peers_gated_delta.GDNPeers, its notes printed), or None:
+    no --peers, --sweep (not timed there) or --family kda (no peer kernel)."""
+    if not args.peers:
+        return None
+    if args.sweep:
+        print("# peers: not timed with --sweep")
+        return None
+    if args.family != "gdn":
+        print(f"# peers: GDN only (no official {args.family.upper()} replay kernel); --peers ignored")
+        return None
+    import peers_gated_delta
+
+    peers = peers_gated_delta.load_peers(args.peers)
+    print("\n".join(peers.notes or [f"# peers: loaded from {args.peers}"]))
+    return peers
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=["gdn", "kda"], default="gdn")
@@ -98,12 +122,18 @@ def main(argv=None):
     add_sweep_arguments(ap)
     ap.add_argument("--fla", action="store_true", help="also time FLA's fused recurrent kernel (needs fla)")
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument(
+        "--peers",
+        metavar="DIR",
+        help="also time the GDN peer kernels unpacked in DIR (benchmarks/peers_gated_delta.py); GDN only, not with --sweep",
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("gated_delta_decode: needs a CUDA GPU")
     copy_bw = copy_bandwidth()
     name = f"{args.family}_decode"
     print(header(name, copy_bw))
+    peers = load_peers(args)
     all_rows = []
     for geom in args.geometry or GEOMETRIES[args.family]:
         print(f"## {args.family} (k_heads, v_heads, head_k_dim, head_v_dim) = {geom}")
@@ -111,7 +141,12 @@ def main(argv=None):
         if args.sweep:
             run_sweep(make_case, args)
             continue
-        rows = run_table(make_case, args, copy_bw)
+        if peers is None:
+            rows = run_table(make_case, args, copy_bw)
+        else:
+            import peers_gated_delta
+
+            rows = peers_gated_delta.run_table(make_case, args, copy_bw, peers)
         if args.fla:
             for state in args.state:
                 for batch in args.batch:
@@ -142,8 +177,12 @@ def main(argv=None):
         all_rows += [dict(r, geometry=geom) for r in rows]
     if args.sweep:
         return
-    stem = results_stem(args.out_dir, name)
-    write_json(stem, copy_bw, all_rows, family=args.family)
+    if peers is None:
+        stem = results_stem(args.out_dir, name)
+        write_json(stem, copy_bw, all_rows, family=args.family)
+    else:
+        stem = results_stem(args.out_dir, name + "_peers")
+        write_json(stem, copy_bw, all_rows, family=args.family, peers=args.peers, peer_notes=peers.notes)
     panels = [
         (f"{g}, {st} checkpoint", lambda r, g=g, st=st: r["geometry"] == g and r["state"] == st)
         for g in (args.geometry or GEOMETRIES[args.family])
