@@ -87,6 +87,8 @@ from typing import Callable, Optional
 
 import torch
 
+import peers_mamba2
+
 from peers_mamba2 import (
     OURS,
     REFCHECK_TOL,
@@ -94,7 +96,6 @@ from peers_mamba2 import (
     Route,
     Skip,
     _first_line,
-    _fmt,
     capture,
     official_positions,
     time_interleaved,
@@ -452,47 +453,8 @@ def time_group(case, err: float, peers: GDNPeers, key: dict):
 
 
 def run_table(make_case, args, copy_bw: float, peers: GDNPeers) -> list:
-    """Like harness.run_table, with the peers' rows: per (state, L, batch) group this project's
-    decode_step, replay_step and replay_triton and every peer row are captured and timed
-    together (``time_group``). ``speedup``: this project's conventional step time / the row's;
-    ``vs_vllm``: vLLM's conventional step time / the row's (same group). Peer rows have no GB/s
-    (the byte model is this project's)."""
-    rows = []
-    print(
-        f"{'state':>5} {'L':>3} {'batch':>6} {'route':>20} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
-        f"{'speedup':>8} {'vs_vllm':>8} {'refcheck':>9}"
-    )
-    for state in args.state:
-        for L in args.L:
-            for batch in args.batch:
-                case = make_case(batch, L, state)
-                err = case.refcheck()
-                if err > REFCHECK_TOL:
-                    print(f"# refcheck failed for state={state} L={L} batch={batch}: {err:.2e}; skipped")
-                    continue
-                key = dict(state=state, act=args.act, L=L, batch=batch)
-                times, checks = time_group(case, err, peers, key)
-                conv, vllm = times["decode_step"][0], times.get("vllm_conv", (None,))[0]
-                for name, (t, samples) in times.items():
-                    gbps = case.bytes_per_step(name) / t / 1e9 if name in OURS else None
-                    row = dict(
-                        key,
-                        route=name,
-                        peer=name not in OURS,
-                        seconds=t,
-                        samples_ms=samples,
-                        gbps=gbps,
-                        pct_copy=None if gbps is None else 100 * gbps * 1e9 / copy_bw,
-                        speedup=conv / t,
-                        speedup_vs_vllm=None if vllm is None else vllm / t,
-                        refcheck=checks[name],
-                    )
-                    rows.append(row)
-                    print(
-                        f"{state:>5} {L:>3} {batch:>6} {name:>20} {t * 1e6:9.2f} {_fmt(gbps, '7.0f')} "
-                        f"{_fmt(row['pct_copy'], '6.1f')} {row['speedup']:8.3f} "
-                        f"{_fmt(row['speedup_vs_vllm'], '8.3f')} {row['refcheck']:9.1e}"
-                    )
-                del case
-                torch.cuda.empty_cache()
-    return rows
+    """``peers_mamba2.run_table`` with this module's :func:`time_group`: per (state, L, batch)
+    group this project's decode_step, replay_step and replay_triton and every peer row are
+    captured and timed together; ``speedup`` against this project's conventional step,
+    ``vs_vllm`` against vLLM's (same group)."""
+    return peers_mamba2.run_table(make_case, args, copy_bw, peers, group=time_group, route_width=20)

@@ -517,15 +517,19 @@ def _fmt(v, spec):
     return format(v, spec) if v is not None else format("-", ">" + spec.split(".")[0].lstrip(">"))
 
 
-def run_table(make_case, args, copy_bw: float, peers: Peers) -> list:
+def run_table(make_case, args, copy_bw: float, peers, group=None, route_width: int = 13) -> list:
     """Like harness.run_table, with the peers' rows: per (state, L, batch) group this project's
     decode_step and replay_step and every peer row are captured and timed together
-    (``time_interleaved``). ``speedup``: this project's conventional step time / the row's;
-    ``vs_vllm``: vLLM's conventional step time / the row's (same group, same state dtype).
-    Peer rows have no GB/s (the byte model is this project's)."""
+    (``group(case, err, peers, key) -> (times, checks)``, default :func:`time_group`, which
+    uses ``time_interleaved``; benchmarks/peers_gated_delta.py passes its own). ``speedup``:
+    this project's conventional step time / the row's; ``vs_vllm``: vLLM's conventional step
+    time / the row's (same group, same state dtype). Peer rows have no GB/s (the byte model is
+    this project's)."""
+    group = group or time_group
     rows = []
+    w = route_width
     print(
-        f"{'state':>5} {'L':>3} {'batch':>6} {'route':>13} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
+        f"{'state':>5} {'L':>3} {'batch':>6} {'route':>{w}} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
         f"{'speedup':>8} {'vs_vllm':>8} {'refcheck':>9}"
     )
     for state in args.state:
@@ -537,7 +541,7 @@ def run_table(make_case, args, copy_bw: float, peers: Peers) -> list:
                     print(f"# refcheck failed for state={state} L={L} batch={batch}: {err:.2e}; skipped")
                     continue
                 key = dict(state=state, act=args.act, L=L, batch=batch)
-                times, checks = time_group(case, err, peers, key)
+                times, checks = group(case, err, peers, key)
                 conv, vllm = times["decode_step"][0], times.get("vllm_conv", (None,))[0]
                 for name, (t, samples) in times.items():
                     gbps = case.bytes_per_step(name) / t / 1e9 if name in OURS else None
@@ -555,7 +559,7 @@ def run_table(make_case, args, copy_bw: float, peers: Peers) -> list:
                     )
                     rows.append(row)
                     print(
-                        f"{state:>5} {L:>3} {batch:>6} {name:>13} {t * 1e6:9.2f} {_fmt(gbps, '7.0f')} "
+                        f"{state:>5} {L:>3} {batch:>6} {name:>{w}} {t * 1e6:9.2f} {_fmt(gbps, '7.0f')} "
                         f"{_fmt(row['pct_copy'], '6.1f')} {row['speedup']:8.3f} "
                         f"{_fmt(row['speedup_vs_vllm'], '8.3f')} {row['refcheck']:9.1e}"
                     )

@@ -67,26 +67,34 @@ def config(g, L, state, form, per_channel=False):
     return dataclasses.replace(cfg, dot_across=form == "across")
 
 
-@needs_sm90
-@pytest.mark.parametrize("g,L", SHAPES)
-@pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", FORMS)
-def test_cuda_delta_step_long_run_against_oracle(g, L, state, form):
+def check_against_oracle(g, L, state, form, per_channel=False, l2norm=True, steps=None, batch=5, num_slots=11,
+                         min_flushes=5):
+    """``steps`` CUDA steps (default max(3L + 3, 40)) of ``batch`` rows and 2 padding rows against
+    the float64 oracle, within the tolerances of the checkpoint dtype and bf16 activations, with
+    at least ``min_flushes`` flushes."""
     worst = drive_replay(
-        DeltaFamily(g, per_channel=False),
-        partial(replay_cuda, config=config(g, L, state, form)),
+        DeltaFamily(g, per_channel=per_channel, use_qk_l2norm=l2norm),
+        partial(replay_cuda, config=config(g, L, state, form, per_channel)),
         L,
         STATES[state],
         torch.bfloat16,
         "cuda",
-        steps=max(3 * L + 3, 40),
-        batch=5,
-        num_slots=11,
+        steps=steps or max(3 * L + 3, 40),
+        batch=batch,
+        num_slots=num_slots,
         n_padding=2,
     )
-    assert worst["flushes"] >= 5
+    assert worst["flushes"] >= min_flushes
     assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
     assert worst["ckpt"] < STATE_TOL[state] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", SHAPES)
+@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("form", FORMS)
+def test_cuda_gdn_step_long_run_against_oracle(g, L, state, form):
+    check_against_oracle(g, L, state, form)
 
 
 @needs_sm90
@@ -94,45 +102,16 @@ def test_cuda_delta_step_long_run_against_oracle(g, L, state, form):
 @pytest.mark.parametrize("state", ["bf16", "f32"])
 @pytest.mark.parametrize("form", FORMS[:2])
 def test_cuda_kda_step_long_run_against_oracle(g, L, state, form):
-    worst = drive_replay(
-        DeltaFamily(g, per_channel=True),
-        partial(replay_cuda, config=config(g, L, state, form, per_channel=True)),
-        L,
-        STATES[state],
-        torch.bfloat16,
-        "cuda",
-        steps=max(3 * L + 3, 40),
-        batch=5,
-        num_slots=11,
-        n_padding=2,
-    )
-    assert worst["flushes"] >= 5
-    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
-    assert worst["ckpt"] < STATE_TOL[state] + ACT_TOL["bf16"], worst
+    check_against_oracle(g, L, state, form, per_channel=True)
 
 
 @needs_sm90
 @pytest.mark.parametrize("form", FORMS)
-def test_cuda_delta_step_raw_qk_short_run(form):
+def test_cuda_gdn_step_raw_qk_short_run(form):
     """q and k not normalised in the kernel: a short run at head_k_dim 64 (unnormalised keys,
     |k|² ~ head_k_dim, grow the delta rule's state; over long runs the fp64 oracle and any fp32
     kernel part ways, the Triton kernel's too)."""
-    g, L = DeltaGeometry(2, 6, 64, 96), 4
-    worst = drive_replay(
-        DeltaFamily(g, per_channel=False, use_qk_l2norm=False),
-        partial(replay_cuda, config=config(g, L, "f32", form)),
-        L,
-        torch.float32,
-        torch.bfloat16,
-        "cuda",
-        steps=14,
-        batch=5,
-        num_slots=11,
-        n_padding=2,
-    )
-    assert worst["flushes"] >= 5
-    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["f32"], worst
-    assert worst["ckpt"] < STATE_TOL["f32"] + ACT_TOL["bf16"], worst
+    check_against_oracle(DeltaGeometry(2, 6, 64, 96), 4, "f32", form, l2norm=False, steps=14)
 
 
 @needs_sm90
@@ -144,21 +123,7 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
     """Batch 64 at the 122B (GDN) or Kimi Linear (KDA) geometry: thousands of units, tens per CTA
     (the ring wraps many times)."""
     g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
-    worst = drive_replay(
-        DeltaFamily(g, per_channel=per_channel),
-        partial(replay_cuda, config=config(g, 16, state, form, per_channel)),
-        16,
-        STATES[state],
-        torch.bfloat16,
-        "cuda",
-        steps=40,
-        batch=64,
-        num_slots=70,
-        n_padding=3,
-    )
-    assert worst["flushes"] >= 64
-    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[state], worst
-    assert worst["ckpt"] < STATE_TOL[state] + ACT_TOL["bf16"], worst
+    check_against_oracle(g, 16, state, form, per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
 
 
 @needs_sm90

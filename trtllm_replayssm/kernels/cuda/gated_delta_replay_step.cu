@@ -475,22 +475,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
   // The next step's coefficient grid (launched programmatically) may be scheduled now; it waits
   // for this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), CONSUMERS);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  ring_init(bars, STAGES, CONSUMERS);
 
   if (warp == CONSUMERS) {
     // ---------------- producer
     // Slots and cursors of the CTA's next 32 units, a lane each, requested before any
     // checkpoint tile (a load issued after the tiles waits behind them).
-    int slot_l = -1, w_l = 0;
-    if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / (VHEADS * PARTS)];
-    if (slot_l >= 0) w_l = cursor[slot_l];
+    int slot_l, w_l;
+    unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
     // The first STAGES units' checkpoint rows need only the slot: requested before the wait for
     // the coefficient grid, so that they load while it runs.
 #pragma unroll 1
@@ -509,9 +501,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k32 = i & 31;
       if (k32 == 0 && i > 0) {
-        const int uk = u + lane * gridDim.x;
-        slot_l = uk < units ? slot_ids[uk / (VHEADS * PARTS)] : -1;
-        w_l = slot_l >= 0 ? cursor[slot_l] : 0;
+        unit_slot_cursor(u + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k32);
       const int w = __shfl_sync(0xffffffffu, w_l, k32);
@@ -666,15 +656,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
           }
           store_chunk(gstage, row, col, s);
         }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        __syncwarp();
-        if (lane == 0) {
-#pragma unroll
-          for (int bx = 0; bx < NBOX; ++bx)
-            tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * BOXC, part * ROWS + r0, h, slot);
-          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        }
+        store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
       }
     }
     if (!released) {
@@ -709,22 +691,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
 #define SM_KPT (DK / 64)                      // 16-byte k chunks (8 bf16) per thread in the scores
 #define SM_DCH (SM_ROWS / 8)                  // 16-byte d-record chunks per record of the CTA's rows
 #define SM_CTAS_PER_HEAD (DV / SM_ROWS)
-
-// Loads that a predicate guards instead of a branch (zero where it is false), issued where they
-// stand (volatile): the padding-row return comes after them.
-__device__ __forceinline__ uint4 load16_if(bool pred, const void* ptr) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  asm volatile(
-      "{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
-      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-      : "r"((int)pred), "l"(ptr));
-  return v;
-}
-__device__ __forceinline__ u32 load4_if(bool pred, const void* ptr) {
-  u32 v = 0;
-  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n @q ld.global.u32 %0, [%2];\n}" : "+r"(v) : "r"((int)pred), "l"(ptr));
-  return v;
-}
 
 // The 8 bf16 values of a 16-byte chunk as fp32.
 __device__ __forceinline__ void unpack8(uint4 c, float* v) {

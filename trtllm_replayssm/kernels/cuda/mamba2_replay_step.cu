@@ -342,14 +342,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   // The next step's coefficient grid (launched programmatically) may be scheduled now, into
   // what this grid leaves free; it waits for this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);
-      mbar_init(bars + 8 * (STAGES + s), CONSUMERS);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  ring_init(bars, STAGES, CONSUMERS);
 
   if (warp == CONSUMERS) {
     // ---------------- producer
@@ -581,15 +574,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
               store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
           }
         }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        __syncwarp();
-        if (lane == 0) {
-#pragma unroll
-          for (int bx = 0; bx < NBOX; ++bx)
-            tma_store_4d(&ckpt_store, stage + bx * (ROWS * 128) + r0 * 128, bx * BOXC, r0, h, slot);
-          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        }
+        store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, r0, h, slot, lane);
       }
     }
     if (!released) {
@@ -657,24 +642,6 @@ __device__ __forceinline__ SmallRowMath small_row_math(float dtj, float dth, flo
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) m.s0c += __shfl_xor_sync(0xffffffffu, m.s0c, o);
   return m;
-}
-
-// Loads that a predicate guards instead of a branch (zero where it is false): NVVM sinks
-// arithmetic used only after a branch below it, which put ~140 instructions of 64-bit index
-// arithmetic between the slot's arrival (the padding-row branch) and the cache loads (kernel
-// notes, session 19). Volatile: issued where they stand, the padding-row return after them.
-__device__ __forceinline__ uint4 load16_if(bool pred, const void* ptr) {
-  uint4 v = make_uint4(0, 0, 0, 0);
-  asm volatile(
-      "{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
-      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-      : "r"((int)pred), "l"(ptr));
-  return v;
-}
-__device__ __forceinline__ u32 load4_if(bool pred, const void* ptr) {
-  u32 v = 0;
-  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n @q ld.global.u32 %0, [%2];\n}" : "+r"(v) : "r"((int)pred), "l"(ptr));
-  return v;
 }
 
 extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay_small(

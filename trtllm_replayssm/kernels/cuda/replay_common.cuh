@@ -1,6 +1,7 @@
 // Device helpers shared by the CUDA C++ replay kernels (mamba2_replay_step.cu,
 // gated_delta_replay_step.cu): integer types, bf16 / fp16 conversions, mbarriers, bulk and
-// tensor-map (TMA) copies, the 128-byte swizzle, warp sums and scans. Included by NVRTC
+// tensor-map (TMA) copies, the 128-byte swizzle, warp sums and scans, the persistent kernels' ring
+// helpers and the small kernels' predicated loads. Included by NVRTC
 // (trtllm_replayssm/kernels/nvrtc.py passes every kernels/cuda/*.cuh as a header). sm_90.
 
 #pragma once
@@ -128,4 +129,66 @@ __device__ __forceinline__ float warp_suffix_sums(float v, int lane, float& tota
   if (lane == 31) later = 0.0f;
   total = __shfl_sync(0xffffffffu, v, 0);
   return later;
+}
+
+// ------------------------------------------------------------------ the persistent step kernels' ring
+
+// Full (one arrival and the stage's bytes) and empty (``consumers`` arrivals) mbarriers of
+// ``stages`` stages at ``bars`` (full[stages], then empty[stages]), initialised by thread 0 and
+// visible to the whole CTA on return.
+__device__ __forceinline__ void ring_init(u32 bars, int stages, u32 consumers) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(bars + 8 * s, 1);
+      mbar_init(bars + 8 * (stages + s), consumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The slot and cursor of unit u (units of ``units_per_row`` per batch row): -1 and 0 past the
+// last unit, 0 for a padding row's cursor.
+__device__ __forceinline__ void unit_slot_cursor(int u, int units, int units_per_row, const int* slot_ids,
+                                                 const int* cursor, int& slot, int& w) {
+  slot = -1;
+  w = 0;
+  if (u < units) slot = slot_ids[u / units_per_row];
+  if (slot >= 0) w = cursor[slot];
+}
+
+// A warp's 16 rows r0 .. r0 + 15 of a stage written back by TMA tensor stores: ``nbox`` boxes of
+// [rows][128 B] (``box_bytes`` apart in the stage, ``boxc`` columns each) to tensor coordinates
+// (column box, ``row``, ``head``, ``slot``). Makes the warp's shared-memory writes visible to the
+// async proxy first; lane 0 issues and waits until the stage has been read.
+__device__ __forceinline__ void store_warp_rows(const TensorMap* map, u32 stage, int nbox, u32 box_bytes, int boxc, int r0,
+                                                int row, int head, int slot, int lane) {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncwarp();
+  if (lane == 0) {
+#pragma unroll
+    for (int bx = 0; bx < nbox; ++bx) tma_store_4d(map, stage + bx * box_bytes + r0 * 128, bx * boxc, row, head, slot);
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+}
+
+// ------------------------------------------------------------------ the small kernels
+
+// Loads that a predicate guards instead of a branch (zero where it is false): NVVM sinks
+// arithmetic used only after a branch below it, which put ~140 instructions of 64-bit index
+// arithmetic between the slot's arrival (the padding-row branch) and the cache loads (kernel
+// notes, session 19). Volatile: issued where they stand, the padding-row return after them.
+__device__ __forceinline__ uint4 load16_if(bool pred, const void* ptr) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %4, 0;\n @q ld.global.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "r"((int)pred), "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ u32 load4_if(bool pred, const void* ptr) {
+  u32 v = 0;
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %1, 0;\n @q ld.global.u32 %0, [%2];\n}" : "+r"(v) : "r"((int)pred), "l"(ptr));
+  return v;
 }
