@@ -11,15 +11,13 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
     python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
 
 A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas``
-(``DeltaCudaConfig``), either followed by ``,across`` (``dot_across``: S0 q̂ and S0 k̂ with a row
-across the lanes), or ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers
-capped for N resident CTAs a multiprocessor).
+(``DeltaCudaConfig``), or ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA,
+registers capped for N resident CTAs a multiprocessor).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import os
 import sys
@@ -39,22 +37,18 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
-    """``table[,across]`` -> ("table", across); ``rows,stages,min_ctas[,across]`` or
-    ``small,ROWS,mN`` -> DeltaCudaConfig."""
+    """``table`` -> "table"; ``rows,stages,min_ctas`` or ``small,ROWS,mN`` -> DeltaCudaConfig."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
-    across = parts[-1] == "across"
-    if across:
-        parts = parts[:-1]
     if parts == ["table"]:
-        return ("table", across)
+        return "table"
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,across] or rows,stages,min_ctas[,across]")
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected table, rows,stages,min_ctas or small,ROWS,mN")
     rows, stages, min_ctas = (int(p) for p in parts)
-    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, dot_across=across)
+    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas)
 
 
 def main(argv=None):
@@ -69,7 +63,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32"])
-    ap.add_argument("--configs", type=parse_config, nargs="*", default=[("table", False)])
+    ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_probe: needs a CUDA GPU")
@@ -84,10 +78,7 @@ def main(argv=None):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
         configs = {}
         for c in args.configs:
-            if isinstance(c, tuple):
-                table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize, per_channel)
-                c = dataclasses.replace(table, dot_across=c[1])
-            cfg = c
+            cfg = delta_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize, per_channel) if c == "table" else c
             configs[f"cuda {cfg.label()}"] = cfg
         checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
         routes = {r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("decode_step", "replay_triton")}

@@ -44,7 +44,9 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
     )  # fmt: skip
 
 
-FORMS = ["lane-rows", "across", "small16", "small32"]  # the two launches' S0 q̂, S0 k̂ forms; the small kernel
+# The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
+# with 128-row units; the small kernel with 16 and 32 rows a CTA.
+FORMS = ["table", "r128", "small16", "small32"]
 
 
 KDA_SHAPES = [
@@ -58,13 +60,17 @@ KDA_SHAPES = [
 def config(g, L, state, form, per_channel=False):
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
-    cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 1, STATES[state].itemsize, per_channel)
+    cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel)
+    if form == "table":
+        return cfg
     if form.startswith("small"):
         rows = int(form[5:])
         if g.head_v_dim % rows:
             pytest.skip(f"{rows} rows do not tile head_v_dim {g.head_v_dim}")
         return dataclasses.replace(cfg, small=True, small_rows=rows, min_ctas=1)
-    return dataclasses.replace(cfg, dot_across=form == "across")
+    if g.head_v_dim % 128:
+        pytest.skip(f"128 rows do not tile head_v_dim {g.head_v_dim}")
+    return dataclasses.replace(cfg, rows=128, min_ctas=1)
 
 
 def check_against_oracle(g, L, state, form, per_channel=False, l2norm=True, steps=None, batch=5, num_slots=11,

@@ -23,19 +23,19 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True, dot_across=False, per_channel=False):
+def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256):
     k_heads, v_heads, dk, dv, L = shape
-    cfg = dataclasses.replace(gc.delta_cuda_config(dk, dv, L, 256, state_bytes, per_channel), dot_across=dot_across)
+    cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("dot_across", [False, True], ids=["lane-rows", "across"])
+@pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, dot_across, per_channel):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, per_channel):
     _, _, dk, dv, L = shape
-    cfg, ptx = _ptx(shape, state_bytes, dot_across=dot_across, per_channel=per_channel)
+    cfg, ptx = _ptx(shape, state_bytes, per_channel=per_channel, batch=batch)
     assert ".entry delta_replay_step(" in ptx and ".entry delta_replay_coefficients(" in ptx
     assert (".entry delta_replay_small(" in ptx) != per_channel  # the small kernel: GDN only
     assert ".local" not in ptx  # no arrays indexed at run time
@@ -105,10 +105,11 @@ def test_shape_refusals_name_their_reason(change, reason):
 
 
 def test_supported_shape_has_no_reason_and_cpu_tensors_are_refused_by_the_launcher():
-    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
+    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step, replay_step_kernel
 
     c, q, v, g = _cpu_case()
     assert gc.delta_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
+    assert replay_step_kernel(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) == "triton"
     beta = torch.zeros(4, 64)
     with pytest.raises(ValueError, match=r"delta_replay_step \(CUDA\): not a CUDA tensor"):
         launch_gated_delta_replay_step(

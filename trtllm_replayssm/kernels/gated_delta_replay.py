@@ -1,7 +1,11 @@
 """ReplaySSM gated delta-rule (GDN, KDA) decode step: output from checkpoint + records, state
 stored only at flush.
 
-One launch per step. Grid (cdiv(head_v_dim, SPAN_V), v_heads, batch); each program owns SPAN_V
+:func:`launch_gated_delta_replay_step` first picks its kernel (:func:`replay_step_kernel`): on
+sm_90 with a bf16 or fp32 checkpoint, bf16 activations and bf16 records the CUDA C++ step
+(:mod:`~.gated_delta_replay_cuda`), the Triton kernel below otherwise.
+
+The Triton kernel: one launch per step. Grid (cdiv(head_v_dim, SPAN_V), v_heads, batch); each program owns SPAN_V
 rows of one value head's [head_v_dim, head_k_dim] checkpoint of one row and walks them in
 [BLOCK_V, head_k_dim] tiles (a loop software-pipelined NUM_STAGES deep). From the row's cursor w
 it decides on the device what the row does (notation of
@@ -36,7 +40,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import KERNELS, LaunchConfig, advance_cursor, split_dot
-from .gated_delta_replay_cuda import DeltaCudaConfig, launch_delta_replay_step_cuda
+from .gated_delta_replay_cuda import DeltaCudaConfig, delta_cuda_unsupported, launch_delta_replay_step_cuda
 from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk, multiprocessor_count)
 
@@ -198,9 +202,14 @@ def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm:
 
 def replay_step_kernel(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                        q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> str:
-    """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. Triton (every
-    family, dtype, size and GPU) until the CUDA GDN step
-    (:mod:`~.gated_delta_replay_cuda`) is measured faster."""
+    """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
+    :func:`~.gated_delta_replay_cuda.delta_cuda_unsupported` finds nothing against it (sm_90, a
+    bf16 or fp32 checkpoint, bf16 activations and records, its sizes and alignment), GDN and KDA
+    at every batch (measured faster than the Triton kernel at every batch on the H200,
+    2026-12-03: docs/kernel-notes.md "CUDA gated delta step"); Triton otherwise (every dtype,
+    size and GPU)."""
+    if delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g) is None:
+        return "cuda"
     return "triton"
 
 

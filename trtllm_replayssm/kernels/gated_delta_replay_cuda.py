@@ -53,6 +53,13 @@ __all__ = [
 SOURCE = "gated_delta_replay_step.cu"
 MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 MAX_VALUE_HEADS_PER_KEY_HEAD = 32  # a warp per value head in a coefficient CTA
+# GDN up to this batch: the small one-launch kernel (H200, session 22: Qwen3.5-122B, L = 16, fp32 /
+# bf16 batch 1 4.42 / 3.90 us against the two launches' 7.86 / 7.21, batch 2 7.48 / 6.70 against
+# 9.94 / 8.41; from batch 4 the two launches are as fast or faster).
+SMALL_MAX_BATCH = 2
+# bf16 checkpoints from this batch: units of 128 value rows (session 22: batch 64 57.67 against
+# 60.50 us with 64 rows, batch 256 194.59 against 193.95; batch 16 23.21 against 22.03).
+WIDE_UNITS_BATCH = 64
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
@@ -62,8 +69,7 @@ class DeltaCudaConfig:
     head_v_dim), ``stages`` units in flight per CTA (shared-memory ring), register-capped for
     ``min_ctas`` resident CTAs per multiprocessor, both launches programmatic (``pdl``): the
     coefficient launch after the previous kernel, the step kernel after the coefficient launch.
-    ``dot_across``: S0 q̂ and S0 k̂ with a row's columns across the lanes (q̂, k̂ in registers,
-    partial sums reduce-scattered) instead of a lane a row. ``small``: one launch of
+    ``small``: one launch of
     ``delta_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
     row, a multiple of 16 up to 128 dividing head_v_dim, registers capped for ``min_ctas`` resident
     CTAs; the other fields unused)."""
@@ -72,15 +78,13 @@ class DeltaCudaConfig:
     stages: int
     min_ctas: int
     pdl: bool = True
-    dot_across: bool = False
     small: bool = False
     small_rows: int = 32
 
     def label(self) -> str:
         if self.small:
             return f"cuda,small,{self.small_rows},m{self.min_ctas}"
-        across = ",across" if self.dot_across else ""
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{across}"
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
 
 
 def _records_padded(L: int) -> int:
@@ -113,19 +117,25 @@ def _threads(rows: int) -> int:
     return (rows // 16 + 1) * 32
 
 
-def _rows(head_v_dim: int) -> int:
-    """Rows of a unit: 64 where they tile head_v_dim, else the largest multiple of 16 up to 128
-    that does."""
-    if head_v_dim % 64 == 0:
-        return 64
+def _rows(head_v_dim: int, wide: bool = False) -> int:
+    """Rows of a unit: 64 (128 when ``wide``) where they tile head_v_dim, else the largest multiple
+    of 16 up to 128 that does."""
+    for rows in ((128, 64) if wide else (64,)):
+        if head_v_dim % rows == 0:
+            return rows
     return max(r for r in range(16, 129, 16) if head_v_dim % r == 0)
 
 
 def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
                       per_channel: bool = False) -> DeltaCudaConfig:
-    """The launch table: units of 64 value rows, two stages, as many CTAs per multiprocessor as
+    """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step"): GDN up to
+    :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where they tile head_v_dim
+    (else 16), registers uncapped; otherwise the two launches: units of 64 value rows (128 for a
+    bf16 checkpoint from :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as
     shared memory and a 128-register cap allow (at most 3), programmatic launches."""
-    rows = _rows(head_v_dim)
+    if not per_channel and batch <= SMALL_MAX_BATCH:
+        return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
+    rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
     per_cta = delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (_threads(rows) * 128))
     if ctas < 1:
@@ -200,7 +210,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             )
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
-             L2NORM=int(bool(use_qk_l2norm)), DOT_ACROSS=int(cfg.dot_across), PER_CHANNEL=int(per_channel), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -47,8 +47,8 @@
 // up to 16), STAGES, MIN_CTAS (the step and small kernels' register cap: resident CTAs a multiprocessor),
 // SM_ROWS (the small kernel's rows a CTA: a multiple of 16 up to 128 dividing DV),
 // PER_CHANNEL (0: GDN, a log-decay per value head; 1: KDA, one per key channel; the small kernel
-// takes GDN only), L2NORM (0 / 1), DOT_ACROSS (0: S0 q̂ and S0 k̂ a lane a row; 1: a row across lanes), and the dtype
-// codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
+// takes GDN only), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32,
+// 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
 
@@ -369,60 +369,6 @@ __device__ __forceinline__ void load_k_chunk(const u16* row, int col, float* v) 
 
 // S0 q̂ and S0 k̂ (q̂, k̂ fp32 in shared memory at qks, qks + DK) of the warp's row r0 + (lane & 15),
 // returned in every lane; exact fp32 products.
-#if DOT_ACROSS
-// A row's columns across LPR lanes, a 16-byte chunk a lane and shared load (a quarter-warp reads 8
-// consecutive chunks of one row: one 128-byte box, conflict-free), q̂ and k̂ in registers once;
-// the partial sums of the warp's 16 rows reduce-scattered over each LPR-lane group.
-#define LPR (DK / EPC < 32 ? DK / EPC : 32)  // lanes a row
-#define RPI (32 / LPR)                       // rows a warp-wide load
-#define CPL (DK / (EPC * LPR))               // chunks a lane per row
-template <int N>
-__device__ __forceinline__ void reduce_scatter_group(float* v, int lane) {
-  if constexpr (N >= 1) {
-    if constexpr (N < LPR) reduce_scatter_step<N>(v, lane);
-    reduce_scatter_group<N / 2>(v, lane);
-  }
-}
-
-__device__ __forceinline__ void s0_dots(const unsigned char* stage, const float* qks, int r0, int lane, float& sq, float& sk) {
-  const int li = lane % LPR, grp = lane / LPR;
-  float qv[CPL][EPC], kv[CPL][EPC];
-#pragma unroll
-  for (int c = 0; c < CPL; ++c) {
-    const int col = (li + c * LPR) * EPC;
-#pragma unroll
-    for (int e = 0; e < EPC; e += 4) {
-      const float4 q4 = *(const float4*)(qks + col + e);
-      const float4 k4 = *(const float4*)(qks + DK + col + e);
-      qv[c][e] = q4.x, qv[c][e + 1] = q4.y, qv[c][e + 2] = q4.z, qv[c][e + 3] = q4.w;
-      kv[c][e] = k4.x, kv[c][e + 1] = k4.y, kv[c][e + 2] = k4.z, kv[c][e + 3] = k4.w;
-    }
-  }
-  // v[s]: q partial of row slot s (row r0 + s RPI + grp), v[LPR / 2 + s]: its k partial.
-  float v[LPR];
-#pragma unroll
-  for (int s = 0; s < LPR / 2; ++s) {
-    float aq = 0.0f, ak = 0.0f;
-#pragma unroll
-    for (int c = 0; c < CPL; ++c) {
-      float x[EPC];
-      load_chunk(stage, r0 + s * RPI + grp, (li + c * LPR) * EPC, x);
-#pragma unroll
-      for (int e = 0; e < EPC; ++e) {
-        aq += x[e] * qv[c][e];
-        ak += x[e] * kv[c][e];
-      }
-    }
-    v[s] = aq;
-    v[LPR / 2 + s] = ak;
-  }
-  reduce_scatter_group<16>(v, lane);  // lane li of group grp: the total of v[li]
-  // Row t = r0 + (lane & 15) is slot t / RPI of group t % RPI.
-  const int t = lane & 15, src = (t % RPI) * LPR + t / RPI;
-  sq = __shfl_sync(0xffffffffu, v[0], src);
-  sk = __shfl_sync(0xffffffffu, v[0], src + LPR / 2);
-}
-#else
 // A lane a row and half of its columns (lanes 0-15: the first half), one 16-byte chunk a shared
 // load (a quarter-warp reads 8 rows' same chunk: 8 distinct bank groups under the swizzle).
 __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float* qks, int r0, int lane, float& sq, float& sk) {
@@ -452,7 +398,6 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
   sq += __shfl_xor_sync(0xffffffffu, sq, 16);
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
-#endif
 
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
