@@ -73,8 +73,7 @@ def config(g, L, state, form, per_channel=False):
     return dataclasses.replace(cfg, rows=128, min_ctas=1)
 
 
-def check_against_oracle(g, L, state, form, per_channel=False, l2norm=True, steps=None, batch=5, num_slots=11,
-                         min_flushes=5):
+def check_against_oracle(g, L, state, form, per_channel=False, l2norm=True, steps=None, batch=5, num_slots=11, min_flushes=5):
     """``steps`` CUDA steps (default max(3L + 3, 40)) of ``batch`` rows and 2 padding rows against
     the float64 oracle, within the tolerances of the checkpoint dtype and bf16 activations, with
     at least ``min_flushes`` flushes."""
@@ -162,8 +161,22 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel):
         out = torch.zeros_like(inp["v"])
         outs = []
         call = lambda: launch_gated_delta_replay_step(  # noqa: E731
-            cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.arrivals,
-            inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids, out=out, kernel=kernel, **p)
+            cache.checkpoint,
+            cache.d_records,
+            cache.k_records,
+            cache.g_records,
+            cache.cursor,
+            cache.arrivals,
+            inp["q"],
+            inp["k"],
+            inp["v"],
+            inp["g"],
+            inp["beta"],
+            slot_ids=slot_ids,
+            out=out,
+            kernel=kernel,
+            **p,
+        )
         if graph:
             call()  # compile and load outside the capture
             restore()
@@ -201,5 +214,7 @@ def test_cuda_delta_refuses_fp32_activations():
         fam = DeltaFamily(g, per_channel=per_channel)
         c = fam.allocate(3, 4, torch.float32, act, "cuda")
         inp = make_step(g, 2, act, "cuda", per_channel=per_channel)
-        reason = delta_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, inp["q"], inp["k"], inp["v"], inp["g"])
+        reason = delta_cuda_unsupported(
+            c.checkpoint, c.d_records, c.k_records, c.g_records, inp["q"], inp["k"], inp["v"], inp["g"]
+        )
         assert reason is not None and expect in reason, reason

@@ -238,7 +238,9 @@ def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early
     arithmetic between the slot's arrival and these loads)."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
     cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=early)
-    body = ptx_entry(mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_small")
+    body = ptx_entry(
+        mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes), "mamba2_replay_small"
+    )
     assert f".maxntid {8 * rows}, 1, 1" in body
     # the head's weights (a warp scan of shuffles) before the barrier only with the early arithmetic
     assert ("shfl.sync.down" in body[: body.index("bar.sync")]) == early
