@@ -95,7 +95,7 @@ from peers_mamba2 import (
     PeerRow,
     Route,
     Skip,
-    _first_line,
+    first_line,
     capture,
     official_positions,
     time_interleaved,
@@ -164,7 +164,7 @@ def load_peers(peers_dir: str) -> GDNPeers:
         try:
             setattr(peers, attr, getattr(importlib.import_module(module), name))
         except Exception as e:  # noqa: BLE001 - any failure means: no such peer in this run
-            peers.notes.append(f"# peers: {label} unavailable ({_first_line(e)}); its rows skipped")
+            peers.notes.append(f"# peers: {label} unavailable ({first_line(e)}); its rows skipped")
     return peers
 
 
@@ -412,7 +412,7 @@ def peer_rows(case, peers: GDNPeers, where: str = "") -> list:
         except Skip as e:
             print(f"# {name} ({where}): {e}; skipped")
         except Exception as e:  # noqa: BLE001 - a peer's set-up failure must not end the run
-            print(f"# {name} ({where}): set-up failed ({_first_line(e)}); skipped")
+            print(f"# {name} ({where}): set-up failed ({first_line(e)}); skipped")
     return rows
 
 
@@ -431,7 +431,7 @@ def time_group(case, err: float, peers: GDNPeers, key: dict):
         try:
             errs = p.check(refs)
         except Exception as e:  # noqa: BLE001
-            print(f"# {p.name} ({where}): eager steps failed ({_first_line(e)}); skipped")
+            print(f"# {p.name} ({where}): eager steps failed ({first_line(e)}); skipped")
             continue
         checks[p.name] = _worst(errs)
         print(
@@ -448,7 +448,7 @@ def time_group(case, err: float, peers: GDNPeers, key: dict):
         except Exception as e:  # noqa: BLE001
             if name in OURS:
                 raise
-            print(f"# {name} ({where}): capture failed ({_first_line(e)}); skipped")
+            print(f"# {name} ({where}): capture failed ({first_line(e)}); skipped")
     return time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs}), checks
 
 

@@ -144,7 +144,7 @@ class PeerRow:
     check: Callable  # reference outputs -> relative max error
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     return (f"{type(e).__name__}: {e}".splitlines() or [type(e).__name__])[0][:160]
 
 
@@ -162,7 +162,7 @@ def load_peers(peers_dir: str, extra_paths=(FI_DIR,)) -> Peers:
         try:
             return get()
         except Exception as e:  # noqa: BLE001 - any failure means: no such peer in this run
-            peers.notes.append(f"# peers: {label} unavailable ({_first_line(e)}); its rows skipped")
+            peers.notes.append(f"# peers: {label} unavailable ({first_line(e)}); its rows skipped")
             return None
 
     def vllm_ssu():
@@ -459,7 +459,7 @@ def peer_rows(case, peers: Peers, where: str = "") -> list:
         except Skip as e:
             print(f"# {name} ({where}): {e}; skipped")
         except Exception as e:  # noqa: BLE001 - a peer's set-up failure must not end the run
-            print(f"# {name} ({where}): set-up failed ({_first_line(e)}); skipped")
+            print(f"# {name} ({where}): set-up failed ({first_line(e)}); skipped")
     return rows
 
 
@@ -581,7 +581,7 @@ def time_group(case, err: float, peers: Peers, key: dict):
             with environment(p.route.env):
                 checks[p.name] = p.check(refs)
         except Exception as e:  # noqa: BLE001
-            print(f"# {p.name} ({where}): eager steps failed ({_first_line(e)}); skipped")
+            print(f"# {p.name} ({where}): eager steps failed ({first_line(e)}); skipped")
             continue
         if not checks[p.name] <= REFCHECK_TOL:
             print(f"# {p.name} ({where}): refcheck {checks[p.name]:.2e} > {REFCHECK_TOL}; timed all the same")
@@ -593,5 +593,5 @@ def time_group(case, err: float, peers: Peers, key: dict):
         except Exception as e:  # noqa: BLE001
             if name in OURS:
                 raise
-            print(f"# {name} ({where}): capture failed ({_first_line(e)}); skipped")
+            print(f"# {name} ({where}): capture failed ({first_line(e)}); skipped")
     return time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs}), checks

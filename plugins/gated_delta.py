@@ -20,6 +20,12 @@ log-decay per key channel. Plugin inputs (all required):
 Outputs: 0 out (o, like v; padding and skipped rows not written), 1..6 the cache tensors 0..5,
 aliased. Attributes: geometry, ``per_channel``, ``use_qk_l2norm``, ``scale`` (a float: baked
 into the PTX, since TensorRT passes only int32 scalars) and the launch configuration.
+
+The plugin exports the Triton kernel, for every dtype. The CUDA C++ step that the op runs on
+sm_90 for bf16 activations and records since 2026-12-03 (``kernels/gated_delta_replay_cuda.py``;
+docs/kernel-notes.md "CUDA gated delta step") is not exported: it is two launches (or the small
+kernel's one), and an engine built with this plugin runs the Triton kernel's speeds
+(docs/benchmarks.md "GDN and KDA decode", 2026-11-30 table).
 """
 
 from __future__ import annotations
