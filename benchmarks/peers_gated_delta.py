@@ -294,16 +294,10 @@ def step_inputs(case):
 
 
 def reference_outputs(case, steps: int) -> list:
-    """This project's conventional kernel on the first slot set for ``steps`` steps (inputs of
-    ``step_inputs``) from the case's checkpoints (a copy): what the peers' checks compare with."""
-    state = case.cache.checkpoint.clone()
-    refs = []
-    with step_inputs(case) as set_step:
-        for j in range(steps):
-            set_step(j)
-            refs.append(torch.empty_like(case.out))
-            case.conventional(state, case.slot_sets[0], refs[-1])
-    return refs
+    """``peers_mamba2.reference_outputs`` with this module's :func:`step_inputs`: our conventional
+    kernel's outputs over ``steps`` steps on the first slot set, what the peers' checks compare
+    with."""
+    return peers_mamba2.reference_outputs(case, steps, inputs=step_inputs)
 
 
 def compare(case, refs, step) -> list:

@@ -269,12 +269,13 @@ def step_inputs(case):
             t.copy_(s)
 
 
-def reference_outputs(case, steps: int) -> list:
+def reference_outputs(case, steps: int, inputs=None) -> list:
     """This project's conventional kernel on the first slot set for ``steps`` steps (inputs of
-    ``step_inputs``) from the case's checkpoints (a copy): what the peers' checks compare with."""
+    ``inputs(case)``, default :func:`step_inputs`; benchmarks/peers_gated_delta.py passes its
+    own) from the case's checkpoints (a copy): what the peers' checks compare with."""
     state = case.cache.checkpoint.clone()
     refs = []
-    with step_inputs(case) as set_step:
+    with (inputs or step_inputs)(case) as set_step:
         for j in range(steps):
             set_step(j)
             refs.append(torch.empty_like(case.out))

@@ -103,7 +103,8 @@ def replay_with_op(cache, inp, p: dict, slot_ids, out):
     return step(cache, inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], slot_ids=slot_ids, out=out, **p)
 
 
-def replay_with_launcher(cache, inp, p: dict, slot_ids, out):
+def replay_with_launcher(cache, inp, p: dict, slot_ids, out, **launch):
+    """The launcher on the cache tensors; ``launch``: its ``config`` / ``kernel`` arguments."""
     from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
 
     return launch_gated_delta_replay_step(
@@ -121,6 +122,7 @@ def replay_with_launcher(cache, inp, p: dict, slot_ids, out):
         slot_ids=slot_ids,
         out=out,
         **p,
+        **launch,
     )
 
 

@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 import torch
 
-from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step
+from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step, replay_with_launcher
 from replay_driver import drive_replay
 
 pytestmark = pytest.mark.gpu
@@ -34,14 +34,7 @@ SHAPES = [
 
 
 def replay_cuda(cache, inp, p, slot_ids, out, config=None):
-    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
-
-    c = cache
-    return launch_gated_delta_replay_step(
-        c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals,
-        inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
-        slot_ids=slot_ids, out=out, config=config, kernel="cuda", **p,
-    )  # fmt: skip
+    return replay_with_launcher(cache, inp, p, slot_ids, out, config=config, kernel="cuda")
 
 
 # The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
@@ -137,8 +130,6 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
 def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
-    from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
-
     g, L, batch, slots = DeltaGeometry(16, 64, 128, 128), 8, 6, 9
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
@@ -160,23 +151,7 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel):
         restore()
         out = torch.zeros_like(inp["v"])
         outs = []
-        call = lambda: launch_gated_delta_replay_step(  # noqa: E731
-            cache.checkpoint,
-            cache.d_records,
-            cache.k_records,
-            cache.g_records,
-            cache.cursor,
-            cache.arrivals,
-            inp["q"],
-            inp["k"],
-            inp["v"],
-            inp["g"],
-            inp["beta"],
-            slot_ids=slot_ids,
-            out=out,
-            kernel=kernel,
-            **p,
-        )
+        call = lambda: replay_with_launcher(cache, inp, p, slot_ids, out, kernel=kernel)  # noqa: E731
         if graph:
             call()  # compile and load outside the capture
             restore()
