@@ -33,12 +33,13 @@
 //        S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ
 //    in exact fp32 FMAs, rounds it into the stage in the checkpoint dtype and stores its rows
 //    with TMA tensor stores (KDA: S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j
-//    formed in the stage from the g records the producer copies for a flush). A unit that does not flush gives its stage back once read. A
-//    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
-//    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
-//    reader, is complete. The producer reads each unit's cursor itself and may see it advanced:
-//    it copies for either value (records 0..w, all L at 0, k records at L-1 or 0), and the
-//    consumers take the exact w from the coefficient block.
+//    formed in the stage from the g records the producer copies for a flush). A unit that does
+//    not flush gives its stage back once read. A consumer of a row's (head 0, part 0) unit writes
+//    the new cursor (0 after a flush, else w+1): its stage holds the coefficient block, so the
+//    coefficient grid, the cursor's only other reader, is complete. The producer reads each
+//    unit's cursor itself and may see it advanced (w' = w + 1, or 0 after a flush): it copies for
+//    either value (d records 0..w'-1, 0..L-2 at w' = 0; the k records, and KDA's g records, when
+//    w' is L-1 or 0), and the consumers take the exact w from the coefficient block.
 // 3. delta_replay_small: the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
