@@ -144,7 +144,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                         q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+                           q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
     """Why the CUDA gated delta-rule step cannot run these tensors (None: it can): an sm_90 GPU and
     :func:`delta_shape_unsupported`."""
     if checkpoint.device.type != "cuda":
@@ -155,7 +155,7 @@ def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Ten
 
 
 def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                          q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+                            q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
     """The device-independent part of :func:`delta_cuda_unsupported`: a bf16 or fp32 checkpoint,
     bf16 q, k, v and d / k records, fp32 g records, head_k_dim a multiple of 64 up to 256,
     head_v_dim a multiple of 16, L <= 32, at most 32 value heads per key head, two stages fitting
@@ -192,8 +192,8 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
 
 
 def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: DeltaCudaConfig,
-                     state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
-                     beta_dtype: torch.dtype, per_channel: bool = False) -> Tuple[Tuple[str, int], ...]:
+                       state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
+                       beta_dtype: torch.dtype, per_channel: bool = False) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants.
 
     Raises:
@@ -277,10 +277,10 @@ def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids,
 
 
 def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                                cursor: Tensor, arrivals: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                                beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
-                                config: Optional[DeltaCudaConfig] = None) -> Tensor:
-    """The CUDA GDN replay step on the cache tensors; arguments already checked by the op, in the
+                                  cursor: Tensor, arrivals: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                  beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
+                                  config: Optional[DeltaCudaConfig] = None) -> Tensor:
+    """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there (the last
     advances the cursor and resets it to zero); the two launches do not use it (their step kernel
     advances the cursor once the coefficient grid is complete).
