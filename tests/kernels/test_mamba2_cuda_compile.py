@@ -10,6 +10,7 @@ import torch
 
 from ptx_params import ptx_entry, ptx_params
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc
+from trtllm_replayssm.kernels.nvrtc import tensor_map_key
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step, replay_step_kernel
 
 FLAGS = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=1, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
@@ -189,8 +190,8 @@ def test_tensor_map_key_tells_apart_dtypes_at_one_address():
     f32 = raw.view(2, 3, 16, 64)
     bf16 = raw[: raw.numel() // 2].view(torch.bfloat16)[: 2 * 3 * 16 * 64].view(2, 3, 16, 64)
     assert f32.data_ptr() == bf16.data_ptr() and f32.shape == bf16.shape and f32.stride() == bf16.stride()
-    assert mc.tensor_map_key(f32) != mc.tensor_map_key(bf16)
-    assert mc.tensor_map_key(f32) == mc.tensor_map_key(f32.view(2, 3, 16, 64))
+    assert tensor_map_key(f32) != tensor_map_key(bf16)
+    assert tensor_map_key(f32) == tensor_map_key(f32.view(2, 3, 16, 64))
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))

@@ -234,8 +234,8 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
     """Launch the replay step on the cache tensors; arguments already checked by the op.
 
     ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses; a ``config`` of either kind
-    chooses its kernel), ``"triton"`` or ``"cuda"`` (GDN only: ValueError where the CUDA step
-    does not apply). ``config``: a :class:`LaunchConfig` for the Triton kernel or a
+    chooses its kernel), ``"triton"`` or ``"cuda"`` (ValueError where the CUDA step does not
+    apply). ``config``: a :class:`LaunchConfig` for the Triton kernel or a
     :class:`~.gated_delta_replay_cuda.DeltaCudaConfig` for the CUDA one (None: the launch tables)."""
     if kernel not in KERNELS:
         raise ValueError(f"launch_gated_delta_replay_step: kernel is {kernel!r}; expected one of {KERNELS}")
@@ -246,8 +246,8 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
             kernel = replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g)
     if kernel == "cuda":
         return launch_delta_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
-                                           beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,
-                                           out=out, config=config)
+                                             beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,
+                                             out=out, config=config)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"launch_gated_delta_replay_step: config is {type(config).__name__}; the Triton kernel takes a LaunchConfig")
     batch, v_heads, head_v_dim = v.shape

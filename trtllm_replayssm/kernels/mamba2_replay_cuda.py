@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
-from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps,  # noqa: F401
-                    compile_program, copyable_rows, load_kernel, tensor_map_key)
+from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps,
+                    compile_program, copyable_rows, load_kernel)
 
 __all__ = [
     "SOURCE",

@@ -89,23 +89,50 @@ __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
   return (col / BOXC) * (ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
 }
 
-// The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32, and
-// back, rounded to the checkpoint dtype.
-__device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, u32 col, float* v) {
-  const uint4 c = *(const uint4*)(stage + ckpt_offset(row, col));
+// N bf16x2 words as 2N fp32 values (each word's low half first).
+template <int N>
+__device__ __forceinline__ void unpack_bf16x2(const u32 (&c)[N], float* v) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    v[2 * i] = __uint_as_float(c[i] << 16);
+    v[2 * i + 1] = __uint_as_float(c[i] & 0xffff0000u);
+  }
+}
+
+// The 8 bf16 values of a 16-byte chunk as fp32.
+__device__ __forceinline__ void unpack8(uint4 c, float* v) {
+  const u32 wd[4] = {c.x, c.y, c.z, c.w};
+  unpack_bf16x2(wd, v);
+}
+
+// A 16-byte checkpoint chunk as its EPC elements in fp32.
+__device__ __forceinline__ void chunk_to_f32(uint4 c, float* v) {
 #if CKPT_F32
   v[0] = __uint_as_float(c.x);
   v[1] = __uint_as_float(c.y);
   v[2] = __uint_as_float(c.z);
   v[3] = __uint_as_float(c.w);
 #else
-  const u32 w4[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w4[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w4[i] & 0xffff0000u);
-  }
+  unpack8(c, v);
 #endif
+}
+
+// EPC bf16 values from p (aligned to their size: 8 or 16 bytes) as fp32: the columns of one
+// checkpoint chunk in a bf16 row (q, k or a k record).
+__device__ __forceinline__ void load_bf16_chunk(const u16* p, float* v) {
+#if CKPT_F32
+  const uint2 c2 = *(const uint2*)p;
+  const u32 c[2] = {c2.x, c2.y};
+  unpack_bf16x2(c, v);
+#else
+  unpack8(*(const uint4*)p, v);
+#endif
+}
+
+// The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32, and
+// back, rounded to the checkpoint dtype.
+__device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, u32 col, float* v) {
+  chunk_to_f32(*(const uint4*)(stage + ckpt_offset(row, col)), v);
 }
 
 // EPC fp32 values as one 16-byte chunk of the checkpoint dtype (rounded).
@@ -134,11 +161,7 @@ __device__ __forceinline__ void load_lane_bf16(const u16* p, float* v) {
   const uint4 c4 = *(const uint4*)p;
   const u32 c[4] = {c4.x, c4.y, c4.z, c4.w};
 #endif
-#pragma unroll
-  for (int i = 0; i < PER_LANE / 2; ++i) {
-    v[2 * i] = __uint_as_float(c[i] << 16);
-    v[2 * i + 1] = __uint_as_float(c[i] & 0xffff0000u);
-  }
+  unpack_bf16x2(c, v);
 }
 
 // c ? a : b as one selp (a C++ select between two elements of an array became an indexed local-
@@ -351,22 +374,6 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
 #endif
 
 // ------------------------------------------------------------------ launch 2: the step
-
-// EPC bf16 values of a k record row in shared memory from column col on, as fp32.
-__device__ __forceinline__ void load_k_chunk(const u16* row, int col, float* v) {
-#if CKPT_F32
-  const uint2 c2 = *(const uint2*)(row + col);
-  const u32 c[2] = {c2.x, c2.y};
-#else
-  const uint4 c4 = *(const uint4*)(row + col);
-  const u32 c[4] = {c4.x, c4.y, c4.z, c4.w};
-#endif
-#pragma unroll
-  for (int i = 0; i < EPC / 2; ++i) {
-    v[2 * i] = __uint_as_float(c[i] << 16);
-    v[2 * i + 1] = __uint_as_float(c[i] & 0xffff0000u);
-  }
-}
 
 // S0 q̂ and S0 k̂ (q̂, k̂ fp32 in shared memory at qks, qks + DK) of the warp's row r0 + (lane & 15),
 // returned in every lane; exact fp32 products.
@@ -595,7 +602,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
               kc[e] = u4.x, kc[e + 1] = u4.y, kc[e + 2] = u4.z, kc[e + 3] = u4.w;
             }
 #else
-            load_k_chunk(ks + j * DK, col, kc);
+            load_bf16_chunk(ks + j * DK + col, kc);
 #endif
 #pragma unroll
             for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
@@ -637,16 +644,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
 #define SM_KPT (DK / 64)                      // 16-byte k chunks (8 bf16) per thread in the scores
 #define SM_DCH (SM_ROWS / 8)                  // 16-byte d-record chunks per record of the CTA's rows
 #define SM_CTAS_PER_HEAD (DV / SM_ROWS)
-
-// The 8 bf16 values of a 16-byte chunk as fp32.
-__device__ __forceinline__ void unpack8(uint4 c, float* v) {
-  const u32 wd[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    v[2 * e] = __uint_as_float(wd[e] << 16);
-    v[2 * e + 1] = __uint_as_float(wd[e] & 0xffff0000u);
-  }
-}
 
 // Sum over the 8 threads of a row (lanes 8r .. 8r + 7).
 __device__ __forceinline__ float row_sum8(float v) {
@@ -780,16 +777,11 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
   for (int m = 0; m < SM_CPT; ++m) {
     const int col = (p + 8 * m) * EPC;
     float x[EPC], qv[EPC], kv[EPC];
+    chunk_to_f32(ck[m], x);
 #if CKPT_F32
-    x[0] = __uint_as_float(ck[m].x), x[1] = __uint_as_float(ck[m].y), x[2] = __uint_as_float(ck[m].z),
-    x[3] = __uint_as_float(ck[m].w);
-    const uint2 q2 = *(const uint2*)(qrow + col), k2 = *(const uint2*)(krow + col);
-    qv[0] = __uint_as_float(q2.x << 16), qv[1] = __uint_as_float(q2.x & 0xffff0000u), qv[2] = __uint_as_float(q2.y << 16),
-    qv[3] = __uint_as_float(q2.y & 0xffff0000u);
-    kv[0] = __uint_as_float(k2.x << 16), kv[1] = __uint_as_float(k2.x & 0xffff0000u), kv[2] = __uint_as_float(k2.y << 16),
-    kv[3] = __uint_as_float(k2.y & 0xffff0000u);
+    load_bf16_chunk(qrow + col, qv);
+    load_bf16_chunk(krow + col, kv);
 #else
-    unpack8(ck[m], x);
     unpack8(qb[m], qv);  // bf16 chunks: the thread's q and k chunks are its checkpoint chunks' columns
     unpack8(kb[m], kv);
 #endif
@@ -835,14 +827,10 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
     for (int m = 0; m < SM_CPT; ++m) {
       const int col = (p + 8 * m) * EPC;
       float s[EPC], kc[EPC];
+      chunk_to_f32(ck[m], s);
 #if CKPT_F32
-      s[0] = __uint_as_float(ck[m].x), s[1] = __uint_as_float(ck[m].y), s[2] = __uint_as_float(ck[m].z),
-      s[3] = __uint_as_float(ck[m].w);
-      const uint2 k2 = *(const uint2*)(krow + col);
-      kc[0] = __uint_as_float(k2.x << 16), kc[1] = __uint_as_float(k2.x & 0xffff0000u), kc[2] = __uint_as_float(k2.y << 16),
-      kc[3] = __uint_as_float(k2.y & 0xffff0000u);
+      load_bf16_chunk(krow + col, kc);
 #else
-      unpack8(ck[m], s);
       unpack8(kb[m], kc);
 #endif
 #pragma unroll
@@ -851,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
       for (int j = 0; j < LREC - 1; ++j) {
         const float aj = __shfl_sync(0xffffffffu, ej, j) * bf16_to_f32(ds[j][rl]);
         float kj[EPC];
-        load_k_chunk(ks[j], col, kj);
+        load_bf16_chunk(ks[j] + col, kj);
 #pragma unroll
         for (int e = 0; e < EPC; ++e) s[e] += aj * kj[e];
       }
