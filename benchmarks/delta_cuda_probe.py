@@ -10,8 +10,8 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
     python benchmarks/delta_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
     python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
 
-A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas``
-(``DeltaCudaConfig``), or ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA,
+A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas[,one]``
+(``DeltaCudaConfig``; ``one``: GDN in one launch), or ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA,
 registers capped for N resident CTAs a multiprocessor).
 """
 
@@ -37,7 +37,8 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
-    """``table`` -> "table"; ``rows,stages,min_ctas`` or ``small,ROWS,mN`` -> DeltaCudaConfig."""
+    """``table`` -> "table"; ``rows,stages,min_ctas[,one]`` or ``small,ROWS,mN`` -> DeltaCudaConfig
+    (``one``: GDN in one launch)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -45,10 +46,11 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts == ["table"]:
         return "table"
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"config {text!r}: expected table, rows,stages,min_ctas or small,ROWS,mN")
-    rows, stages, min_ctas = (int(p) for p in parts)
-    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas)
+    one = parts[3:] == ["one"]
+    if len(parts) != 3 + one or not all(p.isdigit() for p in parts[:3]):
+        raise argparse.ArgumentTypeError(f"config {text!r}: expected table, rows,stages,min_ctas[,one] or small,ROWS,mN")
+    rows, stages, min_ctas = (int(p) for p in parts[:3])
+    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one)
 
 
 def main(argv=None):

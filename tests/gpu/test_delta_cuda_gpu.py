@@ -38,8 +38,8 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 
 
 # The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
-# with 128-row units; the small kernel with 16 and 32 rows a CTA.
-FORMS = ["table", "r128", "small16", "small32"]
+# with 128-row units; GDN's one-launch form; the small kernel with 16 and 32 rows a CTA.
+FORMS = ["table", "r128", "one", "small16", "small32"]
 
 
 KDA_SHAPES = [
@@ -56,6 +56,8 @@ def config(g, L, state, form, per_channel=False):
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel)
     if form == "table":
         return cfg
+    if form == "one":
+        return dataclasses.replace(cfg, one_launch=True)
     if form.startswith("small"):
         rows = int(form[5:])
         if g.head_v_dim % rows:

@@ -23,24 +23,30 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256):
+def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_launch=False):
     k_heads, v_heads, dk, dv, L = shape
-    cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel)
+    cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda"])
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, per_channel):
+def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, family):
     _, _, dk, dv, L = shape
-    cfg, ptx = _ptx(shape, state_bytes, per_channel=per_channel, batch=batch)
-    assert ".entry delta_replay_step(" in ptx and ".entry delta_replay_coefficients(" in ptx
-    assert (".entry delta_replay_small(" in ptx) != per_channel  # the small kernel: GDN only
+    per_channel = family == "kda"
+    cfg, ptx = _ptx(shape, state_bytes, per_channel=per_channel, batch=batch, one_launch=family != "gdn")
+    one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
+    assert one_launch == (family != "gdn" or batch <= gc.ONE_LAUNCH_MAX_BATCH)
+    assert ".entry delta_replay_step(" in ptx
+    # Two launches only: the coefficient launch (one launch forms the coefficients in the step);
+    # GDN only: the small kernel
+    assert (".entry delta_replay_coefficients(" in ptx) != one_launch
+    assert (".entry delta_replay_small(" in ptx) != per_channel
     assert ".local" not in ptx  # no arrays indexed at run time
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes, per_channel)
+    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
 
 
@@ -54,8 +60,10 @@ def test_small_kernel_compiles_without_local_memory(shape, state_bytes):
     assert ".entry delta_replay_small(" in ptx and ".local" not in ptx
 
 
-def test_raw_qk_compiles():
-    assert ".entry delta_replay_coefficients(" in _ptx(SHAPES[0], 4, l2norm=False)[1]
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_raw_qk_compiles(per_channel):
+    ptx = _ptx(SHAPES[0], 4, l2norm=False, per_channel=per_channel)[1]
+    assert ".entry delta_replay_step(" in ptx and ".local" not in ptx
 
 
 def _cpu_case(k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16):
@@ -76,13 +84,13 @@ def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     ptx = _ptx(SHAPES[0], 4, per_channel=per_channel)[1]
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
-    args = gc.coefficient_args(coef, coef, c.k_records, c.g_records, c.cursor, q, q, g, g, slots, 0.1)
-    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_coefficients")
     args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, c.g_records, v, v, slots,
-                        c.cursor)  # fmt: skip
+                        c.cursor, q, q, g, g, c.arrivals, 0.1)  # fmt: skip
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_step")
     if per_channel:
-        return  # no small kernel
+        return  # no coefficient launch, no small kernel
+    args = gc.coefficient_args(coef, coef, c.k_records, c.g_records, c.cursor, q, q, g, g, slots, 0.1)
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_coefficients")
     args = gc.small_args(c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, g, v,
                          slots, 0.1)  # fmt: skip
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_small")

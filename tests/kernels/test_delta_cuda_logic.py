@@ -1,5 +1,6 @@
 """The CUDA C++ gated delta-rule (GDN, KDA) step's arithmetic on the CPU, at the kernel's decomposition: a PyTorch model of
-its two launches (kernels/cuda/gated_delta_replay_step.cu) driven against the float64 oracle over
+its two launches (kernels/cuda/gated_delta_replay_step.cu; KDA forms the first one's blocks per unit
+inside the second, with the same arithmetic) driven against the float64 oracle over
 many steps and flushes, with padding rows and poisoned unused slots and record positions.
 
 What the model shares with the kernel, and the GPU tests (tests/gpu/test_delta_cuda_gpu.py) then

@@ -34,14 +34,13 @@ as a difference of prefix sums. The cursor advances in the same launch
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from torch import Tensor
 
 from .common import KERNELS, LaunchConfig, advance_cursor, split_dot
-from .gated_delta_replay_cuda import (SMALL_MAX_BATCH, DeltaCudaConfig, delta_cuda_unsupported,
+from .gated_delta_replay_cuda import (DeltaCudaConfig, delta_cuda_unsupported,
                                       launch_delta_replay_step_cuda)
 from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
                                  load_log_decay, load_qk, multiprocessor_count)
@@ -202,26 +201,15 @@ def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm:
                 PER_CHANNEL=per_channel, USE_QK_L2NORM=use_qk_l2norm)
 
 
-# GDN with a bf16 checkpoint: the Triton kernel where the two CUDA launches have at most this many
-# (batch row, value head) pairs (above the small kernel's batches): H200, session 22, Qwen3.5-4B
-# batch 16 (512 pairs) 15.71 against 16.74 us, Qwen3.5-122B batch 4 (256 pairs) 11.30 against
-# 12.74; from 1024 pairs (122B batch 16) the CUDA step is faster (22.00 against 23.69).
-TRITON_BF16_MAX_PAIRS = 512
-
-
 def replay_step_kernel(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                        q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
     :func:`~.gated_delta_replay_cuda.delta_cuda_unsupported` finds nothing against it (sm_90, a
-    bf16 or fp32 checkpoint, bf16 activations and records, its sizes and alignment), except GDN
-    with a bf16 checkpoint and at most :data:`TRITON_BF16_MAX_PAIRS` (row, value head) pairs above
-    the small kernel's batches; Triton otherwise (every dtype, size and GPU). Measured on the
-    H200, 2026-12-03: docs/kernel-notes.md "CUDA gated delta step"."""
+    bf16 or fp32 checkpoint, bf16 activations and records, its sizes and alignment), Triton
+    otherwise (every dtype, size and GPU). Measured on the H200, 2026-12-03: docs/kernel-notes.md
+    "CUDA gated delta step" and "Session 23" (since GDN's one-launch form at batch 3-16, the CUDA
+    step is ahead of the Triton kernel at every measured batch)."""
     if delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g) is not None:
-        return "triton"
-    batch, v_heads = v.shape[0], v.shape[1]
-    few = SMALL_MAX_BATCH < batch and batch * v_heads <= TRITON_BF16_MAX_PAIRS
-    if g.dim() == 2 and checkpoint.dtype == torch.bfloat16 and few:
         return "triton"
     return "cuda"
 

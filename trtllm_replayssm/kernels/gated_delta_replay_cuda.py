@@ -2,11 +2,14 @@
 channel) in CUDA C++ (``kernels/cuda/gated_delta_replay_step.cu``) for bf16 or fp32 checkpoints,
 bf16 activations and bf16 records on sm_90.
 
-Two launches per step on the current stream: a coefficient launch per (batch row, key head)
+GDN: two launches per step on the current stream, a coefficient launch per (batch row, key head)
 (the value heads' record scores and decays, q̂ and k̂, the k̂ and g appends) and a persistent
 step kernel over units of ``rows`` value rows of one value head (TMA tensor-map copies of the
 checkpoint, S0 q̂ and S0 k̂ in exact fp32, the d append, an exact-fp32 flush); at small batches
-(GDN) one launch of a kernel without a ring (``DeltaCudaConfig(small=True)``). The .cu file's
+one launch of a kernel without a ring (``DeltaCudaConfig(small=True)``). KDA: the step kernel
+alone, its consumer warps forming each unit's per-channel coefficients from the records it copies
+(no coefficient launch: its per-channel records would be read twice, and its block written and read
+back). The .cu file's
 header documents what each computes; the contract is the Triton kernel's
 (:mod:`trtllm_replayssm.kernels.gated_delta_replay`): same cache tensors, same results up to fp32
 rounding, cursor advanced on the device, padding rows (slot < 0) untouched, capturable in a CUDA
@@ -57,6 +60,11 @@ MAX_VALUE_HEADS_PER_KEY_HEAD = 32  # a warp per value head in a coefficient CTA
 # bf16 batch 1 4.42 / 3.90 us against the two launches' 7.86 / 7.21, batch 2 7.48 / 6.70 against
 # 9.94 / 8.41; from batch 4 the two launches are as fast or faster).
 SMALL_MAX_BATCH = 2
+# GDN above SMALL_MAX_BATCH and up to this batch: one launch (H200, session 23, Qwen3.5-122B, L = 16,
+# us, one launch / two launches: fp32 batch 4 10.55 / 12.95, 16 28.64 / 28.75; bf16 4 9.27 / 12.77,
+# 16 21.66 / 22.14; from batch 64 the two launches are faster: fp32 90.32 / 91.12, bf16 57.78 /
+# 65.88, the coefficient launch shared by a key head's value heads and parts).
+ONE_LAUNCH_MAX_BATCH = 16
 # bf16 checkpoints from this batch: units of 128 value rows (session 22: batch 64 57.67 against
 # 60.50 us with 64 rows, batch 256 194.59 against 193.95; batch 16 23.21 against 22.03).
 WIDE_UNITS_BATCH = 64
@@ -72,7 +80,8 @@ class DeltaCudaConfig:
     ``small``: one launch of
     ``delta_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
     row, a multiple of 16 up to 128 dividing head_v_dim, registers capped for ``min_ctas`` resident
-    CTAs; the other fields unused)."""
+    CTAs; the other fields unused). ``one_launch``: the step kernel alone, forming each unit's
+    coefficients itself (always so for KDA, whatever this says)."""
 
     rows: int
     stages: int
@@ -80,11 +89,13 @@ class DeltaCudaConfig:
     pdl: bool = True
     small: bool = False
     small_rows: int = 32
+    one_launch: bool = False
 
     def label(self) -> str:
         if self.small:
             return f"cuda,small,{self.small_rows},m{self.min_ctas}"
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
+        one = ",one" if self.one_launch else ""
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}"
 
 
 def _records_padded(L: int) -> int:
@@ -97,17 +108,22 @@ def delta_coefficient_floats(L: int) -> int:
 
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
-                            per_channel: bool = False) -> int:
+                            per_channel: bool = False, one_launch: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
-    KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, g), the coefficient block, v, KDA's g records, meta), 1 KiB of
-    alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads
-    the compiled value)."""
+    KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
+    ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
+    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a
+    CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = (4 if per_channel else 2) * head_k_dim
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
-    stage += delta_coefficient_floats(L) * 4 + v_bytes + (LP * head_k_dim * 4 if per_channel else 0) + 16
+    stage += delta_coefficient_floats(L) * 4 + v_bytes + 16
+    if per_channel:
+        stage += LP * head_k_dim * 4 + head_k_dim * 8 + (rows // 16) * (2 * LP + 4) * 4
+    elif one_launch:
+        stage += LP * 4 + head_k_dim * 4 + (rows // 16) * (2 * LP + 4) * 4
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -127,20 +143,23 @@ def _rows(head_v_dim: int, wide: bool = False) -> int:
 
 
 def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
-                      per_channel: bool = False) -> DeltaCudaConfig:
-    """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step"): GDN up to
-    :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where they tile head_v_dim
-    (else 16), registers uncapped; otherwise the two launches: units of 64 value rows (128 for a
-    bf16 checkpoint from :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as
-    shared memory and a 128-register cap allow (at most 3), programmatic launches."""
-    if not per_channel and batch <= SMALL_MAX_BATCH:
+                      per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
+    """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step" and "Session 23"): GDN
+    up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where they tile
+    head_v_dim (else 16), registers uncapped; otherwise the step kernel, in one launch for KDA, for
+    GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the coefficient
+    launch: units of 64 value rows (128 for a bf16 checkpoint from :data:`WIDE_UNITS_BATCH`), two
+    stages, as many CTAs per multiprocessor as shared memory and a 128-register cap allow (at most
+    3), programmatic launches."""
+    one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
+    if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
     rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
-    per_cta = delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel) + SMEM_RESERVED_PER_CTA
+    per_cta = delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel, one_launch) + SMEM_RESERVED_PER_CTA
     ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (_threads(rows) * 128))
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
-    return DeltaCudaConfig(rows=rows, stages=2, min_ctas=ctas)
+    return DeltaCudaConfig(rows=rows, stages=2, min_ctas=ctas, one_launch=one_launch)
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -162,7 +181,7 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
     a multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases and outer strides,
     contiguous last dims; KDA's g and g records per channel contiguous too)."""
     per_channel = g.dim() == 3
-    if per_channel and (g.stride(-1) != 1 or not copyable_rows(g_records)):
+    if per_channel and not (copyable_rows(g) and copyable_rows(g_records)):
         return f"KDA g strides {g.stride()} / g_records strides {g_records.stride()}; channels contiguous, rows 16-byte aligned"
     if checkpoint.dtype not in (torch.bfloat16, torch.float32):
         return f"checkpoint {checkpoint.dtype}; the CUDA step takes bf16 or fp32"
@@ -210,7 +229,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             )
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
-             L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
+             ONE_LAUNCH=int(per_channel or cfg.one_launch), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -260,9 +280,11 @@ def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q,
     )  # fmt: skip
 
 
-def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor) -> KernelArgs:
+def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor, q, k, g, beta, arrivals,
+              scale) -> KernelArgs:
     """Parameters of ``delta_replay_step``, in the .cu file's order: the checkpoint's (load, store)
-    tensor maps first."""
+    tensor maps first; ``coef`` and ``qk`` (GDN: the coefficient launch's blocks) are 0 for KDA, whose
+    step reads q, k, g, beta and counts cursor reads in ``arrivals`` (GDN: unused)."""
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
@@ -273,6 +295,11 @@ def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids,
         .tensor(v, 2)
         .tensor(out, 2)
         .ptr(slot_ids).ptr(cursor).i32(v.shape[0])
+        .tensor(q, 2)
+        .tensor(k, 2)
+        .tensor(g, 2)
+        .tensor(beta, 2)
+        .ptr(arrivals).f32(scale)
     )  # fmt: skip
 
 
@@ -281,9 +308,10 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                                   beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
                                   config: Optional[DeltaCudaConfig] = None) -> Tensor:
     """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there (the last
-    advances the cursor and resets it to zero); the two launches do not use it (their step kernel
-    advances the cursor once the coefficient grid is complete).
+    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, KDA's
+    step kernel each row's unit cursor reads (the last advances the cursor and resets the count to
+    zero); GDN's two launches do not use it (their step kernel advances the cursor once the
+    coefficient grid is complete).
 
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
@@ -307,18 +335,22 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                           scale)
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
-    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel)
+    one_launch = per_channel or cfg.one_launch
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
-    coef_kernel = load_kernel(SOURCE, "delta_replay_coefficients", defines, device, 0)
-    coef = torch.empty(batch * v_heads * delta_coefficient_floats(L), dtype=torch.float32, device=device)
-    qk = torch.empty(batch * (v_heads * 4 if per_channel else k_heads * 2) * head_k_dim, dtype=torch.float32, device=device)
-    coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
-                       coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),
-                       pdl=cfg.pdl)
+    coef = qk = 0  # one launch: formed in the step kernel
+    if not one_launch:
+        coef_kernel = load_kernel(SOURCE, "delta_replay_coefficients", defines, device, 0)
+        coef = torch.empty(batch * v_heads * delta_coefficient_floats(L), dtype=torch.float32, device=device)
+        qk = torch.empty(batch * k_heads * 2 * head_k_dim, dtype=torch.float32, device=device)
+        coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
+                           coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),
+                           pdl=cfg.pdl)
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
     threads = _threads(cfg.rows)
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     step_kernel.launch((grid,), threads, smem, stream,
-                       step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor), pdl=cfg.pdl)
+                       step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor, q, k, g, beta,
+                                 arrivals, scale), pdl=cfg.pdl)
     return out

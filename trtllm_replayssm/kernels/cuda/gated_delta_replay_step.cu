@@ -1,25 +1,24 @@
 // ReplaySSM gated delta-rule decode step for sm_90 (GDN: a log-decay per value head; KDA, with
 // PER_CHANNEL: one per key channel), bf16 activations and records, bf16 or fp32 (CKPT_F32)
-// checkpoints: two launches (1 and 2 below), or for small GDN batches one (3), compiled at run
-// time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
-// kernel's, kernels/gated_delta_replay.py). Notation of trtllm_replayssm/reference/gated_delta.py:
-// a row's cursor w, records j < w of (d_j, k̂_j, g_j), q̂ = scale q / |q|, k̂ = k / |k| (with
-// L2NORM), e_j = exp(g + sum_{j<i<w} g_i), e0 = exp(g + sum_{i<w} g_i) (KDA: per channel).
+// kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), or for small
+// batches one (3); KDA: launch 2 alone, forming its coefficients itself. Notation of
+// trtllm_replayssm/reference/gated_delta.py: a row's cursor w, records j < w of (d_j, k̂_j, g_j),
+// q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM), e_j = exp(g + sum_{j<i<w} g_i),
+// e0 = exp(g + sum_{i<w} g_i) (KDA: per channel).
 //
-// 1. delta_replay_coefficients, one CTA per (key head, batch row), a warp per value head of the
-//    key head (VPK warps). Reads the row's cursor, the key head's k records 0..L-1 (those at
+// 1. delta_replay_coefficients (GDN), one CTA per (key head, batch row), a warp per value head of
+//    the key head (VPK warps). Reads the row's cursor, the key head's k records 0..L-1 (those at
 //    j >= w are selected out, never multiplied: they may hold anything), the value head's g
 //    records, q, k, g, beta; writes per (row, value head) a coefficient block
 //        sq[LP]   e_j (k̂_j . q̂) for j < w, 0 after
 //        sk[LP]   e_j (k̂_j . k̂) for j < w, 0 after
 //        e[LP]    e_j for j < w, 0 after                 (the flush's record weights)
 //        e0, kq = k̂ . q̂, beta, w (int)
-//    and per (row, key head) q̂ and k̂ in fp32 (the qk block, warp 0). KDA: the scores take the
-//    decays inside, sq_j = (e_j ⊙ k̂_j) . q̂, e is unused and e0 = 1, and the qk block is per
-//    (row, value head): e0 ⊙ q̂, e0 ⊙ k̂, k̂, g. For w < L-1 it appends g at w (every warp) and k̂ at
-//    w (warp 0), rounded to the record dtype. Padding rows
-//    (slot < 0) read and write nothing. The cursor is only read here: the step kernel advances it.
+//    and per (row, key head) q̂ and k̂ in fp32 (the qk block, warp 0). For w < L-1 it appends g at
+//    w (every warp) and k̂ at w (warp 0), rounded to the record dtype. Padding rows (slot < 0)
+//    read and write nothing. The cursor is only read here: the step kernel advances it.
 // 2. delta_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being ROWS
 //    value rows (a part) of one value head of one batch row, u = (b VHEADS + h) PARTS + part.
 //    Warp CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it
@@ -32,15 +31,23 @@
 //    o to out, d appended at w (w < L-1). A flush unit (w == L-1) also forms
 //        S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ
 //    in exact fp32 FMAs, rounds it into the stage in the checkpoint dtype and stores its rows
-//    with TMA tensor stores (KDA: S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j
-//    formed in the stage from the g records the producer copies for a flush). A unit that does
-//    not flush gives its stage back once read. A consumer of a row's (head 0, part 0) unit writes
-//    the new cursor (0 after a flush, else w+1): its stage holds the coefficient block, so the
-//    coefficient grid, the cursor's only other reader, is complete. The producer reads each
-//    unit's cursor itself and may see it advanced (w' = w + 1, or 0 after a flush): it copies for
-//    either value (d records 0..w'-1, 0..L-2 at w' = 0; the k records, and KDA's g records, when
-//    w' is L-1 or 0), and the consumers take the exact w from the coefficient block.
-// 3. delta_replay_small: the whole step in one launch without a ring (its comment, below).
+//    with TMA tensor stores. A unit that does not flush gives its stage back once read. GDN: a
+//    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
+//    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
+//    reader, is complete. The producer reads each unit's cursor itself and may see it advanced
+//    (w' = w + 1, or 0 after a flush): it copies for either value (d records 0..w'-1, 0..L-2 at
+//    w' = 0; the k records when w' is L-1 or 0), and the consumers take the exact w from the
+//    coefficient block.
+//    KDA (no coefficient launch: its per-channel g records would be read twice, and a per-(row,
+//    value head) block written and read back): the producer counts each unit's cursor read in
+//    arrivals[slot], the row's last read advancing the cursor, so every unit sees the exact w; it
+//    copies records 0..w-1 of d, k̂ and g (fp32, per channel) and the step's q, k, g, and puts w
+//    and beta in the stage. The consumer warps first form the unit's coefficient and qk blocks
+//    in the stage together (kda_unit_coefficients: the scores take the decays inside,
+//    sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0, and a
+//    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, then go on as above; a flush
+//    forms S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
+// 3. delta_replay_small (GDN): the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
 // of KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim),
@@ -48,8 +55,9 @@
 // up to 16), STAGES, MIN_CTAS (the step and small kernels' register cap: resident CTAs a multiprocessor),
 // SM_ROWS (the small kernel's rows a CTA: a multiple of 16 up to 128 dividing DV),
 // PER_CHANNEL (0: GDN, a log-decay per value head; 1: KDA, one per key channel; the small kernel
-// takes GDN only), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32,
-// 1 bf16, 2 fp16).
+// takes GDN only), ONE_LAUNCH (1: the step kernel forms the coefficients itself, always for KDA;
+// 0: GDN's two launches), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta
+// (0 fp32, 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
 
@@ -65,7 +73,7 @@
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
-#define QK_FLOATS ((PER_CHANNEL ? 4 : 2) * DK)  // GDN: q̂, k̂; KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, g
+#define QK_FLOATS ((PER_CHANNEL ? 4 : 2) * DK)  // GDN: q̂, k̂; KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0
 #define QK_BYTES (QK_FLOATS * 4)
 #define COEF_FLOATS (3 * LP + 4)            // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int)
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -74,9 +82,16 @@
 #define OFF_QK (OFF_K + K_BYTES)
 #define OFF_COEF (OFF_QK + QK_BYTES)
 #define OFF_V (OFF_COEF + COEF_BYTES)
-#define G_BYTES (PER_CHANNEL ? LP * DK * 4 : 0)  // KDA flush: g records, then U_j = e_j ⊙ k̂_j and e0
+// One launch only: the g records (KDA: [LP][DK], then a flush's U_j = e_j ⊙ k̂_j; GDN: [LP]), the
+// step's q, k (bf16) and KDA's g (G_CODE), the consumer warps' partial sums.
+#define G_BYTES (ONE_LAUNCH ? (PER_CHANNEL ? LP * DK * 4 : LP * 4) : 0)
 #define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
-#define OFF_META (OFF_G + G_BYTES)
+#define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
+#define IN_BYTES (ONE_LAUNCH ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)
+#define OFF_IN (OFF_G + G_BYTES)
+#define RED_FLOATS (ONE_LAUNCH ? CONSUMERS * (2 * LP + 4) : 0)
+#define OFF_RED (OFF_IN + IN_BYTES)
+#define OFF_META (OFF_RED + RED_FLOATS * 4)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 
@@ -196,9 +211,10 @@ __device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
   return v[0];
 }
 
+#if !ONE_LAUNCH
 extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients(
     float* __restrict__ coef_out,    // [batch, VHEADS, COEF_FLOATS]
-    float* __restrict__ qk_out,      // [batch, KHEADS (GDN) or VHEADS (KDA), QK_FLOATS]
+    float* __restrict__ qk_out,      // [batch, KHEADS, QK_FLOATS]
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
     float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     const int* __restrict__ cursor,
@@ -232,20 +248,8 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     }
   }
   float* const grec = g_records + slot * sgr_slot + h * sgr_head;
-#if PER_CHANNEL
-  // The lane's channels of the step's g and of every g record.
-  float gv[PER_LANE], grc[LP][PER_LANE];
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) gv[i] = load_f32<G_CODE>(g, b * sg_batch + h * sg_head + lane * PER_LANE + i);
-#pragma unroll
-  for (int j = 0; j < LP; ++j) {
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) grc[j][i] = j < LREC ? grec[j * sgr_pos + lane * PER_LANE + i] : 0.0f;
-  }
-#else
   const float gj = lane < LREC ? grec[lane] : 0.0f;
   const float gh = load_f32<G_CODE>(g, b * sg_batch + h * sg_head);
-#endif
   const float bh = load_f32<BETA_CODE>(beta, b * sb_batch + h * sb_head);
   const int w = cursor[slot];
 #if L2NORM
@@ -267,22 +271,7 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     kq += qv[i] * kv[i];
   }
   kq = warp_sum(kq);
-#if PER_CHANNEL
-  // Per channel: e_j = exp(g + sum_{j<i<w} g_i) from suffix sums over the records (no prefix
-  // subtraction), e0 = exp(g + sum_{i<w} g_i); the scores take e_j inside the dot products.
-  float ew[LP][PER_LANE], e0v[PER_LANE];
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = LP - 1; j >= 0; --j) {
-      ew[j][i] = j < w ? __expf(acc + gv[i]) : 0.0f;
-      if (j < w) acc += grc[j][i];
-    }
-    e0v[i] = __expf(acc + gv[i]);
-  }
-#endif
-  // k̂_j . q̂ and k̂_j . k̂ of every record (KDA: (e_j ⊙ k̂_j) . q̂, ...), reduce-scattered: lane j gets
+  // k̂_j . q̂ and k̂_j . k̂ of every record, reduce-scattered: lane j gets
   // record j's (records at j >= w selected out before the sums: they may hold NaN).
   float pq = 0.0f, pk = 0.0f;
 #pragma unroll
@@ -293,13 +282,8 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
       float a = 0.0f, s = 0.0f;
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) {
-#if PER_CHANNEL
-        const float u = kr[c + j][i] * ew[c + j][i];
-#else
-        const float u = kr[c + j][i];
-#endif
-        a += u * qv[i];
-        s += u * kv[i];
+        a += kr[c + j][i] * qv[i];
+        s += kr[c + j][i] * kv[i];
       }
       part[j] = c + j < w ? a : 0.0f;
       part[16 + j] = c + j < w ? s : 0.0f;
@@ -314,34 +298,6 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     }
   }
   float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
-#if PER_CHANNEL
-  // Scores with the decays inside; the checkpoint's decay folded into q0, k0 (e0 = 1 here).
-  if (lane < LP) {
-    blk[lane] = pq;
-    blk[LP + lane] = pk;
-    blk[2 * LP + lane] = 0.0f;
-  }
-  if (lane == 0) {
-    blk[3 * LP] = 1.0f;
-    blk[3 * LP + 1] = kq;
-    blk[3 * LP + 2] = bh;
-    ((int*)blk)[3 * LP + 3] = w;
-  }
-  float* qk = qk_out + ((long long)b * VHEADS + h) * QK_FLOATS + lane * PER_LANE;
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
-    qk[i] = e0v[i] * qv[i];
-    qk[DK + i] = e0v[i] * kv[i];
-    qk[2 * DK + i] = kv[i];
-    qk[3 * DK + i] = gv[i];
-    if (w < LREC - 1) grec[w * sgr_pos + lane * PER_LANE + i] = gv[i];
-  }
-  if (warp == 0 && w < LREC - 1) {
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) krec[w * skr_pos + lane * PER_LANE + i] = f32_to_bf16(kv[i]);
-  }
-}
-#else
   // Decays from exact suffix sums of the g records (no prefix subtraction).
   float total;
   const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);
@@ -371,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     }
   }
 }
-#endif
+#endif  // !ONE_LAUNCH
 
 // ------------------------------------------------------------------ launch 2: the step
 
@@ -407,17 +363,190 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
 
+#if ONE_LAUNCH
+// One launch (KDA; GDN when asked): a unit's coefficients, formed by the consumer warps together
+// (tid: 0 .. CONSUMERS*32-1, named barrier 1) from the stage the producer filled: the step's q, k
+// (bf16; KDA: g, G_CODE) at OFF_IN, records 0..w-1 of k̂ (OFF_K) and g (OFF_G, fp32; GDN: a
+// scalar each). q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM), a thread a column c:
+//   KDA: e_j = exp(g + sum_{j<i<w} g_i) for j < w from a suffix scan over the column's g records
+//        (exact sums, no prefix subtraction), e0 = exp(g + sum_{i<w} g_i), U_j = e_j ⊙ k̂_j
+//        (written over g record j for a flush, w == L-1); scores sq_j = U_j . q̂, sk_j = U_j . k̂;
+//        the qk block e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in the coefficient block.
+//   GDN: scores k̂_j . q̂ and k̂_j . k̂, then times e_j (warp 0: suffix sums of the g records, a
+//        lane a record); the qk block q̂, k̂; e_j and e0 in the coefficient block.
+// The scores are per-warp butterfly reduce-scatters summed over the warps in a fixed order. Writes
+// the stage's coefficient block (as launch 1 does) and qk block; appends g (part 0 of the head) and
+// k̂ (part 0 of the key head's first value head) at w below L-1 (records 0..w-1, the only ones
+// read, are not written).
+__device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, int tid, float beta, float gh,
+                                                  float scale, float* grec_w, u16* krec_w) {
+  const int lane = tid & 31, warp = tid >> 5;
+  const u16* qin = (const u16*)(gstage + OFF_IN);
+  const u16* kin = qin + DK;
+  const u16* ks = (const u16*)(gstage + OFF_K);
+  float* gs = (float*)(gstage + OFF_G);
+  float* qks = (float*)(gstage + OFF_QK);
+  float* cf = (float*)(gstage + OFF_COEF);
+  float* red = (float*)(gstage + OFF_RED);  // [CONSUMERS][2 LP] scores, then [CONSUMERS][4] norms
+  float* rn = red + CONSUMERS * 2 * LP;
+  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
+  for (int c = tid; c < DK; c += CONSUMERS * 32) {
+    const float qc = bf16_to_f32(qin[c]), kc = bf16_to_f32(kin[c]);
+    nq += qc * qc;
+    nk += kc * kc;
+    nqk += qc * kc;
+  }
+  nq = warp_sum(nq);
+  nk = warp_sum(nk);
+  nqk = warp_sum(nqk);
+  if (lane == 0) {
+    rn[warp * 4] = nq;
+    rn[warp * 4 + 1] = nk;
+    rn[warp * 4 + 2] = nqk;
+  }
+  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
+  nq = nk = nqk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < CONSUMERS; ++i) {
+    nq += rn[i * 4];
+    nk += rn[i * 4 + 1];
+    nqk += rn[i * 4 + 2];
+  }
+#if L2NORM
+  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
+#else
+  const float rq = scale, rk = 1.0f;
+#endif
+  float pq[LP], pk[LP];
+#pragma unroll
+  for (int j = 0; j < LP; ++j) pq[j] = pk[j] = 0.0f;
+  for (int c = tid; c < DK; c += CONSUMERS * 32) {
+    const float qh = bf16_to_f32(qin[c]) * rq, kh = bf16_to_f32(kin[c]) * rk;
+#if PER_CHANNEL
+    const float gc = load_f32<G_CODE>(qin + 2 * DK, c);
+    const bool flush = w == LREC - 1;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = LP - 1; j >= 0; --j) {
+      if (j < w) {
+        const float gj = gs[j * DK + c];
+        const float u = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
+        if (flush) gs[j * DK + c] = u;
+        pq[j] += u * qh;
+        pk[j] += u * kh;
+        acc += gj;
+      }
+    }
+    const float e0 = __expf(acc + gc);
+    qks[c] = e0 * qh;
+    qks[DK + c] = e0 * kh;
+    qks[2 * DK + c] = kh;
+    qks[3 * DK + c] = e0;
+    if (grec_w && w < LREC - 1) grec_w[c] = gc;
+#else
+#pragma unroll
+    for (int j = 0; j < LP; ++j) {
+      if (j < w) {
+        const float kj = bf16_to_f32(ks[j * DK + c]);
+        pq[j] += kj * qh;
+        pk[j] += kj * kh;
+      }
+    }
+    qks[c] = qh;
+    qks[DK + c] = kh;
+#endif
+    if (krec_w && w < LREC - 1) krec_w[c] = f32_to_bf16(kh);
+  }
+  // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.
+#pragma unroll
+  for (int c0 = 0; c0 < LP; c0 += 16) {
+    float v[32];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      v[j] = pq[c0 + j];
+      v[16 + j] = pk[c0 + j];
+    }
+    const float r = warp_reduce_scatter32(v, lane);
+    red[warp * 2 * LP + (lane < 16 ? c0 + lane : LP + c0 + lane - 16)] = r;
+  }
+#if !PER_CHANNEL
+  if (warp == 0) {
+    // Decays from exact suffix sums of the g records (no prefix subtraction), a lane a record.
+    float total;
+    const float later = warp_suffix_sums(lane < w ? gs[lane] : 0.0f, lane, total);
+    if (lane < LP) cf[2 * LP + lane] = lane < w ? __expf(later + gh) : 0.0f;
+    if (lane == 0) {
+      cf[3 * LP] = __expf(total + gh);
+      if (grec_w && w < LREC - 1) grec_w[0] = gh;
+    }
+  }
+#endif
+  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
+  for (int t = tid; t < 2 * LP; t += CONSUMERS * 32) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CONSUMERS; ++i) sum += red[i * 2 * LP + t];
+    cf[t] = PER_CHANNEL ? sum : sum * cf[2 * LP + (t % LP)];
+  }
+  if (tid == 0) {
+    if (PER_CHANNEL) cf[3 * LP] = 1.0f;
+    cf[3 * LP + 1] = nqk * rq * rk;
+    cf[3 * LP + 2] = beta;
+    ((int*)cf)[3 * LP + 3] = w;
+  }
+  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
+}
+
+// One launch (GDN): a 4-byte asynchronous copy to shared memory, and the arrival that makes the
+// full barrier ``bar`` wait for the executing thread's copies (its pending count raised by one at
+// once, lowered when they land: no .noinc).
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// One launch: a unit's cursor read counted in arrivals[slot] (acquire-release, after the
+// read); the row's last advances the cursor (0 after a flush, else w + 1) and zeroes the count.
+__device__ __forceinline__ void count_cursor_read(int u, int units, int slot, int w, int* arrivals, int* cursor) {
+  if (u >= units || slot < 0) return;
+  int arrived;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  if (arrived == VHEADS * PARTS - 1) {
+    arrivals[slot] = 0;
+    cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+  }
+}
+
+// One launch: element (batch row, value head) of unit u of a [batch, VHEADS] input (beta; GDN's g)
+// in fp32, 0 past the last unit.
+template <int CODE>
+__device__ __forceinline__ float unit_scalar(int u, int units, const void* p, long long s_batch, long long s_head) {
+  if (u >= units) return 0.0f;
+  const int bh = u / PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
+  return load_f32<CODE>(p, b * s_batch + h * s_head);
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
-    const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS]
-    const float* __restrict__ qk,                  // [batch, KHEADS (GDN) or VHEADS (KDA), QK_FLOATS]
+    const float* __restrict__ coef,                // GDN: [batch, VHEADS, COEF_FLOATS] (KDA: unused)
+    const float* __restrict__ qk,                  // GDN: [batch, KHEADS, QK_FLOATS] (KDA: unused)
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
-    const u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
-    const float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
+    u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
+    float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     const u16* __restrict__ v, long long sv_batch, long long sv_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
-    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
+    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch,
+    // One launch only (KDA; GDN when asked): the step's q, k, g, beta, the arrival counts
+    const u16* __restrict__ q, long long sq_batch, long long sq_head,
+    const u16* __restrict__ k, long long sk_batch, long long sk_head,
+    const void* __restrict__ g, long long sg_batch, long long sg_head,
+    const void* __restrict__ beta, long long sb_batch, long long sb_head,
+    int* __restrict__ arrivals, float scale) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
@@ -425,8 +554,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
   const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * VHEADS * PARTS;
-  // The next step's coefficient grid (launched programmatically) may be scheduled now; it waits
-  // for this grid's completion before reading anything.
+  // The next grid (launched programmatically) may be scheduled now; it waits for this grid's
+  // completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
   ring_init(bars, STAGES, CONSUMERS);
 
@@ -435,6 +564,16 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
     // Slots and cursors of the CTA's next 32 units, a lane each, requested before any
     // checkpoint tile (a load issued after the tiles waits behind them).
     int slot_l, w_l;
+#if ONE_LAUNCH
+    // One launch: the previous grid (the previous step, say) may have written the cursors, the
+    // records and the checkpoints, so nothing is read before it completes. Each unit's cursor
+    // read is counted once the first unit of its 32 has been requested (the row's last count
+    // advances it), its beta (and GDN's g) read beside it.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+    float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
+    float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(blockIdx.x + lane * gridDim.x, units, g, sg_batch, sg_head);
+#else
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
     // The first STAGES units' checkpoint rows need only the slot: requested before the wait for
     // the coefficient grid, so that they load while it runs.
@@ -450,20 +589,71 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
       if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k32 = i & 31;
       if (k32 == 0 && i > 0) {
         unit_slot_cursor(u + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+#if ONE_LAUNCH
+        beta_l = unit_scalar<BETA_CODE>(u + lane * gridDim.x, units, beta, sb_batch, sb_head);
+        if (!PER_CHANNEL) g_l = unit_scalar<G_CODE>(u + lane * gridDim.x, units, g, sg_batch, sg_head);
+#endif
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k32);
       const int w = __shfl_sync(0xffffffffu, w_l, k32);
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
-      const bool prefetched = i < STAGES;
+      const bool prefetched = !ONE_LAUNCH && i < STAGES;
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
+#if ONE_LAUNCH
+      // The exact cursor (advanced only once every unit of the row has read it): records 0..w-1
+      // of d (the unit's rows), k̂ and g, and the step's q, k, v (KDA: g; GDN's g and beta: meta).
+      const float bt = __shfl_sync(0xffffffffu, beta_l, k32), gt = __shfl_sync(0xffffffffu, g_l, k32);
+#if !PER_CHANNEL
+      // GDN's g records (4 bytes each, too small for a bulk copy): asynchronous copies the full
+      // barrier tracks, registered (each lane's pending count +1) before lane 0's arrival.
+      if (slot >= 0) {
+        if (lane < w) cp_async4(stage + OFF_G + lane * 4, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos);
+        cp_async_mbar_arrive(full);
+      }
+      __syncwarp();
+#endif
+      if (lane == 0) {
+        int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
+        meta[0] = slot;
+        meta[1] = w;
+        ((float*)meta)[2] = bt;
+        ((float*)meta)[3] = gt;
+        if (slot < 0) {
+          mbar_arrive(full);
+        } else {
+          mbar_arrive_expect_tx(full, CKPT_BYTES + w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 4 : 0)) + V_BYTES + DK * 4 +
+                                          (PER_CHANNEL ? DK * G_SIZE : 0));
+        }
+      }
+      __syncwarp();
+      if (slot >= 0) {
+        if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+        if (lane < w) {
+          bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
+                    ROWS * 2, full);
+          bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, full);
+#if PER_CHANNEL
+          bulk_load(stage + OFF_G + lane * (DK * 4), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 4, full);
+#endif
+        }
+        if (lane == 0) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
+        if (lane == 1) bulk_load(stage + OFF_IN, q + b * sq_batch + kh * sq_head, DK * 2, full);
+        if (lane == 2) bulk_load(stage + OFF_IN + DK * 2, k + b * sk_batch + kh * sk_head, DK * 2, full);
+#if PER_CHANNEL
+        if (lane == 3) bulk_load(stage + OFF_IN + DK * 4, (const unsigned char*)g + (b * sg_batch + h * sg_head) * G_SIZE, DK * G_SIZE, full);
+#endif
+      }
+      if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
+#else
       // For a cursor read w' that may be one step ahead (w + 1, or 0 after a flush): d records
       // 0..w'-1 (0..L-2 at w' = 0), the k records 0..L-2 when the unit may flush (w' = L-1 or 0).
       const int nd = w == 0 ? LREC - 1 : w;
@@ -473,7 +663,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nd * ROWS * 2 + (k_rows ? (LREC - 1) * DK * (2 + 4 * PER_CHANNEL) : 0) +
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nd * ROWS * 2 + (k_rows ? (LREC - 1) * DK * 2 : 0) +
                             V_BYTES + COEF_BYTES + QK_BYTES;
           mbar_arrive_expect_tx(full, bytes);
         }
@@ -484,16 +674,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         if (lane < nd)
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, full);
-        if (k_rows && lane < LREC - 1) {
+        if (k_rows && lane < LREC - 1)
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, full);
-#if PER_CHANNEL
-          bulk_load(stage + OFF_G + lane * (DK * 4), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 4, full);
-#endif
-        }
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + (long long)bh * COEF_FLOATS, COEF_BYTES, full);
-        if (lane == 1) bulk_load(stage + OFF_QK, qk + (PER_CHANNEL ? (long long)bh : (long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
+        if (lane == 1) bulk_load(stage + OFF_QK, qk + ((long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
         if (lane == 2) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
       }
+#endif
     }
     return;
   }
@@ -516,13 +703,25 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
       const float* cf = (const float*)(gstage + OFF_COEF);
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
+#if ONE_LAUNCH
+      {
+        const int* meta = (const int*)(gstage + OFF_META);
+        const int wm = meta[1];
+        float* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + wm * sgr_pos : nullptr;
+        u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + wm * skr_pos : nullptr;
+        unit_coefficients(gstage, wm, warp * 32 + lane, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w,
+                          krec_w);
+      }
+#endif
       // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, exact fp32 products.
       float sq, sk;
       s0_dots(gstage, qks, r0, lane, sq, sk);
       const int w = ((const int*)cf)[3 * LP + 3];  // exact; the producer's read may be one step ahead
+#if !ONE_LAUNCH
       // The row's cursor advances here, once (head 0, part 0): the coefficient grid that read it
-      // has completed (its block is in this stage).
+      // has completed (its block is in this stage). One launch: the producers count their reads.
       if (h == 0 && part == 0 && warp == 0 && lane == 0) cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+#endif
       // Records term: lanes 0-15 take even j, 16-31 odd j (fixed trip count, predicated by w).
       float rq = 0.0f, rk = 0.0f;
 #pragma unroll
@@ -556,22 +755,10 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         // fp32 FMAs (the record chunks are read by all 16 lanes of a half: broadcasts), rounded
         // into the stage in place, then the warp's 16 rows stored by TMA. KDA (decays per
         // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
-        // first by the consumer warps together, a column a thread, over the g records.
+        // by unit_coefficients.
         const u16* ks = (const u16*)(gstage + OFF_K);
 #if PER_CHANNEL
-        float* us = (float*)(gstage + OFF_G);  // g records in, U_j (rows j < w) and e0 (row LP-1) out
-        for (int c = warp * 32 + lane; c < DK; c += CONSUMERS * 32) {
-          const float gc = qks[3 * DK + c];
-          float acc = 0.0f;
-#pragma unroll 1
-          for (int j = LREC - 2; j >= 0; --j) {
-            const float gj = us[j * DK + c];
-            us[j * DK + c] = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
-            acc += gj;
-          }
-          us[(LP - 1) * DK + c] = __expf(acc + gc);
-        }
-        asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
+        const float* us = (const float*)(gstage + OFF_G);  // U_j, rows j < w
         const float* khat = qks + 2 * DK;
 #else
         const float* khat = qks + DK;
@@ -587,7 +774,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
 #pragma unroll
           for (int e = 0; e < EPC; ++e) {
 #if PER_CHANNEL
-            s[e] = us[(LP - 1) * DK + col + e] * s[e] + d * khat[col + e];
+            s[e] = qks[3 * DK + col + e] * s[e] + d * khat[col + e];
 #else
             s[e] = e0 * s[e] + d * khat[col + e];
 #endif
