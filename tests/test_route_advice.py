@@ -41,7 +41,7 @@ def test_cells_are_unique_and_complete_per_key():
     assert all(m.T is None for m in MEASUREMENTS if m.route == STEP)
 
 
-@pytest.mark.parametrize("batch, ratio", [(1, 0.45), (16, 0.85), (64, 1.16), (256, 1.30), (512, 1.36)])
+@pytest.mark.parametrize("batch, ratio", [(1, 0.82), (16, 1.07), (64, 1.34), (256, 1.50), (512, 1.56)])
 def test_measured_kda_fp32_step(batch, ratio):
     a = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=batch, geometry=KIMI)
     assert (a.ratio, a.measured_batch) == (ratio, batch)
@@ -52,24 +52,24 @@ def test_measured_kda_fp32_step(batch, ratio):
 
 
 def test_nearest_measured_batch_is_said():
-    a = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=32, geometry=KIMI)
-    assert (a.ratio, a.measured_batch, a.recommendation) == (0.85, 16, "conventional")
-    assert "batch 32: nearest measured batch 16; 0.85x" in a.text
+    a = route_advice("kda", "replay", state_dtype="bf16", L=16, batch=32, geometry=KIMI)
+    assert (a.ratio, a.measured_batch, a.recommendation) == (0.74, 16, "conventional")
+    assert "batch 32: nearest measured batch 16; 0.74x" in a.text
     # a tie takes the smaller batch (ratios grow with the batch)
-    assert route_advice("kda", "replay", state_dtype="fp32", L=16, batch=40, geometry=KIMI).measured_batch == 16
+    assert route_advice("kda", "replay", state_dtype="bf16", L=16, batch=40, geometry=KIMI).measured_batch == 16
 
 
 def test_bf16_checkpoint_gdn_kda_step_slower_at_batch_16():
-    for family, dims, ratio in (("gdn", (16, 32, 128, 128), 0.73), ("gdn", (16, 64, 128, 128), 0.92), ("kda", KIMI, 0.52)):
+    for family, dims, ratio in (("gdn", (16, 32, 128, 128), 0.79), ("gdn", (16, 64, 128, 128), 0.93), ("kda", KIMI, 0.74)):
         a = route_advice(family, "replay", state_dtype="bf16", L=16, batch=16, geometry=dims)
         assert (a.ratio, a.recommendation) == (ratio, "conventional")
 
 
 def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
-    a = route_advice("gdn", "replay", state_dtype="fp32", L=16, batch=16, geometry=(8, 32, 128, 128))
-    assert a.ratio == 1.07  # Qwen3.5-4B, not Qwen3.5-122B's 1.29
+    a = route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=16, geometry=(8, 32, 128, 128))
+    assert a.ratio == 0.79  # Qwen3.5-4B, not Qwen3.5-122B's 0.93
     assert "measured on Qwen3.5-4B GDN (16, 32, 128, 128), not this layer" in a.text
-    assert route_advice("gdn", "replay", state_dtype="fp32", L=16, batch=16, geometry=(16, 64, 128, 128)).ratio == 1.29
+    assert route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=16, geometry=(16, 64, 128, 128)).ratio == 0.93
 
 
 @pytest.mark.parametrize(
@@ -129,15 +129,15 @@ def test_route_advice_rejects(args, kwargs, message):
 
 def test_model_advice_one_per_layer_geometry():
     model = load_model("kimi-linear-48b")
-    advice = model_advice(model, "replay", state_dtype="fp32", L=16, batch=16)
-    assert [a.family for a in advice] == ["kda"] and advice[0].ratio == 0.85
+    advice = model_advice(model, "replay", state_dtype="bf16", L=16, batch=16)
+    assert [a.family for a in advice] == ["kda"] and advice[0].ratio == 0.74
     assert geometry_dims(DeltaRuleGeometry(32, 32, 128, 128, d_conv=4)) == KIMI
     assert geometry_dims(object()) is None
 
 
 def test_warn_if_slower_warns_once_and_only_when_slower():
-    slow = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=16, geometry=KIMI)
-    fast = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=256, geometry=KIMI)
+    slow = route_advice("kda", "replay", state_dtype="bf16", L=16, batch=16, geometry=KIMI)
+    fast = route_advice("kda", "replay", state_dtype="bf16", L=16, batch=256, geometry=KIMI)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert warn_if_slower([slow, fast, slow], "host") is True
@@ -145,4 +145,4 @@ def test_warn_if_slower_warns_once_and_only_when_slower():
     assert len(caught) == 1 and caught[0].category is SlowRouteWarning
     message = str(caught[0].message)
     assert message.startswith("host: ReplaySSM runs in a setting measured slower") and "route is unchanged" in message
-    assert message.count("0.85x") == 2 and "1.30x" not in message
+    assert message.count("0.74x") == 2 and "1.14x" not in message

@@ -124,8 +124,8 @@ _GDN_DECODE = Source(
     "python benchmarks/gated_delta_decode.py --family gdn --peers build/peers --L 16",
     _DOC,
     "GDN and KDA decode",
-    "2026-12-03 (session 22, CUDA step), GDN rows",
-    _RESULTS + "2026-12-03-h200-gdn_decode_peers_s22.json",
+    "2026-12-03 (session 23, KDA in one launch), GDN rows",
+    _RESULTS + "2026-12-03-h200-gdn_decode_peers_s23.json",
 )
 _GDN_DECODE_L = Source(
     "2026-12-03",
@@ -139,20 +139,11 @@ _GDN_DECODE_L = Source(
 _KDA_DECODE = Source(
     "2026-12-03",
     _H200,
-    "python benchmarks/gated_delta_decode.py --family kda --L 16",
+    "python benchmarks/gated_delta_decode.py --family kda",
     _DOC,
     "GDN and KDA decode",
-    "2026-12-03 (session 22, CUDA step), KDA rows",
-    _RESULTS + "2026-12-03-h200-kda_decode_s22.json",
-)
-_KDA_DECODE_L = Source(
-    "2026-12-03",
-    _H200,
-    "python benchmarks/gated_delta_decode.py --family kda --L 8 32",
-    _DOC,
-    "GDN and KDA decode",
-    "2026-12-03 (session 22, CUDA step), L = 8 and 32 rows",
-    _RESULTS + "2026-12-03-h200-kda_decode_L8_L32_s22.json",
+    "2026-12-03 (session 23, KDA in one launch), KDA rows",
+    _RESULTS + "2026-12-03-h200-kda_decode_s23.json",
 )
 _MAMBA2_VERIFY = Source(
     "2026-11-30",
@@ -193,21 +184,21 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (MAMBA2, SUPER, "bf16", 8, _MAMBA2_DECODE_L): (0.88, 1.16, 1.43, 1.55, 1.59),
     (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.97, 1.21, 1.46, 1.57, 1.64),
     (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.83, 1.13, 1.40, 1.49, 1.54),
-    # The route the op takes: the CUDA step, except Qwen3.5-4B bf16 batch 16 (Triton, its row of the run).
-    (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.10, 1.07, 1.39, 1.59, 1.68),
-    (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.73, 1.04, 1.33, 1.40),
+    # The route the op takes: the CUDA step.
+    (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.11, 1.11, 1.39, 1.58, 1.66),
+    (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.79, 1.04, 1.33, 1.39),
     (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE_L): (1.00, 1.35, 1.53, 1.66, 1.69),
-    (GDN, QWEN35_122B, "fp32", 16, _GDN_DECODE): (1.07, 1.29, 1.52, 1.69, 1.73),
+    (GDN, QWEN35_122B, "fp32", 16, _GDN_DECODE): (1.08, 1.28, 1.51, 1.67, 1.71),
     (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE_L): (0.95, 1.25, 1.46, 1.62, 1.65),
     (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L): (1.01, 1.05, 1.32, 1.50, 1.53),
-    (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (1.02, 0.92, 1.23, 1.42, 1.51),
+    (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (1.02, 0.93, 1.23, 1.41, 1.50),
     (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
-    (KDA, KIMI, "fp32", 8, _KDA_DECODE_L): (0.71, 1.09, 1.26, 1.38, 1.42),
-    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.45, 0.85, 1.16, 1.30, 1.36),
-    (KDA, KIMI, "fp32", 32, _KDA_DECODE_L): (0.40, 0.74, 0.90, 0.98, 1.02),
-    (KDA, KIMI, "bf16", 8, _KDA_DECODE_L): (0.63, 0.71, 0.94, 1.11, 1.16),
-    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.39, 0.52, 0.78, 0.90, 0.95),
-    (KDA, KIMI, "bf16", 32, _KDA_DECODE_L): (0.35, 0.49, 0.62, 0.71, 0.74),
+    (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.85, 1.12, 1.38, 1.54, 1.62),
+    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.82, 1.07, 1.34, 1.50, 1.56),
+    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.68, 0.72, 0.73, 0.74, 0.75),
+    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.72, 0.79, 1.02, 1.18, 1.24),
+    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.68, 0.74, 0.95, 1.14, 1.19),
+    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.57, 0.56, 0.60, 0.64, 0.66),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.
