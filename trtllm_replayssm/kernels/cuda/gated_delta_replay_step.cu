@@ -2,8 +2,9 @@
 // PER_CHANNEL: one per key channel), bf16 activations and records, bf16 or fp32 (CKPT_F32)
 // checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
-// kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), or for small
-// batches one (3); KDA: launch 2 alone, forming its coefficients itself. Notation of
+// kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), at small batches
+// launch 2 alone or, smaller still, one kernel without a ring (3); KDA: launch 2 alone, forming its
+// coefficients itself. Notation of
 // trtllm_replayssm/reference/gated_delta.py: a row's cursor w, records j < w of (d_j, k̂_j, g_j),
 // q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM), e_j = exp(g + sum_{j<i<w} g_i),
 // e0 = exp(g + sum_{i<w} g_i) (KDA: per channel).
@@ -38,15 +39,16 @@
 //    (w' = w + 1, or 0 after a flush): it copies for either value (d records 0..w'-1, 0..L-2 at
 //    w' = 0; the k records when w' is L-1 or 0), and the consumers take the exact w from the
 //    coefficient block.
-//    KDA (no coefficient launch: its per-channel g records would be read twice, and a per-(row,
-//    value head) block written and read back): the producer counts each unit's cursor read in
-//    arrivals[slot], the row's last read advancing the cursor, so every unit sees the exact w; it
-//    copies records 0..w-1 of d, k̂ and g (fp32, per channel) and the step's q, k, g, and puts w
-//    and beta in the stage. The consumer warps first form the unit's coefficient and qk blocks
-//    in the stage together (kda_unit_coefficients: the scores take the decays inside,
+//    One launch (ONE_LAUNCH: KDA always, its per-channel g records being otherwise read twice and
+//    a per-(row, value head) block written and read back; GDN at small batches): the producer
+//    counts each unit's cursor read in arrivals[slot], the row's last read advancing the cursor,
+//    so every unit sees the exact w; it copies records 0..w-1 of d, k̂ and g (KDA: fp32 per
+//    channel; GDN: 4-byte cp.async) and the step's q, k (KDA: g), and puts w and beta (GDN: g) in
+//    the stage. The consumer warps first form the unit's coefficient and qk blocks in the stage
+//    together (unit_coefficients; KDA: the scores take the decays inside,
 //    sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0, and a
-//    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, then go on as above; a flush
-//    forms S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
+//    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, then go on as above; a KDA
+//    flush forms S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
 // 3. delta_replay_small (GDN): the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
