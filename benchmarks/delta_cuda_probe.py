@@ -18,6 +18,7 @@ registers capped for N resident CTAs a multiprocessor).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import sys
@@ -81,6 +82,8 @@ def main(argv=None):
         configs = {}
         for c in args.configs:
             cfg = delta_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize, per_channel) if c == "table" else c
+            if per_channel:  # KDA runs in one launch whatever the configuration says: labelled so
+                cfg = dataclasses.replace(cfg, one_launch=True)
             configs[f"cuda {cfg.label()}"] = cfg
         checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
         routes = {r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("decode_step", "replay_triton")}
