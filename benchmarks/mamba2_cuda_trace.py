@@ -131,12 +131,12 @@ _PATCHES = (
         "  if (threadIdx.x == 0) tr[5] = gtime_after(__float_as_uint(y));\n  if (!live) return;\n  if (p == 0) {",
     ),
     (
-        "  if (t == 0 && arrived == NHEADS * SM_CTAS_PER_HEAD - 1) {",
-        "  if (threadIdx.x == 0) tr[6] = gtime_after(arrived);\n  if (t == 0 && arrived == NHEADS * SM_CTAS_PER_HEAD - 1) {",
+        "  if (t == 0) advance_after_last_arrival(",
+        "  if (threadIdx.x == 0) tr[6] = gtime_after(arrived);\n  if (t == 0) advance_after_last_arrival(",
     ),
     (
-        "    arrivals[slot] = 0;\n  }\n}",
-        "    arrivals[slot] = 0;\n  }\n  if (threadIdx.x == 0) tr[7] = gtime();\n}",
+        "slot, w, LREC);\n}",
+        "slot, w, LREC);\n  if (threadIdx.x == 0) tr[7] = gtime();\n}",
     ),
 )
 

@@ -3,8 +3,7 @@ stored only at flush.
 
 :func:`launch_gated_delta_replay_step` first picks its kernel (:func:`replay_step_kernel`): on
 sm_90 with a bf16 or fp32 checkpoint, bf16 activations and bf16 records the CUDA C++ step
-(:mod:`~.gated_delta_replay_cuda`; GDN with a bf16 checkpoint and few (row, head) pairs
-excepted), the Triton kernel below otherwise.
+(:mod:`~.gated_delta_replay_cuda`), the Triton kernel below otherwise.
 
 The Triton kernel: one launch per step. Grid (cdiv(head_v_dim, SPAN_V), v_heads, batch); each program owns SPAN_V
 rows of one value head's [head_v_dim, head_k_dim] checkpoint of one row and walks them in

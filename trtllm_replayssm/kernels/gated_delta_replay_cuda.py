@@ -44,6 +44,7 @@ __all__ = [
     "SOURCE",
     "DeltaCudaConfig",
     "delta_cuda_config",
+    "runs_one_launch",
     "delta_cuda_unsupported",
     "delta_shape_unsupported",
     "delta_step_defines",
@@ -81,7 +82,7 @@ class DeltaCudaConfig:
     ``delta_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
     row, a multiple of 16 up to 128 dividing head_v_dim, registers capped for ``min_ctas`` resident
     CTAs; the other fields unused). ``one_launch``: the step kernel alone, forming each unit's
-    coefficients itself (always so for KDA, whatever this says)."""
+    coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`)."""
 
     rows: int
     stages: int
@@ -96,6 +97,12 @@ class DeltaCudaConfig:
             return f"cuda,small,{self.small_rows},m{self.min_ctas}"
         one = ",one" if self.one_launch else ""
         return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}"
+
+
+def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
+    """Whether the step kernel forms the coefficients itself (no coefficient launch): always for
+    KDA (``per_channel``), for GDN when ``cfg.one_launch``."""
+    return per_channel or cfg.one_launch
 
 
 def _records_padded(L: int) -> int:
@@ -230,7 +237,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
-             ONE_LAUNCH=int(per_channel or cfg.one_launch), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -283,8 +290,8 @@ def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q,
 def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor, q, k, g, beta, arrivals,
               scale) -> KernelArgs:
     """Parameters of ``delta_replay_step``, in the .cu file's order: the checkpoint's (load, store)
-    tensor maps first; ``coef`` and ``qk`` (GDN: the coefficient launch's blocks) are 0 for KDA, whose
-    step reads q, k, g, beta and counts cursor reads in ``arrivals`` (GDN: unused)."""
+    tensor maps first; ``coef`` and ``qk`` are the coefficient launch's blocks, 0 in one launch,
+    where the step reads q, k, g, beta and counts cursor reads in ``arrivals`` (two launches: unused)."""
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
@@ -308,10 +315,10 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                                   beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
                                   config: Optional[DeltaCudaConfig] = None) -> Tensor:
     """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, KDA's
-    step kernel each row's unit cursor reads (the last advances the cursor and resets the count to
-    zero); GDN's two launches do not use it (their step kernel advances the cursor once the
-    coefficient grid is complete).
+    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, the
+    step kernel in one launch (KDA; GDN at batch 3-16) each row's unit cursor reads (the last
+    advances the cursor and resets the count to zero); GDN's two launches do not use it (their step
+    kernel advances the cursor once the coefficient grid is complete).
 
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
@@ -335,7 +342,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                           scale)
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
-    one_launch = per_channel or cfg.one_launch
+    one_launch = runs_one_launch(cfg, per_channel)
     smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel

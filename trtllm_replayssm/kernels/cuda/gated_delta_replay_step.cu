@@ -213,6 +213,17 @@ __device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
   return v[0];
 }
 
+// GDN's decays, a lane a record, from exact suffix sums (no prefix subtraction): lane j's g record
+// in (read below w only), e_j = exp(g + sum_{j<i<w} g_i) out (0 from w on), and in every lane
+// e0 = exp(g + sum_{i<w} g_i).
+__device__ __forceinline__ float record_decays(float g_lane, int w, float gh, int lane, float& e0) {
+  float total;
+  const float later = warp_suffix_sums(lane < w ? g_lane : 0.0f, lane, total);
+  const float ej = lane < w ? __expf(later + gh) : 0.0f;
+  e0 = __expf(total + gh);
+  return ej;
+}
+
 #if !ONE_LAUNCH
 extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients(
     float* __restrict__ coef_out,    // [batch, VHEADS, COEF_FLOATS]
@@ -300,17 +311,15 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     }
   }
   float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
-  // Decays from exact suffix sums of the g records (no prefix subtraction).
-  float total;
-  const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);
-  const float ej = lane < w ? __expf(later + gh) : 0.0f;
+  float e0;
+  const float ej = record_decays(gj, w, gh, lane, e0);
   if (lane < LP) {
     blk[lane] = ej * pq;
     blk[LP + lane] = ej * pk;
     blk[2 * LP + lane] = ej;
   }
   if (lane == 0) {
-    blk[3 * LP] = __expf(total + gh);
+    blk[3 * LP] = e0;
     blk[3 * LP + 1] = kq;
     blk[3 * LP + 2] = bh;
     ((int*)blk)[3 * LP + 3] = w;
@@ -473,12 +482,11 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   }
 #if !PER_CHANNEL
   if (warp == 0) {
-    // Decays from exact suffix sums of the g records (no prefix subtraction), a lane a record.
-    float total;
-    const float later = warp_suffix_sums(lane < w ? gs[lane] : 0.0f, lane, total);
-    if (lane < LP) cf[2 * LP + lane] = lane < w ? __expf(later + gh) : 0.0f;
+    float e0;
+    const float ej = record_decays(lane < w ? gs[lane] : 0.0f, w, gh, lane, e0);
+    if (lane < LP) cf[2 * LP + lane] = ej;
     if (lane == 0) {
-      cf[3 * LP] = __expf(total + gh);
+      cf[3 * LP] = e0;
       if (grec_w && w < LREC - 1) grec_w[0] = gh;
     }
   }
@@ -510,16 +518,10 @@ __device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
-// One launch: a unit's cursor read counted in arrivals[slot] (acquire-release, after the
-// read); the row's last advances the cursor (0 after a flush, else w + 1) and zeroes the count.
+// One launch: a unit's cursor read counted (after the read); the row's last advances the cursor.
 __device__ __forceinline__ void count_cursor_read(int u, int units, int slot, int w, int* arrivals, int* cursor) {
   if (u >= units || slot < 0) return;
-  int arrived;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
-  if (arrived == VHEADS * PARTS - 1) {
-    arrivals[slot] = 0;
-    cursor[slot] = w == LREC - 1 ? 0 : w + 1;
-  }
+  advance_after_last_arrival(count_arrival(arrivals, slot), VHEADS * PARTS, arrivals, cursor, slot, w, LREC);
 }
 
 // One launch: element (batch row, value head) of unit u of a [batch, VHEADS] input (beta; GDN's g)
@@ -535,8 +537,8 @@ __device__ __forceinline__ float unit_scalar(int u, int units, const void* p, lo
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
-    const float* __restrict__ coef,                // GDN: [batch, VHEADS, COEF_FLOATS] (KDA: unused)
-    const float* __restrict__ qk,                  // GDN: [batch, KHEADS, QK_FLOATS] (KDA: unused)
+    const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS] (one launch: unused)
+    const float* __restrict__ qk,                  // [batch, KHEADS, QK_FLOATS] (one launch: unused)
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
     float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
@@ -953,12 +955,10 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
   __syncthreads();
   // Every thread's cursor read is performed once the barrier completes: count the CTA once.
   int arrived = 0;
-  if (t == 0 && live) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  if (t == 0 && live) arrived = count_arrival(arrivals, slot);
   // Decays (lane j: record j) and the lane's record coefficients.
-  float total;
-  const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);
-  const float ej = lane < w ? __expf(later + gh) : 0.0f;
-  const float e0 = __expf(total + gh);
+  float e0;
+  const float ej = record_decays(gj, w, gh, lane, e0);
   const float cq = lane < LP ? ej * sq_s[lane] : 0.0f, ckk = lane < LP ? ej * sk_s[lane] : 0.0f;
   // S0 q and S0 k (raw q and k; normalised as scalars) over the thread's chunks, summed over the row.
   float aq = 0.0f, ak = 0.0f;
@@ -1035,9 +1035,6 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
       *(uint4*)(ck_t + 128 * m) = pack_chunk(s);
     }
   }
-  if (t == 0 && arrived == VHEADS * SM_CTAS_PER_HEAD - 1) {
-    cursor[slot] = w == LREC - 1 ? 0 : w + 1;
-    arrivals[slot] = 0;
-  }
+  if (t == 0) advance_after_last_arrival(arrived, VHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }
 #endif  // !PER_CHANNEL

@@ -740,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   // row's last CTA advances the cursor at the end (acquire and release here, before any store of
   // the CTA: a fence at the end would wait for the stores, session 19).
   int arrived = 0;
-  if (t == 0 && live) asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  if (t == 0 && live) arrived = count_arrival(arrivals, slot);
 #if !SM_EARLY_MATH
   const SmallRowMath rm = small_row_math(dtj, dth, a, w, lane, p, ri, ck, cb, Crow);
 #endif
@@ -823,8 +823,5 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
 #endif
     }
   }
-  if (t == 0 && arrived == NHEADS * SM_CTAS_PER_HEAD - 1) {
-    cursor[slot] = w == LREC - 1 ? 0 : w + 1;
-    arrivals[slot] = 0;
-  }
+  if (t == 0) advance_after_last_arrival(arrived, NHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }

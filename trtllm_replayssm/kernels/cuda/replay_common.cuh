@@ -147,6 +147,24 @@ __device__ __forceinline__ void ring_init(u32 bars, int stages, u32 consumers) {
   __syncthreads();
 }
 
+// A batch row's arrival counted in arrivals[slot] (acquire-release: the caller's reads of the row's
+// cursor are performed before it); returns the count before it.
+__device__ __forceinline__ int count_arrival(int* arrivals, int slot) {
+  int arrived;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  return arrived;
+}
+
+// After the row's last arrival (``arrived``, from count_arrival, == ``expected`` - 1): its cursor
+// advanced (0 after a flush at w == lrec - 1, else w + 1) and its count zeroed for the next step.
+__device__ __forceinline__ void advance_after_last_arrival(int arrived, int expected, int* arrivals, int* cursor,
+                                                           int slot, int w, int lrec) {
+  if (arrived == expected - 1) {
+    cursor[slot] = w == lrec - 1 ? 0 : w + 1;
+    arrivals[slot] = 0;
+  }
+}
+
 // The slot and cursor of unit u (units of ``units_per_row`` per batch row): -1 and 0 past the
 // last unit, 0 for a padding row's cursor.
 __device__ __forceinline__ void unit_slot_cursor(int u, int units, int units_per_row, const int* slot_ids,
