@@ -142,8 +142,8 @@ _KDA_DECODE = Source(
     "python benchmarks/gated_delta_decode.py --family kda",
     _DOC,
     "GDN and KDA decode",
-    "2026-12-03 (session 23, KDA in one launch), KDA rows",
-    _RESULTS + "2026-12-03-h200-kda_decode_s23.json",
+    "2026-12-03 (session 24, coefficient warps), KDA rows",
+    _RESULTS + "2026-12-03-h200-kda_decode_s24.json",
 )
 _MAMBA2_VERIFY = Source(
     "2026-11-30",
@@ -193,12 +193,12 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L): (1.01, 1.05, 1.32, 1.50, 1.53),
     (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (1.02, 0.93, 1.23, 1.41, 1.50),
     (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
-    (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.85, 1.12, 1.38, 1.54, 1.62),
-    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.82, 1.07, 1.34, 1.50, 1.56),
-    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.68, 0.72, 0.73, 0.74, 0.75),
-    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.72, 0.79, 1.02, 1.18, 1.24),
-    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.68, 0.74, 0.95, 1.14, 1.19),
-    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.57, 0.56, 0.60, 0.64, 0.66),
+    (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.86, 1.12, 1.39, 1.56, 1.63),
+    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.82, 1.07, 1.35, 1.51, 1.52),
+    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.69, 0.72, 0.74, 0.74, 0.75),
+    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.20, 1.26),
+    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.78, 0.82, 1.02, 1.15, 1.21),
+    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.64, 0.66),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.

@@ -38,8 +38,10 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 
 
 # The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
-# with 128-row units; GDN's one-launch form; the small kernel with 16 and 32 rows a CTA.
-FORMS = ["table", "r128", "one", "small16", "small32"]
+# with 128-row units; GDN's one-launch form; one launch with four coefficient warps and three
+# stages; the small kernel with 16 and 32 rows a CTA. KDA: the forms of its one launch.
+FORMS = ["table", "r128", "one", "cw", "small16", "small32"]
+KDA_FORMS = ["table", "r128", "cw"]
 
 
 KDA_SHAPES = [
@@ -51,13 +53,23 @@ KDA_SHAPES = [
 
 
 def config(g, L, state, form, per_channel=False):
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, delta_step_shared_bytes
+    from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel)
     if form == "table":
         return cfg
     if form == "one":
         return dataclasses.replace(cfg, one_launch=True)
+    if form == "cw":  # three stages where they fit a multiprocessor, else two
+        fits = [
+            s
+            for s in (3, 2)
+            if delta_step_shared_bytes(g.head_k_dim, cfg.rows, L, s, STATES[state].itemsize, per_channel, True, 4)
+            + SMEM_RESERVED_PER_CTA
+            <= SMEM_PER_SM
+        ]
+        return dataclasses.replace(cfg, one_launch=True, coef_warps=4, stages=fits[0], min_ctas=1)
     if form.startswith("small"):
         rows = int(form[5:])
         if g.head_v_dim % rows:
@@ -100,7 +112,7 @@ def test_cuda_gdn_step_long_run_against_oracle(g, L, state, form):
 @needs_sm90
 @pytest.mark.parametrize("g,L", KDA_SHAPES)
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", FORMS[:2])
+@pytest.mark.parametrize("form", KDA_FORMS)
 def test_cuda_kda_step_long_run_against_oracle(g, L, state, form):
     check_against_oracle(g, L, state, form, per_channel=True)
 
@@ -117,7 +129,7 @@ def test_cuda_gdn_step_raw_qk_short_run(form):
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
 @pytest.mark.parametrize(
-    "per_channel,form", [(False, f) for f in FORMS] + [(True, f) for f in FORMS[:2]], ids=lambda v: str(v)
+    "per_channel,form", [(False, f) for f in FORMS] + [(True, f) for f in KDA_FORMS], ids=lambda v: str(v)
 )
 def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
     """Batch 64 at the 122B (GDN) or Kimi Linear (KDA) geometry: thousands of units, tens per CTA

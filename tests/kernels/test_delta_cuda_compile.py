@@ -23,22 +23,31 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_launch=False):
+def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_launch=False, coef_warps=None):
+    """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's)."""
     k_heads, v_heads, dk, dv, L = shape
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
+    if coef_warps is not None:
+        cfg = dataclasses.replace(cfg, coef_warps=coef_warps)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
-@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda"])
+@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw"])
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, family):
     _, _, dk, dv, L = shape
-    per_channel = family == "kda"
-    cfg, ptx = _ptx(shape, state_bytes, per_channel=per_channel, batch=batch, one_launch=family != "gdn")
+    per_channel = family.startswith("kda")
+    coef_warps = 4 if family.endswith("-cw") else None
+    cfg, ptx = _ptx(
+        shape, state_bytes, per_channel=per_channel, batch=batch, one_launch=family != "gdn", coef_warps=coef_warps
+    )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family != "gdn" or batch <= gc.ONE_LAUNCH_MAX_BATCH)
+    if coef_warps is None:  # the table's: KDA with a bf16 checkpoint up to COEF_WARPS_MAX_BATCH
+        table_cw = per_channel and state_bytes == 2 and batch <= gc.COEF_WARPS_MAX_BATCH
+        assert cfg.coef_warps == (gc.COEF_WARPS if table_cw else 0)
     assert ".entry delta_replay_step(" in ptx
     # Two launches only: the coefficient launch (one launch forms the coefficients in the step);
     # GDN only: the small kernel
@@ -46,8 +55,24 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert (".entry delta_replay_small(" in ptx) != per_channel
     assert ".local" not in ptx  # no arrays indexed at run time
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch)
+    assert compiled == gc.delta_step_shared_bytes(
+        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps
+    )
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+
+
+def test_coefficient_warps_need_one_launch():
+    two = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coef_warps=4)
+
+    def defines(cfg, per_channel):
+        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 4, True, torch.float32, torch.float32, per_channel))
+
+    with pytest.raises(ValueError, match="coef_warps 4 needs the step kernel in one launch"):
+        defines(two, per_channel=False)
+    with pytest.raises(ValueError, match="coef_warps 9; expected 0 to 8"):
+        defines(dataclasses.replace(two, coef_warps=9), per_channel=True)
+    assert defines(two, per_channel=True)["COEF_WARPS"] == 4
+    assert defines(dataclasses.replace(two, one_launch=True), per_channel=False)["COEF_WARPS"] == 4
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])

@@ -69,6 +69,14 @@ ONE_LAUNCH_MAX_BATCH = 16
 # bf16 checkpoints from this batch: units of 128 value rows (session 22: batch 64 57.67 against
 # 60.50 us with 64 rows, batch 256 194.59 against 193.95; batch 16 23.21 against 22.03).
 WIDE_UNITS_BATCH = 64
+# KDA with a bf16 checkpoint up to this batch: COEF_WARPS coefficient warps (H200, session 24,
+# Kimi Linear, L = 16, us, coefficient warps / without: batch 1 (32-row units) 4.73 / 5.21, 16
+# (128-row units, 4 stages) 13.65 / 15.53, 64 37.76 / 40.56; 256 126.86 / 128.18 and 512 243.81
+# / 241.58, where two CTAs an SM without them do as well; an fp32 checkpoint within 2% either way).
+# GDN does not take them yet: Qwen3.5-122B bf16 batch 16 ran 20.05 us with them (128 rows, 3
+# stages) against its one launch's 21.66, but batch 3-8 was not timed.
+COEF_WARPS_MAX_BATCH = 64
+COEF_WARPS = 4
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
@@ -82,7 +90,10 @@ class DeltaCudaConfig:
     ``delta_replay_small`` instead (no ring: a CTA per ``small_rows`` value rows of a head and batch
     row, a multiple of 16 up to 128 dividing head_v_dim, registers capped for ``min_ctas`` resident
     CTAs; the other fields unused). ``one_launch``: the step kernel alone, forming each unit's
-    coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`)."""
+    coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`).
+    ``coef_warps`` (one launch only): that many extra warps form each unit's coefficients as soon as
+    its stage is full, while the consumer warps work on the units before it (0: the consumer warps
+    form them first)."""
 
     rows: int
     stages: int
@@ -91,12 +102,14 @@ class DeltaCudaConfig:
     small: bool = False
     small_rows: int = 32
     one_launch: bool = False
+    coef_warps: int = 0
 
     def label(self) -> str:
         if self.small:
             return f"cuda,small,{self.small_rows},m{self.min_ctas}"
         one = ",one" if self.one_launch else ""
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}"
+        cw = f",cw{self.coef_warps}" if self.coef_warps else ""
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}"
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -115,29 +128,32 @@ def delta_coefficient_floats(L: int) -> int:
 
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
-                            per_channel: bool = False, one_launch: bool = False) -> int:
+                            per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
-    meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a
+    meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``coef_warps``; their partial
+    sums then ``coef_warps`` warps' instead of the consumers'). Mirrors the .cu file's STAGE_BYTES (a
     CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = (4 if per_channel else 2) * head_k_dim
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
     stage += delta_coefficient_floats(L) * 4 + v_bytes + 16
+    red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
-        stage += LP * head_k_dim * 4 + head_k_dim * 8 + (rows // 16) * (2 * LP + 4) * 4
+        stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
     elif one_launch:
-        stage += LP * 4 + head_k_dim * 4 + (rows // 16) * (2 * LP + 4) * 4
+        stage += LP * 4 + head_k_dim * 4 + red
     stage = (stage + 1023) // 1024 * 1024
-    return stages * stage + 1024 + 16 * stages
+    return stages * stage + 1024 + (24 if coef_warps else 16) * stages
 
 
-def _threads(rows: int) -> int:
-    """Threads of a step-kernel CTA: a consumer warp per 16 rows and the producer warp."""
-    return (rows // 16 + 1) * 32
+def _threads(rows: int, coef_warps: int = 0) -> int:
+    """Threads of a step-kernel CTA: a consumer warp per 16 rows, the coefficient warps and the
+    producer warp."""
+    return (rows // 16 + coef_warps + 1) * 32
 
 
 def _rows(head_v_dim: int, wide: bool = False) -> int:
@@ -157,16 +173,33 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the coefficient
     launch: units of 64 value rows (128 for a bf16 checkpoint from :data:`WIDE_UNITS_BATCH`), two
     stages, as many CTAs per multiprocessor as shared memory and a 128-register cap allow (at most
-    3), programmatic launches."""
+    3), programmatic launches. KDA with a bf16 checkpoint up to :data:`COEF_WARPS_MAX_BATCH`:
+    :data:`COEF_WARPS` coefficient warps, at batch 1 with units of 32 rows (16 where 32 do not tile
+    head_v_dim) and registers capped for as many CTAs as shared memory allows (at most 3: a unit
+    a CTA, the cap is what counts), from batch 2 with 128-row units (as wide units) and one CTA
+    an SM with as many stages as fit, up to 4."""
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
-    rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
-    per_cta = delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel, one_launch) + SMEM_RESERVED_PER_CTA
-    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (_threads(rows) * 128))
+    coef_warps = COEF_WARPS if per_channel and state_bytes == 2 and batch <= COEF_WARPS_MAX_BATCH else 0
+    if coef_warps and batch > 1:
+        rows = _rows(head_v_dim, wide=True)
+        for stages in (4, 3, 2):
+            smem = delta_step_shared_bytes(head_k_dim, rows, L, stages, state_bytes, per_channel, one_launch, coef_warps)
+            if smem + SMEM_RESERVED_PER_CTA <= SMEM_PER_SM:
+                return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps)
+    if coef_warps and batch == 1:
+        rows = 32 if head_v_dim % 32 == 0 else 16
+    else:
+        rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
+    per_cta = (delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel, one_launch, coef_warps)
+               + SMEM_RESERVED_PER_CTA)
+    ctas = min(3, SMEM_PER_SM // per_cta)
+    if not coef_warps:
+        ctas = min(ctas, REGISTERS_PER_SM // (_threads(rows) * 128))
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
-    return DeltaCudaConfig(rows=rows, stages=2, min_ctas=ctas, one_launch=one_launch)
+    return DeltaCudaConfig(rows=rows, stages=2, min_ctas=ctas, one_launch=one_launch, coef_warps=coef_warps)
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -229,6 +262,11 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     """
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
+    if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
+        raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
+                         f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if not 0 <= cfg.coef_warps <= 8:
+        raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
         if rows % 16 or not 16 <= rows <= 128 or head_v_dim % rows:
             raise ValueError(
@@ -237,7 +275,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
-             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -343,7 +381,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     one_launch = runs_one_launch(cfg, per_channel)
-    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch)
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:
@@ -354,7 +392,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                            coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),
                            pdl=cfg.pdl)
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
-    threads = _threads(cfg.rows)
+    threads = _threads(cfg.rows, cfg.coef_warps)
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     step_kernel.launch((grid,), threads, smem, stream,

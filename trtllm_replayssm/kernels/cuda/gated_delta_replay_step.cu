@@ -22,7 +22,7 @@
 //    read and write nothing. The cursor is only read here: the step kernel advances it.
 // 2. delta_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being ROWS
 //    value rows (a part) of one value head of one batch row, u = (b VHEADS + h) PARTS + part.
-//    Warp CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it
+//    Warp PRODUCER (the last) is the producer: per unit it waits for a free stage and fills it
 //    with one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
 //    bulk copy per d record position 0..w-1 (the part's ROWS values), one per k record 0..L-2
 //    for a flush, v of the part, the coefficient block and the qk block. Each consumer warp owns
@@ -49,6 +49,10 @@
 //    sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0, and a
 //    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, then go on as above; a KDA
 //    flush forms S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
+//    With COEF_WARPS, that many warps between the consumers and the producer form each unit's
+//    coefficients instead, as soon as its stage is full, and arrive on the stage's third (ready)
+//    barrier; the consumers wait for it and go straight to the products, so one unit's coefficients
+//    are formed while the consumers work on the unit before it.
 // 3. delta_replay_small (GDN): the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
@@ -58,7 +62,8 @@
 // SM_ROWS (the small kernel's rows a CTA: a multiple of 16 up to 128 dividing DV),
 // PER_CHANNEL (0: GDN, a log-decay per value head; 1: KDA, one per key channel; the small kernel
 // takes GDN only), ONE_LAUNCH (1: the step kernel forms the coefficients itself, always for KDA;
-// 0: GDN's two launches), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta
+// 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
+// do), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta
 // (0 fp32, 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
@@ -66,6 +71,11 @@
 #define VPK (VHEADS / KHEADS)               // value heads per key head
 #define PARTS (DV / ROWS)                   // units per (row, value head)
 #define CONSUMERS (ROWS / 16)
+#ifndef COEF_WARPS
+#define COEF_WARPS 0
+#endif
+#define PRODUCER (CONSUMERS + COEF_WARPS)   // the producer's warp index
+#define CWARPS (COEF_WARPS ? COEF_WARPS : CONSUMERS)  // warps forming a unit's coefficients (one launch)
 #define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
 #define EPC (16 / ES)                       // checkpoint elements per 16-byte chunk
 #define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
@@ -91,7 +101,7 @@
 #define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
 #define IN_BYTES (ONE_LAUNCH ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)
 #define OFF_IN (OFF_G + G_BYTES)
-#define RED_FLOATS (ONE_LAUNCH ? CONSUMERS * (2 * LP + 4) : 0)
+#define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + 4) : 0)
 #define OFF_RED (OFF_IN + IN_BYTES)
 #define OFF_META (OFF_RED + RED_FLOATS * 4)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
@@ -99,7 +109,7 @@
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
-extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + (COEF_WARPS ? 24 : 16) * STAGES;
 
 // Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
@@ -375,20 +385,23 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
 }
 
 #if ONE_LAUNCH
-// One launch (KDA; GDN when asked): a unit's coefficients, formed by the consumer warps together
-// (tid: 0 .. CONSUMERS*32-1, named barrier 1) from the stage the producer filled: the step's q, k
+// One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
+// consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
+// from the stage the producer filled: the step's q, k
 // (bf16; KDA: g, G_CODE) at OFF_IN, records 0..w-1 of k̂ (OFF_K) and g (OFF_G, fp32; GDN: a
-// scalar each). q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM), a thread a column c:
+// scalar each). q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM). One pass, a thread a column c, on
+// the raw q and k (the norms are scalars, applied once the pass's sums are in):
 //   KDA: e_j = exp(g + sum_{j<i<w} g_i) for j < w from a suffix scan over the column's g records
 //        (exact sums, no prefix subtraction), e0 = exp(g + sum_{i<w} g_i), U_j = e_j ⊙ k̂_j
 //        (written over g record j for a flush, w == L-1); scores sq_j = U_j . q̂, sk_j = U_j . k̂;
 //        the qk block e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in the coefficient block.
 //   GDN: scores k̂_j . q̂ and k̂_j . k̂, then times e_j (warp 0: suffix sums of the g records, a
 //        lane a record); the qk block q̂, k̂; e_j and e0 in the coefficient block.
-// The scores are per-warp butterfly reduce-scatters summed over the warps in a fixed order. Writes
-// the stage's coefficient block (as launch 1 does) and qk block; appends g (part 0 of the head) and
-// k̂ (part 0 of the key head's first value head) at w below L-1 (records 0..w-1, the only ones
-// read, are not written).
+// The scores and |q|², |k|², q . k are per-warp sums (a butterfly reduce-scatter for the scores)
+// added over the warps in a fixed order after the first barrier; each thread then scales its own
+// columns of the qk block; the second barrier publishes the blocks. Writes the stage's coefficient
+// block (as launch 1 does) and qk block; appends g (part 0 of the head) and k̂ (part 0 of the key
+// head's first value head) at w below L-1 (records 0..w-1, the only ones read, are not written).
 __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, int tid, float beta, float gh,
                                                   float scale, float* grec_w, u16* krec_w) {
   const int lane = tid & 31, warp = tid >> 5;
@@ -398,41 +411,18 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   float* gs = (float*)(gstage + OFF_G);
   float* qks = (float*)(gstage + OFF_QK);
   float* cf = (float*)(gstage + OFF_COEF);
-  float* red = (float*)(gstage + OFF_RED);  // [CONSUMERS][2 LP] scores, then [CONSUMERS][4] norms
-  float* rn = red + CONSUMERS * 2 * LP;
+  float* red = (float*)(gstage + OFF_RED);  // [CWARPS][2 LP] scores, then [CWARPS][4] norms
+  float* rn = red + CWARPS * 2 * LP;
+  const bool append = w < LREC - 1;
   float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
-  for (int c = tid; c < DK; c += CONSUMERS * 32) {
+  float pq[LP], pk[LP];
+#pragma unroll
+  for (int j = 0; j < LP; ++j) pq[j] = pk[j] = 0.0f;
+  for (int c = tid; c < DK; c += CWARPS * 32) {
     const float qc = bf16_to_f32(qin[c]), kc = bf16_to_f32(kin[c]);
     nq += qc * qc;
     nk += kc * kc;
     nqk += qc * kc;
-  }
-  nq = warp_sum(nq);
-  nk = warp_sum(nk);
-  nqk = warp_sum(nqk);
-  if (lane == 0) {
-    rn[warp * 4] = nq;
-    rn[warp * 4 + 1] = nk;
-    rn[warp * 4 + 2] = nqk;
-  }
-  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
-  nq = nk = nqk = 0.0f;
-#pragma unroll
-  for (int i = 0; i < CONSUMERS; ++i) {
-    nq += rn[i * 4];
-    nk += rn[i * 4 + 1];
-    nqk += rn[i * 4 + 2];
-  }
-#if L2NORM
-  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
-#else
-  const float rq = scale, rk = 1.0f;
-#endif
-  float pq[LP], pk[LP];
-#pragma unroll
-  for (int j = 0; j < LP; ++j) pq[j] = pk[j] = 0.0f;
-  for (int c = tid; c < DK; c += CONSUMERS * 32) {
-    const float qh = bf16_to_f32(qin[c]) * rq, kh = bf16_to_f32(kin[c]) * rk;
 #if PER_CHANNEL
     const float gc = load_f32<G_CODE>(qin + 2 * DK, c);
     const bool flush = w == LREC - 1;
@@ -443,30 +433,29 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
         const float gj = gs[j * DK + c];
         const float u = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
         if (flush) gs[j * DK + c] = u;
-        pq[j] += u * qh;
-        pk[j] += u * kh;
+        pq[j] += u * qc;
+        pk[j] += u * kc;
         acc += gj;
       }
     }
     const float e0 = __expf(acc + gc);
-    qks[c] = e0 * qh;
-    qks[DK + c] = e0 * kh;
-    qks[2 * DK + c] = kh;
+    qks[c] = e0 * qc;
+    qks[DK + c] = e0 * kc;
+    qks[2 * DK + c] = kc;
     qks[3 * DK + c] = e0;
-    if (grec_w && w < LREC - 1) grec_w[c] = gc;
+    if (grec_w && append) grec_w[c] = gc;
 #else
 #pragma unroll
     for (int j = 0; j < LP; ++j) {
       if (j < w) {
         const float kj = bf16_to_f32(ks[j * DK + c]);
-        pq[j] += kj * qh;
-        pk[j] += kj * kh;
+        pq[j] += kj * qc;
+        pk[j] += kj * kc;
       }
     }
-    qks[c] = qh;
-    qks[DK + c] = kh;
+    qks[c] = qc;
+    qks[DK + c] = kc;
 #endif
-    if (krec_w && w < LREC - 1) krec_w[c] = f32_to_bf16(kh);
   }
   // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.
 #pragma unroll
@@ -480,6 +469,14 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float r = warp_reduce_scatter32(v, lane);
     red[warp * 2 * LP + (lane < 16 ? c0 + lane : LP + c0 + lane - 16)] = r;
   }
+  nq = warp_sum(nq);
+  nk = warp_sum(nk);
+  nqk = warp_sum(nqk);
+  if (lane == 0) {
+    rn[warp * 4] = nq;
+    rn[warp * 4 + 1] = nk;
+    rn[warp * 4 + 2] = nqk;
+  }
 #if !PER_CHANNEL
   if (warp == 0) {
     float e0;
@@ -487,15 +484,40 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     if (lane < LP) cf[2 * LP + lane] = ej;
     if (lane == 0) {
       cf[3 * LP] = e0;
-      if (grec_w && w < LREC - 1) grec_w[0] = gh;
+      if (grec_w && append) grec_w[0] = gh;
     }
   }
 #endif
-  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
-  for (int t = tid; t < 2 * LP; t += CONSUMERS * 32) {
+  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
+  nq = nk = nqk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < CWARPS; ++i) {
+    nq += rn[i * 4];
+    nk += rn[i * 4 + 1];
+    nqk += rn[i * 4 + 2];
+  }
+#if L2NORM
+  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
+#else
+  const float rq = scale, rk = 1.0f;
+#endif
+  // The thread's own columns of the qk block (written by it above) scaled: q̂ and k̂.
+  for (int c = tid; c < DK; c += CWARPS * 32) {
+    qks[c] *= rq;
+    qks[DK + c] *= rk;
+#if PER_CHANNEL
+    const float kh = qks[2 * DK + c] * rk;
+    qks[2 * DK + c] = kh;
+#else
+    const float kh = qks[DK + c];
+#endif
+    if (krec_w && append) krec_w[c] = f32_to_bf16(kh);
+  }
+  for (int t = tid; t < 2 * LP; t += CWARPS * 32) {
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < CONSUMERS; ++i) sum += red[i * 2 * LP + t];
+    for (int i = 0; i < CWARPS; ++i) sum += red[i * 2 * LP + t];
+    sum *= t < LP ? rq : rk;
     cf[t] = PER_CHANNEL ? sum : sum * cf[2 * LP + (t % LP)];
   }
   if (tid == 0) {
@@ -504,7 +526,21 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     cf[3 * LP + 2] = beta;
     ((int*)cf)[3 * LP + 3] = w;
   }
-  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 32) : "memory");
+  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
+}
+
+// One launch: unit_coefficients for the unit of (slot >= 0, value head h, part) in a stage, with w,
+// beta and GDN's g from the stage's meta and the append positions: g at part 0, k̂ at part 0 of the
+// key head's first value head.
+__device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int slot, int h, int part, int tid, float scale,
+                                                   float* g_records, long long sgr_slot, long long sgr_head,
+                                                   long long sgr_pos, u16* k_records, long long skr_slot,
+                                                   long long skr_head, long long skr_pos) {
+  const int* meta = (const int*)(gstage + OFF_META);
+  const int w = meta[1];
+  float* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
+  u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
+  unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
 }
 
 // One launch (GDN): a 4-byte asynchronous copy to shared memory, and the arrival that makes the
@@ -534,7 +570,7 @@ __device__ __forceinline__ float unit_scalar(int u, int units, const void* p, lo
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_replay_step(
+extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delta_replay_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
     const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS] (one launch: unused)
@@ -555,15 +591,40 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (, ready[STAGES])
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * VHEADS * PARTS;
   // The next grid (launched programmatically) may be scheduled now; it waits for this grid's
   // completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
+#if COEF_WARPS
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * (2 * STAGES + s), 1);  // ready: the coefficient warps
+  }
+#endif
   ring_init(bars, STAGES, CONSUMERS);
 
-  if (warp == CONSUMERS) {
+#if COEF_WARPS
+  if (warp >= CONSUMERS && warp < PRODUCER) {
+    // ---------------- coefficient warps: each unit's coefficients, as soon as its stage is full,
+    // while the consumers work on the previous units; the stage's ready barrier then lets them in.
+    int i = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+      const int st = i % STAGES;
+      unsigned char* const gstage = gbase + st * STAGE_BYTES;
+      mbar_wait(bars + 8 * st, (i / STAGES) & 1);
+      const int slot = ((const int*)(gstage + OFF_META))[0];
+      const int bh = u / PARTS;
+      if (slot >= 0)
+        stage_coefficients(gstage, slot, bh % VHEADS, u - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
+                           sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
+      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(bars + 8 * (2 * STAGES + st));
+    }
+    return;
+  }
+#endif
+
+  if (warp == PRODUCER) {
     // ---------------- producer
     // Slots and cursors of the CTA's next 32 units, a lane each, requested before any
     // checkpoint tile (a load issued after the tiles waits behind them).
@@ -701,21 +762,18 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
     mbar_wait(full, (i / STAGES) & 1);
+#if COEF_WARPS
+    mbar_wait(bars + 8 * (2 * STAGES + st), (i / STAGES) & 1);  // the coefficient warps are done with it
+#endif
     const int slot = ((const int*)(gstage + OFF_META))[0];
     bool released = false;  // the stage given back to the producer
     if (slot >= 0) {
       const float* cf = (const float*)(gstage + OFF_COEF);
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
-#if ONE_LAUNCH
-      {
-        const int* meta = (const int*)(gstage + OFF_META);
-        const int wm = meta[1];
-        float* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + wm * sgr_pos : nullptr;
-        u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + wm * skr_pos : nullptr;
-        unit_coefficients(gstage, wm, warp * 32 + lane, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w,
-                          krec_w);
-      }
+#if ONE_LAUNCH && !COEF_WARPS
+      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
+                         skr_slot, skr_head, skr_pos);
 #endif
       // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, exact fp32 products.
       float sq, sk;
