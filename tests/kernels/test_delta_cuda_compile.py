@@ -23,16 +23,18 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_launch=False, coef_warps=None):
-    """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's)."""
+def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_launch=False, coef_warps=None, s0_mma=False):
+    """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's;
+    ``s0_mma``: the S0 products on tensor cores)."""
     k_heads, v_heads, dk, dv, L = shape
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     if coef_warps is not None:
         cfg = dataclasses.replace(cfg, coef_warps=coef_warps)
+    cfg = dataclasses.replace(cfg, s0_mma=s0_mma)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
-@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw"])
+@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "kda-mma"])
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
@@ -40,8 +42,17 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     _, _, dk, dv, L = shape
     per_channel = family.startswith("kda")
     coef_warps = 4 if family.endswith("-cw") else None
+    s0_mma = family.endswith("-mma")
+    if s0_mma and state_bytes != 2:
+        pytest.skip("the tensor-core S0 products take bf16 checkpoints")
     cfg, ptx = _ptx(
-        shape, state_bytes, per_channel=per_channel, batch=batch, one_launch=family != "gdn", coef_warps=coef_warps
+        shape,
+        state_bytes,
+        per_channel=per_channel,
+        batch=batch,
+        one_launch=family != "gdn",
+        coef_warps=coef_warps,
+        s0_mma=s0_mma,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family != "gdn" or batch <= gc.ONE_LAUNCH_MAX_BATCH)
@@ -56,8 +67,9 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert ".local" not in ptx  # no arrays indexed at run time
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == gc.delta_step_shared_bytes(
-        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps
+        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps, s0_mma
     )
+    assert ("mma.sync.aligned.m16n8k16" in ptx) == s0_mma
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
 
 
@@ -73,6 +85,17 @@ def test_coefficient_warps_need_one_launch():
         defines(dataclasses.replace(two, coef_warps=9), per_channel=True)
     assert defines(two, per_channel=True)["COEF_WARPS"] == 4
     assert defines(dataclasses.replace(two, one_launch=True), per_channel=False)["COEF_WARPS"] == 4
+
+
+def test_tensor_core_s0_needs_bf16_checkpoint_in_one_launch():
+    one = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, one_launch=True, s0_mma=True)
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint"):
+        gc.delta_step_defines(16, 64, 128, 128, 16, one, 4, True, torch.float32, torch.float32)
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint"):
+        gc.delta_step_defines(
+            16, 64, 128, 128, 16, dataclasses.replace(one, one_launch=False), 2, True, torch.float32, torch.float32
+        )
+    assert dict(gc.delta_step_defines(16, 64, 128, 128, 16, one, 2, True, torch.float32, torch.float32))["S0_MMA"] == 1
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])

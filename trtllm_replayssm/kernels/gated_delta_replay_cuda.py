@@ -93,7 +93,8 @@ class DeltaCudaConfig:
     coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`).
     ``coef_warps`` (one launch only): that many extra warps form each unit's coefficients as soon as
     its stage is full, while the consumer warps work on the units before it (0: the consumer warps
-    form them first)."""
+    form them first). ``s0_mma`` (a bf16 checkpoint in one launch only): the consumers' S0 q̂ and
+    S0 k̂ on tensor cores (m16n8k16, q̂ and k̂ as three bf16 parts each) instead of fp32 FMAs."""
 
     rows: int
     stages: int
@@ -103,13 +104,15 @@ class DeltaCudaConfig:
     small_rows: int = 32
     one_launch: bool = False
     coef_warps: int = 0
+    s0_mma: bool = False
 
     def label(self) -> str:
         if self.small:
             return f"cuda,small,{self.small_rows},m{self.min_ctas}"
         one = ",one" if self.one_launch else ""
         cw = f",cw{self.coef_warps}" if self.coef_warps else ""
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}"
+        mma = ",mma" if self.s0_mma else ""
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}"
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -128,13 +131,15 @@ def delta_coefficient_floats(L: int) -> int:
 
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
-                            per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0) -> int:
+                            per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
+                            s0_mma: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
     meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``coef_warps``; their partial
-    sums then ``coef_warps`` warps' instead of the consumers'). Mirrors the .cu file's STAGE_BYTES (a
+    sums then ``coef_warps`` warps' instead of the consumers'; with ``s0_mma`` the tensor-core B
+    fragments, 16 bytes a head_k_dim column). Mirrors the .cu file's STAGE_BYTES (a
     CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
@@ -146,6 +151,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
         stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
     elif one_launch:
         stage += LP * 4 + head_k_dim * 4 + red
+    stage += head_k_dim * 16 if s0_mma else 0
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + (24 if coef_warps else 16) * stages
 
@@ -265,6 +271,11 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if cfg.s0_mma and (cfg.small or state_bytes != 2 or not runs_one_launch(cfg, per_channel)):
+        raise ValueError(
+            f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel in one launch; got "
+            f"{state_bytes}-byte checkpoint elements, small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}"
+        )
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
@@ -275,7 +286,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
-             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -381,7 +392,8 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     one_launch = runs_one_launch(cfg, per_channel)
-    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps)
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps,
+                                   cfg.s0_mma)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:

@@ -63,7 +63,8 @@
 // PER_CHANNEL (0: GDN, a log-decay per value head; 1: KDA, one per key channel; the small kernel
 // takes GDN only), ONE_LAUNCH (1: the step kernel forms the coefficients itself, always for KDA;
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
-// do), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta
+// do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
+// three bf16 parts each), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta
 // (0 fp32, 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
@@ -103,7 +104,15 @@
 #define OFF_IN (OFF_G + G_BYTES)
 #define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + 4) : 0)
 #define OFF_RED (OFF_IN + IN_BYTES)
-#define OFF_META (OFF_RED + RED_FLOATS * 4)
+#ifndef S0_MMA
+#define S0_MMA 0
+#endif
+#if S0_MMA && (CKPT_F32 || !ONE_LAUNCH)
+#error "S0_MMA takes a bf16 checkpoint in one launch"
+#endif
+#define FRAG_BYTES (S0_MMA ? DK * 16 : 0)  // S0_MMA: B fragments [DK / 16 k tiles][32 lanes][2 u32]
+#define OFF_FRAG (OFF_RED + RED_FLOATS * 4)
+#define OFF_META (OFF_FRAG + FRAG_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 
@@ -384,6 +393,58 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
 
+#if S0_MMA
+// S0_MMA: column c of the S0 products' B operand (m16n8k16, .col, bf16) in the stage's fragment
+// block, as a lane of k tile c / 16 holds it: n = 0-2 the three bf16 parts of x (split3: exact to
+// 24 bits), n = 3-5 those of y, n = 6-7 zero.
+__device__ __forceinline__ void frag_column(unsigned char* gstage, int c, float x, float y) {
+  u16* f = (u16*)(gstage + OFF_FRAG);
+  const int kin = c & 15, base = ((c >> 4) * 32 + ((kin & 7) >> 1)) * 4 + (kin >> 3) * 2 + (kin & 1);
+  float p[8];
+  split3(x, p[0], p[1], p[2]);
+  split3(y, p[3], p[4], p[5]);
+  p[6] = p[7] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) f[base + n * 16] = f32_to_bf16(p[n]);  // lane n * 4 + tq: + 16 u16 a column
+}
+
+// s0_dots on tensor cores (bf16 checkpoint): the warp's 16 rows as the A operand (ldmatrix from the
+// swizzled boxes), the fragment block as B, two fp32 accumulators (even and odd k tiles); row r's
+// products are D[r][0..2] (S0 x) and D[r][3..5] (S0 y), added within each quad of lanes and
+// handed to lanes r and r + 16.
+__device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gstage, int r0, int lane, float& sq, float& sk) {
+  const uint2* frag = (const uint2*)(gstage + OFF_FRAG);
+  float part[2][4] = {};
+  const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int k0 = 0; k0 < DK; k0 += 16) {
+    u32 a0, a1, a2, a3;
+    ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 8), a0, a1, a2, a3);
+    const uint2 b = frag[(k0 / 16) * 32 + lane];
+    mma_bf16(part[(k0 / 16) & 1], a0, a1, a2, a3, b.x, b.y);
+  }
+  // Lane (g = lane / 4, t = lane % 4) holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
+  const int t = lane & 3;
+  float d[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = part[0][i] + part[1][i];
+  float qlo = t == 0 ? d[0] + d[1] : (t == 1 ? d[0] : 0.0f), klo = t == 1 ? d[1] : (t == 2 ? d[0] + d[1] : 0.0f);
+  float qhi = t == 0 ? d[2] + d[3] : (t == 1 ? d[2] : 0.0f), khi = t == 1 ? d[3] : (t == 2 ? d[2] + d[3] : 0.0f);
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    qlo += __shfl_xor_sync(0xffffffffu, qlo, o);
+    klo += __shfl_xor_sync(0xffffffffu, klo, o);
+    qhi += __shfl_xor_sync(0xffffffffu, qhi, o);
+    khi += __shfl_xor_sync(0xffffffffu, khi, o);
+  }
+  const int r = lane & 15, src = (r & 7) * 4;
+  const float ql = __shfl_sync(0xffffffffu, qlo, src), qh = __shfl_sync(0xffffffffu, qhi, src);
+  const float kl = __shfl_sync(0xffffffffu, klo, src), kh = __shfl_sync(0xffffffffu, khi, src);
+  sq = r < 8 ? ql : qh;
+  sk = r < 8 ? kl : kh;
+}
+#endif
+
 #if ONE_LAUNCH
 // One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
 // consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
@@ -512,6 +573,9 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float kh = qks[DK + c];
 #endif
     if (krec_w && append) krec_w[c] = f32_to_bf16(kh);
+#if S0_MMA
+    frag_column(gstage, c, qks[c], qks[DK + c]);
+#endif
   }
   for (int t = tid; t < 2 * LP; t += CWARPS * 32) {
     float sum = 0.0f;
@@ -777,7 +841,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #endif
       // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, exact fp32 products.
       float sq, sk;
+#if S0_MMA
+      s0_dots_mma(stage, gstage, r0, lane, sq, sk);
+#else
       s0_dots(gstage, qks, r0, lane, sq, sk);
+#endif
       const int w = ((const int*)cf)[3 * LP + 3];  // exact; the producer's read may be one step ahead
 #if !ONE_LAUNCH
       // The row's cursor advances here, once (head 0, part 0): the coefficient grid that read it

@@ -109,6 +109,36 @@ __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int 
 // swizzle (16-byte chunk index XOR row % 8; the box starts 1024-byte aligned).
 __device__ __forceinline__ u32 swizzle128(u32 r, u32 cb) { return r * 128u + ((((cb >> 4) ^ (r & 7u)) << 4) | (cb & 15u)); }
 
+// ldmatrix (four 8x8 b16 matrices, plain or transposed) and the m16n8k16 bf16 product.
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// d += a b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// v = hi + mid + lo, each bf16, exact to 24 bits of v.
+__device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo) {
+  hi = bf16_to_f32(f32_to_bf16(v));
+  float r = v - hi;
+  mid = bf16_to_f32(f32_to_bf16(r));
+  lo = r - mid;
+}
+
 // Sum over the warp, every lane gets it.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
