@@ -41,8 +41,8 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # with 128-row units; GDN's one-launch form; one launch with four coefficient warps and three
 # stages; both with the S0 products on tensor cores (bf16 checkpoints); the small kernel with 16
 # and 32 rows a CTA. KDA: the forms of its one launch.
-FORMS = ["table", "r128", "one", "cw", "one-mma", "cw-mma", "small16", "small32"]
-KDA_FORMS = ["table", "r128", "cw", "one-mma", "cw-mma"]
+FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "small16", "small32"]
+KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma"]
 
 
 KDA_SHAPES = [
@@ -61,7 +61,11 @@ def config(g, L, state, form, per_channel=False):
     if form.endswith("-mma"):
         if STATES[state].itemsize != 2:
             pytest.skip("the tensor-core S0 products take bf16 checkpoints")
-        return dataclasses.replace(config(g, L, state, form[:-4], per_channel), s0_mma=True)
+        cfg = config(g, L, state, form[:-4], per_channel)  # a larger stage: as many CTAs as still fit
+        smem = delta_step_shared_bytes(
+            g.head_k_dim, cfg.rows, L, cfg.stages, 2, per_channel, cfg.one_launch or per_channel, cfg.coef_warps, True
+        )
+        return dataclasses.replace(cfg, s0_mma=True, min_ctas=min(cfg.min_ctas, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)))
     if form == "table":
         return cfg
     if form == "one":

@@ -30,11 +30,15 @@ def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_laun
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     if coef_warps is not None:
         cfg = dataclasses.replace(cfg, coef_warps=coef_warps)
-    cfg = dataclasses.replace(cfg, s0_mma=s0_mma)
+    if s0_mma:  # a larger stage: as many of the table's CTAs as still fit
+        smem = gc.delta_step_shared_bytes(
+            dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, cfg.one_launch, cfg.coef_warps, True
+        )
+        cfg = dataclasses.replace(cfg, s0_mma=True, min_ctas=min(cfg.min_ctas, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)))
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
-@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "kda-mma"])
+@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "gdn-one-mma", "kda-mma"])
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
@@ -50,12 +54,12 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         state_bytes,
         per_channel=per_channel,
         batch=batch,
-        one_launch=family != "gdn",
+        one_launch=family not in ("gdn", "gdn-mma"),
         coef_warps=coef_warps,
         s0_mma=s0_mma,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
-    assert one_launch == (family != "gdn" or batch <= gc.ONE_LAUNCH_MAX_BATCH)
+    assert one_launch == (family not in ("gdn", "gdn-mma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
     if coef_warps is None:  # the table's: KDA with a bf16 checkpoint up to COEF_WARPS_MAX_BATCH
         table_cw = per_channel and state_bytes == 2 and batch <= gc.COEF_WARPS_MAX_BATCH
         assert cfg.coef_warps == (gc.COEF_WARPS if table_cw else 0)
@@ -87,15 +91,18 @@ def test_coefficient_warps_need_one_launch():
     assert defines(dataclasses.replace(two, one_launch=True), per_channel=False)["COEF_WARPS"] == 4
 
 
-def test_tensor_core_s0_needs_bf16_checkpoint_in_one_launch():
-    one = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, one_launch=True, s0_mma=True)
-    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint"):
-        gc.delta_step_defines(16, 64, 128, 128, 16, one, 4, True, torch.float32, torch.float32)
-    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint"):
-        gc.delta_step_defines(
-            16, 64, 128, 128, 16, dataclasses.replace(one, one_launch=False), 2, True, torch.float32, torch.float32
-        )
-    assert dict(gc.delta_step_defines(16, 64, 128, 128, 16, one, 2, True, torch.float32, torch.float32))["S0_MMA"] == 1
+def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
+    two = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, s0_mma=True)
+
+    def defines(cfg, state_bytes):
+        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32))
+
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint and the step kernel; got 4-byte"):
+        defines(two, 4)
+    with pytest.raises(ValueError, match="small=True"):
+        defines(dataclasses.replace(two, small=True), 2)
+    assert defines(two, 2)["S0_MMA"] == 1 and defines(dataclasses.replace(two, s0_mma=False), 2)["S0_MMA"] == 0
+    assert gc.delta_coefficient_floats(16, s0_mma=True) == gc.delta_coefficient_floats(16) + 4
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])

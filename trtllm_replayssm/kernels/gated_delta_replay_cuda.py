@@ -93,8 +93,9 @@ class DeltaCudaConfig:
     coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`).
     ``coef_warps`` (one launch only): that many extra warps form each unit's coefficients as soon as
     its stage is full, while the consumer warps work on the units before it (0: the consumer warps
-    form them first). ``s0_mma`` (a bf16 checkpoint in one launch only): the consumers' S0 q̂ and
-    S0 k̂ on tensor cores (m16n8k16, q̂ and k̂ as three bf16 parts each) instead of fp32 FMAs."""
+    form them first). ``s0_mma`` (a bf16 checkpoint only): the consumers' S0 q̂ and S0 k̂ on tensor
+    cores (m16n8k16; GDN on the raw bf16 q and k, the norms applied after; KDA's e0 ⊙ q̂ and e0 ⊙ k̂
+    as three bf16 parts each) instead of fp32 FMAs."""
 
     rows: int
     stages: int
@@ -125,9 +126,10 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
-def delta_coefficient_floats(L: int) -> int:
-    """Floats of one (row, value head) coefficient block: sq[LP], sk[LP], e[LP], e0, kq, beta, w."""
-    return 3 * _records_padded(L) + 4
+def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
+    """Floats of one (row, value head) coefficient block: sq[LP], sk[LP], e[LP], e0, kq, beta, w;
+    with ``s0_mma`` then rq, rk (q̂ = rq q, k̂ = rk k) and two floats of padding."""
+    return 3 * _records_padded(L) + (8 if s0_mma else 4)
 
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
@@ -138,20 +140,22 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
     meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``coef_warps``; their partial
-    sums then ``coef_warps`` warps' instead of the consumers'; with ``s0_mma`` the tensor-core B
-    fragments, 16 bytes a head_k_dim column). Mirrors the .cu file's STAGE_BYTES (a
+    sums then ``coef_warps`` warps' instead of the consumers'; with ``s0_mma`` the step's q and k in
+    two launches too, and KDA's tensor-core B fragments, 16 bytes a head_k_dim column). Mirrors the .cu file's STAGE_BYTES (a
     CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = (4 if per_channel else 2) * head_k_dim
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
-    stage += delta_coefficient_floats(L) * 4 + v_bytes + 16
+    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + 16
     red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
         stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
     elif one_launch:
         stage += LP * 4 + head_k_dim * 4 + red
-    stage += head_k_dim * 16 if s0_mma else 0
+    elif s0_mma:
+        stage += head_k_dim * 4
+    stage += head_k_dim * 16 if s0_mma and per_channel else 0
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + (24 if coef_warps else 16) * stages
 
@@ -271,10 +275,10 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if cfg.s0_mma and (cfg.small or state_bytes != 2 or not runs_one_launch(cfg, per_channel)):
+    if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
-            f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel in one launch; got "
-            f"{state_bytes}-byte checkpoint elements, small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}"
+            f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
+            f"{state_bytes}-byte checkpoint elements, small={cfg.small}"
         )
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
@@ -398,7 +402,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:
         coef_kernel = load_kernel(SOURCE, "delta_replay_coefficients", defines, device, 0)
-        coef = torch.empty(batch * v_heads * delta_coefficient_floats(L), dtype=torch.float32, device=device)
+        coef = torch.empty(batch * v_heads * delta_coefficient_floats(L, cfg.s0_mma), dtype=torch.float32, device=device)
         qk = torch.empty(batch * k_heads * 2 * head_k_dim, dtype=torch.float32, device=device)
         coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
                            coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),

@@ -88,7 +88,14 @@
 #define V_BYTES (ROWS * 2)
 #define QK_FLOATS ((PER_CHANNEL ? 4 : 2) * DK)  // GDN: q̂, k̂; KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0
 #define QK_BYTES (QK_FLOATS * 4)
-#define COEF_FLOATS (3 * LP + 4)            // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int)
+#ifndef S0_MMA
+#define S0_MMA 0
+#endif
+#if S0_MMA && CKPT_F32
+#error "S0_MMA takes a bf16 checkpoint"
+#endif
+// sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
+#define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
 #define COEF_BYTES (COEF_FLOATS * 4)
 #define OFF_D CKPT_BYTES
 #define OFF_K (OFF_D + D_BYTES)
@@ -96,21 +103,15 @@
 #define OFF_COEF (OFF_QK + QK_BYTES)
 #define OFF_V (OFF_COEF + COEF_BYTES)
 // One launch only: the g records (KDA: [LP][DK], then a flush's U_j = e_j ⊙ k̂_j; GDN: [LP]), the
-// step's q, k (bf16) and KDA's g (G_CODE), the consumer warps' partial sums.
+// step's q, k (bf16; also with S0_MMA) and KDA's g (G_CODE), the consumer warps' partial sums.
 #define G_BYTES (ONE_LAUNCH ? (PER_CHANNEL ? LP * DK * 4 : LP * 4) : 0)
 #define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
 #define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
-#define IN_BYTES (ONE_LAUNCH ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)
+#define IN_BYTES (ONE_LAUNCH || S0_MMA ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)  // (GDN's S0_MMA: q, k too)
 #define OFF_IN (OFF_G + G_BYTES)
 #define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + 4) : 0)
 #define OFF_RED (OFF_IN + IN_BYTES)
-#ifndef S0_MMA
-#define S0_MMA 0
-#endif
-#if S0_MMA && (CKPT_F32 || !ONE_LAUNCH)
-#error "S0_MMA takes a bf16 checkpoint in one launch"
-#endif
-#define FRAG_BYTES (S0_MMA ? DK * 16 : 0)  // S0_MMA: B fragments [DK / 16 k tiles][32 lanes][2 u32]
+#define FRAG_BYTES (S0_MMA && PER_CHANNEL ? DK * 16 : 0)  // KDA's S0_MMA B fragments [DK / 16][32 lanes][2 u32]
 #define OFF_FRAG (OFF_RED + RED_FLOATS * 4)
 #define OFF_META (OFF_FRAG + FRAG_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
@@ -342,6 +343,10 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     blk[3 * LP + 1] = kq;
     blk[3 * LP + 2] = bh;
     ((int*)blk)[3 * LP + 3] = w;
+#if S0_MMA
+    blk[3 * LP + 4] = rq;
+    blk[3 * LP + 5] = rk;
+#endif
     if (w < LREC - 1) grec[w] = gh;
   }
   if (warp == 0) {
@@ -394,9 +399,16 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
 }
 
 #if S0_MMA
-// S0_MMA: column c of the S0 products' B operand (m16n8k16, .col, bf16) in the stage's fragment
-// block, as a lane of k tile c / 16 holds it: n = 0-2 the three bf16 parts of x (split3: exact to
-// 24 bits), n = 3-5 those of y, n = 6-7 zero.
+// S0_MMA: S0 q̂ and S0 k̂ on tensor cores (bf16 checkpoint): the warp's 16 rows are the A operand
+// of m16n8k16 products (ldmatrix from the swizzled boxes), k tile by k tile, into two fp32
+// accumulators (even and odd tiles). The B operand: GDN, the step's raw q and k (bf16, exact) in
+// columns 0 and 1, the norms applied to the sums (q̂ = rq q, k̂ = rk k: rq, rk in the coefficient
+// block); KDA, whose vectors e0 ⊙ q̂ and e0 ⊙ k̂ are not bf16, their three bf16 parts each
+// (split3, exact to 24 bits) in columns 0-2 and 3-5, from the fragment block that
+// unit_coefficients fills (frag_column). Lane (g = lane / 4, t = lane % 4) of the product holds
+// D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]; rows go to lanes r and r + 16.
+#if PER_CHANNEL
+// KDA: column c of B, as a lane of k tile c / 16 holds it ([tile][lane][2 u32]), columns 6-7 zero.
 __device__ __forceinline__ void frag_column(unsigned char* gstage, int c, float x, float y) {
   u16* f = (u16*)(gstage + OFF_FRAG);
   const int kin = c & 15, base = ((c >> 4) * 32 + ((kin & 7) >> 1)) * 4 + (kin >> 3) * 2 + (kin & 1);
@@ -405,29 +417,39 @@ __device__ __forceinline__ void frag_column(unsigned char* gstage, int c, float 
   split3(y, p[3], p[4], p[5]);
   p[6] = p[7] = 0.0f;
 #pragma unroll
-  for (int n = 0; n < 8; ++n) f[base + n * 16] = f32_to_bf16(p[n]);  // lane n * 4 + tq: + 16 u16 a column
+  for (int n = 0; n < 8; ++n) f[base + n * 16] = f32_to_bf16(p[n]);  // lane n * 4 + t: + 16 u16 a column
 }
+#endif
 
-// s0_dots on tensor cores (bf16 checkpoint): the warp's 16 rows as the A operand (ldmatrix from the
-// swizzled boxes), the fragment block as B, two fp32 accumulators (even and odd k tiles); row r's
-// products are D[r][0..2] (S0 x) and D[r][3..5] (S0 y), added within each quad of lanes and
-// handed to lanes r and r + 16.
 __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gstage, int r0, int lane, float& sq, float& sk) {
-  const uint2* frag = (const uint2*)(gstage + OFF_FRAG);
   float part[2][4] = {};
   const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#if !PER_CHANNEL
+  const u16* in = (const u16*)(gstage + OFF_IN) + (lane >> 2) * DK;  // lanes 0-3: q, 4-7: k
+  const bool holds = lane < 8;
+#endif
 #pragma unroll
   for (int k0 = 0; k0 < DK; k0 += 16) {
     u32 a0, a1, a2, a3;
     ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 8), a0, a1, a2, a3);
-    const uint2 b = frag[(k0 / 16) * 32 + lane];
-    mma_bf16(part[(k0 / 16) & 1], a0, a1, a2, a3, b.x, b.y);
+#if PER_CHANNEL
+    const uint2 b = ((const uint2*)(gstage + OFF_FRAG))[(k0 / 16) * 32 + lane];
+    const u32 b0 = b.x, b1 = b.y;
+#else
+    u32 b0 = 0, b1 = 0;
+    if (holds) {
+      b0 = *(const u32*)(in + k0 + 2 * (lane & 3));
+      b1 = *(const u32*)(in + k0 + 8 + 2 * (lane & 3));
+    }
+#endif
+    mma_bf16(part[(k0 / 16) & 1], a0, a1, a2, a3, b0, b1);
   }
-  // Lane (g = lane / 4, t = lane % 4) holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1].
-  const int t = lane & 3;
   float d[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) d[i] = part[0][i] + part[1][i];
+  const int r = lane & 15, src = (r & 7) * 4;
+#if PER_CHANNEL
+  const int t = lane & 3;
   float qlo = t == 0 ? d[0] + d[1] : (t == 1 ? d[0] : 0.0f), klo = t == 1 ? d[1] : (t == 2 ? d[0] + d[1] : 0.0f);
   float qhi = t == 0 ? d[2] + d[3] : (t == 1 ? d[2] : 0.0f), khi = t == 1 ? d[3] : (t == 2 ? d[2] + d[3] : 0.0f);
 #pragma unroll
@@ -437,11 +459,16 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
     qhi += __shfl_xor_sync(0xffffffffu, qhi, o);
     khi += __shfl_xor_sync(0xffffffffu, khi, o);
   }
-  const int r = lane & 15, src = (r & 7) * 4;
+  const float scale_q = 1.0f, scale_k = 1.0f;
+#else
+  const float qlo = d[0], klo = d[1], qhi = d[2], khi = d[3];  // lanes t = 0: columns 0 (q) and 1 (k)
+  const float* cf = (const float*)(gstage + OFF_COEF);
+  const float scale_q = cf[3 * LP + 4], scale_k = cf[3 * LP + 5];
+#endif
   const float ql = __shfl_sync(0xffffffffu, qlo, src), qh = __shfl_sync(0xffffffffu, qhi, src);
   const float kl = __shfl_sync(0xffffffffu, klo, src), kh = __shfl_sync(0xffffffffu, khi, src);
-  sq = r < 8 ? ql : qh;
-  sk = r < 8 ? kl : kh;
+  sq = (r < 8 ? ql : qh) * scale_q;
+  sk = (r < 8 ? kl : kh) * scale_k;
 }
 #endif
 
@@ -573,7 +600,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float kh = qks[DK + c];
 #endif
     if (krec_w && append) krec_w[c] = f32_to_bf16(kh);
-#if S0_MMA
+#if S0_MMA && PER_CHANNEL
     frag_column(gstage, c, qks[c], qks[DK + c]);
 #endif
   }
@@ -589,6 +616,10 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     cf[3 * LP + 1] = nqk * rq * rk;
     cf[3 * LP + 2] = beta;
     ((int*)cf)[3 * LP + 3] = w;
+#if S0_MMA
+    cf[3 * LP + 4] = rq;
+    cf[3 * LP + 5] = rk;
+#endif
   }
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
 }
@@ -793,7 +824,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           mbar_arrive(full);
         } else {
           const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nd * ROWS * 2 + (k_rows ? (LREC - 1) * DK * 2 : 0) +
-                            V_BYTES + COEF_BYTES + QK_BYTES;
+                            V_BYTES + COEF_BYTES + QK_BYTES + (S0_MMA ? DK * 4 : 0);
           mbar_arrive_expect_tx(full, bytes);
         }
       }
@@ -808,6 +839,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + (long long)bh * COEF_FLOATS, COEF_BYTES, full);
         if (lane == 1) bulk_load(stage + OFF_QK, qk + ((long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
         if (lane == 2) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
+#if S0_MMA
+        if (lane == 3) bulk_load(stage + OFF_IN, q + b * sq_batch + kh * sq_head, DK * 2, full);
+        if (lane == 4) bulk_load(stage + OFF_IN + DK * 2, k + b * sk_batch + kh * sk_head, DK * 2, full);
+#endif
       }
 #endif
     }
