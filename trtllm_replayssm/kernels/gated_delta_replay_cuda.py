@@ -344,7 +344,8 @@ def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids,
               scale) -> KernelArgs:
     """Parameters of ``delta_replay_step``, in the .cu file's order: the checkpoint's (load, store)
     tensor maps first; ``coef`` and ``qk`` are the coefficient launch's blocks, 0 in one launch,
-    where the step reads q, k, g, beta and counts cursor reads in ``arrivals`` (two launches: unused)."""
+    where the step reads q, k, g, beta and counts cursor reads in ``arrivals`` (two launches: unused
+    but for q and k with ``s0_mma``)."""
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
