@@ -233,6 +233,18 @@ __device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
   return v[0];
 }
 
+// A coefficient block's scalars after e0 (written by the caller): kq, beta, w (int); with S0_MMA
+// then rq and rk (q̂ = rq q, k̂ = rk k).
+__device__ __forceinline__ void coef_scalars(float* blk, float kq, float beta, int w, float rq, float rk) {
+  blk[3 * LP + 1] = kq;
+  blk[3 * LP + 2] = beta;
+  ((int*)blk)[3 * LP + 3] = w;
+#if S0_MMA
+  blk[3 * LP + 4] = rq;
+  blk[3 * LP + 5] = rk;
+#endif
+}
+
 // GDN's decays, a lane a record, from exact suffix sums (no prefix subtraction): lane j's g record
 // in (read below w only), e_j = exp(g + sum_{j<i<w} g_i) out (0 from w on), and in every lane
 // e0 = exp(g + sum_{i<w} g_i).
@@ -340,13 +352,7 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   }
   if (lane == 0) {
     blk[3 * LP] = e0;
-    blk[3 * LP + 1] = kq;
-    blk[3 * LP + 2] = bh;
-    ((int*)blk)[3 * LP + 3] = w;
-#if S0_MMA
-    blk[3 * LP + 4] = rq;
-    blk[3 * LP + 5] = rk;
-#endif
+    coef_scalars(blk, kq, bh, w, rq, rk);
     if (w < LREC - 1) grec[w] = gh;
   }
   if (warp == 0) {
@@ -613,13 +619,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   }
   if (tid == 0) {
     if (PER_CHANNEL) cf[3 * LP] = 1.0f;
-    cf[3 * LP + 1] = nqk * rq * rk;
-    cf[3 * LP + 2] = beta;
-    ((int*)cf)[3 * LP + 3] = w;
-#if S0_MMA
-    cf[3 * LP + 4] = rq;
-    cf[3 * LP + 5] = rk;
-#endif
+    coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
   }
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
 }
