@@ -60,8 +60,12 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family not in ("gdn", "gdn-mma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
-    if coef_warps is None:  # the table's: KDA with a bf16 checkpoint up to COEF_WARPS_MAX_BATCH
-        table_cw = per_channel and state_bytes == 2 and batch <= gc.COEF_WARPS_MAX_BATCH
+    if coef_warps is None:  # the table's, bf16 checkpoints: KDA up to COEF_WARPS_MAX_BATCH, GDN's one launch
+        table_cw = state_bytes == 2 and (
+            batch <= gc.COEF_WARPS_MAX_BATCH
+            if per_channel
+            else gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.ONE_LAUNCH_MAX_BATCH
+        )
         assert cfg.coef_warps == (gc.COEF_WARPS if table_cw else 0)
     assert ".entry delta_replay_step(" in ptx
     # Two launches only: the coefficient launch (one launch forms the coefficients in the step);

@@ -73,9 +73,11 @@ WIDE_UNITS_BATCH = 64
 # Kimi Linear, L = 16, us, coefficient warps / without: batch 1 (32-row units) 4.73 / 5.21, 16
 # (128-row units, 4 stages) 13.65 / 15.53, 64 37.76 / 40.56; 256 126.86 / 128.18 and 512 243.81
 # / 241.58, where two CTAs an SM without them do as well; an fp32 checkpoint within 2% either way).
-# GDN does not take them yet: Qwen3.5-122B bf16 batch 16 ran 20.05 us with them (128 rows, 3
-# stages) against its one launch's 21.66, but batch 3-8 was not timed.
 COEF_WARPS_MAX_BATCH = 64
+# GDN with a bf16 checkpoint takes them from this batch up to ONE_LAUNCH_MAX_BATCH (session 25,
+# Qwen3.5-122B, L = 16, us, 128 rows, 4 stages, 4 coefficient warps / 64 rows, 3 CTAs without them
+# (the records' own barrier): batch 4 7.90 / 7.53, 8 12.16 / 12.41, 16 19.83 / 20.31).
+GDN_COEF_WARPS_MIN_BATCH = 8
 COEF_WARPS = 4
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -139,8 +141,9 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
-    meta), 1 KiB of alignment slack, two mbarriers per stage (three with ``coef_warps``; their partial
-    sums then ``coef_warps`` warps' instead of the consumers'; with ``s0_mma`` the step's q and k in
+    meta), 1 KiB of alignment slack, two mbarriers per stage (three in one launch: the records' or,
+    with ``coef_warps``, the coefficient warps'; the partial sums then ``coef_warps`` warps' instead
+    of the consumers'; with ``s0_mma`` the step's q and k in
     two launches too, and KDA's tensor-core B fragments, 16 bytes a head_k_dim column). Mirrors the .cu file's STAGE_BYTES (a
     CPU test reads the compiled value)."""
     LP = _records_padded(L)
@@ -157,7 +160,8 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
         stage += head_k_dim * 4
     stage += head_k_dim * 16 if s0_mma and per_channel else 0
     stage = (stage + 1023) // 1024 * 1024
-    return stages * stage + 1024 + (24 if coef_warps else 16) * stages
+    barriers = 3 if one_launch or per_channel else 2  # full, empty; one launch: ready (coef_warps) or recs
+    return stages * stage + 1024 + 8 * barriers * stages
 
 
 def _threads(rows: int, coef_warps: int = 0) -> int:
@@ -183,15 +187,17 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the coefficient
     launch: units of 64 value rows (128 for a bf16 checkpoint from :data:`WIDE_UNITS_BATCH`), two
     stages, as many CTAs per multiprocessor as shared memory and a 128-register cap allow (at most
-    3), programmatic launches. KDA with a bf16 checkpoint up to :data:`COEF_WARPS_MAX_BATCH`:
-    :data:`COEF_WARPS` coefficient warps, at batch 1 with units of 32 rows (16 where 32 do not tile
-    head_v_dim) and registers capped for as many CTAs as shared memory allows (at most 3: a unit
-    a CTA, the cap is what counts), from batch 2 with 128-row units (as wide units) and one CTA
-    an SM with as many stages as fit, up to 4."""
+    3), programmatic launches. A bf16 checkpoint with :data:`COEF_WARPS` coefficient warps (KDA up
+    to :data:`COEF_WARPS_MAX_BATCH`, GDN from :data:`GDN_COEF_WARPS_MIN_BATCH` to
+    :data:`ONE_LAUNCH_MAX_BATCH`): at batch 1 (KDA)
+    units of 32 rows (16 where 32 do not tile head_v_dim) and registers capped for as many CTAs as
+    shared memory allows (at most 3: a unit a CTA, the cap is what counts), from batch 2 128-row
+    units (as wide units) and one CTA an SM with as many stages as fit, up to 4."""
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
-    coef_warps = COEF_WARPS if per_channel and state_bytes == 2 and batch <= COEF_WARPS_MAX_BATCH else 0
+    coef_warps = COEF_WARPS if state_bytes == 2 and (batch <= COEF_WARPS_MAX_BATCH if per_channel else
+                                                     GDN_COEF_WARPS_MIN_BATCH <= batch <= ONE_LAUNCH_MAX_BATCH) else 0
     if coef_warps and batch > 1:
         rows = _rows(head_v_dim, wide=True)
         for stages in (4, 3, 2):

@@ -44,10 +44,13 @@
 //    counts each unit's cursor read in arrivals[slot], the row's last read advancing the cursor,
 //    so every unit sees the exact w; it copies records 0..w-1 of d, k̂ and g (KDA: fp32 per
 //    channel; GDN: 4-byte cp.async) and the step's q, k (KDA: g), and puts w and beta (GDN: g) in
-//    the stage. The consumer warps first form the unit's coefficient and qk blocks in the stage
+//    the stage; these are copied before the checkpoint and tracked by the stage's recs barrier,
+//    the checkpoint alone by its full barrier (with COEF_WARPS, below, all by full, checkpoint
+//    first). The consumer warps first form the unit's coefficient and qk blocks in the stage
 //    together (unit_coefficients; KDA: the scores take the decays inside,
 //    sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0, and a
-//    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, then go on as above; a KDA
+//    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, wait for the checkpoint and
+//    go on as above; a KDA
 //    flush forms S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
 //    With COEF_WARPS, that many warps between the consumers and the producer form each unit's
 //    coefficients instead, as soon as its stage is full, and arrive on the stage's third (ready)
@@ -119,7 +122,14 @@
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
-extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + (COEF_WARPS ? 24 : 16) * STAGES;
+// mbarriers a stage: full, empty and, in one launch, a third: with COEF_WARPS ready (the
+// coefficient warps are done), without them recs (the records, the step's inputs and the meta,
+// which full then leaves out: the consumers form the coefficients while the checkpoint is on
+// its way). BAR_RECS is full where there is no recs barrier.
+#define NBARS (ONE_LAUNCH ? 3 : 2)
+#define BAR_READY(st) (bars + 8 * (2 * STAGES + (st)))
+#define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH && !COEF_WARPS ? 2 * STAGES + (st) : (st)))
+extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
 // Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
 __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
@@ -692,9 +702,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   // The next grid (launched programmatically) may be scheduled now; it waits for this grid's
   // completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
-#if COEF_WARPS
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * (2 * STAGES + s), 1);  // ready: the coefficient warps
+#if ONE_LAUNCH
+  if (threadIdx.x == 0) {  // ready: the coefficient warps' arrival; recs: the producer's and the records' bytes
+    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * (2 * STAGES + s), 1);
   }
 #endif
   ring_init(bars, STAGES, CONSUMERS);
@@ -713,7 +723,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       if (slot >= 0)
         stage_coefficients(gstage, slot, bh % VHEADS, u - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
                            sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
-      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(bars + 8 * (2 * STAGES + st));
+      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));
     }
     return;
   }
@@ -777,7 +787,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       // barrier tracks, registered (each lane's pending count +1) before lane 0's arrival.
       if (slot >= 0) {
         if (lane < w) cp_async4(stage + OFF_G + lane * 4, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos);
-        cp_async_mbar_arrive(full);
+        cp_async_mbar_arrive(BAR_RECS(st));
       }
       __syncwarp();
 #endif
@@ -787,30 +797,41 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         meta[1] = w;
         ((float*)meta)[2] = bt;
         ((float*)meta)[3] = gt;
+        const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 4 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
+          if (!COEF_WARPS) mbar_arrive(BAR_RECS(st));
+        } else if (COEF_WARPS) {
+          mbar_arrive_expect_tx(full, CKPT_BYTES + rec_bytes);
         } else {
-          mbar_arrive_expect_tx(full, CKPT_BYTES + w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 4 : 0)) + V_BYTES + DK * 4 +
-                                          (PER_CHANNEL ? DK * G_SIZE : 0));
+          mbar_arrive_expect_tx(full, CKPT_BYTES);
+          mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
         }
       }
       __syncwarp();
       if (slot >= 0) {
-        if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+        // Without coefficient warps the records and inputs first (the consumers form the
+        // coefficients from them), then the checkpoint; with them the checkpoint first.
+        const u32 recs = BAR_RECS(st);
+        auto copy_checkpoint = [&] {
+          if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+        };
+        if (COEF_WARPS) copy_checkpoint();
         if (lane < w) {
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
-                    ROWS * 2, full);
-          bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, full);
+                    ROWS * 2, recs);
+          bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, recs);
 #if PER_CHANNEL
-          bulk_load(stage + OFF_G + lane * (DK * 4), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 4, full);
+          bulk_load(stage + OFF_G + lane * (DK * 4), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 4, recs);
 #endif
         }
-        if (lane == 0) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
-        if (lane == 1) bulk_load(stage + OFF_IN, q + b * sq_batch + kh * sq_head, DK * 2, full);
-        if (lane == 2) bulk_load(stage + OFF_IN + DK * 2, k + b * sk_batch + kh * sk_head, DK * 2, full);
+        if (lane == 0) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, recs);
+        if (lane == 1) bulk_load(stage + OFF_IN, q + b * sq_batch + kh * sq_head, DK * 2, recs);
+        if (lane == 2) bulk_load(stage + OFF_IN + DK * 2, k + b * sk_batch + kh * sk_head, DK * 2, recs);
 #if PER_CHANNEL
-        if (lane == 3) bulk_load(stage + OFF_IN + DK * 4, (const unsigned char*)g + (b * sg_batch + h * sg_head) * G_SIZE, DK * G_SIZE, full);
+        if (lane == 3) bulk_load(stage + OFF_IN + DK * 4, (const unsigned char*)g + (b * sg_batch + h * sg_head) * G_SIZE, DK * G_SIZE, recs);
 #endif
+        if (!COEF_WARPS) copy_checkpoint();
       }
       if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
 #else
@@ -860,20 +881,26 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
+#if ONE_LAUNCH && !COEF_WARPS
+    // The unit's coefficients from its records and inputs, while its checkpoint may still be copied.
+    mbar_wait(BAR_RECS(st), (i / STAGES) & 1);
+    const int slot = ((const int*)(gstage + OFF_META))[0];
+    if (slot >= 0)
+      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
+                         skr_slot, skr_head, skr_pos);
+    mbar_wait(full, (i / STAGES) & 1);
+#else
     mbar_wait(full, (i / STAGES) & 1);
 #if COEF_WARPS
-    mbar_wait(bars + 8 * (2 * STAGES + st), (i / STAGES) & 1);  // the coefficient warps are done with it
+    mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it
 #endif
     const int slot = ((const int*)(gstage + OFF_META))[0];
+#endif
     bool released = false;  // the stage given back to the producer
     if (slot >= 0) {
       const float* cf = (const float*)(gstage + OFF_COEF);
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
-#if ONE_LAUNCH && !COEF_WARPS
-      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
-                         skr_slot, skr_head, skr_pos);
-#endif
       // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, exact fp32 products.
       float sq, sk;
 #if S0_MMA
