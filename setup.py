@@ -35,7 +35,7 @@ setup(
         "nvidia-cuda-nvrtc==13.0.*; sys_platform == 'linux'",
     ],
     extras_require={
-        # transformers: tested 5.17.0 to 5.24.0 (builders/hf/compat.py TESTED_TRANSFORMERS; CI
+        # transformers: tested 5.17.0 to 5.25.0 (builders/hf/compat.py TESTED_TRANSFORMERS; CI
         # runs the hook tests on both ends); a newer release warns at enable time, no pin.
         "test": ["pytest>=8", "transformers>=5.17"],
         "bench": ["matplotlib"],

@@ -8,6 +8,8 @@
   the signature, so the hook passes the cache back under the name the mixer takes.
 * :func:`host_cache`: the cache object among a forward's arguments, under any of the names
   transformers has used for it.
+* :func:`count_decoded_token`: from 5.25 a linear-attention cache layer counts its tokens, and a
+  conv state updated in place (the host's single-token decode, and the hook's) must add one.
 * :func:`bind_torch_paths`: on a machine without a GPU, the GDN / KDA modelling modules must be
   imported with flash-linear-attention hidden, or they bind its Triton kernels, which need one.
 """
@@ -30,11 +32,12 @@ __all__ = [
     "cache_argument",
     "unknown_cache_arguments",
     "host_cache",
+    "count_decoded_token",
     "bind_torch_paths",
 ]
 
 # (oldest, newest) transformers release the hook is tested on; CI runs tests/builders on both.
-TESTED_TRANSFORMERS = ("5.17.0", "5.24.0")
+TESTED_TRANSFORMERS = ("5.17.0", "5.25.0")
 
 # Names under which transformers has passed the host cache to a mixer's forward, newest first.
 CACHE_ARGUMENTS = ("cache", "cache_params")
@@ -88,6 +91,18 @@ def cache_argument(mixer) -> str:
         f"{', '.join(CACHE_ARGUMENTS)}; the hook does not know how this release passes "
         f"the host cache (tested: {' to '.join(TESTED_TRANSFORMERS)})"
     )
+
+
+def count_decoded_token(cache, layer_index: int) -> None:
+    """Counts one decoded token in ``cache``'s layer ``layer_index`` after its conv state was
+    updated in place, as the host's own single-token decode does. From transformers 5.25 a
+    linear-attention layer keeps the sequence length (``Cache.get_seq_length`` reads it when
+    that layer comes first) and ``Cache.increase_count(layer_idx, state_idx)`` advances it for
+    conv state 0; earlier releases keep no such count (their ``Cache`` has no
+    ``increase_count``) and there is nothing to advance. Mutates the cache's counter."""
+    increase_count = getattr(cache, "increase_count", None)
+    if increase_count is not None:
+        increase_count(layer_index, 0)
 
 
 def _is_host_cache(value) -> bool:

@@ -41,6 +41,7 @@ from trtllm_replayssm.route_advice import model_advice, warn_if_slower
 from .compat import (
     CACHE_ARGUMENTS,
     TESTED_TRANSFORMERS,
+    count_decoded_token,
     cache_argument,
     check_transformers_version,
     transformers_version,
@@ -279,6 +280,7 @@ class ReplaySSMHook:
         out = layer.adapter.decode(
             mixer, hidden_states, attention_mask, host_layer.conv_states[0], session.stores[layer.index], session.checked
         )
+        count_decoded_token(cache_params, layer.index)  # the conv state advanced in place, as the host's decode does
         self.decode_steps[layer.index] = self.decode_steps.get(layer.index, 0) + 1
         return out
 

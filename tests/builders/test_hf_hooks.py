@@ -350,11 +350,11 @@ def test_cache_argument_of_each_release_and_of_an_unknown_one():
     "version, inside",
     [
         ("5.17.0", True),
-        ("5.24.0", True),
+        ("5.25.0", True),
         ("5.20.2", True),
-        ("5.24.0rc1", True),
+        ("5.25.0rc1", True),
         ("5.16.1", False),
-        ("5.24.1", False),
+        ("5.25.1", False),
         ("6.0.0", False),
     ],
 )
@@ -369,6 +369,22 @@ def test_transformers_outside_the_tested_range_warns(version, inside, recwarn):
         assert messages == [
             f"enable_replayssm: transformers {version} is outside the tested range {TESTED_TRANSFORMERS[0]} to {TESTED_TRANSFORMERS[1]}; the hook checks every decode step and raises if it cannot engage, but this release was not tested"
         ]
+
+
+def test_count_decoded_token_advances_a_token_count_where_the_cache_keeps_one():
+    from trtllm_replayssm_builders.hf.compat import count_decoded_token
+
+    class Counting:  # transformers >= 5.25: Cache.increase_count(layer_idx, state_idx)
+        def __init__(self):
+            self.calls = []
+
+        def increase_count(self, layer_idx, state_idx):
+            self.calls.append((layer_idx, state_idx))
+
+    cache = Counting()
+    count_decoded_token(cache, 3)
+    assert cache.calls == [(3, 0)]
+    count_decoded_token(object(), 3)  # earlier releases keep no count: nothing to advance
 
 
 def test_installed_transformers_is_inside_the_tested_range():
