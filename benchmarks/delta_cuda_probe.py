@@ -10,9 +10,10 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
     python benchmarks/delta_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
     python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
 
-A configuration is ``table`` (the launch table's for each case) or ``rows,stages,min_ctas[,one][,cwN][,mma]``
-(``DeltaCudaConfig``; ``one``: GDN in one launch; ``cwN``: N coefficient warps, one launch only;
-``mma``: S0 products on tensor cores, bf16 checkpoints in one launch only), or
+A configuration is ``table`` (the launch table's for each case) or
+``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` (``DeltaCudaConfig``; ``one``: GDN in one launch;
+``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
+checkpoints in one launch only; ``fmma``: KDA's flush fold on tensor cores), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
 """
@@ -40,9 +41,9 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
-    """``table`` -> "table"; ``rows,stages,min_ctas[,one][,cwN][,mma]`` or ``small,ROWS,mN`` ->
-    DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0 products
-    on tensor cores)."""
+    """``table`` -> "table"; ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` or ``small,ROWS,mN``
+    -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0
+    products on tensor cores; ``fmma``: KDA's flush fold on tensor cores)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -50,15 +51,17 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts == ["table"]:
         return "table"
-    one, mma = "one" in parts[3:], "mma" in parts[3:]
+    one, mma, fmma = "one" in parts[3:], "mma" in parts[3:], "fmma" in parts[3:]
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
-    if len(parts) != 3 + one + mma + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
+    if len(parts) != 3 + one + mma + fmma + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table, rows,stages,min_ctas[,one][,cwN][,mma] or small,ROWS,mN"
+            f"config {text!r}: expected table, rows,stages,min_ctas[,one][,cwN][,mma][,fmma] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
-    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one, coef_warps=cw_n, s0_mma=mma)
+    return DeltaCudaConfig(
+        rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one, coef_warps=cw_n, s0_mma=mma, flush_mma=fmma
+    )
 
 
 def main(argv=None):

@@ -23,9 +23,19 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L)
 ]
 
 
-def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_launch=False, coef_warps=None, s0_mma=False):
+def _ptx(
+    shape,
+    state_bytes,
+    l2norm=True,
+    per_channel=False,
+    batch=256,
+    one_launch=False,
+    coef_warps=None,
+    s0_mma=False,
+    flush_mma=False,
+):
     """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's;
-    ``s0_mma``: the S0 products on tensor cores)."""
+    ``s0_mma``: the S0 products on tensor cores; ``flush_mma``: KDA's flush fold on them)."""
     k_heads, v_heads, dk, dv, L = shape
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     if coef_warps is not None:
@@ -35,18 +45,22 @@ def _ptx(shape, state_bytes, l2norm=True, per_channel=False, batch=256, one_laun
             dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, cfg.one_launch, cfg.coef_warps, True
         )
         cfg = dataclasses.replace(cfg, s0_mma=True, min_ctas=min(cfg.min_ctas, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)))
+    cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
-@pytest.mark.parametrize("family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "gdn-one-mma", "kda-mma"])
+@pytest.mark.parametrize(
+    "family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "gdn-one-mma", "kda-mma", "kda-fmma", "kda-cw-fmma"]
+)
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, family):
     _, _, dk, dv, L = shape
     per_channel = family.startswith("kda")
-    coef_warps = 4 if family.endswith("-cw") else None
+    coef_warps = 4 if "-cw" in family else None
     s0_mma = family.endswith("-mma")
+    flush_mma = family.endswith("-fmma")
     if s0_mma and state_bytes != 2:
         pytest.skip("the tensor-core S0 products take bf16 checkpoints")
     cfg, ptx = _ptx(
@@ -57,6 +71,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         one_launch=family not in ("gdn", "gdn-mma"),
         coef_warps=coef_warps,
         s0_mma=s0_mma,
+        flush_mma=flush_mma,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family not in ("gdn", "gdn-mma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
@@ -77,7 +92,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert compiled == gc.delta_step_shared_bytes(
         dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps, s0_mma
     )
-    assert ("mma.sync.aligned.m16n8k16" in ptx) == s0_mma
+    assert ("mma.sync.aligned.m16n8k16" in ptx) == (s0_mma or flush_mma)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
 
 
@@ -107,6 +122,21 @@ def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
         defines(dataclasses.replace(two, small=True), 2)
     assert defines(two, 2)["S0_MMA"] == 1 and defines(dataclasses.replace(two, s0_mma=False), 2)["S0_MMA"] == 0
     assert gc.delta_coefficient_floats(16, s0_mma=True) == gc.delta_coefficient_floats(16) + 4
+
+
+def test_tensor_core_flush_needs_kda():
+    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, flush_mma=True)
+
+    def defines(cfg, per_channel):
+        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 4, True, torch.float32, torch.float32, per_channel))
+
+    with pytest.raises(ValueError, match=r"flush_mma needs KDA \(per-channel decays\); got per_channel=False"):
+        defines(cfg, per_channel=False)
+    with pytest.raises(ValueError, match="the small kernel takes GDN only"):
+        defines(dataclasses.replace(cfg, small=True), per_channel=True)
+    assert defines(cfg, per_channel=True)["FLUSH_MMA"] == 1
+    assert defines(dataclasses.replace(cfg, flush_mma=False), per_channel=True)["FLUSH_MMA"] == 0
+    assert cfg.label().endswith(",fmma")
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])

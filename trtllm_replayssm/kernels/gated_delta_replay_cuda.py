@@ -97,7 +97,9 @@ class DeltaCudaConfig:
     its stage is full, while the consumer warps work on the units before it (0: the consumer warps
     form them first). ``s0_mma`` (a bf16 checkpoint only): the consumers' S0 q̂ and S0 k̂ on tensor
     cores (m16n8k16; GDN on the raw bf16 q and k, the norms applied after; KDA's e0 ⊙ q̂ and e0 ⊙ k̂
-    as three bf16 parts each) instead of fp32 FMAs."""
+    as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (KDA only): a flush unit's fold
+    of the records, D Uᵀ, on tensor cores (the bf16 d records against U's bf16 parts: three for an
+    fp32 checkpoint, two for a bf16 one) instead of fp32 FMAs."""
 
     rows: int
     stages: int
@@ -108,6 +110,7 @@ class DeltaCudaConfig:
     one_launch: bool = False
     coef_warps: int = 0
     s0_mma: bool = False
+    flush_mma: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -115,7 +118,8 @@ class DeltaCudaConfig:
         one = ",one" if self.one_launch else ""
         cw = f",cw{self.coef_warps}" if self.coef_warps else ""
         mma = ",mma" if self.s0_mma else ""
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}"
+        fmma = ",fmma" if self.flush_mma else ""
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}{fmma}"
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -286,6 +290,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
             f"{state_bytes}-byte checkpoint elements, small={cfg.small}"
         )
+    if cfg.flush_mma and not per_channel:  # (the small kernel takes GDN only)
+        raise ValueError("delta_replay_step (CUDA): flush_mma needs KDA (per-channel decays); got per_channel=False")
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
@@ -296,7 +302,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
-             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
+             FLUSH_MMA=int(cfg.flush_mma), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -97,6 +97,12 @@
 #if S0_MMA && CKPT_F32
 #error "S0_MMA takes a bf16 checkpoint"
 #endif
+#ifndef FLUSH_MMA
+#define FLUSH_MMA 0
+#endif
+#if FLUSH_MMA && !PER_CHANNEL
+#error "FLUSH_MMA takes KDA (per-channel decays)"
+#endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -485,6 +491,76 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
   const float kl = __shfl_sync(0xffffffffu, klo, src), kh = __shfl_sync(0xffffffffu, khi, src);
   sq = (r < 8 ? ql : qh) * scale_q;
   sk = (r < 8 ? kl : kh) * scale_k;
+}
+#endif
+
+#if FLUSH_MMA
+// KDA flush, the fold on tensor cores: S = S0 Diag(e0) + D Uᵀ + d k̂ᵀ for the warp's 16 rows
+// r0 .. r0 + 15, D [16 rows][LP] the d records (bf16, exact; zero from w on) as the A operand of
+// m16n8k16 products, U [LP][DK] (fp32, written over the g records by unit_coefficients; zero
+// from w on) as B in FLUSH_PARTS bf16 parts (split3: exact to 24 bits with three parts, the fp32
+// checkpoint; to 16 bits with two, the bf16 one), smallest part first, an n tile of 8 columns
+// at a time into fp32 accumulators; then d k̂ᵀ and e0 ⊙ S0 added in fp32 FMAs and the rows
+// rounded into the stage in place. d: the new record of row r0 + (lane & 15), in every lane.
+// Lane (g = lane / 4, t = lane % 4) holds rows r0 + g and r0 + g + 8, columns 2t and 2t + 1 of a
+// tile: it reads and writes only those elements of the stage.
+#define FLUSH_PARTS (CKPT_F32 ? 3 : 2)
+__device__ __forceinline__ u32 record_pair(const u16* ds, int row, int j, int w) {
+  const u32 lo = j < w ? ds[j * ROWS + row] : 0u, hi = j + 1 < w ? ds[(j + 1) * ROWS + row] : 0u;
+  return lo | (hi << 16);
+}
+
+__device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d) {
+  const u16* ds = (const u16*)(gstage + OFF_D);
+  const float* us = (const float*)(gstage + OFF_G);
+  const float* qks = (const float*)(gstage + OFF_QK);
+  const int g = lane >> 2, t = lane & 3;
+  const float d_lo = __shfl_sync(0xffffffffu, d, g), d_hi = __shfl_sync(0xffffffffu, d, g + 8);
+  u32 a[LP / 16][4];
+#pragma unroll
+  for (int s = 0; s < LP / 16; ++s) {
+    const int j = s * 16 + 2 * t;
+    a[s][0] = record_pair(ds, r0 + g, j, w);
+    a[s][1] = record_pair(ds, r0 + g + 8, j, w);
+    a[s][2] = record_pair(ds, r0 + g, j + 8, w);
+    a[s][3] = record_pair(ds, r0 + g + 8, j + 8, w);
+  }
+#pragma unroll 1
+  for (int n0 = 0; n0 < DK; n0 += 8) {
+    float acc[4] = {};
+#pragma unroll
+    for (int s = 0; s < LP / 16; ++s) {
+      // B: column n0 + g, records j, j + 1 (b0) and j + 8, j + 9 (b1), each split into parts.
+      const int j = s * 16 + 2 * t;
+      const int js[4] = {j, j + 1, j + 8, j + 9};
+      float p[4][3];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        split3(js[e] < w ? us[js[e] * DK + n0 + g] : 0.0f, p[e][0], p[e][1], p[e][2]);
+        if (FLUSH_PARTS == 2) p[e][1] += p[e][2];  // exact: hi + (mid + lo) = U
+      }
+#pragma unroll
+      for (int k = FLUSH_PARTS - 1; k >= 0; --k)
+        mma_bf16(acc, a[s][0], a[s][1], a[s][2], a[s][3], pack_bf16x2(p[0][k], p[1][k]), pack_bf16x2(p[2][k], p[3][k]));
+    }
+    const int col = n0 + 2 * t;
+    const float e0a = qks[3 * DK + col], e0b = qks[3 * DK + col + 1];
+    const float ka = qks[2 * DK + col], kb = qks[2 * DK + col + 1];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + g + 8 * h;
+      const float dr = h ? d_hi : d_lo;
+      unsigned char* at = gstage + ckpt_offset(row, col);
+#if CKPT_F32
+      const float2 s0 = *(const float2*)at;
+      *(float2*)at = make_float2(fmaf(e0a, s0.x, fmaf(dr, ka, acc[2 * h])), fmaf(e0b, s0.y, fmaf(dr, kb, acc[2 * h + 1])));
+#else
+      const u32 s0 = *(const u32*)at;
+      *(u32*)at = pack_bf16x2(fmaf(e0a, __uint_as_float(s0 << 16), fmaf(dr, ka, acc[2 * h])),
+                              fmaf(e0b, __uint_as_float(s0 & 0xffff0000u), fmaf(dr, kb, acc[2 * h + 1])));
+#endif
+    }
+  }
 }
 #endif
 
@@ -948,6 +1024,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // into the stage in place, then the warp's 16 rows stored by TMA. KDA (decays per
         // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
         // by unit_coefficients.
+#if FLUSH_MMA
+        flush_fold_mma(gstage, r0, lane, w, d);
+#else
         const u16* ks = (const u16*)(gstage + OFF_K);
 #if PER_CHANNEL
         const float* us = (const float*)(gstage + OFF_G);  // U_j, rows j < w
@@ -988,6 +1067,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           }
           store_chunk(gstage, row, col, s);
         }
+#endif
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
       }
     }
