@@ -13,7 +13,7 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
 A configuration is ``table`` (the launch table's for each case) or
 ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` (``DeltaCudaConfig``; ``one``: GDN in one launch;
 ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
-checkpoints in one launch only; ``fmma``: KDA's flush fold on tensor cores), or
+checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
 """
@@ -43,7 +43,7 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 def parse_config(text: str):
     """``table`` -> "table"; ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` or ``small,ROWS,mN``
     -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0
-    products on tensor cores; ``fmma``: KDA's flush fold on tensor cores)."""
+    products on tensor cores; ``fmma``: the flush's fold on tensor cores)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():

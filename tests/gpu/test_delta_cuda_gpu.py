@@ -40,8 +40,8 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
 # with 128-row units; GDN's one-launch form; one launch with four coefficient warps and three
 # stages; both with the S0 products on tensor cores (bf16 checkpoints); the small kernel with 16
-# and 32 rows a CTA. KDA: the forms of its one launch, also with the flush fold on tensor cores.
-FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "small16", "small32"]
+# and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores.
+FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "small16", "small32"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma"]
 
 
@@ -58,7 +58,7 @@ def config(g, L, state, form, per_channel=False):
     from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel)
-    if form.endswith("-fmma"):  # KDA's flush fold on tensor cores
+    if form.endswith("-fmma"):  # the flush's fold on tensor cores
         return dataclasses.replace(config(g, L, state, form[: -len("-fmma")], per_channel), flush_mma=True)
     if form.endswith("-mma"):
         if STATES[state].itemsize != 2:

@@ -50,7 +50,9 @@ def _ptx(
 
 
 @pytest.mark.parametrize(
-    "family", ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "gdn-one-mma", "kda-mma", "kda-fmma", "kda-cw-fmma"]
+    "family",
+    ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "gdn-one-mma", "kda-mma"]
+    + ["gdn-fmma", "gdn-one-fmma", "kda-fmma", "kda-cw-fmma"],
 )
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
@@ -68,13 +70,13 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         state_bytes,
         per_channel=per_channel,
         batch=batch,
-        one_launch=family not in ("gdn", "gdn-mma"),
+        one_launch=family not in ("gdn", "gdn-mma", "gdn-fmma"),
         coef_warps=coef_warps,
         s0_mma=s0_mma,
         flush_mma=flush_mma,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
-    assert one_launch == (family not in ("gdn", "gdn-mma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
+    assert one_launch == (family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
     if coef_warps is None:  # the table's, bf16 checkpoints: KDA up to COEF_WARPS_MAX_BATCH, GDN's one launch
         table_cw = state_bytes == 2 and (
             batch <= gc.COEF_WARPS_MAX_BATCH
@@ -124,18 +126,16 @@ def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
     assert gc.delta_coefficient_floats(16, s0_mma=True) == gc.delta_coefficient_floats(16) + 4
 
 
-def test_tensor_core_flush_needs_kda():
+def test_tensor_core_flush_needs_the_step_kernel():
     cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, flush_mma=True)
 
-    def defines(cfg, per_channel):
+    def defines(cfg, per_channel=False):
         return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 4, True, torch.float32, torch.float32, per_channel))
 
-    with pytest.raises(ValueError, match=r"flush_mma needs KDA \(per-channel decays\); got per_channel=False"):
-        defines(cfg, per_channel=False)
-    with pytest.raises(ValueError, match="the small kernel takes GDN only"):
-        defines(dataclasses.replace(cfg, small=True), per_channel=True)
-    assert defines(cfg, per_channel=True)["FLUSH_MMA"] == 1
-    assert defines(dataclasses.replace(cfg, flush_mma=False), per_channel=True)["FLUSH_MMA"] == 0
+    with pytest.raises(ValueError, match="flush_mma needs the step kernel; got small=True"):
+        defines(dataclasses.replace(cfg, small=True))
+    assert defines(cfg)["FLUSH_MMA"] == 1 and defines(cfg, per_channel=True)["FLUSH_MMA"] == 1
+    assert defines(dataclasses.replace(cfg, flush_mma=False))["FLUSH_MMA"] == 0
     assert cfg.label().endswith(",fmma")
 
 

@@ -97,9 +97,10 @@ class DeltaCudaConfig:
     its stage is full, while the consumer warps work on the units before it (0: the consumer warps
     form them first). ``s0_mma`` (a bf16 checkpoint only): the consumers' S0 q̂ and S0 k̂ on tensor
     cores (m16n8k16; GDN on the raw bf16 q and k, the norms applied after; KDA's e0 ⊙ q̂ and e0 ⊙ k̂
-    as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (KDA only): a flush unit's fold
-    of the records, D Uᵀ, on tensor cores (the bf16 d records against U's bf16 parts: three for an
-    fp32 checkpoint, two for a bf16 one) instead of fp32 FMAs."""
+    as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (the step kernel): a flush unit's
+    fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
+    parts of e_j d_j against the bf16 k̂ records; three parts for an fp32 checkpoint, two for a
+    bf16 one) instead of fp32 FMAs."""
 
     rows: int
     stages: int
@@ -290,8 +291,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
             f"{state_bytes}-byte checkpoint elements, small={cfg.small}"
         )
-    if cfg.flush_mma and not per_channel:  # (the small kernel takes GDN only)
-        raise ValueError("delta_replay_step (CUDA): flush_mma needs KDA (per-channel decays); got per_channel=False")
+    if cfg.flush_mma and cfg.small:
+        raise ValueError("delta_replay_step (CUDA): flush_mma needs the step kernel; got small=True")
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):

@@ -67,8 +67,8 @@
 // takes GDN only), ONE_LAUNCH (1: the step kernel forms the coefficients itself, always for KDA;
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
 // do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
-// three bf16 parts each), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta
-// (0 fp32, 1 bf16, 2 fp16).
+// three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), L2NORM
+// (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #include "replay_common.cuh"
 
@@ -99,9 +99,6 @@
 #endif
 #ifndef FLUSH_MMA
 #define FLUSH_MMA 0
-#endif
-#if FLUSH_MMA && !PER_CHANNEL
-#error "FLUSH_MMA takes KDA (per-channel decays)"
 #endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
@@ -495,57 +492,97 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
 #endif
 
 #if FLUSH_MMA
-// KDA flush, the fold on tensor cores: S = S0 Diag(e0) + D Uᵀ + d k̂ᵀ for the warp's 16 rows
-// r0 .. r0 + 15, D [16 rows][LP] the d records (bf16, exact; zero from w on) as the A operand of
-// m16n8k16 products, U [LP][DK] (fp32, written over the g records by unit_coefficients; zero
-// from w on) as B in FLUSH_PARTS bf16 parts (split3: exact to 24 bits with three parts, the fp32
-// checkpoint; to 16 bits with two, the bf16 one), smallest part first, an n tile of 8 columns
-// at a time into fp32 accumulators; then d k̂ᵀ and e0 ⊙ S0 added in fp32 FMAs and the rows
-// rounded into the stage in place. d: the new record of row r0 + (lane & 15), in every lane.
-// Lane (g = lane / 4, t = lane % 4) holds rows r0 + g and r0 + g + 8, columns 2t and 2t + 1 of a
-// tile: it reads and writes only those elements of the stage.
+// A flush's fold of the records on tensor cores, for the warp's 16 rows r0 .. r0 + 15: the records
+// term as m16n8k16 products [16 rows][LP records] x [LP records][8 columns], an n tile at a time
+// into fp32 accumulators (records from w on are zero in both operands), then d k̂ᵀ and the decayed
+// checkpoint added in fp32 FMAs and the rows rounded into the stage in place. The operand that is
+// not bf16 goes in FLUSH_PARTS bf16 parts (split3: exact to 24 bits with three, the fp32
+// checkpoint; to 16 bits with two, the bf16 one), smallest part first:
+//   KDA: S = S0 Diag(e0) + D Uᵀ + d k̂ᵀ, A = the d records (bf16, exact), B = U's parts (fp32 U_j,
+//        written over the g records by unit_coefficients);
+//   GDN: S = e0 S0 + A K̂ + d k̂ᵀ, A = the parts of e_j d_j (e_j from the coefficient block),
+//        B = the k̂ records (bf16, exact).
+// d: the new record of row r0 + (lane & 15), in every lane. Lane (g = lane / 4, t = lane % 4)
+// holds rows r0 + g and r0 + g + 8, columns 2t and 2t + 1 of a tile: it reads and writes only
+// those elements of the stage.
 #define FLUSH_PARTS (CKPT_F32 ? 3 : 2)
-__device__ __forceinline__ u32 record_pair(const u16* ds, int row, int j, int w) {
-  const u32 lo = j < w ? ds[j * ROWS + row] : 0u, hi = j + 1 < w ? ds[(j + 1) * ROWS + row] : 0u;
+#define FLUSH_A (PER_CHANNEL ? 1 : FLUSH_PARTS)  // A operands (parts) a record block
+// Records j and j + 1 of a bf16 [LP][stride] block at column col as one bf16x2 word, zero from w on.
+__device__ __forceinline__ u32 bf16_pair(const u16* p, int stride, int j, int col, int w) {
+  const u32 lo = j < w ? p[j * stride + col] : 0u, hi = j + 1 < w ? p[(j + 1) * stride + col] : 0u;
   return lo | (hi << 16);
+}
+
+// v's FLUSH_PARTS bf16 parts (the last one, with two, the rest exactly: hi + (mid + lo) = v).
+__device__ __forceinline__ void flush_parts(float v, float (&p)[3]) {
+  split3(v, p[0], p[1], p[2]);
+  if (FLUSH_PARTS == 2) p[1] += p[2];
 }
 
 __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d) {
   const u16* ds = (const u16*)(gstage + OFF_D);
-  const float* us = (const float*)(gstage + OFF_G);
   const float* qks = (const float*)(gstage + OFF_QK);
   const int g = lane >> 2, t = lane & 3;
   const float d_lo = __shfl_sync(0xffffffffu, d, g), d_hi = __shfl_sync(0xffffffffu, d, g + 8);
-  u32 a[LP / 16][4];
+  u32 a[LP / 16][FLUSH_A][4];  // per record block and part: rows g, g + 8 x records 2t, 2t + 1 (+ 8)
 #pragma unroll
   for (int s = 0; s < LP / 16; ++s) {
     const int j = s * 16 + 2 * t;
-    a[s][0] = record_pair(ds, r0 + g, j, w);
-    a[s][1] = record_pair(ds, r0 + g + 8, j, w);
-    a[s][2] = record_pair(ds, r0 + g, j + 8, w);
-    a[s][3] = record_pair(ds, r0 + g + 8, j + 8, w);
+#if PER_CHANNEL
+    a[s][0][0] = bf16_pair(ds, ROWS, j, r0 + g, w);
+    a[s][0][1] = bf16_pair(ds, ROWS, j, r0 + g + 8, w);
+    a[s][0][2] = bf16_pair(ds, ROWS, j + 8, r0 + g, w);
+    a[s][0][3] = bf16_pair(ds, ROWS, j + 8, r0 + g + 8, w);
+#else
+    const float* ej = (const float*)(gstage + OFF_COEF) + 2 * LP;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // register r: rows g (+ 8 for odd r), records j (+ 8 for r >= 2)
+      const int row = r0 + g + 8 * (r & 1), jr = j + 8 * (r >> 1);
+      float lo[3], hi[3];
+      flush_parts(jr < w ? ej[jr] * bf16_to_f32(ds[jr * ROWS + row]) : 0.0f, lo);
+      flush_parts(jr + 1 < w ? ej[jr + 1] * bf16_to_f32(ds[(jr + 1) * ROWS + row]) : 0.0f, hi);
+#pragma unroll
+      for (int k = 0; k < FLUSH_A; ++k) a[s][k][r] = pack_bf16x2(lo[k], hi[k]);
+    }
+#endif
   }
+#if PER_CHANNEL
+  const float* us = (const float*)(gstage + OFF_G);
+  const float* khat = qks + 2 * DK;
+#else
+  const u16* ks = (const u16*)(gstage + OFF_K);
+  const float* khat = qks + DK;
+  const float e0 = ((const float*)(gstage + OFF_COEF))[3 * LP];
+#endif
 #pragma unroll 1
   for (int n0 = 0; n0 < DK; n0 += 8) {
     float acc[4] = {};
 #pragma unroll
     for (int s = 0; s < LP / 16; ++s) {
-      // B: column n0 + g, records j, j + 1 (b0) and j + 8, j + 9 (b1), each split into parts.
+      // B: column n0 + g, records j, j + 1 (b0) and j + 8, j + 9 (b1).
       const int j = s * 16 + 2 * t;
+#if PER_CHANNEL
       const int js[4] = {j, j + 1, j + 8, j + 9};
       float p[4][3];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        split3(js[e] < w ? us[js[e] * DK + n0 + g] : 0.0f, p[e][0], p[e][1], p[e][2]);
-        if (FLUSH_PARTS == 2) p[e][1] += p[e][2];  // exact: hi + (mid + lo) = U
-      }
+      for (int e = 0; e < 4; ++e) flush_parts(js[e] < w ? us[js[e] * DK + n0 + g] : 0.0f, p[e]);
 #pragma unroll
       for (int k = FLUSH_PARTS - 1; k >= 0; --k)
-        mma_bf16(acc, a[s][0], a[s][1], a[s][2], a[s][3], pack_bf16x2(p[0][k], p[1][k]), pack_bf16x2(p[2][k], p[3][k]));
+        mma_bf16(acc, a[s][0][0], a[s][0][1], a[s][0][2], a[s][0][3], pack_bf16x2(p[0][k], p[1][k]),
+                 pack_bf16x2(p[2][k], p[3][k]));
+#else
+      const u32 b0 = bf16_pair(ks, DK, j, n0 + g, w), b1 = bf16_pair(ks, DK, j + 8, n0 + g, w);
+#pragma unroll
+      for (int k = FLUSH_A - 1; k >= 0; --k) mma_bf16(acc, a[s][k][0], a[s][k][1], a[s][k][2], a[s][k][3], b0, b1);
+#endif
     }
     const int col = n0 + 2 * t;
+#if PER_CHANNEL
     const float e0a = qks[3 * DK + col], e0b = qks[3 * DK + col + 1];
-    const float ka = qks[2 * DK + col], kb = qks[2 * DK + col + 1];
+#else
+    const float e0a = e0, e0b = e0;
+#endif
+    const float ka = khat[col], kb = khat[col + 1];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = r0 + g + 8 * h;
