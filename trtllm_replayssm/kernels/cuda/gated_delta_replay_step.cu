@@ -513,7 +513,8 @@ __device__ __forceinline__ u32 bf16_pair(const u16* p, int stride, int j, int co
   return lo | (hi << 16);
 }
 
-// v's FLUSH_PARTS bf16 parts (the last one, with two, the rest exactly: hi + (mid + lo) = v).
+// v's FLUSH_PARTS parts, largest first, each rounded to bf16 when packed: hi, mid, lo of split3,
+// or with two parts hi and the remainder mid + lo (exact in fp32: hi + (mid + lo) = v).
 __device__ __forceinline__ void flush_parts(float v, float (&p)[3]) {
   split3(v, p[0], p[1], p[2]);
   if (FLUSH_PARTS == 2) p[1] += p[2];
