@@ -10,7 +10,8 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
     python benchmarks/delta_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
     python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
 
-A configuration is ``table`` (the launch table's for each case) or
+A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
+fold on tensor cores) or
 ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` (``DeltaCudaConfig``; ``one``: GDN in one launch;
 ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores), or
@@ -41,16 +42,17 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
-    """``table`` -> "table"; ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` or ``small,ROWS,mN``
-    -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0
-    products on tensor cores; ``fmma``: the flush's fold on tensor cores)."""
+    """``table`` or ``table,fmma`` -> that string (the launch table's configuration of each case,
+    with ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]``
+    or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient
+    warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor cores)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
-    if parts == ["table"]:
-        return "table"
+    if parts in (["table"], ["table", "fmma"]):
+        return text
     one, mma, fmma = "one" in parts[3:], "mma" in parts[3:], "fmma" in parts[3:]
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if len(parts) != 3 + one + mma + fmma + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
@@ -62,6 +64,17 @@ def parse_config(text: str):
     return DeltaCudaConfig(
         rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one, coef_warps=cw_n, s0_mma=mma, flush_mma=fmma
     )
+
+
+def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
+    """A :func:`parse_config` result as the DeltaCudaConfig it names for one case (``table`` and
+    ``table,fmma``: the launch table's for this batch, L and checkpoint; KDA always in one launch,
+    labelled so)."""
+    if isinstance(c, str):
+        _, _, head_k_dim, head_v_dim = geometry
+        table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
+        c = dataclasses.replace(table, flush_mma=c.endswith(",fmma"))
+    return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 
 def main(argv=None):
@@ -86,14 +99,11 @@ def main(argv=None):
         f"# delta_cuda_probe | {torch.cuda.get_device_name()} | {args.family} {geometry} | bf16 act | NVRTC {nvrtc_version()}"
     )
     print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>24} {'us/step':>9} {'speedup':>8} {'check':>9}")
-    _, _, head_k_dim, head_v_dim = geometry
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
         configs = {}
         for c in args.configs:
-            cfg = delta_cuda_config(head_k_dim, head_v_dim, L, batch, case.state.itemsize, per_channel) if c == "table" else c
-            if per_channel:  # KDA runs in one launch whatever the configuration says: labelled so
-                cfg = dataclasses.replace(cfg, one_launch=True)
+            cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
             configs[f"cuda {cfg.label()}"] = cfg
         checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
         routes = {r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("decode_step", "replay_triton")}

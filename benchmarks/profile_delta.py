@@ -24,7 +24,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from delta_cuda_probe import parse_config  # noqa: E402
+from delta_cuda_probe import case_config, parse_config  # noqa: E402
 from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
 
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122B, Kimi Linear
@@ -42,9 +42,10 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--config", type=parse_config, default=None, help="a CUDA launch (default: the launch table's)")
     a = ap.parse_args(argv)
-    if a.config == "table":
-        a.config = None
-    case = GatedDeltaDecodeCase(a.family, a.geometry or GEOMETRY[a.family], a.batch, a.L, a.state, "bf16")
+    geometry = a.geometry or GEOMETRY[a.family]
+    case = GatedDeltaDecodeCase(a.family, geometry, a.batch, a.L, a.state, "bf16")
+    if a.config is not None:
+        a.config = case_config(a.config, geometry, a.L, a.batch, case.state.itemsize, a.family == "kda")
     for i in range(3 + a.steps):
         if a.cursors is not None:
             case.cache.cursor.fill_(a.cursors)
