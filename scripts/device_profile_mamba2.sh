@@ -5,12 +5,7 @@
 # A case is ROUTE:BATCH:STATE[:CURSORS[:CONFIG]] (CURSORS pins every replay cursor: 0 non-flush, L-1
 # flush, empty: spread; CONFIG a launch configuration block_head_dim,num_warps,chunks,num_stages).
 # ROOT (default .) runs the copy of the benchmarks there, e.g. an exported variant.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT="${OUT:-benchmarks/results}"
-mkdir -p "$OUT"
-SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
-          --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats)
+source "$(dirname "$0")/ncu_setup.sh"
 for c in ${CASES:-replay_step:256:f32}; do
   IFS=: read -r route batch state cursors config <<< "$c"
   args=(--route "$route" --batch "$batch" --state "$state" ${L:+--L $L})

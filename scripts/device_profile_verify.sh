@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device call: Nsight Compute profiles of the speculative verify launches
+# (benchmarks/profile_verify.py), one text report per case in $OUT (at most 8 files come back).
+#   CASES="kda:16:4 gdn:16:4 mamba2:16:4 kda:256:4" bash scripts/device_profile_verify.sh
+# A case is FAMILY:BATCH:T[:ROUTE] (ROUTE replay, the default, snapshot or serial); fp32
+# checkpoint, history B = 16 as benchmarks/spec_verify.py.
+source "$(dirname "$0")/ncu_setup.sh"
+for c in ${CASES:-kda:16:4}; do
+  IFS=: read -r family batch T route <<< "$c"
+  route=${route:-replay}
+  log="$OUT/ncu_verify_${family}_${batch}_T${T}_${route}.txt"
+  # Four steps (three to warm up, compilation included): every launch is profiled, the last step's
+  # launches are the ones to read (ncu serialises launches; the report names each kernel).
+  filter=$([[ $route == serial ]] && echo "regex:decode_step" || echo "regex:verify|commit")
+  LD_PRELOAD=libcuda.so.1 ncu --clock-control none --launch-skip 0 --launch-count 40 -k "$filter" "${SECTIONS[@]}" \
+      python3 benchmarks/profile_verify.py --family "$family" --batch "$batch" --T "$T" --route "$route" --steps 1 > "$log" 2>&1
+  echo "== $c"; grep -E "  [_a-z0-9]+(verify|commit|decode_step)[_a-z0-9]*|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy" "$log" | tail -24
+done
