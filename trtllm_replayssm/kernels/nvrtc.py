@@ -6,17 +6,26 @@ no GPU (NVRTC runs on the host: CPU tests compile every launch-table shape); loa
 launching need one. The package requires ``cuda-bindings`` and ``nvidia-cuda-nvrtc`` 13.0 on
 Linux (setup.py says why 13.0). Machine code (cubin) is loaded rather than PTX: it loads under
 CUDA's minor-version compatibility on any 13.x driver.
+
+Compiled programs are kept on disk, so a process compiles a shape once per machine rather than
+once per process (about 0.5 s each): in ``$TRTLLM_REPLAYSSM_CACHE_DIR``, by default
+``$XDG_CACHE_HOME/trtllm_replayssm/nvrtc`` (``~/.cache/...``); set it to an empty string to keep
+nothing on disk. An entry is named by a hash of everything the output depends on (the source and
+header texts, the options and defines, the NVRTC version), so an edited kernel never finds a stale
+entry.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
 import struct
 import threading
+import warnings
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -24,6 +33,7 @@ __all__ = [
     "cuda_source",
     "cuda_headers",
     "compile_program",
+    "compile_cache_dir",
     "CudaKernel",
     "load_kernel",
     "tensor_map_4d",
@@ -63,6 +73,7 @@ def _check(result, what: str):
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
+@functools.lru_cache(maxsize=None)
 def nvrtc_version() -> str:
     """The loaded NVRTC's version, ``major.minor`` (register allocation differs between releases)."""
     _, nvrtc = _bindings()
@@ -81,6 +92,58 @@ def cuda_headers() -> Tuple[str, ...]:
     return tuple(sorted(n for n in os.listdir(_SOURCE_DIR) if n.endswith(".cuh")))
 
 
+def compile_cache_dir() -> Optional[str]:
+    """The directory of compiled programs kept on disk: ``$TRTLLM_REPLAYSSM_CACHE_DIR`` if set
+    (None when it is empty: nothing is kept), else ``$XDG_CACHE_HOME/trtllm_replayssm/nvrtc``
+    (``~/.cache/trtllm_replayssm/nvrtc``)."""
+    configured = os.environ.get("TRTLLM_REPLAYSSM_CACHE_DIR")
+    if configured is not None:
+        return configured or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "trtllm_replayssm", "nvrtc")
+
+
+def _compile_options(arch: str, defines: Tuple[Tuple[str, int], ...]) -> list:
+    return [f"--gpu-architecture={arch}", "-std=c++17"] + [f"-D{k}={int(v)}" for k, v in defines]
+
+
+def _compile_key(name: str, options: list, output: str) -> str:
+    """Hex SHA-256 of what a compile's output depends on: NVRTC's version, the options, the
+    output kind, the source and every header (names and texts)."""
+    h = hashlib.sha256()
+    parts = [nvrtc_version(), output, *options, name, cuda_source(name)]
+    for header in cuda_headers():
+        parts += [header, cuda_source(header)]
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+_CACHE_WARNED = set()  # directories already warned about in this process
+
+
+def _store(directory: str, key: str, data: bytes) -> None:
+    """Writes ``data`` as entry ``key`` of ``directory`` atomically (a temporary file renamed
+    over the entry); warns once per directory when it cannot be written, and goes on."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(directory, key))
+    except OSError as e:
+        if directory not in _CACHE_WARNED:
+            _CACHE_WARNED.add(directory)
+            warnings.warn(
+                f"compile_program: cannot keep compiled programs in {directory} ({e}); each process "
+                f"compiles them again (set TRTLLM_REPLAYSSM_CACHE_DIR to a writable directory, or to "
+                f"an empty string to keep nothing)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
 @functools.lru_cache(maxsize=None)
 def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], output: str = "cubin") -> bytes:
     """NVRTC compile of ``kernels/cuda/<name>`` for ``arch`` (e.g. ``"sm_90"``) with ``-D`` defines,
@@ -89,10 +152,23 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
     Args:
         output: ``"cubin"`` (machine code, what :func:`load_kernel` loads) or ``"ptx"``.
     Returns:
-        The cubin or PTX bytes (PTX without its trailing NUL). Cached per arguments.
+        The cubin or PTX bytes (PTX without its trailing NUL). Cached per arguments in the
+        process, and on disk in :func:`compile_cache_dir` (read back when an entry of the same
+        key exists; written after a compile).
     Raises:
         RuntimeError: with NVRTC's log when the compile fails.
     """
+    if output not in ("cubin", "ptx"):
+        raise ValueError(f"compile_program: output is {output!r}; expected 'cubin' or 'ptx'")
+    options = _compile_options(arch, defines)
+    directory = compile_cache_dir()
+    key = _compile_key(name, options, output) if directory else None
+    if key:
+        try:
+            with open(os.path.join(directory, key), "rb") as f:
+                return f.read()
+        except OSError:
+            pass  # not compiled on this machine yet (or unreadable): compile it
     _, nvrtc = _bindings()
     names = cuda_headers()
     prog = _check(
@@ -101,8 +177,7 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
         "nvrtcCreateProgram",
     )
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
-        opts += [f"-D{k}={int(v)}".encode() for k, v in defines]
+        opts = [o.encode() for o in options]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
         log = b" " * size
@@ -111,17 +186,18 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
             raise RuntimeError(f"NVRTC could not compile {name} for {arch} with {dict(defines)}:\n{log.decode(errors='replace')}")
         if output == "cubin":
             size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            buf = b" " * size
-            _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
-            return buf
-        if output == "ptx":
+            data = b" " * size
+            _check(nvrtc.nvrtcGetCUBIN(prog, data), "nvrtcGetCUBIN")
+        else:
             size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            buf = b" " * size
-            _check(nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
-            return buf.rstrip(b"\0")
-        raise ValueError(f"compile_program: output is {output!r}; expected 'cubin' or 'ptx'")
+            data = b" " * size
+            _check(nvrtc.nvrtcGetPTX(prog, data), "nvrtcGetPTX")
+            data = data.rstrip(b"\0")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    if key:
+        _store(directory, key, data)
+    return data
 
 
 class KernelArgs:
