@@ -147,10 +147,10 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
     meta), 1 KiB of alignment slack, two mbarriers per stage (three in one launch: the records' or,
-    with ``coef_warps``, the coefficient warps'; the partial sums then ``coef_warps`` warps' instead
-    of the consumers'; with ``s0_mma`` the step's q and k in
-    two launches too, and KDA's tensor-core B fragments, 16 bytes a head_k_dim column). Mirrors the .cu file's STAGE_BYTES (a
-    CPU test reads the compiled value)."""
+    with ``coef_warps``, the coefficient warps'). With ``coef_warps`` the partial sums are those
+    warps' instead of the consumers'; with ``s0_mma`` the stage also holds the step's q and k in
+    two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim column). Mirrors the
+    .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = (4 if per_channel else 2) * head_k_dim

@@ -525,6 +525,9 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
   const float* qks = (const float*)(gstage + OFF_QK);
   const int g = lane >> 2, t = lane & 3;
   const float d_lo = __shfl_sync(0xffffffffu, d, g), d_hi = __shfl_sync(0xffffffffu, d, g + 8);
+#if !PER_CHANNEL
+  const float* ej = (const float*)(gstage + OFF_COEF) + 2 * LP;  // e_j
+#endif
   u32 a[LP / 16][FLUSH_A][4];  // per record block and part: rows g, g + 8 x records 2t, 2t + 1 (+ 8)
 #pragma unroll
   for (int s = 0; s < LP / 16; ++s) {
@@ -535,7 +538,6 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
     a[s][0][2] = bf16_pair(ds, ROWS, j + 8, r0 + g, w);
     a[s][0][3] = bf16_pair(ds, ROWS, j + 8, r0 + g + 8, w);
 #else
-    const float* ej = (const float*)(gstage + OFF_COEF) + 2 * LP;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {  // register r: rows g (+ 8 for odd r), records j (+ 8 for r >= 2)
       const int row = r0 + g + 8 * (r & 1), jr = j + 8 * (r >> 1);
@@ -810,7 +812,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (, ready[STAGES])
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (one launch: ready or recs[STAGES])
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * VHEADS * PARTS;
   // The next grid (launched programmatically) may be scheduled now; it waits for this grid's
@@ -831,7 +833,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
-      mbar_wait(bars + 8 * st, (i / STAGES) & 1);
+      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // with coefficient warps the full barrier: records and checkpoint
       const int slot = ((const int*)(gstage + OFF_META))[0];
       const int bh = u / PARTS;
       if (slot >= 0)
@@ -1057,7 +1059,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (w < LREC - 1) d_records[slot * sdr_slot + h * sdr_head + w * sdr_pos + vrow] = f32_to_bf16(d);
       }
       if (w == LREC - 1) {
-        // Flush: S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ for the lane's row and half, exact
+        // Flush (FLUSH_MMA: flush_fold_mma, on tensor cores; otherwise as follows):
+        // S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ for the lane's row and half, exact
         // fp32 FMAs (the record chunks are read by all 16 lanes of a half: broadcasts), rounded
         // into the stage in place, then the warp's 16 rows stored by TMA. KDA (decays per
         // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
