@@ -54,8 +54,7 @@ KDA_SHAPES = [
 
 
 def config(g, L, state, form, per_channel=False):
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, delta_step_shared_bytes
-    from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_ctas_that_fit, delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel)
     if form.endswith("-fmma"):  # the flush's fold on tensor cores
@@ -63,24 +62,16 @@ def config(g, L, state, form, per_channel=False):
     if form.endswith("-mma"):
         if STATES[state].itemsize != 2:
             pytest.skip("the tensor-core S0 products take bf16 checkpoints")
-        cfg = config(g, L, state, form[:-4], per_channel)  # a larger stage: as many CTAs as still fit
-        smem = delta_step_shared_bytes(
-            g.head_k_dim, cfg.rows, L, cfg.stages, 2, per_channel, cfg.one_launch or per_channel, cfg.coef_warps, True
-        )
-        return dataclasses.replace(cfg, s0_mma=True, min_ctas=min(cfg.min_ctas, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)))
+        cfg = dataclasses.replace(config(g, L, state, form[:-4], per_channel), s0_mma=True)
+        # a larger stage: as many of the form's CTAs as still fit
+        return dataclasses.replace(cfg, min_ctas=min(cfg.min_ctas, delta_ctas_that_fit(cfg, g.head_k_dim, L, 2, per_channel)))
     if form == "table":
         return cfg
     if form == "one":
         return dataclasses.replace(cfg, one_launch=True)
     if form == "cw":  # three stages where they fit a multiprocessor, else two
-        fits = [
-            s
-            for s in (3, 2)
-            if delta_step_shared_bytes(g.head_k_dim, cfg.rows, L, s, STATES[state].itemsize, per_channel, True, 4)
-            + SMEM_RESERVED_PER_CTA
-            <= SMEM_PER_SM
-        ]
-        return dataclasses.replace(cfg, one_launch=True, coef_warps=4, stages=fits[0], min_ctas=1)
+        forms = [dataclasses.replace(cfg, one_launch=True, coef_warps=4, stages=s, min_ctas=1) for s in (3, 2)]
+        return next(f for f in forms if delta_ctas_that_fit(f, g.head_k_dim, L, STATES[state].itemsize, per_channel) >= 1)
     if form.startswith("small"):
         rows = int(form[5:])
         if g.head_v_dim % rows:

@@ -35,16 +35,16 @@ def _ptx(
     flush_mma=False,
 ):
     """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's;
-    ``s0_mma``: the S0 products on tensor cores; ``flush_mma``: KDA's flush fold on them)."""
+    ``s0_mma``: the S0 products on tensor cores; ``flush_mma``: the flush's fold on them)."""
     k_heads, v_heads, dk, dv, L = shape
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     if coef_warps is not None:
         cfg = dataclasses.replace(cfg, coef_warps=coef_warps)
     if s0_mma:  # a larger stage: as many of the table's CTAs as still fit
-        smem = gc.delta_step_shared_bytes(
-            dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, cfg.one_launch, cfg.coef_warps, True
+        cfg = dataclasses.replace(cfg, s0_mma=True)
+        cfg = dataclasses.replace(
+            cfg, min_ctas=min(cfg.min_ctas, gc.delta_ctas_that_fit(cfg, dk, L, state_bytes, per_channel))
         )
-        cfg = dataclasses.replace(cfg, s0_mma=True, min_ctas=min(cfg.min_ctas, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)))
     cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 

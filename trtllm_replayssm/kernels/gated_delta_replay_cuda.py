@@ -21,7 +21,7 @@ raises with that reason when asked to run anyway.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import torch
@@ -204,23 +204,32 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     coef_warps = COEF_WARPS if state_bytes == 2 and (batch <= COEF_WARPS_MAX_BATCH if per_channel else
                                                      GDN_COEF_WARPS_MIN_BATCH <= batch <= ONE_LAUNCH_MAX_BATCH) else 0
     if coef_warps and batch > 1:
-        rows = _rows(head_v_dim, wide=True)
         for stages in (4, 3, 2):
-            smem = delta_step_shared_bytes(head_k_dim, rows, L, stages, state_bytes, per_channel, one_launch, coef_warps)
-            if smem + SMEM_RESERVED_PER_CTA <= SMEM_PER_SM:
-                return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps)
+            cfg = DeltaCudaConfig(rows=_rows(head_v_dim, wide=True), stages=stages, min_ctas=1, one_launch=one_launch,
+                                  coef_warps=coef_warps)
+            if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
+                return cfg
     if coef_warps and batch == 1:
         rows = 32 if head_v_dim % 32 == 0 else 16
     else:
         rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
-    per_cta = (delta_step_shared_bytes(head_k_dim, rows, L, 2, state_bytes, per_channel, one_launch, coef_warps)
-               + SMEM_RESERVED_PER_CTA)
-    ctas = min(3, SMEM_PER_SM // per_cta)
+    cfg = DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps)
+    ctas = min(3, delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel))
     if not coef_warps:
         ctas = min(ctas, REGISTERS_PER_SM // (_threads(rows) * 128))
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
-    return DeltaCudaConfig(rows=rows, stages=2, min_ctas=ctas, one_launch=one_launch, coef_warps=coef_warps)
+    return replace(cfg, min_ctas=ctas)
+
+
+def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int,
+                        per_channel: bool = False) -> int:
+    """How many CTAs of ``cfg``'s step kernel the shared memory of one sm_90 multiprocessor holds
+    (:func:`delta_step_shared_bytes` of its rows, stages, launch form, coefficient warps and S0
+    products, plus the driver's reservation per CTA); ``cfg.min_ctas`` is not read."""
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma)
+    return SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
