@@ -68,12 +68,12 @@ def parse_config(text: str):
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case (``table`` and
-    ``table,fmma``: the launch table's for this batch, L and checkpoint; KDA always in one launch,
-    labelled so)."""
+    ``table,fmma``: the launch table's for this batch, L and checkpoint, the second with the flush's
+    fold on tensor cores whatever the table says; KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
-        c = dataclasses.replace(table, flush_mma=c.endswith(",fmma"))
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or c.endswith(",fmma"))
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

@@ -56,7 +56,10 @@ KDA_SHAPES = [
 def config(g, L, state, form, per_channel=False):
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_ctas_that_fit, delta_cuda_config
 
-    cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel)
+    # the table's at batch 256, the flush's fold on FMAs unless the form says otherwise
+    cfg = dataclasses.replace(
+        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel), flush_mma=False
+    )
     if form.endswith("-fmma"):  # the flush's fold on tensor cores
         return dataclasses.replace(config(g, L, state, form[: -len("-fmma")], per_channel), flush_mma=True)
     if form.endswith("-mma"):

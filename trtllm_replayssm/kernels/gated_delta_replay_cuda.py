@@ -69,15 +69,21 @@ ONE_LAUNCH_MAX_BATCH = 16
 # bf16 checkpoints from this batch: units of 128 value rows (session 22: batch 64 57.67 against
 # 60.50 us with 64 rows, batch 256 194.59 against 193.95; batch 16 23.21 against 22.03).
 WIDE_UNITS_BATCH = 64
-# KDA with a bf16 checkpoint up to this batch: COEF_WARPS coefficient warps (H200, session 24,
-# Kimi Linear, L = 16, us, coefficient warps / without: batch 1 (32-row units) 4.73 / 5.21, 16
-# (128-row units, 4 stages) 13.65 / 15.53, 64 37.76 / 40.56; 256 126.86 / 128.18 and 512 243.81
-# / 241.58, where two CTAs an SM without them do as well; an fp32 checkpoint within 2% either way).
-COEF_WARPS_MAX_BATCH = 64
-# GDN with a bf16 checkpoint takes them from this batch up to ONE_LAUNCH_MAX_BATCH (session 25,
-# Qwen3.5-122B, L = 16, us, 128 rows, 4 stages, 4 coefficient warps / 64 rows, 3 CTAs without them
-# (the records' own barrier): batch 4 7.90 / 7.53, 8 12.16 / 12.41, 16 19.83 / 20.31).
+# A bf16 checkpoint with coefficient warps up to this batch: one CTA an SM with as many stages as
+# fit, up to 4 (H200, session 24, Kimi Linear, L = 16, us, coefficient warps / without: batch 1
+# (32-row units) 4.73 / 5.21, 16 (128-row units, 4 stages) 13.65 / 15.53, 64 37.76 / 40.56); above
+# it two stages and two CTAs an SM (session 26, us, two CTAs / one CTA, 4 stages / no coefficient
+# warps, 2 CTAs: batch 64 37.99 / 37.42 / -, 256 115.70 / - / 125.40, 512 216.35 / - / 236.16).
+DEEP_RING_MAX_BATCH = 64
+# GDN with a bf16 checkpoint takes the coefficient warps from this batch up to ONE_LAUNCH_MAX_BATCH
+# (session 25, Qwen3.5-122B, L = 16, us, 128 rows, 4 stages, 4 coefficient warps / 64 rows, 3 CTAs
+# without them (the records' own barrier): batch 4 7.90 / 7.53, 8 12.16 / 12.41, 16 19.83 /
+# 20.31); KDA's at every batch.
 GDN_COEF_WARPS_MIN_BATCH = 8
+# GDN with a bf16 checkpoint folds the flush on tensor cores (flush_mma) at every batch of the step
+# kernel (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
+# 16 18.94 / 19.91, 64 55.02 / 57.61, 256 186.85 / 193.82, 512 348.14 / 357.41); an fp32 checkpoint
+# gains nothing (256: 313.09 / 313.39) and KDA loses (bf16 256: 175.28 / 125.36).
 COEF_WARPS = 4
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -186,34 +192,38 @@ def _rows(head_v_dim: int, wide: bool = False) -> int:
 
 def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
                       per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
-    """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step" and "Session 23"): GDN
-    up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where they tile
-    head_v_dim (else 16), registers uncapped; otherwise the step kernel, in one launch for KDA, for
-    GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the coefficient
-    launch: units of 64 value rows (128 for a bf16 checkpoint from :data:`WIDE_UNITS_BATCH`), two
-    stages, as many CTAs per multiprocessor as shared memory and a 128-register cap allow (at most
-    3), programmatic launches. A bf16 checkpoint with :data:`COEF_WARPS` coefficient warps (KDA up
-    to :data:`COEF_WARPS_MAX_BATCH`, GDN from :data:`GDN_COEF_WARPS_MIN_BATCH` to
-    :data:`ONE_LAUNCH_MAX_BATCH`): at batch 1 (KDA)
-    units of 32 rows (16 where 32 do not tile head_v_dim) and registers capped for as many CTAs as
-    shared memory allows (at most 3: a unit a CTA, the cap is what counts), from batch 2 128-row
-    units (as wide units) and one CTA an SM with as many stages as fit, up to 4."""
+    """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step", "Session 23" and
+    "Session 26"): GDN up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where
+    they tile head_v_dim (else 16), registers uncapped; otherwise the step kernel, in one launch for
+    KDA, for GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the
+    coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
+    :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
+    128-register cap allow (at most 3), programmatic launches. A bf16 checkpoint: with
+    :data:`COEF_WARPS` coefficient warps (KDA at every batch, GDN from
+    :data:`GDN_COEF_WARPS_MIN_BATCH` to :data:`ONE_LAUNCH_MAX_BATCH`): at batch 1 (KDA) units of 32
+    rows (16 where 32 do not tile head_v_dim) and registers capped for as many CTAs as shared memory
+    allows (at most 3: a unit a CTA, the cap is what counts), from batch 2 to
+    :data:`DEEP_RING_MAX_BATCH` 128-row units (as wide units) and one CTA an SM with as many stages
+    as fit, up to 4, above it two stages and as many CTAs as fit (no register cap but the launch
+    bounds'); GDN's flush fold on tensor cores (``flush_mma``)."""
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
-    coef_warps = COEF_WARPS if state_bytes == 2 and (batch <= COEF_WARPS_MAX_BATCH if per_channel else
+    coef_warps = COEF_WARPS if state_bytes == 2 and (per_channel or
                                                      GDN_COEF_WARPS_MIN_BATCH <= batch <= ONE_LAUNCH_MAX_BATCH) else 0
-    if coef_warps and batch > 1:
+    flush_mma = state_bytes == 2 and not per_channel
+    if coef_warps and 1 < batch <= DEEP_RING_MAX_BATCH:
         for stages in (4, 3, 2):
             cfg = DeltaCudaConfig(rows=_rows(head_v_dim, wide=True), stages=stages, min_ctas=1, one_launch=one_launch,
-                                  coef_warps=coef_warps)
+                                  coef_warps=coef_warps, flush_mma=flush_mma)
             if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
                 return cfg
     if coef_warps and batch == 1:
         rows = 32 if head_v_dim % 32 == 0 else 16
     else:
         rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
-    cfg = DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps)
+    cfg = DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps,
+                          flush_mma=flush_mma)
     ctas = min(3, delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel))
     if not coef_warps:
         ctas = min(ctas, REGISTERS_PER_SM // (_threads(rows) * 128))
