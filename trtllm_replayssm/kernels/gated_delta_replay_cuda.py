@@ -75,15 +75,14 @@ WIDE_UNITS_BATCH = 64
 # it two stages and two CTAs an SM (session 26, us, two CTAs / one CTA, 4 stages / no coefficient
 # warps, 2 CTAs: batch 64 37.99 / 37.42 / -, 256 115.70 / - / 125.40, 512 216.35 / - / 236.16).
 DEEP_RING_MAX_BATCH = 64
-# GDN with a bf16 checkpoint takes the coefficient warps from this batch up to ONE_LAUNCH_MAX_BATCH
-# (session 25, Qwen3.5-122B, L = 16, us, 128 rows, 4 stages, 4 coefficient warps / 64 rows, 3 CTAs
-# without them (the records' own barrier): batch 4 7.90 / 7.53, 8 12.16 / 12.41, 16 19.83 /
-# 20.31); KDA's at every batch.
-GDN_COEF_WARPS_MIN_BATCH = 8
 # GDN with a bf16 checkpoint folds the flush on tensor cores (flush_mma) at every batch of the step
 # kernel (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
 # 16 18.94 / 19.91, 64 55.02 / 57.61, 256 186.85 / 193.82, 512 348.14 / 357.41); an fp32 checkpoint
 # gains nothing (256: 313.09 / 313.39) and KDA loses (bf16 256: 175.28 / 125.36).
+# KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
+# flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
+# coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
+# 18.93; Qwen3.5-4B 8 7.85 / 8.33, 16 12.32 / 12.59).
 COEF_WARPS = 4
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -198,19 +197,17 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     KDA, for GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the
     coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
-    128-register cap allow (at most 3), programmatic launches. A bf16 checkpoint: with
-    :data:`COEF_WARPS` coefficient warps (KDA at every batch, GDN from
-    :data:`GDN_COEF_WARPS_MIN_BATCH` to :data:`ONE_LAUNCH_MAX_BATCH`): at batch 1 (KDA) units of 32
-    rows (16 where 32 do not tile head_v_dim) and registers capped for as many CTAs as shared memory
-    allows (at most 3: a unit a CTA, the cap is what counts), from batch 2 to
-    :data:`DEEP_RING_MAX_BATCH` 128-row units (as wide units) and one CTA an SM with as many stages
-    as fit, up to 4, above it two stages and as many CTAs as fit (no register cap but the launch
-    bounds'); GDN's flush fold on tensor cores (``flush_mma``)."""
+    128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
+    flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint: :data:`COEF_WARPS`
+    coefficient warps; at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
+    registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
+    what counts), from batch 2 to :data:`DEEP_RING_MAX_BATCH` 128-row units (as wide units) and
+    one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
+    (no register cap but the launch bounds')."""
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
-    coef_warps = COEF_WARPS if state_bytes == 2 and (per_channel or
-                                                     GDN_COEF_WARPS_MIN_BATCH <= batch <= ONE_LAUNCH_MAX_BATCH) else 0
+    coef_warps = COEF_WARPS if state_bytes == 2 and per_channel else 0
     flush_mma = state_bytes == 2 and not per_channel
     if coef_warps and 1 < batch <= DEEP_RING_MAX_BATCH:
         for stages in (4, 3, 2):
