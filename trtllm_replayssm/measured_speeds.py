@@ -124,8 +124,8 @@ _GDN_DECODE = Source(
     "python benchmarks/gated_delta_decode.py --family gdn --peers build/peers --L 16",
     _DOC,
     "GDN and KDA decode",
-    "2026-12-03 (session 25, the records' own barrier), GDN rows",
-    _RESULTS + "2026-12-03-h200-gdn_decode_peers_s25.json",
+    "2026-12-03 (session 26, GDN's flush on tensor cores), GDN rows",
+    _RESULTS + "2026-12-03-h200-gdn_decode_peers_s26.json",
 )
 _GDN_DECODE_L = Source(
     "2026-12-03",
@@ -142,8 +142,8 @@ _KDA_DECODE = Source(
     "python benchmarks/gated_delta_decode.py --family kda",
     _DOC,
     "GDN and KDA decode",
-    "2026-12-03 (session 25, the records' own barrier), KDA rows",
-    _RESULTS + "2026-12-03-h200-kda_decode_s25.json",
+    "2026-12-03 (session 26, GDN's flush on tensor cores), KDA rows",
+    _RESULTS + "2026-12-03-h200-kda_decode_s26.json",
 )
 _MAMBA2_VERIFY = Source(
     "2026-11-30",
@@ -185,20 +185,20 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.97, 1.21, 1.46, 1.57, 1.64),
     (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.83, 1.13, 1.40, 1.49, 1.54),
     # The route the op takes: the CUDA step.
-    (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.10, 1.12, 1.38, 1.59, 1.67),
-    (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.86, 1.03, 1.33, 1.39),
+    (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.10, 1.15, 1.38, 1.59, 1.67),
+    (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.93, 1.09, 1.38, 1.45),
     (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE_L): (1.00, 1.35, 1.53, 1.66, 1.69),
-    (GDN, QWEN35_122B, "fp32", 16, _GDN_DECODE): (1.07, 1.30, 1.51, 1.69, 1.73),
+    (GDN, QWEN35_122B, "fp32", 16, _GDN_DECODE): (1.08, 1.29, 1.51, 1.69, 1.73),
     (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE_L): (0.95, 1.25, 1.46, 1.62, 1.65),
     (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L): (1.01, 1.05, 1.32, 1.50, 1.53),
-    (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (1.02, 1.01, 1.23, 1.42, 1.50),
+    (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (1.02, 1.05, 1.29, 1.46, 1.55),
     (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
     (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.93, 1.12, 1.38, 1.56, 1.63),
-    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.87, 1.09, 1.35, 1.51, 1.59),
-    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.71, 0.71, 0.74, 0.74, 0.76),
-    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.87, 0.88, 1.14, 1.20, 1.25),
-    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.79, 0.81, 1.02, 1.14, 1.19),
-    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.62, 0.62, 0.72, 0.64, 0.65),
+    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.86, 1.09, 1.35, 1.51, 1.59),
+    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.71, 0.71, 0.74, 0.75, 0.76),
+    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.32, 1.40),
+    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.78, 0.82, 1.02, 1.24, 1.31),
+    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.70, 0.72),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.
