@@ -3,10 +3,14 @@
 The case is benchmarks/spec_verify.py's (``trtllm_replayssm.bench.make_verify_case``: slot sets
 rotated over >= 512 MiB of state, replay cursors spread over [0, B), accepted counts drawn with
 mean ``--accept`` T): ``--route replay`` (replay verify + commit), ``snapshot`` (snapshot verify +
-commit) or ``serial`` (T conventional decode steps). Runs 3 + ``--steps`` steps; profile the
-last ones, e.g. (a replay step is its verify launches and the commit)
+commit) or ``serial`` (T conventional decode steps). First the warm-up: every slot set visited
+``--visits`` times (default :func:`steady_visits`), so that the replay cursors have reached
+their steady spread and the share of flush rows is what spec_verify.py times (from the initial
+cursors, w < B, no row flushes: w + T <= B + T - 1). Then ``--steps`` steps between
+``cudaProfilerStart`` and ``cudaProfilerStop``; profile those alone, e.g. (a replay step is its
+two verify launches and the commit)
 
-    ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:replay_verify \\
+    ncu --profile-from-start off --clock-control none -k "regex:verify|commit" \\
         python benchmarks/profile_verify.py --family kda --batch 16 --T 4
 
 scripts/device_profile_verify.sh runs a list of cases in one device call.
@@ -15,6 +19,7 @@ scripts/device_profile_verify.sh runs a list of cases in one device call.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -38,15 +43,30 @@ def main(argv=None):
     ap.add_argument("--B", type=int, default=16, help="history length (records)")
     ap.add_argument("--state", default="f32", choices=list(DT))
     ap.add_argument("--accept", type=float, default=0.7, help="mean accepted fraction of the T tokens")
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=2, help="steps profiled, after the warm-up")
+    ap.add_argument("--visits", type=int, default=None, help="warm-up visits of every slot set")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("profile_verify: needs a CUDA GPU")
     case = make_verify_case(a.family, a.geometry or GEOMETRIES[a.family], a.batch, a.T, a.B, a.state, "bf16", a.accept)
-    for i in range(3 + a.steps):
+    visits = steady_visits(a.B, a.T, a.accept) if a.visits is None else a.visits
+    warmup = visits * len(case.sets)
+    for i in range(warmup + a.steps):
+        if i == warmup:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
         slots, accepted = case.sets[i % len(case.sets)]
         case.step(a.route, slots, accepted)
     torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print(f"profile_verify: {warmup} warm-up steps ({visits} visits of {len(case.sets)} slot sets), {a.steps} profiled")
+
+
+def steady_visits(B: int, T: int, accept: float) -> int:
+    """Warm-up visits of each slot set: twice the visits a replay row takes to go from cursor 0
+    to its first flush (w + T > B + T - 1, i.e. w >= B) at ``accept`` T accepted tokens a step,
+    plus one for compilation."""
+    return 2 * math.ceil(B / max(accept * T, 1e-9)) + 1
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ for c in ${CASES:-kda:16:4}; do
   IFS=: read -r family batch T route <<< "$c"
   route=${route:-replay}
   log="$OUT/ncu_verify_${family}_${batch}_T${T}_${route}.txt"
-  # Four steps (three to warm up, compilation included): every launch is profiled, the last step's
-  # launches are the ones to read (ncu serialises launches; the report names each kernel).
+  # The warm-up (every slot set visited until the replay cursors are in their steady spread, so
+  # flush rows are as frequent as when timed) runs unprofiled; then two steps between
+  # cudaProfilerStart/Stop, every launch of them profiled (ncu serialises launches; the report
+  # names each kernel).
   filter=$([[ $route == serial ]] && echo "regex:decode_step" || echo "regex:verify|commit")
-  LD_PRELOAD=libcuda.so.1 ncu --clock-control none --launch-skip 0 --launch-count 40 -k "$filter" "${SECTIONS[@]}" \
-      python3 benchmarks/profile_verify.py --family "$family" --batch "$batch" --T "$T" --route "$route" --steps 1 > "$log" 2>&1
+  LD_PRELOAD=libcuda.so.1 ncu --profile-from-start off --clock-control none --launch-count 40 -k "$filter" "${SECTIONS[@]}" \
+      python3 benchmarks/profile_verify.py --family "$family" --batch "$batch" --T "$T" --route "$route" --steps 2 > "$log" 2>&1
   echo "== $c"; grep -E "  [_a-z0-9]+(verify|commit|decode_step)[_a-z0-9]*|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy" "$log" | tail -24
 done
