@@ -19,6 +19,7 @@ from trtllm_replayssm.memory import (
 )
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, from_hf_config, load_model
 from trtllm_replayssm.planner import (
+    CHECKPOINT_DTYPES,
     Budget,
     format_plan,
     PlanConfig,
@@ -335,3 +336,37 @@ def test_plan_route_advice_at_max_concurrency_and_at_a_batch():
 def test_plan_route_advice_rejects_a_bad_batch():
     with pytest.raises(ValueError, match="plan: batch is 0; expected None or a positive int"):
         plan(load_model("qwen3.5-4b"), gpu_mem_bytes=2**30, batch=0)
+
+
+def test_plan_sets_the_checkpoint_dtypes_side_by_side():
+    model = load_model("nemotron-3-super-120b")
+    p = plan(model, config=PlanConfig(buffer_len=8), gpu_mem_bytes=141 * GiB, batch=16)
+    assert [cp.dtype for cp in p.checkpoints] == list(CHECKPOINT_DTYPES)
+    fp32, bf16, fp16 = p.checkpoints
+    # fp32: the replay mode above; a 16-bit checkpoint halves the state, not the records
+    assert (fp32.ssm_bytes, fp32.max_concurrency) == (p.modes["replay"].ssm_bytes, p.modes["replay"].max_concurrency)
+    assert fp32.traffic == p.modes["replay"].traffic
+    half = PlanConfig(buffer_len=8, state_dtype=torch.bfloat16)
+    assert bf16.ssm_bytes == sequence_ssm_bytes(model, "replay", half) == fp16.ssm_bytes
+    assert bf16.ssm_bytes < fp32.ssm_bytes and bf16.max_concurrency > fp32.max_concurrency
+    assert bf16.traffic.state_read * 2 == fp32.traffic.state_read and bf16.traffic.records_read == fp32.traffic.records_read
+    # the measured replay step at the plan's batch, per dtype: fp16 was not measured
+    assert [(a.family, a.state_dtype, a.L, a.batch) for a in bf16.advice] == [("mamba2", "bf16", 8, 16)]
+    assert bf16.advice[0].ratio == 1.16 and fp16.advice[0].ratio is None
+    text = format_plan(p)
+    assert "Replay checkpoint dtypes (L 8, records bf16; vs conv: the conventional mode above, state fp32)" in text
+    assert "mamba2 1.16x at batch 16" in text and "mamba2 not measured" in text
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))["checkpoint_dtypes"]
+    assert [c["dtype"] for c in d] == ["fp32", "bf16", "fp16"]
+    assert d[1]["ssm_bytes_per_sequence"] == bf16.ssm_bytes and d[1]["route_advice"][0]["ratio"] == 1.16
+    assert d[0]["traffic_vs_conventional"] == pytest.approx(fp32.traffic.total / p.modes["conventional"].traffic.total)
+
+
+def test_plan_checkpoint_advice_at_each_dtypes_max_concurrency():
+    p = plan(load_model("kimi-linear-48b"), gpu_mem_bytes=141 * GiB, weights_bytes=90 * GiB)
+    for cp in p.checkpoints:
+        assert [a.batch for a in cp.advice] == [cp.max_concurrency]
+    tight = plan(load_model("kimi-linear-48b"), gpu_mem_bytes=GiB // 1024, max_seq_len=1)
+    assert all(cp.max_concurrency == 0 and cp.advice == () for cp in tight.checkpoints)
+    rows = [line for line in format_plan(tight).splitlines() if line.startswith(("  fp32 ", "  bf16 ", "  fp16 "))]
+    assert len(rows) == 3 and all(row.endswith("  -") for row in rows)

@@ -6,7 +6,9 @@ pool, KV bytes per token of the attention layers, the maximum number of concurre
 under a GPU memory budget, the HBM traffic of the SSM layers per decode step and per sequence,
 and two KV-token equivalents: the SSM bytes of a sequence, and its SSM traffic per step, each
 divided by the KV bytes one token takes in all attention layers (the context length whose KV
-cache the SSM layers weigh as much as, or whose attention reads move as many bytes as).
+cache the SSM layers weigh as much as, or whose attention reads move as many bytes as). For
+replay mode it also sets the checkpoint dtypes side by side (:data:`CHECKPOINT_DTYPES`): bytes,
+concurrency, traffic and the measured speed of each.
 
 :class:`~trtllm_replayssm.pool.ReplayCachePool` allocates exactly :func:`pool_bytes`.
 """
@@ -14,7 +16,7 @@ cache the SSM layers weigh as much as, or whose attention reads move as many byt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -41,6 +43,8 @@ __all__ = [
     "plan",
     "format_plan",
     "plan_advice",
+    "CheckpointPlan",
+    "CHECKPOINT_DTYPES",
     "DTYPE_NAMES",
 ]
 
@@ -51,6 +55,8 @@ DTYPE_NAMES = {
     torch.float64: "fp64",
     torch.float8_e4m3fn: "fp8",
 }
+# Checkpoint dtypes the replay kernels store, in the order ``plan`` sets them side by side.
+CHECKPOINT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,26 @@ class ModePlan:
 
 
 @dataclass(frozen=True)
+class CheckpointPlan:
+    """Replay-mode figures of one checkpoint dtype (one rank), every other setting the plan's.
+
+    Attributes:
+        dtype: the checkpoint dtype.
+        ssm_bytes: SSM bytes per sequence, all layers.
+        max_concurrency: the most sequences that fit (KV included, as in the modes).
+        traffic: SSM HBM traffic per decode step per sequence.
+        advice: the measured replay-step advice at the plan's batch or, when None, at
+            ``max_concurrency`` (none when no sequence fits).
+    """
+
+    dtype: torch.dtype
+    ssm_bytes: int
+    max_concurrency: int
+    traffic: StepTraffic
+    advice: Tuple[Advice, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """The planner's answer for one model on one rank (see :func:`plan`)."""
 
@@ -246,6 +272,7 @@ class Plan:
     modes: Dict[str, ModePlan] = field(default_factory=dict)
     batch: Optional[int] = None
     advice: Tuple[Advice, ...] = ()
+    checkpoints: Tuple[CheckpointPlan, ...] = ()
 
     @property
     def ssm_groups(self) -> Tuple[LayerGroup, ...]:
@@ -319,6 +346,18 @@ class Plan:
             },
             "advice_batch": self.batch,
             "route_advice": [a.to_dict() for a in self.advice],
+            "checkpoint_dtypes": [
+                {
+                    "dtype": DTYPE_NAMES[cp.dtype],
+                    "ssm_bytes_per_sequence": cp.ssm_bytes,
+                    "max_concurrency": cp.max_concurrency,
+                    "concurrency_vs_conventional": _ratio(cp.max_concurrency, conv.max_concurrency),
+                    "traffic_per_step": cp.traffic.total,
+                    "traffic_vs_conventional": _ratio(cp.traffic.total, conv.traffic.total),
+                    "route_advice": [a.to_dict() for a in cp.advice],
+                }
+                for cp in self.checkpoints
+            ],
         }
 
 
@@ -389,6 +428,17 @@ def plan(
             memory_kv_tokens=kv_token_equivalent(ssm, rank, config.kv_dtype),
             traffic_kv_tokens=kv_token_equivalent(traffic.total, rank, config.kv_dtype),
         )
+    checkpoints = []
+    for dtype in CHECKPOINT_DTYPES:
+        c = replace(config, state_dtype=dtype)
+        fits = max_concurrency(
+            rank, "replay", c, cache_bytes=budget.cache_bytes, max_seq_len=max_seq_len, num_padding_slots=num_padding_slots
+        )
+        at = batch if batch is not None else fits
+        advice = model_advice(rank, "replay", state_dtype=DTYPE_NAMES[dtype], L=c.buffer_len, batch=at) if at >= 1 else ()
+        checkpoints.append(
+            CheckpointPlan(dtype, sequence_ssm_bytes(rank, "replay", c), fits, step_traffic(rank, "replay", c), advice)
+        )
     return Plan(
         model=rank,
         config=config,
@@ -399,6 +449,7 @@ def plan(
         modes=modes,
         batch=batch,
         advice=plan_advice(rank, config, modes, batch),
+        checkpoints=tuple(checkpoints),
     )
 
 
@@ -502,6 +553,18 @@ def format_plan(p: Plan) -> str:
             f"{_fmt_ratio(t.total, conv.traffic.total):>9}{mp.traffic_kv_tokens:>13,.0f}"
         )
     out.append("  (= KV tokens: the context length whose KV read moves as many bytes)")
+    out += [
+        "",
+        f"Replay checkpoint dtypes (L {c.buffer_len}, records {names[c.record_dtype]}; vs conv: the conventional "
+        f"mode above, state {names[c.state_dtype]})",
+        f"  {'checkpoint':<12}{'SSM':>12}{'max seqs':>10}{'vs conv':>9}{'traffic':>12}{'vs conv':>9}  measured replay step, vs a conventional one at that dtype",
+    ]
+    for cp in p.checkpoints:
+        out.append(
+            f"  {names[cp.dtype]:<12}{_size(cp.ssm_bytes):>12}{cp.max_concurrency:>10,}"
+            f"{_fmt_ratio(cp.max_concurrency, conv.max_concurrency):>9}{_size(cp.traffic.total):>12}"
+            f"{_fmt_ratio(cp.traffic.total, conv.traffic.total):>9}  {_speed_text(cp.advice)}"
+        )
     at = f"batch {p.batch}" if p.batch is not None else "each mode's max seqs"
     out += ["", f"Measured speed of the ReplaySSM routes at {at} (advice only: nothing is switched)"]
     out += [f"  {a.text}" for a in p.advice]
@@ -512,3 +575,13 @@ def format_plan(p: Plan) -> str:
 
 def _fmt_ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
+
+
+def _speed_text(advice: Tuple[Advice, ...]) -> str:
+    """Each advice's family and ratio at its measured batch, or 'not measured'; '-' for none."""
+    if not advice:
+        return "-"
+    return "; ".join(
+        f"{a.family} {a.ratio:.2f}x at batch {a.measured_batch}" if a.ratio is not None else f"{a.family} not measured"
+        for a in advice
+    )
