@@ -37,6 +37,7 @@ come from a generator seeded with ``--seed``. Writes ``<date>-<gpu>-precision.{j
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import importlib.util
 import json
@@ -234,7 +235,9 @@ def study(family: Family, dtypes: Sequence[str], Ls: Sequence[int], steps: int, 
             cache.admit(slots, init.double())
             paths[f"replay {fmt} L{L} (sim)"] = dict(cache64=cache, fmt=fmt, L=L, y=[], errors={})
     at = set(horizons(steps))
+    trim_heap = heap_trimmer(device)
     for step in tqdm(range(1, steps + 1), disable=not progress, desc=family.name):
+        trim_heap()
         inp = family.make_inputs(gen, batch, params, device)
         inp64 = _to(inp, device, torch.float64)
         y64 = family.truth(truth_state, inp64, truth_params, slots)
@@ -306,6 +309,20 @@ def plot(results: Dict[str, Dict[str, dict]], path: str) -> None:
         ax.legend(fontsize=6, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def heap_trimmer(device) -> Callable[[], object]:
+    """A call that gives the free memory at the top and inside the C heap back to the OS
+    (glibc's ``malloc_trim(0)``) for a CPU study on Linux; a call that does nothing otherwise.
+    The study calls it once a step: without it the per-step float64 temporaries fragment glibc's
+    heap, and on the CPU the resident memory grew by 0.2-0.7 MiB per path and step until the
+    process was killed at 24 GiB (Nemotron-3-Nano, 35 paths, ~500 steps; 2026-12-03). With it
+    that case grew 141 MiB from step 30 to 90 (3 GiB without) and ran 0.74 s a step against 0.57
+    (serving every allocation of 64 KiB or more by mmap instead bounded it too, at 1.3-1.9 s)."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
+    if torch.device(device).type != "cpu" or trim is None:
+        return lambda: None
+    return lambda: trim(0)
 
 
 def main(argv=None):
