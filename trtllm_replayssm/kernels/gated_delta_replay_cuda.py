@@ -75,10 +75,6 @@ WIDE_UNITS_BATCH = 64
 # it two stages and two CTAs an SM (session 26, us, two CTAs / one CTA, 4 stages / no coefficient
 # warps, 2 CTAs: batch 64 37.99 / 37.42 / -, 256 115.70 / - / 125.40, 512 216.35 / - / 236.16).
 DEEP_RING_MAX_BATCH = 64
-# GDN with a bf16 checkpoint folds the flush on tensor cores (flush_mma) at every batch of the step
-# kernel (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
-# 16 18.94 / 19.91, 64 55.02 / 57.61, 256 186.85 / 193.82, 512 348.14 / 357.41); an fp32 checkpoint
-# gains nothing (256: 313.09 / 313.39) and KDA loses (bf16 256: 175.28 / 125.36).
 # KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
 # flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
@@ -208,6 +204,11 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
     coef_warps = COEF_WARPS if state_bytes == 2 and per_channel else 0
+    # GDN with a bf16 checkpoint folds the flush on tensor cores at every batch of the step kernel
+    # (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
+    # 16 18.94 / 19.91, 64 55.02 / 57.61, 256 186.85 / 193.82, 512 348.14 / 357.41); an fp32
+    # checkpoint gains nothing (256: 313.09 / 313.39) and KDA lost (bf16 256: 175.28 / 125.36, one
+    # CTA an SM where the table's build fit two).
     flush_mma = state_bytes == 2 and not per_channel
     if coef_warps and 1 < batch <= DEEP_RING_MAX_BATCH:
         for stages in (4, 3, 2):
