@@ -68,7 +68,7 @@ def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
 def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
-    """Several programs per head (the flush row's k̂ and g records written by its last program)
+    """Several programs per head (the flush row's cursor reset by its last program)
     and one program looping over the head: same outputs and caches (fp32 reordering)."""
     fam = DeltaFamily(G_CFG, per_channel=per_channel)
     p = fam.make_params(DEVICE)

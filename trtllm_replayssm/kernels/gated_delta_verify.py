@@ -27,15 +27,19 @@ the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
   recurrence in fp32), stored over the checkpoint (rounded) and used unrounded as the tile
   (E then holds only the window's v); the records go to 0 .. n-1 and the cursor to 0.
 
-Two launches of one kernel (``FLUSH_ROWS``), non-flush rows first: each row class then has its
-own register budget (the flush class needs ~60 more registers per thread), and the non-flush
-launch leaves every cursor as it was, so both launches decide alike. Grid and launch
-configurations as the standard replay kernel: (cdiv(head_v_dim, SPAN_V), v_heads, batch),
-tiles of >= 16 rows (tensor-core operands). A flush row's window overwrites history other
-programs of the row read in the same launch: d records are per (value head, head_v_dim row),
-so each program rewrites its own after a barrier; g (per value head) and k̂ (per key head)
-records are written by the row's last program on its arrival counter, which also resets the
-cursor to 0. ``pending`` := n.
+Three launches. The verify kernel twice (``FLUSH_ROWS``), non-flush rows first: each row class
+then has its own register budget (the flush class needs ~60 more registers per thread), and the
+non-flush launch leaves every cursor as it was, so both launches decide alike. Grid and launch
+configurations as the standard replay kernel: (cdiv(head_v_dim, SPAN_V), v_heads, batch), tiles
+of >= 16 rows (tensor-core operands). A flush row's window overwrites history other programs of
+the row read in the same launch: d records are per (value head, head_v_dim row), so each
+program rewrites its own after a barrier; the row's last program on its arrival counter resets
+the cursor to 0. ``pending`` := n. Then the window's g (per value head) and k̂ (per key head)
+records of every row, at the row's cursor (0 after a flush, w else), one program per (head, row)
+(``_window_key_gate_records_kernel``): no verify program reads them, and in a flush row other
+programs read the history they overwrite until the row's last one arrives. (They were written by
+that last program, one head after another: a chain of one load round trip per head, 45-66 µs
+of a batch-16 step, session 27.)
 """
 from __future__ import annotations
 
@@ -174,34 +178,50 @@ def _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v,
 
 
 @triton.jit
-def _store_window_k_g(p_kr, stride_kr_head, stride_kr_pos, p_gr, stride_gr_head, stride_gr_pos,
-                      p_k, stride_k_tok, stride_k_head, p_g, stride_g_tok, stride_g_head,
-                      n, k_heads, v_heads, head_k_dim,
-                      BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, MAX_HEADS: tl.constexpr,
-                      PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr):
-    """The window's k̂ records of every key head and g records of every value head at positions
-    0 .. n-1 of one row (the flush row's last program), one head at a time ([BLOCK_T, BLOCK_K]
-    tiles: a tile over all heads would hold up to 128 registers per thread)."""
+def _window_key_gate_records_kernel(
+    # k_records [slot, k_heads, L, head_k_dim]; g_records fp32 [slot, v_heads, L(, head_k_dim)]
+    kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
+    gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
+    cursor_ptr,
+    # k [batch, T, k_heads, head_k_dim]; g [batch, T, v_heads(, head_k_dim)]
+    k_ptr, stride_k_batch, stride_k_tok, stride_k_head,
+    g_ptr, stride_g_batch, stride_g_tok, stride_g_head,
+    slot_ids_ptr, num_tokens_ptr,
+    T, k_heads, v_heads, head_k_dim,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+):
+    """The third verify launch, grid (max(k_heads, v_heads), batch): program (h, row) writes the
+    window's k̂ records of key head h and g records of value head h at positions c .. c+n-1,
+    c the row's cursor after the verify launches (0 after a flush, w else). k̂ is normalised as
+    the verify kernel normalises it (fp32, then the record dtype)."""
+    h, i_b = tl.program_id(0), tl.program_id(1)
+    slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
+    if slot < 0:
+        return
+    n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
+    pos = tl.load(cursor_ptr + slot) + tl.arange(0, BLOCK_T)
     o_t = tl.arange(0, BLOCK_T)
     o_k = tl.arange(0, BLOCK_K)
     m_t = o_t < n
     m_tk = m_t[:, None] & (o_k < head_k_dim)[None, :]
-    for h in tl.range(0, MAX_HEADS):  # a constexpr bound (runtime bounds: not in the interpreter)
-        if h < k_heads:
-            b_k = tl.load(p_k + h * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
-                          mask=m_tk, other=0.0).to(tl.float32)
-            if USE_QK_L2NORM:
-                b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
-            tl.store(p_kr + h * stride_kr_head + o_t[:, None] * stride_kr_pos + o_k[None, :],
-                     b_k.to(p_kr.dtype.element_ty), mask=m_tk)
-        if h < v_heads:
-            if PER_CHANNEL:
-                b_g = tl.load(p_g + h * stride_g_head + o_t[:, None] * stride_g_tok + o_k[None, :], mask=m_tk, other=0.0)
-                tl.store(p_gr + h * stride_gr_head + o_t[:, None] * stride_gr_pos + o_k[None, :],
-                         b_g.to(p_gr.dtype.element_ty), mask=m_tk)
-            else:
-                b_g = tl.load(p_g + h * stride_g_head + o_t * stride_g_tok, mask=m_t, other=0.0)
-                tl.store(p_gr + h * stride_gr_head + o_t * stride_gr_pos, b_g.to(p_gr.dtype.element_ty), mask=m_t)
+    i_b = i_b.to(tl.int64)
+    if h < k_heads:
+        b_k = tl.load(k_ptr + i_b * stride_k_batch + h * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
+                      mask=m_tk, other=0.0).to(tl.float32)
+        if USE_QK_L2NORM:
+            b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
+        tl.store(kr_ptr + slot * stride_kr_slot + h * stride_kr_head + pos[:, None] * stride_kr_pos + o_k[None, :],
+                 b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
+    if h < v_heads:
+        p_g = g_ptr + i_b * stride_g_batch + h * stride_g_head
+        p_gr = gr_ptr + slot * stride_gr_slot + h * stride_gr_head
+        if PER_CHANNEL:
+            b_g = tl.load(p_g + o_t[:, None] * stride_g_tok + o_k[None, :], mask=m_tk, other=0.0).to(tl.float32)
+            tl.store(p_gr + pos[:, None] * stride_gr_pos + o_k[None, :], b_g, mask=m_tk)
+        else:
+            b_g = tl.load(p_g + o_t * stride_g_tok, mask=m_t, other=0.0).to(tl.float32)
+            tl.store(p_gr + pos * stride_gr_pos, b_g, mask=m_t)
 
 
 @triton.jit
@@ -225,9 +245,9 @@ def _gated_delta_replay_verify_kernel(
     beta_ptr, stride_beta_batch, stride_beta_tok, stride_beta_head,
     # slot_ids, num_tokens [batch] int32
     slot_ids_ptr, num_tokens_ptr, scale,
-    T, k_heads, v_heads, head_v_dim, head_k_dim, v_per_k,
+    T, head_v_dim, head_k_dim, v_per_k,
     L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_U: tl.constexpr,
-    MAX_HEADS: tl.constexpr, BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
     SPLIT_E: tl.constexpr, FLUSH_ROWS: tl.constexpr,
@@ -348,30 +368,16 @@ def _gated_delta_replay_verify_kernel(
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
-        # k̂ and g records are read by other programs of the row: the last one writes them.
+        # Every program of the row reads the cursor first: the last one resets it.
         tl.debug_barrier()
         arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
         if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
-            _store_window_k_g(kr_ptr + slot * stride_kr_slot, stride_kr_head, stride_kr_pos,
-                              gr_ptr + slot * stride_gr_slot, stride_gr_head, stride_gr_pos,
-                              p_k, stride_k_tok, stride_k_head, p_g, stride_g_tok, stride_g_head,
-                              n, k_heads, v_heads, head_k_dim, BLOCK_T, BLOCK_K, MAX_HEADS, PER_CHANNEL,
-                              USE_QK_L2NORM)
             tl.store(cursor_ptr + slot, 0)
             tl.store(arrivals_ptr + slot, 0)
     else:
-        # Non-flush: the window's g and k̂ records (past the history: read by no program of this
-        # launch), then G's history columns once (U1 against each record's key, decayed to the
+        # Non-flush: G's history columns once (U1 against each record's key, decayed to the
         # window's start: records newest first, decays as running products; hdec ends as the
         # checkpoint's decay e^G, which moves onto U1's columns), then the tiles.
-        if i_s == 0:
-            if PER_CHANNEL:
-                tl.store(p_gr + (w + o_t)[:, None] * stride_gr_pos + o_k[None, :], b_g, mask=m_tk)
-            else:
-                tl.store(p_gr + (w + o_t) * stride_gr_pos, b_g, mask=m_t)
-            if i_h % v_per_k == 0:
-                tl.store(p_kr + (w + o_t)[:, None] * stride_kr_pos + o_k[None, :],
-                         b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
         if PER_CHANNEL:
             hdec = tl.full([BLOCK_K], 1.0, tl.float32)
         else:
@@ -435,11 +441,11 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         g, g.stride(0), g.stride(1), g.stride(2),
         beta, beta.stride(0), beta.stride(1), beta.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids, scale,
-        T, k_heads, v_heads, head_v_dim, head_k_dim, v_heads // k_heads,
+        T, head_v_dim, head_k_dim, v_heads // k_heads,
     )
     const = dict(
         L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_T=block_t, BLOCK_U=2 * block_t,
-        MAX_HEADS=max(k_heads, v_heads), BLOCK_V=cfg.block_head_dim, SPAN_V=span,
+        BLOCK_V=cfg.block_head_dim, SPAN_V=span,
         BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=cfg.num_stages,
         HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
         SPLIT_E=max(d_records.element_size(), v.element_size()) > 2,  # 16-bit values are exact in TF32
@@ -448,4 +454,15 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     # same decision (w + n > L - 1) for every row.
     for flush_rows in (False, True):
         _gated_delta_replay_verify_kernel[grid](*args, **const, FLUSH_ROWS=flush_rows, **cfg.launch_options())
+    _window_key_gate_records_kernel[(max(k_heads, v_heads), batch)](
+        k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
+        g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
+        cursor,
+        k, k.stride(0), k.stride(1), k.stride(2),
+        g, g.stride(0), g.stride(1), g.stride(2),
+        slot_ids, num_tokens if num_tokens is not None else slot_ids,
+        T, k_heads, v_heads, head_k_dim,
+        BLOCK_T=block_t, BLOCK_K=const["BLOCK_K"], HAS_NUM_TOKENS=const["HAS_NUM_TOKENS"],
+        PER_CHANNEL=const["PER_CHANNEL"], USE_QK_L2NORM=use_qk_l2norm, num_warps=1,
+    )
     return out
