@@ -19,13 +19,17 @@ from spec_cases import (
     snapshot_commit_with_launcher,
 )
 from trtllm_replayssm.kernels.common import LaunchConfig
+from trtllm_replayssm.kernels.gated_delta_verify import (
+    gated_delta_verify_flush_launch_config,
+    gated_delta_verify_launch_config,
+)
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
 
 pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FAMILY_IDS = {False: "gdn", True: "kda"}
 # Long runs: GQA (two value heads per key head). Launch configurations: two key heads, so that
-# a flush row's last program writes the k̂ records of several key heads. The interpreter pays
+# the records launch writes the k̂ records of several key heads. The interpreter pays
 # per program: one pair of dtypes per family there, every pair on a GPU.
 G_RUN = DeltaGeometry(1, 2, 12, 20) if INTERPRET else DeltaGeometry(2, 6, 80, 96)
 G_CFG = DeltaGeometry(2, 2, 12, 20) if INTERPRET else G_RUN
@@ -100,6 +104,19 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
             assert torch.equal(getattr(c, name), getattr(caches[0], name)), name
         for name in ("checkpoint", "d_records", "k_records"):
             assert rel_err(getattr(c, name), getattr(caches[0], name)) < 1e-6, name
+
+
+def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full():
+    """Kimi Linear (32 value heads, head_v_dim 128) on 132 multiprocessors: at batch 16 a flush
+    program takes one 16-row tile where a non-flush one takes two; from batch 256 both walk all
+    eight tiles of their head."""
+
+    def chunks(rule, batch):
+        return rule(128, 128, batch * 32, torch.float32, multiprocessors=132).chunks
+
+    assert (chunks(gated_delta_verify_launch_config, 16), chunks(gated_delta_verify_flush_launch_config, 16)) == (2, 1)
+    assert chunks(gated_delta_verify_flush_launch_config, 64) == 2
+    assert chunks(gated_delta_verify_launch_config, 256) == chunks(gated_delta_verify_flush_launch_config, 256) == 8
 
 
 @pytest.mark.parametrize("record", ["f32", "bf16"])

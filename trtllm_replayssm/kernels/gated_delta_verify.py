@@ -29,9 +29,10 @@ the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
 
 Three launches. The verify kernel twice (``FLUSH_ROWS``), non-flush rows first: each row class
 then has its own register budget (the flush class needs ~60 more registers per thread), and the
-non-flush launch leaves every cursor as it was, so both launches decide alike. Grid and launch
-configurations as the standard replay kernel: (cdiv(head_v_dim, SPAN_V), v_heads, batch), tiles
-of >= 16 rows (tensor-core operands). A flush row's window overwrites history other programs of
+non-flush launch leaves every cursor as it was, so both launches decide alike. Grid
+(cdiv(head_v_dim, SPAN_V), v_heads, batch) and launch configurations as the standard replay
+kernel, tiles of >= 16 rows (tensor-core operands); the flush launch's configuration
+(``gated_delta_verify_flush_launch_config``) is chosen for the rows expected to flush. A flush row's window overwrites history other programs of
 the row read in the same launch: d records are per (value head, head_v_dim row), so each
 program rewrites its own after a barrier; the row's last program on its arrival counter resets
 the cursor to 0. ``pending`` := n. Then the window's g (per value head) and k̂ (per key head)
@@ -55,7 +56,8 @@ from torch import Tensor
 from .common import LaunchConfig, tf32_split, window_tokens
 from .gated_delta_common import decay_columns, gated_delta_launch_config, multiprocessor_count
 
-__all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config"]
+__all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
+           "gated_delta_verify_flush_launch_config"]
 
 _FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over the history
 
@@ -72,6 +74,20 @@ def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: in
     cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype,
                                     multiprocessors=multiprocessors)
     return dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
+
+
+_FLUSH_ROW_SHARE = 4  # launch-time estimate of rows per flushing row (about 1 in 5 flush at T = 4, B = 16)
+
+
+def gated_delta_verify_flush_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
+                                           state_dtype: torch.dtype, *, multiprocessors: int) -> LaunchConfig:
+    """The flush launch's configuration: the standard replay rule for the heads of the rows
+    expected to flush (``heads // _FLUSH_ROW_SHARE``; which rows flush is known only on the
+    device). A flush program folds its records into each of its tiles in turn, one dependent
+    chain per tile, so fewer tiles a program shorten the launch while the GPU is not full."""
+    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, max(1, heads // _FLUSH_ROW_SHARE),
+                                    state_dtype, multiprocessors=multiprocessors)
+    return dataclasses.replace(cfg, num_stages=1)  # the flush tile loop is not pipelined
 
 
 @triton.jit
@@ -420,14 +436,17 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
-    cfg = config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype,
-                                                     multiprocessors=multiprocessor_count(v.device))
-    if cfg.block_head_dim < 16:
-        raise ValueError(f"gated delta verify: block_head_dim is {cfg.block_head_dim}; expected >= 16 "
+    if config is None:
+        sms = multiprocessor_count(v.device)
+        cfgs = {flush: rule(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype, multiprocessors=sms)
+                for flush, rule in ((False, gated_delta_verify_launch_config),
+                                    (True, gated_delta_verify_flush_launch_config))}
+    else:
+        cfgs = {False: config, True: config}
+    if config is not None and config.block_head_dim < 16:
+        raise ValueError(f"gated delta verify: block_head_dim is {config.block_head_dim}; expected >= 16 "
                          "(the tiles are tensor-core operands)")
     block_t = max(2, triton.next_power_of_2(T))
-    span = cfg.block_head_dim * cfg.chunks
-    grid = (triton.cdiv(head_v_dim, span), v_heads, batch)
     args = (
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
         d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
@@ -445,15 +464,17 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     )
     const = dict(
         L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_T=block_t, BLOCK_U=2 * block_t,
-        BLOCK_V=cfg.block_head_dim, SPAN_V=span,
-        BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)), NUM_STAGES=cfg.num_stages,
+        BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)),
         HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
         SPLIT_E=max(d_records.element_size(), v.element_size()) > 2,  # 16-bit values are exact in TF32
     )
     # Non-flush rows first: they leave every cursor as it was, so the flush launch sees the
     # same decision (w + n > L - 1) for every row.
-    for flush_rows in (False, True):
-        _gated_delta_replay_verify_kernel[grid](*args, **const, FLUSH_ROWS=flush_rows, **cfg.launch_options())
+    for flush_rows, cfg in cfgs.items():
+        span = cfg.block_head_dim * cfg.chunks
+        _gated_delta_replay_verify_kernel[(triton.cdiv(head_v_dim, span), v_heads, batch)](
+            *args, **const, BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
+            FLUSH_ROWS=flush_rows, **cfg.launch_options())
     _window_key_gate_records_kernel[(max(k_heads, v_heads), batch)](
         k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
