@@ -526,8 +526,10 @@ def test_plan_prints_the_measured_route_advice(capsys):
         "  kda replay step L 16, fp32 checkpoint, batch 16: 1.09x the conventional step "
         '(H200 2026-12-03, docs/benchmarks.md "GDN and KDA decode"); recommended: replay'
     ) in out
-    assert "  kda verify T 4, B 16, fp32 checkpoint, batch 16: 0.78x 4 serial steps" in out
-    assert "recommended: serial" in out
+    assert (
+        "  kda verify T 4, B 16, fp32 checkpoint, batch 16: 1.04x 4 serial steps "
+        '(H200 2026-12-03, docs/benchmarks.md "Speculative verify"); recommended: replay'
+    ) in out
 
 
 def test_plan_route_advice_defaults_to_max_seqs_and_reaches_json(capsys):

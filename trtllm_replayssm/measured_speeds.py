@@ -154,15 +154,6 @@ _MAMBA2_VERIFY = Source(
     "first table, Mamba-2 rows (verify v1.2, current)",
     _RESULTS + "2026-11-30-h200-spec_verify_v2.json",
 )
-_DELTA_VERIFY_DEPTH2 = Source(
-    "2026-11-30",
-    _H200,
-    "python benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 16 256",
-    _DOC,
-    "Speculative verify",
-    "re-timed with depth 2 (verify v3, the current launch)",
-    _RESULTS + "2026-11-30-h200-spec_verify_v3.log",
-)
 _DELTA_VERIFY_DEPTH3 = Source(
     "2026-11-30",
     _H200,
@@ -171,6 +162,24 @@ _DELTA_VERIFY_DEPTH3 = Source(
     "Speculative verify",
     "first table, GDN/KDA rows (verify v3 at pipelining depth 3; depth 2, now the default, was not timed at this batch)",
     _RESULTS + "2026-11-30-h200-spec_verify_v3_stages3.json",
+)
+_DELTA_VERIFY_S27 = Source(
+    "2026-12-03",
+    _H200,
+    "VARIANTS=main bash scripts/device_compare.sh spec benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 16 64 256",
+    _DOC,
+    "Speculative verify",
+    "session 27, the records launch (15caf60; the flush launch's tiling since is as fast or faster)",
+    _RESULTS + "2026-12-03-h200-s27-call2-spec_verify_records_launch.log",
+)
+_DELTA_VERIFY_S27_T4 = Source(
+    "2026-12-03",
+    _H200,
+    "VARIANTS=cur bash scripts/device_compare.sh spec benchmarks/spec_verify.py --family gdn kda --T 4 --batch 16 64 256",
+    _DOC,
+    "Speculative verify",
+    "session 27, the current kernels (476af52)",
+    _RESULTS + "2026-12-03-h200-s27-call4-spec_verify_476af52.log",
 )
 
 _STEP_BATCHES = (1, 16, 64, 256, 512)
@@ -206,16 +215,25 @@ _VERIFY_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (MAMBA2, SUPER, 2): (1.47, 2.12, 2.40, 2.51),
     (MAMBA2, SUPER, 4): (2.17, 2.73, 3.42, 3.53),
     (MAMBA2, SUPER, 8): (1.97, 2.75, 3.09, 3.03),
-    (GDN, QWEN35_122B, 2): (0.98, 1.48, 2.16, 2.36),
-    (GDN, QWEN35_122B, 4): (1.54, 2.40, 3.34, 3.34),
-    (GDN, QWEN35_122B, 8): (1.89, 2.78, 3.42, 3.24),
-    (KDA, KIMI, 2): (0.61, 0.95, 1.59, 1.95),
-    (KDA, KIMI, 4): (0.78, 1.56, 2.54, 2.55),
-    (KDA, KIMI, 8): (0.89, 1.93, 2.80, 2.68),
+    (GDN, QWEN35_122B, 2): (1.12, 1.61, 2.27, 2.36),
+    (GDN, QWEN35_122B, 4): (1.92, 2.73, 3.40, 3.34),
+    (GDN, QWEN35_122B, 8): (2.15, 3.14, 3.56, 3.24),
+    (KDA, KIMI, 2): (0.75, 0.99, 1.90, 1.95),
+    (KDA, KIMI, 4): (1.04, 2.13, 2.80, 2.55),
+    (KDA, KIMI, 8): (1.11, 2.26, 2.90, 2.68),
 }
-# The source of each _VERIFY_BATCHES column, by family (GDN/KDA: depth 2 where it was re-timed).
-_DELTA_VERIFY_SOURCES = (_DELTA_VERIFY_DEPTH2, _DELTA_VERIFY_DEPTH3, _DELTA_VERIFY_DEPTH2, _DELTA_VERIFY_DEPTH3)
-_VERIFY_SOURCES = {MAMBA2: (_MAMBA2_VERIFY,) * 4, GDN: _DELTA_VERIFY_SOURCES, KDA: _DELTA_VERIFY_SOURCES}
+# The source of each _VERIFY_BATCHES column, by family, or by (family, T) where that differs.
+# GDN/KDA: session 27 at batch 16-256; batch 512 last timed before it (verify v3: depth 3,
+# without the records launch), slower than the kernels now.
+_DELTA_VERIFY_SOURCES = (_DELTA_VERIFY_S27,) * 3 + (_DELTA_VERIFY_DEPTH3,)
+_DELTA_VERIFY_T4_SOURCES = (_DELTA_VERIFY_S27_T4,) * 3 + (_DELTA_VERIFY_DEPTH3,)
+_VERIFY_SOURCES = {
+    MAMBA2: (_MAMBA2_VERIFY,) * 4,
+    GDN: _DELTA_VERIFY_SOURCES,
+    KDA: _DELTA_VERIFY_SOURCES,
+    (GDN, 4): _DELTA_VERIFY_T4_SOURCES,
+    (KDA, 4): _DELTA_VERIFY_T4_SOURCES,
+}
 
 
 def _measurements() -> Tuple[Measurement, ...]:
@@ -227,7 +245,7 @@ def _measurements() -> Tuple[Measurement, ...]:
     rows += [
         Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
         for (family, layer, T), ratios in _VERIFY_TABLE.items()
-        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family])
+        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES.get((family, T), _VERIFY_SOURCES[family]))
     ]
     return tuple(rows)
 
