@@ -4,6 +4,8 @@ and are imported from there. Every figure is a median; ratios are taken within o
 
 from __future__ import annotations
 
+import argparse
+
 from dataclasses import replace
 
 import torch
@@ -115,6 +117,16 @@ def sweep_configs(head_dim: int, max_registers=(), route: str = "replay_step", m
             cfgs += [LaunchConfig(b, w, chunks, s) for w in (1, 2, 4) for s in (1, 2, 3, 4)]
         cfgs = list(dict.fromkeys(cfgs))  # a head of one tile: its loop is the single tile
     return cfgs + [replace(c, max_registers=r) for r in max_registers for c in cfgs if c.num_warps == 1]
+
+
+def launch_config_arg(text: str) -> LaunchConfig:
+    """argparse type: ``block,warps,chunks,stages[,rN]`` (:meth:`LaunchConfig.label`) -> LaunchConfig."""
+    parts = text.split(",")
+    cap = parts.pop() if len(parts) == 5 and parts[-1][:1] == "r" else None
+    if len(parts) != 4 or not all(p.isdigit() for p in parts) or (cap is not None and not cap[1:].isdigit()):
+        raise argparse.ArgumentTypeError(f"launch configuration {text!r}: expected block,warps,chunks,stages[,rN]")
+    block, warps, chunks, stages = (int(p) for p in parts)
+    return LaunchConfig(block, warps, chunks, stages, int(cap[1:]) if cap else None)
 
 
 def add_max_registers_argument(ap) -> None:

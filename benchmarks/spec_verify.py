@@ -13,6 +13,7 @@ and rows flush at their real share. Bytes come from trtllm_replayssm.memory.
     python benchmarks/spec_verify.py                  # all families, T 2 4 8, batch 16 64 256 512, fp32 checkpoint, B 16
     python benchmarks/spec_verify.py --family gdn --T 4 --batch 256
     python benchmarks/spec_verify.py --sweep --T 4 --batch 16 256   # replay launch configurations
+    python benchmarks/spec_verify.py --sweep --family kda --T 4 --batch 16 --configs 16,1,4,2 16,1,1,1
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from harness import (
     add_max_registers_argument,
+    launch_config_arg,
     copy_bandwidth,
     header,
     results_stem,
@@ -114,7 +116,8 @@ def run(args, copy_bw):
 
 def run_sweep(args) -> None:
     """Time the replay verify + commit step for every launch configuration of the harness's
-    sweep (and the default) per (family, T, batch); print the best next to the default."""
+    sweep, or of --configs, and the default per (family, T, batch); print the best next to the
+    default. GDN/KDA: the configuration of the non-flush launch; the flush launch keeps its rule."""
     print(f"{'family':>6} {'T':>2} {'batch':>6} {'best':>14} {'us':>8} {'default':>14} {'us':>8}")
     for family in args.family:
         geom = args.geometry or GEOMETRIES[family]
@@ -122,7 +125,8 @@ def run_sweep(args) -> None:
             for batch in args.batch:
                 case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
                 d = case.default_config()
-                cfgs = list(dict.fromkeys(sweep_configs(case.rows(), args.max_registers, min_block=case.min_block) + [d]))
+                tried = args.configs or sweep_configs(case.rows(), args.max_registers, min_block=case.min_block)
+                cfgs = list(dict.fromkeys(tried + [d]))
                 res = {cfg: case.time("replay", reps=3, config=cfg)[0] for cfg in cfgs}
                 k = min(res, key=res.get)
                 print(f"{family:>6} {T:>2} {batch:>6} {k.label():>14} {res[k] * 1e6:8.2f} {d.label():>14} {res[d] * 1e6:8.2f}")
@@ -215,6 +219,13 @@ def main(argv=None):
     ap.add_argument("--act", default="bf16", choices=list(DT))
     ap.add_argument("--accept", type=float, default=0.7, help="mean accepted tokens per step / T")
     ap.add_argument("--sweep", action="store_true", help="time replay launch configurations instead")
+    ap.add_argument(
+        "--configs",
+        type=launch_config_arg,
+        nargs="*",
+        default=[],
+        help="with --sweep: only these configurations (block,warps,chunks,stages[,rN]) beside the default",
+    )
     add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)

@@ -403,7 +403,7 @@ def delta_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
     return verify(cache, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
-def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None):
+def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None, flush_config=None):
     from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
 
     return launch_gated_delta_replay_verify(
@@ -419,6 +419,7 @@ def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=
         num_tokens=num_tokens,
         out=out,
         config=config,
+        flush_config=flush_config,
         **p,
     )
 

@@ -1,12 +1,16 @@
 """``benchmarks/harness.py`` pieces that run without a GPU: the launch configurations a sweep tries."""
 
+import argparse
 import os
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from harness import sweep_configs
+from harness import launch_config_arg, sweep_configs  # noqa: E402
+from trtllm_replayssm.kernels.common import LaunchConfig  # noqa: E402
 
 
 def test_sweep_configs_add_register_caps_to_one_warp_configurations_only():
@@ -69,3 +73,11 @@ def test_run_sweep_times_every_configuration_of_the_route(capsys):
     out = capsys.readouterr().out
     assert "# sweep of decode_step" in out and "4,1,1,1" in out.splitlines()[2]
     assert ap.parse_args(["--sweep"]).sweep == "replay_step" and ap.parse_args([]).sweep is None
+
+
+def test_launch_config_arg_reads_labels_and_refuses_others():
+    for cfg in (LaunchConfig(16, 1, 4, 2), LaunchConfig(16, 1, 8, 2, max_registers=128)):
+        assert launch_config_arg(cfg.label()) == cfg
+    for bad in ("16,1", "16,1,4,x", "16,1,4,2,128", "16,1,4,2,rx"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected block,warps,chunks,stages"):
+            launch_config_arg(bad)

@@ -43,7 +43,7 @@ ROWS = ["all", "bonus", "short", "mixed"]
 
 
 def _verify(cache, win, p, slot_ids, num_tokens, out):
-    return delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=CONFIG)
+    return delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=CONFIG, flush_config=CONFIG)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
     n = torch.tensor([3, 3, 2, 1], dtype=torch.int32, device=DEVICE)
     win = make_window(fam, 4, T, torch.float32, DEVICE)
     ys = [
-        delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), config=cfg)
+        delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), config=cfg, flush_config=cfg)
         for c, cfg in zip(caches, cfgs)
     ]
     for y in ys[1:]:
@@ -117,6 +117,37 @@ def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full(
     assert (chunks(gated_delta_verify_launch_config, 16), chunks(gated_delta_verify_flush_launch_config, 16)) == (2, 1)
     assert chunks(gated_delta_verify_flush_launch_config, 64) == 2
     assert chunks(gated_delta_verify_launch_config, 256) == chunks(gated_delta_verify_flush_launch_config, 256) == 8
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
+def test_gated_delta_replay_verify_kernel_flush_launch_tiles_on_its_own(per_channel):
+    """The flush launch's tiling is its own: one tile a program for the flush rows while the
+    non-flush rows walk their head in a loop, against both launches looping; same outputs and
+    caches (fp32 reordering)."""
+    fam = DeltaFamily(G_CFG, per_channel=per_channel)
+    p = fam.make_params(DEVICE)
+    looped = LaunchConfig(16, 1, chunks=2, num_stages=2)
+    runs = []
+    for flush_config in (looped, LaunchConfig(16, 1)):
+        torch.manual_seed(3)
+        c = fam.allocate(4, 7, torch.float32, torch.float32, DEVICE)
+        c.checkpoint.normal_()
+        c.d_records.normal_()
+        c.k_records.normal_()
+        c.g_records.uniform_(-0.3, -0.01)
+        c.cursor.copy_(torch.tensor([5, 2, 6, 1], dtype=torch.int32))
+        slots = torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=DEVICE)
+        win = make_window(fam, 4, 3, torch.float32, DEVICE)
+        y = delta_verify_with_launcher(
+            c, win, p, slots, None, torch.empty_like(win["v"]), config=looped, flush_config=flush_config
+        )
+        runs.append((y, c))
+    (y0, c0), (y1, c1) = runs
+    for c in (c0, c1):  # slots 0 and 2 flush; each launch's last program of a row counts its own grid
+        assert c.cursor.tolist() == [0, 2, 0, 1] and not c.arrivals.any()
+    assert rel_err(y1, y0) < 1e-6
+    for name in ("checkpoint", "d_records", "k_records", "g_records"):
+        assert rel_err(getattr(c1, name), getattr(c0, name)) < 1e-6, name
 
 
 @pytest.mark.parametrize("record", ["f32", "bf16"])
@@ -174,10 +205,11 @@ def test_gated_delta_replay_verify_kernel_rejects_tiles_under_16_rows():
     before = c.checkpoint.clone(), c.cursor.clone()
     win = make_window(fam, 1, 2, torch.float32, DEVICE)
     slots = torch.tensor([0], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(ValueError, match="block_head_dim is 8; expected >= 16"):
-        delta_verify_with_launcher(
-            c, win, fam.make_params(DEVICE), slots, None, torch.empty_like(win["v"]), config=LaunchConfig(8, 1)
-        )
+    for which in ("config", "flush_config"):
+        with pytest.raises(ValueError, match="block_head_dim is 8; expected >= 16"):
+            delta_verify_with_launcher(
+                c, win, fam.make_params(DEVICE), slots, None, torch.empty_like(win["v"]), **{which: LaunchConfig(8, 1)}
+            )
     assert torch.equal(c.checkpoint, before[0]) and torch.equal(c.cursor, before[1])
 
 

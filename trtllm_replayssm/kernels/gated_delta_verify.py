@@ -430,22 +430,24 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
                                      beta: Tensor, *, slot_ids: Tensor,
                                      num_tokens: Optional[Tensor] = None, scale: float,
                                      use_qk_l2norm: bool, out: Tensor,
-                                     config: Optional[LaunchConfig] = None) -> Tensor:
+                                     config: Optional[LaunchConfig] = None,
+                                     flush_config: Optional[LaunchConfig] = None) -> Tensor:
     """Launch the verify step on the cache tensors; arguments already checked by the op.
-    g's rank selects the family: [batch, T, v_heads] GDN, [batch, T, v_heads, head_k_dim] KDA."""
+    g's rank selects the family: [batch, T, v_heads] GDN, [batch, T, v_heads, head_k_dim] KDA.
+    ``config`` / ``flush_config``: the non-flush / flush launch's configuration (None: its rule,
+    :func:`gated_delta_verify_launch_config` / :func:`gated_delta_verify_flush_launch_config`);
+    tiles of >= 16 rows."""
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
-    if config is None:
-        sms = multiprocessor_count(v.device)
-        cfgs = {flush: rule(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype, multiprocessors=sms)
-                for flush, rule in ((False, gated_delta_verify_launch_config),
-                                    (True, gated_delta_verify_flush_launch_config))}
-    else:
-        cfgs = {False: config, True: config}
-    if config is not None and config.block_head_dim < 16:
-        raise ValueError(f"gated delta verify: block_head_dim is {config.block_head_dim}; expected >= 16 "
-                         "(the tiles are tensor-core operands)")
+    cfgs = {}
+    for flush, given, rule in ((False, config, gated_delta_verify_launch_config),
+                               (True, flush_config, gated_delta_verify_flush_launch_config)):
+        if given is not None and given.block_head_dim < 16:
+            raise ValueError(f"gated delta verify: block_head_dim is {given.block_head_dim}; expected >= 16 "
+                             "(the tiles are tensor-core operands)")
+        cfgs[flush] = given or rule(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype,
+                                    multiprocessors=multiprocessor_count(v.device))
     block_t = max(2, triton.next_power_of_2(T))
     args = (
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
