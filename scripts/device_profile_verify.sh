@@ -13,8 +13,8 @@ for c in ${CASES:-kda:16:4}; do
   # flush rows are as frequent as when timed) runs unprofiled; then two steps between
   # cudaProfilerStart/Stop, every launch of them profiled (ncu serialises launches; the report
   # names each kernel).
-  filter=$([[ $route == serial ]] && echo "regex:decode_step" || echo "regex:verify|commit")
+  filter=$([[ $route == serial ]] && echo "regex:decode_step" || echo "regex:verify|commit|records")
   LD_PRELOAD=libcuda.so.1 ncu --profile-from-start off --clock-control none --launch-count 40 -k "$filter" "${SECTIONS[@]}" \
       python3 benchmarks/profile_verify.py --family "$family" --batch "$batch" --T "$T" --route "$route" --steps 2 > "$log" 2>&1
-  echo "== $c"; grep -E "  [_a-z0-9]+(verify|commit|decode_step)[_a-z0-9]*|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy" "$log" | tail -24
+  echo "== $c"; grep -E "  [_a-z0-9]+(verify|commit|records|decode_step)[_a-z0-9]*|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy" "$log" | tail -24
 done
