@@ -70,6 +70,19 @@ def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
     assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL[a], worst
 
 
+def _random_cache(fam, L: int, cursors: list, seed: int):
+    """An fp32 replay cache of len(cursors) slots, buffer L: random checkpoint and records
+    (gates in [-0.3, -0.01]) from ``seed``, the given cursors."""
+    torch.manual_seed(seed)
+    c = fam.allocate(len(cursors), L, torch.float32, torch.float32, DEVICE)
+    c.checkpoint.normal_()
+    c.d_records.normal_()
+    c.k_records.normal_()
+    c.g_records.uniform_(-0.3, -0.01)
+    c.cursor.copy_(torch.tensor(cursors, dtype=torch.int32))
+    return c
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
 def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
     """Several programs per head (the flush row's cursor reset by its last program)
@@ -78,16 +91,7 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
     p = fam.make_params(DEVICE)
     T, L = 3, 7
     cfgs = [LaunchConfig(16, 1), LaunchConfig(16, 2, chunks=2, num_stages=2)]
-    caches = []
-    for _ in cfgs:
-        torch.manual_seed(1)
-        c = fam.allocate(6, L, torch.float32, torch.float32, DEVICE)
-        c.checkpoint.normal_()
-        c.d_records.normal_()
-        c.k_records.normal_()
-        c.g_records.uniform_(-0.3, -0.01)
-        c.cursor.copy_(torch.tensor([0, 5, 2, 4, 0, 6], dtype=torch.int32))
-        caches.append(c)
+    caches = [_random_cache(fam, L, [0, 5, 2, 4, 0, 6], seed=1) for _ in cfgs]
     slots = torch.tensor([1, -1, 3, 5], dtype=torch.int32, device=DEVICE)
     n = torch.tensor([3, 3, 2, 1], dtype=torch.int32, device=DEVICE)
     win = make_window(fam, 4, T, torch.float32, DEVICE)
@@ -129,13 +133,7 @@ def test_gated_delta_replay_verify_kernel_flush_launch_tiles_on_its_own(per_chan
     looped = LaunchConfig(16, 1, chunks=2, num_stages=2)
     runs = []
     for flush_config in (looped, LaunchConfig(16, 1)):
-        torch.manual_seed(3)
-        c = fam.allocate(4, 7, torch.float32, torch.float32, DEVICE)
-        c.checkpoint.normal_()
-        c.d_records.normal_()
-        c.k_records.normal_()
-        c.g_records.uniform_(-0.3, -0.01)
-        c.cursor.copy_(torch.tensor([5, 2, 6, 1], dtype=torch.int32))
+        c = _random_cache(fam, 7, [5, 2, 6, 1], seed=3)
         slots = torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=DEVICE)
         win = make_window(fam, 4, 3, torch.float32, DEVICE)
         y = delta_verify_with_launcher(

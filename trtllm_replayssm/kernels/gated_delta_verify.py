@@ -32,8 +32,8 @@ then has its own register budget (the flush class needs ~60 more registers per t
 non-flush launch leaves every cursor as it was, so both launches decide alike. Grid
 (cdiv(head_v_dim, SPAN_V), v_heads, batch) and launch configurations as the standard replay
 kernel, tiles of >= 16 rows (tensor-core operands); the flush launch's configuration
-(``gated_delta_verify_flush_launch_config``) is chosen for the rows expected to flush. A flush row's window overwrites history other programs of
-the row read in the same launch: d records are per (value head, head_v_dim row), so each
+(``gated_delta_verify_flush_launch_config``) is chosen for the rows expected to flush. A flush
+row's window overwrites history other programs of the row read in the same launch: d records are per (value head, head_v_dim row), so each
 program rewrites its own after a barrier; the row's last program on its arrival counter resets
 the cursor to 0. ``pending`` := n. Then the window's g (per value head) and k̂ (per key head)
 records of every row, at the row's cursor (0 after a flush, w else), one program per (head, row)
@@ -88,6 +88,13 @@ def gated_delta_verify_flush_launch_config(head_v_dim: int, head_k_dim: int, hea
     cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, max(1, heads // _FLUSH_ROW_SHARE),
                                     state_dtype, multiprocessors=multiprocessors)
     return dataclasses.replace(cfg, num_stages=1)  # the flush tile loop is not pipelined
+
+
+@triton.jit
+def _l2norm_rows(x):
+    """Each row of a fp32 [rows, BLOCK_K] tile scaled to unit L2 norm (eps 1e-6): the window's
+    q̂ and k̂, the same arithmetic in the verify kernel and the records launch."""
+    return x * tl.rsqrt(tl.sum(x * x, axis=1) + 1e-6)[:, None]
 
 
 @triton.jit
@@ -226,7 +233,7 @@ def _window_key_gate_records_kernel(
         b_k = tl.load(k_ptr + i_b * stride_k_batch + h * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
                       mask=m_tk, other=0.0).to(tl.float32)
         if USE_QK_L2NORM:
-            b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
+            b_k = _l2norm_rows(b_k)
         tl.store(kr_ptr + slot * stride_kr_slot + h * stride_kr_head + pos[:, None] * stride_kr_pos + o_k[None, :],
                  b_k.to(kr_ptr.dtype.element_ty), mask=m_tk)
     if h < v_heads:
@@ -293,8 +300,8 @@ def _gated_delta_replay_verify_kernel(
     b_k = tl.load(p_k + i_hk * stride_k_head + o_t[:, None] * stride_k_tok + o_k[None, :],
                   mask=m_tk, other=0.0).to(tl.float32)
     if USE_QK_L2NORM:
-        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, axis=1) + 1e-6)[:, None]
-        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, axis=1) + 1e-6)[:, None]
+        b_q = _l2norm_rows(b_q)
+        b_k = _l2norm_rows(b_k)
     b_q = b_q * scale
     if PER_CHANNEL:
         b_g = tl.load(p_g + i_h * stride_g_head + o_t[:, None] * stride_g_tok + o_k[None, :],
@@ -440,14 +447,14 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
+    sms = multiprocessor_count(v.device)
     cfgs = {}
     for flush, given, rule in ((False, config, gated_delta_verify_launch_config),
                                (True, flush_config, gated_delta_verify_flush_launch_config)):
         if given is not None and given.block_head_dim < 16:
             raise ValueError(f"gated delta verify: block_head_dim is {given.block_head_dim}; expected >= 16 "
                              "(the tiles are tensor-core operands)")
-        cfgs[flush] = given or rule(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype,
-                                    multiprocessors=multiprocessor_count(v.device))
+        cfgs[flush] = given or rule(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype, multiprocessors=sms)
     block_t = max(2, triton.next_power_of_2(T))
     args = (
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
