@@ -50,6 +50,7 @@ KDA_SHAPES = [
     pytest.param(DeltaGeometry(2, 4, 64, 96), 5, id="kda-vpk2-dk64-dv96-L5"),
     pytest.param(DeltaGeometry(3, 3, 256, 48), 1, id="kda-dk256-dv48-L1"),
     pytest.param(DeltaGeometry(4, 4, 128, 64), 32, id="kda-L32"),
+    pytest.param(DeltaGeometry(32, 32, 128, 128), 32, id="kimi-linear-L32"),  # fp32: 128-row units, coefficient warps
 ]
 
 

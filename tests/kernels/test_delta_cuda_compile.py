@@ -77,8 +77,9 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
-    if coef_warps is None:  # the table's: KDA with a bf16 checkpoint
-        assert cfg.coef_warps == (gc.COEF_WARPS if state_bytes == 2 and per_channel else 0)
+    if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16)
+        wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16
+        assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel else 0)
     assert ".entry delta_replay_step(" in ptx
     # Two launches only: the coefficient launch (one launch forms the coefficients in the step);
     # GDN only: the small kernel
@@ -94,21 +95,28 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
 
 
 @pytest.mark.parametrize(
-    "per_channel, state_bytes, batch, expected",
+    "per_channel, state_bytes, L, batch, expected",
     [
-        # (rows, stages, min_ctas, coef_warps, flush_mma); Qwen3.5-122B / Kimi Linear heads, L = 16
-        (False, 2, 4, (64, 2, 3, 0, True)),
-        (False, 2, 16, (64, 2, 3, 0, True)),
-        (False, 2, 256, (128, 2, 1, 0, True)),
-        (False, 4, 256, (64, 2, 2, 0, False)),
-        (True, 2, 1, (32, 2, 3, 4, False)),
-        (True, 2, 64, (128, 4, 1, 4, False)),
-        (True, 2, 256, (128, 2, 2, 4, False)),
-        (True, 4, 256, (64, 2, 2, 0, False)),
+        # (rows, stages, min_ctas, coef_warps, flush_mma); Qwen3.5-122B / Kimi Linear heads
+        (False, 2, 16, 4, (64, 2, 3, 0, True)),
+        (False, 2, 16, 16, (64, 2, 3, 0, True)),
+        (False, 2, 16, 256, (128, 2, 1, 0, True)),
+        (False, 4, 16, 256, (64, 2, 2, 0, False)),
+        (True, 2, 16, 1, (32, 2, 3, 4, False)),
+        (True, 2, 16, 64, (128, 4, 1, 4, False)),
+        (True, 2, 16, 256, (128, 2, 2, 4, False)),
+        (True, 4, 16, 256, (64, 2, 2, 0, False)),
+        # KDA fp32 where one CTA of 64-row units fits (L > 16): 128-row units with coefficient
+        # warps from batch 2
+        (True, 4, 32, 1, (64, 2, 1, 0, False)),
+        (True, 4, 32, 2, (128, 2, 1, 4, False)),
+        (True, 4, 24, 16, (128, 2, 1, 4, False)),
+        (True, 4, 32, 512, (128, 2, 1, 4, False)),
+        (False, 4, 32, 512, (64, 2, 2, 0, False)),
     ],
 )
-def test_launch_table_at_measured_points(per_channel, state_bytes, batch, expected):
-    cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
+def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, expected):
+    cfg = gc.delta_cuda_config(128, 128, L, batch, state_bytes, per_channel)
     assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps, cfg.flush_mma) == expected
 
 

@@ -199,7 +199,10 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
     what counts), from batch 2 to :data:`DEEP_RING_MAX_BATCH` 128-row units (as wide units) and
     one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
-    (no register cap but the launch bounds')."""
+    (no register cap but the launch bounds'). KDA with an fp32 checkpoint where one CTA of the
+    standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
+    2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
+    warps."""
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
@@ -216,6 +219,11 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
                                   coef_warps=coef_warps, flush_mma=flush_mma)
             if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
                 return cfg
+    if per_channel and not coef_warps and batch > 1 and _wide_units_pay(head_k_dim, head_v_dim, L, state_bytes):
+        cfg = DeltaCudaConfig(rows=_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
+                              coef_warps=COEF_WARPS)
+        if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
+            return cfg
     if coef_warps and batch == 1:
         rows = 32 if head_v_dim % 32 == 0 else 16
     else:
@@ -228,6 +236,20 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
     return replace(cfg, min_ctas=ctas)
+
+
+def _wide_units_pay(head_k_dim: int, head_v_dim: int, L: int, state_bytes: int) -> bool:
+    """Whether wide units tile head_v_dim in fewer units than the standard ones and a multiprocessor
+    holds just one KDA step CTA of the standard units (two stages, no coefficient warps): an fp32
+    checkpoint with L > 16 for Kimi Linear. There 128-row units with :data:`COEF_WARPS`
+    coefficient warps are faster from batch 2 (H200, session 28, Kimi Linear,
+    L = 32, us, 128 rows with coefficient warps / the 64-row units: batch 4 8.40 / 10.33, 16
+    21.13 / 28.72, 64 64.61 / 97.49, 256 225.34 / 368.99, 512 420.30 / 715.17; batch 1 6.18 /
+    5.61, where 64-row units keep twice the CTAs)."""
+    narrow = DeltaCudaConfig(rows=_rows(head_v_dim), stages=2, min_ctas=1)
+    if _rows(head_v_dim, wide=True) == narrow.rows:
+        return False
+    return delta_ctas_that_fit(narrow, head_k_dim, L, state_bytes, per_channel=True) == 1
 
 
 def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int,
