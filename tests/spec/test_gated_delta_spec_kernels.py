@@ -112,15 +112,30 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
 
 def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full():
     """Kimi Linear (32 value heads, head_v_dim 128) on 132 multiprocessors: at batch 16 a flush
-    program takes one 16-row tile where a non-flush one takes two; from batch 256 both walk all
+    program takes one 16-row tile where a non-flush one takes four; from batch 256 both walk all
     eight tiles of their head."""
 
     def chunks(rule, batch):
         return rule(128, 128, batch * 32, torch.float32, multiprocessors=132).chunks
 
-    assert (chunks(gated_delta_verify_launch_config, 16), chunks(gated_delta_verify_flush_launch_config, 16)) == (2, 1)
+    assert (chunks(gated_delta_verify_launch_config, 16), chunks(gated_delta_verify_flush_launch_config, 16)) == (4, 1)
     assert chunks(gated_delta_verify_flush_launch_config, 64) == 2
     assert chunks(gated_delta_verify_launch_config, 256) == chunks(gated_delta_verify_flush_launch_config, 256) == 8
+
+
+@pytest.mark.parametrize(
+    "heads, multiprocessors, spans",
+    [(32, 132, 8), (128, 132, 8), (256, 132, 4), (512, 132, 2), (1024, 132, 1), (4096, 132, 1), (512, 78, 1),
+     (512, 264, 4)],
+)
+def test_gated_delta_verify_launch_splits_heads_within_one_wave(heads, multiprocessors, spans):
+    """The non-flush launch splits a head's eight tiles over the largest power of two of programs
+    that keeps the launch within one wave of 8 programs a multiprocessor (Kimi Linear at batch
+    16 on an H200: 512 heads, 1056 programs a wave, 2 spans; the standard replay rule rounds up
+    to 4), one program a head past one wave, one tile a program at most."""
+    cfg = gated_delta_verify_launch_config(128, 128, heads, torch.float32, multiprocessors=multiprocessors)
+    assert (cfg.chunks, cfg.block_head_dim, cfg.num_warps) == (8 // spans, 16, 1)
+    assert cfg.num_stages == (2 if spans < 8 else 1)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)

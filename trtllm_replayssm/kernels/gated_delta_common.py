@@ -100,9 +100,9 @@ def gated_delta_launch_config(route: str, head_v_dim: int, head_k_dim: int, head
     if route != "replay_step":
         raise ValueError(f"gated_delta_launch_config: route is {route!r}; expected 'decode_step' or 'replay_step'")
     tiles = triton.cdiv(head_v_dim, 16)
-    spans = min(tiles, triton.next_power_of_2(triton.cdiv(_PROGRAMS_PER_SM * multiprocessors, heads)))
+    spans = min(tiles, triton.next_power_of_2(triton.cdiv(PROGRAMS_PER_SM * multiprocessors, heads)))
     return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans),
                         num_stages=3 if spans < tiles else 1)
 
 
-_PROGRAMS_PER_SM = 8  # one-warp programs wanted per multiprocessor
+PROGRAMS_PER_SM = 8  # one-warp programs wanted per multiprocessor

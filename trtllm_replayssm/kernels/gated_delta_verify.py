@@ -54,7 +54,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import LaunchConfig, tf32_split, window_tokens
-from .gated_delta_common import decay_columns, gated_delta_launch_config, multiprocessor_count
+from .gated_delta_common import PROGRAMS_PER_SM, decay_columns, gated_delta_launch_config, multiprocessor_count
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
            "gated_delta_verify_flush_launch_config"]
@@ -64,16 +64,22 @@ _FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over th
 
 def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
                                      state_dtype: torch.dtype, *, multiprocessors: int) -> LaunchConfig:
-    """The standard replay step's configuration (``gated_delta_launch_config``, ``heads`` =
-    batch * v_heads: 16-row tiles, one warp, a program walking its head's tiles in a
-    software-pipelined loop), pipelined at most 2 deep. Timed on an H200 (T = 4, batch 256,
-    fp32 checkpoint, ``benchmarks/spec_verify.py --sweep``, 15 configurations; docs/kernel-notes.md,
-    verify v3): the best for Qwen3.5-122B GDN and Kimi Linear KDA, 6-7% faster than depth 3,
-    whose 28.9 KB of shared memory per program left room for 7 resident programs per
-    multiprocessor instead of 11; two and four warps took 1.5-3x longer."""
-    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, heads, state_dtype,
-                                    multiprocessors=multiprocessors)
-    return dataclasses.replace(cfg, num_stages=min(cfg.num_stages, 2))
+    """The non-flush launch's configuration for ``heads`` = batch * v_heads: 16-row tiles, one
+    warp, a program walking ``chunks`` tiles of its head in a loop pipelined 2 deep (one tile:
+    not pipelined). A head's tiles are split over as many programs (spans, a power of two) as
+    fit one wave of ~8 programs an SM, never more: every program pays the per-head work (the
+    window solve, the history scores, ~2.7k of ~7.6k instructions at KDA T = 4), so programs
+    past one wave cost more than the parallelism they add. ``head_k_dim`` and ``state_dtype``
+    are not read (the launch rules share one signature). Timed on an H200 (T = 4, fp32
+    checkpoint, ``benchmarks/spec_verify.py --sweep``, docs/kernel-notes.md, session 28): batch 16
+    Kimi Linear KDA 2 spans 54.2 us against 4 spans (the standard replay rule's, which rounds
+    up) 63.3 and one 59.6; Qwen3.5-122B GDN one span 67.0 against 2 spans 74.8; from batch 64
+    one span for both, as before; depth 3 lost 6-7% at batch 256 (verify v3)."""
+    tiles = triton.cdiv(head_v_dim, 16)
+    one_wave = max(1, PROGRAMS_PER_SM * multiprocessors // heads)
+    spans = min(tiles, 1 << (one_wave.bit_length() - 1))
+    return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans),
+                        num_stages=2 if spans < tiles else 1)
 
 
 _FLUSH_ROW_SHARE = 4  # launch-time estimate of rows per flushing row (about 1 in 5 flush at T = 4, B = 16)
