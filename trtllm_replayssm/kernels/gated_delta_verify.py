@@ -27,23 +27,24 @@ the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
   recurrence in fp32), stored over the checkpoint (rounded) and used unrounded as the tile
   (E then holds only the window's v); the records go to 0 .. n-1 and the cursor to 0.
 
-Three launches. The verify kernel twice (``FLUSH_ROWS``), non-flush rows first: each row class
-then has its own register budget (the flush class needs ~60 more registers per thread), and the
-non-flush launch leaves every cursor as it was, so both launches decide alike. Grid
-(cdiv(head_v_dim, SPAN_V), v_heads, batch) and launch configurations as the standard replay
-kernel, tiles of >= 16 rows (tensor-core operands); the flush launch's configuration
-(``gated_delta_verify_flush_launch_config``) is chosen for the rows expected to flush. A flush
-row's window overwrites history other programs of the row read in the same launch: d records are per (value head, head_v_dim row), so each
-program rewrites its own after a barrier; the row's last program on its arrival counter resets
-the cursor to 0. ``pending`` := n. Then the window's g (per value head) and k̂ (per key head)
-records of every row, at the row's cursor (0 after a flush, w else), one program per (head, row)
-(``_window_key_gate_records_kernel``): no verify program reads them, and in a flush row other
-programs read the history they overwrite until the row's last one arrives. (They were written by
-that last program, one head after another: a chain of one load round trip per head, 45-66 µs
-of a batch-16 step, session 27.)
+Three launches. The verify kernel twice (``FLUSH_ROWS``): each row class then has its own
+register budget (the flush class needs ~60 more registers per thread) and its own tiling
+(``gated_delta_verify_launch_config``, ``gated_delta_verify_flush_launch_config``: the latter
+chosen for the rows expected to flush); grid (cdiv(head_v_dim, SPAN_V), v_heads, batch), tiles
+of >= 16 rows (tensor-core operands). Neither launch moves a cursor, so both decide each row's
+class alike whatever their order, and on a GPU the flush launch runs on a side stream beside
+the non-flush one. A flush row's window overwrites history other programs of the row read in
+the same launch: d records are per (value head, head_v_dim row), so each program rewrites its
+own after folding them. ``pending`` := n. Then the window's g (per value head) and k̂ (per key
+head) records of every row at position 0 of a row that flushed, w of one that did not, one
+program per (head, row) (``_window_key_gate_records_kernel``); the last of a flushed row's
+programs on its arrival counter resets its cursor to 0. (The records were written by the
+flush row's last verify program, one head after another: a chain of one load round trip per
+head, 45-66 µs of a batch-16 step, session 27.)
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -94,6 +95,20 @@ def gated_delta_verify_flush_launch_config(head_v_dim: int, head_k_dim: int, hea
     cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, max(1, heads // _FLUSH_ROW_SHARE),
                                     state_dtype, multiprocessors=multiprocessors)
     return dataclasses.replace(cfg, num_stages=1)  # the flush tile loop is not pipelined
+
+
+_FLUSH_STREAMS: dict = {}
+
+
+def _flush_stream(device: torch.device) -> Optional["torch.cuda.Stream"]:
+    """The side stream of ``device`` for the flush launch (made once per device; None off CUDA,
+    where the launches run one after the other)."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _FLUSH_STREAMS:
+        _FLUSH_STREAMS[index] = torch.cuda.Stream(index)
+    return _FLUSH_STREAMS[index]
 
 
 @triton.jit
@@ -211,25 +226,30 @@ def _window_key_gate_records_kernel(
     # k_records [slot, k_heads, L, head_k_dim]; g_records fp32 [slot, v_heads, L(, head_k_dim)]
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
     gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
-    cursor_ptr,
+    # cursor, arrivals [slot] int32
+    cursor_ptr, arrivals_ptr,
     # k [batch, T, k_heads, head_k_dim]; g [batch, T, v_heads(, head_k_dim)]
     k_ptr, stride_k_batch, stride_k_tok, stride_k_head,
     g_ptr, stride_g_batch, stride_g_tok, stride_g_head,
     slot_ids_ptr, num_tokens_ptr,
     T, k_heads, v_heads, head_k_dim,
-    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
 ):
-    """The third verify launch, grid (max(k_heads, v_heads), batch): program (h, row) writes the
-    window's k̂ records of key head h and g records of value head h at positions c .. c+n-1,
-    c the row's cursor after the verify launches (0 after a flush, w else). k̂ is normalised as
-    the verify kernel normalises it (fp32, then the record dtype)."""
+    """The third verify launch, grid (max(k_heads, v_heads), batch), after both verify launches:
+    program (h, row) writes the window's k̂ records of key head h and g records of value head h
+    at positions c .. c+n-1 (c = 0 for a row that flushed, w + n > L - 1; else c = w, its
+    cursor); in a row that flushed, the row's last program (on its arrival counter) then resets
+    the cursor to 0. k̂ is normalised as the verify kernel normalises it (fp32, then the record
+    dtype)."""
     h, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
-    pos = tl.load(cursor_ptr + slot) + tl.arange(0, BLOCK_T)
+    w = tl.load(cursor_ptr + slot)
+    flush = w + n > L - 1
+    pos = tl.where(flush, 0, w) + tl.arange(0, BLOCK_T)
     o_t = tl.arange(0, BLOCK_T)
     o_k = tl.arange(0, BLOCK_K)
     m_t = o_t < n
@@ -251,6 +271,13 @@ def _window_key_gate_records_kernel(
         else:
             b_g = tl.load(p_g + o_t * stride_g_tok, mask=m_t, other=0.0).to(tl.float32)
             tl.store(p_gr + pos * stride_gr_pos, b_g, mask=m_t)
+    if flush:
+        # Every program of the row has read the cursor: the last one resets it.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == tl.num_programs(0) - 1:
+            tl.store(cursor_ptr + slot, 0)
+            tl.store(arrivals_ptr + slot, 0)
 
 
 @triton.jit
@@ -262,8 +289,8 @@ def _gated_delta_replay_verify_kernel(
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
     # g_records fp32 [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA)
     gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
-    # cursor, arrivals, pending [slot] int32
-    cursor_ptr, arrivals_ptr, pending_ptr,
+    # cursor, pending [slot] int32
+    cursor_ptr, pending_ptr,
     # q, k [batch, T, k_heads, head_k_dim]; v, out [batch, T, v_heads, head_v_dim]
     q_ptr, stride_q_batch, stride_q_tok, stride_q_head,
     k_ptr, stride_k_batch, stride_k_tok, stride_k_head,
@@ -397,12 +424,6 @@ def _gated_delta_replay_verify_kernel(
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
-        # Every program of the row reads the cursor first: the last one resets it.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
-        if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
-            tl.store(cursor_ptr + slot, 0)
-            tl.store(arrivals_ptr + slot, 0)
     else:
         # Non-flush: G's history columns once (U1 against each record's key, decayed to the
         # window's start: records newest first, decays as running products; hdec ends as the
@@ -467,7 +488,7 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
         k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
-        cursor, arrivals, pending,
+        cursor, pending,
         q, q.stride(0), q.stride(1), q.stride(2),
         k, k.stride(0), k.stride(1), k.stride(2),
         v, v.stride(0), v.stride(1), v.stride(2),
@@ -483,22 +504,31 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
         SPLIT_E=max(d_records.element_size(), v.element_size()) > 2,  # 16-bit values are exact in TF32
     )
-    # Non-flush rows first: they leave every cursor as it was, so the flush launch sees the
-    # same decision (w + n > L - 1) for every row.
-    for flush_rows, cfg in cfgs.items():
+    # Neither verify launch moves a cursor, so they decide each row's class alike in any order:
+    # on a GPU the flush launch runs on a side stream beside the non-flush one (at small batches
+    # neither fills the GPU, and the flush rows' longer programs start first); the records
+    # launch waits for both.
+    side = _flush_stream(v.device)
+    if side is not None:
+        side.wait_stream(torch.cuda.current_stream(v.device))
+    for flush_rows in (True, False):
+        cfg = cfgs[flush_rows]
         span = cfg.block_head_dim * cfg.chunks
-        _gated_delta_replay_verify_kernel[(triton.cdiv(head_v_dim, span), v_heads, batch)](
-            *args, **const, BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
-            FLUSH_ROWS=flush_rows, **cfg.launch_options())
+        with torch.cuda.stream(side) if flush_rows and side is not None else contextlib.nullcontext():
+            _gated_delta_replay_verify_kernel[(triton.cdiv(head_v_dim, span), v_heads, batch)](
+                *args, **const, BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
+                FLUSH_ROWS=flush_rows, **cfg.launch_options())
+    if side is not None:
+        torch.cuda.current_stream(v.device).wait_stream(side)
     _window_key_gate_records_kernel[(max(k_heads, v_heads), batch)](
         k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
-        cursor,
+        cursor, arrivals,
         k, k.stride(0), k.stride(1), k.stride(2),
         g, g.stride(0), g.stride(1), g.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids,
         T, k_heads, v_heads, head_k_dim,
-        BLOCK_T=block_t, BLOCK_K=const["BLOCK_K"], HAS_NUM_TOKENS=const["HAS_NUM_TOKENS"],
+        L=L, BLOCK_T=block_t, BLOCK_K=const["BLOCK_K"], HAS_NUM_TOKENS=const["HAS_NUM_TOKENS"],
         PER_CHANNEL=const["PER_CHANNEL"], USE_QK_L2NORM=use_qk_l2norm, num_warps=1,
     )
     return out
