@@ -102,19 +102,21 @@ def test_unmeasured_cells_are_not_interpolated(kwargs, what):
 
 
 def test_verify_against_serial_steps():
-    a = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=KIMI)
-    assert (a.ratio, a.recommendation) == (0.75, "serial")
-    assert "0.75x 2 serial steps" in a.text and '"Speculative verify"' in a.text
-    assert a.source.raw.endswith("2026-12-03-h200-s27-call2-spec_verify_records_launch.log")
-    k = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=16, geometry=KIMI)
-    assert (k.ratio, k.recommendation) == (1.04, "replay")
-    assert k.source.raw.endswith("2026-12-03-h200-s27-call4-spec_verify_476af52.log")
+    a = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=8, geometry=KIMI)
+    assert (a.ratio, a.recommendation) == (0.90, "serial")
+    assert "0.90x 2 serial steps" in a.text and '"Speculative verify"' in a.text
+    assert a.source.raw.endswith("2026-12-03-h200-s28-call2-spec_verify_2a3f4ad.log")
+    k = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=KIMI)
+    assert (k.ratio, k.recommendation) == (1.11, "replay")
     g = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=(16, 64, 128, 128))
-    assert (g.ratio, g.recommendation) == (1.12, "replay")
+    assert (g.ratio, g.recommendation) == (1.55, "replay")
     m = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256, geometry=(128, 64, 128, 8))
     assert (m.ratio, m.recommendation) == (3.42, "replay")
-    # batch 512 of GDN/KDA: last timed with verify v3 at pipelining depth 3, named in the source
-    assert "depth 3" in route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=512).source.table
+    # Mamba-2 was not timed at batch 8: the nearest measured batch, said
+    m8 = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=8, geometry=(128, 64, 128, 8))
+    assert (m8.ratio, m8.measured_batch) == (2.17, 16) and "nearest measured batch 16" in m8.text
+    k512 = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=512)
+    assert k512.ratio == 3.10 and k512.source.raw.endswith("2026-12-03-h200-s28-call3-spec_verify_512.log")
 
 
 @pytest.mark.parametrize(

@@ -289,7 +289,8 @@ class _DeltaRuleReplayCache(_ReplayCache):
         cursor: [num_slots] int32 in [0, L): records held. A step with cursor L-1 flushes;
             standard decode never writes record position L-1.
         arrivals: [num_slots] int32, zero between launches (the replay kernel's per-row counter
-            that advances the cursor without a second launch).
+            that advances the cursor without a second launch; the verify's records launch
+            counts on it before it resets a flushed row's cursor).
         pending: [num_slots] int32: window records written by a speculative verify and not
             yet committed (0 otherwise; see :mod:`trtllm_replayssm.ops.spec`). Zeros if omitted.
 

@@ -154,36 +154,36 @@ _MAMBA2_VERIFY = Source(
     "first table, Mamba-2 rows (verify v1.2, current)",
     _RESULTS + "2026-11-30-h200-spec_verify_v2.json",
 )
-_DELTA_VERIFY_DEPTH3 = Source(
-    "2026-11-30",
-    _H200,
-    "python benchmarks/spec_verify.py",
-    _DOC,
-    "Speculative verify",
-    "first table, GDN/KDA rows (verify v3 at pipelining depth 3; depth 2, now the default, was not timed at this batch)",
-    _RESULTS + "2026-11-30-h200-spec_verify_v3_stages3.json",
-)
-_DELTA_VERIFY_S27 = Source(
+_DELTA_VERIFY_S28 = Source(
     "2026-12-03",
     _H200,
-    "VARIANTS=main bash scripts/device_compare.sh spec benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 16 64 256",
+    "VARIANTS=main bash scripts/device_compare.sh spec benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 8 16 64 256",
     _DOC,
     "Speculative verify",
-    "session 27, the records launch (15caf60; the flush launch's tiling since is as fast or faster)",
-    _RESULTS + "2026-12-03-h200-s27-call2-spec_verify_records_launch.log",
+    "session 28, the flush launch beside the non-flush one (2a3f4ad)",
+    _RESULTS + "2026-12-03-h200-s28-call2-spec_verify_2a3f4ad.log",
 )
-_DELTA_VERIFY_S27_T4 = Source(
+_DELTA_VERIFY_S28_512 = Source(
     "2026-12-03",
     _H200,
-    "VARIANTS=cur bash scripts/device_compare.sh spec benchmarks/spec_verify.py --family gdn kda --T 4 --batch 16 64 256",
+    "python benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 512",
     _DOC,
     "Speculative verify",
-    "session 27, the current kernels (476af52)",
-    _RESULTS + "2026-12-03-h200-s27-call4-spec_verify_476af52.log",
+    "session 28, batch 512 (2a3f4ad)",
+    _RESULTS + "2026-12-03-h200-s28-call3-spec_verify_512.log",
+)
+_KDA_DECODE_L32 = Source(
+    "2026-12-03",
+    _H200,
+    "python benchmarks/gated_delta_decode.py --family kda --L 32 --state f32",
+    _DOC,
+    "GDN and KDA decode",
+    "2026-12-03 (session 28, KDA fp32 at L = 32: 128-row units with coefficient warps)",
+    _RESULTS + "2026-12-03-h200-s28-call3-kda_decode_L32.json",
 )
 
 _STEP_BATCHES = (1, 16, 64, 256, 512)
-_VERIFY_BATCHES = (16, 64, 256, 512)
+_VERIFY_BATCHES = (8, 16, 64, 256, 512)
 
 # (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES.
 _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
@@ -204,35 +204,30 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
     (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.93, 1.12, 1.38, 1.56, 1.63),
     (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.86, 1.09, 1.35, 1.51, 1.59),
-    (KDA, KIMI, "fp32", 32, _KDA_DECODE): (0.71, 0.71, 0.74, 0.75, 0.76),
+    (KDA, KIMI, "fp32", 32, _KDA_DECODE_L32): (0.71, 0.97, 1.13, 1.21, 1.29),
     (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.32, 1.40),
     (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.78, 0.82, 1.02, 1.24, 1.31),
     (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.70, 0.72),
 }
 
-# (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.
-_VERIFY_TABLE: Dict[tuple, Tuple[float, ...]] = {
-    (MAMBA2, SUPER, 2): (1.47, 2.12, 2.40, 2.51),
-    (MAMBA2, SUPER, 4): (2.17, 2.73, 3.42, 3.53),
-    (MAMBA2, SUPER, 8): (1.97, 2.75, 3.09, 3.03),
-    (GDN, QWEN35_122B, 2): (1.12, 1.61, 2.27, 2.36),
-    (GDN, QWEN35_122B, 4): (1.92, 2.73, 3.40, 3.34),
-    (GDN, QWEN35_122B, 8): (2.15, 3.14, 3.56, 3.24),
-    (KDA, KIMI, 2): (0.75, 0.99, 1.90, 1.95),
-    (KDA, KIMI, 4): (1.04, 2.13, 2.80, 2.55),
-    (KDA, KIMI, 8): (1.11, 2.26, 2.90, 2.68),
+# (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
+# checkpoint, B = 16.
+_VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
+    (MAMBA2, SUPER, 2): (None, 1.47, 2.12, 2.40, 2.51),
+    (MAMBA2, SUPER, 4): (None, 2.17, 2.73, 3.42, 3.53),
+    (MAMBA2, SUPER, 8): (None, 1.97, 2.75, 3.09, 3.03),
+    (GDN, QWEN35_122B, 2): (1.17, 1.55, 2.05, 2.42, 2.49),
+    (GDN, QWEN35_122B, 4): (1.48, 2.28, 3.10, 3.53, 3.68),
+    (GDN, QWEN35_122B, 8): (1.39, 2.22, 3.23, 3.50, 3.68),
+    (KDA, KIMI, 2): (0.90, 1.11, 1.73, 1.90, 2.08),
+    (KDA, KIMI, 4): (1.00, 1.30, 2.45, 2.96, 3.10),
+    (KDA, KIMI, 8): (1.14, 1.28, 2.48, 2.93, 3.10),
 }
-# The source of each _VERIFY_BATCHES column, by family, or by (family, T) where that differs.
-# GDN/KDA: session 27 at batch 16-256; batch 512 last timed before it (verify v3: depth 3,
-# without the records launch), slower than the kernels now.
-_DELTA_VERIFY_SOURCES = (_DELTA_VERIFY_S27,) * 3 + (_DELTA_VERIFY_DEPTH3,)
-_DELTA_VERIFY_T4_SOURCES = (_DELTA_VERIFY_S27_T4,) * 3 + (_DELTA_VERIFY_DEPTH3,)
+# The source of each _VERIFY_BATCHES column, by family.
 _VERIFY_SOURCES = {
-    MAMBA2: (_MAMBA2_VERIFY,) * 4,
-    GDN: _DELTA_VERIFY_SOURCES,
-    KDA: _DELTA_VERIFY_SOURCES,
-    (GDN, 4): _DELTA_VERIFY_T4_SOURCES,
-    (KDA, 4): _DELTA_VERIFY_T4_SOURCES,
+    MAMBA2: (None,) + (_MAMBA2_VERIFY,) * 4,
+    GDN: (_DELTA_VERIFY_S28,) * 4 + (_DELTA_VERIFY_S28_512,),
+    KDA: (_DELTA_VERIFY_S28,) * 4 + (_DELTA_VERIFY_S28_512,),
 }
 
 
@@ -245,7 +240,8 @@ def _measurements() -> Tuple[Measurement, ...]:
     rows += [
         Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
         for (family, layer, T), ratios in _VERIFY_TABLE.items()
-        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES.get((family, T), _VERIFY_SOURCES[family]))
+        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family])
+        if ratio is not None
     ]
     return tuple(rows)
 

@@ -125,8 +125,7 @@ def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full(
 
 @pytest.mark.parametrize(
     "heads, multiprocessors, spans",
-    [(32, 132, 8), (128, 132, 8), (256, 132, 4), (512, 132, 2), (1024, 132, 1), (4096, 132, 1), (512, 78, 1),
-     (512, 264, 4)],
+    [(32, 132, 8), (128, 132, 8), (256, 132, 4), (512, 132, 2), (1024, 132, 1), (4096, 132, 1), (512, 78, 1), (512, 264, 4)],
 )
 def test_gated_delta_verify_launch_splits_heads_within_one_wave(heads, multiprocessors, spans):
     """The non-flush launch splits a head's eight tiles over the largest power of two of programs
