@@ -127,7 +127,7 @@ def _row(tile, sel):
 @triton.jit
 def _other_row_class(w, n, L: tl.constexpr, FLUSH_ROWS: tl.constexpr):
     """Whether a verify row (w committed records, n window tokens) belongs to the other launch:
-    the kernel runs twice, non-flush rows (w + n <= L - 1) then flush rows."""
+    the kernel runs twice, for flush rows (w + n > L - 1) and for the others, in either order."""
     if FLUSH_ROWS:
         other = w + n <= L - 1
     else:
