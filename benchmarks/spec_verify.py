@@ -14,6 +14,7 @@ and rows flush at their real share. Bytes come from trtllm_replayssm.memory.
     python benchmarks/spec_verify.py --family gdn --T 4 --batch 256
     python benchmarks/spec_verify.py --sweep --T 4 --batch 16 256   # replay launch configurations
     python benchmarks/spec_verify.py --sweep --family kda --T 4 --batch 16 --configs 16,1,4,2 16,1,1,1
+    python benchmarks/spec_verify.py --sweep --flush-launch --family gdn kda --T 4 --batch 16 --configs 16,1,1,1 16,1,2,1
 """
 
 from __future__ import annotations
@@ -117,13 +118,16 @@ def run(args, copy_bw):
 def run_sweep(args) -> None:
     """Time the replay verify + commit step for every launch configuration of the harness's
     sweep, or of --configs, and the default per (family, T, batch); print the best next to the
-    default. GDN/KDA: the configuration of the non-flush launch; the flush launch keeps its rule."""
+    default. GDN/KDA: the configuration of the non-flush launch, or with --flush-launch of the
+    flush launch; the other launch keeps its rule."""
     print(f"{'family':>6} {'T':>2} {'batch':>6} {'best':>14} {'us':>8} {'default':>14} {'us':>8}")
     for family in args.family:
         geom = args.geometry or GEOMETRIES[family]
         for T in args.T:
             for batch in args.batch:
                 case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
+                if args.flush_launch:
+                    case.swept_launch = "flush"
                 d = case.default_config()
                 tried = args.configs or sweep_configs(case.rows(), args.max_registers, min_block=case.min_block)
                 cfgs = list(dict.fromkeys(tried + [d]))
@@ -226,11 +230,18 @@ def main(argv=None):
         default=[],
         help="with --sweep: only these configurations (block,warps,chunks,stages[,rN]) beside the default",
     )
+    ap.add_argument(
+        "--flush-launch",
+        action="store_true",
+        help="with --sweep, GDN/KDA only: the configurations set the flush rows' launch (the other keeps its rule)",
+    )
     add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if args.geometry is not None and len(args.family) != 1:
         ap.error("--geometry needs exactly one --family")
+    if args.flush_launch and (not args.sweep or MAMBA2 in args.family):
+        ap.error("--flush-launch needs --sweep and GDN/KDA families only (Mamba-2 verify is one launch)")
     if not torch.cuda.is_available():
         sys.exit("spec_verify: needs a CUDA GPU")
     for T in args.T:

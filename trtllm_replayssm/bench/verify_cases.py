@@ -9,7 +9,11 @@ from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..kernels.gated_delta_common import multiprocessor_count
 from ..kernels.gated_delta_decode import launch_gated_delta_decode_step
 from ..kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
-from ..kernels.gated_delta_verify import gated_delta_verify_launch_config, launch_gated_delta_replay_verify
+from ..kernels.gated_delta_verify import (
+    gated_delta_verify_flush_launch_config,
+    gated_delta_verify_launch_config,
+    launch_gated_delta_replay_verify,
+)
 from ..kernels.mamba2_decode import launch_mamba2_decode_step
 from ..kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
 from ..kernels.mamba2_verify import launch_mamba2_replay_verify, mamba2_verify_launch_config
@@ -203,7 +207,11 @@ class Mamba2VerifyCase(VerifyCase):
 
 
 class DeltaVerifyCase(VerifyCase):
+    """GDN/KDA. ``swept_launch``: which of the two verify launches a given ``config`` (and
+    :meth:`default_config`) sets, ``"non-flush"`` or ``"flush"``; the other keeps its rule."""
+
     min_block = 16  # the verify kernel's tiles are tensor-core operands
+    swept_launch = "non-flush"
 
     def state_dims(self):
         hk, hv, dk, dv = self.geom
@@ -246,7 +254,8 @@ class DeltaVerifyCase(VerifyCase):
     def default_config(self):
         hk, hv, dk, dv = self.geom
         mps = multiprocessor_count(self.q.device)
-        return gated_delta_verify_launch_config(dv, dk, self.batch * hv, self.state, multiprocessors=mps)
+        rule = gated_delta_verify_flush_launch_config if self.swept_launch == "flush" else gated_delta_verify_launch_config
+        return rule(dv, dk, self.batch * hv, self.state, multiprocessors=mps)
 
     def replay_verify(self, slots, out, config=None):
         c = self.cache
@@ -263,7 +272,7 @@ class DeltaVerifyCase(VerifyCase):
             self.v,
             self.gate,
             self.beta,
-            config=config,
+            **{"flush_config" if self.swept_launch == "flush" else "config": config},
             **self._kw(slots, out),
         )
 
