@@ -101,8 +101,9 @@ _FLUSH_STREAMS: dict = {}
 
 
 def _flush_stream(device: torch.device) -> Optional["torch.cuda.Stream"]:
-    """The side stream of ``device`` for the flush launch (made once per device; None off CUDA,
-    where the launches run one after the other)."""
+    """The side stream of ``device`` for the flush launch (None off CUDA, where the launches run
+    one after the other). Made at the first call on the device, which is eager as every Triton
+    kernel's first call must be (it compiles); a CUDA graph then captures the fork and join."""
     if device.type != "cuda":
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
