@@ -84,6 +84,26 @@ def window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS: tl.constexpr):
 
 
 @triton.jit
+def last_arrival(arrivals_ptr, slot, n_programs):
+    """Count this program in the row's arrivals (after a CTA barrier, so every thread of the
+    program is done with what it read; acq_rel atomic): True in the row's last program of the
+    ``n_programs``, which also resets the counter to 0 for the next launch."""
+    tl.debug_barrier()
+    arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
+    last = arrived == n_programs - 1
+    if last:
+        tl.store(arrivals_ptr + slot, 0)
+    return last
+
+
+@triton.jit
+def verify_flushes(w, n, L: tl.constexpr):
+    """Whether a verify row with w committed records and n window tokens flushes: its window
+    would reach record position L-1 (``reference.spec.verify_flushes``)."""
+    return w + n > L - 1
+
+
+@triton.jit
 def advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L: tl.constexpr):
     """End of a replay program: count it in the row's arrivals; the last program of the row
     writes the new cursor (0 after a flush at w == L-1, else w+1) and resets the counter.
@@ -92,12 +112,8 @@ def advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L: tl.constexpr):
     so no program of the launch can read a cursor that this launch already advanced: one
     captured CUDA graph replays correctly for any mix of flush and non-flush rows.
     """
-    tl.debug_barrier()
-    n_programs = tl.num_programs(0) * tl.num_programs(1)
-    arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
-    if arrived == n_programs - 1:
+    if last_arrival(arrivals_ptr, slot, tl.num_programs(0) * tl.num_programs(1)):
         tl.store(cursor_ptr + slot, tl.where(w == L - 1, 0, w + 1))
-        tl.store(arrivals_ptr + slot, 0)
 
 
 def mamba2_optional_inputs(x, A, D, z, dt_bias) -> tuple:

@@ -54,7 +54,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, tf32_split, window_tokens
+from .common import LaunchConfig, last_arrival, tf32_split, verify_flushes, window_tokens
 from .gated_delta_common import PROGRAMS_PER_SM, decay_columns, gated_delta_launch_config, multiprocessor_count
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
@@ -130,9 +130,9 @@ def _other_row_class(w, n, L: tl.constexpr, FLUSH_ROWS: tl.constexpr):
     """Whether a verify row (w committed records, n window tokens) belongs to the other launch:
     the kernel runs twice, for flush rows (w + n > L - 1) and for the others, in either order."""
     if FLUSH_ROWS:
-        other = w + n <= L - 1
+        other = not verify_flushes(w, n, L)
     else:
-        other = w + n > L - 1
+        other = verify_flushes(w, n, L)
     return other
 
 
@@ -249,7 +249,7 @@ def _window_key_gate_records_kernel(
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     w = tl.load(cursor_ptr + slot)
-    flush = w + n > L - 1
+    flush = verify_flushes(w, n, L)
     pos = tl.where(flush, 0, w) + tl.arange(0, BLOCK_T)
     o_t = tl.arange(0, BLOCK_T)
     o_k = tl.arange(0, BLOCK_K)
@@ -274,11 +274,8 @@ def _window_key_gate_records_kernel(
             tl.store(p_gr + pos * stride_gr_pos, b_g, mask=m_t)
     if flush:
         # Every program of the row has read the cursor: the last one resets it.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
-        if arrived == tl.num_programs(0) - 1:
+        if last_arrival(arrivals_ptr, slot, tl.num_programs(0)):
             tl.store(cursor_ptr + slot, 0)
-            tl.store(arrivals_ptr + slot, 0)
 
 
 @triton.jit

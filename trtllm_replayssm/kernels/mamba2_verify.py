@@ -39,8 +39,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (LaunchConfig, mamba2_launch_config, mamba2_optional_inputs, mamba2_step_constexprs,
-                     process_dt, window_tokens)
+from .common import (LaunchConfig, last_arrival, mamba2_launch_config, mamba2_optional_inputs,
+                     mamba2_step_constexprs, process_dt, verify_flushes, window_tokens)
 
 __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 
@@ -224,7 +224,7 @@ def _mamba2_replay_verify_kernel(
     p_z = z_ptr + i_b * stride_z_batch + i_h * stride_z_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
     p_start = i_s * SPAN_HEAD_DIM
-    if w + n > L - 1:
+    if verify_flushes(w, n, L):
         # Flush: fold the history into the checkpoint (exact fp32 rank-1 updates), then the
         # window's outputs from the folded tile.
         fold_decay = tl.exp(A * total)
@@ -261,9 +261,7 @@ def _mamba2_replay_verify_kernel(
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_tp, other=0.0)
             tl.store(p_xr + o_t[:, None] * stride_xr_pos + o_p[None, :], b_xw.to(xr_ptr.dtype.element_ty), mask=m_tp)
         # dt and B records are read by other programs of the row: the last one writes them.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel", scope="gpu")
-        if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
+        if last_arrival(arrivals_ptr, slot, tl.num_programs(0) * tl.num_programs(1)):
             _store_window_dt_B(dtr_ptr + slot * stride_dtr_slot, stride_dtr_head,
                                Br_ptr + slot * stride_Br_slot, stride_Br_group, stride_Br_pos,
                                p_dt, stride_dt_tok, stride_dt_head, dt_bias_ptr,
@@ -271,7 +269,6 @@ def _mamba2_replay_verify_kernel(
                                n, nheads, ngroups, d_state, BLOCK_T, BLOCK_NHEADS,
                                BLOCK_NGROUPS, BLOCK_D_STATE, HAS_DT_BIAS, DT_SOFTPLUS)
             tl.store(cursor_ptr + slot, 0)
-            tl.store(arrivals_ptr + slot, 0)
     else:
         # Non-flush: history weights times B_k · C_s (one record at a time), then the outputs
         # from the checkpoint, history and window; the window is appended after the history.
