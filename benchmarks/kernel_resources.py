@@ -252,8 +252,8 @@ def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, con
         if route == "replay_step":
             launch_gated_delta_replay_step(*caches, q, q, v, g, beta, **kw)
         else:
-            # a given configuration for both verify launches (None: each launch's rule)
-            launch_gated_delta_replay_verify(*caches, c.pending, q, q, v, g, beta, flush_config=config, **kw)
+            # a given configuration for both verify launches (None: each launch's rule); no arrivals
+            launch_gated_delta_replay_verify(*caches[:-1], c.pending, q, q, v, g, beta, flush_config=config, **kw)
 
 
 def kernel_resources(

@@ -15,6 +15,9 @@ from collections import Counter
 
 import torch
 
+from trtllm_replayssm.ops import replay_cache_state
+from trtllm_replayssm.reference.spec import VERIFY_FLUSHED
+
 from replay_driver import as_f64, rel_err
 
 # Row policies: (tokens per verify, tokens accepted) drawn each step.
@@ -78,7 +81,8 @@ def drive_spec(
     whose unused slots and record positions hold garbage (checked bit-identical / never read);
     ``n_padding`` padding rows (slot -1) are shuffled in. Every step checks, per row: the
     flush decision (cursor after verify), pending, a non-flush checkpoint bit-identical, a
-    flush checkpoint against the oracle's committed state, every window output against the
+    flush checkpoint and the state ``replay_cache_state`` reads against the oracle's committed
+    state, every window output against the
     serial float64 run from the committed state, untouched outputs of padding rows and of
     tokens past num_tokens, and the cursor after the commit. ``corrupt(cache, step)`` may
     tamper with the cache before a verify (teeth tests).
@@ -119,7 +123,8 @@ def drive_spec(
         y = verify(cache, win, p, sl.to(device), n.to(device), out)
 
         cur = cache.cursor.cpu()[idx]
-        assert torch.equal(cur, torch.where(flush, 0, w0)), (step, cur, w0, flush)
+        flagged = w0 + VERIFY_FLUSHED if hasattr(cache, "d_records") else torch.zeros_like(w0)
+        assert torch.equal(cur, torch.where(flush, flagged, w0)), (step, cur, w0, flush)
         assert torch.equal(cache.pending.cpu()[idx].long(), n_slot[idx])
         kept = idx[~flush].to(device)
         assert torch.equal(cache.checkpoint[kept], ckpt_before[kept]), (
@@ -129,6 +134,10 @@ def drive_spec(
             f = idx[flush]
             worst["flushes"].update(f.tolist())
             worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[f.to(device)], state64[f.to(dev64)]))
+        # Between verify and commit a host reading the state gets the committed one (a flushed
+        # GDN/KDA row's cursor is flagged then).
+        held = replay_cache_state(cache, slots, A=getattr(p, "A", None))
+        worst["ckpt"] = max(worst["ckpt"], rel_err(held, state64[idx.to(dev64)]))
 
         # Serial oracle from the committed state over every window token; the committed state
         # then advances by the accepted tokens only.
@@ -412,7 +421,6 @@ def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=
         cache.k_records,
         cache.g_records,
         cache.cursor,
-        cache.arrivals,
         cache.pending,
         *delta_args(win),
         slot_ids=slot_ids,

@@ -18,12 +18,13 @@ from spec_cases import (
     make_window,
     snapshot_commit_with_launcher,
 )
-from trtllm_replayssm.kernels.common import LaunchConfig
+from trtllm_replayssm.kernels.common import VERIFY_FLUSHED as KERNEL_FLAG, LaunchConfig
 from trtllm_replayssm.kernels.gated_delta_verify import (
     gated_delta_verify_flush_launch_config,
     gated_delta_verify_launch_config,
 )
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
+from trtllm_replayssm.reference.spec import VERIFY_FLUSHED as F
 
 pytestmark = pytest.mark.skipif(not (INTERPRET or torch.cuda.is_available()), reason="needs TRITON_INTERPRET=1 or a GPU")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -40,6 +41,11 @@ CASES = (
     else [(pc, (s, a)) for pc in (False, True) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
 )
 ROWS = ["all", "bonus", "short", "mixed"]
+
+
+def test_kernels_flag_a_flushed_cursor_as_the_reference_does():
+    """The kernels' flush flag is the reference's: a commit resolves either's cursor alike."""
+    assert KERNEL_FLAG.value == F and F > 1 << 16  # far above any record count
 
 
 def _verify(cache, win, p, slot_ids, num_tokens, out):
@@ -102,7 +108,7 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
     for y in ys[1:]:
         assert torch.all(y[1] == 42.0) and torch.all(y[3, 1:] == 42.0)
         assert rel_err(y, ys[0]) < 1e-6
-    assert caches[0].cursor.tolist() == [0, 0, 2, 4, 0, 0]  # slots 1 and 5 flush
+    assert caches[0].cursor.tolist() == [0, 5 + F, 2, 4, 0, 6 + F]  # slots 1 and 5 flush (flagged)
     for c in caches[1:]:
         for name in ("g_records", "cursor", "arrivals", "pending"):
             assert torch.equal(getattr(c, name), getattr(caches[0], name)), name
@@ -156,7 +162,7 @@ def test_gated_delta_replay_verify_kernel_flush_launch_tiles_on_its_own(per_chan
         runs.append((y, c))
     (y0, c0), (y1, c1) = runs
     for c in (c0, c1):  # slots 0 and 2 flush; each launch's last program of a row counts its own grid
-        assert c.cursor.tolist() == [0, 2, 0, 1] and not c.arrivals.any()
+        assert c.cursor.tolist() == [5 + F, 2, 6 + F, 1] and not c.arrivals.any()
     assert rel_err(y1, y0) < 1e-6
     for name in ("checkpoint", "d_records", "k_records", "g_records"):
         assert rel_err(getattr(c1, name), getattr(c0, name)) < 1e-6, name
@@ -202,7 +208,7 @@ def test_gated_delta_replay_verify_kernel_folds_long_history(per_channel, record
         out=torch.full_like(win64["v"], 42.0),
         **p,
     )
-    assert c.cursor.tolist() == ref_cursor.tolist() == [0, 5, 0, 17, 33, 16]  # slots 0 and 2 flush
+    assert c.cursor.tolist() == ref_cursor.tolist() == [38 + F, 5, 37 + F, 17, 33, 16]  # slots 0 and 2 flush
     live = [0, 2, 3, 4, 5]
     assert torch.all(y[1] == 42.0) and torch.all(y[0, 2:] == 42.0)
     assert rel_err(y[live], y_ref[live]) < 1e-5

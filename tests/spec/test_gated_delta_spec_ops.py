@@ -119,7 +119,10 @@ def test_gated_delta_spec_custom_ops_opcheck(per_channel, op):
     )
     if op == "verify":
         c = _cache(per_channel)
-        opcheck(torch.ops.replayssm.gated_delta_replay_verify.default, tuple(getattr(c, f) for f in FIELDS) + window)
+        opcheck(
+            torch.ops.replayssm.gated_delta_replay_verify.default,
+            tuple(getattr(c, f) for f in FIELDS if f != "arrivals") + window,
+        )
     else:
         holder = SnapshotCache.allocate(NUM_SLOTS, (G.v_heads, G.head_v_dim, G.head_k_dim), T)
         opcheck(torch.ops.replayssm.gated_delta_snapshot_verify.default, (holder.state, holder.snapshots) + window)

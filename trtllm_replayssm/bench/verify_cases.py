@@ -265,7 +265,6 @@ class DeltaVerifyCase(VerifyCase):
             c.k_records,
             c.g_records,
             c.cursor,
-            c.arrivals,
             c.pending,
             self.q,
             self.k,

@@ -96,6 +96,12 @@ def last_arrival(arrivals_ptr, slot, n_programs):
     return last
 
 
+# A GDN/KDA row whose verify flushed holds cursor w + VERIFY_FLUSHED (w: its committed records
+# before the verify, all folded into the checkpoint) until its commit, which starts it from 0;
+# no launch before the commit resets a cursor (``reference.spec.VERIFY_FLUSHED``, the same value).
+VERIFY_FLUSHED = tl.constexpr(1 << 30)
+
+
 @triton.jit
 def verify_flushes(w, n, L: tl.constexpr):
     """Whether a verify row with w committed records and n window tokens flushes: its window

@@ -25,7 +25,8 @@ the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
 
 * Flush rows: S_c is formed tile by tile (the committed records folded oldest first, the
   recurrence in fp32), stored over the checkpoint (rounded) and used unrounded as the tile
-  (E then holds only the window's v); the records go to 0 .. n-1 and the cursor to 0.
+  (E then holds only the window's v); the records go to 0 .. n-1 and the cursor to
+  w + VERIFY_FLUSHED (the commit starts the row from 0).
 
 Three launches. The verify kernel twice (``FLUSH_ROWS``): each row class then has its own
 register budget (the flush class needs ~60 more registers per thread) and its own tiling
@@ -33,14 +34,17 @@ register budget (the flush class needs ~60 more registers per thread) and its ow
 chosen for the rows expected to flush); grid (cdiv(head_v_dim, SPAN_V), v_heads, batch), tiles
 of >= 16 rows (tensor-core operands). Neither launch moves a cursor, so both decide each row's
 class alike whatever their order, and on a GPU the flush launch runs on a side stream beside
-the non-flush one. A flush row's window overwrites history other programs of the row read in
+the non-flush one. (A flush row's programs flag its cursor, w + VERIFY_FLUSHED, each storing the
+same value; a program of either launch reading the cursor takes the flag off first.) A flush row's window overwrites history other programs of the row read in
 the same launch: d records are per (value head, head_v_dim row), so each program rewrites its
 own after folding them. ``pending`` := n. Then the window's g (per value head) and k̂ (per key
-head) records of every row at position 0 of a row that flushed, w of one that did not, one
-program per (head, row) (``_window_key_gate_records_kernel``); the last of a flushed row's
-programs on its arrival counter resets its cursor to 0. (The records were written by the
-flush row's last verify program, one head after another: a chain of one load round trip per
-head, 45-66 µs of a batch-16 step, session 27.)
+head) records of every row at position 0 of a row that flushed (flagged), w of one that did
+not, one program per (head, row) (``_window_key_gate_records_kernel``), on the side stream
+after the flush launch (it reads the flags), beside the non-flush launch (which reads no k̂ or
+g record at or past w). (The records were written by the flush row's last verify program, one
+head after another: a chain of one load round trip per head, 45-66 µs of a batch-16 step,
+session 27; then by a launch after both verify launches, whose last program of a flushed row
+reset its cursor, session 28.)
 """
 from __future__ import annotations
 
@@ -54,7 +58,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig, last_arrival, tf32_split, verify_flushes, window_tokens
+from .common import VERIFY_FLUSHED, LaunchConfig, tf32_split, verify_flushes, window_tokens
 from .gated_delta_common import PROGRAMS_PER_SM, decay_columns, gated_delta_launch_config, multiprocessor_count
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
@@ -227,29 +231,28 @@ def _window_key_gate_records_kernel(
     # k_records [slot, k_heads, L, head_k_dim]; g_records fp32 [slot, v_heads, L(, head_k_dim)]
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
     gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
-    # cursor, arrivals [slot] int32
-    cursor_ptr, arrivals_ptr,
+    # cursor [slot] int32
+    cursor_ptr,
     # k [batch, T, k_heads, head_k_dim]; g [batch, T, v_heads(, head_k_dim)]
     k_ptr, stride_k_batch, stride_k_tok, stride_k_head,
     g_ptr, stride_g_batch, stride_g_tok, stride_g_head,
     slot_ids_ptr, num_tokens_ptr,
     T, k_heads, v_heads, head_k_dim,
-    L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
 ):
-    """The third verify launch, grid (max(k_heads, v_heads), batch), after both verify launches:
+    """The third verify launch, grid (max(k_heads, v_heads), batch), after the flush launch:
     program (h, row) writes the window's k̂ records of key head h and g records of value head h
-    at positions c .. c+n-1 (c = 0 for a row that flushed, w + n > L - 1; else c = w, its
-    cursor); in a row that flushed, the row's last program (on its arrival counter) then resets
-    the cursor to 0. k̂ is normalised as the verify kernel normalises it (fp32, then the record
-    dtype)."""
+    at positions c .. c+n-1 (c = 0 for a row that flushed, its cursor flagged, >=
+    VERIFY_FLUSHED; else c = w, its cursor). Moves no cursor. k̂ is normalised as the verify
+    kernel normalises it (fp32, then the record dtype)."""
     h, i_b = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
     if slot < 0:
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     w = tl.load(cursor_ptr + slot)
-    flush = verify_flushes(w, n, L)
+    flush = w >= VERIFY_FLUSHED
     pos = tl.where(flush, 0, w) + tl.arange(0, BLOCK_T)
     o_t = tl.arange(0, BLOCK_T)
     o_k = tl.arange(0, BLOCK_K)
@@ -272,10 +275,6 @@ def _window_key_gate_records_kernel(
         else:
             b_g = tl.load(p_g + o_t * stride_g_tok, mask=m_t, other=0.0).to(tl.float32)
             tl.store(p_gr + pos * stride_gr_pos, b_g, mask=m_t)
-    if flush:
-        # Every program of the row has read the cursor: the last one resets it.
-        if last_arrival(arrivals_ptr, slot, tl.num_programs(0)):
-            tl.store(cursor_ptr + slot, 0)
 
 
 @triton.jit
@@ -312,8 +311,11 @@ def _gated_delta_replay_verify_kernel(
         return
     n = window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS)
     w = tl.load(cursor_ptr + slot)
+    w = tl.where(w >= VERIFY_FLUSHED, w - VERIFY_FLUSHED, w)  # flagged by a flush program of this verify
     if _other_row_class(w, n, L, FLUSH_ROWS):
         return
+    if FLUSH_ROWS:
+        tl.store(cursor_ptr + slot, w + VERIFY_FLUSHED)  # every program of the row: the same value
     i_b = i_b.to(tl.int64)
     i_hk = i_h // v_per_k
     o_t = tl.arange(0, BLOCK_T)
@@ -457,8 +459,7 @@ def _gated_delta_replay_verify_kernel(
 
 
 def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                                     g_records: Tensor, cursor: Tensor, arrivals: Tensor,
-                                     pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                     g_records: Tensor, cursor: Tensor, pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
                                      beta: Tensor, *, slot_ids: Tensor,
                                      num_tokens: Optional[Tensor] = None, scale: float,
                                      use_qk_l2norm: bool, out: Tensor,
@@ -502,10 +503,10 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,
         SPLIT_E=max(d_records.element_size(), v.element_size()) > 2,  # 16-bit values are exact in TF32
     )
-    # Neither verify launch moves a cursor, so they decide each row's class alike in any order:
+    # Both verify launches decide each row's class from its unflagged cursor, alike in any order:
     # on a GPU the flush launch runs on a side stream beside the non-flush one (at small batches
-    # neither fills the GPU, and the flush rows' longer programs start first); the records
-    # launch waits for both.
+    # neither fills the GPU, and the flush rows' longer programs start first), the records
+    # launch after it there (it reads the flags); the main stream joins the side stream.
     side = _flush_stream(v.device)
     if side is not None:
         side.wait_stream(torch.cuda.current_stream(v.device))
@@ -516,17 +517,18 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
             _gated_delta_replay_verify_kernel[(triton.cdiv(head_v_dim, span), v_heads, batch)](
                 *args, **const, BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
                 FLUSH_ROWS=flush_rows, **cfg.launch_options())
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        _window_key_gate_records_kernel[(max(k_heads, v_heads), batch)](
+            k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
+            g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
+            cursor,
+            k, k.stride(0), k.stride(1), k.stride(2),
+            g, g.stride(0), g.stride(1), g.stride(2),
+            slot_ids, num_tokens if num_tokens is not None else slot_ids,
+            T, k_heads, v_heads, head_k_dim,
+            BLOCK_T=block_t, BLOCK_K=const["BLOCK_K"], HAS_NUM_TOKENS=const["HAS_NUM_TOKENS"],
+            PER_CHANNEL=const["PER_CHANNEL"], USE_QK_L2NORM=use_qk_l2norm, num_warps=1,
+        )
     if side is not None:
         torch.cuda.current_stream(v.device).wait_stream(side)
-    _window_key_gate_records_kernel[(max(k_heads, v_heads), batch)](
-        k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
-        g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
-        cursor, arrivals,
-        k, k.stride(0), k.stride(1), k.stride(2),
-        g, g.stride(0), g.stride(1), g.stride(2),
-        slot_ids, num_tokens if num_tokens is not None else slot_ids,
-        T, k_heads, v_heads, head_k_dim,
-        L=L, BLOCK_T=block_t, BLOCK_K=const["BLOCK_K"], HAS_NUM_TOKENS=const["HAS_NUM_TOKENS"],
-        PER_CHANNEL=const["PER_CHANNEL"], USE_QK_L2NORM=use_qk_l2norm, num_warps=1,
-    )
     return out

@@ -10,6 +10,8 @@ import triton.language as tl
 
 from torch import Tensor
 
+from .common import VERIFY_FLUSHED
+
 __all__ = ["launch_replay_commit", "launch_snapshot_commit"]
 
 _COMMIT_ROWS = 128      # rows per program of the replay commit
@@ -26,6 +28,7 @@ def _replay_commit_kernel(cursor_ptr, pending_ptr, slot_ids_ptr, num_accepted_pt
     slot = tl.where(live, slot, 0).to(tl.int64)
     accepted = tl.load(num_accepted_ptr + o_b, mask=live, other=0)
     w = tl.load(cursor_ptr + slot, mask=live, other=0)
+    w = tl.where(w >= VERIFY_FLUSHED, 0, w)  # a flushed GDN/KDA verify row starts from 0
     tl.store(cursor_ptr + slot, w + accepted, mask=live)
     tl.store(pending_ptr + slot, tl.zeros_like(w), mask=live)
 

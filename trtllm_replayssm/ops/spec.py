@@ -15,12 +15,13 @@ in :mod:`trtllm_replayssm.reference.spec` states it per row):
   n window records (at w .. w+n-1) is written. Otherwise the row **flushes early**, in the same
   launch and decided on the device: its w history records are folded into the checkpoint, the
   outputs come from the new checkpoint, the window goes to positions 0 .. n-1 and the cursor to
-  0. With full windows a row flushes exactly when its history has reached B records, so a
+  0 (Mamba-2) or w + ``VERIFY_FLUSHED`` (GDN/KDA: a flag the commit resolves, so that none of
+  their verify launches moves a cursor another one reads). With full windows a row flushes exactly when its history has reached B records, so a
   window never overflows the buffer. ``pending := n``.
-* **Commit** (``replay_commit``): ``cursor += accepted`` (1 ≤ accepted ≤ n, bonus token
-  included), ``pending := 0``. Rejected records lie past the cursor and are overwritten later:
+* **Commit** (``replay_commit``): ``cursor += accepted`` (from 0 if flagged; 1 ≤ accepted ≤ n,
+  bonus token included), ``pending := 0``. Rejected records lie past the cursor and are overwritten later:
   rollback is a cursor move; no state is copied.
-* **Standard decode on the same cache.** The cursor stays in [0, L) and position L-1 is never
+* **Standard decode on the same cache.** Between commits the cursor is in [0, L) and position L-1 is never
   written, which is exactly the standard-decode invariant, so ``*_replay_step`` can run
   between commits (e.g. for rows without drafts); a T = 1 verify flushes at the same cursor
   (L-1) as a standard step. Between a verify and its commit nothing else may touch the slot.
@@ -66,7 +67,6 @@ from ..reference.spec import (
     spec_buffer_len,
 )
 from .gated_delta import DeltaRuleDims, DeltaRuleInputs, check_gated_delta_inputs
-from .gated_delta import cache_fields as delta_cache_fields
 from .library import define_op
 from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs
 from .mamba2 import cache_fields as mamba2_cache_fields
@@ -183,7 +183,7 @@ def _mamba2_replay_verify_op(
 
 @define_op(
     "gated_delta_replay_verify",
-    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "pending", "out"),
+    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "pending", "out"),
     reference=gated_delta_replay_verify_ref,
     launcher="gated_delta_verify:launch_gated_delta_replay_verify",
 )
@@ -193,7 +193,6 @@ def _gated_delta_replay_verify_op(
     k_records: Tensor,
     g_records: Tensor,
     cursor: Tensor,
-    arrivals: Tensor,
     pending: Tensor,
     q: Tensor,
     k: Tensor,
@@ -391,7 +390,8 @@ def _delta_replay_verify(
         )
     run = inputs.for_launch(op, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
-    torch.ops.replayssm.gated_delta_replay_verify(*delta_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:])
+    fields = (cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.pending)
+    torch.ops.replayssm.gated_delta_replay_verify(*fields, *run[:6], num_tokens, *run[6:])
     return run.out
 
 
@@ -456,8 +456,8 @@ _DELTA_VERIFY_DOC = (
         cache ({cache}): L >= 2T records. Mutated: each live row writes its window's records
             (d, k̂, g) past its committed records, or, when they would not fit below position
             L-1, first folds its history into the checkpoint on the device and writes them from
-            position 0 (cursor -> 0); ``pending`` := num_tokens. Follow with
-            :func:`replay_commit`."""
+            position 0 (cursor -> w + ``VERIFY_FLUSHED``, a flag :func:`replay_commit`
+            resolves to 0); ``pending`` := num_tokens. Follow with :func:`replay_commit`."""
     + _DELTA_WINDOW_ARGS
 )
 _GDN_G = "[batch, T, v_heads], one per value head"

@@ -15,6 +15,7 @@ from torch import Tensor
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.gated_delta import gated_delta_records_state
 from ..reference.mamba2 import mamba2_records_state
+from ..reference.spec import VERIFY_FLUSHED
 from ..checks import check_tensor, slot_index
 from ..registry import family, family_of_cache, kinds
 
@@ -27,7 +28,8 @@ def replay_cache_state(cache: ReplayCache, slot_ids: Tensor, *, A: Optional[Tens
     """The state after the last recorded token of each given slot: S0 decayed + the records.
 
     Equal (up to rounding) to the state a conventional recurrence would hold after the same
-    tokens; a slot with cursor 0 gives its checkpoint.
+    tokens; a slot with cursor 0 gives its checkpoint. Between a speculative verify and its
+    commit: the committed state (the window's records are not counted).
 
     Args:
         cache: a :class:`Mamba2ReplayCache`, :class:`GDNReplayCache` or :class:`KDAReplayCache`
@@ -74,9 +76,10 @@ def gated_delta_cache_state(op: str, cache: GDNReplayCache, slots: Tensor, A: Op
     slots already checked; ``A`` must be None (the records carry their log-decays)."""
     if A is not None:
         raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its log-decays are in g_records)")
+    cursor = cache.cursor[slots]
     return gated_delta_records_state(
         checkpoint=cache.checkpoint[slots],
-        cursor=cache.cursor[slots],
+        cursor=torch.where(cursor >= VERIFY_FLUSHED, 0, cursor),  # a flushed verify not yet committed
         d_records=cache.d_records[slots],
         k_records=cache.k_records[slots],
         g_records=cache.g_records[slots],

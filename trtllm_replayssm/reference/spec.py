@@ -15,12 +15,15 @@ A verify step of a row with w committed records and n ≤ T window tokens:
 * **flush** (``w + n > L - 1``, decided per row on the device): the w history records are folded
   into the checkpoint (rounded to its dtype once, here); the outputs come from the new
   checkpoint (unrounded) and the window; the window's records are written at positions
-  0 .. n-1 and the cursor becomes 0.
+  0 .. n-1. The cursor becomes 0 (Mamba-2) or is flagged, w + :data:`VERIFY_FLUSHED` (GDN/KDA:
+  their verify runs in several launches and none of them before the commit may move a cursor,
+  docs/kernel-notes.md, session 29).
 
 Either way ``pending := n``. A commit with a accepted tokens (1 ≤ a ≤ n: the bonus/first token
-and the accepted drafts) sets ``cursor += a`` and ``pending := 0``; rejected records lie past
-the cursor and are overwritten later: rollback is a cursor move. Position L-1 is never written
-and the cursor stays in [0, L), so standard decode (``mamba2_replay_step``: flush at
+and the accepted drafts) sets ``cursor := c + a`` and ``pending := 0``, with c the cursor, or 0
+if it is flagged; rejected records lie past the cursor and are overwritten later: rollback is a
+cursor move. Position L-1 is never written and between commits the cursor is in [0, L), so
+standard decode (``mamba2_replay_step``: flush at
 cursor == L-1) runs on the same cache between commits; T = 1 verify flushes at the same cursor.
 With a buffer of L = B + T records and full windows, a row flushes exactly when its committed
 history has reached B records.
@@ -68,6 +71,12 @@ def spec_buffer_len(history: int, window: int) -> int:
     if history < window:
         raise ValueError(f"spec_buffer_len: history B = {history} < window T = {window}; expected B >= T")
     return history + window
+
+
+VERIFY_FLUSHED = 1 << 30
+"""Cursor flag of a GDN/KDA row whose verify flushed, until its commit (cursor = w + flag, w its
+committed records before the verify, all folded into the checkpoint); the kernels'
+``kernels.common.VERIFY_FLUSHED`` has the same value."""
 
 
 def verify_flushes(cursor: Tensor, num_tokens: Tensor, L: int) -> Tensor:
@@ -289,13 +298,14 @@ def gated_delta_replay_verify_ref(
         d_records[sl, :, pos] = d[live].to(d_records.dtype)
         k_records[sl, :, pos] = kn[live, s].to(k_records.dtype)
         g_records[sl, :, pos] = g[rows[live], s].to(g_records.dtype)
-    cursor[slots] = start.to(cursor.dtype)
+    cursor[slots] = torch.where(flush, w + VERIFY_FLUSHED, w).to(cursor.dtype)
     pending[slots] = n.to(pending.dtype)
     return out
 
 
 def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_accepted: Tensor) -> None:
-    """Commit a verify step: ``cursor += num_accepted``, ``pending := 0`` for live rows.
+    """Commit a verify step: ``cursor := c + num_accepted`` (c the cursor, or 0 if a flushing
+    verify flagged it, >= VERIFY_FLUSHED), ``pending := 0`` for live rows.
 
     Args:
         cursor, pending: [slot] int32 (any replay cache's).
@@ -304,7 +314,8 @@ def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_acc
     """
     live = slot_ids >= 0
     slots = slot_ids[live].long()
-    cursor[slots] += num_accepted[live].to(cursor.dtype)
+    base = torch.where(cursor[slots] >= VERIFY_FLUSHED, 0, cursor[slots])
+    cursor[slots] = base + num_accepted[live].to(cursor.dtype)
     pending[slots] = 0
 
 
