@@ -119,14 +119,21 @@ def test_gated_delta_replay_verify_kernel_launch_config_invisible(per_channel):
 def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full():
     """Kimi Linear (32 value heads, head_v_dim 128) on 132 multiprocessors: at batch 16 a flush
     program takes one 16-row tile where a non-flush one takes four; from batch 256 both walk all
-    eight tiles of their head."""
+    eight tiles of their head. Qwen3.5-122B GDN (64 value heads): at batch 16 one tile a flush
+    program would exceed a wave (256 flush heads x 8 tiles > 1,056), so it walks two; at batch 8
+    and for KDA it does not."""
 
-    def chunks(rule, batch):
-        return rule(128, 128, batch * 32, torch.float32, multiprocessors=132).chunks
+    def chunks(rule, batch, v_heads=32, **kw):
+        return rule(128, 128, batch * v_heads, torch.float32, multiprocessors=132, **kw).chunks
 
-    assert (chunks(gated_delta_verify_launch_config, 16), chunks(gated_delta_verify_flush_launch_config, 16)) == (4, 1)
-    assert chunks(gated_delta_verify_flush_launch_config, 64) == 2
-    assert chunks(gated_delta_verify_launch_config, 256) == chunks(gated_delta_verify_flush_launch_config, 256) == 8
+    kda = dict(per_channel=True)
+    gdn = dict(v_heads=64, per_channel=False)
+    flush = gated_delta_verify_flush_launch_config
+    assert (chunks(gated_delta_verify_launch_config, 16), chunks(flush, 16, **kda)) == (4, 1)
+    assert chunks(flush, 64, **kda) == 2
+    assert chunks(gated_delta_verify_launch_config, 256) == chunks(flush, 256, **kda) == 8
+    assert [chunks(flush, b, **gdn) for b in (8, 16, 32, 64, 256)] == [1, 2, 2, 4, 8]
+    assert chunks(flush, 16, v_heads=64, per_channel=True) == 1
 
 
 @pytest.mark.parametrize(

@@ -254,8 +254,11 @@ class DeltaVerifyCase(VerifyCase):
     def default_config(self):
         hk, hv, dk, dv = self.geom
         mps = multiprocessor_count(self.q.device)
-        rule = gated_delta_verify_flush_launch_config if self.swept_launch == "flush" else gated_delta_verify_launch_config
-        return rule(dv, dk, self.batch * hv, self.state, multiprocessors=mps)
+        if self.swept_launch == "flush":
+            return gated_delta_verify_flush_launch_config(
+                dv, dk, self.batch * hv, self.state, multiprocessors=mps, per_channel=self.family == KDA
+            )
+        return gated_delta_verify_launch_config(dv, dk, self.batch * hv, self.state, multiprocessors=mps)
 
     def replay_verify(self, slots, out, config=None):
         c = self.cache

@@ -91,13 +91,25 @@ _FLUSH_ROW_SHARE = 4  # launch-time estimate of rows per flushing row (about 1 i
 
 
 def gated_delta_verify_flush_launch_config(head_v_dim: int, head_k_dim: int, heads: int,
-                                           state_dtype: torch.dtype, *, multiprocessors: int) -> LaunchConfig:
+                                           state_dtype: torch.dtype, *, multiprocessors: int,
+                                           per_channel: bool) -> LaunchConfig:
     """The flush launch's configuration: the standard replay rule for the heads of the rows
     expected to flush (``heads // _FLUSH_ROW_SHARE``; which rows flush is known only on the
     device). A flush program folds its records into each of its tiles in turn, one dependent
-    chain per tile, so fewer tiles a program shorten the launch while the GPU is not full."""
-    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, max(1, heads // _FLUSH_ROW_SHARE),
+    chain per tile, so fewer tiles a program shorten the launch while the GPU is not full.
+    Except for GDN (``per_channel`` False: one decay a record, so a tile's fold is short next to
+    the per-head work every program repeats): where one tile a program would take more than a
+    wave of ~8 programs an SM, a program walks two. Timed on an H200 beside the non-flush launch
+    (T = 4, fp32 checkpoint, ``spec_verify.py --sweep --flush-launch``, docs/kernel-notes.md,
+    session 29): Qwen3.5-122B batch 16 two tiles 54.96 us against one 60.25; Kimi Linear KDA
+    batch 16 / 32 one tile 45.22 / 68.97 against two 49.7 / 70.7; from batch 32 (GDN) / 64 (KDA)
+    the standard rule was best or within 1%."""
+    flush_heads = max(1, heads // _FLUSH_ROW_SHARE)
+    cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, flush_heads,
                                     state_dtype, multiprocessors=multiprocessors)
+    tiles = triton.cdiv(head_v_dim, cfg.block_head_dim)
+    if not per_channel and cfg.chunks == 1 and tiles > 1 and flush_heads * tiles > PROGRAMS_PER_SM * multiprocessors:
+        cfg = dataclasses.replace(cfg, chunks=2)
     return dataclasses.replace(cfg, num_stages=1)  # the flush tile loop is not pipelined
 
 
@@ -474,13 +486,17 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
     sms = multiprocessor_count(v.device)
-    cfgs = {}
-    for flush, given, rule in ((False, config, gated_delta_verify_launch_config),
-                               (True, flush_config, gated_delta_verify_flush_launch_config)):
+    for given in (config, flush_config):
         if given is not None and given.block_head_dim < 16:
             raise ValueError(f"gated delta verify: block_head_dim is {given.block_head_dim}; expected >= 16 "
                              "(the tiles are tensor-core operands)")
-        cfgs[flush] = given or rule(head_v_dim, head_k_dim, batch * v_heads, checkpoint.dtype, multiprocessors=sms)
+    heads = batch * v_heads
+    cfgs = {
+        False: config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, heads, checkpoint.dtype,
+                                                          multiprocessors=sms),
+        True: flush_config or gated_delta_verify_flush_launch_config(head_v_dim, head_k_dim, heads, checkpoint.dtype,
+                                                                     multiprocessors=sms, per_channel=g.dim() == 4),
+    }
     block_t = max(2, triton.next_power_of_2(T))
     args = (
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
