@@ -256,7 +256,7 @@ class DeltaVerifyCase(VerifyCase):
         mps = multiprocessor_count(self.q.device)
         if self.swept_launch == "flush":
             return gated_delta_verify_flush_launch_config(
-                dv, dk, self.batch * hv, self.state, multiprocessors=mps, per_channel=self.family == KDA
+                dv, dk, self.batch * hv, self.state, multiprocessors=mps, per_channel=self.gate.dim() == 4
             )
         return gated_delta_verify_launch_config(dv, dk, self.batch * hv, self.state, multiprocessors=mps)
 
