@@ -103,20 +103,41 @@ def test_unmeasured_cells_are_not_interpolated(kwargs, what):
 
 def test_verify_against_serial_steps():
     a = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=8, geometry=KIMI)
-    assert (a.ratio, a.recommendation) == (0.90, "serial")
-    assert "0.90x 2 serial steps" in a.text and '"Speculative verify"' in a.text
-    assert a.source.raw.endswith("2026-12-03-h200-s28-call2-spec_verify_2a3f4ad.log")
+    assert (a.ratio, a.recommendation) == (1.02, "replay")
+    assert "1.02x 2 serial steps" in a.text and '"Speculative verify"' in a.text
+    assert a.source.raw.endswith("2026-12-04-h200-s29-call3-spec_verify.log")
     k = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=KIMI)
-    assert (k.ratio, k.recommendation) == (1.11, "replay")
+    assert (k.ratio, k.recommendation) == (1.23, "replay")
     g = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=(16, 64, 128, 128))
-    assert (g.ratio, g.recommendation) == (1.55, "replay")
+    assert (g.ratio, g.recommendation) == (1.58, "replay")
     m = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256, geometry=(128, 64, 128, 8))
     assert (m.ratio, m.recommendation) == (3.42, "replay")
     # Mamba-2 was not timed at batch 8: the nearest measured batch, said
     m8 = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=8, geometry=(128, 64, 128, 8))
     assert (m8.ratio, m8.measured_batch) == (2.17, 16) and "nearest measured batch 16" in m8.text
-    k512 = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=512)
-    assert k512.ratio == 3.10 and k512.source.raw.endswith("2026-12-03-h200-s28-call3-spec_verify_512.log")
+    # KDA T = 8 from batch 64 came from the next device call: its own raw file
+    k512 = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=8, batch=512)
+    assert k512.ratio == 3.16 and k512.source.raw.endswith("2026-12-04-h200-s29-call4-spec_verify_kda8.log")
+    assert route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=512).source.raw.endswith(
+        "2026-12-04-h200-s29-call3-spec_verify.log"
+    )
+
+
+def test_verify_slower_than_serial_steps_recommends_them(monkeypatch):
+    """No verify cell is slower than serial steps today (session 29); one that were (KDA at
+    batch 8, T = 2 was 0.90x in session 28) makes the advice the serial route, with the figure."""
+    import dataclasses
+
+    import trtllm_replayssm.route_advice as advice
+
+    slow = [
+        dataclasses.replace(m, ratio=0.90) if (m.family, m.route, m.T, m.batch) == ("kda", VERIFY, 2, 8) else m
+        for m in MEASUREMENTS
+    ]
+    monkeypatch.setattr(advice, "MEASUREMENTS", tuple(slow))
+    a = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=8, geometry=KIMI)
+    assert (a.ratio, a.recommendation, a.slower) == (0.90, "serial", True)
+    assert "0.90x 2 serial steps" in a.text and "recommended: serial" in a.text
 
 
 @pytest.mark.parametrize(

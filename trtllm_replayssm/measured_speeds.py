@@ -154,23 +154,23 @@ _MAMBA2_VERIFY = Source(
     "first table, Mamba-2 rows (verify v1.2, current)",
     _RESULTS + "2026-11-30-h200-spec_verify_v2.json",
 )
-_DELTA_VERIFY_S28 = Source(
-    "2026-12-03",
+_DELTA_VERIFY_S29 = Source(
+    "2026-12-04",
     _H200,
-    "VARIANTS=main bash scripts/device_compare.sh spec benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 8 16 64 256",
+    "python benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 8 16 64 256 512",
     _DOC,
     "Speculative verify",
-    "session 28, the flush launch beside the non-flush one (2a3f4ad)",
-    _RESULTS + "2026-12-03-h200-s28-call2-spec_verify_2a3f4ad.log",
+    "session 29, the flagged cursor and the records launch on the side stream (e28e0d8)",
+    _RESULTS + "2026-12-04-h200-s29-call3-spec_verify.log",
 )
-_DELTA_VERIFY_S28_512 = Source(
-    "2026-12-03",
+_DELTA_VERIFY_S29_KDA8 = Source(
+    "2026-12-04",
     _H200,
-    "python benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 512",
+    "python benchmarks/spec_verify.py --family kda --T 8 --batch 64 256 512",
     _DOC,
     "Speculative verify",
-    "session 28, batch 512 (2a3f4ad)",
-    _RESULTS + "2026-12-03-h200-s28-call3-spec_verify_512.log",
+    "session 29, the flagged cursor and the records launch on the side stream (e28e0d8)",
+    _RESULTS + "2026-12-04-h200-s29-call4-spec_verify_kda8.log",
 )
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
@@ -216,18 +216,20 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 2): (None, 1.47, 2.12, 2.40, 2.51),
     (MAMBA2, SUPER, 4): (None, 2.17, 2.73, 3.42, 3.53),
     (MAMBA2, SUPER, 8): (None, 1.97, 2.75, 3.09, 3.03),
-    (GDN, QWEN35_122B, 2): (1.17, 1.55, 2.05, 2.42, 2.49),
-    (GDN, QWEN35_122B, 4): (1.48, 2.28, 3.10, 3.53, 3.68),
-    (GDN, QWEN35_122B, 8): (1.39, 2.22, 3.23, 3.50, 3.68),
-    (KDA, KIMI, 2): (0.90, 1.11, 1.73, 1.90, 2.08),
-    (KDA, KIMI, 4): (1.00, 1.30, 2.45, 2.96, 3.10),
-    (KDA, KIMI, 8): (1.14, 1.28, 2.48, 2.93, 3.10),
+    (GDN, QWEN35_122B, 2): (1.29, 1.58, 2.08, 2.49, 2.57),
+    (GDN, QWEN35_122B, 4): (1.60, 2.66, 3.11, 3.59, 3.75),
+    (GDN, QWEN35_122B, 8): (1.46, 2.50, 3.21, 3.52, 3.70),
+    (KDA, KIMI, 2): (1.02, 1.23, 1.77, 2.07, 2.26),
+    (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
+    (KDA, KIMI, 8): (1.19, 1.30, 2.51, 3.00, 3.16),
 }
-# The source of each _VERIFY_BATCHES column, by family.
+# The source of each _VERIFY_BATCHES column, by family and T (one device call timed GDN/KDA
+# but for KDA T = 8 from batch 64, cut by its time limit and timed in the next call).
+_MAMBA2_VERIFY_SOURCES = (None,) + (_MAMBA2_VERIFY,) * 4
 _VERIFY_SOURCES = {
-    MAMBA2: (None,) + (_MAMBA2_VERIFY,) * 4,
-    GDN: (_DELTA_VERIFY_S28,) * 4 + (_DELTA_VERIFY_S28_512,),
-    KDA: (_DELTA_VERIFY_S28,) * 4 + (_DELTA_VERIFY_S28_512,),
+    **{(MAMBA2, T): _MAMBA2_VERIFY_SOURCES for T in (2, 4, 8)},
+    **{(family, T): (_DELTA_VERIFY_S29,) * 5 for family in (GDN, KDA) for T in (2, 4, 8)},
+    (KDA, 8): (_DELTA_VERIFY_S29,) * 2 + (_DELTA_VERIFY_S29_KDA8,) * 3,
 }
 
 
@@ -240,7 +242,7 @@ def _measurements() -> Tuple[Measurement, ...]:
     rows += [
         Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
         for (family, layer, T), ratios in _VERIFY_TABLE.items()
-        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family])
+        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family, T])
         if ratio is not None
     ]
     return tuple(rows)
