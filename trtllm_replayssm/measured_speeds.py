@@ -226,9 +226,16 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
 # The source of each _VERIFY_BATCHES column, by family and T (one device call timed GDN/KDA
 # but for KDA T = 8 from batch 64, cut by its time limit and timed in the next call).
 _MAMBA2_VERIFY_SOURCES = (None,) + (_MAMBA2_VERIFY,) * 4
+_DELTA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
 _VERIFY_SOURCES = {
-    **{(MAMBA2, T): _MAMBA2_VERIFY_SOURCES for T in (2, 4, 8)},
-    **{(family, T): (_DELTA_VERIFY_S29,) * 5 for family in (GDN, KDA) for T in (2, 4, 8)},
+    (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
+    (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
+    (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
+    (GDN, 2): _DELTA_VERIFY_SOURCES,
+    (GDN, 4): _DELTA_VERIFY_SOURCES,
+    (GDN, 8): _DELTA_VERIFY_SOURCES,
+    (KDA, 2): _DELTA_VERIFY_SOURCES,
+    (KDA, 4): _DELTA_VERIFY_SOURCES,
     (KDA, 8): (_DELTA_VERIFY_S29,) * 2 + (_DELTA_VERIFY_S29_KDA8,) * 3,
 }
 
