@@ -22,6 +22,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .cache import FLOAT_DTYPES, MAX_L
+from .measured_accuracy import STUDY_L, STUDY_RECORD_DTYPE, STUDY_STEPS, AccuracyCell, accuracy
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import HybridModel, Layer
 from .registry import is_ssm
@@ -250,6 +251,8 @@ class CheckpointPlan:
         traffic: SSM HBM traffic per decode step per sequence.
         advice: the measured replay-step advice at the plan's batch or, when None, at
             ``max_concurrency`` (none when no sequence fits).
+        accuracy: the measured output error over a long decode of this model's first SSM layer
+            (:mod:`~trtllm_replayssm.measured_accuracy`), or None where none was measured.
     """
 
     dtype: torch.dtype
@@ -257,6 +260,7 @@ class CheckpointPlan:
     max_concurrency: int
     traffic: StepTraffic
     advice: Tuple[Advice, ...]
+    accuracy: Optional[AccuracyCell] = None
 
 
 @dataclass(frozen=True)
@@ -355,10 +359,23 @@ class Plan:
                     "traffic_per_step": cp.traffic.total,
                     "traffic_vs_conventional": _ratio(cp.traffic.total, conv.traffic.total),
                     "route_advice": [a.to_dict() for a in cp.advice],
+                    "output_error": _accuracy_dict(cp.accuracy),
                 }
                 for cp in self.checkpoints
             ],
         }
+
+
+def _accuracy_dict(cell: Optional[AccuracyCell]) -> Optional[dict]:
+    if cell is None:
+        return None
+    return {
+        "steps": STUDY_STEPS,
+        "conventional": cell.conventional,
+        "replay": cell.replay,
+        "replay_vs_fp32_conventional": cell.replay_vs_fp32,
+        "source": vars(cell.source),
+    }
 
 
 def _first(model: HybridModel, group: LayerGroup) -> Layer:
@@ -436,8 +453,11 @@ def plan(
         )
         at = batch if batch is not None else fits
         advice = model_advice(rank, "replay", state_dtype=DTYPE_NAMES[dtype], L=c.buffer_len, batch=at) if at >= 1 else ()
+        measured = accuracy(model.name, DTYPE_NAMES[dtype], L=c.buffer_len, record_dtype=DTYPE_NAMES[c.record_dtype])
         checkpoints.append(
-            CheckpointPlan(dtype, sequence_ssm_bytes(rank, "replay", c), fits, step_traffic(rank, "replay", c), advice)
+            CheckpointPlan(
+                dtype, sequence_ssm_bytes(rank, "replay", c), fits, step_traffic(rank, "replay", c), advice, measured
+            )
         )
     return Plan(
         model=rank,
@@ -565,12 +585,30 @@ def format_plan(p: Plan) -> str:
             f"{_fmt_ratio(cp.max_concurrency, conv.max_concurrency):>9}{_size(cp.traffic.total):>12}"
             f"{_fmt_ratio(cp.traffic.total, conv.traffic.total):>9}  {_speed_text(cp.advice)}"
         )
+    out += _accuracy_lines(p)
     at = f"batch {p.batch}" if p.batch is not None else "each mode's max seqs"
     out += ["", f"Measured speed of the ReplaySSM routes at {at} (advice only: nothing is switched)"]
     out += [f"  {a.text}" for a in p.advice]
     if p.batch is None:
         out += [f"  {mode}: no advice, no sequence fits" for mode in ADVICE_MODES if p.modes[mode].max_concurrency < 1]
     return "\n".join(out)
+
+
+def _accuracy_lines(p: Plan) -> list:
+    """The measured output error of each checkpoint dtype, or why there is none."""
+    cells = [cp.accuracy for cp in p.checkpoints if cp.accuracy is not None]
+    if not cells:
+        return [
+            f"  output error: not measured for {p.model.name} at L {p.config.buffer_len}, records "
+            f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer at L {STUDY_L}, "
+            f"records {STUDY_RECORD_DTYPE})"
+        ]
+    src = cells[0].source
+    head = (
+        f"  output error after {STUDY_STEPS:,} decode steps, first SSM layer (CPU references, "
+        f'{src.date}, {src.doc} "{src.section}"):'
+    )
+    return [head] + [f"    {c.text()}" for c in cells]
 
 
 def _fmt_ratio(a: float, b: float) -> str:
