@@ -16,7 +16,7 @@ Nothing here is interpolated: another model, L or record dtype has no cell.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 from .measured_speeds import Source
 
@@ -81,42 +81,23 @@ def _source(date: str, session: int, model: str) -> Source:
     )
 
 
-# model -> (date, session, {dtype: (conventional, replay)}), the fp32 pair first.
-_TABLE_CELLS: Dict[str, tuple] = {
-    "nemotron-3-nano-4b": (
-        "2026-12-04",
-        28,
-        {"fp32": (3.72e-03, 3.72e-03), "bf16": (1.39e-02, 4.63e-03), "fp16": (3.72e-03, 3.72e-03)},
-    ),
-    "nemotron-3-super-120b": (
-        "2026-12-04",
-        29,
-        {"fp32": (3.82e-03, 3.82e-03), "bf16": (8.95e-03, 4.66e-03), "fp16": (3.90e-03, 3.82e-03)},
-    ),
-    "qwen3.5-4b": (
-        "2026-12-03",
-        28,
-        {"fp32": (3.63e-03, 5.72e-03), "bf16": (2.14e-02, 8.18e-03), "fp16": (4.41e-03, 5.75e-03)},
-    ),
-    "qwen3.5-122b-a10b": (
-        "2026-12-04",
-        28,
-        {"fp32": (3.78e-03, 5.78e-03), "bf16": (1.45e-02, 5.85e-03), "fp16": (4.12e-03, 5.78e-03)},
-    ),
-    "kimi-linear-48b": (
-        "2026-12-03",
-        28,
-        {"fp32": (3.66e-03, 5.61e-03), "bf16": (1.92e-02, 6.98e-03), "fp16": (4.10e-03, 5.61e-03)},
-    ),
-}
+_DTYPES = ("fp32", "bf16", "fp16")
+# model, date, session, then (conventional, replay) output errors per dtype of _DTYPES.
+_ROWS = (
+    ("nemotron-3-nano-4b", "2026-12-04", 28, (3.72e-03, 3.72e-03), (1.39e-02, 4.63e-03), (3.72e-03, 3.72e-03)),
+    ("nemotron-3-super-120b", "2026-12-04", 29, (3.82e-03, 3.82e-03), (8.95e-03, 4.66e-03), (3.90e-03, 3.82e-03)),
+    ("qwen3.5-4b", "2026-12-03", 28, (3.63e-03, 5.72e-03), (2.14e-02, 8.18e-03), (4.41e-03, 5.75e-03)),
+    ("qwen3.5-122b-a10b", "2026-12-04", 28, (3.78e-03, 5.78e-03), (1.45e-02, 5.85e-03), (4.12e-03, 5.78e-03)),
+    ("kimi-linear-48b", "2026-12-03", 28, (3.66e-03, 5.61e-03), (1.92e-02, 6.98e-03), (4.10e-03, 5.61e-03)),
+)
 
 
 def _cells() -> Tuple[AccuracyCell, ...]:
     out = []
-    for model, (date, session, by_dtype) in _TABLE_CELLS.items():
+    for model, date, session, *pairs in _ROWS:
         source = _source(date, session, model)
-        fp32 = by_dtype["fp32"][0]
-        out += [AccuracyCell(model, dtype, conv, rep, fp32, source) for dtype, (conv, rep) in by_dtype.items()]
+        fp32 = pairs[0][0]
+        out += [AccuracyCell(model, dtype, conv, rep, fp32, source) for dtype, (conv, rep) in zip(_DTYPES, pairs)]
     return tuple(out)
 
 
