@@ -34,9 +34,9 @@ register budget (the flush class needs ~60 more registers per thread) and its ow
 chosen for the rows expected to flush); grid (cdiv(head_v_dim, SPAN_V), v_heads, batch), tiles
 of >= 16 rows (tensor-core operands). Neither launch moves a cursor, so both decide each row's
 class alike whatever their order, and on a GPU the flush launch runs on a side stream beside
-the non-flush one. (A flush row's programs flag its cursor, w + VERIFY_FLUSHED, each storing the
-same value; a program of either launch reading the cursor takes the flag off first.) A flush row's window overwrites history other programs of the row read in
-the same launch: d records are per (value head, head_v_dim row), so each program rewrites its
+the non-flush one. (A flush row's programs flag its cursor, w + VERIFY_FLUSHED, each storing
+the same value; a program of either launch reading the cursor takes the flag off first.) A
+flush row's window overwrites history other programs of the row read in the same launch: d records are per (value head, head_v_dim row), so each program rewrites its
 own after folding them. ``pending`` := n. Then the window's g (per value head) and k̂ (per key
 head) records of every row at position 0 of a row that flushed (flagged), w of one that did
 not, one program per (head, row) (``_window_key_gate_records_kernel``), on the side stream
@@ -471,8 +471,8 @@ def _gated_delta_replay_verify_kernel(
 
 
 def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
-                                     g_records: Tensor, cursor: Tensor, pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                                     beta: Tensor, *, slot_ids: Tensor,
+                                     g_records: Tensor, cursor: Tensor, pending: Tensor,
+                                     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, slot_ids: Tensor,
                                      num_tokens: Optional[Tensor] = None, scale: float,
                                      use_qk_l2norm: bool, out: Tensor,
                                      config: Optional[LaunchConfig] = None,

@@ -16,13 +16,14 @@ in :mod:`trtllm_replayssm.reference.spec` states it per row):
   launch and decided on the device: its w history records are folded into the checkpoint, the
   outputs come from the new checkpoint, the window goes to positions 0 .. n-1 and the cursor to
   0 (Mamba-2) or w + ``VERIFY_FLUSHED`` (GDN/KDA: a flag the commit resolves, so that none of
-  their verify launches moves a cursor another one reads). With full windows a row flushes exactly when its history has reached B records, so a
-  window never overflows the buffer. ``pending := n``.
+  their verify launches moves a cursor another one reads). With full windows a row flushes
+  exactly when its history has reached B records, so a window never overflows the buffer.
+  ``pending := n``.
 * **Commit** (``replay_commit``): ``cursor += accepted`` (from 0 if flagged; 1 ≤ accepted ≤ n,
-  bonus token included), ``pending := 0``. Rejected records lie past the cursor and are overwritten later:
-  rollback is a cursor move; no state is copied.
-* **Standard decode on the same cache.** Between commits the cursor is in [0, L) and position L-1 is never
-  written, which is exactly the standard-decode invariant, so ``*_replay_step`` can run
+  bonus token included), ``pending := 0``. Rejected records lie past the cursor and are
+  overwritten later: rollback is a cursor move; no state is copied.
+* **Standard decode on the same cache.** Between commits the cursor is in [0, L) and position
+  L-1 is never written, which is exactly the standard-decode invariant, so ``*_replay_step`` can run
   between commits (e.g. for rows without drafts); a T = 1 verify flushes at the same cursor
   (L-1) as a standard step. Between a verify and its commit nothing else may touch the slot.
   ``replay_commit`` serves every family (it moves cursors only).

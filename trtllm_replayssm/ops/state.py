@@ -15,7 +15,7 @@ from torch import Tensor
 from ..cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..reference.gated_delta import gated_delta_records_state
 from ..reference.mamba2 import mamba2_records_state
-from ..reference.spec import VERIFY_FLUSHED
+from ..reference.spec import committed_cursor
 from ..checks import check_tensor, slot_index
 from ..registry import family, family_of_cache, kinds
 
@@ -76,10 +76,9 @@ def gated_delta_cache_state(op: str, cache: GDNReplayCache, slots: Tensor, A: Op
     slots already checked; ``A`` must be None (the records carry their log-decays)."""
     if A is not None:
         raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its log-decays are in g_records)")
-    cursor = cache.cursor[slots]
     return gated_delta_records_state(
         checkpoint=cache.checkpoint[slots],
-        cursor=torch.where(cursor >= VERIFY_FLUSHED, 0, cursor),  # a flushed verify not yet committed
+        cursor=committed_cursor(cache.cursor[slots]),  # a flushed verify may not be committed yet
         d_records=cache.d_records[slots],
         k_records=cache.k_records[slots],
         g_records=cache.g_records[slots],

@@ -79,6 +79,12 @@ committed records before the verify, all folded into the checkpoint); the kernel
 ``kernels.common.VERIFY_FLUSHED`` has the same value."""
 
 
+def committed_cursor(cursor: Tensor) -> Tensor:
+    """The committed records a cursor stands for: itself, or 0 for one a flushing verify
+    flagged (its records are all in the checkpoint until the commit starts it from 0)."""
+    return torch.where(cursor >= VERIFY_FLUSHED, 0, cursor)
+
+
 def verify_flushes(cursor: Tensor, num_tokens: Tensor, L: int) -> Tensor:
     """The flush rule of a verify step: a row flushes when its window does not fit below
     position L-1 after its committed records (``cursor + num_tokens > L - 1``)."""
@@ -314,8 +320,7 @@ def replay_commit_ref(cursor: Tensor, pending: Tensor, slot_ids: Tensor, num_acc
     """
     live = slot_ids >= 0
     slots = slot_ids[live].long()
-    base = torch.where(cursor[slots] >= VERIFY_FLUSHED, 0, cursor[slots])
-    cursor[slots] = base + num_accepted[live].to(cursor.dtype)
+    cursor[slots] = committed_cursor(cursor[slots]) + num_accepted[live].to(cursor.dtype)
     pending[slots] = 0
 
 
