@@ -13,5 +13,5 @@ rev=$1 name=$2
 grep -qx '/variants/' .git/info/exclude 2>/dev/null || echo '/variants/' >> .git/info/exclude
 rm -rf "variants/$name"
 mkdir -p "variants/$name"
-git archive "$rev" trtllm_replayssm benchmarks | tar -x -C "variants/$name"
+git archive "$rev" trtllm_replayssm benchmarks | tar -x -C "variants/$name" --exclude=benchmarks/results  # raw results stay behind: the device tool carries 64 MiB
 echo "variants/$name <- $(git rev-parse --short "$rev")"

@@ -11,13 +11,15 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import LaunchConfig
+from .common import LaunchConfig, split_dot
 
 __all__ = [
+    "fold_records",
     "gated_delta_launch_config",
     "gated_delta_step_args",
     "gated_delta_step_constexprs",
     "multiprocessor_count",
+    "record_decays",
     "CPU_MULTIPROCESSORS",
     "H200_MULTIPROCESSORS",
 ]
@@ -63,6 +65,49 @@ def decay_columns(b_s, decay, PER_CHANNEL: tl.constexpr):
     else:
         b_s = b_s * decay
     return b_s
+
+
+@triton.jit
+def record_decays(p_gr, stride_gr_pos, o_l, o_k, m_k, w, g_after, PER_CHANNEL: tl.constexpr):
+    """Decays of a row's w records and of its checkpoint to the point after them, from the g
+    records at ``p_gr`` (fp32, [L] for GDN, [L, head_k_dim] for KDA) and ``g_after``, the
+    log-decay applied after the last record (the step's own g, or 0.0).
+
+    Returns (e, e0): e_j = exp(Σ_{j<i<w} g_i + g_after) for the records, zero at j >= w
+    (fp32 [BLOCK_L] for GDN, [BLOCK_L, BLOCK_K] for KDA, zero on padded channels), and
+    e0 = exp(Σ_{i<w} g_i + g_after), the checkpoint's decay ([] or [BLOCK_K]). Σ_{j<i<w} is a
+    reverse cumulative sum of the records shifted by one, never a difference of prefix sums.
+    """
+    m_l = o_l < w
+    m_next = (o_l + 1) < w
+    if PER_CHANNEL:
+        b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
+                       mask=m_next[:, None] & m_k[None, :], other=0.0)
+        g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
+        e = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g_after[None, :]), 0.0)
+    else:
+        b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
+        g0 = tl.load(p_gr, mask=w > 0, other=0.0)
+        e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g_after), 0.0)
+    return e, tl.exp(tl.sum(b_gn, axis=0) + g0 + g_after)
+
+
+@triton.jit
+def fold_records(b_s, e0, b_dt, b_uk, e, PER_CHANNEL: tl.constexpr, SPLIT_K: tl.constexpr):
+    """S Diag(e0) + Dᵀ (e ⊙ K) for one [BLOCK_V, BLOCK_K] fp32 state tile ``b_s``: the records
+    folded in as one tile product (every dimension >= 16). ``b_dt`` is Dᵀ, the tile's d
+    records, fp32 [BLOCK_V, BLOCK_L] (zero past the cursor); e, e0 from :func:`record_decays`.
+
+    KDA (PER_CHANNEL): ``b_uk`` is U = e ⊙ K, fp32 [BLOCK_L, BLOCK_K] (formed once per program
+    by the caller), and the product is exact fp32 (FMAs). GDN: ``b_uk`` is K as stored (fp32
+    values); the scalar decays scale Dᵀ's columns and the product runs on tensor cores in TF32
+    parts (:func:`~.common.split_dot`, about fp32 accuracy; K split only when SPLIT_K: 16-bit
+    values are exact in TF32). ``e`` is read only for GDN."""
+    if PER_CHANNEL:
+        out = b_s * e0[None, :] + tl.dot(b_dt, b_uk, input_precision="ieee")
+    else:
+        out = split_dot(b_dt * e[None, :], b_uk, b_s * e0, SPLIT_K)
+    return out
 
 
 def gated_delta_step_args(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, out: Tensor,

@@ -38,11 +38,11 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import KERNELS, LaunchConfig, advance_cursor, split_dot
+from .common import KERNELS, LaunchConfig, advance_cursor
 from .gated_delta_replay_cuda import (DeltaCudaConfig, delta_cuda_unsupported,
                                       launch_delta_replay_step_cuda)
-from .gated_delta_common import (gated_delta_launch_config, gated_delta_step_args,
-                                 load_log_decay, load_qk, multiprocessor_count)
+from .gated_delta_common import (fold_records, gated_delta_launch_config, gated_delta_step_args,
+                                 load_log_decay, load_qk, multiprocessor_count, record_decays)
 
 __all__ = ["launch_gated_delta_replay_step", "replay_constexprs", "replay_step_kernel"]
 
@@ -109,21 +109,13 @@ def _gated_delta_replay_step_kernel(
     # [BLOCK_L]; zero at j >= w) and the checkpoint's decay e0 = exp(Γ_{-1}).
     o_l = tl.arange(0, BLOCK_L)
     m_l = o_l < w
-    m_next = (o_l + 1) < w
     b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
                    mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+    b_e, e0 = record_decays(p_gr, stride_gr_pos, o_l, o_k, m_k, w, g, PER_CHANNEL)
     if PER_CHANNEL:
-        b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
-                       mask=m_next[:, None] & m_k[None, :], other=0.0)
-        g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
-        b_u = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g[None, :]), 0.0) * b_kr
-    else:
-        # GDN: U_j = e_j k_j is never formed (the flush scales the d records instead, so that
-        # its product takes k̂ as stored).
-        b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
-        g0 = tl.load(p_gr, mask=w > 0, other=0.0)
-        b_e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g), 0.0)
-    e0 = tl.exp(tl.sum(b_gn, axis=0) + g0 + g)
+        b_u = b_e * b_kr
+    # GDN: U_j = e_j k_j is never formed (the flush scales the d records instead, so that its
+    # product takes k̂ as stored).
 
     if w == L - 1:
         # Flush: per tile, S' = S0 Diag(e0) + Dᵀ U (D: the tile's d records, [BLOCK_L,
@@ -137,16 +129,15 @@ def _gated_delta_replay_step_kernel(
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
+            b_dt = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
+                           mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32)
             if PER_CHANNEL:
-                b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
-                               mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-                b_s = b_s * e0[None, :] + tl.dot(tl.trans(b_dr), b_u, input_precision="ieee")
+                b_s = fold_records(b_s, e0, b_dt, b_u, b_e, PER_CHANNEL, False)
             else:
-                b_de = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
-                               mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32) * b_e[None, :]
                 b_kt = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
                                mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-                b_s = split_dot(b_de, b_kt, b_s * e0, kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
+                b_s = fold_records(b_s, e0, b_dt, b_kt, b_e, PER_CHANNEL,
+                                   kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
             b_v = tl.load(p_v + o_v, mask=m_v, other=0.0).to(tl.float32)
             b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
                                        b_v, beta, kq, o_v, m_v, p_o)

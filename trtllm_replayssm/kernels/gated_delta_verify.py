@@ -59,7 +59,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import VERIFY_FLUSHED, LaunchConfig, tf32_split, verify_flushes, window_tokens
-from .gated_delta_common import PROGRAMS_PER_SM, decay_columns, gated_delta_launch_config, multiprocessor_count
+from .gated_delta_common import (PROGRAMS_PER_SM, decay_columns, fold_records, gated_delta_launch_config,
+                                 multiprocessor_count, record_decays)
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
            "gated_delta_verify_flush_launch_config"]
@@ -95,22 +96,31 @@ def gated_delta_verify_flush_launch_config(head_v_dim: int, head_k_dim: int, hea
                                            per_channel: bool) -> LaunchConfig:
     """The flush launch's configuration: the standard replay rule for the heads of the rows
     expected to flush (``heads // _FLUSH_ROW_SHARE``; which rows flush is known only on the
-    device). A flush program folds its records into each of its tiles in turn, one dependent
-    chain per tile, so fewer tiles a program shorten the launch while the GPU is not full.
-    Except for GDN (``per_channel`` False: one decay a record, so a tile's fold is short next to
-    the per-head work every program repeats): where one tile a program would take more than a
-    wave of ~8 programs an SM, a program walks two. Timed on an H200 beside the non-flush launch
-    (T = 4, fp32 checkpoint, ``spec_verify.py --sweep --flush-launch``, docs/kernel-notes.md,
-    session 29): Qwen3.5-122B batch 16 two tiles 54.96 us against one 60.25; Kimi Linear KDA
-    batch 16 / 32 one tile 45.22 / 68.97 against two 49.7 / 70.7; from batch 32 (GDN) / 64 (KDA)
-    the standard rule was best or within 1%."""
+    device), one warp a program. A KDA flush program folds its records into each of its tiles in
+    turn, one dependent chain per tile, so fewer tiles a program shorten the launch while the
+    GPU is not full. A GDN flush program folds them as one tile product a tile, with the decays
+    and key records loaded once per program, so its tiles are short next to the per-head work
+    every program repeats (the window solve): where one tile a program would take more than a
+    wave of ~8 programs an SM, a program walks two, and from batch ~256 (where the replay rule
+    gives a program all of a head's tiles) at most four. Timed on an H200 (T = 4, fp32
+    checkpoint, ``spec_verify.py --sweep --flush-launch``, docs/kernel-notes.md, sessions 29
+    and 30): Qwen3.5-122B batch 16 two tiles 54.9 us against one 56.4, batch 256 four tiles
+    538.5 against two 587.0; Kimi Linear KDA batch 16 / 32 one tile 45.22 / 68.97 against two
+    49.7 / 70.7; otherwise the standard rule was best or within 1%."""
     flush_heads = max(1, heads // _FLUSH_ROW_SHARE)
     cfg = gated_delta_launch_config("replay_step", head_v_dim, head_k_dim, flush_heads,
                                     state_dtype, multiprocessors=multiprocessors)
     tiles = triton.cdiv(head_v_dim, cfg.block_head_dim)
-    if not per_channel and cfg.chunks == 1 and tiles > 1 and flush_heads * tiles > PROGRAMS_PER_SM * multiprocessors:
-        cfg = dataclasses.replace(cfg, chunks=2)
-    return dataclasses.replace(cfg, num_stages=1)  # the flush tile loop is not pipelined
+    chunks = cfg.chunks
+    if not per_channel:
+        if chunks == 1 and tiles > 1 and flush_heads * tiles > PROGRAMS_PER_SM * multiprocessors:
+            chunks = 2
+        chunks = min(chunks, _GDN_FLUSH_MAX_TILES)
+    # One warp (two lost 20-90%, session 30); the flush tile loop is not pipelined.
+    return dataclasses.replace(cfg, chunks=chunks, num_warps=1, num_stages=1)
+
+
+_GDN_FLUSH_MAX_TILES = 4  # tiles a GDN flush program walks at most
 
 
 _FLUSH_STREAMS: dict = {}
@@ -413,25 +423,37 @@ def _gated_delta_replay_verify_kernel(
     if FLUSH_ROWS:
         U_hi, U_lo = tf32_split(U1)
         GT_hi, GT_lo = tf32_split(GT)
-        # Flush: S_c tile by tile (the committed records folded oldest first, the recurrence
-        # itself in fp32), stored; the window's outputs from it. Not software-pipelined: the
-        # loop holds a barrier, and flush rows are the minority.
+        # Flush: S_c tile by tile, stored; the window's outputs from it. Not software-pipelined:
+        # the loop holds a barrier, and flush rows are the minority.
+        if not PER_CHANNEL:
+            # GDN: the w committed records fold into each tile as one tile product
+            # (fold_records: S_c = S0 Diag(e0) + (Dᵀ Diag(e)) K in TF32 parts), the scalar
+            # decays and the k̂ records once per program.
+            m_l = o_l < w
+            rec_dec, e0 = record_decays(p_gr, stride_gr_pos, o_l, o_k, m_k, w, 0.0, PER_CHANNEL)
+            b_kr = tl.load(p_kr + o_l[:, None] * stride_kr_pos + o_k[None, :],
+                           mask=m_l[:, None] & m_k[None, :], other=0.0).to(tl.float32)
         for c in tl.range(0, SPAN_V // BLOCK_V):
             o_v = p_start + c * BLOCK_V + tl.arange(0, BLOCK_V)
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
-            # Branch-free (records past w load as d = k = 0, g = 0: the update is the identity)
-            # and unrolled, so that several records' loads are in flight at once.
-            for j in tl.range(0, L - 1, loop_unroll_factor=_FOLD_UNROLL):
-                held = j < w
-                b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v & held, other=0.0).to(tl.float32)
-                b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
-                if PER_CHANNEL:
+            if PER_CHANNEL:
+                # KDA: the records one at a time, oldest first (the recurrence itself in fp32;
+                # as a tile product, exact fp32 on U = e ⊙ K, it lost 35-70%: session 30).
+                # Branch-free (records past w load as d = k = 0, g = 0: the update is the
+                # identity) and unrolled, so that several records' loads are in flight at once.
+                for j in tl.range(0, L - 1, loop_unroll_factor=_FOLD_UNROLL):
+                    held = j < w
+                    b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v & held, other=0.0).to(tl.float32)
+                    b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
                     b_gj = tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0)
-                else:
-                    b_gj = tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0)
-                b_s = decay_columns(b_s, tl.exp(b_gj), PER_CHANNEL) + b_dj[:, None] * b_kj[None, :]
+                    b_s = b_s * tl.exp(b_gj)[None, :] + b_dj[:, None] * b_kj[None, :]
+            else:
+                b_dt = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
+                               mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32)
+                b_s = fold_records(b_s, e0, b_dt, b_kr, rec_dec, PER_CHANNEL,
+                                   kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
             tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
