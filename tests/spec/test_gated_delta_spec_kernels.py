@@ -121,7 +121,7 @@ def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full(
     program takes one 16-row tile where a non-flush one takes four; from batch 256 both walk all
     eight tiles of their head. Qwen3.5-122B GDN (64 value heads): at batch 16 one tile a flush
     program would exceed a wave (256 flush heads x 8 tiles > 1,056), so it walks two; at batch 8
-    and for KDA it does not; from batch 256 a GDN flush program walks four tiles, not all eight.
+    and for KDA it does not.
     Every flush program is one warp."""
 
     def chunks(rule, batch, v_heads=32, **kw):
@@ -133,7 +133,7 @@ def test_gated_delta_verify_flush_launch_splits_tiles_while_the_gpu_is_not_full(
     assert (chunks(gated_delta_verify_launch_config, 16), chunks(flush, 16, **kda)) == (4, 1)
     assert chunks(flush, 64, **kda) == 2
     assert chunks(gated_delta_verify_launch_config, 256) == chunks(flush, 256, **kda) == 8
-    assert [chunks(flush, b, **gdn) for b in (8, 16, 32, 64, 256, 512)] == [1, 2, 2, 4, 4, 4]
+    assert [chunks(flush, b, **gdn) for b in (8, 16, 32, 64, 256, 512)] == [1, 2, 2, 4, 8, 8]
     assert flush(128, 128, 16 * 64, torch.float32, multiprocessors=132, per_channel=False).num_warps == 1
     assert chunks(flush, 16, v_heads=64, per_channel=True) == 1
 

@@ -115,12 +115,8 @@ def gated_delta_verify_flush_launch_config(head_v_dim: int, head_k_dim: int, hea
     if not per_channel:
         if chunks == 1 and tiles > 1 and flush_heads * tiles > PROGRAMS_PER_SM * multiprocessors:
             chunks = 2
-        chunks = min(chunks, _GDN_FLUSH_MAX_TILES)
     # One warp (two lost 20-90%, session 30); the flush tile loop is not pipelined.
     return dataclasses.replace(cfg, chunks=chunks, num_warps=1, num_stages=1)
-
-
-_GDN_FLUSH_MAX_TILES = 4  # tiles a GDN flush program walks at most
 
 
 _FLUSH_STREAMS: dict = {}
