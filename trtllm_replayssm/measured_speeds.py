@@ -172,6 +172,24 @@ _DELTA_VERIFY_S29_KDA8 = Source(
     "session 29, the flagged cursor and the records launch on the side stream (e28e0d8)",
     _RESULTS + "2026-12-04-h200-s29-call4-spec_verify_kda8.log",
 )
+_GDN_VERIFY_S30 = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 8 16 64 256 512",
+    _DOC,
+    "Speculative verify",
+    "session 30, GDN: the flush fold as one tile product (b0b53b4), batch 8-64",
+    _RESULTS + "2026-12-04-h200-s30-call4-spec_verify_gdn.log",
+)
+_GDN_VERIFY_S30_LARGE = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 256 512",
+    _DOC,
+    "Speculative verify",
+    "session 30, GDN: the flush fold as one tile product, the standard tiling from batch 256 (9824817)",
+    _RESULTS + "2026-12-04-h200-s30-call5-spec_verify_gdn_256.log",
+)
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
     _H200,
@@ -216,26 +234,28 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 2): (None, 1.47, 2.12, 2.40, 2.51),
     (MAMBA2, SUPER, 4): (None, 2.17, 2.73, 3.42, 3.53),
     (MAMBA2, SUPER, 8): (None, 1.97, 2.75, 3.09, 3.03),
-    (GDN, QWEN35_122B, 2): (1.29, 1.58, 2.08, 2.49, 2.57),
-    (GDN, QWEN35_122B, 4): (1.60, 2.66, 3.11, 3.59, 3.75),
-    (GDN, QWEN35_122B, 8): (1.46, 2.50, 3.21, 3.52, 3.70),
+    (GDN, QWEN35_122B, 2): (1.27, 1.72, 2.22, 2.71, 2.73),
+    (GDN, QWEN35_122B, 4): (1.67, 2.69, 3.45, 4.09, 4.19),
+    (GDN, QWEN35_122B, 8): (1.51, 2.60, 3.67, 4.23, 4.37),
     (KDA, KIMI, 2): (1.02, 1.23, 1.77, 2.07, 2.26),
     (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
     (KDA, KIMI, 8): (1.19, 1.30, 2.51, 3.00, 3.16),
 }
-# The source of each _VERIFY_BATCHES column, by family and T (one device call timed GDN/KDA
-# but for KDA T = 8 from batch 64, cut by its time limit and timed in the next call).
+# The source of each _VERIFY_BATCHES column, by family and T (one device call timed KDA but for
+# T = 8 from batch 64, cut by its time limit and timed in the next call; GDN batch 256-512 were
+# timed again after the flush launch's tiling changed there).
 _MAMBA2_VERIFY_SOURCES = (None,) + (_MAMBA2_VERIFY,) * 4
-_DELTA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
+_GDN_VERIFY_SOURCES = (_GDN_VERIFY_S30,) * 3 + (_GDN_VERIFY_S30_LARGE,) * 2
+_KDA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
 _VERIFY_SOURCES = {
     (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
-    (GDN, 2): _DELTA_VERIFY_SOURCES,
-    (GDN, 4): _DELTA_VERIFY_SOURCES,
-    (GDN, 8): _DELTA_VERIFY_SOURCES,
-    (KDA, 2): _DELTA_VERIFY_SOURCES,
-    (KDA, 4): _DELTA_VERIFY_SOURCES,
+    (GDN, 2): _GDN_VERIFY_SOURCES,
+    (GDN, 4): _GDN_VERIFY_SOURCES,
+    (GDN, 8): _GDN_VERIFY_SOURCES,
+    (KDA, 2): _KDA_VERIFY_SOURCES,
+    (KDA, 4): _KDA_VERIFY_SOURCES,
     (KDA, 8): (_DELTA_VERIFY_S29,) * 2 + (_DELTA_VERIFY_S29_KDA8,) * 3,
 }
 

@@ -23,10 +23,11 @@ Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: tensor-core produc
 (``_window_products``, about fp32 accuracy), instead of 2T reductions over head_k_dim on
 the CUDA cores. Zᵀ's columns go to the d records (w .. w+n-1) and the outputs.
 
-* Flush rows: S_c is formed tile by tile (the committed records folded oldest first, the
-  recurrence in fp32), stored over the checkpoint (rounded) and used unrounded as the tile
-  (E then holds only the window's v); the records go to 0 .. n-1 and the cursor to
-  w + VERIFY_FLUSHED (the commit starts the row from 0).
+* Flush rows: S_c is formed tile by tile (GDN: the committed records folded in as one tile
+  product in TF32 parts, S_c = S0 Diag(e0) + (Dᵀ Diag(e)) K, the decays once per program; KDA:
+  the records folded oldest first, the recurrence in fp32), stored over the checkpoint
+  (rounded) and used unrounded as the tile (E then holds only the window's v); the records go
+  to 0 .. n-1 and the cursor to w + VERIFY_FLUSHED (the commit starts the row from 0).
 
 Three launches. The verify kernel twice (``FLUSH_ROWS``): each row class then has its own
 register budget (the flush class needs ~60 more registers per thread) and its own tiling
