@@ -21,6 +21,7 @@ from spec_cases import (
 from trtllm_replayssm.kernels.common import VERIFY_FLUSHED as KERNEL_FLAG, LaunchConfig
 from trtllm_replayssm.kernels.gated_delta_verify import (
     gated_delta_verify_flush_launch_config,
+    gated_delta_verify_history_product,
     gated_delta_verify_launch_config,
 )
 from trtllm_replayssm.ops import SnapshotCache, spec_buffer_len
@@ -74,6 +75,83 @@ def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
     assert sum(worst["flushes"].values()) >= 3, worst
     assert worst["y"] < ACT_TOL[a] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL[a], worst
+
+
+def test_gdn_replay_verify_kernel_history_loop_matches_serial():
+    """GDN's non-flush history weights a record at a time (the form past one wave of programs;
+    small launches here take the tile products): the long run against the float64 oracle."""
+
+    def verify(cache, win, p, slot_ids, num_tokens, out):
+        return delta_verify_with_launcher(
+            cache, win, p, slot_ids, num_tokens, out, config=CONFIG, flush_config=CONFIG, history_product=False
+        )
+
+    B, T = (4, 3) if INTERPRET else (16, 4)
+    worst = drive_spec(
+        DeltaFamily(G_RUN, per_channel=False),
+        verify,
+        commit_with_launcher,
+        L=spec_buffer_len(B, T),
+        T=T,
+        state_dtype=torch.float32,
+        act_dtype=torch.float32,
+        device=DEVICE,
+        steps=6 if INTERPRET else 40,
+        policies=ROWS,
+        num_slots=7,
+    )
+    assert sum(worst["flushes"].values()) >= 3, worst
+    assert worst["y"] < ACT_TOL["f32"] + STATE_TOL["f32"], worst
+    assert worst["ckpt"] < STATE_TOL["f32"] + ACT_TOL["f32"], worst
+
+
+@pytest.mark.parametrize("L", [7, 20, 40])
+def test_gdn_replay_verify_history_product_equals_loop(L):
+    """The history weights as tile products of 16-record chunks and a record at a time: the
+    same outputs and caches (fp32 reordering; 3xTF32 on a GPU), for buffers of one, two and
+    three chunks and cursors from empty to a full history, padding rows untouched."""
+    fam = DeltaFamily(G_CFG, per_channel=False)
+    p = fam.make_params(DEVICE)
+    T = 3
+    cursors = [0, L - 1 - T, 1, min(17, L - 1 - T), 0, L // 2]
+    caches = [_random_cache(fam, L, cursors, seed=2) for _ in range(2)]
+    slots = torch.tensor([1, -1, 3, 5, 2], dtype=torch.int32, device=DEVICE)
+    n = torch.tensor([3, 3, 2, 1, 3], dtype=torch.int32, device=DEVICE)
+    win = make_window(fam, 5, T, torch.float32, DEVICE)
+    ys = [
+        delta_verify_with_launcher(c, win, p, slots, n, torch.full_like(win["v"], 42.0), history_product=hp)
+        for c, hp in zip(caches, (True, False))
+    ]
+    assert torch.all(ys[0][1] == 42.0) and torch.all(ys[0][3, 1:] == 42.0)
+    assert rel_err(ys[0], ys[1]) < 1e-5
+    for name in ("g_records", "cursor", "pending"):
+        assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
+    for name in ("checkpoint", "d_records", "k_records"):
+        assert rel_err(getattr(caches[0], name), getattr(caches[1], name)) < 1e-5, name
+
+
+def test_gated_delta_verify_history_product_rule():
+    """Tile products for GDN at T <= 4 where the non-flush launch fits one wave of 8 programs
+    a multiprocessor (Qwen3.5-122B, 64 value heads, on 132: batch <= 16); never for KDA, whose
+    launcher refuses to be asked."""
+    rule = gated_delta_verify_history_product
+    in_one_wave = [rule(b * 64, 4, multiprocessors=132, per_channel=False) for b in (1, 8, 16, 17, 256)]
+    assert in_one_wave == [True, True, True, False, False]
+    assert rule(16 * 64, 2, multiprocessors=132, per_channel=False)
+    assert not rule(16 * 64, 8, multiprocessors=132, per_channel=False)
+    assert not rule(16 * 32, 4, multiprocessors=132, per_channel=True)
+    fam = DeltaFamily(G_CFG, per_channel=True)
+    cache = _random_cache(fam, 7, [0, 1], seed=3)
+    before = {k: v.clone() for k, v in vars(cache).items() if isinstance(v, torch.Tensor)}
+    assert {"checkpoint", "d_records", "cursor"} <= set(before)
+    win = make_window(fam, 2, 3, torch.float32, DEVICE)
+    slots = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="history_product is True for KDA"):
+        delta_verify_with_launcher(
+            cache, win, fam.make_params(DEVICE), slots, None, torch.zeros_like(win["v"]), history_product=True
+        )
+    for k, v in before.items():
+        assert torch.equal(getattr(cache, k), v), k
 
 
 def _random_cache(fam, L: int, cursors: list, seed: int):

@@ -64,7 +64,7 @@ from .gated_delta_common import (PROGRAMS_PER_SM, decay_columns, fold_records, g
                                  multiprocessor_count, record_decays)
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
-           "gated_delta_verify_flush_launch_config"]
+           "gated_delta_verify_flush_launch_config", "gated_delta_verify_history_product"]
 
 _FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over the history
 
@@ -87,6 +87,19 @@ def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: in
     spans = min(tiles, 1 << (one_wave.bit_length() - 1))
     return LaunchConfig(block_head_dim=16, num_warps=1, chunks=triton.cdiv(tiles, spans),
                         num_stages=2 if spans < tiles else 1)
+
+
+def gated_delta_verify_history_product(heads: int, T: int, *, multiprocessors: int, per_channel: bool) -> bool:
+    """Whether the non-flush launch forms a row's history weights as tile products of 16-record
+    chunks (``_history_weights``) instead of a loop a record at a time: for GDN (``per_channel``
+    False) with T <= 4 where the launch's ``heads`` = batch * v_heads fit one wave of ~8
+    programs an SM, so that the launch is one chain of dependent loads per program and the
+    chunks' single loads shorten it. Timed on an H200 side by side with the loop (T = 4, fp32
+    checkpoint, ``spec_verify.py``, docs/kernel-notes.md, session 30): Qwen3.5-122B batch 16
+    50.85 us against 54.37; batch 256 (16 waves) 539.55 against 522.40; Kimi Linear KDA (the
+    per-channel decays a second [16, head_k_dim] operand a chunk) 68.42 against 45.32 at batch
+    16. T = 8: not timed; offline (Triton 3.8, sm_90a) the product spills there (264 B)."""
+    return not per_channel and T <= 4 and heads <= PROGRAMS_PER_SM * multiprocessors
 
 
 _FLUSH_ROW_SHARE = 4  # launch-time estimate of rows per flushing row (about 1 in 5 flush at T = 4, B = 16)
@@ -231,6 +244,43 @@ def _gate_row(b_gate, sel, PER_CHANNEL: tl.constexpr):
     return a
 
 
+_HISTORY_CHUNK = tl.constexpr(16)  # record positions per tile product of _history_weights
+
+
+@triton.jit
+def _history_weights(U1, p_kr, stride_kr_pos, p_gr, stride_gr_pos, o_k, m_k, w, BLOCK_L: tl.constexpr):
+    """A non-flush GDN verify row's history weights and checkpoint decay, for U1 (fp32
+    [BLOCK_U, BLOCK_K]): H [BLOCK_L, BLOCK_U] with H[j] = e_j (U1 · k̂_j) for the committed
+    records j < w (zero rows from w), e_j = exp(Σ_{j<i<w} g_i), and e0 = exp(Σ_{i<w} g_i).
+
+    The records go in chunks of 16 positions, newest first: one load of a chunk's keys and
+    gates and one tile product (3xTF32, about fp32 accuracy) a chunk, where the loop form
+    (``HISTORY_PRODUCT`` off) waits for a load round trip every four records. The decays are
+    reverse cumulative sums within a chunk plus the sum of the later chunks (never a
+    difference of prefix sums)."""
+    u_hi, u_lo = tf32_split(U1)
+    o_r = tl.arange(0, _HISTORY_CHUNK)
+    o_c = tl.arange(0, BLOCK_L // _HISTORY_CHUNK)
+    hist = tl.zeros([BLOCK_L // _HISTORY_CHUNK, _HISTORY_CHUNK, U1.shape[0]], dtype=tl.float32)
+    later = tl.zeros([], dtype=tl.float32)  # Σ g over the positions after this chunk's (shifted by one)
+    for i in tl.static_range(BLOCK_L // _HISTORY_CHUNK):
+        c = BLOCK_L // _HISTORY_CHUNK - 1 - i
+        o_j = c * _HISTORY_CHUNK + o_r
+        m_j = o_j < w
+        b_gn = tl.load(p_gr + (o_j + 1) * stride_gr_pos, mask=(o_j + 1) < w, other=0.0)
+        b_k = tl.load(p_kr + o_j[:, None] * stride_kr_pos + o_k[None, :],
+                      mask=m_j[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        b_k = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + later)[:, None]
+        later += tl.sum(b_gn, axis=0)
+        k_hi, k_lo = tf32_split(b_k)
+        h = tl.dot(k_hi, tl.trans(u_lo), input_precision="tf32")
+        h = tl.dot(k_lo, tl.trans(u_hi), acc=h, input_precision="tf32")
+        h = tl.dot(k_hi, tl.trans(u_hi), acc=h, input_precision="tf32")
+        hist = tl.where((o_c == c)[:, None, None], h[None, :, :], hist)
+    g0 = tl.load(p_gr, mask=w > 0, other=0.0)
+    return tl.reshape(hist, [BLOCK_L, U1.shape[0]]), tl.exp(later + g0)
+
+
 @triton.jit
 def _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n,
                        BLOCK_T: tl.constexpr, FLUSH: tl.constexpr):
@@ -322,7 +372,7 @@ def _gated_delta_replay_verify_kernel(
     BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    SPLIT_E: tl.constexpr, FLUSH_ROWS: tl.constexpr,
+    SPLIT_E: tl.constexpr, FLUSH_ROWS: tl.constexpr, HISTORY_PRODUCT: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -457,23 +507,28 @@ def _gated_delta_replay_verify_kernel(
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
     else:
         # Non-flush: G's history columns once (U1 against each record's key, decayed to the
-        # window's start: records newest first, decays as running products; hdec ends as the
-        # checkpoint's decay e^G, which moves onto U1's columns), then the tiles.
-        if PER_CHANNEL:
-            hdec = tl.full([BLOCK_K], 1.0, tl.float32)
+        # window's start; hdec ends as the checkpoint's decay e^G, which moves onto U1's
+        # columns), then the tiles.
+        if HISTORY_PRODUCT:
+            hist, hdec = _history_weights(U1, p_kr, stride_kr_pos, p_gr, stride_gr_pos, o_k, m_k, w, BLOCK_L)
+            GT += hist
         else:
-            hdec = tl.full([], 1.0, tl.float32)
-        # Branch-free (positions j < 0 load as k = 0, g = 0: no score, decay 1) and unrolled,
-        # so that several records' loads are in flight at once.
-        for i in tl.range(0, L - 1, loop_unroll_factor=_FOLD_UNROLL):
-            j = w - 1 - i
-            held = j >= 0
-            e_j = hdec * tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
-            GT += tl.where((o_l == j)[:, None], tl.sum(U1 * e_j[None, :], axis=1)[None, :], 0.0)
+            # Records newest first, decays as running products.
             if PER_CHANNEL:
-                hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0))
+                hdec = tl.full([BLOCK_K], 1.0, tl.float32)
             else:
-                hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0))
+                hdec = tl.full([], 1.0, tl.float32)
+            # Branch-free (positions j < 0 load as k = 0, g = 0: no score, decay 1) and
+            # unrolled, so that several records' loads are in flight at once.
+            for i in tl.range(0, L - 1, loop_unroll_factor=_FOLD_UNROLL):
+                j = w - 1 - i
+                held = j >= 0
+                e_j = hdec * tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
+                GT += tl.where((o_l == j)[:, None], tl.sum(U1 * e_j[None, :], axis=1)[None, :], 0.0)
+                if PER_CHANNEL:
+                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0))
+                else:
+                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0))
         U_hi, U_lo = tf32_split(decay_columns(U1, hdec, PER_CHANNEL))
         GT_hi, GT_lo = tf32_split(GT)
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):
@@ -495,12 +550,14 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
                                      num_tokens: Optional[Tensor] = None, scale: float,
                                      use_qk_l2norm: bool, out: Tensor,
                                      config: Optional[LaunchConfig] = None,
-                                     flush_config: Optional[LaunchConfig] = None) -> Tensor:
+                                     flush_config: Optional[LaunchConfig] = None,
+                                     history_product: Optional[bool] = None) -> Tensor:
     """Launch the verify step on the cache tensors; arguments already checked by the op.
     g's rank selects the family: [batch, T, v_heads] GDN, [batch, T, v_heads, head_k_dim] KDA.
     ``config`` / ``flush_config``: the non-flush / flush launch's configuration (None: its rule,
     :func:`gated_delta_verify_launch_config` / :func:`gated_delta_verify_flush_launch_config`);
-    tiles of >= 16 rows."""
+    tiles of >= 16 rows. ``history_product``: the non-flush launch's history weights as tile
+    products (None: :func:`gated_delta_verify_history_product`; GDN only)."""
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
@@ -510,6 +567,11 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
             raise ValueError(f"gated delta verify: block_head_dim is {given.block_head_dim}; expected >= 16 "
                              "(the tiles are tensor-core operands)")
     heads = batch * v_heads
+    if history_product is None:
+        history_product = gated_delta_verify_history_product(heads, T, multiprocessors=sms, per_channel=g.dim() == 4)
+    elif history_product and g.dim() == 4:
+        raise ValueError("gated delta verify: history_product is True for KDA; expected False or None "
+                         "(the history product takes GDN's scalar decays)")
     cfgs = {
         False: config or gated_delta_verify_launch_config(head_v_dim, head_k_dim, heads, checkpoint.dtype,
                                                           multiprocessors=sms),
@@ -551,7 +613,7 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         with torch.cuda.stream(side) if flush_rows and side is not None else contextlib.nullcontext():
             _gated_delta_replay_verify_kernel[(triton.cdiv(head_v_dim, span), v_heads, batch)](
                 *args, **const, BLOCK_V=cfg.block_head_dim, SPAN_V=span, NUM_STAGES=cfg.num_stages,
-                FLUSH_ROWS=flush_rows, **cfg.launch_options())
+                FLUSH_ROWS=flush_rows, HISTORY_PRODUCT=history_product and not flush_rows, **cfg.launch_options())
     with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
         _window_key_gate_records_kernel[(max(k_heads, v_heads), batch)](
             k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
