@@ -190,6 +190,15 @@ _GDN_VERIFY_S30_LARGE = Source(
     "session 30, GDN: the flush fold as one tile product, the standard tiling from batch 256 (9824817)",
     _RESULTS + "2026-12-04-h200-s30-call5-spec_verify_gdn_256.log",
 )
+_GDN_VERIFY_S30_HISTORY = Source(
+    "2026-12-04",
+    _H200,
+    "VARIANTS=main bash scripts/device_compare.sh hist benchmarks/spec_verify.py --family gdn kda --T 4 --batch 16 256",
+    _DOC,
+    "Speculative verify",
+    "session 30, GDN: the history weights as tile products at small batch (07fe741)",
+    _RESULTS + "2026-12-04-h200-s30-call6-compare_hist_tree.log",
+)
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
     _H200,
@@ -235,7 +244,7 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 4): (None, 2.17, 2.73, 3.42, 3.53),
     (MAMBA2, SUPER, 8): (None, 1.97, 2.75, 3.09, 3.03),
     (GDN, QWEN35_122B, 2): (1.27, 1.72, 2.22, 2.71, 2.73),
-    (GDN, QWEN35_122B, 4): (1.67, 2.69, 3.45, 4.09, 4.19),
+    (GDN, QWEN35_122B, 4): (1.67, 2.87, 3.45, 4.09, 4.19),
     (GDN, QWEN35_122B, 8): (1.51, 2.60, 3.67, 4.23, 4.37),
     (KDA, KIMI, 2): (1.02, 1.23, 1.77, 2.07, 2.26),
     (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
@@ -243,16 +252,18 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
 }
 # The source of each _VERIFY_BATCHES column, by family and T (one device call timed KDA but for
 # T = 8 from batch 64, cut by its time limit and timed in the next call; GDN batch 256-512 were
-# timed again after the flush launch's tiling changed there).
+# timed again after the flush launch's tiling changed there, and T = 4 batch 16 after the history
+# product; GDN batch 8 and T = 2 batch 16, which take the product too, were not timed with it).
 _MAMBA2_VERIFY_SOURCES = (None,) + (_MAMBA2_VERIFY,) * 4
 _GDN_VERIFY_SOURCES = (_GDN_VERIFY_S30,) * 3 + (_GDN_VERIFY_S30_LARGE,) * 2
+_GDN_VERIFY_T4_SOURCES = (_GDN_VERIFY_S30, _GDN_VERIFY_S30_HISTORY, _GDN_VERIFY_S30) + (_GDN_VERIFY_S30_LARGE,) * 2
 _KDA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
 _VERIFY_SOURCES = {
     (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
     (GDN, 2): _GDN_VERIFY_SOURCES,
-    (GDN, 4): _GDN_VERIFY_SOURCES,
+    (GDN, 4): _GDN_VERIFY_T4_SOURCES,
     (GDN, 8): _GDN_VERIFY_SOURCES,
     (KDA, 2): _KDA_VERIFY_SOURCES,
     (KDA, 4): _KDA_VERIFY_SOURCES,
