@@ -15,6 +15,7 @@ and rows flush at their real share. Bytes come from trtllm_replayssm.memory.
     python benchmarks/spec_verify.py --sweep --T 4 --batch 16 256   # replay launch configurations
     python benchmarks/spec_verify.py --sweep --family kda --T 4 --batch 16 --configs 16,1,4,2 16,1,1,1
     python benchmarks/spec_verify.py --sweep --flush-launch --family gdn kda --T 4 --batch 16 --configs 16,1,1,1 16,1,2,1
+    python benchmarks/spec_verify.py --family gdn --T 4 --batch 16 32 64 --history-product off
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ TARGETS = {"snapshot": 3.0, "serial": 4.0}  # issue 4, at T = 4 and batch >= 256
 # Default geometries (TP=1): Mamba-2 (nheads, head_dim, d_state, ngroups) of Nemotron-3-Super;
 # GDN / KDA (k_heads, v_heads, head_k_dim, head_v_dim) of Qwen3.5-122B and Kimi Linear.
 GEOMETRIES = {MAMBA2: (128, 64, 128, 8), GDN: (16, 64, 128, 128), KDA: (32, 32, 128, 128)}
+HISTORY_PRODUCT = {"rule": None, "on": True, "off": False}  # --history-product -> the launcher's argument
+
+
+def make_family_case(args, family: str, geom, batch: int, T: int):
+    """The verify case of one (family, T, batch) point, with --history-product set for GDN/KDA."""
+    case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
+    if family != MAMBA2:
+        case.history_product = HISTORY_PRODUCT[args.history_product]
+    return case
 
 
 def layer_bytes(family: str, geom, B: int, T: int, state, act):
@@ -77,7 +87,7 @@ def run(args, copy_bw):
         geom = args.geometry or GEOMETRIES[family]
         for T in args.T:
             for batch in args.batch:
-                case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
+                case = make_family_case(args, family, geom, batch, T)
                 err = case.refcheck()
                 if err > REFCHECK_TOL:
                     print(f"# refcheck failed for {family} T={T} batch={batch}: {err:.2e}; skipped")
@@ -125,7 +135,7 @@ def run_sweep(args) -> None:
         geom = args.geometry or GEOMETRIES[family]
         for T in args.T:
             for batch in args.batch:
-                case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
+                case = make_family_case(args, family, geom, batch, T)
                 if args.flush_launch:
                     case.swept_launch = "flush"
                 d = case.default_config()
@@ -235,11 +245,20 @@ def main(argv=None):
         action="store_true",
         help="with --sweep, GDN/KDA only: the configurations set the flush rows' launch (the other keeps its rule)",
     )
+    ap.add_argument(
+        "--history-product",
+        choices=list(HISTORY_PRODUCT),
+        default="rule",
+        help="GDN/KDA: the non-flush launch's history weights as tile products (on, GDN only), a record "
+        "at a time (off), or by gated_delta_verify_history_product (rule)",
+    )
     add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
     if args.geometry is not None and len(args.family) != 1:
         ap.error("--geometry needs exactly one --family")
+    if args.history_product == "on" and set(args.family) != {GDN}:
+        ap.error("--history-product on needs --family gdn only (the history product takes GDN's scalar decays)")
     if args.flush_launch and (not args.sweep or MAMBA2 in args.family):
         ap.error("--flush-launch needs --sweep and GDN/KDA families only (Mamba-2 verify is one launch)")
     if not torch.cuda.is_available():

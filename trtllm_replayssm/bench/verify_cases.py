@@ -208,10 +208,13 @@ class Mamba2VerifyCase(VerifyCase):
 
 class DeltaVerifyCase(VerifyCase):
     """GDN/KDA. ``swept_launch``: which of the two verify launches a given ``config`` (and
-    :meth:`default_config`) sets, ``"non-flush"`` or ``"flush"``; the other keeps its rule."""
+    :meth:`default_config`) sets, ``"non-flush"`` or ``"flush"``; the other keeps its rule.
+    ``history_product``: the non-flush launch's history weights as tile products (True), a
+    record at a time (False) or by the rule (None: ``gated_delta_verify_history_product``)."""
 
     min_block = 16  # the verify kernel's tiles are tensor-core operands
     swept_launch = "non-flush"
+    history_product = None
 
     def state_dims(self):
         hk, hv, dk, dv = self.geom
@@ -275,6 +278,7 @@ class DeltaVerifyCase(VerifyCase):
             self.gate,
             self.beta,
             **{"flush_config" if self.swept_launch == "flush" else "config": config},
+            history_product=self.history_product,
             **self._kw(slots, out),
         )
 
