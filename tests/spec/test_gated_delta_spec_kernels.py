@@ -49,19 +49,19 @@ def test_kernels_flag_a_flushed_cursor_as_the_reference_does():
     assert KERNEL_FLAG.value == F and F > 1 << 16  # far above any record count
 
 
-def _verify(cache, win, p, slot_ids, num_tokens, out):
-    return delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=CONFIG, flush_config=CONFIG)
+def _long_run(per_channel: bool, s: str, a: str, history_product=None):
+    """Verify + commit steps against the float64 serial oracle (rows of every acceptance
+    policy, flushes included); ``history_product`` as the launcher takes it."""
 
+    def verify(cache, win, p, slot_ids, num_tokens, out):
+        return delta_verify_with_launcher(
+            cache, win, p, slot_ids, num_tokens, out, config=CONFIG, flush_config=CONFIG, history_product=history_product
+        )
 
-@pytest.mark.parametrize(
-    "per_channel, dtypes", CASES, ids=lambda c: FAMILY_IDS[c] if isinstance(c, bool) else f"s{c[0]}-a{c[1]}"
-)
-def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
-    s, a = dtypes
     B, T = (4, 3) if INTERPRET else (16, 4)
     worst = drive_spec(
         DeltaFamily(G_RUN, per_channel=per_channel),
-        _verify,
+        verify,
         commit_with_launcher,
         L=spec_buffer_len(B, T),
         T=T,
@@ -77,32 +77,17 @@ def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
     assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL[a], worst
 
 
+@pytest.mark.parametrize(
+    "per_channel, dtypes", CASES, ids=lambda c: FAMILY_IDS[c] if isinstance(c, bool) else f"s{c[0]}-a{c[1]}"
+)
+def test_gated_delta_replay_verify_kernel_matches_serial(per_channel, dtypes):
+    _long_run(per_channel, *dtypes)
+
+
 def test_gdn_replay_verify_kernel_history_loop_matches_serial():
     """GDN's non-flush history weights a record at a time (the form past one wave of programs;
     small launches here take the tile products): the long run against the float64 oracle."""
-
-    def verify(cache, win, p, slot_ids, num_tokens, out):
-        return delta_verify_with_launcher(
-            cache, win, p, slot_ids, num_tokens, out, config=CONFIG, flush_config=CONFIG, history_product=False
-        )
-
-    B, T = (4, 3) if INTERPRET else (16, 4)
-    worst = drive_spec(
-        DeltaFamily(G_RUN, per_channel=False),
-        verify,
-        commit_with_launcher,
-        L=spec_buffer_len(B, T),
-        T=T,
-        state_dtype=torch.float32,
-        act_dtype=torch.float32,
-        device=DEVICE,
-        steps=6 if INTERPRET else 40,
-        policies=ROWS,
-        num_slots=7,
-    )
-    assert sum(worst["flushes"].values()) >= 3, worst
-    assert worst["y"] < ACT_TOL["f32"] + STATE_TOL["f32"], worst
-    assert worst["ckpt"] < STATE_TOL["f32"] + ACT_TOL["f32"], worst
+    _long_run(False, "f32", "f32", history_product=False)
 
 
 @pytest.mark.parametrize("L", [7, 20, 40])
