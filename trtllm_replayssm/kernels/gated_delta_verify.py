@@ -17,7 +17,9 @@ Per program, once (the window solve folded into the tile products' operands):
   Z = U1 S_cᵀ + M2 v where U1 = [0; U_q] - M2 U_k. Non-flush rows never form S_c:
   S_c u = S0 (e^G ⊙ u) + Σ_j d_j ((e^{Γ_j} ⊙ k_j) · u) over the history, so
   Z = (U1 ⊙ e^G) S0ᵀ + G E with E the history d records followed by the window's v, and G's
-  columns U1 · (e^{Γ_j} ⊙ k_j) (records newest first, decays as running products) and M2.
+  columns U1 · (e^{Γ_j} ⊙ k_j) (records newest first, decays as running products; for GDN
+  where the launch fits one wave, ``gated_delta_verify_history_product``, as tile products of
+  16-record chunks) and M2.
 
 Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: tensor-core products of TF32 parts
 (``_window_products``, about fp32 accuracy), instead of 2T reductions over head_k_dim on
