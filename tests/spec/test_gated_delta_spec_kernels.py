@@ -116,12 +116,12 @@ def test_gdn_replay_verify_history_product_equals_loop(L):
 
 
 def test_gated_delta_verify_history_product_rule():
-    """Tile products for GDN at T <= 4 where the non-flush launch fits one wave of 8 programs
-    a multiprocessor (Qwen3.5-122B, 64 value heads, on 132: batch <= 16); never for KDA, whose
+    """Tile products for GDN at T <= 4 where the non-flush launch fits two waves of 8 programs
+    a multiprocessor (Qwen3.5-122B, 64 value heads, on 132: batch <= 33); never for KDA, whose
     launcher refuses to be asked."""
     rule = gated_delta_verify_history_product
-    in_one_wave = [rule(b * 64, 4, multiprocessors=132, per_channel=False) for b in (1, 8, 16, 17, 256)]
-    assert in_one_wave == [True, True, True, False, False]
+    in_two_waves = [rule(b * 64, 4, multiprocessors=132, per_channel=False) for b in (1, 8, 16, 32, 33, 34, 64, 256)]
+    assert in_two_waves == [True, True, True, True, True, False, False, False]
     assert rule(16 * 64, 2, multiprocessors=132, per_channel=False)
     assert not rule(16 * 64, 8, multiprocessors=132, per_channel=False)
     assert not rule(16 * 32, 4, multiprocessors=132, per_channel=True)

@@ -18,7 +18,7 @@ Per program, once (the window solve folded into the tile products' operands):
   S_c u = S0 (e^G ⊙ u) + Σ_j d_j ((e^{Γ_j} ⊙ k_j) · u) over the history, so
   Z = (U1 ⊙ e^G) S0ᵀ + G E with E the history d records followed by the window's v, and G's
   columns U1 · (e^{Γ_j} ⊙ k_j) (records newest first, decays as running products; for GDN
-  where the launch fits one wave, ``gated_delta_verify_history_product``, as tile products of
+  where the launch fits two waves, ``gated_delta_verify_history_product``, as tile products of
   16-record chunks) and M2.
 
 Per [BLOCK_V, head_k_dim] tile, Zᵀ = tile Uᵀ + Eᵀ Gᵀ: tensor-core products of TF32 parts
@@ -94,14 +94,17 @@ def gated_delta_verify_launch_config(head_v_dim: int, head_k_dim: int, heads: in
 def gated_delta_verify_history_product(heads: int, T: int, *, multiprocessors: int, per_channel: bool) -> bool:
     """Whether the non-flush launch forms a row's history weights as tile products of 16-record
     chunks (``_history_weights``) instead of a loop a record at a time: for GDN (``per_channel``
-    False) with T <= 4 where the launch's ``heads`` = batch * v_heads fit one wave of ~8
-    programs an SM, so that the launch is one chain of dependent loads per program and the
-    chunks' single loads shorten it. Timed on an H200 side by side with the loop (T = 4, fp32
-    checkpoint, ``spec_verify.py``, docs/kernel-notes.md, session 30): Qwen3.5-122B batch 16
-    50.85 us against 54.37; batch 256 (16 waves) 539.55 against 522.40; Kimi Linear KDA (the
-    per-channel decays a second [16, head_k_dim] operand a chunk) 68.42 against 45.32 at batch
-    16. T = 8: not timed; offline (Triton 3.8, sm_90a) the product spills there (264 B)."""
-    return not per_channel and T <= 4 and heads <= PROGRAMS_PER_SM * multiprocessors
+    False) with T <= 4 where the launch's ``heads`` = batch * v_heads fit two waves of ~8
+    programs an SM, so that the launch is a chain or two of dependent loads per program and the
+    chunks' single loads shorten it. Timed on an H200 side by side with the loop (fp32
+    checkpoint, ``spec_verify.py``, docs/kernel-notes.md, sessions 30 and 31), Qwen3.5-122B, µs,
+    product against loop: T = 4 batch 8 / 16 / 32 (0.5 / 1 / 2 waves) 33.08 / 50.41 / 89.14
+    against 37.00 / 54.01 / 93.40, batch 64 (4 waves) 160.17 against 157.26, batch 256 539.55
+    against 522.40; T = 2 batch 32 73.78 against 74.06, batch 64 132.78 against 122.40. Kimi
+    Linear KDA (the per-channel decays a second [16, head_k_dim] operand a chunk) 68.42 against
+    45.32 at batch 16. T = 8: not timed; offline (Triton 3.8, sm_90a) the product spills there
+    (264 B)."""
+    return not per_channel and T <= 4 and heads <= 2 * PROGRAMS_PER_SM * multiprocessors
 
 
 _FLUSH_ROW_SHARE = 4  # launch-time estimate of rows per flushing row (about 1 in 5 flush at T = 4, B = 16)

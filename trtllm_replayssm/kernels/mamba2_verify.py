@@ -58,7 +58,7 @@ D_STATE_CHUNK = 32
 
 def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
                                 state_dtype: torch.dtype) -> LaunchConfig:
-    """The standard replay step's configuration (``mamba2_launch_config``), and for one-warp
+    """The standard replay step's tiling (``mamba2_launch_config``) in one-warp programs, and for
     programs that pipeline several tiles (batch >= 32) a cap of 128 registers per thread.
 
     Timed on an H200 (Nemotron-3-Super, fp32 checkpoint, ``spec_verify.py --sweep``;
@@ -68,9 +68,12 @@ def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
     occupancy, 40% issue-slot use); ptxas allocates it 164-168 registers, 12 resident warps per
     multiprocessor, and fits T <= 4 into 128 without spills (T = 8: 112 bytes), which gives 16:
     690 -> 622 us at T = 4 and 1535 -> 1406 us at T = 8, 215 -> 198 us at T = 4, batch 64.
-    Single-tile programs (batch < 32) hold a 32-row tile and are left uncapped."""
-    cfg = mamba2_launch_config("replay_step", head_dim, d_state, batch, state_dtype)
-    if cfg.num_warps == 1 and cfg.chunks > 1:
+    Single-tile programs (batch < 32) hold a 32-row tile and are left uncapped. With a bf16
+    checkpoint the step's rule takes two warps at batch < 8 and 32-127; one warp there (session
+    31, Mamba-2 verify, T = 2 / 4 / 8): batch 64 188.18 -> 101.94, 226.30 -> 151.24, 460.98 ->
+    335.16 us; batch 4 21.35 -> 14.35 us at T = 2."""
+    cfg = replace(mamba2_launch_config("replay_step", head_dim, d_state, batch, state_dtype), num_warps=1)
+    if cfg.chunks > 1:
         cfg = replace(cfg, max_registers=128)
     return cfg
 
