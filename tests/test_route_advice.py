@@ -92,13 +92,25 @@ def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
             dict(family="mamba2", mode="replay_spec", state_dtype="fp32", L=16, T=3, batch=16),
             "measured: fp32 at B 16, T 2/4/8",
         ),
-        (dict(family="gdn", mode="replay_spec", state_dtype="bf16", L=16, T=4, batch=16), "measured: fp32 at B 16"),
+        (
+            dict(family="gdn", mode="replay_spec", state_dtype="fp16", L=16, T=4, batch=16),
+            "measured: fp32 at B 16, T 2/4/8, bf16 at B 16, T 2/4/8",
+        ),
     ],
 )
 def test_unmeasured_cells_are_not_interpolated(kwargs, what):
     a = route_advice(kwargs.pop("family"), kwargs.pop("mode"), **kwargs)
     assert (a.ratio, a.recommendation, a.source, a.slower) == (None, None, None, False)
     assert "not measured" in a.text and what in a.text and "no recommendation" in a.text
+
+
+def test_verify_with_a_bf16_checkpoint_has_its_own_cells():
+    """A bf16 checkpoint's verify is slower than serial steps where fp32's is not (KDA batch 16)."""
+    bf16 = route_advice("kda", "replay_spec", state_dtype="bf16", L=16, T=4, batch=16, geometry=KIMI)
+    fp32 = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=4, batch=16, geometry=KIMI)
+    assert (bf16.ratio, bf16.recommendation, bf16.slower) == (0.81, "serial", True)
+    assert fp32.ratio > 1.0 and fp32.recommendation == "replay"
+    assert "bf16 checkpoint" in bf16.text and "0.81x 4 serial steps" in bf16.text
 
 
 def test_verify_against_serial_steps():

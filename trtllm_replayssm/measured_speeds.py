@@ -6,7 +6,7 @@ Two kinds of cell, each copied from a table of ``docs/benchmarks.md`` and citing
 - ``step``: one replay decode step / one conventional decode step, by family, layer geometry,
   checkpoint dtype, L and batch (> 1: replay is faster);
 - ``verify``: one speculative verify + commit step / T serial conventional steps, by family,
-  layer geometry, T and batch (fp32 checkpoint, history B = 16).
+  layer geometry, checkpoint dtype, T and batch (history B = 16).
 
 Nothing here is interpolated: a cell that no table holds is absent. Every ratio was timed on
 one NVIDIA H200; :mod:`trtllm_replayssm.route_advice` looks cells up.
@@ -199,6 +199,25 @@ _GDN_VERIFY_S30_HISTORY = Source(
     "session 30, GDN: the history weights as tile products at small batch (07fe741)",
     _RESULTS + "2026-12-04-h200-s30-call6-compare_hist_tree.log",
 )
+_VERIFY_BF16_S31 = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --state bf16 --family mamba2 gdn kda --T 2 4 8 --batch 16 64 256",
+    _DOC,
+    "Speculative verify",
+    "session 31, bf16 checkpoint",
+    _RESULTS + "2026-12-04-h200-s31-call4-spec_verify_bf16.log",
+)
+_MAMBA2_VERIFY_BF16_S31 = Source(
+    "2026-12-04",
+    _H200,
+    'VARIANTS="w1s2 main" bash scripts/device_compare.sh m2bf16 benchmarks/spec_verify.py --state bf16 '
+    "--family mamba2 --T 2 4 8 --batch 4 32 64",
+    _DOC,
+    "Speculative verify",
+    "session 31, bf16 checkpoint",
+    _RESULTS + "2026-12-04-h200-s31-call5-compare_m2bf16_tree.log",
+)
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
     _H200,
@@ -250,6 +269,25 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
     (KDA, KIMI, 8): (1.19, 1.30, 2.51, 3.00, 3.16),
 }
+# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES (Mamba-2 batch 4 / 32 / 64 timed after
+# its one-warp launch at those batches).
+_VERIFY_BF16_BATCHES = (4, 16, 32, 64, 256)
+_VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
+    (MAMBA2, SUPER, 2): (0.68, 0.76, 1.14, 1.37, 1.47),
+    (MAMBA2, SUPER, 4): (0.75, 1.03, 1.55, 1.83, 1.94),
+    (MAMBA2, SUPER, 8): (0.90, 1.02, 1.54, 1.65, 1.73),
+    (GDN, QWEN35_122B, 2): (None, 0.96, None, 1.40, 1.62),
+    (GDN, QWEN35_122B, 4): (None, 1.50, None, 2.17, 2.48),
+    (GDN, QWEN35_122B, 8): (None, 1.25, None, 2.08, 2.39),
+    (KDA, KIMI, 2): (None, 0.61, None, 0.94, 1.09),
+    (KDA, KIMI, 4): (None, 0.81, None, 1.41, 1.59),
+    (KDA, KIMI, 8): (None, 0.83, None, 1.30, 1.59),
+}
+_VERIFY_BF16_SOURCES = {
+    MAMBA2: (_MAMBA2_VERIFY_BF16_S31, _VERIFY_BF16_S31) + (_MAMBA2_VERIFY_BF16_S31,) * 2 + (_VERIFY_BF16_S31,),
+    GDN: (_VERIFY_BF16_S31,) * 5,
+    KDA: (_VERIFY_BF16_S31,) * 5,
+}
 # The source of each _VERIFY_BATCHES column, by family and T (one device call timed KDA but for
 # T = 8 from batch 64, cut by its time limit and timed in the next call; GDN batch 256-512 were
 # timed again after the flush launch's tiling changed there, and T = 4 batch 16 after the history
@@ -281,6 +319,12 @@ def _measurements() -> Tuple[Measurement, ...]:
         Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
         for (family, layer, T), ratios in _VERIFY_TABLE.items()
         for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family, T])
+        if ratio is not None
+    ]
+    rows += [
+        Measurement(family, VERIFY, layer, "bf16", 16, T, batch, ratio, source)
+        for (family, layer, T), ratios in _VERIFY_BF16_TABLE.items()
+        for batch, ratio, source in zip(_VERIFY_BF16_BATCHES, ratios, _VERIFY_BF16_SOURCES[family])
         if ratio is not None
     ]
     return tuple(rows)
