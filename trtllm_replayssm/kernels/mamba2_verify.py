@@ -48,11 +48,11 @@ __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 # Checkpoint tiles are walked as [rows, d_state / D_STATE_CHUNK, D_STATE_CHUNK]: Triton spreads a
 # warp's lanes over the innermost dimension first (four fp32 per lane), so with a 2-D [rows,
 # d_state] tile all 32 lanes share every row and each per-token reduction over d_state costs
-# five shuffle rounds for each row of the tile; with 32-wide chunks 8 lanes share a row and the
-# other 4 lane groups take different rows: 3 rounds for the rows a lane holds (2 of an 8-row
-# tile: 6 shuffles per token instead of 40); the chunks are summed inside each lane. Same
-# loads, same 16-byte vectors. H200, T = 4, batch 256 (docs/kernel-notes.md, verify v1.2): 781 ->
-# 690 us; chunks of 16 and 8 measured 726 and 774 us.
+# five shuffle rounds for each row of the tile. With 32-wide chunks 8 lanes share a chunk and
+# the other 4 lane groups take the next dimension, the chunks (not the rows: the SASS has 160
+# shuffles a token for a 32-row tile, 3 + 2 rounds a row; docs/kernel-notes.md, "Verify in
+# session 31"). Same loads, same 16-byte vectors. H200, T = 4, batch 256 (verify v1.2): 781 ->
+# 690 us against the 2-D tile; chunks of 16 and 8 measured 726 and 774 us.
 D_STATE_CHUNK = 32
 
 
