@@ -158,14 +158,16 @@ def test_mamba2_snapshot_kernels_match_serial(dtypes):
 
 
 def test_mamba2_verify_launch_config_caps_registers_of_pipelined_one_warp_programs():
-    """The verify launch is the standard replay configuration; one-warp programs that pipeline
-    several tiles get a 128-register cap (passed to Triton as ``maxnreg``), single-tile programs
-    none."""
-    for batch in (1, 16, 64, 256, 512):
-        std = mamba2_launch_config("replay_step", 64, 128, batch, torch.float32)
-        cfg = mamba2_verify_launch_config(64, 128, batch, torch.float32)
-        pipelined = std.num_warps == 1 and std.chunks > 1
-        assert cfg == replace(std, max_registers=128 if pipelined else None), batch
-        opts = cfg.launch_options()
-        assert opts == ({"num_warps": 1, "maxnreg": 128} if pipelined else {"num_warps": std.num_warps})
+    """The verify launch is the standard replay tiling in one-warp programs (the step's rule
+    gives bf16 checkpoints two warps at batch < 8 and 32-127); programs that pipeline several
+    tiles get a 128-register cap (passed to Triton as ``maxnreg``), single-tile programs none."""
+    for dtype in (torch.float32, torch.bfloat16):
+        for batch in (1, 16, 64, 256, 512):
+            std = mamba2_launch_config("replay_step", 64, 128, batch, dtype)
+            cfg = mamba2_verify_launch_config(64, 128, batch, dtype)
+            pipelined = std.chunks > 1
+            assert cfg == replace(std, num_warps=1, max_registers=128 if pipelined else None), (dtype, batch)
+            opts = cfg.launch_options()
+            assert opts == ({"num_warps": 1, "maxnreg": 128} if pipelined else {"num_warps": 1})
+    assert mamba2_launch_config("replay_step", 64, 128, 64, torch.bfloat16).num_warps == 2  # what it overrides
     assert mamba2_verify_launch_config(64, 128, 256, torch.float32).label() == "8,1,8,3,r128"
