@@ -6,6 +6,7 @@ NVRTC, ``cuda_step_resources``).
     python benchmarks/kernel_resources.py                        # every kernel, sm_90a, batch 256, T 4, L 16
     python benchmarks/kernel_resources.py --family gdn kda --T 2 4 8
     python benchmarks/kernel_resources.py --route replay_verify --batch 16 256 --arch 100
+    python benchmarks/kernel_resources.py --family mamba2 --route replay_verify --batch 16 --sass-lines 10
 
 Each launcher is called on CPU tensors of the model geometry (Nemotron-3-Super Mamba-2,
 Qwen3.5-122B GDN, Kimi Linear KDA; bf16 activations and records, fp32 state) while a stand-in
@@ -17,6 +18,11 @@ it is written against the pinned Triton 3.6.
 
 Registers per thread R bound the resident warps per multiprocessor (65536 / (32 R) on Hopper),
 which is what the latency-bound kernels are limited by (docs/kernel-notes.md).
+
+``--sass-lines N`` adds, per kernel, the N source lines of the kernel's own file with the most
+machine instructions (Triton's bundled ``nvdisasm`` on the cubin, each instruction attributed
+through its inlined-at chain to the innermost frame in that file) and their shuffles. The
+counts are static: a loop body counts once, a ``static_range`` body once per iteration.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 import triton
@@ -95,7 +102,7 @@ class _TargetOnlyDriver:
 @contextlib.contextmanager
 def compile_only(arch: int):
     """Within the block, every Triton launch is compiled for ``arch`` and not run; yields the
-    list that collects (kernel name, compiled kernel) in launch order."""
+    list that collects (kernel name, compiled kernel, its source file) in launch order."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError(
             "kernel_resources: TRITON_INTERPRET=1 makes every kernel an interpreted "
@@ -108,7 +115,7 @@ def compile_only(arch: int):
         kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
         # A kernel launched once per row class (FLUSH_ROWS) is listed once per launch.
         rows = f"(FLUSH_ROWS={kwargs['FLUSH_ROWS']})" if "FLUSH_ROWS" in kwargs else ""
-        compiled.append((self.__name__ + rows, kernel))
+        compiled.append((self.__name__ + rows, kernel, self.fn.__code__.co_filename))
         return kernel
 
     active = driver._active  # None until first use; reading .active would create a CUDA driver
@@ -121,11 +128,14 @@ def compile_only(arch: int):
         driver.set_active(active)
 
 
+_TRITON_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")  # ptxas, nvdisasm, cuobjdump
+
+
 def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
     """Assemble ``kernel``'s PTX with Triton's bundled ptxas -v for sm_<arch>a."""
     # Triton ships a separate ptxas for Blackwell (sm_100 and later).
     tool = "ptxas-blackwell" if arch >= 100 else "ptxas"
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+    ptxas = os.path.join(_TRITON_BIN, tool)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "kernel.ptx")
         with open(src, "w") as f:
@@ -143,6 +153,55 @@ def ptxas_resources(name: str, kernel, arch: int) -> KernelResources:
     return KernelResources(name, int(regs.group(1)), int(spills.group(1)), int(spills.group(2)), int(kernel.metadata.shared))
 
 
+_LOCATION = re.compile(r'"([^"]+)", line (\d+)')
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?\w+\s+)?([A-Z][A-Z0-9]*)")
+
+
+def disassemble(kernel) -> str:
+    """A compiled Triton kernel's SASS with inlined line information (Triton's bundled nvdisasm,
+    ``--print-line-info-inline``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        nvdisasm = os.path.join(_TRITON_BIN, "nvdisasm")
+        return subprocess.run(
+            [nvdisasm, "--print-line-info-inline", "-c", path], capture_output=True, text=True, check=True
+        ).stdout
+
+
+def sass_line_counts(sass: str, source: str) -> Dict[Optional[int], Counter]:
+    """Static machine instructions of ``sass`` (nvdisasm ``--print-line-info-inline`` output) by
+    line of the file ``source``: {line: Counter of opcodes (``SHFL`` for ``SHFL.BFLY``) with
+    ``"all"`` their total}. An instruction belongs to the innermost frame in ``source`` of the
+    location comments (``//## File "...", line N [inlined at "...", line M]``) written since the
+    previous instruction, or of the last location before them; None where no frame is in
+    ``source`` (other files' helpers called from nowhere in it, or no location yet)."""
+    counts: Dict[Optional[int], Counter] = defaultdict(Counter)
+    target = os.path.realpath(source)
+    same: Dict[str, bool] = {}  # path as written -> whether it is ``source``
+    frames: list = []
+    line = None
+    fresh = False
+    for text in sass.splitlines():
+        if text.lstrip().startswith("//##"):
+            if not fresh:
+                frames = []
+            frames += _LOCATION.findall(text)
+            fresh = True
+            continue
+        m = _INSTRUCTION.search(text)
+        if m is None:
+            continue
+        if fresh:
+            inside = [int(n) for f, n in frames if same.setdefault(f, os.path.realpath(f) == target)]
+            line = inside[0] if inside else None
+            fresh = False
+        counts[line][m.group(1)] += 1
+        counts[line]["all"] += 1
+    return counts
+
+
 def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
     """[KernelResources] of the CUDA Mamba-2 step's kernels (kernels/cuda/mamba2_replay_step.cu: the
     step and the coefficient launch at the launch table's configuration at batch 256, the small
@@ -153,7 +212,7 @@ def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
     where ptxas puts spills)."""
     H, P, N, G = GEOMETRIES[MAMBA2]
     flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    tool = os.path.join(_TRITON_BIN, "cuobjdump")
     out = []
     for batch, entries in ((256, ("mamba2_replay_step", "mamba2_replay_coefficients")), (1, ("mamba2_replay_small",)),
                            (2, ("mamba2_replay_small",))):  # fmt: skip
@@ -269,6 +328,22 @@ def kernel_resources(
     """[KernelResources] of the kernels one step of ``route`` launches for ``family`` (``T``:
     verify tokens; ``L``: records, the history B for verify), at ``config`` or the route's
     default launch configuration. The commit kernels of speculative steps are not included."""
+    compiled = compile_step(family, route, batch=batch, T=T, L=L, arch=arch, config=config)
+    return [ptxas_resources(name, kernel, arch) for name, kernel, _ in compiled]
+
+
+def compile_step(
+    family: str,
+    route: str,
+    *,
+    batch: int = 256,
+    T: int = 4,
+    L: int = 16,
+    arch: int = 90,
+    config: Optional[LaunchConfig] = None,
+) -> list:
+    """[(kernel name, compiled kernel, source file)] of the kernels one step of ``route``
+    launches (arguments as :func:`kernel_resources`), compiled for sm_<arch>a and not run."""
     if route not in ROUTES:
         raise ValueError(f"kernel_resources: route is {route!r}; expected one of {ROUTES}")
     if family not in GEOMETRIES:
@@ -278,7 +353,21 @@ def kernel_resources(
             _mamba2_launch(route, batch, T, L, config)
         else:
             _gated_delta_launch(family, route, batch, T, L, config)
-    return [ptxas_resources(name, kernel, arch) for name, kernel in compiled]
+    return compiled
+
+
+def print_sass_lines(name: str, kernel, source: str, top: int) -> None:
+    """The ``top`` lines of ``source`` with the most static instructions of ``kernel``, with their
+    shuffles (:func:`sass_line_counts`)."""
+    counts = sass_line_counts(disassemble(kernel), source)
+    total = sum(c["all"] for c in counts.values())
+    shuffles = sum(c["SHFL"] for c in counts.values())
+    print(f"#   {name}: {total} static instructions, {shuffles} SHFL ({os.path.basename(source)} lines)")
+    with open(source) as f:
+        text = f.read().splitlines()
+    for line, c in sorted(counts.items(), key=lambda kv: -kv[1]["all"])[:top]:
+        code = text[line - 1].strip()[:90] if line else "(no line of this file)"
+        print(f"#   {line if line else '-':>5} {c['all']:>6} {c['SHFL']:>5}  {code}")
 
 
 def main(argv=None) -> None:
@@ -289,6 +378,13 @@ def main(argv=None) -> None:
     ap.add_argument("--T", type=int, nargs="+", default=[4], help="verify tokens (verify routes)")
     ap.add_argument("--L", type=int, default=16, help="records (replay_step) or history B (verify)")
     ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 (sm_90a) or 100")
+    ap.add_argument(
+        "--sass-lines",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print each Triton kernel's N source lines with the most static instructions",
+    )
     args = ap.parse_args(argv)
     print(f"# kernel_resources | sm_{args.arch}a | triton {triton.__version__} | L {args.L}")
     print(f"{'family':>6} {'route':>15} {'batch':>5} {'T':>2} {'regs':>5} {'spill st/ld':>12} {'smem B':>7}  kernel")
@@ -296,7 +392,8 @@ def main(argv=None) -> None:
         for route in args.route:
             for batch in args.batch:
                 for T in args.T if route.endswith("verify") else [1]:
-                    rows = kernel_resources(family, route, batch=batch, T=T, L=args.L, arch=args.arch)
+                    compiled = compile_step(family, route, batch=batch, T=T, L=args.L, arch=args.arch)
+                    rows = [ptxas_resources(name, kernel, args.arch) for name, kernel, _ in compiled]
                     if (family, route, args.arch) == (MAMBA2, "replay_step", 90):
                         # the op's route for bf16 checkpoints at batch >= 16 (fp32: forced only)
                         rows += cuda_step_resources(args.L, 2) + cuda_step_resources(args.L, 4)
@@ -305,6 +402,8 @@ def main(argv=None) -> None:
                             f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "
                             f"{f'{r.spill_stores}/{r.spill_loads}':>12} {r.shared:>7}  {r.kernel}"
                         )
+                    for name, kernel, source in compiled if args.sass_lines else ():
+                        print_sass_lines(name, kernel, source, args.sass_lines)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,55 @@ def test_cuda_step_launch_table_compiles_without_local_memory(L, state_bytes):
     assert step.registers <= (128 if state_bytes == 2 else 170), kernels
     assert coef.registers <= 64, kernels
     assert small_1.registers <= 255 and small_2.registers <= (64 if L <= 16 else 255), kernels
+
+
+def test_sass_line_counts_attribute_each_instruction_to_its_innermost_frame_in_the_file(tmp_path):
+    """An instruction goes to the innermost frame in the file of the location comments written
+    since the previous instruction; the next instructions keep it; other files' frames and
+    predicates do not count; a helper inlined from another file lands on its call site."""
+    from kernel_resources import sass_line_counts
+
+    kernel = tmp_path / "k.py"
+    kernel.write_text("")
+    other = tmp_path / "helpers.py"
+    via = f"{tmp_path}/sub/../k.py"  # the same file, written another way
+    (tmp_path / "sub").mkdir()
+    sass = "\n".join([
+        "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
+        f'\t//## File "{other}", line 5 inlined at "{kernel}", line 12',
+        f'\t//## File "{kernel}", line 12 inlined at "{via}", line 40',
+        f'\t//## File "{via}", line 40',
+        "        /*0010*/                   SHFL.BFLY PT, R2, R3, 0x10, 0x1f ;",
+        "        /*0020*/               @!P0 FADD R2, R2, R3 ;",
+        f'\t//## File "{kernel}", line 41',
+        "        /*0030*/                   SHFL.BFLY PT, R4, R3, 0x8, 0x1f ;",
+        f'\t//## File "{other}", line 9',
+        "        /*0040*/                   EXIT ;",
+    ])  # fmt: skip
+    counts = sass_line_counts(sass, str(kernel))
+    assert dict(counts[12]) == {"SHFL": 1, "FADD": 1, "all": 2}
+    assert dict(counts[41]) == {"SHFL": 1, "all": 1}
+    assert dict(counts[None]) == {"MOV": 1, "EXIT": 1, "all": 2}
+    assert sum(c["all"] for c in counts.values()) == 5
+
+
+def test_sass_lines_of_a_compiled_kernel():
+    """``--sass-lines`` on a real compile: the kernel's static instructions add up over its lines,
+    each line printed with the source text it names."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "kernel_resources.py"), "--family", "mamba2",
+           "--route", "replay_verify", "--batch", "16", "--T", "2", "--sass-lines", "3"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("#   ")]
+    head, rows = lines[0], lines[1:]
+    assert "_mamba2_replay_verify_kernel:" in head and "(mamba2_verify.py lines)" in head, proc.stdout
+    total = int(head.split(":")[1].split()[0])
+    counts = [int(row.split()[2]) for row in rows]
+    assert len(rows) == 3 and counts == sorted(counts, reverse=True) and 0 < sum(counts) <= total, proc.stdout
+    source = open(os.path.join(ROOT, "trtllm_replayssm", "kernels", "mamba2_verify.py")).read().splitlines()
+    for row in rows:
+        if row.split()[1] != "-":  # instructions of no line of the file
+            line, code = int(row.split()[1]), row.split(None, 4)[4]
+            assert source[line - 1].strip().startswith(code), row
