@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from trtllm_replayssm.measured_accuracy import ACCURACY, STUDY_L, accuracy
+from trtllm_replayssm.measured_accuracy import ACCURACY, STUDY_LS, accuracy
 from trtllm_replayssm.models import PRESETS
 from trtllm_replayssm.models import load_model
 from trtllm_replayssm.planner import PlanConfig, format_plan, plan
@@ -15,12 +15,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _raw_errors(path: pathlib.Path) -> dict:
-    """(path, dtype) -> output error, from a precision.py log's rows."""
+    """(path, dtype, L) -> output error, from a precision.py log's rows (L None: conventional)."""
     rows = {}
     for line in path.read_text().splitlines():
-        m = re.match(r"\S+\s+(conventional|replay) (fp32|bf16|fp16)(?: L\d+)?\s+4096\s+(\S+)\s+\S+$", line)
+        m = re.match(r"\S+\s+(conventional|replay) (fp32|bf16|fp16)(?: L(\d+))?\s+4096\s+(\S+)\s+\S+$", line)
         if m:
-            rows[m.group(1), m.group(2)] = float(m.group(3))
+            L = int(m.group(3)) if m.group(3) else None
+            rows[m.group(1), m.group(2), L] = float(m.group(4))
     return rows
 
 
@@ -31,30 +32,43 @@ def _doc_section(doc: str, section: str) -> str:
     return text[start : end if end >= 0 else None]
 
 
-@pytest.mark.parametrize("cell", ACCURACY, ids=lambda c: f"{c.model}-{c.state_dtype}")
+@pytest.mark.parametrize("cell", ACCURACY, ids=lambda c: f"{c.model}-{c.state_dtype}-L{c.L}")
 def test_every_cell_is_the_raw_runs_figure_and_in_the_docs_table(cell):
     raw = ROOT / cell.source.raw
     assert raw.is_file(), raw
     errors = _raw_errors(raw)
-    assert cell.model in raw.read_text()
-    assert errors["conventional", cell.state_dtype] == cell.conventional
-    assert errors["replay", cell.state_dtype] == cell.replay
-    assert errors["conventional", "fp32"] == cell.fp32_conventional
+    assert raw.read_text().startswith(f"# {cell.source.command} ("), raw  # the run the cell cites
+    assert errors["conventional", cell.state_dtype, None] == cell.conventional
+    assert errors["replay", cell.state_dtype, cell.L] == cell.replay
+    assert errors["conventional", "fp32", None] == cell.fp32_conventional
     section = _doc_section(cell.source.doc, cell.source.section)
-    assert cell.source.table in section
-    assert f"{cell.conventional:.2e} / {cell.replay:.2e}" in section
+    table = section[section.index(cell.source.table) :]
+    row = next(line for line in table.splitlines() if line.startswith(f"| {_LAYERS[cell.model]} |") and (
+        cell.L == 16 or f"| {cell.L} |" in line))  # fmt: skip
+    assert f"{cell.conventional:.2e} / {cell.replay:.2e}" in row, row
 
 
-def test_every_preset_has_every_checkpoint_dtype():
-    assert {(c.model, c.state_dtype) for c in ACCURACY} == {(m, d) for m in PRESETS for d in ("fp32", "bf16", "fp16")}
+_LAYERS = {
+    "nemotron-3-nano-4b": "Nemotron-3-Nano Mamba-2",
+    "nemotron-3-super-120b": "Nemotron-3-Super Mamba-2",
+    "qwen3.5-4b": "Qwen3.5-4B GDN",
+    "qwen3.5-122b-a10b": "Qwen3.5-122B GDN",
+    "kimi-linear-48b": "Kimi Linear KDA",
+}
+
+
+def test_every_preset_has_every_checkpoint_dtype_at_every_L():
+    measured = {(c.model, c.state_dtype, c.L) for c in ACCURACY}
+    assert measured == {(m, d, L) for m in PRESETS for d in ("fp32", "bf16", "fp16") for L in STUDY_LS}
 
 
 def test_other_settings_are_not_measured():
-    assert accuracy("nemotron-3-super-120b", "bf16", L=STUDY_L, record_dtype="bf16").replay == 4.66e-03
-    assert accuracy("nemotron-3-super-120b", "bf16", L=8, record_dtype="bf16") is None
-    assert accuracy("nemotron-3-super-120b", "bf16", L=STUDY_L, record_dtype="fp32") is None
-    assert accuracy("my-model", "bf16", L=STUDY_L, record_dtype="bf16") is None
-    assert accuracy("nemotron-3-super-120b", "fp64", L=STUDY_L, record_dtype="bf16") is None
+    assert accuracy("nemotron-3-super-120b", "bf16", L=16, record_dtype="bf16").replay == 4.66e-03
+    assert accuracy("qwen3.5-4b", "bf16", L=32, record_dtype="bf16").replay == 6.28e-03
+    assert accuracy("nemotron-3-super-120b", "bf16", L=12, record_dtype="bf16") is None
+    assert accuracy("nemotron-3-super-120b", "bf16", L=16, record_dtype="fp32") is None
+    assert accuracy("my-model", "bf16", L=16, record_dtype="bf16") is None
+    assert accuracy("nemotron-3-super-120b", "fp64", L=16, record_dtype="bf16") is None
 
 
 def test_plan_shows_the_measured_output_error_of_each_checkpoint_dtype():
@@ -64,6 +78,9 @@ def test_plan_shows_the_measured_output_error_of_each_checkpoint_dtype():
     assert "bf16: conventional 2.14e-02, replay 8.18e-03 (2.25x the fp32 conventional path's)" in text
     dtypes = {d["dtype"]: d["output_error"] for d in p.to_dict()["checkpoint_dtypes"]}
     assert dtypes["fp16"]["replay"] == 5.75e-03 and dtypes["fp16"]["source"]["raw"].endswith("qwen3.5-4b.log")
-    other = plan(load_model("qwen3.5-4b"), config=PlanConfig(buffer_len=8), gpu_mem_bytes=141 << 30)
+    longer = format_plan(plan(load_model("qwen3.5-4b"), config=PlanConfig(buffer_len=32), gpu_mem_bytes=141 << 30))
+    assert "output error after 4,096 decode steps at L 32" in longer
+    assert "bf16: conventional 2.14e-02, replay 6.28e-03 (1.73x the fp32 conventional path's)" in longer
+    other = plan(load_model("qwen3.5-4b"), config=PlanConfig(buffer_len=12), gpu_mem_bytes=141 << 30)
     assert all(cp.accuracy is None for cp in other.checkpoints)
-    assert "output error: not measured for qwen3.5-4b at L 8" in format_plan(other)
+    assert "output error: not measured for qwen3.5-4b at L 12" in format_plan(other)

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .cache import FLOAT_DTYPES, MAX_L
-from .measured_accuracy import STUDY_L, STUDY_RECORD_DTYPE, STUDY_STEPS, AccuracyCell, accuracy
+from .measured_accuracy import STUDY_LS, STUDY_RECORD_DTYPE, STUDY_STEPS, AccuracyCell, accuracy
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import HybridModel, Layer
 from .registry import is_ssm
@@ -600,12 +600,13 @@ def _accuracy_lines(p: Plan) -> list:
     if not cells:
         return [
             f"  output error: not measured for {p.model.name} at L {p.config.buffer_len}, records "
-            f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer at L {STUDY_L}, "
+            f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer at L "
+            f"{'/'.join(map(str, STUDY_LS))}, "
             f"records {STUDY_RECORD_DTYPE})"
         ]
     src = cells[0].source
     head = (
-        f"  output error after {STUDY_STEPS:,} decode steps, first SSM layer (CPU references, "
+        f"  output error after {STUDY_STEPS:,} decode steps at L {cells[0].L}, first SSM layer (CPU references, "
         f'{src.date}, {src.doc} "{src.section}"):'
     )
     return [head] + [f"    {c.text()}" for c in cells]
