@@ -170,15 +170,21 @@ def disassemble(kernel) -> str:
         ).stdout
 
 
+def _path_tail(path: str) -> tuple:
+    return tuple(os.path.normpath(path).split(os.sep)[-2:])
+
+
 def sass_line_counts(sass: str, source: str) -> Dict[Optional[int], Counter]:
     """Static machine instructions of ``sass`` (nvdisasm ``--print-line-info-inline`` output) by
     line of the file ``source``: {line: Counter of opcodes (``SHFL`` for ``SHFL.BFLY``) with
     ``"all"`` their total}. An instruction belongs to the innermost frame in ``source`` of the
     location comments (``//## File "...", line N [inlined at "...", line M]``) written since the
     previous instruction, or of the last location before them; None where no frame is in
-    ``source`` (other files' helpers called from nowhere in it, or no location yet)."""
+    ``source`` (other files' helpers called from nowhere in it, or no location yet). Paths are
+    compared by their normalised last two components (``kernels/mamba2_verify.py``): a kernel
+    that Triton takes from its cache names the checkout that first compiled it."""
     counts: Dict[Optional[int], Counter] = defaultdict(Counter)
-    target = os.path.realpath(source)
+    target = _path_tail(source)
     same: Dict[str, bool] = {}  # path as written -> whether it is ``source``
     frames: list = []
     line = None
@@ -194,7 +200,7 @@ def sass_line_counts(sass: str, source: str) -> Dict[Optional[int], Counter]:
         if m is None:
             continue
         if fresh:
-            inside = [int(n) for f, n in frames if same.setdefault(f, os.path.realpath(f) == target)]
+            inside = [int(n) for f, n in frames if same.setdefault(f, _path_tail(f) == target)]
             line = inside[0] if inside else None
             fresh = False
         counts[line][m.group(1)] += 1

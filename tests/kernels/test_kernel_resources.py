@@ -82,14 +82,13 @@ def test_cuda_step_launch_table_compiles_without_local_memory(L, state_bytes):
 def test_sass_line_counts_attribute_each_instruction_to_its_innermost_frame_in_the_file(tmp_path):
     """An instruction goes to the innermost frame in the file of the location comments written
     since the previous instruction; the next instructions keep it; other files' frames and
-    predicates do not count; a helper inlined from another file lands on its call site."""
+    predicates do not count; a helper inlined from another file lands on its call site; the
+    file is known by its last two path components (a cached kernel names another checkout)."""
     from kernel_resources import sass_line_counts
 
-    kernel = tmp_path / "k.py"
-    kernel.write_text("")
-    other = tmp_path / "helpers.py"
-    via = f"{tmp_path}/sub/../k.py"  # the same file, written another way
-    (tmp_path / "sub").mkdir()
+    kernel = tmp_path / "kernels" / "k.py"
+    other = tmp_path / "kernels" / "helpers.py"
+    via = "/elsewhere/checkout/sub/../kernels/k.py"  # the same file, compiled in another checkout
     sass = "\n".join([
         "        /*0000*/                   MOV R1, c[0x0][0x28] ;",
         f'\t//## File "{other}", line 5 inlined at "{kernel}", line 12',
@@ -100,6 +99,7 @@ def test_sass_line_counts_attribute_each_instruction_to_its_innermost_frame_in_t
         f'\t//## File "{kernel}", line 41',
         "        /*0030*/                   SHFL.BFLY PT, R4, R3, 0x8, 0x1f ;",
         f'\t//## File "{other}", line 9',
+        '\t//## File "/elsewhere/other_kernels/k.py", line 3',  # another directory: not the file
         "        /*0040*/                   EXIT ;",
     ])  # fmt: skip
     counts = sass_line_counts(sass, str(kernel))
