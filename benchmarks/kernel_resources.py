@@ -321,20 +321,12 @@ def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, con
             launch_gated_delta_replay_verify(*caches[:-1], c.pending, q, q, v, g, beta, flush_config=config, **kw)
 
 
-def kernel_resources(
-    family: str,
-    route: str,
-    *,
-    batch: int = 256,
-    T: int = 4,
-    L: int = 16,
-    arch: int = 90,
-    config: Optional[LaunchConfig] = None,
-) -> list:
-    """[KernelResources] of the kernels one step of ``route`` launches for ``family`` (``T``:
-    verify tokens; ``L``: records, the history B for verify), at ``config`` or the route's
-    default launch configuration. The commit kernels of speculative steps are not included."""
-    compiled = compile_step(family, route, batch=batch, T=T, L=L, arch=arch, config=config)
+def kernel_resources(family: str, route: str, *, arch: int = 90, **step) -> list:
+    """[KernelResources] of the kernels one step of ``route`` launches for ``family``, compiled
+    for sm_<arch>a; ``step``: ``batch``, ``T`` (verify tokens), ``L`` (records, the history B
+    for verify) and ``config`` (None: the route's default launch configuration) as
+    :func:`compile_step` takes them. The commit kernels of speculative steps are not included."""
+    compiled = compile_step(family, route, arch=arch, **step)
     return [ptxas_resources(name, kernel, arch) for name, kernel, _ in compiled]
 
 
@@ -349,7 +341,9 @@ def compile_step(
     config: Optional[LaunchConfig] = None,
 ) -> list:
     """[(kernel name, compiled kernel, source file)] of the kernels one step of ``route``
-    launches (arguments as :func:`kernel_resources`), compiled for sm_<arch>a and not run."""
+    launches for ``family`` at ``batch`` (``T``: verify tokens; ``L``: records, the history B
+    for verify), at ``config`` or the route's default launch configuration, compiled for
+    sm_<arch>a and not run."""
     if route not in ROUTES:
         raise ValueError(f"kernel_resources: route is {route!r}; expected one of {ROUTES}")
     if family not in GEOMETRIES:
