@@ -218,6 +218,15 @@ _MAMBA2_VERIFY_BF16_S31 = Source(
     "session 31, bf16 checkpoint",
     _RESULTS + "2026-12-04-h200-s31-call5-compare_m2bf16_tree.log",
 )
+_GDN_VERIFY_S31_HISTORY = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family gdn --T 2 4 --batch 8 16 32 64 --history-product on",
+    _DOC,
+    "Speculative verify",
+    "session 31, GDN: the history product to two waves",
+    _RESULTS + "2026-12-04-h200-s31-call2-gdn_history_on.log",
+)
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
     _H200,
@@ -262,8 +271,8 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 2): (None, 1.47, 2.12, 2.40, 2.51),
     (MAMBA2, SUPER, 4): (None, 2.17, 2.73, 3.42, 3.53),
     (MAMBA2, SUPER, 8): (None, 1.97, 2.75, 3.09, 3.03),
-    (GDN, QWEN35_122B, 2): (1.27, 1.72, 2.22, 2.71, 2.73),
-    (GDN, QWEN35_122B, 4): (1.67, 2.87, 3.45, 4.09, 4.19),
+    (GDN, QWEN35_122B, 2): (1.32, 1.74, 2.22, 2.71, 2.73),
+    (GDN, QWEN35_122B, 4): (1.86, 2.87, 3.45, 4.09, 4.19),
     (GDN, QWEN35_122B, 8): (1.51, 2.60, 3.67, 4.23, 4.37),
     (KDA, KIMI, 2): (1.02, 1.23, 1.77, 2.07, 2.26),
     (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
@@ -283,24 +292,32 @@ _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (KDA, KIMI, 4): (None, 0.81, None, 1.41, 1.59),
     (KDA, KIMI, 8): (None, 0.83, None, 1.30, 1.59),
 }
+_MAMBA2_VERIFY_BF16_SOURCES = (
+    (_MAMBA2_VERIFY_BF16_S31, _VERIFY_BF16_S31) + (_MAMBA2_VERIFY_BF16_S31,) * 2 + (_VERIFY_BF16_S31,)
+)
 _VERIFY_BF16_SOURCES = {
-    MAMBA2: (_MAMBA2_VERIFY_BF16_S31, _VERIFY_BF16_S31) + (_MAMBA2_VERIFY_BF16_S31,) * 2 + (_VERIFY_BF16_S31,),
-    GDN: (_VERIFY_BF16_S31,) * 5,
-    KDA: (_VERIFY_BF16_S31,) * 5,
+    (family, T): sources
+    for family, sources in (
+        (MAMBA2, _MAMBA2_VERIFY_BF16_SOURCES),
+        (GDN, (_VERIFY_BF16_S31,) * 5),
+        (KDA, (_VERIFY_BF16_S31,) * 5),
+    )
+    for T in (2, 4, 8)
 }
 # The source of each _VERIFY_BATCHES column, by family and T (one device call timed KDA but for
 # T = 8 from batch 64, cut by its time limit and timed in the next call; GDN batch 256-512 were
-# timed again after the flush launch's tiling changed there, and T = 4 batch 16 after the history
-# product; GDN batch 8 and T = 2 batch 16, which take the product too, were not timed with it).
+# timed again after the flush launch's tiling changed there, and the cells that the history
+# product serves, T <= 4 at batch 8-16, with it).
 _MAMBA2_VERIFY_SOURCES = (None,) + (_MAMBA2_VERIFY,) * 4
 _GDN_VERIFY_SOURCES = (_GDN_VERIFY_S30,) * 3 + (_GDN_VERIFY_S30_LARGE,) * 2
-_GDN_VERIFY_T4_SOURCES = (_GDN_VERIFY_S30, _GDN_VERIFY_S30_HISTORY, _GDN_VERIFY_S30) + (_GDN_VERIFY_S30_LARGE,) * 2
+_GDN_VERIFY_T2_SOURCES = (_GDN_VERIFY_S31_HISTORY,) * 2 + (_GDN_VERIFY_S30,) + (_GDN_VERIFY_S30_LARGE,) * 2
+_GDN_VERIFY_T4_SOURCES = (_GDN_VERIFY_S31_HISTORY, _GDN_VERIFY_S30_HISTORY, _GDN_VERIFY_S30) + (_GDN_VERIFY_S30_LARGE,) * 2
 _KDA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
 _VERIFY_SOURCES = {
     (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
-    (GDN, 2): _GDN_VERIFY_SOURCES,
+    (GDN, 2): _GDN_VERIFY_T2_SOURCES,
     (GDN, 4): _GDN_VERIFY_T4_SOURCES,
     (GDN, 8): _GDN_VERIFY_SOURCES,
     (KDA, 2): _KDA_VERIFY_SOURCES,
@@ -315,16 +332,15 @@ def _measurements() -> Tuple[Measurement, ...]:
         for (family, layer, dtype, L, source), ratios in _STEP_TABLE.items()
         for batch, ratio in zip(_STEP_BATCHES, ratios)
     ]
+    verify = (
+        ("fp32", _VERIFY_BATCHES, _VERIFY_TABLE, _VERIFY_SOURCES),
+        ("bf16", _VERIFY_BF16_BATCHES, _VERIFY_BF16_TABLE, _VERIFY_BF16_SOURCES),
+    )
     rows += [
-        Measurement(family, VERIFY, layer, "fp32", 16, T, batch, ratio, source)
-        for (family, layer, T), ratios in _VERIFY_TABLE.items()
-        for batch, ratio, source in zip(_VERIFY_BATCHES, ratios, _VERIFY_SOURCES[family, T])
-        if ratio is not None
-    ]
-    rows += [
-        Measurement(family, VERIFY, layer, "bf16", 16, T, batch, ratio, source)
-        for (family, layer, T), ratios in _VERIFY_BF16_TABLE.items()
-        for batch, ratio, source in zip(_VERIFY_BF16_BATCHES, ratios, _VERIFY_BF16_SOURCES[family])
+        Measurement(family, VERIFY, layer, dtype, 16, T, batch, ratio, source)
+        for dtype, batches, table, sources in verify
+        for (family, layer, T), ratios in table.items()
+        for batch, ratio, source in zip(batches, ratios, sources[family, T])
         if ratio is not None
     ]
     return tuple(rows)
