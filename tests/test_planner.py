@@ -291,7 +291,6 @@ def test_plan_without_attention_has_no_kv_equivalent():
     "kwargs, error, message",
     [
         pytest.param(dict(buffer_len=4, spec_tokens=8), ValueError, "expected B >= T", id="B<T"),
-        pytest.param(dict(buffer_len=60, spec_tokens=8), ValueError, "at most 64", id="B+T>64"),
         pytest.param(dict(accepted=5.0), ValueError, "accepted is 5.0", id="accepted"),
         pytest.param(dict(buffer_len=0), ValueError, "buffer_len is 0", id="L0"),
         pytest.param(dict(state_dtype=torch.int8), TypeError, "state_dtype", id="state-int8"),
@@ -300,6 +299,21 @@ def test_plan_without_attention_has_no_kv_equivalent():
 def test_plan_config_rejects(kwargs, error, message):
     with pytest.raises(error, match=message):
         PlanConfig(**kwargs)
+
+
+def test_a_buffer_too_long_for_speculative_records_plans_replay_without_it():
+    """B + T > 64 leaves replay mode (L = B) planned and says why replay spec is not."""
+    config = PlanConfig(buffer_len=64, spec_tokens=4)
+    assert "68 records per slot" in config.replay_spec_unavailable
+    p = plan(load_model("kimi-linear-48b"), config=config, gpu_mem_bytes=141 << 30)
+    assert tuple(p.modes) == ("conventional", "conventional_spec", "replay")
+    assert all(a.mode != "replay_spec" for a in p.advice)
+    text = format_plan(p)
+    assert "replay spec not planned: history B 64 + window T 4 = 68 records per slot" in text
+    assert "output error after 4,096 decode steps at L 64" in text
+    d = p.to_dict()
+    assert "replay_spec" not in d["modes"] and d["replay_spec_unavailable"] == config.replay_spec_unavailable
+    assert PlanConfig(buffer_len=60, spec_tokens=4).replay_spec_unavailable is None
 
 
 def test_plan_rejects_a_model_without_caches():

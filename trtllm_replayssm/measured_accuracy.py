@@ -1,17 +1,18 @@
 """Measured output error of each checkpoint dtype over a long decode, as data.
 
-One cell per (preset model, checkpoint dtype, L), copied from the tables "CPU run at 4,096
-steps, L = 16" and "CPU run at 4,096 steps, L = 8 / 32 / 64" of ``docs/benchmarks.md``
-("Accuracy") and citing its raw result file: the first SSM
-layer of the preset decoded 4,096 steps at batch 1 by the project's CPU references (the
-kernels' roundings, not the GPU kernels; synthetic inputs with the published initialisations'
-statistics; bf16 activations and records), against the float64 recurrence. The figure is the
-output error max |y - y64| / max |y64| over the last 10% of the steps (bf16 outputs: a floor
-of ~3e-3), for the conventional path (state rounded to the dtype every step) and the replay
-path (checkpoint rounded once per flush). Tensor parallelism splits heads and leaves each
-head's recurrence as it is, so a cell holds at any TP size.
+One cell per (preset model, checkpoint dtype, L, record dtype), copied from the tables "GPU run
+at 4,096 steps" and "GPU run at 4,096 steps, fp32 records" of ``docs/benchmarks.md``
+("Accuracy") and citing its raw result file: the first SSM layer of the preset decoded 4,096
+steps at batch 1 by the project's kernels on an H200 (the ops' routes; synthetic inputs with
+the published initialisations' statistics; bf16 activations), against the float64 recurrence.
+The figure is the output error max |y - y64| / max |y64| over the last 10% of the steps (bf16
+outputs: a floor of ~3e-3), for the conventional path (state rounded to the dtype every step)
+and the replay path (checkpoint rounded once per flush). Records are bf16 (Mamba-2's are
+activations); GDN and KDA were also run with fp32 d and k records at L = 16 and 64, fp32 and
+bf16 checkpoints. Tensor parallelism splits heads and leaves each head's recurrence as it is,
+so a cell holds at any TP size.
 
-Nothing here is interpolated: another model, L or record dtype has no cell.
+Nothing here is interpolated: another model, L, dtype or record dtype has no cell.
 """
 
 from __future__ import annotations
@@ -21,19 +22,16 @@ from typing import Optional, Tuple
 
 from .measured_speeds import Source
 
-__all__ = ["AccuracyCell", "ACCURACY", "STUDY_STEPS", "STUDY_LS", "STUDY_RECORD_DTYPE", "accuracy"]
+__all__ = ["AccuracyCell", "ACCURACY", "STUDY_STEPS", "STUDY_LS", "accuracy"]
 
 STUDY_STEPS = 4096
 STUDY_LS = (8, 16, 32, 64)
-STUDY_RECORD_DTYPE = "bf16"
 
 _DOC = "docs/benchmarks.md"
 _SECTION = "Accuracy"
 _RESULTS = "benchmarks/results/"
-_COMMAND = (
-    "python benchmarks/precision.py --device cpu --steps 4096 --models {model} --L {L} --dtypes fp32 bf16 fp16 "
-    "--batch 1 --simulate bf16-sr fp8-row fp8-row-sr"
-)
+_DATE = "2026-12-04"
+_GPU = "NVIDIA H200"
 
 
 @dataclass(frozen=True)
@@ -44,6 +42,7 @@ class AccuracyCell:
         model: the preset's name (``trtllm_replayssm.models.PRESETS``).
         state_dtype: the checkpoint (replay) and state (conventional) dtype: fp32, bf16 or fp16.
         L: records per slot of the replay path (the conventional path has none).
+        record_dtype: the replay path's GDN/KDA d and k records (Mamba-2: bf16, its activations).
         conventional: output error of the conventional path in that dtype.
         replay: output error of the replay path with a checkpoint in that dtype.
         fp32_conventional: output error of the conventional path with an fp32 state (the
@@ -54,6 +53,7 @@ class AccuracyCell:
     model: str
     state_dtype: str
     L: int
+    record_dtype: str
     conventional: float
     replay: float
     fp32_conventional: float
@@ -71,51 +71,59 @@ class AccuracyCell:
         )
 
 
-def _source(date: str, session: int, model: str, Ls: Tuple[int, ...]) -> Source:
-    """The run of ``model`` at the replay lengths ``Ls``: (16,) or (8, 32, 64)."""
-    table = "CPU run at 4,096 steps, L = " + " / ".join(map(str, Ls))
-    tag = "" if Ls == (16,) else "_L" + "_".join(map(str, Ls))
+def _source(model: str, record_dtype: str, Ls: Tuple[int, ...], dtypes: Tuple[str, ...]) -> Source:
+    """The session-32 GPU run of ``model`` with ``record_dtype`` records."""
+    fp32_records = record_dtype == "fp32"
+    command = (
+        f"python benchmarks/precision.py --device cuda --steps {STUDY_STEPS} --models {model} "
+        f"--L {' '.join(map(str, Ls))} --dtypes {' '.join(dtypes)} --batch 1" + (" --record-dtype fp32" if fp32_records else "")
+    )
     return Source(
-        date,
-        "CPU (references)",
-        _COMMAND.format(model=model, L=" ".join(map(str, Ls))),
+        _DATE,
+        _GPU,
+        command,
         _DOC,
         _SECTION,
-        table,
-        f"{_RESULTS}{date}-cpu-precision_4096{tag}_s{session}_{model}.log",
+        "GPU run at 4,096 steps" + (", fp32 records" if fp32_records else ""),
+        f"{_RESULTS}{_DATE}-h200-precision_4096_{'f32rec_' if fp32_records else ''}s32_{model}.log",
     )
 
 
-_DTYPES = ("fp32", "bf16", "fp16")
-# One run a model and set of L: model, date, session, the conventional output errors per dtype of
-# _DTYPES, then per L the replay output errors per dtype.
+# One run a model and record dtype: model, record dtype, the checkpoint dtypes run, the
+# conventional output errors per dtype, then per L the replay output errors per dtype.
 _RUNS = (
-    ("nemotron-3-nano-4b", "2026-12-04", 28, (3.72e-03, 1.39e-02, 3.72e-03), {16: (3.72e-03, 4.63e-03, 3.72e-03)}),
-    ("nemotron-3-super-120b", "2026-12-04", 29, (3.82e-03, 8.95e-03, 3.90e-03), {16: (3.82e-03, 4.66e-03, 3.82e-03)}),
-    ("qwen3.5-4b", "2026-12-03", 28, (3.63e-03, 2.14e-02, 4.41e-03), {16: (5.72e-03, 8.18e-03, 5.75e-03)}),
-    ("qwen3.5-122b-a10b", "2026-12-04", 28, (3.78e-03, 1.45e-02, 4.12e-03), {16: (5.78e-03, 5.85e-03, 5.78e-03)}),
-    ("kimi-linear-48b", "2026-12-03", 28, (3.66e-03, 1.92e-02, 4.10e-03), {16: (5.61e-03, 6.98e-03, 5.61e-03)}),
-    ("nemotron-3-nano-4b", "2026-12-04", 30, (3.72e-03, 1.39e-02, 3.72e-03),
-     {8: (3.72e-03, 5.23e-03, 3.72e-03), 32: (3.72e-03, 4.26e-03, 3.72e-03), 64: (3.72e-03, 4.26e-03, 3.72e-03)}),
-    ("qwen3.5-4b", "2026-12-04", 30, (3.63e-03, 2.14e-02, 4.41e-03),
-     {8: (5.65e-03, 9.42e-03, 5.65e-03), 32: (5.72e-03, 6.28e-03, 5.65e-03), 64: (5.72e-03, 6.56e-03, 5.72e-03)}),
-    ("nemotron-3-super-120b", "2026-12-04", 31, (3.82e-03, 8.95e-03, 3.90e-03),
-     {8: (3.82e-03, 5.31e-03, 3.82e-03), 32: (3.82e-03, 4.37e-03, 3.82e-03), 64: (3.82e-03, 4.37e-03, 3.82e-03)}),
-    ("qwen3.5-122b-a10b", "2026-12-04", 31, (3.78e-03, 1.45e-02, 4.12e-03),
-     {8: (5.47e-03, 8.45e-03, 5.47e-03), 32: (5.47e-03, 5.82e-03, 5.78e-03), 64: (5.78e-03, 5.47e-03, 5.47e-03)}),
-    ("kimi-linear-48b", "2026-12-04", 31, (3.66e-03, 1.92e-02, 4.10e-03),
-     {8: (6.98e-03, 7.44e-03, 5.61e-03), 32: (5.61e-03, 7.65e-03, 5.61e-03), 64: (5.61e-03, 6.98e-03, 5.61e-03)}),
+    ("nemotron-3-nano-4b", "bf16", ("fp32", "bf16", "fp16"), (3.78e-03, 9.32e-03, 3.83e-03),
+     {8: (3.78e-03, 4.34e-03, 3.83e-03), 16: (3.78e-03, 4.34e-03, 3.83e-03),
+      32: (3.78e-03, 4.34e-03, 3.83e-03), 64: (3.78e-03, 4.34e-03, 3.78e-03)}),
+    ("nemotron-3-super-120b", "bf16", ("fp32", "bf16", "fp16"), (3.65e-03, 1.11e-02, 3.65e-03),
+     {8: (3.65e-03, 4.92e-03, 3.65e-03), 16: (3.65e-03, 4.92e-03, 3.65e-03),
+      32: (3.65e-03, 4.92e-03, 3.65e-03), 64: (3.65e-03, 4.85e-03, 3.65e-03)}),
+    ("qwen3.5-4b", "bf16", ("fp32", "bf16", "fp16"), (3.58e-03, 2.02e-02, 4.50e-03),
+     {8: (5.91e-03, 8.48e-03, 5.91e-03), 16: (5.91e-03, 7.57e-03, 5.91e-03),
+      32: (5.91e-03, 6.68e-03, 5.91e-03), 64: (5.91e-03, 6.68e-03, 5.91e-03)}),
+    ("qwen3.5-122b-a10b", "bf16", ("fp32", "bf16", "fp16"), (3.81e-03, 1.46e-02, 4.28e-03),
+     {8: (6.59e-03, 8.19e-03, 6.59e-03), 16: (6.59e-03, 6.59e-03, 6.59e-03),
+      32: (6.59e-03, 6.59e-03, 6.59e-03), 64: (6.59e-03, 6.59e-03, 6.59e-03)}),
+    ("kimi-linear-48b", "bf16", ("fp32", "bf16", "fp16"), (3.61e-03, 1.72e-02, 4.19e-03),
+     {8: (7.07e-03, 7.70e-03, 7.07e-03), 16: (7.07e-03, 7.64e-03, 7.07e-03),
+      32: (7.07e-03, 7.07e-03, 7.07e-03), 64: (7.07e-03, 7.07e-03, 7.07e-03)}),
+    ("qwen3.5-4b", "fp32", ("fp32", "bf16"), (3.58e-03, 2.02e-02),
+     {16: (3.58e-03, 6.06e-03), 64: (3.58e-03, 4.85e-03)}),
+    ("qwen3.5-122b-a10b", "fp32", ("fp32", "bf16"), (3.81e-03, 1.46e-02),
+     {16: (3.81e-03, 4.57e-03), 64: (3.81e-03, 3.85e-03)}),
+    ("kimi-linear-48b", "fp32", ("fp32", "bf16"), (3.61e-03, 1.72e-02),
+     {16: (3.61e-03, 4.92e-03), 64: (3.61e-03, 4.08e-03)}),
 )  # fmt: skip
 
 
 def _cells() -> Tuple[AccuracyCell, ...]:
     out = []
-    for model, date, session, conventional, replays in _RUNS:
-        source = _source(date, session, model, tuple(replays))
+    for model, record_dtype, dtypes, conventional, replays in _RUNS:
+        source = _source(model, record_dtype, tuple(replays), dtypes)
         for L, replay in replays.items():
             out += [
-                AccuracyCell(model, dtype, L, conv, rep, conventional[0], source)
-                for dtype, conv, rep in zip(_DTYPES, conventional, replay)
+                AccuracyCell(model, dtype, L, record_dtype, conv, rep, conventional[0], source)
+                for dtype, conv, rep in zip(dtypes, conventional, replay)
             ]
     return tuple(out)
 
@@ -124,9 +132,7 @@ ACCURACY: Tuple[AccuracyCell, ...] = _cells()
 
 
 def accuracy(model: str, state_dtype: str, *, L: int, record_dtype: str) -> Optional[AccuracyCell]:
-    """The measured cell of a preset ``model`` with a ``state_dtype`` checkpoint, or None where
-    none was measured (another model, L or record dtype than the study's: see the module
-    docstring)."""
-    if record_dtype != STUDY_RECORD_DTYPE:
-        return None
-    return next((c for c in ACCURACY if (c.model, c.state_dtype, c.L) == (model, state_dtype, L)), None)
+    """The measured cell of a preset ``model`` with a ``state_dtype`` checkpoint, L records of
+    ``record_dtype``, or None where none was measured (see the module docstring)."""
+    key = (model, state_dtype, L, record_dtype)
+    return next((c for c in ACCURACY if (c.model, c.state_dtype, c.L, c.record_dtype) == key), None)

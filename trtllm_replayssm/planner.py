@@ -22,7 +22,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .cache import FLOAT_DTYPES, MAX_L
-from .measured_accuracy import STUDY_LS, STUDY_RECORD_DTYPE, STUDY_STEPS, AccuracyCell, accuracy
+from .measured_accuracy import STUDY_LS, STUDY_STEPS, AccuracyCell, accuracy
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import HybridModel, Layer
 from .registry import is_ssm
@@ -91,11 +91,6 @@ class PlanConfig:
             raise ValueError(
                 f"{owner}: spec_tokens (T) = {self.spec_tokens} > buffer_len (B) = {self.buffer_len}; expected B >= T"
             )
-        if self.buffer_len + self.spec_tokens > MAX_L:
-            raise ValueError(
-                f"{owner}: buffer_len + spec_tokens = {self.buffer_len + self.spec_tokens}; "
-                f"expected at most {MAX_L} (records per slot the replay kernels hold)"
-            )
         if self.accepted is not None and not 1 <= self.accepted <= self.spec_tokens:
             raise ValueError(
                 f"{owner}: accepted is {self.accepted!r}; expected 1 <= accepted <= spec_tokens = {self.spec_tokens}"
@@ -105,6 +100,24 @@ class PlanConfig:
                 raise TypeError(f"{owner}: {name} is {getattr(self, name)}; expected fp32, bf16, fp16 or fp64")
         if self.kv_dtype not in DTYPE_NAMES:
             raise TypeError(f"{owner}: kv_dtype is {self.kv_dtype}; expected one of {', '.join(DTYPE_NAMES.values())}")
+
+    @property
+    def replay_spec_unavailable(self) -> Optional[str]:
+        """Why replay speculative mode cannot take this config (None: it can): its B + T
+        records per slot exceed what the replay kernels hold. Replay mode needs only L =
+        buffer_len <= MAX_L (checked where the records are sized)."""
+        records = self.buffer_len + self.spec_tokens
+        if records > MAX_L:
+            return (
+                f"history B {self.buffer_len} + window T {self.spec_tokens} = {records} records per slot, "
+                f"more than the {MAX_L} the replay kernels hold (lower --buffer-len or --spec-tokens)"
+            )
+        return None
+
+    def planned_modes(self) -> Tuple[str, ...]:
+        """The cache modes this config is planned in: every mode of MODES, less replay_spec
+        where :attr:`replay_spec_unavailable`."""
+        return tuple(m for m in MODES if not (m == "replay_spec" and self.replay_spec_unavailable))
 
     @property
     def mean_accepted(self) -> float:
@@ -300,6 +313,7 @@ class Plan:
                 "ssm_per_attention": _finite(m.ssm_per_attention),
             },
             "config": c.to_dict(),
+            "replay_spec_unavailable": c.replay_spec_unavailable,
             "budget": {
                 "gpu_mem_bytes": self.budget.gpu_mem_bytes,
                 "free_fraction": self.budget.free_fraction,
@@ -318,7 +332,7 @@ class Plan:
                     "conv_dim": g.geometry.conv_dim,
                     "bytes_per_sequence": {
                         mode: {**vars(layer_bytes(_first(m, g), mode, c)), "total": layer_bytes(_first(m, g), mode, c).total}
-                        for mode in MODES
+                        for mode in self.modes
                     },
                 }
                 for g in self.ssm_groups
@@ -371,6 +385,8 @@ def _accuracy_dict(cell: Optional[AccuracyCell]) -> Optional[dict]:
         return None
     return {
         "steps": STUDY_STEPS,
+        "L": cell.L,
+        "record_dtype": cell.record_dtype,
         "conventional": cell.conventional,
         "replay": cell.replay,
         "replay_vs_fp32_conventional": cell.replay_vs_fp32,
@@ -427,7 +443,7 @@ def plan(
     budget = Budget(gpu_mem_bytes=gpu_mem_bytes, free_fraction=free_fraction, weights_bytes=weights_bytes, tp_size=tp_size)
     kv_per_token = sequence_kv_bytes_per_token(rank, config.kv_dtype)
     modes = {}
-    for mode in MODES:
+    for mode in config.planned_modes():
         ssm = sequence_ssm_bytes(rank, mode, config)
         traffic = step_traffic(rank, mode, config)
         modes[mode] = ModePlan(
@@ -480,7 +496,7 @@ def plan_advice(
     ``model`` (rank-local) in modes replay, then replay_spec, at ``batch`` or, when None, at that
     mode's max concurrency; a mode in which no sequence fits gets none."""
     out = []
-    for mode in ADVICE_MODES:
+    for mode in (m for m in ADVICE_MODES if m in modes):
         at = batch if batch is not None else modes[mode].max_concurrency
         if at >= 1:
             T = config.spec_tokens if mode == "replay_spec" else None
@@ -531,7 +547,8 @@ def format_plan(p: Plan) -> str:
         f"all attention layers)",
         f"  replay L {c.buffer_len}; speculative: history B {c.buffer_len}, window T "
         f"{c.spec_tokens} (records B+T = {c.buffer_len + c.spec_tokens}), "
-        f"{c.mean_accepted:g} accepted per step",
+        f"{c.mean_accepted:g} accepted per step"
+        + (f"\n  replay spec not planned: {c.replay_spec_unavailable}" if c.replay_spec_unavailable else ""),
         f"  budget: ({_size(b.gpu_mem_bytes)} - {_size(b.weights_per_rank)} weights) x "
         f"{b.free_fraction:g} = {_size(b.cache_bytes)} for caches; max_seq_len "
         f"{p.max_seq_len}; {p.num_padding_slots} padding slot(s)",
@@ -540,7 +557,7 @@ def format_plan(p: Plan) -> str:
         f"  {'layer':<12}{'mode':<19}{'conv':>12}{'state':>14}{'records':>12}{'cursors':>9}{'total':>14}",
     ]
     for g in p.ssm_groups:
-        for mode in MODES:
+        for mode in p.modes:
             lb = layer_bytes(_first(m, g), mode, c)
             out.append(
                 f"  {g.kind + ' x' + str(len(g.indices)):<12}{_MODE_LABELS[mode]:<19}"
@@ -590,7 +607,7 @@ def format_plan(p: Plan) -> str:
     out += ["", f"Measured speed of the ReplaySSM routes at {at} (advice only: nothing is switched)"]
     out += [f"  {a.text}" for a in p.advice]
     if p.batch is None:
-        out += [f"  {mode}: no advice, no sequence fits" for mode in ADVICE_MODES if p.modes[mode].max_concurrency < 1]
+        out += [f"  {mode}: no advice, no sequence fits" for mode in ADVICE_MODES if mode in p.modes and p.modes[mode].max_concurrency < 1]
     return "\n".join(out)
 
 
@@ -601,13 +618,12 @@ def _accuracy_lines(p: Plan) -> list:
         return [
             f"  output error: not measured for {p.model.name} at L {p.config.buffer_len}, records "
             f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer at L "
-            f"{'/'.join(map(str, STUDY_LS))}, "
-            f"records {STUDY_RECORD_DTYPE})"
+            f"{'/'.join(map(str, STUDY_LS))} with bf16 records; GDN/KDA also at L 16/64 with fp32 records)"
         ]
     src = cells[0].source
     head = (
-        f"  output error after {STUDY_STEPS:,} decode steps at L {cells[0].L}, first SSM layer (CPU references, "
-        f'{src.date}, {src.doc} "{src.section}"):'
+        f"  output error after {STUDY_STEPS:,} decode steps at L {cells[0].L}, records {cells[0].record_dtype}, "
+        f"first SSM layer ({src.cite()}):"
     )
     return [head] + [f"    {c.text()}" for c in cells]
 
