@@ -76,7 +76,8 @@ def _source(model: str, record_dtype: str, Ls: Tuple[int, ...], dtypes: Tuple[st
     fp32_records = record_dtype == "fp32"
     command = (
         f"python benchmarks/precision.py --device cuda --steps {STUDY_STEPS} --models {model} "
-        f"--L {' '.join(map(str, Ls))} --dtypes {' '.join(dtypes)} --batch 1" + (" --record-dtype fp32" if fp32_records else "")
+        f"--L {' '.join(map(str, Ls))} --dtypes {' '.join(dtypes)} --batch 1"
+        + (" --record-dtype fp32" if fp32_records else "")
     )
     return Source(
         _DATE,

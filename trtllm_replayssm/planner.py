@@ -607,7 +607,11 @@ def format_plan(p: Plan) -> str:
     out += ["", f"Measured speed of the ReplaySSM routes at {at} (advice only: nothing is switched)"]
     out += [f"  {a.text}" for a in p.advice]
     if p.batch is None:
-        out += [f"  {mode}: no advice, no sequence fits" for mode in ADVICE_MODES if mode in p.modes and p.modes[mode].max_concurrency < 1]
+        out += [
+            f"  {mode}: no advice, no sequence fits"
+            for mode in ADVICE_MODES
+            if mode in p.modes and p.modes[mode].max_concurrency < 1
+        ]
     return "\n".join(out)
 
 
