@@ -16,6 +16,11 @@ agree with ncu on the H200). Triton's bundled ptxas -v then reads the PTX. The s
 two Triton internals for the duration of a call (the active driver and ``JITFunction.run``);
 it is written against the pinned Triton 3.6.
 
+Another Triton compiles other code: Triton 3.8 lays the Mamba-2 verify tile's lanes out
+differently from the H200's Triton 3.6 (:data:`DEVICE_TRITON`), with other shuffle counts,
+registers and spills (docs/kernel-notes.md, "Verify in session 32"). The header says so when
+the versions differ; for the device's code, run this from an environment with that Triton.
+
 Registers per thread R bound the resident warps per multiprocessor (65536 / (32 R) on Hopper),
 which is what the latency-bound kernels are limited by (docs/kernel-notes.md).
 
@@ -126,6 +131,20 @@ def compile_only(arch: int):
     finally:
         JITFunction.run = run
         driver.set_active(active)
+
+
+# The Triton the device's image carries (docs/kernel-notes.md: torch 2.11.0+cu130 there).
+DEVICE_TRITON = "3.6.0"
+
+
+def triton_note(version: str = triton.__version__) -> Optional[str]:
+    """A header line saying that this Triton is not the device's, or None where it is."""
+    if version == DEVICE_TRITON:
+        return None
+    return (
+        f"# note: Triton {version} here, {DEVICE_TRITON} on the H200: layouts, registers, spills and SASS "
+        f"can differ (pip install triton=={DEVICE_TRITON} in another environment for the device's code)"
+    )
 
 
 _TRITON_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")  # ptxas, nvdisasm, cuobjdump
@@ -387,6 +406,9 @@ def main(argv=None) -> None:
     )
     args = ap.parse_args(argv)
     print(f"# kernel_resources | sm_{args.arch}a | triton {triton.__version__} | L {args.L}")
+    note = triton_note()
+    if note:
+        print(note)
     print(f"{'family':>6} {'route':>15} {'batch':>5} {'T':>2} {'regs':>5} {'spill st/ld':>12} {'smem B':>7}  kernel")
     for family in args.family:
         for route in args.route:

@@ -12,7 +12,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from kernel_resources import GEOMETRIES, ROUTES  # importing compiles nothing
+import kernel_resources  # importing compiles nothing
+from kernel_resources import GEOMETRIES, ROUTES
 
 FAMILIES = tuple(GEOMETRIES)
 CAP = 40
@@ -129,3 +130,9 @@ def test_sass_lines_of_a_compiled_kernel():
         if row.split()[1] != "-":  # instructions of no line of the file
             line, code = int(row.split()[1]), row.split(None, 4)[4]
             assert source[line - 1].strip().startswith(code), row
+
+
+def test_the_header_says_when_this_triton_is_not_the_devices():
+    assert kernel_resources.triton_note(kernel_resources.DEVICE_TRITON) is None
+    note = kernel_resources.triton_note("3.8.0")
+    assert "Triton 3.8.0 here, 3.6.0 on the H200" in note and "pip install triton==3.6.0" in note

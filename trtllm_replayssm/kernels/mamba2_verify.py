@@ -49,10 +49,11 @@ __all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
 # warp's lanes over the innermost dimension first (four fp32 per lane), so with a 2-D [rows,
 # d_state] tile all 32 lanes share every row and each per-token reduction over d_state costs
 # five shuffle rounds for each row of the tile. With 32-wide chunks 8 lanes share a chunk and
-# the other 4 lane groups take the next dimension, the chunks (not the rows: the SASS has 160
-# shuffles a token for a 32-row tile, 3 + 2 rounds a row; docs/kernel-notes.md, "Verify in
-# session 31"). Same loads, same 16-byte vectors. H200, T = 4, batch 256 (verify v1.2): 781 ->
-# 690 us against the 2-D tile; chunks of 16 and 8 measured 726 and 774 us.
+# Triton 3.6 (the H200's) gives the other 4 lane groups the rows (threadsPerWarp [4, 1, 8],
+# order [2, 0, 1]); Triton 3.8 gives them the chunks, 160 shuffles a token for a 32-row tile
+# (docs/kernel-notes.md, "Verify in sessions 31 and 32"). Same loads, same 16-byte vectors.
+# H200, T = 4, batch 256 (verify v1.2): 781 -> 690 us against the 2-D tile; chunks of 16 and 8
+# measured 726 and 774 us.
 D_STATE_CHUNK = 32
 
 
