@@ -546,3 +546,18 @@ def test_plan_batch_usage_error(capsys):
         main(["plan", "--model", "qwen3.5-4b", "--batch", "0"])
     assert exit_info.value.code == 2
     assert "--batch: expected a positive integer, got '0'" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback():
+    """`trtllm-replayssm plan ... | head`: the pipe's reader is gone before the plan is printed
+    (closed here before the child has imported torch); the command exits 1, quietly."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "trtllm_replayssm", "plan", "--model", "nemotron-3-super-120b"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    child.stdout.close()
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 1, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

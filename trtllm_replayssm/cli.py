@@ -699,4 +699,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not hasattr(args, PASS_THROUGH):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         setattr(args, PASS_THROUGH, list(extra))
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader left early (`trtllm-replayssm plan ... | head`): stop without a traceback,
+        # and point stdout at /dev/null so that the interpreter's flush at exit does not fail too.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, OSError, ValueError):
+            pass  # a stdout without a file descriptor has nothing left to flush
+        return 1
