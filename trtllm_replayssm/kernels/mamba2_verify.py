@@ -67,8 +67,10 @@ def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
     four warps (chosen earlier from ptxas register counts alone) took 1849 us: the per-token
     reductions over d_state stay inside one warp. The kernel is latency-bound (ncu: 17%
     occupancy, 40% issue-slot use); ptxas allocates it 164-168 registers, 12 resident warps per
-    multiprocessor, and fits T <= 4 into 128 without spills (T = 8: 112 bytes), which gives 16:
-    690 -> 622 us at T = 4 and 1535 -> 1406 us at T = 8, 215 -> 198 us at T = 4, batch 64.
+    multiprocessor, and fits T <= 4 into 128 without spills in 8-row tiles (batch >= 128; T = 8:
+    112 bytes), which gives 16: 690 -> 622 us at T = 4 and 1535 -> 1406 us at T = 8, 215 ->
+    198 us at T = 4, batch 64, where the 16-row tiles spill 200 bytes (Triton 3.6, the H200's;
+    Triton 3.8 shows none: docs/kernel-notes.md, session 32).
     Single-tile programs (batch < 32) hold a 32-row tile and are left uncapped. With a bf16
     checkpoint the step's rule takes two warps at batch < 8 and 32-127; one warp there (session
     31, Mamba-2 verify, T = 2 / 4 / 8): batch 64 188.18 -> 101.94, 226.30 -> 151.24, 460.98 ->
