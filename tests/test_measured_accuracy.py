@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from trtllm_replayssm.measured_accuracy import ACCURACY, STUDY_LS, accuracy
+from trtllm_replayssm.measured_accuracy import ACCURACY, STUDY_LS, accuracy, measured_settings
 from trtllm_replayssm.models import PRESETS
 from trtllm_replayssm.models import load_model
 from trtllm_replayssm.planner import PlanConfig, format_plan, plan
@@ -95,3 +95,10 @@ def test_plan_shows_the_measured_output_error_of_each_checkpoint_dtype():
     other = plan(load_model("qwen3.5-4b"), config=PlanConfig(buffer_len=12), gpu_mem_bytes=141 << 30)
     assert all(cp.accuracy is None for cp in other.checkpoints)
     assert "output error: not measured for qwen3.5-4b at L 12" in format_plan(other)
+    assert f"(measured: the presets' first SSM layer, {measured_settings()})" in format_plan(other)
+
+
+def test_measured_settings_name_what_the_cells_cover():
+    assert measured_settings() == (
+        "bf16 records at L 8/16/32/64; fp32 records at L 16/64 (kimi-linear-48b, qwen3.5-122b-a10b, qwen3.5-4b)"
+    )

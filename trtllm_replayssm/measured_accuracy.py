@@ -22,7 +22,7 @@ from typing import Optional, Tuple
 
 from .measured_speeds import Source
 
-__all__ = ["AccuracyCell", "ACCURACY", "STUDY_STEPS", "STUDY_LS", "accuracy"]
+__all__ = ["AccuracyCell", "ACCURACY", "STUDY_STEPS", "STUDY_LS", "accuracy", "measured_settings"]
 
 STUDY_STEPS = 4096
 STUDY_LS = (8, 16, 32, 64)
@@ -137,3 +137,19 @@ def accuracy(model: str, state_dtype: str, *, L: int, record_dtype: str) -> Opti
     ``record_dtype``, or None where none was measured (see the module docstring)."""
     key = (model, state_dtype, L, record_dtype)
     return next((c for c in ACCURACY if (c.model, c.state_dtype, c.L, c.record_dtype) == key), None)
+
+
+def measured_settings() -> str:
+    """What :data:`ACCURACY` covers, per record dtype: its L values and, where not every preset
+    has them, the models (for messages that say why a setting has no cell)."""
+    by_records: dict = {}
+    for c in ACCURACY:
+        Ls, models = by_records.setdefault(c.record_dtype, (set(), set()))
+        Ls.add(c.L)
+        models.add(c.model)
+    every = set.union(*(models for _, models in by_records.values()))
+    return "; ".join(
+        f"{dtype} records at L {'/'.join(map(str, sorted(Ls)))}"
+        + ("" if models == every else f" ({', '.join(sorted(models))})")
+        for dtype, (Ls, models) in by_records.items()
+    )

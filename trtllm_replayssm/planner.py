@@ -22,7 +22,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .cache import FLOAT_DTYPES, MAX_L
-from .measured_accuracy import STUDY_LS, STUDY_STEPS, AccuracyCell, accuracy
+from .measured_accuracy import STUDY_STEPS, AccuracyCell, accuracy, measured_settings
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import HybridModel, Layer
 from .registry import is_ssm
@@ -621,8 +621,7 @@ def _accuracy_lines(p: Plan) -> list:
     if not cells:
         return [
             f"  output error: not measured for {p.model.name} at L {p.config.buffer_len}, records "
-            f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer at L "
-            f"{'/'.join(map(str, STUDY_LS))} with bf16 records; GDN/KDA also at L 16/64 with fp32 records)"
+            f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer, {measured_settings()})"
         ]
     src = cells[0].source
     head = (
