@@ -69,6 +69,19 @@ def test_bf16_checkpoint_step_at_batch_16_slower_but_for_the_large_gdn_layer():
         assert (a.ratio, a.recommendation) == (ratio, route)
 
 
+def test_fp16_checkpoint_step_recommends_the_conventional_step_where_measured_slower():
+    # fp16 checkpoints run the Triton kernels (checkpoint_speed.py, session 33).
+    for family, batch, ratio, route in (
+        ("mamba2", 16, 0.79, "conventional"),
+        ("mamba2", 256, 1.14, "replay"),
+        ("gdn", 64, 1.03, "replay"),
+        ("kda", 512, 0.92, "conventional"),
+    ):
+        a = route_advice(family, "replay", state_dtype="fp16", L=16, batch=batch)
+        assert (a.ratio, a.recommendation) == (ratio, route)
+        assert "checkpoint_speed_s33" in a.text or "Checkpoint dtypes" in a.text
+
+
 def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
     a = route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=16, geometry=(8, 32, 128, 128))
     assert a.ratio == 0.93  # Qwen3.5-4B, not Qwen3.5-122B's 1.05
@@ -80,12 +93,12 @@ def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
     "kwargs, what",
     [
         (
-            dict(family="gdn", mode="replay", state_dtype="fp16", L=16, batch=16),
-            "measured: fp32 at L 8/16/32, bf16 at L 8/16/32",
+            dict(family="gdn", mode="replay", state_dtype="fp16", L=8, batch=16),
+            "measured: fp32 at L 8/16/32, bf16 at L 8/16/32, fp16 at L 16",
         ),
         (
-            dict(family="mamba2", mode="replay", state_dtype="fp16", L=16, batch=64),
-            "measured: fp32 at L 8/16/32, bf16 at L 8/16/32",
+            dict(family="mamba2", mode="replay", state_dtype="fp16", L=32, batch=64),
+            "measured: fp32 at L 8/16/32, bf16 at L 8/16/32, fp16 at L 16",
         ),
         (dict(family="kda", mode="replay", state_dtype="fp32", L=12, batch=16), "L 8/16/32"),
         (

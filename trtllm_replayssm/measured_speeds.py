@@ -72,7 +72,7 @@ class Measurement:
         family: ``mamba2``, ``gdn`` or ``kda``.
         route: :data:`STEP` (vs the conventional step) or :data:`VERIFY` (vs T serial steps).
         layer: the geometry timed.
-        state_dtype: checkpoint dtype, ``fp32`` or ``bf16``.
+        state_dtype: checkpoint dtype, ``fp32``, ``bf16`` or ``fp16``.
         L: records per slot (step); the history B (verify).
         T: tokens per verify step; None for a step.
         batch: sequences per step.
@@ -237,6 +237,16 @@ _KDA_DECODE_L32 = Source(
     _RESULTS + "2026-12-03-h200-s28-call3-kda_decode_L32.json",
 )
 
+_CHECKPOINT_SPEED = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --batch 1 16 64 256 512",
+    _DOC,
+    "Checkpoint dtypes: speed",
+    "2026-12-04 (session 33)",
+    _RESULTS + "2026-12-04-h200-checkpoint_speed_s33.json",
+)
+
 _STEP_BATCHES = (1, 16, 64, 256, 512)
 _VERIFY_BATCHES = (8, 16, 64, 256, 512)
 
@@ -263,6 +273,10 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.32, 1.40),
     (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.78, 0.82, 1.02, 1.24, 1.31),
     (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.70, 0.72),
+    # fp16 checkpoints take the Triton kernels (the CUDA steps read bf16 and fp32 only).
+    (MAMBA2, SUPER, "fp16", 16, _CHECKPOINT_SPEED): (0.64, 0.79, 0.96, 1.14, 1.17),
+    (GDN, QWEN35_122B, "fp16", 16, _CHECKPOINT_SPEED): (0.72, 0.88, 1.03, 1.17, 1.19),
+    (KDA, KIMI, "fp16", 16, _CHECKPOINT_SPEED): (0.39, 0.42, 0.68, 0.86, 0.92),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
