@@ -43,15 +43,9 @@
 // the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
 // DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
 
-#include "replay_common.cuh"
+#include "mamba2_common.cuh"
 
-#define CONSUMERS (ROWS / 16)
-#define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
-#define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
-#define NBOX (DSTATE / BOXC)                // boxes of a checkpoint row
-#define CKPT_BYTES (ROWS * DSTATE * ES)
 #define X_BYTES (LP * ROWS * 2)
-#define B_PITCH (DSTATE * 2 + 16)           // padded: ldmatrix rows 16 bytes apart in banks
 #define B_BYTES (LP * B_PITCH)
 #define C_BYTES (DSTATE * 2)
 #define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
@@ -67,117 +61,8 @@
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
 extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
 
-// Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
-__device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
-  return (col / BOXC) * (ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
-}
-
-// Checkpoint elements (row, col) and (row, col + 1) of a stage as fp32 (col even), and back,
-// rounded to the checkpoint dtype.
-__device__ __forceinline__ void load_pair(const unsigned char* stage, u32 row, u32 col, float& a, float& b) {
-#if CKPT_F32
-  const Pair v = *(const Pair*)(stage + ckpt_offset(row, col));
-  a = v.x;
-  b = v.y;
-#else
-  const u32 v = *(const u32*)(stage + ckpt_offset(row, col));
-  a = bf16_to_f32((u16)(v & 0xffffu));
-  b = bf16_to_f32((u16)(v >> 16));
-#endif
-}
-
-__device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 col, float a, float b) {
-#if CKPT_F32
-  Pair v;
-  v.x = a;
-  v.y = b;
-  *(Pair*)(stage + ckpt_offset(row, col)) = v;
-#else
-  *(u32*)(stage + ckpt_offset(row, col)) = pack_bf16x2(a, b);
-#endif
-}
-
-// ------------------------------------------------------------------ the output of a row
-
-// A row's skip and gate inputs, requested early: D (per head or per dim; 0 without D) and z
-// (0 without z) of (batch row b, head h, dim row).
-struct RowInputs {
-  float d_skip, zv;
-};
-__device__ __forceinline__ RowInputs row_inputs(const void* D, long long sD_head, const u16* z, long long sz_batch,
-                                                long long sz_head, int b, int h, int row) {
-  RowInputs r = {0.0f, 0.0f};
-#if HAS_D
-#if D_PER_DIM
-  r.d_skip = load_f32<D_CODE>(D, h * sD_head + row);
-#else
-  r.d_skip = load_f32<D_CODE>(D, h * sD_head);
-#endif
-#endif
-#if HAS_Z
-  r.zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
-#endif
-  return r;
-}
-
-// y + D x, for the inputs the kernel was compiled with.
-__device__ __forceinline__ float row_skip(float y, RowInputs r, float x_now) {
-#if HAS_D
-  y += r.d_skip * x_now;
-#endif
-  return y;
-}
-
-// The output's gate silu(z) (unused without z).
-__device__ __forceinline__ float row_gate(RowInputs r) {
-#if HAS_Z
-  return r.zv / (1.0f + expf(-r.zv));
-#else
-  return 1.0f;
-#endif
-}
-
-// y + D x, gated by silu(z), for the inputs the kernel was compiled with.
-__device__ __forceinline__ float row_output(float y, RowInputs r, float x_now) {
-  y = row_skip(y, r, x_now);
-#if HAS_Z
-  y *= row_gate(r);
-#endif
-  return y;
-}
-
-// ------------------------------------------------------------------ per-head weights
-
-// The step's processed dt of head h, row b: softplus(dt + dt_bias) (identity above 20).
-__device__ __forceinline__ float step_dt(const void* dt, long long sdt_batch, long long sdt_head, const void* dt_bias,
-                                         int b, int h) {
-  float v = load_f32<DT_CODE>(dt, b * sdt_batch + h * sdt_head);
-#if HAS_DT_BIAS
-  v += load_f32<DTB_CODE>(dt_bias, h);
-#endif
-#if DT_SOFTPLUS
-  v = v <= 20.0f ? log1pf(__expf(v)) : v;
-#endif
-  return v;
-}
-
-// Lane j's record weight s_j of one head (the whole warp calls it): dt_j exp(A (dt + sum_{j<i<w}
-// dt_i)) for j < w, dt at j == w, zero after, from exact suffix sums (inclusive v_j by a warp
-// scan, then later_j = v_{j+1}: no prefix subtraction). ``total``: sum_{j<w} dt_j.
-__device__ __forceinline__ float record_weight(float dtj, float dth, float a, int w, int lane, float& total) {
-  const float later = warp_suffix_sums(lane < w ? dtj : 0.0f, lane, total);
-  return lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
-}
-
 // ------------------------------------------------------------------ launch 1: coefficients
 
-#define HPG (NHEADS / NGROUPS)                   // heads per group
-#define HPC (HPG < 16 ? HPG : 16)                // heads per coefficient CTA
-#define COEF_SPLIT ((HPG + HPC - 1) / HPC)       // coefficient CTAs per (group, row)
-#define HPW ((HPC + COEF_WARPS - 1) / COEF_WARPS)  // heads per warp: warp q takes q, q + COEF_WARPS, ...
-#define RPW (LP / COEF_WARPS)                    // records per warp in B_j . C: j = q, q + COEF_WARPS, ...
-#define PER_LANE (DSTATE / 32)                   // d_state elements per lane (2 to 8)
-#define XPL ((ROWS + 31) / 32)                   // x elements per lane and head
 
 
 extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients(
@@ -241,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 #pragma unroll
   for (int q = 0; q < HPW; ++q) {
     const int h = g * HPG + h0 + min(warp + COEF_WARPS * q, hn - 1);
-    dth[q] = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
+    dth[q] = processed_dt(dt, b * sdt_batch + h * sdt_head, dt_bias, h);
     ah[q] = A[h];
     dtj[q] = lane < LREC ? dt_records[slot * sdtr_slot + h * sdtr_head + lane] : 0.0f;
     const u16* xrow = x + b * sx_batch + h * sx_head;
@@ -490,61 +375,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
       }
       if (w == LREC - 1) {
-        // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, 64 columns at a time
-        // (8 n tiles of 8 columns), rounded into the stage in place.
-        const float* wgt = cf + LP;
-        const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
-#pragma unroll 1
-        for (int cb = 0; cb < DSTATE / 64; ++cb) {
-          float s[8][4];
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              load_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
-              s[n][2 * half] *= decay;
-              s[n][2 * half + 1] *= decay;
-            }
-          }
-#pragma unroll
-          for (int k0 = 0; k0 < LP; k0 += 16) {
-            // A: rows (gq, gq + 8) x records (k0 + 2 tq + {0, 1}, + 8), s_j x_j in three parts.
-            u32 ah[4], am[4], al[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int rr = r0 + gq + 8 * (q & 1);
-              const int j = k0 + 2 * tq + 8 * (q >> 1);
-              float v0 = 0.0f, v1 = 0.0f;
-              if (j <= w) v0 = wgt[j] * bf16_to_f32(xs[j * ROWS + rr]);
-              if (j + 1 <= w) v1 = wgt[j + 1] * bf16_to_f32(xs[(j + 1) * ROWS + rr]);
-              float h0, m0, l0, h1, m1, l1;
-              split3(v0, h0, m0, l0);
-              split3(v1, h1, m1, l1);
-              ah[q] = pack_bf16x2(h0, h1);
-              am[q] = pack_bf16x2(m0, m1);
-              al[q] = pack_bf16x2(l0, l1);
-            }
-            // B: records as rows k (clamped to w: finite values times a zero A), 8 columns a tile.
-            const int k = k0 + kr <= w ? k0 + kr : w;
-#pragma unroll
-            for (int n = 0; n < 8; n += 2) {
-              u32 b0, b1, b2, b3;
-              ldmatrix_x4_trans(stage + OFF_B + k * B_PITCH + (cb * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
-              mma_bf16(s[n], ah[0], ah[1], ah[2], ah[3], b0, b1);
-              mma_bf16(s[n], am[0], am[1], am[2], am[3], b0, b1);
-              mma_bf16(s[n], al[0], al[1], al[2], al[3], b0, b1);
-              mma_bf16(s[n + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);
-              mma_bf16(s[n + 1], am[0], am[1], am[2], am[3], b2, b3);
-              mma_bf16(s[n + 1], al[0], al[1], al[2], al[3], b2, b3);
-            }
-          }
-#pragma unroll
-          for (int n = 0; n < 8; ++n) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-              store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
-          }
-        }
+        // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, rounded into the stage.
+        fold_warp_rows(gstage, xs, stage + OFF_B, cf + LP, decay, w, r0, lane);
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, r0, h, slot, lane);
       }
     }
@@ -643,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   // The step's inputs need no slot: requested with it.
   const u16* Crow = C + b * sC_batch + g * sC_group;
   const u16* Bnow = B + b * sB_batch + g * sB_group;
-  const float dth = step_dt(dt, sdt_batch, sdt_head, dt_bias, b, h);
+  const float dth = processed_dt(dt, b * sdt_batch + h * sdt_head, dt_bias, h);
   const float a = A[h];
   const u16 x_raw = x[b * sx_batch + h * sx_head + row];
   const float x_now = bf16_to_f32(x_raw);
