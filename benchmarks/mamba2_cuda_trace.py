@@ -45,8 +45,8 @@ SMALL_POINTS = ("start", "programmatic wait", "slot", "loads back", "barrier", "
 # (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
 _PATCHES = (
     (
-        '#include "replay_common.cuh"\n',
-        '#include "replay_common.cuh"\n'
+        '#include "mamba2_common.cuh"\n',
+        '#include "mamba2_common.cuh"\n'
         '__device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }\n'
         "// The time once dep is known (the read waits for it).\n"
         "__device__ __forceinline__ u64 gtime_after(unsigned dep) {\n"

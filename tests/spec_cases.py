@@ -282,7 +282,7 @@ def mamba2_decode_with_op(state, p, inp, slot_ids):
     )
 
 
-def mamba2_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None):
+def mamba2_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None, kernel="auto"):
     from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
 
     return launch_mamba2_replay_verify(
@@ -305,6 +305,7 @@ def mamba2_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config
         dt_bias=p.dt_bias,
         out=out,
         config=config,
+        kernel=kernel,
     )
 
 

@@ -39,10 +39,12 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (LaunchConfig, last_arrival, mamba2_launch_config, mamba2_optional_inputs,
+from .common import (KERNELS, LaunchConfig, last_arrival, mamba2_launch_config, mamba2_optional_inputs,
                      mamba2_step_constexprs, process_dt, verify_flushes, window_tokens)
+from .mamba2_replay_cuda import CudaStepConfig
+from .mamba2_verify_cuda import cuda_verify_unsupported, launch_mamba2_replay_verify_cuda
 
-__all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config"]
+__all__ = ["launch_mamba2_replay_verify", "mamba2_verify_launch_config", "replay_verify_kernel"]
 
 
 # Checkpoint tiles are walked as [rows, d_state / D_STATE_CHUNK, D_STATE_CHUNK]: Triton spreads a
@@ -310,14 +312,42 @@ def _mamba2_replay_verify_kernel(
             tl.store(pending_ptr + slot, n)
 
 
+def replay_verify_kernel(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor, B: Tensor,
+                         C: Tensor) -> str:
+    """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
+    :func:`~.mamba2_verify_cuda.cuda_verify_unsupported` finds nothing against it (sm_90, bf16 or
+    fp32 checkpoints, bf16 activations, T <= 8, the CUDA step's sizes and alignment); Triton
+    otherwise (every dtype, size and GPU)."""
+    return "cuda" if cuda_verify_unsupported(checkpoint, x_records, B_records, x, B, C) is None else "triton"
+
+
 def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_records: Tensor,
                                 B_records: Tensor, cursor: Tensor, arrivals: Tensor,
                                 pending: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor,
                                 C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
                                 D: Optional[Tensor] = None, z: Optional[Tensor] = None,
                                 dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                                out: Tensor, config: Optional[LaunchConfig] = None) -> Tensor:
-    """Launch the verify step on the cache tensors; arguments already checked by the op."""
+                                out: Tensor, config=None, kernel: str = "auto") -> Tensor:
+    """Launch the verify step on the cache tensors; arguments already checked by the op.
+
+    ``kernel``: ``"auto"`` (:func:`replay_verify_kernel` chooses), ``"triton"`` or ``"cuda"``
+    (ValueError where the CUDA verify does not apply). ``config``: a :class:`LaunchConfig` for the
+    Triton kernel or a :class:`~.mamba2_replay_cuda.CudaStepConfig` for the CUDA one (None: the
+    launch rules)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"launch_mamba2_replay_verify: kernel is {kernel!r}; expected one of {KERNELS}")
+    if kernel == "auto":
+        if isinstance(config, (CudaStepConfig, LaunchConfig)):
+            kernel = "cuda" if isinstance(config, CudaStepConfig) else "triton"
+        else:
+            kernel = replay_verify_kernel(checkpoint, x_records, B_records, x, B, C)
+    if kernel == "cuda":
+        return launch_mamba2_replay_verify_cuda(
+            checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,
+            slot_ids=slot_ids, num_tokens=num_tokens, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+            out=out, config=config)
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"launch_mamba2_replay_verify: config is {type(config).__name__}; the Triton kernel takes a LaunchConfig")
     batch, T, nheads, head_dim = x.shape
     ngroups, d_state = B.shape[2], B.shape[3]
     L = x_records.shape[2]

@@ -55,6 +55,19 @@ __device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 co
 
 // ------------------------------------------------------------------ the output of a row
 
+// The skip weight D of (head h, dim row), per head or per dim; 0 without D.
+__device__ __forceinline__ float skip_weight(const void* D, long long sD_head, int h, int row) {
+#if HAS_D
+#if D_PER_DIM
+  return load_f32<D_CODE>(D, h * sD_head + row);
+#else
+  return load_f32<D_CODE>(D, h * sD_head);
+#endif
+#else
+  return 0.0f;
+#endif
+}
+
 // A row's skip and gate inputs, requested early: D (per head or per dim; 0 without D) and z
 // (0 without z) of (batch row b, head h, dim row).
 struct RowInputs {
@@ -62,14 +75,7 @@ struct RowInputs {
 };
 __device__ __forceinline__ RowInputs row_inputs(const void* D, long long sD_head, const u16* z, long long sz_batch,
                                                 long long sz_head, int b, int h, int row) {
-  RowInputs r = {0.0f, 0.0f};
-#if HAS_D
-#if D_PER_DIM
-  r.d_skip = load_f32<D_CODE>(D, h * sD_head + row);
-#else
-  r.d_skip = load_f32<D_CODE>(D, h * sD_head);
-#endif
-#endif
+  RowInputs r = {skip_weight(D, sD_head, h, row), 0.0f};
 #if HAS_Z
   r.zv = bf16_to_f32(z[b * sz_batch + h * sz_head + row]);
 #endif
