@@ -143,10 +143,11 @@ def test_verify_against_serial_steps():
     g256 = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256)
     assert g256.ratio == 4.09 and g256.source.raw.endswith("2026-12-04-h200-s30-call5-spec_verify_gdn_256.log")
     m = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256, geometry=(128, 64, 128, 8))
-    assert (m.ratio, m.recommendation) == (3.42, "replay")
-    # Mamba-2 was not timed at batch 8: the nearest measured batch, said
-    m8 = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=8, geometry=(128, 64, 128, 8))
-    assert (m8.ratio, m8.measured_batch) == (2.17, 16) and "nearest measured batch 16" in m8.text
+    assert (m.ratio, m.recommendation) == (4.72, "replay")  # the CUDA verify (session 33)
+    assert m.source.raw.endswith("2026-12-04-h200-s33-call4-spec_verify_f32.json")
+    # a batch between measured ones: the nearest measured batch, said
+    m100 = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=100, geometry=(128, 64, 128, 8))
+    assert (m100.ratio, m100.measured_batch) == (4.23, 64) and "nearest measured batch 64" in m100.text
     # KDA T = 8 from batch 64 came from the next device call: its own raw file
     k512 = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=8, batch=512)
     assert k512.ratio == 3.16 and k512.source.raw.endswith("2026-12-04-h200-s29-call4-spec_verify_kda8.log")

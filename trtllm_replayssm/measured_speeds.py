@@ -146,13 +146,13 @@ _KDA_DECODE = Source(
     _RESULTS + "2026-12-03-h200-kda_decode_s26.json",
 )
 _MAMBA2_VERIFY = Source(
-    "2026-11-30",
+    "2026-12-04",
     _H200,
-    "python benchmarks/spec_verify.py",
+    "python benchmarks/spec_verify.py --family mamba2 --T 2 4 8 --batch 8 16 64 256 512",
     _DOC,
     "Speculative verify",
-    "first table, Mamba-2 rows (verify v1.2, current)",
-    _RESULTS + "2026-11-30-h200-spec_verify_v2.json",
+    "session 33, Mamba-2: the CUDA verify, fp32 checkpoint",
+    _RESULTS + "2026-12-04-h200-s33-call4-spec_verify_f32.json",
 )
 _DELTA_VERIFY_S29 = Source(
     "2026-12-04",
@@ -208,15 +208,14 @@ _VERIFY_BF16_S31 = Source(
     "session 31, bf16 checkpoint",
     _RESULTS + "2026-12-04-h200-s31-call4-spec_verify_bf16.log",
 )
-_MAMBA2_VERIFY_BF16_S31 = Source(
+_MAMBA2_VERIFY_BF16 = Source(
     "2026-12-04",
     _H200,
-    'VARIANTS="w1s2 main" bash scripts/device_compare.sh m2bf16 benchmarks/spec_verify.py --state bf16 '
-    "--family mamba2 --T 2 4 8 --batch 4 32 64",
+    "python benchmarks/spec_verify.py --family mamba2 --state bf16 --T 2 4 8 --batch 4 16 32 64 256",
     _DOC,
     "Speculative verify",
-    "session 31, bf16 checkpoint",
-    _RESULTS + "2026-12-04-h200-s31-call5-compare_m2bf16_tree.log",
+    "session 33, Mamba-2: the CUDA verify, bf16 checkpoint",
+    _RESULTS + "2026-12-04-h200-s33-call4-spec_verify_bf16.json",
 )
 _GDN_VERIFY_S31_HISTORY = Source(
     "2026-12-04",
@@ -282,9 +281,9 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
 # checkpoint, B = 16.
 _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
-    (MAMBA2, SUPER, 2): (None, 1.47, 2.12, 2.40, 2.51),
-    (MAMBA2, SUPER, 4): (None, 2.17, 2.73, 3.42, 3.53),
-    (MAMBA2, SUPER, 8): (None, 1.97, 2.75, 3.09, 3.03),
+    (MAMBA2, SUPER, 2): (1.74, 2.26, 2.71, 3.01, 3.11),
+    (MAMBA2, SUPER, 4): (2.46, 3.56, 4.23, 4.72, 4.92),
+    (MAMBA2, SUPER, 8): (2.84, 4.13, 4.69, 5.17, 5.17),
     (GDN, QWEN35_122B, 2): (1.32, 1.74, 2.22, 2.71, 2.73),
     (GDN, QWEN35_122B, 4): (1.86, 2.87, 3.45, 4.09, 4.19),
     (GDN, QWEN35_122B, 8): (1.51, 2.60, 3.67, 4.23, 4.37),
@@ -292,13 +291,12 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
     (KDA, KIMI, 8): (1.19, 1.30, 2.51, 3.00, 3.16),
 }
-# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES (Mamba-2 batch 4 / 32 / 64 timed after
-# its one-warp launch at those batches).
+# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES (GDN/KDA not timed at batch 4 / 32).
 _VERIFY_BF16_BATCHES = (4, 16, 32, 64, 256)
 _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
-    (MAMBA2, SUPER, 2): (0.68, 0.76, 1.14, 1.37, 1.47),
-    (MAMBA2, SUPER, 4): (0.75, 1.03, 1.55, 1.83, 1.94),
-    (MAMBA2, SUPER, 8): (0.90, 1.02, 1.54, 1.65, 1.73),
+    (MAMBA2, SUPER, 2): (0.91, 1.48, 1.96, 2.18, 2.51),
+    (MAMBA2, SUPER, 4): (1.36, 2.09, 3.00, 3.26, 3.64),
+    (MAMBA2, SUPER, 8): (1.63, 2.17, 3.04, 3.24, 3.48),
     (GDN, QWEN35_122B, 2): (None, 0.96, None, 1.40, 1.62),
     (GDN, QWEN35_122B, 4): (None, 1.50, None, 2.17, 2.48),
     (GDN, QWEN35_122B, 8): (None, 1.25, None, 2.08, 2.39),
@@ -306,9 +304,7 @@ _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (KDA, KIMI, 4): (None, 0.81, None, 1.41, 1.59),
     (KDA, KIMI, 8): (None, 0.83, None, 1.30, 1.59),
 }
-_MAMBA2_VERIFY_BF16_SOURCES = (
-    (_MAMBA2_VERIFY_BF16_S31, _VERIFY_BF16_S31) + (_MAMBA2_VERIFY_BF16_S31,) * 2 + (_VERIFY_BF16_S31,)
-)
+_MAMBA2_VERIFY_BF16_SOURCES = (_MAMBA2_VERIFY_BF16,) * 5
 _VERIFY_BF16_SOURCES = {
     (family, T): sources
     for family, sources in (
@@ -322,7 +318,7 @@ _VERIFY_BF16_SOURCES = {
 # T = 8 from batch 64, cut by its time limit and timed in the next call; GDN batch 256-512 were
 # timed again after the flush launch's tiling changed there, and the cells that the history
 # product serves, T <= 4 at batch 8-16, with it).
-_MAMBA2_VERIFY_SOURCES = (None,) + (_MAMBA2_VERIFY,) * 4
+_MAMBA2_VERIFY_SOURCES = (_MAMBA2_VERIFY,) * 5
 _GDN_VERIFY_SOURCES = (_GDN_VERIFY_S30,) * 3 + (_GDN_VERIFY_S30_LARGE,) * 2
 _GDN_VERIFY_T2_SOURCES = (_GDN_VERIFY_S31_HISTORY,) * 2 + (_GDN_VERIFY_S30,) + (_GDN_VERIFY_S30_LARGE,) * 2
 _GDN_VERIFY_T4_SOURCES = (_GDN_VERIFY_S31_HISTORY, _GDN_VERIFY_S30_HISTORY, _GDN_VERIFY_S30) + (_GDN_VERIFY_S30_LARGE,) * 2
