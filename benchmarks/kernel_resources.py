@@ -1,7 +1,7 @@
 """Registers per thread, spill bytes and shared memory of each Triton kernel at its default
 launch configuration, compiled for an NVIDIA architecture on a machine without a GPU; for the
-Mamba-2 replay step at sm_90 also the CUDA C++ step's two kernels (bf16 and fp32 checkpoints,
-NVRTC, ``cuda_step_resources``).
+Mamba-2 replay step and verify at sm_90 also the CUDA C++ kernels the op routes there (bf16 and
+fp32 checkpoints, NVRTC, ``cuda_step_resources``, ``cuda_verify_resources``).
 
     python benchmarks/kernel_resources.py                        # every kernel, sm_90a, batch 256, T 4, L 16
     python benchmarks/kernel_resources.py --family gdn kda --T 2 4 8
@@ -62,6 +62,8 @@ from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_repla
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
 from trtllm_replayssm.kernels.mamba2_replay_cuda import SOURCE, cuda_step_config, step_defines, step_shared_bytes
+from trtllm_replayssm.kernels.mamba2_verify_cuda import SOURCE as VERIFY_SOURCE
+from trtllm_replayssm.kernels.mamba2_verify_cuda import cuda_verify_config, verify_defines, verify_shared_bytes
 from trtllm_replayssm.kernels.mamba2_snapshot import launch_mamba2_snapshot_verify
 from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
@@ -70,6 +72,8 @@ from trtllm_replayssm.ops import spec_buffer_len
 ROUTES = ("decode_step", "replay_step", "replay_verify", "snapshot_verify")
 # (nheads, head_dim, d_state, ngroups) and (k_heads, v_heads, head_k_dim, head_v_dim), TP = 1.
 GEOMETRIES = {MAMBA2: (128, 64, 128, 8), GDN: (16, 64, 128, 128), KDA: (32, 32, 128, 128)}
+# The CUDA kernels' optional inputs: D per head, dt_bias, softplus, bf16 dt (the Mamba-2 layers' own).
+_CUDA_FLAGS = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
 BF16 = torch.bfloat16
 
 
@@ -227,6 +231,21 @@ def sass_line_counts(sass: str, source: str) -> Dict[Optional[int], Counter]:
     return counts
 
 
+def _cubin_resources(cubin: bytes) -> list:
+    """(name, registers, stack, static shared, local) of every kernel of a cubin, read with Triton's
+    bundled cuobjdump."""
+    tool = os.path.join(_TRITON_BIN, "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernels.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        report = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True).stdout
+    found = re.findall(r"Function (\w+):\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", report)
+    if not found:
+        raise RuntimeError(f"kernel_resources: unexpected cuobjdump report:\n{report}")
+    return [(name, int(regs), int(stack), int(static), int(local)) for name, regs, stack, static, local in found]
+
+
 def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
     """[KernelResources] of the CUDA Mamba-2 step's kernels (kernels/cuda/mamba2_replay_step.cu: the
     step and the coefficient launch at the launch table's configuration at batch 256, the small
@@ -236,29 +255,32 @@ def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
     static; ``spill_stores`` / ``spill_loads``: both the kernel's local memory and stack bytes,
     where ptxas puts spills)."""
     H, P, N, G = GEOMETRIES[MAMBA2]
-    flags = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
-    tool = os.path.join(_TRITON_BIN, "cuobjdump")
     out = []
     for batch, entries in ((256, ("mamba2_replay_step", "mamba2_replay_coefficients")), (1, ("mamba2_replay_small",)),
                            (2, ("mamba2_replay_small",))):  # fmt: skip
         cfg = cuda_step_config(P, N, L, batch, state_bytes)
-        cubin = compile_program(SOURCE, "sm_90", step_defines(H, G, P, N, L, cfg, flags, state_bytes))
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "step.cubin")
-            with open(path, "wb") as f:
-                f.write(cubin)
-            report = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True).stdout
-        found = re.findall(r"Function (\w+):\s+REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", report)
+        found = _cubin_resources(compile_program(SOURCE, "sm_90", step_defines(H, G, P, N, L, cfg, _CUDA_FLAGS, state_bytes)))
         for name, regs, stack, static, local in found:
             if name not in entries:
                 continue
-            step = name == "mamba2_replay_step"
-            shared = step_shared_bytes(P, N, L, cfg.stages, state_bytes) if step else int(static)
+            shared = step_shared_bytes(P, N, L, cfg.stages, state_bytes) if name == "mamba2_replay_step" else static
             # cuobjdump reports local memory and stack, not stores and loads apart: both columns show them
-            spill = int(stack) + int(local)
-            out.append(KernelResources(f"{name}({cfg.label()})", int(regs), spill, spill, shared))
-        if len(found) != 3:
-            raise RuntimeError(f"kernel_resources: unexpected cuobjdump report:\n{report}")
+            out.append(KernelResources(f"{name}({cfg.label()})", regs, stack + local, stack + local, shared))
+    return out
+
+
+def cuda_verify_resources(batch: int, T: int, L: int = 16, state_bytes: int = 2) -> list:
+    """[KernelResources] of the CUDA Mamba-2 verify's two kernels (kernels/cuda/mamba2_verify_step.cu)
+    at their launch rule's configuration for ``batch`` and ``T`` window tokens, history B = ``L``
+    (records L + T), for the Mamba-2 geometry; columns as :func:`cuda_step_resources`."""
+    H, P, N, G = GEOMETRIES[MAMBA2]
+    records = L + T
+    cfg = cuda_verify_config(P, N, records, T, batch, state_bytes)
+    defines = verify_defines(H, G, P, N, records, T, cfg, _CUDA_FLAGS, state_bytes, True)
+    out = []
+    for name, regs, stack, static, local in _cubin_resources(compile_program(VERIFY_SOURCE, "sm_90", defines)):
+        shared = verify_shared_bytes(P, N, records, T, cfg.stages, state_bytes) if name == "mamba2_verify_step" else static
+        out.append(KernelResources(f"{name}({cfg.label()})", regs, stack + local, stack + local, shared))
     return out
 
 
@@ -417,8 +439,11 @@ def main(argv=None) -> None:
                     compiled = compile_step(family, route, batch=batch, T=T, L=args.L, arch=args.arch)
                     rows = [ptxas_resources(name, kernel, args.arch) for name, kernel, _ in compiled]
                     if (family, route, args.arch) == (MAMBA2, "replay_step", 90):
-                        # the op's route for bf16 checkpoints at batch >= 16 (fp32: forced only)
+                        # the op's route for bf16 and fp32 checkpoints with bf16 activations
                         rows += cuda_step_resources(args.L, 2) + cuda_step_resources(args.L, 4)
+                    if (family, route, args.arch) == (MAMBA2, "replay_verify", 90):
+                        # the op's route for bf16 and fp32 checkpoints with bf16 activations, T <= 8
+                        rows += cuda_verify_resources(batch, T, 16, 2) + cuda_verify_resources(batch, T, 16, 4)
                     for r in rows:
                         print(
                             f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "

@@ -80,6 +80,23 @@ def test_cuda_step_launch_table_compiles_without_local_memory(L, state_bytes):
     assert small_1.registers <= 255 and small_2.registers <= (64 if L <= 16 else 255), kernels
 
 
+@pytest.mark.parametrize("T", [1, 2, 4, 8])
+@pytest.mark.parametrize("batch", [16, 256])
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+def test_cuda_verify_stays_within_its_register_cap(state_bytes, batch, T):
+    """The CUDA Mamba-2 verify at its launch rule (B = 16): the step kernel within the register cap
+    of its CTAs a multiprocessor (three bf16 CTAs: 128; two fp32: 204), without spills for fp32
+    rows and at most 32 bytes of stack for bf16 ones (24 at T = 4: kernel notes, session 33); the
+    coefficient launch without spills."""
+    from kernel_resources import cuda_verify_resources
+
+    step, coef = sorted(cuda_verify_resources(batch, T, 16, state_bytes), key=lambda r: r.kernel, reverse=True)
+    assert step.kernel.startswith("mamba2_verify_step") and coef.kernel.startswith("mamba2_verify_coefficients")
+    assert step.registers <= (128 if state_bytes == 2 else 204), step
+    assert step.spill_stores <= (32 if state_bytes == 2 else 0), step
+    assert coef.spill_stores == 0 and coef.registers <= 128, coef
+
+
 def test_sass_line_counts_attribute_each_instruction_to_its_innermost_frame_in_the_file(tmp_path):
     """An instruction goes to the innermost frame in the file of the location comments written
     since the previous instruction; the next instructions keep it; other files' frames and
