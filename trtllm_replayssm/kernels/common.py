@@ -7,16 +7,36 @@ large pools).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["KERNELS", "LaunchConfig", "mamba2_launch_config", "mamba2_step_args", "mamba2_step_constexprs"]
+__all__ = ["KERNELS", "LaunchConfig", "mamba2_launch_config", "mamba2_step_args", "mamba2_step_constexprs",
+           "resolve_kernel"]
 
 # The replay launchers' ``kernel`` argument: the op's choice, or the Triton or CUDA C++ kernel.
 KERNELS = ("auto", "triton", "cuda")
+
+
+def resolve_kernel(launcher: str, kernel: str, config, cuda_config_type: type, auto: Callable[[], str]) -> str:
+    """The kernel a launcher runs, ``"triton"`` or ``"cuda"``: ``kernel`` itself unless ``"auto"``;
+    then the kind of ``config`` (a ``cuda_config_type``: CUDA; a :class:`LaunchConfig`: Triton),
+    else ``auto()`` (the op's route rule).
+
+    Raises:
+        ValueError: ``kernel`` is not one of :data:`KERNELS` (naming ``launcher``).
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"{launcher}: kernel is {kernel!r}; expected one of {KERNELS}")
+    if kernel != "auto":
+        return kernel
+    if isinstance(config, cuda_config_type):
+        return "cuda"
+    if isinstance(config, LaunchConfig):
+        return "triton"
+    return auto()
 
 
 @triton.jit

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import KERNELS, LaunchConfig, advance_cursor
+from .common import LaunchConfig, advance_cursor, resolve_kernel
 from .gated_delta_replay_cuda import (DeltaCudaConfig, delta_cuda_unsupported,
                                       launch_delta_replay_step_cuda)
 from .gated_delta_common import (fold_records, gated_delta_launch_config, gated_delta_step_args,
@@ -215,13 +215,8 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
     chooses its kernel), ``"triton"`` or ``"cuda"`` (ValueError where the CUDA step does not
     apply). ``config``: a :class:`LaunchConfig` for the Triton kernel or a
     :class:`~.gated_delta_replay_cuda.DeltaCudaConfig` for the CUDA one (None: the launch tables)."""
-    if kernel not in KERNELS:
-        raise ValueError(f"launch_gated_delta_replay_step: kernel is {kernel!r}; expected one of {KERNELS}")
-    if kernel == "auto":
-        if isinstance(config, (DeltaCudaConfig, LaunchConfig)):
-            kernel = "cuda" if isinstance(config, DeltaCudaConfig) else "triton"
-        else:
-            kernel = replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    kernel = resolve_kernel("launch_gated_delta_replay_step", kernel, config, DeltaCudaConfig,
+                            lambda: replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g))
     if kernel == "cuda":
         return launch_delta_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
                                              beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,

@@ -35,7 +35,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import (KERNELS, LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
-                     mamba2_step_constexprs, process_dt, skip_gate_store, split_dot)
+                     mamba2_step_constexprs, process_dt, resolve_kernel, skip_gate_store, split_dot)
 from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
 __all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "KERNELS"]
@@ -229,13 +229,8 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
     (ValueError where the CUDA step does not apply). ``config``: a :class:`LaunchConfig` for the
     Triton kernel or a :class:`~.mamba2_replay_cuda.CudaStepConfig` for the CUDA one (None: the
     launch tables)."""
-    if kernel not in KERNELS:
-        raise ValueError(f"launch_mamba2_replay_step: kernel is {kernel!r}; expected one of {KERNELS}")
-    if kernel == "auto":
-        if isinstance(config, (CudaStepConfig, LaunchConfig)):
-            kernel = "cuda" if isinstance(config, CudaStepConfig) else "triton"
-        else:
-            kernel = replay_step_kernel(checkpoint, x_records, B_records, x)
+    kernel = resolve_kernel("launch_mamba2_replay_step", kernel, config, CudaStepConfig,
+                            lambda: replay_step_kernel(checkpoint, x_records, B_records, x))
     if kernel == "cuda":
         return launch_mamba2_replay_step_cuda(
             checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids=slot_ids,

@@ -39,7 +39,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (KERNELS, LaunchConfig, last_arrival, mamba2_launch_config, mamba2_optional_inputs,
+from .common import (LaunchConfig, last_arrival, resolve_kernel, mamba2_launch_config, mamba2_optional_inputs,
                      mamba2_step_constexprs, process_dt, verify_flushes, window_tokens)
 from .mamba2_replay_cuda import CudaStepConfig
 from .mamba2_verify_cuda import cuda_verify_unsupported, launch_mamba2_replay_verify_cuda
@@ -334,13 +334,8 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
     (ValueError where the CUDA verify does not apply). ``config``: a :class:`LaunchConfig` for the
     Triton kernel or a :class:`~.mamba2_replay_cuda.CudaStepConfig` for the CUDA one (None: the
     launch rules)."""
-    if kernel not in KERNELS:
-        raise ValueError(f"launch_mamba2_replay_verify: kernel is {kernel!r}; expected one of {KERNELS}")
-    if kernel == "auto":
-        if isinstance(config, (CudaStepConfig, LaunchConfig)):
-            kernel = "cuda" if isinstance(config, CudaStepConfig) else "triton"
-        else:
-            kernel = replay_verify_kernel(checkpoint, x_records, B_records, x, B, C)
+    kernel = resolve_kernel("launch_mamba2_replay_verify", kernel, config, CudaStepConfig,
+                            lambda: replay_verify_kernel(checkpoint, x_records, B_records, x, B, C))
     if kernel == "cuda":
         return launch_mamba2_replay_verify_cuda(
             checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,

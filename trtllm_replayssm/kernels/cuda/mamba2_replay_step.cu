@@ -214,16 +214,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
-#pragma unroll 1
-    for (int i = 0; i < STAGES; ++i) {
-      const int u = blockIdx.x + i * gridDim.x;
-      const int slot = __shfl_sync(0xffffffffu, slot_l, i);
-      if (u >= units || slot < 0) continue;
-      const u32 full = bars + 8 * i;
-      if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
-      __syncwarp();
-      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
-    }
+    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, slot_l, lane);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
