@@ -1,5 +1,7 @@
 """ReplaySSM Mamba-2 speculative verify: the outputs of T window tokens per row from checkpoint +
-committed records, in one launch; no state is stored except at a flush.
+committed records, in one launch; no state is stored except at a flush. On sm_90 with bf16 or fp32
+checkpoints, bf16 activations and T <= 8 the launcher runs the CUDA C++ verify instead
+(:mod:`.mamba2_verify_cuda`, same contract; :func:`replay_verify_kernel`).
 
 Contract (the float64 reference is :func:`trtllm_replayssm.reference.spec.mamba2_replay_verify_ref`):
 a row with w committed records and n window tokens flushes when ``w + n > L - 1``.
