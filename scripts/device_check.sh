@@ -26,7 +26,9 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 status=0
 run_tests() {  # one test path, its log in $OUT; prints its summary line
   local t=$1 log="$OUT/pytest_$(basename "$1" .py).log" rc=0
-  timeout "$LIMIT" python3 -m pytest -q "$t" -p no:cacheprovider -rs --durations=10 > "$log" 2>&1 || rc=1
+  # Two CPU threads a test process: several processes (JOBS, or pytest -n) sharing the machine's
+  # 16 cores with torch's default thread count each: the float64 oracles run on the CPU.
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} timeout "$LIMIT" python3 -m pytest -q "$t" -p no:cacheprovider -rs --durations=10 > "$log" 2>&1 || rc=1
   echo "$t: $(grep -E '(passed|failed|error)' "$log" | tail -1)"
   return $rc
 }
