@@ -97,10 +97,11 @@ def coefficient_split(heads_per_group: int) -> int:
 
 def coefficient_floats(L: int) -> int:
     """Floats of one (row, head) coefficient block: coef[LP], wgt[LP], decay, w, 2 pad."""
-    return 2 * _records_padded(L) + 4
+    return 2 * records_padded(L) + 4
 
 
-def _records_padded(L: int) -> int:
+def records_padded(L: int) -> int:
+    """L rounded up to 16 (the .cu files' LP: the flush fold's tensor-core K dimension)."""
     return (L + 15) // 16 * 16
 
 
@@ -109,7 +110,7 @@ def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_by
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
     coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the
     .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
-    LP = _records_padded(L)
+    LP = records_padded(L)
     coef = coefficient_floats(L) * 4
     stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef + 16
     stage = (stage + 1023) // 1024 * 1024
@@ -221,7 +222,7 @@ def step_defines(
             f"head_dim {head_dim}"
         )
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
+                LREC=L, LP=records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
                 SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math))
     return tuple(sorted({**base, **flags}.items()))
 
@@ -229,7 +230,10 @@ def step_defines(
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
-def _flags(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Optional[Tensor], dt_softplus: bool) -> dict:
+def mamba2_input_defines(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Optional[Tensor],
+                         dt_softplus: bool) -> dict:
+    """The CUDA Mamba-2 kernels' -D constants for the optional inputs and the dtypes of dt, dt_bias
+    and D (HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, DT_CODE, DTB_CODE, D_CODE)."""
     return dict(
         HAS_D=int(D is not None),
         D_PER_DIM=int(D is not None and D.dim() == 2),
@@ -357,7 +361,7 @@ def launch_mamba2_replay_step_cuda(
             raise ValueError(f"mamba2_replay_step (CUDA, small): {small_reason}")
         # The table's small kernel cannot read these inputs; the two launches can (same results).
         cfg = replace(cfg, small=False)
-    defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es)
+    defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, mamba2_input_defines(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
     if cfg.small:

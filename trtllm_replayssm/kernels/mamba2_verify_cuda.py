@@ -26,10 +26,10 @@ from .gated_delta_common import multiprocessor_count
 from .mamba2_replay_cuda import (
     COEF_WARPS_4_BATCH,
     CudaStepConfig,
-    _flags,
-    _records_padded,
     coefficient_split,
     cuda_step_unsupported,
+    mamba2_input_defines,
+    records_padded,
     step_threads,
 )
 from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps, copyable_rows,
@@ -58,7 +58,7 @@ def verify_coefficient_floats(L: int, T: int) -> int:
     """Floats of one (row, head) coefficient block: hist[LP][TP], win[TP][TP], decay[TP], wgt[LP],
     fold decay, w, n, rounded up to 4 (the .cu file's COEF_FLOATS; a CPU test reads the compiled
     value)."""
-    LP, TP = _records_padded(L), _tokens_padded(T)
+    LP, TP = records_padded(L), _tokens_padded(T)
     return (LP * TP + TP * TP + TP + LP + 3 + 3) // 4 * 4
 
 
@@ -67,7 +67,7 @@ def verify_shared_bytes(head_dim: int, d_state: int, L: int, T: int, stages: int
     (checkpoint rows of ``state_bytes`` elements, the history's x records, padded B records, the
     window's C rows in the checkpoint's dtype, the coefficient block, meta), 1 KiB of alignment slack, two mbarriers per
     stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
-    LP = _records_padded(L)
+    LP = records_padded(L)
     stage = (head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + T * d_state * state_bytes
              + verify_coefficient_floats(L, T) * 4 + 16)
     stage = (stage + 1023) // 1024 * 1024
@@ -115,7 +115,7 @@ def verify_defines(nheads: int, ngroups: int, head_dim: int, d_state: int, L: in
     """The .cu file's -D constants for a shape, T, config, checkpoint element size and the
     optional inputs."""
     base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
-                LREC=L, LP=_records_padded(L), VT=T, STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
+                LREC=L, LP=records_padded(L), VT=T, STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
                 COEF_WARPS=cfg.coef_warps, HAS_NUM_TOKENS=int(has_num_tokens))
     return tuple(sorted({**base, **flags}.items()))
 
@@ -198,7 +198,7 @@ def launch_mamba2_replay_verify_cuda(
     cfg = config or cuda_verify_config(head_dim, d_state, L, T, batch, es)
     if cfg.small:
         raise ValueError("mamba2_replay_verify (CUDA): config asks for the small kernel; the verify has two launches only")
-    defines = verify_defines(nheads, ngroups, head_dim, d_state, L, T, cfg, _flags(dt, dt_bias, D, z, dt_softplus), es,
+    defines = verify_defines(nheads, ngroups, head_dim, d_state, L, T, cfg, mamba2_input_defines(dt, dt_bias, D, z, dt_softplus), es,
                              num_tokens is not None)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
