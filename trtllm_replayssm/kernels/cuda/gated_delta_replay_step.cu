@@ -70,8 +70,6 @@
 // three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), L2NORM
 // (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
-#include "replay_common.cuh"
-
 #define VPK (VHEADS / KHEADS)               // value heads per key head
 #define PARTS (DV / ROWS)                   // units per (row, value head)
 #define CONSUMERS (ROWS / 16)
@@ -80,12 +78,11 @@
 #endif
 #define PRODUCER (CONSUMERS + COEF_WARPS)   // the producer's warp index
 #define CWARPS (COEF_WARPS ? COEF_WARPS : CONSUMERS)  // warps forming a unit's coefficients (one launch)
-#define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
+#define CKPT_ROWS ROWS                      // a unit: ROWS value rows of one value head
+#define CKPT_COLS DK
+#include "ckpt_stage.cuh"
 #define EPC (16 / ES)                       // checkpoint elements per 16-byte chunk
-#define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
-#define NBOX (DK / BOXC)                    // boxes of a checkpoint row
 #define HALF (DK / 2)                       // columns of a lane (lanes 0-15: the first half)
-#define CKPT_BYTES (ROWS * DK * ES)
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
@@ -133,11 +130,6 @@
 #define BAR_READY(st) (bars + 8 * (2 * STAGES + (st)))
 #define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH && !COEF_WARPS ? 2 * STAGES + (st) : (st)))
 extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
-
-// Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [ROWS][128 B].
-__device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
-  return (col / BOXC) * (ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
-}
 
 // N bf16x2 words as 2N fp32 values (each word's low half first).
 template <int N>

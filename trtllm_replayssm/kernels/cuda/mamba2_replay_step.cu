@@ -46,7 +46,7 @@
 #include "mamba2_common.cuh"
 
 #define X_BYTES (LP * ROWS * 2)
-#define B_BYTES (LP * B_PITCH)
+#define B_BYTES (LP * REC_PITCH)
 #define C_BYTES (DSTATE * 2)
 #define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -254,8 +254,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         const u16* Brow0 = B_records + slot * sBr_slot + g * sBr_group;
         // x records 0..nx-1 are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 31) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, nx * ROWS * 2, full);
-        // B record rows padded (B_PITCH: the fold's ldmatrix reads are conflict-free).
-        if (b_rows && lane < LREC) bulk_load(stage + OFF_B + lane * B_PITCH, Brow0 + lane * sBr_pos, DSTATE * 2, full);
+        // B record rows padded (REC_PITCH: the fold's ldmatrix reads are conflict-free).
+        if (b_rows && lane < LREC) bulk_load(stage + OFF_B + lane * REC_PITCH, Brow0 + lane * sBr_pos, DSTATE * 2, full);
         if (lane == 0) {
           bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
           bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);

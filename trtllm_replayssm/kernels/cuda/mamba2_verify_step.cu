@@ -61,7 +61,7 @@
 #define COEF_FLOATS ((C_OFF_FOLD + 3 + 3) / 4 * 4)
 #define COEF_BYTES (COEF_FLOATS * 4)
 #define X_BYTES (LP * ROWS * 2)
-#define B_BYTES (LP * B_PITCH)
+#define B_BYTES (LP * REC_PITCH)
 #define C_BYTES (VT * DSTATE * ES)              // the window's C rows, in the checkpoint's dtype
 #define OFF_X CKPT_BYTES
 #define OFF_B (OFF_X + X_BYTES)
@@ -384,7 +384,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         // The history's x records 0..w-1: one dense range (position stride head_dim).
         if (lane == 31 && w > 0) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, w * ROWS * 2, full);
         if (flush && lane < w)
-          bulk_load(stage + OFF_B + lane * B_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos, DSTATE * 2, full);
+          bulk_load(stage + OFF_B + lane * REC_PITCH, B_records + slot * sBr_slot + g * sBr_group + lane * sBr_pos, DSTATE * 2, full);
         if (lane == 0) {
           bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
           bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * C_BYTES, C_BYTES, full);

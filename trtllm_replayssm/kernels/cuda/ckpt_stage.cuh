@@ -1,0 +1,110 @@
+// The checkpoint stage of the CUDA C++ persistent kernels (Mamba-2 step and verify, GDN/KDA step):
+// CKPT_ROWS rows of CKPT_COLS columns (a multiple of 64), TMA-copied as boxes of 128 bytes of
+// columns with the 128-byte swizzle, each box [CKPT_ROWS][128 B]; element sizes, offsets, fp32
+// pairs in and out, and a consumer warp's flush fold of records on tensor cores. Needs CKPT_F32
+// (the -D constant), CKPT_ROWS and CKPT_COLS (the including file defines them before including
+// this), and LP for the fold. sm_90.
+
+#include "replay_common.cuh"
+
+#define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
+#define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
+#define NBOX (CKPT_COLS / BOXC)             // boxes of a checkpoint row
+#define CKPT_BYTES (CKPT_ROWS * CKPT_COLS * ES)
+#define REC_PITCH (CKPT_COLS * 2 + 16)      // a bf16 record row of CKPT_COLS in shared memory, padded:
+                                            // ldmatrix rows 16 bytes apart in banks
+
+// Offset of checkpoint element (row, col) in a stage: boxes of BOXC columns, each [CKPT_ROWS][128 B].
+__device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
+  return (col / BOXC) * (CKPT_ROWS * 128u) + swizzle128(row, (col % BOXC) * ES);
+}
+
+// Checkpoint elements (row, col) and (row, col + 1) of a stage as fp32 (col even), and back,
+// rounded to the checkpoint dtype.
+__device__ __forceinline__ void load_pair(const unsigned char* stage, u32 row, u32 col, float& a, float& b) {
+#if CKPT_F32
+  const Pair v = *(const Pair*)(stage + ckpt_offset(row, col));
+  a = v.x;
+  b = v.y;
+#else
+  const u32 v = *(const u32*)(stage + ckpt_offset(row, col));
+  a = bf16_to_f32((u16)(v & 0xffffu));
+  b = bf16_to_f32((u16)(v >> 16));
+#endif
+}
+
+__device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 col, float a, float b) {
+#if CKPT_F32
+  Pair v;
+  v.x = a;
+  v.y = b;
+  *(Pair*)(stage + ckpt_offset(row, col)) = v;
+#else
+  *(u32*)(stage + ckpt_offset(row, col)) = pack_bf16x2(a, b);
+#endif
+}
+
+// ------------------------------------------------------------------ the flush fold
+
+// A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place: S = decay S0 + sum_{j <= last}
+// wgt_j x_j B_jᵀ, 64 columns at a time (8 n tiles of 8 columns) on tensor cores, wgt_j x_j in
+// three bf16 parts (24 bits) over fp32 accumulators started from decay S0, rounded to the
+// checkpoint dtype. xs: the records' per-row values x_j, [LP][CKPT_ROWS] bf16 in shared memory;
+// b_rows: shared address of the LP records' column rows B_j, REC_PITCH bytes apart; wgt[LP];
+// records after ``last`` are neither read nor weighted.
+__device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
+                                               float decay, int last, int r0, int lane) {
+  const int gq = lane >> 2, tq = lane & 3;
+  const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
+#pragma unroll 1
+  for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        load_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
+        s[n][2 * half] *= decay;
+        s[n][2 * half + 1] *= decay;
+      }
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < LP; k0 += 16) {
+      // A: rows (gq, gq + 8) x records (k0 + 2 tq + {0, 1}, + 8), s_j x_j in three parts.
+      u32 ah[4], am[4], al[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int rr = r0 + gq + 8 * (q & 1);
+        const int j = k0 + 2 * tq + 8 * (q >> 1);
+        float v0 = 0.0f, v1 = 0.0f;
+        if (j <= last) v0 = wgt[j] * bf16_to_f32(xs[j * CKPT_ROWS + rr]);
+        if (j + 1 <= last) v1 = wgt[j + 1] * bf16_to_f32(xs[(j + 1) * CKPT_ROWS + rr]);
+        float h0, m0, l0, h1, m1, l1;
+        split3(v0, h0, m0, l0);
+        split3(v1, h1, m1, l1);
+        ah[q] = pack_bf16x2(h0, h1);
+        am[q] = pack_bf16x2(m0, m1);
+        al[q] = pack_bf16x2(l0, l1);
+      }
+      // B: records as rows k (clamped to last: finite values times a zero A), 8 columns a tile.
+      const int k = k0 + kr <= last ? k0 + kr : last;
+#pragma unroll
+      for (int n = 0; n < 8; n += 2) {
+        u32 b0, b1, b2, b3;
+        ldmatrix_x4_trans(b_rows + k * REC_PITCH + (cb * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
+        mma_bf16(s[n], ah[0], ah[1], ah[2], ah[3], b0, b1);
+        mma_bf16(s[n], am[0], am[1], am[2], am[3], b0, b1);
+        mma_bf16(s[n], al[0], al[1], al[2], al[3], b0, b1);
+        mma_bf16(s[n + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);
+        mma_bf16(s[n + 1], am[0], am[1], am[2], am[3], b2, b3);
+        mma_bf16(s[n + 1], al[0], al[1], al[2], al[3], b2, b3);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
+    }
+  }
+}
