@@ -67,12 +67,14 @@ def test_cuda_verify_long_run_against_float64(g, T, B, state, with_z, D_per_dim)
     assert worst["ckpt"] < STATE_TOL[state], worst
 
 
+@pytest.mark.parametrize("all_tokens", [False, True], ids=["num_tokens", "every-row-T"])
 @pytest.mark.parametrize("state", ["f32", "bf16"])
 @pytest.mark.parametrize("T", [2, 4, 8])
-def test_cuda_verify_equals_the_triton_kernel(T, state):
+def test_cuda_verify_equals_the_triton_kernel(T, state, all_tokens):
     """One verify on two copies of a cache with spread cursors (flush and non-flush rows, a padding
-    row, fewer tokens in some rows): outputs and flushed checkpoints to fp32 rounding, records,
-    cursors and pending equal (dt records to the last bits of softplus)."""
+    row, fewer tokens in some rows, or num_tokens None: every row T): outputs and flushed
+    checkpoints to fp32 rounding, records, cursors and pending equal (dt records to the last bits
+    of softplus)."""
     fam = Mamba2Family(SUPER, with_z=True)
     L = spec_buffer_len(16, T)
     p = fam.make_params("cuda")
@@ -87,7 +89,7 @@ def test_cuda_verify_equals_the_triton_kernel(T, state):
         c.dt_records.uniform_(0.01, 0.05)
         c.cursor.copy_(torch.tensor([0, L - 1, L - T, L - T - 1, 3, L - 2, 1, L - 1, 2], dtype=torch.int32))
         caches.append(c)
-    n = torch.tensor([draw("short", T)[0] for _ in range(8)], dtype=torch.int32, device="cuda")
+    n = None if all_tokens else torch.tensor([draw("short", T)[0] for _ in range(8)], dtype=torch.int32, device="cuda")
     win = make_window(fam, 8, T, torch.bfloat16, "cuda")
     outs = [torch.full_like(win["x"], 42.0) for _ in range(2)]
     for c, out, verify in zip(caches, outs, (CUDA, TRITON)):
