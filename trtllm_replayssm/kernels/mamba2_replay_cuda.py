@@ -131,13 +131,26 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1-3 bf16, 1-4 fp32;
     up to ``SMALL_MAX_BATCH_UNCAPPED`` where its registers cannot be capped; :func:`small_config`),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it."""
-    per_cta = step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA
-    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
-    if ctas < 1:
-        raise ValueError(f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L} do not fit a multiprocessor")
+    ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
+                       f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
     fits = small_fits_register_cap(head_dim, d_state, L)
     if batch <= (SMALL_MAX_BATCH[state_bytes] if fits else SMALL_MAX_BATCH_UNCAPPED):
         return small_config(head_dim, d_state, L, batch, state_bytes)
+    return ring
+
+
+def ring_config(head_dim: int, shared_bytes: int, batch: int, what: str) -> CudaStepConfig:
+    """The two-launch rule of the persistent Mamba-2 kernels (step and verify) for two stages of
+    ``shared_bytes`` dynamic shared memory a CTA: as many CTAs per multiprocessor as shared memory
+    and a 128-register cap allow (at most 3), programmatic dependent launch, coefficient CTAs of 16
+    warps below ``COEF_WARPS_4_BATCH`` and 4 from it.
+
+    Raises:
+        ValueError: one CTA does not fit a multiprocessor (the message starts with ``what``).
+    """
+    ctas = min(3, SMEM_PER_SM // (shared_bytes + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (step_threads(head_dim) * 128))
+    if ctas < 1:
+        raise ValueError(f"{what} do not fit a multiprocessor")
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
 
 

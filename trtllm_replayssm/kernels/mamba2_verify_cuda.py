@@ -24,15 +24,15 @@ from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
 from .mamba2_replay_cuda import (
-    COEF_WARPS_4_BATCH,
     CudaStepConfig,
     coefficient_split,
     cuda_step_unsupported,
     mamba2_input_defines,
     records_padded,
+    ring_config,
     step_threads,
 )
-from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps, copyable_rows,
+from .nvrtc import (SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps, copyable_rows,
                     load_kernel)
 
 __all__ = [
@@ -75,16 +75,10 @@ def verify_shared_bytes(head_dim: int, d_state: int, L: int, T: int, stages: int
 
 
 def cuda_verify_config(head_dim: int, d_state: int, L: int, T: int, batch: int, state_bytes: int) -> CudaStepConfig:
-    """The replay step's launch rule (:func:`~.mamba2_replay_cuda.cuda_step_config`, without its small
-    kernel) at the verify kernel's stage size: two stages, as many CTAs per multiprocessor as shared
-    memory and a 128-register cap allow (at most 3), programmatic dependent launch, coefficient CTAs
-    of 16 warps below ``COEF_WARPS_4_BATCH`` and 4 from it."""
-    per_cta = verify_shared_bytes(head_dim, d_state, L, T, 2, state_bytes) + SMEM_RESERVED_PER_CTA
-    ctas = min(3, SMEM_PER_SM // per_cta, REGISTERS_PER_SM // (step_threads(head_dim) * 128))
-    if ctas < 1:
-        raise ValueError(
-            f"cuda_verify_config: head_dim {head_dim}, d_state {d_state}, L {L}, T {T} do not fit a multiprocessor")
-    return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
+    """The replay step's two-launch rule (:func:`~.mamba2_replay_cuda.ring_config`; no small kernel)
+    at the verify kernel's stage size."""
+    return ring_config(head_dim, verify_shared_bytes(head_dim, d_state, L, T, 2, state_bytes), batch,
+                       f"cuda_verify_config: head_dim {head_dim}, d_state {d_state}, L {L}, T {T}")
 
 
 def cuda_verify_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor, B: Tensor,
