@@ -110,6 +110,20 @@ __device__ __forceinline__ void write_window_B(u16* Br, long long sBr_group, lon
   }
 }
 
+// The lane's share of one B row (PER_LANE consecutive bf16 from ``row``, read as 32-bit pairs, kept
+// in ``raw``) dotted with every window token's C (the lane's elements of C_s in c[s]): part[s] += .
+__device__ __forceinline__ void add_row_dot_c(const u16* row, const float (&c)[VT][PER_LANE], float (&part)[VT],
+                                              u32 (&raw)[PER_LANE / 2]) {
+#pragma unroll
+  for (int e = 0; e < PER_LANE; e += 2) {
+    const u32 v = ((const u32*)row)[e / 2];
+    raw[e / 2] = v;
+    const float b0 = bf16_to_f32((u16)(v & 0xffffu)), b1 = bf16_to_f32((u16)(v >> 16));
+#pragma unroll
+    for (int s = 0; s < VT; ++s) part[s] += b0 * c[s][e] + b1 * c[s][e + 1];
+  }
+}
+
 // ------------------------------------------------------------------ launch 1: coefficients
 
 extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_verify_coefficients(
@@ -156,16 +170,8 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_verify_coef
     const int k = warp + COEF_WARPS * r;
 #pragma unroll
     for (int s = 0; s < VT; ++s) hpart[r][s] = 0.0f;
-    if (k < LREC) {
-      const u32* row = (const u32*)(Brec + k * sBr_pos + lane * PER_LANE);
-#pragma unroll
-      for (int e = 0; e < PER_LANE; e += 2) {
-        const u32 v = row[e / 2];
-        const float b0 = bf16_to_f32((u16)(v & 0xffffu)), b1 = bf16_to_f32((u16)(v >> 16));
-#pragma unroll
-        for (int s = 0; s < VT; ++s) hpart[r][s] += b0 * c[s][e] + b1 * c[s][e + 1];
-      }
-    }
+    u32 raw[PER_LANE / 2];  // unused: a history record's B is not written back
+    if (k < LREC) add_row_dot_c(Brec + k * sBr_pos + lane * PER_LANE, c, hpart[r], raw);
   }
   // B_j . C_s of this warp's window records j = warp + COEF_WARPS r, for s >= j; their B kept as
   // read (32-bit pairs) for the records.
@@ -178,17 +184,7 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_verify_coef
     for (int s = 0; s < VT; ++s) wpart[r][s] = 0.0f;
 #pragma unroll
     for (int e = 0; e < PER_LANE / 2; ++e) wraw[r][e] = 0u;
-    if (j < VT) {
-      const u32* row = (const u32*)(B + b * sB_batch + j * sB_tok + g * sB_group + lane * PER_LANE);
-#pragma unroll
-      for (int e = 0; e < PER_LANE; e += 2) {
-        const u32 v = row[e / 2];
-        wraw[r][e / 2] = v;
-        const float b0 = bf16_to_f32((u16)(v & 0xffffu)), b1 = bf16_to_f32((u16)(v >> 16));
-#pragma unroll
-        for (int s = 0; s < VT; ++s) wpart[r][s] += b0 * c[s][e] + b1 * c[s][e + 1];
-      }
-    }
+    if (j < VT) add_row_dot_c(B + b * sB_batch + j * sB_tok + g * sB_group + lane * PER_LANE, c, wpart[r], wraw[r]);
   }
   // Each head of this warp: the window's processed dt (lane s: token s), the dt records (lane k:
   // record k), A.
