@@ -49,6 +49,7 @@ __all__ = [
     "delta_shape_unsupported",
     "delta_step_defines",
     "delta_step_shared_bytes",
+    "unit_rows",
     "delta_coefficient_floats",
     "compile_delta_ptx",
     "launch_delta_replay_step_cuda",
@@ -176,7 +177,7 @@ def _threads(rows: int, coef_warps: int = 0) -> int:
     return (rows // 16 + coef_warps + 1) * 32
 
 
-def _rows(head_v_dim: int, wide: bool = False) -> int:
+def unit_rows(head_v_dim: int, wide: bool = False) -> int:
     """Rows of a unit: 64 (128 when ``wide``) where they tile head_v_dim, else the largest multiple
     of 16 up to 128 that does."""
     for rows in ((128, 64) if wide else (64,)):
@@ -215,19 +216,19 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     flush_mma = state_bytes == 2 and not per_channel
     if coef_warps and 1 < batch <= DEEP_RING_MAX_BATCH:
         for stages in (4, 3, 2):
-            cfg = DeltaCudaConfig(rows=_rows(head_v_dim, wide=True), stages=stages, min_ctas=1, one_launch=one_launch,
+            cfg = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=stages, min_ctas=1, one_launch=one_launch,
                                   coef_warps=coef_warps, flush_mma=flush_mma)
             if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
                 return cfg
     if per_channel and not coef_warps and batch > 1 and _wide_units_pay(head_k_dim, head_v_dim, L, state_bytes):
-        cfg = DeltaCudaConfig(rows=_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
+        cfg = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
                               coef_warps=COEF_WARPS)
         if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
             return cfg
     if coef_warps and batch == 1:
         rows = 32 if head_v_dim % 32 == 0 else 16
     else:
-        rows = _rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
+        rows = unit_rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
     cfg = DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps,
                           flush_mma=flush_mma)
     ctas = min(3, delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel))
@@ -246,8 +247,8 @@ def _wide_units_pay(head_k_dim: int, head_v_dim: int, L: int, state_bytes: int) 
     L = 32, us, 128 rows with coefficient warps / the 64-row units: batch 4 8.40 / 10.33, 16
     21.13 / 28.72, 64 64.61 / 97.49, 256 225.34 / 368.99, 512 420.30 / 715.17; batch 1 6.18 /
     5.61, where 64-row units keep twice the CTAs)."""
-    narrow = DeltaCudaConfig(rows=_rows(head_v_dim), stages=2, min_ctas=1)
-    if _rows(head_v_dim, wide=True) == narrow.rows:
+    narrow = DeltaCudaConfig(rows=unit_rows(head_v_dim), stages=2, min_ctas=1)
+    if unit_rows(head_v_dim, wide=True) == narrow.rows:
         return False
     return delta_ctas_that_fit(narrow, head_k_dim, L, state_bytes, per_channel=True) == 1
 
@@ -304,7 +305,7 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
                     ("q", q), ("k", k), ("v", v)):
         if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
-    rows = _rows(head_v_dim)
+    rows = unit_rows(head_v_dim)
     if delta_step_shared_bytes(head_k_dim, rows, L, 2, checkpoint.element_size(), per_channel) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
         return f"two stages of {rows} x head_k_dim {head_k_dim} {checkpoint.dtype} rows do not fit a multiprocessor"
     return None

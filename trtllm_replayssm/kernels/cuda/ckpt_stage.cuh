@@ -44,6 +44,27 @@ __device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 co
 #endif
 }
 
+// ------------------------------------------------------------------ the persistent kernels' producer
+
+// The first ``stages`` units' checkpoint rows of a CTA, requested by the producer warp before it
+// waits for the coefficient grid: they need only the slot (lane i's ``slot_l``: unit i's slot, < 0
+// for a padding row). Unit u = blockIdx.x + i gridDim.x is the CKPT_ROWS rows of part u % parts of
+// head (u / parts) % heads. Stage i at base + i stage_bytes, its full mbarrier at bars + 8 i.
+__device__ __forceinline__ void prefetch_first_units(const TensorMap* ckpt_load, u32 base, u32 bars, u32 stage_bytes,
+                                                     int stages, int units, int heads, int parts, int slot_l, int lane) {
+#pragma unroll 1
+  for (int i = 0; i < stages; ++i) {
+    const int u = blockIdx.x + i * gridDim.x;
+    const int slot = __shfl_sync(0xffffffffu, slot_l, i);
+    if (u >= units || slot < 0) continue;
+    const int hp = u % (heads * parts), h = hp / parts, part = hp - h * parts;
+    const u32 full = bars + 8 * i;
+    if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
+    __syncwarp();
+    if (lane < NBOX) tma_load_4d(base + i * stage_bytes + lane * (CKPT_ROWS * 128), ckpt_load, lane * BOXC, part * CKPT_ROWS, h, slot, full);
+  }
+}
+
 // ------------------------------------------------------------------ the flush fold
 
 // A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place: S = decay S0 + sum_{j <= last}

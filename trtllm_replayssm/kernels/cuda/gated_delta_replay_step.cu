@@ -131,16 +131,6 @@
 #define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH && !COEF_WARPS ? 2 * STAGES + (st) : (st)))
 extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
-// N bf16x2 words as 2N fp32 values (each word's low half first).
-template <int N>
-__device__ __forceinline__ void unpack_bf16x2(const u32 (&c)[N], float* v) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    v[2 * i] = __uint_as_float(c[i] << 16);
-    v[2 * i + 1] = __uint_as_float(c[i] & 0xffff0000u);
-  }
-}
-
 // The 8 bf16 values of a 16-byte chunk as fp32.
 __device__ __forceinline__ void unpack8(uint4 c, float* v) {
   const u32 wd[4] = {c.x, c.y, c.z, c.w};
@@ -194,48 +184,9 @@ __device__ __forceinline__ void store_chunk(unsigned char* stage, u32 row, u32 c
 
 // PER_LANE (2, 4 or 8) bf16 values from p (aligned to their size) as fp32, in one load.
 __device__ __forceinline__ void load_lane_bf16(const u16* p, float* v) {
-#if PER_LANE == 2
-  const u32 c[1] = {*(const u32*)p};
-#elif PER_LANE == 4
-  const uint2 c2 = *(const uint2*)p;
-  const u32 c[2] = {c2.x, c2.y};
-#else
-  const uint4 c4 = *(const uint4*)p;
-  const u32 c[4] = {c4.x, c4.y, c4.z, c4.w};
-#endif
+  u32 c[PER_LANE / 2];
+  load_words(p, c);
   unpack_bf16x2(c, v);
-}
-
-// c ? a : b as one selp (a C++ select between two elements of an array became an indexed local-
-// memory access).
-__device__ __forceinline__ float select_f32(u32 c, float a, float b) {
-  float r;
-  asm("{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\nselp.f32 %0, %1, %2, p;\n}" : "=f"(r) : "f"(a), "f"(b), "r"(c));
-  return r;
-}
-
-// One butterfly step of warp_reduce_scatter32: lanes with bit N clear keep v[0, N), the others
-// v[N, 2N) (moved down to v[0, N)), each adding its partner's copy of the half it keeps.
-template <int N>
-__device__ __forceinline__ void reduce_scatter_step(float* v, int lane) {
-  const u32 upper = lane & N;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const float send = select_f32(upper, v[i], v[i + N]);
-    const float keep = select_f32(upper, v[i + N], v[i]);
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, N);
-  }
-}
-
-// Butterfly reduce-scatter of 32 values over the warp: returns, in lane l, the sum over all lanes
-// of v[l] (31 shuffles for 32 sums, against 160 for 32 warp_sums). v is consumed.
-__device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
-  reduce_scatter_step<16>(v, lane);
-  reduce_scatter_step<8>(v, lane);
-  reduce_scatter_step<4>(v, lane);
-  reduce_scatter_step<2>(v, lane);
-  reduce_scatter_step<1>(v, lane);
-  return v[0];
 }
 
 // A coefficient block's scalars after e0 (written by the caller): kq, beta, w (int); with S0_MMA
@@ -855,17 +806,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
     // The first STAGES units' checkpoint rows need only the slot: requested before the wait for
     // the coefficient grid, so that they load while it runs.
-#pragma unroll 1
-    for (int i = 0; i < STAGES; ++i) {
-      const int u = blockIdx.x + i * gridDim.x;
-      const int slot = __shfl_sync(0xffffffffu, slot_l, i);
-      if (u >= units || slot < 0) continue;
-      const int hp = u % (VHEADS * PARTS), h = hp / PARTS, part = hp - h * PARTS;
-      const u32 full = bars + 8 * i;
-      if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
-      __syncwarp();
-      if (lane < NBOX) tma_load_4d(base + i * STAGE_BYTES + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
-    }
+    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, VHEADS, PARTS, slot_l, lane);
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     int i = 0;

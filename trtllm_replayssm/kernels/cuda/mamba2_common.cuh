@@ -94,23 +94,3 @@ __device__ __forceinline__ float record_weight(float dtj, float dth, float a, in
   const float later = warp_suffix_sums(lane < w ? dtj : 0.0f, lane, total);
   return lane < w ? dtj * __expf(a * (later + dth)) : (lane == w ? dth : 0.0f);
 }
-
-// ------------------------------------------------------------------ the persistent kernels' producer
-
-// The first ``stages`` units' checkpoint rows of a CTA (units blockIdx.x + i gridDim.x, each all
-// ROWS rows of head u % NHEADS), requested by the producer warp before it waits for the
-// coefficient grid: they need only the slot (lane i's ``slot_l``: unit i's slot, < 0 for a
-// padding row). Stage i at base + i stage_bytes, its full mbarrier at bars + 8 i.
-__device__ __forceinline__ void prefetch_first_units(const TensorMap* ckpt_load, u32 base, u32 bars, u32 stage_bytes,
-                                                     int stages, int units, int slot_l, int lane) {
-#pragma unroll 1
-  for (int i = 0; i < stages; ++i) {
-    const int u = blockIdx.x + i * gridDim.x;
-    const int slot = __shfl_sync(0xffffffffu, slot_l, i);
-    if (u >= units || slot < 0) continue;
-    const u32 full = bars + 8 * i;
-    if (lane == 0) mbar_expect_tx(full, CKPT_BYTES);
-    __syncwarp();
-    if (lane < NBOX) tma_load_4d(base + i * stage_bytes + lane * (ROWS * 128), ckpt_load, lane * BOXC, 0, u % NHEADS, slot, full);
-  }
-}

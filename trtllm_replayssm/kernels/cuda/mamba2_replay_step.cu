@@ -214,7 +214,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
-    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, slot_l, lane);
+    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, NHEADS, 1, slot_l, lane);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {

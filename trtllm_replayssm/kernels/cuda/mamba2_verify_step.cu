@@ -49,6 +49,7 @@
 // VT tokens).
 
 #include "mamba2_common.cuh"
+#include "verify_common.cuh"
 
 #define TP (VT <= 4 ? 4 : 8)                     // window tokens padded (coefficient rows: 16-byte loads)
 #define C_OFF_HIST 0                             // coefficient block, in floats
@@ -76,18 +77,6 @@
 extern "C" __device__ unsigned int mamba2_verify_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
 // The coefficient block's floats: the launcher's verify_coefficient_floats must equal it.
 extern "C" __device__ unsigned int mamba2_verify_coefficient_floats = COEF_FLOATS;
-
-// Whether a row of w committed records and n window tokens folds its history this step.
-__device__ __forceinline__ bool verify_flushes(int w, int n) { return w + n > LREC - 1; }
-
-// Row b's window tokens: num_tokens[b], or VT.
-__device__ __forceinline__ int window_tokens(const int* num_tokens, int b) {
-#if HAS_NUM_TOKENS
-  return num_tokens[b];
-#else
-  return VT;
-#endif
-}
 
 // A flush row's window B records: rows (g, s) of B (g < NGROUPS, s < n; 16-byte aligned rows) into
 // record positions s of every group, by one warp in 16-byte chunks, eight loads a lane in flight.
@@ -341,7 +330,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       n_l = window_tokens(num_tokens, bl);
     }
     if (slot_l >= 0) w_l = cursor[slot_l];
-    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, slot_l, lane);
+    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, NHEADS, 1, slot_l, lane);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {

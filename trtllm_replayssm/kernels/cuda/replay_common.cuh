@@ -41,6 +41,34 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// N bf16x2 words as 2N fp32 values (each word's low half first).
+template <int N>
+__device__ __forceinline__ void unpack_bf16x2(const u32 (&c)[N], float* v) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    v[2 * i] = __uint_as_float(c[i] << 16);
+    v[2 * i + 1] = __uint_as_float(c[i] & 0xffff0000u);
+  }
+}
+
+// N (1, 2 or 4) 32-bit words from p (aligned to their size), in one load.
+template <int N>
+__device__ __forceinline__ void load_words(const void* p, u32 (&c)[N]) {
+  if (N == 1) {
+    c[0] = *(const u32*)p;
+  } else if (N == 2) {
+    const uint2 v = *(const uint2*)p;
+    c[0] = v.x;
+    c[N > 1 ? 1 : 0] = v.y;
+  } else {
+    const uint4 v = *(const uint4*)p;
+    c[0] = v.x;
+    c[N > 1 ? 1 : 0] = v.y;
+    c[N > 2 ? 2 : 0] = v.z;
+    c[N > 3 ? 3 : 0] = v.w;
+  }
+}
+
 // A value of dtype code 0 (fp32), 1 (bf16) or 2 (fp16) at p[i], as fp32.
 template <int CODE>
 __device__ __forceinline__ float load_f32(const void* p, long long i) {
@@ -159,6 +187,38 @@ __device__ __forceinline__ float warp_suffix_sums(float v, int lane, float& tota
   if (lane == 31) later = 0.0f;
   total = __shfl_sync(0xffffffffu, v, 0);
   return later;
+}
+
+// c ? a : b as one selp (a C++ select between two elements of an array became an indexed local-
+// memory access).
+__device__ __forceinline__ float select_f32(u32 c, float a, float b) {
+  float r;
+  asm("{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\nselp.f32 %0, %1, %2, p;\n}" : "=f"(r) : "f"(a), "f"(b), "r"(c));
+  return r;
+}
+
+// One butterfly step of warp_reduce_scatter32: lanes with bit N clear keep v[0, N), the others
+// v[N, 2N) (moved down to v[0, N)), each adding its partner's copy of the half it keeps.
+template <int N>
+__device__ __forceinline__ void reduce_scatter_step(float* v, int lane) {
+  const u32 upper = lane & N;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float send = select_f32(upper, v[i], v[i + N]);
+    const float keep = select_f32(upper, v[i + N], v[i]);
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, N);
+  }
+}
+
+// Butterfly reduce-scatter of 32 values over the warp: returns, in lane l, the sum over all lanes
+// of v[l] (31 shuffles for 32 sums, against 160 for 32 warp_sums). v is consumed.
+__device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
+  reduce_scatter_step<16>(v, lane);
+  reduce_scatter_step<8>(v, lane);
+  reduce_scatter_step<4>(v, lane);
+  reduce_scatter_step<2>(v, lane);
+  reduce_scatter_step<1>(v, lane);
+  return v[0];
 }
 
 // ------------------------------------------------------------------ the persistent step kernels' ring
