@@ -48,6 +48,7 @@ from trtllm_replayssm.bench import (
     make_verify_case as make_case,
     model_geometry,
 )
+from trtllm_replayssm.kernels.common import KERNELS
 from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.memory import ssm_layer_bytes
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
@@ -61,8 +62,10 @@ HISTORY_PRODUCT = {"rule": None, "on": True, "off": False}  # --history-product 
 
 
 def make_family_case(args, family: str, geom, batch: int, T: int):
-    """The verify case of one (family, T, batch) point, with --history-product set for GDN/KDA."""
+    """The verify case of one (family, T, batch) point, with --kernel set and --history-product
+    set for GDN/KDA."""
     case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
+    case.kernel = args.kernel
     if family != MAMBA2:
         case.history_product = HISTORY_PRODUCT[args.history_product]
     return case
@@ -252,6 +255,13 @@ def main(argv=None):
         help="GDN/KDA: the non-flush launch's history weights as tile products (on, GDN only), a record "
         "at a time (off), or by gated_delta_verify_history_product (rule)",
     )
+    ap.add_argument(
+        "--kernel",
+        choices=list(KERNELS),
+        default="auto",
+        help="the replay verify's kernel: the op's route (auto), the Triton kernels or the CUDA C++ ones "
+        "(Mamba-2 and GDN; KDA has none)",
+    )
     add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
@@ -259,6 +269,10 @@ def main(argv=None):
         ap.error("--geometry needs exactly one --family")
     if args.history_product == "on" and set(args.family) != {GDN}:
         ap.error("--history-product on needs --family gdn only (the history product takes GDN's scalar decays)")
+    if args.kernel == "cuda" and KDA in args.family:
+        ap.error("--kernel cuda: KDA has no CUDA verify kernel")
+    if args.kernel == "cuda" and args.history_product != "rule":
+        ap.error("--kernel cuda: --history-product sets the Triton kernels")
     if args.flush_launch and (not args.sweep or MAMBA2 in args.family):
         ap.error("--flush-launch needs --sweep and GDN/KDA families only (Mamba-2 verify is one launch)")
     if not torch.cuda.is_available():

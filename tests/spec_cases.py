@@ -413,7 +413,9 @@ def delta_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
     return verify(cache, *delta_args(win), slot_ids=slot_ids, num_tokens=num_tokens, out=out, **p)
 
 
-def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=None, flush_config=None, history_product=None):
+def delta_verify_with_launcher(
+    cache, win, p, slot_ids, num_tokens, out, config=None, flush_config=None, history_product=None, kernel="auto"
+):
     from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
 
     return launch_gated_delta_replay_verify(
@@ -430,6 +432,7 @@ def delta_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config=
         config=config,
         flush_config=flush_config,
         history_product=history_product,
+        kernel=kernel,
         **p,
     )
 

@@ -40,6 +40,7 @@ class VerifyCase:
     ``accept`` * T and stay fixed per slot set."""
 
     min_block = 1  # fewest state rows per tile the replay verify kernel takes (--sweep)
+    kernel = "auto"  # the replay launcher's kernel argument: "auto", "triton" or "cuda"
 
     def __init__(self, family, geom, batch, T, B, state, act, accept, seed=0, device="cuda", pool_bytes=POOL_BYTES):
         self.family, self.geom, self.batch, self.T, self.B = family, geom, batch, T, B
@@ -192,6 +193,7 @@ class Mamba2VerifyCase(VerifyCase):
             self.Bm,
             self.C,
             config=config,
+            kernel=self.kernel,
             **self._kw(slots, out),
         )
 
@@ -279,6 +281,7 @@ class DeltaVerifyCase(VerifyCase):
             self.beta,
             **{"flush_config" if self.swept_launch == "flush" else "config": config},
             history_product=self.history_product,
+            kernel=self.kernel,
             **self._kw(slots, out),
         )
 

@@ -61,9 +61,10 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import VERIFY_FLUSHED, LaunchConfig, tf32_split, verify_flushes, window_tokens
+from .common import VERIFY_FLUSHED, LaunchConfig, resolve_kernel, tf32_split, verify_flushes, window_tokens
 from .gated_delta_common import (PROGRAMS_PER_SM, decay_columns, fold_records, gated_delta_launch_config,
                                  multiprocessor_count, record_decays)
+from .gated_delta_verify_cuda import DeltaVerifyCudaConfig, launch_gdn_replay_verify_cuda
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
            "gated_delta_verify_flush_launch_config", "gated_delta_verify_history_product"]
@@ -556,13 +557,28 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
                                      use_qk_l2norm: bool, out: Tensor,
                                      config: Optional[LaunchConfig] = None,
                                      flush_config: Optional[LaunchConfig] = None,
-                                     history_product: Optional[bool] = None) -> Tensor:
+                                     history_product: Optional[bool] = None, kernel: str = "auto") -> Tensor:
     """Launch the verify step on the cache tensors; arguments already checked by the op.
     g's rank selects the family: [batch, T, v_heads] GDN, [batch, T, v_heads, head_k_dim] KDA.
     ``config`` / ``flush_config``: the non-flush / flush launch's configuration (None: its rule,
     :func:`gated_delta_verify_launch_config` / :func:`gated_delta_verify_flush_launch_config`);
     tiles of >= 16 rows. ``history_product``: the non-flush launch's history weights as tile
-    products (None: :func:`gated_delta_verify_history_product`; GDN only)."""
+    products (None: :func:`gated_delta_verify_history_product`; GDN only). ``kernel``:
+    ``"auto"`` (the Triton kernels, unless ``config`` is a
+    :class:`~.gated_delta_verify_cuda.DeltaVerifyCudaConfig`), ``"triton"`` or ``"cuda"`` (the CUDA
+    GDN verify, :mod:`~.gated_delta_verify_cuda`; ValueError where it does not apply)."""
+    kernel = resolve_kernel("launch_gated_delta_replay_verify", kernel, config, DeltaVerifyCudaConfig, lambda: "triton")
+    if kernel == "cuda":
+        if flush_config is not None or history_product is not None:
+            raise ValueError("launch_gated_delta_replay_verify: flush_config and history_product set the Triton "
+                             "kernels; the CUDA verify takes config only")
+        return launch_gdn_replay_verify_cuda(checkpoint, d_records, k_records, g_records, cursor, pending, q, k, v, g,
+                                             beta, slot_ids=slot_ids, num_tokens=num_tokens, scale=scale,
+                                             use_qk_l2norm=use_qk_l2norm, out=out, config=config)
+    for name, given in (("config", config), ("flush_config", flush_config)):
+        if given is not None and not isinstance(given, LaunchConfig):
+            raise TypeError(f"launch_gated_delta_replay_verify: {name} is {type(given).__name__}; the Triton kernels "
+                            "take a LaunchConfig")
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]

@@ -1,0 +1,186 @@
+"""The CUDA C++ GDN verify (kernels/cuda/gated_delta_verify_step.cu) on an sm_90 GPU, forced through
+``kernel="cuda"``: long verify + commit runs against the float64 serial recurrence (every window
+output, every flushed checkpoint, cursors, pending, padding rows, unused slots and poisoned record
+positions), over geometries, T and both checkpoint dtypes; the same step as the Triton kernels';
+CUDA-graph replay; refusals."""
+
+from functools import partial
+
+import pytest
+import torch
+
+import gated_delta_cases as gd
+from gated_delta_cases import DeltaFamily, DeltaGeometry
+from spec_cases import commit_with_launcher, delta_verify_with_launcher, draw, drive_spec, make_window
+from trtllm_replayssm.ops import replay_commit, spec_buffer_len
+
+pytestmark = pytest.mark.gpu
+
+QWEN35_4B = DeltaGeometry(16, 32, 128, 128)
+QWEN35_122B = DeltaGeometry(16, 64, 128, 128)
+ODD = DeltaGeometry(2, 6, 64, 48)  # 3 value heads a key head, 64-wide keys, 3 consumer warps
+WIDE = DeltaGeometry(1, 2, 256, 32)  # 256-wide keys (8 a lane), 2 consumer warps
+ROWS = ["all", "bonus", "mixed", "short", "mixed", "all"]
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+CUDA = partial(delta_verify_with_launcher, kernel="cuda")
+TRITON = partial(delta_verify_with_launcher, kernel="triton")
+
+
+@pytest.mark.parametrize(
+    "g, T, B, state, l2norm",
+    [
+        pytest.param(QWEN35_122B, 4, 16, "f32", True, id="122b-T4-f32"),
+        pytest.param(QWEN35_122B, 4, 16, "bf16", True, id="122b-T4-bf16"),
+        pytest.param(QWEN35_122B, 1, 16, "f32", True, id="122b-T1-f32"),
+        pytest.param(QWEN35_122B, 2, 16, "bf16", True, id="122b-T2-bf16"),
+        pytest.param(QWEN35_122B, 8, 16, "f32", True, id="122b-T8-f32"),
+        pytest.param(QWEN35_122B, 8, 16, "bf16", True, id="122b-T8-bf16"),
+        pytest.param(QWEN35_4B, 3, 13, "f32", True, id="4b-T3-B13-f32"),
+        pytest.param(QWEN35_4B, 4, 16, "bf16", False, id="4b-T4-bf16-nonorm"),
+        pytest.param(ODD, 2, 5, "bf16", True, id="odd-T2-B5-bf16"),
+        pytest.param(WIDE, 5, 24, "f32", True, id="wide-T5-B24-f32"),
+    ],
+)
+def test_cuda_verify_long_run_against_float64(g, T, B, state, l2norm):
+    """64 verify + commit steps from empty buffers with random acceptance, num_tokens and padding
+    rows (tests/spec_cases.drive_spec checks every step)."""
+    worst = drive_spec(
+        DeltaFamily(g, per_channel=False, use_qk_l2norm=l2norm),
+        CUDA,
+        commit_with_launcher,
+        L=spec_buffer_len(B, T),
+        T=T,
+        state_dtype=DTYPES[state],
+        act_dtype=torch.bfloat16,
+        device="cuda",
+        steps=64,
+        policies=ROWS,
+        num_slots=11,
+        n_padding=2,
+    )
+    print(f"{g} T={T} B={B} {state}: {worst}")
+    assert len(worst["flushes"]) == len(ROWS) and min(worst["flushes"].values()) >= 2, worst
+    assert worst["y"] < gd.ACT_TOL["bf16"] + gd.STATE_TOL[state], worst
+    assert worst["ckpt"] < gd.STATE_TOL[state] + gd.ACT_TOL["bf16"], worst
+
+
+@pytest.mark.parametrize("all_tokens", [False, True], ids=["num_tokens", "every-row-T"])
+@pytest.mark.parametrize("state", ["f32", "bf16"])
+@pytest.mark.parametrize("T", [2, 4, 8])
+def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens):
+    """One verify on two copies of a cache with spread cursors (flush and non-flush rows, a padding
+    row, fewer tokens in some rows, or num_tokens None: every row T): outputs and flushed
+    checkpoints to fp32 rounding, records (k̂ and d to a bf16 rounding step), g records, cursors and
+    pending equal."""
+    fam = DeltaFamily(QWEN35_122B, per_channel=False)
+    L = spec_buffer_len(16, T)
+    p = fam.make_params("cuda")
+    slots = torch.tensor([7, -1, 2, 0, 5, 3, 8, 1], dtype=torch.int32, device="cuda")
+    caches = []
+    for _ in range(2):
+        c = fam.allocate(9, L, DTYPES[state], torch.bfloat16, "cuda")
+        torch.manual_seed(11)
+        c.checkpoint.normal_()
+        fam.poison(c)
+        c.g_records.uniform_(-0.4, -0.01)
+        c.cursor.copy_(torch.tensor([0, L - 1, L - T, L - T - 1, 3, L - 2, 1, L - 1, 2], dtype=torch.int32))
+        caches.append(c)
+    # Finite history where it is read (records below each cursor): the poison stays past it.
+    for c in caches:
+        for slot, w in enumerate(c.cursor.tolist()):
+            c.d_records[slot, :, :w] = torch.randn_like(c.d_records[slot, :, :w].float()).to(c.d_records.dtype)
+            k = torch.randn_like(c.k_records[slot, :, :w].float())
+            c.k_records[slot, :, :w] = (k / k.norm(dim=-1, keepdim=True)).to(c.k_records.dtype)
+        c.d_records.copy_(caches[0].d_records)
+        c.k_records.copy_(caches[0].k_records)
+    n = None if all_tokens else torch.tensor([draw("short", T)[0] for _ in range(8)], dtype=torch.int32, device="cuda")
+    win = make_window(fam, 8, T, torch.bfloat16, "cuda")
+    outs = [torch.full_like(win["v"], 42.0) for _ in range(2)]
+    for c, out, verify in zip(caches, outs, (CUDA, TRITON)):
+        verify(c, win, p, slots, n, out)
+    torch.cuda.synchronize()
+    a, b = caches
+    assert torch.equal(a.cursor, b.cursor) and torch.equal(a.pending, b.pending)
+    scale = b.checkpoint.float().abs().max()
+    tol = 2e-5 if state == "f32" else 1e-2
+    assert (a.checkpoint.float() - b.checkpoint.float()).abs().max() <= tol * scale
+    assert torch.equal(a.g_records, b.g_records)
+    for name in ("d_records", "k_records"):
+        x, y = getattr(a, name).float(), getattr(b, name).float()
+        finite = torch.isfinite(y)
+        assert torch.equal(finite, torch.isfinite(x)), name
+        assert ((x - y).abs() <= 1e-2 * y.abs() + 1e-2)[finite].all(), name
+    y_scale = outs[1].float().abs().max()
+    assert (outs[0].float() - outs[1].float()).abs().max() <= 2e-2 * y_scale
+    assert torch.equal(outs[0] == 42.0, outs[1] == 42.0)  # the same outputs untouched
+
+
+def test_cuda_verify_in_a_cuda_graph_equals_eager():
+    """One captured CUDA verify + commit, replayed 4L times with new inputs, token counts and
+    accepted counts (flush and non-flush rows mixed, a padding row), equals eager bit for bit."""
+    fam, T = DeltaFamily(QWEN35_122B, per_channel=False), 4
+    L = spec_buffer_len(16, T)
+    p = fam.make_params("cuda")
+    slots = torch.tensor([7, -1, 2, 0, 5], dtype=torch.int32, device="cuda")
+    caches = []
+    for _ in range(2):
+        c = fam.allocate(9, L, torch.float32, torch.bfloat16, "cuda")
+        torch.manual_seed(3)
+        c.checkpoint.normal_()
+        c.cursor.copy_(torch.arange(9, dtype=torch.int32) * 3 % L)
+        caches.append(c)
+    steps = []
+    for _ in range(4 * L):
+        drawn = [draw("short", T) for _ in range(5)]
+        n = torch.tensor([d[0] for d in drawn], dtype=torch.int32, device="cuda")
+        a = torch.tensor([d[1] for d in drawn], dtype=torch.int32, device="cuda")
+        steps.append((make_window(fam, 5, T, torch.bfloat16, "cuda"), n, a))
+    static_win = {k: v.clone() for k, v in steps[0][0].items()}
+    static_n, static_a = steps[0][1].clone(), steps[0][2].clone()
+    out_g = torch.full_like(static_win["v"], 42.0)
+    out_e = out_g.clone()
+
+    def step(c, win, n, a, out):
+        CUDA(c, win, p, slots, n, out)
+        replay_commit(c, slots, a)
+
+    warm = type(caches[0])(**{k: v.clone() for k, v in vars(caches[0]).items()})
+    step(warm, static_win, static_n, static_a, out_g.clone())  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(caches[0], static_win, static_n, static_a, out_g)
+    flushes = 0
+    for win, n, a in steps:
+        for k, v in static_win.items():
+            v.copy_(win[k])
+        static_n.copy_(n)
+        static_a.copy_(a)
+        before = caches[1].cursor.clone()
+        graph.replay()
+        step(caches[1], win, n, a, out_e)
+        torch.cuda.synchronize()
+        live = slots >= 0
+        flushes += int((before[slots[live].long()] + n[live] > L - 1).sum())
+        assert torch.equal(out_g, out_e)
+    assert flushes >= 3
+    for name in vars(caches[0]):
+        assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
+
+
+def test_cuda_verify_refuses_what_it_cannot_run():
+    p = DeltaFamily(QWEN35_122B, per_channel=False).make_params("cuda")
+    slots = torch.tensor([0, 1], dtype=torch.int32, device="cuda")
+    kda = DeltaFamily(DeltaGeometry(32, 32, 128, 128), per_channel=True)
+    c = kda.allocate(4, 32, torch.float32, torch.bfloat16, "cuda")
+    win = make_window(kda, 2, 4, torch.bfloat16, "cuda")
+    with pytest.raises(ValueError, match="gdn_replay_verify \\(CUDA\\): g of shape .* per-channel decays"):
+        CUDA(c, win, p, slots, None, torch.empty_like(win["v"]))
+    gdn = DeltaFamily(QWEN35_122B, per_channel=False)
+    c16 = gdn.allocate(4, 32, torch.float16, torch.bfloat16, "cuda")
+    win = make_window(gdn, 2, 4, torch.bfloat16, "cuda")
+    with pytest.raises(ValueError, match="gdn_replay_verify \\(CUDA\\): checkpoint torch.float16"):
+        CUDA(c16, win, p, slots, None, torch.empty_like(win["v"]))
+    c = gdn.allocate(4, 32, torch.float32, torch.bfloat16, "cuda")
+    win9 = make_window(gdn, 2, 9, torch.bfloat16, "cuda")
+    with pytest.raises(ValueError, match="T 9; the CUDA verify takes T <= 8"):
+        CUDA(c, win9, p, slots, None, torch.empty_like(win9["v"]))

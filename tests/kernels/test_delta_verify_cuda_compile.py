@@ -1,0 +1,165 @@
+"""The CUDA C++ GDN verify on the CPU: NVRTC compiles every shape and window size without spills,
+the shared memory, coefficient blocks and u rows the launcher allocates equal what the kernels
+index, the launcher packs exactly the kernels' PTX parameters, and the refusals name their reason.
+(Running it needs an sm_90 GPU: tests/gpu/test_delta_verify_cuda_gpu.py; its arithmetic is
+modelled in tests/kernels/test_delta_verify_cuda_logic.py.)"""
+
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+from ptx_params import ptx_params
+from trtllm_replayssm.kernels import gated_delta_verify_cuda as vc
+from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
+from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA, compile_program
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+from kernel_resources import _cubin_resources  # noqa: E402
+
+SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L, T)
+    (16, 64, 128, 128, 20, 4),  # Qwen3.5-122B, TP=1, B = 16
+    (16, 32, 128, 128, 18, 2),  # Qwen3.5-4B
+    (16, 64, 128, 128, 24, 8),
+    (16, 64, 128, 128, 17, 1),
+    (2, 6, 64, 48, 7, 2),
+    (1, 2, 256, 32, 29, 5),
+    (4, 4, 64, 64, 32, 3),  # one value head a key head
+]
+
+
+def _defines(shape, state_bytes, has_num_tokens=True):
+    hk, hv, dk, dv, L, T = shape
+    cfg = vc.delta_verify_cuda_config(dk, dv, L, T, state_bytes)
+    return cfg, vc.delta_verify_defines(
+        hk, hv, dk, dv, L, T, cfg, state_bytes, True, torch.float32, torch.bfloat16, has_num_tokens
+    )
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_every_shape_compiles_without_spills_and_sizes_match(shape, state_bytes):
+    _, _, dk, dv, L, T = shape
+    cfg, defines = _defines(shape, state_bytes)
+    ptx = compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
+    assert ".entry delta_verify_step(" in ptx and ".entry delta_verify_coefficients(" in ptx
+    compiled = int(re.search(r"delta_verify_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == vc.delta_verify_shared_bytes(dk, cfg.rows, L, T, cfg.stages, state_bytes)
+    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+    floats = int(re.search(r"delta_verify_coefficient_floats = (\d+)", ptx).group(1))
+    assert floats == vc.delta_verify_coefficient_floats(L, T) and floats % 4 == 0
+    assert int(re.search(r"delta_verify_qk_pitch = (\d+)", ptx).group(1)) == vc.delta_verify_qk_pitch(dk, state_bytes)
+    for name, regs, stack, _, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
+        assert stack + local == 0, (name, regs, stack, local)
+
+
+@pytest.mark.parametrize("has_num_tokens", [True, False])
+def test_without_num_tokens_and_l2norm_compiles(has_num_tokens):
+    hk, hv, dk, dv, L, T = SHAPES[0]
+    cfg = vc.delta_verify_cuda_config(dk, dv, L, T, 2)
+    defines = vc.delta_verify_defines(hk, hv, dk, dv, L, T, cfg, 2, False, torch.bfloat16, torch.float16, has_num_tokens)
+    assert ".entry delta_verify_step(" in compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
+
+
+def _cpu_case(shape=SHAPES[0], batch=4, slots=6, per_channel=False):
+    from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
+
+    hk, hv, dk, dv, L, T = shape
+    cls = KDAReplayCache if per_channel else GDNReplayCache
+    c = cls.allocate(slots, hk, hv, dk, dv, L, state_dtype=torch.float32, record_dtype=torch.bfloat16, device="cpu")
+    q = torch.zeros(batch, T, hk, dk, dtype=torch.bfloat16)
+    v = torch.zeros(batch, T, hv, dv, dtype=torch.bfloat16)
+    g = torch.zeros((batch, T, hv, dk) if per_channel else (batch, T, hv))
+    return c, q, v, g, torch.zeros(batch, T, hv)
+
+
+def test_launcher_packs_the_kernels_ptx_parameters():
+    """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
+    c, q, v, g, beta = _cpu_case()
+    ptx = compile_program(vc.SOURCE, "sm_90", _defines(SHAPES[0], 2)[1], "ptx").decode()
+    slots = torch.zeros(4, dtype=torch.int32)
+    coef = torch.zeros(8)
+    args = vc.coefficient_args(
+        coef, coef, coef, c.k_records, c.g_records, c.cursor, c.pending, q, q, g, beta, slots, None, 0.1
+    )
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_verify_coefficients")
+    maps = (b"\0" * 128, b"\0" * 128)
+    args = vc.step_args(maps, coef, coef, coef, c.d_records, v, v, slots, None, c.cursor)
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_verify_step")
+
+
+def test_launch_rule_and_block_sizes():
+    assert vc.delta_verify_cuda_config(128, 128, 20, 4, 2) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=3)
+    assert vc.delta_verify_cuda_config(128, 128, 20, 4, 4) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=2)
+    # hk, hq [32][4], A, Q [4][4], wk, wq, beta [4], wgt [32], E0, w, n -> 363, rounded to 364
+    assert vc.delta_verify_coefficient_floats(20, 4) == 2 * 128 + 2 * 16 + 12 + 32 + 3 + 1
+    assert vc.delta_verify_coefficient_floats(16, 8) == 2 * 128 + 2 * 64 + 24 + 16 + 4
+    assert vc.delta_verify_qk_pitch(128, 4) == 528
+    with pytest.raises(ValueError, match="rows 48; expected a multiple of 16 up to 128 dividing head_v_dim 128"):
+        vc.delta_verify_defines(
+            16, 64, 128, 128, 20, 4, vc.DeltaVerifyCudaConfig(48, 2, 1), 2, True, torch.float32, torch.float32, True
+        )
+
+
+def test_shape_refusals_name_their_reason():
+    c, q, v, g, beta = _cpu_case()
+    assert vc.delta_verify_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
+    assert vc.delta_verify_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) == \
+        "not a CUDA tensor"  # fmt: skip
+    ck, qk, vk, gk, _ = _cpu_case(per_channel=True)
+    assert "per-channel decays (KDA)" in vc.delta_verify_shape_unsupported(
+        ck.checkpoint, ck.d_records, ck.k_records, ck.g_records, qk, qk, vk, gk
+    )
+    c9, q9, v9, g9, _ = _cpu_case(shape=(16, 64, 128, 128, 32, 9))
+    assert vc.delta_verify_shape_unsupported(c9.checkpoint, c9.d_records, c9.k_records, c9.g_records, q9, q9, v9, g9) \
+        == "T 9; the CUDA verify takes T <= 8"  # fmt: skip
+    q_odd = torch.zeros(4, 4, 16, 130, dtype=torch.bfloat16)[..., :128]  # rows 260 bytes apart
+    assert "q base or strides" in vc.delta_verify_shape_unsupported(
+        c.checkpoint, c.d_records, c.k_records, c.g_records, q_odd, q, v, g
+    )
+
+
+def test_cpu_tensors_take_triton_and_cuda_is_refused_with_the_reason():
+    c, q, v, g, beta = _cpu_case()
+    slots = torch.zeros(4, dtype=torch.int32)
+    kw = dict(slot_ids=slots, scale=0.1, use_qk_l2norm=True, out=v.clone())
+    with pytest.raises(ValueError, match=r"gdn_replay_verify \(CUDA\): not a CUDA tensor"):
+        launch_gated_delta_replay_verify(
+            c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.pending, q, q, v, g, beta, kernel="cuda", **kw
+        )
+    with pytest.raises(ValueError, match="flush_config and history_product set the Triton kernels"):
+        launch_gated_delta_replay_verify(
+            c.checkpoint,
+            c.d_records,
+            c.k_records,
+            c.g_records,
+            c.cursor,
+            c.pending,
+            q,
+            q,
+            v,
+            g,
+            beta,
+            kernel="cuda",
+            history_product=False,
+            **kw,
+        )
+    with pytest.raises(TypeError, match="config is DeltaVerifyCudaConfig; the Triton kernels take a LaunchConfig"):
+        launch_gated_delta_replay_verify(
+            c.checkpoint,
+            c.d_records,
+            c.k_records,
+            c.g_records,
+            c.cursor,
+            c.pending,
+            q,
+            q,
+            v,
+            g,
+            beta,
+            kernel="triton",
+            config=vc.DeltaVerifyCudaConfig(64, 2, 1),
+            **kw,
+        )

@@ -1,0 +1,569 @@
+// ReplaySSM GDN speculative verify for sm_90, bf16 activations and records, bf16 or fp32 (CKPT_F32)
+// checkpoints: the outputs of VT window tokens per row from checkpoint + committed records, in two
+// launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// trtllm_replayssm/kernels/gated_delta_verify_cuda.py. The contract is the Triton kernel's
+// (kernels/gated_delta_verify.py): a row with w committed records and n <= VT window tokens flushes
+// when w + n > L - 1, its cursor then flagged w + VERIFY_FLUSHED until the commit.
+//
+// Notation (per batch row and value head h of key head kh): S0 the checkpoint [DV][DK]; records j < w
+// of (d_j, k̂_j, g_j); window tokens s < VT of raw q_s, k_s (bf16), v_s, g_s, β_s; k̂_s = rk_s k_s,
+// q̂_s = rq_s q_s (rk_s = 1 / |k_s|, rq_s = scale / |q_s| with L2NORM); E0 = exp(Σ_{i<w} g_i),
+// e_j = exp(Σ_{j<i<w} g_i), c_s = Σ_{i<=s} g_s, γ_{j,s} = exp(Σ_{j<i<=s} g_i) (every sum formed
+// term by term: no subtraction enters an exponent). Per state row (value row r):
+//     P^k_s = wk_s (S0 . k_s) + Σ_{j<w} hk[j][s] d_j,   wk_s = exp(Σ_{i<w} g_i + c_s) rk_s,
+//     P^q_s = wq_s (S0 . q_s) + Σ_{j<w} hq[j][s] d_j,   hk[j][s] = exp(Σ_{j<i<w} g_i + c_s) (k̂_j . k̂_s)
+//     d_s = β_s (v_s - P^k_s - Σ_{j<s} A[j][s] d_s'),  A[j][s] = γ_{j,s} (k̂_j . k̂_s)
+//     o_s = P^q_s + Σ_{j<=s} Q[j][s] d_j',               Q[j][s] = γ_{j,s} (k̂_j . q̂_s)
+// (d' the window's d; hq, wq like hk, wk with q̂_s): the serial recurrence from the committed state
+// S_c = E0 S0 + Σ_{j<w} e_j d_j k̂_jᵀ, never formed but at a flush, where it is the new checkpoint.
+//
+// 1. delta_verify_coefficients, one CTA of VPK warps per (key head, batch row). The raw products of
+//    the window's 2 VT vectors u = (k_0 .. k_{VT-1}, q_0 .. q_{VT-1}) with each other and with the
+//    key head's k̂ records 0..L-1 (records at j >= w selected out before the sums: they may hold
+//    anything), lanes over head_k_dim, 32 sums at a time by a butterfly reduce-scatter, spread over
+//    the warps; the norms from the products' diagonal. Then each warp, for its value head, a
+//    coefficient block (floats; TP = VT rounded up to 4 or 8):
+//        hk[LP][TP], hq[LP][TP]   the history weights above (0 for j >= w, s >= VT)
+//        A[TP][TP], Q[TP][TP]     the window's (0 off j < s, j <= s)
+//        wk[TP], wq[TP], beta[TP]
+//        wgt[LP]                  e_j (the flush's fold weights; 0 from w on)
+//        E0, w, n (ints)
+//    and per (row, key head) the window's raw u rows [2 VT][QK_PITCH bytes] in the checkpoint's
+//    dtype (fp32 rows: no conversion in the step kernel). Writes the window's g records (each warp,
+//    its value head) and k̂ records (rounded to bf16) at w + s, or at s for a flush row, whose
+//    history k̂ records 0..w-1 it first copies to khist (the step kernel folds from that copy, since
+//    the window's records overwrite the history); pending[slot] := n; a flush row's cursor := w +
+//    VERIFY_FLUSHED (CTAs of the row that read it after take the flag off). Padding rows (slot < 0)
+//    read and write nothing.
+// 2. delta_verify_step, persistent as delta_replay_step: a unit is ROWS value rows (a part) of one
+//    value head of one batch row, u = (b VHEADS + h) PARTS + part; CTA c takes units c, c + gridDim.x,
+//    ... Warp CONSUMERS (the last) is the producer: per unit one TMA tensor-map copy per 128-byte box
+//    of the checkpoint rows (the first STAGES units' before the wait for the coefficient grid), one
+//    bulk copy per d record 0..w-1 (the part's ROWS values), a flush unit's khist records, the
+//    coefficient block and the u rows. Each consumer warp owns 16 rows: S0 . u_c for the 2 VT vectors
+//    (bf16 rows: m16n8k16 tensor-core products, u_c as column c of the B operand, exact bf16 inputs;
+//    fp32 rows: exact fp32 FMAs, a lane per row and half of head_k_dim), the history terms (half a
+//    warp each over records), the window's forward substitution in fp32, o_s to out and d_s to the d
+//    records at w + s (or s at a flush) for s < n. A unit that does not flush gives its stage back
+//    once read. A flush unit folds S_c = E0 S0 + Σ_{j<w} e_j d_j k̂_jᵀ in the stage (fold_warp_rows:
+//    tensor cores, 24-bit parts, fp32 accumulators) and stores its rows with TMA tensor stores.
+//    Nothing in this launch moves a cursor.
+//
+// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple of
+// KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim), ROWS
+// (rows of a unit: a multiple of 16 up to 128 dividing DV), LREC (L, <= 32), LP (L rounded up to 16),
+// VT (window tokens, 1-8), STAGES, MIN_CTAS (the step kernel's register cap: resident CTAs a
+// multiprocessor), L2NORM (0 / 1), HAS_NUM_TOKENS (0: every row has VT tokens) and the dtype codes
+// G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
+
+#define VPK (VHEADS / KHEADS)                // value heads per key head: the coefficient CTA's warps
+#define PARTS (DV / ROWS)                    // units per (row, value head)
+#define CONSUMERS (ROWS / 16)
+#define CKPT_ROWS ROWS
+#define CKPT_COLS DK
+#include "ckpt_stage.cuh"
+#include "verify_common.cuh"
+
+#define PER_LANE (DK / 32)                   // head_k_dim elements a lane in the coefficient launch
+#define NV (2 * VT)                          // window vectors: k_0 .. k_{VT-1}, q_0 .. q_{VT-1}
+#define NVP (NV <= 2 ? 2 : NV <= 4 ? 4 : NV <= 8 ? 8 : 16)  // NV rounded up to a power of two
+#define RG (32 / NVP)                        // history records a reduce-scatter of 32 sums
+#define NE (NV * (NV + 1) / 2)               // window products u_a . u_b, a <= b
+#define TP (VT <= 4 ? 4 : 8)                 // window tokens padded (coefficient rows: 16-byte loads)
+#define NT ((NV + 7) / 8)                    // n tiles of the tensor-core S0 products
+#define C_HK 0                               // coefficient block, in floats
+#define C_HQ (LP * TP)
+#define C_A (2 * LP * TP)
+#define C_Q (C_A + TP * TP)
+#define C_WK (C_Q + TP * TP)
+#define C_WQ (C_WK + TP)
+#define C_BETA (C_WQ + TP)
+#define C_WGT (C_BETA + TP)
+#define C_FOLD (C_WGT + LP)
+#define C_W (C_FOLD + 1)
+#define C_N (C_FOLD + 2)
+#define COEF_FLOATS ((C_FOLD + 3 + 3) / 4 * 4)
+#define COEF_BYTES (COEF_FLOATS * 4)
+#define QK_PITCH (DK * ES + 16)              // a u row's bytes, padded: the B operand loads in distinct banks
+#define QK_BYTES (NV * QK_PITCH)
+#define D_BYTES (LP * ROWS * 2)
+#define K_BYTES (LP * REC_PITCH)
+#define OFF_D CKPT_BYTES
+#define OFF_K (OFF_D + D_BYTES)
+#define OFF_QK (OFF_K + K_BYTES)
+#define OFF_COEF (OFF_QK + QK_BYTES)
+#define OFF_META (OFF_COEF + COEF_BYTES)
+#define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
+
+// Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
+// the stages), the coefficient block's floats and a u row's pitch: the launcher's
+// verify_shared_bytes, verify_coefficient_floats and qk_pitch must equal them (a CPU test reads
+// them from the PTX).
+extern "C" __device__ unsigned int delta_verify_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+extern "C" __device__ unsigned int delta_verify_coefficient_floats = COEF_FLOATS;
+extern "C" __device__ unsigned int delta_verify_qk_pitch = QK_PITCH;
+
+// The lane's PER_LANE elements of a and b dotted, fp32.
+__device__ __forceinline__ float lane_dot(const float (&a)[PER_LANE], const float (&b)[PER_LANE]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e) s += a[e] * b[e];
+  return s;
+}
+
+// ------------------------------------------------------------------ launch 1: coefficients
+
+extern "C" __global__ void __launch_bounds__(VPK * 32) delta_verify_coefficients(
+    float* __restrict__ coef_out,     // [batch, VHEADS, COEF_FLOATS]
+    unsigned char* __restrict__ u_out,  // [batch, KHEADS, NV, QK_PITCH bytes]: raw k_s, q_s, the checkpoint's dtype
+    u16* __restrict__ khist,          // [batch, KHEADS, LP, DK]: a flush row's history k̂ records
+    u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
+    float* __restrict__ g_records, long long sgr_slot, long long sgr_head,  // positions dense
+    int* __restrict__ cursor, int* __restrict__ pending,
+    const u16* __restrict__ q, long long sq_batch, long long sq_tok, long long sq_head,
+    const u16* __restrict__ k, long long sk_batch, long long sk_tok, long long sk_head,
+    const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,
+    const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,
+    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, float scale) {
+  // Programmatic after the previous kernel: wait for it before any read; then the step kernel may
+  // start (it waits for this grid before reading what it writes).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  __shared__ float gram[NV][NV];  // u_a . u_b
+  __shared__ float hraw[LP][NV];  // k̂_j . u_b of the history (0 for j >= w)
+  const int kh = blockIdx.x, b = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = kh * VPK + warp;
+  const long long slot = slot_ids[b];
+  if (slot < 0) return;
+  const int n = window_tokens(num_tokens, b);
+  // The window's raw vectors, lanes over head_k_dim; this warp's value head's g records, g, beta.
+  float uv[NV][PER_LANE];
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+    u32 c[PER_LANE / 2];
+    load_words(k + b * sk_batch + s * sk_tok + kh * sk_head + lane * PER_LANE, c);
+    unpack_bf16x2(c, uv[s]);
+    load_words(q + b * sq_batch + s * sq_tok + kh * sq_head + lane * PER_LANE, c);
+    unpack_bf16x2(c, uv[VT + s]);
+  }
+  float* const grec = g_records + slot * sgr_slot + h * sgr_head;
+  const float gj = lane < LREC ? grec[lane] : 0.0f;
+  const float gs = lane < VT ? load_f32<G_CODE>(g, b * sg_batch + lane * sg_tok + h * sg_head) : 0.0f;
+  const float bs = lane < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + lane * sb_tok + h * sb_head) : 0.0f;
+  const int w = cursor[slot] & (VERIFY_FLUSHED - 1);  // another CTA of the row may have flagged it
+  const bool flush = verify_flushes(w, n);
+  u16* const krec = k_records + slot * skr_slot + kh * skr_head;
+  u16* const kcopy = khist + ((long long)b * KHEADS + kh) * LP * DK;
+  // History products: chunks of RG records (NVP sums each), chunk ch to warp ch % VPK.
+#pragma unroll
+  for (int ch = 0; ch < LP / RG; ++ch) {
+    if (ch % VPK != warp) continue;  // warp-uniform
+    u32 kw[RG][PER_LANE / 2];
+#pragma unroll
+    for (int i = 0; i < RG; ++i) {
+      const int j = ch * RG + i;
+#pragma unroll
+      for (int e = 0; e < PER_LANE / 2; ++e) kw[i][e] = 0u;
+      if (j < LREC) load_words(krec + j * skr_pos + lane * PER_LANE, kw[i]);
+    }
+    float part[32];
+#pragma unroll
+    for (int i = 0; i < RG; ++i) {
+      float kr[PER_LANE];
+      unpack_bf16x2(kw[i], kr);
+#pragma unroll
+      for (int c = 0; c < NVP; ++c) part[i * NVP + c] = c < NV && ch * RG + i < w ? lane_dot(kr, uv[c < NV ? c : 0]) : 0.0f;
+    }
+    const float r = warp_reduce_scatter32(part, lane);
+    if (lane % NVP < NV) hraw[ch * RG + lane / NVP][lane % NVP] = r;
+    if (flush) {
+#pragma unroll
+      for (int i = 0; i < RG; ++i) {
+        const int j = ch * RG + i;
+        if (j < w) {
+          u32* dst = (u32*)(kcopy + j * DK + lane * PER_LANE);
+#pragma unroll
+          for (int e = 0; e < PER_LANE / 2; ++e) dst[e] = kw[i][e];
+        }
+      }
+    }
+  }
+  // Window products u_a . u_b (a <= b), 32 a chunk, after the history's chunks in the warp order.
+#pragma unroll
+  for (int ch = 0; ch < (NE + 31) / 32; ++ch) {
+    if ((LP / RG + ch) % VPK != warp) continue;  // warp-uniform
+    float part[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) part[i] = 0.0f;
+    int e = 0;
+#pragma unroll
+    for (int a = 0; a < NV; ++a) {
+#pragma unroll
+      for (int c = a; c < NV; ++c, ++e)
+        if (e >= ch * 32 && e < ch * 32 + 32) part[e - ch * 32] = lane_dot(uv[a], uv[c]);
+    }
+    const float r = warp_reduce_scatter32(part, lane);
+    e = 0;
+#pragma unroll
+    for (int a = 0; a < NV; ++a) {
+#pragma unroll
+      for (int c = a; c < NV; ++c, ++e) {
+        if (e == ch * 32 + lane) {
+          gram[a][c] = r;
+          gram[c][a] = r;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // Norms (every warp) and this warp's value head's block.
+  float rk[VT], rq[VT], gall[VT], cum[VT];
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+#if L2NORM
+    rk[s] = rsqrtf(gram[s][s] + 1e-6f);
+    rq[s] = rsqrtf(gram[VT + s][VT + s] + 1e-6f) * scale;
+#else
+    rk[s] = 1.0f;
+    rq[s] = scale;
+#endif
+    gall[s] = __shfl_sync(0xffffffffu, gs, s);
+    cum[s] = (s > 0 ? cum[s - 1] : 0.0f) + gall[s];
+  }
+  float total;
+  const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);  // lane j: Σ_{j<i<w} g_i
+  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
+  if (lane < LP) {  // lane j: history row j, fold weight j
+    const bool held = lane < w;
+#pragma unroll
+    for (int s = 0; s < TP; ++s) {
+      const int sc = s < VT ? s : 0;
+      const float dec = __expf(later + cum[sc]);
+      blk[C_HK + lane * TP + s] = held && s < VT ? dec * rk[sc] * hraw[lane][sc] : 0.0f;
+      blk[C_HQ + lane * TP + s] = held && s < VT ? dec * rq[sc] * hraw[lane][VT + sc] : 0.0f;
+    }
+    blk[C_WGT + lane] = held ? __expf(later) : 0.0f;
+  }
+#pragma unroll
+  for (int e0 = 0; e0 < TP * TP; e0 += 32) {  // window entry (j, s) = (e / TP, e % TP)
+    const int e = e0 + lane;
+    if (e < TP * TP) {
+      const int j = e / TP, s = e % TP;
+      float between = 0.0f, rkj = 0.0f, rks = 0.0f, rqs = 0.0f;  // Σ_{j<i<=s} g_i, norms
+#pragma unroll
+      for (int i = 0; i < VT; ++i) {
+        if (i > j && i <= s) between += gall[i];
+        if (i == j) rkj = rk[i];
+        if (i == s) {
+          rks = rk[i];
+          rqs = rq[i];
+        }
+      }
+      const int jc = j < VT ? j : 0, sc = s < VT ? s : 0;
+      const float dec = __expf(between);
+      blk[C_A + e] = j < s && s < VT ? dec * rkj * rks * gram[jc][sc] : 0.0f;
+      blk[C_Q + e] = j <= s && s < VT ? dec * rkj * rqs * gram[jc][VT + sc] : 0.0f;
+    }
+  }
+  if (lane < TP) {
+    float rkl = 0.0f, rql = 0.0f, cl = 0.0f;
+#pragma unroll
+    for (int s = 0; s < VT; ++s) {
+      if (s == lane) {
+        rkl = rk[s];
+        rql = rq[s];
+        cl = cum[s];
+      }
+    }
+    const float dec = __expf(total + cl);
+    blk[C_WK + lane] = lane < VT ? dec * rkl : 0.0f;
+    blk[C_WQ + lane] = lane < VT ? dec * rql : 0.0f;
+    blk[C_BETA + lane] = bs;
+  }
+  if (lane == 0) {
+    blk[C_FOLD] = __expf(total);
+    ((int*)blk)[C_W] = w;
+    ((int*)blk)[C_N] = n;
+  }
+  const int base = flush ? 0 : w;  // the window's first record position
+  // The window's g records (lane s; every g record of this value head was read above, by the scan).
+  if (lane < n) grec[base + lane] = gs;
+  // The window's u rows for the step kernel (warp c % VPK: row c) and k̂ records (the key head's
+  // history records were all read before the barrier above).
+#pragma unroll
+  for (int c = 0; c < NV; ++c) {
+    if (c % VPK != warp) continue;  // warp-uniform
+    unsigned char* urow = u_out + (((long long)b * KHEADS + kh) * NV + c) * QK_PITCH + lane * PER_LANE * ES;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e += 2) {
+#if CKPT_F32
+      *(float2*)(urow + e * 4) = make_float2(uv[c][e], uv[c][e + 1]);
+#else
+      *(u32*)(urow + e * 2) = pack_bf16x2(uv[c][e], uv[c][e + 1]);
+#endif
+    }
+    if (c < VT && c < n) {
+      u32* kout = (u32*)(krec + (base + c) * skr_pos + lane * PER_LANE);
+#pragma unroll
+      for (int e = 0; e < PER_LANE; e += 2) kout[e / 2] = pack_bf16x2(rk[c] * uv[c][e], rk[c] * uv[c][e + 1]);
+    }
+  }
+  if (kh == 0 && threadIdx.x == 0) {
+    pending[slot] = n;
+    if (flush) cursor[slot] = w + VERIFY_FLUSHED;
+  }
+}
+
+// ------------------------------------------------------------------ launch 2: the verify step
+
+extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_verify_step(
+    const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
+    const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
+    const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS]
+    const unsigned char* __restrict__ u_rows,      // [batch, KHEADS, NV, QK_PITCH bytes]
+    const u16* __restrict__ khist,                 // [batch, KHEADS, LP, DK]
+    u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
+    const u16* __restrict__ v, long long sv_batch, long long sv_tok, long long sv_head,
+    u16* __restrict__ out, long long so_batch, long long so_tok, long long so_head,
+    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, const int* __restrict__ cursor,
+    int batch) {
+  extern __shared__ unsigned char smem_raw[];
+  const u32 raw = smem_u32(smem_raw);
+  const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
+  unsigned char* const gbase = smem_raw + (base - raw);
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int units = batch * VHEADS * PARTS;
+  asm volatile("griddepcontrol.launch_dependents;");
+  ring_init(bars, STAGES, CONSUMERS);
+
+  if (warp == CONSUMERS) {
+    // ---------------- producer
+    // Slot, committed records and token count of the CTA's next 32 units, a lane each (the
+    // coefficient grid may flag a flush row's cursor meanwhile: the flag is taken off).
+    int slot_l = -1, w_l = 0, n_l = 0;
+    const int per_row = VHEADS * PARTS;
+    if (blockIdx.x + lane * gridDim.x < units) {
+      const int bl = (blockIdx.x + lane * gridDim.x) / per_row;
+      slot_l = slot_ids[bl];
+      n_l = window_tokens(num_tokens, bl);
+    }
+    if (slot_l >= 0) w_l = cursor[slot_l] & (VERIFY_FLUSHED - 1);
+    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, VHEADS, PARTS, slot_l, lane);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    int i = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+      const int k32 = i & 31;
+      if (k32 == 0 && i > 0) {
+        const int uk = u + lane * gridDim.x;
+        slot_l = -1;
+        if (uk < units) {
+          slot_l = slot_ids[uk / per_row];
+          n_l = window_tokens(num_tokens, uk / per_row);
+        }
+        w_l = slot_l >= 0 ? cursor[slot_l] & (VERIFY_FLUSHED - 1) : 0;
+      }
+      const int slot = __shfl_sync(0xffffffffu, slot_l, k32);
+      const int w = __shfl_sync(0xffffffffu, w_l, k32);
+      const int n = __shfl_sync(0xffffffffu, n_l, k32);
+      const int st = i % STAGES;
+      const u32 stage = base + st * STAGE_BYTES;
+      const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
+      const bool prefetched = i < STAGES;
+      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
+      const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
+      const bool flush = verify_flushes(w, n);
+      if (lane == 0) {
+        ((int*)(gbase + st * STAGE_BYTES + OFF_META))[0] = slot;
+        if (slot < 0) {
+          mbar_arrive(full);
+        } else {
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + w * ROWS * 2 + (flush ? w * DK * 2 : 0) + COEF_BYTES + QK_BYTES;
+          mbar_arrive_expect_tx(full, bytes);
+        }
+      }
+      __syncwarp();
+      if (slot >= 0) {
+        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+        if (lane < w)
+          bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
+                    ROWS * 2, full);
+        if (flush && lane < w)
+          bulk_load(stage + OFF_K + lane * REC_PITCH, khist + (((long long)b * KHEADS + kh) * LP + lane) * DK, DK * 2, full);
+        if (lane == 0) bulk_load(stage + OFF_COEF, coef + ((long long)b * VHEADS + h) * COEF_FLOATS, COEF_BYTES, full);
+        if (lane == 1) bulk_load(stage + OFF_QK, u_rows + ((long long)b * KHEADS + kh) * QK_BYTES, QK_BYTES, full);
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit; lane: row r0 + (lane & 15),
+  // half lane >> 4 (of head_k_dim for fp32 S0 . u_c, of the records for the history terms)
+  const int r0 = warp * 16;
+  const int row = r0 + (lane & 15), half = lane >> 4;
+  int i = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+    const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
+    const int vrow = part * ROWS + row;
+    // The window's v of the lane's row, requested before the wait.
+    u16 vw[VT];
+#pragma unroll
+    for (int s = 0; s < VT; ++s) vw[s] = v[b * sv_batch + s * sv_tok + h * sv_head + vrow];
+    const int st = i % STAGES;
+    const u32 stage = base + st * STAGE_BYTES;
+    unsigned char* const gstage = gbase + st * STAGE_BYTES;
+    const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
+    mbar_wait(full, (i / STAGES) & 1);
+    const int slot = ((const int*)(gstage + OFF_META))[0];
+    bool released = false;
+    if (slot >= 0) {
+      const float* cf = (const float*)(gstage + OFF_COEF);
+      const u16* ds = (const u16*)(gstage + OFF_D);
+      const int w = ((const int*)cf)[C_W], n = ((const int*)cf)[C_N];
+      const bool flush = verify_flushes(w, n);
+      float pk[VT], pq[VT];  // the lane's half of P^k_s and P^q_s, before the halves are added
+#if CKPT_F32
+      // S0 . u_c in exact fp32: lanes 0-15 over columns [0, DK/2), 16-31 over the rest, 4 columns (one
+      // 16-byte chunk) a shared load; two sums a vector.
+      {
+        const unsigned char* us = gstage + OFF_QK;
+        float p[NV][2];
+#pragma unroll
+        for (int c = 0; c < NV; ++c) p[c][0] = p[c][1] = 0.0f;
+#pragma unroll 4
+        for (int qq = 0; qq < DK / 8; ++qq) {
+          const int kc = half * (DK / 2) + 4 * qq;
+          const float4 s4 = *(const float4*)(gstage + ckpt_offset(row, kc));
+#pragma unroll
+          for (int c = 0; c < NV; ++c) {
+            const float4 u4 = *(const float4*)(us + c * QK_PITCH + kc * 4);
+            p[c][0] += s4.x * u4.x;
+            p[c][1] += s4.y * u4.y;
+            p[c][0] += s4.z * u4.z;
+            p[c][1] += s4.w * u4.w;
+          }
+        }
+#pragma unroll
+        for (int s = 0; s < VT; ++s) {
+          pk[s] = cf[C_WK + s] * (p[s][0] + p[s][1]);
+          pq[s] = cf[C_WQ + s] * (p[VT + s][0] + p[VT + s][1]);
+        }
+      }
+#else
+      // S0 . u_c on tensor cores: m16n8k16, A = the warp's 16 rows (ldmatrix from the swizzled boxes),
+      // B = u_c as column c % 8 of n tile c / 8 (lanes 4 (c % 8) .. + 3 hold it), two fp32 accumulators
+      // a tile (even and odd k tiles). Column c of row r sits in lane 4 (r % 8) + (c % 8) / 2, element
+      // c % 2 (+ 2 for r >= 8).
+      {
+        const unsigned char* us = gstage + OFF_QK;
+        const int gq = lane >> 2, tq = lane & 3;
+        float acc[NT][2][4] = {};
+        const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int k0 = 0; k0 < DK; k0 += 16) {
+          u32 a0, a1, a2, a3;
+          ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 8), a0, a1, a2, a3);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int c = nt * 8 + gq;
+            u32 b0 = 0, b1 = 0;
+            if (c < NV) {
+              b0 = *(const u32*)(us + c * QK_PITCH + (k0 + 2 * tq) * 2);
+              b1 = *(const u32*)(us + c * QK_PITCH + (k0 + 8 + 2 * tq) * 2);
+            }
+            mma_bf16(acc[nt][(k0 / 16) & 1], a0, a1, a2, a3, b0, b1);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < NV; ++c) {
+          const int nt = c / 8, cc = c % 8, src = 4 * (lane & 7) + (cc >> 1);
+          const float lo = __shfl_sync(0xffffffffu, acc[nt][0][cc & 1] + acc[nt][1][cc & 1], src);
+          const float hi = __shfl_sync(0xffffffffu, acc[nt][0][2 + (cc & 1)] + acc[nt][1][2 + (cc & 1)], src);
+          const float val = half == 0 ? ((lane & 8) ? hi : lo) : 0.0f;
+          if (c < VT) {
+            pk[c] = cf[C_WK + c] * val;
+          } else {
+            pq[c - VT] = cf[C_WQ + c - VT] * val;
+          }
+        }
+      }
+#endif
+      // History: records j = half, half + 2, ... < w (w <= L - 1), coefficient rows of TP floats.
+#pragma unroll
+      for (int qq = 0; qq < LREC / 2; ++qq) {
+        const int j = half + 2 * qq;
+        if (j < w) {
+          const float dj = bf16_to_f32(ds[j * ROWS + row]);
+          const float4* hk = (const float4*)(cf + C_HK + j * TP);
+          const float4* hq = (const float4*)(cf + C_HQ + j * TP);
+#pragma unroll
+          for (int v4 = 0; v4 < TP / 4; ++v4) {
+            const float4 ck = hk[v4], cq = hq[v4];
+            const float kk[4] = {ck.x, ck.y, ck.z, ck.w}, qv[4] = {cq.x, cq.y, cq.z, cq.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              if (4 * v4 + e < VT) {
+                pk[4 * v4 + e] += kk[e] * dj;
+                pq[4 * v4 + e] += qv[e] * dj;
+              }
+            }
+          }
+        }
+      }
+      // The window's scalars, read before a unit that does not flush gives its stage back.
+      float A[VT][VT], Q[VT][VT], bt[VT];
+#pragma unroll
+      for (int s = 0; s < VT; ++s) {
+        bt[s] = cf[C_BETA + s];
+#pragma unroll
+        for (int j = 0; j <= s; ++j) {
+          A[j][s] = cf[C_A + j * TP + s];
+          Q[j][s] = cf[C_Q + j * TP + s];
+        }
+      }
+      released = !flush;
+      if (released) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty);
+      }
+#pragma unroll
+      for (int s = 0; s < VT; ++s) {
+        pk[s] += __shfl_xor_sync(0xffffffffu, pk[s], 16);
+        pq[s] += __shfl_xor_sync(0xffffffffu, pq[s], 16);
+      }
+      // The window, serially (every lane: its row's d_s and o_s).
+      float d[VT], o[VT];
+#pragma unroll
+      for (int s = 0; s < VT; ++s) {
+        float r = bf16_to_f32(vw[s]) - pk[s];
+#pragma unroll
+        for (int j = 0; j < s; ++j) r -= A[j][s] * d[j];
+        d[s] = bt[s] * r;
+        float os = pq[s];
+#pragma unroll
+        for (int j = 0; j <= s; ++j) os += Q[j][s] * d[j];
+        o[s] = os;
+      }
+      // Outputs and the window's d records: tokens of this half's parity, s < n.
+      u16* drec = d_records + slot * sdr_slot + h * sdr_head + vrow;
+      const int wbase = flush ? 0 : w;
+#pragma unroll
+      for (int s = 0; s < VT; ++s) {
+        if ((s & 1) == half && s < n) {
+          out[b * so_batch + s * so_tok + h * so_head + vrow] = f32_to_bf16(o[s]);
+          drec[(long long)(wbase + s) * sdr_pos] = f32_to_bf16(d[s]);
+        }
+      }
+      if (flush) {
+        __syncwarp();
+        fold_warp_rows(gstage, ds, stage + OFF_K, cf + C_WGT, cf[C_FOLD], w - 1, r0, lane);
+        store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
+      }
+    }
+    if (!released) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty);
+    }
+  }
+}

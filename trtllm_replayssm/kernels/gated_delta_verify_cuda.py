@@ -1,0 +1,259 @@
+"""ReplaySSM GDN speculative verify in CUDA C++ (``kernels/cuda/gated_delta_verify_step.cu``): bf16 or
+fp32 checkpoints, bf16 activations and records, up to 8 window tokens, on sm_90.
+
+Two launches on the current stream, the structure of the Mamba-2 CUDA verify
+(:mod:`~trtllm_replayssm.kernels.mamba2_verify_cuda`): a coefficient launch per (row, key head)
+forms the window's and the history's products once (the window solved per state row needs them
+only as scalars: per value head a block of history weights, the window's triangular factors and
+the checkpoint's weights), and a persistent kernel streams each value head's checkpoint rows
+through a shared-memory ring (TMA) with the window's 2T raw query and key vectors as the columns of
+tensor-core products (bf16 rows) or exact fp32 sums (fp32 rows), then runs each row's window
+serially in registers. The .cu file's header documents what each computes; the contract is the
+Triton kernel's (:mod:`trtllm_replayssm.kernels.gated_delta_verify`): same cache tensors, same
+results up to fp32 rounding, a flushing row's cursor flagged until the commit, no host sync,
+padding rows (slot < 0) untouched, capturable in a CUDA graph. KDA (per-channel decays) is not
+covered: its verify runs the Triton kernel.
+
+:func:`delta_verify_cuda_unsupported` says why a call cannot take this route (None: it can); the
+launcher raises with that reason when asked to run anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from torch import Tensor
+
+from .gated_delta_common import multiprocessor_count
+from .gated_delta_replay_cuda import delta_shape_unsupported, unit_rows
+from .mamba2_replay_cuda import records_padded
+from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps,
+                    compile_program, copyable_rows, load_kernel)
+
+__all__ = [
+    "SOURCE",
+    "MAX_T_CUDA",
+    "DeltaVerifyCudaConfig",
+    "delta_verify_cuda_config",
+    "delta_verify_cuda_unsupported",
+    "delta_verify_coefficient_floats",
+    "delta_verify_qk_pitch",
+    "delta_verify_shared_bytes",
+    "delta_verify_defines",
+    "compile_delta_verify_ptx",
+    "launch_gdn_replay_verify_cuda",
+]
+
+SOURCE = "gated_delta_verify_step.cu"
+MAX_T_CUDA = 8  # window tokens: 2T columns of at most two m16n8k16 n tiles
+_DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@dataclass(frozen=True)
+class DeltaVerifyCudaConfig:
+    """How the verify's persistent kernel runs: units of ``rows`` value rows (a multiple of 16 up to
+    128 dividing head_v_dim), ``stages`` units in flight per CTA (shared-memory ring),
+    register-capped for ``min_ctas`` resident CTAs per multiprocessor, both launches programmatic
+    (``pdl``: the coefficient launch after the previous kernel, the step kernel after it)."""
+
+    rows: int
+    stages: int
+    min_ctas: int
+    pdl: bool = True
+
+    def label(self) -> str:
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
+
+
+def _tokens_padded(T: int) -> int:
+    return 4 if T <= 4 else 8
+
+
+def delta_verify_coefficient_floats(L: int, T: int) -> int:
+    """Floats of one (row, value head) coefficient block: hk[LP][TP], hq[LP][TP], A[TP][TP],
+    Q[TP][TP], wk[TP], wq[TP], beta[TP], wgt[LP], E0, w, n, rounded up to 4 (the .cu file's
+    COEF_FLOATS; a CPU test reads the compiled value)."""
+    LP, TP = records_padded(L), _tokens_padded(T)
+    return (2 * LP * TP + 2 * TP * TP + 3 * TP + LP + 3 + 3) // 4 * 4
+
+
+def delta_verify_qk_pitch(head_k_dim: int, state_bytes: int) -> int:
+    """Bytes of one of the window's raw q / k rows in the checkpoint's dtype, padded by 16 (the .cu
+    file's QK_PITCH)."""
+    return head_k_dim * state_bytes + 16
+
+
+def delta_verify_shared_bytes(head_k_dim: int, rows: int, L: int, T: int, stages: int, state_bytes: int) -> int:
+    """Dynamic shared memory of the verify kernel (bytes): ``stages`` stages of 1 KiB-rounded
+    (checkpoint rows of ``state_bytes`` elements, the history's d records, a flush's k̂ records
+    (padded rows), the window's 2T raw q / k rows, the coefficient block, meta), 1 KiB of alignment
+    slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the
+    compiled value)."""
+    LP = records_padded(L)
+    stage = (rows * head_k_dim * state_bytes + LP * rows * 2 + LP * (head_k_dim * 2 + 16)
+             + 2 * T * delta_verify_qk_pitch(head_k_dim, state_bytes) + delta_verify_coefficient_floats(L, T) * 4 + 16)
+    stage = (stage + 1023) // 1024 * 1024
+    return stages * stage + 1024 + 16 * stages
+
+
+def _threads(rows: int) -> int:
+    """Threads of a step-kernel CTA: a consumer warp per 16 rows and the producer warp."""
+    return (rows // 16 + 1) * 32
+
+
+def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int) -> DeltaVerifyCudaConfig:
+    """Units of 64 value rows where they tile head_v_dim (:func:`~.gated_delta_replay_cuda.unit_rows`),
+    two stages, as many CTAs per multiprocessor as shared memory and a 128-register cap allow (at
+    most 3).
+
+    Raises:
+        ValueError: one CTA does not fit a multiprocessor.
+    """
+    rows = unit_rows(head_v_dim)
+    smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes)
+    ctas = min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (_threads(rows) * 128))
+    if ctas < 1:
+        raise ValueError(f"delta_verify_cuda_config: head_k_dim {head_k_dim}, L {L}, T {T} do not fit a multiprocessor")
+    return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=ctas)
+
+
+def delta_verify_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                                  q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+    """Why the CUDA GDN verify cannot run these tensors (None: it can): an sm_90 GPU, GDN (g
+    [batch, T, v_heads]: a log-decay per value head), at most :data:`MAX_T_CUDA` window tokens, the
+    CUDA step's sizes, dtypes and alignment (:func:`~.gated_delta_replay_cuda.delta_shape_unsupported`
+    on one token), q, k, v 16-byte aligned in every outer stride, and two stages of the verify
+    kernel fitting a multiprocessor. q, k: [batch, T, k_heads, head_k_dim]; v: [batch, T, v_heads,
+    head_v_dim]."""
+    if checkpoint.device.type != "cuda":
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
+        return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
+    return delta_verify_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+
+
+def delta_verify_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                                   q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+    """The device-independent part of :func:`delta_verify_cuda_unsupported`."""
+    if g.dim() != 3:
+        return f"g of shape {tuple(g.shape)}: per-channel decays (KDA); the CUDA verify takes GDN only"
+    T = q.shape[1]
+    if T > MAX_T_CUDA:
+        return f"T {T}; the CUDA verify takes T <= {MAX_T_CUDA}"
+    reason = delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q[:, 0], k[:, 0], v[:, 0], g[:, 0])
+    if reason is not None:
+        return reason
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not copyable_rows(t):
+            return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
+    _, _, head_v_dim, head_k_dim = checkpoint.shape
+    smem = delta_verify_shared_bytes(head_k_dim, unit_rows(head_v_dim), d_records.shape[2], T, 2,
+                                     checkpoint.element_size())
+    if smem + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+        return f"two stages of head_k_dim {head_k_dim} {checkpoint.dtype} rows and T {T} do not fit a multiprocessor"
+    return None
+
+
+def delta_verify_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, T: int,
+                         cfg: DeltaVerifyCudaConfig, state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
+                         beta_dtype: torch.dtype, has_num_tokens: bool) -> Tuple[Tuple[str, int], ...]:
+    """The .cu file's -D constants.
+
+    Raises:
+        ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim.
+    """
+    if cfg.rows % 16 or not 16 <= cfg.rows <= 128 or head_v_dim % cfg.rows:
+        raise ValueError(f"gdn_replay_verify (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing "
+                         f"head_v_dim {head_v_dim}")
+    d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
+             ROWS=cfg.rows, LREC=L, LP=records_padded(L), VT=T, STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
+             L2NORM=int(bool(use_qk_l2norm)), HAS_NUM_TOKENS=int(has_num_tokens), G_CODE=_DTYPE_CODE[g_dtype],
+             BETA_CODE=_DTYPE_CODE[beta_dtype])
+    return tuple(sorted(d.items()))
+
+
+def compile_delta_verify_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, T: int,
+                             cfg: DeltaVerifyCudaConfig, state_bytes: int, has_num_tokens: bool = True) -> str:
+    """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
+    defines = delta_verify_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, T, cfg, state_bytes, True,
+                                   torch.float32, torch.float32, has_num_tokens)
+    return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
+
+
+def coefficient_args(coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta, slot_ids, num_tokens,
+                     scale) -> KernelArgs:
+    """Parameters of ``delta_verify_coefficients``, in the .cu file's order (an absent num_tokens is
+    slot_ids' pointer, never read)."""
+    return (
+        KernelArgs()
+        .ptr(coef).ptr(u_rows).ptr(khist)
+        .tensor(k_records, 3)
+        .tensor(g_records, 2)
+        .ptr(cursor).ptr(pending)
+        .tensor(q, 3)
+        .tensor(k, 3)
+        .tensor(g, 3)
+        .tensor(beta, 3)
+        .ptr(slot_ids).ptr(num_tokens if num_tokens is not None else slot_ids)
+        .f32(scale)
+    )  # fmt: skip
+
+
+def step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens, cursor) -> KernelArgs:
+    """Parameters of ``delta_verify_step``, in the .cu file's order: the checkpoint's (load, store)
+    tensor maps first."""
+    return (
+        KernelArgs()
+        .tensor_map(maps[0]).tensor_map(maps[1])
+        .ptr(coef).ptr(u_rows).ptr(khist)
+        .tensor(d_records, 3)
+        .tensor(v, 3)
+        .tensor(out, 3)
+        .ptr(slot_ids).ptr(num_tokens if num_tokens is not None else slot_ids).ptr(cursor)
+        .i32(v.shape[0])
+    )  # fmt: skip
+
+
+def launch_gdn_replay_verify_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                                  cursor: Tensor, pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                                  beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None, scale: float,
+                                  use_qk_l2norm: bool, out: Tensor,
+                                  config: Optional[DeltaVerifyCudaConfig] = None) -> Tensor:
+    """The CUDA GDN verify on the cache tensors; arguments already checked by the op, in the Triton
+    launcher's order.
+
+    Raises:
+        ValueError: when :func:`delta_verify_cuda_unsupported` names a reason (nothing is launched).
+    """
+    reason = delta_verify_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    if reason is not None:
+        raise ValueError(f"gdn_replay_verify (CUDA): {reason}")
+    batch, T, v_heads, head_v_dim = v.shape
+    k_heads, head_k_dim = q.shape[2], q.shape[3]
+    L = d_records.shape[2]
+    es = checkpoint.element_size()
+    cfg = config or delta_verify_cuda_config(head_k_dim, head_v_dim, L, T, es)
+    defines = delta_verify_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, T, cfg, es, use_qk_l2norm, g.dtype,
+                                   beta.dtype, num_tokens is not None)
+    device = v.device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    smem = delta_verify_shared_bytes(head_k_dim, cfg.rows, L, T, cfg.stages, es)
+    step_kernel = load_kernel(SOURCE, "delta_verify_step", defines, device, smem)
+    coef_kernel = load_kernel(SOURCE, "delta_verify_coefficients", defines, device, 0)
+    coef = torch.empty(batch * v_heads * delta_verify_coefficient_floats(L, T), dtype=torch.float32, device=device)
+    u_rows = torch.empty(batch * k_heads * 2 * T * delta_verify_qk_pitch(head_k_dim, es), dtype=torch.uint8, device=device)
+    khist = torch.empty(batch * k_heads * records_padded(L) * head_k_dim, dtype=torch.bfloat16, device=device)
+    coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
+                       coefficient_args(coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta,
+                                        slot_ids, num_tokens, scale), pdl=cfg.pdl)
+    maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
+    threads = _threads(cfg.rows)
+    units = batch * v_heads * (head_v_dim // cfg.rows)
+    grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
+    step_kernel.launch((grid,), threads, smem, stream,
+                       step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens, cursor),
+                       pdl=cfg.pdl)
+    return out
