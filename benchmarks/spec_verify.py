@@ -65,7 +65,7 @@ def make_family_case(args, family: str, geom, batch: int, T: int):
     """The verify case of one (family, T, batch) point, with --kernel set and --history-product
     set for GDN/KDA."""
     case = make_case(family, geom, batch, T, args.B, args.state, args.act, args.accept)
-    case.kernel = args.kernel
+    case.kernel = args.kernel[0]
     if family != MAMBA2:
         case.history_product = HISTORY_PRODUCT[args.history_product]
     return case
@@ -81,9 +81,11 @@ def layer_bytes(family: str, geom, B: int, T: int, state, act):
 
 
 def run(args, copy_bw):
+    """Every (family, T, batch) case: the three routes, the replay route once per --kernel (each
+    refchecked; a row's ``kernel`` says which), printed and returned as rows."""
     rows = []
     print(
-        f"{'family':>6} {'T':>2} {'batch':>6} {'route':>9} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
+        f"{'family':>6} {'T':>2} {'batch':>6} {'route':>14} {'us/step':>9} {'GB/s':>7} {'%copy':>6} "
         f"{'vs snap':>8} {'vs serial':>9} {'refcheck':>9}"
     )
     for family in args.family:
@@ -91,13 +93,17 @@ def run(args, copy_bw):
         for T in args.T:
             for batch in args.batch:
                 case = make_family_case(args, family, geom, batch, T)
-                err = case.refcheck()
-                if err > REFCHECK_TOL:
-                    print(f"# refcheck failed for {family} T={T} batch={batch}: {err:.2e}; skipped")
-                    continue
-                times = {route: case.time(route) for route in ROUTES}
-                for route in ROUTES:
-                    t, samples = times[route]
+                timed = []  # (route, kernel, (seconds, samples), refcheck)
+                for kernel in args.kernel:
+                    case.kernel = kernel
+                    err = case.refcheck()
+                    if err > REFCHECK_TOL:
+                        print(f"# refcheck failed for {family} T={T} batch={batch} kernel={kernel}: {err:.2e}; skipped")
+                        continue
+                    routes = ROUTES if not timed else ("replay",)
+                    timed += [(route, kernel, case.time(route), err) for route in routes]
+                times = {route: t for route, _, (t, _), _ in timed if route != "replay"}
+                for route, kernel, (t, samples), err in timed if "snapshot" in times else ():
                     gbs = case.bytes_per_step(route) / t / 1e9
                     row = dict(
                         family=family,
@@ -109,17 +115,19 @@ def run(args, copy_bw):
                         act=args.act,
                         accepted_mean=case.mean_accepted,
                         route=route,
+                        kernel=kernel if route == "replay" else None,
                         seconds=t,
                         samples_ms=samples,
                         gbps=gbs,
                         pct_copy=100 * gbs * 1e9 / copy_bw,
-                        speedup_vs_snapshot=times["snapshot"][0] / t,
-                        speedup_vs_serial=times["serial"][0] / t,
+                        speedup_vs_snapshot=times["snapshot"] / t,
+                        speedup_vs_serial=times["serial"] / t,
                         refcheck=err,
                     )
                     rows.append(row)
+                    label = f"replay:{kernel}" if route == "replay" and len(args.kernel) > 1 else route
                     print(
-                        f"{family:>6} {T:>2} {batch:>6} {route:>9} {t * 1e6:9.2f} {gbs:7.0f} "
+                        f"{family:>6} {T:>2} {batch:>6} {label:>14} {t * 1e6:9.2f} {gbs:7.0f} "
                         f"{row['pct_copy']:6.1f} {row['speedup_vs_snapshot']:8.3f} "
                         f"{row['speedup_vs_serial']:9.3f} {err:9.1e}"
                     )
@@ -182,7 +190,7 @@ def check_targets(rows):
             for base, want in TARGETS.items():
                 got = r[f"speedup_vs_{base}"]
                 print(
-                    f"# target {r['family']} T=4 batch={r['batch']} vs {base}: {got:.2f}x "
+                    f"# target {r['family']} T=4 batch={r['batch']} kernel={r['kernel']} vs {base}: {got:.2f}x "
                     f"(want >= {want}x) {'met' if got >= want else 'MISSED'}"
                 )
 
@@ -199,13 +207,14 @@ def plot(rows, path, args):
         geom = args.geometry or GEOMETRIES[family]
         for ax, base in zip(ax_row, ("snapshot", "serial")):
             for T in sorted({r["T"] for r in rows}):
-                pts = sorted(
-                    (r["batch"], r[f"speedup_vs_{base}"])
-                    for r in rows
-                    if r["family"] == family and r["route"] == "replay" and r["T"] == T
-                )
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=f"T={T}")
+                for kernel in args.kernel:
+                    pts = sorted(
+                        (r["batch"], r[f"speedup_vs_{base}"])
+                        for r in rows
+                        if r["family"] == family and r["route"] == "replay" and r["T"] == T and r["kernel"] == kernel
+                    )
+                    if pts:
+                        ax.plot(*zip(*pts), marker="o", label=f"T={T}" + (f" {kernel}" if len(args.kernel) > 1 else ""))
             ax.axhline(TARGETS[base], color="gray", lw=0.8, ls="--")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("batch")
@@ -258,9 +267,10 @@ def main(argv=None):
     ap.add_argument(
         "--kernel",
         choices=list(KERNELS),
-        default="auto",
+        nargs="+",
+        default=["auto"],
         help="the replay verify's kernel: the op's route (auto), the Triton kernels or the CUDA C++ ones "
-        "(Mamba-2 and GDN; KDA has none)",
+        "(Mamba-2 and GDN; KDA has none); several: each timed in the same run (rows replay:KERNEL)",
     )
     add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
@@ -269,9 +279,9 @@ def main(argv=None):
         ap.error("--geometry needs exactly one --family")
     if args.history_product == "on" and set(args.family) != {GDN}:
         ap.error("--history-product on needs --family gdn only (the history product takes GDN's scalar decays)")
-    if args.kernel == "cuda" and KDA in args.family:
+    if "cuda" in args.kernel and KDA in args.family:
         ap.error("--kernel cuda: KDA has no CUDA verify kernel")
-    if args.kernel == "cuda" and args.history_product != "rule":
+    if "cuda" in args.kernel and args.history_product != "rule":
         ap.error("--kernel cuda: --history-product sets the Triton kernels")
     if args.flush_launch and (not args.sweep or MAMBA2 in args.family):
         ap.error("--flush-launch needs --sweep and GDN/KDA families only (Mamba-2 verify is one launch)")
