@@ -12,6 +12,7 @@ import torch
 import gated_delta_cases as gd
 from gated_delta_cases import DeltaFamily, DeltaGeometry
 from spec_cases import commit_with_launcher, delta_verify_with_launcher, draw, drive_spec, make_window
+from trtllm_replayssm.kernels.gated_delta_verify import gated_delta_verify_kernel
 from trtllm_replayssm.ops import replay_commit, spec_buffer_len
 
 pytestmark = pytest.mark.gpu
@@ -178,6 +179,18 @@ def test_cuda_verify_in_a_cuda_graph_equals_eager():
     assert flushes >= 3
     for name in vars(caches[0]):
         assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
+
+
+def test_the_op_routes_gdn_to_cuda_and_kda_and_fp16_checkpoints_to_triton():
+    gdn = DeltaFamily(QWEN35_122B, per_channel=False)
+    kda = DeltaFamily(DeltaGeometry(32, 32, 128, 128), per_channel=True)
+    for fam, state, want in ((gdn, torch.float32, "cuda"), (gdn, torch.bfloat16, "cuda"), (gdn, torch.float16, "triton"),
+                             (kda, torch.float32, "triton")):  # fmt: skip
+        c = fam.allocate(4, 20, state, torch.bfloat16, "cuda")
+        win = make_window(fam, 2, 4, torch.bfloat16, "cuda")
+        got = gated_delta_verify_kernel(c.checkpoint, c.d_records, c.k_records, c.g_records, win["q"], win["k"], win["v"],
+                                        win["g"])  # fmt: skip
+        assert got == want, (fam.name, state)
 
 
 def test_cuda_verify_refuses_what_it_cannot_run():

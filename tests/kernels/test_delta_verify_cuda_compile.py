@@ -13,7 +13,7 @@ import torch
 
 from ptx_params import ptx_params
 from trtllm_replayssm.kernels import gated_delta_verify_cuda as vc
-from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
+from trtllm_replayssm.kernels.gated_delta_verify import gated_delta_verify_kernel, launch_gated_delta_replay_verify
 from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA, compile_program
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
@@ -93,6 +93,10 @@ def test_launcher_packs_the_kernels_ptx_parameters():
 def test_launch_rule_and_block_sizes():
     assert vc.delta_verify_cuda_config(128, 128, 20, 4, 2) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=3)
     assert vc.delta_verify_cuda_config(128, 128, 20, 4, 4) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=2)
+    # fp32, T = 8: two stages of 64 rows fit one CTA (4 consumer warps), of 128 rows one CTA of 8
+    assert vc.delta_verify_cuda_config(128, 128, 24, 8, 4) == vc.DeltaVerifyCudaConfig(rows=128, stages=2, min_ctas=1)
+    assert vc.delta_verify_cuda_config(128, 128, 24, 8, 2) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=3)
+    assert vc.delta_verify_cuda_config(64, 48, 7, 2, 2).rows == 48  # neither 64 nor 128 tiles 48
     # hk, hq [32][4], A, Q [4][4], wk, wq, beta [4], wgt [32], E0, w, n -> 363, rounded to 364
     assert vc.delta_verify_coefficient_floats(20, 4) == 2 * 128 + 2 * 16 + 12 + 32 + 3 + 1
     assert vc.delta_verify_coefficient_floats(16, 8) == 2 * 128 + 2 * 64 + 24 + 16 + 4
@@ -123,6 +127,7 @@ def test_shape_refusals_name_their_reason():
 
 def test_cpu_tensors_take_triton_and_cuda_is_refused_with_the_reason():
     c, q, v, g, beta = _cpu_case()
+    assert gated_delta_verify_kernel(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) == "triton"
     slots = torch.zeros(4, dtype=torch.int32)
     kw = dict(slot_ids=slots, scale=0.1, use_qk_l2norm=True, out=v.clone())
     with pytest.raises(ValueError, match=r"gdn_replay_verify \(CUDA\): not a CUDA tensor"):

@@ -1,5 +1,6 @@
 """GDN / KDA speculative Triton kernels (verify, snapshot baseline) against the float64 serial
-oracle: under TRITON_INTERPRET=1 on the CPU (small odd shapes, GQA), natively on a GPU."""
+oracle: under TRITON_INTERPRET=1 on the CPU (small odd shapes, GQA), natively on a GPU (the Triton
+verify forced: on sm_90 the op routes GDN to the CUDA verify)."""
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from spec_cases import (
     commit_with_launcher,
     delta_args,
     delta_snapshot_verify_with_launcher,
-    delta_verify_with_launcher,
+    delta_verify_with_launcher as verify_with_launcher,
     drive_baseline,
     drive_spec,
     make_window,
@@ -36,6 +37,14 @@ FAMILY_IDS = {False: "gdn", True: "kda"}
 G_RUN = DeltaGeometry(1, 2, 12, 20) if INTERPRET else DeltaGeometry(2, 6, 80, 96)
 G_CFG = DeltaGeometry(2, 2, 12, 20) if INTERPRET else G_RUN
 CONFIG = LaunchConfig(32, 1) if INTERPRET else None
+
+
+def delta_verify_with_launcher(*args, **kw):
+    """The Triton verify kernels, whatever the op's route (on an sm_90 GPU GDN takes the CUDA
+    verify, tested in tests/gpu/test_delta_verify_cuda_gpu.py)."""
+    return verify_with_launcher(*args, kernel="triton", **kw)
+
+
 CASES = (
     [(False, ("f32", "f32")), (True, ("f32", "bf16"))]
     if INTERPRET

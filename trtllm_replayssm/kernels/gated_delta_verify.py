@@ -64,9 +64,9 @@ from torch import Tensor
 from .common import VERIFY_FLUSHED, LaunchConfig, resolve_kernel, tf32_split, verify_flushes, window_tokens
 from .gated_delta_common import (PROGRAMS_PER_SM, decay_columns, fold_records, gated_delta_launch_config,
                                  multiprocessor_count, record_decays)
-from .gated_delta_verify_cuda import DeltaVerifyCudaConfig, launch_gdn_replay_verify_cuda
+from .gated_delta_verify_cuda import DeltaVerifyCudaConfig, delta_verify_cuda_unsupported, launch_gdn_replay_verify_cuda
 
-__all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_launch_config",
+__all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_kernel", "gated_delta_verify_launch_config",
            "gated_delta_verify_flush_launch_config", "gated_delta_verify_history_product"]
 
 _FOLD_UNROLL = tl.constexpr(4)  # records per unrolled step of the loops over the history
@@ -550,6 +550,17 @@ def _gated_delta_replay_verify_kernel(
             tl.store(pending_ptr + slot, n)
 
 
+def gated_delta_verify_kernel(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
+                              q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> str:
+    """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
+    :func:`~.gated_delta_verify_cuda.delta_verify_cuda_unsupported` finds nothing against it (GDN,
+    sm_90, bf16 or fp32 checkpoints, bf16 activations and records, T <= 8, the CUDA step's sizes
+    and alignment): on an H200 it was faster than the Triton kernels in every cell timed (T 2-8,
+    batch 4-512, both checkpoint dtypes; docs/benchmarks.md "Speculative verify", session 34);
+    Triton otherwise (KDA, every dtype, size and GPU)."""
+    return "cuda" if delta_verify_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g) is None else "triton"
+
+
 def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_records: Tensor,
                                      g_records: Tensor, cursor: Tensor, pending: Tensor,
                                      q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *, slot_ids: Tensor,
@@ -564,10 +575,17 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     :func:`gated_delta_verify_launch_config` / :func:`gated_delta_verify_flush_launch_config`);
     tiles of >= 16 rows. ``history_product``: the non-flush launch's history weights as tile
     products (None: :func:`gated_delta_verify_history_product`; GDN only). ``kernel``:
-    ``"auto"`` (the Triton kernels, unless ``config`` is a
-    :class:`~.gated_delta_verify_cuda.DeltaVerifyCudaConfig`), ``"triton"`` or ``"cuda"`` (the CUDA
-    GDN verify, :mod:`~.gated_delta_verify_cuda`; ValueError where it does not apply)."""
-    kernel = resolve_kernel("launch_gated_delta_replay_verify", kernel, config, DeltaVerifyCudaConfig, lambda: "triton")
+    ``"auto"`` (:func:`gated_delta_verify_kernel` chooses; a ``config`` of either kind, or a
+    ``flush_config`` or ``history_product``, which set the Triton kernels, chooses for it),
+    ``"triton"`` or ``"cuda"`` (the CUDA GDN verify, :mod:`~.gated_delta_verify_cuda`; ValueError
+    where it does not apply)."""
+
+    def route() -> str:
+        if flush_config is not None or history_product is not None:
+            return "triton"
+        return gated_delta_verify_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g)
+
+    kernel = resolve_kernel("launch_gated_delta_replay_verify", kernel, config, DeltaVerifyCudaConfig, route)
     if kernel == "cuda":
         if flush_config is not None or history_product is not None:
             raise ValueError("launch_gated_delta_replay_verify: flush_config and history_product set the Triton "

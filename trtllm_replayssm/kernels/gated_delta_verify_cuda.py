@@ -104,20 +104,32 @@ def _threads(rows: int) -> int:
     return (rows // 16 + 1) * 32
 
 
+def _ctas(head_k_dim: int, rows: int, L: int, T: int, state_bytes: int) -> int:
+    """Resident CTAs a multiprocessor of units of ``rows`` rows: shared memory (two stages) and a
+    128-register cap, at most 3."""
+    smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes)
+    return min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (_threads(rows) * 128))
+
+
 def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int) -> DeltaVerifyCudaConfig:
-    """Units of 64 value rows where they tile head_v_dim (:func:`~.gated_delta_replay_cuda.unit_rows`),
-    two stages, as many CTAs per multiprocessor as shared memory and a 128-register cap allow (at
-    most 3).
+    """Units of 64 or 128 value rows (where they tile head_v_dim; else
+    :func:`~.gated_delta_replay_cuda.unit_rows`), two stages, as many CTAs per multiprocessor as
+    shared memory and a 128-register cap allow (at most 3): the unit size that keeps the most
+    consumer warps resident, the smaller on a tie. Timed on an H200 (Qwen3.5-122B, fp32
+    checkpoint, B = 16, docs/kernel-notes.md "GDN verify in CUDA", session 34), µs, 64 rows / 128
+    rows / 32 rows / the Triton kernels: T = 8 (64 rows fit one CTA, 128 rows one CTA of twice the
+    warps) batch 256 1057.6 / 879.1 / 1317.1 / 1003.3, batch 512 2081.2 / 1696.2 / 2585.6 / 1934.1;
+    T = 4 (two CTAs of 64 rows, one of 128) batch 256 447.4 / 467.3 / 502.8 / 520.6.
 
     Raises:
         ValueError: one CTA does not fit a multiprocessor.
     """
-    rows = unit_rows(head_v_dim)
-    smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes)
-    ctas = min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (_threads(rows) * 128))
-    if ctas < 1:
+    candidates = [r for r in (64, 128) if head_v_dim % r == 0] or [unit_rows(head_v_dim)]
+    warps, rows = max((_ctas(head_k_dim, r, L, T, state_bytes) * r, -r) for r in candidates)
+    rows = -rows
+    if warps < 1:
         raise ValueError(f"delta_verify_cuda_config: head_k_dim {head_k_dim}, L {L}, T {T} do not fit a multiprocessor")
-    return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=ctas)
+    return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes))
 
 
 def delta_verify_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -150,9 +162,7 @@ def delta_verify_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_reco
         if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
     _, _, head_v_dim, head_k_dim = checkpoint.shape
-    smem = delta_verify_shared_bytes(head_k_dim, unit_rows(head_v_dim), d_records.shape[2], T, 2,
-                                     checkpoint.element_size())
-    if smem + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+    if _ctas(head_k_dim, unit_rows(head_v_dim), d_records.shape[2], T, checkpoint.element_size()) < 1:
         return f"two stages of head_k_dim {head_k_dim} {checkpoint.dtype} rows and T {T} do not fit a multiprocessor"
     return None
 
