@@ -134,14 +134,13 @@ def test_verify_against_serial_steps():
     k = route_advice("kda", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=KIMI)
     assert (k.ratio, k.recommendation) == (1.23, "replay")
     g = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=2, batch=16, geometry=(16, 64, 128, 128))
-    # GDN at T <= 4, batch 8-16 takes the history product: the run that timed it
-    assert (g.ratio, g.recommendation) == (1.74, "replay")
-    assert g.source.raw.endswith("2026-12-04-h200-s31-call2-gdn_history_on.log")
-    g64 = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=2, batch=64, geometry=(16, 64, 128, 128))
-    assert g64.ratio == 2.22 and g64.source.raw.endswith("2026-12-04-h200-s30-call4-spec_verify_gdn.log")
-    # GDN from batch 256 was timed again after the flush launch's tiling changed there
+    # GDN: the CUDA verify's run (session 34)
+    assert (g.ratio, g.recommendation) == (2.21, "replay")
+    assert g.source.raw.endswith("2026-12-04-h200-s34-call4-spec_verify_gdn_f32.json")
     g256 = route_advice("gdn", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256)
-    assert g256.ratio == 4.09 and g256.source.raw.endswith("2026-12-04-h200-s30-call5-spec_verify_gdn_256.log")
+    assert g256.ratio == 4.76 and g256.source.raw == g.source.raw
+    gb = route_advice("gdn", "replay_spec", state_dtype="bf16", L=16, T=2, batch=4, geometry=(16, 64, 128, 128))
+    assert (gb.ratio, gb.recommendation, gb.slower) == (0.96, "serial", True)
     m = route_advice("mamba2", "replay_spec", state_dtype="fp32", L=16, T=4, batch=256, geometry=(128, 64, 128, 8))
     assert (m.ratio, m.recommendation) == (4.72, "replay")  # the CUDA verify (session 33)
     assert m.source.raw.endswith("2026-12-04-h200-s33-call4-spec_verify_f32.json")

@@ -172,33 +172,6 @@ _DELTA_VERIFY_S29_KDA8 = Source(
     "session 29, the flagged cursor and the records launch on the side stream (e28e0d8)",
     _RESULTS + "2026-12-04-h200-s29-call4-spec_verify_kda8.log",
 )
-_GDN_VERIFY_S30 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 8 16 64 256 512",
-    _DOC,
-    "Speculative verify",
-    "session 30, GDN: the flush fold as one tile product (b0b53b4), batch 8-64",
-    _RESULTS + "2026-12-04-h200-s30-call4-spec_verify_gdn.log",
-)
-_GDN_VERIFY_S30_LARGE = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 256 512",
-    _DOC,
-    "Speculative verify",
-    "session 30, GDN: the flush fold as one tile product, the standard tiling from batch 256 (9824817)",
-    _RESULTS + "2026-12-04-h200-s30-call5-spec_verify_gdn_256.log",
-)
-_GDN_VERIFY_S30_HISTORY = Source(
-    "2026-12-04",
-    _H200,
-    "VARIANTS=main bash scripts/device_compare.sh hist benchmarks/spec_verify.py --family gdn kda --T 4 --batch 16 256",
-    _DOC,
-    "Speculative verify",
-    "session 30, GDN: the history weights as tile products at small batch (07fe741)",
-    _RESULTS + "2026-12-04-h200-s30-call6-compare_hist_tree.log",
-)
 _VERIFY_BF16_S31 = Source(
     "2026-12-04",
     _H200,
@@ -217,14 +190,23 @@ _MAMBA2_VERIFY_BF16 = Source(
     "session 33, Mamba-2: the CUDA verify, bf16 checkpoint",
     _RESULTS + "2026-12-04-h200-s33-call4-spec_verify_bf16.json",
 )
-_GDN_VERIFY_S31_HISTORY = Source(
+_GDN_VERIFY_S34 = Source(
     "2026-12-04",
     _H200,
-    "python benchmarks/spec_verify.py --family gdn --T 2 4 --batch 8 16 32 64 --history-product on",
+    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 8 16 64 256 512 --kernel auto triton",
     _DOC,
     "Speculative verify",
-    "session 31, GDN: the history product to two waves",
-    _RESULTS + "2026-12-04-h200-s31-call2-gdn_history_on.log",
+    "session 34, GDN: the CUDA verify, fp32 checkpoint",
+    _RESULTS + "2026-12-04-h200-s34-call4-spec_verify_gdn_f32.json",
+)
+_GDN_VERIFY_BF16_S34 = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family gdn --state bf16 --T 2 4 8 --batch 4 16 32 64 256 --kernel cuda triton",
+    _DOC,
+    "Speculative verify",
+    "session 34, GDN: the CUDA verify, bf16 checkpoint",
+    _RESULTS + "2026-12-04-h200-s34-call2-spec_verify_gdn_bf16.json",
 )
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
@@ -284,22 +266,22 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 2): (1.74, 2.26, 2.71, 3.01, 3.11),
     (MAMBA2, SUPER, 4): (2.46, 3.56, 4.23, 4.72, 4.92),
     (MAMBA2, SUPER, 8): (2.84, 4.13, 4.69, 5.17, 5.17),
-    (GDN, QWEN35_122B, 2): (1.32, 1.74, 2.22, 2.71, 2.73),
-    (GDN, QWEN35_122B, 4): (1.86, 2.87, 3.45, 4.09, 4.19),
-    (GDN, QWEN35_122B, 8): (1.51, 2.60, 3.67, 4.23, 4.37),
+    (GDN, QWEN35_122B, 2): (1.66, 2.21, 2.74, 3.04, 3.11),
+    (GDN, QWEN35_122B, 4): (2.24, 3.43, 4.31, 4.76, 4.90),
+    (GDN, QWEN35_122B, 8): (1.90, 3.20, 4.54, 4.84, 5.01),
     (KDA, KIMI, 2): (1.02, 1.23, 1.77, 2.07, 2.26),
     (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
     (KDA, KIMI, 8): (1.19, 1.30, 2.51, 3.00, 3.16),
 }
-# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES (GDN/KDA not timed at batch 4 / 32).
+# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES (KDA not timed at batch 4 / 32).
 _VERIFY_BF16_BATCHES = (4, 16, 32, 64, 256)
 _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 2): (0.91, 1.48, 1.96, 2.18, 2.51),
     (MAMBA2, SUPER, 4): (1.36, 2.09, 3.00, 3.26, 3.64),
     (MAMBA2, SUPER, 8): (1.63, 2.17, 3.04, 3.24, 3.48),
-    (GDN, QWEN35_122B, 2): (None, 0.96, None, 1.40, 1.62),
-    (GDN, QWEN35_122B, 4): (None, 1.50, None, 2.17, 2.48),
-    (GDN, QWEN35_122B, 8): (None, 1.25, None, 2.08, 2.39),
+    (GDN, QWEN35_122B, 2): (0.96, 1.57, 2.09, 2.30, 2.62),
+    (GDN, QWEN35_122B, 4): (1.32, 2.30, 3.35, 3.69, 4.11),
+    (GDN, QWEN35_122B, 8): (1.25, 1.90, 3.21, 3.77, 4.07),
     (KDA, KIMI, 2): (None, 0.61, None, 0.94, 1.09),
     (KDA, KIMI, 4): (None, 0.81, None, 1.41, 1.59),
     (KDA, KIMI, 8): (None, 0.83, None, 1.30, 1.59),
@@ -309,26 +291,22 @@ _VERIFY_BF16_SOURCES = {
     (family, T): sources
     for family, sources in (
         (MAMBA2, _MAMBA2_VERIFY_BF16_SOURCES),
-        (GDN, (_VERIFY_BF16_S31,) * 5),
+        (GDN, (_GDN_VERIFY_BF16_S34,) * 5),
         (KDA, (_VERIFY_BF16_S31,) * 5),
     )
     for T in (2, 4, 8)
 }
 # The source of each _VERIFY_BATCHES column, by family and T (one device call timed KDA but for
-# T = 8 from batch 64, cut by its time limit and timed in the next call; GDN batch 256-512 were
-# timed again after the flush launch's tiling changed there, and the cells that the history
-# product serves, T <= 4 at batch 8-16, with it).
+# T = 8 from batch 64, cut by its time limit and timed in the next call).
 _MAMBA2_VERIFY_SOURCES = (_MAMBA2_VERIFY,) * 5
-_GDN_VERIFY_SOURCES = (_GDN_VERIFY_S30,) * 3 + (_GDN_VERIFY_S30_LARGE,) * 2
-_GDN_VERIFY_T2_SOURCES = (_GDN_VERIFY_S31_HISTORY,) * 2 + (_GDN_VERIFY_S30,) + (_GDN_VERIFY_S30_LARGE,) * 2
-_GDN_VERIFY_T4_SOURCES = (_GDN_VERIFY_S31_HISTORY, _GDN_VERIFY_S30_HISTORY, _GDN_VERIFY_S30) + (_GDN_VERIFY_S30_LARGE,) * 2
+_GDN_VERIFY_SOURCES = (_GDN_VERIFY_S34,) * 5
 _KDA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
 _VERIFY_SOURCES = {
     (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
-    (GDN, 2): _GDN_VERIFY_T2_SOURCES,
-    (GDN, 4): _GDN_VERIFY_T4_SOURCES,
+    (GDN, 2): _GDN_VERIFY_SOURCES,
+    (GDN, 4): _GDN_VERIFY_SOURCES,
     (GDN, 8): _GDN_VERIFY_SOURCES,
     (KDA, 2): _KDA_VERIFY_SOURCES,
     (KDA, 4): _KDA_VERIFY_SOURCES,
