@@ -274,8 +274,8 @@ def main(argv=None):
         choices=list(KERNELS),
         nargs="+",
         default=["auto"],
-        help="the replay verify's kernel: the op's route (auto), the Triton kernels or the CUDA C++ ones "
-        "(Mamba-2 and GDN; KDA has none); several: each timed in the same run (rows replay:KERNEL)",
+        help="the replay verify's kernel: the op's route (auto), the Triton kernels or the CUDA C++ ones; "
+        "several: each timed in the same run (rows replay:KERNEL)",
     )
     add_max_registers_argument(ap)
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
@@ -284,8 +284,6 @@ def main(argv=None):
         ap.error("--geometry needs exactly one --family")
     if args.history_product == "on" and set(args.family) != {GDN}:
         ap.error("--history-product on needs --family gdn only (the history product takes GDN's scalar decays)")
-    if "cuda" in args.kernel and KDA in args.family:
-        ap.error("--kernel cuda: KDA has no CUDA verify kernel")
     if "cuda" in args.kernel and args.history_product != "rule":
         ap.error("--kernel cuda: --history-product sets the Triton kernels")
     if args.flush_launch and (not args.sweep or MAMBA2 in args.family):

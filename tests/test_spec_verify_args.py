@@ -44,7 +44,6 @@ def test_delta_case_passes_history_product_to_the_launcher(monkeypatch, value):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--family", "gdn", "kda", "--kernel", "cuda"], "--kernel cuda: KDA has no CUDA verify kernel"),
         (["--family", "gdn", "--kernel", "triton", "cuda", "--history-product", "off"], "--history-product sets the Triton"),
         (["--family", "gdn", "--kernel", "gpu"], "invalid choice: 'gpu'"),
     ],

@@ -1,4 +1,4 @@
-"""The CUDA C++ GDN verify (kernels/cuda/gated_delta_verify_step.cu) on an sm_90 GPU, forced through
+"""The CUDA C++ GDN and KDA verify (kernels/cuda/gated_delta_verify_step.cu) on an sm_90 GPU, forced through
 ``kernel="cuda"``: long verify + commit runs against the float64 serial recurrence (every window
 output, every flushed checkpoint, cursors, pending, padding rows, unused slots and poisoned record
 positions), over geometries, T and both checkpoint dtypes; the same step as the Triton kernels';
@@ -21,6 +21,8 @@ QWEN35_4B = DeltaGeometry(16, 32, 128, 128)
 QWEN35_122B = DeltaGeometry(16, 64, 128, 128)
 ODD = DeltaGeometry(2, 6, 64, 48)  # 3 value heads a key head, 64-wide keys, 3 consumer warps
 WIDE = DeltaGeometry(1, 2, 256, 32)  # 256-wide keys (8 a lane), 2 consumer warps
+KIMI = DeltaGeometry(32, 32, 128, 128)  # Kimi Linear KDA
+KDA_ODD = DeltaGeometry(3, 3, 64, 48)
 ROWS = ["all", "bonus", "mixed", "short", "mixed", "all"]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 CUDA = partial(delta_verify_with_launcher, kernel="cuda")
@@ -42,6 +44,12 @@ class UnitKeys(DeltaFamily):
 @pytest.mark.parametrize(
     "g, T, B, state, l2norm",
     [
+        pytest.param(KIMI, 4, 16, "f32", True, id="kda-kimi-T4-f32"),
+        pytest.param(KIMI, 4, 16, "bf16", True, id="kda-kimi-T4-bf16"),
+        pytest.param(KIMI, 1, 16, "bf16", True, id="kda-kimi-T1-bf16"),
+        pytest.param(KIMI, 8, 16, "f32", True, id="kda-kimi-T8-f32"),
+        pytest.param(KIMI, 8, 16, "bf16", False, id="kda-kimi-T8-bf16-nonorm"),
+        pytest.param(KDA_ODD, 3, 5, "f32", True, id="kda-odd-T3-B5-f32"),
         pytest.param(QWEN35_122B, 4, 16, "f32", True, id="122b-T4-f32"),
         pytest.param(QWEN35_122B, 4, 16, "bf16", True, id="122b-T4-bf16"),
         pytest.param(QWEN35_122B, 1, 16, "f32", True, id="122b-T1-f32"),
@@ -57,7 +65,8 @@ class UnitKeys(DeltaFamily):
 def test_cuda_verify_long_run_against_float64(g, T, B, state, l2norm):
     """64 verify + commit steps from empty buffers with random acceptance, num_tokens and padding
     rows (tests/spec_cases.drive_spec checks every step)."""
-    family = DeltaFamily(g, per_channel=False) if l2norm else UnitKeys(g, per_channel=False, use_qk_l2norm=False)
+    per_channel = g in (KIMI, KDA_ODD)
+    family = DeltaFamily(g, per_channel=per_channel) if l2norm else UnitKeys(g, per_channel=per_channel, use_qk_l2norm=False)
     worst = drive_spec(
         family,
         CUDA,
@@ -78,15 +87,16 @@ def test_cuda_verify_long_run_against_float64(g, T, B, state, l2norm):
     assert worst["ckpt"] < gd.STATE_TOL[state] + gd.ACT_TOL["bf16"], worst
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("all_tokens", [False, True], ids=["num_tokens", "every-row-T"])
 @pytest.mark.parametrize("state", ["f32", "bf16"])
 @pytest.mark.parametrize("T", [2, 4, 8])
-def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens):
+def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel):
     """One verify on two copies of a cache with spread cursors (flush and non-flush rows, a padding
     row, fewer tokens in some rows, or num_tokens None: every row T): outputs and flushed
     checkpoints to fp32 rounding, records (k̂ and d to a bf16 rounding step), g records, cursors and
     pending equal."""
-    fam = DeltaFamily(QWEN35_122B, per_channel=False)
+    fam = DeltaFamily(KIMI, per_channel=True) if per_channel else DeltaFamily(QWEN35_122B, per_channel=False)
     L = spec_buffer_len(16, T)
     p = fam.make_params("cuda")
     slots = torch.tensor([7, -1, 2, 0, 5, 3, 8, 1], dtype=torch.int32, device="cuda")
@@ -129,10 +139,12 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens):
     assert torch.equal(outs[0] == 42.0, outs[1] == 42.0)  # the same outputs untouched
 
 
-def test_cuda_verify_in_a_cuda_graph_equals_eager():
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_cuda_verify_in_a_cuda_graph_equals_eager(per_channel):
     """One captured CUDA verify + commit, replayed 4L times with new inputs, token counts and
     accepted counts (flush and non-flush rows mixed, a padding row), equals eager bit for bit."""
-    fam, T = DeltaFamily(QWEN35_122B, per_channel=False), 4
+    fam = DeltaFamily(KIMI, per_channel=True) if per_channel else DeltaFamily(QWEN35_122B, per_channel=False)
+    T = 4
     L = spec_buffer_len(16, T)
     p = fam.make_params("cuda")
     slots = torch.tensor([7, -1, 2, 0, 5], dtype=torch.int32, device="cuda")
@@ -196,10 +208,10 @@ def test_the_op_routes_gdn_to_cuda_and_kda_and_fp16_checkpoints_to_triton():
 def test_cuda_verify_refuses_what_it_cannot_run():
     p = DeltaFamily(QWEN35_122B, per_channel=False).make_params("cuda")
     slots = torch.tensor([0, 1], dtype=torch.int32, device="cuda")
-    kda = DeltaFamily(DeltaGeometry(32, 32, 128, 128), per_channel=True)
+    kda = DeltaFamily(DeltaGeometry(16, 32, 128, 128), per_channel=True)
     c = kda.allocate(4, 32, torch.float32, torch.bfloat16, "cuda")
     win = make_window(kda, 2, 4, torch.bfloat16, "cuda")
-    with pytest.raises(ValueError, match="gdn_replay_verify \\(CUDA\\): g of shape .* per-channel decays"):
+    with pytest.raises(ValueError, match="kda_replay_verify \\(CUDA\\): KDA with 2 value heads per key head"):
         CUDA(c, win, p, slots, None, torch.empty_like(win["v"]))
     gdn = DeltaFamily(QWEN35_122B, per_channel=False)
     c16 = gdn.allocate(4, 32, torch.float16, torch.bfloat16, "cuda")

@@ -30,29 +30,47 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L, T)
 ]
 
 
-def _defines(shape, state_bytes, has_num_tokens=True):
+KDA_SHAPES = [  # one value head per key head
+    (32, 32, 128, 128, 20, 4),  # Kimi Linear, TP=1, B = 16
+    (32, 32, 128, 128, 24, 8),
+    (32, 32, 128, 128, 17, 1),
+    (3, 3, 64, 48, 7, 2),
+    (1, 1, 256, 32, 29, 5),
+]
+CASES = [(shape, False) for shape in SHAPES] + [(shape, True) for shape in KDA_SHAPES]
+
+
+def _defines(shape, state_bytes, has_num_tokens=True, per_channel=False):
     hk, hv, dk, dv, L, T = shape
-    cfg = vc.delta_verify_cuda_config(dk, dv, L, T, state_bytes)
+    cfg = vc.delta_verify_cuda_config(dk, dv, L, T, state_bytes, per_channel)
     return cfg, vc.delta_verify_defines(
-        hk, hv, dk, dv, L, T, cfg, state_bytes, True, torch.float32, torch.bfloat16, has_num_tokens
+        hk, hv, dk, dv, L, T, cfg, state_bytes, True, torch.float32, torch.bfloat16, has_num_tokens, per_channel
     )
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_every_shape_compiles_without_spills_and_sizes_match(shape, state_bytes):
+@pytest.mark.parametrize(
+    "shape, per_channel", CASES, ids=lambda c: "-".join(map(str, c)) if isinstance(c, tuple) else ("kda" if c else "gdn")
+)
+def test_every_shape_compiles_without_spills_and_sizes_match(shape, per_channel, state_bytes):
     _, _, dk, dv, L, T = shape
-    cfg, defines = _defines(shape, state_bytes)
+    cfg, defines = _defines(shape, state_bytes, per_channel=per_channel)
     ptx = compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
     assert ".entry delta_verify_step(" in ptx and ".entry delta_verify_coefficients(" in ptx
     compiled = int(re.search(r"delta_verify_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == vc.delta_verify_shared_bytes(dk, cfg.rows, L, T, cfg.stages, state_bytes)
+    assert compiled == vc.delta_verify_shared_bytes(dk, cfg.rows, L, T, cfg.stages, state_bytes, per_channel)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
     floats = int(re.search(r"delta_verify_coefficient_floats = (\d+)", ptx).group(1))
-    assert floats == vc.delta_verify_coefficient_floats(L, T) and floats % 4 == 0
+    assert floats == vc.delta_verify_coefficient_floats(L, T, dk, per_channel) and floats % 4 == 0
     assert int(re.search(r"delta_verify_qk_pitch = (\d+)", ptx).group(1)) == vc.delta_verify_qk_pitch(dk, state_bytes)
     for name, regs, stack, _, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
         assert stack + local == 0, (name, regs, stack, local)
+
+
+def test_kda_compiles_only_with_one_value_head_per_key_head():
+    with pytest.raises(RuntimeError, match="one value head per key head"):
+        _defines_ptx = _defines((16, 32, 128, 128, 20, 4), 2, per_channel=True)[1]
+        compile_program(vc.SOURCE, "sm_90", _defines_ptx, "ptx")
 
 
 @pytest.mark.parametrize("has_num_tokens", [True, False])
@@ -113,7 +131,7 @@ def test_shape_refusals_name_their_reason():
     assert vc.delta_verify_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) == \
         "not a CUDA tensor"  # fmt: skip
     ck, qk, vk, gk, _ = _cpu_case(per_channel=True)
-    assert "per-channel decays (KDA)" in vc.delta_verify_shape_unsupported(
+    assert "KDA with 4 value heads per key head; the CUDA verify takes one" in vc.delta_verify_shape_unsupported(
         ck.checkpoint, ck.d_records, ck.k_records, ck.g_records, qk, qk, vk, gk
     )
     c9, q9, v9, g9, _ = _cpu_case(shape=(16, 64, 128, 128, 32, 9))

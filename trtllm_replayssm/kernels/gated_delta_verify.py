@@ -558,6 +558,8 @@ def gated_delta_verify_kernel(checkpoint: Tensor, d_records: Tensor, k_records: 
     and alignment): on an H200 it was faster than the Triton kernels in every cell timed (T 2-8,
     batch 4-512, both checkpoint dtypes; docs/benchmarks.md "Speculative verify", session 34);
     Triton otherwise (KDA, every dtype, size and GPU)."""
+    if g.dim() == 4:
+        return "triton"  # KDA's CUDA verify: kernel="cuda" until timed
     return "cuda" if delta_verify_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g) is None else "triton"
 
 

@@ -1,5 +1,6 @@
-"""ReplaySSM GDN speculative verify in CUDA C++ (``kernels/cuda/gated_delta_verify_step.cu``): bf16 or
-fp32 checkpoints, bf16 activations and records, up to 8 window tokens, on sm_90.
+"""ReplaySSM gated delta-rule (GDN; KDA with one value head per key head) speculative verify in CUDA
+C++ (``kernels/cuda/gated_delta_verify_step.cu``): bf16 or fp32 checkpoints, bf16 activations and
+records, up to 8 window tokens, on sm_90.
 
 Two launches on the current stream, the structure of the Mamba-2 CUDA verify
 (:mod:`~trtllm_replayssm.kernels.mamba2_verify_cuda`): a coefficient launch per (row, key head)
@@ -11,8 +12,10 @@ tensor-core products (bf16 rows) or exact fp32 sums (fp32 rows), then runs each 
 serially in registers. The .cu file's header documents what each computes; the contract is the
 Triton kernel's (:mod:`trtllm_replayssm.kernels.gated_delta_verify`): same cache tensors, same
 results up to fp32 rounding, a flushing row's cursor flagged until the commit, no host sync,
-padding rows (slot < 0) untouched, capturable in a CUDA graph. KDA (per-channel decays) is not
-covered: its verify runs the Triton kernel.
+padding rows (slot < 0) untouched, capturable in a CUDA graph. KDA's per-channel decays enter the
+S0 vectors (per value head, fp32: three bf16 parts each as tensor-core operands on a bf16
+checkpoint), the history and window weights (per-channel weighted sums, a CTA of head_k_dim threads
+per (row, value head) in the coefficient launch) and the flush fold.
 
 :func:`delta_verify_cuda_unsupported` says why a call cannot take this route (None: it can); the
 launcher raises with that reason when asked to run anyway.
@@ -72,31 +75,49 @@ def _tokens_padded(T: int) -> int:
     return 4 if T <= 4 else 8
 
 
-def delta_verify_coefficient_floats(L: int, T: int) -> int:
+def delta_verify_coefficient_floats(L: int, T: int, head_k_dim: int = 0, per_channel: bool = False) -> int:
     """Floats of one (row, value head) coefficient block: hk[LP][TP], hq[LP][TP], A[TP][TP],
-    Q[TP][TP], wk[TP], wq[TP], beta[TP], wgt[LP], E0, w, n, rounded up to 4 (the .cu file's
-    COEF_FLOATS; a CPU test reads the compiled value)."""
+    Q[TP][TP], wk[TP], wq[TP], beta[TP], wgt[LP], E0, w, n, rounded up to 4; KDA (``per_channel``)
+    then E0 per channel (``head_k_dim`` floats). The .cu file's COEF_FLOATS (a CPU test reads the
+    compiled value)."""
     LP, TP = records_padded(L), _tokens_padded(T)
-    return (2 * LP * TP + 2 * TP * TP + 3 * TP + LP + 3 + 3) // 4 * 4
+    return (2 * LP * TP + 2 * TP * TP + 3 * TP + LP + 3 + 3) // 4 * 4 + (head_k_dim if per_channel else 0)
 
 
 def delta_verify_qk_pitch(head_k_dim: int, state_bytes: int) -> int:
-    """Bytes of one of the window's raw q / k rows in the checkpoint's dtype, padded by 16 (the .cu
-    file's QK_PITCH)."""
+    """Bytes of one u row (the window's q / k vectors, or a bf16 part of one) in the checkpoint's
+    dtype, padded by 16 (the .cu file's QK_PITCH)."""
     return head_k_dim * state_bytes + 16
 
 
-def delta_verify_shared_bytes(head_k_dim: int, rows: int, L: int, T: int, stages: int, state_bytes: int) -> int:
+def _u_parts(state_bytes: int, per_channel: bool) -> int:
+    """bf16 parts a u row takes: KDA's fp32 vectors on a bf16 checkpoint's tensor cores, 3."""
+    return 3 if per_channel and state_bytes == 2 else 1
+
+
+def _key_parts(per_channel: bool) -> int:
+    """bf16 parts of a flush's key rows: KDA's U_j = e_j ⊙ k̂_j (fp32), 3."""
+    return 3 if per_channel else 1
+
+
+def delta_verify_shared_bytes(head_k_dim: int, rows: int, L: int, T: int, stages: int, state_bytes: int,
+                              per_channel: bool = False) -> int:
     """Dynamic shared memory of the verify kernel (bytes): ``stages`` stages of 1 KiB-rounded
-    (checkpoint rows of ``state_bytes`` elements, the history's d records, a flush's k̂ records
-    (padded rows), the window's 2T raw q / k rows, the coefficient block, meta), 1 KiB of alignment
-    slack, two mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the
-    compiled value)."""
+    (checkpoint rows of ``state_bytes`` elements, the history's d records, a flush's key rows
+    (padded; KDA: three bf16 parts of U_j), the window's u rows (2T; KDA on a bf16 checkpoint three
+    parts each), the coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage.
+    Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = records_padded(L)
-    stage = (rows * head_k_dim * state_bytes + LP * rows * 2 + LP * (head_k_dim * 2 + 16)
-             + 2 * T * delta_verify_qk_pitch(head_k_dim, state_bytes) + delta_verify_coefficient_floats(L, T) * 4 + 16)
+    stage = (rows * head_k_dim * state_bytes + LP * rows * 2 + _key_parts(per_channel) * LP * (head_k_dim * 2 + 16)
+             + 2 * T * _u_parts(state_bytes, per_channel) * delta_verify_qk_pitch(head_k_dim, state_bytes)
+             + delta_verify_coefficient_floats(L, T, head_k_dim, per_channel) * 4 + 16)
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
+
+
+def _op(per_channel: bool) -> str:
+    """The public op whose error messages these are."""
+    return "kda_replay_verify" if per_channel else "gdn_replay_verify"
 
 
 def _threads(rows: int) -> int:
@@ -104,14 +125,15 @@ def _threads(rows: int) -> int:
     return (rows // 16 + 1) * 32
 
 
-def _ctas(head_k_dim: int, rows: int, L: int, T: int, state_bytes: int) -> int:
+def _ctas(head_k_dim: int, rows: int, L: int, T: int, state_bytes: int, per_channel: bool) -> int:
     """Resident CTAs a multiprocessor of units of ``rows`` rows: shared memory (two stages) and a
     128-register cap, at most 3."""
-    smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes)
+    smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes, per_channel)
     return min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (_threads(rows) * 128))
 
 
-def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int) -> DeltaVerifyCudaConfig:
+def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int,
+                             per_channel: bool = False) -> DeltaVerifyCudaConfig:
     """Units of 64 or 128 value rows (where they tile head_v_dim; else
     :func:`~.gated_delta_replay_cuda.unit_rows`), two stages, as many CTAs per multiprocessor as
     shared memory and a 128-register cap allow (at most 3): the unit size that keeps the most
@@ -125,21 +147,21 @@ def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, s
         ValueError: one CTA does not fit a multiprocessor.
     """
     candidates = [r for r in (64, 128) if head_v_dim % r == 0] or [unit_rows(head_v_dim)]
-    warps, rows = max((_ctas(head_k_dim, r, L, T, state_bytes) * r, -r) for r in candidates)
+    warps, rows = max((_ctas(head_k_dim, r, L, T, state_bytes, per_channel) * r, -r) for r in candidates)
     rows = -rows
     if warps < 1:
         raise ValueError(f"delta_verify_cuda_config: head_k_dim {head_k_dim}, L {L}, T {T} do not fit a multiprocessor")
-    return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes))
+    return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
 
 
 def delta_verify_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                                   q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
-    """Why the CUDA GDN verify cannot run these tensors (None: it can): an sm_90 GPU, GDN (g
-    [batch, T, v_heads]: a log-decay per value head), at most :data:`MAX_T_CUDA` window tokens, the
+    """Why the CUDA verify cannot run these tensors (None: it can): an sm_90 GPU, GDN or KDA with
+    one value head per key head, at most :data:`MAX_T_CUDA` window tokens, the
     CUDA step's sizes, dtypes and alignment (:func:`~.gated_delta_replay_cuda.delta_shape_unsupported`
     on one token), q, k, v 16-byte aligned in every outer stride, and two stages of the verify
     kernel fitting a multiprocessor. q, k: [batch, T, k_heads, head_k_dim]; v: [batch, T, v_heads,
-    head_v_dim]."""
+    head_v_dim]; g: [batch, T, v_heads] (GDN) or [batch, T, v_heads, head_k_dim] (KDA)."""
     if checkpoint.device.type != "cuda":
         return "not a CUDA tensor"
     if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
@@ -150,8 +172,9 @@ def delta_verify_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_recor
 def delta_verify_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                                    q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
     """The device-independent part of :func:`delta_verify_cuda_unsupported`."""
-    if g.dim() != 3:
-        return f"g of shape {tuple(g.shape)}: per-channel decays (KDA); the CUDA verify takes GDN only"
+    per_channel = g.dim() == 4
+    if per_channel and q.shape[2] != v.shape[2]:
+        return f"KDA with {v.shape[2] // q.shape[2]} value heads per key head; the CUDA verify takes one"
     T = q.shape[1]
     if T > MAX_T_CUDA:
         return f"T {T}; the CUDA verify takes T <= {MAX_T_CUDA}"
@@ -162,46 +185,48 @@ def delta_verify_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_reco
         if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
     _, _, head_v_dim, head_k_dim = checkpoint.shape
-    if _ctas(head_k_dim, unit_rows(head_v_dim), d_records.shape[2], T, checkpoint.element_size()) < 1:
+    if _ctas(head_k_dim, unit_rows(head_v_dim), d_records.shape[2], T, checkpoint.element_size(), per_channel) < 1:
         return f"two stages of head_k_dim {head_k_dim} {checkpoint.dtype} rows and T {T} do not fit a multiprocessor"
     return None
 
 
 def delta_verify_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, T: int,
                          cfg: DeltaVerifyCudaConfig, state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
-                         beta_dtype: torch.dtype, has_num_tokens: bool) -> Tuple[Tuple[str, int], ...]:
+                         beta_dtype: torch.dtype, has_num_tokens: bool,
+                         per_channel: bool = False) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants.
 
     Raises:
         ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim.
     """
     if cfg.rows % 16 or not 16 <= cfg.rows <= 128 or head_v_dim % cfg.rows:
-        raise ValueError(f"gdn_replay_verify (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing "
+        raise ValueError(f"{_op(per_channel)} (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing "
                          f"head_v_dim {head_v_dim}")
     d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.rows, LREC=L, LP=records_padded(L), VT=T, STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), HAS_NUM_TOKENS=int(has_num_tokens), G_CODE=_DTYPE_CODE[g_dtype],
-             BETA_CODE=_DTYPE_CODE[beta_dtype])
+             BETA_CODE=_DTYPE_CODE[beta_dtype], PER_CHANNEL=int(per_channel))
     return tuple(sorted(d.items()))
 
 
 def compile_delta_verify_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, T: int,
-                             cfg: DeltaVerifyCudaConfig, state_bytes: int, has_num_tokens: bool = True) -> str:
+                             cfg: DeltaVerifyCudaConfig, state_bytes: int, has_num_tokens: bool = True,
+                             per_channel: bool = False) -> str:
     """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
     defines = delta_verify_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, T, cfg, state_bytes, True,
-                                   torch.float32, torch.float32, has_num_tokens)
+                                   torch.float32, torch.float32, has_num_tokens, per_channel)
     return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
 
 
 def coefficient_args(coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta, slot_ids, num_tokens,
                      scale) -> KernelArgs:
     """Parameters of ``delta_verify_coefficients``, in the .cu file's order (an absent num_tokens is
-    slot_ids' pointer, never read)."""
+    slot_ids' pointer, never read); g's rank selects GDN's or KDA's."""
     return (
         KernelArgs()
         .ptr(coef).ptr(u_rows).ptr(khist)
         .tensor(k_records, 3)
-        .tensor(g_records, 2)
+        .tensor(g_records, 3 if g.dim() == 4 else 2)  # KDA's g records have a position stride
         .ptr(cursor).ptr(pending)
         .tensor(q, 3)
         .tensor(k, 3)
@@ -232,31 +257,39 @@ def launch_gdn_replay_verify_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                                   beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None, scale: float,
                                   use_qk_l2norm: bool, out: Tensor,
                                   config: Optional[DeltaVerifyCudaConfig] = None) -> Tensor:
-    """The CUDA GDN verify on the cache tensors; arguments already checked by the op, in the Triton
-    launcher's order.
+    """The CUDA verify (GDN, or KDA: g's rank) on the cache tensors; arguments already checked by
+    the op, in the Triton launcher's order.
 
     Raises:
         ValueError: when :func:`delta_verify_cuda_unsupported` names a reason (nothing is launched).
     """
     reason = delta_verify_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
     if reason is not None:
-        raise ValueError(f"gdn_replay_verify (CUDA): {reason}")
+        raise ValueError(f"{_op(g.dim() == 4)} (CUDA): {reason}")
     batch, T, v_heads, head_v_dim = v.shape
     k_heads, head_k_dim = q.shape[2], q.shape[3]
     L = d_records.shape[2]
     es = checkpoint.element_size()
-    cfg = config or delta_verify_cuda_config(head_k_dim, head_v_dim, L, T, es)
+    per_channel = g.dim() == 4
+    cfg = config or delta_verify_cuda_config(head_k_dim, head_v_dim, L, T, es, per_channel)
     defines = delta_verify_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, T, cfg, es, use_qk_l2norm, g.dtype,
-                                   beta.dtype, num_tokens is not None)
+                                   beta.dtype, num_tokens is not None, per_channel)
     device = v.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = delta_verify_shared_bytes(head_k_dim, cfg.rows, L, T, cfg.stages, es)
+    smem = delta_verify_shared_bytes(head_k_dim, cfg.rows, L, T, cfg.stages, es, per_channel)
     step_kernel = load_kernel(SOURCE, "delta_verify_step", defines, device, smem)
     coef_kernel = load_kernel(SOURCE, "delta_verify_coefficients", defines, device, 0)
-    coef = torch.empty(batch * v_heads * delta_verify_coefficient_floats(L, T), dtype=torch.float32, device=device)
-    u_rows = torch.empty(batch * k_heads * 2 * T * delta_verify_qk_pitch(head_k_dim, es), dtype=torch.uint8, device=device)
-    khist = torch.empty(batch * k_heads * records_padded(L) * head_k_dim, dtype=torch.bfloat16, device=device)
-    coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
+    coef = torch.empty(batch * v_heads * delta_verify_coefficient_floats(L, T, head_k_dim, per_channel),
+                       dtype=torch.float32, device=device)
+    u_heads = v_heads if per_channel else k_heads  # KDA's u rows and keys are per value head
+    u_rows = torch.empty(batch * u_heads * 2 * T * _u_parts(es, per_channel) * delta_verify_qk_pitch(head_k_dim, es),
+                         dtype=torch.uint8, device=device)
+    khist = torch.empty(batch * u_heads * _key_parts(per_channel) * records_padded(L) * head_k_dim, dtype=torch.bfloat16,
+                        device=device)
+    # GDN: a CTA of a warp per value head for each (key head, row); KDA: a CTA of a thread per key
+    # channel for each (value head, row).
+    grid, threads = ((v_heads, batch), head_k_dim) if per_channel else ((k_heads, batch), 32 * (v_heads // k_heads))
+    coef_kernel.launch(grid, threads, 0, stream,
                        coefficient_args(coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta,
                                         slot_ids, num_tokens, scale), pdl=cfg.pdl)
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)

@@ -1,6 +1,6 @@
-// ReplaySSM GDN speculative verify for sm_90, bf16 activations and records, bf16 or fp32 (CKPT_F32)
-// checkpoints: the outputs of VT window tokens per row from checkpoint + committed records, in two
-// launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// ReplaySSM gated delta-rule speculative verify (GDN; KDA with PER_CHANNEL) for sm_90, bf16
+// activations and records, bf16 or fp32 (CKPT_F32) checkpoints: the outputs of VT window tokens per
+// row from checkpoint + committed records, in two launches, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_verify_cuda.py. The contract is the Triton kernel's
 // (kernels/gated_delta_verify.py): a row with w committed records and n <= VT window tokens flushes
 // when w + n > L - 1, its cursor then flagged w + VERIFY_FLUSHED until the commit.
@@ -49,12 +49,26 @@
 //    tensor cores, 24-bit parts, fp32 accumulators) and stores its rows with TMA tensor stores.
 //    Nothing in this launch moves a cursor.
 //
+// KDA (PER_CHANNEL: g per key channel; one value head per key head). The decays act per channel
+// inside every product: with E0, e_j, C_s = exp(c_s) and γ_{j,s} vectors over head_k_dim,
+//     P^k_s = S0 . (E0 ⊙ C_s ⊙ k̂_s) + Σ_{j<w} d_j (U_j . (C_s ⊙ k̂_s)) + Σ_{j<s} d'_j ((γ_{j,s} ⊙ k̂_j) . k̂_s)
+// with U_j = e_j ⊙ k̂_j, so the same per-row form holds with per-value-head u rows (E0 ⊙ C_s ⊙ k̂_s
+// and E0 ⊙ C_s ⊙ q̂_s: wk = wq = 1) and per-channel weighted sums for hk, hq, A and Q. Launch 1 is
+// then a CTA of DK threads per (value head, row), a thread a channel: the decays e_j as running
+// sums over the records newest first, every sum the block reduces (the norms, the window's and
+// the history's products) by warp reduce-scatters and a shared-memory pass; it writes E0 into
+// the block, the u rows (fp32 rows; bf16 rows as three bf16 parts each, split3: tensor-core
+// operands exact to 24 bits) and a flush row's U_j as three bf16 parts to the scratch buffer. A
+// flush unit folds S_c = S0 Diag(E0) + Σ_{j<w} d_j U_jᵀ (fold_warp_rows_channels: the bf16 d
+// records against U's three parts on tensor cores).
+//
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple of
 // KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim), ROWS
 // (rows of a unit: a multiple of 16 up to 128 dividing DV), LREC (L, <= 32), LP (L rounded up to 16),
 // VT (window tokens, 1-8), STAGES, MIN_CTAS (the step kernel's register cap: resident CTAs a
-// multiprocessor), L2NORM (0 / 1), HAS_NUM_TOKENS (0: every row has VT tokens) and the dtype codes
-// G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
+// multiprocessor), L2NORM (0 / 1), HAS_NUM_TOKENS (0: every row has VT tokens), PER_CHANNEL (0: GDN,
+// 1: KDA, VHEADS == KHEADS) and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2
+// fp16).
 
 #define VPK (VHEADS / KHEADS)                // value heads per key head: the coefficient CTA's warps
 #define PARTS (DV / ROWS)                    // units per (row, value head)
@@ -70,7 +84,14 @@
 #define RG (32 / NVP)                        // history records a reduce-scatter of 32 sums
 #define NE (NV * (NV + 1) / 2)               // window products u_a . u_b, a <= b
 #define TP (VT <= 4 ? 4 : 8)                 // window tokens padded (coefficient rows: 16-byte loads)
-#define NT ((NV + 7) / 8)                    // n tiles of the tensor-core S0 products
+#if PER_CHANNEL && VHEADS != KHEADS
+#error "the KDA verify takes one value head per key head"
+#endif
+#define U_PARTS (PER_CHANNEL && !CKPT_F32 ? 3 : 1)  // bf16 parts of a u row (KDA's are fp32 values)
+#define NCOL (NV * U_PARTS)                  // u rows: the columns of the tensor-core S0 products
+#define NT ((NCOL + 7) / 8)                  // n tiles of the tensor-core S0 products
+#define K_PARTS (PER_CHANNEL ? 3 : 1)        // bf16 parts of a flush's key rows (KDA: U_j, fp32)
+#define U_HEADS (PER_CHANNEL ? VHEADS : KHEADS)  // u rows and scratch keys per (row, key or value head)
 #define C_HK 0                               // coefficient block, in floats
 #define C_HQ (LP * TP)
 #define C_A (2 * LP * TP)
@@ -82,12 +103,13 @@
 #define C_FOLD (C_WGT + LP)
 #define C_W (C_FOLD + 1)
 #define C_N (C_FOLD + 2)
-#define COEF_FLOATS ((C_FOLD + 3 + 3) / 4 * 4)
+#define C_E0 ((C_FOLD + 3 + 3) / 4 * 4)      // KDA: E0 per channel
+#define COEF_FLOATS (C_E0 + (PER_CHANNEL ? DK : 0))
 #define COEF_BYTES (COEF_FLOATS * 4)
 #define QK_PITCH (DK * ES + 16)              // a u row's bytes, padded: the B operand loads in distinct banks
-#define QK_BYTES (NV * QK_PITCH)
+#define QK_BYTES (NCOL * QK_PITCH)
 #define D_BYTES (LP * ROWS * 2)
-#define K_BYTES (LP * REC_PITCH)
+#define K_BYTES (K_PARTS * LP * REC_PITCH)
 #define OFF_D CKPT_BYTES
 #define OFF_K (OFF_D + D_BYTES)
 #define OFF_QK (OFF_K + K_BYTES)
@@ -113,6 +135,7 @@ __device__ __forceinline__ float lane_dot(const float (&a)[PER_LANE], const floa
 
 // ------------------------------------------------------------------ launch 1: coefficients
 
+#if !PER_CHANNEL
 extern "C" __global__ void __launch_bounds__(VPK * 32) delta_verify_coefficients(
     float* __restrict__ coef_out,     // [batch, VHEADS, COEF_FLOATS]
     unsigned char* __restrict__ u_out,  // [batch, KHEADS, NV, QK_PITCH bytes]: raw k_s, q_s, the checkpoint's dtype
@@ -314,6 +337,254 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_verify_coefficients
     if (flush) cursor[slot] = w + VERIFY_FLUSHED;
   }
 }
+#else
+// KDA: the sums the CTA reduces, index i (compile-time after unrolling): the window's squared norms
+// (k then q, 2 VT), the window's products (VT x VT: entry (j, s) is A's γ_{j,s} k_j k_s for j < s,
+// else Q's γ_{s,j} k_s q_j), the history's (LREC x 2 VT: U_j C_s k_s, then U_j C_s q_s); raw k, q.
+#define R_WIN (2 * VT)
+#define R_HIST (R_WIN + VT * VT)
+#define NRED (R_HIST + 2 * LREC * VT)
+__device__ __forceinline__ float kda_partial(int i, const float (&ks)[VT], const float (&qs)[VT], const float (&gw)[VT],
+                                             const float (&cs)[VT], const float (&uj)[LREC]) {
+  if (i < VT) return ks[i] * ks[i];
+  if (i < R_WIN) return qs[i - VT] * qs[i - VT];
+  if (i < R_HIST) {
+    const int e = i - R_WIN, j = e / VT, s = e % VT;
+    const int lo = j < s ? j : s, hi = j < s ? s : j;  // γ_{lo,hi} = exp(Σ_{lo<m<=hi} g_m)
+    float between = 0.0f;
+#pragma unroll
+    for (int m = 0; m < VT; ++m)
+      if (m > lo && m <= hi) between += gw[m];
+    const float gamma = __expf(between);
+    return j < s ? gamma * ks[j] * ks[s] : gamma * ks[s] * qs[j];
+  }
+  const int e = i - R_HIST, j = e / (2 * VT), c = e % (2 * VT), s = c % VT;
+  return uj[j] * cs[s] * (c < VT ? ks[s] : qs[s]);
+}
+
+extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
+    float* __restrict__ coef_out,     // [batch, VHEADS, COEF_FLOATS]
+    unsigned char* __restrict__ u_out,  // [batch, VHEADS, NCOL, QK_PITCH bytes]
+    u16* __restrict__ khist,          // [batch, VHEADS, 3, LP, DK]: a flush row's U_j, three bf16 parts
+    u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
+    float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
+    int* __restrict__ cursor, int* __restrict__ pending,
+    const u16* __restrict__ q, long long sq_batch, long long sq_tok, long long sq_head,
+    const u16* __restrict__ k, long long sk_batch, long long sk_tok, long long sk_head,
+    const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,
+    const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,
+    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, float scale) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  __shared__ float red[DK / 32][(NRED + 31) / 32 * 32];  // each warp's reduced sums
+  __shared__ float tot[NRED];                             // the CTA's
+  const int h = blockIdx.x, b = blockIdx.y, kh = h;  // one value head per key head
+  const int c = threadIdx.x, lane = c & 31, warp = c >> 5;
+  const long long slot = slot_ids[b];
+  if (slot < 0) return;
+  const int n = window_tokens(num_tokens, b);
+  // Channel c of the window's k, q, g and of every record's g and k̂ (records past the cursor are
+  // selected out below, never multiplied into a kept value).
+  float ks[VT], qs[VT], gw[VT];
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+    ks[s] = bf16_to_f32(k[b * sk_batch + s * sk_tok + kh * sk_head + c]);
+    qs[s] = bf16_to_f32(q[b * sq_batch + s * sq_tok + kh * sq_head + c]);
+    gw[s] = load_f32<G_CODE>(g, b * sg_batch + s * sg_tok + h * sg_head + c);
+  }
+  const float bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
+  float* const grec = g_records + slot * sgr_slot + h * sgr_head + c;
+  u16* const krec = k_records + slot * skr_slot + kh * skr_head + c;
+  float gr[LREC], kr[LREC];
+#pragma unroll
+  for (int j = 0; j < LREC; ++j) {
+    gr[j] = grec[j * sgr_pos];
+    kr[j] = bf16_to_f32(krec[j * skr_pos]);
+  }
+  const int w = cursor[slot] & (VERIFY_FLUSHED - 1);
+  const bool flush = verify_flushes(w, n);
+  // U_j = e_j k̂_j with e_j = exp(Σ_{j<i<w} g_i), newest first (0 from w on); E0 = exp(Σ_{i<w} g_i).
+  float uj[LREC], later = 0.0f;
+#pragma unroll
+  for (int j = LREC - 1; j >= 0; --j) {
+    const bool held = j < w;
+    uj[j] = held ? __expf(later) * kr[j] : 0.0f;
+    later += held ? gr[j] : 0.0f;
+  }
+  const float e0 = __expf(later);
+  float cum = 0.0f, cs[VT];  // C_s = exp(Σ_{i<=s} g_i)
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+    cum += gw[s];
+    cs[s] = __expf(cum);
+  }
+  // The CTA's sums: each warp reduce-scatters 32 at a time, then thread t adds the warps' t-th.
+#pragma unroll
+  for (int ch = 0; ch < (NRED + 31) / 32; ++ch) {
+    float part[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) part[i] = ch * 32 + i < NRED ? kda_partial(ch * 32 + i, ks, qs, gw, cs, uj) : 0.0f;
+    red[warp][ch * 32 + lane] = warp_reduce_scatter32(part, lane);
+  }
+  __syncthreads();
+  for (int i = c; i < NRED; i += DK) {
+    float t = 0.0f;
+#pragma unroll
+    for (int v = 0; v < DK / 32; ++v) t += red[v][i];
+    tot[i] = t;
+  }
+  __syncthreads();
+  float rk[VT], rq[VT];
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+#if L2NORM
+    rk[s] = rsqrtf(tot[s] + 1e-6f);
+    rq[s] = rsqrtf(tot[VT + s] + 1e-6f) * scale;
+#else
+    rk[s] = 1.0f;
+    rq[s] = scale;
+#endif
+  }
+  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
+  for (int e = c; e < LP * TP; e += DK) {  // history rows j, tokens s
+    const int j = e / TP, s = e % TP;
+    float vk = 0.0f, vq = 0.0f;
+    if (j < w && s < VT) {
+      vk = rk[0] * tot[R_HIST + j * 2 * VT + s];
+      vq = rq[0] * tot[R_HIST + j * 2 * VT + VT + s];
+#pragma unroll
+      for (int m = 1; m < VT; ++m) {
+        if (m == s) {
+          vk = rk[m] * tot[R_HIST + j * 2 * VT + s];
+          vq = rq[m] * tot[R_HIST + j * 2 * VT + VT + s];
+        }
+      }
+    }
+    blk[C_HK + e] = vk;
+    blk[C_HQ + e] = vq;
+  }
+  for (int e = c; e < TP * TP; e += DK) {  // window entry (j, s)
+    const int j = e / TP, s = e % TP;
+    float a = 0.0f, qv = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < VT; ++jj) {
+#pragma unroll
+      for (int ss = 0; ss < VT; ++ss) {
+        if (jj == j && ss == s) {
+          if (jj < ss) a = rk[jj] * rk[ss] * tot[R_WIN + jj * VT + ss];
+          if (jj <= ss) qv = rk[jj] * rq[ss] * tot[R_WIN + ss * VT + jj];
+        }
+      }
+    }
+    blk[C_A + e] = a;
+    blk[C_Q + e] = qv;
+  }
+  if (c < TP) {
+    blk[C_WK + c] = c < VT ? 1.0f : 0.0f;  // E0 ⊙ C_s is in the u rows
+    blk[C_WQ + c] = c < VT ? 1.0f : 0.0f;
+    blk[C_BETA + c] = bs;
+  }
+  if (c < LP) blk[C_WGT + c] = 0.0f;  // unused: U_j carries e_j
+  if (c == 0) {
+    blk[C_FOLD] = 1.0f;
+    ((int*)blk)[C_W] = w;
+    ((int*)blk)[C_N] = n;
+  }
+  blk[C_E0 + c] = e0;
+  // The u rows (channel c of each), the window's g and k̂ records, a flush row's U_j parts.
+  unsigned char* const urow = u_out + ((long long)b * VHEADS + h) * QK_BYTES;
+#pragma unroll
+  for (int v = 0; v < NV; ++v) {
+    const int s = v % VT;
+    const float x = e0 * cs[s] * (v < VT ? rk[s] * ks[s] : rq[s] * qs[s]);
+#if CKPT_F32
+    ((float*)(urow + v * QK_PITCH))[c] = x;
+#else
+    float p[3];
+    split3(x, p[0], p[1], p[2]);
+#pragma unroll
+    for (int pp = 0; pp < 3; ++pp) ((u16*)(urow + (v * 3 + pp) * QK_PITCH))[c] = f32_to_bf16(p[pp]);
+#endif
+  }
+  const int base = flush ? 0 : w;
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+    if (s < n) {
+      grec[(base + s) * sgr_pos] = gw[s];
+      krec[(base + s) * skr_pos] = f32_to_bf16(rk[s] * ks[s]);
+    }
+  }
+  if (flush) {
+    u16* const uh = khist + ((long long)b * VHEADS + h) * 3 * LP * DK + c;
+#pragma unroll
+    for (int j = 0; j < LREC; ++j) {
+      if (j < w) {
+        float p[3];
+        split3(uj[j], p[0], p[1], p[2]);
+#pragma unroll
+        for (int pp = 0; pp < 3; ++pp) uh[(pp * LP + j) * DK] = f32_to_bf16(p[pp]);
+      }
+    }
+  }
+  if (h == 0 && c == 0) {
+    pending[slot] = n;
+    if (flush) cursor[slot] = w + VERIFY_FLUSHED;
+  }
+}
+
+// A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place: S = S0 Diag(E0) + Σ_{j<=last}
+// x_j U_jᵀ, 64 columns at a time (8 n tiles of 8) on tensor cores: A = the records' per-row values
+// x_j (bf16 d records, exact), B = U_j's three bf16 parts (part p of record j at k_rows + (p LP + j)
+// REC_PITCH), fp32 accumulators started from S0 Diag(E0), rounded to the checkpoint dtype. Records
+// after ``last`` are neither read nor weighted.
+__device__ __forceinline__ void fold_warp_rows_channels(unsigned char* gstage, const u16* xs, u32 k_rows, const float* e0,
+                                                        int last, int r0, int lane) {
+  const int gq = lane >> 2, tq = lane & 3;
+  const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
+#pragma unroll 1
+  for (int cb = 0; cb < DK / 64; ++cb) {
+    float s[8][4];
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn) {
+      const int col = cb * 64 + nn * 8 + 2 * tq;
+      const float d0 = e0[col], d1 = e0[col + 1];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        load_pair(gstage, r0 + gq + 8 * half, col, s[nn][2 * half], s[nn][2 * half + 1]);
+        s[nn][2 * half] *= d0;
+        s[nn][2 * half + 1] *= d1;
+      }
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < LP; k0 += 16) {
+      u32 a[4];
+#pragma unroll
+      for (int qq = 0; qq < 4; ++qq) {
+        const int rr = r0 + gq + 8 * (qq & 1), j = k0 + 2 * tq + 8 * (qq >> 1);
+        const u32 lo = j <= last ? xs[j * ROWS + rr] : 0u, hi = j + 1 <= last ? xs[(j + 1) * ROWS + rr] : 0u;
+        a[qq] = lo | (hi << 16);
+      }
+      const int kk = k0 + kr <= last ? k0 + kr : last;  // clamped: finite values times a zero A
+#pragma unroll
+      for (int pp = 0; pp < 3; ++pp) {
+#pragma unroll
+        for (int nn = 0; nn < 8; nn += 2) {
+          u32 b0, b1, b2, b3;
+          ldmatrix_x4_trans(k_rows + (pp * LP + kk) * REC_PITCH + (cb * 64 + nn * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
+          mma_bf16(s[nn], a[0], a[1], a[2], a[3], b0, b1);
+          mma_bf16(s[nn + 1], a[0], a[1], a[2], a[3], b2, b3);
+        }
+      }
+    }
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + nn * 8 + 2 * tq, s[nn][2 * half], s[nn][2 * half + 1]);
+    }
+  }
+}
+#endif  // PER_CHANNEL
 
 // ------------------------------------------------------------------ launch 2: the verify step
 
@@ -321,8 +592,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
     const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS]
-    const unsigned char* __restrict__ u_rows,      // [batch, KHEADS, NV, QK_PITCH bytes]
-    const u16* __restrict__ khist,                 // [batch, KHEADS, LP, DK]
+    const unsigned char* __restrict__ u_rows,      // [batch, U_HEADS, NCOL, QK_PITCH bytes]
+    const u16* __restrict__ khist,                 // [batch, U_HEADS, K_PARTS, LP, DK]
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     const u16* __restrict__ v, long long sv_batch, long long sv_tok, long long sv_head,
     u16* __restrict__ out, long long so_batch, long long so_tok, long long so_head,
@@ -379,7 +650,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + w * ROWS * 2 + (flush ? w * DK * 2 : 0) + COEF_BYTES + QK_BYTES;
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + w * ROWS * 2 + (flush ? K_PARTS * w * DK * 2 : 0) + COEF_BYTES + QK_BYTES;
           mbar_arrive_expect_tx(full, bytes);
         }
       }
@@ -389,10 +660,15 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         if (lane < w)
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, full);
-        if (flush && lane < w)
-          bulk_load(stage + OFF_K + lane * REC_PITCH, khist + (((long long)b * KHEADS + kh) * LP + lane) * DK, DK * 2, full);
+        const long long uh = (long long)b * U_HEADS + (PER_CHANNEL ? h : kh);
+        if (flush) {
+          for (int e = lane; e < K_PARTS * w; e += 32) {  // part e / w of record e % w
+            const int pp = e / w, j = e - pp * w;
+            bulk_load(stage + OFF_K + (pp * LP + j) * REC_PITCH, khist + ((uh * K_PARTS + pp) * LP + j) * DK, DK * 2, full);
+          }
+        }
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + ((long long)b * VHEADS + h) * COEF_FLOATS, COEF_BYTES, full);
-        if (lane == 1) bulk_load(stage + OFF_QK, u_rows + ((long long)b * KHEADS + kh) * QK_BYTES, QK_BYTES, full);
+        if (lane == 1) bulk_load(stage + OFF_QK, u_rows + uh * QK_BYTES, QK_BYTES, full);
       }
     }
     return;
@@ -468,7 +744,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
           for (int nt = 0; nt < NT; ++nt) {
             const int c = nt * 8 + gq;
             u32 b0 = 0, b1 = 0;
-            if (c < NV) {
+            if (c < NCOL) {
               b0 = *(const u32*)(us + c * QK_PITCH + (k0 + 2 * tq) * 2);
               b1 = *(const u32*)(us + c * QK_PITCH + (k0 + 8 + 2 * tq) * 2);
             }
@@ -477,10 +753,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         }
 #pragma unroll
         for (int c = 0; c < NV; ++c) {
-          const int nt = c / 8, cc = c % 8, src = 4 * (lane & 7) + (cc >> 1);
-          const float lo = __shfl_sync(0xffffffffu, acc[nt][0][cc & 1] + acc[nt][1][cc & 1], src);
-          const float hi = __shfl_sync(0xffffffffu, acc[nt][0][2 + (cc & 1)] + acc[nt][1][2 + (cc & 1)], src);
-          const float val = half == 0 ? ((lane & 8) ? hi : lo) : 0.0f;
+          float val = 0.0f;  // the sum of vector c's U_PARTS columns
+#pragma unroll
+          for (int pp = 0; pp < U_PARTS; ++pp) {
+            const int col = c * U_PARTS + pp, nt = col / 8, cc = col % 8, src = 4 * (lane & 7) + (cc >> 1);
+            const float lo = __shfl_sync(0xffffffffu, acc[nt][0][cc & 1] + acc[nt][1][cc & 1], src);
+            const float hi = __shfl_sync(0xffffffffu, acc[nt][0][2 + (cc & 1)] + acc[nt][1][2 + (cc & 1)], src);
+            val += half == 0 ? ((lane & 8) ? hi : lo) : 0.0f;
+          }
           if (c < VT) {
             pk[c] = cf[C_WK + c] * val;
           } else {
@@ -557,7 +837,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
       }
       if (flush) {
         __syncwarp();
+#if PER_CHANNEL
+        fold_warp_rows_channels(gstage, ds, stage + OFF_K, cf + C_E0, w - 1, r0, lane);
+#else
         fold_warp_rows(gstage, ds, stage + OFF_K, cf + C_WGT, cf[C_FOLD], w - 1, r0, lane);
+#endif
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
       }
     }
