@@ -30,6 +30,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from spec_verify import GEOMETRIES  # noqa: E402
 from trtllm_replayssm.bench import DT, VERIFY_ROUTES, make_verify_case  # noqa: E402
+from trtllm_replayssm.kernels.common import KERNELS  # noqa: E402
 from trtllm_replayssm.models import GDN, KDA, MAMBA2  # noqa: E402
 
 
@@ -45,10 +46,14 @@ def main(argv=None):
     ap.add_argument("--accept", type=float, default=0.7, help="mean accepted fraction of the T tokens")
     ap.add_argument("--steps", type=int, default=2, help="steps profiled, after the warm-up")
     ap.add_argument("--visits", type=int, default=None, help="warm-up visits of every slot set")
+    ap.add_argument(
+        "--kernel", choices=list(KERNELS), default="auto", help="the replay verify's kernel (the op's route: auto)"
+    )
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("profile_verify: needs a CUDA GPU")
     case = make_verify_case(a.family, a.geometry or GEOMETRIES[a.family], a.batch, a.T, a.B, a.state, "bf16", a.accept)
+    case.kernel = a.kernel
     visits = steady_visits(a.B, a.T, a.accept) if a.visits is None else a.visits
     warmup = visits * len(case.sets)
     for i in range(warmup + a.steps):
