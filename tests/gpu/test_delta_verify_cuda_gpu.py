@@ -193,11 +193,12 @@ def test_cuda_verify_in_a_cuda_graph_equals_eager(per_channel):
         assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
 
 
-def test_the_op_routes_gdn_to_cuda_and_kda_and_fp16_checkpoints_to_triton():
+def test_the_op_routes_gdn_and_kda_to_cuda_and_fp16_checkpoints_and_gqa_kda_to_triton():
     gdn = DeltaFamily(QWEN35_122B, per_channel=False)
     kda = DeltaFamily(DeltaGeometry(32, 32, 128, 128), per_channel=True)
+    kda_gqa = DeltaFamily(DeltaGeometry(16, 32, 128, 128), per_channel=True)
     for fam, state, want in ((gdn, torch.float32, "cuda"), (gdn, torch.bfloat16, "cuda"), (gdn, torch.float16, "triton"),
-                             (kda, torch.float32, "triton")):  # fmt: skip
+                             (kda, torch.float32, "cuda"), (kda, torch.bfloat16, "cuda"), (kda_gqa, torch.float32, "triton")):  # fmt: skip
         c = fam.allocate(4, 20, state, torch.bfloat16, "cuda")
         win = make_window(fam, 2, 4, torch.bfloat16, "cuda")
         got = gated_delta_verify_kernel(c.checkpoint, c.d_records, c.k_records, c.g_records, win["q"], win["k"], win["v"],

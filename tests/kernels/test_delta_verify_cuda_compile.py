@@ -63,6 +63,8 @@ def test_every_shape_compiles_without_spills_and_sizes_match(shape, per_channel,
     floats = int(re.search(r"delta_verify_coefficient_floats = (\d+)", ptx).group(1))
     assert floats == vc.delta_verify_coefficient_floats(L, T, dk, per_channel) and floats % 4 == 0
     assert int(re.search(r"delta_verify_qk_pitch = (\d+)", ptx).group(1)) == vc.delta_verify_qk_pitch(dk, state_bytes)
+    coef_smem = re.search(r"delta_verify_coef_shared_bytes = (\d+)", ptx)
+    assert int(coef_smem.group(1) if coef_smem else 0) == vc.delta_verify_coef_shared_bytes(dk, L, T, per_channel)
     for name, regs, stack, _, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
         assert stack + local == 0, (name, regs, stack, local)
 

@@ -554,12 +554,11 @@ def gated_delta_verify_kernel(checkpoint: Tensor, d_records: Tensor, k_records: 
                               q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
     :func:`~.gated_delta_verify_cuda.delta_verify_cuda_unsupported` finds nothing against it (GDN,
-    sm_90, bf16 or fp32 checkpoints, bf16 activations and records, T <= 8, the CUDA step's sizes
-    and alignment): on an H200 it was faster than the Triton kernels in every cell timed (T 2-8,
-    batch 4-512, both checkpoint dtypes; docs/benchmarks.md "Speculative verify", session 34);
-    Triton otherwise (KDA, every dtype, size and GPU)."""
-    if g.dim() == 4:
-        return "triton"  # KDA's CUDA verify: kernel="cuda" until timed
+    or KDA with one value head per key head; sm_90, bf16 or fp32 checkpoints, bf16 activations and
+    records, T <= 8, the CUDA step's sizes and alignment): on an H200 it was faster than the Triton
+    kernels in every cell timed (T 2-8, batch 4-512, both checkpoint dtypes, Qwen3.5-122B and Kimi
+    Linear; docs/benchmarks.md "Speculative verify", session 34); Triton otherwise (every dtype,
+    size and GPU)."""
     return "cuda" if delta_verify_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g) is None else "triton"
 
 

@@ -8,7 +8,7 @@ forms the window's and the history's products once (the window solved per state 
 only as scalars: per value head a block of history weights, the window's triangular factors and
 the checkpoint's weights), and a persistent kernel streams each value head's checkpoint rows
 through a shared-memory ring (TMA) with the window's 2T raw query and key vectors as the columns of
-tensor-core products (bf16 rows) or exact fp32 sums (fp32 rows), then runs each row's window
+tensor-core products (bf16 rows; fp32 rows in three TF32 parts, about fp32), then runs each row's window
 serially in registers. The .cu file's header documents what each computes; the contract is the
 Triton kernel's (:mod:`trtllm_replayssm.kernels.gated_delta_verify`): same cache tensors, same
 results up to fp32 rounding, a flushing row's cursor flagged until the commit, no host sync,
@@ -33,8 +33,16 @@ from torch import Tensor
 from .gated_delta_common import multiprocessor_count
 from .gated_delta_replay_cuda import delta_shape_unsupported, unit_rows
 from .mamba2_replay_cuda import records_padded
-from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps,
-                    compile_program, copyable_rows, load_kernel)
+from .nvrtc import (
+    REGISTERS_PER_SM,
+    SMEM_PER_SM,
+    SMEM_RESERVED_PER_CTA,
+    KernelArgs,
+    checkpoint_tensor_maps,
+    compile_program,
+    copyable_rows,
+    load_kernel,
+)
 
 __all__ = [
     "SOURCE",
@@ -43,6 +51,7 @@ __all__ = [
     "delta_verify_cuda_config",
     "delta_verify_cuda_unsupported",
     "delta_verify_coefficient_floats",
+    "delta_verify_coef_shared_bytes",
     "delta_verify_qk_pitch",
     "delta_verify_shared_bytes",
     "delta_verify_defines",
@@ -90,6 +99,15 @@ def delta_verify_qk_pitch(head_k_dim: int, state_bytes: int) -> int:
     return head_k_dim * state_bytes + 16
 
 
+def delta_verify_coef_shared_bytes(head_k_dim: int, L: int, T: int, per_channel: bool) -> int:
+    """Dynamic shared memory of the coefficient launch (bytes): KDA's tensor-core history product
+    operands, U [LP][head_k_dim + 4] and V [2T rounded up to 8][head_k_dim + 4] in fp32 (the .cu
+    file's delta_verify_coef_shared_bytes; a CPU test reads the compiled value); GDN's takes none."""
+    if not per_channel:
+        return 0
+    return (records_padded(L) + (2 * T + 7) // 8 * 8) * (head_k_dim + 4) * 4
+
+
 def _u_parts(state_bytes: int, per_channel: bool) -> int:
     """bf16 parts a u row takes: KDA's fp32 vectors on a bf16 checkpoint's tensor cores, 3."""
     return 3 if per_channel and state_bytes == 2 else 1
@@ -100,17 +118,23 @@ def _key_parts(per_channel: bool) -> int:
     return 3 if per_channel else 1
 
 
-def delta_verify_shared_bytes(head_k_dim: int, rows: int, L: int, T: int, stages: int, state_bytes: int,
-                              per_channel: bool = False) -> int:
+def delta_verify_shared_bytes(
+    head_k_dim: int, rows: int, L: int, T: int, stages: int, state_bytes: int, per_channel: bool = False
+) -> int:
     """Dynamic shared memory of the verify kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, the history's d records, a flush's key rows
     (padded; KDA: three bf16 parts of U_j), the window's u rows (2T; KDA on a bf16 checkpoint three
     parts each), the coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage.
     Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = records_padded(L)
-    stage = (rows * head_k_dim * state_bytes + LP * rows * 2 + _key_parts(per_channel) * LP * (head_k_dim * 2 + 16)
-             + 2 * T * _u_parts(state_bytes, per_channel) * delta_verify_qk_pitch(head_k_dim, state_bytes)
-             + delta_verify_coefficient_floats(L, T, head_k_dim, per_channel) * 4 + 16)
+    stage = (
+        rows * head_k_dim * state_bytes
+        + LP * rows * 2
+        + _key_parts(per_channel) * LP * (head_k_dim * 2 + 16)
+        + 2 * T * _u_parts(state_bytes, per_channel) * delta_verify_qk_pitch(head_k_dim, state_bytes)
+        + delta_verify_coefficient_floats(L, T, head_k_dim, per_channel) * 4
+        + 16
+    )
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -132,8 +156,9 @@ def _ctas(head_k_dim: int, rows: int, L: int, T: int, state_bytes: int, per_chan
     return min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (_threads(rows) * 128))
 
 
-def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int,
-                             per_channel: bool = False) -> DeltaVerifyCudaConfig:
+def delta_verify_cuda_config(
+    head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int, per_channel: bool = False
+) -> DeltaVerifyCudaConfig:
     """Units of 64 or 128 value rows (where they tile head_v_dim; else
     :func:`~.gated_delta_replay_cuda.unit_rows`), two stages, as many CTAs per multiprocessor as
     shared memory and a 128-register cap allow (at most 3): the unit size that keeps the most
@@ -154,8 +179,9 @@ def delta_verify_cuda_config(head_k_dim: int, head_v_dim: int, L: int, T: int, s
     return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
 
 
-def delta_verify_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                                  q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+def delta_verify_cuda_unsupported(
+    checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor
+) -> Optional[str]:
     """Why the CUDA verify cannot run these tensors (None: it can): an sm_90 GPU, GDN or KDA with
     one value head per key head, at most :data:`MAX_T_CUDA` window tokens, the
     CUDA step's sizes, dtypes and alignment (:func:`~.gated_delta_replay_cuda.delta_shape_unsupported`
@@ -169,8 +195,9 @@ def delta_verify_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_recor
     return delta_verify_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
 
 
-def delta_verify_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                                   q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+def delta_verify_shape_unsupported(
+    checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor
+) -> Optional[str]:
     """The device-independent part of :func:`delta_verify_cuda_unsupported`."""
     per_channel = g.dim() == 4
     if per_channel and q.shape[2] != v.shape[2]:
@@ -190,36 +217,85 @@ def delta_verify_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_reco
     return None
 
 
-def delta_verify_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, T: int,
-                         cfg: DeltaVerifyCudaConfig, state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
-                         beta_dtype: torch.dtype, has_num_tokens: bool,
-                         per_channel: bool = False) -> Tuple[Tuple[str, int], ...]:
+def delta_verify_defines(
+    k_heads: int,
+    v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    L: int,
+    T: int,
+    cfg: DeltaVerifyCudaConfig,
+    state_bytes: int,
+    use_qk_l2norm: bool,
+    g_dtype: torch.dtype,
+    beta_dtype: torch.dtype,
+    has_num_tokens: bool,
+    per_channel: bool = False,
+) -> Tuple[Tuple[str, int], ...]:
     """The .cu file's -D constants.
 
     Raises:
         ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim.
     """
     if cfg.rows % 16 or not 16 <= cfg.rows <= 128 or head_v_dim % cfg.rows:
-        raise ValueError(f"{_op(per_channel)} (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing "
-                         f"head_v_dim {head_v_dim}")
-    d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
-             ROWS=cfg.rows, LREC=L, LP=records_padded(L), VT=T, STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
-             L2NORM=int(bool(use_qk_l2norm)), HAS_NUM_TOKENS=int(has_num_tokens), G_CODE=_DTYPE_CODE[g_dtype],
-             BETA_CODE=_DTYPE_CODE[beta_dtype], PER_CHANNEL=int(per_channel))
+        raise ValueError(
+            f"{_op(per_channel)} (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
+        )
+    d = dict(
+        CKPT_F32=int(state_bytes == 4),
+        KHEADS=k_heads,
+        VHEADS=v_heads,
+        DK=head_k_dim,
+        DV=head_v_dim,
+        ROWS=cfg.rows,
+        LREC=L,
+        LP=records_padded(L),
+        VT=T,
+        STAGES=cfg.stages,
+        MIN_CTAS=cfg.min_ctas,
+        L2NORM=int(bool(use_qk_l2norm)),
+        HAS_NUM_TOKENS=int(has_num_tokens),
+        G_CODE=_DTYPE_CODE[g_dtype],
+        BETA_CODE=_DTYPE_CODE[beta_dtype],
+        PER_CHANNEL=int(per_channel),
+    )
     return tuple(sorted(d.items()))
 
 
-def compile_delta_verify_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, T: int,
-                             cfg: DeltaVerifyCudaConfig, state_bytes: int, has_num_tokens: bool = True,
-                             per_channel: bool = False) -> str:
+def compile_delta_verify_ptx(
+    k_heads: int,
+    v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    L: int,
+    T: int,
+    cfg: DeltaVerifyCudaConfig,
+    state_bytes: int,
+    has_num_tokens: bool = True,
+    per_channel: bool = False,
+) -> str:
     """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
-    defines = delta_verify_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, T, cfg, state_bytes, True,
-                                   torch.float32, torch.float32, has_num_tokens, per_channel)
+    defines = delta_verify_defines(
+        k_heads,
+        v_heads,
+        head_k_dim,
+        head_v_dim,
+        L,
+        T,
+        cfg,
+        state_bytes,
+        True,
+        torch.float32,
+        torch.float32,
+        has_num_tokens,
+        per_channel,
+    )
     return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
 
 
-def coefficient_args(coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta, slot_ids, num_tokens,
-                     scale) -> KernelArgs:
+def coefficient_args(
+    coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta, slot_ids, num_tokens, scale
+) -> KernelArgs:
     """Parameters of ``delta_verify_coefficients``, in the .cu file's order (an absent num_tokens is
     slot_ids' pointer, never read); g's rank selects GDN's or KDA's."""
     return (
@@ -252,11 +328,26 @@ def step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens
     )  # fmt: skip
 
 
-def launch_gdn_replay_verify_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                                  cursor: Tensor, pending: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
-                                  beta: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None, scale: float,
-                                  use_qk_l2norm: bool, out: Tensor,
-                                  config: Optional[DeltaVerifyCudaConfig] = None) -> Tensor:
+def launch_gdn_replay_verify_cuda(
+    checkpoint: Tensor,
+    d_records: Tensor,
+    k_records: Tensor,
+    g_records: Tensor,
+    cursor: Tensor,
+    pending: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    *,
+    slot_ids: Tensor,
+    num_tokens: Optional[Tensor] = None,
+    scale: float,
+    use_qk_l2norm: bool,
+    out: Tensor,
+    config: Optional[DeltaVerifyCudaConfig] = None,
+) -> Tensor:
     """The CUDA verify (GDN, or KDA: g's rank) on the cache tensors; arguments already checked by
     the op, in the Triton launcher's order.
 
@@ -272,31 +363,62 @@ def launch_gdn_replay_verify_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     es = checkpoint.element_size()
     per_channel = g.dim() == 4
     cfg = config or delta_verify_cuda_config(head_k_dim, head_v_dim, L, T, es, per_channel)
-    defines = delta_verify_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, T, cfg, es, use_qk_l2norm, g.dtype,
-                                   beta.dtype, num_tokens is not None, per_channel)
+    defines = delta_verify_defines(
+        k_heads,
+        v_heads,
+        head_k_dim,
+        head_v_dim,
+        L,
+        T,
+        cfg,
+        es,
+        use_qk_l2norm,
+        g.dtype,
+        beta.dtype,
+        num_tokens is not None,
+        per_channel,
+    )
     device = v.device
     stream = torch.cuda.current_stream(device).cuda_stream
     smem = delta_verify_shared_bytes(head_k_dim, cfg.rows, L, T, cfg.stages, es, per_channel)
     step_kernel = load_kernel(SOURCE, "delta_verify_step", defines, device, smem)
-    coef_kernel = load_kernel(SOURCE, "delta_verify_coefficients", defines, device, 0)
-    coef = torch.empty(batch * v_heads * delta_verify_coefficient_floats(L, T, head_k_dim, per_channel),
-                       dtype=torch.float32, device=device)
+    coef_smem = delta_verify_coef_shared_bytes(head_k_dim, L, T, per_channel)
+    coef_kernel = load_kernel(SOURCE, "delta_verify_coefficients", defines, device, coef_smem)
+    coef = torch.empty(
+        batch * v_heads * delta_verify_coefficient_floats(L, T, head_k_dim, per_channel), dtype=torch.float32, device=device
+    )
     u_heads = v_heads if per_channel else k_heads  # KDA's u rows and keys are per value head
-    u_rows = torch.empty(batch * u_heads * 2 * T * _u_parts(es, per_channel) * delta_verify_qk_pitch(head_k_dim, es),
-                         dtype=torch.uint8, device=device)
-    khist = torch.empty(batch * u_heads * _key_parts(per_channel) * records_padded(L) * head_k_dim, dtype=torch.bfloat16,
-                        device=device)
+    u_rows = torch.empty(
+        batch * u_heads * 2 * T * _u_parts(es, per_channel) * delta_verify_qk_pitch(head_k_dim, es),
+        dtype=torch.uint8,
+        device=device,
+    )
+    khist = torch.empty(
+        batch * u_heads * _key_parts(per_channel) * records_padded(L) * head_k_dim, dtype=torch.bfloat16, device=device
+    )
     # GDN: a CTA of a warp per value head for each (key head, row); KDA: a CTA of a thread per key
     # channel for each (value head, row).
     grid, threads = ((v_heads, batch), head_k_dim) if per_channel else ((k_heads, batch), 32 * (v_heads // k_heads))
-    coef_kernel.launch(grid, threads, 0, stream,
-                       coefficient_args(coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta,
-                                        slot_ids, num_tokens, scale), pdl=cfg.pdl)
+    coef_kernel.launch(
+        grid,
+        threads,
+        coef_smem,
+        stream,
+        coefficient_args(
+            coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta, slot_ids, num_tokens, scale
+        ),
+        pdl=cfg.pdl,
+    )
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
     threads = _threads(cfg.rows)
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
-    step_kernel.launch((grid,), threads, smem, stream,
-                       step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens, cursor),
-                       pdl=cfg.pdl)
+    step_kernel.launch(
+        (grid,),
+        threads,
+        smem,
+        stream,
+        step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens, cursor),
+        pdl=cfg.pdl,
+    )
     return out

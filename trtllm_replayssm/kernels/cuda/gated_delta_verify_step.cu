@@ -42,7 +42,7 @@
 //    bulk copy per d record 0..w-1 (the part's ROWS values), a flush unit's khist records, the
 //    coefficient block and the u rows. Each consumer warp owns 16 rows: S0 . u_c for the 2 VT vectors
 //    (bf16 rows: m16n8k16 tensor-core products, u_c as column c of the B operand, exact bf16 inputs;
-//    fp32 rows: exact fp32 FMAs, a lane per row and half of head_k_dim), the history terms (half a
+//    fp32 rows: m16n8k8 products in three TF32 parts, about fp32), the history terms (half a
 //    warp each over records), the window's forward substitution in fp32, o_s to out and d_s to the d
 //    records at w + s (or s at a flush) for s < n. A unit that does not flush gives its stage back
 //    once read. A flush unit folds S_c = E0 S0 + Σ_{j<w} e_j d_j k̂_jᵀ in the stage (fold_warp_rows:
@@ -55,8 +55,10 @@
 // with U_j = e_j ⊙ k̂_j, so the same per-row form holds with per-value-head u rows (E0 ⊙ C_s ⊙ k̂_s
 // and E0 ⊙ C_s ⊙ q̂_s: wk = wq = 1) and per-channel weighted sums for hk, hq, A and Q. Launch 1 is
 // then a CTA of DK threads per (value head, row), a thread a channel: the decays e_j as running
-// sums over the records newest first, every sum the block reduces (the norms, the window's and
-// the history's products) by warp reduce-scatters and a shared-memory pass; it writes E0 into
+// sums over the records newest first; the window's sums (norms, products) by warp reduce-scatters
+// and a shared-memory pass, the history's (U_j . C_s k_s, U_j . C_s q_s) as a [records x channels]
+// x [channels x 2 VT] product on tensor cores (three TF32 products: about fp32), each warp over its
+// 32 channels, the warps' parts added in shared memory; it writes E0 into
 // the block, the u rows (fp32 rows; bf16 rows as three bf16 parts each, split3: tensor-core
 // operands exact to 24 bits) and a flush row's U_j as three bf16 parts to the scratch buffer. A
 // flush unit folds S_c = S0 Diag(E0) + Σ_{j<w} d_j U_jᵀ (fold_warp_rows_channels: the bf16 d
@@ -338,28 +340,82 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_verify_coefficients
   }
 }
 #else
-// KDA: the sums the CTA reduces, index i (compile-time after unrolling): the window's squared norms
-// (k then q, 2 VT), the window's products (VT x VT: entry (j, s) is A's γ_{j,s} k_j k_s for j < s,
-// else Q's γ_{s,j} k_s q_j), the history's (LREC x 2 VT: U_j C_s k_s, then U_j C_s q_s); raw k, q.
+// KDA: the window's sums the CTA reduces, index i (compile-time after unrolling): the squared norms
+// (k then q, 2 VT) and the products (VT x VT: entry (j, s) is A's γ_{j,s} k_j k_s for j < s, else
+// Q's γ_{s,j} k_s q_j); raw k, q.
 #define R_WIN (2 * VT)
-#define R_HIST (R_WIN + VT * VT)
-#define NRED (R_HIST + 2 * LREC * VT)
-__device__ __forceinline__ float kda_partial(int i, const float (&ks)[VT], const float (&qs)[VT], const float (&gw)[VT],
-                                             const float (&cs)[VT], const float (&uj)[LREC]) {
+#define NRED (R_WIN + VT * VT)
+#define NT8 (((NV + 7) / 8) * 8)   // the history product's columns: V rows, zero past NV
+#define UPAD (DK + 4)              // a row of the U / V operands in shared memory (conflict-free fragments)
+// Dynamic shared memory of KDA's coefficient launch (bytes): U [LP][UPAD] and V [NT8][UPAD] in fp32,
+// then each warp's partial history sums over them, [DK / 32][LP][NT8]. The launcher's
+// delta_verify_coef_shared_bytes must equal it (a CPU test reads this from the PTX).
+extern "C" __device__ unsigned int delta_verify_coef_shared_bytes = (LP + NT8) * UPAD * 4;
+
+__device__ __forceinline__ float kda_partial(int i, const float (&ks)[VT], const float (&qs)[VT], const float (&gw)[VT]) {
   if (i < VT) return ks[i] * ks[i];
   if (i < R_WIN) return qs[i - VT] * qs[i - VT];
-  if (i < R_HIST) {
-    const int e = i - R_WIN, j = e / VT, s = e % VT;
-    const int lo = j < s ? j : s, hi = j < s ? s : j;  // γ_{lo,hi} = exp(Σ_{lo<m<=hi} g_m)
-    float between = 0.0f;
+  const int e = i - R_WIN, j = e / VT, s = e % VT;
+  const int lo = j < s ? j : s, hi = j < s ? s : j;  // γ_{lo,hi} = exp(Σ_{lo<m<=hi} g_m)
+  float between = 0.0f;
 #pragma unroll
-    for (int m = 0; m < VT; ++m)
-      if (m > lo && m <= hi) between += gw[m];
-    const float gamma = __expf(between);
-    return j < s ? gamma * ks[j] * ks[s] : gamma * ks[s] * qs[j];
+  for (int m = 0; m < VT; ++m)
+    if (m > lo && m <= hi) between += gw[m];
+  const float gamma = __expf(between);
+  return j < s ? gamma * ks[j] * ks[s] : gamma * ks[s] * qs[j];
+}
+
+// The history's sums over this warp's 32 channels, H[j][v] = Σ_c U[j][c] V[v][c] (U: [LP][UPAD],
+// V: [NT8][UPAD] in shared memory), on tensor cores in three TF32 products (hi hi + hi lo + lo hi:
+// about fp32 accuracy), into the accumulators acc (lane (g = lane / 4, t = lane % 4) of tile (mt,
+// nt) holds rows 16 mt + g (+ 8), columns 8 nt + 2 t (+ 1)). The lane reads A rows g, g + 8 and B
+// columns g at k t, t + 4: UPAD = DK + 4 puts them in distinct banks.
+__device__ __forceinline__ void history_sums_mma(const float* su, const float* sv, float (&acc)[LP / 16][NT8 / 8][4],
+                                                 int warp, int lane) {
+  const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < LP / 16; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT8 / 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
   }
-  const int e = i - R_HIST, j = e / (2 * VT), c = e % (2 * VT), s = c % VT;
-  return uj[j] * cs[s] * (c < VT ? ks[s] : qs[s]);
+#pragma unroll
+  for (int k0 = warp * 32; k0 < warp * 32 + 32; k0 += 8) {
+    u32 bh[NT8 / 8][2], bl[NT8 / 8][2];
+#pragma unroll
+    for (int nt = 0; nt < NT8 / 8; ++nt) {
+      tf32_split(sv[(nt * 8 + gq) * UPAD + k0 + tq], bh[nt][0], bl[nt][0]);
+      tf32_split(sv[(nt * 8 + gq) * UPAD + k0 + tq + 4], bh[nt][1], bl[nt][1]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < LP / 16; ++mt) {
+      u32 ah[4], al[4];
+      const float* a = su + (mt * 16 + gq) * UPAD + k0 + tq;
+      tf32_split(a[0], ah[0], al[0]);
+      tf32_split(a[8 * UPAD], ah[1], al[1]);
+      tf32_split(a[4], ah[2], al[2]);
+      tf32_split(a[8 * UPAD + 4], ah[3], al[3]);
+#pragma unroll
+      for (int nt = 0; nt < NT8 / 8; ++nt) {
+        mma_tf32(acc[mt][nt], al[0], al[1], al[2], al[3], bh[nt][0], bh[nt][1]);
+        mma_tf32(acc[mt][nt], ah[0], ah[1], ah[2], ah[3], bl[nt][0], bl[nt][1]);
+        mma_tf32(acc[mt][nt], ah[0], ah[1], ah[2], ah[3], bh[nt][0], bh[nt][1]);
+      }
+    }
+  }
+}
+
+// history_sums_mma's accumulators into this warp's [LP][NT8] slice of hred.
+__device__ __forceinline__ void store_history_sums(float* hred, const float (&acc)[LP / 16][NT8 / 8][4], int lane) {
+  const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < LP / 16; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT8 / 8; ++nt) {
+      const int r = mt * 16 + gq, col = nt * 8 + 2 * tq;
+      *(float2*)(hred + r * NT8 + col) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *(float2*)(hred + (r + 8) * NT8 + col) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
@@ -376,8 +432,12 @@ extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
     const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, float scale) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
-  __shared__ float red[DK / 32][(NRED + 31) / 32 * 32];  // each warp's reduced sums
+  __shared__ float red[DK / 32][(NRED + 31) / 32 * 32];  // each warp's reduced window sums
   __shared__ float tot[NRED];                             // the CTA's
+  extern __shared__ float smem_f[];                       // U, V; then the warps' history sums
+  float* const su = smem_f;
+  float* const sv = smem_f + LP * UPAD;
+  float* const hred = smem_f;  // after the barrier that follows the products
   const int h = blockIdx.x, b = blockIdx.y, kh = h;  // one value head per key head
   const int c = threadIdx.x, lane = c & 31, warp = c >> 5;
   const long long slot = slot_ids[b];
@@ -418,21 +478,32 @@ extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
     cum += gw[s];
     cs[s] = __expf(cum);
   }
-  // The CTA's sums: each warp reduce-scatters 32 at a time, then thread t adds the warps' t-th.
+  // The history's operands: U[j][c] and V[v][c] = C_s k_s (v = s < VT) or C_s q_s (v = VT + s).
+#pragma unroll
+  for (int j = 0; j < LP; ++j) su[j * UPAD + c] = j < LREC ? uj[j] : 0.0f;
+#pragma unroll
+  for (int v = 0; v < NT8; ++v) sv[v * UPAD + c] = v < NV ? cs[v % VT] * (v < VT ? ks[v % VT] : qs[v % VT]) : 0.0f;
+  // The window's sums: each warp reduce-scatters 32 at a time, then thread t adds the warps' t-th.
 #pragma unroll
   for (int ch = 0; ch < (NRED + 31) / 32; ++ch) {
     float part[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) part[i] = ch * 32 + i < NRED ? kda_partial(ch * 32 + i, ks, qs, gw, cs, uj) : 0.0f;
+    for (int i = 0; i < 32; ++i) part[i] = ch * 32 + i < NRED ? kda_partial(ch * 32 + i, ks, qs, gw) : 0.0f;
     red[warp][ch * 32 + lane] = warp_reduce_scatter32(part, lane);
   }
   __syncthreads();
+  // The history's sums: each warp over its 32 channels, then (after a barrier: hred takes U's
+  // place) into hred, which the block below adds up.
+  float hacc[LP / 16][NT8 / 8][4];
+  history_sums_mma(su, sv, hacc, warp, lane);
   for (int i = c; i < NRED; i += DK) {
     float t = 0.0f;
 #pragma unroll
     for (int v = 0; v < DK / 32; ++v) t += red[v][i];
     tot[i] = t;
   }
+  __syncthreads();
+  store_history_sums(hred + warp * LP * NT8, hacc, lane);
   __syncthreads();
   float rk[VT], rq[VT];
 #pragma unroll
@@ -446,19 +517,25 @@ extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
 #endif
   }
   float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
-  for (int e = c; e < LP * TP; e += DK) {  // history rows j, tokens s
+  for (int e = c; e < LP * TP; e += DK) {  // history rows j, tokens s: the warps' sums, normed
     const int j = e / TP, s = e % TP;
     float vk = 0.0f, vq = 0.0f;
     if (j < w && s < VT) {
-      vk = rk[0] * tot[R_HIST + j * 2 * VT + s];
-      vq = rq[0] * tot[R_HIST + j * 2 * VT + VT + s];
+#pragma unroll
+      for (int v = 0; v < DK / 32; ++v) {
+        vk += hred[(v * LP + j) * NT8 + s];
+        vq += hred[(v * LP + j) * NT8 + VT + s];
+      }
+      float r_k = rk[0], r_q = rq[0];
 #pragma unroll
       for (int m = 1; m < VT; ++m) {
         if (m == s) {
-          vk = rk[m] * tot[R_HIST + j * 2 * VT + s];
-          vq = rq[m] * tot[R_HIST + j * 2 * VT + VT + s];
+          r_k = rk[m];
+          r_q = rq[m];
         }
       }
+      vk *= r_k;
+      vq *= r_q;
     }
     blk[C_HK + e] = vk;
     blk[C_HQ + e] = vq;
@@ -699,42 +776,39 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
       const int w = ((const int*)cf)[C_W], n = ((const int*)cf)[C_N];
       const bool flush = verify_flushes(w, n);
       float pk[VT], pq[VT];  // the lane's half of P^k_s and P^q_s, before the halves are added
-#if CKPT_F32
-      // S0 . u_c in exact fp32: lanes 0-15 over columns [0, DK/2), 16-31 over the rest, 4 columns (one
-      // 16-byte chunk) a shared load; two sums a vector.
-      {
-        const unsigned char* us = gstage + OFF_QK;
-        float p[NV][2];
-#pragma unroll
-        for (int c = 0; c < NV; ++c) p[c][0] = p[c][1] = 0.0f;
-#pragma unroll 4
-        for (int qq = 0; qq < DK / 8; ++qq) {
-          const int kc = half * (DK / 2) + 4 * qq;
-          const float4 s4 = *(const float4*)(gstage + ckpt_offset(row, kc));
-#pragma unroll
-          for (int c = 0; c < NV; ++c) {
-            const float4 u4 = *(const float4*)(us + c * QK_PITCH + kc * 4);
-            p[c][0] += s4.x * u4.x;
-            p[c][1] += s4.y * u4.y;
-            p[c][0] += s4.z * u4.z;
-            p[c][1] += s4.w * u4.w;
-          }
-        }
-#pragma unroll
-        for (int s = 0; s < VT; ++s) {
-          pk[s] = cf[C_WK + s] * (p[s][0] + p[s][1]);
-          pq[s] = cf[C_WQ + s] * (p[VT + s][0] + p[VT + s][1]);
-        }
-      }
-#else
-      // S0 . u_c on tensor cores: m16n8k16, A = the warp's 16 rows (ldmatrix from the swizzled boxes),
-      // B = u_c as column c % 8 of n tile c / 8 (lanes 4 (c % 8) .. + 3 hold it), two fp32 accumulators
-      // a tile (even and odd k tiles). Column c of row r sits in lane 4 (r % 8) + (c % 8) / 2, element
-      // c % 2 (+ 2 for r >= 8).
+      // S0 . u_c on tensor cores, B = u_c as column c % 8 of n tile c / 8 (lanes 4 (c % 8) .. + 3 hold
+      // it), two fp32 accumulators a tile (even and odd k tiles). Column c of row r sits in lane
+      // 4 (r % 8) + (c % 8) / 2, element c % 2 (+ 2 for r >= 8). bf16 rows: m16n8k16, A = the warp's 16
+      // rows by ldmatrix from the swizzled boxes; fp32 rows: m16n8k8 in three TF32 products (hi hi +
+      // hi lo + lo hi: about fp32; exact fp32 FMAs, a lane per row, were 2-9% slower at batch 256,
+      // kernel notes), A read element by element (conflict-free under the swizzle).
       {
         const unsigned char* us = gstage + OFF_QK;
         const int gq = lane >> 2, tq = lane & 3;
         float acc[NT][2][4] = {};
+#if CKPT_F32
+#pragma unroll
+        for (int k0 = 0; k0 < DK; k0 += 8) {
+          u32 ah[4], al[4];
+          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq, k0 + tq)), ah[0], al[0]);
+          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq + 8, k0 + tq)), ah[1], al[1]);
+          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq, k0 + tq + 4)), ah[2], al[2]);
+          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq + 8, k0 + tq + 4)), ah[3], al[3]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int c = nt * 8 + gq;
+            u32 bh[2] = {0u, 0u}, bl[2] = {0u, 0u};
+            if (c < NCOL) {
+              tf32_split(*(const float*)(us + c * QK_PITCH + (k0 + tq) * 4), bh[0], bl[0]);
+              tf32_split(*(const float*)(us + c * QK_PITCH + (k0 + tq + 4) * 4), bh[1], bl[1]);
+            }
+            float* d = acc[nt][(k0 / 8) & 1];
+            mma_tf32(d, al[0], al[1], al[2], al[3], bh[0], bh[1]);
+            mma_tf32(d, ah[0], ah[1], ah[2], ah[3], bl[0], bl[1]);
+            mma_tf32(d, ah[0], ah[1], ah[2], ah[3], bh[0], bh[1]);
+          }
+        }
+#else
         const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
         for (int k0 = 0; k0 < DK; k0 += 16) {
@@ -751,6 +825,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
             mma_bf16(acc[nt][(k0 / 16) & 1], a0, a1, a2, a3, b0, b1);
           }
         }
+#endif
 #pragma unroll
         for (int c = 0; c < NV; ++c) {
           float val = 0.0f;  // the sum of vector c's U_PARTS columns
@@ -768,7 +843,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
           }
         }
       }
-#endif
       // History: records j = half, half + 2, ... < w (w <= L - 1), coefficient rows of TP floats.
 #pragma unroll
       for (int qq = 0; qq < LREC / 2; ++qq) {

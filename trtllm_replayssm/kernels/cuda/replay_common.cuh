@@ -159,6 +159,20 @@ __device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// x as a TF32 high part and the fp32 remainder (x = hi + lo; the MMA reads lo's top 19 bits).
+__device__ __forceinline__ void tf32_split(float x, u32& hi, u32& lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+// D += A B, m16n8k8, TF32 operands, fp32 accumulators.
+__device__ __forceinline__ void mma_tf32(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // v = hi + mid + lo, each bf16, exact to 24 bits of v.
 __device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo) {
   hi = bf16_to_f32(f32_to_bf16(v));
