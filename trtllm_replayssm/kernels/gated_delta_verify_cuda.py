@@ -8,7 +8,8 @@ forms the window's and the history's products once (the window solved per state 
 only as scalars: per value head a block of history weights, the window's triangular factors and
 the checkpoint's weights), and a persistent kernel streams each value head's checkpoint rows
 through a shared-memory ring (TMA) with the window's 2T raw query and key vectors as the columns of
-tensor-core products (bf16 rows; fp32 rows in three TF32 parts, about fp32), then runs each row's window
+tensor-core products (bf16 rows; fp32 rows from T = 4 in three TF32 parts, about fp32, below it exact
+fp32 sums), then runs each row's window
 serially in registers. The .cu file's header documents what each computes; the contract is the
 Triton kernel's (:mod:`trtllm_replayssm.kernels.gated_delta_verify`): same cache tensors, same
 results up to fp32 rounding, a flushing row's cursor flagged until the commit, no host sync,

@@ -42,7 +42,8 @@
 //    bulk copy per d record 0..w-1 (the part's ROWS values), a flush unit's khist records, the
 //    coefficient block and the u rows. Each consumer warp owns 16 rows: S0 . u_c for the 2 VT vectors
 //    (bf16 rows: m16n8k16 tensor-core products, u_c as column c of the B operand, exact bf16 inputs;
-//    fp32 rows: m16n8k8 products in three TF32 parts, about fp32), the history terms (half a
+//    fp32 rows: exact fp32 FMAs up to T = 3, a lane per row and half of head_k_dim, from T = 4 m16n8k8
+//    products in three TF32 parts, about fp32), the history terms (half a
 //    warp each over records), the window's forward substitution in fp32, o_s to out and d_s to the d
 //    records at w + s (or s at a flush) for s < n. A unit that does not flush gives its stage back
 //    once read. A flush unit folds S_c = E0 S0 + Σ_{j<w} e_j d_j k̂_jᵀ in the stage (fold_warp_rows:
@@ -86,6 +87,11 @@
 #define RG (32 / NVP)                        // history records a reduce-scatter of 32 sums
 #define NE (NV * (NV + 1) / 2)               // window products u_a . u_b, a <= b
 #define TP (VT <= 4 ? 4 : 8)                 // window tokens padded (coefficient rows: 16-byte loads)
+// fp32 rows: S0 . u_c in exact fp32 FMAs up to T = 3, from T = 4 as three TF32 tensor-core products
+// (about fp32): the FMAs' work grows with the 2T vectors, a product's is one n tile of 8 (H200,
+// session 34, µs, FMA / TF32 at batch 256: GDN T = 4 460.4 / 438.0, T = 8 879.3 / 798.1, KDA T = 4
+// 344.0 / 336.7, T = 8 579.7 / 529.2; GDN T = 2 351.2 with FMAs, 390.2 with TF32 in a later call).
+#define S0_FMA (CKPT_F32 && VT < 4)
 #if PER_CHANNEL && VHEADS != KHEADS
 #error "the KDA verify takes one value head per key head"
 #endif
@@ -776,12 +782,40 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
       const int w = ((const int*)cf)[C_W], n = ((const int*)cf)[C_N];
       const bool flush = verify_flushes(w, n);
       float pk[VT], pq[VT];  // the lane's half of P^k_s and P^q_s, before the halves are added
+#if S0_FMA
+      // S0 . u_c in exact fp32: lanes 0-15 over columns [0, DK/2), 16-31 over the rest, 4 columns (one
+      // 16-byte chunk) a shared load; two sums a vector.
+      {
+        const unsigned char* us = gstage + OFF_QK;
+        float p[NV][2];
+#pragma unroll
+        for (int c = 0; c < NV; ++c) p[c][0] = p[c][1] = 0.0f;
+#pragma unroll 4
+        for (int qq = 0; qq < DK / 8; ++qq) {
+          const int kc = half * (DK / 2) + 4 * qq;
+          const float4 s4 = *(const float4*)(gstage + ckpt_offset(row, kc));
+#pragma unroll
+          for (int c = 0; c < NV; ++c) {
+            const float4 u4 = *(const float4*)(us + c * QK_PITCH + kc * 4);
+            p[c][0] += s4.x * u4.x;
+            p[c][1] += s4.y * u4.y;
+            p[c][0] += s4.z * u4.z;
+            p[c][1] += s4.w * u4.w;
+          }
+        }
+#pragma unroll
+        for (int s = 0; s < VT; ++s) {
+          pk[s] = cf[C_WK + s] * (p[s][0] + p[s][1]);
+          pq[s] = cf[C_WQ + s] * (p[VT + s][0] + p[VT + s][1]);
+        }
+      }
+#else
       // S0 . u_c on tensor cores, B = u_c as column c % 8 of n tile c / 8 (lanes 4 (c % 8) .. + 3 hold
       // it), two fp32 accumulators a tile (even and odd k tiles). Column c of row r sits in lane
       // 4 (r % 8) + (c % 8) / 2, element c % 2 (+ 2 for r >= 8). bf16 rows: m16n8k16, A = the warp's 16
-      // rows by ldmatrix from the swizzled boxes; fp32 rows: m16n8k8 in three TF32 products (hi hi +
-      // hi lo + lo hi: about fp32; exact fp32 FMAs, a lane per row, were 2-9% slower at batch 256,
-      // kernel notes), A read element by element (conflict-free under the swizzle).
+      // rows by ldmatrix from the swizzled boxes; fp32 rows from T = 4: m16n8k8 in three TF32 products
+      // (hi hi + hi lo + lo hi: about fp32), A read element by element (conflict-free under the
+      // swizzle).
       {
         const unsigned char* us = gstage + OFF_QK;
         const int gq = lane >> 2, tq = lane & 3;
@@ -843,6 +877,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
           }
         }
       }
+#endif
       // History: records j = half, half + 2, ... < w (w <= L - 1), coefficient rows of TP floats.
 #pragma unroll
       for (int qq = 0; qq < LREC / 2; ++qq) {
