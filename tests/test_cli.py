@@ -527,7 +527,7 @@ def test_plan_prints_the_measured_route_advice(capsys):
         '(H200 2026-12-03, docs/benchmarks.md "GDN and KDA decode"); recommended: replay'
     ) in out
     assert (
-        "  kda verify T 4, B 16, fp32 checkpoint, batch 16: 1.45x 4 serial steps "
+        "  kda verify T 4, B 16, fp32 checkpoint, batch 16: 1.97x 4 serial steps "
         '(H200 2026-12-04, docs/benchmarks.md "Speculative verify"); recommended: replay'
     ) in out
 

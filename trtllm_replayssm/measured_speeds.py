@@ -154,33 +154,6 @@ _MAMBA2_VERIFY = Source(
     "session 33, Mamba-2: the CUDA verify, fp32 checkpoint",
     _RESULTS + "2026-12-04-h200-s33-call4-spec_verify_f32.json",
 )
-_DELTA_VERIFY_S29 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family gdn kda --T 2 4 8 --batch 8 16 64 256 512",
-    _DOC,
-    "Speculative verify",
-    "session 29, the flagged cursor and the records launch on the side stream (e28e0d8)",
-    _RESULTS + "2026-12-04-h200-s29-call3-spec_verify.log",
-)
-_DELTA_VERIFY_S29_KDA8 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family kda --T 8 --batch 64 256 512",
-    _DOC,
-    "Speculative verify",
-    "session 29, the flagged cursor and the records launch on the side stream (e28e0d8)",
-    _RESULTS + "2026-12-04-h200-s29-call4-spec_verify_kda8.log",
-)
-_VERIFY_BF16_S31 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --state bf16 --family mamba2 gdn kda --T 2 4 8 --batch 16 64 256",
-    _DOC,
-    "Speculative verify",
-    "session 31, bf16 checkpoint",
-    _RESULTS + "2026-12-04-h200-s31-call4-spec_verify_bf16.log",
-)
 _MAMBA2_VERIFY_BF16 = Source(
     "2026-12-04",
     _H200,
@@ -207,6 +180,51 @@ _GDN_VERIFY_BF16_S34 = Source(
     "Speculative verify",
     "session 34, GDN: the CUDA verify, bf16 checkpoint",
     _RESULTS + "2026-12-04-h200-s34-call2-spec_verify_gdn_bf16.json",
+)
+_GDN_VERIFY_S34_TF32 = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 8 16 64 256 512 --kernel auto",
+    _DOC,
+    "Speculative verify",
+    "session 34, GDN: the CUDA verify, fp32 checkpoint",
+    _RESULTS + "2026-12-04-h200-s34-call8-spec_verify_gdn_f32.json",
+)
+_KDA_VERIFY_S34_FIRST = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family kda --T 2 4 8 --batch 8 16 64 256 512 --kernel cuda triton",
+    _DOC,
+    "Speculative verify",
+    "session 34, KDA: the CUDA verify",
+    _RESULTS + "2026-12-04-h200-s34-call5-spec_verify_kda_f32.json",
+)
+_KDA_VERIFY_S34 = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family kda --T 2 4 8 --batch 8 16 64 256 512 --kernel auto triton",
+    _DOC,
+    "Speculative verify",
+    "session 34, KDA: the CUDA verify",
+    _RESULTS + "2026-12-04-h200-s34-call8-spec_verify_kda_f32.log",
+)
+_KDA_VERIFY_BF16_S34_FIRST = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family kda --state bf16 --T 2 4 8 --batch 4 16 32 64 256 --kernel cuda triton",
+    _DOC,
+    "Speculative verify",
+    "session 34, KDA: the CUDA verify",
+    _RESULTS + "2026-12-04-h200-s34-call5-spec_verify_kda_bf16.json",
+)
+_KDA_VERIFY_BF16_S34 = Source(
+    "2026-12-04",
+    _H200,
+    "python benchmarks/spec_verify.py --family kda --state bf16 --T 2 4 8 --batch 4 16 32 64 256 --kernel auto triton",
+    _DOC,
+    "Speculative verify",
+    "session 34, KDA: the CUDA verify",
+    _RESULTS + "2026-12-04-h200-s34-call8-spec_verify_kda_bf16.log",
 )
 _KDA_DECODE_L32 = Source(
     "2026-12-03",
@@ -267,13 +285,13 @@ _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 4): (2.46, 3.56, 4.23, 4.72, 4.92),
     (MAMBA2, SUPER, 8): (2.84, 4.13, 4.69, 5.17, 5.17),
     (GDN, QWEN35_122B, 2): (1.66, 2.21, 2.74, 3.04, 3.11),
-    (GDN, QWEN35_122B, 4): (2.24, 3.43, 4.31, 4.76, 4.90),
-    (GDN, QWEN35_122B, 8): (1.90, 3.20, 4.54, 4.84, 5.01),
-    (KDA, KIMI, 2): (1.02, 1.23, 1.77, 2.07, 2.26),
-    (KDA, KIMI, 4): (1.13, 1.45, 2.46, 2.97, 3.08),
-    (KDA, KIMI, 8): (1.19, 1.30, 2.51, 3.00, 3.16),
+    (GDN, QWEN35_122B, 4): (2.20, 3.39, 4.36, 4.74, 4.77),
+    (GDN, QWEN35_122B, 8): (1.80, 3.21, 4.90, 5.31, 5.50),
+    (KDA, KIMI, 2): (1.10, 1.38, 1.95, 2.23, 2.34),
+    (KDA, KIMI, 4): (1.62, 1.97, 2.89, 3.23, 3.39),
+    (KDA, KIMI, 8): (2.19, 2.24, 3.27, 3.43, 3.46),
 }
-# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES (KDA not timed at batch 4 / 32).
+# The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES.
 _VERIFY_BF16_BATCHES = (4, 16, 32, 64, 256)
 _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (MAMBA2, SUPER, 2): (0.91, 1.48, 1.96, 2.18, 2.51),
@@ -282,35 +300,35 @@ _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
     (GDN, QWEN35_122B, 2): (0.96, 1.57, 2.09, 2.30, 2.62),
     (GDN, QWEN35_122B, 4): (1.32, 2.30, 3.35, 3.69, 4.11),
     (GDN, QWEN35_122B, 8): (1.25, 1.90, 3.21, 3.77, 4.07),
-    (KDA, KIMI, 2): (None, 0.61, None, 0.94, 1.09),
-    (KDA, KIMI, 4): (None, 0.81, None, 1.41, 1.59),
-    (KDA, KIMI, 8): (None, 0.83, None, 1.30, 1.59),
+    (KDA, KIMI, 2): (0.59, 0.91, 1.01, 1.24, 1.42),
+    (KDA, KIMI, 4): (1.01, 1.37, 1.48, 1.90, 2.07),
+    (KDA, KIMI, 8): (1.63, 1.67, 1.67, 2.05, 2.13),
 }
 _MAMBA2_VERIFY_BF16_SOURCES = (_MAMBA2_VERIFY_BF16,) * 5
 _VERIFY_BF16_SOURCES = {
-    (family, T): sources
-    for family, sources in (
-        (MAMBA2, _MAMBA2_VERIFY_BF16_SOURCES),
-        (GDN, (_GDN_VERIFY_BF16_S34,) * 5),
-        (KDA, (_VERIFY_BF16_S31,) * 5),
-    )
-    for T in (2, 4, 8)
+    **{(MAMBA2, T): _MAMBA2_VERIFY_BF16_SOURCES for T in (2, 4, 8)},
+    **{(GDN, T): (_GDN_VERIFY_BF16_S34,) * 5 for T in (2, 4, 8)},
+    (KDA, 2): (_KDA_VERIFY_BF16_S34,) * 5,
+    (KDA, 4): (_KDA_VERIFY_BF16_S34,) * 5,
+    # KDA T = 8 from batch 32: the first CUDA run's (call 5; call 8 was cut by its time limit there)
+    (KDA, 8): (_KDA_VERIFY_BF16_S34,) * 2 + (_KDA_VERIFY_BF16_S34_FIRST,) * 3,
 }
-# The source of each _VERIFY_BATCHES column, by family and T (one device call timed KDA but for
-# T = 8 from batch 64, cut by its time limit and timed in the next call).
+# The source of each _VERIFY_BATCHES column, by family and T: GDN T = 2 ran the exact-fp32 S0
+# products in call 4 as it does now, T = 4 and 8 the TF32 ones in call 8; KDA T = 4 is call 8's
+# final kernels, T = 2 and 8 the first CUDA run's (call 5: the coefficient launch's history sums by
+# warp reduce-scatters, T = 8 with exact-fp32 S0 products; its T = 2 form with the coefficient
+# product and T = 8 from batch 16 were not timed again: call 8 was cut by its time limit).
 _MAMBA2_VERIFY_SOURCES = (_MAMBA2_VERIFY,) * 5
-_GDN_VERIFY_SOURCES = (_GDN_VERIFY_S34,) * 5
-_KDA_VERIFY_SOURCES = (_DELTA_VERIFY_S29,) * 5
 _VERIFY_SOURCES = {
     (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
     (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
-    (GDN, 2): _GDN_VERIFY_SOURCES,
-    (GDN, 4): _GDN_VERIFY_SOURCES,
-    (GDN, 8): _GDN_VERIFY_SOURCES,
-    (KDA, 2): _KDA_VERIFY_SOURCES,
-    (KDA, 4): _KDA_VERIFY_SOURCES,
-    (KDA, 8): (_DELTA_VERIFY_S29,) * 2 + (_DELTA_VERIFY_S29_KDA8,) * 3,
+    (GDN, 2): (_GDN_VERIFY_S34,) * 5,
+    (GDN, 4): (_GDN_VERIFY_S34_TF32,) * 5,
+    (GDN, 8): (_GDN_VERIFY_S34_TF32,) * 5,
+    (KDA, 2): (_KDA_VERIFY_S34_FIRST,) * 5,
+    (KDA, 4): (_KDA_VERIFY_S34,) * 5,
+    (KDA, 8): (_KDA_VERIFY_S34_FIRST,) * 5,
 }
 
 

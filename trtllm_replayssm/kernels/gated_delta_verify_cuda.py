@@ -164,7 +164,7 @@ def delta_verify_cuda_config(
     :func:`~.gated_delta_replay_cuda.unit_rows`), two stages, as many CTAs per multiprocessor as
     shared memory and a 128-register cap allow (at most 3): the unit size that keeps the most
     consumer warps resident, the smaller on a tie. Timed on an H200 (Qwen3.5-122B, fp32
-    checkpoint, B = 16, docs/kernel-notes.md "GDN verify in CUDA", session 34), µs, 64 rows / 128
+    checkpoint, B = 16, docs/kernel-notes.md "Gated delta verify in CUDA", session 34), µs, 64 rows / 128
     rows / 32 rows / the Triton kernels: T = 8 (64 rows fit one CTA, 128 rows one CTA of twice the
     warps) batch 256 1057.6 / 879.1 / 1317.1 / 1003.3, batch 512 2081.2 / 1696.2 / 2585.6 / 1934.1;
     T = 4 (two CTAs of 64 rows, one of 128) batch 256 447.4 / 467.3 / 502.8 / 520.6.
