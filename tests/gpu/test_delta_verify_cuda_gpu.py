@@ -2,7 +2,8 @@
 ``kernel="cuda"``: long verify + commit runs against the float64 serial recurrence (every window
 output, every flushed checkpoint, cursors, pending, padding rows, unused slots and poisoned record
 positions), over geometries, T and both checkpoint dtypes; the same step as the Triton kernels';
-CUDA-graph replay; refusals."""
+the route; refusals. (CUDA-graph replay: tests/gpu/test_spec_gpu.py's graph cases, through the
+op, which routes GDN and KDA here on sm_90.)"""
 
 from functools import partial
 
@@ -13,7 +14,7 @@ import gated_delta_cases as gd
 from gated_delta_cases import DeltaFamily, DeltaGeometry
 from spec_cases import commit_with_launcher, delta_verify_with_launcher, draw, drive_spec, make_window
 from trtllm_replayssm.kernels.gated_delta_verify import gated_delta_verify_kernel
-from trtllm_replayssm.ops import replay_commit, spec_buffer_len
+from trtllm_replayssm.ops import spec_buffer_len
 
 pytestmark = pytest.mark.gpu
 
@@ -137,60 +138,6 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel
     y_scale = outs[1].float().abs().max()
     assert (outs[0].float() - outs[1].float()).abs().max() <= 2e-2 * y_scale
     assert torch.equal(outs[0] == 42.0, outs[1] == 42.0)  # the same outputs untouched
-
-
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_cuda_verify_in_a_cuda_graph_equals_eager(per_channel):
-    """One captured CUDA verify + commit, replayed 4L times with new inputs, token counts and
-    accepted counts (flush and non-flush rows mixed, a padding row), equals eager bit for bit."""
-    fam = DeltaFamily(KIMI, per_channel=True) if per_channel else DeltaFamily(QWEN35_122B, per_channel=False)
-    T = 4
-    L = spec_buffer_len(16, T)
-    p = fam.make_params("cuda")
-    slots = torch.tensor([7, -1, 2, 0, 5], dtype=torch.int32, device="cuda")
-    caches = []
-    for _ in range(2):
-        c = fam.allocate(9, L, torch.float32, torch.bfloat16, "cuda")
-        torch.manual_seed(3)
-        c.checkpoint.normal_()
-        c.cursor.copy_(torch.arange(9, dtype=torch.int32) * 3 % L)
-        caches.append(c)
-    steps = []
-    for _ in range(4 * L):
-        drawn = [draw("short", T) for _ in range(5)]
-        n = torch.tensor([d[0] for d in drawn], dtype=torch.int32, device="cuda")
-        a = torch.tensor([d[1] for d in drawn], dtype=torch.int32, device="cuda")
-        steps.append((make_window(fam, 5, T, torch.bfloat16, "cuda"), n, a))
-    static_win = {k: v.clone() for k, v in steps[0][0].items()}
-    static_n, static_a = steps[0][1].clone(), steps[0][2].clone()
-    out_g = torch.full_like(static_win["v"], 42.0)
-    out_e = out_g.clone()
-
-    def step(c, win, n, a, out):
-        CUDA(c, win, p, slots, n, out)
-        replay_commit(c, slots, a)
-
-    warm = type(caches[0])(**{k: v.clone() for k, v in vars(caches[0]).items()})
-    step(warm, static_win, static_n, static_a, out_g.clone())  # compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(caches[0], static_win, static_n, static_a, out_g)
-    flushes = 0
-    for win, n, a in steps:
-        for k, v in static_win.items():
-            v.copy_(win[k])
-        static_n.copy_(n)
-        static_a.copy_(a)
-        before = caches[1].cursor.clone()
-        graph.replay()
-        step(caches[1], win, n, a, out_e)
-        torch.cuda.synchronize()
-        live = slots >= 0
-        flushes += int((before[slots[live].long()] + n[live] > L - 1).sum())
-        assert torch.equal(out_g, out_e)
-    assert flushes >= 3
-    for name in vars(caches[0]):
-        assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
 
 
 def test_the_op_routes_gdn_and_kda_to_cuda_and_fp16_checkpoints_and_gqa_kda_to_triton():

@@ -40,7 +40,6 @@ from .nvrtc import (
     SMEM_RESERVED_PER_CTA,
     KernelArgs,
     checkpoint_tensor_maps,
-    compile_program,
     copyable_rows,
     load_kernel,
 )
@@ -56,7 +55,6 @@ __all__ = [
     "delta_verify_qk_pitch",
     "delta_verify_shared_bytes",
     "delta_verify_defines",
-    "compile_delta_verify_ptx",
     "launch_gdn_replay_verify_cuda",
 ]
 
@@ -263,47 +261,16 @@ def delta_verify_defines(
     return tuple(sorted(d.items()))
 
 
-def compile_delta_verify_ptx(
-    k_heads: int,
-    v_heads: int,
-    head_k_dim: int,
-    head_v_dim: int,
-    L: int,
-    T: int,
-    cfg: DeltaVerifyCudaConfig,
-    state_bytes: int,
-    has_num_tokens: bool = True,
-    per_channel: bool = False,
-) -> str:
-    """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
-    defines = delta_verify_defines(
-        k_heads,
-        v_heads,
-        head_k_dim,
-        head_v_dim,
-        L,
-        T,
-        cfg,
-        state_bytes,
-        True,
-        torch.float32,
-        torch.float32,
-        has_num_tokens,
-        per_channel,
-    )
-    return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
-
-
 def coefficient_args(
     coef, u_rows, khist, k_records, g_records, cursor, pending, q, k, g, beta, slot_ids, num_tokens, scale
 ) -> KernelArgs:
     """Parameters of ``delta_verify_coefficients``, in the .cu file's order (an absent num_tokens is
-    slot_ids' pointer, never read); g's rank selects GDN's or KDA's."""
+    slot_ids' pointer, never read)."""
     return (
         KernelArgs()
         .ptr(coef).ptr(u_rows).ptr(khist)
         .tensor(k_records, 3)
-        .tensor(g_records, 3 if g.dim() == 4 else 2)  # KDA's g records have a position stride
+        .tensor(g_records, 3)
         .ptr(cursor).ptr(pending)
         .tensor(q, 3)
         .tensor(k, 3)

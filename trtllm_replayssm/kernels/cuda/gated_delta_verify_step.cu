@@ -143,209 +143,7 @@ __device__ __forceinline__ float lane_dot(const float (&a)[PER_LANE], const floa
 
 // ------------------------------------------------------------------ launch 1: coefficients
 
-#if !PER_CHANNEL
-extern "C" __global__ void __launch_bounds__(VPK * 32) delta_verify_coefficients(
-    float* __restrict__ coef_out,     // [batch, VHEADS, COEF_FLOATS]
-    unsigned char* __restrict__ u_out,  // [batch, KHEADS, NV, QK_PITCH bytes]: raw k_s, q_s, the checkpoint's dtype
-    u16* __restrict__ khist,          // [batch, KHEADS, LP, DK]: a flush row's history k̂ records
-    u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
-    float* __restrict__ g_records, long long sgr_slot, long long sgr_head,  // positions dense
-    int* __restrict__ cursor, int* __restrict__ pending,
-    const u16* __restrict__ q, long long sq_batch, long long sq_tok, long long sq_head,
-    const u16* __restrict__ k, long long sk_batch, long long sk_tok, long long sk_head,
-    const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,
-    const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,
-    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, float scale) {
-  // Programmatic after the previous kernel: wait for it before any read; then the step kernel may
-  // start (it waits for this grid before reading what it writes).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-  __shared__ float gram[NV][NV];  // u_a . u_b
-  __shared__ float hraw[LP][NV];  // k̂_j . u_b of the history (0 for j >= w)
-  const int kh = blockIdx.x, b = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int h = kh * VPK + warp;
-  const long long slot = slot_ids[b];
-  if (slot < 0) return;
-  const int n = window_tokens(num_tokens, b);
-  // The window's raw vectors, lanes over head_k_dim; this warp's value head's g records, g, beta.
-  float uv[NV][PER_LANE];
-#pragma unroll
-  for (int s = 0; s < VT; ++s) {
-    u32 c[PER_LANE / 2];
-    load_words(k + b * sk_batch + s * sk_tok + kh * sk_head + lane * PER_LANE, c);
-    unpack_bf16x2(c, uv[s]);
-    load_words(q + b * sq_batch + s * sq_tok + kh * sq_head + lane * PER_LANE, c);
-    unpack_bf16x2(c, uv[VT + s]);
-  }
-  float* const grec = g_records + slot * sgr_slot + h * sgr_head;
-  const float gj = lane < LREC ? grec[lane] : 0.0f;
-  const float gs = lane < VT ? load_f32<G_CODE>(g, b * sg_batch + lane * sg_tok + h * sg_head) : 0.0f;
-  const float bs = lane < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + lane * sb_tok + h * sb_head) : 0.0f;
-  const int w = cursor[slot] & (VERIFY_FLUSHED - 1);  // another CTA of the row may have flagged it
-  const bool flush = verify_flushes(w, n);
-  u16* const krec = k_records + slot * skr_slot + kh * skr_head;
-  u16* const kcopy = khist + ((long long)b * KHEADS + kh) * LP * DK;
-  // History products: chunks of RG records (NVP sums each), chunk ch to warp ch % VPK.
-#pragma unroll
-  for (int ch = 0; ch < LP / RG; ++ch) {
-    if (ch % VPK != warp) continue;  // warp-uniform
-    u32 kw[RG][PER_LANE / 2];
-#pragma unroll
-    for (int i = 0; i < RG; ++i) {
-      const int j = ch * RG + i;
-#pragma unroll
-      for (int e = 0; e < PER_LANE / 2; ++e) kw[i][e] = 0u;
-      if (j < LREC) load_words(krec + j * skr_pos + lane * PER_LANE, kw[i]);
-    }
-    float part[32];
-#pragma unroll
-    for (int i = 0; i < RG; ++i) {
-      float kr[PER_LANE];
-      unpack_bf16x2(kw[i], kr);
-#pragma unroll
-      for (int c = 0; c < NVP; ++c) part[i * NVP + c] = c < NV && ch * RG + i < w ? lane_dot(kr, uv[c < NV ? c : 0]) : 0.0f;
-    }
-    const float r = warp_reduce_scatter32(part, lane);
-    if (lane % NVP < NV) hraw[ch * RG + lane / NVP][lane % NVP] = r;
-    if (flush) {
-#pragma unroll
-      for (int i = 0; i < RG; ++i) {
-        const int j = ch * RG + i;
-        if (j < w) {
-          u32* dst = (u32*)(kcopy + j * DK + lane * PER_LANE);
-#pragma unroll
-          for (int e = 0; e < PER_LANE / 2; ++e) dst[e] = kw[i][e];
-        }
-      }
-    }
-  }
-  // Window products u_a . u_b (a <= b), 32 a chunk, after the history's chunks in the warp order.
-#pragma unroll
-  for (int ch = 0; ch < (NE + 31) / 32; ++ch) {
-    if ((LP / RG + ch) % VPK != warp) continue;  // warp-uniform
-    float part[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) part[i] = 0.0f;
-    int e = 0;
-#pragma unroll
-    for (int a = 0; a < NV; ++a) {
-#pragma unroll
-      for (int c = a; c < NV; ++c, ++e)
-        if (e >= ch * 32 && e < ch * 32 + 32) part[e - ch * 32] = lane_dot(uv[a], uv[c]);
-    }
-    const float r = warp_reduce_scatter32(part, lane);
-    e = 0;
-#pragma unroll
-    for (int a = 0; a < NV; ++a) {
-#pragma unroll
-      for (int c = a; c < NV; ++c, ++e) {
-        if (e == ch * 32 + lane) {
-          gram[a][c] = r;
-          gram[c][a] = r;
-        }
-      }
-    }
-  }
-  __syncthreads();
-  // Norms (every warp) and this warp's value head's block.
-  float rk[VT], rq[VT], gall[VT], cum[VT];
-#pragma unroll
-  for (int s = 0; s < VT; ++s) {
-#if L2NORM
-    rk[s] = rsqrtf(gram[s][s] + 1e-6f);
-    rq[s] = rsqrtf(gram[VT + s][VT + s] + 1e-6f) * scale;
-#else
-    rk[s] = 1.0f;
-    rq[s] = scale;
-#endif
-    gall[s] = __shfl_sync(0xffffffffu, gs, s);
-    cum[s] = (s > 0 ? cum[s - 1] : 0.0f) + gall[s];
-  }
-  float total;
-  const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);  // lane j: Σ_{j<i<w} g_i
-  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
-  if (lane < LP) {  // lane j: history row j, fold weight j
-    const bool held = lane < w;
-#pragma unroll
-    for (int s = 0; s < TP; ++s) {
-      const int sc = s < VT ? s : 0;
-      const float dec = __expf(later + cum[sc]);
-      blk[C_HK + lane * TP + s] = held && s < VT ? dec * rk[sc] * hraw[lane][sc] : 0.0f;
-      blk[C_HQ + lane * TP + s] = held && s < VT ? dec * rq[sc] * hraw[lane][VT + sc] : 0.0f;
-    }
-    blk[C_WGT + lane] = held ? __expf(later) : 0.0f;
-  }
-#pragma unroll
-  for (int e0 = 0; e0 < TP * TP; e0 += 32) {  // window entry (j, s) = (e / TP, e % TP)
-    const int e = e0 + lane;
-    if (e < TP * TP) {
-      const int j = e / TP, s = e % TP;
-      float between = 0.0f, rkj = 0.0f, rks = 0.0f, rqs = 0.0f;  // Σ_{j<i<=s} g_i, norms
-#pragma unroll
-      for (int i = 0; i < VT; ++i) {
-        if (i > j && i <= s) between += gall[i];
-        if (i == j) rkj = rk[i];
-        if (i == s) {
-          rks = rk[i];
-          rqs = rq[i];
-        }
-      }
-      const int jc = j < VT ? j : 0, sc = s < VT ? s : 0;
-      const float dec = __expf(between);
-      blk[C_A + e] = j < s && s < VT ? dec * rkj * rks * gram[jc][sc] : 0.0f;
-      blk[C_Q + e] = j <= s && s < VT ? dec * rkj * rqs * gram[jc][VT + sc] : 0.0f;
-    }
-  }
-  if (lane < TP) {
-    float rkl = 0.0f, rql = 0.0f, cl = 0.0f;
-#pragma unroll
-    for (int s = 0; s < VT; ++s) {
-      if (s == lane) {
-        rkl = rk[s];
-        rql = rq[s];
-        cl = cum[s];
-      }
-    }
-    const float dec = __expf(total + cl);
-    blk[C_WK + lane] = lane < VT ? dec * rkl : 0.0f;
-    blk[C_WQ + lane] = lane < VT ? dec * rql : 0.0f;
-    blk[C_BETA + lane] = bs;
-  }
-  if (lane == 0) {
-    blk[C_FOLD] = __expf(total);
-    ((int*)blk)[C_W] = w;
-    ((int*)blk)[C_N] = n;
-  }
-  const int base = flush ? 0 : w;  // the window's first record position
-  // The window's g records (lane s; every g record of this value head was read above, by the scan).
-  if (lane < n) grec[base + lane] = gs;
-  // The window's u rows for the step kernel (warp c % VPK: row c) and k̂ records (the key head's
-  // history records were all read before the barrier above).
-#pragma unroll
-  for (int c = 0; c < NV; ++c) {
-    if (c % VPK != warp) continue;  // warp-uniform
-    unsigned char* urow = u_out + (((long long)b * KHEADS + kh) * NV + c) * QK_PITCH + lane * PER_LANE * ES;
-#pragma unroll
-    for (int e = 0; e < PER_LANE; e += 2) {
-#if CKPT_F32
-      *(float2*)(urow + e * 4) = make_float2(uv[c][e], uv[c][e + 1]);
-#else
-      *(u32*)(urow + e * 2) = pack_bf16x2(uv[c][e], uv[c][e + 1]);
-#endif
-    }
-    if (c < VT && c < n) {
-      u32* kout = (u32*)(krec + (base + c) * skr_pos + lane * PER_LANE);
-#pragma unroll
-      for (int e = 0; e < PER_LANE; e += 2) kout[e / 2] = pack_bf16x2(rk[c] * uv[c][e], rk[c] * uv[c][e + 1]);
-    }
-  }
-  if (kh == 0 && threadIdx.x == 0) {
-    pending[slot] = n;
-    if (flush) cursor[slot] = w + VERIFY_FLUSHED;
-  }
-}
-#else
+#if PER_CHANNEL
 // KDA: the window's sums the CTA reduces, index i (compile-time after unrolling): the squared norms
 // (k then q, 2 VT) and the products (VT x VT: entry (j, s) is A's γ_{j,s} k_j k_s for j < s, else
 // Q's γ_{s,j} k_s q_j); raw k, q.
@@ -424,10 +222,64 @@ __device__ __forceinline__ void store_history_sums(float* hred, const float (&ac
   }
 }
 
-extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
-    float* __restrict__ coef_out,     // [batch, VHEADS, COEF_FLOATS]
-    unsigned char* __restrict__ u_out,  // [batch, VHEADS, NCOL, QK_PITCH bytes]
-    u16* __restrict__ khist,          // [batch, VHEADS, 3, LP, DK]: a flush row's U_j, three bf16 parts
+// A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place: S = S0 Diag(E0) + Σ_{j<=last}
+// x_j U_jᵀ, 64 columns at a time (8 n tiles of 8) on tensor cores: A = the records' per-row values
+// x_j (bf16 d records, exact), B = U_j's three bf16 parts (part p of record j at k_rows + (p LP + j)
+// REC_PITCH), fp32 accumulators started from S0 Diag(E0), rounded to the checkpoint dtype. Records
+// after ``last`` are neither read nor weighted.
+__device__ __forceinline__ void fold_warp_rows_channels(unsigned char* gstage, const u16* xs, u32 k_rows, const float* e0,
+                                                        int last, int r0, int lane) {
+  const int gq = lane >> 2, tq = lane & 3;
+  const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
+#pragma unroll 1
+  for (int cb = 0; cb < DK / 64; ++cb) {
+    float s[8][4];
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn) {
+      const int col = cb * 64 + nn * 8 + 2 * tq;
+      const float d0 = e0[col], d1 = e0[col + 1];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        load_pair(gstage, r0 + gq + 8 * half, col, s[nn][2 * half], s[nn][2 * half + 1]);
+        s[nn][2 * half] *= d0;
+        s[nn][2 * half + 1] *= d1;
+      }
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < LP; k0 += 16) {
+      u32 a[4];
+#pragma unroll
+      for (int qq = 0; qq < 4; ++qq) {
+        const int rr = r0 + gq + 8 * (qq & 1), j = k0 + 2 * tq + 8 * (qq >> 1);
+        const u32 lo = j <= last ? xs[j * ROWS + rr] : 0u, hi = j + 1 <= last ? xs[(j + 1) * ROWS + rr] : 0u;
+        a[qq] = lo | (hi << 16);
+      }
+      const int kk = k0 + kr <= last ? k0 + kr : last;  // clamped: finite values times a zero A
+#pragma unroll
+      for (int pp = 0; pp < 3; ++pp) {
+#pragma unroll
+        for (int nn = 0; nn < 8; nn += 2) {
+          u32 b0, b1, b2, b3;
+          ldmatrix_x4_trans(k_rows + (pp * LP + kk) * REC_PITCH + (cb * 64 + nn * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
+          mma_bf16(s[nn], a[0], a[1], a[2], a[3], b0, b1);
+          mma_bf16(s[nn + 1], a[0], a[1], a[2], a[3], b2, b3);
+        }
+      }
+    }
+#pragma unroll
+    for (int nn = 0; nn < 8; ++nn) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + nn * 8 + 2 * tq, s[nn][2 * half], s[nn][2 * half + 1]);
+    }
+  }
+}
+#endif  // PER_CHANNEL
+
+extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32) delta_verify_coefficients(
+    float* __restrict__ coef_out,       // [batch, VHEADS, COEF_FLOATS]
+    unsigned char* __restrict__ u_out,  // [batch, U_HEADS, NCOL, QK_PITCH bytes]: the u rows, the checkpoint's dtype
+    u16* __restrict__ khist,            // [batch, U_HEADS, K_PARTS, LP, DK]: a flush row's history keys (KDA: U_j)
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
     float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     int* __restrict__ cursor, int* __restrict__ pending,
@@ -436,8 +288,12 @@ extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
     const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,
     const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,
     const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, float scale) {
+  // Programmatic after the previous kernel: wait for it before any read; then the step kernel may
+  // start (it waits for this grid before reading what it writes).
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
+#if PER_CHANNEL
+  // KDA: a CTA of DK threads per (value head, row), a thread a channel.
   __shared__ float red[DK / 32][(NRED + 31) / 32 * 32];  // each warp's reduced window sums
   __shared__ float tot[NRED];                             // the CTA's
   extern __shared__ float smem_f[];                       // U, V; then the warps' history sums
@@ -613,61 +469,194 @@ extern "C" __global__ void __launch_bounds__(DK) delta_verify_coefficients(
     pending[slot] = n;
     if (flush) cursor[slot] = w + VERIFY_FLUSHED;
   }
-}
-
-// A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place: S = S0 Diag(E0) + Σ_{j<=last}
-// x_j U_jᵀ, 64 columns at a time (8 n tiles of 8) on tensor cores: A = the records' per-row values
-// x_j (bf16 d records, exact), B = U_j's three bf16 parts (part p of record j at k_rows + (p LP + j)
-// REC_PITCH), fp32 accumulators started from S0 Diag(E0), rounded to the checkpoint dtype. Records
-// after ``last`` are neither read nor weighted.
-__device__ __forceinline__ void fold_warp_rows_channels(unsigned char* gstage, const u16* xs, u32 k_rows, const float* e0,
-                                                        int last, int r0, int lane) {
-  const int gq = lane >> 2, tq = lane & 3;
-  const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
-#pragma unroll 1
-  for (int cb = 0; cb < DK / 64; ++cb) {
-    float s[8][4];
+#else
+  // GDN: a CTA of VPK warps per (key head, row), a warp a value head.
+  __shared__ float gram[NV][NV];  // u_a . u_b
+  __shared__ float hraw[LP][NV];  // k̂_j . u_b of the history (0 for j >= w)
+  const int kh = blockIdx.x, b = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = kh * VPK + warp;
+  const long long slot = slot_ids[b];
+  if (slot < 0) return;
+  const int n = window_tokens(num_tokens, b);
+  // The window's raw vectors, lanes over head_k_dim; this warp's value head's g records, g, beta.
+  float uv[NV][PER_LANE];
 #pragma unroll
-    for (int nn = 0; nn < 8; ++nn) {
-      const int col = cb * 64 + nn * 8 + 2 * tq;
-      const float d0 = e0[col], d1 = e0[col + 1];
+  for (int s = 0; s < VT; ++s) {
+    u32 c[PER_LANE / 2];
+    load_words(k + b * sk_batch + s * sk_tok + kh * sk_head + lane * PER_LANE, c);
+    unpack_bf16x2(c, uv[s]);
+    load_words(q + b * sq_batch + s * sq_tok + kh * sq_head + lane * PER_LANE, c);
+    unpack_bf16x2(c, uv[VT + s]);
+  }
+  float* const grec = g_records + slot * sgr_slot + h * sgr_head;
+  const float gj = lane < LREC ? grec[lane * sgr_pos] : 0.0f;
+  const float gs = lane < VT ? load_f32<G_CODE>(g, b * sg_batch + lane * sg_tok + h * sg_head) : 0.0f;
+  const float bs = lane < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + lane * sb_tok + h * sb_head) : 0.0f;
+  const int w = cursor[slot] & (VERIFY_FLUSHED - 1);  // another CTA of the row may have flagged it
+  const bool flush = verify_flushes(w, n);
+  u16* const krec = k_records + slot * skr_slot + kh * skr_head;
+  u16* const kcopy = khist + ((long long)b * KHEADS + kh) * LP * DK;
+  // History products: chunks of RG records (NVP sums each), chunk ch to warp ch % VPK.
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        load_pair(gstage, r0 + gq + 8 * half, col, s[nn][2 * half], s[nn][2 * half + 1]);
-        s[nn][2 * half] *= d0;
-        s[nn][2 * half + 1] *= d1;
-      }
+  for (int ch = 0; ch < LP / RG; ++ch) {
+    if (ch % VPK != warp) continue;  // warp-uniform
+    u32 kw[RG][PER_LANE / 2];
+#pragma unroll
+    for (int i = 0; i < RG; ++i) {
+      const int j = ch * RG + i;
+#pragma unroll
+      for (int e = 0; e < PER_LANE / 2; ++e) kw[i][e] = 0u;
+      if (j < LREC) load_words(krec + j * skr_pos + lane * PER_LANE, kw[i]);
     }
+    float part[32];
 #pragma unroll
-    for (int k0 = 0; k0 < LP; k0 += 16) {
-      u32 a[4];
+    for (int i = 0; i < RG; ++i) {
+      float kr[PER_LANE];
+      unpack_bf16x2(kw[i], kr);
 #pragma unroll
-      for (int qq = 0; qq < 4; ++qq) {
-        const int rr = r0 + gq + 8 * (qq & 1), j = k0 + 2 * tq + 8 * (qq >> 1);
-        const u32 lo = j <= last ? xs[j * ROWS + rr] : 0u, hi = j + 1 <= last ? xs[(j + 1) * ROWS + rr] : 0u;
-        a[qq] = lo | (hi << 16);
-      }
-      const int kk = k0 + kr <= last ? k0 + kr : last;  // clamped: finite values times a zero A
+      for (int c = 0; c < NVP; ++c) part[i * NVP + c] = c < NV && ch * RG + i < w ? lane_dot(kr, uv[c < NV ? c : 0]) : 0.0f;
+    }
+    const float r = warp_reduce_scatter32(part, lane);
+    if (lane % NVP < NV) hraw[ch * RG + lane / NVP][lane % NVP] = r;
+    if (flush) {
 #pragma unroll
-      for (int pp = 0; pp < 3; ++pp) {
+      for (int i = 0; i < RG; ++i) {
+        const int j = ch * RG + i;
+        if (j < w) {
+          u32* dst = (u32*)(kcopy + j * DK + lane * PER_LANE);
 #pragma unroll
-        for (int nn = 0; nn < 8; nn += 2) {
-          u32 b0, b1, b2, b3;
-          ldmatrix_x4_trans(k_rows + (pp * LP + kk) * REC_PITCH + (cb * 64 + nn * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
-          mma_bf16(s[nn], a[0], a[1], a[2], a[3], b0, b1);
-          mma_bf16(s[nn + 1], a[0], a[1], a[2], a[3], b2, b3);
+          for (int e = 0; e < PER_LANE / 2; ++e) dst[e] = kw[i][e];
         }
       }
     }
+  }
+  // Window products u_a . u_b (a <= b), 32 a chunk, after the history's chunks in the warp order.
 #pragma unroll
-    for (int nn = 0; nn < 8; ++nn) {
+  for (int ch = 0; ch < (NE + 31) / 32; ++ch) {
+    if ((LP / RG + ch) % VPK != warp) continue;  // warp-uniform
+    float part[32];
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + nn * 8 + 2 * tq, s[nn][2 * half], s[nn][2 * half + 1]);
+    for (int i = 0; i < 32; ++i) part[i] = 0.0f;
+    int e = 0;
+#pragma unroll
+    for (int a = 0; a < NV; ++a) {
+#pragma unroll
+      for (int c = a; c < NV; ++c, ++e)
+        if (e >= ch * 32 && e < ch * 32 + 32) part[e - ch * 32] = lane_dot(uv[a], uv[c]);
+    }
+    const float r = warp_reduce_scatter32(part, lane);
+    e = 0;
+#pragma unroll
+    for (int a = 0; a < NV; ++a) {
+#pragma unroll
+      for (int c = a; c < NV; ++c, ++e) {
+        if (e == ch * 32 + lane) {
+          gram[a][c] = r;
+          gram[c][a] = r;
+        }
+      }
     }
   }
+  __syncthreads();
+  // Norms (every warp) and this warp's value head's block.
+  float rk[VT], rq[VT], gall[VT], cum[VT];
+#pragma unroll
+  for (int s = 0; s < VT; ++s) {
+#if L2NORM
+    rk[s] = rsqrtf(gram[s][s] + 1e-6f);
+    rq[s] = rsqrtf(gram[VT + s][VT + s] + 1e-6f) * scale;
+#else
+    rk[s] = 1.0f;
+    rq[s] = scale;
+#endif
+    gall[s] = __shfl_sync(0xffffffffu, gs, s);
+    cum[s] = (s > 0 ? cum[s - 1] : 0.0f) + gall[s];
+  }
+  float total;
+  const float later = warp_suffix_sums(lane < w ? gj : 0.0f, lane, total);  // lane j: Σ_{j<i<w} g_i
+  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
+  if (lane < LP) {  // lane j: history row j, fold weight j
+    const bool held = lane < w;
+#pragma unroll
+    for (int s = 0; s < TP; ++s) {
+      const int sc = s < VT ? s : 0;
+      const float dec = __expf(later + cum[sc]);
+      blk[C_HK + lane * TP + s] = held && s < VT ? dec * rk[sc] * hraw[lane][sc] : 0.0f;
+      blk[C_HQ + lane * TP + s] = held && s < VT ? dec * rq[sc] * hraw[lane][VT + sc] : 0.0f;
+    }
+    blk[C_WGT + lane] = held ? __expf(later) : 0.0f;
+  }
+#pragma unroll
+  for (int e0 = 0; e0 < TP * TP; e0 += 32) {  // window entry (j, s) = (e / TP, e % TP)
+    const int e = e0 + lane;
+    if (e < TP * TP) {
+      const int j = e / TP, s = e % TP;
+      float between = 0.0f, rkj = 0.0f, rks = 0.0f, rqs = 0.0f;  // Σ_{j<i<=s} g_i, norms
+#pragma unroll
+      for (int i = 0; i < VT; ++i) {
+        if (i > j && i <= s) between += gall[i];
+        if (i == j) rkj = rk[i];
+        if (i == s) {
+          rks = rk[i];
+          rqs = rq[i];
+        }
+      }
+      const int jc = j < VT ? j : 0, sc = s < VT ? s : 0;
+      const float dec = __expf(between);
+      blk[C_A + e] = j < s && s < VT ? dec * rkj * rks * gram[jc][sc] : 0.0f;
+      blk[C_Q + e] = j <= s && s < VT ? dec * rkj * rqs * gram[jc][VT + sc] : 0.0f;
+    }
+  }
+  if (lane < TP) {
+    float rkl = 0.0f, rql = 0.0f, cl = 0.0f;
+#pragma unroll
+    for (int s = 0; s < VT; ++s) {
+      if (s == lane) {
+        rkl = rk[s];
+        rql = rq[s];
+        cl = cum[s];
+      }
+    }
+    const float dec = __expf(total + cl);
+    blk[C_WK + lane] = lane < VT ? dec * rkl : 0.0f;
+    blk[C_WQ + lane] = lane < VT ? dec * rql : 0.0f;
+    blk[C_BETA + lane] = bs;
+  }
+  if (lane == 0) {
+    blk[C_FOLD] = __expf(total);
+    ((int*)blk)[C_W] = w;
+    ((int*)blk)[C_N] = n;
+  }
+  const int base = flush ? 0 : w;  // the window's first record position
+  // The window's g records (lane s; every g record of this value head was read above, by the scan).
+  if (lane < n) grec[(base + lane) * sgr_pos] = gs;
+  // The window's u rows for the step kernel (warp c % VPK: row c) and k̂ records (the key head's
+  // history records were all read before the barrier above).
+#pragma unroll
+  for (int c = 0; c < NV; ++c) {
+    if (c % VPK != warp) continue;  // warp-uniform
+    unsigned char* urow = u_out + (((long long)b * KHEADS + kh) * NV + c) * QK_PITCH + lane * PER_LANE * ES;
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e += 2) {
+#if CKPT_F32
+      *(float2*)(urow + e * 4) = make_float2(uv[c][e], uv[c][e + 1]);
+#else
+      *(u32*)(urow + e * 2) = pack_bf16x2(uv[c][e], uv[c][e + 1]);
+#endif
+    }
+    if (c < VT && c < n) {
+      u32* kout = (u32*)(krec + (base + c) * skr_pos + lane * PER_LANE);
+#pragma unroll
+      for (int e = 0; e < PER_LANE; e += 2) kout[e / 2] = pack_bf16x2(rk[c] * uv[c][e], rk[c] * uv[c][e + 1]);
+    }
+  }
+  if (kh == 0 && threadIdx.x == 0) {
+    pending[slot] = n;
+    if (flush) cursor[slot] = w + VERIFY_FLUSHED;
+  }
+#endif
 }
-#endif  // PER_CHANNEL
 
 // ------------------------------------------------------------------ launch 2: the verify step
 
