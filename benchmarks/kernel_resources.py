@@ -1,7 +1,8 @@
 """Registers per thread, spill bytes and shared memory of each Triton kernel at its default
 launch configuration, compiled for an NVIDIA architecture on a machine without a GPU; for the
 Mamba-2 replay step and verify at sm_90 also the CUDA C++ kernels the op routes there (bf16 and
-fp32 checkpoints, NVRTC, ``cuda_step_resources``, ``cuda_verify_resources``).
+fp32 checkpoints, NVRTC, ``cuda_step_resources``, ``cuda_verify_resources``,
+``cuda_delta_verify_resources``).
 
     python benchmarks/kernel_resources.py                        # every kernel, sm_90a, batch 256, T 4, L 16
     python benchmarks/kernel_resources.py --family gdn kda --T 2 4 8
@@ -59,6 +60,13 @@ from trtllm_replayssm.kernels.gated_delta_decode import launch_gated_delta_decod
 from trtllm_replayssm.kernels.gated_delta_replay import launch_gated_delta_replay_step
 from trtllm_replayssm.kernels.gated_delta_snapshot import launch_gated_delta_snapshot_verify
 from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
+from trtllm_replayssm.kernels.gated_delta_verify_cuda import SOURCE as DELTA_VERIFY_SOURCE
+from trtllm_replayssm.kernels.gated_delta_verify_cuda import (
+    delta_verify_coef_shared_bytes,
+    delta_verify_cuda_config,
+    delta_verify_defines,
+    delta_verify_shared_bytes,
+)
 from trtllm_replayssm.kernels.mamba2_decode import launch_mamba2_decode_step
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
 from trtllm_replayssm.kernels.mamba2_replay_cuda import SOURCE, cuda_step_config, step_defines, step_shared_bytes
@@ -284,6 +292,28 @@ def cuda_verify_resources(batch: int, T: int, L: int = 16, state_bytes: int = 2)
     return out
 
 
+def cuda_delta_verify_resources(family: str, T: int, L: int = 16, state_bytes: int = 2) -> list:
+    """[KernelResources] of the CUDA gated delta verify's two kernels
+    (kernels/cuda/gated_delta_verify_step.cu) at its launch rule's configuration for ``T`` window
+    tokens, history B = ``L`` (records L + T), for the family's geometry (GDN: Qwen3.5-122B; KDA:
+    Kimi Linear); columns as :func:`cuda_step_resources` (the coefficient kernel's shared memory:
+    static plus KDA's dynamic)."""
+    hk, hv, dk, dv = GEOMETRIES[family]
+    per_channel = family == KDA
+    records = L + T
+    cfg = delta_verify_cuda_config(dk, dv, records, T, state_bytes, per_channel)
+    defines = delta_verify_defines(hk, hv, dk, dv, records, T, cfg, state_bytes, True, torch.float32, BF16, True,
+                                   per_channel)  # fmt: skip
+    out = []
+    for name, regs, stack, static, local in _cubin_resources(compile_program(DELTA_VERIFY_SOURCE, "sm_90", defines)):
+        if name == "delta_verify_step":
+            shared = delta_verify_shared_bytes(dk, cfg.rows, records, T, cfg.stages, state_bytes, per_channel)
+        else:
+            shared = static + delta_verify_coef_shared_bytes(dk, records, T, per_channel)
+        out.append(KernelResources(f"{name}({cfg.label()})", regs, stack + local, stack + local, shared))
+    return out
+
+
 def _mamba2_launch(route: str, batch: int, T: int, L: int, config) -> None:
     H, P, N, G = GEOMETRIES[MAMBA2]
     slots = torch.zeros(batch, dtype=torch.int32)
@@ -330,6 +360,7 @@ def _mamba2_launch(route: str, batch: int, T: int, L: int, config) -> None:
             B,
             C,
             out=torch.empty_like(x),
+            kernel="triton",
             **kw,
         )
     else:
@@ -359,7 +390,9 @@ def _gated_delta_launch(family: str, route: str, batch: int, T: int, L: int, con
             launch_gated_delta_replay_step(*caches, q, q, v, g, beta, **kw)
         else:
             # a given configuration for both verify launches (None: each launch's rule); no arrivals
-            launch_gated_delta_replay_verify(*caches[:-1], c.pending, q, q, v, g, beta, flush_config=config, **kw)
+            launch_gated_delta_replay_verify(
+                *caches[:-1], c.pending, q, q, v, g, beta, flush_config=config, kernel="triton", **kw
+            )
 
 
 def kernel_resources(family: str, route: str, *, arch: int = 90, **step) -> list:
@@ -444,6 +477,9 @@ def main(argv=None) -> None:
                     if (family, route, args.arch) == (MAMBA2, "replay_verify", 90):
                         # the op's route for bf16 and fp32 checkpoints with bf16 activations, T <= 8
                         rows += cuda_verify_resources(batch, T, 16, 2) + cuda_verify_resources(batch, T, 16, 4)
+                    if family != MAMBA2 and (route, args.arch) == ("replay_verify", 90):
+                        # the op's route likewise (KDA: one value head per key head)
+                        rows += cuda_delta_verify_resources(family, T, 16, 2) + cuda_delta_verify_resources(family, T, 16, 4)
                     for r in rows:
                         print(
                             f"{family:>6} {route:>15} {batch:>5} {T:>2} {r.registers:>5} "
