@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 SOURCE = "gated_delta_verify_step.cu"
-MAX_T_CUDA = 8  # window tokens: 2T columns of at most two m16n8k16 n tiles
+MAX_T_CUDA = 8  # window tokens: the kernels unroll over them (2T tensor-core columns, KDA's bf16 rows 6T)
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
