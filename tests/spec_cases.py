@@ -233,7 +233,8 @@ def drive_verify_vs_serial(
         y = verify(cache, win, p, slots, None, torch.zeros_like(win[family.out_key]))
         if degrade is not None:
             degrade(cache)
-        flushed = slots[(cache.cursor == 0) & (w0 > 0)].long()
+        # a flushed row: cursor 0 (Mamba-2) or flagged (GDN/KDA, until the commit)
+        flushed = slots[((cache.cursor == 0) & (w0 > 0)) | (cache.cursor >= VERIFY_FLUSHED)].long()
         if flushed.numel():
             worst["flushes"] += flushed.numel()
             worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[flushed], state64[flushed]))
@@ -435,6 +436,15 @@ def delta_verify_with_launcher(
         kernel=kernel,
         **p,
     )
+
+
+def delta_decode_with_op(state, p, inp, slot_ids):
+    """One conventional GDN / KDA step on ``state`` (mutated, rounded to its dtype); the serial
+    path of :func:`drive_verify_vs_serial`."""
+    from trtllm_replayssm.ops import gdn_decode_step, kda_decode_step
+
+    step = kda_decode_step if inp["g"].dim() == 3 else gdn_decode_step
+    return step(state, *(inp[k] for k in ("q", "k", "v", "g", "beta")), slot_ids=slot_ids, **p)
 
 
 def delta_snapshot_verify_with_op(holder, win, p, slot_ids, num_tokens, out):

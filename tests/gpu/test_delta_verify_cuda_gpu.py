@@ -12,11 +12,21 @@ import torch
 
 import gated_delta_cases as gd
 from gated_delta_cases import DeltaFamily, DeltaGeometry
-from spec_cases import commit_with_launcher, delta_verify_with_launcher, draw, drive_spec, make_window
+from spec_cases import (
+    commit_with_launcher,
+    delta_decode_with_op,
+    delta_verify_with_launcher,
+    draw,
+    drive_spec,
+    drive_verify_vs_serial,
+    make_window,
+)
 from trtllm_replayssm.kernels.gated_delta_verify import gated_delta_verify_kernel
 from trtllm_replayssm.ops import spec_buffer_len
 
 pytestmark = pytest.mark.gpu
+
+BF16_PARITY = 1.25  # tests/spec/test_gated_delta_spec_reference.py says why not 1
 
 QWEN35_4B = DeltaGeometry(16, 32, 128, 128)
 QWEN35_122B = DeltaGeometry(16, 64, 128, 128)
@@ -138,6 +148,40 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel
     y_scale = outs[1].float().abs().max()
     assert (outs[0].float() - outs[1].float()).abs().max() <= 2e-2 * y_scale
     assert torch.equal(outs[0] == 42.0, outs[1] == 42.0)  # the same outputs untouched
+
+
+@pytest.mark.parametrize("rows", [3, 40], ids=["batch3", "batch40"])
+@pytest.mark.parametrize(
+    "per_channel, g",
+    [
+        pytest.param(False, DeltaGeometry(2, 4, 64, 32), id="gdn-small"),
+        pytest.param(False, QWEN35_4B, id="gdn-qwen3.5-4b"),
+        pytest.param(True, DeltaGeometry(2, 2, 64, 32), id="kda-small"),
+        pytest.param(True, KIMI, id="kda-kimi"),
+    ],
+)
+def test_cuda_verify_bf16_about_as_accurate_as_serial_bf16(per_channel, g, rows):
+    """On the kernels, as tests/spec/test_gated_delta_spec_reference.py on the reference: a bf16
+    checkpoint, bf16 activations and records, T = 4, L = 9, 300 steps of random acceptance:
+    verify's outputs and flushed checkpoints err against float64 within BF16_PARITY of
+    conventional bf16 decode steps (the decode kernel) on the same inputs."""
+    worst = drive_verify_vs_serial(
+        DeltaFamily(g, per_channel=per_channel),
+        CUDA,
+        commit_with_launcher,
+        delta_decode_with_op,
+        L=9,
+        T=4,
+        state_dtype=torch.bfloat16,
+        act_dtype=torch.bfloat16,
+        device="cuda",
+        steps=300,
+        rows=rows,
+    )
+    print(f"{g} batch {rows}: {worst}")
+    assert worst["flushes"] >= 60 * rows, worst
+    assert worst["y_verify"] <= BF16_PARITY * worst["y_serial"], worst
+    assert worst["ckpt"] <= BF16_PARITY * worst["state"], worst
 
 
 def test_the_op_routes_gdn_and_kda_to_cuda_and_fp16_checkpoints_and_gqa_kda_to_triton():
