@@ -7,6 +7,7 @@ modelled in tests/kernels/test_delta_verify_cuda_logic.py.)"""
 import os
 import re
 import sys
+from functools import partial
 
 import pytest
 import torch
@@ -149,42 +150,17 @@ def test_cpu_tensors_take_triton_and_cuda_is_refused_with_the_reason():
     c, q, v, g, beta = _cpu_case()
     assert gated_delta_verify_kernel(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) == "triton"
     slots = torch.zeros(4, dtype=torch.int32)
-    kw = dict(slot_ids=slots, scale=0.1, use_qk_l2norm=True, out=v.clone())
+    launch = partial(
+        launch_gated_delta_replay_verify,
+        *(c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.pending, q, q, v, g, beta),
+        slot_ids=slots,
+        scale=0.1,
+        use_qk_l2norm=True,
+        out=v.clone(),
+    )
     with pytest.raises(ValueError, match=r"gdn_replay_verify \(CUDA\): not a CUDA tensor"):
-        launch_gated_delta_replay_verify(
-            c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.pending, q, q, v, g, beta, kernel="cuda", **kw
-        )
+        launch(kernel="cuda")
     with pytest.raises(ValueError, match="flush_config and history_product set the Triton kernels"):
-        launch_gated_delta_replay_verify(
-            c.checkpoint,
-            c.d_records,
-            c.k_records,
-            c.g_records,
-            c.cursor,
-            c.pending,
-            q,
-            q,
-            v,
-            g,
-            beta,
-            kernel="cuda",
-            history_product=False,
-            **kw,
-        )
+        launch(kernel="cuda", history_product=False)
     with pytest.raises(TypeError, match="config is DeltaVerifyCudaConfig; the Triton kernels take a LaunchConfig"):
-        launch_gated_delta_replay_verify(
-            c.checkpoint,
-            c.d_records,
-            c.k_records,
-            c.g_records,
-            c.cursor,
-            c.pending,
-            q,
-            q,
-            v,
-            g,
-            beta,
-            kernel="triton",
-            config=vc.DeltaVerifyCudaConfig(64, 2, 1),
-            **kw,
-        )
+        launch(kernel="triton", config=vc.DeltaVerifyCudaConfig(64, 2, 1))
