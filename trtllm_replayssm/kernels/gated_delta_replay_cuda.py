@@ -30,6 +30,7 @@ from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
 from .nvrtc import (
+    DTYPE_CODE,
     REGISTERS_PER_SM,
     SMEM_PER_SM,
     SMEM_RESERVED_PER_CTA,
@@ -37,6 +38,7 @@ from .nvrtc import (
     checkpoint_tensor_maps,
     compile_program,
     copyable_rows,
+    device_unsupported,
     load_kernel,
 )
 
@@ -81,7 +83,6 @@ DEEP_RING_MAX_BATCH = 64
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
 # 18.93; Qwen3.5-4B 8 7.85 / 8.33, 16 12.32 / 12.59).
 COEF_WARPS = 4
-_DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 @dataclass(frozen=True)
@@ -267,11 +268,7 @@ def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Ten
                            q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
     """Why the CUDA gated delta-rule step cannot run these tensors (None: it can): an sm_90 GPU and
     :func:`delta_shape_unsupported`."""
-    if checkpoint.device.type != "cuda":
-        return "not a CUDA tensor"
-    if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
-        return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
-    return delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    return device_unsupported(checkpoint) or delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
 
 
 def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -344,7 +341,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
-             FLUSH_MMA=int(cfg.flush_mma), G_CODE=_DTYPE_CODE[g_dtype], BETA_CODE=_DTYPE_CODE[beta_dtype])
+             FLUSH_MMA=int(cfg.flush_mma), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

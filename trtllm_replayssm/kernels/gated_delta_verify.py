@@ -64,7 +64,7 @@ from torch import Tensor
 from .common import VERIFY_FLUSHED, LaunchConfig, resolve_kernel, tf32_split, verify_flushes, window_tokens
 from .gated_delta_common import (PROGRAMS_PER_SM, decay_columns, fold_records, gated_delta_launch_config,
                                  multiprocessor_count, record_decays)
-from .gated_delta_verify_cuda import DeltaVerifyCudaConfig, delta_verify_cuda_unsupported, launch_gdn_replay_verify_cuda
+from .gated_delta_verify_cuda import DeltaVerifyCudaConfig, delta_verify_cuda_unsupported, launch_delta_replay_verify_cuda
 
 __all__ = ["launch_gated_delta_replay_verify", "gated_delta_verify_kernel", "gated_delta_verify_launch_config",
            "gated_delta_verify_flush_launch_config", "gated_delta_verify_history_product"]
@@ -578,20 +578,21 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     products (None: :func:`gated_delta_verify_history_product`; GDN only). ``kernel``:
     ``"auto"`` (:func:`gated_delta_verify_kernel` chooses; a ``config`` of either kind, or a
     ``flush_config`` or ``history_product``, which set the Triton kernels, chooses for it),
-    ``"triton"`` or ``"cuda"`` (the CUDA GDN verify, :mod:`~.gated_delta_verify_cuda`; ValueError
-    where it does not apply)."""
+    ``"triton"`` or ``"cuda"`` (the CUDA verify, :mod:`~.gated_delta_verify_cuda`; ValueError where
+    it does not apply)."""
+    triton_knobs = flush_config is not None or history_product is not None
 
     def route() -> str:
-        if flush_config is not None or history_product is not None:
+        if triton_knobs:
             return "triton"
         return gated_delta_verify_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g)
 
     kernel = resolve_kernel("launch_gated_delta_replay_verify", kernel, config, DeltaVerifyCudaConfig, route)
     if kernel == "cuda":
-        if flush_config is not None or history_product is not None:
+        if triton_knobs:
             raise ValueError("launch_gated_delta_replay_verify: flush_config and history_product set the Triton "
                              "kernels; the CUDA verify takes config only")
-        return launch_gdn_replay_verify_cuda(checkpoint, d_records, k_records, g_records, cursor, pending, q, k, v, g,
+        return launch_delta_replay_verify_cuda(checkpoint, d_records, k_records, g_records, cursor, pending, q, k, v, g,
                                              beta, slot_ids=slot_ids, num_tokens=num_tokens, scale=scale,
                                              use_qk_l2norm=use_qk_l2norm, out=out, config=config)
     for name, given in (("config", config), ("flush_config", flush_config)):

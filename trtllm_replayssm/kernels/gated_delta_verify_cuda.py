@@ -33,14 +33,16 @@ from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
 from .gated_delta_replay_cuda import delta_shape_unsupported, unit_rows
-from .mamba2_replay_cuda import records_padded
+from .mamba2_replay_cuda import records_padded, step_threads
 from .nvrtc import (
+    DTYPE_CODE,
     REGISTERS_PER_SM,
     SMEM_PER_SM,
     SMEM_RESERVED_PER_CTA,
     KernelArgs,
     checkpoint_tensor_maps,
     copyable_rows,
+    device_unsupported,
     load_kernel,
 )
 
@@ -55,12 +57,11 @@ __all__ = [
     "delta_verify_qk_pitch",
     "delta_verify_shared_bytes",
     "delta_verify_defines",
-    "launch_gdn_replay_verify_cuda",
+    "launch_delta_replay_verify_cuda",
 ]
 
 SOURCE = "gated_delta_verify_step.cu"
 MAX_T_CUDA = 8  # window tokens: the kernels unroll over them (2T tensor-core columns, KDA's bf16 rows 6T)
-_DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 @dataclass(frozen=True)
@@ -143,16 +144,11 @@ def _op(per_channel: bool) -> str:
     return "kda_replay_verify" if per_channel else "gdn_replay_verify"
 
 
-def _threads(rows: int) -> int:
-    """Threads of a step-kernel CTA: a consumer warp per 16 rows and the producer warp."""
-    return (rows // 16 + 1) * 32
-
-
 def _ctas(head_k_dim: int, rows: int, L: int, T: int, state_bytes: int, per_channel: bool) -> int:
     """Resident CTAs a multiprocessor of units of ``rows`` rows: shared memory (two stages) and a
     128-register cap, at most 3."""
     smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes, per_channel)
-    return min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (_threads(rows) * 128))
+    return min(3, SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA), REGISTERS_PER_SM // (step_threads(rows) * 128))
 
 
 def delta_verify_cuda_config(
@@ -187,11 +183,7 @@ def delta_verify_cuda_unsupported(
     on one token), q, k, v 16-byte aligned in every outer stride, and two stages of the verify
     kernel fitting a multiprocessor. q, k: [batch, T, k_heads, head_k_dim]; v: [batch, T, v_heads,
     head_v_dim]; g: [batch, T, v_heads] (GDN) or [batch, T, v_heads, head_k_dim] (KDA)."""
-    if checkpoint.device.type != "cuda":
-        return "not a CUDA tensor"
-    if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
-        return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
-    return delta_verify_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    return device_unsupported(checkpoint) or delta_verify_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
 
 
 def delta_verify_shape_unsupported(
@@ -254,8 +246,8 @@ def delta_verify_defines(
         MIN_CTAS=cfg.min_ctas,
         L2NORM=int(bool(use_qk_l2norm)),
         HAS_NUM_TOKENS=int(has_num_tokens),
-        G_CODE=_DTYPE_CODE[g_dtype],
-        BETA_CODE=_DTYPE_CODE[beta_dtype],
+        G_CODE=DTYPE_CODE[g_dtype],
+        BETA_CODE=DTYPE_CODE[beta_dtype],
         PER_CHANNEL=int(per_channel),
     )
     return tuple(sorted(d.items()))
@@ -296,7 +288,7 @@ def step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens
     )  # fmt: skip
 
 
-def launch_gdn_replay_verify_cuda(
+def launch_delta_replay_verify_cuda(
     checkpoint: Tensor,
     d_records: Tensor,
     k_records: Tensor,
@@ -378,7 +370,7 @@ def launch_gdn_replay_verify_cuda(
         pdl=cfg.pdl,
     )
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
-    threads = _threads(cfg.rows)
+    threads = step_threads(cfg.rows)
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     step_kernel.launch(

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
-from .nvrtc import (REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs, checkpoint_tensor_maps,
-                    compile_program, copyable_rows, load_kernel)
+from .nvrtc import (DTYPE_CODE, REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs,
+                    checkpoint_tensor_maps, compile_program, copyable_rows, device_unsupported, load_kernel)
 
 __all__ = [
     "SOURCE",
@@ -190,11 +190,7 @@ def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tens
     fp32 checkpoint, bf16 activations, head_dim a multiple of 16 up to 128,
     d_state a multiple of 64 up to 256, L <= 32, two stages fitting a multiprocessor, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
     head and position strides of the checkpoint and the records, x records' positions dense."""
-    if checkpoint.device.type != "cuda":
-        return "not a CUDA tensor"
-    if torch.cuda.get_device_capability(checkpoint.device) != (9, 0):
-        return f"compute capability {torch.cuda.get_device_capability(checkpoint.device)}, built for (9, 0)"
-    return cuda_shape_unsupported(checkpoint, x_records, B_records, x)
+    return device_unsupported(checkpoint) or cuda_shape_unsupported(checkpoint, x_records, B_records, x)
 
 
 def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
@@ -240,7 +236,6 @@ def step_defines(
     return tuple(sorted({**base, **flags}.items()))
 
 
-_DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 def mamba2_input_defines(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Optional[Tensor],
@@ -253,9 +248,9 @@ def mamba2_input_defines(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tens
         HAS_Z=int(z is not None),
         HAS_DT_BIAS=int(dt_bias is not None),
         DT_SOFTPLUS=int(bool(dt_softplus)),
-        DT_CODE=_DTYPE_CODE[dt.dtype],
-        DTB_CODE=_DTYPE_CODE[dt_bias.dtype] if dt_bias is not None else 0,
-        D_CODE=_DTYPE_CODE[D.dtype] if D is not None else 0,
+        DT_CODE=DTYPE_CODE[dt.dtype],
+        DTB_CODE=DTYPE_CODE[dt_bias.dtype] if dt_bias is not None else 0,
+        D_CODE=DTYPE_CODE[D.dtype] if D is not None else 0,
     )
 
 

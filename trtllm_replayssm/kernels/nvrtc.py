@@ -40,6 +40,8 @@ __all__ = [
     "tensor_map_key",
     "checkpoint_tensor_maps",
     "copyable_rows",
+    "device_unsupported",
+    "DTYPE_CODE",
     "KernelArgs",
     "SMEM_PER_SM",
     "SMEM_RESERVED_PER_CTA",
@@ -49,6 +51,8 @@ __all__ = [
 SMEM_PER_SM = 227 * 1024  # usable shared memory per multiprocessor on sm_90 (bytes)
 SMEM_RESERVED_PER_CTA = 1024  # the driver's per-CTA reservation on sm_90
 REGISTERS_PER_SM = 65536
+# The .cu files' dtype codes (replay_common.cuh's load_f32<CODE>) of an input's torch dtype.
+DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 _SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda")
 
@@ -398,6 +402,16 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
         "cuTensorMapEncodeTiled",
     )
     return ctypes.string_at(tmap.getPtr(), 128)
+
+
+def device_unsupported(t: torch.Tensor) -> Optional[str]:
+    """Why the CUDA C++ kernels cannot run on ``t``'s device (None: they can): they are built for
+    sm_90 (TMA, tensor maps, programmatic launches)."""
+    if t.device.type != "cuda":
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(t.device) != (9, 0):
+        return f"compute capability {torch.cuda.get_device_capability(t.device)}, built for (9, 0)"
+    return None
 
 
 def copyable_rows(t: torch.Tensor) -> bool:
