@@ -174,6 +174,14 @@ def delta_verify_cuda_config(
     return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
 
 
+def coefficient_min_ctas(T: int, per_channel: bool) -> int:
+    """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA up to
+    T = 4, 6 (80 registers, no spills: a CPU compile test; uncapped it takes 90-119 and 4-5 CTAs
+    fit, too few to hide its loads and exponentials: docs/kernel-notes.md "KDA verify in one launch, timed"); else 1
+    (uncapped; KDA at T = 8 takes 166-203 registers and spills under 80)."""
+    return 6 if per_channel and T <= 4 else 1
+
+
 def delta_verify_cuda_unsupported(
     checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor
 ) -> Optional[str]:
@@ -244,6 +252,7 @@ def delta_verify_defines(
         VT=T,
         STAGES=cfg.stages,
         MIN_CTAS=cfg.min_ctas,
+        COEF_MIN_CTAS=coefficient_min_ctas(T, per_channel),
         L2NORM=int(bool(use_qk_l2norm)),
         HAS_NUM_TOKENS=int(has_num_tokens),
         G_CODE=DTYPE_CODE[g_dtype],

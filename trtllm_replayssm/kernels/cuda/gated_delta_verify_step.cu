@@ -68,10 +68,10 @@
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple of
 // KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim), ROWS
 // (rows of a unit: a multiple of 16 up to 128 dividing DV), LREC (L, <= 32), LP (L rounded up to 16),
-// VT (window tokens, 1-8), STAGES, MIN_CTAS (the step kernel's register cap: resident CTAs a
-// multiprocessor), L2NORM (0 / 1), HAS_NUM_TOKENS (0: every row has VT tokens), PER_CHANNEL (0: GDN,
-// 1: KDA, VHEADS == KHEADS) and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2
-// fp16).
+// VT (window tokens, 1-8), STAGES, MIN_CTAS and COEF_MIN_CTAS (the step and coefficient kernels'
+// register caps: resident CTAs a multiprocessor), L2NORM (0 / 1), HAS_NUM_TOKENS (0: every row has
+// VT tokens), PER_CHANNEL (0: GDN, 1: KDA, VHEADS == KHEADS) and the dtype codes G_CODE, BETA_CODE of
+// g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #define VPK (VHEADS / KHEADS)                // value heads per key head: the coefficient CTA's warps
 #define PARTS (DV / ROWS)                    // units per (row, value head)
@@ -276,7 +276,7 @@ __device__ __forceinline__ void fold_warp_rows_channels(unsigned char* gstage, c
 }
 #endif  // PER_CHANNEL
 
-extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32) delta_verify_coefficients(
+extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_MIN_CTAS) delta_verify_coefficients(
     float* __restrict__ coef_out,       // [batch, VHEADS, COEF_FLOATS]
     unsigned char* __restrict__ u_out,  // [batch, U_HEADS, NCOL, QK_PITCH bytes]: the u rows, the checkpoint's dtype
     u16* __restrict__ khist,            // [batch, U_HEADS, K_PARTS, LP, DK]: a flush row's history keys (KDA: U_j)
