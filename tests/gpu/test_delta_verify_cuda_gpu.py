@@ -150,16 +150,17 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel
     assert torch.equal(outs[0] == 42.0, outs[1] == 42.0)  # the same outputs untouched
 
 
-@pytest.mark.parametrize("rows", [3, 40], ids=["batch3", "batch40"])
 @pytest.mark.parametrize(
-    "per_channel, g",
+    "per_channel, g, rows",
     [
-        pytest.param(False, DeltaGeometry(2, 4, 64, 32), id="gdn-small"),
-        pytest.param(False, QWEN35_4B, id="gdn-qwen3.5-4b"),
-        pytest.param(True, DeltaGeometry(2, 2, 64, 32), id="kda-small"),
-        pytest.param(True, KIMI, id="kda-kimi"),
+        pytest.param(False, DeltaGeometry(2, 4, 64, 32), 3, id="gdn-small-batch3"),
+        pytest.param(False, DeltaGeometry(2, 4, 64, 32), 40, id="gdn-small-batch40"),
+        pytest.param(False, QWEN35_4B, 3, id="gdn-qwen3.5-4b-batch3"),
+        pytest.param(True, DeltaGeometry(2, 2, 64, 32), 3, id="kda-small-batch3"),
+        pytest.param(True, DeltaGeometry(2, 2, 64, 32), 40, id="kda-small-batch40"),
+        pytest.param(True, KIMI, 3, id="kda-kimi-batch3"),
     ],
-)
+)  # batch 40 on the small geometries only: Kimi Linear's took over 130 s on an H200 (the float64 oracle)
 def test_cuda_verify_bf16_about_as_accurate_as_serial_bf16(per_channel, g, rows):
     """On the kernels, as tests/spec/test_gated_delta_spec_reference.py on the reference: a bf16
     checkpoint, bf16 activations and records, T = 4, L = 9, 300 steps of random acceptance:

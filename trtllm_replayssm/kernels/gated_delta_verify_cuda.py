@@ -175,11 +175,13 @@ def delta_verify_cuda_config(
 
 
 def coefficient_min_ctas(T: int, per_channel: bool) -> int:
-    """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA up to
-    T = 4, 6 (80 registers, no spills: a CPU compile test; uncapped it takes 90-119 and 4-5 CTAs
-    fit, too few to hide its loads and exponentials: docs/kernel-notes.md "KDA verify in one launch, timed"); else 1
-    (uncapped; KDA at T = 8 takes 166-203 registers and spills under 80)."""
-    return 6 if per_channel and T <= 4 else 1
+    """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA at
+    T <= 2, 6 (80 registers, no spills: a CPU compile test; uncapped it takes 90 and 5 CTAs fit);
+    else 1 (uncapped). Timed side by side on an H200 (Kimi Linear, batch 256, µs, uncapped / 6 / 8
+    with 32-72 bytes of spills; docs/kernel-notes.md "KDA verify in one launch, timed"): fp32 T = 2
+    262.8 / 256.7 / 249.4, T = 4 336.0 / 340.4 / 328.4; bf16 T = 2 202.4 / 197.2, T = 4 273.8 /
+    276.0. KDA at T = 8 takes 166-203 registers and would spill under 80."""
+    return 6 if per_channel and T <= 2 else 1
 
 
 def delta_verify_cuda_unsupported(
