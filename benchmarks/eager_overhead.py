@@ -191,7 +191,7 @@ def self_check(layer: Layer, steps: int) -> None:
         for _ in range(steps):
             run(outs)
             history += [o.clone() for o in outs]
-        results[variant] = history + [t.clone() for c in fresh.caches for t in vars(c).values()]
+        results[variant] = history + [t.clone() for c in fresh.caches for t in c.tensors().values()]
     base = results[VARIANTS[0]]
     for variant, got in results.items():
         if len(got) != len(base) or not all(torch.equal(a, b) for a, b in zip(got, base)):

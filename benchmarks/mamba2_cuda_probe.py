@@ -83,19 +83,17 @@ def check_against_triton(case, cfg: CudaStepConfig) -> float:
     """Relative max error of ``cfg``'s outputs and checkpoints against the Triton kernel over
     2L + 2 steps on the first slot set; the cache is restored afterwards. Cursors must agree."""
     c = case.cache
-    saved = {k: v.clone() for k, v in vars(c).items()}
+    saved = c.clone()
     slots = case.slot_sets[0]
     runs = {}
     for name, kw in (("triton", dict(route="replay_triton")), ("cuda", dict(route="replay_step", config=cfg))):
-        for k, v in saved.items():
-            getattr(c, k).copy_(v)
+        c.copy_(saved)
         outs = []
         for _ in range(2 * case.L + 2):
             case.step(kw["route"], slots, kw.get("config"))
             outs.append(case.out.clone())
         runs[name] = (outs, c.checkpoint.clone(), c.cursor.clone())
-    for k, v in saved.items():
-        getattr(c, k).copy_(v)
+    c.copy_(saved)
     (yt, ct, wt), (yc, cc, wc) = runs["triton"], runs["cuda"]
     if not torch.equal(wt, wc):
         return float("inf")

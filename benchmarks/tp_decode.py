@@ -126,7 +126,7 @@ class OpCase:
     def refcheck(self) -> float:
         """Replay vs conventional outputs over L + 1 steps from one state (max rel. error)."""
         c, slots = self.cache, self.sets[0]
-        saved = {k: v.clone() for k, v in vars(c).items()}
+        saved = c.clone()
         c.cursor[slots.long()] = 0
         state = c.checkpoint.clone()
         worst = 0.0
@@ -134,8 +134,7 @@ class OpCase:
             y_conv = self.ops["decode_step"](state, *self.inputs, slot_ids=slots, **self.kw).float()
             y = self.step("replay_step", slots).float()
             worst = max(worst, float((y - y_conv).abs().max() / y_conv.abs().max()))
-        for k, v in saved.items():
-            getattr(c, k).copy_(v)
+        c.copy_(saved)
         return worst
 
     def time(self, route, reps):

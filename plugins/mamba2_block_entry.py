@@ -93,6 +93,7 @@ def _mamba2_replay_block_plugin_kernel(
             return
     mamba2_replay_step_kernel(
         ckpt, stride_c_slot, stride_c_head, stride_c_dim,
+        ckpt, 0, 0,  # no row scales: the block plugin takes fp32 checkpoints
         (tails + OFF_XR).to(x_ptr.dtype), stride_xr_slot, stride_xr_head, stride_xr_pos,
         (tails + OFF_DTR).to(tl.pointer_type(tl.float32)), stride_dtr_slot, stride_dtr_head,
         (tails + OFF_BR).to(x_ptr.dtype), stride_Br_slot, stride_Br_group, stride_Br_pos,
@@ -108,5 +109,5 @@ def _mamba2_replay_block_plugin_kernel(
         head_dim, d_state, heads_per_group,
         L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, FOLD_TILES, FOLD_ROWS, FOLD_D_STATE,
         FOLD_CHUNKS,
-        HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS,
+        HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, False,
     )

@@ -56,6 +56,7 @@ def _mamba2_replay_step_plugin_kernel(
             return
     mamba2_replay_step_kernel(
         checkpoint_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+        checkpoint_ptr, 0, 0,  # no row scales: the plugin takes fp32 / bf16 / fp16 checkpoints
         x_records_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
         dt_records_ptr, stride_dtr_slot, stride_dtr_head,
         B_records_ptr, stride_Br_slot, stride_Br_group, stride_Br_pos,
@@ -71,5 +72,5 @@ def _mamba2_replay_step_plugin_kernel(
         head_dim, d_state, heads_per_group,
         L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, FOLD_TILES, FOLD_ROWS, FOLD_D_STATE,
         FOLD_CHUNKS,
-        HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS,
+        HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, False,
     )

@@ -11,14 +11,14 @@ from replay_driver import as_f64, rel_err  # noqa: F401  (rel_err re-exported to
 from replay_driver import drive_replay as drive
 from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref
 
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64, "fp8": torch.float8_e4m3fn}
 
 # Tolerances relative to max |ref|, from the dtypes involved:
 # activation dtype: y is rounded to it once (fp32 reordering only for f32, measured ~1e-6).
-# checkpoint dtype: rounded at each flush (2^-11 f16, 2^-9 bf16 relative), a random walk over
-# the flushes damped by the decay. y sees both.
+# checkpoint dtype: rounded at each flush (2^-11 f16, 2^-9 bf16, fp8-e4m3 with a row scale 2^-4
+# relative), a random walk over the flushes damped by the decay. y sees both.
 ACT_TOL = {"f32": 2e-5, "f16": 1e-3, "bf16": 8e-3}
-STATE_TOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+STATE_TOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2, "fp8": 0.12}
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ def replay_with_launcher(cache, inp, p: Params, slot_ids, out, **launch):
         z=inp["z"],
         dt_bias=p.dt_bias,
         out=out,
+        checkpoint_scale=cache.checkpoint_scale,
         **launch,
     )
 

@@ -57,15 +57,20 @@ def drive_replay(
     p = family.make_params(device)
     cache = family.allocate(num_slots, L, state_dtype, act_dtype, device)
     # Unused slots and unused record positions hold garbage that must never be read or touched.
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(state_dtype) * 1e3)
+    cache.checkpoint.copy_((torch.randn_like(cache.checkpoint, dtype=torch.float32) * 1e3).to(state_dtype))
+    scale = getattr(cache, "checkpoint_scale", None)  # an fp8 checkpoint's row scales
+    if scale is not None:
+        scale.uniform_(1e2, 1e3)
     family.poison(cache)
     perm = torch.randperm(num_slots)[:batch]
     slots = perm.to(torch.int32).to(device)
     cache.admit(slots, torch.randn((batch,) + tuple(cache.checkpoint.shape[1:]), device=device))
-    state64 = as_f64(cache.checkpoint, cache.checkpoint.device).clone()
+    everyone = torch.arange(num_slots, device=device)
+    state64 = as_f64(cache.checkpoint_values(everyone), cache.checkpoint.device).clone()
     untouched = torch.ones(num_slots, dtype=torch.bool)
     untouched[perm.long()] = False
     ckpt0 = cache.checkpoint[untouched.to(device)].clone()
+    scale0 = None if scale is None else scale[untouched.to(device)].clone()
 
     def run(inp, sl, fill):
         out = torch.full_like(inp[family.out_key], fill)
@@ -92,7 +97,9 @@ def drive_replay(
         flushed = slots[(cur == 0).to(device)].long()
         if flushed.numel():
             worst["flushes"] += flushed.numel()
-            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[flushed], state64[flushed.to(state64.device)]))
-    assert torch.equal(cache.checkpoint[untouched.to(device)], ckpt0), "unused slots must stay bit-identical"
+            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint_values(flushed), state64[flushed.to(state64.device)]))
+    same = cache.checkpoint[untouched.to(device)].view(torch.uint8).equal(ckpt0.view(torch.uint8))  # NaN codes too
+    assert same, "unused slots must stay bit-identical"
+    assert scale is None or torch.equal(scale[untouched.to(device)], scale0), "unused slots' scales must stay"
     assert torch.all(cache.arrivals == 0)
     return worst

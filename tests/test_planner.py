@@ -384,3 +384,11 @@ def test_plan_checkpoint_advice_at_each_dtypes_max_concurrency():
     assert all(cp.max_concurrency == 0 and cp.advice == () for cp in tight.checkpoints)
     rows = [line for line in format_plan(tight).splitlines() if line.startswith(("  fp32 ", "  bf16 ", "  fp16 "))]
     assert len(rows) == 3 and all(row.endswith("  -") for row in rows)
+
+
+def test_an_fp8_state_counts_its_row_scales():
+    """fp8-e4m3 checkpoints keep one fp32 scale per row beside the codes (Mamba-2 replay caches)."""
+    g = load_model("nemotron-3-nano-4b").ssm_layers[0].geometry
+    nh, hd, ds = g.state_dims
+    assert state_bytes(MAMBA2, g, torch.float8_e4m3fn) == nh * hd * ds + nh * hd * 4
+    assert state_bytes(MAMBA2, g, torch.bfloat16) == nh * hd * ds * 2

@@ -128,7 +128,7 @@ def test_pool_hands_out_contiguous_views(make, cache_type):
         cache = pool.cache(layer.index)
         assert type(cache) is cache_type
         assert cache.num_slots == 5 and cache.L == 4
-        for t in vars(cache).values():
+        for t in cache.tensors().values():
             assert t.is_contiguous() and t.untyped_storage().data_ptr() in storages
         conv = pool.conv_state(layer.index)
         assert tuple(conv.shape) == (5, layer.geometry.conv_dim, 3) and conv.is_contiguous()
@@ -160,13 +160,16 @@ def _mamba2_inputs(batch, nheads=4, head_dim=8, ngroups=2, d_state=16):
     )
 
 
-def test_mamba2_replay_step_on_pool_views_equals_standalone_cache():
+@pytest.mark.parametrize("state", [torch.float32, torch.float8_e4m3fn], ids=["fp32", "fp8"])
+def test_mamba2_replay_step_on_pool_views_equals_standalone_cache(state):
+    """An fp8 pool also holds each layer's row scales (``checkpoint_scale`` buffers)."""
     model = _tiny_mamba()
-    pool = ReplayCachePool(model, 3, buffer_len=4, state_dtype=torch.float32, record_dtype=torch.float32, num_padding_slots=1)
+    pool = ReplayCachePool(model, 3, buffer_len=4, state_dtype=state, record_dtype=torch.float32, num_padding_slots=1)
     alone = {
-        l.index: Mamba2ReplayCache.allocate(4, 4, 8, 16, 2, 4, state_dtype=torch.float32, act_dtype=torch.float32)
+        l.index: Mamba2ReplayCache.allocate(4, 4, 8, 16, 2, 4, state_dtype=state, act_dtype=torch.float32)
         for l in model.ssm_layers
     }
+    assert any(k.endswith(".checkpoint_scale") for k in pool.buffers) == (state == torch.float8_e4m3fn)
     init = [torch.randn(2, 4, 8, 16) for _ in model.ssm_layers]
     pool.admit([0, 2], states=init)
     for k, l in enumerate(model.ssm_layers):
@@ -180,11 +183,11 @@ def test_mamba2_replay_step_on_pool_views_equals_standalone_cache():
             y_alone = mamba2_replay_step(alone[l.index], slot_ids=slot_ids, **inputs)
             assert torch.equal(y_pool, y_alone)
     for l in model.ssm_layers:
-        for name, t in vars(alone[l.index]).items():
-            assert torch.equal(getattr(pool.cache(l.index), name), t), name
+        for name, t in alone[l.index].tensors().items():  # bits: fp8 compares through its bytes
+            assert torch.equal(getattr(pool.cache(l.index), name).view(torch.uint8), t.view(torch.uint8)), name
     assert int(pool.cache(0).cursor[0]) == 9 % 4
     for k, v in pool.buffers.items():
-        assert torch.equal(v[:, [1, 3]], untouched[k]), k
+        assert torch.equal(v[:, [1, 3]].view(torch.uint8), untouched[k].view(torch.uint8)), k
 
 
 @pytest.mark.skipif(not HAS_GATED_DELTA_OPS, reason="GDN/KDA ops not in this checkout yet")

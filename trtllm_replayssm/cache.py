@@ -20,21 +20,24 @@ import torch
 from torch import Tensor
 
 from .checks import FLOAT_DTYPES, check_dtype, check_last_dim_dense, check_positive_int, slot_index
+from .reference.rounding import FP8, fp8_row_decode, fp8_row_encode
 
-__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES"]
+__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES", "FP8"]
 
 MAX_L = 64  # records per slot supported by the replay kernel (a register tile of the window)
 
 
 def _check_common_fields(cache) -> None:
-    """Every field a tensor on the checkpoint's device with a dense last dimension; a 4-D
-    float checkpoint; cursor, arrivals and pending int32 [num_slots] (so dense; pending
-    defaults to zeros)."""
+    """Every field a tensor on the checkpoint's device with a dense last dimension (the optional
+    ``checkpoint_scale`` when present); a 4-D checkpoint of the class's dtypes; cursor, arrivals
+    and pending int32 [num_slots] (so dense; pending defaults to zeros)."""
     owner = type(cache).__name__
     if cache.pending is None and isinstance(cache.cursor, Tensor):
         cache.pending = torch.zeros_like(cache.cursor)
     for f in fields(cache):
         t = getattr(cache, f.name)
+        if t is None and f.name == "checkpoint_scale":
+            continue
         if not isinstance(t, Tensor):
             raise TypeError(f"{owner}: {f.name} is {type(t).__name__}; expected a torch.Tensor")
         check_last_dim_dense(owner, f.name, t)
@@ -46,7 +49,7 @@ def _check_common_fields(cache) -> None:
         raise ValueError(
             f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]"
         )
-    check_dtype(owner, "checkpoint", cache.checkpoint.dtype, FLOAT_DTYPES)
+    check_dtype(owner, "checkpoint", cache.checkpoint.dtype, cache._CHECKPOINT_DTYPES)
     ns = cache.checkpoint.shape[0]
     for name in ("cursor", "arrivals", "pending"):
         t = getattr(cache, name)
@@ -80,9 +83,16 @@ def _admit(cache, slot_ids: Tensor, state: Optional[Tensor]) -> None:
             raise ValueError(f"{owner}: state has shape {tuple(state.shape)}; expected [n, *checkpoint.shape[1:]] = {want}")
         if not state.is_floating_point():
             raise TypeError(f"{owner}: state is {state.dtype}; expected a floating dtype")
-        cache.checkpoint[slots] = state.to(cache.device, cache.checkpoint.dtype)
+        if cache.checkpoint.dtype == FP8:
+            codes, scale = fp8_row_encode(state.to(cache.device, torch.float32))
+            cache.checkpoint[slots] = codes
+            cache.checkpoint_scale[slots] = scale
+        else:
+            cache.checkpoint[slots] = state.to(cache.device, cache.checkpoint.dtype)
     else:
         cache.checkpoint[slots] = 0
+        if cache.checkpoint.dtype == FP8:
+            cache.checkpoint_scale[slots] = 1.0
     cache.cursor[slots] = 0
     cache.pending[slots] = 0
 
@@ -93,6 +103,7 @@ class _ReplayCache:
     _RECORDS = ""  # the name of a [num_slots, heads, L, ...] record tensor
     _GEOMETRY_DIMS: tuple = ()  # the geometry attributes allocate() takes before L, in order
     _RECORD_DTYPE = ""  # allocate()'s keyword for the activation-like records' dtype
+    _CHECKPOINT_DTYPES: tuple = FLOAT_DTYPES  # the checkpoint dtypes its kernels take
 
     @classmethod
     def for_geometry(
@@ -124,6 +135,28 @@ class _ReplayCache:
     def state_dtype(self) -> torch.dtype:
         return self.checkpoint.dtype
 
+    def tensors(self) -> dict:
+        """Every tensor of the cache by field name, in field order (an absent optional
+        ``checkpoint_scale`` left out)."""
+        return {f.name: t for f in fields(self) if (t := getattr(self, f.name)) is not None}
+
+    def clone(self):
+        """A copy of the cache with every tensor cloned (same class, dtypes and device)."""
+        return type(self)(**{name: t.clone() for name, t in self.tensors().items()})
+
+    def copy_(self, other) -> None:
+        """Every tensor of ``other`` (a cache of the same class and shapes) copied into this one's
+        in place."""
+        for name, t in other.tensors().items():
+            getattr(self, name).copy_(t)
+
+    def checkpoint_values(self, slots: Tensor) -> Tensor:
+        """The checkpoints of ``slots`` ([n] int64, already checked) as values: the checkpoint
+        rows, or an fp8 one's codes times its row scales in fp32. Reads only."""
+        if self.checkpoint.dtype == FP8:
+            return fp8_row_decode(self.checkpoint[slots], self.checkpoint_scale[slots])
+        return self.checkpoint[slots]
+
     @property
     def device(self) -> torch.device:
         return self.checkpoint.device
@@ -135,7 +168,8 @@ class _ReplayCache:
             slot_ids: [n] integer slot ids, each in [0, num_slots), distinct.
             state: [n, *checkpoint.shape[1:]], e.g. a prefill's final states (GDN/KDA: in the
                 [head_v_dim, head_k_dim] layout; FLA-style [K, V] states must be transposed);
-                any float dtype, cast to the checkpoint dtype. None admits zero states.
+                any float dtype, cast to the checkpoint dtype (an fp8 checkpoint: encoded row by
+                row with new scales). None admits zero states.
         """
         _admit(self, slot_ids, state)
 
@@ -153,8 +187,9 @@ class Mamba2ReplayCache(_ReplayCache):
     """Checkpoint + records of one Mamba-2 layer for ``num_slots`` sequences.
 
     Attributes:
-        checkpoint: [num_slots, nheads, head_dim, d_state], fp32 | bf16 | fp16 (| fp64 on CPU).
-            The state after the last flush (or admission); rounded to its dtype only at flush.
+        checkpoint: [num_slots, nheads, head_dim, d_state], fp32 | bf16 | fp16 | fp8-e4m3 (|
+            fp64 on CPU). The state after the last flush (or admission); rounded to its dtype only
+            at flush. fp8: codes, each (slot, head, head_dim) row scaled by ``checkpoint_scale``.
         x_records: [num_slots, nheads, L, head_dim], activation dtype. Post-conv x of the
             tokens since the checkpoint, position j for the j-th token after it.
         dt_records: [num_slots, nheads, L] fp32 (fp64 with a fp64 cache): processed dt,
@@ -166,8 +201,13 @@ class Mamba2ReplayCache(_ReplayCache):
             programs per row here to advance the cursor without a second launch.
         pending: [num_slots] int32: window records written by a speculative verify and not
             yet committed (0 otherwise; see :mod:`trtllm_replayssm.ops.spec`). Zeros if omitted.
+        checkpoint_scale: [num_slots, nheads, head_dim] fp32 with an fp8 checkpoint (a row's
+            values are its codes times its scale, max |row| / 448 when it was stored: the
+            ``"fp8-row"`` format of :mod:`trtllm_replayssm.reference.rounding`), rewritten with
+            the row at each flush; None otherwise.
 
-    Record positions at or past the cursor hold stale data and are never read.
+    Record positions at or past the cursor hold stale data and are never read. An fp8
+    checkpoint runs the Triton replay step; the speculative verify ops refuse it.
     """
 
     checkpoint: Tensor
@@ -177,11 +217,25 @@ class Mamba2ReplayCache(_ReplayCache):
     cursor: Tensor
     arrivals: Tensor
     pending: Optional[Tensor] = None
+    checkpoint_scale: Optional[Tensor] = None
+
+    _CHECKPOINT_DTYPES = FLOAT_DTYPES + (FP8,)
 
     def __post_init__(self) -> None:
         owner = "Mamba2ReplayCache"
         _check_common_fields(self)
         ns, nh, hd, ds = self.checkpoint.shape
+        if self.checkpoint.dtype == FP8:
+            if self.checkpoint_scale is None:
+                raise ValueError(
+                    f"{owner}: checkpoint is {FP8} without checkpoint_scale; expected [num_slots, nheads, head_dim] fp32"
+                )
+            _check_shape(owner, "checkpoint_scale", self.checkpoint_scale, "[num_slots, nheads, head_dim]", (ns, nh, hd))
+            check_dtype(owner, "checkpoint_scale", self.checkpoint_scale.dtype, (torch.float32,))
+        elif self.checkpoint_scale is not None:
+            raise ValueError(
+                f"{owner}: checkpoint_scale is given with a {self.checkpoint.dtype} checkpoint; only an fp8 one takes it"
+            )
         if self.x_records.dim() != 4:
             raise ValueError(
                 f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim]"
@@ -236,12 +290,14 @@ class Mamba2ReplayCache(_ReplayCache):
         )
         dt_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32
         kw = dict(device=device)
+        scale = torch.zeros(num_slots, nheads, head_dim, **kw) if state_dtype == FP8 else None
         return cls(
             checkpoint=torch.zeros(num_slots, nheads, head_dim, d_state, dtype=state_dtype, **kw),
             x_records=torch.zeros(num_slots, nheads, L, head_dim, dtype=act_dtype, **kw),
             dt_records=torch.zeros(num_slots, nheads, L, dtype=dt_dtype, **kw),
             B_records=torch.zeros(num_slots, ngroups, L, d_state, dtype=act_dtype, **kw),
             **_counters(num_slots, device),
+            checkpoint_scale=scale,
         )
 
     _RECORDS = "x_records"

@@ -71,12 +71,16 @@ def _check_mode(owner: str, mode: str) -> None:
 
 def state_bytes(kind: str, geometry, state_dtype: torch.dtype) -> int:
     """One state: ``geometry.state_dims`` (Mamba-2 [nheads, head_dim, d_state]; GDN/KDA
-    [v_heads, head_v_dim, head_k_dim]) of a registered SSM layer kind."""
+    [v_heads, head_v_dim, head_k_dim]) of a registered SSM layer kind; an fp8 one with its fp32
+    scale per row (every dim but the last)."""
     family(kind).check_geometry("state_bytes", geometry)
-    return math.prod(geometry.state_dims) * dtype_size(state_dtype)
+    dims = geometry.state_dims
+    scales = math.prod(dims[:-1]) * 4 if state_dtype == torch.float8_e4m3fn else 0
+    return math.prod(dims) * dtype_size(state_dtype) + scales
 
 
-NON_RECORD_FIELDS = ("checkpoint", "cursor", "arrivals", "pending")  # the other fields of a cache
+# The fields of a cache that are not records (an fp8 checkpoint's scales count with the state).
+NON_RECORD_FIELDS = ("checkpoint", "cursor", "arrivals", "pending", "checkpoint_scale")
 
 
 def record_bytes(kind: str, geometry, record_dtype: torch.dtype, state_dtype: torch.dtype) -> int:

@@ -34,7 +34,6 @@ The pool's allocation equals :func:`trtllm_replayssm.planner.pool_bytes` to the 
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
@@ -131,7 +130,7 @@ class ReplayCachePool:
             groups.setdefault((layer.kind, layer.geometry), []).append(layer.index)
         for gi, ((kind, geom), indices) in enumerate(groups.items()):
             template = cache_template(kind, geom, L, state_dtype=state_dtype, record_dtype=record_dtype)
-            names = [f.name for f in fields(template)]
+            names = list(template.tensors())
             bufs = {
                 name: torch.zeros(
                     (len(indices), ns) + tuple(getattr(template, name).shape[1:]),

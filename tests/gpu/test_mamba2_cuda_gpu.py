@@ -132,7 +132,6 @@ def test_cuda_step_configs_agree(stages, pdl, coef_warps, small):
 @pytest.mark.parametrize("form", FORMS)
 def test_cuda_step_graph_equals_eager(L, form):
     """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
-    from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
     cfg = form_config(cuda_step_config(64, 128, L, 20), form)
@@ -152,7 +151,7 @@ def test_cuda_step_graph_equals_eager(L, form):
     static = {k: v.clone() for k, v in inputs[0].items()}
     out_g = torch.full_like(static["x"], 42.0)
     out_e = out_g.clone()
-    warm = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(caches[0]).items()})
+    warm = caches[0].clone()
     replay_cuda(warm, static, p, slots, out_g.clone(), config=cfg)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -190,7 +189,7 @@ def test_cuda_steps_in_one_graph_equal_eager(state, form):
     first = Mamba2ReplayCache.allocate(*dims, state_dtype=STATES[state], act_dtype=torch.bfloat16, device="cuda")
     first.checkpoint.normal_()
     first.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
-    caches = [Mamba2ReplayCache(**{k: v.clone() for k, v in vars(first).items()}) for _ in range(3)]
+    caches = [first.clone() for _ in range(3)]
     inputs = [make_step(g, len(rows), torch.bfloat16, "cuda", with_z=True) for _ in range(2 * L + 3)]
     outs_g = [torch.full_like(inputs[0]["x"], 42.0) for _ in inputs]
     outs_e = [o.clone() for o in outs_g]
@@ -216,7 +215,6 @@ def test_op_routes_bf16_to_cuda_and_matches_triton(batch, offset_B):
     kernel at batch 1, two launches above; B rows off 16-byte alignment, which the small kernel
     cannot read: two launches at batch 1 too), and its outputs and caches track the Triton
     kernel's over 2L + 3 steps."""
-    from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel
     from trtllm_replayssm.kernels.mamba2_replay_cuda import small_inputs_unsupported
 
@@ -225,7 +223,7 @@ def test_op_routes_bf16_to_cuda_and_matches_triton(batch, offset_B):
     c = bf16_cache(g, batch, L)
     c.checkpoint.normal_()
     c.cursor.copy_(torch.arange(batch, dtype=torch.int32) % L)
-    t = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(c).items()})
+    t = c.clone()
     slots = torch.arange(batch, dtype=torch.int32, device="cuda")
     x = torch.empty(batch, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda")
     assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "cuda"

@@ -29,9 +29,9 @@ G = Geometry(4, 20, 12, 2) if INTERPRET else Geometry(8, 80, 128, 2)
 # The interpreter converts fp32 -> bf16 by truncation (GPUs round to nearest even), which
 # biases a bf16 checkpoint; bf16 checkpoints are therefore covered on the GPU only.
 PAIRS = (
-    [("f32", "f32"), ("f32", "bf16"), ("f16", "f16")]
+    [("f32", "f32"), ("f32", "bf16"), ("f16", "f16"), ("fp8", "f32")]
     if INTERPRET
-    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")] + [("fp8", "bf16")]
 )
 
 
@@ -163,7 +163,7 @@ def test_mamba2_replay_step_kernel_bf16_checkpoint_output_is_fp32_accurate(cfg):
         5, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=torch.bfloat16, act_dtype=torch.float32, device=DEVICE
     )
     c.checkpoint.normal_()
-    ref = Mamba2ReplayCache(**{k: v.clone() for k, v in vars(c).items()})
+    ref = c.clone()
     slots = torch.tensor([2, -1, 0, 3], dtype=torch.int32, device=DEVICE)
     for _ in range(L - 1):
         inp = make_step(G, 4, torch.float32, DEVICE, with_z=True)
@@ -180,3 +180,42 @@ def test_mamba2_replay_step_kernel_bf16_checkpoint_output_is_fp32_accurate(cfg):
         live = (slots >= 0).to(DEVICE)
         assert rel_err(y[live], y_ref[live]) < ACT_TOL["f32"]
     assert torch.equal(c.checkpoint, ref.checkpoint) and torch.equal(c.cursor, ref.cursor)
+
+
+def test_mamba2_replay_step_kernel_fp8_checkpoint_codes_and_scales_equal_the_reference():
+    """An fp8 checkpoint: the kernel's flushed codes and row scales equal the reference's (the same
+    fp32 fold, the same rounding rule), step after step from the same cache; padding rows and
+    unused slots keep theirs. The rounding is the kernel's own (``common.fp8_row_codes``): the
+    interpreter's fp32 -> fp8 conversion alone drops carries (127.9 -> 64) and fails this."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.reference.mamba2 import mamba2_replay_step_ref
+
+    p = make_params(G, DEVICE)
+    L = 4
+    c = Mamba2ReplayCache.allocate(
+        5, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=torch.float8_e4m3fn, act_dtype=torch.float32,
+        device=DEVICE,
+    )  # fmt: skip
+    c.admit(torch.arange(5, device=DEVICE), 3 * torch.randn(5, G.nheads, G.head_dim, G.d_state, device=DEVICE))
+    ref, admitted = c.clone(), c.checkpoint_scale.clone()
+    slots = torch.tensor([2, -1, 0, 3], dtype=torch.int32, device=DEVICE)
+    for _ in range(3 * L):
+        inp = make_step(G, 4, torch.float32, DEVICE)
+        kw = dict(slot_ids=slots, D=p.D, dt_bias=p.dt_bias)
+        y = launch_mamba2_replay_step(
+            c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, inp["x"], inp["dt"], p.A,
+            inp["B"], inp["C"], out=torch.full_like(inp["x"], 42.0), checkpoint_scale=c.checkpoint_scale,
+            kernel="triton", **kw,
+        )  # fmt: skip
+        y_ref = mamba2_replay_step_ref(
+            ref.checkpoint, ref.x_records, ref.dt_records, ref.B_records, ref.cursor, inp["x"], inp["dt"], p.A,
+            inp["B"], inp["C"], out=torch.empty_like(inp["x"]), checkpoint_scale=ref.checkpoint_scale, **kw,
+        )  # fmt: skip
+        assert torch.all(y[1] == 42.0)
+        live = (slots >= 0).to(DEVICE)
+        assert rel_err(y[live], y_ref[live]) < 1e-5
+        assert torch.equal(c.cursor, ref.cursor)
+        assert torch.equal(c.checkpoint.view(torch.uint8), ref.checkpoint.view(torch.uint8))
+        assert rel_err(c.checkpoint_scale, ref.checkpoint_scale) < 1e-6
+    assert torch.equal(c.checkpoint_scale[[1, 4]], admitted[[1, 4]])  # unused slots
+    assert (c.checkpoint_scale[[0, 2, 3]] != admitted[[0, 2, 3]]).all()  # rewritten at each row's flushes

@@ -49,7 +49,7 @@ def test_ops_write_cache_views_made_under_no_grad():
 
     with torch.no_grad():
         whole = Mamba2ReplayCache.allocate(3, 2, 4, 8, 1, 4, state_dtype=torch.float32, act_dtype=torch.float32)
-        views = Mamba2ReplayCache(**{name: t[:] for name, t in vars(whole).items()})
+        views = Mamba2ReplayCache(**{name: t[:] for name, t in whole.tensors().items()})
     x, dt, B, C = torch.randn(1, 2, 4), torch.randn(1, 2), torch.randn(1, 1, 8), torch.randn(1, 1, 8)
     mamba2_replay_step(views, x, dt, -torch.ones(2), B, C, slot_ids=torch.tensor([1], dtype=torch.int32))
     assert whole.cursor.tolist() == [0, 1, 0] and whole.x_records[1, :, 0].equal(x[0])

@@ -351,3 +351,108 @@ def test_mamba2_custom_ops_opcheck(op, full):
         "decode": torch.ops.replayssm.mamba2_decode_step.default,
     }[op]
     opcheck(custom, _opcheck_args(op, full))
+
+
+# --------------------------------------------------------------------------- fp8 checkpoint
+
+FP8 = torch.float8_e4m3fn
+
+
+def test_mamba2_fp8_cache_allocates_row_scales_and_admit_encodes_rows():
+    cache = _cache("fp8")
+    assert cache.checkpoint_scale.shape == (NUM_SLOTS, G.nheads, G.head_dim) and cache.checkpoint_scale.dtype == torch.float32
+    state = 5 * torch.randn(2, G.nheads, G.head_dim, G.d_state)
+    state[0, 0, 0] = 0.0  # a zero row: scale 1
+    cache.admit(torch.tensor([1, 4]), state)
+    got = cache.checkpoint_values(torch.tensor([1, 4]))
+    assert ((got - state).abs() <= state.abs().amax(-1, keepdim=True) / 16).all()  # e4m3: 3 mantissa bits
+    amax = state.abs().amax(-1)
+    assert torch.equal(cache.checkpoint_scale[[1, 4]], torch.where(amax > 0, amax / 448, 1.0))
+    assert torch.equal(cache.checkpoint[[1, 4]].float().abs().amax(-1)[amax > 0], torch.full_like(amax[amax > 0], 448.0))
+    cache.admit(torch.tensor([1]))
+    assert torch.all(cache.checkpoint[1].float() == 0) and torch.all(cache.checkpoint_scale[1] == 1)
+    f32 = _cache("f32")
+    assert f32.checkpoint_scale is None and torch.equal(f32.checkpoint_values(torch.tensor([0])), f32.checkpoint[[0]])
+
+
+def test_mamba2_replay_step_with_an_fp8_checkpoint_equals_the_reference_and_rewrites_scales():
+    cache = _cache("fp8")
+    ref = cache.clone()
+    before = cache.checkpoint_scale.clone()
+    for _ in range(L + 1):
+        kw = _step_kwargs()
+        out_ref = kw["out"].clone()
+        y = mamba2_replay_step(cache, **kw)
+        mamba2_replay_step_ref(*_tensors(ref)[:5], **{**kw, "out": out_ref}, checkpoint_scale=ref.checkpoint_scale)
+        assert torch.equal(y, out_ref)
+    assert torch.equal(cache.checkpoint.view(torch.uint8), ref.checkpoint.view(torch.uint8))
+    assert torch.equal(cache.checkpoint_scale, ref.checkpoint_scale)
+    live = [s for s in SLOTS if s >= 0]
+    assert (cache.checkpoint_scale[live] != before[live]).all()  # every live row flushed
+    idle = [s for s in range(NUM_SLOTS) if s not in live]
+    assert torch.equal(cache.checkpoint_scale[idle], before[idle])
+
+
+def test_mamba2_replay_step_opcheck_with_checkpoint_scales():
+    """The schema with ``checkpoint_scale`` (mutated at flushes). opcheck compares tensors with
+    allclose, which the CPU lacks for fp8: an fp32 checkpoint given scales runs the same schema
+    (the reference decodes and encodes it as it would fp8 codes)."""
+    cache = _cache("f32")
+    cache.checkpoint_scale = torch.rand(NUM_SLOTS, G.nheads, G.head_dim) + 0.5
+    kw = _step_kwargs()
+    step = (kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw["slot_ids"], None, None, None, True, kw["out"])
+    opcheck(torch.ops.replayssm.mamba2_replay_step.default, tuple(_tensors(cache)) + step + (cache.checkpoint_scale,))
+
+
+@pytest.mark.parametrize(
+    "over, exc, match",
+    [
+        pytest.param(
+            {"checkpoint_scale": None},
+            ValueError,
+            "checkpoint is torch.float8_e4m3fn without checkpoint_scale",
+            id="fp8-without-scale",
+        ),  # fmt: skip
+        pytest.param(
+            {"checkpoint_scale": torch.ones(NUM_SLOTS, G.nheads)}, ValueError, "checkpoint_scale has shape", id="scale-shape"
+        ),  # fmt: skip
+        pytest.param(
+            {"checkpoint_scale": torch.ones(NUM_SLOTS, G.nheads, G.head_dim, dtype=torch.bfloat16)},
+            TypeError,
+            "checkpoint_scale is torch.bfloat16",
+            id="scale-dtype",
+        ),  # fmt: skip
+        pytest.param(
+            {"checkpoint": torch.zeros(NUM_SLOTS, G.nheads, G.head_dim, G.d_state)},
+            ValueError,
+            "checkpoint_scale is given with a torch.float32 checkpoint",
+            id="scale-without-fp8",
+        ),  # fmt: skip
+    ],
+)
+def test_mamba2_fp8_cache_constructor_refuses_mismatched_scales(over, exc, match):
+    cache = _cache("fp8")
+    with pytest.raises(exc, match=rf"^Mamba2ReplayCache: {match}"):
+        Mamba2ReplayCache(**({f: getattr(cache, f) for f in CACHE_FIELDS + ("checkpoint_scale",)} | over))
+
+
+def test_mamba2_verify_refuses_an_fp8_checkpoint_and_writes_nothing():
+    from trtllm_replayssm.ops import mamba2_replay_verify, spec_buffer_len
+
+    cache = Mamba2ReplayCache.allocate(
+        NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups, spec_buffer_len(4, 2), state_dtype=FP8
+    )
+    before = _snapshot(_tensors(cache))
+    win = make_step(G, 2 * len(SLOTS), torch.bfloat16, "cpu")
+    w = {k: None if v is None else v.view(len(SLOTS), 2, *v.shape[1:]) for k, v in win.items()}
+    with pytest.raises(TypeError, match=r"^mamba2_replay_verify: cache has an torch.float8_e4m3fn checkpoint"):
+        mamba2_replay_verify(cache, w["x"], w["dt"], -torch.ones(G.nheads), w["B"], w["C"],
+                             slot_ids=torch.tensor(SLOTS, dtype=torch.int32))  # fmt: skip
+    _assert_unchanged(_tensors(cache), before)
+
+
+def test_gated_delta_caches_refuse_an_fp8_checkpoint():
+    from trtllm_replayssm.cache import GDNReplayCache
+
+    with pytest.raises(TypeError, match=r"^GDNReplayCache: checkpoint is torch.float8_e4m3fn; expected one of"):
+        GDNReplayCache.allocate(2, 1, 1, 16, 16, 4, state_dtype=FP8)

@@ -33,7 +33,7 @@ def _run(name: str, state_dtype=torch.float64, act_dtype=torch.float64):
     family.poison(cache)  # positions never written hold garbage
     start = torch.randn(NUM_SLOTS, *cache.checkpoint.shape[1:], dtype=torch.float64)
     cache.admit(torch.arange(NUM_SLOTS, dtype=torch.int32), start.to(state_dtype))
-    oracle = as_f64(cache.checkpoint).clone()
+    oracle = as_f64(cache.checkpoint_values(torch.arange(NUM_SLOTS))).clone()
     for t in range(STEPS):
         slot_ids = torch.tensor([s if t >= s else -1 for s in range(NUM_SLOTS - 1)], dtype=torch.int32)
         inp = family.make_step(slot_ids.numel(), act_dtype, "cpu")
@@ -57,6 +57,15 @@ def test_equals_float64_recurrence(name):
     assert_unchanged(cache_tensors(cache), before)
     assert state.dtype == torch.float64 and state.shape == (6, *cache.checkpoint.shape[1:])
     assert (state - oracle[slot_ids]).abs().max() <= 1e-12 * oracle.abs().max()
+
+
+def test_fp8_mamba2_cache_gives_its_decoded_checkpoint_plus_records():
+    """An fp8 checkpoint's codes are scaled by their rows' scales (the state would be off by the
+    scales' orders of magnitude otherwise); the error is the flushes' fp8 rounding."""
+    cache, p, oracle = _run("mamba2", torch.float8_e4m3fn, torch.float32)
+    state = _state("mamba2", cache, p, torch.arange(NUM_SLOTS, dtype=torch.int32))
+    assert state.dtype == torch.float32
+    assert rel_err(state, oracle) < 0.12
 
 
 @pytest.mark.parametrize("name", FAMILIES)

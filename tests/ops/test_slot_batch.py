@@ -51,7 +51,7 @@ def _step(caches, inputs, slot_ids):
 
 
 def _state(caches):
-    return [t.clone() for c in caches for t in vars(c).values()]
+    return [t.clone() for c in caches for t in c.tensors().values()]
 
 
 def test_checked_once_for_all_layers_and_bit_identical(monkeypatch):

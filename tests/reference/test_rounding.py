@@ -4,7 +4,7 @@ bf16 / fp16, fp8-e4m3 with a scale per row)."""
 import pytest
 import torch
 
-from trtllm_replayssm.reference.rounding import FP8_MAX, format_names, quantize
+from trtllm_replayssm.reference.rounding import FP8_MAX, format_names, fp8_row_decode, fp8_row_encode, quantize
 
 
 def _x(n=20000, seed=0):
@@ -64,3 +64,16 @@ def test_limits_zero_rows_and_bad_arguments():
     with pytest.raises(TypeError, match="quantize: x is torch.int32"):
         quantize(torch.zeros(3, dtype=torch.int32), "bf16")
     assert set(format_names()) == {"bf16", "fp16", "fp8-row", "bf16-sr", "fp16-sr", "fp8-row-sr"}
+
+
+def test_fp8_row_encode_gives_the_codes_and_scales_quantize_stands_for():
+    x = _x()
+    x[3] = 0.0
+    codes, scale = fp8_row_encode(x)
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == x.shape
+    assert scale.dtype == torch.float32 and scale.shape == x.shape[:-1] and scale[3] == 1.0
+    assert torch.equal(fp8_row_decode(codes, scale, torch.float64), quantize(x, "fp8-row"))
+    assert torch.equal(codes.float().abs().amax(-1)[x.abs().amax(-1) > 0], torch.full((x.shape[0] - 1,), FP8_MAX))
+    assert fp8_row_decode(codes, scale).dtype == torch.float32
+    with pytest.raises(TypeError, match="fp8_row_encode: x is torch.int32"):
+        fp8_row_encode(torch.zeros(2, 3, dtype=torch.int32))

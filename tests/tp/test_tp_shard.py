@@ -112,6 +112,14 @@ def test_shard_cache_splits_heads_and_replicates_groups():
         assert type(parts[0]) is cls and parts[0].k_heads == 2 and parts[0].v_heads == 4
 
 
+def test_shard_cache_splits_an_fp8_checkpoints_row_scales_with_its_heads():
+    m = Mamba2ReplayCache.allocate(3, M2_REPL.nheads, 2, 3, M2_REPL.ngroups, 5, state_dtype=torch.float8_e4m3fn)
+    m.admit(torch.arange(3), torch.randn(3, M2_REPL.nheads, 2, 3))
+    shards = [Mamba2Shard(M2_REPL, 4, r).shard_cache(m) for r in range(4)]
+    assert torch.equal(torch.cat([s.checkpoint_scale for s in shards], dim=1), m.checkpoint_scale)
+    assert torch.equal(torch.cat([s.checkpoint.view(torch.uint8) for s in shards], dim=1), m.checkpoint.view(torch.uint8))
+
+
 @pytest.mark.parametrize(
     "make, message",
     [

@@ -35,7 +35,7 @@ class DecodeCase:
         error); the cache is restored afterwards."""
         c = self.cache
         slots = self.slot_sets[0]
-        saved = {k: v.clone() for k, v in vars(c).items()}
+        saved = c.clone()
         c.cursor[slots.long()] = 0
         state = c.checkpoint.clone()
         worst = 0.0
@@ -44,8 +44,7 @@ class DecodeCase:
             self.conventional(state, slots, y_conv)
             self.step("replay_step", slots)
             worst = max(worst, float((self.out.float() - y_conv.float()).abs().max() / y_conv.float().abs().max()))
-        for k, v in saved.items():
-            getattr(c, k).copy_(v)
+        c.copy_(saved)
         return worst
 
 

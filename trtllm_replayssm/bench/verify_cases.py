@@ -92,7 +92,7 @@ class VerifyCase:
         slots, _ = self.sets[0]
         idx = slots.long()
         c, snap = self.cache, self.snap
-        watched = [getattr(c, f) for f in vars(c)] + [snap.state]
+        watched = list(c.tensors().values()) + [snap.state]
         saved = [t[idx].clone() for t in watched]
         c.cursor[idx] = 0
         snap.state[idx] = c.checkpoint[idx].to(snap.state.dtype)

@@ -93,6 +93,24 @@ def split_dot(a, b, acc, SPLIT_B: tl.constexpr):
 
 
 @triton.jit
+def fp8_row_codes(v):
+    """Rows of ``v`` (fp32 [rows, n]) as an fp8 checkpoint stores them: (their values divided by
+    the row scale max |row| / 448 (1 for a zero row) and rounded to nearest even on the
+    float8-e4m3 grid, still fp32, so that the conversion to fp8 that follows is exact; the scales
+    [rows]). The rule of ``reference.rounding.fp8_row_encode``. The rounding is done here, not by
+    the conversion: the Triton interpreter's fp32 -> fp8 drops the carry into the exponent (127.9
+    -> 64; Triton 3.8), so the CPU tests could not check it."""
+    amax = tl.max(tl.abs(v), axis=1)
+    scale = tl.where(amax > 0, amax / 448.0, 1.0)
+    q = tl.clamp(v / scale[:, None], -448.0, 448.0)
+    e = tl.maximum(((q.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)  # binade; subnormals share -6's
+    step = ((e + 124) << 23).to(tl.float32, bitcast=True)  # 2^(e - 3): 3 mantissa bits
+    q = q / step  # exact: a power of two
+    q = (q + 12582912.0) - 12582912.0  # round to nearest even (|q| <= 16 < 2^22)
+    return q * step, scale
+
+
+@triton.jit
 def window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS: tl.constexpr):
     """Tokens of row ``i_b`` in a speculative window: ``num_tokens[i_b]`` when given, else T
     (int32 scalar). Read only for live rows (after the caller's padding check)."""

@@ -11,7 +11,9 @@ deep), the same loop for every row:
 * w == L-1 (flush), after the loop: the program's rows of S = exp(A Λ) S0 + Σ_j s_j x_j B_jᵀ +
   dt x Bᵀ are formed in [FOLD_ROWS, FOLD_D_STATE] tiles (the record sum as one tensor-core
   product in TF32 parts, about fp32 accuracy; the checkpoint rows come from L2, the loop has
-  just read them) and stored over the checkpoint (rounded to its dtype).
+  just read them) and stored over the checkpoint (rounded to its dtype; an fp8 checkpoint's rows
+  as codes with a new fp32 scale each, max |row| / 448: ``reference.rounding.fp8_row_encode``'s
+  rule).
 
 So a flush costs only the flush rows their fold: the loop, which sets the kernel's registers and
 pipeline, is the non-flush one.
@@ -34,7 +36,7 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (KERNELS, LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
+from .common import (KERNELS, LaunchConfig, advance_cursor, fp8_row_codes, mamba2_launch_config, mamba2_step_args,
                      mamba2_step_constexprs, process_dt, resolve_kernel, skip_gate_store, split_dot)
 from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
@@ -48,9 +50,11 @@ FOLD_ROWS, FOLD_D_STATE = 16, 32
 def fold_constexprs(d_state: int, state_dtype: torch.dtype) -> dict:
     """How the step kernel folds a flush row, for ``d_state`` and the checkpoint dtype (the
     TensorRT plugin passes the same): in [FOLD_ROWS, FOLD_D_STATE] tiles after the loop
-    (``FOLD_TILES``, 16-bit checkpoints) or in the loop, one record at a time (fp32)."""
-    return dict(FOLD_TILES=state_dtype.itemsize < 4, FOLD_ROWS=FOLD_ROWS, FOLD_D_STATE=FOLD_D_STATE,
-                FOLD_CHUNKS=triton.cdiv(d_state, FOLD_D_STATE))
+    (``FOLD_TILES``, 16-bit and fp8 checkpoints; fp8 in tiles of whole rows, whose scale is their
+    largest magnitude) or in the loop, one record at a time (fp32)."""
+    fold_d_state = triton.next_power_of_2(d_state) if state_dtype == torch.float8_e4m3fn else FOLD_D_STATE
+    return dict(FOLD_TILES=state_dtype.itemsize < 4, FOLD_ROWS=FOLD_ROWS, FOLD_D_STATE=fold_d_state,
+                FOLD_CHUNKS=triton.cdiv(d_state, fold_d_state))
 
 
 @triton.jit
@@ -75,8 +79,10 @@ def _replay_output_chunk(b_s0, b_xr, b_x, b_C, coef, ckpt_decay, cur_coef, o_p, 
 
 @triton.jit
 def _mamba2_replay_step_kernel(
-    # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
+    # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous; with HAS_SCALE (fp8) its
+    # row scales [slot, nheads, head_dim] fp32, head_dim contiguous
     ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+    scale_ptr, stride_sc_slot, stride_sc_head,
     # x_records [slot, nheads, L, head_dim], head_dim contiguous
     xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
     # dt_records [slot, nheads, L] fp32, L contiguous
@@ -102,7 +108,7 @@ def _mamba2_replay_step_kernel(
     NUM_STAGES: tl.constexpr, FOLD_TILES: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_D_STATE: tl.constexpr,
     FOLD_CHUNKS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_SCALE: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -134,6 +140,7 @@ def _mamba2_replay_step_kernel(
     cur_coef = dt * tl.sum(b_B * b_C, axis=0)
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_sc = scale_ptr + slot * stride_sc_slot + i_h * stride_sc_head
     p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
     p_z = z_ptr + i_b * stride_z_batch + i_h * stride_z_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
@@ -168,6 +175,8 @@ def _mamba2_replay_step_kernel(
         m_p = o_p < head_dim
         b_s0 = tl.load(p_c + o_p[:, None] * stride_c_dim + o_n[None, :],
                        mask=m_p[:, None] & m_n[None, :], other=0.0).to(tl.float32)
+        if HAS_SCALE:
+            b_s0 *= tl.load(p_sc + o_p, mask=m_p, other=1.0)[:, None]
         b_x = tl.load(p_x + o_p, mask=m_p, other=0.0).to(tl.float32)
         b_xr = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
                        mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
@@ -188,6 +197,8 @@ def _mamba2_replay_step_kernel(
             m_fd = m_f[:, None] & m_d[None, :]
             p_cf = p_c + o_f[:, None] * stride_c_dim + o_d[None, :]
             b_s0 = tl.load(p_cf, mask=m_fd, other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s0 *= tl.load(p_sc + o_f, mask=m_f, other=1.0)[:, None]
             b_x = tl.load(p_x + o_f, mask=m_f, other=0.0).to(tl.float32)
             b_Bd = tl.load(p_B + o_d, mask=m_d, other=0.0).to(tl.float32)
             # Records past L-2 are masked, not only weighted by 0: they may be stale (inf * 0).
@@ -197,6 +208,9 @@ def _mamba2_replay_step_kernel(
                             mask=m_f_l[:, None] & m_d[None, :], other=0.0).to(tl.float32)
             b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_Bd[None, :]
             b_s = split_dot(b_xw, b_Brd, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
+            if HAS_SCALE:  # fp8: the tile holds whole rows (FOLD_CHUNKS == 1)
+                b_s, b_sc = fp8_row_codes(b_s)
+                tl.store(p_sc + o_f, b_sc, mask=m_f)
             tl.store(p_cf, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_fd)
     elif i_s == 0:
         tl.store(p_dtr + w, dt)
@@ -222,8 +236,10 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
                               dt: Tensor, A: Tensor, B: Tensor, C: Tensor, *, slot_ids: Tensor,
                               D: Optional[Tensor] = None, z: Optional[Tensor] = None,
                               dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                              out: Tensor, config=None, kernel: str = "auto") -> Tensor:
-    """Launch the replay step on the cache tensors; arguments already checked by the op.
+                              out: Tensor, config=None, kernel: str = "auto",
+                              checkpoint_scale: Optional[Tensor] = None) -> Tensor:
+    """Launch the replay step on the cache tensors; arguments already checked by the op
+    (``checkpoint_scale``: an fp8 checkpoint's row scales; the Triton kernel).
 
     ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses), ``"triton"`` or ``"cuda"``
     (ValueError where the CUDA step does not apply). ``config``: a :class:`LaunchConfig` for the
@@ -243,8 +259,10 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
     cfg = config or mamba2_launch_config("replay_step", head_dim, d_state, batch, checkpoint.dtype)
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_dim, span), nheads, batch)
+    scale = checkpoint if checkpoint_scale is None else checkpoint_scale  # no scale: a pointer never read
     _mamba2_replay_step_kernel[grid](
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        scale, scale.stride(0), scale.stride(1),
         x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
         dt_records, dt_records.stride(0), dt_records.stride(1),
         B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
@@ -255,5 +273,6 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
         **fold_constexprs(d_state, checkpoint.dtype),
         **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
+        HAS_SCALE=checkpoint_scale is not None,
     )
     return out

@@ -29,18 +29,22 @@ _LIBRARY = torch.library.Library("replayssm", "FRAGMENT")
 LAUNCHERS: Dict[str, str] = {}  # op name -> "module:function" of its CUDA launcher
 
 
-def by_name(target: Callable, params: Sequence[str]) -> Callable[[tuple], None]:
+def by_name(target: Callable, params: Sequence[str], defaults: Sequence = ()) -> Callable[[tuple], None]:
     """A caller of ``target`` with an op's positional arguments, each passed by its name;
-    ``target``'s parameters that the op lacks must have defaults (a launcher's ``config``)."""
+    ``target``'s parameters that the op lacks must have defaults (a launcher's ``config``).
+    ``defaults``: the op's trailing defaults (the dispatcher leaves out trailing arguments equal
+    to their defaults)."""
     accepted = inspect.signature(target).parameters
     missing = [p.name for p in accepted.values() if p.name not in params and p.default is inspect.Parameter.empty]
     if missing:
         raise TypeError(f"define_op: {target.__name__} needs {missing}, which the op's prototype lacks")
     picks = [(name, i) for i, name in enumerate(params) if name in accepted]
+    first_default = len(params) - len(defaults)
 
     def call(args: tuple) -> None:
+        full = tuple(args) + tuple(defaults[len(args) - first_default :])
         with torch.no_grad():  # the ops have no autograd: in-place writes to views made under no_grad
-            target(**{name: args[i] for name, i in picks})
+            target(**{name: full[i] for name, i in picks})
 
     return call
 
@@ -59,15 +63,19 @@ def define_op(name: str, *, mutates_args: Sequence[str], reference: Callable, la
     """
 
     def define(prototype: Callable):
-        params = tuple(inspect.signature(prototype).parameters)
-        cpu = by_name(reference, params)
+        signature = inspect.signature(prototype).parameters
+        params = tuple(signature)
+        defaults = tuple(p.default for p in signature.values() if p.default is not inspect.Parameter.empty)
+        cpu = by_name(reference, params, defaults)
         cuda = None
 
         def run_cuda(*args) -> None:
             nonlocal cuda
             if cuda is None:
                 module, function = launcher.split(":")
-                cuda = by_name(getattr(importlib.import_module(f"..kernels.{module}", __package__), function), params)
+                cuda = by_name(
+                    getattr(importlib.import_module(f"..kernels.{module}", __package__), function), params, defaults
+                )
             cuda(args)
 
         LAUNCHERS[name] = launcher

@@ -70,7 +70,7 @@ def _mamba2_decode_step_op(
 
 @define_op(
     "mamba2_replay_step",
-    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out"),
+    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out", "checkpoint_scale"),
     reference=mamba2_replay_step_ref,
     launcher="mamba2_replay:launch_mamba2_replay_step",
 )
@@ -92,8 +92,9 @@ def _mamba2_replay_step_op(
     dt_bias: Optional[Tensor],
     dt_softplus: bool,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
 ) -> None:
-    """Schema of ``replayssm::mamba2_replay_step``."""
+    """Schema of ``replayssm::mamba2_replay_step`` (``checkpoint_scale``: an fp8 checkpoint's)."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -268,7 +269,8 @@ def mamba2_replay_step(
         cache (Mamba2ReplayCache): mutated. Each live row with cursor w < L-1 appends its
             record (x, processed dt, B) at position w and sets the cursor to w+1, storing no
             state; a row with cursor L-1 folds its L-1 records and the current token into the
-            checkpoint (rounded to the checkpoint dtype once, here) and sets the cursor to 0.
+            checkpoint (rounded to the checkpoint dtype once, here; an fp8 checkpoint's rows
+            with new scales) and sets the cursor to 0.
             The decision and the cursor advance happen on the device: no host sync, and one
             captured CUDA graph serves every step.
         x (Tensor): [batch, nheads, head_dim], the cache's activation dtype.
@@ -295,5 +297,5 @@ def mamba2_replay_step(
     inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache))
     run = inputs.for_launch()
-    torch.ops.replayssm.mamba2_replay_step(*cache_fields(cache), *run)
+    torch.ops.replayssm.mamba2_replay_step(*cache_fields(cache), *run, cache.checkpoint_scale)
     return run.out

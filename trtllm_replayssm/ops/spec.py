@@ -357,6 +357,11 @@ def mamba2_replay_verify(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
+    if cache.checkpoint_scale is not None:
+        raise TypeError(
+            f"{op}: cache has an {cache.state_dtype} checkpoint; the verify takes fp32, bf16 or fp16 "
+            "checkpoints (fp8 runs the replay step only, so far)"
+        )
     inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     T = check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache), max_T=MAX_T)
     _check_num_tokens(op, num_tokens, slot_ids, T)

@@ -62,7 +62,7 @@ def mamba2_cache_state(op: str, cache: Mamba2ReplayCache, slots: Tensor, A: Opti
         raise ValueError(f"{op}: A is None; a Mamba2ReplayCache needs A [nheads] (-exp(A_log)) to decay its records")
     check_tensor(op, "A", A, "[nheads]", (cache.nheads,), dtypes=(torch.float32, torch.float64), device=cache.device)
     return mamba2_records_state(
-        checkpoint=cache.checkpoint[slots],
+        checkpoint=cache.checkpoint_values(slots),
         cursor=cache.cursor[slots],
         x_records=cache.x_records[slots],
         dt_records=cache.dt_records[slots],

@@ -31,6 +31,8 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
+from .rounding import fp8_row_decode, fp8_row_encode
+
 __all__ = [
     "compute_dtype",
     "expand_heads",
@@ -250,11 +252,15 @@ def mamba2_replay_step_ref(
     dt_bias: Optional[Tensor] = None,
     dt_softplus: bool = True,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
 ) -> Tensor:
     """One ReplaySSM decode step; mutates the cache tensors exactly as the Triton kernel does.
 
     Args:
-        checkpoint: [slot, nheads, head_dim, d_state]; written only for flush rows.
+        checkpoint: [slot, nheads, head_dim, d_state]; written only for flush rows. fp8-e4m3:
+            codes, with ``checkpoint_scale`` [slot, nheads, head_dim] fp32 (values = codes times
+            the row's scale; a flush stores new codes and scales: ``reference.rounding``'s
+            ``fp8_row_encode``).
         x_records: [slot, nheads, L, head_dim].   dt_records: [slot, nheads, L] (processed dt).
         B_records: [slot, ngroups, L, d_state].   cursor: [slot] int32 in [0, L).
         x, dt, A, B, C, D, z, dt_bias, slot_ids, out: as in :func:`mamba2_decode_step_ref`.
@@ -279,7 +285,10 @@ def mamba2_replay_step_ref(
     B_rec = expand_heads(mask_records(B_records[slots], valid, cd), nheads)
     Bh = expand_heads(B[rows].to(cd), nheads)
     Ch = expand_heads(C[rows].to(cd), nheads)
-    S0 = checkpoint[slots].to(cd)
+    if checkpoint_scale is None:
+        S0 = checkpoint[slots].to(cd)
+    else:
+        S0 = fp8_row_decode(checkpoint[slots], checkpoint_scale[slots], cd)
     y = mamba2_replay_output(S0, x_rec, B_rec, ckpt_decay, weights, xr, dt_cur, Bh, Ch)
     y = _skip_and_gate(y, xr, D, None if z is None else z[rows])
     out[rows] = y.to(out.dtype)
@@ -288,7 +297,11 @@ def mamba2_replay_step_ref(
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
         S = mamba2_replay_fold(S0[f], x_rec[f], B_rec[f], ckpt_decay[f], weights[f], xr[f], dt_cur[f], Bh[f])
-        checkpoint[slots[f]] = S.to(checkpoint.dtype)
+        if checkpoint_scale is None:
+            checkpoint[slots[f]] = S.to(checkpoint.dtype)
+        else:
+            codes, checkpoint_scale[slots[f]] = fp8_row_encode(S)
+            checkpoint[slots[f]] = codes.to(checkpoint.dtype)
     keep = torch.nonzero(~flush).flatten()
     if keep.numel():
         s, pos = slots[keep], w[keep]

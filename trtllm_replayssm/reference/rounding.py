@@ -14,9 +14,10 @@ neighbours in the format, the upper with probability (x - lower) / (upper - lowe
 rounding error has mean zero; ``generator`` makes the draws reproducible. Without it, round to
 nearest even. Magnitudes stop at the format's largest finite value (no overflow to inf or NaN).
 
-The kernels do not implement stochastic rounding or fp8 checkpoints yet (issue 25): this is the
-reference the drift study (``benchmarks/precision.py --simulate``) uses to measure the formats
-before they are built. Any device; no state.
+The drift study (``benchmarks/precision.py --simulate``) measures the formats through
+``quantize``. A Mamba-2 replay cache stores ``"fp8-row"`` for real: :func:`fp8_row_encode` gives
+the codes and scales it keeps, :func:`fp8_row_decode` the values they stand for (the kernels use
+the same rule). Stochastic rounding exists here only. Any device; no state.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import torch
 
 from torch import Tensor
 
-__all__ = ["FORMATS", "FP8_MAX", "quantize", "format_names"]
+__all__ = ["FORMATS", "FP8", "FP8_MAX", "quantize", "format_names", "fp8_row_encode", "fp8_row_decode"]
 
 FORMATS = ("bf16", "fp16", "fp8-row")
+FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 # dtype, integer view of its bits, sign bit, largest finite magnitude's bit pattern
@@ -62,9 +64,34 @@ def quantize(x: Tensor, fmt: str, generator: Optional[torch.Generator] = None) -
     dtype = _DTYPES[base]
     if base != "fp8-row":
         return _round(x, dtype, stochastic, generator).to(x.dtype)
-    amax = x.abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).float().to(x.dtype)  # fp32 scale
+    scale = _fp8_row_scale(x).to(x.dtype)[..., None]
     return _round(x / scale, dtype, stochastic, generator).to(x.dtype) * scale
+
+
+def _fp8_row_scale(x: Tensor) -> Tensor:
+    """One fp32 scale per row of ``x`` (every index but the last): max |row| / 448, 1 for a zero
+    row."""
+    amax = x.abs().amax(dim=-1)
+    return torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).float()
+
+
+def fp8_row_encode(x: Tensor):
+    """``x`` (a float tensor [..., n]) as ``"fp8-row"`` storage: (codes [..., n] float8_e4m3fn,
+    scales [...] fp32), codes = x / scale rounded to nearest even, scale = max |row| / 448 (1 for
+    a zero row) rounded to fp32 first.
+
+    Raises:
+        TypeError: ``x`` is not a floating tensor.
+    """
+    if not x.is_floating_point():
+        raise TypeError(f"fp8_row_encode: x is {x.dtype}; expected a floating dtype")
+    scale = _fp8_row_scale(x)
+    return _round(x / scale.to(x.dtype)[..., None], FP8, False, None), scale
+
+
+def fp8_row_decode(codes: Tensor, scale: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The values ``"fp8-row"`` codes [..., n] with scales [...] stand for, in ``dtype``."""
+    return codes.to(dtype) * scale.to(dtype)[..., None]
 
 
 def _round(x: Tensor, dtype: torch.dtype, stochastic: bool, generator: Optional[torch.Generator]) -> Tensor:

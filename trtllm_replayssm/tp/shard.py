@@ -123,8 +123,8 @@ class Mamba2Shard:
         )
 
     def shard_cache(self, cache: Mamba2ReplayCache) -> Mamba2ReplayCache:
-        """A copy of the rank's part of a whole-layer cache: checkpoint, x and dt records by head,
-        B records by group, cursors whole."""
+        """A copy of the rank's part of a whole-layer cache: checkpoint (and an fp8 one's scales),
+        x and dt records by head, B records by group, cursors whole."""
         heads = self.head_rows()
         groups = torch.arange(self.first_group, self.first_group + self.local.ngroups)
         return Mamba2ReplayCache(
@@ -135,6 +135,7 @@ class Mamba2Shard:
             cursor=cache.cursor.clone(),
             arrivals=cache.arrivals.clone(),
             pending=cache.pending.clone(),
+            checkpoint_scale=None if cache.checkpoint_scale is None else cache.checkpoint_scale[:, heads].contiguous(),
         )
 
 

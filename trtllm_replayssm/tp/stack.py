@@ -210,7 +210,7 @@ def shard_errors(run: DecodeRun, whole: DecodeRun, model: HybridModel, tp_size: 
     for layer in model.layers:
         shard = layer_shard(layer, tp_size, rank)
         got, want = run.pool.cache(layer.index), shard.shard_cache(whole.pool.cache(layer.index))
-        for name, t in vars(got).items():
+        for name, t in got.tensors().items():
             if name in ("cursor", "arrivals", "pending"):
                 errs["cursors_equal"] &= bool(torch.equal(t, getattr(want, name).to(t.device)))
             else:
