@@ -70,7 +70,8 @@ def _mamba2_replay_step_plugin_kernel(
         C_ptr, stride_C_batch, stride_C_group,
         slot_ids_ptr,
         head_dim, d_state, heads_per_group,
+        0,  # no stochastic rounding
         L, BLOCK_L, BLOCK_HEAD_DIM, SPAN_HEAD_DIM, BLOCK_D_STATE, NUM_STAGES, FOLD_TILES, FOLD_ROWS, FOLD_D_STATE,
         FOLD_CHUNKS,
-        HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, False,
+        HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, False, False,
     )

@@ -219,3 +219,46 @@ def test_mamba2_replay_step_kernel_fp8_checkpoint_codes_and_scales_equal_the_ref
         assert rel_err(c.checkpoint_scale, ref.checkpoint_scale) < 1e-6
     assert torch.equal(c.checkpoint_scale[[1, 4]], admitted[[1, 4]])  # unused slots
     assert (c.checkpoint_scale[[0, 2, 3]] != admitted[[0, 2, 3]]).all()  # rewritten at each row's flushes
+
+
+@pytest.mark.parametrize("state", ["bf16", "f16", "fp8"])
+def test_mamba2_replay_step_kernel_stochastic_rounding_is_reproducible_and_within_a_spacing(state):
+    """A flush with ``rounding_seed``: the same seed stores the same bits (so a captured graph
+    replays them), another seed other bits; every stored value is one of the two neighbours of
+    the fold (within one spacing of the format of the round-to-nearest result), a fair share of
+    them the other one; outside the flush rows nothing differs."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    p = make_params(G, DEVICE)
+    L = 4
+    c = Mamba2ReplayCache.allocate(
+        4, G.nheads, G.head_dim, G.d_state, G.ngroups, L, state_dtype=DTYPES[state], act_dtype=torch.float32,
+        device=DEVICE,
+    )  # fmt: skip
+    c.admit(torch.arange(4, device=DEVICE), torch.randn(4, G.nheads, G.head_dim, G.d_state, device=DEVICE))
+    c.x_records.normal_(), c.B_records.normal_(), c.dt_records.uniform_(0.01, 0.5)
+    c.cursor.copy_(torch.tensor([L - 1, 1, L - 1, 0], dtype=torch.int32))
+    inp = make_step(G, 3, torch.float32, DEVICE)
+    slots = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+    runs = {}
+    for name, seed in (("nearest", None), ("a", 5), ("a again", 5), ("b", 6)):
+        d = c.clone()
+        launch_mamba2_replay_step(
+            d.checkpoint, d.x_records, d.dt_records, d.B_records, d.cursor, d.arrivals, inp["x"], inp["dt"], p.A,
+            inp["B"], inp["C"], slot_ids=slots, D=p.D, dt_bias=p.dt_bias, out=torch.empty_like(inp["x"]),
+            checkpoint_scale=d.checkpoint_scale, rounding_seed=seed, kernel="triton",
+        )  # fmt: skip
+        runs[name] = d
+    bits = {k: torch.cat([t.view(torch.uint8).flatten() for t in d.tensors().values()]) for k, d in runs.items()}
+    assert torch.equal(bits["a"], bits["a again"]) and not torch.equal(bits["a"], bits["b"])
+    flushed, others = torch.tensor([0, 2], device=DEVICE), torch.tensor([1, 3], device=DEVICE)
+    near, sr = runs["nearest"].checkpoint_values(flushed).double(), runs["a"].checkpoint_values(flushed).double()
+    assert torch.equal(runs["a"].checkpoint[others].view(torch.uint8), runs["nearest"].checkpoint[others].view(torch.uint8))
+    mant = {"bf16": 7, "f16": 10, "fp8": 3}[state]
+    if state == "fp8":  # spacing on the row's scaled grid
+        scale = runs["nearest"].checkpoint_scale[flushed].double()[..., None]
+        spacing = 2.0 ** (torch.floor(torch.log2((near / scale).abs().clamp(min=2.0**-6))) - mant) * scale
+    else:
+        spacing = 2.0 ** (torch.floor(torch.log2(near.abs().clamp(min=2.0**-14))) - mant)
+    assert ((sr - near).abs() <= 1.0001 * spacing).all()
+    assert 0.1 < float((sr != near).double().mean()) < 0.9

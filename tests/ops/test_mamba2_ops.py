@@ -456,3 +456,49 @@ def test_gated_delta_caches_refuse_an_fp8_checkpoint():
 
     with pytest.raises(TypeError, match=r"^GDNReplayCache: checkpoint is torch.float8_e4m3fn; expected one of"):
         GDNReplayCache.allocate(2, 1, 1, 16, 16, 4, state_dtype=FP8)
+
+
+# --------------------------------------------------------------------------- stochastic rounding
+
+
+@pytest.mark.parametrize("state", ["bf16", "f16", "fp8"])
+def test_mamba2_replay_step_rounding_seed_is_reproducible_and_changes_only_flushes(state):
+    """On the reference (the op's CPU path): the same seed, the same bits; another seed, other
+    checkpoint bits at the flush rows only; outputs and records as without a seed."""
+    base, kw = _cache(state), _step_kwargs()
+    runs = {}
+    for name, seed in (("nearest", None), ("a", 3), ("a again", 3), ("b", 4)):
+        cache = base.clone()
+        runs[name] = (cache, mamba2_replay_step(cache, **{**kw, "out": kw["out"].clone()}, rounding_seed=seed))
+    assert all(torch.equal(y, runs["nearest"][1]) for _, y in runs.values())
+    bits = {k: c.checkpoint.view(torch.uint8) for k, (c, _) in runs.items()}
+    assert torch.equal(bits["a"], bits["a again"]) and not torch.equal(bits["a"], bits["b"])
+    flush = SLOTS[0]  # cursor L - 1
+    others = [s for s in range(NUM_SLOTS) if s != flush]
+    assert torch.equal(bits["a"][others], bits["nearest"][others])
+    assert not torch.equal(bits["a"][flush], bits["nearest"][flush])
+
+
+@pytest.mark.parametrize(
+    "state, seed, exc, match",
+    [
+        ("bf16", -1, ValueError, r"rounding_seed is -1; expected None or an int in \[0, 2\^31\)"),
+        ("bf16", 2**31, ValueError, "rounding_seed is 2147483648"),
+        ("bf16", True, ValueError, "rounding_seed is True"),
+        ("f32", 1, ValueError, "rounding_seed given with a torch.float32 checkpoint; stochastic rounding takes a bf16"),
+    ],
+)
+def test_mamba2_replay_step_bad_rounding_seed_raises_before_writing(state, seed, exc, match):
+    cache = _cache(state)
+    before = _snapshot(_tensors(cache))
+    with pytest.raises(exc, match=rf"^mamba2_replay_step: {match}"):
+        mamba2_replay_step(cache, **_step_kwargs(), rounding_seed=seed)
+    _assert_unchanged(_tensors(cache), before)
+
+
+def test_the_cuda_step_refuses_a_rounding_seed():
+    from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+
+    cache, kw = _cache("bf16"), _step_kwargs()
+    with pytest.raises(ValueError, match="rounding_seed given; the CUDA step rounds to nearest only"):
+        launch_mamba2_replay_step(*_tensors(cache), **{**kw, "slot_ids": kw["slot_ids"]}, rounding_seed=1, kernel="cuda")

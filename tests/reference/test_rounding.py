@@ -4,7 +4,14 @@ bf16 / fp16, fp8-e4m3 with a scale per row)."""
 import pytest
 import torch
 
-from trtllm_replayssm.reference.rounding import FP8_MAX, format_names, fp8_row_decode, fp8_row_encode, quantize
+from trtllm_replayssm.reference.rounding import (
+    FP8_MAX,
+    format_names,
+    fp8_row_decode,
+    fp8_row_encode,
+    quantize,
+    stochastic_round,
+)
 
 
 def _x(n=20000, seed=0):
@@ -77,3 +84,18 @@ def test_fp8_row_encode_gives_the_codes_and_scales_quantize_stands_for():
     assert fp8_row_decode(codes, scale).dtype == torch.float32
     with pytest.raises(TypeError, match="fp8_row_encode: x is torch.int32"):
         fp8_row_encode(torch.zeros(2, 3, dtype=torch.int32))
+
+
+def test_the_cache_formats_stochastic_draws_are_quantizes():
+    """stochastic_round and fp8_row_encode's generator round as quantize's "-sr" formats do."""
+    x = _x()
+    for fmt, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        got = stochastic_round(x, dtype, torch.Generator().manual_seed(2))
+        assert got.dtype == dtype
+        assert torch.equal(got.double(), quantize(x, fmt + "-sr", torch.Generator().manual_seed(2)))
+    codes, scale = fp8_row_encode(x, torch.Generator().manual_seed(2))
+    assert torch.equal(
+        fp8_row_decode(codes, scale, torch.float64), quantize(x, "fp8-row-sr", torch.Generator().manual_seed(2))
+    )
+    with pytest.raises(TypeError, match="stochastic_round: dtype is torch.float32"):
+        stochastic_round(x, torch.float32, torch.Generator())

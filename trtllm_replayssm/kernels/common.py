@@ -93,21 +93,49 @@ def split_dot(a, b, acc, SPLIT_B: tl.constexpr):
 
 
 @triton.jit
-def fp8_row_codes(v):
+def grid_round(q, MANT_BITS: tl.constexpr, MIN_EXP: tl.constexpr, u, STOCHASTIC: tl.constexpr):
+    """``q`` (fp32, within the format's range) on the grid of a float format of MANT_BITS explicit
+    mantissa bits and smallest normal exponent MIN_EXP (its subnormals share that binade's
+    spacing; MIN_EXP - MANT_BITS > -127), still fp32, so that the conversion that follows is
+    exact: nearest even, or with STOCHASTIC the upper neighbour with probability (q - lower) /
+    spacing, ``u`` uniform in [0, 1) of q's shape (ignored otherwise)."""
+    e = tl.maximum(((q.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, MIN_EXP)  # binade
+    step = ((e - MANT_BITS + 127) << 23).to(tl.float32, bitcast=True)
+    q = q / step  # exact: a power of two
+    if STOCHASTIC:
+        lower = tl.floor(q)
+        q = lower + tl.where(u < q - lower, 1.0, 0.0)
+    else:
+        q = (q + 12582912.0) - 12582912.0  # round to nearest even (|q| < 2^22)
+    return q * step
+
+
+@triton.jit
+def fp8_row_codes(v, u, STOCHASTIC: tl.constexpr):
     """Rows of ``v`` (fp32 [rows, n]) as an fp8 checkpoint stores them: (their values divided by
-    the row scale max |row| / 448 (1 for a zero row) and rounded to nearest even on the
-    float8-e4m3 grid, still fp32, so that the conversion to fp8 that follows is exact; the scales
-    [rows]). The rule of ``reference.rounding.fp8_row_encode``. The rounding is done here, not by
-    the conversion: the Triton interpreter's fp32 -> fp8 drops the carry into the exponent (127.9
-    -> 64; Triton 3.8), so the CPU tests could not check it."""
+    the row scale max |row| / 448 (1 for a zero row) and rounded on the float8-e4m3 grid
+    (:func:`grid_round`, ``u`` and STOCHASTIC as there), still fp32; the scales [rows]). The rule
+    of ``reference.rounding.fp8_row_encode``. The rounding is done here, not by the conversion:
+    the Triton interpreter's fp32 -> fp8 drops the carry into the exponent (127.9 -> 64; Triton
+    3.8), so the CPU tests could not check it."""
     amax = tl.max(tl.abs(v), axis=1)
     scale = tl.where(amax > 0, amax / 448.0, 1.0)
     q = tl.clamp(v / scale[:, None], -448.0, 448.0)
-    e = tl.maximum(((q.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)  # binade; subnormals share -6's
-    step = ((e + 124) << 23).to(tl.float32, bitcast=True)  # 2^(e - 3): 3 mantissa bits
-    q = q / step  # exact: a power of two
-    q = (q + 12582912.0) - 12582912.0  # round to nearest even (|q| <= 16 < 2^22)
-    return q * step, scale
+    return grid_round(q, 3, -6, u, STOCHASTIC), scale
+
+
+@triton.jit
+def stochastic_16bit(v, r, IS_BF16: tl.constexpr):
+    """``v`` (fp32) rounded stochastically to bf16 (IS_BF16) or fp16, still fp32 (the conversion
+    that follows is exact): the upper neighbour in magnitude with probability (|v| - lower) /
+    spacing. ``r``: uniform random uint32 of v's shape. bf16 adds its low 16 bits to v's bit
+    pattern and truncates (fp32's exponent range: subnormals included); fp16 clamps to 65504
+    and rounds on its grid (:func:`grid_round`)."""
+    if IS_BF16:
+        bits = v.to(tl.int32, bitcast=True) + (r & 0xFFFF).to(tl.int32)
+        return (bits & -65536).to(tl.float32, bitcast=True)
+    u = (r >> 8).to(tl.float32) * (1.0 / 16777216.0)
+    return grid_round(tl.clamp(v, -65504.0, 65504.0), 10, -14, u, True)
 
 
 @triton.jit

@@ -37,7 +37,8 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import (KERNELS, LaunchConfig, advance_cursor, fp8_row_codes, mamba2_launch_config, mamba2_step_args,
-                     mamba2_step_constexprs, process_dt, resolve_kernel, skip_gate_store, split_dot)
+                     mamba2_step_constexprs, process_dt, resolve_kernel, skip_gate_store, split_dot,
+                     stochastic_16bit)
 from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
 __all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "KERNELS"]
@@ -103,12 +104,13 @@ def _mamba2_replay_step_kernel(
     C_ptr, stride_C_batch, stride_C_group,
     slot_ids_ptr,
     head_dim, d_state, heads_per_group,
+    sr_seed,  # with SR: the seed of the flush's stochastic rounding
     L: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
     NUM_STAGES: tl.constexpr, FOLD_TILES: tl.constexpr, FOLD_ROWS: tl.constexpr, FOLD_D_STATE: tl.constexpr,
     FOLD_CHUNKS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_SCALE: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_SCALE: tl.constexpr, SR: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -208,9 +210,15 @@ def _mamba2_replay_step_kernel(
                             mask=m_f_l[:, None] & m_d[None, :], other=0.0).to(tl.float32)
             b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_Bd[None, :]
             b_s = split_dot(b_xw, b_Brd, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
+            b_r = tl.zeros([FOLD_ROWS, FOLD_D_STATE], dtype=tl.uint32)  # the stochastic rounding's bits (SR)
+            if SR:  # per element, from the seed, the slot, the head and the flushing token's dt
+                seed = sr_seed + slot * 1000003 + i_h * 7919 + dt.to(tl.int32, bitcast=True)
+                b_r = tl.randint(seed, o_f[:, None] * d_state + o_d[None, :])
             if HAS_SCALE:  # fp8: the tile holds whole rows (FOLD_CHUNKS == 1)
-                b_s, b_sc = fp8_row_codes(b_s)
+                b_s, b_sc = fp8_row_codes(b_s, (b_r >> 8).to(tl.float32) * (1.0 / 16777216.0), SR)
                 tl.store(p_sc + o_f, b_sc, mask=m_f)
+            elif SR:
+                b_s = stochastic_16bit(b_s, b_r, ckpt_ptr.dtype.element_ty == tl.bfloat16)
             tl.store(p_cf, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_fd)
     elif i_s == 0:
         tl.store(p_dtr + w, dt)
@@ -237,16 +245,22 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
                               D: Optional[Tensor] = None, z: Optional[Tensor] = None,
                               dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
                               out: Tensor, config=None, kernel: str = "auto",
-                              checkpoint_scale: Optional[Tensor] = None) -> Tensor:
+                              checkpoint_scale: Optional[Tensor] = None,
+                              rounding_seed: Optional[int] = None) -> Tensor:
     """Launch the replay step on the cache tensors; arguments already checked by the op
-    (``checkpoint_scale``: an fp8 checkpoint's row scales; the Triton kernel).
+    (``checkpoint_scale``: an fp8 checkpoint's row scales; ``rounding_seed``: round a flush's
+    16-bit or fp8 checkpoint stochastically, the draws a function of the seed, the slot, the head,
+    the flushing token's dt and the element; both take the Triton kernel).
 
     ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses), ``"triton"`` or ``"cuda"``
     (ValueError where the CUDA step does not apply). ``config``: a :class:`LaunchConfig` for the
     Triton kernel or a :class:`~.mamba2_replay_cuda.CudaStepConfig` for the CUDA one (None: the
     launch tables)."""
     kernel = resolve_kernel("launch_mamba2_replay_step", kernel, config, CudaStepConfig,
-                            lambda: replay_step_kernel(checkpoint, x_records, B_records, x))
+                            lambda: "triton" if rounding_seed is not None else
+                            replay_step_kernel(checkpoint, x_records, B_records, x))
+    if kernel == "cuda" and rounding_seed is not None:
+        raise ValueError("launch_mamba2_replay_step: rounding_seed given; the CUDA step rounds to nearest only")
     if kernel == "cuda":
         return launch_mamba2_replay_step_cuda(
             checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids=slot_ids,
@@ -268,11 +282,13 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
         B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
         cursor, arrivals,
         *mamba2_step_args(x, dt, A, B, C, slot_ids, D, z, dt_bias, out),
+        rounding_seed or 0,
         L=L, BLOCK_L=max(16, triton.next_power_of_2(L)),  # the fold's tile product: K >= 16
         BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
         **fold_constexprs(d_state, checkpoint.dtype),
         **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
         HAS_SCALE=checkpoint_scale is not None,
+        SR=rounding_seed is not None,
     )
     return out

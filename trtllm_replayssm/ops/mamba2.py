@@ -93,8 +93,10 @@ def _mamba2_replay_step_op(
     dt_softplus: bool,
     out: Tensor,
     checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> None:
-    """Schema of ``replayssm::mamba2_replay_step`` (``checkpoint_scale``: an fp8 checkpoint's)."""
+    """Schema of ``replayssm::mamba2_replay_step`` (``checkpoint_scale``: an fp8 checkpoint's;
+    ``rounding_seed``: a flush's stochastic rounding)."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -262,6 +264,7 @@ def mamba2_replay_step(
     dt_bias: Optional[Tensor] = None,
     dt_softplus: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     """One Mamba-2 ReplaySSM decode step from checkpoint + records.
 
@@ -280,6 +283,11 @@ def mamba2_replay_step(
         slot_ids (Tensor): [batch] int32 physical slots; < 0 marks a padding row: nothing is
             read or written for it, its ``out`` row is left as it was. Live ids are distinct.
         D, z, dt_bias, dt_softplus, out: as in :func:`mamba2_decode_step`.
+        rounding_seed (int, optional): in [0, 2^31): a flush rounds a bf16, fp16 or fp8 checkpoint
+            stochastically (each value to one of its two neighbours, the upper with probability
+            its distance from the lower over the spacing: unbiased), the draws a function of the
+            seed, the slot, the head, the flushing token's dt and the element, so a captured graph
+            replays them. Runs the Triton kernel. None: round to nearest even.
     Returns:
         Tensor: y [batch, nheads, head_dim], dtype of x (``out`` when given), equal to the
         conventional recurrence's output up to fp32 rounding.
@@ -296,6 +304,14 @@ def mamba2_replay_step(
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
     inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache))
+    if rounding_seed is not None:
+        if not isinstance(rounding_seed, int) or isinstance(rounding_seed, bool) or not 0 <= rounding_seed < 2**31:
+            raise ValueError(f"{op}: rounding_seed is {rounding_seed!r}; expected None or an int in [0, 2^31)")
+        if cache.state_dtype.itemsize >= 4:
+            raise ValueError(
+                f"{op}: rounding_seed given with a {cache.state_dtype} checkpoint; stochastic rounding takes a bf16, "
+                "fp16 or fp8 one"
+            )
     run = inputs.for_launch()
-    torch.ops.replayssm.mamba2_replay_step(*cache_fields(cache), *run, cache.checkpoint_scale)
+    torch.ops.replayssm.mamba2_replay_step(*cache_fields(cache), *run, cache.checkpoint_scale, rounding_seed)
     return run.out

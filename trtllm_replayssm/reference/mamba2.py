@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from .rounding import fp8_row_decode, fp8_row_encode
+from .rounding import fp8_row_decode, fp8_row_encode, stochastic_round
 
 __all__ = [
     "compute_dtype",
@@ -253,8 +253,11 @@ def mamba2_replay_step_ref(
     dt_softplus: bool = True,
     out: Tensor,
     checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
-    """One ReplaySSM decode step; mutates the cache tensors exactly as the Triton kernel does.
+    """One ReplaySSM decode step; mutates the cache tensors exactly as the Triton kernel does
+    (with ``rounding_seed``, a flush's stochastic rounding as the kernel's, with other draws:
+    a generator seeded from the seed and the flushing rows' dt).
 
     Args:
         checkpoint: [slot, nheads, head_dim, d_state]; written only for flush rows. fp8-e4m3:
@@ -297,11 +300,17 @@ def mamba2_replay_step_ref(
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
         S = mamba2_replay_fold(S0[f], x_rec[f], B_rec[f], ckpt_decay[f], weights[f], xr[f], dt_cur[f], Bh[f])
-        if checkpoint_scale is None:
-            checkpoint[slots[f]] = S.to(checkpoint.dtype)
-        else:
-            codes, checkpoint_scale[slots[f]] = fp8_row_encode(S)
+        draws = None
+        if rounding_seed is not None:
+            dt_bits = tuple(dt_cur[f].float().flatten().view(torch.int32).tolist())
+            draws = torch.Generator(S.device).manual_seed(hash((rounding_seed,) + dt_bits) & (2**63 - 1))
+        if checkpoint_scale is not None:
+            codes, checkpoint_scale[slots[f]] = fp8_row_encode(S, draws)
             checkpoint[slots[f]] = codes.to(checkpoint.dtype)
+        elif draws is not None:
+            checkpoint[slots[f]] = stochastic_round(S, checkpoint.dtype, draws)
+        else:
+            checkpoint[slots[f]] = S.to(checkpoint.dtype)
     keep = torch.nonzero(~flush).flatten()
     if keep.numel():
         s, pos = slots[keep], w[keep]

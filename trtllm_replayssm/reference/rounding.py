@@ -17,7 +17,9 @@ nearest even. Magnitudes stop at the format's largest finite value (no overflow 
 The drift study (``benchmarks/precision.py --simulate``) measures the formats through
 ``quantize``. A Mamba-2 replay cache stores ``"fp8-row"`` for real: :func:`fp8_row_encode` gives
 the codes and scales it keeps, :func:`fp8_row_decode` the values they stand for (the kernels use
-the same rule). Stochastic rounding exists here only. Any device; no state.
+the same rule). The Mamba-2 replay step rounds a flush stochastically when given a seed: the
+reference with :func:`stochastic_round` and ``fp8_row_encode``'s ``generator``, the kernel with
+its own draws (the same distribution, not the same numbers). Any device; no state.
 """
 
 from __future__ import annotations
@@ -28,7 +30,16 @@ import torch
 
 from torch import Tensor
 
-__all__ = ["FORMATS", "FP8", "FP8_MAX", "quantize", "format_names", "fp8_row_encode", "fp8_row_decode"]
+__all__ = [
+    "FORMATS",
+    "FP8",
+    "FP8_MAX",
+    "quantize",
+    "format_names",
+    "fp8_row_encode",
+    "fp8_row_decode",
+    "stochastic_round",
+]
 
 FORMATS = ("bf16", "fp16", "fp8-row")
 FP8 = torch.float8_e4m3fn
@@ -75,10 +86,10 @@ def _fp8_row_scale(x: Tensor) -> Tensor:
     return torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).float()
 
 
-def fp8_row_encode(x: Tensor):
+def fp8_row_encode(x: Tensor, generator: Optional[torch.Generator] = None):
     """``x`` (a float tensor [..., n]) as ``"fp8-row"`` storage: (codes [..., n] float8_e4m3fn,
-    scales [...] fp32), codes = x / scale rounded to nearest even, scale = max |row| / 448 (1 for
-    a zero row) rounded to fp32 first.
+    scales [...] fp32), codes = x / scale rounded to nearest even (with ``generator``:
+    stochastically, its draws), scale = max |row| / 448 (1 for a zero row) rounded to fp32 first.
 
     Raises:
         TypeError: ``x`` is not a floating tensor.
@@ -86,7 +97,15 @@ def fp8_row_encode(x: Tensor):
     if not x.is_floating_point():
         raise TypeError(f"fp8_row_encode: x is {x.dtype}; expected a floating dtype")
     scale = _fp8_row_scale(x)
-    return _round(x / scale.to(x.dtype)[..., None], FP8, False, None), scale
+    return _round(x / scale.to(x.dtype)[..., None], FP8, generator is not None, generator), scale
+
+
+def stochastic_round(x: Tensor, dtype: torch.dtype, generator: torch.Generator) -> Tensor:
+    """``x`` (a float tensor) in ``dtype`` (bf16 or fp16), rounded stochastically with
+    ``generator``'s draws (magnitudes stop at the dtype's largest finite value)."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"stochastic_round: dtype is {dtype}; expected torch.bfloat16 or torch.float16")
+    return _round(x, dtype, True, generator)
 
 
 def fp8_row_decode(codes: Tensor, scale: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
