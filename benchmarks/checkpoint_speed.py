@@ -5,9 +5,12 @@ Per (family, batch): one case per checkpoint dtype (the package's decode cases: 
 pool rotated across steps, replay cursors spread over [0, L) and advancing), the conventional
 and the replay step of each captured in CUDA graphs and timed in interleaved rounds
 (benchmarks/peers_mamba2.py's ``time_interleaved``), so every ratio of a row is same-run.
-bf16 activations; GDN/KDA bf16 records.
+bf16 activations; GDN/KDA bf16 records. Mamba-2 also takes ``fp8`` (replay only: there is no
+conventional fp8 step) and ``bf16-sr``, ``f16-sr``, ``fp8-sr`` (the replay step rounding its
+flushes stochastically; "same conv" is the conventional step of the dtype without ``-sr``).
 
     python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --batch 1 16 64 256 512
+    python benchmarks/checkpoint_speed.py --family mamba2 --state f32 bf16 fp8 bf16-sr fp8-sr --batch 256 512
 """
 
 from __future__ import annotations
@@ -29,11 +32,26 @@ from trtllm_replayssm.bench import GatedDeltaDecodeCase, Mamba2DecodeCase  # noq
 
 # The preset geometries at TP = 1: Nemotron-3-Super (Mamba-2), Qwen3.5-122B-A10B (GDN), Kimi Linear (KDA).
 CASES = {
-    "mamba2": lambda batch, L, state: Mamba2DecodeCase((128, 64, 128, 8), batch, L, state, "bf16"),
+    "mamba2": lambda batch, L, state: Mamba2DecodeCase(
+        (128, 64, 128, 8), batch, L, dtype_of(state), "bf16", rounding_seed=1 if state.endswith("-sr") else None
+    ),
     "gdn": lambda batch, L, state: GatedDeltaDecodeCase("gdn", (16, 64, 128, 128), batch, L, state, "bf16"),
     "kda": lambda batch, L, state: GatedDeltaDecodeCase("kda", (32, 32, 128, 128), batch, L, state, "bf16"),
 }
 ROUTES = {"conventional": "decode_step", "replay": "replay_step"}
+STATES = ("f32", "bf16", "f16")  # every family's
+MAMBA2_STATES = STATES + ("fp8", "bf16-sr", "f16-sr", "fp8-sr")  # the Mamba-2 replay step's besides
+
+
+def dtype_of(state: str) -> str:
+    """The checkpoint dtype of a state name (``"bf16-sr"`` -> ``"bf16"``)."""
+    return state[: -len("-sr")] if state.endswith("-sr") else state
+
+
+def has_conventional(state: str) -> bool:
+    """Whether a state name times its own conventional step (not fp8, none exists; not the
+    ``-sr`` ones, whose conventional step is their dtype's)."""
+    return state in STATES
 
 
 def group_routes(cases: dict) -> dict:
@@ -42,16 +60,18 @@ def group_routes(cases: dict) -> dict:
         f"{name} {state}": Route([partial(case.step, step, s) for s in case.slot_sets])
         for state, case in cases.items()
         for name, step in ROUTES.items()
+        if name == "replay" or has_conventional(state)
     }
 
 
 def ratio_rows(times: dict, key: dict) -> list:
     """One row per timed route: seconds, and the speedup over the fp32 conventional step and
-    over the conventional step of the same checkpoint dtype (both from ``times``: same run)."""
+    over the conventional step of the same checkpoint dtype (both from ``times``: same run; None
+    where not timed)."""
     rows = []
     for name, (seconds, samples) in times.items():
         route, state = name.split()
-        same = times[f"conventional {state}"][0]
+        same = times.get(f"conventional {dtype_of(state)}", (None,))[0]
         fp32 = times.get("conventional f32", (None,))[0]
         rows.append(
             dict(
@@ -61,7 +81,7 @@ def ratio_rows(times: dict, key: dict) -> list:
                 seconds=seconds,
                 samples_ms=samples,
                 vs_fp32_conventional=None if fp32 is None else fp32 / seconds,
-                vs_same_dtype_conventional=same / seconds,
+                vs_same_dtype_conventional=None if same is None else same / seconds,
             )
         )
     return rows
@@ -72,14 +92,17 @@ def main(argv=None):
     ap.add_argument("--family", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, default=16)
-    ap.add_argument("--state", nargs="+", default=["f32", "bf16", "f16"], choices=["f32", "bf16", "f16"])
+    ap.add_argument("--state", nargs="+", default=list(STATES), choices=list(MAMBA2_STATES))
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
+    extra = [s for s in args.state if s not in STATES]
+    if extra and set(args.family) - {"mamba2"}:
+        ap.error(f"--state {' '.join(extra)}: Mamba-2 only (GDN / KDA take {', '.join(STATES)})")
     if not torch.cuda.is_available():
         sys.exit("checkpoint_speed: needs a CUDA GPU")
     copy_bw = copy_bandwidth()
     print(header("checkpoint_speed", copy_bw))
-    print(f"{'family':>7} {'batch':>6} {'route':>13} {'state':>5} {'us/step':>9} {'x fp32 conv':>11} {'x same conv':>11}")
+    print(f"{'family':>7} {'batch':>6} {'route':>13} {'state':>7} {'us/step':>9} {'x fp32 conv':>11} {'x same conv':>11}")
     rows = []
     for family in args.family:
         for batch in args.batch:
@@ -89,10 +112,11 @@ def main(argv=None):
             times = time_interleaved(graphs, {n: len(routes[n].steps) for n in graphs})
             for r in ratio_rows(times, dict(family=family, batch=batch, L=args.L)):
                 rows.append(r)
-                fp32 = "-" if r["vs_fp32_conventional"] is None else f"{r['vs_fp32_conventional']:.3f}"
+                fp32, same = (
+                    "-" if r[k] is None else f"{r[k]:.3f}" for k in ("vs_fp32_conventional", "vs_same_dtype_conventional")
+                )
                 print(
-                    f"{family:>7} {batch:>6} {r['route']:>13} {r['state']:>5} {r['seconds'] * 1e6:9.2f} "
-                    f"{fp32:>11} {r['vs_same_dtype_conventional']:11.3f}"
+                    f"{family:>7} {batch:>6} {r['route']:>13} {r['state']:>7} {r['seconds'] * 1e6:9.2f} {fp32:>11} {same:>11}"
                 )
             del cases, graphs
             torch.cuda.empty_cache()

@@ -40,3 +40,18 @@ def test_ratio_rows_are_against_fp32_and_the_same_dtype_conventional_step():
 def test_without_an_fp32_case_the_fp32_ratio_is_absent():
     rows = cs.ratio_rows({"conventional bf16": (2e-4, []), "replay bf16": (1e-4, [])}, {})
     assert all(r["vs_fp32_conventional"] is None for r in rows)
+
+
+def test_fp8_and_stochastic_states_time_replay_only_against_their_dtypes_conventional_step():
+    cases = {state: SimpleNamespace(slot_sets=["s"], step=lambda route, s: None) for state in ("bf16", "fp8", "bf16-sr")}
+    assert list(cs.group_routes(cases)) == ["conventional bf16", "replay bf16", "replay fp8", "replay bf16-sr"]
+    us = {"conventional f32": 500.0, "conventional bf16": 270.0, "replay fp8": 110.0, "replay bf16-sr": 180.0}
+    by = {r["state"]: r for r in cs.ratio_rows({k: (v * 1e-6, []) for k, v in us.items()}, {}) if r["route"] == "replay"}
+    assert by["fp8"]["vs_same_dtype_conventional"] is None and by["fp8"]["vs_fp32_conventional"] == pytest.approx(500 / 110)
+    assert by["bf16-sr"]["vs_same_dtype_conventional"] == pytest.approx(270 / 180)
+    assert cs.dtype_of("fp8-sr") == "fp8" and cs.has_conventional("f16") and not cs.has_conventional("f16-sr")
+
+
+def test_fp8_and_stochastic_states_are_mamba2_only():
+    with pytest.raises(SystemExit):
+        cs.main(["--family", "gdn", "--state", "fp8"])

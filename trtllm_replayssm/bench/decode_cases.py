@@ -50,9 +50,12 @@ class DecodeCase:
 
 class Mamba2DecodeCase(DecodeCase):
     """Inputs, caches and launches for one Mamba-2 (geometry, batch, L, dtypes) point;
-    ``geom`` is (nheads, head_dim, d_state, ngroups)."""
+    ``geom`` is (nheads, head_dim, d_state, ngroups). ``rounding_seed``: the replay step's
+    flushes round stochastically (a 16-bit or fp8 checkpoint). An fp8 checkpoint has no
+    conventional step."""
 
-    def __init__(self, geom, batch, L, state, act, seed=0, device="cuda", pool_bytes=POOL_BYTES):
+    def __init__(self, geom, batch, L, state, act, seed=0, device="cuda", pool_bytes=POOL_BYTES, rounding_seed=None):
+        self.rounding_seed = rounding_seed
         self.nheads, self.head_dim, self.d_state, self.ngroups = geom
         self.rows = self.head_dim  # state rows per head, for the launch-configuration sweep
         self.batch, self.L, self.state, self.act = batch, L, torch_dtype(state), torch_dtype(act)
@@ -72,7 +75,7 @@ class Mamba2DecodeCase(DecodeCase):
         self.cache = Mamba2ReplayCache.allocate(
             self.num_slots, H, P, N, G, L, state_dtype=self.state, act_dtype=self.act, device=device
         )
-        self.cache.checkpoint.copy_(r(*self.cache.checkpoint.shape, dtype=torch.float32))
+        self.cache.admit(torch.arange(self.num_slots, device=device), r(*self.cache.checkpoint.shape, dtype=torch.float32))
         self.cache.x_records.normal_(generator=g)
         self.cache.B_records.normal_(generator=g)
         self.cache.dt_records.uniform_(0.01, 0.05, generator=g)
@@ -85,6 +88,8 @@ class Mamba2DecodeCase(DecodeCase):
     def step(self, route, slots, config=None):
         c = self.cache
         if route == "decode_step":
+            if c.checkpoint_scale is not None:
+                raise ValueError("Mamba2DecodeCase.step: decode_step with an fp8 checkpoint; the conventional step has none")
             launch_mamba2_decode_step(
                 self.conv_state, self.x, self.dt, self.A, self.B, self.C, config=config, **self._common(slots)
             )
@@ -103,6 +108,8 @@ class Mamba2DecodeCase(DecodeCase):
                 self.C,
                 config=config,
                 kernel="triton" if route == "replay_triton" else "auto",
+                checkpoint_scale=c.checkpoint_scale,
+                rounding_seed=self.rounding_seed,
                 **self._common(slots),
             )
         else:

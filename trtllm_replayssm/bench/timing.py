@@ -12,11 +12,11 @@ import torch
 
 POOL_BYTES = 512 << 20  # state bytes per case, several times the H200's 60 MB L2
 REFCHECK_TOL = 5e-2  # replay vs conventional outputs (relative max error) before timing
-DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "fp8": torch.float8_e4m3fn}
 
 
 def torch_dtype(d: Union[str, torch.dtype]) -> torch.dtype:
-    """A dtype from its short name (``"f32"``, ``"bf16"``, ``"f16"``) or as given."""
+    """A dtype from its short name (``"f32"``, ``"bf16"``, ``"f16"``, ``"fp8"``) or as given."""
     return DT[d] if isinstance(d, str) else d
 
 
