@@ -89,13 +89,14 @@ def drive_spec(
     """
     p = family.make_params(device)
     cache = family.allocate(num_slots, L, state_dtype, act_dtype, device)
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(state_dtype) * 1e3)
+    cache.checkpoint.copy_((torch.randn_like(cache.checkpoint, dtype=torch.float32) * 1e3).to(state_dtype))
     family.poison(cache)
     batch = len(policies)
     perm = torch.randperm(num_slots)[:batch]
     slots = perm.to(torch.int32).to(device)
     cache.admit(slots, torch.randn((batch,) + tuple(cache.checkpoint.shape[1:]), device=device))
-    state64 = as_f64(cache.checkpoint, cache.checkpoint.device).clone()  # oracle on the cache's device
+    values = cache.checkpoint_values  # an fp8 checkpoint's codes times their scales
+    state64 = as_f64(values(torch.arange(num_slots, device=device)), cache.checkpoint.device).clone()
     dev64 = state64.device
     untouched = torch.ones(num_slots, dtype=torch.bool)
     untouched[perm.long()] = False
@@ -117,7 +118,7 @@ def drive_spec(
         n_slot = torch.zeros(num_slots, dtype=torch.int64)
         n_slot[sl[live].long()] = n[live].long()
         flush = w0 + n_slot[idx] > L - 1
-        ckpt_before = cache.checkpoint.clone()
+        ckpt_before = cache.checkpoint.view(torch.uint8).clone()
         if corrupt is not None:
             corrupt(cache, step)
         y = verify(cache, win, p, sl.to(device), n.to(device), out)
@@ -127,13 +128,13 @@ def drive_spec(
         assert torch.equal(cur, torch.where(flush, flagged, w0)), (step, cur, w0, flush)
         assert torch.equal(cache.pending.cpu()[idx].long(), n_slot[idx])
         kept = idx[~flush].to(device)
-        assert torch.equal(cache.checkpoint[kept], ckpt_before[kept]), (
+        assert torch.equal(cache.checkpoint.view(torch.uint8)[kept], ckpt_before[kept]), (
             f"step {step}: a non-flush verify must leave the checkpoint bit-identical"
         )
         if bool(flush.any()):
             f = idx[flush]
             worst["flushes"].update(f.tolist())
-            worst["ckpt"] = max(worst["ckpt"], rel_err(cache.checkpoint[f.to(device)], state64[f.to(dev64)]))
+            worst["ckpt"] = max(worst["ckpt"], rel_err(values(f.to(device)), state64[f.to(dev64)]))
         # Between verify and commit a host reading the state gets the committed one (a flushed
         # GDN/KDA row's cursor is flagged then).
         held = replay_cache_state(cache, slots, A=getattr(p, "A", None))
@@ -158,7 +159,9 @@ def drive_spec(
         a_slot[sl[live].long()] = a[live].long()
         assert torch.equal(cache.cursor.cpu()[idx], torch.where(flush, 0, w0) + a_slot[idx])
         assert not cache.pending.cpu()[idx].any()
-    assert torch.equal(cache.checkpoint[untouched.to(device)], ckpt0), "unused slots must stay bit-identical"
+    assert torch.equal(cache.checkpoint[untouched.to(device)].view(torch.uint8), ckpt0.view(torch.uint8)), (
+        "unused slots must stay bit-identical"
+    )
     assert not cache.arrivals.any()
     return worst
 
@@ -307,6 +310,7 @@ def mamba2_verify_with_launcher(cache, win, p, slot_ids, num_tokens, out, config
         out=out,
         config=config,
         kernel=kernel,
+        checkpoint_scale=cache.checkpoint_scale,
     )
 
 

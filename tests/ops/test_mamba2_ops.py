@@ -436,19 +436,34 @@ def test_mamba2_fp8_cache_constructor_refuses_mismatched_scales(over, exc, match
         Mamba2ReplayCache(**({f: getattr(cache, f) for f in CACHE_FIELDS + ("checkpoint_scale",)} | over))
 
 
-def test_mamba2_verify_refuses_an_fp8_checkpoint_and_writes_nothing():
+def test_mamba2_verify_with_an_fp8_checkpoint_and_a_rounding_seed_on_the_reference():
+    """The verify op takes an fp8 cache (a flushing row's codes and scales rewritten) and checks
+    its rounding seed as the replay step does."""
     from trtllm_replayssm.ops import mamba2_replay_verify, spec_buffer_len
 
     cache = Mamba2ReplayCache.allocate(
-        NUM_SLOTS, G.nheads, G.head_dim, G.d_state, G.ngroups, spec_buffer_len(4, 2), state_dtype=FP8
+        NUM_SLOTS,
+        G.nheads,
+        G.head_dim,
+        G.d_state,
+        G.ngroups,
+        spec_buffer_len(4, 2),
+        state_dtype=FP8,
+        act_dtype=torch.float32,
     )
-    before = _snapshot(_tensors(cache))
-    win = make_step(G, 2 * len(SLOTS), torch.bfloat16, "cpu")
+    cache.admit(torch.arange(NUM_SLOTS), torch.randn(NUM_SLOTS, G.nheads, G.head_dim, G.d_state))
+    cache.x_records.normal_(), cache.B_records.normal_(), cache.dt_records.uniform_(0.01, 0.5)
+    cache.cursor[3] = cache.L - 2  # slot 3 flushes
+    before = cache.clone()
+    win = make_step(G, 2 * len(SLOTS), torch.float32, "cpu")
     w = {k: None if v is None else v.view(len(SLOTS), 2, *v.shape[1:]) for k, v in win.items()}
-    with pytest.raises(TypeError, match=r"^mamba2_replay_verify: cache has an torch.float8_e4m3fn checkpoint"):
-        mamba2_replay_verify(cache, w["x"], w["dt"], -torch.ones(G.nheads), w["B"], w["C"],
-                             slot_ids=torch.tensor(SLOTS, dtype=torch.int32))  # fmt: skip
-    _assert_unchanged(_tensors(cache), before)
+    call = dict(slot_ids=torch.tensor(SLOTS, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^mamba2_replay_verify: rounding_seed is -2"):
+        mamba2_replay_verify(cache, w["x"], w["dt"], -torch.ones(G.nheads), w["B"], w["C"], **call, rounding_seed=-2)
+    _assert_unchanged(_tensors(cache), _snapshot(_tensors(before)))
+    mamba2_replay_verify(cache, w["x"], w["dt"], -torch.ones(G.nheads), w["B"], w["C"], **call, rounding_seed=5)
+    assert not torch.equal(cache.checkpoint_scale[3], before.checkpoint_scale[3])
+    assert torch.equal(cache.checkpoint_scale[[0, 1, 2, 4, 5]], before.checkpoint_scale[[0, 1, 2, 4, 5]])
 
 
 def test_gated_delta_caches_refuse_an_fp8_checkpoint():

@@ -34,9 +34,9 @@ G_CFG = Geometry(2, 20, 12, 2) if INTERPRET else G_RUN
 # compared separately below.
 CONFIG = LaunchConfig(32, 1) if INTERPRET else None
 PAIRS = (
-    [("f32", "f32"), ("f32", "bf16")]
+    [("f32", "f32"), ("f32", "bf16"), ("fp8", "f32")]
     if INTERPRET
-    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")] + [("fp8", "bf16")]
 )
 ROWS = ["all", "bonus", "short", "mixed"]
 
@@ -171,3 +171,48 @@ def test_mamba2_verify_launch_config_caps_registers_of_pipelined_one_warp_progra
             assert opts == ({"num_warps": 1, "maxnreg": 128} if pipelined else {"num_warps": 1})
     assert mamba2_launch_config("replay_step", 64, 128, 64, torch.bfloat16).num_warps == 2  # what it overrides
     assert mamba2_verify_launch_config(64, 128, 256, torch.float32).label() == "8,1,8,3,r128"
+
+
+def test_mamba2_verify_kernel_fp8_flush_equals_the_reference_and_rounding_seed_replays():
+    """An fp8 checkpoint through the Triton verify: a flushing row's codes and scales equal the
+    reference's bit for bit, non-flushing rows keep theirs; with a rounding seed the same seed
+    stores the same bits and another seed other bits."""
+    from trtllm_replayssm.reference.spec import mamba2_replay_verify_ref
+
+    fam = Mamba2Family(G_RUN)
+    p = fam.make_params(DEVICE)
+    T = 2
+    L = spec_buffer_len(3, T)
+    cache = fam.allocate(4, L, torch.float8_e4m3fn, torch.float32, DEVICE)
+    cache.admit(torch.arange(4, device=DEVICE), 3 * torch.randn(4, *cache.checkpoint.shape[1:], device=DEVICE))
+    cache.x_records.normal_(), cache.B_records.normal_(), cache.dt_records.uniform_(0.01, 0.5)
+    cache.cursor.copy_(torch.tensor([L - 2, 1, L - 1, 0], dtype=torch.int32))  # slots 0 and 2 flush
+    win = make_window(fam, 3, T, torch.float32, DEVICE)
+    slots = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+    runs = {}
+    for name, seed in (("nearest", None), ("reference", None), ("a", 7), ("a again", 7), ("b", 8)):
+        c = cache.clone()
+        out = torch.zeros_like(win["x"])
+        if name == "reference":
+            mamba2_replay_verify_ref(
+                c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.pending, win["x"], win["dt"], p.A,
+                win["B"], win["C"], slot_ids=slots, D=p.D, z=win["z"], dt_bias=p.dt_bias, out=out,
+                checkpoint_scale=c.checkpoint_scale,
+            )  # fmt: skip
+        else:
+            from trtllm_replayssm.kernels.mamba2_verify import launch_mamba2_replay_verify
+
+            launch_mamba2_replay_verify(
+                c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, c.pending, win["x"],
+                win["dt"], p.A, win["B"], win["C"], slot_ids=slots, D=p.D, z=win["z"], dt_bias=p.dt_bias, out=out,
+                config=CONFIG, checkpoint_scale=c.checkpoint_scale, rounding_seed=seed,
+            )  # fmt: skip
+        runs[name] = (c, out)
+    near, ref = runs["nearest"][0], runs["reference"][0]
+    assert rel_err(runs["nearest"][1], runs["reference"][1]) < 1e-5
+    assert torch.equal(near.checkpoint.view(torch.uint8), ref.checkpoint.view(torch.uint8))
+    assert rel_err(near.checkpoint_scale, ref.checkpoint_scale) < 1e-6
+    assert torch.equal(near.checkpoint[[1, 3]].view(torch.uint8), cache.checkpoint[[1, 3]].view(torch.uint8))
+    assert not torch.equal(near.checkpoint[[0, 2]].view(torch.uint8), cache.checkpoint[[0, 2]].view(torch.uint8))
+    bits = {k: runs[k][0].checkpoint.view(torch.uint8) for k in ("a", "a again", "b")}
+    assert torch.equal(bits["a"], bits["a again"]) and not torch.equal(bits["a"], bits["b"])

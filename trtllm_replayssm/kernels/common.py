@@ -139,6 +139,24 @@ def stochastic_16bit(v, r, IS_BF16: tl.constexpr):
 
 
 @triton.jit
+def store_checkpoint_tile(p_tile, m_tile, p_scale, m_rows, b_s, seed, offsets, HAS_SCALE: tl.constexpr, SR: tl.constexpr):
+    """A flush's folded state tile ``b_s`` [rows, cols] (fp32; whole rows with HAS_SCALE) stored
+    over the checkpoint at ``p_tile`` (mask ``m_tile``): rounded to its dtype to nearest even or,
+    with SR, stochastically (the Philox words of ``seed`` at ``offsets`` [rows, cols]); an fp8
+    checkpoint's (HAS_SCALE) as codes (:func:`fp8_row_codes`), each row's new scale at
+    ``p_scale`` (mask ``m_rows``)."""
+    b_r = tl.zeros(b_s.shape, dtype=tl.uint32)
+    if SR:
+        b_r = tl.randint(seed, offsets)
+    if HAS_SCALE:
+        b_s, b_sc = fp8_row_codes(b_s, (b_r >> 8).to(tl.float32) * (1.0 / 16777216.0), SR)
+        tl.store(p_scale, b_sc, mask=m_rows)
+    elif SR:
+        b_s = stochastic_16bit(b_s, b_r, p_tile.dtype.element_ty == tl.bfloat16)
+    tl.store(p_tile, b_s.to(p_tile.dtype.element_ty), mask=m_tile)
+
+
+@triton.jit
 def window_tokens(num_tokens_ptr, i_b, T, HAS_NUM_TOKENS: tl.constexpr):
     """Tokens of row ``i_b`` in a speculative window: ``num_tokens[i_b]`` when given, else T
     (int32 scalar). Read only for live rows (after the caller's padding check)."""

@@ -36,9 +36,9 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import (KERNELS, LaunchConfig, advance_cursor, fp8_row_codes, mamba2_launch_config, mamba2_step_args,
+from .common import (KERNELS, LaunchConfig, advance_cursor, mamba2_launch_config, mamba2_step_args,
                      mamba2_step_constexprs, process_dt, resolve_kernel, skip_gate_store, split_dot,
-                     stochastic_16bit)
+                     store_checkpoint_tile)
 from .mamba2_replay_cuda import CudaStepConfig, cuda_step_unsupported, launch_mamba2_replay_step_cuda
 
 __all__ = ["launch_mamba2_replay_step", "fold_constexprs", "replay_step_kernel", "KERNELS"]
@@ -210,16 +210,10 @@ def _mamba2_replay_step_kernel(
                             mask=m_f_l[:, None] & m_d[None, :], other=0.0).to(tl.float32)
             b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_Bd[None, :]
             b_s = split_dot(b_xw, b_Brd, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
-            b_r = tl.zeros([FOLD_ROWS, FOLD_D_STATE], dtype=tl.uint32)  # the stochastic rounding's bits (SR)
-            if SR:  # per element, from the seed, the slot, the head and the flushing token's dt
-                seed = sr_seed + slot * 1000003 + i_h * 7919 + dt.to(tl.int32, bitcast=True)
-                b_r = tl.randint(seed, o_f[:, None] * d_state + o_d[None, :])
-            if HAS_SCALE:  # fp8: the tile holds whole rows (FOLD_CHUNKS == 1)
-                b_s, b_sc = fp8_row_codes(b_s, (b_r >> 8).to(tl.float32) * (1.0 / 16777216.0), SR)
-                tl.store(p_sc + o_f, b_sc, mask=m_f)
-            elif SR:
-                b_s = stochastic_16bit(b_s, b_r, ckpt_ptr.dtype.element_ty == tl.bfloat16)
-            tl.store(p_cf, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_fd)
+            # fp8: the tile holds whole rows (FOLD_CHUNKS == 1). SR: per element, from the seed,
+            # the slot, the head and the flushing token's dt.
+            store_checkpoint_tile(p_cf, m_fd, p_sc + o_f, m_f, b_s, sr_seed + slot * 1000003 + i_h * 7919
+                                  + dt.to(tl.int32, bitcast=True), o_f[:, None] * d_state + o_d[None, :], HAS_SCALE, SR)
     elif i_s == 0:
         tl.store(p_dtr + w, dt)
         if i_h % heads_per_group == 0:

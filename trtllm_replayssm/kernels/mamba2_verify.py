@@ -42,7 +42,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .common import (LaunchConfig, last_arrival, resolve_kernel, mamba2_launch_config, mamba2_optional_inputs,
-                     mamba2_step_constexprs, process_dt, verify_flushes, window_tokens)
+                     mamba2_step_constexprs, process_dt, store_checkpoint_tile, verify_flushes, window_tokens)
 from .mamba2_replay_cuda import CudaStepConfig
 from .mamba2_verify_cuda import cuda_verify_unsupported, launch_mamba2_replay_verify_cuda
 
@@ -147,8 +147,10 @@ def _store_window_dt_B(p_dtr, stride_dtr_head, p_Br, stride_Br_group, stride_Br_
 
 @triton.jit
 def _mamba2_replay_verify_kernel(
-    # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous
+    # checkpoint [slot, nheads, head_dim, d_state], d_state contiguous; with HAS_SCALE (fp8) its
+    # row scales [slot, nheads, head_dim] fp32, head_dim contiguous
     ckpt_ptr, stride_c_slot, stride_c_head, stride_c_dim,
+    scale_ptr, stride_sc_slot, stride_sc_head,
     # x_records [slot, nheads, L, head_dim], head_dim contiguous
     xr_ptr, stride_xr_slot, stride_xr_head, stride_xr_pos,
     # dt_records [slot, nheads, L] fp32, L contiguous
@@ -170,13 +172,14 @@ def _mamba2_replay_verify_kernel(
     # slot_ids, num_tokens [batch] int32
     slot_ids_ptr, num_tokens_ptr,
     T, nheads, head_dim, d_state, ngroups, heads_per_group,
+    sr_seed,  # with SR: the seed of the flush's stochastic rounding
     L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_NHEADS: tl.constexpr,
     BLOCK_NGROUPS: tl.constexpr,
     BLOCK_HEAD_DIM: tl.constexpr, SPAN_HEAD_DIM: tl.constexpr, BLOCK_D_STATE: tl.constexpr,
     D_STATE_CHUNK: tl.constexpr,
     NUM_STAGES: tl.constexpr, HAS_NUM_TOKENS: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_DIM: tl.constexpr, HAS_Z: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_SCALE: tl.constexpr, SR: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -230,6 +233,7 @@ def _mamba2_replay_verify_kernel(
     total = tl.sum(dt_h, axis=0)
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_sc = scale_ptr + slot * stride_sc_slot + i_h * stride_sc_head
     p_x = x_ptr + i_b * stride_x_batch + i_h * stride_x_head
     p_z = z_ptr + i_b * stride_z_batch + i_h * stride_z_head
     p_o = out_ptr + i_b * stride_o_batch + i_h * stride_o_head
@@ -245,6 +249,8 @@ def _mamba2_replay_verify_kernel(
             m_c = m_p[:, None, None] & m_n2[None, :, :]
             p_tile = p_c + o_p[:, None, None] * stride_c_dim + o_n2[None, :, :]
             b_s = fold_decay * tl.load(p_tile, mask=m_c, other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s *= tl.load(p_sc + o_p, mask=m_p, other=1.0)[:, None, None]
             # Records newest first, with the running sum of the dt after each record (its
             # decay). Loops over records run to the constant bound L-1 with a uniform guard:
             # a loop bounded by a loaded value does not run under the interpreter.
@@ -257,7 +263,14 @@ def _mamba2_replay_verify_kernel(
                     Bk = tl.load(p_Br + k * stride_Br_pos + o_n2, mask=m_n2, other=0.0).to(tl.float32)
                     b_s += (dt_k * tl.exp(A * after) * xk)[:, None, None] * Bk[None, :, :]
                     after += dt_k
-            tl.store(p_tile, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+            if HAS_SCALE or SR:  # as 2-D tiles of whole rows; SR's draws also from the history's dt
+                rows_2d = [BLOCK_HEAD_DIM, BLOCK_D_STATE]
+                store_checkpoint_tile(tl.reshape(p_tile, rows_2d), tl.reshape(m_c, rows_2d), p_sc + o_p, m_p,
+                                      tl.reshape(b_s, rows_2d),
+                                      sr_seed + slot * 1000003 + i_h * 7919 + total.to(tl.int32, bitcast=True),
+                                      tl.reshape(o_p[:, None, None] * d_state + o_n2[None, :, :], rows_2d), HAS_SCALE, SR)
+            else:
+                tl.store(p_tile, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :],
                            mask=m_t[:, None] & m_p[None, :], other=0.0).to(tl.float32)
             _verify_outputs(b_s, ckpt_decay, b_xw, coef_w, b_xw, coef_w, o_t, o_p, m_p, o_n2, m_n2, n,
@@ -296,6 +309,8 @@ def _mamba2_replay_verify_kernel(
             m_tp = m_t[:, None] & m_p[None, :]
             b_s0 = tl.load(p_c + o_p[:, None, None] * stride_c_dim + o_n2[None, :, :],
                            mask=m_p[:, None, None] & m_n2[None, :, :], other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s0 *= tl.load(p_sc + o_p, mask=m_p, other=1.0)[:, None, None]
             b_xh = tl.load(p_xr + o_l[:, None] * stride_xr_pos + o_p[None, :],
                            mask=m_l[:, None] & m_p[None, :], other=0.0).to(tl.float32)
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :], mask=m_tp, other=0.0).to(tl.float32)
@@ -329,15 +344,22 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
                                 C: Tensor, *, slot_ids: Tensor, num_tokens: Optional[Tensor] = None,
                                 D: Optional[Tensor] = None, z: Optional[Tensor] = None,
                                 dt_bias: Optional[Tensor] = None, dt_softplus: bool = True,
-                                out: Tensor, config=None, kernel: str = "auto") -> Tensor:
-    """Launch the verify step on the cache tensors; arguments already checked by the op.
+                                out: Tensor, config=None, kernel: str = "auto",
+                                checkpoint_scale: Optional[Tensor] = None,
+                                rounding_seed: Optional[int] = None) -> Tensor:
+    """Launch the verify step on the cache tensors; arguments already checked by the op
+    (``checkpoint_scale``, ``rounding_seed``: as for
+    :func:`~.mamba2_replay.launch_mamba2_replay_step`; both take the Triton kernel).
 
     ``kernel``: ``"auto"`` (:func:`replay_verify_kernel` chooses), ``"triton"`` or ``"cuda"``
     (ValueError where the CUDA verify does not apply). ``config``: a :class:`LaunchConfig` for the
     Triton kernel or a :class:`~.mamba2_replay_cuda.CudaStepConfig` for the CUDA one (None: the
     launch rules)."""
     kernel = resolve_kernel("launch_mamba2_replay_verify", kernel, config, CudaStepConfig,
-                            lambda: replay_verify_kernel(checkpoint, x_records, B_records, x, B, C))
+                            lambda: "triton" if rounding_seed is not None else
+                            replay_verify_kernel(checkpoint, x_records, B_records, x, B, C))
+    if kernel == "cuda" and rounding_seed is not None:
+        raise ValueError("launch_mamba2_replay_verify: rounding_seed given; the CUDA verify rounds to nearest only")
     if kernel == "cuda":
         return launch_mamba2_replay_verify_cuda(
             checkpoint, x_records, dt_records, B_records, cursor, arrivals, pending, x, dt, A, B, C,
@@ -352,8 +374,10 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
     span = cfg.block_head_dim * cfg.chunks
     grid = (triton.cdiv(head_dim, span), nheads, batch)
     zz, DD, bias = mamba2_optional_inputs(x, A, D, z, dt_bias)
+    scale = checkpoint if checkpoint_scale is None else checkpoint_scale  # no scale: a pointer never read
     _mamba2_replay_verify_kernel[grid](
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        scale, scale.stride(0), scale.stride(1),
         x_records, x_records.stride(0), x_records.stride(1), x_records.stride(2),
         dt_records, dt_records.stride(0), dt_records.stride(1),
         B_records, B_records.stride(0), B_records.stride(1), B_records.stride(2),
@@ -367,11 +391,14 @@ def launch_mamba2_replay_verify(checkpoint: Tensor, x_records: Tensor, dt_record
         C, C.stride(0), C.stride(1), C.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids,
         T, nheads, head_dim, d_state, ngroups, nheads // ngroups,
+        rounding_seed or 0,
         L=L, BLOCK_L=max(2, triton.next_power_of_2(L)), BLOCK_T=max(2, triton.next_power_of_2(T)),
         BLOCK_NHEADS=triton.next_power_of_2(nheads), BLOCK_NGROUPS=triton.next_power_of_2(ngroups),
         BLOCK_HEAD_DIM=cfg.block_head_dim, SPAN_HEAD_DIM=span, NUM_STAGES=cfg.num_stages,
         D_STATE_CHUNK=min(D_STATE_CHUNK, triton.next_power_of_2(d_state)),
         HAS_NUM_TOKENS=num_tokens is not None, **cfg.launch_options(),
         **mamba2_step_constexprs(D, z, dt_bias, dt_softplus, d_state),
+        HAS_SCALE=checkpoint_scale is not None,
+        SR=rounding_seed is not None,
     )
     return out

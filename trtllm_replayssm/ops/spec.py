@@ -69,7 +69,7 @@ from ..reference.spec import (
 )
 from .gated_delta import DeltaRuleDims, DeltaRuleInputs, check_gated_delta_inputs
 from .library import define_op
-from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs
+from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs, check_rounding_seed
 from .mamba2 import cache_fields as mamba2_cache_fields
 
 __all__ = [
@@ -154,7 +154,17 @@ class SnapshotCache:
 
 @define_op(
     "mamba2_replay_verify",
-    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "pending", "out"),
+    mutates_args=(
+        "checkpoint",
+        "x_records",
+        "dt_records",
+        "B_records",
+        "cursor",
+        "arrivals",
+        "pending",
+        "out",
+        "checkpoint_scale",
+    ),
     reference=mamba2_replay_verify_ref,
     launcher="mamba2_verify:launch_mamba2_replay_verify",
 )
@@ -178,8 +188,11 @@ def _mamba2_replay_verify_op(
     dt_bias: Optional[Tensor],
     dt_softplus: bool,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> None:
-    """Schema of ``replayssm::mamba2_replay_verify``."""
+    """Schema of ``replayssm::mamba2_replay_verify`` (``checkpoint_scale``, ``rounding_seed``:
+    as in ``replayssm::mamba2_replay_step``)."""
 
 
 @define_op(
@@ -321,6 +334,7 @@ def mamba2_replay_verify(
     dt_bias: Optional[Tensor] = None,
     dt_softplus: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     """Verify a window of T tokens per row with ReplaySSM (module docstring: the design).
 
@@ -339,7 +353,8 @@ def mamba2_replay_verify(
             or written). Live ids are distinct.
         num_tokens (Tensor, optional): [batch] int32 in [1, T]: rows with fewer tokens in the
             same launch; None: every row has T.
-        D, dt_bias, dt_softplus: as in :func:`~trtllm_replayssm.ops.mamba2_replay_step`.
+        D, dt_bias, dt_softplus, rounding_seed: as in :func:`~trtllm_replayssm.ops.mamba2_replay_step`
+            (a flushing row's fold rounded stochastically; an fp8 checkpoint's rows with new scales).
         z (Tensor, optional): like x.
         out (Tensor, optional): like x; padding rows and tokens past num_tokens keep their values.
     Returns:
@@ -357,11 +372,6 @@ def mamba2_replay_verify(
     device = cache.device
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.act_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
-    if cache.checkpoint_scale is not None:
-        raise TypeError(
-            f"{op}: cache has an {cache.state_dtype} checkpoint; the verify takes fp32, bf16 or fp16 "
-            "checkpoints (fp8 runs the replay step only, so far)"
-        )
     inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     T = check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache), max_T=MAX_T)
     _check_num_tokens(op, num_tokens, slot_ids, T)
@@ -371,8 +381,11 @@ def mamba2_replay_verify(
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
     _check_nothing_pending(op, cache, slot_ids)
+    check_rounding_seed(op, rounding_seed, cache)
     run = inputs.for_launch()
-    torch.ops.replayssm.mamba2_replay_verify(*mamba2_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:])
+    torch.ops.replayssm.mamba2_replay_verify(
+        *mamba2_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:], cache.checkpoint_scale, rounding_seed
+    )
     return run.out
 
 

@@ -45,6 +45,8 @@ __all__ = [
     "mamba2_replay_fold",
     "mamba2_records_state",
     "mamba2_replay_step_ref",
+    "load_checkpoint_rows",
+    "store_checkpoint_rows",
 ]
 
 
@@ -234,6 +236,34 @@ def mamba2_records_state(
     return mamba2_replay_fold(checkpoint.to(cd), x_rec, B_rec, ckpt_decay, weights, no_x, no_dt, no_B)
 
 
+def load_checkpoint_rows(checkpoint: Tensor, checkpoint_scale: Optional[Tensor], slots: Tensor, cd) -> Tensor:
+    """The checkpoints of ``slots`` as values in ``cd``: the rows, or an fp8 checkpoint's codes
+    times its row scales."""
+    if checkpoint_scale is None:
+        return checkpoint[slots].to(cd)
+    return fp8_row_decode(checkpoint[slots], checkpoint_scale[slots], cd)
+
+
+def store_checkpoint_rows(
+    checkpoint: Tensor, checkpoint_scale: Optional[Tensor], slots: Tensor, S: Tensor, rounding_seed, dt: Tensor
+) -> None:
+    """A flush's folded states ``S`` stored as the checkpoints of ``slots``: rounded to the
+    checkpoint dtype to nearest even or, with ``rounding_seed``, stochastically with a generator
+    seeded from the seed and ``dt`` (the flushing rows' dt: other draws each flush); an fp8
+    checkpoint as codes and new row scales."""
+    draws = None
+    if rounding_seed is not None:
+        dt_bits = tuple(dt.float().flatten().view(torch.int32).tolist())
+        draws = torch.Generator(S.device).manual_seed(hash((rounding_seed,) + dt_bits) & (2**63 - 1))
+    if checkpoint_scale is not None:
+        codes, checkpoint_scale[slots] = fp8_row_encode(S, draws)
+        checkpoint[slots] = codes.to(checkpoint.dtype)
+    elif draws is not None:
+        checkpoint[slots] = stochastic_round(S, checkpoint.dtype, draws)
+    else:
+        checkpoint[slots] = S.to(checkpoint.dtype)
+
+
 def mamba2_replay_step_ref(
     checkpoint: Tensor,
     x_records: Tensor,
@@ -288,10 +318,7 @@ def mamba2_replay_step_ref(
     B_rec = expand_heads(mask_records(B_records[slots], valid, cd), nheads)
     Bh = expand_heads(B[rows].to(cd), nheads)
     Ch = expand_heads(C[rows].to(cd), nheads)
-    if checkpoint_scale is None:
-        S0 = checkpoint[slots].to(cd)
-    else:
-        S0 = fp8_row_decode(checkpoint[slots], checkpoint_scale[slots], cd)
+    S0 = load_checkpoint_rows(checkpoint, checkpoint_scale, slots, cd)
     y = mamba2_replay_output(S0, x_rec, B_rec, ckpt_decay, weights, xr, dt_cur, Bh, Ch)
     y = _skip_and_gate(y, xr, D, None if z is None else z[rows])
     out[rows] = y.to(out.dtype)
@@ -300,17 +327,7 @@ def mamba2_replay_step_ref(
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
         S = mamba2_replay_fold(S0[f], x_rec[f], B_rec[f], ckpt_decay[f], weights[f], xr[f], dt_cur[f], Bh[f])
-        draws = None
-        if rounding_seed is not None:
-            dt_bits = tuple(dt_cur[f].float().flatten().view(torch.int32).tolist())
-            draws = torch.Generator(S.device).manual_seed(hash((rounding_seed,) + dt_bits) & (2**63 - 1))
-        if checkpoint_scale is not None:
-            codes, checkpoint_scale[slots[f]] = fp8_row_encode(S, draws)
-            checkpoint[slots[f]] = codes.to(checkpoint.dtype)
-        elif draws is not None:
-            checkpoint[slots[f]] = stochastic_round(S, checkpoint.dtype, draws)
-        else:
-            checkpoint[slots[f]] = S.to(checkpoint.dtype)
+        store_checkpoint_rows(checkpoint, checkpoint_scale, slots[f], S, rounding_seed, dt_cur[f])
     keep = torch.nonzero(~flush).flatten()
     if keep.numel():
         s, pos = slots[keep], w[keep]

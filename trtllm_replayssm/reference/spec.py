@@ -44,11 +44,13 @@ from .mamba2 import (
     expand_heads,
     held_records,
     live_rows,
+    load_checkpoint_rows,
     mask_records,
     mamba2_process_dt,
     mamba2_replay_fold,
     mamba2_replay_output,
     mamba2_replay_weights,
+    store_checkpoint_rows,
 )
 
 __all__ = [
@@ -118,8 +120,12 @@ def mamba2_replay_verify_ref(
     dt_bias: Optional[Tensor] = None,
     dt_softplus: bool = True,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
-    """One Mamba-2 verify step of T tokens per row; mutates the cache as the Triton kernel does.
+    """One Mamba-2 verify step of T tokens per row; mutates the cache as the Triton kernel does
+    (``checkpoint_scale``, ``rounding_seed``: an fp8 checkpoint's row scales and a flush's
+    stochastic rounding, as in :func:`.mamba2.mamba2_replay_step_ref`).
 
     Args:
         checkpoint, x_records, dt_records, B_records, cursor: the cache tensors of
@@ -156,7 +162,7 @@ def mamba2_replay_verify_ref(
     C_win = expand_heads(C[rows].to(cd).transpose(1, 2), nheads)
 
     # Flush rows fold their history first: the base state of their window is the new checkpoint.
-    base = checkpoint[slots].to(cd)
+    base = load_checkpoint_rows(checkpoint, checkpoint_scale, slots, cd)
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
         zero = torch.zeros(f.numel(), nheads, dtype=cd, device=base.device)
@@ -171,7 +177,7 @@ def mamba2_replay_verify_ref(
             zero,
             torch.zeros_like(B_win[f, :, 0]),
         )
-        checkpoint[slots[f]] = S1.to(checkpoint.dtype)
+        store_checkpoint_rows(checkpoint, checkpoint_scale, slots[f], S1, rounding_seed, dt_hist[f])
         base[f] = S1
 
     # Token s sees the visible history (none after a flush) and the window tokens before it.
