@@ -68,9 +68,13 @@ def _mamba2_decode_step_op(
     """Schema of ``replayssm::mamba2_decode_step``."""
 
 
+# The cache tensors the replay custom ops take first, in order (all of them written).
+CACHE_FIELDS = ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals")
+
+
 @define_op(
     "mamba2_replay_step",
-    mutates_args=("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals", "out", "checkpoint_scale"),
+    mutates_args=CACHE_FIELDS + ("out", "checkpoint_scale"),
     reference=mamba2_replay_step_ref,
     launcher="mamba2_replay:launch_mamba2_replay_step",
 )
@@ -213,8 +217,8 @@ def check_rounding_seed(op: str, rounding_seed: Optional[int], cache: Mamba2Repl
 
 
 def cache_fields(cache: Mamba2ReplayCache) -> tuple:
-    """The cache tensors the replay custom ops take first, in order."""
-    return (cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor, cache.arrivals)
+    """The cache tensors the replay custom ops take first, in order (:data:`CACHE_FIELDS`)."""
+    return tuple(getattr(cache, name) for name in CACHE_FIELDS)
 
 
 # --------------------------------------------------------------------------- public API

@@ -70,6 +70,7 @@ from ..reference.spec import (
 from .gated_delta import DeltaRuleDims, DeltaRuleInputs, check_gated_delta_inputs
 from .library import define_op
 from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs, check_rounding_seed
+from .mamba2 import CACHE_FIELDS as MAMBA2_CACHE_FIELDS
 from .mamba2 import cache_fields as mamba2_cache_fields
 
 __all__ = [
@@ -154,17 +155,7 @@ class SnapshotCache:
 
 @define_op(
     "mamba2_replay_verify",
-    mutates_args=(
-        "checkpoint",
-        "x_records",
-        "dt_records",
-        "B_records",
-        "cursor",
-        "arrivals",
-        "pending",
-        "out",
-        "checkpoint_scale",
-    ),
+    mutates_args=MAMBA2_CACHE_FIELDS + ("pending", "out", "checkpoint_scale"),
     reference=mamba2_replay_verify_ref,
     launcher="mamba2_verify:launch_mamba2_replay_verify",
 )
