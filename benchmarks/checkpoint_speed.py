@@ -5,12 +5,12 @@ Per (family, batch): one case per checkpoint dtype (the package's decode cases: 
 pool rotated across steps, replay cursors spread over [0, L) and advancing), the conventional
 and the replay step of each captured in CUDA graphs and timed in interleaved rounds
 (benchmarks/peers_mamba2.py's ``time_interleaved``), so every ratio of a row is same-run.
-bf16 activations; GDN/KDA bf16 records. Mamba-2 also takes ``fp8`` (replay only: there is no
+bf16 activations; GDN/KDA bf16 records. The states also take ``fp8`` (replay only: there is no
 conventional fp8 step) and ``bf16-sr``, ``f16-sr``, ``fp8-sr`` (the replay step rounding its
 flushes stochastically; "same conv" is the conventional step of the dtype without ``-sr``).
 
     python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --batch 1 16 64 256 512
-    python benchmarks/checkpoint_speed.py --family mamba2 --state f32 bf16 fp8 bf16-sr fp8-sr --batch 256 512
+    python benchmarks/checkpoint_speed.py --state f32 bf16 fp8 bf16-sr fp8-sr --batch 256 512
 """
 
 from __future__ import annotations
@@ -32,15 +32,22 @@ from trtllm_replayssm.bench import GatedDeltaDecodeCase, Mamba2DecodeCase  # noq
 
 # The preset geometries at TP = 1: Nemotron-3-Super (Mamba-2), Qwen3.5-122B-A10B (GDN), Kimi Linear (KDA).
 CASES = {
-    "mamba2": lambda batch, L, state: Mamba2DecodeCase(
-        (128, 64, 128, 8), batch, L, dtype_of(state), "bf16", rounding_seed=1 if state.endswith("-sr") else None
+    "mamba2": lambda batch, L, state: Mamba2DecodeCase((128, 64, 128, 8), batch, L, dtype_of(state), "bf16", **_sr(state)),
+    "gdn": lambda batch, L, state: GatedDeltaDecodeCase(
+        "gdn", (16, 64, 128, 128), batch, L, dtype_of(state), "bf16", **_sr(state)
     ),
-    "gdn": lambda batch, L, state: GatedDeltaDecodeCase("gdn", (16, 64, 128, 128), batch, L, state, "bf16"),
-    "kda": lambda batch, L, state: GatedDeltaDecodeCase("kda", (32, 32, 128, 128), batch, L, state, "bf16"),
+    "kda": lambda batch, L, state: GatedDeltaDecodeCase(
+        "kda", (32, 32, 128, 128), batch, L, dtype_of(state), "bf16", **_sr(state)
+    ),
 }
 ROUTES = {"conventional": "decode_step", "replay": "replay_step"}
-STATES = ("f32", "bf16", "f16")  # every family's
-MAMBA2_STATES = STATES + ("fp8", "bf16-sr", "f16-sr", "fp8-sr")  # the Mamba-2 replay step's besides
+STATES = ("f32", "bf16", "f16")  # with a conventional step of their own
+OTHER_STATES = ("fp8", "bf16-sr", "f16-sr", "fp8-sr")  # the replay steps' besides
+
+
+def _sr(state: str) -> dict:
+    """The decode case's rounding seed for a state name (``-sr``: stochastic rounding)."""
+    return dict(rounding_seed=1 if state.endswith("-sr") else None)
 
 
 def dtype_of(state: str) -> str:
@@ -92,12 +99,9 @@ def main(argv=None):
     ap.add_argument("--family", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, default=16)
-    ap.add_argument("--state", nargs="+", default=list(STATES), choices=list(MAMBA2_STATES))
+    ap.add_argument("--state", nargs="+", default=list(STATES), choices=list(STATES + OTHER_STATES))
     ap.add_argument("--out-dir", default=os.environ.get("OUT", "benchmarks/results"))
     args = ap.parse_args(argv)
-    extra = [s for s in args.state if s not in STATES]
-    if extra and set(args.family) - {"mamba2"}:
-        ap.error(f"--state {' '.join(extra)}: Mamba-2 only (GDN / KDA take {', '.join(STATES)})")
     if not torch.cuda.is_available():
         sys.exit("checkpoint_speed: needs a CUDA GPU")
     copy_bw = copy_bandwidth()

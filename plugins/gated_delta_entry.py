@@ -48,6 +48,7 @@ def _gated_delta_replay_step_plugin_kernel(
             return
     gated_delta_replay_step_kernel(
         checkpoint_ptr, stride_c_slot, stride_c_head, stride_c_row,
+        checkpoint_ptr, 0, 0,  # no row scales: the plugin takes fp32 / bf16 / fp16 checkpoints
         d_records_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
         k_records_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
         g_records_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
@@ -60,5 +61,6 @@ def _gated_delta_replay_step_plugin_kernel(
         out_ptr, stride_o_batch, stride_o_head,
         slot_ids_ptr, SCALE,
         head_v_dim, head_k_dim, v_per_k,
-        L, BLOCK_L, BLOCK_V, SPAN_V, BLOCK_K, NUM_STAGES, PER_CHANNEL, USE_QK_L2NORM,
+        0,  # no stochastic rounding
+        L, BLOCK_L, BLOCK_V, SPAN_V, BLOCK_K, NUM_STAGES, PER_CHANNEL, USE_QK_L2NORM, False, False,
     )

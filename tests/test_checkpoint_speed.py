@@ -50,8 +50,3 @@ def test_fp8_and_stochastic_states_time_replay_only_against_their_dtypes_convent
     assert by["fp8"]["vs_same_dtype_conventional"] is None and by["fp8"]["vs_fp32_conventional"] == pytest.approx(500 / 110)
     assert by["bf16-sr"]["vs_same_dtype_conventional"] == pytest.approx(270 / 180)
     assert cs.dtype_of("fp8-sr") == "fp8" and cs.has_conventional("f16") and not cs.has_conventional("f16-sr")
-
-
-def test_fp8_and_stochastic_states_are_mamba2_only():
-    with pytest.raises(SystemExit):
-        cs.main(["--family", "gdn", "--state", "fp8"])

@@ -247,7 +247,7 @@ def test_peer_inputs_follow_the_case_and_reload_in_place():
 @pytest.mark.parametrize("state", ["f32", "bf16"])
 def test_official_row_holds_L_rounds_of_advancing_write_positions(state):
     case = gdn_case(L=4, state=state)
-    saved = {k: v.clone() for k, v in vars(case.cache).items()}
+    saved = {k: v.clone() for k, v in case.cache.tensors().items()}
     (row,) = pgd.official_rows(case, official_stand_in)
     assert row.name == "official_replay_L4" and row.route.env == {}
     refs = pgd.reference_outputs(case, 2 * case.L + 2)
@@ -272,7 +272,7 @@ def test_official_row_holds_L_rounds_of_advancing_write_positions(state):
     # Its own pools, padded: the case's are untouched by the check and the steps.
     k0 = seen[0]
     assert k0["initial_state"].shape[0] == case.num_slots + 1 and k0["d_cache"].shape[0] == case.num_slots + 1
-    assert all(torch.equal(v, saved[n]) for n, v in vars(case.cache).items())
+    assert all(torch.equal(v, saved[n]) for n, v in case.cache.tensors().items())
     (row,) = pgd.official_rows(case, official_stand_in)  # the timed steps compute replay steps
     for f in row.route.steps:
         f()
@@ -283,7 +283,7 @@ def test_official_row_replays_the_case_records_in_place_of_ours():
     the outputs equal our replay step's on a copy of the case's cache, and after the L rounds
     our cursors are back where the tables started."""
     case = gdn_case(L=4, act="f32")
-    ours = {k: v.clone() for k, v in vars(case.cache).items()}
+    ours = {k: v.clone() for k, v in case.cache.tensors().items()}
     outs = []
     (row,) = pgd.official_rows(case, lambda **k: (official_stand_in(**k), outs.append(k["out"].clone())))
     for f in row.route.steps:
@@ -416,7 +416,7 @@ def test_the_official_kernel_replays_the_case_cache_as_ours_does(isolated_import
     still held)."""
     peers = pgd.load_peers(PEERS_DIR)
     case = with_slot_zero_first(gdn_case(L=4, act="f32"))
-    ours = {k: v.clone() for k, v in vars(case.cache).items()}
+    ours = {k: v.clone() for k, v in case.cache.tensors().items()}
     seen = []
     (row,) = pgd.official_rows(case, lambda **k: (peers.official(**k), seen.append(k)))
     for i, f in enumerate(row.route.steps):

@@ -58,6 +58,20 @@ def _check_common_fields(cache) -> None:
         check_dtype(owner, name, t.dtype, (torch.int32,))
 
 
+def _check_checkpoint_scale(owner: str, cache, dims: str) -> None:
+    """An fp8 checkpoint has ``checkpoint_scale`` fp32 of the checkpoint's shape but its last
+    dimension (``dims`` names them); another has none."""
+    if cache.checkpoint.dtype == FP8:
+        if cache.checkpoint_scale is None:
+            raise ValueError(f"{owner}: checkpoint is {FP8} without checkpoint_scale; expected {dims} fp32")
+        _check_shape(owner, "checkpoint_scale", cache.checkpoint_scale, dims, tuple(cache.checkpoint.shape[:3]))
+        check_dtype(owner, "checkpoint_scale", cache.checkpoint_scale.dtype, (torch.float32,))
+    elif cache.checkpoint_scale is not None:
+        raise ValueError(
+            f"{owner}: checkpoint_scale is given with a {cache.checkpoint.dtype} checkpoint; only an fp8 one takes it"
+        )
+
+
 def _check_shape(owner: str, name: str, t: Tensor, dims: str, want: tuple) -> None:
     if tuple(t.shape) != want:
         raise ValueError(f"{owner}: {name} has shape {tuple(t.shape)}; expected {dims} = {want}")
@@ -207,7 +221,7 @@ class Mamba2ReplayCache(_ReplayCache):
             the row at each flush; None otherwise.
 
     Record positions at or past the cursor hold stale data and are never read. An fp8
-    checkpoint runs the Triton replay step; the speculative verify ops refuse it.
+    checkpoint runs the Triton replay step and verify.
     """
 
     checkpoint: Tensor
@@ -225,17 +239,7 @@ class Mamba2ReplayCache(_ReplayCache):
         owner = "Mamba2ReplayCache"
         _check_common_fields(self)
         ns, nh, hd, ds = self.checkpoint.shape
-        if self.checkpoint.dtype == FP8:
-            if self.checkpoint_scale is None:
-                raise ValueError(
-                    f"{owner}: checkpoint is {FP8} without checkpoint_scale; expected [num_slots, nheads, head_dim] fp32"
-                )
-            _check_shape(owner, "checkpoint_scale", self.checkpoint_scale, "[num_slots, nheads, head_dim]", (ns, nh, hd))
-            check_dtype(owner, "checkpoint_scale", self.checkpoint_scale.dtype, (torch.float32,))
-        elif self.checkpoint_scale is not None:
-            raise ValueError(
-                f"{owner}: checkpoint_scale is given with a {self.checkpoint.dtype} checkpoint; only an fp8 one takes it"
-            )
+        _check_checkpoint_scale(owner, self, "[num_slots, nheads, head_dim]")
         if self.x_records.dim() != 4:
             raise ValueError(
                 f"{owner}: x_records has shape {tuple(self.x_records.shape)}; expected [num_slots, nheads, L, head_dim]"
@@ -331,9 +335,10 @@ class _DeltaRuleReplayCache(_ReplayCache):
     """Checkpoint + records of one gated delta-rule layer (GDN or KDA) for ``num_slots`` sequences.
 
     Attributes:
-        checkpoint: [num_slots, v_heads, head_v_dim, head_k_dim], fp32 | bf16 | fp16 (| fp64 on
-            CPU). The state after the last flush (or admission); rounded to its dtype only at
-            flush.
+        checkpoint: [num_slots, v_heads, head_v_dim, head_k_dim], fp32 | bf16 | fp16 | fp8-e4m3
+            (| fp64 on CPU). The state after the last flush (or admission); rounded to its dtype
+            only at flush. fp8: codes, each (slot, head, head_v_dim) row scaled by
+            ``checkpoint_scale``.
         d_records: [num_slots, v_heads, L, head_v_dim], record dtype: the corrected updates
             d_j = beta_j (v_j - S'_{j-1} k_j) of the tokens since the checkpoint (not raw v:
             with d the window is a plain decayed sum of outer products d_j k_jᵀ).
@@ -349,8 +354,11 @@ class _DeltaRuleReplayCache(_ReplayCache):
             counts on it before it resets a flushed row's cursor).
         pending: [num_slots] int32: window records written by a speculative verify and not
             yet committed (0 otherwise; see :mod:`trtllm_replayssm.ops.spec`). Zeros if omitted.
+        checkpoint_scale: [num_slots, v_heads, head_v_dim] fp32 with an fp8 checkpoint (as
+            :class:`Mamba2ReplayCache`'s); None otherwise.
 
-    The record dtype is the activation dtype by default; fp32 records keep d and k unrounded
+    An fp8 checkpoint runs the Triton replay step; the verify ops refuse it so far. The record
+    dtype is the activation dtype by default; fp32 records keep d and k unrounded
     (docs/kernel-notes.md measures what that buys). Record positions at or past the cursor hold
     stale data and are never read.
     """
@@ -362,13 +370,16 @@ class _DeltaRuleReplayCache(_ReplayCache):
     cursor: Tensor
     arrivals: Tensor
     pending: Optional[Tensor] = None
+    checkpoint_scale: Optional[Tensor] = None
 
     PER_CHANNEL_GATE = False  # KDA: one log-decay per key channel
+    _CHECKPOINT_DTYPES = FLOAT_DTYPES + (FP8,)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
         _check_common_fields(self)
         ns, hv, dv, dk = self.checkpoint.shape
+        _check_checkpoint_scale(owner, self, "[num_slots, v_heads, head_v_dim]")
         if self.d_records.dim() != 4:
             raise ValueError(
                 f"{owner}: d_records has shape {tuple(self.d_records.shape)}; expected [num_slots, v_heads, L, head_v_dim]"
@@ -429,6 +440,7 @@ class _DeltaRuleReplayCache(_ReplayCache):
             k_records=torch.zeros(num_slots, k_heads, L, head_k_dim, dtype=record_dtype, **kw),
             g_records=torch.zeros(g_shape, dtype=g_dtype, **kw),
             **_counters(num_slots, device),
+            checkpoint_scale=torch.zeros(num_slots, v_heads, head_v_dim, **kw) if state_dtype == FP8 else None,
         )
 
     _RECORDS = "d_records"

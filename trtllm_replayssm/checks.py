@@ -279,3 +279,16 @@ def resolve_scale(op: str, scale, head_k_dim: int) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise TypeError(f"{op}: scale is {scale!r}; expected None (head_k_dim ** -0.5) or a positive finite float")
     return float(scale)
+
+
+def check_rounding_seed(op: str, rounding_seed, state_dtype: torch.dtype) -> None:
+    """ValueError unless ``rounding_seed`` is None or an int in [0, 2^31) with a bf16, fp16 or
+    fp8 checkpoint (``state_dtype``): the replay ops' stochastic rounding at flush."""
+    if rounding_seed is None:
+        return
+    if not isinstance(rounding_seed, int) or isinstance(rounding_seed, bool) or not 0 <= rounding_seed < 2**31:
+        raise ValueError(f"{op}: rounding_seed is {rounding_seed!r}; expected None or an int in [0, 2^31)")
+    if state_dtype.itemsize >= 4:
+        raise ValueError(
+            f"{op}: rounding_seed given with a {state_dtype} checkpoint; stochastic rounding takes a bf16, fp16 or fp8 one"
+        )

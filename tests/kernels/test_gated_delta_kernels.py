@@ -19,9 +19,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 G = DeltaGeometry(2, 4, 12, 20) if INTERPRET else DeltaGeometry(2, 6, 80, 96)
 # bf16 checkpoints are GPU-only (the interpreter truncates fp32 -> bf16; see the Mamba-2 tests).
 PAIRS = (
-    [("f32", "f32"), ("f32", "bf16"), ("f16", "f16")]
+    [("f32", "f32"), ("f32", "bf16"), ("f16", "f16"), ("fp8", "f32")]
     if INTERPRET
-    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+    else [(s, a) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")] + [("fp8", "bf16")]
 )
 FAMILY_IDS = {False: "gdn", True: "kda"}
 
@@ -137,3 +137,40 @@ def test_replay_launch_config_follows_the_devices_multiprocessors():
     h200 = gated_delta_launch_config("replay_step", 128, 128, 64, torch.float32, multiprocessors=132)
     cpu = gated_delta_launch_config("replay_step", 128, 128, 64, torch.float32, multiprocessors=4)
     assert (h200.chunks, h200.num_stages) == (1, 1) and (cpu.chunks, cpu.num_stages) == (8, 3)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
+def test_gated_delta_replay_kernel_fp8_codes_equal_the_reference_and_rounding_seed_replays(per_channel):
+    """An fp8 checkpoint: the kernel's flushed codes and row scales equal the reference's bit for
+    bit over steps with flushes (unused slots keep theirs); a rounding seed stores the same bits
+    for the same seed and other bits for another (bf16 here too)."""
+    from gated_delta_cases import replay_with_reference
+
+    fam = DeltaFamily(G, per_channel=per_channel)
+    p = fam.make_params(DEVICE)
+    c = fam.allocate(5, 4, torch.float8_e4m3fn, torch.float32, DEVICE)
+    c.admit(torch.arange(5, device=DEVICE), 3 * torch.randn(5, *c.checkpoint.shape[1:], device=DEVICE))
+    ref, admitted = c.clone(), c.checkpoint_scale.clone()
+    slots = torch.tensor([2, -1, 0, 3], dtype=torch.int32, device=DEVICE)
+    for _ in range(9):
+        inp = fam.make_step(4, torch.float32, DEVICE)
+        y = replay_with_launcher(c, inp, p, slots, torch.full_like(inp["v"], 42.0), kernel="triton")
+        y_ref = replay_with_reference(ref, inp, p, slots, torch.zeros_like(inp["v"]))
+        live = (slots >= 0).to(DEVICE)
+        assert torch.all(y[1] == 42.0) and rel_err(y[live], y_ref[live]) < 1e-5
+        assert torch.equal(c.checkpoint.float(), ref.checkpoint.float())  # as values: a -0 code equals +0
+        assert rel_err(c.checkpoint_scale, ref.checkpoint_scale) < 1e-6
+    assert torch.equal(c.checkpoint_scale[[1, 4]], admitted[[1, 4]])
+    assert (c.checkpoint_scale[[0, 2, 3]] != admitted[[0, 2, 3]]).all()
+    for state in (torch.float8_e4m3fn, torch.bfloat16):
+        base = fam.allocate(3, 4, state, torch.float32, DEVICE)
+        base.admit(torch.arange(3, device=DEVICE), torch.randn(3, *base.checkpoint.shape[1:], device=DEVICE))
+        base.cursor.fill_(3)
+        inp = fam.make_step(3, torch.float32, DEVICE)
+        bits = []
+        for seed in (5, 5, 6):
+            run = base.clone()
+            replay_with_launcher(run, inp, p, torch.arange(3, dtype=torch.int32, device=DEVICE),
+                                 torch.empty_like(inp["v"]), kernel="triton", rounding_seed=seed)  # fmt: skip
+            bits.append(run.checkpoint.view(torch.uint8).clone())
+        assert torch.equal(bits[0], bits[1]) and not torch.equal(bits[0], bits[2])

@@ -248,3 +248,31 @@ def test_gated_delta_custom_ops_opcheck(family, op):
     else:
         state = torch.randn(NUM_SLOTS, G.v_heads, G.head_v_dim, G.head_k_dim)
         opcheck(torch.ops.replayssm.gated_delta_decode_step.default, (state,) + step)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("state", [torch.float8_e4m3fn, torch.bfloat16], ids=["fp8", "bf16"])
+def test_replay_step_rounding_seed_on_the_reference(per_channel, state):
+    """fp8 and bf16 checkpoints with a rounding seed on the op's CPU path: the same seed, the same
+    bits; another seed, other bits at the flush rows; a bad seed raises before anything is written."""
+    from gated_delta_cases import DeltaFamily
+
+    fam = DeltaFamily(G, per_channel=per_channel)
+    base = fam.allocate(3, 4, state, torch.float32, "cpu")
+    base.admit(torch.arange(3), torch.randn(3, *base.checkpoint.shape[1:]))
+    base.cursor.copy_(torch.tensor([3, 1, 3], dtype=torch.int32))
+    inp = fam.make_step(3, torch.float32, "cpu")
+    step = kda_replay_step if per_channel else gdn_replay_step
+    args = (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"])
+    slots = torch.arange(3, dtype=torch.int32)
+    runs = []
+    for seed in (2, 2, 3):
+        c = base.clone()
+        step(c, *args, slot_ids=slots, rounding_seed=seed)
+        runs.append(c.checkpoint.view(torch.uint8))
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+    assert torch.equal(runs[0][1], base.checkpoint[1].view(torch.uint8))  # cursor 1: no flush
+    c = base.clone()
+    with pytest.raises(ValueError, match=r"rounding_seed is 'x'; expected None or an int"):
+        step(c, *args, slot_ids=slots, rounding_seed="x")
+    assert torch.equal(c.checkpoint.view(torch.uint8), base.checkpoint.view(torch.uint8))

@@ -466,11 +466,19 @@ def test_mamba2_verify_with_an_fp8_checkpoint_and_a_rounding_seed_on_the_referen
     assert torch.equal(cache.checkpoint_scale[[0, 1, 2, 4, 5]], before.checkpoint_scale[[0, 1, 2, 4, 5]])
 
 
-def test_gated_delta_caches_refuse_an_fp8_checkpoint():
-    from trtllm_replayssm.cache import GDNReplayCache
+def test_gated_delta_verify_refuses_an_fp8_checkpoint_and_writes_nothing():
+    """GDN/KDA caches take fp8 checkpoints (their replay step); their verify does not yet."""
+    from trtllm_replayssm.cache import KDAReplayCache
+    from trtllm_replayssm.ops import kda_replay_verify
 
-    with pytest.raises(TypeError, match=r"^GDNReplayCache: checkpoint is torch.float8_e4m3fn; expected one of"):
-        GDNReplayCache.allocate(2, 1, 1, 16, 16, 4, state_dtype=FP8)
+    cache = KDAReplayCache.allocate(2, 1, 1, 16, 16, 8, state_dtype=FP8, record_dtype=torch.float32)
+    before = _snapshot(list(cache.tensors().values()))
+    q, v = torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16)
+    with pytest.raises(TypeError, match=r"^kda_replay_verify: cache has an torch.float8_e4m3fn checkpoint"):
+        kda_replay_verify(
+            cache, q, q, v, -torch.rand(1, 2, 1, 16), torch.rand(1, 2, 1), slot_ids=torch.tensor([0], dtype=torch.int32)
+        )
+    _assert_unchanged(list(cache.tensors().values()), before)
 
 
 # --------------------------------------------------------------------------- stochastic rounding

@@ -140,3 +140,7 @@ def test_mixer_rejects_a_shard_of_another_rank():
     w = random_weights(MAMBA2, M2_SPLIT, 6, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="shard is rank 1 of 2; group is rank 0 of 1"):
         Mamba2Mixer(w, Mamba2Shard(M2_SPLIT, 2, 1), TPGroup(), dtype=torch.float32, device="cpu")
+    k = KDAReplayCache.allocate(3, GDN_G.k_heads, GDN_G.v_heads, 4, 2, 5, state_dtype=torch.float8_e4m3fn)
+    k.admit(torch.arange(3), torch.randn(3, GDN_G.v_heads, 2, 4))
+    parts = [DeltaRuleShard(GDN_G, 2, r).shard_cache(k) for r in range(2)]
+    assert torch.equal(torch.cat([p.checkpoint_scale for p in parts], dim=1), k.checkpoint_scale)

@@ -139,10 +139,12 @@ class Mamba2DecodeCase(DecodeCase):
 
 class GatedDeltaDecodeCase(DecodeCase):
     """Inputs, caches and launches for one GDN or KDA (geometry, batch, L, dtypes) point;
-    ``geom`` is (k_heads, v_heads, head_k_dim, head_v_dim)."""
+    ``geom`` is (k_heads, v_heads, head_k_dim, head_v_dim). ``rounding_seed``: as in
+    :class:`Mamba2DecodeCase` (and an fp8 checkpoint has no conventional step either)."""
 
-    def __init__(self, family, geom, batch, L, state, act, seed=0, device="cuda", pool_bytes=POOL_BYTES):
+    def __init__(self, family, geom, batch, L, state, act, seed=0, device="cuda", pool_bytes=POOL_BYTES, rounding_seed=None):
         self.family, self.per_channel = family, family == KDA
+        self.rounding_seed = rounding_seed
         self.k_heads, self.v_heads, self.head_k_dim, self.head_v_dim = geom
         self.rows = self.head_v_dim  # state rows per head, for the launch-configuration sweep
         self.batch, self.L, self.state, self.act = batch, L, torch_dtype(state), torch_dtype(act)
@@ -164,7 +166,7 @@ class GatedDeltaDecodeCase(DecodeCase):
             self.num_slots, HK, HV, K, V, L, state_dtype=self.state, record_dtype=self.act, device=device
         )
         c = self.cache
-        c.checkpoint.copy_(r(*c.checkpoint.shape, dtype=torch.float32) * 0.1)
+        c.admit(torch.arange(self.num_slots, device=device), r(*c.checkpoint.shape, dtype=torch.float32) * 0.1)
         c.d_records.normal_(generator=g)
         c.k_records.copy_(torch.nn.functional.normalize(r(*c.k_records.shape, dtype=torch.float32), dim=-1))
         c.g_records.uniform_(-0.1, -0.001, generator=g)
@@ -176,6 +178,10 @@ class GatedDeltaDecodeCase(DecodeCase):
         c = self.cache
         args = (self.q, self.k, self.v, self.g, self.beta)
         if route == "decode_step":
+            if c.checkpoint_scale is not None:
+                raise ValueError(
+                    "GatedDeltaDecodeCase.step: decode_step with an fp8 checkpoint; the conventional step has none"
+                )
             launch_gated_delta_decode_step(self.conv_state, *args, slot_ids=slots, config=config, **self.kw)
         elif route in ("replay_step", "replay_triton"):
             launch_gated_delta_replay_step(
@@ -189,6 +195,8 @@ class GatedDeltaDecodeCase(DecodeCase):
                 slot_ids=slots,
                 config=config,
                 kernel="triton" if route == "replay_triton" else "auto",
+                checkpoint_scale=c.checkpoint_scale,
+                rounding_seed=self.rounding_seed,
                 **self.kw,
             )
         else:

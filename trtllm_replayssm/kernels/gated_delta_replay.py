@@ -36,9 +36,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from typing import Optional
+
 from torch import Tensor
 
-from .common import LaunchConfig, advance_cursor, resolve_kernel
+from .common import LaunchConfig, advance_cursor, resolve_kernel, store_checkpoint_tile
 from .gated_delta_replay_cuda import (DeltaCudaConfig, delta_cuda_unsupported,
                                       launch_delta_replay_step_cuda)
 from .gated_delta_common import (fold_records, gated_delta_launch_config, gated_delta_step_args,
@@ -57,8 +59,10 @@ def _output_from_history(b_hq, b_hk, b_v, beta, kq, o_v, m_v, p_o):
 
 @triton.jit
 def _gated_delta_replay_step_kernel(
-    # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous
+    # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous; with HAS_SCALE
+    # (fp8) its row scales [slot, v_heads, head_v_dim] fp32, head_v_dim contiguous
     ckpt_ptr, stride_c_slot, stride_c_head, stride_c_row,
+    scale_ptr, stride_sc_slot, stride_sc_head,
     # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
     dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
@@ -77,9 +81,10 @@ def _gated_delta_replay_step_kernel(
     out_ptr, stride_o_batch, stride_o_head,
     slot_ids_ptr, scale,
     head_v_dim, head_k_dim, v_per_k,
+    sr_seed,  # with SR: the seed of the flush's stochastic rounding
     L: tl.constexpr, BLOCK_L: tl.constexpr,
     BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
-    PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr, HAS_SCALE: tl.constexpr, SR: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -98,6 +103,7 @@ def _gated_delta_replay_step_kernel(
     kq = tl.sum(b_k * b_q, axis=0)
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_sc = scale_ptr + slot * stride_sc_slot + i_h * stride_sc_head
     p_dr = dr_ptr + slot * stride_dr_slot + i_h * stride_dr_head
     p_kr = kr_ptr + slot * stride_kr_slot + i_hk * stride_kr_head
     p_gr = gr_ptr + slot * stride_gr_slot + i_h * stride_gr_head
@@ -129,6 +135,8 @@ def _gated_delta_replay_step_kernel(
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s *= tl.load(p_sc + o_v, mask=m_v, other=1.0)[:, None]
             b_dt = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
                            mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32)
             if PER_CHANNEL:
@@ -142,7 +150,11 @@ def _gated_delta_replay_step_kernel(
             b_d = _output_from_history(tl.sum(b_s * b_q[None, :], axis=1), tl.sum(b_s * b_k[None, :], axis=1),
                                        b_v, beta, kq, o_v, m_v, p_o)
             b_s += b_d[:, None] * b_k[None, :]
-            tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+            # Whole rows (BLOCK_K covers head_k_dim); SR: draws from the seed, the slot, the head
+            # and the token's beta.
+            store_checkpoint_tile(p_c + o_v[:, None] * stride_c_row + o_k[None, :], m_c, p_sc + o_v, m_v, b_s,
+                                  sr_seed + slot * 1000003 + i_h * 7919 + beta.to(tl.int32, bitcast=True),
+                                  o_v[:, None] * head_k_dim + o_k[None, :], HAS_SCALE, SR)
     else:
         # Non-flush: the records' scores once per program, then the tiles (state never formed).
         if PER_CHANNEL:
@@ -158,6 +170,8 @@ def _gated_delta_replay_step_kernel(
             m_v = o_v < head_v_dim
             b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
                            mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s0 *= tl.load(p_sc + o_v, mask=m_v, other=1.0)[:, None]
             b_dr = tl.load(p_dr + o_l[:, None] * stride_dr_pos + o_v[None, :],
                            mask=m_l[:, None] & m_v[None, :], other=0.0).to(tl.float32)
             b_hq = tl.sum(b_s0 * b_q0[None, :], axis=1) + tl.sum(s_q[:, None] * b_dr, axis=0)
@@ -208,15 +222,22 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
                                    g_records: Tensor, cursor: Tensor, arrivals: Tensor, q: Tensor,
                                    k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
                                    slot_ids: Tensor, scale: float, use_qk_l2norm: bool,
-                                   out: Tensor, config=None, kernel: str = "auto") -> Tensor:
-    """Launch the replay step on the cache tensors; arguments already checked by the op.
+                                   out: Tensor, config=None, kernel: str = "auto",
+                                   checkpoint_scale: Optional[Tensor] = None,
+                                   rounding_seed: Optional[int] = None) -> Tensor:
+    """Launch the replay step on the cache tensors; arguments already checked by the op
+    (``checkpoint_scale``, ``rounding_seed``: as for
+    :func:`~.mamba2_replay.launch_mamba2_replay_step`; both take the Triton kernel).
 
     ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses; a ``config`` of either kind
     chooses its kernel), ``"triton"`` or ``"cuda"`` (ValueError where the CUDA step does not
     apply). ``config``: a :class:`LaunchConfig` for the Triton kernel or a
     :class:`~.gated_delta_replay_cuda.DeltaCudaConfig` for the CUDA one (None: the launch tables)."""
     kernel = resolve_kernel("launch_gated_delta_replay_step", kernel, config, DeltaCudaConfig,
-                            lambda: replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g))
+                            lambda: "triton" if rounding_seed is not None else
+                            replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g))
+    if kernel == "cuda" and rounding_seed is not None:
+        raise ValueError("launch_gated_delta_replay_step: rounding_seed given; the CUDA step rounds to nearest only")
     if kernel == "cuda":
         return launch_delta_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
                                              beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,
@@ -229,13 +250,16 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
                                               checkpoint.dtype, multiprocessors=multiprocessor_count(v.device))
     const = replay_constexprs(d_records.shape[2], head_k_dim, g.dim() == 3, use_qk_l2norm, cfg)
     grid = (triton.cdiv(head_v_dim, const["SPAN_V"]), v_heads, batch)
+    rows = checkpoint if checkpoint_scale is None else checkpoint_scale  # no scale: a pointer never read
     _gated_delta_replay_step_kernel[grid](
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        rows, rows.stride(0), rows.stride(1),
         d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
         k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
         cursor, arrivals,
         *gated_delta_step_args(q, k, v, g, beta, out, slot_ids, scale),
-        **cfg.launch_options(), **const,
+        rounding_seed or 0,
+        **cfg.launch_options(), **const, HAS_SCALE=checkpoint_scale is not None, SR=rounding_seed is not None,
     )
     return out

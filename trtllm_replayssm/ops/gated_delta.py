@@ -19,6 +19,7 @@ from torch import Tensor
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache
 from ..checks import (
     check_cache_type,
+    check_rounding_seed,
     check_flag,
     check_optional,
     check_slot_ids,
@@ -72,9 +73,13 @@ def _gated_delta_decode_step_op(
     """Schema of ``replayssm::gated_delta_decode_step``."""
 
 
+# The cache tensors the replay custom ops take first, in order (all of them written).
+CACHE_FIELDS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
+
+
 @define_op(
     "gated_delta_replay_step",
-    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "out"),
+    mutates_args=CACHE_FIELDS + ("out", "checkpoint_scale"),
     reference=gated_delta_replay_step_ref,
     launcher="gated_delta_replay:launch_gated_delta_replay_step",
 )
@@ -94,8 +99,11 @@ def _gated_delta_replay_step_op(
     scale: float,
     use_qk_l2norm: bool,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> None:
-    """Schema of ``replayssm::gated_delta_replay_step``."""
+    """Schema of ``replayssm::gated_delta_replay_step`` (``checkpoint_scale``, ``rounding_seed``:
+    as in ``replayssm::mamba2_replay_step``)."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -189,8 +197,8 @@ def check_gated_delta_inputs(op: str, inputs: DeltaRuleInputs, dims: DeltaRuleDi
 
 
 def cache_fields(cache) -> tuple:
-    """The cache tensors the replay custom ops take first, in order."""
-    return (cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.arrivals)
+    """The cache tensors the replay custom ops take first, in order (:data:`CACHE_FIELDS`)."""
+    return tuple(getattr(cache, name) for name in CACHE_FIELDS)
 
 
 def _decode_step(op: str, per_channel: bool, state, inputs: DeltaRuleInputs) -> Tensor:
@@ -201,7 +209,7 @@ def _decode_step(op: str, per_channel: bool, state, inputs: DeltaRuleInputs) -> 
     return run.out
 
 
-def _replay_step(op: str, cache_type: type, cache, inputs: DeltaRuleInputs) -> Tensor:
+def _replay_step(op: str, cache_type: type, cache, inputs: DeltaRuleInputs, rounding_seed: Optional[int]) -> Tensor:
     check_cache_type(op, cache, (cache_type,))
     if not 1 <= cache.L <= MAX_L:
         raise ValueError(f"{op}: cache has L = {cache.L}; expected 1 <= L <= {MAX_L}")
@@ -209,8 +217,9 @@ def _replay_step(op: str, cache_type: type, cache, inputs: DeltaRuleInputs) -> T
     if device.type != "cpu" and torch.float64 in (cache.state_dtype, cache.record_dtype):
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
     check_gated_delta_inputs(op, inputs, DeltaRuleDims.of_cache(cache))
+    check_rounding_seed(op, rounding_seed, cache.state_dtype)
     run = inputs.for_launch(op, cache.head_k_dim)
-    torch.ops.replayssm.gated_delta_replay_step(*cache_fields(cache), *run)
+    torch.ops.replayssm.gated_delta_replay_step(*cache_fields(cache), *run, cache.checkpoint_scale, rounding_seed)
     return run.out
 
 
@@ -283,10 +292,10 @@ def gdn_replay_step(
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
-    return _replay_step(
-        "gdn_replay_step", GDNReplayCache, cache, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
-    )
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _replay_step("gdn_replay_step", GDNReplayCache, cache, inputs, rounding_seed)
 
 
 def kda_replay_step(
@@ -301,10 +310,10 @@ def kda_replay_step(
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
-    return _replay_step(
-        "kda_replay_step", KDAReplayCache, cache, DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
-    )
+    inputs = DeltaRuleInputs(q, k, v, g, beta, slot_ids, scale, use_qk_l2norm, out)
+    return _replay_step("kda_replay_step", KDAReplayCache, cache, inputs, rounding_seed)
 
 
 _DECODE_DOC = (
@@ -323,8 +332,11 @@ _REPLAY_DOC = (
         cache ({cache}): mutated. A live row with cursor w < L-1 appends its record (d, k̂, g)
             at position w and sets the cursor to w+1, storing no state; a row with cursor L-1
             folds its L-1 records and the current token into the checkpoint (rounded to the
-            checkpoint dtype once, here) and sets the cursor to 0. Decided and advanced on the
-            device: no host sync, and one captured CUDA graph serves every step."""
+            checkpoint dtype once, here; an fp8 checkpoint's rows with new scales; with
+            ``rounding_seed`` stochastically, as in
+            :func:`~trtllm_replayssm.ops.mamba2_replay_step`) and sets the cursor to 0. Decided
+            and advanced on the device: no host sync, and one captured CUDA graph serves every
+            step."""
     + _STEP_ARGS
 )
 gdn_decode_step.__doc__ = _DECODE_DOC.format(family="Gated DeltaNet", g_layout=_GDN_G)

@@ -16,6 +16,7 @@ from torch import Tensor
 from ..cache import MAX_L, Mamba2ReplayCache
 from ..checks import (
     check_cache_type,
+    check_rounding_seed,
     check_flag,
     check_optional,
     check_slot_ids,
@@ -202,20 +203,6 @@ def check_mamba2_inputs(op: str, inputs: Mamba2Inputs, dims: Mamba2Dims, max_T: 
     return T
 
 
-def check_rounding_seed(op: str, rounding_seed: Optional[int], cache: Mamba2ReplayCache) -> None:
-    """ValueError unless ``rounding_seed`` is None or an int in [0, 2^31) with a bf16, fp16 or
-    fp8 checkpoint (stochastic rounding at flush)."""
-    if rounding_seed is None:
-        return
-    if not isinstance(rounding_seed, int) or isinstance(rounding_seed, bool) or not 0 <= rounding_seed < 2**31:
-        raise ValueError(f"{op}: rounding_seed is {rounding_seed!r}; expected None or an int in [0, 2^31)")
-    if cache.state_dtype.itemsize >= 4:
-        raise ValueError(
-            f"{op}: rounding_seed given with a {cache.state_dtype} checkpoint; stochastic rounding takes a bf16, "
-            "fp16 or fp8 one"
-        )
-
-
 def cache_fields(cache: Mamba2ReplayCache) -> tuple:
     """The cache tensors the replay custom ops take first, in order (:data:`CACHE_FIELDS`)."""
     return tuple(getattr(cache, name) for name in CACHE_FIELDS)
@@ -322,7 +309,7 @@ def mamba2_replay_step(
         raise TypeError(f"{op}: cache holds float64 on {device}; float64 runs on the CPU reference only")
     inputs = Mamba2Inputs(x, dt, A, B, C, slot_ids, D, z, dt_bias, dt_softplus, out)
     check_mamba2_inputs(op, inputs, Mamba2Dims.of_cache(cache))
-    check_rounding_seed(op, rounding_seed, cache)
+    check_rounding_seed(op, rounding_seed, cache.state_dtype)
     run = inputs.for_launch()
     torch.ops.replayssm.mamba2_replay_step(*cache_fields(cache), *run, cache.checkpoint_scale, rounding_seed)
     return run.out

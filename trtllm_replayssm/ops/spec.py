@@ -52,6 +52,7 @@ from torch import Tensor
 from ..cache import MAX_L, GDNReplayCache, KDAReplayCache, Mamba2ReplayCache
 from ..checks import (
     check_cache_type,
+    check_rounding_seed,
     check_rank,
     check_slot_ids,
     check_tensor,
@@ -69,7 +70,7 @@ from ..reference.spec import (
 )
 from .gated_delta import DeltaRuleDims, DeltaRuleInputs, check_gated_delta_inputs
 from .library import define_op
-from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs, check_rounding_seed
+from .mamba2 import Mamba2Dims, Mamba2Inputs, check_mamba2_inputs
 from .mamba2 import CACHE_FIELDS as MAMBA2_CACHE_FIELDS
 from .mamba2 import cache_fields as mamba2_cache_fields
 
@@ -372,7 +373,7 @@ def mamba2_replay_verify(
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
     _check_nothing_pending(op, cache, slot_ids)
-    check_rounding_seed(op, rounding_seed, cache)
+    check_rounding_seed(op, rounding_seed, cache.state_dtype)
     run = inputs.for_launch()
     torch.ops.replayssm.mamba2_replay_verify(
         *mamba2_cache_fields(cache), cache.pending, *run[:6], num_tokens, *run[6:], cache.checkpoint_scale, rounding_seed
@@ -397,6 +398,11 @@ def _delta_replay_verify(
         raise ValueError(
             f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
+        )
+    if cache.checkpoint_scale is not None:
+        raise TypeError(
+            f"{op}: cache has an {cache.state_dtype} checkpoint; the GDN/KDA verify takes fp32, bf16 or fp16 "
+            "checkpoints (fp8 runs their replay step only, so far)"
         )
     run = inputs.for_launch(op, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)

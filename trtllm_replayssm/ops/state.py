@@ -77,7 +77,7 @@ def gated_delta_cache_state(op: str, cache: GDNReplayCache, slots: Tensor, A: Op
     if A is not None:
         raise ValueError(f"{op}: A is given for a {type(cache).__name__}; expected None (its log-decays are in g_records)")
     return gated_delta_records_state(
-        checkpoint=cache.checkpoint[slots],
+        checkpoint=cache.checkpoint_values(slots),
         cursor=committed_cursor(cache.cursor[slots]),  # a flushed verify may not be committed yet
         d_records=cache.d_records[slots],
         k_records=cache.k_records[slots],

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .mamba2 import compute_dtype, expand_heads, held_records, live_rows, mask_records
+from .rounding import load_checkpoint_rows, store_checkpoint_rows
 
 __all__ = [
     "L2NORM_EPS",
@@ -225,11 +226,16 @@ def gated_delta_replay_step_ref(
     scale: float,
     use_qk_l2norm: bool,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     """One ReplaySSM decode step; mutates the cache tensors exactly as the Triton kernel does.
 
     Args:
         checkpoint: [slot, v_heads, head_v_dim, head_k_dim]; written only for flush rows.
+        checkpoint_scale, rounding_seed: an fp8 checkpoint's row scales [slot, v_heads,
+            head_v_dim] and a flush's stochastic rounding, as in
+            :func:`.mamba2.mamba2_replay_step_ref` (the draws seeded from the current token's g).
         d_records: [slot, v_heads, L, head_v_dim].   k_records: [slot, k_heads, L, head_k_dim].
         g_records: [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA).
         cursor: [slot] int32 in [0, L).
@@ -256,7 +262,7 @@ def gated_delta_replay_step_ref(
     ckpt_decay, weights = gated_delta_replay_weights(_channels(g_records[slots], per_channel), valid, g_cur)
     d_rec = mask_records(d_records[slots], valid, cd)
     k_rec = expand_heads(mask_records(k_records[slots], valid, cd), hv)
-    S0 = checkpoint[slots].to(cd)
+    S0 = load_checkpoint_rows(checkpoint, checkpoint_scale, slots, cd)
     hist_k = gated_delta_replay_project(S0, d_rec, k_rec, ckpt_decay, weights, kh)
     hist_q = gated_delta_replay_project(S0, d_rec, k_rec, ckpt_decay, weights, qh)
     d_cur = beta[rows].to(cd)[..., None] * (v[rows].to(cd) - hist_k)
@@ -267,7 +273,7 @@ def gated_delta_replay_step_ref(
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
         S = gated_delta_replay_fold(S0[f], d_rec[f], k_rec[f], ckpt_decay[f], weights[f], d_cur[f], kh[f])
-        checkpoint[slots[f]] = S.to(checkpoint.dtype)
+        store_checkpoint_rows(checkpoint, checkpoint_scale, slots[f], S, rounding_seed, g_cur[f])
     keep = torch.nonzero(~flush).flatten()
     if keep.numel():
         s, pos = slots[keep], w[keep]

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from .rounding import fp8_row_decode, fp8_row_encode, stochastic_round
+from .rounding import load_checkpoint_rows, store_checkpoint_rows
 
 __all__ = [
     "compute_dtype",
@@ -45,8 +45,6 @@ __all__ = [
     "mamba2_replay_fold",
     "mamba2_records_state",
     "mamba2_replay_step_ref",
-    "load_checkpoint_rows",
-    "store_checkpoint_rows",
 ]
 
 
@@ -234,34 +232,6 @@ def mamba2_records_state(
     no_x = torch.zeros(rows, nheads, head_dim, dtype=cd, device=checkpoint.device)
     no_B = torch.zeros(rows, nheads, d_state, dtype=cd, device=checkpoint.device)
     return mamba2_replay_fold(checkpoint.to(cd), x_rec, B_rec, ckpt_decay, weights, no_x, no_dt, no_B)
-
-
-def load_checkpoint_rows(checkpoint: Tensor, checkpoint_scale: Optional[Tensor], slots: Tensor, cd) -> Tensor:
-    """The checkpoints of ``slots`` as values in ``cd``: the rows, or an fp8 checkpoint's codes
-    times its row scales."""
-    if checkpoint_scale is None:
-        return checkpoint[slots].to(cd)
-    return fp8_row_decode(checkpoint[slots], checkpoint_scale[slots], cd)
-
-
-def store_checkpoint_rows(
-    checkpoint: Tensor, checkpoint_scale: Optional[Tensor], slots: Tensor, S: Tensor, rounding_seed, dt: Tensor
-) -> None:
-    """A flush's folded states ``S`` stored as the checkpoints of ``slots``: rounded to the
-    checkpoint dtype to nearest even or, with ``rounding_seed``, stochastically with a generator
-    seeded from the seed and ``dt`` (the flushing rows' dt: other draws each flush); an fp8
-    checkpoint as codes and new row scales."""
-    draws = None
-    if rounding_seed is not None:
-        dt_bits = tuple(dt.float().flatten().view(torch.int32).tolist())
-        draws = torch.Generator(S.device).manual_seed(hash((rounding_seed,) + dt_bits) & (2**63 - 1))
-    if checkpoint_scale is not None:
-        codes, checkpoint_scale[slots] = fp8_row_encode(S, draws)
-        checkpoint[slots] = codes.to(checkpoint.dtype)
-    elif draws is not None:
-        checkpoint[slots] = stochastic_round(S, checkpoint.dtype, draws)
-    else:
-        checkpoint[slots] = S.to(checkpoint.dtype)
 
 
 def mamba2_replay_step_ref(

@@ -39,6 +39,8 @@ __all__ = [
     "fp8_row_encode",
     "fp8_row_decode",
     "stochastic_round",
+    "load_checkpoint_rows",
+    "store_checkpoint_rows",
 ]
 
 FORMATS = ("bf16", "fp16", "fp8-row")
@@ -134,3 +136,31 @@ def _round(x: Tensor, dtype: torch.dtype, stochastic: bool, generator: Optional[
     p = torch.where(gap > 0, diff.abs() / gap, torch.zeros_like(gap))
     u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
     return torch.where(u < p, other, nearest)
+
+
+def load_checkpoint_rows(checkpoint: Tensor, checkpoint_scale: Optional[Tensor], slots: Tensor, cd) -> Tensor:
+    """The checkpoints of ``slots`` as values in ``cd``: the rows, or an fp8 checkpoint's codes
+    times its row scales."""
+    if checkpoint_scale is None:
+        return checkpoint[slots].to(cd)
+    return fp8_row_decode(checkpoint[slots], checkpoint_scale[slots], cd)
+
+
+def store_checkpoint_rows(
+    checkpoint: Tensor, checkpoint_scale: Optional[Tensor], slots: Tensor, S: Tensor, rounding_seed, dt: Tensor
+) -> None:
+    """A flush's folded states ``S`` stored as the checkpoints of ``slots``: rounded to the
+    checkpoint dtype to nearest even or, with ``rounding_seed``, stochastically with a generator
+    seeded from the seed and ``dt`` (the flushing rows' dt: other draws each flush); an fp8
+    checkpoint as codes and new row scales."""
+    draws = None
+    if rounding_seed is not None:
+        dt_bits = tuple(dt.float().flatten().view(torch.int32).tolist())
+        draws = torch.Generator(S.device).manual_seed(hash((rounding_seed,) + dt_bits) & (2**63 - 1))
+    if checkpoint_scale is not None:
+        codes, checkpoint_scale[slots] = fp8_row_encode(S, draws)
+        checkpoint[slots] = codes.to(checkpoint.dtype)
+    elif draws is not None:
+        checkpoint[slots] = stochastic_round(S, checkpoint.dtype, draws)
+    else:
+        checkpoint[slots] = S.to(checkpoint.dtype)

@@ -44,14 +44,13 @@ from .mamba2 import (
     expand_heads,
     held_records,
     live_rows,
-    load_checkpoint_rows,
     mask_records,
     mamba2_process_dt,
     mamba2_replay_fold,
     mamba2_replay_output,
     mamba2_replay_weights,
-    store_checkpoint_rows,
 )
+from .rounding import load_checkpoint_rows, store_checkpoint_rows
 
 __all__ = [
     "spec_buffer_len",

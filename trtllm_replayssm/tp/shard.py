@@ -195,8 +195,8 @@ class DeltaRuleShard:
         return torch.cat([(starts + at + torch.arange(r)).flatten() for at in (0, r)])
 
     def shard_cache(self, cache: Union[GDNReplayCache, KDAReplayCache]):
-        """A copy of the rank's part of a whole-layer cache: checkpoint, d and g records by value
-        head, k records by key head, cursors whole."""
+        """A copy of the rank's part of a whole-layer cache: checkpoint (and an fp8 one's scales), d
+        and g records by value head, k records by key head, cursors whole."""
         v, k = self.value_rows(1), self.key_rows(1)
         return type(cache)(
             checkpoint=cache.checkpoint[:, v].contiguous(),
@@ -206,6 +206,7 @@ class DeltaRuleShard:
             cursor=cache.cursor.clone(),
             arrivals=cache.arrivals.clone(),
             pending=cache.pending.clone(),
+            checkpoint_scale=None if cache.checkpoint_scale is None else cache.checkpoint_scale[:, v].contiguous(),
         )
 
 
