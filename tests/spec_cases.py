@@ -419,7 +419,17 @@ def delta_verify_with_op(cache, win, p, slot_ids, num_tokens, out):
 
 
 def delta_verify_with_launcher(
-    cache, win, p, slot_ids, num_tokens, out, config=None, flush_config=None, history_product=None, kernel="auto"
+    cache,
+    win,
+    p,
+    slot_ids,
+    num_tokens,
+    out,
+    config=None,
+    flush_config=None,
+    history_product=None,
+    kernel="auto",
+    rounding_seed=None,
 ):
     from trtllm_replayssm.kernels.gated_delta_verify import launch_gated_delta_replay_verify
 
@@ -438,6 +448,8 @@ def delta_verify_with_launcher(
         flush_config=flush_config,
         history_product=history_product,
         kernel=kernel,
+        checkpoint_scale=cache.checkpoint_scale,
+        rounding_seed=rounding_seed,
         **p,
     )
 

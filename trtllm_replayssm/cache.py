@@ -357,8 +357,8 @@ class _DeltaRuleReplayCache(_ReplayCache):
         checkpoint_scale: [num_slots, v_heads, head_v_dim] fp32 with an fp8 checkpoint (as
             :class:`Mamba2ReplayCache`'s); None otherwise.
 
-    An fp8 checkpoint runs the Triton replay step; the verify ops refuse it so far. The record
-    dtype is the activation dtype by default; fp32 records keep d and k unrounded
+    An fp8 checkpoint runs the Triton replay step and verify. The record dtype is the activation
+    dtype by default; fp32 records keep d and k unrounded
     (docs/kernel-notes.md measures what that buys). Record positions at or past the cursor hold
     stale data and are never read.
     """

@@ -160,7 +160,9 @@ def test_cpu_tensors_take_triton_and_cuda_is_refused_with_the_reason():
     )
     with pytest.raises(ValueError, match=r"gdn_replay_verify \(CUDA\): not a CUDA tensor"):
         launch(kernel="cuda")
-    with pytest.raises(ValueError, match="flush_config and history_product set the Triton kernels"):
+    with pytest.raises(ValueError, match="flush_config, history_product and rounding_seed set the Triton kernels"):
         launch(kernel="cuda", history_product=False)
+    with pytest.raises(ValueError, match="flush_config, history_product and rounding_seed set the Triton kernels"):
+        launch(kernel="cuda", rounding_seed=1)
     with pytest.raises(TypeError, match="config is DeltaVerifyCudaConfig; the Triton kernels take a LaunchConfig"):
         launch(kernel="triton", config=vc.DeltaVerifyCudaConfig(64, 2, 1))

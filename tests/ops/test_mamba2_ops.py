@@ -466,19 +466,26 @@ def test_mamba2_verify_with_an_fp8_checkpoint_and_a_rounding_seed_on_the_referen
     assert torch.equal(cache.checkpoint_scale[[0, 1, 2, 4, 5]], before.checkpoint_scale[[0, 1, 2, 4, 5]])
 
 
-def test_gated_delta_verify_refuses_an_fp8_checkpoint_and_writes_nothing():
-    """GDN/KDA caches take fp8 checkpoints (their replay step); their verify does not yet."""
+def test_gated_delta_verify_takes_an_fp8_checkpoint_and_checks_its_rounding_seed():
+    """The KDA verify op on an fp8 cache (CPU reference): a bad seed raises before anything is
+    written; a flushing row's scales are rewritten."""
     from trtllm_replayssm.cache import KDAReplayCache
     from trtllm_replayssm.ops import kda_replay_verify
 
     cache = KDAReplayCache.allocate(2, 1, 1, 16, 16, 8, state_dtype=FP8, record_dtype=torch.float32)
-    before = _snapshot(list(cache.tensors().values()))
+    cache.admit(torch.arange(2), torch.randn(2, 1, 16, 16))
+    cache.d_records.normal_(), cache.k_records.normal_(), cache.g_records.uniform_(-0.3, -0.01)
+    cache.cursor[0] = 6  # flushes with 2 tokens
+    before = cache.clone()
     q, v = torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16)
-    with pytest.raises(TypeError, match=r"^kda_replay_verify: cache has an torch.float8_e4m3fn checkpoint"):
-        kda_replay_verify(
-            cache, q, q, v, -torch.rand(1, 2, 1, 16), torch.rand(1, 2, 1), slot_ids=torch.tensor([0], dtype=torch.int32)
-        )
-    _assert_unchanged(list(cache.tensors().values()), before)
+    args = (q, q, v, -torch.rand(1, 2, 1, 16), torch.rand(1, 2, 1))
+    slots = torch.tensor([0], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^kda_replay_verify: rounding_seed is 2147483648"):
+        kda_replay_verify(cache, *args, slot_ids=slots, rounding_seed=2**31)
+    _assert_unchanged(list(cache.tensors().values()), _snapshot(list(before.tensors().values())))
+    kda_replay_verify(cache, *args, slot_ids=slots, rounding_seed=1)
+    assert not torch.equal(cache.checkpoint_scale[0], before.checkpoint_scale[0])
+    assert torch.equal(cache.checkpoint_scale[1], before.checkpoint_scale[1])
 
 
 # --------------------------------------------------------------------------- stochastic rounding

@@ -46,9 +46,10 @@ def delta_verify_with_launcher(*args, **kw):
 
 
 CASES = (
-    [(False, ("f32", "f32")), (True, ("f32", "bf16"))]
+    [(False, ("f32", "f32")), (True, ("f32", "bf16")), (False, ("fp8", "f32")), (True, ("fp8", "f32"))]
     if INTERPRET
     else [(pc, (s, a)) for pc in (False, True) for s in ("f32", "bf16", "f16") for a in ("f32", "bf16", "f16")]
+    + [(pc, ("fp8", "bf16")) for pc in (False, True)]
 )
 ROWS = ["all", "bonus", "short", "mixed"]
 
@@ -328,3 +329,40 @@ def test_gated_delta_snapshot_kernels_match_serial(per_channel):
         policies=ROWS,
     )
     assert worst < ACT_TOL["bf16"] + 4 * STATE_TOL["f32"], worst
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=FAMILY_IDS.get)
+def test_fp8_verify_flush_equals_the_reference_and_rounding_seed_replays(per_channel):
+    """An fp8 checkpoint through the Triton verify kernels: a flushing row's codes and scales
+    equal the reference's as values (a -0 code may meet a +0), non-flushing rows keep theirs;
+    with a rounding seed, the same seed stores the same bits, another seed other bits."""
+    from trtllm_replayssm.reference.spec import gated_delta_replay_verify_ref
+
+    fam = DeltaFamily(G_RUN, per_channel=per_channel)
+    p = fam.make_params(DEVICE)
+    T = 2
+    L = spec_buffer_len(3, T)
+    cache = fam.allocate(4, L, torch.float8_e4m3fn, torch.float32, DEVICE)
+    cache.admit(torch.arange(4, device=DEVICE), 3 * torch.randn(4, *cache.checkpoint.shape[1:], device=DEVICE))
+    cache.d_records.normal_(), cache.k_records.normal_(), cache.g_records.uniform_(-0.4, -0.01)
+    cache.cursor.copy_(torch.tensor([L - 2, 1, L - 1, 0], dtype=torch.int32))  # slots 0 and 2 flush
+    win = make_window(fam, 3, T, torch.float32, DEVICE)
+    slots = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+    ref = cache.clone()
+    q, k, v, g, beta = (win[n] for n in ("q", "k", "v", "g", "beta"))
+    gated_delta_replay_verify_ref(
+        ref.checkpoint, ref.d_records, ref.k_records, ref.g_records, ref.cursor, ref.pending, q, k, v, g, beta,
+        slot_ids=slots, out=torch.zeros_like(v), checkpoint_scale=ref.checkpoint_scale, **p,
+    )  # fmt: skip
+    runs = {}
+    for name, seed in (("nearest", None), ("a", 7), ("a again", 7), ("b", 8)):
+        c = cache.clone()
+        delta_verify_with_launcher(c, win, p, slots, None, torch.zeros_like(v), config=CONFIG, flush_config=CONFIG,
+                                   rounding_seed=seed)  # fmt: skip
+        runs[name] = c
+    near = runs["nearest"]
+    assert torch.equal(near.checkpoint.float(), ref.checkpoint.float())
+    assert rel_err(near.checkpoint_scale, ref.checkpoint_scale) < 1e-6
+    assert torch.equal(near.checkpoint[[1, 3]].view(torch.uint8), cache.checkpoint[[1, 3]].view(torch.uint8))
+    bits = {k: runs[k].checkpoint.view(torch.uint8) for k in ("a", "a again", "b")}
+    assert torch.equal(bits["a"], bits["a again"]) and not torch.equal(bits["a"], bits["b"])

@@ -61,7 +61,8 @@ import triton.language as tl
 
 from torch import Tensor
 
-from .common import VERIFY_FLUSHED, LaunchConfig, resolve_kernel, tf32_split, verify_flushes, window_tokens
+from .common import (VERIFY_FLUSHED, LaunchConfig, resolve_kernel, store_checkpoint_tile, tf32_split, verify_flushes,
+                     window_tokens)
 from .gated_delta_common import (PROGRAMS_PER_SM, decay_columns, fold_records, gated_delta_launch_config,
                                  multiprocessor_count, record_decays)
 from .gated_delta_verify_cuda import DeltaVerifyCudaConfig, delta_verify_cuda_unsupported, launch_delta_replay_verify_cuda
@@ -354,8 +355,10 @@ def _window_key_gate_records_kernel(
 
 @triton.jit
 def _gated_delta_replay_verify_kernel(
-    # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous
+    # checkpoint [slot, v_heads, head_v_dim, head_k_dim], head_k_dim contiguous; with HAS_SCALE
+    # (fp8) its row scales [slot, v_heads, head_v_dim] fp32, head_v_dim contiguous
     ckpt_ptr, stride_c_slot, stride_c_head, stride_c_row,
+    scale_ptr, stride_sc_slot, stride_sc_head,
     # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
     dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
@@ -374,11 +377,13 @@ def _gated_delta_replay_verify_kernel(
     # slot_ids, num_tokens [batch] int32
     slot_ids_ptr, num_tokens_ptr, scale,
     T, head_v_dim, head_k_dim, v_per_k,
+    sr_seed,  # with SR: the seed of the flush's stochastic rounding
     L: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_U: tl.constexpr,
     BLOCK_V: tl.constexpr, SPAN_V: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     HAS_NUM_TOKENS: tl.constexpr, PER_CHANNEL: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
     SPLIT_E: tl.constexpr, FLUSH_ROWS: tl.constexpr, HISTORY_PRODUCT: tl.constexpr,
+    HAS_SCALE: tl.constexpr, SR: tl.constexpr,
 ):
     i_s, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     slot = tl.load(slot_ids_ptr + i_b).to(tl.int64)
@@ -463,6 +468,7 @@ def _gated_delta_replay_verify_kernel(
         U1 -= _row(M2T, o_t == t)[:, None] * _row(U, o_u == t)[None, :]
 
     p_c = ckpt_ptr + slot * stride_c_slot + i_h * stride_c_head
+    p_sc = scale_ptr + slot * stride_sc_slot + i_h * stride_sc_head
     p_dr = dr_ptr + slot * stride_dr_slot + i_h * stride_dr_head
     p_kr = kr_ptr + slot * stride_kr_slot + i_hk * stride_kr_head
     p_gr = gr_ptr + slot * stride_gr_slot + i_h * stride_gr_head
@@ -491,6 +497,8 @@ def _gated_delta_replay_verify_kernel(
             m_v = o_v < head_v_dim
             m_c = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :], mask=m_c, other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s *= tl.load(p_sc + o_v, mask=m_v, other=1.0)[:, None]
             if PER_CHANNEL:
                 # KDA: the records one at a time, oldest first (the recurrence itself in fp32;
                 # as a tile product, exact fp32 on U = e ⊙ K, it lost 35-70%: session 30).
@@ -507,7 +515,11 @@ def _gated_delta_replay_verify_kernel(
                                mask=m_v[:, None] & m_l[None, :], other=0.0).to(tl.float32)
                 b_s = fold_records(b_s, e0, b_dt, b_kr, rec_dec, PER_CHANNEL,
                                    kr_ptr.dtype.element_ty.primitive_bitwidth > 16)
-            tl.store(p_c + o_v[:, None] * stride_c_row + o_k[None, :], b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
+            # Whole rows (BLOCK_K covers head_k_dim); SR: draws from the seed, the slot, the head
+            # and the window's beta.
+            store_checkpoint_tile(p_c + o_v[:, None] * stride_c_row + o_k[None, :], m_c, p_sc + o_v, m_v, b_s,
+                                  sr_seed + slot * 1000003 + i_h * 7919 + tl.sum(b_beta, axis=0).to(tl.int32, bitcast=True),
+                                  o_v[:, None] * head_k_dim + o_k[None, :], HAS_SCALE, SR)
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, True)
@@ -542,6 +554,8 @@ def _gated_delta_replay_verify_kernel(
             m_v = o_v < head_v_dim
             b_s0 = tl.load(p_c + o_v[:, None] * stride_c_row + o_k[None, :],
                            mask=m_v[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                b_s0 *= tl.load(p_sc + o_v, mask=m_v, other=1.0)[:, None]
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s0, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)
             _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v, base, n, BLOCK_T, False)
@@ -569,7 +583,9 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
                                      use_qk_l2norm: bool, out: Tensor,
                                      config: Optional[LaunchConfig] = None,
                                      flush_config: Optional[LaunchConfig] = None,
-                                     history_product: Optional[bool] = None, kernel: str = "auto") -> Tensor:
+                                     history_product: Optional[bool] = None, kernel: str = "auto",
+                                     checkpoint_scale: Optional[Tensor] = None,
+                                     rounding_seed: Optional[int] = None) -> Tensor:
     """Launch the verify step on the cache tensors; arguments already checked by the op.
     g's rank selects the family: [batch, T, v_heads] GDN, [batch, T, v_heads, head_k_dim] KDA.
     ``config`` / ``flush_config``: the non-flush / flush launch's configuration (None: its rule,
@@ -579,8 +595,9 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     ``"auto"`` (:func:`gated_delta_verify_kernel` chooses; a ``config`` of either kind, or a
     ``flush_config`` or ``history_product``, which set the Triton kernels, chooses for it),
     ``"triton"`` or ``"cuda"`` (the CUDA verify, :mod:`~.gated_delta_verify_cuda`; ValueError where
-    it does not apply)."""
-    triton_knobs = flush_config is not None or history_product is not None
+    it does not apply). ``checkpoint_scale``, ``rounding_seed``: as for
+    :func:`~.mamba2_replay.launch_mamba2_replay_step` (the Triton kernels)."""
+    triton_knobs = flush_config is not None or history_product is not None or rounding_seed is not None
 
     def route() -> str:
         if triton_knobs:
@@ -590,8 +607,8 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
     kernel = resolve_kernel("launch_gated_delta_replay_verify", kernel, config, DeltaVerifyCudaConfig, route)
     if kernel == "cuda":
         if triton_knobs:
-            raise ValueError("launch_gated_delta_replay_verify: flush_config and history_product set the Triton "
-                             "kernels; the CUDA verify takes config only")
+            raise ValueError("launch_gated_delta_replay_verify: flush_config, history_product and rounding_seed "
+                             "set the Triton kernels; the CUDA verify takes config only")
         return launch_delta_replay_verify_cuda(checkpoint, d_records, k_records, g_records, cursor, pending, q, k, v, g,
                                              beta, slot_ids=slot_ids, num_tokens=num_tokens, scale=scale,
                                              use_qk_l2norm=use_qk_l2norm, out=out, config=config)
@@ -620,8 +637,10 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
                                                                      multiprocessors=sms, per_channel=g.dim() == 4),
     }
     block_t = max(2, triton.next_power_of_2(T))
+    rows = checkpoint if checkpoint_scale is None else checkpoint_scale  # no scale: a pointer never read
     args = (
         checkpoint, checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        rows, rows.stride(0), rows.stride(1),
         d_records, d_records.stride(0), d_records.stride(1), d_records.stride(2),
         k_records, k_records.stride(0), k_records.stride(1), k_records.stride(2),
         g_records, g_records.stride(0), g_records.stride(1), g_records.stride(2),
@@ -634,8 +653,9 @@ def launch_gated_delta_replay_verify(checkpoint: Tensor, d_records: Tensor, k_re
         beta, beta.stride(0), beta.stride(1), beta.stride(2),
         slot_ids, num_tokens if num_tokens is not None else slot_ids, scale,
         T, head_v_dim, head_k_dim, v_heads // k_heads,
+        rounding_seed or 0,
     )
-    const = dict(
+    const = dict(HAS_SCALE=checkpoint_scale is not None, SR=rounding_seed is not None,
         L=L, BLOCK_L=max(16, triton.next_power_of_2(L)), BLOCK_T=block_t, BLOCK_U=2 * block_t,
         BLOCK_K=max(16, triton.next_power_of_2(head_k_dim)),
         HAS_NUM_TOKENS=num_tokens is not None, PER_CHANNEL=g.dim() == 4, USE_QK_L2NORM=use_qk_l2norm,

@@ -189,7 +189,7 @@ def _mamba2_replay_verify_op(
 
 @define_op(
     "gated_delta_replay_verify",
-    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "pending", "out"),
+    mutates_args=("checkpoint", "d_records", "k_records", "g_records", "cursor", "pending", "out", "checkpoint_scale"),
     reference=gated_delta_replay_verify_ref,
     launcher="gated_delta_verify:launch_gated_delta_replay_verify",
 )
@@ -210,8 +210,11 @@ def _gated_delta_replay_verify_op(
     scale: float,
     use_qk_l2norm: bool,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> None:
-    """Schema of ``replayssm::gated_delta_replay_verify``."""
+    """Schema of ``replayssm::gated_delta_replay_verify`` (``checkpoint_scale``, ``rounding_seed``:
+    as in ``replayssm::mamba2_replay_step``)."""
 
 
 @define_op(
@@ -382,7 +385,7 @@ def mamba2_replay_verify(
 
 
 def _delta_replay_verify(
-    op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+    op: str, cache_type: type, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out, rounding_seed
 ) -> Tensor:
     slot_ids = slot_tensor(slot_ids)  # a SlotBatch is checked again: the window checks read the ids
     check_cache_type(op, cache, (cache_type,))
@@ -399,15 +402,13 @@ def _delta_replay_verify(
             f"{op}: q has T = {T} window tokens; expected T <= history B = L - T, "
             f"i.e. L >= 2T = {2 * T} (cache has L = {cache.L}; see spec_buffer_len)"
         )
-    if cache.checkpoint_scale is not None:
-        raise TypeError(
-            f"{op}: cache has an {cache.state_dtype} checkpoint; the GDN/KDA verify takes fp32, bf16 or fp16 "
-            "checkpoints (fp8 runs their replay step only, so far)"
-        )
+    check_rounding_seed(op, rounding_seed, cache.state_dtype)
     run = inputs.for_launch(op, cache.head_k_dim)
     _check_nothing_pending(op, cache, slot_ids)
     fields = (cache.checkpoint, cache.d_records, cache.k_records, cache.g_records, cache.cursor, cache.pending)
-    torch.ops.replayssm.gated_delta_replay_verify(*fields, *run[:6], num_tokens, *run[6:])
+    torch.ops.replayssm.gated_delta_replay_verify(
+        *fields, *run[:6], num_tokens, *run[6:], cache.checkpoint_scale, rounding_seed
+    )
     return run.out
 
 
@@ -424,9 +425,23 @@ def gdn_replay_verify(
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     return _delta_replay_verify(
-        "gdn_replay_verify", GDNReplayCache, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+        "gdn_replay_verify",
+        GDNReplayCache,
+        cache,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        num_tokens,
+        scale,
+        use_qk_l2norm,
+        out,
+        rounding_seed,
     )
 
 
@@ -443,9 +458,23 @@ def kda_replay_verify(
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     return _delta_replay_verify(
-        "kda_replay_verify", KDAReplayCache, cache, q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out
+        "kda_replay_verify",
+        KDAReplayCache,
+        cache,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids,
+        num_tokens,
+        scale,
+        use_qk_l2norm,
+        out,
+        rounding_seed,
     )
 
 
@@ -459,6 +488,8 @@ _DELTA_WINDOW_ARGS = """
         num_tokens (Tensor, optional): [batch] int32 in [1, T]; None: every row has T.
         scale, use_qk_l2norm: as in standard decode.
         out (Tensor, optional): like v; padding rows and tokens past num_tokens keep their values.
+        rounding_seed (int, optional): as in :func:`~trtllm_replayssm.ops.mamba2_replay_step` (a
+            flushing row's fold rounded stochastically; an fp8 checkpoint's rows with new scales).
     Returns:
         Tensor: o [batch, T, v_heads, head_v_dim]: token s of a row equals the conventional
         recurrence run serially over that row's tokens 0 .. s from its committed state.

@@ -255,9 +255,12 @@ def gated_delta_replay_verify_ref(
     scale: float,
     use_qk_l2norm: bool,
     out: Tensor,
+    checkpoint_scale: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     """One gated delta-rule (GDN, KDA) verify step of T tokens per row; mutates the cache as
-    the Triton kernel does (the flush rule and record placement of the module docstring).
+    the Triton kernel does (the flush rule and record placement of the module docstring;
+    ``checkpoint_scale``, ``rounding_seed``: as in :func:`mamba2_replay_verify_ref`).
 
     Args:
         checkpoint, d_records, k_records, g_records, cursor: the cache tensors of
@@ -288,7 +291,7 @@ def gated_delta_replay_verify_ref(
     d_hist = mask_records(d_records[slots], held, cd)
     k_hist = expand_heads(mask_records(k_records[slots], held, cd), v_heads)
     S_c = gated_delta_replay_fold(
-        checkpoint[slots].to(cd),
+        load_checkpoint_rows(checkpoint, checkpoint_scale, slots, cd),
         d_hist,
         k_hist,
         decay,
@@ -298,7 +301,7 @@ def gated_delta_replay_verify_ref(
     )
     if bool(flush.any()):
         f = torch.nonzero(flush).flatten()
-        checkpoint[slots[f]] = S_c[f].to(checkpoint.dtype)
+        store_checkpoint_rows(checkpoint, checkpoint_scale, slots[f], S_c[f], rounding_seed, beta[rows[f]])
 
     qh, kh, kn, gw = _gated_delta_window(q, k, g, rows, v_heads, scale, use_qk_l2norm, cd)
     start = torch.where(flush, 0, w)
