@@ -427,22 +427,8 @@ def gdn_replay_verify(
     out: Optional[Tensor] = None,
     rounding_seed: Optional[int] = None,
 ) -> Tensor:
-    return _delta_replay_verify(
-        "gdn_replay_verify",
-        GDNReplayCache,
-        cache,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        scale,
-        use_qk_l2norm,
-        out,
-        rounding_seed,
-    )
+    window = (q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out, rounding_seed)
+    return _delta_replay_verify("gdn_replay_verify", GDNReplayCache, cache, *window)
 
 
 def kda_replay_verify(
@@ -460,22 +446,8 @@ def kda_replay_verify(
     out: Optional[Tensor] = None,
     rounding_seed: Optional[int] = None,
 ) -> Tensor:
-    return _delta_replay_verify(
-        "kda_replay_verify",
-        KDAReplayCache,
-        cache,
-        q,
-        k,
-        v,
-        g,
-        beta,
-        slot_ids,
-        num_tokens,
-        scale,
-        use_qk_l2norm,
-        out,
-        rounding_seed,
-    )
+    window = (q, k, v, g, beta, slot_ids, num_tokens, scale, use_qk_l2norm, out, rounding_seed)
+    return _delta_replay_verify("kda_replay_verify", KDAReplayCache, cache, *window)
 
 
 _DELTA_WINDOW_ARGS = """
