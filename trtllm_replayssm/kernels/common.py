@@ -125,6 +125,12 @@ def fp8_row_codes(v, u, STOCHASTIC: tl.constexpr):
 
 
 @triton.jit
+def uniform_from_bits(r):
+    """Uniform fp32 values in [0, 1) from random uint32 words ``r`` (their top 24 bits)."""
+    return (r >> 8).to(tl.float32) * (1.0 / 16777216.0)
+
+
+@triton.jit
 def stochastic_16bit(v, r, IS_BF16: tl.constexpr):
     """``v`` (fp32) rounded stochastically to bf16 (IS_BF16) or fp16, still fp32 (the conversion
     that follows is exact): the upper neighbour in magnitude with probability (|v| - lower) /
@@ -134,22 +140,23 @@ def stochastic_16bit(v, r, IS_BF16: tl.constexpr):
     if IS_BF16:
         bits = v.to(tl.int32, bitcast=True) + (r & 0xFFFF).to(tl.int32)
         return (bits & -65536).to(tl.float32, bitcast=True)
-    u = (r >> 8).to(tl.float32) * (1.0 / 16777216.0)
-    return grid_round(tl.clamp(v, -65504.0, 65504.0), 10, -14, u, True)
+    return grid_round(tl.clamp(v, -65504.0, 65504.0), 10, -14, uniform_from_bits(r), True)
 
 
 @triton.jit
-def store_checkpoint_tile(p_tile, m_tile, p_scale, m_rows, b_s, seed, offsets, HAS_SCALE: tl.constexpr, SR: tl.constexpr):
+def store_checkpoint_tile(p_tile, m_tile, p_scale, m_rows, b_s, sr_seed, slot, head, salt, offsets,
+                          HAS_SCALE: tl.constexpr, SR: tl.constexpr):
     """A flush's folded state tile ``b_s`` [rows, cols] (fp32; whole rows with HAS_SCALE) stored
     over the checkpoint at ``p_tile`` (mask ``m_tile``): rounded to its dtype to nearest even or,
-    with SR, stochastically (the Philox words of ``seed`` at ``offsets`` [rows, cols]); an fp8
-    checkpoint's (HAS_SCALE) as codes (:func:`fp8_row_codes`), each row's new scale at
-    ``p_scale`` (mask ``m_rows``)."""
+    with SR, stochastically: the Philox words at ``offsets`` [rows, cols] of a seed mixed from
+    ``sr_seed``, the slot, the head and the bits of ``salt`` (an fp32 scalar of the flush's
+    inputs, so that successive flushes draw differently). An fp8 checkpoint's (HAS_SCALE) as codes
+    (:func:`fp8_row_codes`), each row's new scale at ``p_scale`` (mask ``m_rows``)."""
     b_r = tl.zeros(b_s.shape, dtype=tl.uint32)
     if SR:
-        b_r = tl.randint(seed, offsets)
+        b_r = tl.randint(sr_seed + slot * 1000003 + head * 7919 + salt.to(tl.int32, bitcast=True), offsets)
     if HAS_SCALE:
-        b_s, b_sc = fp8_row_codes(b_s, (b_r >> 8).to(tl.float32) * (1.0 / 16777216.0), SR)
+        b_s, b_sc = fp8_row_codes(b_s, uniform_from_bits(b_r), SR)
         tl.store(p_scale, b_sc, mask=m_rows)
     elif SR:
         b_s = stochastic_16bit(b_s, b_r, p_tile.dtype.element_ty == tl.bfloat16)

@@ -212,8 +212,8 @@ def _mamba2_replay_step_kernel(
             b_s = split_dot(b_xw, b_Brd, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
             # fp8: the tile holds whole rows (FOLD_CHUNKS == 1). SR: per element, from the seed,
             # the slot, the head and the flushing token's dt.
-            store_checkpoint_tile(p_cf, m_fd, p_sc + o_f, m_f, b_s, sr_seed + slot * 1000003 + i_h * 7919
-                                  + dt.to(tl.int32, bitcast=True), o_f[:, None] * d_state + o_d[None, :], HAS_SCALE, SR)
+            store_checkpoint_tile(p_cf, m_fd, p_sc + o_f, m_f, b_s, sr_seed, slot, i_h, dt,
+                                  o_f[:, None] * d_state + o_d[None, :], HAS_SCALE, SR)
     elif i_s == 0:
         tl.store(p_dtr + w, dt)
         if i_h % heads_per_group == 0:

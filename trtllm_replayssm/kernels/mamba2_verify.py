@@ -267,7 +267,7 @@ def _mamba2_replay_verify_kernel(
                 rows_2d = [BLOCK_HEAD_DIM, BLOCK_D_STATE]
                 store_checkpoint_tile(tl.reshape(p_tile, rows_2d), tl.reshape(m_c, rows_2d), p_sc + o_p, m_p,
                                       tl.reshape(b_s, rows_2d),
-                                      sr_seed + slot * 1000003 + i_h * 7919 + total.to(tl.int32, bitcast=True),
+                                      sr_seed, slot, i_h, total,
                                       tl.reshape(o_p[:, None, None] * d_state + o_n2[None, :, :], rows_2d), HAS_SCALE, SR)
             else:
                 tl.store(p_tile, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
