@@ -356,7 +356,7 @@ def test_plan_sets_the_checkpoint_dtypes_side_by_side():
     model = load_model("nemotron-3-super-120b")
     p = plan(model, config=PlanConfig(buffer_len=8), gpu_mem_bytes=141 * GiB, batch=16)
     assert [cp.dtype for cp in p.checkpoints] == list(CHECKPOINT_DTYPES)
-    fp32, bf16, fp16 = p.checkpoints
+    fp32, bf16, fp16, fp8 = p.checkpoints
     # fp32: the replay mode above; a 16-bit checkpoint halves the state, not the records
     assert (fp32.ssm_bytes, fp32.max_concurrency) == (p.modes["replay"].ssm_bytes, p.modes["replay"].max_concurrency)
     assert fp32.traffic == p.modes["replay"].traffic
@@ -364,6 +364,13 @@ def test_plan_sets_the_checkpoint_dtypes_side_by_side():
     assert bf16.ssm_bytes == sequence_ssm_bytes(model, "replay", half) == fp16.ssm_bytes
     assert bf16.ssm_bytes < fp32.ssm_bytes and bf16.max_concurrency > fp32.max_concurrency
     assert bf16.traffic.state_read * 2 == fp32.traffic.state_read and bf16.traffic.records_read == fp32.traffic.records_read
+    # fp8: a byte per element plus an fp32 scale per (head, head_dim) row, in the state and its traffic
+    nh, hd, ds = model.ssm_layers[0].geometry.state_dims
+    per_layer = nh * hd * ds + nh * hd * 4
+    assert fp8.ssm_bytes == bf16.ssm_bytes - len(model.ssm_layers) * (2 * nh * hd * ds - per_layer)
+    assert fp8.traffic.state_read == len(model.ssm_layers) * per_layer  # read every step
+    assert fp8.traffic.state_written == len(model.ssm_layers) * per_layer / 8  # written once per L = 8 steps
+    assert fp8.max_concurrency > bf16.max_concurrency and fp8.advice[0].ratio is None
     # the measured replay step at the plan's batch, per dtype: fp16 was not measured
     assert [(a.family, a.state_dtype, a.L, a.batch) for a in bf16.advice] == [("mamba2", "bf16", 8, 16)]
     assert bf16.advice[0].ratio == 1.16 and fp16.advice[0].ratio is None
@@ -371,7 +378,7 @@ def test_plan_sets_the_checkpoint_dtypes_side_by_side():
     assert "Replay checkpoint dtypes (L 8, records bf16; vs conv: the conventional mode above, state fp32)" in text
     assert "mamba2 1.16x at batch 16" in text and "mamba2 not measured" in text
     d = json.loads(json.dumps(p.to_dict(), allow_nan=False))["checkpoint_dtypes"]
-    assert [c["dtype"] for c in d] == ["fp32", "bf16", "fp16"]
+    assert [c["dtype"] for c in d] == ["fp32", "bf16", "fp16", "fp8"]
     assert d[1]["ssm_bytes_per_sequence"] == bf16.ssm_bytes and d[1]["route_advice"][0]["ratio"] == 1.16
     assert d[0]["traffic_vs_conventional"] == pytest.approx(fp32.traffic.total / p.modes["conventional"].traffic.total)
 
@@ -382,8 +389,22 @@ def test_plan_checkpoint_advice_at_each_dtypes_max_concurrency():
         assert [a.batch for a in cp.advice] == [cp.max_concurrency]
     tight = plan(load_model("kimi-linear-48b"), gpu_mem_bytes=GiB // 1024, max_seq_len=1)
     assert all(cp.max_concurrency == 0 and cp.advice == () for cp in tight.checkpoints)
-    rows = [line for line in format_plan(tight).splitlines() if line.startswith(("  fp32 ", "  bf16 ", "  fp16 "))]
-    assert len(rows) == 3 and all(row.endswith("  -") for row in rows)
+    rows = [line for line in format_plan(tight).splitlines() if line.startswith(("  fp32 ", "  bf16 ", "  fp16 ", "  fp8 "))]
+    assert len(rows) == 4 and all(row.endswith("  -") for row in rows)
+
+
+def test_an_fp8_state_is_a_replay_checkpoint_only():
+    """The replay modes' figures take an fp8 checkpoint; the conventional modes, and so plan's
+    own config, refuse it (no conventional kernel keeps an fp8 state)."""
+    model = load_model("nemotron-3-nano-4b")
+    fp8 = PlanConfig(state_dtype=torch.float8_e4m3fn)
+    assert sequence_ssm_bytes(model, "replay_spec", fp8) < sequence_ssm_bytes(model, "replay_spec", PlanConfig())
+    with pytest.raises(TypeError, match="state_dtype is float8_e4m3fn in mode conventional; expected a replay mode"):
+        sequence_ssm_bytes(model, "conventional", fp8)
+    with pytest.raises(TypeError, match="plan: config.state_dtype is fp8; expected fp32, bf16, fp16 or fp64"):
+        plan(model, config=fp8, gpu_mem_bytes=GiB)
+    with pytest.raises(TypeError, match="PlanConfig: state_dtype is torch.int8; expected fp32, bf16, fp16, fp64 or fp8"):
+        PlanConfig(state_dtype=torch.int8)
 
 
 def test_an_fp8_state_counts_its_row_scales():

@@ -173,12 +173,18 @@ def test_verify_slower_than_serial_steps_recommends_them(monkeypatch):
     assert "0.90x 2 serial steps" in a.text and "recommended: serial" in a.text
 
 
+def test_route_advice_for_an_fp8_checkpoint_says_not_measured():
+    a = route_advice("gdn", "replay", state_dtype="fp8", L=16, batch=64)
+    assert (a.ratio, a.recommendation) == (None, None)
+    assert a.text.startswith("gdn replay step L 16, fp8 checkpoint, batch 64: not measured (measured: ")
+
+
 @pytest.mark.parametrize(
     "args, kwargs, message",
     [
         (("mamba1", "replay"), dict(state_dtype="fp32", L=16, batch=1), "family is 'mamba1'; expected a registered SSM"),
         (("gdn", "conventional"), dict(state_dtype="fp32", L=16, batch=1), "mode is 'conventional'; expected one of replay"),
-        (("gdn", "replay"), dict(state_dtype="fp8", L=16, batch=1), "state_dtype is 'fp8'"),
+        (("gdn", "replay"), dict(state_dtype="int8", L=16, batch=1), "state_dtype is 'int8'; expected one of fp32"),
         (("gdn", "replay"), dict(state_dtype="fp32", L=0, batch=1), "L is 0; expected a positive int"),
         (("gdn", "replay"), dict(state_dtype="fp32", L=16, batch=0), "batch is 0; expected a positive int"),
         (("gdn", "replay_spec"), dict(state_dtype="fp32", L=16, batch=1), "T is None; expected a positive int"),

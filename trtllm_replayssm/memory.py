@@ -52,6 +52,7 @@ __all__ = [
 
 MODES = ("conventional", "conventional_spec", "replay", "replay_spec")
 SPEC_MODES = ("conventional_spec", "replay_spec")
+REPLAY_MODES = ("replay", "replay_spec")
 CURSOR_BYTES = 12  # cursor, arrivals and pending (cache.py), int32 each, per slot per layer
 
 
@@ -64,9 +65,16 @@ def gate_dtype(state_dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if state_dtype == torch.float64 else torch.float32
 
 
-def _check_mode(owner: str, mode: str) -> None:
+def _check_mode(owner: str, mode: str, state_dtype: torch.dtype) -> None:
+    """``mode`` is one of MODES and holds a ``state_dtype`` state: an fp8 one is a replay
+    checkpoint only (no conventional kernel keeps an fp8 state)."""
     if mode not in MODES:
         raise ValueError(f"{owner}: mode is {mode!r}; expected one of {', '.join(MODES)}")
+    if state_dtype == torch.float8_e4m3fn and mode not in REPLAY_MODES:
+        raise TypeError(
+            f"{owner}: state_dtype is float8_e4m3fn in mode {mode}; expected a replay mode "
+            f"({', '.join(REPLAY_MODES)}): fp8 is a replay checkpoint only"
+        )
 
 
 def state_bytes(kind: str, geometry, state_dtype: torch.dtype) -> int:
@@ -158,7 +166,7 @@ def ssm_layer_bytes(
         spec_tokens: T, tokens verified per step (drafts + 1) in the speculative modes.
     """
     owner = "ssm_layer_bytes"
-    _check_mode(owner, mode)
+    _check_mode(owner, mode, state_dtype)
     _check_lengths(owner, mode, buffer_len, spec_tokens)
     T = spec_tokens if mode in SPEC_MODES else 1
     conv = conv_state_bytes(geometry, conv_dtype, T)
@@ -236,7 +244,7 @@ def ssm_layer_step_traffic(
         accepted: mean tokens accepted per verify step, in [1, T] (replay_spec only).
     """
     owner = "ssm_layer_step_traffic"
-    _check_mode(owner, mode)
+    _check_mode(owner, mode, state_dtype)
     _check_lengths(owner, mode, buffer_len, spec_tokens)
     T = spec_tokens if mode in SPEC_MODES else 1
     if mode == "replay_spec" and not 1 <= accepted <= T:

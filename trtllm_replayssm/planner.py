@@ -56,8 +56,9 @@ DTYPE_NAMES = {
     torch.float64: "fp64",
     torch.float8_e4m3fn: "fp8",
 }
-# Checkpoint dtypes the replay kernels store, in the order ``plan`` sets them side by side.
-CHECKPOINT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# Checkpoint dtypes the replay kernels store, in the order ``plan`` sets them side by side (fp8:
+# e4m3 codes with one fp32 scale per (head, row); a replay checkpoint only, no conventional state).
+CHECKPOINT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class PlanConfig:
         spec_tokens: T, tokens verified per speculative step (drafts + 1); B >= T.
         accepted: mean tokens accepted per verify step (replay_spec traffic); None: T.
         state_dtype, record_dtype, conv_dtype: of the state / checkpoint, the d/k/x/B records
-            (dt and g records are fp32), the conv states.
+            (dt and g records are fp32), the conv states. An fp8 (e4m3) state is a replay
+            checkpoint only: the replay modes' figures take it, :func:`plan` does not (its
+            conventional modes have none; it sets fp8 beside the other checkpoint dtypes).
         kv_dtype: of the attention layers' KV cache (fp8 = float8_e4m3fn).
     """
 
@@ -95,7 +98,9 @@ class PlanConfig:
             raise ValueError(
                 f"{owner}: accepted is {self.accepted!r}; expected 1 <= accepted <= spec_tokens = {self.spec_tokens}"
             )
-        for name in ("state_dtype", "record_dtype", "conv_dtype"):
+        if self.state_dtype not in FLOAT_DTYPES + (torch.float8_e4m3fn,):
+            raise TypeError(f"{owner}: state_dtype is {self.state_dtype}; expected fp32, bf16, fp16, fp64 or fp8")
+        for name in ("record_dtype", "conv_dtype"):
             if getattr(self, name) not in FLOAT_DTYPES:
                 raise TypeError(f"{owner}: {name} is {getattr(self, name)}; expected fp32, bf16, fp16 or fp64")
         if self.kv_dtype not in DTYPE_NAMES:
@@ -432,6 +437,7 @@ def plan(
 
     Raises:
         ValueError: an impossible tensor-parallel split or bad budget, naming what is wrong.
+        TypeError: an fp8 ``config.state_dtype``.
     """
     if not isinstance(max_seq_len, int) or max_seq_len < 1:
         raise ValueError(f"plan: max_seq_len is {max_seq_len!r}; expected a positive int")
@@ -439,6 +445,11 @@ def plan(
         raise ValueError(f"plan: num_padding_slots is {num_padding_slots!r}; expected an int >= 0")
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ValueError(f"plan: batch is {batch!r}; expected None or a positive int")
+    if config.state_dtype == torch.float8_e4m3fn:
+        raise TypeError(
+            "plan: config.state_dtype is fp8; expected fp32, bf16, fp16 or fp64 (the conventional modes "
+            "have no fp8 state; the plan's 'Replay checkpoint dtypes' table sets an fp8 checkpoint beside the others)"
+        )
     rank = model.for_tp(tp_size)
     budget = Budget(gpu_mem_bytes=gpu_mem_bytes, free_fraction=free_fraction, weights_bytes=weights_bytes, tp_size=tp_size)
     kv_per_token = sequence_kv_bytes_per_token(rank, config.kv_dtype)
@@ -602,6 +613,10 @@ def format_plan(p: Plan) -> str:
             f"{_fmt_ratio(cp.max_concurrency, conv.max_concurrency):>9}{_size(cp.traffic.total):>12}"
             f"{_fmt_ratio(cp.traffic.total, conv.traffic.total):>9}  {_speed_text(cp.advice)}"
         )
+    out.append(
+        "  bf16, fp16 and fp8 checkpoints take stochastic rounding at flush (rounding_seed): the same bytes; "
+        "fp8 keeps one fp32 scale per row beside its codes (counted above)"
+    )
     out += _accuracy_lines(p)
     at = f"batch {p.batch}" if p.batch is not None else "each mode's max seqs"
     out += ["", f"Measured speed of the ReplaySSM routes at {at} (advice only: nothing is switched)"]

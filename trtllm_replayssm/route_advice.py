@@ -36,7 +36,7 @@ MODES = ("replay", "replay_spec")
 _ROUTE = {"replay": STEP, "replay_spec": VERIFY}
 _ALTERNATIVE = {"replay": "conventional", "replay_spec": "serial"}
 _AGAINST = {"replay": "the conventional step", "replay_spec": "{T} serial steps"}
-_STATE_DTYPES = ("fp32", "bf16", "fp16", "fp64")
+_STATE_DTYPES = ("fp32", "bf16", "fp16", "fp64", "fp8")
 
 
 class SlowRouteWarning(UserWarning):
@@ -139,7 +139,7 @@ def route_advice(
     Args:
         family: a registered SSM layer family (``mamba2``, ``gdn``, ``kda`` were measured).
         mode: ``replay`` (vs the conventional step) or ``replay_spec`` (verify vs T serial steps).
-        state_dtype: checkpoint dtype name: fp32, bf16, fp16 or fp64.
+        state_dtype: checkpoint dtype name: fp32, bf16, fp16, fp64 or fp8.
         L: records per slot; the history B in ``replay_spec``.
         batch: sequences per step.
         T: tokens per verify step (``replay_spec`` only).
