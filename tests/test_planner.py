@@ -175,6 +175,12 @@ def test_replay_traffic_matches_the_benchmark_model():
     )
     assert t.state_written == 4 * MiB / 16
     assert t.conv_read == t.conv_written == 10240 * 3 * 2
+    # an fp8 checkpoint's traffic counts its row scales (4 bytes a row) with its codes
+    dims = dict(nheads=g.nheads, head_dim=g.head_dim, d_state=g.d_state, ngroups=g.ngroups, L=16, act_dtype=torch.bfloat16)
+    fp8 = mamba2_step_bytes("replay_step", state_dtype=torch.float8_e4m3fn, **dims)
+    assert fp8.state_read == MiB + g.nheads * g.head_dim * 4
+    with pytest.raises(TypeError, match="mamba2_step_bytes: state_dtype is float8_e4m3fn in mode conventional"):
+        mamba2_step_bytes("decode_step", state_dtype=torch.float8_e4m3fn, **dims)
 
 
 def test_traffic_per_mode_ordering_and_spec_formulas():

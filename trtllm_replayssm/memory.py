@@ -299,15 +299,17 @@ def mamba2_step_bytes(
     Mamba-2 layer, step inputs and output included (the benchmark's and demo's model).
 
     Replay: :func:`_replay_window`; records hold x and B in the activation dtype and dt in the
-    gate dtype (fp32, fp64 with a fp64 cache).
+    gate dtype (fp32, fp64 with a fp64 cache). An fp8 checkpoint (replay only) moves its row
+    scales with its codes (:func:`state_bytes`).
     """
-    state = nheads * head_dim * d_state * dtype_size(state_dtype)
+    layer = Mamba2Geometry(nheads, head_dim, d_state, ngroups, d_conv=1)  # d_conv: not in a record
+    state = state_bytes(MAMBA2, layer, state_dtype)
     a = dtype_size(act_dtype)
     io = nheads * head_dim * a * (3 if has_z else 2) + nheads * a + 2 * ngroups * d_state * a
     if route == "decode_step":
+        _check_mode("mamba2_step_bytes", "conventional", state_dtype)
         return Mamba2StepBytes(state, state, 0.0, 0.0, io)
     if route != "replay_step":
         raise ValueError(f"mamba2_step_bytes: route is {route!r}; expected 'decode_step' or 'replay_step'")
-    layer = Mamba2Geometry(nheads, head_dim, d_state, ngroups, d_conv=1)  # d_conv: not in a record
     record = record_bytes(MAMBA2, layer, act_dtype, state_dtype)
     return Mamba2StepBytes(*_replay_window(state, record, L), io=io)
