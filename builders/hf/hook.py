@@ -31,7 +31,7 @@ import torch
 
 from torch import Tensor, nn
 
-from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.cache import FP8, MAX_L
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.ops import SlotBatch
 from trtllm_replayssm.planner import DTYPE_NAMES
@@ -49,10 +49,28 @@ from .compat import (
 )
 from .mixers import ADAPTERS, MixerAdapter, supported_mixers_text
 
-__all__ = ["ROUTES", "HookedLayer", "ReplaySSMHook", "enable_replayssm", "disable_replayssm", "replayssm_hook"]
+__all__ = [
+    "ROUTES",
+    "STATE_DTYPES",
+    "ROUNDED_STATE_DTYPES",
+    "HookedLayer",
+    "ReplaySSMHook",
+    "enable_replayssm",
+    "disable_replayssm",
+    "replayssm_hook",
+]
 
 ROUTES = ("replay_step", "decode_step")
+# Checkpoint dtypes the hook takes: the conventional ones (fp64 runs on the CPU reference only)
+# and fp8-e4m3 with one fp32 scale per (head, head_dim) row, which only the replay route stores.
+STATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, FP8)
+# Checkpoint dtypes a flush rounds, so that stochastic rounding (rounding_seed) applies.
+ROUNDED_STATE_DTYPES = (torch.bfloat16, torch.float16, FP8)
 _HOOK_ATTR = "_replayssm_hook"
+
+
+def _dtype_list(dtypes) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
 def advice_applies(device: torch.device) -> bool:
@@ -102,16 +120,28 @@ class ReplaySSMHook:
         route (str): ``"replay_step"`` (ReplaySSM) or ``"decode_step"`` (the conventional op on
             a state held here; a baseline for benchmarks).
         state_dtype (torch.dtype | None): checkpoint dtype; None keeps the host state's dtype.
+        rounding_seed (int | None): the seed of stochastic rounding at flush, passed to every
+            replay step; None rounds to nearest.
         decode_steps (dict[int, int]): single-token decode calls each hooked layer ran through
             the route's op, by layer index (a run that decoded on the host path shows none).
     """
 
-    def __init__(self, model: nn.Module, layers: tuple, *, buffer_len: int, route: str, state_dtype: Optional[torch.dtype]):
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: tuple,
+        *,
+        buffer_len: int,
+        route: str,
+        state_dtype: Optional[torch.dtype],
+        rounding_seed: Optional[int] = None,
+    ):
         self.model_name = type(model).__name__
         self.layers = layers
         self.buffer_len = buffer_len
         self.route = route
         self.state_dtype = state_dtype
+        self.rounding_seed = rounding_seed
         self.decode_steps: dict = {}
         self._advised: set = set()
         self._sessions: "weakref.WeakKeyDictionary[object, _Session]" = weakref.WeakKeyDictionary()
@@ -124,7 +154,12 @@ class ReplaySSMHook:
         for layer in self.layers:
             kinds.setdefault(layer.adapter.label, []).append(layer.index)
         parts = "; ".join(f"{len(idx)} {label} layer{'s' if len(idx) > 1 else ''} {idx}" for label, idx in kinds.items())
-        return f"ReplaySSM on {self.model_name}: {parts}; L = {self.buffer_len}, route {self.route}"
+        settings = f"L = {self.buffer_len}, route {self.route}"
+        if self.state_dtype is not None:
+            settings += f", {DTYPE_NAMES[self.state_dtype]} checkpoint"
+        if self.rounding_seed is not None:
+            settings += f", stochastic rounding seed {self.rounding_seed}"
+        return f"ReplaySSM on {self.model_name}: {parts}; {settings}"
 
     def __repr__(self) -> str:
         return f"<ReplaySSMHook {self.summary()}>"
@@ -277,8 +312,17 @@ class ReplaySSMHook:
             out = host_forward()
             self._admit(cache_params, layer, batch, hidden_states.dtype)
             return out
+        # The seed goes only where it was given: an adapter registered by another package may
+        # predate the keyword.
+        seed = {} if self.rounding_seed is None else {"rounding_seed": self.rounding_seed}
         out = layer.adapter.decode(
-            mixer, hidden_states, attention_mask, host_layer.conv_states[0], session.stores[layer.index], session.checked
+            mixer,
+            hidden_states,
+            attention_mask,
+            host_layer.conv_states[0],
+            session.stores[layer.index],
+            session.checked,
+            **seed,
         )
         count_decoded_token(cache_params, layer.index)  # the conv state advanced in place, as the host's decode does
         self.decode_steps[layer.index] = self.decode_steps.get(layer.index, 0) + 1
@@ -289,8 +333,14 @@ class ReplaySSMHook:
         host_state = self._host_state(cache_params, layer)
         session = self._sessions.get(cache_params)
         if session is None or session.batch != batch:
+            state_dtype = self.state_dtype or host_state.dtype
+            if self.rounding_seed is not None and state_dtype not in ROUNDED_STATE_DTYPES:
+                # Only reachable with state_dtype=None: enable_replayssm checked an explicit one.
+                raise ValueError(
+                    f"enable_replayssm: rounding_seed is {self.rounding_seed} and state_dtype=None keeps the host state's dtype, {state_dtype} ({self._where(layer)}); expected a checkpoint that a flush rounds: pass state_dtype as one of {_dtype_list(ROUNDED_STATE_DTYPES)}, or rounding_seed=None"
+                )
             session = self._sessions[cache_params] = self._allocate(
-                batch, state_dtype=self.state_dtype or host_state.dtype, act_dtype=act_dtype, device=host_state.device
+                batch, state_dtype=state_dtype, act_dtype=act_dtype, device=host_state.device
             )
         layer.adapter.admit(session.stores[layer.index], session.slot_ids, host_state)
         session.host_states[layer.index] = host_state
@@ -358,8 +408,34 @@ def replayssm_hook(model: nn.Module) -> Optional[ReplaySSMHook]:
     return getattr(model, _HOOK_ATTR, None)
 
 
+def _check_rounding_seed(rounding_seed, state_dtype: Optional[torch.dtype], route: str) -> None:
+    """enable_replayssm's checks of ``rounding_seed`` against the other settings (a checkpoint
+    dtype of None is checked when the host state's dtype is known, at the first admission)."""
+    if rounding_seed is None:
+        return
+    if not isinstance(rounding_seed, int) or isinstance(rounding_seed, bool):
+        raise TypeError(
+            f"enable_replayssm: rounding_seed is {type(rounding_seed).__name__} {rounding_seed!r}; expected None or an int in [0, 2^31)"
+        )
+    if not 0 <= rounding_seed < 2**31:
+        raise ValueError(f"enable_replayssm: rounding_seed is {rounding_seed}; expected None or an int in [0, 2^31)")
+    if route != "replay_step":
+        raise ValueError(
+            f"enable_replayssm: rounding_seed is {rounding_seed} with route {route!r}; expected route 'replay_step' (stochastic rounding happens at a replay flush; the conventional step rounds its state to nearest every step) or rounding_seed=None"
+        )
+    if state_dtype is not None and state_dtype not in ROUNDED_STATE_DTYPES:
+        raise ValueError(
+            f"enable_replayssm: rounding_seed is {rounding_seed} with state_dtype {state_dtype}; expected state_dtype one of {_dtype_list(ROUNDED_STATE_DTYPES)} (a flush stores an fp32 / fp64 checkpoint unrounded, so there is nothing to round stochastically) or rounding_seed=None"
+        )
+
+
 def enable_replayssm(
-    model: nn.Module, buffer_len: int = 16, *, state_dtype: Optional[torch.dtype] = None, route: str = "replay_step"
+    model: nn.Module,
+    buffer_len: int = 16,
+    *,
+    state_dtype: Optional[torch.dtype] = None,
+    route: str = "replay_step",
+    rounding_seed: Optional[int] = None,
 ) -> ReplaySSMHook:
     """Routes the single-token decode of ``model``'s SSM layers through ReplaySSM.
 
@@ -385,15 +461,24 @@ def enable_replayssm(
         model (nn.Module): a ``transformers`` model (e.g. ``NemotronHForCausalLM``); modified in
             place (instance ``forward`` of each SSM mixer), weights untouched.
         buffer_len (int): L, records per slot, 1 <= L <= 64; a flush every L decode steps.
-        state_dtype (torch.dtype, optional): checkpoint dtype (fp32 | bf16 | fp16, fp64 on CPU);
-            default: the host state's dtype.
+        state_dtype (torch.dtype, optional): checkpoint dtype: fp32 | bf16 | fp16 (fp64 on CPU),
+            or ``torch.float8_e4m3fn`` (route ``replay_step`` only): fp8 codes with one fp32
+            scale per (head, head_dim) row, max |row| / 448; admission encodes the host's
+            state, a write-back to the host decodes it. Default: the host state's dtype.
         route (str): ``"replay_step"`` (default) or ``"decode_step"``: the conventional op on a
             state tensor held by the hook (the same surrounding code; a baseline for benchmarks).
+        rounding_seed (int, optional): in [0, 2^31): each flush rounds the checkpoint
+            stochastically (unbiased), the draws a function of the seed, the slot, the head and
+            the flushing token, so the same seed and inputs give the same bits. Needs a checkpoint
+            a flush rounds (bf16, fp16 or fp8; with ``state_dtype=None`` the host state's dtype,
+            checked at the first admission) and route ``replay_step``. None: round to nearest.
     Returns:
         ReplaySSMHook: the installed hook (``.summary()`` says which layers it replaced).
     Raises:
-        ValueError: unsupported model or configuration, bad ``buffer_len`` or ``route``, or the
-            hook already installed with other settings. TypeError: bad ``state_dtype``.
+        ValueError: unsupported model or configuration, bad ``buffer_len`` or ``route``, an fp8
+            ``state_dtype`` with route ``decode_step``, a ``rounding_seed`` out of range or with
+            an fp32 / fp64 checkpoint or route ``decode_step``, or the hook already installed
+            with other settings. TypeError: bad ``state_dtype``, non-int ``rounding_seed``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(
@@ -403,21 +488,28 @@ def enable_replayssm(
         raise ValueError(f"enable_replayssm: buffer_len is {buffer_len!r}; expected an int in [1, {MAX_L}]")
     if route not in ROUTES:
         raise ValueError(f"enable_replayssm: route is {route!r}; expected one of {', '.join(ROUTES)}")
-    floats = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-    if state_dtype is not None and state_dtype not in floats:
+    if state_dtype is not None and state_dtype not in STATE_DTYPES:
         raise TypeError(
-            f"enable_replayssm: state_dtype is {state_dtype!r}; expected None or one of float32, bfloat16, float16, float64"
+            f"enable_replayssm: state_dtype is {state_dtype!r}; expected None or one of {_dtype_list(STATE_DTYPES)}"
         )
+    if state_dtype == FP8 and route != "replay_step":
+        raise ValueError(
+            f"enable_replayssm: state_dtype is {FP8} with route {route!r}; expected route 'replay_step' (an fp8 checkpoint with row scales is stored by the replay step's flush; the conventional step takes a float32, bfloat16, float16 or float64 state) or another state_dtype"
+        )
+    _check_rounding_seed(rounding_seed, state_dtype, route)
     hook = replayssm_hook(model)
     if hook is not None:
-        if (hook.buffer_len, hook.route, hook.state_dtype) == (buffer_len, route, state_dtype):
+        settings = (hook.buffer_len, hook.route, hook.state_dtype, hook.rounding_seed)
+        if settings == (buffer_len, route, state_dtype, rounding_seed):
             return hook
         raise ValueError(
-            f"enable_replayssm: already enabled on {type(model).__name__} with buffer_len {hook.buffer_len}, route {hook.route}, state_dtype {hook.state_dtype}; call disable_replayssm(model) first"
+            f"enable_replayssm: already enabled on {type(model).__name__} with buffer_len {hook.buffer_len}, route {hook.route}, state_dtype {hook.state_dtype}, rounding_seed {hook.rounding_seed}; call disable_replayssm(model) first"
         )
     layers = _find_layers(model)
     check_transformers_version()
-    hook = ReplaySSMHook(model, layers, buffer_len=buffer_len, route=route, state_dtype=state_dtype)
+    hook = ReplaySSMHook(
+        model, layers, buffer_len=buffer_len, route=route, state_dtype=state_dtype, rounding_seed=rounding_seed
+    )
     hook._install()
     setattr(model, _HOOK_ATTR, hook)
     return hook

@@ -110,12 +110,16 @@ class MixerAdapter:
         conv_state: Tensor,
         store: Store,
         slot_ids: Union[Tensor, SlotBatch],
+        *,
+        rounding_seed: Optional[int] = None,
     ) -> Tensor:
         """The mixer's output [batch, 1, hidden_size] for one new token per row.
 
         ``conv_state`` (the host's) is updated in place by the host's causal-conv update; the
         recurrent step reads and writes ``store`` only. ``slot_ids`` go to the op as they are
         (the hook passes a :class:`~trtllm_replayssm.ops.SlotBatch` checked once per session).
+        ``rounding_seed`` goes to the replay op (stochastic rounding at flush); the hook passes
+        it only when one was given, and never with a conventional store.
         """
         raise NotImplementedError
 
@@ -152,7 +156,7 @@ class Mamba2Adapter(MixerAdapter):
     def records_A(self, mixer, cache):
         return -torch.exp(mixer.A_log.detach().to(compute_dtype(cache.checkpoint)))
 
-    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
+    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids, *, rounding_seed=None):
         host = _host_module(mixer)
         batch, dtype = hidden_states.shape[0], hidden_states.dtype
         nheads, head_dim, ngroups, d_state = (mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size)
@@ -174,7 +178,7 @@ class Mamba2Adapter(MixerAdapter):
         if isinstance(store, Tensor):
             y = mamba2_decode_step(store, *args, **kw)
         else:
-            y = mamba2_replay_step(store, *args, **kw)
+            y = mamba2_replay_step(store, *args, **kw, rounding_seed=rounding_seed)
         y = mixer.norm(y.reshape(batch, 1, -1), gate)
         return mixer.out_proj(y.to(dtype))
 
@@ -210,7 +214,7 @@ class _DeltaRuleAdapter(MixerAdapter):
         _, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
         return (v_heads, head_v_dim, head_k_dim)
 
-    def _step(self, store, q, k, v, g, beta, slot_ids):
+    def _step(self, store, q, k, v, g, beta, slot_ids, rounding_seed=None):
         """The recurrent step on one token: o [batch, v_heads, head_v_dim]."""
         raise NotImplementedError
 
@@ -244,7 +248,7 @@ class GDNAdapter(_DeltaRuleAdapter):
         """The log-decay g (fp32, a's shape) from the raw decay projection a, as the host computes it."""
         return -mixer.A_log.float().exp() * nn.functional.softplus(a.float() + mixer.dt_bias)
 
-    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
+    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids, *, rounding_seed=None):
         host = _host_module(mixer)
         batch = hidden_states.shape[0]
         k_heads, v_heads, head_k_dim, head_v_dim = self._heads(mixer)
@@ -265,14 +269,15 @@ class GDNAdapter(_DeltaRuleAdapter):
             g.reshape(batch, v_heads),
             beta,
             slot_ids,
+            rounding_seed,
         )
         o = mixer.norm(o.reshape(-1, head_v_dim), z.reshape(-1, head_v_dim))
         return mixer.out_proj(o.reshape(batch, 1, -1))
 
-    def _step(self, store, q, k, v, g, beta, slot_ids):
+    def _step(self, store, q, k, v, g, beta, slot_ids, rounding_seed=None):
         if isinstance(store, Tensor):
             return gdn_decode_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
-        return gdn_replay_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
+        return gdn_replay_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True, rounding_seed=rounding_seed)
 
 
 class KDAAdapter(_DeltaRuleAdapter):
@@ -285,7 +290,7 @@ class KDAAdapter(_DeltaRuleAdapter):
     def _heads(self, mixer):
         return mixer.num_heads, mixer.num_heads, mixer.head_dim, mixer.head_dim
 
-    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids):
+    def decode(self, mixer, hidden_states, attention_mask, conv_state, store, slot_ids, *, rounding_seed=None):
         host = _host_module(mixer)
         batch, heads, head_dim = hidden_states.shape[0], mixer.num_heads, mixer.head_dim
         hidden_states = host.apply_mask_to_padding_states(hidden_states, attention_mask)
@@ -300,15 +305,15 @@ class KDAAdapter(_DeltaRuleAdapter):
         q, k, v = (t.reshape(batch, heads, head_dim) for t in torch.split(mixed.transpose(1, 2), [mixer.qkv_dim] * 3, dim=-1))
         g = mixer.forget_gate(hidden_states).reshape(batch, heads, head_dim)
         beta = torch.sigmoid(mixer.b_proj(hidden_states)).reshape(batch, heads)
-        o = self._step(store, q, k, v, g, beta, slot_ids)
+        o = self._step(store, q, k, v, g, beta, slot_ids, rounding_seed)
         gate = mixer.g_b_proj(mixer.g_a_proj(hidden_states)).reshape(batch, 1, heads, head_dim)
         o = mixer.o_norm(o.reshape(batch, 1, heads, head_dim), gate).reshape(batch, 1, -1)
         return mixer.o_proj(o)
 
-    def _step(self, store, q, k, v, g, beta, slot_ids):
+    def _step(self, store, q, k, v, g, beta, slot_ids, rounding_seed=None):
         if isinstance(store, Tensor):
             return kda_decode_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
-        return kda_replay_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True)
+        return kda_replay_step(store, q, k, v, g, beta, slot_ids=slot_ids, use_qk_l2norm=True, rounding_seed=rounding_seed)
 
 
 ADAPTERS: dict[str, MixerAdapter] = {}

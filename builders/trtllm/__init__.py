@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from trtllm_replayssm.models import SSM_KINDS
 
@@ -41,7 +41,12 @@ __all__ = [
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 
 
-def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS, delta_rule_records: str = "activation"):
+def enable_replayssm(
+    buffer_len: int = 16,
+    families: Sequence[str] = SSM_KINDS,
+    delta_rule_records: str = "activation",
+    rounding_seed: Optional[int] = None,
+):
     """Routes the non-speculative decode of the given layer families through ReplaySSM.
 
     Call it before the ``LLM`` (and so its model and cache managers) is created, in every
@@ -53,6 +58,12 @@ def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS, 
             Qwen3-Next / Qwen3.5's ``Qwen3NextGatedDeltaNet``, Kimi's ``KimiKDALinearAttention``.
         delta_rule_records: ``"activation"`` or ``"float32"`` GDN / KDA d and k records
             (float32 with an fp32 SSM state: see :class:`.config.ReplaySSMConfig`).
+        rounding_seed: None, or an int in [0, 2^31): every flush rounds the checkpoint (the
+            engine's SSM state) stochastically; needs ``kv_cache_config.mamba_ssm_cache_dtype``
+            bfloat16 or float16, checked when each cache manager is created. The checkpoint
+            dtype is TensorRT-LLM's (``mamba_ssm_cache_dtype``: auto, float16, bfloat16,
+            float32); an fp8 SSM state cannot hold ReplaySSM's fp8 checkpoint (it has no row
+            scales) and is refused with the reason.
     Returns:
         ReplaySSMStatus: the TensorRT-LLM version, what was patched, hooked layers (filled as
         models are built; ``.summary()``).
@@ -64,7 +75,14 @@ def enable_replayssm(buffer_len: int = 16, families: Sequence[str] = SSM_KINDS, 
     """
     from .adapter import install
 
-    return install(ReplaySSMConfig(buffer_len=buffer_len, families=tuple(families), delta_rule_records=delta_rule_records))
+    return install(
+        ReplaySSMConfig(
+            buffer_len=buffer_len,
+            families=tuple(families),
+            delta_rule_records=delta_rule_records,
+            rounding_seed=rounding_seed,
+        )
+    )
 
 
 def disable_replayssm() -> bool:
@@ -91,7 +109,10 @@ def _enable_from_env() -> None:
     after_import(
         "tensorrt_llm",
         lambda: enable_replayssm(
-            buffer_len=config.buffer_len, families=config.families, delta_rule_records=config.delta_rule_records
+            buffer_len=config.buffer_len,
+            families=config.families,
+            delta_rule_records=config.delta_rule_records,
+            rounding_seed=config.rounding_seed,
         ),
     )
 

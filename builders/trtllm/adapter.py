@@ -92,9 +92,11 @@ class ReplaySSMStatus:
         for kind in self.layers.values():
             kinds[kind] = kinds.get(kind, 0) + 1
         hooked = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "no layer built yet"
+        seed = self.config.rounding_seed
+        rounding = "" if seed is None else f", stochastic rounding seed {seed}"
         return (
             f"ReplaySSM on TensorRT-LLM {self.trtllm_version}: L = {self.config.buffer_len}, "
-            f"families {', '.join(self.config.families)}; hooked: {hooked}"
+            f"families {', '.join(self.config.families)}{rounding}; hooked: {hooked}"
         )
 
 
@@ -317,7 +319,8 @@ def _mamba2_ssu(
             f"ReplaySSM: Mamba-2 layer {mixer.layer_idx} decodes with "
             f"{', '.join(sorted(extra))} (stochastic rounding of an fp16 SSM cache), "
             f"which ReplaySSM does not support; set "
-            f"kv_cache_config.mamba_ssm_stochastic_rounding=False"
+            f"kv_cache_config.mamba_ssm_stochastic_rounding=False (ReplaySSM rounds its "
+            f"flushes stochastically itself with enable_replayssm(rounding_seed=...))"
         )
     if z is not None:
         raise ValueError(
@@ -338,6 +341,7 @@ def _mamba2_ssu(
         dt_bias=mixer.dt_bias,
         dt_softplus=bool(dt_softplus),
         out=out,
+        rounding_seed=_INSTALLED.status.config.rounding_seed,
     )
     step.replayed = True
     return y
@@ -366,7 +370,12 @@ def _gdn_forward_core(original):
             # (forward_extend), so forward_decode is not called and is not required below.
             indices = mamba_metadata.state_indices[step.num_prefills : step.batch]
             checkpoint = attn_metadata.kv_cache_manager.mamba_layer_cache(self.layer_idx).temporal
-            flush_delta_rule_records(step.layer, checkpoint, replay_slot_ids(indices, step.padding))
+            flush_delta_rule_records(
+                step.layer,
+                checkpoint,
+                replay_slot_ids(indices, step.padding),
+                rounding_seed=_INSTALLED.status.config.rounding_seed,
+            )
         setattr(self, _STEP_ATTR, step)
         try:
             result = original(self, mixed_qkv, a, b, attn_metadata, mamba_metadata, spec_metadata=spec_metadata, output=output)
@@ -429,6 +438,7 @@ def _gdn_forward_decode(original):
             beta,
             slot_ids=replay_slot_ids(indices, step.padding),
             out=None if output is None else output[0],
+            rounding_seed=_INSTALLED.status.config.rounding_seed,
         )
         step.replayed = True
         return o.view(1, batch, self.num_v_heads_per_tp, self.head_v_dim)
@@ -479,7 +489,15 @@ def _kda_forward_decode(original):
         g, beta = kda_gate(
             self.f_b_proj(self.f_a_proj(x))[:, 0].view(batch, H, K), self.b_proj(x)[:, 0], self.A_log, self.dt_bias
         )
-        o = gated_delta_step(step.layer, ssm_pool, *convolved, g, beta, slot_ids=replay_slot_ids(slot_indices, step.padding))
+        o = gated_delta_step(
+            step.layer,
+            ssm_pool,
+            *convolved,
+            g,
+            beta,
+            slot_ids=replay_slot_ids(slot_indices, step.padding),
+            rounding_seed=_INSTALLED.status.config.rounding_seed,
+        )
         step.replayed = True
         return self._store_core(self._output_gate(x, o.unsqueeze(1)), output)
 

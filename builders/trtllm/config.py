@@ -8,12 +8,14 @@ Environment variables (all optional except the first):
 - ``TRTLLM_REPLAYSSM_BUFFER_LEN``: L, records per slot (default 16).
 - ``TRTLLM_REPLAYSSM_FAMILIES``: comma-separated subset of ``mamba2,gdn,kda`` (default all).
 - ``TRTLLM_REPLAYSSM_DELTA_RULE_RECORDS``: ``activation`` (default) or ``float32``.
+- ``TRTLLM_REPLAYSSM_ROUNDING_SEED``: an int in [0, 2^31): stochastic rounding at flush (default:
+  unset, round to nearest).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Tuple
+from typing import Mapping, Optional, Tuple
 
 from trtllm_replayssm.cache import MAX_L
 from trtllm_replayssm.models import SSM_KINDS
@@ -26,6 +28,7 @@ __all__ = [
     "ENV_BUFFER_LEN",
     "ENV_FAMILIES",
     "ENV_DELTA_RULE_RECORDS",
+    "ENV_ROUNDING_SEED",
     "DELTA_RULE_RECORDS",
 ]
 
@@ -33,6 +36,7 @@ ENV_ENABLE = "TRTLLM_REPLAYSSM"
 ENV_BUFFER_LEN = "TRTLLM_REPLAYSSM_BUFFER_LEN"
 ENV_FAMILIES = "TRTLLM_REPLAYSSM_FAMILIES"
 ENV_DELTA_RULE_RECORDS = "TRTLLM_REPLAYSSM_DELTA_RULE_RECORDS"
+ENV_ROUNDING_SEED = "TRTLLM_REPLAYSSM_ROUNDING_SEED"
 DELTA_RULE_RECORDS = ("activation", "float32")
 
 
@@ -49,11 +53,19 @@ class ReplaySSMConfig:
             model's dtype) or ``"float32"``, which keeps them unrounded; with an fp32 SSM state
             bf16 records dominate the error (README, GDN and KDA accuracy). Mamba-2's x and B
             records are inputs and always held exactly in the activation dtype.
+        rounding_seed: None (a flush rounds the checkpoint to nearest) or an int in [0, 2^31):
+            each flush rounds it stochastically (unbiased; a replay step's draws are a function of
+            the seed, the slot, the head and the flushing token, so CUDA-graph replays repeat
+            them). The
+            checkpoint is TensorRT-LLM's SSM state, so this needs
+            ``kv_cache_config.mamba_ssm_cache_dtype`` bfloat16 or float16 (checked when a cache
+            manager is created: a float32 state is stored unrounded).
     """
 
     buffer_len: int = 16
     families: Tuple[str, ...] = SSM_KINDS
     delta_rule_records: str = "activation"
+    rounding_seed: Optional[int] = None
 
     def __post_init__(self) -> None:
         owner = "ReplaySSMConfig"
@@ -71,6 +83,9 @@ class ReplaySSMConfig:
             raise ValueError(
                 f"{owner}: delta_rule_records is {self.delta_rule_records!r}; expected one of {', '.join(DELTA_RULE_RECORDS)}"
             )
+        seed = self.rounding_seed
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31):
+            raise ValueError(f"{owner}: rounding_seed is {seed!r}; expected None or an int in [0, 2^31)")
 
 
 def env_requests_enable(environ: Mapping[str, str]) -> bool:
@@ -99,11 +114,17 @@ def config_from_env(environ: Mapping[str, str]) -> ReplaySSMConfig:
     raw_records = environ.get(ENV_DELTA_RULE_RECORDS, "").strip()
     if raw_records:
         kwargs["delta_rule_records"] = raw_records
+    raw_seed = environ.get(ENV_ROUNDING_SEED, "").strip()
+    if raw_seed:
+        if not raw_seed.isdigit():
+            raise ValueError(f"{ENV_ROUNDING_SEED} is {raw_seed!r}; expected an int in [0, 2^31) (unset: round to nearest)")
+        kwargs["rounding_seed"] = int(raw_seed)
     try:
         return ReplaySSMConfig(**kwargs)
     except ValueError as e:
         raise ValueError(
             f"from the environment ({ENV_BUFFER_LEN}={raw_len!r}, "
             f"{ENV_FAMILIES}={raw_families!r}, "
-            f"{ENV_DELTA_RULE_RECORDS}={raw_records!r}): {e}"
+            f"{ENV_DELTA_RULE_RECORDS}={raw_records!r}, "
+            f"{ENV_ROUNDING_SEED}={raw_seed!r}): {e}"
         ) from None

@@ -29,6 +29,7 @@ from trtllm_replayssm.route_advice import Advice, model_advice
 
 from .config import ReplaySSMConfig
 from .layout import RecordField, rank_geometry, record_dtype_for, record_field_names, record_fields
+from .steps import check_engine_state_dtype
 from .store import LayerRecords, ReplayRecordStore
 
 __all__ = ["EXTENSION_KEY", "ReplayRecordsFeature", "plan_manager_layers"]
@@ -134,11 +135,15 @@ class ReplayRecordsFeature:
         return [i for i in context.mamba_pp_layers if i in self.layers]
 
     def validate(self, context) -> None:
-        """Checks the manager's geometry before its pool is created (ValueError naming what)."""
+        """Checks the manager's geometry and SSM state dtype before its pool is created
+        (ValueError naming what): an fp8 state cannot be ReplaySSM's checkpoint, and a
+        ``rounding_seed`` needs a bf16 or fp16 one (:func:`~.steps.check_engine_state_dtype`)."""
         if context.backend != "v2":
             raise ValueError(f"ReplaySSM records need the V2 Mamba cache manager; got backend {context.backend!r}")
         if context.spec_config is not None:
             raise ValueError("ReplaySSM records are for non-speculative decoding; this manager has a spec_config")
+        if self._local_layers(context):
+            check_engine_state_dtype("ReplaySSM", context.ssm_state_dtype, self.config.rounding_seed)
         for layer_id in self._local_layers(context):
             try:
                 self._fields(context, layer_id)

@@ -20,19 +20,22 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from trtllm_replayssm.checks import check_rank, check_slot_values
+from trtllm_replayssm.checks import check_rank, check_rounding_seed, check_slot_values
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
 from trtllm_replayssm.ops import gdn_replay_step, kda_replay_step, mamba2_replay_step, replay_cache_state
 from trtllm_replayssm.pool import ReplayCache
 from trtllm_replayssm.reference.mamba2 import compute_dtype
+from trtllm_replayssm.reference.rounding import FP8, store_checkpoint_rows
 from trtllm_replayssm.registry import family
 
+from .api import PINNED_RELEASE
 from .store import LayerRecords
 
 __all__ = [
     "padding_rows",
     "PaddingRowBuffer",
     "replay_slot_ids",
+    "check_engine_state_dtype",
     "replay_cache",
     "mamba2_step",
     "gated_delta_step",
@@ -101,6 +104,25 @@ def replay_slot_ids(state_indices: Tensor, padding: Tensor) -> Tensor:
     return torch.where(padding, -1, state_indices.to(torch.int32))
 
 
+def check_engine_state_dtype(owner: str, state_dtype: torch.dtype, rounding_seed: Optional[int]) -> None:
+    """Whether the engine's SSM state (``state_dtype``) can be ReplaySSM's checkpoint with
+    ``rounding_seed``: ValueError, saying why and what to set, for an fp8 state (ReplaySSM's fp8
+    checkpoint needs a row scale beside each state row, which TensorRT-LLM neither allocates nor
+    writes at prefill) and for a seed with an fp32 / fp64 state (a flush stores it unrounded).
+
+    TensorRT-LLM's ``kv_cache_config.mamba_ssm_cache_dtype`` takes auto, float16, bfloat16 and
+    float32, all checkpoint dtypes of the replay kernels; float64 (the CPU reference, which the
+    tests' stand-ins use) is not refused here."""
+    if state_dtype == FP8:
+        raise ValueError(
+            f"{owner}: TensorRT-LLM's SSM state (the ReplaySSM checkpoint) is {FP8}, but an fp8 ReplaySSM checkpoint needs one fp32 scale per (head, head_dim) row beside the codes, which TensorRT-LLM's SSM state pool does not hold and its prefill does not write, so an fp8 checkpoint cannot engage under TensorRT-LLM ({PINNED_RELEASE} takes kv_cache_config.mamba_ssm_cache_dtype auto, float16, bfloat16 or float32). Set mamba_ssm_cache_dtype='bfloat16' and enable_replayssm(rounding_seed=...) (stochastic rounding at each flush; TRTLLM_REPLAYSSM_ROUNDING_SEED), or disable ReplaySSM"
+        )
+    if rounding_seed is not None and state_dtype.itemsize >= 4:
+        raise ValueError(
+            f"{owner}: rounding_seed is {rounding_seed}, but TensorRT-LLM's SSM state (the ReplaySSM checkpoint, kv_cache_config.mamba_ssm_cache_dtype) is {state_dtype}, which a flush stores unrounded; set mamba_ssm_cache_dtype='bfloat16' or 'float16' to round it stochastically, or leave rounding_seed unset (TRTLLM_REPLAYSSM_ROUNDING_SEED)"
+        )
+
+
 def replay_cache(op: str, layer: LayerRecords, checkpoint: Tensor) -> ReplayCache:
     """The core replay cache of ``layer`` over the engine's SSM states ``checkpoint``.
 
@@ -117,10 +139,12 @@ def replay_cache(op: str, layer: LayerRecords, checkpoint: Tensor) -> ReplayCach
         strides, dtype, device) gets it back without the constructor's checks again.
     Raises:
         TypeError, ValueError: ``checkpoint`` of the wrong type, shape, dtype, device or inner
-        layout; the cache constructor's message, prefixed with ``op``.
+        layout; the cache constructor's message, prefixed with ``op``. An fp8 checkpoint:
+        :func:`check_engine_state_dtype`'s refusal.
     """
     if not isinstance(checkpoint, Tensor):
         raise TypeError(f"{op}: checkpoint is {type(checkpoint).__name__}; expected a torch.Tensor")
+    check_engine_state_dtype(op, checkpoint.dtype, None)
     want = (layer.num_slots,) + layer.geometry.state_dims
     if tuple(checkpoint.shape) != want:
         raise ValueError(
@@ -153,6 +177,7 @@ def mamba2_step(
     dt_bias: Optional[Tensor] = None,
     dt_softplus: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     """One Mamba-2 ReplaySSM decode step on an engine's SSM states: the public
     :func:`~trtllm_replayssm.ops.mamba2_replay_step` on :func:`replay_cache`.
@@ -162,8 +187,9 @@ def mamba2_step(
             :func:`trtllm_replayssm.ops.mamba2_replay_step`.
         checkpoint: [num_slots, nheads, head_dim, d_state] the engine's SSM states (any slot
             stride, last dimension dense); written only at flushes.
-        x, dt, A, B, C, D, dt_bias, dt_softplus, out: as for ``mamba2_replay_step``; x, B, C in
-            the records' dtype.
+        x, dt, A, B, C, D, dt_bias, dt_softplus, out, rounding_seed: as for
+            ``mamba2_replay_step``; x, B, C in the records' dtype; ``rounding_seed`` (stochastic
+            rounding at flush) needs a bf16 or fp16 checkpoint.
         slot_ids: [batch] int32, -1 for padding rows (:func:`replay_slot_ids`).
     Returns:
         y [batch, nheads, head_dim] (``out`` when given).
@@ -174,7 +200,20 @@ def mamba2_step(
     if layer.kind != MAMBA2:
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected mamba2")
     cache = replay_cache(op, layer, checkpoint)
-    return mamba2_replay_step(cache, x, dt, A, B, C, slot_ids=slot_ids, D=D, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out)
+    return mamba2_replay_step(
+        cache,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        slot_ids=slot_ids,
+        D=D,
+        dt_bias=dt_bias,
+        dt_softplus=dt_softplus,
+        out=out,
+        rounding_seed=rounding_seed,
+    )
 
 
 def gated_delta_step(
@@ -190,6 +229,7 @@ def gated_delta_step(
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
     out: Optional[Tensor] = None,
+    rounding_seed: Optional[int] = None,
 ) -> Tensor:
     """One GDN or KDA ReplaySSM decode step on an engine's SSM states: the public
     :func:`~trtllm_replayssm.ops.gdn_replay_step` / ``kda_replay_step`` on :func:`replay_cache`.
@@ -198,8 +238,9 @@ def gated_delta_step(
         layer: the layer's records (kind ``gdn`` or ``kda``).
         checkpoint: [num_slots, v_heads, head_v_dim, head_k_dim] the engine's recurrent states
             (any slot stride, last dimension dense); written only at flushes.
-        q, k, v, g, beta, scale, use_qk_l2norm, out: as for ``gdn_replay_step`` /
-            ``kda_replay_step`` (g [batch, v_heads] for GDN, [batch, v_heads, head_k_dim] for KDA).
+        q, k, v, g, beta, scale, use_qk_l2norm, out, rounding_seed: as for ``gdn_replay_step``
+            / ``kda_replay_step`` (g [batch, v_heads] for GDN, [batch, v_heads, head_k_dim] for
+            KDA; ``rounding_seed`` needs a bf16 or fp16 checkpoint).
         slot_ids: [batch] int32, -1 for padding rows.
     Returns:
         o [batch, v_heads, head_v_dim] (``out`` when given).
@@ -211,28 +252,53 @@ def gated_delta_step(
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
     cache = replay_cache(op, layer, checkpoint)
     step = gdn_replay_step if layer.kind == GDN else kda_replay_step
-    return step(cache, q, k, v, g, beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm, out=out)
+    return step(
+        cache,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        slot_ids=slot_ids,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        out=out,
+        rounding_seed=rounding_seed,
+    )
 
 
-def flush_delta_rule_records(layer: LayerRecords, checkpoint: Tensor, slot_ids: Tensor) -> None:
+def flush_delta_rule_records(
+    layer: LayerRecords, checkpoint: Tensor, slot_ids: Tensor, *, rounding_seed: Optional[int] = None
+) -> None:
     """Fold the records of the live rows' slots into their checkpoints; cursors := 0.
 
     For steps the engine runs its own way on the full state (a GDN decode row inside a batch
     with prefills): afterwards each slot's checkpoint is its current state
-    (:func:`~trtllm_replayssm.ops.replay_cache_state`), rounded to the checkpoint dtype once.
-    Rows with cursor 0 keep their checkpoint bit for bit; padding rows (slot id < 0) are
-    skipped; a slot may repeat. Eager only (it gathers the live rows on the host).
+    (:func:`~trtllm_replayssm.ops.replay_cache_state`), rounded to the checkpoint dtype once: to
+    nearest, or with ``rounding_seed`` (a bf16 or fp16 checkpoint) stochastically, as the replay
+    step's flush, with draws seeded by the seed and the log-decays of each slot's last held
+    token (so the same seed and inputs give the same bits). Rows with cursor 0 keep their
+    checkpoint bit for bit; padding rows (slot id < 0) are skipped; a slot may repeat. Eager
+    only (it gathers the live rows on the host).
     """
     op = "trtllm flush_delta_rule_records"
     if layer.kind not in (GDN, KDA):
         raise ValueError(f"{op}: layer holds {layer.kind} records; expected gdn or kda")
     cache = replay_cache(op, layer, checkpoint)
+    check_rounding_seed(op, rounding_seed, checkpoint.dtype)
     check_rank(op, "slot_ids", slot_ids, 1, "[batch]")
     check_slot_values(op, slot_ids, layer.num_slots, padding=True, distinct=False)
     slots = torch.unique(slot_ids[slot_ids >= 0]).long()
     if slots.numel() == 0:
         return
-    checkpoint[slots] = replay_cache_state(cache, slots).to(checkpoint.dtype)
+    state = replay_cache_state(cache, slots)
+    if rounding_seed is None:
+        checkpoint[slots] = state.to(checkpoint.dtype)
+    else:
+        last = (layer.cursor[slots].long() - 1).clamp(min=0)
+        g = layer.records["g_records"]
+        salt = g[slots[:, None], torch.arange(g.shape[1], device=g.device)[None, :], last[:, None]]
+        store_checkpoint_rows(checkpoint, None, slots, state, rounding_seed, salt)
     layer.cursor[slots] = 0
 
 
