@@ -4,6 +4,7 @@
         --ngroups 8 --L 16 --arch 90 --out-dir ptx/
     python -m trtllm_replayssm_plugins.export gdn --k-heads 16 --v-heads 32 --head-k-dim 128 \\
         --head-v-dim 128 --L 16 --arch 90 --out-dir ptx/          (kda: the same arguments)
+    ... --state-dtype fp8 --rounding-seed 7    (fp8 checkpoint with row scales; stochastic rounding)
 
 writes ``<plugin>_sm90_<variant>.ptx`` (entry parameters exactly as TensorRT passes them) and a
 ``.json`` manifest beside it (``CompiledKernel.manifest()``): kernel name, arch, PTX ISA
@@ -22,7 +23,8 @@ from typing import List, Optional
 from trtllm_replayssm.cli import make_out_dir, out_dir, positive_int
 
 from . import gated_delta, mamba2
-from .ptx import compile_ptx
+from .ptx import check_arch, compile_ptx
+from .spec import STATE_DTYPES
 
 _DTYPES = ("f32", "bf16", "f16")
 
@@ -35,7 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="family", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--L", type=positive_int, required=True, help="records per slot")
-    common.add_argument("--state-dtype", choices=_DTYPES, default="f32", help="checkpoint dtype (default: f32)")
+    common.add_argument(
+        "--state-dtype",
+        choices=STATE_DTYPES,
+        default="f32",
+        help="checkpoint dtype (default: f32; fp8 is e4m3 with a checkpoint_scale input)",
+    )
+    common.add_argument(
+        "--rounding-seed",
+        type=int,
+        default=None,
+        help="stochastic rounding at flush with this seed in [0, 2^31) (bf16, f16, fp8 checkpoints; default: off)",
+    )
     common.add_argument("--act-dtype", choices=_DTYPES, default="bf16", help="activation dtype (default: bf16)")
     common.add_argument(
         "--batch-hint", type=positive_int, default=64, help="rows the launch configuration is chosen for (default: 64)"
@@ -89,6 +102,7 @@ def _spec(args):
             has_dt_bias=args.has_dt_bias,
             dt_softplus=args.dt_softplus,
             batch_hint=args.batch_hint,
+            rounding_seed=args.rounding_seed,
         )
         infos = mamba2.tensor_infos(
             attrs,
@@ -111,6 +125,7 @@ def _spec(args):
             use_qk_l2norm=args.use_qk_l2norm,
             scale=args.scale,
             batch_hint=args.batch_hint,
+            rounding_seed=args.rounding_seed,
         )
         infos = gated_delta.tensor_infos(
             attrs,
@@ -129,6 +144,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec, entry = _spec(args)
+        for arch in args.arch:
+            check_arch(spec, arch)
     except (ValueError, TypeError) as e:
         parser.error(str(e))
     if make_out_dir(args.out_dir):

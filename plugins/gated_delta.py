@@ -2,9 +2,10 @@
 attributes, shape rules, the entry kernel's specialization, scalars and grid. No TensorRT.
 
 One plugin for both families, as one custom op serves both: ``per_channel`` (KDA) makes the
-log-decay per key channel. Plugin inputs (all required):
+log-decay per key channel. Plugin inputs (all required but checkpoint_scale, present exactly
+when the checkpoint is fp8; absent, slot_ids takes its place):
 
-    0 checkpoint  [num_slots, v_heads, head_v_dim, head_k_dim]   f32 | bf16 | f16
+    0 checkpoint  [num_slots, v_heads, head_v_dim, head_k_dim]   f32 | bf16 | f16 | fp8 (e4m3)
     1 d_records   [num_slots, v_heads, L, head_v_dim]            record dtype (f32 | bf16 | f16)
     2 k_records   [num_slots, k_heads, L, head_k_dim]            record dtype
     3 g_records   [num_slots, v_heads, L] (GDN) | [num_slots, v_heads, L, head_k_dim] (KDA)  f32
@@ -16,10 +17,14 @@ log-decay per key channel. Plugin inputs (all required):
     9 g           [batch, v_heads] (GDN) | [batch, v_heads, head_k_dim] (KDA)  f32 | bf16 | f16
    10 beta        [batch, v_heads]                                f32 | bf16 | f16
    11 slot_ids    [batch]                                         i32; < 0: padding row
+   12 checkpoint_scale [num_slots, v_heads, head_v_dim]           f32: an fp8 checkpoint's row scales
 
 Outputs: 0 out (o, like v; padding and skipped rows not written), 1..6 the cache tensors 0..5,
-aliased. Attributes: geometry, ``per_channel``, ``use_qk_l2norm``, ``scale`` (a float: baked
-into the PTX, since TensorRT passes only int32 scalars) and the launch configuration.
+aliased, 7 checkpoint_scale: aliased to input 12 with an fp8 checkpoint, otherwise a buffer
+like slot_ids that nothing writes. Attributes: geometry, ``per_channel``, ``use_qk_l2norm``,
+``scale`` (a float: baked into the PTX, since TensorRT passes only int32 scalars), the launch
+configuration and ``rounding_seed`` (-1, or the seed of stochastic rounding at flush for bf16,
+f16 and fp8 checkpoints: the kernel's int32 scalar ``sr_seed``).
 
 The plugin exports the Triton kernel, for every dtype. The CUDA C++ step that the op runs on
 sm_90 for bf16 activations and records since 2026-12-03 (``kernels/gated_delta_replay_cuda.py``;
@@ -31,7 +36,7 @@ kernel's one), and an engine built with this plugin runs the Triton kernel's spe
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Dict, Mapping, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 import triton
@@ -45,15 +50,22 @@ from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
 from .spec import (
+    FLOATS,
+    TORCH_DTYPES,
+    FP8,
+    ROUNDING_OFF,
+    STATE_DTYPES,
     InputDim,
     KernelSpec,
     Scalar,
     TensorInfo,
     build_kernel_spec,
     check_attr_fields,
+    check_checkpoint_scale,
     check_dtype,
     check_launch_attrs,
     check_rank_and_dims,
+    check_rounding_seed,
 )
 
 __all__ = [
@@ -61,7 +73,9 @@ __all__ = [
     "INPUTS",
     "OUTPUTS",
     "ALIASED_OUTPUTS",
+    "FP8_ALIASED_OUTPUTS",
     "LIKE_INPUT",
+    "SCALE_LAYOUT",
     "ATTRS",
     "ENTRY",
     "GatedDeltaReplayAttrs",
@@ -74,14 +88,26 @@ __all__ = [
 ]
 
 PLUGIN = "gated_delta_replay_step"
-INPUTS = ("checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "q", "k", "v", "g", "beta", "slot_ids")
-OUTPUTS = ("out", "checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals")
+INPUTS = (
+    "checkpoint",
+    "d_records",
+    "k_records",
+    "g_records",
+    "cursor",
+    "arrivals",
+    "q",
+    "k",
+    "v",
+    "g",
+    "beta",
+    "slot_ids",
+    "checkpoint_scale",
+)
+OUTPUTS = ("out", "checkpoint", "d_records", "k_records", "g_records", "cursor", "arrivals", "checkpoint_scale")
 ALIASED_OUTPUTS = {1: 0, 2: 1, 3: 2, 4: 3, 5: 4, 6: 5}
-_V = INPUTS.index("v")
-LIKE_INPUT = {0: _V}
-
-_FLOATS = ("f32", "bf16", "f16")
-_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+_V, _SCALE = INPUTS.index("v"), INPUTS.index("checkpoint_scale")
+FP8_ALIASED_OUTPUTS = {7: _SCALE}  # aliased with an fp8 checkpoint only (spec.aliased_outputs)
+LIKE_INPUT = {0: _V, 7: _SCALE}
 
 
 @dataclass(frozen=True)
@@ -91,7 +117,8 @@ class GatedDeltaReplayAttrs:
     Geometry: k_heads, v_heads, head_k_dim, head_v_dim, L. Flags: per_channel (KDA),
     use_qk_l2norm. scale: multiplies q after the normalisation (the op's default is
     head_k_dim ** -0.5). Launch configuration: block_head_dim (value rows per tile), chunks,
-    num_stages, num_warps.
+    num_stages, num_warps. rounding_seed: -1 (round to nearest) or the seed in [0, 2^31) of
+    stochastic rounding at flush (a bf16, f16 or fp8 checkpoint).
     """
 
     k_heads: int
@@ -106,6 +133,7 @@ class GatedDeltaReplayAttrs:
     chunks: int
     num_stages: int
     num_warps: int
+    rounding_seed: int = ROUNDING_OFF
 
     def __post_init__(self) -> None:
         owner = f"{PLUGIN} attributes"
@@ -139,19 +167,23 @@ class GatedDeltaReplayAttrs:
         scale: float = None,
         batch_hint: int = 64,
         multiprocessors: int = H200_MULTIPROCESSORS,
+        rounding_seed: Optional[int] = None,
     ) -> "GatedDeltaReplayAttrs":
         """Attributes of one layer, with the op's launch configuration for ``batch_hint`` rows
         on a GPU of ``multiprocessors`` (the engine's GPU, which an AOT build need not have; by
         default the H200's, where the launch tables were tuned) and the op's default scale
-        (head_k_dim ** -0.5) when ``scale`` is None."""
-        if state_dtype not in _TORCH_DTYPES:
-            raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(_TORCH_DTYPES)}")
+        (head_k_dim ** -0.5) when ``scale`` is None; ``rounding_seed`` None is round to nearest
+        (the attribute's -1)."""
+        if state_dtype not in STATE_DTYPES:
+            raise TypeError(f"{PLUGIN}: state_dtype is {state_dtype!r}; expected {' | '.join(STATE_DTYPES)}")
+        seed = ROUNDING_OFF if rounding_seed is None else rounding_seed
+        check_rounding_seed(PLUGIN, seed, state_dtype)
         cfg = gated_delta_launch_config(
             "replay_step",
             head_v_dim,
             head_k_dim,
             batch_hint * v_heads,
-            _TORCH_DTYPES[state_dtype],
+            TORCH_DTYPES[state_dtype],
             multiprocessors=multiprocessors,
         )
         scale = head_k_dim**-0.5 if scale is None else scale
@@ -168,6 +200,7 @@ class GatedDeltaReplayAttrs:
             cfg.chunks,
             cfg.num_stages,
             cfg.num_warps,
+            seed,
         )
 
     def values(self) -> Dict[str, object]:
@@ -187,6 +220,7 @@ def layer_attrs(
     use_qk_l2norm: bool,
     scale: float,
     batch_hint: int,
+    rounding_seed: Optional[int] = None,
 ) -> GatedDeltaReplayAttrs:
     """Attributes of a layer from its cache shapes (geometry axes must be static)."""
     named = (
@@ -209,11 +243,17 @@ def layer_attrs(
         use_qk_l2norm=use_qk_l2norm,
         scale=scale,
         batch_hint=batch_hint,
+        rounding_seed=rounding_seed,
     )
 
 
+# An absent checkpoint_scale (any checkpoint but fp8) is replaced by slot_ids, never read.
+_SUBSTITUTES = {"checkpoint_scale": "slot_ids"}
+
+
 def plugin_inputs(tensors: Mapping[str, object]) -> list:
-    """The plugin's input list (in :data:`INPUTS` order) from a layer's tensors.
+    """The plugin's input list (in :data:`INPUTS` order) from a layer's tensors; a
+    checkpoint_scale that is None or absent is replaced by slot_ids.
 
     Raises:
         ValueError: an unknown name, or a tensor missing.
@@ -221,13 +261,16 @@ def plugin_inputs(tensors: Mapping[str, object]) -> list:
     unknown = sorted(set(tensors) - set(INPUTS))
     if unknown:
         raise ValueError(f"{PLUGIN}: unknown inputs {unknown}; expected names from {', '.join(INPUTS)}")
-    missing = [n for n in INPUTS if tensors.get(n) is None]
+    missing = [n for n in INPUTS if n not in _SUBSTITUTES and tensors.get(n) is None]
     if missing:
         raise ValueError(f"{PLUGIN}: missing inputs {missing}")
-    return [tensors[n] for n in INPUTS]
+    return [tensors[n] if tensors.get(n) is not None else tensors[_SUBSTITUTES[n]] for n in INPUTS]
 
 
-def _layouts(a: GatedDeltaReplayAttrs) -> Tuple[Tuple[str, tuple], ...]:
+SCALE_LAYOUT = "[num_slots, v_heads, head_v_dim]"
+
+
+def _layouts(a: GatedDeltaReplayAttrs, fp8: bool) -> Tuple[Tuple[str, tuple], ...]:
     hk, hv, dk, dv, L = a.k_heads, a.v_heads, a.head_k_dim, a.head_v_dim, a.L
     if a.per_channel:
         g_rec = ("[num_slots, v_heads, L, head_k_dim]", ("num_slots", hv, L, dk))
@@ -248,13 +291,15 @@ def _layouts(a: GatedDeltaReplayAttrs) -> Tuple[Tuple[str, tuple], ...]:
         g,
         ("[batch, v_heads]", ("batch", hv)),
         ("[batch]", ("batch",)),
+        (SCALE_LAYOUT, ("num_slots", hv, dv)) if fp8 else ("[batch] (slot_ids in its place)", ("batch",)),
     )
 
 
 def tensor_infos(
     a: GatedDeltaReplayAttrs, *, state_dtype: str, act_dtype: str, record_dtype: str = None, gate_dtype: str = "f32"
 ) -> Tuple[TensorInfo, ...]:
-    """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic)."""
+    """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic; checkpoint_scale
+    present with an fp8 ``state_dtype``, else slot_ids in its place)."""
     rec = record_dtype or act_dtype
     dtypes = dict(
         checkpoint=state_dtype,
@@ -269,10 +314,11 @@ def tensor_infos(
         g=gate_dtype,
         beta=gate_dtype,
         slot_ids="i32",
+        checkpoint_scale="f32" if state_dtype == FP8 else "i32",
     )
     return tuple(
         TensorInfo(dtypes[n], len(dims), tuple(d if isinstance(d, int) else None for d in dims))
-        for n, (_, dims) in zip(INPUTS, _layouts(a))
+        for n, (_, dims) in zip(INPUTS, _layouts(a, state_dtype == FP8))
     )
 
 
@@ -280,24 +326,28 @@ def check_inputs(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> None:
     """Shape and dtype inference checks of the plugin layer (the kernel validates nothing).
 
     Raises:
-        ValueError: wrong input count, rank, static dimension, or inconsistent batch / num_slots.
+        ValueError: wrong input count, rank, static dimension, or inconsistent batch / num_slots;
+            checkpoint_scale absent with an fp8 checkpoint or given with another; a
+            rounding_seed with an f32 checkpoint.
         TypeError: wrong dtype.
     """
     if len(infos) != len(INPUTS):
         raise ValueError(f"{PLUGIN}: got {len(infos)} inputs; expected {len(INPUTS)}: {', '.join(INPUTS)}")
     by = dict(zip(INPUTS, infos))
+    check_dtype(PLUGIN, "checkpoint", by["checkpoint"], STATE_DTYPES)
+    check_checkpoint_scale(PLUGIN, by["checkpoint"], by["checkpoint_scale"], SCALE_LAYOUT)
+    check_rounding_seed(PLUGIN, a.rounding_seed, by["checkpoint"].dtype)
     symbols: Dict[str, int] = {}
-    for name, info, (layout, dims) in zip(INPUTS, infos, _layouts(a)):
+    for name, info, (layout, dims) in zip(INPUTS, infos, _layouts(a, by["checkpoint"].dtype == FP8)):
         check_rank_and_dims(PLUGIN, name, info, layout, dims, symbols)
-    check_dtype(PLUGIN, "checkpoint", by["checkpoint"], _FLOATS)
-    check_dtype(PLUGIN, "d_records", by["d_records"], _FLOATS)
+    check_dtype(PLUGIN, "d_records", by["d_records"], FLOATS)
     check_dtype(PLUGIN, "k_records", by["k_records"], (by["d_records"].dtype,))
     check_dtype(PLUGIN, "g_records", by["g_records"], ("f32",))
-    check_dtype(PLUGIN, "q", by["q"], _FLOATS)
+    check_dtype(PLUGIN, "q", by["q"], FLOATS)
     for name in ("k", "v"):
         check_dtype(PLUGIN, name, by[name], (by["q"].dtype,))
     for name in ("g", "beta"):
-        check_dtype(PLUGIN, name, by[name], _FLOATS)
+        check_dtype(PLUGIN, name, by[name], FLOATS)
     for name in ("cursor", "arrivals", "slot_ids"):
         check_dtype(PLUGIN, name, by[name], ("i32",))
 
@@ -311,6 +361,8 @@ def _scalars(a: GatedDeltaReplayAttrs) -> Tuple[Scalar, ...]:
         stride_c_slot=hv * dv * dk,
         stride_c_head=dv * dk,
         stride_c_row=dk,
+        stride_sc_slot=hv * dv,  # checkpoint_scale (dense); never read without fp8
+        stride_sc_head=dv,
         stride_dr_slot=hv * L * dv,
         stride_dr_head=L * dv,
         stride_dr_pos=dv,
@@ -335,32 +387,40 @@ def _scalars(a: GatedDeltaReplayAttrs) -> Tuple[Scalar, ...]:
         head_v_dim=dv,
         head_k_dim=dk,
         v_per_k=hv // hk,
+        sr_seed=max(a.rounding_seed, 0),  # read only with SR
     )
     return tuple(Scalar(n, v) for n, v in values.items())
 
 
-def _constexprs(a: GatedDeltaReplayAttrs) -> Dict[str, object]:
+def _constexprs(a: GatedDeltaReplayAttrs, state_dtype: str) -> Dict[str, object]:
     """Constexprs as ``launch_gated_delta_replay_step`` passes them, and the scale."""
     cfg = LaunchConfig(a.block_head_dim, a.num_warps, a.chunks, a.num_stages)
-    return dict(SCALE=a.scale, **replay_constexprs(a.L, a.head_k_dim, a.per_channel, a.use_qk_l2norm, cfg))
+    return dict(
+        SCALE=a.scale,
+        **replay_constexprs(a.L, a.head_k_dim, a.per_channel, a.use_qk_l2norm, cfg),
+        HAS_SCALE=state_dtype == FP8,
+        SR=a.rounding_seed != ROUNDING_OFF,
+    )
 
 
 def kernel_spec(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec:
-    """The entry kernel's specialization and launch; ``infos`` passed :func:`check_inputs`."""
+    """The entry kernel's specialization and launch; ``infos`` passed :func:`check_inputs`. An
+    fp8 checkpoint compiles with HAS_SCALE, a ``rounding_seed`` with SR (seed: ``sr_seed``)."""
     dtypes = [i.dtype for i in infos]
     words = (
         f"{'kda' if a.per_channel else 'gdn'}_s{dtypes[0]}_r{dtypes[1]}_a{dtypes[6]}"
         f"_hk{a.k_heads}_hv{a.v_heads}_dk{a.head_k_dim}_dv{a.head_v_dim}_L{a.L}"
-        f"{'_l2' if a.use_qk_l2norm else ''}_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}"
+        f"{'_l2' if a.use_qk_l2norm else ''}{'_sr' if a.rounding_seed != ROUNDING_OFF else ''}"
+        f"_bh{a.block_head_dim}x{a.chunks}_st{a.num_stages}_w{a.num_warps}"
     )
     return build_kernel_spec(
         PLUGIN,
         words,
         ENTRY.arg_names,
         dtypes,
-        [dtypes[_V]] + [dtypes[ALIASED_OUTPUTS[o]] for o in range(1, len(OUTPUTS))],
+        [dtypes[{**LIKE_INPUT, **ALIASED_OUTPUTS}[o]] for o in range(len(OUTPUTS))],
         _scalars(a),
-        _constexprs(a),
+        _constexprs(a, dtypes[0]),
         (triton.cdiv(a.head_v_dim, a.block_head_dim * a.chunks), a.v_heads, InputDim(_V, 0)),
         a.num_warps,
     )
@@ -368,5 +428,14 @@ def kernel_spec(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> Kernel
 
 def run_op(a: GatedDeltaReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:
     """The layer through the ``replayssm::gated_delta_replay_step`` custom op (TensorRT's JIT
-    path): ``inputs`` in plugin order, ``out`` the o buffer; caches updated in place."""
-    torch.ops.replayssm.gated_delta_replay_step(*inputs, a.scale, a.use_qk_l2norm, out)
+    path): ``inputs`` in plugin order, ``out`` the o buffer; caches (and an fp8 checkpoint's
+    scales) updated in place."""
+    fp8 = inputs[0].dtype == torch.float8_e4m3fn
+    torch.ops.replayssm.gated_delta_replay_step(
+        *inputs[:_SCALE],
+        a.scale,
+        a.use_qk_l2norm,
+        out,
+        inputs[_SCALE] if fp8 else None,
+        None if a.rounding_seed == ROUNDING_OFF else a.rounding_seed,
+    )

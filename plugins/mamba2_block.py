@@ -24,7 +24,9 @@ Output 0: y like x, written in generation steps (tokens == batch) for live rows 
 
 Attributes: those of ``replayssm::mamba2_replay_step`` (:class:`.mamba2.Mamba2ReplayAttrs`:
 geometry, L, flags, launch configuration) plus ``num_slots`` (the runtime's slots per layer
-buffer: where the tails start) and the activation dtype of the records.
+buffer: where the tails start) and the activation dtype of the records. The checkpoint is fp32
+(the runtime's buffer), so there is no fp8 checkpoint here and ``rounding_seed`` must be -1
+(stochastic rounding takes a bf16, f16 or fp8 checkpoint).
 """
 
 from __future__ import annotations
@@ -38,7 +40,17 @@ from trtllm_replayssm.block import ACT_DTYPES, Mamba2StateBlock
 
 from .mamba2 import Mamba2ReplayAttrs, _constexprs, step_scalars
 from .mamba2_block_entry import _mamba2_replay_block_plugin_kernel as ENTRY
-from .spec import InputDim, KernelSpec, Scalar, TensorInfo, build_kernel_spec, check_dtype, check_rank_and_dims
+from .spec import (
+    FLOATS,
+    InputDim,
+    KernelSpec,
+    Scalar,
+    TensorInfo,
+    build_kernel_spec,
+    check_dtype,
+    check_rank_and_dims,
+    check_rounding_seed,
+)
 
 __all__ = [
     "PLUGIN",
@@ -57,7 +69,6 @@ INPUTS = ("state_ptr", "x", "dt", "A", "B", "C", "slot_ids", "D", "z", "dt_bias"
 OUTPUTS = ("out",)
 _X, _SLOTS = INPUTS.index("x"), INPUTS.index("slot_ids")
 LIKE_INPUT = {0: _X}
-_FLOATS = ("f32", "bf16", "f16")
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class Mamba2BlockAttrs:
             raise ValueError(f"{PLUGIN}: num_slots is {self.num_slots!r}; expected a positive int")
         if self.act_dtype not in ACT_DTYPES:
             raise TypeError(f"{PLUGIN}: act_dtype is {self.act_dtype!r}; expected {' | '.join(ACT_DTYPES)}")
+        check_rounding_seed(PLUGIN, self.replay.rounding_seed, "f32")  # the layer buffer's checkpoint
         self.block  # noqa: B018  (checks the layout)
 
     @property
@@ -125,7 +137,7 @@ def check_inputs(a: Mamba2BlockAttrs, infos: Sequence[TensorInfo]) -> None:
     check_dtype(PLUGIN, "state_ptr", by["state_ptr"], ("i64",))
     for name in ("x", "B", "C", "z"):
         check_dtype(PLUGIN, name, by[name], (a.act_dtype,))
-    check_dtype(PLUGIN, "dt", by["dt"], _FLOATS)
+    check_dtype(PLUGIN, "dt", by["dt"], FLOATS)
     check_dtype(PLUGIN, "A", by["A"], ("f32",))
     check_dtype(PLUGIN, "slot_ids", by["slot_ids"], ("i32",))
     for name in ("D", "dt_bias"):

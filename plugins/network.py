@@ -9,6 +9,7 @@ one's output tensor feeding the second.
 from typing import Optional
 
 from . import NAMESPACE, gated_delta, mamba2
+from .spec import TensorInfo, check_checkpoint_scale
 from .tensorrt_plugin import _dtype_name, import_tensorrt, register_plugins
 
 __all__ = ["add_gdn_replay_step", "add_kda_replay_step", "add_mamba2_replay_step"]
@@ -33,6 +34,8 @@ def add_mamba2_replay_step(
     z=None,
     dt_bias=None,
     dt_softplus: bool = True,
+    checkpoint_scale=None,
+    rounding_seed: Optional[int] = None,
     batch_hint: int = 64,
     aot: bool = True,
     name: Optional[str] = None,
@@ -42,20 +45,26 @@ def add_mamba2_replay_step(
     (``tensorrt.ITensor`` each; layouts in :mod:`trtllm_replayssm_plugins.mamba2`).
 
     The geometry comes from the caches' static dimensions; batch and num_slots may be dynamic.
-    The launch configuration is the op's choice for ``batch_hint`` rows.
+    The launch configuration is the op's choice for ``batch_hint`` rows. An fp8 (e4m3)
+    checkpoint needs ``checkpoint_scale`` ([num_slots, nheads, head_dim] f32, the cache's row
+    scales); any other refuses one. ``rounding_seed`` (an int in [0, 2^31), bf16, fp16 or fp8
+    checkpoints) rounds each flush stochastically, as the op's; it is fixed in the engine.
 
     Returns:
         The ``IPluginV3Layer``. Output 0 is y [batch, nheads, head_dim]; outputs 1..6 are
         checkpoint, x_records, dt_records, B_records, cursor, arrivals after the step, aliased to
-        the inputs. To keep the caches in caller-owned memory across engine runs, mark them as
-        network outputs and bind each to the same address as its input (the network needs
+        the inputs; output 7 is checkpoint_scale, aliased with an fp8 checkpoint (otherwise an
+        unused buffer). To keep the caches in caller-owned memory across engine runs, mark them
+        as network outputs and bind each to the same address as its input (the network needs
         ``PreviewFeature.ALIASED_PLUGIN_IO_10_03`` in the builder config).
 
     Raises:
-        ImportError: no suitable TensorRT. ValueError, TypeError: inputs that do not fit.
+        ImportError: no suitable TensorRT. ValueError, TypeError: inputs that do not fit, a
+        checkpoint_scale missing (fp8) or not expected, a rounding_seed with an fp32 checkpoint.
     """
     trt, trtp = import_tensorrt(aot)
     register_plugins(aot)
+    state_dtype = _check_scale(trt, mamba2, checkpoint, checkpoint_scale, slot_ids)
     inputs, flags = mamba2.plugin_inputs(
         dict(
             checkpoint=checkpoint,
@@ -73,18 +82,31 @@ def add_mamba2_replay_step(
             D=D,
             z=z,
             dt_bias=dt_bias,
+            checkpoint_scale=checkpoint_scale,
         )
     )
     attrs = mamba2.layer_attrs(
         tuple(checkpoint.shape),
         tuple(x_records.shape),
         tuple(B_records.shape),
-        state_dtype=_dtype_name(trt, checkpoint.dtype),
+        state_dtype=state_dtype,
         dt_softplus=dt_softplus,
         batch_hint=batch_hint,
+        rounding_seed=rounding_seed,
         **flags,
     )
     return _add(network, getattr(trtp.op, NAMESPACE).mamba2_replay_step(*inputs, **attrs.values()), aot, name)
+
+
+def _check_scale(trt, family, checkpoint, checkpoint_scale, slot_ids) -> str:
+    """The checkpoint's dtype name, after checking that ``checkpoint_scale`` is given exactly
+    with an fp8 one (slot_ids takes its place otherwise, as the plugin's check expects)."""
+    infos = [
+        TensorInfo(_dtype_name(trt, t.dtype), len(tuple(t.shape)))
+        for t in (checkpoint, slot_ids if checkpoint_scale is None else checkpoint_scale)
+    ]
+    check_checkpoint_scale(family.PLUGIN, *infos, family.SCALE_LAYOUT)
+    return infos[0].dtype
 
 
 def _add(network, call, aot: bool, name: Optional[str]):
@@ -113,12 +135,15 @@ def _add_gated_delta_replay_step(
     slot_ids,
     scale,
     use_qk_l2norm,
+    checkpoint_scale,
+    rounding_seed,
     batch_hint,
     aot,
     name,
 ):
     trt, trtp = import_tensorrt(aot)
     register_plugins(aot)
+    state_dtype = _check_scale(trt, gated_delta, checkpoint, checkpoint_scale, slot_ids)
     inputs = gated_delta.plugin_inputs(
         dict(
             checkpoint=checkpoint,
@@ -133,6 +158,7 @@ def _add_gated_delta_replay_step(
             g=g,
             beta=beta,
             slot_ids=slot_ids,
+            checkpoint_scale=checkpoint_scale,
         )
     )
     attrs = gated_delta.layer_attrs(
@@ -140,10 +166,11 @@ def _add_gated_delta_replay_step(
         tuple(d_records.shape),
         tuple(k_records.shape),
         per_channel=per_channel,
-        state_dtype=_dtype_name(trt, checkpoint.dtype),
+        state_dtype=state_dtype,
         use_qk_l2norm=use_qk_l2norm,
         scale=scale,
         batch_hint=batch_hint,
+        rounding_seed=rounding_seed,
     )
     return _add(network, getattr(trtp.op, NAMESPACE).gated_delta_replay_step(*inputs, **attrs.values()), aot, name)
 
@@ -165,6 +192,8 @@ def add_gdn_replay_step(
     slot_ids,
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
+    checkpoint_scale=None,
+    rounding_seed: Optional[int] = None,
     batch_hint: int = 64,
     aot: bool = True,
     name: Optional[str] = None,
@@ -172,8 +201,10 @@ def add_gdn_replay_step(
     """Adds a ``replayssm::gated_delta_replay_step`` layer for a Gated DeltaNet layer; arguments
     as ``trtllm_replayssm.ops.gdn_replay_step`` with the cache given tensor by tensor (layouts in
     :mod:`trtllm_replayssm_plugins.gated_delta`; g [batch, v_heads]). ``scale`` None is
-    head_k_dim ** -0.5. Returns the layer: output 0 is o, outputs 1..6 the caches, aliased (see
-    :func:`add_mamba2_replay_step` for binding them in place)."""
+    head_k_dim ** -0.5. ``checkpoint_scale`` ([num_slots, v_heads, head_v_dim] f32) comes exactly
+    with an fp8 checkpoint; ``rounding_seed`` as in :func:`add_mamba2_replay_step`. Returns the
+    layer: output 0 is o, outputs 1..6 the caches, aliased, output 7 checkpoint_scale (aliased
+    with fp8; see :func:`add_mamba2_replay_step` for binding them in place)."""
     return _add_gated_delta_replay_step(
         False,
         network,
@@ -191,6 +222,8 @@ def add_gdn_replay_step(
         slot_ids=slot_ids,
         scale=scale,
         use_qk_l2norm=use_qk_l2norm,
+        checkpoint_scale=checkpoint_scale,
+        rounding_seed=rounding_seed,
         batch_hint=batch_hint,
         aot=aot,
         name=name,
@@ -214,6 +247,8 @@ def add_kda_replay_step(
     slot_ids,
     scale: Optional[float] = None,
     use_qk_l2norm: bool = True,
+    checkpoint_scale=None,
+    rounding_seed: Optional[int] = None,
     batch_hint: int = 64,
     aot: bool = True,
     name: Optional[str] = None,
@@ -237,6 +272,8 @@ def add_kda_replay_step(
         slot_ids=slot_ids,
         scale=scale,
         use_qk_l2norm=use_qk_l2norm,
+        checkpoint_scale=checkpoint_scale,
+        rounding_seed=rounding_seed,
         batch_hint=batch_hint,
         aot=aot,
         name=name,

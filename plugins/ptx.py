@@ -24,6 +24,7 @@ makes Triton write that ptxas's ISA.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
@@ -34,9 +35,11 @@ from .spec import KernelSpec
 
 __all__ = [
     "KNOWN_GOOD_TRITON",
+    "FP8_MIN_ARCH",
     "MAX_SHARED_MEM",
     "CompiledKernel",
     "PtxEntry",
+    "check_arch",
     "check_triton_version",
     "compile_ptx",
     "parse_ptx_entry",
@@ -53,6 +56,9 @@ KNOWN_GOOD_TRITON: Dict[str, int] = {"3.3": 1, "3.4": 1, "3.5": 2, "3.6": 2, "3.
 # A launch above 48 KiB of dynamic shared memory needs cuFuncSetAttribute first; TensorRT's
 # AOT launch is not documented to do that, so such a specialization is refused.
 MAX_SHARED_MEM = 48 * 1024
+
+# float8-e4m3 (Triton's fp8e4nv: an fp8 checkpoint) exists from sm_89 on; Triton refuses it below.
+FP8_MIN_ARCH = 89
 
 _ENTRY = re.compile(r"\.visible\s+\.entry\s+(\w+)\s*\((.*?)\)", re.S)
 _PARAM = re.compile(r"\.param\s+\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?\s+(\w+)")
@@ -96,6 +102,16 @@ def check_triton_version(version: Optional[str] = None) -> int:
             "install one of those, or check its PTX entry signature (tests/plugins) and add it to KNOWN_GOOD_TRITON"
         )
     return KNOWN_GOOD_TRITON[minor]
+
+
+def check_arch(spec: KernelSpec, arch: int) -> None:
+    """ValueError when ``spec`` cannot be compiled for ``sm_{arch}``: an fp8 checkpoint below
+    :data:`FP8_MIN_ARCH`."""
+    if arch < FP8_MIN_ARCH and "*fp8e4nv" in spec.signature.values():
+        raise ValueError(
+            f"{spec.name}: arch is {arch} with an fp8 (e4m3) checkpoint; expected {FP8_MIN_ARCH} or newer "
+            f"(Triton has no fp8e4nv below sm_{FP8_MIN_ARCH})"
+        )
 
 
 @dataclass(frozen=True)
@@ -180,9 +196,11 @@ _CACHE: Dict[Tuple[str, str, int], CompiledKernel] = {}
 def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     """Compiles ``entry_fn`` (a ``@triton.jit`` kernel) as ``spec`` says, for ``sm_{arch}``.
 
-    The result is cached per (spec, arch) within the process.
+    The PTX is cached per (spec variant, arch) within the process; specs of one variant (which
+    may differ in runtime scalar values, e.g. ``sr_seed``) share it, each getting its own spec.
 
     Raises:
+        ValueError: an fp8 checkpoint below sm_89 (:func:`check_arch`).
         RuntimeError: Triton version not known to fit, or whose metadata names another number
             of scratch buffers than its hidden parameters; Triton running as the interpreter;
             a kernel that needs scratch memory, clusters, cooperative or PDL launch, more than
@@ -190,7 +208,8 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     """
     key = (spec.name, spec.variant, arch)
     if key in _CACHE:
-        return _CACHE[key]
+        return dataclasses.replace(_CACHE[key], spec=spec)
+    check_arch(spec, arch)
     hidden = check_triton_version()
     if not isinstance(entry_fn, triton.runtime.jit.JITFunction):
         raise RuntimeError(

@@ -26,8 +26,18 @@ import math
 from dataclasses import dataclass, fields
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
+import torch
+
 __all__ = [
     "DTYPE_NAMES",
+    "FP8",
+    "ROUNDING_OFF",
+    "FLOATS",
+    "STATE_DTYPES",
+    "TORCH_DTYPES",
+    "aliased_outputs",
+    "check_checkpoint_scale",
+    "check_rounding_seed",
     "InputDim",
     "KernelParam",
     "KernelSpec",
@@ -41,7 +51,18 @@ __all__ = [
 ]
 
 # dtype names used by the plugin layer (TensorRT- and torch-independent) -> Triton pointer type.
-DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "i32", "i64": "i64"}
+# "fp8" is float8-e4m3 (TensorRT's DataType.FP8, torch.float8_e4m3fn, Triton's fp8e4nv), the
+# name the core's tools use (bench.timing.DT).
+DTYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "fp8": "fp8e4nv", "i32": "i32", "i64": "i64"}
+FP8 = "fp8"
+# Activation and record dtypes of the plugins.
+FLOATS = ("f32", "bf16", "f16")
+# Checkpoint dtypes the replay-step plugins take; an fp8 checkpoint comes with its row scales.
+STATE_DTYPES = FLOATS + (FP8,)
+# The torch dtype of each checkpoint dtype name (the core's launch tables take torch dtypes).
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, FP8: torch.float8_e4m3fn}
+# The ``rounding_seed`` attribute's value for round-to-nearest (no stochastic rounding).
+ROUNDING_OFF = -1
 
 
 @dataclass(frozen=True)
@@ -255,10 +276,15 @@ _INT32_MAX = 2**31 - 1
 
 def check_attr_fields(owner: str, attrs, *, max_L: int) -> None:
     """Every field of a plugin's attribute dataclass has its declared type (bool; float > 0 and
-    finite; else int >= 1), and 1 <= L <= ``max_L``."""
+    finite; ``rounding_seed`` an int in [-1, 2^31); else int >= 1), and 1 <= L <= ``max_L``."""
     for f in fields(attrs):
         v = getattr(attrs, f.name)
-        if f.type == "bool":
+        if f.name == "rounding_seed":
+            if not isinstance(v, int) or isinstance(v, bool) or not ROUNDING_OFF <= v < 2**31:
+                raise ValueError(
+                    f"{owner}: rounding_seed is {v!r}; expected {ROUNDING_OFF} (round to nearest) or an int in [0, 2^31)"
+                )
+        elif f.type == "bool":
             if not isinstance(v, bool):
                 raise TypeError(f"{owner}: {f.name} is {v!r}; expected a bool")
         elif f.type == "float":
@@ -283,3 +309,39 @@ def check_launch_attrs(owner: str, attrs, *, largest: int, min_block: int = 1, b
         raise ValueError(
             f"{owner}: one slot of the cache holds {largest} elements; the kernel's int32 strides allow at most {_INT32_MAX}"
         )
+
+
+def check_rounding_seed(plugin: str, rounding_seed: int, state_dtype: str) -> None:
+    """A ``rounding_seed`` attribute other than :data:`ROUNDING_OFF` (stochastic rounding at
+    flush) needs a bf16, f16 or fp8 checkpoint, as the ops' (``checks.check_rounding_seed``)."""
+    if rounding_seed != ROUNDING_OFF and state_dtype not in ("bf16", "f16", FP8):
+        raise ValueError(
+            f"{plugin}: rounding_seed is {rounding_seed} (checkpoint: {state_dtype}); expected {ROUNDING_OFF} "
+            f"(off): stochastic rounding takes a bf16, f16 or fp8 checkpoint"
+        )
+
+
+def check_checkpoint_scale(plugin: str, checkpoint: TensorInfo, scale: TensorInfo, layout: str) -> None:
+    """An fp8 checkpoint comes with ``checkpoint_scale``, its row scales (f32, ``layout``); any
+    other checkpoint with the substitute of an absent one (``slot_ids``, i32 of rank 1).
+    Dimensions are checked with the other inputs' (:func:`check_rank_and_dims`)."""
+    if checkpoint.dtype == FP8:
+        ok, want = (scale.dtype, scale.rank) == ("f32", 3), f"{layout} f32, the fp8 checkpoint's row scales"
+    else:
+        ok = (scale.dtype, scale.rank) == ("i32", 1)
+        want = "none (slot_ids in its place): only an fp8 checkpoint takes checkpoint_scale"
+    if not ok:
+        raise ValueError(
+            f"{plugin}: checkpoint_scale is {scale.dtype} of rank {scale.rank} (checkpoint: {checkpoint.dtype}); "
+            f"expected {want}"
+        )
+
+
+def aliased_outputs(family, state_dtype: str) -> Dict[int, int]:
+    """Output index -> the input it aliases (updated in place) for a replay-step plugin
+    (``family``: its module) with a ``state_dtype`` checkpoint: the caches
+    (``family.ALIASED_OUTPUTS``) and, with an fp8 checkpoint, checkpoint_scale
+    (``family.FP8_ALIASED_OUTPUTS``). Any other output is a new tensor like its
+    ``family.LIKE_INPUT`` (without fp8, the checkpoint_scale output: a buffer like slot_ids that
+    the kernel never writes)."""
+    return {**family.ALIASED_OUTPUTS, **(family.FP8_ALIASED_OUTPUTS if state_dtype == FP8 else {})}

@@ -8,7 +8,9 @@ Per plugin, :func:`register_plugins` defines:
 
 * ``register``: shape/dtype inference. Checks the inputs against the attributes (raising
   ``ValueError``/``TypeError`` at network build time), returns ``out`` shaped like ``x`` and the
-  cache tensors aliased to their inputs (in-place update).
+  cache tensors aliased to their inputs (in-place update); the checkpoint_scale output is
+  aliased to its input with an fp8 checkpoint, else a new buffer like its substitute, slot_ids
+  (:func:`~trtllm_replayssm_plugins.spec.aliased_outputs`).
 * ``aot_impl`` (TensorRT >= 10.9): the entry kernel's name, its PTX for the build GPU, the
   launch parameters and the scalar arguments as ``SymInt32`` expressions. The engine then runs
   without Python; attributes are not serialized.
@@ -27,7 +29,7 @@ import triton
 
 from . import FAMILIES, NAMESPACE
 from .ptx import compile_ptx
-from .spec import TensorInfo
+from .spec import FP8, TensorInfo, aliased_outputs
 
 __all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "build_arch", "import_tensorrt", "register_plugins", "version_tuple"]
 
@@ -66,7 +68,9 @@ def import_tensorrt(aot: bool = True):
 
 
 def _dtype_name(trt, dtype) -> str:
-    names = {trt.float32: "f32", trt.bfloat16: "bf16", trt.float16: "f16", trt.int32: "i32"}
+    """The plugin layer's name of a TensorRT dtype (``spec.DTYPE_NAMES``; fp8 is TensorRT's
+    DataType.FP8, e4m3), or TensorRT's own for anything else."""
+    names = {trt.float32: "f32", trt.bfloat16: "bf16", trt.float16: "f16", trt.fp8: FP8, trt.int32: "i32"}
     return names.get(dtype, str(dtype))
 
 
@@ -100,9 +104,11 @@ def _define(trt, trtp, family) -> None:
 
     def register_fn(*descs, **attrs):
         a = family.ATTRS(**attrs)
-        family.check_inputs(a, [_info(trt, d) for d in descs])
+        infos = [_info(trt, d) for d in descs]
+        family.check_inputs(a, infos)
+        aliases = aliased_outputs(family, infos[0].dtype)
         return tuple(
-            descs[family.ALIASED_OUTPUTS[o]].aliased() if o in family.ALIASED_OUTPUTS else descs[family.LIKE_INPUT[o]].like()
+            descs[aliases[o]].aliased() if o in aliases else descs[family.LIKE_INPUT[o]].like()
             for o in range(len(family.OUTPUTS))
         )
 
@@ -140,7 +146,8 @@ def _define(trt, trtp, family) -> None:
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
             outs = [torch.as_tensor(t, device="cuda") for t in outputs]
             ins = [torch.as_tensor(t, device="cuda") for t in tensors]
-            for o, i in family.ALIASED_OUTPUTS.items():
+            state = FP8 if ins[0].dtype == torch.float8_e4m3fn else str(ins[0].dtype)
+            for o, i in aliased_outputs(family, state).items():
                 ins[i] = outs[o]  # the same buffer, through its writable (output) view
             family.run_op(a, ins, outs[0])
 

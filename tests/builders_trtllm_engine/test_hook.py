@@ -3,6 +3,8 @@ TensorRT-LLM v1.2.1's Mamba-2 model (engine_standins.py says what each stands in
 options, which layers, the per-layer plan, the plugin fields, the rewritten forward's calls, the
 engine config entries and the API check."""
 
+import dataclasses
+
 import pytest
 
 import engine_standins as S
@@ -118,6 +120,22 @@ def test_plan_of_mamba2_2p7b():
     assert rows["A_ptr"] == (ARG_INPUT, E.index("A"), 0)
     assert rows["D_ptr"] == (ARG_INPUT, E.index("D"), 0)
     assert rows["dt_bias_ptr"] == (ARG_INPUT, E.index("dt_bias"), 0)
+
+
+def test_plan_keeps_an_fp32_checkpoint_rounded_to_nearest():
+    """The engine flow's checkpoint lives in the runtime's fp32 state buffer: the plan rounds to
+    nearest (rounding_seed -1), the block plugin refuses a seed (stochastic rounding takes a
+    bf16, f16 or fp8 checkpoint), and its launch list has neither checkpoint_scale nor sr_seed:
+    fp8 checkpoints and stochastic rounding belong to the replay-step plugins, not this flow."""
+    from trtllm_replayssm_plugins.mamba2_block import Mamba2BlockAttrs
+
+    plan = hook.plan_layer(0, _mamba2_2p7b(), _settings(max_batch_size=8))
+    assert plan.attrs.replay.rounding_seed == -1
+    names = set(plan.table.spec.fn_arg_names)
+    assert not names & {"checkpoint_scale_in", "checkpoint_scale_ptr", "sr_seed", "HAS_SCALE", "SR"}
+    seeded = dataclasses.replace(plan.attrs.replay, rounding_seed=5)
+    with pytest.raises(ValueError, match=r"mamba2_replay_block: rounding_seed is 5 \(checkpoint: f32\); expected -1"):
+        Mamba2BlockAttrs(seeded, plan.attrs.num_slots, plan.attrs.act_dtype)
 
 
 def test_route_and_block_plugin_fields():

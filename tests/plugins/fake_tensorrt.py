@@ -7,6 +7,9 @@ _validate.py``, 10.9 - 11.1): ``register`` parameters all annotated, tensor desc
 attributes of a serializable built-in type without defaults, return annotation ``TensorDesc``
 or ``Tuple[TensorDesc, ...]``; ``aot_impl`` parameters named inputs, attributes, ``outputs``,
 ``tactic``; ``impl`` parameters named inputs, attributes, ``outputs``, ``stream``.
+``trtp.op.<namespace>.<plugin>(*tensors, **attrs)`` runs the registered shape inference on
+descriptors of the given :class:`ITensor` stand-ins (dimension -1: dynamic) and returns the
+creation callable that :class:`Network` ``.add_plugin`` takes, as TensorRT >= 10.9 does.
 It is not TensorRT: what it cannot show (engine build, PTX loading, aliasing at run time) is
 checked on a machine with TensorRT by ``examples/trt_engine_mamba2.py``.
 """
@@ -76,6 +79,54 @@ class KernelLaunchParams:
 _SERIALIZABLE = (int, float, str, bool, bytes)
 
 
+class ITensor:
+    """A network tensor: a TensorRT dtype (the fakes' strings) and a shape (-1: dynamic)."""
+
+    def __init__(self, dtype, shape):
+        self.dtype, self.shape = dtype, tuple(shape)
+
+
+class PluginCall:
+    """What ``trtp.op.<ns>.<plugin>(...)`` returns: the inputs, attributes and the outputs the
+    registered shape inference gave; callable with ``aot`` as TensorRT's creation callable."""
+
+    def __init__(self, plugin_id, tensors, attrs, outputs):
+        self.plugin_id, self.tensors, self.attrs, self.outputs = plugin_id, tensors, attrs, outputs
+
+    def __call__(self, aot=True):
+        return self
+
+
+class Network:
+    """``INetworkDefinition.add_plugin`` only: records each call."""
+
+    def __init__(self):
+        self.layers = []
+
+    def add_plugin(self, call, aot=True):
+        layer = types.SimpleNamespace(call=call, aot=aot, name=None)
+        self.layers.append(layer)
+        return layer
+
+
+class _Ops:
+    """``trtp.op``: ``trtp.op.<namespace>.<plugin>`` (a namespace is an ``_Ops`` with a name)."""
+
+    def __init__(self, registry, namespace=None):
+        self._registry, self._namespace = registry, namespace
+
+    def __getattr__(self, name):
+        if self._namespace is None:
+            return _Ops(self._registry, name)
+        plugin_id = f"{self._namespace}::{name}"
+
+        def call(*tensors, **attrs):
+            descs = [TensorDesc(t.dtype, ["dyn" if d < 0 else d for d in t.shape]) for t in tensors]
+            return PluginCall(plugin_id, tensors, attrs, self._registry[plugin_id]["register"](*descs, **attrs))
+
+        return call
+
+
 def _names(fn):
     return list(inspect.signature(fn).parameters)
 
@@ -85,6 +136,7 @@ def make_modules(version="10.9.0", aot=True):
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.float32, trt.bfloat16, trt.float16, trt.int32, trt.int64 = "FLOAT", "BF16", "HALF", "INT32", "INT64"
+    trt.fp8 = "FP8"  # tensorrt.fp8 = DataType.FP8 (e4m3)
     trtp = types.ModuleType("tensorrt.plugin")
     trtp.TensorDesc, trtp.SymInt32, trtp.SymIntExprs = TensorDesc, SymInt32, SymIntExprs
     trtp.registry = {}
@@ -137,6 +189,7 @@ def make_modules(version="10.9.0", aot=True):
 
         return decorator
 
+    trtp.op = _Ops(trtp.registry)
     trtp.register = register
     trtp.impl = _impl_decorator("impl", ["outputs", "stream"])
     if aot:

@@ -23,7 +23,15 @@ SUBPROCESS_PRELUDE = (
 )
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-TORCH_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int32: "i32", torch.int64: "i64"}
+TORCH_NAMES = {
+    torch.float32: "f32",
+    torch.bfloat16: "bf16",
+    torch.float16: "f16",
+    torch.float8_e4m3fn: "fp8",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
+FP8 = torch.float8_e4m3fn
 
 
 def import_plugins_package():
@@ -59,6 +67,19 @@ def _randn(shape, generator, dtype, device):
     return torch.randn(shape, generator=generator).to(dtype).to(device)
 
 
+def _fill_checkpoint(c, generator) -> None:
+    """Random checkpoint values; an fp8 one as codes of random rows with row scales in
+    [0.5, 1) / 448 x 4 (codes up to 448: what a flush leaves, scales not all alike)."""
+    c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=generator).to(c.checkpoint.dtype))
+    if c.checkpoint_scale is not None:
+        c.checkpoint_scale.copy_((torch.rand(c.checkpoint_scale.shape, generator=generator) + 0.5) / 112.0)
+
+
+def _seed(a):
+    """The op's ``rounding_seed`` for plugin attributes ``a`` (-1: None)."""
+    return None if a.rounding_seed < 0 else a.rounding_seed
+
+
 class Mamba2Case:
     """Layers, steps and launches of ``replayssm::mamba2_replay_step`` for the tests."""
 
@@ -73,7 +94,8 @@ class Mamba2Case:
     @staticmethod
     def layer(a, *, num_slots, state_dtype, act_dtype, device, generator=None, D_per_dim=False):
         """Cache (garbage in unused slots and record positions, cursors spread over [0, L)) and
-        parameters, as plugin-named tensors (optionals absent when the flag is off)."""
+        parameters, as plugin-named tensors (optionals absent when the flag is off;
+        checkpoint_scale present with an fp8 checkpoint)."""
         from trtllm_replayssm.cache import Mamba2ReplayCache
 
         g = generator
@@ -88,12 +110,14 @@ class Mamba2Case:
             act_dtype=act_dtype,
             device=device,
         )
-        c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
+        _fill_checkpoint(c, g)
         c.x_records.copy_(torch.randn(c.x_records.shape, generator=g).to(act_dtype))
         c.B_records.copy_(torch.randn(c.B_records.shape, generator=g).to(act_dtype))
         c.dt_records.copy_(torch.rand(c.dt_records.shape, generator=g) * 0.1)
         c.cursor.copy_(torch.arange(num_slots, dtype=torch.int32) % a.L)
         t = {n: getattr(c, n) for n in Mamba2Case.family().INPUTS[:6]}
+        if c.checkpoint_scale is not None:
+            t["checkpoint_scale"] = c.checkpoint_scale
         t["A"] = -(torch.rand(a.nheads, generator=g) + 1.0).to(device)
         if a.has_D:
             t["D"] = torch.randn((a.nheads, a.head_dim) if D_per_dim else (a.nheads,), generator=g).to(device)
@@ -138,6 +162,8 @@ class Mamba2Case:
             dt_softplus=a.dt_softplus,
             out=out,
             config=cfg,
+            checkpoint_scale=layer.get("checkpoint_scale"),
+            rounding_seed=_seed(a),
         )
 
     @staticmethod
@@ -146,7 +172,9 @@ class Mamba2Case:
         from trtllm_replayssm.cache import Mamba2ReplayCache
         from trtllm_replayssm.ops import mamba2_replay_step
 
-        cache = Mamba2ReplayCache(**{n: layer[n] for n in Mamba2Case.family().INPUTS[:6]})
+        cache = Mamba2ReplayCache(
+            **{n: layer[n] for n in Mamba2Case.family().INPUTS[:6]}, checkpoint_scale=layer.get("checkpoint_scale")
+        )
         mamba2_replay_step(
             cache,
             step["x"],
@@ -160,6 +188,7 @@ class Mamba2Case:
             dt_bias=layer.get("dt_bias"),
             dt_softplus=a.dt_softplus,
             out=out,
+            rounding_seed=_seed(a),
         )
 
     @staticmethod
@@ -195,13 +224,16 @@ class GatedDeltaCase:
             record_dtype=act_dtype,
             device=device,
         )
-        c.checkpoint.copy_(torch.randn(c.checkpoint.shape, generator=g).to(state_dtype))
+        _fill_checkpoint(c, g)
         c.d_records.copy_(torch.randn(c.d_records.shape, generator=g).to(act_dtype))
         k = torch.nn.functional.normalize(torch.randn(c.k_records.shape, generator=g), dim=-1)
         c.k_records.copy_(k.to(act_dtype))
         c.g_records.copy_(-torch.rand(c.g_records.shape, generator=g) * 0.1)
         c.cursor.copy_(torch.arange(num_slots, dtype=torch.int32) % a.L)
-        return {n: getattr(c, n) for n in GatedDeltaCase.family().INPUTS[:6]}
+        t = {n: getattr(c, n) for n in GatedDeltaCase.family().INPUTS[:6]}
+        if c.checkpoint_scale is not None:
+            t["checkpoint_scale"] = c.checkpoint_scale
+        return t
 
     @staticmethod
     def step(a, batch, act_dtype, device, generator=None):
@@ -237,6 +269,8 @@ class GatedDeltaCase:
             use_qk_l2norm=a.use_qk_l2norm,
             out=out,
             config=cfg,
+            checkpoint_scale=layer.get("checkpoint_scale"),
+            rounding_seed=_seed(a),
         )
 
     @staticmethod
@@ -247,7 +281,9 @@ class GatedDeltaCase:
         cls, op = (
             (KDAReplayCache, gated_delta.kda_replay_step) if a.per_channel else (GDNReplayCache, gated_delta.gdn_replay_step)
         )
-        cache = cls(**{n: layer[n] for n in GatedDeltaCase.family().INPUTS[:6]})
+        cache = cls(
+            **{n: layer[n] for n in GatedDeltaCase.family().INPUTS[:6]}, checkpoint_scale=layer.get("checkpoint_scale")
+        )
         op(
             cache,
             step["q"],
@@ -259,6 +295,7 @@ class GatedDeltaCase:
             scale=a.scale,
             use_qk_l2norm=a.use_qk_l2norm,
             out=out,
+            rounding_seed=_seed(a),
         )
 
     @staticmethod
@@ -266,11 +303,24 @@ class GatedDeltaCase:
         return step["v"]
 
 
-def launch_arguments(family, spec, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> list:
+def output_buffers(family, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> list:
+    """The plugin's outputs as TensorRT binds them: ``out``, the aliased inputs themselves (the
+    caches; checkpoint_scale with an fp8 checkpoint), and a new buffer (filled with 7) for any
+    other output (checkpoint_scale's without fp8: like slot_ids, never written)."""
+    from trtllm_replayssm_plugins.spec import aliased_outputs
+
+    aliases = aliased_outputs(family, info_of(inputs[0]).dtype) if hasattr(family, "FP8_ALIASED_OUTPUTS") else {}
+    return [out] + [
+        inputs[aliases[o]] if o in aliases else torch.full_like(inputs[family.LIKE_INPUT[o]], 7)
+        for o in range(1, len(family.OUTPUTS))
+    ]
+
+
+def launch_arguments(family, spec, inputs: Sequence[torch.Tensor], out: torch.Tensor, outputs=None) -> list:
     """The kernel arguments exactly as TensorRT passes them: per ``spec.params`` an input
-    tensor, a scalar (from the input shapes) or an output tensor (the aliased caches are the
-    input tensors themselves)."""
-    outputs = [out] + [inputs[family.ALIASED_OUTPUTS[o]] for o in range(1, len(family.OUTPUTS))]
+    tensor, a scalar (from the input shapes) or an output tensor (``outputs``, by default
+    :func:`output_buffers`: the aliased caches are the input tensors themselves)."""
+    outputs = output_buffers(family, inputs, out) if outputs is None else outputs
     scalars = spec.scalar_values([tuple(t.shape) for t in inputs])
     pick = {"input": inputs, "scalar": scalars, "output": outputs}
     return [pick[p.role][p.index] for p in spec.params]

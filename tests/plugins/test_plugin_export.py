@@ -40,13 +40,33 @@ def test_export_does_not_create_a_missing_tree(tmp_path, capsys):
         pytest.param(["--L", "0"], "argument --L: expected a positive integer, got '0'", id="L0"),
         pytest.param(["--arch", "sm90"], "argument --arch: expected a positive integer, got 'sm90'", id="arch"),
         pytest.param(["--ngroups", "3"], "ngroups = 3 must divide nheads = 8", id="ngroups"),
+        pytest.param(
+            ["--rounding-seed", "5"],
+            "mamba2_replay_step: rounding_seed is 5 (checkpoint: f32); expected -1 (off): stochastic rounding takes",
+            id="seed-f32",
+        ),
+        pytest.param(
+            ["--state-dtype", "fp8", "--rounding-seed", "-3"],
+            "rounding_seed is -3; expected -1 (round to nearest) or an int in [0, 2^31)",
+            id="seed-negative",
+        ),
+        pytest.param(
+            ["--state-dtype", "fp8", "--arch", "80"],
+            "mamba2_replay_step: arch is 80 with an fp8 (e4m3) checkpoint; expected 89 or newer",
+            id="fp8-sm80",
+        ),
+        pytest.param(["--state-dtype", "f64"], "argument --state-dtype: invalid choice: 'f64'", id="f64"),
     ],
 )
 def test_export_argument_errors_name_the_option(tmp_path, argv, message, capsys):
     args = MAMBA2 + ["--out-dir", str(tmp_path)]
     for flag, value in zip(argv[::2], argv[1::2]):
-        args[args.index(flag) + 1] = value
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
     assert message in _usage_error(args, capsys)
+    assert os.listdir(tmp_path) == []
 
 
 def test_export_creates_a_new_directory_and_says_so(tmp_path):
@@ -65,3 +85,25 @@ def test_export_creates_a_new_directory_and_says_so(tmp_path):
     assert [n.rsplit(".", 1)[1] for n in names] == ["json", "ptx"]
     manifest = json.loads((out / names[0]).read_text())
     assert manifest["arch"] == 90
+
+
+def test_export_fp8_with_stochastic_rounding(tmp_path):
+    """--state-dtype fp8 --rounding-seed: the PTX takes checkpoint_scale (f32, in and out) and
+    converts to e4m3; the manifest carries the seed as the runtime scalar sr_seed and the
+    HAS_SCALE / SR constexprs."""
+    script = SUBPROCESS_PRELUDE + "from trtllm_replayssm_plugins import export; sys.exit(export.main(sys.argv[1:]))"
+    argv = ["gdn", "--k-heads", "2", "--v-heads", "4", "--head-k-dim", "32", "--head-v-dim", "32", "--L", "4"]
+    argv += ["--arch", "90", "--state-dtype", "fp8", "--rounding-seed", "77", "--out-dir", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *argv], env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (ptx,) = [n for n in os.listdir(tmp_path) if n.endswith(".ptx")]
+    assert ptx.startswith("gated_delta_replay_step_sm90_gdn_sfp8_") and "_sr_" in ptx
+    manifest = json.loads((tmp_path / (ptx[: -len(".ptx")] + ".json")).read_text())
+    assert {s["name"]: s["value"] for s in manifest["scalars"]}["sr_seed"] == 77
+    assert manifest["constexprs"]["HAS_SCALE"] is True and manifest["constexprs"]["SR"] is True
+    params = {p["name"]: p for p in manifest["params"]}
+    assert params["checkpoint_scale_in"]["type"] == params["checkpoint_scale_ptr"]["type"] == "*fp32"
+    assert params["checkpoint_ptr"]["type"] == "*fp8e4nv"
+    assert "cvt.rn.satfinite.e4m3x2.f32" in (tmp_path / ptx).read_text()

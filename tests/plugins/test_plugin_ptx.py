@@ -12,7 +12,7 @@ import pytest
 import triton
 
 from plugin_cases import SUBPROCESS_PRELUDE, subprocess_env
-from trtllm_replayssm_plugins import mamba2
+from trtllm_replayssm_plugins import gated_delta, mamba2
 from trtllm_replayssm_plugins.ptx import (
     KNOWN_GOOD_TRITON,
     MAX_SHARED_MEM,
@@ -24,7 +24,9 @@ from trtllm_replayssm_plugins.ptx import (
 
 # (family, attrs, dtypes, arches): Nemotron-3-Super (TP=1) at the large-batch configuration with
 # z, Nemotron-3-Nano-4B geometry at the small-batch one (bf16 checkpoint), every flag off at L=1;
-# a Qwen3.5-like GDN layer (TP=1) and a Kimi-Linear-like KDA layer with fp32 records.
+# a Qwen3.5-like GDN layer (TP=1) and a Kimi-Linear-like KDA layer with fp32 records. Then the
+# fp8 checkpoint and stochastic rounding variants: Super fp8 + SR (sm_90, sm_100), Nano bf16 +
+# SR, the GDN layer fp8, the KDA layer fp8 + SR (seed 0).
 CASES = [
     (
         "mamba2",
@@ -51,10 +53,35 @@ CASES = [
         dict(state_dtype="f32", act_dtype="bf16", record_dtype="f32"),
         [90],
     ),
+    (
+        "mamba2",
+        "M.for_layer(128, 64, 128, 8, 16, state_dtype='fp8', rounding_seed=12345, has_z=True, batch_hint=256)",
+        dict(state_dtype="fp8", act_dtype="bf16"),
+        [90, 100],
+    ),
+    (
+        "mamba2",
+        "M.for_layer(96, 80, 128, 8, 16, state_dtype='bf16', rounding_seed=3, batch_hint=4)",
+        dict(state_dtype="bf16", act_dtype="bf16"),
+        [90],
+    ),
+    (
+        "gated_delta",
+        "G.for_layer(16, 32, 128, 128, 16, per_channel=False, state_dtype='fp8', batch_hint=64)",
+        dict(state_dtype="fp8", act_dtype="bf16"),
+        [90],
+    ),
+    (
+        "gated_delta",
+        "G.for_layer(32, 32, 128, 128, 8, per_channel=True, state_dtype='fp8', rounding_seed=0, batch_hint=16)",
+        dict(state_dtype="fp8", act_dtype="bf16", record_dtype="f32"),
+        [90],
+    ),
 ]
+N_EXPORTS = sum(len(c[3]) for c in CASES)
 
 _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
-    import json, os, subprocess, sys
+    import json, os, re, subprocess, sys
     import triton
     from trtllm_replayssm_plugins import gated_delta, mamba2
     from trtllm_replayssm_plugins.ptx import compile_ptx, parse_ptx_entry
@@ -80,13 +107,18 @@ _SCRIPT = SUBPROCESS_PRELUDE + textwrap.dedent("""
                 r = subprocess.run([ptxas[0], f"--gpu-name={e.target}", path, "-o", path + ".cubin"],
                                    capture_output=True, text=True)
                 assembled = r.returncode == 0 or r.stderr
+            # How often the PTX names each runtime parameter besides its declaration.
+            reads = {p.name: len(re.findall(rf"\\b{n}\\b", c.ptx)) - 1 for p, (_, n) in zip(spec.params, e.params)}
             results.append(dict(
                 family=family_name, n_in=len(family.INPUTS), x=family.LIKE_INPUT[0], attrs=attrs_src, arch=arch, file=c.file_name, kernel_name=c.kernel_name,
                 entry_name=e.name, entry_types=[t for t, _ in e.params], target=e.target,
                 spec_types=[p.triton_type for p in spec.params], roles=[p.role for p in spec.params],
                 shared=c.shared_mem, block=list(spec.block), hidden=c.hidden_params_removed,
                 version_line=next(x for x in c.ptx.splitlines() if x.startswith(".version")),
-                num_warps=a.num_warps, assembled=assembled, manifest=c.manifest()))
+                num_warps=a.num_warps, assembled=assembled, manifest=c.manifest(), reads=reads,
+                has_scale=spec.constexprs["HAS_SCALE"], sr=spec.constexprs["SR"],
+                cvt_e4m3=c.ptx.count("cvt.rn.satfinite.e4m3x2.f32"),
+                philox=[bool(re.search(p, c.ptx)) for p in ("-766435501|0xD2511F53", "-845247145|0xCD9E8D57")]))
     print(json.dumps(results))
 """)
 
@@ -106,12 +138,12 @@ def exported(tmp_path_factory):
 
 
 def test_replay_step_ptx_entry_matches_the_plugin_launch_list(exported):
-    assert len(exported) == 8
+    assert len(exported) == N_EXPORTS == 13
     for r in exported:
         assert r["entry_name"] == r["kernel_name"] == f"_{r['family']}_replay_step_plugin_kernel"
         want = ["u64" if t.startswith("*") else "u32" for t in r["spec_types"]]
         assert r["entry_types"] == want, r["file"]
-        assert r["roles"].count("input") == r["n_in"] and r["roles"].count("output") == 7
+        assert r["roles"].count("input") == r["n_in"] and r["roles"].count("output") == 8
         assert r["hidden"] == KNOWN_GOOD_TRITON[".".join(triton.__version__.split(".")[:2])]
         assert r["file"].startswith(f"{r['family']}_replay_step_sm{r['arch']}_") and r["file"].endswith(".ptx")
 
@@ -135,6 +167,31 @@ def test_replay_step_ptx_launch_params(exported):
         assert [p["role"] for p in m["params"]] == r["roles"]
         assert m["scalars"][0] == dict(name="num_slots", value=dict(input=0, axis=0))
         assert m["grid"][2] == dict(input=r["x"], axis=0)
+
+
+def test_replay_step_ptx_fp8_and_stochastic_rounding(exported):
+    """What the PTX does with the new specializations, told from the PTX itself: an fp8
+    checkpoint's kernel converts to e4m3 (``cvt.rn.satfinite.e4m3x2.f32``, the flush's codes) and
+    reads the checkpoint_scale output pointer (the row scales, loaded and stored in place), and
+    only it; a kernel with SR holds Philox's round multipliers 0xD2511F53 and 0xCD9E8D57
+    (``tl.randint``) and reads ``sr_seed``, and only it. The aliased inputs' pointers are never
+    read (the entries use the output pointers of the same buffers)."""
+    combos = set()
+    for r in exported:
+        fp8, sr = r["has_scale"], r["sr"]
+        combos.add((fp8, sr))
+        assert (r["cvt_e4m3"] > 0) is fp8, r["file"]
+        assert (r["reads"]["checkpoint_scale_ptr"] > 0) is fp8, r["file"]
+        assert r["philox"] == [sr, sr], r["file"]
+        assert (r["reads"]["sr_seed"] > 0) is sr, r["file"]
+        assert r["reads"]["checkpoint_scale_in"] == r["reads"]["checkpoint_in"] == 0, r["file"]
+        assert ("_sr_" in r["file"]) is sr and ("_sfp8_" in r["file"]) is fp8, r["file"]
+        scalars = {s["name"]: s["value"] for s in r["manifest"]["scalars"]}
+        assert r["manifest"]["params"][-1]["name"] == "checkpoint_scale_ptr"
+        assert r["manifest"]["params"][-1]["type"] == ("*fp32" if fp8 else "*i32")
+        seed = eval(r["attrs"], dict(M=mamba2.Mamba2ReplayAttrs, G=gated_delta.GatedDeltaReplayAttrs)).rounding_seed
+        assert scalars["sr_seed"] == max(seed, 0)
+    assert combos == {(False, False), (True, True), (False, True), (True, False)}
 
 
 # --------------------------------------------------------------------------- pure PTX helpers

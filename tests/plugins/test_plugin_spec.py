@@ -1,6 +1,8 @@
 """The plugin's launch plan as plain data: attribute and shape checks, argument order, scalars,
 grid, block, specialization (no TensorRT, no compilation)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ import plugin_cases  # noqa: F401  (makes trtllm_replayssm_plugins importable)
 from trtllm_replayssm.kernels.common import mamba2_launch_config
 from trtllm_replayssm_plugins import gated_delta, mamba2
 from trtllm_replayssm_plugins.spec import InputDim, TensorInfo, specialize_scalar
+from trtllm_replayssm_plugins.spec import aliased_outputs as spec_aliases
 
 NEMOTRON = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=256)  # Nemotron-3-Super, TP=1
 
@@ -153,7 +156,7 @@ def test_mamba2_replay_check_inputs_num_slots_must_agree():
 
 
 def test_mamba2_replay_check_inputs_count():
-    with pytest.raises(ValueError, match="got 14 inputs; expected 15"):
+    with pytest.raises(ValueError, match="got 15 inputs; expected 16"):
         mamba2.check_inputs(NEMOTRON, _infos()[:-1])
 
 
@@ -170,7 +173,8 @@ def test_mamba2_replay_kernel_spec_launch_order_inputs_scalars_outputs():
     assert [p.triton_type for p in spec.params if p.role == "scalar"] == ["i32"] * n_sc
     assert spec.params[0].triton_type == "*fp32" and spec.params[1].triton_type == "*bf16"
     out_types = [p.triton_type for p in spec.params if p.role == "output"]
-    assert out_types == ["*bf16", "*fp32", "*bf16", "*fp32", "*bf16", "*i32", "*i32"]
+    # the last: checkpoint_scale's output, without fp8 a buffer like its substitute slot_ids
+    assert out_types == ["*bf16", "*fp32", "*bf16", "*fp32", "*bf16", "*i32", "*i32", "*i32"]
     # The runtime parameters are the entry's non-constexpr parameters, in declaration order.
     runtime = [n for n in spec.fn_arg_names if spec.signature[n] != "constexpr"]
     assert [p.name for p in spec.params] == runtime
@@ -250,7 +254,7 @@ def test_gated_delta_kernel_spec_scalars_match_dense_strides(per_channel):
     gated_delta.check_inputs(a, infos)
     spec = gated_delta.kernel_spec(a, infos)
     roles = [p.role for p in spec.params]
-    assert roles == ["input"] * 12 + ["scalar"] * len(spec.scalars) + ["output"] * 7
+    assert roles == ["input"] * 13 + ["scalar"] * len(spec.scalars) + ["output"] * 8
     shapes = [tuple((9 if k < 6 else 5) if d is None else d for d in i.dims) for k, i in enumerate(infos)]
     v = dict(zip([s.name for s in spec.scalars], spec.scalar_values(shapes)))
     v.update({k: c for k, c in spec.constexprs.items() if k.startswith("stride")})
@@ -301,3 +305,147 @@ def test_gated_delta_attrs_refuse_bad_values(change, exc, words):
     values = {**gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=True).values(), **change}
     with pytest.raises(exc, match=words):
         gated_delta.GatedDeltaReplayAttrs(**values)
+
+
+# --------------------------------------------------------------------------- fp8 checkpoints, stochastic rounding
+
+
+@pytest.mark.parametrize("family", [mamba2, gated_delta], ids=["mamba2", "gated_delta"])
+def test_fp8_checkpoint_takes_its_row_scales_in_place(family):
+    """An fp8 checkpoint: checkpoint_scale is the last input, f32 [num_slots, heads, rows] with
+    num_slots shared with the caches; its strides are the dense ones the cache allocates; the
+    kernel compiles with HAS_SCALE and writes it through the last output (aliased)."""
+    if family is mamba2:
+        a = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, state_dtype="fp8", batch_hint=256)
+        scale_shape = (9, 128, 64)
+    else:
+        a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=True, state_dtype="fp8")
+        scale_shape = (9, 32, 128)
+    infos = list(family.tensor_infos(a, state_dtype="fp8", act_dtype="bf16"))
+    assert family.INPUTS[-1] == family.OUTPUTS[-1] == "checkpoint_scale"
+    assert infos[-1] == TensorInfo("f32", 3, (None,) + scale_shape[1:]) and infos[0].dtype == "fp8"
+    family.check_inputs(a, infos)
+    family.check_inputs(a, [TensorInfo(i.dtype, i.rank) for i in infos])  # dtype pass
+    spec = family.kernel_spec(a, infos)
+    assert spec.constexprs["HAS_SCALE"] is True and spec.constexprs["SR"] is False
+    assert spec.signature["checkpoint_in"] == spec.signature["checkpoint_ptr"] == "*fp8e4nv"
+    assert spec.signature["checkpoint_scale_in"] == spec.signature["checkpoint_scale_ptr"] == "*fp32"
+    shapes = [
+        tuple((9 if k < 6 or k == len(infos) - 1 else 5) if d is None else d for d in i.dims) for k, i in enumerate(infos)
+    ]
+    v = dict(zip([s.name for s in spec.scalars], spec.scalar_values(shapes)))
+    v.update(spec.constexprs)
+    assert (v["stride_sc_slot"], v["stride_sc_head"]) == torch.empty(scale_shape).stride()[:2]
+    assert spec.variant.startswith(("sfp8_", "kda_sfp8_"))
+    assert spec_aliases(family, "fp8") == {**family.ALIASED_OUTPUTS, 7: len(family.INPUTS) - 1}
+    assert spec_aliases(family, "bf16") == family.ALIASED_OUTPUTS
+
+
+@pytest.mark.parametrize(
+    "state,scale,words",
+    [
+        ("fp8", TensorInfo("i32", 1, (None,)), r"checkpoint_scale is i32 of rank 1 \(checkpoint: fp8\); expected \[num_slots"),
+        ("fp8", TensorInfo("bf16", 3, (None, 32, 128)), r"checkpoint_scale is bf16 of rank 3 \(checkpoint: fp8\)"),
+        ("bf16", TensorInfo("f32", 3, (None, 32, 128)), r"\(checkpoint: bf16\); expected none \(slot_ids in its place\)"),
+        ("f32", TensorInfo("i32", 1, (7,)), r"checkpoint_scale has batch = 7 \(shape \(7,\)\); another input has batch = 5"),
+    ],
+)
+def test_gated_delta_checkpoint_scale_refusals(state, scale, words):
+    a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=False, state_dtype=state)
+    infos = list(gated_delta.tensor_infos(a, state_dtype=state, act_dtype="bf16"))
+    infos = [TensorInfo(i.dtype, i.rank, tuple(5 if d is None and k >= 6 else d for d in i.dims)) for k, i in enumerate(infos)]
+    infos[-1] = scale
+    with pytest.raises(ValueError, match=words):
+        gated_delta.check_inputs(a, infos)
+
+
+@pytest.mark.parametrize("family", [mamba2, gated_delta], ids=["mamba2", "gated_delta"])
+def test_rounding_seed_attribute(family):
+    """-1 (absent) is round to nearest; a seed in [0, 2^31) needs a bf16, f16 or fp8
+    checkpoint; anything else is refused, naming the plugin, the value and the range."""
+    geometry = (128, 64, 128, 8, 16) if family is mamba2 else tuple(QWEN.values())
+    kw = {} if family is mamba2 else dict(per_channel=False)
+    a = family.ATTRS.for_layer(*geometry, **kw)
+    assert a.rounding_seed == -1 and list(a.values())[-1] == "rounding_seed"
+    for state in ("bf16", "f16", "fp8"):
+        b = family.ATTRS.for_layer(*geometry, state_dtype=state, rounding_seed=2**31 - 1, **kw)
+        infos = family.tensor_infos(b, state_dtype=state, act_dtype="bf16")
+        family.check_inputs(b, infos)
+        spec = family.kernel_spec(b, infos)
+        assert spec.constexprs["SR"] is True and "_sr_" in spec.variant
+        assert [s.value for s in spec.scalars if s.name == "sr_seed"] == [2**31 - 1]
+    with pytest.raises(ValueError, match=rf"{family.PLUGIN}: rounding_seed is 0 \(checkpoint: f32\); expected -1 \(off\)"):
+        family.ATTRS.for_layer(*geometry, rounding_seed=0, **kw)
+    seeded = dataclasses.replace(a, rounding_seed=4)
+    with pytest.raises(ValueError, match=rf"{family.PLUGIN}: rounding_seed is 4 \(checkpoint: f32\)"):
+        family.check_inputs(seeded, family.tensor_infos(seeded, state_dtype="f32", act_dtype="bf16"))
+    for bad in (-2, 2**31, True, 1.0):
+        with pytest.raises(ValueError, match=rf"rounding_seed is {bad!r}; expected -1 \(round to nearest\) or an int in"):
+            dataclasses.replace(a, rounding_seed=bad)
+    with pytest.raises(TypeError, match=r"state_dtype is 'f64'; expected f32 \| bf16 \| f16 \| fp8"):
+        family.ATTRS.for_layer(*geometry, state_dtype="f64", **kw)
+
+
+def test_rounding_seed_specializes_like_the_jit():
+    """One PTX serves seeds of one specialization (5 and 7); 1 is a constexpr and multiples of
+    16 (and 0) get the divisibility hint, as Triton's JIT specializes the op's launch."""
+
+    def spec(seed):
+        a = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, state_dtype="bf16", rounding_seed=seed)
+        return mamba2.kernel_spec(a, _infos(a, state_dtype="bf16"))
+
+    assert spec(5).variant == spec(7).variant
+    assert len({spec(s).variant for s in (5, 1, 32, None)}) == 4
+    assert spec(1).constexprs["sr_seed"] == 1 and "sr_seed" not in [p.name for p in spec(1).params]
+    assert "sr_seed" in spec(32).divisible and "sr_seed" not in spec(5).divisible
+
+
+def test_plugin_inputs_substitute_slot_ids_for_an_absent_checkpoint_scale():
+    t = {n: n for n in mamba2.INPUTS if n not in ("D", "z", "dt_bias", "checkpoint_scale")}
+    inputs, flags = mamba2.plugin_inputs(t)
+    assert inputs[-1] == "slot_ids" and set(flags) == {"has_D", "has_z", "has_dt_bias"}
+    assert mamba2.plugin_inputs({**t, "checkpoint_scale": "s"})[0][-1] == "s"
+    g = {n: n for n in gated_delta.INPUTS if n != "checkpoint_scale"}
+    assert gated_delta.plugin_inputs(g)[-1] == "slot_ids"
+    assert gated_delta.plugin_inputs({**g, "checkpoint_scale": None})[-1] == "slot_ids"
+    assert gated_delta.plugin_inputs({**g, "checkpoint_scale": "s"})[-1] == "s"
+    with pytest.raises(ValueError, match=r"missing inputs \['beta'\]"):
+        gated_delta.plugin_inputs({k: v for k, v in g.items() if k != "beta"})
+
+
+def test_block_plugin_refuses_a_rounding_seed():
+    """The engine flow's layer buffer holds an fp32 checkpoint: no stochastic rounding there."""
+    from trtllm_replayssm_plugins import mamba2_block
+
+    replay = mamba2.Mamba2ReplayAttrs(2, 16, 8, 1, 3, True, True, True, True, 8, 2, 2, 1, rounding_seed=3)
+    with pytest.raises(ValueError, match=r"mamba2_replay_block: rounding_seed is 3 \(checkpoint: f32\); expected -1"):
+        mamba2_block.Mamba2BlockAttrs(replay, 6, "bf16")
+    mamba2_block.Mamba2BlockAttrs(dataclasses.replace(replay, rounding_seed=-1), 6, "bf16")
+
+
+def test_check_arch_refuses_fp8_below_sm89():
+    from trtllm_replayssm_plugins.ptx import check_arch
+
+    a = mamba2.Mamba2ReplayAttrs.for_layer(8, 16, 16, 2, 4, state_dtype="fp8")
+    spec = mamba2.kernel_spec(a, mamba2.tensor_infos(a, state_dtype="fp8", act_dtype="bf16"))
+    with pytest.raises(ValueError, match=r"mamba2_replay_step: arch is 80 with an fp8 \(e4m3\) checkpoint; expected 89"):
+        check_arch(spec, 80)
+    check_arch(spec, 89)
+    check_arch(mamba2.kernel_spec(a, mamba2.tensor_infos(a, state_dtype="bf16", act_dtype="bf16")), 80)
+
+
+def test_compile_ptx_cache_returns_the_callers_spec(monkeypatch):
+    """Specs of one variant share the PTX but each keeps its own scalars (the export manifest
+    of seed 7 must not say seed 5)."""
+    from trtllm_replayssm_plugins import ptx
+
+    def spec(seed):
+        a = mamba2.Mamba2ReplayAttrs.for_layer(8, 16, 16, 2, 4, state_dtype="bf16", rounding_seed=seed)
+        return mamba2.kernel_spec(a, mamba2.tensor_infos(a, state_dtype="bf16", act_dtype="bf16"))
+
+    s5, s7 = spec(5), spec(7)
+    cached = ptx.CompiledKernel(s5, 90, "k", "PTX", 0, 2, "x")
+    monkeypatch.setitem(ptx._CACHE, (s5.name, s5.variant, 90), cached)
+    got = ptx.compile_ptx(s7, mamba2.ENTRY, 90)
+    assert got.ptx == "PTX" and got.spec is s7
+    assert {s["name"]: s["value"] for s in got.manifest()["scalars"]}["sr_seed"] == 7
