@@ -105,8 +105,41 @@ CASES = [
         dict(),
         id="kda-hk32-hv32-L8-b24-f32-bf16",
     ),
+    # fp8 checkpoints (their row scales an input and an aliased output) and stochastic rounding.
+    pytest.param(Mamba2Case, (128, 64, 128, 8, 16), dict(has_z=True), 16, "fp8", "bf16", dict(), id="mamba2-L16-b16-fp8-bf16"),
+    pytest.param(
+        Mamba2Case,
+        (128, 64, 128, 8, 8),
+        dict(has_z=True, rounding_seed=7),
+        16,
+        "fp8",
+        "bf16",
+        dict(),
+        id="mamba2-L8-b16-fp8-bf16-sr",
+    ),
+    pytest.param(
+        Mamba2Case, (128, 64, 128, 8, 8), dict(rounding_seed=11), 12, "bf16", "bf16", dict(), id="mamba2-L8-b12-bf16-sr"
+    ),
+    pytest.param(
+        GatedDeltaCase,
+        (16, 32, 128, 128, 8),
+        dict(per_channel=False, rounding_seed=5),
+        6,
+        "fp8",
+        "bf16",
+        dict(),
+        id="gdn-L8-b6-fp8-bf16-sr",
+    ),
+    pytest.param(
+        GatedDeltaCase, (32, 32, 128, 128, 8), dict(per_channel=True), 8, "fp8", "bf16", dict(), id="kda-L8-b8-fp8-bf16"
+    ),
 ]
-DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "fp8": torch.float8_e4m3fn}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``, fp8 codes as their bytes (compared bit for bit)."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
 @pytest.mark.parametrize("case,geometry,flags,batch,state,act,layer_kw", CASES)
@@ -121,7 +154,7 @@ def test_replay_step_ptx_driver_launch_equals_op(driver, case, geometry, flags, 
         a, num_slots=num_slots, state_dtype=DT[state], act_dtype=DT[act], device="cuda", generator=g, **layer_kw
     )
     ref = {k: v.clone() for k, v in layer.items()}
-    cache_names = family.INPUTS[:6]
+    cache_names = family.INPUTS[:6] + (("checkpoint_scale",) if state == "fp8" else ())
     live = torch.randperm(num_slots, generator=g)[: batch - 2].to(torch.int32)
     # Rows: live slots, a padding row, and an out-of-range slot id (the op's validation would
     # refuse it, so the op sees a padding row there).
@@ -157,6 +190,6 @@ def test_replay_step_ptx_driver_launch_equals_op(driver, case, geometry, flags, 
         assert torch.equal(out_p, out_r), f"step {step_index}: output differs by {(out_p.float() - out_r.float()).abs().max()}"
         assert torch.all(out_p[-2:] == 42.0), "padding / out-of-range rows written"
         for name in cache_names:
-            assert torch.equal(layer[name], ref[name]), f"step {step_index}: {name}"
+            assert torch.equal(_bits(layer[name]), _bits(ref[name])), f"step {step_index}: {name}"
     assert flushes >= 2
     assert torch.all(layer["arrivals"] == 0)
