@@ -14,12 +14,13 @@ neighbours in the format, the upper with probability (x - lower) / (upper - lowe
 rounding error has mean zero; ``generator`` makes the draws reproducible. Without it, round to
 nearest even. Magnitudes stop at the format's largest finite value (no overflow to inf or NaN).
 
-The drift study (``benchmarks/precision.py --simulate``) measures the formats through
-``quantize``. A Mamba-2 replay cache stores ``"fp8-row"`` for real: :func:`fp8_row_encode` gives
-the codes and scales it keeps, :func:`fp8_row_decode` the values they stand for (the kernels use
-the same rule). The Mamba-2 replay step rounds a flush stochastically when given a seed: the
-reference with :func:`stochastic_round` and ``fp8_row_encode``'s ``generator``, the kernel with
-its own draws (the same distribution, not the same numbers). Any device; no state.
+The drift study (``benchmarks/precision.py``) simulates through ``quantize`` the conventional
+paths no kernel has (an fp8 state, stochastic rounding every step). The replay caches of all
+three families store ``"fp8-row"`` for real: :func:`fp8_row_encode` gives the codes and scales
+they keep, :func:`fp8_row_decode` the values they stand for (the kernels use the same rule). The
+replay steps and verifies round a flush stochastically when given a seed: the references with
+:func:`stochastic_round` and ``fp8_row_encode``'s ``generator``, the kernels with their own draws
+(the same distribution, not the same numbers). Any device; no state.
 """
 
 from __future__ import annotations
