@@ -3,9 +3,8 @@
 # process a preset model, all at once (a run is host-bound: ~130 steps a second without
 # simulated formats, ~20 with them; five processes share the GPU and 16 cores). Each model's
 # log, JSON and PNG go to $OUT/<model>/ (the device tool returns 8 files: tar them).
-#   bash scripts/device_precision.sh                               # bf16 records, L 8 16 32 64
+#   bash scripts/device_precision.sh       # bf16 records, L 8 16 32 64, every checkpoint dtype, seed 0
 #   ARGS="--L 16 64 --dtypes fp32 bf16 --record-dtype fp32" bash scripts/device_precision.sh
-#   ARGS="--L 8 16 32 64 --dtypes bf16 --simulate bf16-sr fp16-sr fp8-row fp8-row-sr" bash scripts/device_precision.sh
 # ARGS replaces the default study arguments after --steps/--models/--batch; PART_TIMEOUT
 # (seconds, default 540) bounds each process; DEVICE (default cuda) and STEPS (default 4096)
 # for a quick check elsewhere: DEVICE=cpu STEPS=4 MODELS=qwen3.5-4b bash scripts/device_precision.sh
@@ -14,7 +13,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT="${OUT:-benchmarks/results}"
 MODELS="${MODELS:-nemotron-3-nano-4b nemotron-3-super-120b qwen3.5-4b qwen3.5-122b-a10b kimi-linear-48b}"
-ARGS="${ARGS:---L 8 16 32 64 --dtypes fp32 bf16 fp16}"
+ARGS="${ARGS:---L 8 16 32 64 --dtypes fp32 bf16 fp16 fp8 bf16-sr fp16-sr fp8-sr --markdown}"
 STEPS="${STEPS:-4096}"
 mkdir -p "$OUT"
 for m in $MODELS; do
