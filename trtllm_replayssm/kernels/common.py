@@ -117,10 +117,12 @@ def fp8_row_codes(v, u, STOCHASTIC: tl.constexpr):
     (:func:`grid_round`, ``u`` and STOCHASTIC as there), still fp32; the scales [rows]). The rule
     of ``reference.rounding.fp8_row_encode``. The rounding is done here, not by the conversion:
     the Triton interpreter's fp32 -> fp8 drops the carry into the exponent (127.9 -> 64; Triton
-    3.8), so the CPU tests could not check it."""
+    3.8), so the CPU tests could not check it. The divisions are IEEE-rounded (``div_rn``, as
+    torch's and the CUDA steps' ``__fdiv_rn``): Triton's ``/`` on fp32 lowers to ``div.full.f32``
+    on the GPU, up to 2 ulp off, which can move a scale and then a code at a rounding tie."""
     amax = tl.max(tl.abs(v), axis=1)
-    scale = tl.where(amax > 0, amax / 448.0, 1.0)
-    q = tl.clamp(v / scale[:, None], -448.0, 448.0)
+    scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
+    q = tl.clamp(tl.math.div_rn(v, scale[:, None]), -448.0, 448.0)
     return grid_round(q, 3, -6, u, STOCHASTIC), scale
 
 
