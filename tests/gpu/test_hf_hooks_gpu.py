@@ -97,6 +97,20 @@ def test_hf_hook_cuda_bf16_as_accurate_as_host(family):
     assert agree >= host_agree - 0.05, report
 
 
+@pytest.mark.parametrize("family", ["nemotron_h", "mamba2"])
+def test_hf_hook_cuda_fp8_checkpoint_tracks_the_host(family):
+    """An fp8 checkpoint (rounded to nearest; the route's kernels) on the Mamba-2 families:
+    teacher-forced logits within 2e-2 of the fp32 host's scale over 3 flushes a row (the CPU
+    reference: 9e-4 to 6.4e-3, tests/builders/test_hf_checkpoint_dtypes.py)."""
+    ids, mask = _prompts("cuda")
+    model = build_random_model(family, device="cuda")
+    tokens, ref_logits = _generate(model, ids, mask)
+    enable_replayssm(model, buffer_len=L, state_dtype=torch.float8_e4m3fn)
+    _, logits = _generate(model, ids, mask, _ForceTokens(tokens, ids.shape[1]))
+    err = _rel_err(logits, ref_logits)
+    assert err <= 2e-2, f"{family} fp8: max |Δ logits| / max |logits| = {err:.2e}"
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_hf_hook_cuda_fp8_checkpoint_with_a_seed_replays_its_draws(family):
     """An fp8 checkpoint rounded stochastically at each flush (3 flushes a row): the same seed
