@@ -406,7 +406,7 @@ def _add_plan(subparsers) -> None:
         "--accepted", type=float, help="mean tokens accepted per verify step, for the speculative traffic (default: T)"
     )
     for name, what, names, default in (
-        ("state", "SSM state / checkpoint dtype", _PLAN_DTYPES, "fp32"),
+        ("state", "SSM state / checkpoint dtype (an fp8 checkpoint: a row of the checkpoint table)", _PLAN_DTYPES, "fp32"),
         ("record", "record dtype (x, B, d, k; dt and g records are fp32)", ("bf16", "fp16", "fp32"), "bf16"),
         ("conv", "conv state dtype", ("bf16", "fp16", "fp32"), "bf16"),
         ("kv", "attention KV cache dtype", ("fp8", "bf16", "fp16", "fp32"), "bf16"),
