@@ -51,10 +51,10 @@ from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
 from .spec import (
     FLOATS,
-    TORCH_DTYPES,
     FP8,
     ROUNDING_OFF,
     STATE_DTYPES,
+    TORCH_DTYPES,
     InputDim,
     KernelSpec,
     Scalar,

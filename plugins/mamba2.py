@@ -52,10 +52,10 @@ from trtllm_replayssm.kernels.mamba2_replay import fold_constexprs
 from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
 from .spec import (
     FLOATS,
-    TORCH_DTYPES,
     FP8,
     ROUNDING_OFF,
     STATE_DTYPES,
+    TORCH_DTYPES,
     InputDim,
     KernelSpec,
     Scalar,
