@@ -111,16 +111,17 @@ def grid_round(q, MANT_BITS: tl.constexpr, MIN_EXP: tl.constexpr, u, STOCHASTIC:
 
 
 @triton.jit
-def fp8_row_codes(v, u, STOCHASTIC: tl.constexpr):
-    """Rows of ``v`` (fp32 [rows, n]) as an fp8 checkpoint stores them: (their values divided by
-    the row scale max |row| / 448 (1 for a zero row) and rounded on the float8-e4m3 grid
-    (:func:`grid_round`, ``u`` and STOCHASTIC as there), still fp32; the scales [rows]). The rule
-    of ``reference.rounding.fp8_row_encode``. The rounding is done here, not by the conversion:
-    the Triton interpreter's fp32 -> fp8 drops the carry into the exponent (127.9 -> 64; Triton
-    3.8), so the CPU tests could not check it. The divisions are IEEE-rounded (``div_rn``, as
-    torch's and the CUDA steps' ``__fdiv_rn``): Triton's ``/`` on fp32 lowers to ``div.full.f32``
-    on the GPU, up to 2 ulp off, which can move a scale and then a code at a rounding tie."""
-    amax = tl.max(tl.abs(v), axis=1)
+def fp8_row_codes(v, amax, u, STOCHASTIC: tl.constexpr):
+    """Rows of ``v`` (fp32 [rows, n]; the whole rows, or a column tile of them) as an fp8
+    checkpoint stores them, given each row's largest magnitude ``amax`` [rows] (over the whole
+    row): (their values divided by the row scale max |row| / 448 (1 for a zero row) and rounded
+    on the float8-e4m3 grid (:func:`grid_round`, ``u`` and STOCHASTIC as there), still fp32; the
+    scales [rows]). The rule of ``reference.rounding.fp8_row_encode``. The rounding is done here,
+    not by the conversion: the Triton interpreter's fp32 -> fp8 drops the carry into the exponent
+    (127.9 -> 64; Triton 3.8), so the CPU tests could not check it. The divisions are IEEE-rounded
+    (``div_rn``, as torch's and the CUDA steps' ``__fdiv_rn``): Triton's ``/`` on fp32 lowers to
+    ``div.full.f32`` on the GPU, up to 2 ulp off, which can move a scale and then a code at a
+    rounding tie."""
     scale = tl.where(amax > 0, tl.math.div_rn(amax, 448.0), 1.0)
     q = tl.clamp(tl.math.div_rn(v, scale[:, None]), -448.0, 448.0)
     return grid_round(q, 3, -6, u, STOCHASTIC), scale
@@ -146,19 +147,21 @@ def stochastic_16bit(v, r, IS_BF16: tl.constexpr):
 
 
 @triton.jit
-def store_checkpoint_tile(p_tile, m_tile, p_scale, m_rows, b_s, sr_seed, slot, head, salt, offsets,
+def store_checkpoint_tile(p_tile, m_tile, p_scale, m_rows, b_s, b_amax, sr_seed, slot, head, salt, offsets,
                           HAS_SCALE: tl.constexpr, SR: tl.constexpr):
-    """A flush's folded state tile ``b_s`` [rows, cols] (fp32; whole rows with HAS_SCALE) stored
-    over the checkpoint at ``p_tile`` (mask ``m_tile``): rounded to its dtype to nearest even or,
-    with SR, stochastically: the Philox words at ``offsets`` [rows, cols] of a seed mixed from
+    """A flush's folded state tile ``b_s`` [rows, cols] (fp32) stored over the checkpoint at
+    ``p_tile`` (mask ``m_tile``): rounded to its dtype to nearest even or, with SR,
+    stochastically: the Philox words at ``offsets`` [rows, cols] of a seed mixed from
     ``sr_seed``, the slot, the head and the bits of ``salt`` (an fp32 scalar of the flush's
     inputs, so that successive flushes draw differently). An fp8 checkpoint's (HAS_SCALE) as codes
-    (:func:`fp8_row_codes`), each row's new scale at ``p_scale`` (mask ``m_rows``)."""
+    (:func:`fp8_row_codes`) of the rows' largest magnitudes ``b_amax`` [rows] (a tile of whole
+    rows: ``tl.max(tl.abs(b_s), axis=1)``; unused otherwise), each row's new scale at ``p_scale``
+    (mask ``m_rows``; a row split over tiles stores the same scale from each)."""
     b_r = tl.zeros(b_s.shape, dtype=tl.uint32)
     if SR:
         b_r = tl.randint(sr_seed + slot * 1000003 + head * 7919 + salt.to(tl.int32, bitcast=True), offsets)
     if HAS_SCALE:
-        b_s, b_sc = fp8_row_codes(b_s, uniform_from_bits(b_r), SR)
+        b_s, b_sc = fp8_row_codes(b_s, b_amax, uniform_from_bits(b_r), SR)
         tl.store(p_scale, b_sc, mask=m_rows)
     elif SR:
         b_s = stochastic_16bit(b_s, b_r, p_tile.dtype.element_ty == tl.bfloat16)

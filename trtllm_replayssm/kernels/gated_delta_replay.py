@@ -153,7 +153,7 @@ def _gated_delta_replay_step_kernel(
             # Whole rows (BLOCK_K covers head_k_dim); SR: draws from the seed, the slot, the head
             # and the token's beta.
             store_checkpoint_tile(p_c + o_v[:, None] * stride_c_row + o_k[None, :], m_c, p_sc + o_v, m_v, b_s,
-                                  sr_seed, slot, i_h, beta,
+                                  tl.max(tl.abs(b_s), axis=1), sr_seed, slot, i_h, beta,
                                   o_v[:, None] * head_k_dim + o_k[None, :], HAS_SCALE, SR)
     else:
         # Non-flush: the records' scores once per program, then the tiles (state never formed).

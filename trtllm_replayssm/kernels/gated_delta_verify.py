@@ -518,7 +518,7 @@ def _gated_delta_replay_verify_kernel(
             # Whole rows (BLOCK_K covers head_k_dim); SR: draws from the seed, the slot, the head
             # and the window's beta.
             store_checkpoint_tile(p_c + o_v[:, None] * stride_c_row + o_k[None, :], m_c, p_sc + o_v, m_v, b_s,
-                                  sr_seed, slot, i_h, tl.sum(b_beta, axis=0),
+                                  tl.max(tl.abs(b_s), axis=1), sr_seed, slot, i_h, tl.sum(b_beta, axis=0),
                                   o_v[:, None] * head_k_dim + o_k[None, :], HAS_SCALE, SR)
             b_e = _window_operand(p_dr, stride_dr_pos, p_v, stride_v_tok, o_l, o_v, m_v, base, n)
             z = _window_products(b_s, U_hi, U_lo, b_e, GT_hi, GT_lo, SPLIT_E)  # Zᵀ: d and o columns

@@ -51,11 +51,49 @@ FOLD_ROWS, FOLD_D_STATE = 16, 32
 def fold_constexprs(d_state: int, state_dtype: torch.dtype) -> dict:
     """How the step kernel folds a flush row, for ``d_state`` and the checkpoint dtype (the
     TensorRT plugin passes the same): in [FOLD_ROWS, FOLD_D_STATE] tiles after the loop
-    (``FOLD_TILES``, 16-bit and fp8 checkpoints; fp8 in tiles of whole rows, whose scale is their
-    largest magnitude) or in the loop, one record at a time (fp32)."""
-    fold_d_state = triton.next_power_of_2(d_state) if state_dtype == torch.float8_e4m3fn else FOLD_D_STATE
-    return dict(FOLD_TILES=state_dtype.itemsize < 4, FOLD_ROWS=FOLD_ROWS, FOLD_D_STATE=fold_d_state,
-                FOLD_CHUNKS=triton.cdiv(d_state, fold_d_state))
+    (``FOLD_TILES``, 16-bit and fp8 checkpoints; fp8 in two passes over a row's tiles, the first
+    for the row's largest magnitude, which sets its scale) or in the loop, one record at a time
+    (fp32)."""
+    return dict(FOLD_TILES=state_dtype.itemsize < 4, FOLD_ROWS=FOLD_ROWS, FOLD_D_STATE=FOLD_D_STATE,
+                FOLD_CHUNKS=triton.cdiv(d_state, FOLD_D_STATE))
+
+
+@triton.jit
+def _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, b_wr, ckpt_decay, dt,
+               stride_c_dim, stride_xr_pos, stride_Br_pos, HAS_SCALE: tl.constexpr, SPLIT_B: tl.constexpr):
+    """A flush's folded tile of rows ``o_f`` x columns ``o_d`` (fp32): decay S0 + dt x Bᵀ +
+    Σ_{j<L-1} s_j x_j B_jᵀ, the record sum one tensor-core product in TF32 parts
+    (common.split_dot, about fp32 accuracy; sm_80+); an fp8 checkpoint's codes times their rows'
+    scales (HAS_SCALE)."""
+    b_s0 = tl.load(p_c + o_f[:, None] * stride_c_dim + o_d[None, :], mask=m_f[:, None] & m_d[None, :],
+                   other=0.0).to(tl.float32)
+    if HAS_SCALE:
+        b_s0 *= tl.load(p_sc + o_f, mask=m_f, other=1.0)[:, None]
+    b_x = tl.load(p_x + o_f, mask=m_f, other=0.0).to(tl.float32)
+    b_Bd = tl.load(p_B + o_d, mask=m_d, other=0.0).to(tl.float32)
+    # Records past L-2 are masked, not only weighted by 0: they may be stale (inf * 0).
+    b_xw = tl.load(p_xr + o_l[None, :] * stride_xr_pos + o_f[:, None],
+                   mask=m_f[:, None] & m_f_l[None, :], other=0.0).to(tl.float32) * b_wr[None, :]
+    b_Brd = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_d[None, :],
+                    mask=m_f_l[:, None] & m_d[None, :], other=0.0).to(tl.float32)
+    b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_Bd[None, :]
+    return split_dot(b_xw, b_Brd, b_s, SPLIT_B)
+
+
+@triton.jit
+def _fold_and_store(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, d0, d_state, o_l, m_f_l, b_wr, ckpt_decay, dt, b_amax,
+                    sr_seed, slot, i_h, stride_c_dim, stride_xr_pos, stride_Br_pos, FOLD_D_STATE: tl.constexpr,
+                    HAS_SCALE: tl.constexpr, SR: tl.constexpr, SPLIT_B: tl.constexpr):
+    """The folded tile of rows ``o_f`` x columns d0 .. d0 + FOLD_D_STATE (:func:`_fold_tile`)
+    stored over the checkpoint (common.store_checkpoint_tile: an fp8 checkpoint's codes of the
+    rows' largest magnitudes ``b_amax``; SR's draws per element from the seed, the slot, the head
+    and the flushing token's dt)."""
+    o_d = d0 + tl.arange(0, FOLD_D_STATE)
+    m_d = o_d < d_state
+    b_s = _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, b_wr, ckpt_decay, dt,
+                     stride_c_dim, stride_xr_pos, stride_Br_pos, HAS_SCALE, SPLIT_B)
+    store_checkpoint_tile(p_c + o_f[:, None] * stride_c_dim + o_d[None, :], m_f[:, None] & m_d[None, :], p_sc + o_f, m_f,
+                          b_s, b_amax, sr_seed, slot, i_h, dt, o_f[:, None] * d_state + o_d[None, :], HAS_SCALE, SR)
 
 
 @triton.jit
@@ -188,32 +226,33 @@ def _mamba2_replay_step_kernel(
     if w == L - 1:
         # Fold records 0..L-2 (weights b_wr: w = L-1) and the step's token into this program's
         # rows of the checkpoint, in [FOLD_ROWS, FOLD_D_STATE] tiles (the rows come from L2: the
-        # loop above has just read them); the record sum is one tensor-core product in TF32
-        # parts (common.split_dot, about fp32 accuracy; sm_80+).
+        # loop above has just read them). An fp8 checkpoint folds each row tile twice: first for
+        # its rows' largest magnitudes (their scales), then to store the codes (the same
+        # arithmetic on the same inputs: the same values), so no tile holds whole rows.
         m_f_l = o_l < L - 1
-        for t in tl.range(0, (SPAN_HEAD_DIM + FOLD_ROWS - 1) // FOLD_ROWS * FOLD_CHUNKS, num_stages=2):
-            o_f = p_start + (t // FOLD_CHUNKS) * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
-            m_f = (o_f < head_dim) & (o_f < p_start + SPAN_HEAD_DIM)
-            o_d = (t % FOLD_CHUNKS) * FOLD_D_STATE + tl.arange(0, FOLD_D_STATE)
-            m_d = o_d < d_state
-            m_fd = m_f[:, None] & m_d[None, :]
-            p_cf = p_c + o_f[:, None] * stride_c_dim + o_d[None, :]
-            b_s0 = tl.load(p_cf, mask=m_fd, other=0.0).to(tl.float32)
-            if HAS_SCALE:
-                b_s0 *= tl.load(p_sc + o_f, mask=m_f, other=1.0)[:, None]
-            b_x = tl.load(p_x + o_f, mask=m_f, other=0.0).to(tl.float32)
-            b_Bd = tl.load(p_B + o_d, mask=m_d, other=0.0).to(tl.float32)
-            # Records past L-2 are masked, not only weighted by 0: they may be stale (inf * 0).
-            b_xw = tl.load(p_xr + o_l[None, :] * stride_xr_pos + o_f[:, None],
-                           mask=m_f[:, None] & m_f_l[None, :], other=0.0).to(tl.float32) * b_wr[None, :]
-            b_Brd = tl.load(p_Br + o_l[:, None] * stride_Br_pos + o_d[None, :],
-                            mask=m_f_l[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-            b_s = ckpt_decay * b_s0 + (dt * b_x)[:, None] * b_Bd[None, :]
-            b_s = split_dot(b_xw, b_Brd, b_s, Br_ptr.dtype.element_ty.primitive_bitwidth > 16)
-            # fp8: the tile holds whole rows (FOLD_CHUNKS == 1). SR: per element, from the seed,
-            # the slot, the head and the flushing token's dt.
-            store_checkpoint_tile(p_cf, m_fd, p_sc + o_f, m_f, b_s, sr_seed, slot, i_h, dt,
-                                  o_f[:, None] * d_state + o_d[None, :], HAS_SCALE, SR)
+        split_b = Br_ptr.dtype.element_ty.primitive_bitwidth > 16
+        n_row_tiles = (SPAN_HEAD_DIM + FOLD_ROWS - 1) // FOLD_ROWS
+        if HAS_SCALE:
+            for r in tl.range(0, n_row_tiles):
+                o_f = p_start + r * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
+                m_f = (o_f < head_dim) & (o_f < p_start + SPAN_HEAD_DIM)
+                b_amax = tl.zeros([FOLD_ROWS], dtype=tl.float32)
+                for ch in tl.range(0, FOLD_CHUNKS):
+                    o_d = ch * FOLD_D_STATE + tl.arange(0, FOLD_D_STATE)
+                    b_s = _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, o_d < d_state, o_l, m_f_l, b_wr,
+                                     ckpt_decay, dt, stride_c_dim, stride_xr_pos, stride_Br_pos, HAS_SCALE, split_b)
+                    b_amax = tl.maximum(b_amax, tl.max(tl.abs(b_s), axis=1))
+                for ch in tl.range(0, FOLD_CHUNKS):
+                    _fold_and_store(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, ch * FOLD_D_STATE, d_state, o_l, m_f_l,
+                                    b_wr, ckpt_decay, dt, b_amax, sr_seed, slot, i_h, stride_c_dim, stride_xr_pos,
+                                    stride_Br_pos, FOLD_D_STATE, HAS_SCALE, SR, split_b)
+        else:
+            for t in tl.range(0, n_row_tiles * FOLD_CHUNKS, num_stages=2):
+                o_f = p_start + (t // FOLD_CHUNKS) * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
+                m_f = (o_f < head_dim) & (o_f < p_start + SPAN_HEAD_DIM)
+                _fold_and_store(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, (t % FOLD_CHUNKS) * FOLD_D_STATE, d_state,
+                                o_l, m_f_l, b_wr, ckpt_decay, dt, tl.zeros([FOLD_ROWS], dtype=tl.float32), sr_seed, slot,
+                                i_h, stride_c_dim, stride_xr_pos, stride_Br_pos, FOLD_D_STATE, HAS_SCALE, SR, split_b)
     elif i_s == 0:
         tl.store(p_dtr + w, dt)
         if i_h % heads_per_group == 0:

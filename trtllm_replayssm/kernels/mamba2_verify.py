@@ -266,7 +266,7 @@ def _mamba2_replay_verify_kernel(
             if HAS_SCALE or SR:  # as 2-D tiles of whole rows; SR's draws also from the history's dt
                 rows_2d = [BLOCK_HEAD_DIM, BLOCK_D_STATE]
                 store_checkpoint_tile(tl.reshape(p_tile, rows_2d), tl.reshape(m_c, rows_2d), p_sc + o_p, m_p,
-                                      tl.reshape(b_s, rows_2d),
+                                      tl.reshape(b_s, rows_2d), tl.max(tl.abs(tl.reshape(b_s, rows_2d)), axis=1),
                                       sr_seed, slot, i_h, total,
                                       tl.reshape(o_p[:, None, None] * d_state + o_n2[None, :, :], rows_2d), HAS_SCALE, SR)
             else:
