@@ -76,7 +76,7 @@ sys.path[:0] = [os.path.join(HERE, "..")]
 
 from trtllm_replayssm import ops  # noqa: E402
 from trtllm_replayssm.cache import MAX_L  # noqa: E402
-from trtllm_replayssm.checks import SlotBatch  # noqa: E402
+from trtllm_replayssm.checks import SlotBatch, is_rounding_seed  # noqa: E402
 from trtllm_replayssm.models import KDA, MAMBA2, PRESETS, DeltaRuleGeometry, Mamba2Geometry, load_model  # noqa: E402
 from trtllm_replayssm.reference.gated_delta import gated_delta_decode_step_ref  # noqa: E402
 from trtllm_replayssm.reference.mamba2 import mamba2_decode_step_ref  # noqa: E402
@@ -256,7 +256,7 @@ def check_storages(dtypes: Sequence[str], rounding_seed: Optional[int]) -> None:
     if len(set(dtypes)) != len(dtypes):
         raise ValueError(f"dtypes {list(dtypes)} name a dtype twice")
     if rounding_seed is not None:
-        if not isinstance(rounding_seed, int) or isinstance(rounding_seed, bool) or not 0 <= rounding_seed < 2**31:
+        if not is_rounding_seed(rounding_seed):
             raise ValueError(f"rounding seed {rounding_seed!r}: expected an int in [0, 2^31)")
         if not any(STORAGES[n].stochastic for n in dtypes):
             raise ValueError(

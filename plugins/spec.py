@@ -28,6 +28,8 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from trtllm_replayssm.checks import ROUNDED_CHECKPOINT_DTYPES, is_rounding_seed
+
 __all__ = [
     "DTYPE_NAMES",
     "FP8",
@@ -280,7 +282,7 @@ def check_attr_fields(owner: str, attrs, *, max_L: int) -> None:
     for f in fields(attrs):
         v = getattr(attrs, f.name)
         if f.name == "rounding_seed":
-            if not isinstance(v, int) or isinstance(v, bool) or not ROUNDING_OFF <= v < 2**31:
+            if not (is_rounding_seed(v) or (type(v) is int and v == ROUNDING_OFF)):
                 raise ValueError(
                     f"{owner}: rounding_seed is {v!r}; expected {ROUNDING_OFF} (round to nearest) or an int in [0, 2^31)"
                 )
@@ -314,7 +316,7 @@ def check_launch_attrs(owner: str, attrs, *, largest: int, min_block: int = 1, b
 def check_rounding_seed(plugin: str, rounding_seed: int, state_dtype: str) -> None:
     """A ``rounding_seed`` attribute other than :data:`ROUNDING_OFF` (stochastic rounding at
     flush) needs a bf16, f16 or fp8 checkpoint, as the ops' (``checks.check_rounding_seed``)."""
-    if rounding_seed != ROUNDING_OFF and state_dtype not in ("bf16", "f16", FP8):
+    if rounding_seed != ROUNDING_OFF and TORCH_DTYPES.get(state_dtype) not in ROUNDED_CHECKPOINT_DTYPES:
         raise ValueError(
             f"{plugin}: rounding_seed is {rounding_seed} (checkpoint: {state_dtype}); expected {ROUNDING_OFF} "
             f"(off): stochastic rounding takes a bf16, f16 or fp8 checkpoint"

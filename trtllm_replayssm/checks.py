@@ -19,6 +19,7 @@ from torch import Tensor
 
 __all__ = [
     "FLOAT_DTYPES",
+    "ROUNDED_CHECKPOINT_DTYPES",
     "float_dtypes",
     "dtype_names",
     "check_dtype",
@@ -39,9 +40,13 @@ __all__ = [
     "slot_tensor",
     "slot_index",
     "resolve_scale",
+    "is_rounding_seed",
+    "check_rounding_seed",
 ]
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# Checkpoint dtypes a flush rounds, so that stochastic rounding (``rounding_seed``) applies to them.
+ROUNDED_CHECKPOINT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 
 
 def float_dtypes(device: torch.device) -> tuple:
@@ -281,14 +286,19 @@ def resolve_scale(op: str, scale, head_k_dim: int) -> float:
     return float(scale)
 
 
+def is_rounding_seed(value) -> bool:
+    """Whether ``value`` is a seed of stochastic rounding at flush: an int (not a bool) in [0, 2^31)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
 def check_rounding_seed(op: str, rounding_seed, state_dtype: torch.dtype) -> None:
     """ValueError unless ``rounding_seed`` is None or an int in [0, 2^31) with a bf16, fp16 or
     fp8 checkpoint (``state_dtype``): the replay ops' stochastic rounding at flush."""
     if rounding_seed is None:
         return
-    if not isinstance(rounding_seed, int) or isinstance(rounding_seed, bool) or not 0 <= rounding_seed < 2**31:
+    if not is_rounding_seed(rounding_seed):
         raise ValueError(f"{op}: rounding_seed is {rounding_seed!r}; expected None or an int in [0, 2^31)")
-    if state_dtype.itemsize >= 4:
+    if state_dtype not in ROUNDED_CHECKPOINT_DTYPES:
         raise ValueError(
             f"{op}: rounding_seed given with a {state_dtype} checkpoint; stochastic rounding takes a bf16, fp16 or fp8 one"
         )

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from trtllm_replayssm.cache import FP8, MAX_L
+from trtllm_replayssm.checks import FLOAT_DTYPES, ROUNDED_CHECKPOINT_DTYPES, is_rounding_seed
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.ops import SlotBatch
 from trtllm_replayssm.planner import DTYPE_NAMES
@@ -63,9 +64,9 @@ __all__ = [
 ROUTES = ("replay_step", "decode_step")
 # Checkpoint dtypes the hook takes: the conventional ones (fp64 runs on the CPU reference only)
 # and fp8-e4m3 with one fp32 scale per (head, head_dim) row, which only the replay route stores.
-STATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, FP8)
+STATE_DTYPES = FLOAT_DTYPES + (FP8,)
 # Checkpoint dtypes a flush rounds, so that stochastic rounding (rounding_seed) applies.
-ROUNDED_STATE_DTYPES = (torch.bfloat16, torch.float16, FP8)
+ROUNDED_STATE_DTYPES = ROUNDED_CHECKPOINT_DTYPES
 _HOOK_ATTR = "_replayssm_hook"
 
 
@@ -417,7 +418,7 @@ def _check_rounding_seed(rounding_seed, state_dtype: Optional[torch.dtype], rout
         raise TypeError(
             f"enable_replayssm: rounding_seed is {type(rounding_seed).__name__} {rounding_seed!r}; expected None or an int in [0, 2^31)"
         )
-    if not 0 <= rounding_seed < 2**31:
+    if not is_rounding_seed(rounding_seed):
         raise ValueError(f"enable_replayssm: rounding_seed is {rounding_seed}; expected None or an int in [0, 2^31)")
     if route != "replay_step":
         raise ValueError(

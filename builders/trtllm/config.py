@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.checks import is_rounding_seed
 from trtllm_replayssm.models import SSM_KINDS
 
 __all__ = [
@@ -84,7 +85,7 @@ class ReplaySSMConfig:
                 f"{owner}: delta_rule_records is {self.delta_rule_records!r}; expected one of {', '.join(DELTA_RULE_RECORDS)}"
             )
         seed = self.rounding_seed
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**31):
+        if seed is not None and not is_rounding_seed(seed):
             raise ValueError(f"{owner}: rounding_seed is {seed!r}; expected None or an int in [0, 2^31)")
 
 

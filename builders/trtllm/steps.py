@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from torch import Tensor
 
-from trtllm_replayssm.checks import check_rank, check_rounding_seed, check_slot_values
+from trtllm_replayssm.checks import ROUNDED_CHECKPOINT_DTYPES, check_rank, check_rounding_seed, check_slot_values
 from trtllm_replayssm.models import GDN, KDA, MAMBA2
 from trtllm_replayssm.ops import gdn_replay_step, kda_replay_step, mamba2_replay_step, replay_cache_state
 from trtllm_replayssm.pool import ReplayCache
@@ -117,7 +117,7 @@ def check_engine_state_dtype(owner: str, state_dtype: torch.dtype, rounding_seed
         raise ValueError(
             f"{owner}: TensorRT-LLM's SSM state (the ReplaySSM checkpoint) is {FP8}, but an fp8 ReplaySSM checkpoint needs one fp32 scale per (head, head_dim) row beside the codes, which TensorRT-LLM's SSM state pool does not hold and its prefill does not write, so an fp8 checkpoint cannot engage under TensorRT-LLM ({PINNED_RELEASE} takes kv_cache_config.mamba_ssm_cache_dtype auto, float16, bfloat16 or float32). Set mamba_ssm_cache_dtype='bfloat16' and enable_replayssm(rounding_seed=...) (stochastic rounding at each flush; TRTLLM_REPLAYSSM_ROUNDING_SEED), or disable ReplaySSM"
         )
-    if rounding_seed is not None and state_dtype.itemsize >= 4:
+    if rounding_seed is not None and state_dtype not in ROUNDED_CHECKPOINT_DTYPES:
         raise ValueError(
             f"{owner}: rounding_seed is {rounding_seed}, but TensorRT-LLM's SSM state (the ReplaySSM checkpoint, kv_cache_config.mamba_ssm_cache_dtype) is {state_dtype}, which a flush stores unrounded; set mamba_ssm_cache_dtype='bfloat16' or 'float16' to round it stochastically, or leave rounding_seed unset (TRTLLM_REPLAYSSM_ROUNDING_SEED)"
         )
