@@ -20,6 +20,12 @@ def assert_unchanged(tensors, before) -> None:
         assert t.shape == b.shape and torch.equal(*bits), f"tensor {i} changed"
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` for a bit-for-bit ``torch.equal``: fp8 codes as their bytes (torch.equal takes no
+    fp8), any other dtype as it is."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
 def strided(t: torch.Tensor) -> torch.Tensor:
     """Same values and shape as ``t``, stride 2 in the last dimension."""
     wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)

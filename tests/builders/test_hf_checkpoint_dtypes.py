@@ -19,6 +19,7 @@ from trtllm_replayssm_builders.hf import hook as hook_module
 from trtllm_replayssm_builders.hf import mixers
 from trtllm_replayssm_builders.hf.random_models import build_random_model
 
+from op_checks import bits
 from test_hf_hooks import FP32_RTOL, ONE_PER_KIND, _generate, _prompts, _rel_err
 
 FP8 = torch.float8_e4m3fn
@@ -45,9 +46,7 @@ def _same_bits(a, b):
     assert a.keys() == b.keys()
     for index in a:
         (ca, sa), (cb, sb) = a[index], b[index]
-        if ca.dtype == FP8:
-            ca, cb = ca.view(torch.uint8), cb.view(torch.uint8)
-        if not torch.equal(ca, cb) or (sa is not None and not torch.equal(sa, sb)):
+        if not torch.equal(bits(ca), bits(cb)) or (sa is not None and not torch.equal(sa, sb)):
             return False
     return True
 

@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins"))
 from cuda_driver import Driver
+from op_checks import bits
 from plugin_cases import GatedDeltaCase, Mamba2Case, grid_of, info_of, launch_arguments
 # (importing plugin_cases makes trtllm_replayssm_plugins importable from a checkout)
 
@@ -137,11 +138,6 @@ CASES = [
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "fp8": torch.float8_e4m3fn}
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``, fp8 codes as their bytes (compared bit for bit)."""
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-
-
 @pytest.mark.parametrize("case,geometry,flags,batch,state,act,layer_kw", CASES)
 def test_replay_step_ptx_driver_launch_equals_op(driver, case, geometry, flags, batch, state, act, layer_kw):
     from trtllm_replayssm_plugins import compile_ptx
@@ -190,6 +186,6 @@ def test_replay_step_ptx_driver_launch_equals_op(driver, case, geometry, flags, 
         assert torch.equal(out_p, out_r), f"step {step_index}: output differs by {(out_p.float() - out_r.float()).abs().max()}"
         assert torch.all(out_p[-2:] == 42.0), "padding / out-of-range rows written"
         for name in cache_names:
-            assert torch.equal(_bits(layer[name]), _bits(ref[name])), f"step {step_index}: {name}"
+            assert torch.equal(bits(layer[name]), bits(ref[name])), f"step {step_index}: {name}"
     assert flushes >= 2
     assert torch.all(layer["arrivals"] == 0)
