@@ -22,9 +22,11 @@ from torch import Tensor
 from .checks import FLOAT_DTYPES, check_dtype, check_last_dim_dense, check_positive_int, slot_index
 from .reference.rounding import FP8, fp8_row_decode, fp8_row_encode
 
-__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES", "FP8"]
+__all__ = ["Mamba2ReplayCache", "GDNReplayCache", "KDAReplayCache", "MAX_L", "FLOAT_DTYPES", "FP8", "REPLAY_CHECKPOINT_DTYPES"]
 
 MAX_L = 64  # records per slot supported by the replay kernel (a register tile of the window)
+# Checkpoint dtypes of the replay caches (fp64 on the CPU reference only; fp8 with row scales).
+REPLAY_CHECKPOINT_DTYPES = FLOAT_DTYPES + (FP8,)
 
 
 def _check_common_fields(cache) -> None:
@@ -49,7 +51,7 @@ def _check_common_fields(cache) -> None:
         raise ValueError(
             f"{owner}: checkpoint has shape {tuple(cache.checkpoint.shape)}; expected 4 dimensions [num_slots, heads, rows, columns]"
         )
-    check_dtype(owner, "checkpoint", cache.checkpoint.dtype, cache._CHECKPOINT_DTYPES)
+    check_dtype(owner, "checkpoint", cache.checkpoint.dtype, REPLAY_CHECKPOINT_DTYPES)
     ns = cache.checkpoint.shape[0]
     for name in ("cursor", "arrivals", "pending"):
         t = getattr(cache, name)
@@ -117,7 +119,6 @@ class _ReplayCache:
     _RECORDS = ""  # the name of a [num_slots, heads, L, ...] record tensor
     _GEOMETRY_DIMS: tuple = ()  # the geometry attributes allocate() takes before L, in order
     _RECORD_DTYPE = ""  # allocate()'s keyword for the activation-like records' dtype
-    _CHECKPOINT_DTYPES: tuple = FLOAT_DTYPES  # the checkpoint dtypes its kernels take
 
     @classmethod
     def for_geometry(
@@ -232,8 +233,6 @@ class Mamba2ReplayCache(_ReplayCache):
     arrivals: Tensor
     pending: Optional[Tensor] = None
     checkpoint_scale: Optional[Tensor] = None
-
-    _CHECKPOINT_DTYPES = FLOAT_DTYPES + (FP8,)
 
     def __post_init__(self) -> None:
         owner = "Mamba2ReplayCache"
@@ -373,7 +372,6 @@ class _DeltaRuleReplayCache(_ReplayCache):
     checkpoint_scale: Optional[Tensor] = None
 
     PER_CHANNEL_GATE = False  # KDA: one log-decay per key channel
-    _CHECKPOINT_DTYPES = FLOAT_DTYPES + (FP8,)
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

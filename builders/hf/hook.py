@@ -31,8 +31,8 @@ import torch
 
 from torch import Tensor, nn
 
-from trtllm_replayssm.cache import FP8, MAX_L
-from trtllm_replayssm.checks import FLOAT_DTYPES, ROUNDED_CHECKPOINT_DTYPES, is_rounding_seed
+from trtllm_replayssm.cache import FP8, MAX_L, REPLAY_CHECKPOINT_DTYPES
+from trtllm_replayssm.checks import ROUNDED_CHECKPOINT_DTYPES, is_rounding_seed
 from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.ops import SlotBatch
 from trtllm_replayssm.planner import DTYPE_NAMES
@@ -64,7 +64,7 @@ __all__ = [
 ROUTES = ("replay_step", "decode_step")
 # Checkpoint dtypes the hook takes: the conventional ones (fp64 runs on the CPU reference only)
 # and fp8-e4m3 with one fp32 scale per (head, head_dim) row, which only the replay route stores.
-STATE_DTYPES = FLOAT_DTYPES + (FP8,)
+STATE_DTYPES = REPLAY_CHECKPOINT_DTYPES
 # Checkpoint dtypes a flush rounds, so that stochastic rounding (rounding_seed) applies.
 ROUNDED_STATE_DTYPES = ROUNDED_CHECKPOINT_DTYPES
 _HOOK_ATTR = "_replayssm_hook"
