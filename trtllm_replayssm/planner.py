@@ -21,7 +21,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .cache import FLOAT_DTYPES, MAX_L
+from .cache import FLOAT_DTYPES, MAX_L, REPLAY_CHECKPOINT_DTYPES
 from .measured_accuracy import STUDY_STEPS, AccuracyCell, accuracy, measured_settings
 from .memory import MODES, LayerBytes, StepTraffic, kv_bytes_per_token, ssm_layer_bytes, ssm_layer_step_traffic
 from .models import HybridModel, Layer
@@ -98,7 +98,7 @@ class PlanConfig:
             raise ValueError(
                 f"{owner}: accepted is {self.accepted!r}; expected 1 <= accepted <= spec_tokens = {self.spec_tokens}"
             )
-        if self.state_dtype not in FLOAT_DTYPES + (torch.float8_e4m3fn,):
+        if self.state_dtype not in REPLAY_CHECKPOINT_DTYPES:
             raise TypeError(f"{owner}: state_dtype is {self.state_dtype}; expected fp32, bf16, fp16, fp64 or fp8")
         for name in ("record_dtype", "conv_dtype"):
             if getattr(self, name) not in FLOAT_DTYPES:
