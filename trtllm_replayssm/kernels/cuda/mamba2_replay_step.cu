@@ -1,7 +1,9 @@
 // ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16 or fp32 (CKPT_F32) checkpoints:
 // two launches (1 and 2 below), or for small batches one (3), compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
-// bf16 is handled as 16-bit integers, conversions and products in inline PTX.
+// bf16 is handled as 16-bit integers, conversions and products in inline PTX. Launches 1 and 2
+// have two sets of entries: the op's and, compiled with AOT_ENTRIES=1 for sm_90a, those of the
+// TensorRT AOT plugin layers (plugins/mamba2_cuda.py; "entries of launches 1 and 2" below).
 //
 // 1. mamba2_replay_coefficients, one CTA of COEF_WARPS warps (the table's 4 or 16) per (group, batch row,
 //    16 heads of the group): B_j . C once per CTA (warps over records j, lanes over d_state),
@@ -41,7 +43,8 @@
 // resident CTAs a multiprocessor), COEF_WARPS (1, 2, 4, 8 or 16: a divisor of LP), SM_ROWS (the small kernel's rows a CTA,
 // a multiple of 8 from 16 to 128 dividing ROWS), SM_EARLY_MATH (0 / 1: its arithmetic after / before
 // the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
-// DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
+// DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16); AOT_ENTRIES (0: the op's entries of
+// launches 1 and 2, 1: TensorRT's).
 
 #include "mamba2_common.cuh"
 
@@ -65,7 +68,8 @@ extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYT
 
 
 
-extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients(
+// The coefficient launch's work, for its entries (below: the op's, with strides; TensorRT's, dense).
+__device__ __forceinline__ void coefficients(
     float* __restrict__ coef_out,         // [batch, NHEADS, COEF_FLOATS]
     u16* __restrict__ c_out,              // [batch, NGROUPS, DSTATE]
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head, long long sxr_pos,
@@ -177,9 +181,11 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 // ------------------------------------------------------------------ launch 2: the step
 
 
-extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
-    const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
-    const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
+// The step kernel's work, for its entries (below: the op's, with strides and the maps as
+// parameters; TensorRT's, dense, with the maps patched in global memory).
+__device__ __forceinline__ void step(
+    const TensorMap* ckpt_load,   // checkpoint, boxes [128 B of columns, ROWS rows]
+    const TensorMap* ckpt_store,  // checkpoint, boxes [128 B of columns, 16 rows]
     const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
     const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
@@ -214,7 +220,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
-    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, NHEADS, 1, slot_l, lane);
+    prefetch_first_units(ckpt_load, base, bars, STAGE_BYTES, STAGES, units, NHEADS, 1, slot_l, lane);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int i = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
@@ -250,7 +256,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       __syncwarp();
       if (slot >= 0) {
-        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, 0, h, slot, full);
+        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), ckpt_load, lane * BOXC, 0, h, slot, full);
         const u16* Brow0 = B_records + slot * sBr_slot + g * sBr_group;
         // x records 0..nx-1 are one dense range (position stride head_dim, checked by the launcher).
         if (lane == 31) bulk_load(stage + OFF_X, x_records + slot * sxr_slot + h * sxr_head, nx * ROWS * 2, full);
@@ -368,7 +374,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       if (w == LREC - 1) {
         // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, rounded into the stage.
         fold_warp_rows(gstage, xs, stage + OFF_B, cf + LP, decay, w, r0, lane);
-        store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, r0, h, slot, lane);
+        store_warp_rows(ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, r0, h, slot, lane);
       }
     }
     if (!released) {
@@ -377,6 +383,96 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     }
   }
 }
+
+// ------------------------------------------------------------------ entries of launches 1 and 2
+
+#if !AOT_ENTRIES
+// The op's (mamba2_replay_cuda.py): strides as parameters, the checkpoint's tensor maps encoded on
+// the host and passed by value.
+extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients(
+    float* __restrict__ coef_out, u16* __restrict__ c_out,
+    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head, long long sxr_pos,
+    float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
+    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    const int* __restrict__ cursor,
+    const u16* __restrict__ x, long long sx_batch, long long sx_head,
+    const void* __restrict__ dt, long long sdt_batch, long long sdt_head,
+    const float* __restrict__ A, const void* __restrict__ dt_bias,
+    const u16* __restrict__ B, long long sB_batch, long long sB_group,
+    const u16* __restrict__ C, long long sC_batch, long long sC_group,
+    const int* __restrict__ slot_ids) {
+  coefficients(coef_out, c_out, x_records, sxr_slot, sxr_head, sxr_pos, dt_records, sdtr_slot, sdtr_head, B_records,
+               sBr_slot, sBr_group, sBr_pos, cursor, x, sx_batch, sx_head, dt, sdt_batch, sdt_head, A, dt_bias, B,
+               sB_batch, sB_group, C, sC_batch, sC_group, slot_ids);
+}
+
+extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
+    const __grid_constant__ TensorMap ckpt_load, const __grid_constant__ TensorMap ckpt_store,
+    const float* __restrict__ coef, const u16* __restrict__ c_rows,
+    u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,
+    u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
+    const void* __restrict__ D, long long sD_head,
+    const u16* __restrict__ z, long long sz_batch, long long sz_head,
+    u16* __restrict__ out, long long so_batch, long long so_head,
+    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
+  step(&ckpt_load, &ckpt_store, coef, c_rows, x_records, sxr_slot, sxr_head, B_records, sBr_slot, sBr_group, sBr_pos, D,
+       sD_head, z, sz_batch, sz_head, out, so_batch, so_head, slot_ids, cursor, batch);
+}
+#else
+// TensorRT AOT plugin entries (plugins/mamba2_cuda.py; sm_90a: tensormap.replace). Parameters in
+// TensorRT's launch order: the plugin layer's input pointers, its int32 scalars, its output
+// pointers (an aliased output is its input's buffer: the kernels write through the output).
+// Every tensor dense, so strides are constants of the geometry. Without programmatic launches
+// the griddepcontrol instructions are no-ops.
+#define XR_SLOT ((long long)NHEADS * LREC * ROWS)
+#define BR_SLOT ((long long)NGROUPS * LREC * DSTATE)
+
+// Layer 1: the coefficient launch. Records appended in place (outputs 2-4 alias inputs 0-2).
+extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients_aot(
+    const u16* x_records_in, const float* dt_records_in, const u16* B_records_in, const int* __restrict__ cursor,
+    const u16* __restrict__ x, const void* __restrict__ dt, const float* __restrict__ A, const u16* __restrict__ B,
+    const u16* __restrict__ C, const int* __restrict__ slot_ids, const void* __restrict__ dt_bias,
+    float* __restrict__ coef_out, u16* __restrict__ c_out, u16* x_records, float* dt_records, u16* B_records) {
+  coefficients(coef_out, c_out, x_records, XR_SLOT, LREC * ROWS, ROWS, dt_records, NHEADS * LREC, LREC, B_records,
+               BR_SLOT, LREC * DSTATE, DSTATE, cursor, x, NHEADS * ROWS, ROWS, dt, NHEADS, 1, A, dt_bias, B,
+               NGROUPS * DSTATE, DSTATE, C, NGROUPS * DSTATE, DSTATE, slot_ids);
+}
+
+// Thread 0 copies the host-encoded template maps (template[0]: load, [1]: store; encoded for
+// this geometry with a placeholder address and slot count) to this CTA's own pair in global
+// memory, writes the checkpoint's address and slot count into both (tensormap.replace), and
+// releases them to the tensor-map proxy; after the barrier every thread acquires both, as a TMA
+// copy through them requires (PTX ISA: tensormap.replace, fence.proxy.tensormap).
+__device__ __forceinline__ void patch_checkpoint_maps(const TensorMap* tmpl, TensorMap* own, const void* checkpoint,
+                                                      int num_slots) {
+  if (threadIdx.x == 0) {
+    for (int m = 0; m < 2; ++m) {
+      for (int k = 0; k < 16; ++k) own[m].opaque[k] = tmpl[m].opaque[k];
+      asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;" ::"l"(own + m), "l"(checkpoint)
+                   : "memory");
+      asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 3, %1;" ::"l"(own + m), "r"(num_slots)
+                   : "memory");
+    }
+    asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(own) : "memory");
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(own + 1) : "memory");
+}
+
+// Layer 2: the step kernel. maps: [gridDim.x][2] tensor maps, a pair per CTA (scratch).
+extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step_aot(
+    const void* checkpoint_in, const float* __restrict__ coef, const u16* __restrict__ c_rows,
+    const u16* __restrict__ x_records, const u16* __restrict__ B_records, const int* cursor_in,
+    const int* __restrict__ slot_ids, const void* __restrict__ D, const u16* __restrict__ z, const u16* x,
+    const TensorMap* __restrict__ map_template, int batch, int num_slots,
+    u16* __restrict__ out, void* checkpoint, int* __restrict__ cursor, TensorMap* __restrict__ maps) {
+  TensorMap* const own = maps + 2 * blockIdx.x;
+  patch_checkpoint_maps(map_template, own, checkpoint, num_slots);
+  step(own, own + 1, coef, c_rows, (u16*)x_records, XR_SLOT, LREC * ROWS, (u16*)B_records, BR_SLOT, LREC * DSTATE,
+       DSTATE, D, D_PER_DIM ? ROWS : 1, z, NHEADS * ROWS, ROWS, out, NHEADS * ROWS, ROWS, slot_ids, cursor, batch);
+}
+#endif
 
 // ------------------------------------------------------------------ one launch for small batches
 
