@@ -101,6 +101,17 @@ _PATCHES = (
         "      if (lane == 0) mbar_arrive(empty);\n    }\n"
         f"    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[36 + i] = gtime();\n  }}\n  if (threadIdx.x == 0) tr[52] = gtime();\n}}",
     ),
+    # The op's entries of launches 1 and 2 pass the trace buffer on to the bodies above.
+    (
+        "    const int* __restrict__ slot_ids) {\n  coefficients(",
+        "    const int* __restrict__ slot_ids, u64* __restrict__ trace) {\n  coefficients(",
+    ),
+    ("sC_batch, sC_group, slot_ids);", "sC_batch, sC_group, slot_ids, trace);"),
+    (
+        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {\n  step(",
+        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, u64* __restrict__ trace) {\n  step(",
+    ),
+    ("so_batch, so_head, slot_ids, cursor, batch);", "so_batch, so_head, slot_ids, cursor, batch, trace);"),
     # The small kernel (words at the CTA's SMALL_SLOTS): 0 start, 1 programmatic wait done, 2 slot
     # known, 3 its loads back (thread 0's), 4 barrier passed, 5 output known, 6 arrival known, 7 end.
     (

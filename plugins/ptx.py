@@ -43,6 +43,7 @@ __all__ = [
     "check_triton_version",
     "compile_ptx",
     "parse_ptx_entry",
+    "parse_ptx_entries",
 ]
 
 # Triton "major.minor" -> number of hidden trailing kernel parameters. Each was checked by
@@ -66,7 +67,7 @@ _PARAM = re.compile(r"\.param\s+\.(\w+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\
 
 @dataclass(frozen=True)
 class PtxEntry:
-    """The one ``.entry`` of a PTX module: its name and (PTX type, name) per parameter."""
+    """An ``.entry`` of a PTX module: its name, (PTX type, name) per parameter, the module's target."""
 
     name: str
     params: Tuple[Tuple[str, str], ...]
@@ -75,10 +76,19 @@ class PtxEntry:
 
 def parse_ptx_entry(ptx: str) -> PtxEntry:
     """Parses the entry of a Triton PTX module (exactly one ``.visible .entry``)."""
-    entries = _ENTRY.findall(ptx)
+    entries = parse_ptx_entries(ptx)
     if len(entries) != 1:
         raise ValueError(f"expected exactly one .visible .entry in the PTX; found {len(entries)}")
-    name, body = entries[0]
+    return next(iter(entries.values()))
+
+
+def parse_ptx_entries(ptx: str) -> Dict[str, PtxEntry]:
+    """Every ``.visible .entry`` of a PTX module, by name, in the module's order."""
+    target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
+    return {name: _parse_params(name, body, target.group(1) if target else "") for name, body in _ENTRY.findall(ptx)}
+
+
+def _parse_params(name: str, body: str, target: str) -> PtxEntry:
     decls = [d.strip() for d in body.split(",") if d.strip()]
     params = []
     for d in decls:
@@ -86,8 +96,7 @@ def parse_ptx_entry(ptx: str) -> PtxEntry:
         if m is None:
             raise ValueError(f"unrecognised PTX parameter declaration {d!r}")
         params.append((m.group(1), m.group(2)))
-    target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
-    return PtxEntry(name, tuple(params), target.group(1) if target else "")
+    return PtxEntry(name, tuple(params), target)
 
 
 def check_triton_version(version: Optional[str] = None) -> int:
@@ -124,8 +133,8 @@ class CompiledKernel:
         kernel_name: the PTX entry name (TensorRT's ``kernel_name``).
         ptx: PTX text whose entry has exactly ``spec.params``, in order.
         shared_mem: dynamic shared memory per block, bytes.
-        hidden_params_removed: Triton's trailing parameters taken out of the entry.
-        triton_version: the compiler that produced it.
+        hidden_params_removed: Triton's trailing parameters taken out of the entry (0 for CUDA C++).
+        compiler: what produced it, e.g. "triton 3.6.0", "nvrtc 13.0".
     """
 
     spec: KernelSpec
@@ -134,7 +143,7 @@ class CompiledKernel:
     ptx: str
     shared_mem: int
     hidden_params_removed: int
-    triton_version: str
+    compiler: str
 
     @property
     def ptx_isa(self) -> str:
@@ -153,7 +162,7 @@ class CompiledKernel:
             kernel_name=self.kernel_name,
             arch=self.arch,
             ptx_isa=self.ptx_isa,
-            triton_version=self.triton_version,
+            compiler=self.compiler,
             params=[dict(name=p.name, role=p.role, index=p.index, type=p.triton_type) for p in s.params],
             scalars=[
                 dict(name=x.name, value=x.value if isinstance(x.value, int) else dict(input=x.value.input, axis=x.value.axis))
@@ -251,6 +260,6 @@ def compile_ptx(spec: KernelSpec, entry_fn, arch: int) -> CompiledKernel:
     got = tuple(t for t, _ in entry.params)
     if got != want:
         raise RuntimeError(f"{spec.name}: PTX entry parameter types {got} do not match the plugin's launch list {want}")
-    result = CompiledKernel(spec, arch, entry.name, ptx, md.shared, hidden, triton.__version__)
+    result = CompiledKernel(spec, arch, entry.name, ptx, md.shared, hidden, f"triton {triton.__version__}")
     _CACHE[key] = result
     return result

@@ -163,7 +163,7 @@ def test_replay_step_ptx_launch_params(exported):
         assert 0 < r["shared"] <= MAX_SHARED_MEM
         assert r["block"] == [r["num_warps"] * 32, 1, 1]
         m = r["manifest"]
-        assert r["version_line"] == f".version {m['ptx_isa']}" and m["triton_version"] == triton.__version__
+        assert r["version_line"] == f".version {m['ptx_isa']}" and m["compiler"] == f"triton {triton.__version__}"
         assert [p["role"] for p in m["params"]] == r["roles"]
         assert m["scalars"][0] == dict(name="num_slots", value=dict(input=0, axis=0))
         assert m["grid"][2] == dict(input=r["x"], axis=0)

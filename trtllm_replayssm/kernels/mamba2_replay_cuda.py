@@ -34,6 +34,7 @@ __all__ = [
     "CudaStepConfig",
     "cuda_step_config",
     "cuda_step_unsupported",
+    "cuda_geometry_unsupported",
     "small_inputs_unsupported",
     "small_config",
     "step_defines",
@@ -195,23 +196,36 @@ def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tens
 
 def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
     """The device-independent part of :func:`cuda_step_unsupported` (dtypes, sizes, alignment)."""
-    if checkpoint.dtype not in (torch.bfloat16, torch.float32) or x.dtype != torch.bfloat16:
-        return f"checkpoint {checkpoint.dtype} / activations {x.dtype}; the CUDA step takes bf16 or fp32 / bf16"
     _, _, head_dim, d_state = checkpoint.shape
-    L = x_records.shape[2]
+    reason = cuda_geometry_unsupported(checkpoint.dtype, x.dtype, head_dim, d_state, x_records.shape[2])
+    if reason is not None:
+        return reason
+    for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
+        if not copyable_rows(t):
+            return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
+    if x_records.stride(2) != head_dim:
+        return f"x_records positions {x_records.stride(2)} elements apart; the CUDA step copies them as one range (head_dim)"
+    return None
+
+
+def cuda_geometry_unsupported(
+    state_dtype: torch.dtype, act_dtype: torch.dtype, head_dim: int, d_state: int, L: int
+) -> Optional[str]:
+    """Why the CUDA step cannot take a layer of this geometry and these dtypes (None: it can):
+    the checkpoint bf16 or fp32 and the activations bf16, head_dim a multiple of 16 up to 128,
+    d_state a multiple of 64 up to 256, L <= 32, two stages fitting a multiprocessor. Also the
+    TensorRT AOT export's rule (plugins/mamba2_cuda.py)."""
+    if state_dtype not in (torch.bfloat16, torch.float32) or act_dtype != torch.bfloat16:
+        return f"checkpoint {state_dtype} / activations {act_dtype}; the CUDA step takes bf16 or fp32 / bf16"
     if head_dim % 16 or head_dim > 128:
         return f"head_dim {head_dim}; the CUDA step takes multiples of 16 up to 128"
     if d_state % 64 or d_state > 256:
         return f"d_state {d_state}; the CUDA step takes multiples of 64 up to 256"
     if L > MAX_L_CUDA:
         return f"L {L}; the CUDA step takes L <= {MAX_L_CUDA}"
-    for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
-        if not copyable_rows(t):
-            return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
-    if step_shared_bytes(head_dim, d_state, L, 2, checkpoint.element_size()) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
-        return f"two stages of head_dim {head_dim} x d_state {d_state} {checkpoint.dtype} rows do not fit a multiprocessor"
-    if x_records.stride(2) != head_dim:
-        return f"x_records positions {x_records.stride(2)} elements apart; the CUDA step copies them as one range (head_dim)"
+    state_bytes = torch.empty((), dtype=state_dtype).element_size()
+    if step_shared_bytes(head_dim, d_state, L, 2, state_bytes) + SMEM_RESERVED_PER_CTA > SMEM_PER_SM:
+        return f"two stages of head_dim {head_dim} x d_state {d_state} {state_dtype} rows do not fit a multiprocessor"
     return None
 
 

@@ -37,6 +37,8 @@ __all__ = [
     "CudaKernel",
     "load_kernel",
     "tensor_map_4d",
+    "encode_tensor_map_4d",
+    "checkpoint_map_boxes",
     "tensor_map_key",
     "checkpoint_tensor_maps",
     "copyable_rows",
@@ -365,33 +367,48 @@ def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], dev
     return kernel
 
 
+_TMA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
 def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
     """CUtensorMap (128 bytes) of a 4-D bf16, fp16 or fp32 tensor ``t`` (innermost dimension contiguous),
     boxes of ``box`` = (innermost elements, second-dimension rows) and one index of the two
     outer dimensions, 128-byte swizzle. The caller checks the TMA rules (16-byte aligned base
     and strides, box inner bytes <= 128 with the swizzle)."""
+    if t.dim() != 4 or t.dtype not in _TMA_DTYPES or t.stride(3) != 1:
+        raise ValueError(
+            f"tensor_map_4d: expected a 4-D bf16, fp16 or fp32 tensor with a contiguous last dim; got "
+            f"{tuple(t.shape)} {t.dtype} strides {t.stride()}"
+        )
+    return encode_tensor_map_4d(t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride(d) for d in (0, 1, 2)), box)
+
+
+
+def encode_tensor_map_4d(
+    address: int, dtype: torch.dtype, shape: Tuple[int, int, int, int], strides: Tuple[int, int, int], box: Tuple[int, int]
+) -> bytes:
+    """CUtensorMap (128 bytes) of a 4-D tensor at device ``address``: ``shape`` outermost first,
+    the element ``strides`` of its three outer dimensions (the innermost is contiguous), boxes
+    as :func:`tensor_map_4d`. Needs the CUDA driver (``cuTensorMapEncodeTiled``), not a context
+    or a GPU of its own; the address is only encoded, never dereferenced."""
     driver, _ = _bindings()
     types = {
         torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
     }
-    if t.dim() != 4 or t.dtype not in types or t.stride(3) != 1:
-        raise ValueError(
-            f"tensor_map_4d: expected a 4-D bf16, fp16 or fp32 tensor with a contiguous last dim; got "
-            f"{tuple(t.shape)} {t.dtype} strides {t.stride()}"
-        )
-    dims = [driver.cuuint64_t(s) for s in reversed(t.shape)]
-    strides = [driver.cuuint64_t(t.stride(d) * t.element_size()) for d in (2, 1, 0)]
+    es = torch.empty((), dtype=dtype).element_size()
+    dims = [driver.cuuint64_t(s) for s in reversed(shape)]
+    byte_strides = [driver.cuuint64_t(s * es) for s in reversed(strides)]
     boxes = [driver.cuuint32_t(box[0]), driver.cuuint32_t(box[1]), driver.cuuint32_t(1), driver.cuuint32_t(1)]
     elem = [driver.cuuint32_t(1)] * 4
     tmap = _check(
         driver.cuTensorMapEncodeTiled(
-            types[t.dtype],
+            types[dtype],
             4,
-            t.data_ptr(),
+            address,
             dims,
-            strides,
+            byte_strides,
             boxes,
             elem,
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -402,6 +419,13 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
         "cuTensorMapEncodeTiled",
     )
     return ctypes.string_at(tmap.getPtr(), 128)
+
+
+def checkpoint_map_boxes(rows: int, element_size: int) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    """Boxes of a checkpoint's (load, store) tensor maps, (columns, rows): 128 bytes of columns,
+    ``rows`` rows (a unit) for loads, 16 rows (a consumer warp's) for stores."""
+    cols = 128 // element_size
+    return (cols, rows), (cols, 16)
 
 
 def device_unsupported(t: torch.Tensor) -> Optional[str]:
@@ -442,6 +466,6 @@ def checkpoint_tensor_maps(checkpoint: torch.Tensor, rows: int) -> Tuple[bytes, 
     if maps is None:
         if len(_TENSOR_MAPS) > 256:
             _TENSOR_MAPS.clear()
-        cols = 128 // checkpoint.element_size()
-        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, (cols, rows)), tensor_map_4d(checkpoint, (cols, 16)))
+        load, store = checkpoint_map_boxes(rows, checkpoint.element_size())
+        maps = _TENSOR_MAPS[key] = (tensor_map_4d(checkpoint, load), tensor_map_4d(checkpoint, store))
     return maps

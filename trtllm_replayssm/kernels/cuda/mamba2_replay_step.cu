@@ -475,6 +475,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 #endif
 
 // ------------------------------------------------------------------ one launch for small batches
+#if !AOT_ENTRIES  // the op's only
 
 // mamba2_replay_small: the whole step in one launch without a pipeline, for batches too small to
 // fill the persistent kernel's ring (kernel notes, sessions 18-19). One CTA of SM_THREADS threads
@@ -715,3 +716,4 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   }
   if (t == 0) advance_after_last_arrival(arrived, NHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }
+#endif  // !AOT_ENTRIES
