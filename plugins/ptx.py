@@ -76,16 +76,21 @@ class PtxEntry:
 
 def parse_ptx_entry(ptx: str) -> PtxEntry:
     """Parses the entry of a Triton PTX module (exactly one ``.visible .entry``)."""
-    entries = parse_ptx_entries(ptx)
-    if len(entries) != 1:
-        raise ValueError(f"expected exactly one .visible .entry in the PTX; found {len(entries)}")
-    return next(iter(entries.values()))
+    found = _ENTRY.findall(ptx)
+    if len(found) != 1:
+        raise ValueError(f"expected exactly one .visible .entry in the PTX; found {len(found)}")
+    return next(iter(parse_ptx_entries(ptx).values()))
 
 
 def parse_ptx_entries(ptx: str) -> Dict[str, PtxEntry]:
     """Every ``.visible .entry`` of a PTX module, by name, in the module's order."""
     target = re.search(r"^\.target\s+(\w+)", ptx, re.M)
-    return {name: _parse_params(name, body, target.group(1) if target else "") for name, body in _ENTRY.findall(ptx)}
+    entries = {}
+    for name, body in _ENTRY.findall(ptx):
+        if name in entries:
+            raise ValueError(f"the PTX declares .entry {name} twice")
+        entries[name] = _parse_params(name, body, target.group(1) if target else "")
+    return entries
 
 
 def _parse_params(name: str, body: str, target: str) -> PtxEntry:
