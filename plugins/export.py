@@ -5,12 +5,15 @@
     python -m trtllm_replayssm_plugins.export gdn --k-heads 16 --v-heads 32 --head-k-dim 128 \\
         --head-v-dim 128 --L 16 --arch 90 --out-dir ptx/          (kda: the same arguments)
     ... --state-dtype fp8 --rounding-seed 7    (fp8 checkpoint with row scales; stochastic rounding)
+    python -m trtllm_replayssm_plugins.export mamba2 --kernel cuda --state-dtype bf16 ... --arch 90
+        (the op's CUDA C++ step as its two AOT layers, sm_90a: plugins/mamba2_cuda.py)
 
 writes ``<plugin>_sm90_<variant>.ptx`` (entry parameters exactly as TensorRT passes them) and a
 ``.json`` manifest beside it (``CompiledKernel.manifest()``): kernel name, arch, PTX ISA
-version, Triton version, parameters in launch order, scalars (constants or input dimensions),
-grid, block, shared memory, constexprs, hidden parameters removed. Triton must run as the
-compiler (TRITON_INTERPRET unset). ``--out-dir`` is an existing directory or a new one in an
+version, compiler, parameters in launch order, scalars (constants or input dimensions),
+grid, block, shared memory, constexprs (the CUDA kernels' -D constants), hidden parameters
+removed. Triton must run as the compiler (TRITON_INTERPRET unset); the CUDA kernels compile
+with NVRTC (no GPU either way). ``--out-dir`` is an existing directory or a new one in an
 existing directory (created, and said so); a missing tree or a file is a usage error.
 """
 
@@ -21,9 +24,10 @@ import sys
 from typing import List, Optional
 
 from trtllm_replayssm.cli import make_out_dir, out_dir, positive_int
+from trtllm_replayssm.kernels.gated_delta_common import H200_MULTIPROCESSORS
 
-from . import gated_delta, mamba2
-from .ptx import check_arch, compile_ptx
+from . import gated_delta, mamba2, mamba2_cuda
+from .ptx import check_arch
 from .spec import STATE_DTYPES
 
 _DTYPES = ("f32", "bf16", "f16")
@@ -77,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--z", dest="has_z", action="store_true", help="the layer gates y by silu(z)")
     m.add_argument("--no-dt-bias", dest="has_dt_bias", action="store_false")
     m.add_argument("--no-softplus", dest="dt_softplus", action="store_false")
+    m.add_argument(
+        "--kernel",
+        choices=("triton", "cuda"),
+        default="triton",
+        help="triton: replayssm::mamba2_replay_step (one layer, every GPU); cuda: the op's CUDA step on sm_90 as "
+        "replayssm::mamba2_replay_coefficients + mamba2_replay_step_cuda (bf16 activations, bf16 checkpoint "
+        "within 48 KiB of shared memory; --arch 90 only) (default: triton)",
+    )
+    m.add_argument(
+        "--multiprocessors",
+        type=positive_int,
+        default=H200_MULTIPROCESSORS,
+        help="--kernel cuda: multiprocessors of the target GPU (the step kernel's grid; default: 132, the H200's)",
+    )
     for family in ("gdn", "kda"):
         g = sub.add_parser(family, parents=[common], help=f"replayssm::gated_delta_replay_step ({family.upper()})")
         for flag in ("--k-heads", "--v-heads", "--head-k-dim", "--head-v-dim"):
@@ -88,7 +106,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _spec(args):
+def _kernels(args) -> list:
+    """[(plugin family or layer, spec)] to export; each has ``compile_kernel(spec, arch)``."""
+    if args.family == "mamba2" and args.kernel == "cuda":
+        if args.rounding_seed is not None:
+            raise ValueError("--kernel cuda: the CUDA step has no stochastic rounding; drop --rounding-seed")
+        reason = mamba2_cuda.export_unsupported(
+            args.head_dim, args.d_state, args.L, state_dtype=args.state_dtype, act_dtype=args.act_dtype
+        )
+        if reason is not None:
+            raise ValueError(f"--kernel cuda: {reason}")
+        attrs = mamba2_cuda.Mamba2CudaAttrs.for_layer(
+            args.nheads,
+            args.head_dim,
+            args.d_state,
+            args.ngroups,
+            args.L,
+            state_dtype=args.state_dtype,
+            has_D=args.has_D,
+            has_z=args.has_z,
+            has_dt_bias=args.has_dt_bias,
+            dt_softplus=args.dt_softplus,
+            batch_hint=args.batch_hint,
+            multiprocessors=args.multiprocessors,
+        )
+        out = []
+        for layer in (mamba2_cuda.COEFFICIENTS, mamba2_cuda.STEP):
+            infos = layer.tensor_infos(
+                attrs,
+                state_dtype=args.state_dtype,
+                dt_dtype=args.dt_dtype or args.act_dtype,
+                param_dtype=args.param_dtype,
+                d_per_dim=args.D_per_dim,
+            )
+            layer.check_inputs(attrs, infos)
+            out.append((layer, layer.kernel_spec(attrs, infos)))
+        return out
     if args.family == "mamba2":
         attrs = mamba2.Mamba2ReplayAttrs.for_layer(
             args.nheads,
@@ -136,28 +189,32 @@ def _spec(args):
         )
         family = gated_delta
     family.check_inputs(attrs, infos)
-    return family.kernel_spec(attrs, infos), family.ENTRY
+    return [(family, family.kernel_spec(attrs, infos))]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        spec, entry = _spec(args)
+        kernels = _kernels(args)
         for arch in args.arch:
-            check_arch(spec, arch)
+            for _, spec in kernels:
+                check_arch(spec, arch)
+            if getattr(args, "kernel", "triton") == "cuda" and arch != mamba2_cuda.ARCH:
+                raise ValueError(f"--kernel cuda: --arch {arch}; the CUDA step's export is for sm_{mamba2_cuda.ARCH}a only")
     except (ValueError, TypeError) as e:
         parser.error(str(e))
     if make_out_dir(args.out_dir):
         print(f"created {args.out_dir}")
     for arch in args.arch:
-        compiled = compile_ptx(spec, entry, arch)
-        path = os.path.join(args.out_dir, compiled.file_name)
-        with open(path, "w") as f:
-            f.write(compiled.ptx)
-        with open(path[: -len(".ptx")] + ".json", "w") as f:
-            json.dump(compiled.manifest(), f, indent=1)
-        print(f"{path}: {len(spec.params)} parameters, block {spec.block[0]}, shared {compiled.shared_mem} B")
+        for family, spec in kernels:
+            compiled = family.compile_kernel(spec, arch)
+            path = os.path.join(args.out_dir, compiled.file_name)
+            with open(path, "w") as f:
+                f.write(compiled.ptx)
+            with open(path[: -len(".ptx")] + ".json", "w") as f:
+                json.dump(compiled.manifest(), f, indent=1)
+            print(f"{path}: {len(spec.params)} parameters, block {spec.block[0]}, shared {compiled.shared_mem} B")
     return 0
 
 

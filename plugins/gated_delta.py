@@ -49,6 +49,7 @@ from trtllm_replayssm.kernels.gated_delta_common import H200_MULTIPROCESSORS, ga
 from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
 
 from .gated_delta_entry import _gated_delta_replay_step_plugin_kernel as ENTRY
+from .ptx import CompiledKernel, compile_ptx
 from .spec import (
     FLOATS,
     FP8,
@@ -80,6 +81,7 @@ __all__ = [
     "ENTRY",
     "GatedDeltaReplayAttrs",
     "check_inputs",
+    "compile_kernel",
     "kernel_spec",
     "layer_attrs",
     "plugin_inputs",
@@ -424,6 +426,11 @@ def kernel_spec(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> Kernel
         (triton.cdiv(a.head_v_dim, a.block_head_dim * a.chunks), a.v_heads, InputDim(_V, 0)),
         a.num_warps,
     )
+
+
+def compile_kernel(spec: KernelSpec, arch: int) -> CompiledKernel:
+    """The entry kernel's PTX for ``sm_{arch}`` (:func:`~trtllm_replayssm_plugins.ptx.compile_ptx`)."""
+    return compile_ptx(spec, ENTRY, arch)
 
 
 def run_op(a: GatedDeltaReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:

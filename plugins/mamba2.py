@@ -50,6 +50,7 @@ from trtllm_replayssm.kernels.common import mamba2_launch_config
 from trtllm_replayssm.kernels.mamba2_replay import fold_constexprs
 
 from .mamba2_entry import _mamba2_replay_step_plugin_kernel as ENTRY
+from .ptx import CompiledKernel, compile_ptx
 from .spec import (
     FLOATS,
     FP8,
@@ -81,6 +82,8 @@ __all__ = [
     "ENTRY",
     "Mamba2ReplayAttrs",
     "check_inputs",
+    "compile_kernel",
+    "input_layouts",
     "kernel_spec",
     "layer_attrs",
     "plugin_inputs",
@@ -297,6 +300,12 @@ def _layouts(a: Mamba2ReplayAttrs, d_per_dim: bool, fp8: bool) -> Tuple[Tuple[st
     )
 
 
+def input_layouts(a, d_per_dim: bool, fp8: bool) -> Dict[str, Tuple[str, tuple]]:
+    """Per input name: (layout words, expected dims) for a layer ``a`` (anything with nheads,
+    head_dim, d_state, ngroups and L: the CUDA plugin layers share these layouts)."""
+    return dict(zip(INPUTS, _layouts(a, d_per_dim, fp8)))
+
+
 def _d_per_dim(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> bool:
     return a.has_D and infos[INPUTS.index("D")].rank == 2
 
@@ -463,6 +472,11 @@ def kernel_spec(a: Mamba2ReplayAttrs, infos: Sequence[TensorInfo]) -> KernelSpec
         (triton.cdiv(a.head_dim, a.block_head_dim * a.chunks), a.nheads, InputDim(_X, 0)),
         a.num_warps,
     )
+
+
+def compile_kernel(spec: KernelSpec, arch: int) -> CompiledKernel:
+    """The entry kernel's PTX for ``sm_{arch}`` (:func:`~trtllm_replayssm_plugins.ptx.compile_ptx`)."""
+    return compile_ptx(spec, ENTRY, arch)
 
 
 def run_op(a: Mamba2ReplayAttrs, inputs: Sequence[torch.Tensor], out: torch.Tensor) -> None:

@@ -1,18 +1,27 @@
 """Builder entries: add one SSM layer's ReplaySSM step to a ``tensorrt.INetworkDefinition``.
 
 Import-guarded: calling it without TensorRT (>= 10.9 for ``aot=True``, >= 10.6 for JIT)
-raises ImportError with the fix. Each replay step (Mamba-2, GDN, KDA) is one kernel, so one
-plugin layer; a step that needed a pre-kernel would add one plugin layer per kernel, the first
-one's output tensor feeding the second.
+raises ImportError with the fix. Each Triton replay step (Mamba-2, GDN, KDA) is one kernel, so
+one plugin layer; the Mamba-2 CUDA step (:func:`add_mamba2_replay_step_cuda`) is two kernels,
+so two layers, the first one's outputs feeding the second.
 """
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
-from . import NAMESPACE, gated_delta, mamba2
+from trtllm_replayssm.kernels.gated_delta_common import H200_MULTIPROCESSORS
+
+from . import NAMESPACE, gated_delta, mamba2, mamba2_cuda
 from .spec import TensorInfo, check_checkpoint_scale
 from .tensorrt_plugin import _dtype_name, import_tensorrt, register_plugins
 
-__all__ = ["add_gdn_replay_step", "add_kda_replay_step", "add_mamba2_replay_step"]
+__all__ = [
+    "ReplayStepLayers",
+    "add_gdn_replay_step",
+    "add_kda_replay_step",
+    "add_mamba2_replay_step",
+    "add_mamba2_replay_step_cuda",
+]
 
 
 def add_mamba2_replay_step(
@@ -96,6 +105,94 @@ def add_mamba2_replay_step(
         **flags,
     )
     return _add(network, getattr(trtp.op, NAMESPACE).mamba2_replay_step(*inputs, **attrs.values()), aot, name)
+
+
+@dataclass(frozen=True)
+class ReplayStepLayers:
+    """The layers one replay step added, and its results in the single-layer plugin's output
+    order (:func:`add_mamba2_replay_step`): ``get_output(0)`` is y, 1..6 checkpoint, x_records,
+    dt_records, B_records, cursor, arrivals after the step."""
+
+    layers: Tuple[object, ...]
+    outputs: Tuple[object, ...]
+
+    def get_output(self, index: int):
+        return self.outputs[index]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+
+def add_mamba2_replay_step_cuda(
+    network,
+    checkpoint,
+    x_records,
+    dt_records,
+    B_records,
+    cursor,
+    arrivals,
+    x,
+    dt,
+    A,
+    B,
+    C,
+    *,
+    slot_ids,
+    D=None,
+    z=None,
+    dt_bias=None,
+    dt_softplus: bool = True,
+    batch_hint: int = 64,
+    multiprocessors: int = H200_MULTIPROCESSORS,
+    name: Optional[str] = None,
+) -> ReplayStepLayers:
+    """Adds the Mamba-2 replay step as the op's CUDA C++ kernels (sm_90a, AOT): the layers
+    ``replayssm::mamba2_replay_coefficients`` and ``replayssm::mamba2_replay_step_cuda``
+    (:mod:`trtllm_replayssm_plugins.mamba2_cuda`) and a constant [2, 32] i32 tensor, the
+    checkpoint's tensor-map template. Arguments as :func:`add_mamba2_replay_step` (``arrivals``
+    is passed through unchanged: these kernels do not use it); ``multiprocessors``: of the GPU
+    the engine is for (the step kernel's persistent grid). Building the network needs the CUDA
+    driver (the template is encoded by ``cuTensorMapEncodeTiled``); the engine, an sm_90 GPU and
+    a CUDA 13 driver.
+
+    Returns:
+        :class:`ReplayStepLayers`: outputs as :func:`add_mamba2_replay_step`'s 0..6 (y, the caches
+        after the step, aliased where a layer updates them: checkpoint and cursor by layer 2,
+        the records by layer 1). Bind them in place as described there.
+
+    Raises:
+        ImportError: no TensorRT with AOT plugins (>= 10.9). ValueError: a layer the CUDA export
+            cannot take (:func:`~trtllm_replayssm_plugins.mamba2_cuda.export_unsupported`; e.g.
+            an fp32 checkpoint, whose step kernel needs more than 48 KiB of shared memory), or
+            inputs that do not fit. TypeError: wrong dtypes.
+    """
+    trt, trtp = import_tensorrt(True)
+    register_plugins(True)
+    tensors = dict(checkpoint=checkpoint, x_records=x_records, dt_records=dt_records, B_records=B_records,
+                   cursor=cursor, arrivals=arrivals, x=x, dt=dt, A=A, B=B, C=C, slot_ids=slot_ids, D=D, z=z,
+                   dt_bias=dt_bias)  # fmt: skip
+    flags = {f"has_{n}": tensors[n] is not None for n in ("D", "z", "dt_bias")}
+    state_dtype = _dtype_name(trt, checkpoint.dtype)
+    _, nheads, head_dim, d_state = tuple(checkpoint.shape)
+    attrs = mamba2_cuda.Mamba2CudaAttrs.for_layer(
+        nheads, head_dim, d_state, tuple(B_records.shape)[1], tuple(x_records.shape)[2], state_dtype=state_dtype,
+        dt_softplus=dt_softplus, batch_hint=batch_hint, multiprocessors=multiprocessors, **flags,
+    )  # fmt: skip
+    template = mamba2_cuda.map_template(attrs, state_dtype)
+    tensors["tensor_maps"] = network.add_constant(template.shape, template).get_output(0)
+    for absent, substitute in {**mamba2_cuda.COEFFICIENTS.SUBSTITUTES, **mamba2_cuda.STEP.SUBSTITUTES}.items():
+        if tensors[absent] is None:
+            tensors[absent] = tensors[substitute]
+    op = getattr(trtp.op, NAMESPACE)
+    l1 = _add(network, op.mamba2_replay_coefficients(*[tensors[n] for n in mamba2_cuda.COEFFICIENTS.INPUTS],
+                                                     **attrs.values()), True, name and f"{name}/coefficients")  # fmt: skip
+    coef, c_rows, x_rec, dt_rec, B_rec = (l1.get_output(i) for i in range(len(mamba2_cuda.COEFFICIENTS.OUTPUTS)))
+    tensors.update(coef=coef, c_rows=c_rows, x_records=x_rec, B_records=B_rec)
+    l2 = _add(network, op.mamba2_replay_step_cuda(*[tensors[n] for n in mamba2_cuda.STEP.INPUTS], **attrs.values()),
+              True, name and f"{name}/step")  # fmt: skip
+    y, ckpt, cur = (l2.get_output(i) for i in range(3))
+    return ReplayStepLayers((l1, l2), (y, ckpt, x_rec, dt_rec, B_rec, cur, arrivals))
 
 
 def _check_scale(trt, family, checkpoint, checkpoint_scale, slot_ids) -> str:

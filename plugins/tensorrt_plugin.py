@@ -10,12 +10,15 @@ Per plugin, :func:`register_plugins` defines:
   ``ValueError``/``TypeError`` at network build time), returns ``out`` shaped like ``x`` and the
   cache tensors aliased to their inputs (in-place update); the checkpoint_scale output is
   aliased to its input with an fp8 checkpoint, else a new buffer like its substitute, slot_ids
-  (:func:`~trtllm_replayssm_plugins.spec.aliased_outputs`).
-* ``aot_impl`` (TensorRT >= 10.9): the entry kernel's name, its PTX for the build GPU, the
-  launch parameters and the scalar arguments as ``SymInt32`` expressions. The engine then runs
-  without Python; attributes are not serialized.
+  (:func:`~trtllm_replayssm_plugins.spec.aliased_outputs`); an output of a shape of its own
+  (the CUDA layers' ``NEW_OUTPUTS``) from its dimensions.
+* ``aot_impl`` (TensorRT >= 10.9): the entry kernel's name, its PTX for the build GPU
+  (``family.compile_kernel``), the launch parameters and the scalar arguments as ``SymInt32``
+  expressions. The engine then runs without Python; attributes are not serialized.
 * ``impl`` (JIT, TensorRT 10.6 - 10.8 or on request): runs the ``replayssm::`` op through
-  PyTorch on TensorRT's stream; the serving process must import this module.
+  PyTorch on TensorRT's stream; the serving process must import this module. The CUDA step's
+  two layers (:data:`~trtllm_replayssm_plugins.AOT_ONLY`) have none: they are registered only
+  with ``aot_impl``.
 
 The functions' parameter lists are generated from the family's input names and attribute
 fields, because ``tensorrt.plugin`` reads them with ``inspect.signature``: inputs, attributes,
@@ -27,9 +30,8 @@ from typing import Tuple
 
 import triton
 
-from . import FAMILIES, NAMESPACE
-from .ptx import compile_ptx
-from .spec import FP8, TensorInfo, aliased_outputs
+from . import AOT_ONLY, FAMILIES, NAMESPACE
+from .spec import FP8, InputDim, TensorInfo, aliased_outputs
 
 __all__ = ["MIN_TENSORRT", "MIN_TENSORRT_AOT", "build_arch", "import_tensorrt", "register_plugins", "version_tuple"]
 
@@ -107,10 +109,19 @@ def _define(trt, trtp, family) -> None:
         infos = [_info(trt, d) for d in descs]
         family.check_inputs(a, infos)
         aliases = aliased_outputs(family, infos[0].dtype)
-        return tuple(
-            descs[aliases[o]].aliased() if o in aliases else descs[family.LIKE_INPUT[o]].like()
-            for o in range(len(family.OUTPUTS))
-        )
+        new = family.NEW_OUTPUTS(a) if hasattr(family, "NEW_OUTPUTS") else {}
+        types = {"f32": trt.float32, "i32": trt.int32}
+
+        def output(o):
+            if o in aliases:
+                return descs[aliases[o]].aliased()
+            if o in new:
+                dims, dtype = new[o]
+                shape = tuple(descs[d.input].shape_expr[d.axis] if isinstance(d, InputDim) else d for d in dims)
+                return trtp.from_shape_expr(shape, types[dtype])
+            return descs[family.LIKE_INPUT[o]].like()
+
+        return tuple(output(o) for o in range(len(family.OUTPUTS)))
 
     register_fn.__signature__ = _signature(
         family.INPUTS + tuple(attr_fields),
@@ -126,7 +137,7 @@ def _define(trt, trtp, family) -> None:
             descs, values = args[:n_in], args[n_in : n_in + n_attr]
             a = family.ATTRS(*values)
             spec = family.kernel_spec(a, [_info(trt, d) for d in descs])
-            compiled = compile_ptx(spec, family.ENTRY, build_arch())
+            compiled = family.compile_kernel(spec, build_arch())
             shapes = [d.shape_expr for d in descs]
             launch = trtp.KernelLaunchParams()
             launch.grid_x, launch.grid_y, launch.grid_z = spec.grid_values(shapes)
@@ -137,6 +148,9 @@ def _define(trt, trtp, family) -> None:
 
         aot_impl_fn.__signature__ = _signature(family.INPUTS + tuple(attr_fields), [], ("outputs", "tactic"))
         trtp.aot_impl(plugin_id)(aot_impl_fn)
+
+    if not hasattr(family, "run_op"):
+        return
 
     def impl_fn(*args, stream):
         import torch
@@ -156,7 +170,8 @@ def _define(trt, trtp, family) -> None:
 
 
 def register_plugins(aot: bool = True) -> None:
-    """Registers every plugin of :data:`~trtllm_replayssm_plugins.FAMILIES` (once per process).
+    """Registers every plugin of :data:`~trtllm_replayssm_plugins.FAMILIES` and, where TensorRT
+    has AOT plugins, of :data:`~trtllm_replayssm_plugins.AOT_ONLY` (once per process).
 
     Raises:
         ImportError: TensorRT missing or older than needed (10.9 with ``aot``, else 10.6).
@@ -165,6 +180,6 @@ def register_plugins(aot: bool = True) -> None:
     trt, trtp = import_tensorrt(aot)
     if _REGISTERED:
         return
-    for family in FAMILIES:
+    for family in FAMILIES + (AOT_ONLY if hasattr(trtp, "aot_impl") else ()):
         _define(trt, trtp, family)
     _REGISTERED = True

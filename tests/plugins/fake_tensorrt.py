@@ -97,14 +97,34 @@ class PluginCall:
         return self
 
 
+def from_shape_expr(shape, dtype):
+    """``trtp.from_shape_expr``: a descriptor of ``shape`` (ints or a descriptor's ShapeExprs)."""
+    d = TensorDesc(dtype, [])
+    d.shape_expr = [e if isinstance(e, ShapeExpr) else ShapeExpr(e) for e in shape]
+    return d
+
+
+def _itensor(desc):
+    """The ITensor stand-in of an output descriptor (dynamic dimensions -1)."""
+    return ITensor(desc.dtype, [e.value if isinstance(e.value, int) else -1 for e in desc.shape_expr])
+
+
 class Network:
-    """``INetworkDefinition.add_plugin`` only: records each call."""
+    """``INetworkDefinition.add_plugin`` and ``add_constant`` only: records each call; a plugin
+    layer's ``get_output(i)`` is an ITensor of its i-th output descriptor."""
 
     def __init__(self):
         self.layers = []
 
     def add_plugin(self, call, aot=True):
-        layer = types.SimpleNamespace(call=call, aot=aot, name=None)
+        outputs = [_itensor(d) for d in call.outputs]
+        layer = types.SimpleNamespace(call=call, aot=aot, name=None, get_output=outputs.__getitem__)
+        self.layers.append(layer)
+        return layer
+
+    def add_constant(self, shape, weights):
+        out = ITensor("INT32" if str(getattr(weights, "dtype", "")) == "int32" else "FLOAT", shape)
+        layer = types.SimpleNamespace(shape=tuple(shape), weights=weights, get_output=[out].__getitem__)
         self.layers.append(layer)
         return layer
 
@@ -139,6 +159,7 @@ def make_modules(version="10.9.0", aot=True):
     trt.fp8 = "FP8"  # tensorrt.fp8 = DataType.FP8 (e4m3)
     trtp = types.ModuleType("tensorrt.plugin")
     trtp.TensorDesc, trtp.SymInt32, trtp.SymIntExprs = TensorDesc, SymInt32, SymIntExprs
+    trtp.from_shape_expr = from_shape_expr
     trtp.registry = {}
     trt.plugin = trtp
 

@@ -56,6 +56,26 @@ def test_export_does_not_create_a_missing_tree(tmp_path, capsys):
             id="fp8-sm80",
         ),
         pytest.param(["--state-dtype", "f64"], "argument --state-dtype: invalid choice: 'f64'", id="f64"),
+        pytest.param(
+            ["--kernel", "cuda", "--state-dtype", "f32", "--head-dim", "64", "--d-state", "128"],
+            "--kernel cuda: the step kernel needs",
+            id="cuda-f32",
+        ),
+        pytest.param(
+            ["--kernel", "cuda", "--state-dtype", "bf16", "--rounding-seed", "4"],
+            "--kernel cuda: the CUDA step has no stochastic rounding",
+            id="cuda-seed",
+        ),
+        pytest.param(
+            ["--kernel", "cuda", "--state-dtype", "bf16", "--head-dim", "64", "--d-state", "128", "--arch", "100"],
+            "--kernel cuda: --arch 100; the CUDA step's export is for sm_90a only",
+            id="cuda-sm100",
+        ),
+        pytest.param(
+            ["--kernel", "cuda", "--state-dtype", "bf16", "--d-state", "16"],
+            "--kernel cuda: d_state 16; the CUDA step takes multiples of 64 up to 256",
+            id="cuda-dstate",
+        ),
     ],
 )
 def test_export_argument_errors_name_the_option(tmp_path, argv, message, capsys):
@@ -107,3 +127,19 @@ def test_export_fp8_with_stochastic_rounding(tmp_path):
     assert params["checkpoint_scale_in"]["type"] == params["checkpoint_scale_ptr"]["type"] == "*fp32"
     assert params["checkpoint_ptr"]["type"] == "*fp8e4nv"
     assert "cvt.rn.satfinite.e4m3x2.f32" in (tmp_path / ptx).read_text()
+
+
+def test_export_cuda_writes_both_layers(tmp_path, capsys):
+    """--kernel cuda: each layer's PTX (sm_90a) and manifest (entry, launch list, NVRTC)."""
+    argv = ["mamba2", "--kernel", "cuda", "--state-dtype", "bf16", "--nheads", "16", "--head-dim", "64",
+            "--d-state", "128", "--ngroups", "2", "--L", "8", "--arch", "90", "--out-dir", str(tmp_path)]  # fmt: skip
+    assert export.main(argv) == 0
+    manifests = sorted(p for p in os.listdir(tmp_path) if p.endswith(".json"))
+    assert [m.split("_sm90_")[0] for m in manifests] == ["mamba2_replay_coefficients", "mamba2_replay_step_cuda"]
+    step = json.loads((tmp_path / manifests[1]).read_text())
+    assert step["kernel_name"] == "mamba2_replay_step_aot" and step["compiler"].startswith("nvrtc ")
+    assert [p["name"] for p in step["params"] if p["role"] == "scalar"] == ["batch", "num_slots"]
+    assert step["grid"] == [3 * 132, 1, 1] and step["constexprs"]["AOT_ENTRIES"] == 1
+    ptx = (tmp_path / manifests[1].replace(".json", ".ptx")).read_text()
+    assert ".target sm_90a" in ptx and ".entry mamba2_replay_step_aot" in ptx
+    assert "shared 0 B" in capsys.readouterr().out

@@ -36,12 +36,6 @@ DTYPES = dict(
 FP8_DTYPES = dict(DTYPES, checkpoint="FP8", checkpoint_scale="FLOAT")
 
 
-@pytest.fixture
-def fresh(monkeypatch):
-    monkeypatch.setattr(tensorrt_plugin, "_REGISTERED", False)
-    return monkeypatch
-
-
 def _descs(fake=False, state="f32", **dims_override):
     dims = {
         n: tuple("dyn" if d is None else d for d in i.dims)
@@ -117,16 +111,16 @@ def test_aot_impl_translates_the_launch_plan(fresh):
     tensorrt_plugin.register_plugins()
     compiled = []
 
-    def fake_compile(spec, fn, arch):
-        compiled.append((spec, fn, arch))
+    def fake_compile(spec, arch):
+        compiled.append((spec, arch))
         return types.SimpleNamespace(kernel_name="entry", ptx="PTX", shared_mem=4321)
 
-    fresh.setattr(tensorrt_plugin, "compile_ptx", fake_compile)
+    fresh.setattr(mamba2, "compile_kernel", fake_compile)
     fresh.setattr(tensorrt_plugin, "build_arch", lambda: 90)
     descs = _descs()
     name, ptx, launch, scalars = trtp.registry[PLUGIN_ID]["aot_impl"](*descs, *A.values().values(), (), 0)
-    ((spec, fn, arch),) = compiled
-    assert (name, ptx, fn, arch) == ("entry", "PTX", mamba2.ENTRY, 90)
+    ((spec, arch),) = compiled
+    assert (name, ptx, arch) == ("entry", "PTX", 90)
     assert (
         spec.variant
         == mamba2.kernel_spec(A, mamba2.tensor_infos(A, state_dtype="f32", act_dtype="bf16", dt_dtype="bf16")).variant
@@ -249,9 +243,9 @@ def test_aot_impl_fp8_with_stochastic_rounding(fresh):
     tensorrt_plugin.register_plugins()
     compiled = []
     fresh.setattr(
-        tensorrt_plugin,
-        "compile_ptx",
-        lambda spec, fn, arch: compiled.append(spec) or types.SimpleNamespace(kernel_name="entry", ptx="PTX", shared_mem=0),
+        mamba2,
+        "compile_kernel",
+        lambda spec, arch: compiled.append(spec) or types.SimpleNamespace(kernel_name="entry", ptx="PTX", shared_mem=0),
     )
     fresh.setattr(tensorrt_plugin, "build_arch", lambda: 90)
     attrs = {**A.values(), "rounding_seed": 12345}
