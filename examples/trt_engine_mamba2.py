@@ -3,8 +3,10 @@ it step by step against the PyTorch op (``trtllm_replayssm.ops.mamba2_replay_ste
 
     pip install -e ".[tensorrt]"
     python examples/trt_engine_mamba2.py [--steps 10] [--save-engine mamba2_replay.engine]
+    python examples/trt_engine_mamba2.py --kernel cuda     # the CUDA step's two layers (sm_90)
 
-Needs TensorRT >= 10.9 and a CUDA GPU; anywhere else it prints why it skips and exits 0.
+Needs TensorRT >= 10.9 and a CUDA GPU (``--kernel cuda``: an sm_90 one, a bf16 checkpoint);
+anywhere else it prints why it skips and exits 0.
 The engine holds the kernel's PTX, so a saved engine runs in ``trtexec`` or the C++ runtime
 without Python or a plugin library. The caches are network inputs whose aliased plugin outputs
 are marked as network outputs and bound to the same addresses: the engine updates them in place.
@@ -34,11 +36,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10, help="decode steps to run (default: 10, L = 4)")
     parser.add_argument("--save-engine", default=None, help="write the serialized engine here")
+    parser.add_argument(
+        "--kernel",
+        choices=("triton", "cuda"),
+        default="triton",
+        help="triton: add_mamba2_replay_step (fp32 checkpoint); cuda: add_mamba2_replay_step_cuda (bf16 checkpoint, "
+        "sm_90) (default: triton)",
+    )
     args = parser.parse_args(argv)
     try:
         reason = _skip_reason()
     except ImportError as e:
         reason = f"trtllm_replayssm_plugins is not importable ({e}); pip install -e ."
+    if not reason and args.kernel == "cuda":
+        import torch
+
+        if torch.cuda.get_device_capability() != (9, 0):
+            reason = f"--kernel cuda needs an sm_90 GPU; this one is {torch.cuda.get_device_capability()}"
     if reason:
         print(f"skipped: {reason}")
         return 0
@@ -49,12 +63,13 @@ def main(argv=None) -> int:
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.ops import mamba2_replay_step
     from trtllm_replayssm_plugins import mamba2
-    from trtllm_replayssm_plugins.network import add_mamba2_replay_step
+    from trtllm_replayssm_plugins.network import add_mamba2_replay_step, add_mamba2_replay_step_cuda
 
     nheads, head_dim, d_state, ngroups, L, num_slots = 8, 64, 64, 2, 4, 6
     max_batch = 4
+    state_dtype = torch.bfloat16 if args.kernel == "cuda" else torch.float32
     cache = Mamba2ReplayCache.allocate(
-        num_slots, nheads, head_dim, d_state, ngroups, L, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cuda"
+        num_slots, nheads, head_dim, d_state, ngroups, L, state_dtype=state_dtype, act_dtype=torch.bfloat16, device="cuda"
     )
     cache.checkpoint.normal_()
     A = -(torch.rand(nheads, device="cuda") + 1.0)
@@ -84,18 +99,20 @@ def main(argv=None) -> int:
         {n: network.add_input(n, to_trt[t.dtype], tuple(t.shape)) for n, t in dict(A=A, D=D, dt_bias=dt_bias).items()}
     )
     tensors.update({n: network.add_input(n, to_trt[dtypes[n]], s) for n, s in shapes.items()})
-    layer = add_mamba2_replay_step(
-        network,
-        *(tensors[n] for n in mamba2.INPUTS[:11]),
-        slot_ids=tensors["slot_ids"],
-        D=tensors["D"],
-        z=tensors["z"],
-        dt_bias=tensors["dt_bias"],
-        batch_hint=max_batch,
-        aot=True,
-        name="mamba2_replay_step",
-    )
-    out_names = ["y"] + [f"{n}_out" for n in mamba2.INPUTS[:6]]
+    common = dict(slot_ids=tensors["slot_ids"], D=tensors["D"], z=tensors["z"], dt_bias=tensors["dt_bias"])
+    if args.kernel == "cuda":
+        # arrivals (output 6) is passed through: the two launches do not use it
+        layer = add_mamba2_replay_step_cuda(
+            network, *(tensors[n] for n in mamba2.INPUTS[:11]), **common, batch_hint=max_batch, name="mamba2_replay_step"
+        )
+        cache_outputs = mamba2.INPUTS[:5]
+    else:
+        layer = add_mamba2_replay_step(
+            network, *(tensors[n] for n in mamba2.INPUTS[:11]), **common, batch_hint=max_batch, aot=True,
+            name="mamba2_replay_step",
+        )  # fmt: skip
+        cache_outputs = mamba2.INPUTS[:6]
+    out_names = ["y"] + [f"{n}_out" for n in cache_outputs]
     for i, name in enumerate(out_names):
         layer.get_output(i).name = name
         network.mark_output(layer.get_output(i))
@@ -137,7 +154,7 @@ def main(argv=None) -> int:
                 context.set_input_shape(n, tuple(t.shape))
             context.set_tensor_address(n, t.data_ptr())
         context.set_tensor_address("y", y.data_ptr())
-        for n in mamba2.INPUTS[:6]:
+        for n in cache_outputs:
             context.set_tensor_address(f"{n}_out", getattr(cache, n).data_ptr())  # in place
         if not context.execute_async_v3(stream.cuda_stream):
             print(f"FAILED: execute_async_v3 returned False at step {step}")

@@ -388,7 +388,8 @@ def test_fake_tensorrt_has_teeth(fresh):
         trtp.register("t::q")(lambda x: None)
 
 
-def test_example_engine_script_skips_with_its_reason():
+@pytest.mark.parametrize("argv", [[], ["--kernel", "cuda"]], ids=["triton", "cuda"])
+def test_example_engine_script_skips_with_its_reason(argv):
     import importlib.util
     import subprocess
     import sys
@@ -396,7 +397,7 @@ def test_example_engine_script_skips_with_its_reason():
     if importlib.util.find_spec("tensorrt") is not None and torch.cuda.is_available():
         pytest.skip("TensorRT and a GPU are here: the example runs for real")
     proc = subprocess.run(
-        [sys.executable, f"{plugin_cases.ROOT}/examples/trt_engine_mamba2.py"],
+        [sys.executable, f"{plugin_cases.ROOT}/examples/trt_engine_mamba2.py", *argv],
         env=plugin_cases.subprocess_env(),
         capture_output=True,
         text=True,
