@@ -53,8 +53,8 @@ _PATCHES = (
         '  u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t) : "r"(dep)); return t; }\n',
     ),
     (
-        "    const int* __restrict__ slot_ids) {\n  // Launched programmatically",
-        "    const int* __restrict__ slot_ids, u64* __restrict__ trace) {\n"
+        "    const int* __restrict__ slot_ids, int num_slots) {\n  // Launched programmatically",
+        "    const int* __restrict__ slot_ids, int num_slots, u64* __restrict__ trace) {\n"
         f"  u64* tr = trace + {COEF_OFFSET} + (blockIdx.y * gridDim.x + blockIdx.x) * {COEF_SLOTS};\n"
         "  if (threadIdx.x == 0) tr[0] = gtime();\n  // Launched programmatically",
     ),
@@ -63,16 +63,17 @@ _PATCHES = (
         "  if (slot < 0) return;\n  if (threadIdx.x == 0) tr[1] = gtime();\n  // Two memory round trips",
     ),
     (
-        "  const int w = cursor[slot];\n#pragma unroll\n",
-        "  const int w = cursor[slot];\n  if (threadIdx.x == 0 && w >= 0) tr[2] = gtime();\n#pragma unroll\n",
+        "  const int w = cursor[slot];\n  if (cursor_out_of_range(w)) return;",
+        "  const int w = cursor[slot];\n  if (threadIdx.x == 0 && w >= 0) tr[2] = gtime();\n  if (cursor_out_of_range(w)) return;",
     ),
     (
         "      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];\n  }\n}",
         "      if (lane + 32 * k < ROWS) xrec[lane + 32 * k] = xv[q][k];\n  }\n  if (threadIdx.x == 0) tr[3] = gtime();\n}",
     ),
     (
-        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {\n  extern __shared__",
-        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, u64* __restrict__ trace) {\n"
+        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, int num_slots) {\n  extern __shared__",
+        "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, int num_slots,\n"
+        "    u64* __restrict__ trace) {\n"
         f"  u64* tr = trace + blockIdx.x * {STEP_SLOTS};\n  if (threadIdx.x == 0) tr[0] = gtime();\n  extern __shared__",
     ),
     (
@@ -106,12 +107,12 @@ _PATCHES = (
         "    const int* __restrict__ slot_ids) {\n  coefficients(",
         "    const int* __restrict__ slot_ids, u64* __restrict__ trace) {\n  coefficients(",
     ),
-    ("sC_batch, sC_group, slot_ids);", "sC_batch, sC_group, slot_ids, trace);"),
+    ("sC_batch, sC_group, slot_ids, 0);", "sC_batch, sC_group, slot_ids, 0, trace);"),
     (
         "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {\n  step(",
         "    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, u64* __restrict__ trace) {\n  step(",
     ),
-    ("so_batch, so_head, slot_ids, cursor, batch);", "so_batch, so_head, slot_ids, cursor, batch, trace);"),
+    ("so_batch, so_head, slot_ids, cursor, batch, 0);", "so_batch, so_head, slot_ids, cursor, batch, 0, trace);"),
     # The small kernel (words at the CTA's SMALL_SLOTS): 0 start, 1 programmatic wait done, 2 slot
     # known, 3 its loads back (thread 0's), 4 barrier passed, 5 output known, 6 arrival known, 7 end.
     (

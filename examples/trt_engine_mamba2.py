@@ -92,19 +92,19 @@ def main(argv=None) -> int:
     dtypes = dict(
         x=torch.bfloat16, dt=torch.bfloat16, B=torch.bfloat16, C=torch.bfloat16, z=torch.bfloat16, slot_ids=torch.int32
     )
-    tensors = {
-        n: network.add_input(n, to_trt[getattr(cache, n).dtype], tuple(getattr(cache, n).shape)) for n in mamba2.INPUTS[:6]
-    }
+    cache_inputs = mamba2.INPUTS[:5] if args.kernel == "cuda" else mamba2.INPUTS[:6]
+    tensors = {n: network.add_input(n, to_trt[getattr(cache, n).dtype], tuple(getattr(cache, n).shape)) for n in cache_inputs}
     tensors.update(
         {n: network.add_input(n, to_trt[t.dtype], tuple(t.shape)) for n, t in dict(A=A, D=D, dt_bias=dt_bias).items()}
     )
     tensors.update({n: network.add_input(n, to_trt[dtypes[n]], s) for n, s in shapes.items()})
     common = dict(slot_ids=tensors["slot_ids"], D=tensors["D"], z=tensors["z"], dt_bias=tensors["dt_bias"])
     if args.kernel == "cuda":
-        # arrivals (output 6) is passed through: the two launches do not use it
+        # no arrivals: the two launches neither read nor write it (not a network input here)
         layer = add_mamba2_replay_step_cuda(
-            network, *(tensors[n] for n in mamba2.INPUTS[:11]), **common, batch_hint=max_batch, name="mamba2_replay_step"
-        )
+            network, *(tensors.get(n) for n in mamba2.INPUTS[:11]), **common, batch_hint=max_batch,
+            name="mamba2_replay_step",
+        )  # fmt: skip
         cache_outputs = mamba2.INPUTS[:5]
     else:
         layer = add_mamba2_replay_step(
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
         y = torch.full_like(inp["x"], 42.0)
         y_ref = y.clone()
         flushes += int((cache.cursor[slot_ids[slot_ids >= 0].long()] == L - 1).sum())
-        bound = {**{n: getattr(cache, n) for n in mamba2.INPUTS[:6]}, "A": A, "D": D, "dt_bias": dt_bias, **inp}
+        bound = {**{n: getattr(cache, n) for n in cache_inputs}, "A": A, "D": D, "dt_bias": dt_bias, **inp}
         for n, t in bound.items():
             if n in shapes:
                 context.set_input_shape(n, tuple(t.shape))

@@ -44,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--state-dtype",
         choices=STATE_DTYPES,
-        default="f32",
-        help="checkpoint dtype (default: f32; fp8 is e4m3 with a checkpoint_scale input)",
+        default=None,
+        help="checkpoint dtype (default: f32, bf16 with --kernel cuda; fp8 is e4m3 with a checkpoint_scale input)",
     )
     common.add_argument(
         "--rounding-seed",
@@ -195,6 +195,8 @@ def _kernels(args) -> list:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.state_dtype is None:
+        args.state_dtype = "bf16" if getattr(args, "kernel", "triton") == "cuda" else "f32"
     try:
         kernels = _kernels(args)
         for arch in args.arch:

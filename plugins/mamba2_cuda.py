@@ -223,15 +223,17 @@ def map_template(a: Mamba2CudaAttrs, state_dtype: str) -> np.ndarray:
     return np.frombuffer(b"".join(maps), dtype=np.int32).reshape(2, MAP_WORDS).copy()
 
 
-def _defines(a: Mamba2CudaAttrs, infos: Mapping[str, TensorInfo], state_dtype: str) -> Tuple[Tuple[str, int], ...]:
-    """The .cu file's -D constants of a layer's entry (AOT_ENTRIES=1). Each layer compiles its own
-    module: a dtype code or D_PER_DIM of an input the layer does not have is 0 (the other
-    layer's entry reads it, this one does not)."""
+def _defines(
+    a: Mamba2CudaAttrs, infos: Mapping[str, TensorInfo], state_dtype: str, entries: int
+) -> Tuple[Tuple[str, int], ...]:
+    """The .cu file's -D constants of a layer's module (AOT_ENTRIES = ``entries``: 1 layer 1's
+    entry, 2 layer 2's). A dtype code or D_PER_DIM of an input the layer does not have is 0
+    (the other layer's entry reads it, this one is not compiled)."""
     code = {n: DTYPE_CODE[_TORCH[i.dtype]] for n, i in infos.items() if i.dtype in _TORCH}
     flags = dict(HAS_D=int(a.has_D), D_PER_DIM=int(a.has_D and "D" in infos and infos["D"].rank == 2),
                  HAS_Z=int(a.has_z), HAS_DT_BIAS=int(a.has_dt_bias), DT_SOFTPLUS=int(a.dt_softplus),
                  DT_CODE=code.get("dt", 0), DTB_CODE=code.get("dt_bias", 0) if a.has_dt_bias else 0,
-                 D_CODE=code.get("D", 0) if a.has_D else 0, AOT_ENTRIES=1)  # fmt: skip
+                 D_CODE=code.get("D", 0) if a.has_D else 0, AOT_ENTRIES=entries)  # fmt: skip
     cfg = CudaStepConfig(stages=2, min_ctas=a.min_ctas, pdl=False, coef_warps=a.coef_warps)
     return step_defines(a.nheads, a.ngroups, a.head_dim, a.d_state, a.L, cfg, flags, _TORCH[state_dtype].itemsize)
 
@@ -337,7 +339,7 @@ class CudaPluginLayer:
         by = dict(zip(self.INPUTS, infos))
         state = by["checkpoint"].dtype if "checkpoint" in by else STATE_DTYPES[0]
         # layer 1 has no checkpoint input: its code does not depend on the checkpoint dtype
-        defines = dict(_defines(a, by, state))
+        defines = dict(_defines(a, by, state, 2 if self.is_step else 1))
         in_types = ["*" + DTYPE_NAMES[i.dtype] for i in infos]
         if self.is_step:
             scalars = (Scalar("batch", InputDim(self.INPUTS.index("x"), 0)),
@@ -345,7 +347,7 @@ class CudaPluginLayer:
             grid = (a.grid, 1, 1)
             threads = step_threads(a.head_dim)
         else:
-            scalars = ()
+            scalars = (Scalar("num_slots", InputDim(self.INPUTS.index("x_records"), 0)),)
             grid = (a.ngroups * coefficient_split(a.nheads // a.ngroups), InputDim(self.INPUTS.index("x"), 0), 1)
             threads = 32 * a.coef_warps
         new = self.NEW_OUTPUTS(a)

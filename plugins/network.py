@@ -13,6 +13,7 @@ from trtllm_replayssm.kernels.gated_delta_common import H200_MULTIPROCESSORS
 
 from . import NAMESPACE, gated_delta, mamba2, mamba2_cuda
 from .spec import TensorInfo, check_checkpoint_scale
+from . import tensorrt_plugin
 from .tensorrt_plugin import _dtype_name, import_tensorrt, register_plugins
 
 __all__ = [
@@ -110,8 +111,9 @@ def add_mamba2_replay_step(
 @dataclass(frozen=True)
 class ReplayStepLayers:
     """The layers one replay step added, and its results in the single-layer plugin's output
-    order (:func:`add_mamba2_replay_step`): ``get_output(0)`` is y, 1..6 checkpoint, x_records,
-    dt_records, B_records, cursor, arrivals after the step."""
+    order (:func:`add_mamba2_replay_step`): ``get_output(0)`` is y, 1..5 checkpoint, x_records,
+    dt_records, B_records, cursor after the step (each a layer's output, aliased to the input it
+    updates). The two-layer step neither reads nor writes arrivals, so there is no output 6."""
 
     layers: Tuple[object, ...]
     outputs: Tuple[object, ...]
@@ -150,25 +152,33 @@ def add_mamba2_replay_step_cuda(
     """Adds the Mamba-2 replay step as the op's CUDA C++ kernels (sm_90a, AOT): the layers
     ``replayssm::mamba2_replay_coefficients`` and ``replayssm::mamba2_replay_step_cuda``
     (:mod:`trtllm_replayssm_plugins.mamba2_cuda`) and a constant [2, 32] i32 tensor, the
-    checkpoint's tensor-map template. Arguments as :func:`add_mamba2_replay_step` (``arrivals``
-    is passed through unchanged: these kernels do not use it); ``multiprocessors``: of the GPU
-    the engine is for (the step kernel's persistent grid). Building the network needs the CUDA
-    driver (the template is encoded by ``cuTensorMapEncodeTiled``); the engine, an sm_90 GPU and
-    a CUDA 13 driver.
+    checkpoint's tensor-map template. Arguments as :func:`add_mamba2_replay_step`, in the same
+    order; ``arrivals`` is not used (these kernels neither read nor write it): pass None, and do
+    not declare it as a network input. ``multiprocessors``: of the GPU the engine is for (the
+    step kernel's persistent grid). The network must be built on an sm_90 GPU (the PTX is for
+    sm_90a) with its CUDA driver (the template is encoded by ``cuTensorMapEncodeTiled``); the
+    engine runs on sm_90 GPUs with a CUDA 13 driver.
 
     Returns:
-        :class:`ReplayStepLayers`: outputs as :func:`add_mamba2_replay_step`'s 0..6 (y, the caches
+        :class:`ReplayStepLayers`: outputs as :func:`add_mamba2_replay_step`'s 0..5 (y, the caches
         after the step, aliased where a layer updates them: checkpoint and cursor by layer 2,
         the records by layer 1). Bind them in place as described there.
 
     Raises:
-        ImportError: no TensorRT with AOT plugins (>= 10.9). ValueError: a layer the CUDA export
-            cannot take (:func:`~trtllm_replayssm_plugins.mamba2_cuda.export_unsupported`; e.g.
-            an fp32 checkpoint, whose step kernel needs more than 48 KiB of shared memory), or
-            inputs that do not fit. TypeError: wrong dtypes.
+        ImportError: no TensorRT with AOT plugins (>= 10.9). ValueError: a build GPU other than
+            sm_90; a layer the CUDA export cannot take
+            (:func:`~trtllm_replayssm_plugins.mamba2_cuda.export_unsupported`; e.g. an fp32
+            checkpoint, whose step kernel needs more than 48 KiB of shared memory), or inputs
+            that do not fit. TypeError: wrong dtypes.
     """
     trt, trtp = import_tensorrt(True)
     register_plugins(True)
+    arch = tensorrt_plugin.build_arch()
+    if arch != mamba2_cuda.ARCH:
+        raise ValueError(
+            f"add_mamba2_replay_step_cuda: the build GPU is sm_{arch}; the CUDA step's export is for sm_{mamba2_cuda.ARCH}a "
+            "(use add_mamba2_replay_step)"
+        )
     tensors = dict(checkpoint=checkpoint, x_records=x_records, dt_records=dt_records, B_records=B_records,
                    cursor=cursor, arrivals=arrivals, x=x, dt=dt, A=A, B=B, C=C, slot_ids=slot_ids, D=D, z=z,
                    dt_bias=dt_bias)  # fmt: skip
@@ -192,7 +202,7 @@ def add_mamba2_replay_step_cuda(
     l2 = _add(network, op.mamba2_replay_step_cuda(*[tensors[n] for n in mamba2_cuda.STEP.INPUTS], **attrs.values()),
               True, name and f"{name}/step")  # fmt: skip
     y, ckpt, cur = (l2.get_output(i) for i in range(3))
-    return ReplayStepLayers((l1, l2), (y, ckpt, x_rec, dt_rec, B_rec, cur, arrivals))
+    return ReplayStepLayers((l1, l2), (y, ckpt, x_rec, dt_rec, B_rec, cur))
 
 
 def _check_scale(trt, family, checkpoint, checkpoint_scale, slot_ids) -> str:

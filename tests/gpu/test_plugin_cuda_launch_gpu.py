@@ -6,9 +6,9 @@ launch parameters say (grid, block, shared memory, one slot per plugin argument 
 order; aliased outputs are their inputs' buffers), layer 1 then layer 2, with the template maps
 that the network helper encodes. Outputs and caches must equal the op's CUDA launcher at the
 same configuration bit for bit (the same code with constant strides, without programmatic
-launches) over steps with flushes, a padding row and untouched unused slots; each CTA's patched
-tensor maps must equal the maps the op encodes on the host for the real checkpoint, byte for
-byte.
+launches) over steps with flushes, a padding row, rows out of range and untouched unused
+slots; every CTA's patched tensor maps must equal the maps the op encodes on the host for the
+real checkpoint, byte for byte.
 """
 
 import os
@@ -44,23 +44,38 @@ def _args(layer, spec, tensors, outputs):
 
 
 @pytest.mark.parametrize(
-    "batch,L,flags",
-    [(16, 16, dict(has_z=True)), (256, 16, dict()), (5, 8, dict(has_D=False, has_dt_bias=False)), (64, 4, dict())],
-    ids=["b16-L16-z", "b256-L16", "b5-L8-noD-nobias", "b64-L4"],
+    "batch,L,flags,D_per_dim",
+    [
+        (16, 16, dict(has_z=True), False),
+        (256, 16, dict(), False),
+        (5, 8, dict(has_D=False, has_dt_bias=False), False),
+        (64, 4, dict(), False),
+        (64, 16, dict(), True),
+        (3, 16, dict(), False),  # 384 units on 396 CTAs: 12 CTAs with none
+        (2, 8, dict(has_z=True), True),
+    ],
+    ids=["b16-L16-z", "b256-L16", "b5-L8-noD-nobias", "b64-L4", "b64-L16-Ddim", "b3-L16", "b2-L8-z-Ddim"],
 )
-def test_cuda_layers_driver_launch_equal_the_op(driver, batch, L, flags):
+def test_cuda_layers_driver_launch_equal_the_op(driver, batch, L, flags, D_per_dim):
+    """Rows: live slots, then (as the batch allows) a padding row, a slot id past num_slots and a
+    slot whose cursor is out of range: the last two are padding rows for the plugin (the op is
+    given -1 there); nothing of theirs is read or written."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import CudaStepConfig, coefficient_floats, launch_mamba2_replay_step_cuda
     from trtllm_replayssm.kernels.nvrtc import checkpoint_tensor_maps
     from trtllm_replayssm_plugins import mamba2_cuda as cu
 
     a = cu.Mamba2CudaAttrs.for_layer(128, 64, 128, 8, L, state_dtype="bf16", batch_hint=batch, **flags)
     g = torch.Generator().manual_seed(batch + L)
-    num_slots = batch + 3
+    num_slots = batch + 4
     layer = Mamba2Case.layer(a, num_slots=num_slots, state_dtype=torch.bfloat16, act_dtype=torch.bfloat16,
-                             device="cuda", generator=g)  # fmt: skip
+                             device="cuda", generator=g, D_per_dim=D_per_dim)  # fmt: skip
+    bad = num_slots - 1  # its cursor out of range
+    layer["cursor"][bad] = 123456
     ref = {k: v.clone() for k, v in layer.items()}
-    live = torch.randperm(num_slots, generator=g)[: batch - 1].to(torch.int32)
-    slots = torch.cat([live, torch.tensor([-1], dtype=torch.int32)]).cuda()
+    extras = [-1, num_slots + 5, bad][: min(3, batch - 1)]
+    live = torch.randperm(num_slots - 1, generator=g)[: batch - len(extras)].to(torch.int32)
+    slots = torch.cat([live, torch.tensor(extras, dtype=torch.int32)]).cuda()
+    op_slots = torch.cat([live, torch.full((len(extras),), -1, dtype=torch.int32)]).cuda()
     template = torch.from_numpy(cu.map_template(a, "bf16")).cuda()
     scratch = torch.zeros((a.grid, 2, cu.MAP_WORDS), dtype=torch.int32, device="cuda")
     op_cfg = CudaStepConfig(stages=2, min_ctas=a.min_ctas, pdl=True, coef_warps=a.coef_warps)
@@ -78,6 +93,7 @@ def test_cuda_layers_driver_launch_equal_the_op(driver, batch, L, flags):
         t.update(coef=coef, c_rows=c_rows)
         out_p = torch.full_like(x, 42.0)
         out_r = out_p.clone()
+        scratch.zero_()
         flushes += int((layer["cursor"][live.cuda().long()] == L - 1).sum())
         launches = (
             (cu.COEFFICIENTS, [coef, c_rows, layer["x_records"], layer["dt_records"], layer["B_records"]]),
@@ -97,16 +113,14 @@ def test_cuda_layers_driver_launch_equal_the_op(driver, batch, L, flags):
                           _args(plugin, spec, t, outputs), spec.params)  # fmt: skip
         launch_mamba2_replay_step_cuda(
             *(ref[n] for n in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals")),
-            x, step["dt"], ref["A"], step["B"], step["C"], slot_ids=slots, D=ref.get("D"), z=step.get("z"),
+            x, step["dt"], ref["A"], step["B"], step["C"], slot_ids=op_slots, D=ref.get("D"), z=step.get("z"),
             dt_bias=ref.get("dt_bias"), out=out_r, config=op_cfg,
         )  # fmt: skip
         torch.cuda.synchronize()
         assert torch.equal(out_p, out_r), f"step {step_index}: y differs by {(out_p.float() - out_r.float()).abs().max()}"
-        assert torch.all(out_p[-1] == 42.0), "the padding row was written"
+        assert torch.all(out_p[len(live) :] == 42.0), "a padding or out-of-range row was written"
         for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor"):
             assert torch.equal(layer[name], ref[name]), f"step {step_index}: {name}"
         load, store = checkpoint_tensor_maps(layer["checkpoint"], a.head_dim)
-        patched = scratch.cpu().numpy().tobytes()
-        for c in (0, a.grid - 1):
-            assert patched[256 * c : 256 * c + 256] == load + store, f"CTA {c}'s maps differ from the host's"
+        assert scratch.cpu().numpy().tobytes() == (load + store) * a.grid, "a CTA's maps differ from the host's"
     assert flushes >= 2

@@ -62,7 +62,7 @@ def test_export_does_not_create_a_missing_tree(tmp_path, capsys):
             id="cuda-f32",
         ),
         pytest.param(
-            ["--kernel", "cuda", "--state-dtype", "bf16", "--rounding-seed", "4"],
+            ["--kernel", "cuda", "--rounding-seed", "4"],
             "--kernel cuda: the CUDA step has no stochastic rounding",
             id="cuda-seed",
         ),
@@ -131,7 +131,7 @@ def test_export_fp8_with_stochastic_rounding(tmp_path):
 
 def test_export_cuda_writes_both_layers(tmp_path, capsys):
     """--kernel cuda: each layer's PTX (sm_90a) and manifest (entry, launch list, NVRTC)."""
-    argv = ["mamba2", "--kernel", "cuda", "--state-dtype", "bf16", "--nheads", "16", "--head-dim", "64",
+    argv = ["mamba2", "--kernel", "cuda", "--nheads", "16", "--head-dim", "64",
             "--d-state", "128", "--ngroups", "2", "--L", "8", "--arch", "90", "--out-dir", str(tmp_path)]  # fmt: skip
     assert export.main(argv) == 0
     manifests = sorted(p for p in os.listdir(tmp_path) if p.endswith(".json"))
@@ -139,7 +139,8 @@ def test_export_cuda_writes_both_layers(tmp_path, capsys):
     step = json.loads((tmp_path / manifests[1]).read_text())
     assert step["kernel_name"] == "mamba2_replay_step_aot" and step["compiler"].startswith("nvrtc ")
     assert [p["name"] for p in step["params"] if p["role"] == "scalar"] == ["batch", "num_slots"]
-    assert step["grid"] == [3 * 132, 1, 1] and step["constexprs"]["AOT_ENTRIES"] == 1
+    assert step["grid"] == [3 * 132, 1, 1] and step["constexprs"]["AOT_ENTRIES"] == 2
+    assert step["params"][0]["type"] == "*bf16"  # --kernel cuda: a bf16 checkpoint by default
     ptx = (tmp_path / manifests[1].replace(".json", ".ptx")).read_text()
     assert ".target sm_90a" in ptx and ".entry mamba2_replay_step_aot" in ptx
     assert "shared 0 B" in capsys.readouterr().out

@@ -389,9 +389,11 @@ def encode_tensor_map_4d(
 ) -> bytes:
     """CUtensorMap (128 bytes) of a 4-D tensor at device ``address``: ``shape`` outermost first,
     the element ``strides`` of its three outer dimensions (the innermost is contiguous), boxes
-    as :func:`tensor_map_4d`. Needs the CUDA driver (``cuTensorMapEncodeTiled``), not a context
-    or a GPU of its own; the address is only encoded, never dereferenced."""
+    as :func:`tensor_map_4d`. Needs the CUDA driver (``cuTensorMapEncodeTiled``; initialised here
+    if nothing has yet, e.g. a fresh process), no context; the address is only encoded, never
+    dereferenced."""
     driver, _ = _bindings()
+    _check(driver.cuInit(0), "cuInit")  # idempotent; the encoder fails with NOT_INITIALIZED without it
     types = {
         torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,

@@ -2,7 +2,7 @@
 // two launches (1 and 2 below), or for small batches one (3), compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX. Launches 1 and 2
-// have two sets of entries: the op's and, compiled with AOT_ENTRIES=1 for sm_90a, those of the
+// have two sets of entries: the op's and, compiled with AOT_ENTRIES=1 or 2 for sm_90a, those of the
 // TensorRT AOT plugin layers (plugins/mamba2_cuda.py; "entries of launches 1 and 2" below).
 //
 // 1. mamba2_replay_coefficients, one CTA of COEF_WARPS warps (the table's 4 or 16) per (group, batch row,
@@ -44,7 +44,7 @@
 // a multiple of 8 from 16 to 128 dividing ROWS), SM_EARLY_MATH (0 / 1: its arithmetic after / before
 // the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
 // DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16); AOT_ENTRIES (0: the op's entries of
-// launches 1 and 2, 1: TensorRT's).
+// launches 1 and 2 and the small kernel; 1, 2: TensorRT's entry of launch 1, of launch 2).
 
 #include "mamba2_common.cuh"
 
@@ -64,6 +64,20 @@
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
 extern "C" __device__ unsigned int mamba2_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
 
+// ------------------------------------------------------------------ rows out of range
+
+// In the TensorRT AOT entries a row whose slot id is >= num_slots or whose cursor is outside
+// [0, LREC) is a padding row, read and written nowhere: an engine has no error channel, and its
+// builder may time the layers on buffers it never initialised (the Triton plugin's rule). The op
+// validates its inputs, so its entries compile without these checks (the identities below).
+#if AOT_ENTRIES
+__device__ __forceinline__ long long row_slot(long long slot, int num_slots) { return slot < num_slots ? slot : -1; }
+__device__ __forceinline__ bool cursor_out_of_range(int w) { return (unsigned)w >= LREC; }
+#else
+__device__ __forceinline__ long long row_slot(long long slot, int) { return slot; }
+__device__ __forceinline__ bool cursor_out_of_range(int) { return false; }
+#endif
+
 // ------------------------------------------------------------------ launch 1: coefficients
 
 
@@ -81,7 +95,7 @@ __device__ __forceinline__ void coefficients(
     const float* __restrict__ A, const void* __restrict__ dt_bias,
     const u16* __restrict__ B, long long sB_batch, long long sB_group,
     const u16* __restrict__ C, long long sC_batch, long long sC_group,
-    const int* __restrict__ slot_ids) {
+    const int* __restrict__ slot_ids, int num_slots) {
   // Launched programmatically after the previous kernel in the stream (with pdl; the previous
   // step kernel lets this grid's CTAs be scheduled while it drains): wait for that kernel to
   // complete before any read (a no-op when not launched programmatically). Then
@@ -94,7 +108,7 @@ __device__ __forceinline__ void coefficients(
   const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
   const int h0 = split * HPC, hn = min(HPG - h0, HPC);  // this CTA's heads of the group: h0 .. h0 + hn - 1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long slot = slot_ids[b];
+  const long long slot = row_slot(slot_ids[b], num_slots);
   if (slot < 0) return;
   // Two memory round trips: every input and record the CTA may use needs only the slot (records
   // past the cursor are loaded and discarded: no load waits for w), then the cursor's uses.
@@ -138,6 +152,7 @@ __device__ __forceinline__ void coefficients(
     for (int k = 0; k < XPL; ++k) xv[q][k] = lane + 32 * k < ROWS ? xrow[lane + 32 * k] : (u16)0;
   }
   const int w = cursor[slot];
+  if (cursor_out_of_range(w)) return;  // the CTA's threads all read the same w
 #pragma unroll
   for (int r = 0; r < RPW; ++r) {
     const int j = warp + COEF_WARPS * r;
@@ -193,7 +208,7 @@ __device__ __forceinline__ void step(
     const void* __restrict__ D, long long sD_head,
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
-    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
+    const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch, int num_slots) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
@@ -215,8 +230,9 @@ __device__ __forceinline__ void step(
     // after a flush, so the copies are sized for either value and the consumers take the exact
     // w from the coefficient block.
     int slot_l = -1, w_l = 0;
-    if (blockIdx.x + lane * gridDim.x < units) slot_l = slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS];
+    if (blockIdx.x + lane * gridDim.x < units) slot_l = row_slot(slot_ids[(blockIdx.x + lane * gridDim.x) / NHEADS], num_slots);
     if (slot_l >= 0) w_l = cursor[slot_l];
+    if (cursor_out_of_range(w_l)) slot_l = -1, w_l = 0;  // skipped as layer 1 skipped it
     // The first STAGES units' checkpoint rows need only the slot (an input): requested before
     // the wait for the coefficient grid, so that they load while it runs (programmatic
     // dependent launch; a no-op wait otherwise).
@@ -227,8 +243,9 @@ __device__ __forceinline__ void step(
       const int k = i & 31;
       if (k == 0 && i > 0) {
         const int uk = u + lane * gridDim.x;
-        slot_l = uk < units ? slot_ids[uk / NHEADS] : -1;
+        slot_l = uk < units ? (int)row_slot(slot_ids[uk / NHEADS], num_slots) : -1;
         w_l = slot_l >= 0 ? cursor[slot_l] : 0;
+        if (cursor_out_of_range(w_l)) slot_l = -1, w_l = 0;
       }
       const int slot = __shfl_sync(0xffffffffu, slot_l, k);
       const int w = __shfl_sync(0xffffffffu, w_l, k);
@@ -403,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
     const int* __restrict__ slot_ids) {
   coefficients(coef_out, c_out, x_records, sxr_slot, sxr_head, sxr_pos, dt_records, sdtr_slot, sdtr_head, B_records,
                sBr_slot, sBr_group, sBr_pos, cursor, x, sx_batch, sx_head, dt, sdt_batch, sdt_head, A, dt_bias, B,
-               sB_batch, sB_group, C, sC_batch, sC_group, slot_ids);
+               sB_batch, sB_group, C, sC_batch, sC_group, slot_ids, 0);
 }
 
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
@@ -416,27 +433,30 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
   step(&ckpt_load, &ckpt_store, coef, c_rows, x_records, sxr_slot, sxr_head, B_records, sBr_slot, sBr_group, sBr_pos, D,
-       sD_head, z, sz_batch, sz_head, out, so_batch, so_head, slot_ids, cursor, batch);
+       sD_head, z, sz_batch, sz_head, out, so_batch, so_head, slot_ids, cursor, batch, 0);
 }
 #else
-// TensorRT AOT plugin entries (plugins/mamba2_cuda.py; sm_90a: tensormap.replace). Parameters in
-// TensorRT's launch order: the plugin layer's input pointers, its int32 scalars, its output
-// pointers (an aliased output is its input's buffer: the kernels write through the output).
-// Every tensor dense, so strides are constants of the geometry. Without programmatic launches
-// the griddepcontrol instructions are no-ops.
+// TensorRT AOT plugin entries (plugins/mamba2_cuda.py; sm_90a: tensormap.replace), one a module:
+// AOT_ENTRIES 1 compiles layer 1's, 2 layer 2's. Parameters in TensorRT's launch order: the
+// plugin layer's input pointers, its int32 scalars, its output pointers (an aliased output is its
+// input's buffer: the kernels write through the output). Every tensor dense, so strides are
+// constants of the geometry. Without programmatic launches the griddepcontrol instructions are
+// no-ops.
 #define XR_SLOT ((long long)NHEADS * LREC * ROWS)
 #define BR_SLOT ((long long)NGROUPS * LREC * DSTATE)
 
+#if AOT_ENTRIES == 1
 // Layer 1: the coefficient launch. Records appended in place (outputs 2-4 alias inputs 0-2).
 extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coefficients_aot(
     const u16* x_records_in, const float* dt_records_in, const u16* B_records_in, const int* __restrict__ cursor,
     const u16* __restrict__ x, const void* __restrict__ dt, const float* __restrict__ A, const u16* __restrict__ B,
-    const u16* __restrict__ C, const int* __restrict__ slot_ids, const void* __restrict__ dt_bias,
+    const u16* __restrict__ C, const int* __restrict__ slot_ids, const void* __restrict__ dt_bias, int num_slots,
     float* __restrict__ coef_out, u16* __restrict__ c_out, u16* x_records, float* dt_records, u16* B_records) {
   coefficients(coef_out, c_out, x_records, XR_SLOT, LREC * ROWS, ROWS, dt_records, NHEADS * LREC, LREC, B_records,
                BR_SLOT, LREC * DSTATE, DSTATE, cursor, x, NHEADS * ROWS, ROWS, dt, NHEADS, 1, A, dt_bias, B,
-               NGROUPS * DSTATE, DSTATE, C, NGROUPS * DSTATE, DSTATE, slot_ids);
+               NGROUPS * DSTATE, DSTATE, C, NGROUPS * DSTATE, DSTATE, slot_ids, num_slots);
 }
+#else
 
 // Thread 0 copies the host-encoded template maps (template[0]: load, [1]: store; encoded for
 // this geometry with a placeholder address and slot count) to this CTA's own pair in global
@@ -470,9 +490,11 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
   TensorMap* const own = maps + 2 * blockIdx.x;
   patch_checkpoint_maps(map_template, own, checkpoint, num_slots);
   step(own, own + 1, coef, c_rows, (u16*)x_records, XR_SLOT, LREC * ROWS, (u16*)B_records, BR_SLOT, LREC * DSTATE,
-       DSTATE, D, D_PER_DIM ? ROWS : 1, z, NHEADS * ROWS, ROWS, out, NHEADS * ROWS, ROWS, slot_ids, cursor, batch);
+       DSTATE, D, D_PER_DIM ? ROWS : 1, z, NHEADS * ROWS, ROWS, out, NHEADS * ROWS, ROWS, slot_ids, cursor, batch,
+       num_slots);
 }
-#endif
+#endif  // AOT_ENTRIES == 1
+#endif  // !AOT_ENTRIES
 
 // ------------------------------------------------------------------ one launch for small batches
 #if !AOT_ENTRIES  // the op's only
