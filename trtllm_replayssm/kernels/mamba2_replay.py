@@ -59,16 +59,18 @@ def fold_constexprs(d_state: int, state_dtype: torch.dtype) -> dict:
 
 
 @triton.jit
-def _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, b_wr, ckpt_decay, dt,
+def _fold_tile(p_c, b_sc0, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, b_wr, ckpt_decay, dt,
                stride_c_dim, stride_xr_pos, stride_Br_pos, HAS_SCALE: tl.constexpr, SPLIT_B: tl.constexpr):
     """A flush's folded tile of rows ``o_f`` x columns ``o_d`` (fp32): decay S0 + dt x Bᵀ +
     Σ_{j<L-1} s_j x_j B_jᵀ, the record sum one tensor-core product in TF32 parts
     (common.split_dot, about fp32 accuracy; sm_80+); an fp8 checkpoint's codes times their rows'
-    scales (HAS_SCALE)."""
+    scales before the flush, ``b_sc0`` [FOLD_ROWS] (HAS_SCALE; unused otherwise): values read
+    once per row tile, since the tile's stores replace the scales in memory after its first
+    column chunk."""
     b_s0 = tl.load(p_c + o_f[:, None] * stride_c_dim + o_d[None, :], mask=m_f[:, None] & m_d[None, :],
                    other=0.0).to(tl.float32)
     if HAS_SCALE:
-        b_s0 *= tl.load(p_sc + o_f, mask=m_f, other=1.0)[:, None]
+        b_s0 *= b_sc0[:, None]
     b_x = tl.load(p_x + o_f, mask=m_f, other=0.0).to(tl.float32)
     b_Bd = tl.load(p_B + o_d, mask=m_d, other=0.0).to(tl.float32)
     # Records past L-2 are masked, not only weighted by 0: they may be stale (inf * 0).
@@ -81,16 +83,17 @@ def _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, 
 
 
 @triton.jit
-def _fold_and_store(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, d0, d_state, o_l, m_f_l, b_wr, ckpt_decay, dt, b_amax,
-                    sr_seed, slot, i_h, stride_c_dim, stride_xr_pos, stride_Br_pos, FOLD_D_STATE: tl.constexpr,
-                    HAS_SCALE: tl.constexpr, SR: tl.constexpr, SPLIT_B: tl.constexpr):
-    """The folded tile of rows ``o_f`` x columns d0 .. d0 + FOLD_D_STATE (:func:`_fold_tile`)
-    stored over the checkpoint (common.store_checkpoint_tile: an fp8 checkpoint's codes of the
-    rows' largest magnitudes ``b_amax``; SR's draws per element from the seed, the slot, the head
-    and the flushing token's dt)."""
+def _fold_and_store(p_c, p_sc, b_sc0, p_x, p_xr, p_Br, p_B, o_f, m_f, d0, d_state, o_l, m_f_l, b_wr, ckpt_decay,
+                    dt, b_amax, sr_seed, slot, i_h, stride_c_dim, stride_xr_pos, stride_Br_pos,
+                    FOLD_D_STATE: tl.constexpr, HAS_SCALE: tl.constexpr, SR: tl.constexpr, SPLIT_B: tl.constexpr):
+    """The folded tile of rows ``o_f`` x columns d0 .. d0 + FOLD_D_STATE (:func:`_fold_tile`,
+    ``b_sc0`` the rows' old scales) stored over the checkpoint (common.store_checkpoint_tile: an
+    fp8 checkpoint's codes of the rows' largest magnitudes ``b_amax``, their new scales at
+    ``p_sc``; SR's draws per element from the seed, the slot, the head and the flushing token's
+    dt)."""
     o_d = d0 + tl.arange(0, FOLD_D_STATE)
     m_d = o_d < d_state
-    b_s = _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, b_wr, ckpt_decay, dt,
+    b_s = _fold_tile(p_c, b_sc0, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, m_d, o_l, m_f_l, b_wr, ckpt_decay, dt,
                      stride_c_dim, stride_xr_pos, stride_Br_pos, HAS_SCALE, SPLIT_B)
     store_checkpoint_tile(p_c + o_f[:, None] * stride_c_dim + o_d[None, :], m_f[:, None] & m_d[None, :], p_sc + o_f, m_f,
                           b_s, b_amax, sr_seed, slot, i_h, dt, o_f[:, None] * d_state + o_d[None, :], HAS_SCALE, SR)
@@ -228,7 +231,9 @@ def _mamba2_replay_step_kernel(
         # rows of the checkpoint, in [FOLD_ROWS, FOLD_D_STATE] tiles (the rows come from L2: the
         # loop above has just read them). An fp8 checkpoint folds each row tile twice: first for
         # its rows' largest magnitudes (their scales), then to store the codes (the same
-        # arithmetic on the same inputs: the same values), so no tile holds whole rows.
+        # arithmetic on the same inputs: the same values), so no tile holds whole rows. The rows'
+        # old scales are read once, before either pass: the second pass stores the new ones with
+        # its first column chunk, and the later chunks' old codes still need the old.
         m_f_l = o_l < L - 1
         split_b = Br_ptr.dtype.element_ty.primitive_bitwidth > 16
         n_row_tiles = (SPAN_HEAD_DIM + FOLD_ROWS - 1) // FOLD_ROWS
@@ -236,23 +241,25 @@ def _mamba2_replay_step_kernel(
             for r in tl.range(0, n_row_tiles):
                 o_f = p_start + r * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
                 m_f = (o_f < head_dim) & (o_f < p_start + SPAN_HEAD_DIM)
+                b_sc0 = tl.load(p_sc + o_f, mask=m_f, other=1.0)
                 b_amax = tl.zeros([FOLD_ROWS], dtype=tl.float32)
                 for ch in tl.range(0, FOLD_CHUNKS):
                     o_d = ch * FOLD_D_STATE + tl.arange(0, FOLD_D_STATE)
-                    b_s = _fold_tile(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, o_d < d_state, o_l, m_f_l, b_wr,
+                    b_s = _fold_tile(p_c, b_sc0, p_x, p_xr, p_Br, p_B, o_f, m_f, o_d, o_d < d_state, o_l, m_f_l, b_wr,
                                      ckpt_decay, dt, stride_c_dim, stride_xr_pos, stride_Br_pos, HAS_SCALE, split_b)
                     b_amax = tl.maximum(b_amax, tl.max(tl.abs(b_s), axis=1))
                 for ch in tl.range(0, FOLD_CHUNKS):
-                    _fold_and_store(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, ch * FOLD_D_STATE, d_state, o_l, m_f_l,
-                                    b_wr, ckpt_decay, dt, b_amax, sr_seed, slot, i_h, stride_c_dim, stride_xr_pos,
-                                    stride_Br_pos, FOLD_D_STATE, HAS_SCALE, SR, split_b)
+                    _fold_and_store(p_c, p_sc, b_sc0, p_x, p_xr, p_Br, p_B, o_f, m_f, ch * FOLD_D_STATE, d_state, o_l,
+                                    m_f_l, b_wr, ckpt_decay, dt, b_amax, sr_seed, slot, i_h, stride_c_dim,
+                                    stride_xr_pos, stride_Br_pos, FOLD_D_STATE, HAS_SCALE, SR, split_b)
         else:
+            no_rows = tl.zeros([FOLD_ROWS], dtype=tl.float32)  # no scales, no largest magnitudes: unused
             for t in tl.range(0, n_row_tiles * FOLD_CHUNKS, num_stages=2):
                 o_f = p_start + (t // FOLD_CHUNKS) * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
                 m_f = (o_f < head_dim) & (o_f < p_start + SPAN_HEAD_DIM)
-                _fold_and_store(p_c, p_sc, p_x, p_xr, p_Br, p_B, o_f, m_f, (t % FOLD_CHUNKS) * FOLD_D_STATE, d_state,
-                                o_l, m_f_l, b_wr, ckpt_decay, dt, tl.zeros([FOLD_ROWS], dtype=tl.float32), sr_seed, slot,
-                                i_h, stride_c_dim, stride_xr_pos, stride_Br_pos, FOLD_D_STATE, HAS_SCALE, SR, split_b)
+                _fold_and_store(p_c, p_sc, no_rows, p_x, p_xr, p_Br, p_B, o_f, m_f, (t % FOLD_CHUNKS) * FOLD_D_STATE,
+                                d_state, o_l, m_f_l, b_wr, ckpt_decay, dt, no_rows, sr_seed, slot, i_h, stride_c_dim,
+                                stride_xr_pos, stride_Br_pos, FOLD_D_STATE, HAS_SCALE, SR, split_b)
     elif i_s == 0:
         tl.store(p_dtr + w, dt)
         if i_h % heads_per_group == 0:

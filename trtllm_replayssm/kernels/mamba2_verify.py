@@ -86,6 +86,15 @@ def mamba2_verify_launch_config(head_dim: int, d_state: int, batch: int,
 
 
 @triton.jit
+def _as_rows(t, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """A [ROWS, chunks, chunk] checkpoint tile as [ROWS, COLS] (COLS = chunks x chunk). The shape
+    is written out here, not held in a variable: Triton 3.6 (the H200's) turns a list assigned
+    in a kernel into a tuple of tensors, which ``tl.reshape`` refuses ("Shape element 0 must have
+    type constexpr[int]")."""
+    return tl.reshape(t, [ROWS, COLS])
+
+
+@triton.jit
 def _verify_outputs(b_base, ckpt_decay, b_xh, coef_h, b_xw, coef_w, o_t, o_p, m_p, o_n, m_n, n,
                     i_h, p_C, stride_C_tok, p_z, stride_z_tok, p_o, stride_o_tok,
                     D_ptr, stride_D_head, WITH_HISTORY: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -264,11 +273,12 @@ def _mamba2_replay_verify_kernel(
                     b_s += (dt_k * tl.exp(A * after) * xk)[:, None, None] * Bk[None, :, :]
                     after += dt_k
             if HAS_SCALE or SR:  # as 2-D tiles of whole rows; SR's draws also from the history's dt
-                rows_2d = [BLOCK_HEAD_DIM, BLOCK_D_STATE]
-                store_checkpoint_tile(tl.reshape(p_tile, rows_2d), tl.reshape(m_c, rows_2d), p_sc + o_p, m_p,
-                                      tl.reshape(b_s, rows_2d), tl.max(tl.abs(tl.reshape(b_s, rows_2d)), axis=1),
-                                      sr_seed, slot, i_h, total,
-                                      tl.reshape(o_p[:, None, None] * d_state + o_n2[None, :, :], rows_2d), HAS_SCALE, SR)
+                b_rows = _as_rows(b_s, BLOCK_HEAD_DIM, BLOCK_D_STATE)
+                store_checkpoint_tile(_as_rows(p_tile, BLOCK_HEAD_DIM, BLOCK_D_STATE),
+                                      _as_rows(m_c, BLOCK_HEAD_DIM, BLOCK_D_STATE), p_sc + o_p, m_p,
+                                      b_rows, tl.max(tl.abs(b_rows), axis=1), sr_seed, slot, i_h, total,
+                                      _as_rows(o_p[:, None, None] * d_state + o_n2[None, :, :], BLOCK_HEAD_DIM,
+                                               BLOCK_D_STATE), HAS_SCALE, SR)
             else:
                 tl.store(p_tile, b_s.to(ckpt_ptr.dtype.element_ty), mask=m_c)
             b_xw = tl.load(p_x + o_t[:, None] * stride_x_tok + o_p[None, :],
