@@ -366,7 +366,7 @@ def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], dev
 
 
 def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
-    """CUtensorMap (128 bytes) of a 4-D bf16, fp16 or fp32 tensor ``t`` (innermost dimension contiguous),
+    """CUtensorMap (128 bytes) of a 4-D bf16, fp16, fp32 or fp8-e4m3 tensor ``t`` (innermost dimension contiguous),
     boxes of ``box`` = (innermost elements, second-dimension rows) and one index of the two
     outer dimensions, 128-byte swizzle. The caller checks the TMA rules (16-byte aligned base
     and strides, box inner bytes <= 128 with the swizzle)."""
@@ -375,6 +375,7 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
         torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        torch.float8_e4m3fn: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # codes, copied as bytes
     }
     if t.dim() != 4 or t.dtype not in types or t.stride(3) != 1:
         raise ValueError(

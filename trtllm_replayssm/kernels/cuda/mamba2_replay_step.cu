@@ -1,4 +1,5 @@
-// ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16 or fp32 (CKPT_F32) checkpoints:
+// ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16, fp32 (CKPT_F32) or fp8-e4m3
+// (CKPT_FP8: codes with one fp32 scale per row, the two launches only) checkpoints:
 // two launches (1 and 2 below), or for small batches one (3), compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX.
@@ -32,10 +33,14 @@
 //    the exact w from the coefficient block. A flush unit
 //    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
 //    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
-//    the stage and stores its 16 rows with TMA tensor stores (whole sectors).
+//    the stage and stores its 16 rows with TMA tensor stores (whole sectors). fp8 checkpoints
+//    (CKPT_FP8, DSTATE 128): the producer copies the unit's ROWS row scales too; S0 . C in fp32
+//    FMAs from the codes (as fp32 rows), times the row's scale; a flush folds from the scaled
+//    codes, holds the row in registers for its new scale max |row| / 448 and writes codes and
+//    scales (ckpt_stage.cuh).
 // 3. mamba2_replay_small: the whole step in one launch without a ring (its comment, below).
 //
-// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
+// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), CKPT_FP8 (1: fp8, CKPT_F32 0), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
 // (L rounded up to 16), STAGES, MIN_CTAS (the step kernel's and the small kernel's register cap:
 // resident CTAs a multiprocessor), COEF_WARPS (1, 2, 4, 8 or 16: a divisor of LP), SM_ROWS (the small kernel's rows a CTA,
@@ -54,7 +59,9 @@
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
-#define OFF_META (OFF_COEF + COEF_BYTES)
+#define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
+#define OFF_SCALE (OFF_COEF + COEF_BYTES)
+#define OFF_META (OFF_SCALE + SCALE_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
@@ -182,6 +189,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
     const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
     const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, NHEADS, ROWS], rows dense
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
     const void* __restrict__ D, long long sD_head,
@@ -243,7 +251,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nx * ROWS * 2 + COEF_BYTES + C_BYTES +
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nx * ROWS * 2 + COEF_BYTES + C_BYTES + SCALE_BYTES +
                             (b_rows ? LREC * DSTATE * 2 : 0);
           mbar_arrive_expect_tx(full, bytes);
         }
@@ -260,6 +268,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
           bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
           bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
         }
+        if (CKPT_FP8 && lane == 1) bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head, SCALE_BYTES, full);
       }
     }
     return;
@@ -303,6 +312,29 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
       s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
+#elif CKPT_FP8
+      // fp8 rows: the codes as fp32 in exact fp32 products, times the row's scale. Lanes 0-15 over
+      // columns [0, DSTATE/2), 16-31 over the rest, 16 columns (one 16-byte chunk) a shared load;
+      // a quarter-warp's 8 rows' same chunk: conflict-free (the swizzle). Four independent sums.
+      float p4[4] = {};
+#pragma unroll
+      for (int q = 0; q < DSTATE / 32; ++q) {
+        const int k = (lane >> 4) * (DSTATE / 2) + 16 * q;
+        const uint4 v = *(const uint4*)(gstage + ckpt_offset(row, k));
+        const uint4 c4a = *(const uint4*)(cs + k), c4b = *(const uint4*)(cs + k + 8);
+        const u32 vw[4] = {v.x, v.y, v.z, v.w};
+        const u32 cw[8] = {c4a.x, c4a.y, c4a.z, c4a.w, c4b.x, c4b.y, c4b.z, c4b.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {  // codes 2e, 2e + 1 of the chunk: C word e
+          float lo, hi;
+          e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), lo, hi);
+          p4[e & 3] += lo * __uint_as_float(cw[e] << 16) + hi * __uint_as_float(cw[e] & 0xffff0000u);
+        }
+      }
+      float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
+      s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
+      const float* row_scales = (const float*)(gstage + OFF_SCALE);
+      s0c_row *= row_scales[row];
 #else
       // bf16 rows on tensor cores: m16n8k16 products, A = the warp's 16 rows by ldmatrix from the
       // swizzled boxes, C as column 0 of the B operand (lanes 0-3 hold it), two independent fp32
@@ -350,14 +382,14 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
-#if !CKPT_F32
+#if !CKPT_F32 && !CKPT_FP8
       // Row gq's result sits in lane 4 gq (c0), row gq + 8's in the same lane (c2).
       const int src = 4 * (lane & 7);
       const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
       const float s0c_hi = __shfl_sync(0xffffffffu, acc[2], src);
 #endif
       if (lane < 16) {
-#if CKPT_F32
+#if CKPT_F32 || CKPT_FP8
         float y = decay * s0c_row + rec;
 #else
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
@@ -367,7 +399,12 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
       }
       if (w == LREC - 1) {
         // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, rounded into the stage.
+#if CKPT_FP8
+        fold_warp_rows(gstage, xs, stage + OFF_B, cf + LP, decay, w, r0, lane, row_scales,
+                       ckpt_scale + slot * ssc_slot + h * ssc_head);
+#else
         fold_warp_rows(gstage, xs, stage + OFF_B, cf + LP, decay, w, r0, lane);
+#endif
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, r0, h, slot, lane);
       }
     }
@@ -379,6 +416,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 }
 
 // ------------------------------------------------------------------ one launch for small batches
+#if !CKPT_FP8  // bf16 and fp32 checkpoints only
 
 // mamba2_replay_small: the whole step in one launch without a pipeline, for batches too small to
 // fill the persistent kernel's ring (kernel notes, sessions 18-19). One CTA of SM_THREADS threads
@@ -619,3 +657,4 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   }
   if (t == 0) advance_after_last_arrival(arrived, NHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }
+#endif  // !CKPT_FP8
