@@ -381,6 +381,55 @@ def test_cuda_step_fp8_flush_equals_triton_to_a_code(L):
 
 
 @needs_sm90
+@pytest.mark.parametrize("L", [1, 16])
+def test_cuda_step_fp8_graph_equals_eager(L):
+    """An fp8 checkpoint: one captured step replayed 3L times equals 3L eager steps, codes and
+    row scales bit for bit."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
+
+    cfg = cuda_step_config(64, 128, L, 20, 1)
+    g = Geometry(128, 64, 128, 8)
+    p = make_params(g, "cuda")
+    rows = [7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1, 4, 6, 8, 10, 12, 13, 15, -1]
+    slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
+    c = Mamba2ReplayCache.allocate(
+        17, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.float8_e4m3fn, act_dtype=torch.bfloat16,
+        device="cuda",
+    )  # fmt: skip
+    torch.manual_seed(3)
+    c.admit(
+        torch.arange(17, dtype=torch.int32, device="cuda"), torch.randn(17, g.nheads, g.head_dim, g.d_state, device="cuda")
+    )
+    c.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
+    caches = [c, c.clone()]
+    inputs = [make_step(g, len(rows), torch.bfloat16, "cuda", with_z=True) for _ in range(3 * L)]
+    static = {k: v.clone() for k, v in inputs[0].items()}
+    out_g = torch.full_like(static["x"], 42.0)
+    out_e = out_g.clone()
+    replay_cuda(caches[0].clone(), static, p, slots, out_g.clone(), config=cfg)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replay_cuda(caches[0], static, p, slots, out_g, config=cfg)
+    for inp in inputs:
+        for k, v in inp.items():
+            if v is not None:
+                static[k].copy_(v)
+        graph.replay()
+        replay_cuda(caches[1], inp, p, slots, out_e, config=cfg)
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, out_e)
+    theirs = caches[1].tensors()
+    for name, t in caches[0].tensors().items():
+        assert torch.equal(_bits(t), _bits(theirs[name])), name
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``, fp8 codes as their bytes (compared bit for bit)."""
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+@needs_sm90
 def test_op_routes_fp8_checkpoints_to_cuda_and_a_seed_to_triton():
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel
