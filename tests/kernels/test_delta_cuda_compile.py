@@ -120,6 +120,47 @@ def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, exp
     assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps, cfg.flush_mma) == expected
 
 
+FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16, 64, 256])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
+    """An fp8 checkpoint's step kernel at the table's configuration: the bf16 table's units,
+    stages and CTAs (one launch where bf16 takes the small kernel), the flush in exact fp32;
+    shared memory as the launcher allocates it (the row scales in each stage), codes read exactly
+    (e4m3 pairs to f16 pairs), the flush's codes rounded to nearest even with saturation and its
+    scales from exact divisions; no tensor-core product, no small kernel."""
+    _, _, dk, dv, L = shape
+    cfg, ptx = _ptx(shape, 1, per_channel=per_channel, batch=batch)
+    bf16 = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel, one_launch=not per_channel and batch <= gc.SMALL_MAX_BATCH)
+    assert cfg == dataclasses.replace(bf16, flush_mma=False) and not cfg.small
+    assert ".entry delta_replay_small(" not in ptx and "mma.sync" not in ptx
+    assert "cvt.rn.f16x2.e4m3x2" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx and "div.rn.f32" in ptx
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    one_launch = gc.runs_one_launch(cfg, per_channel)
+    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, per_channel, one_launch, cfg.coef_warps)
+    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+
+
+def test_fp8_refusals_name_their_reason():
+    c, q, v, g = _cpu_case(state=torch.float8_e4m3fn)
+    unsupported = gc.delta_shape_unsupported
+    assert unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g, c.checkpoint_scale) is None
+    assert "fp8 checkpoint_scale none" in unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g)
+    spread = torch.zeros(6, 64, 129)[..., 1:]
+    reason = unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g, spread)
+    assert "fp8 checkpoint_scale strides" in reason
+    c64, q64, v64, g64 = _cpu_case(dk=64, state=torch.float8_e4m3fn)
+    reason = unsupported(c64.checkpoint, c64.d_records, c64.k_records, c64.g_records, q64, q64, v64, g64, c64.checkpoint_scale)
+    assert "head_k_dim 64 with an fp8 checkpoint" in reason
+    for change in (dict(small=True), dict(s0_mma=True), dict(flush_mma=True)):
+        cfg = dataclasses.replace(gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1), **change)
+        with pytest.raises(ValueError, match="an fp8 checkpoint takes the step kernel with its exact-fp32 products"):
+            gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
+
+
 def test_coefficient_warps_need_one_launch():
     two = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coef_warps=4)
 
@@ -177,11 +218,13 @@ def test_raw_qk_compiles(per_channel):
     assert ".entry delta_replay_step(" in ptx and ".local" not in ptx
 
 
-def _cpu_case(k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16):
+def _cpu_case(
+    k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16, state=torch.float32
+):
     from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
 
     cls = KDAReplayCache if per_channel else GDNReplayCache
-    c = cls.allocate(slots, k_heads, v_heads, dk, dv, L, state_dtype=torch.float32, record_dtype=act, device="cpu")
+    c = cls.allocate(slots, k_heads, v_heads, dk, dv, L, state_dtype=state, record_dtype=act, device="cpu")
     q = torch.zeros(batch, k_heads, dk, dtype=act)
     v = torch.zeros(batch, v_heads, dv, dtype=act)
     g = torch.zeros((batch, v_heads, dk) if per_channel else (batch, v_heads))
@@ -195,9 +238,15 @@ def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     ptx = _ptx(SHAPES[0], 4, per_channel=per_channel)[1]
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
-    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, c.g_records, v, v, slots,
+    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, None, c.d_records, c.k_records, c.g_records, v, v, slots,
                         c.cursor, q, q, g, g, c.arrivals, 0.1)  # fmt: skip
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_step")
+    fp8 = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, torch.zeros(6, 64, 128), c.d_records, c.k_records,
+                       c.g_records, v, v, slots, c.cursor, q, q, g, g, c.arrivals, 0.1)  # fmt: skip
+    assert fp8.kinds == args.kinds
+    assert ["64" if k in ("ptr", "i64") else k for k in fp8.kinds] == ptx_params(
+        _ptx(SHAPES[0], 1, per_channel=per_channel)[1], "delta_replay_step"
+    )
     if per_channel:
         return  # no coefficient launch, no small kernel
     args = gc.coefficient_args(coef, coef, c.k_records, c.g_records, c.cursor, q, q, g, g, slots, 0.1)
