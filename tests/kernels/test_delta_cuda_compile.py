@@ -148,7 +148,9 @@ def test_fp8_refusals_name_their_reason():
     c, q, v, g = _cpu_case(state=torch.float8_e4m3fn)
     unsupported = gc.delta_shape_unsupported
     assert unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g, c.checkpoint_scale) is None
-    assert "fp8 checkpoint_scale none" in unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g)
+    assert "fp8 checkpoint without checkpoint_scale" in unsupported(
+        c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g
+    )
     spread = torch.zeros(6, 64, 129)[..., 1:]
     reason = unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g, spread)
     assert "fp8 checkpoint_scale strides" in reason

@@ -191,9 +191,12 @@ def test_fp8_refusals_name_their_reason():
     c = Mamba2ReplayCache.allocate(3, 4, 64, 128, 2, 16, state_dtype=fp8, act_dtype=torch.bfloat16, device="cpu")
     x = torch.zeros(2, 4, 64, dtype=torch.bfloat16)
     assert mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x, c.checkpoint_scale) is None
-    assert "fp8 checkpoint_scale none" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
+    assert "fp8 checkpoint without checkpoint_scale" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
     spread = torch.zeros(3, 4, 65)[..., 1:]
     assert "fp8 checkpoint_scale strides" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x, spread)
+    for bad in (torch.zeros(3, 4, 64, dtype=torch.bfloat16), torch.zeros(2, 4, 64)):  # dtype; slots
+        reason = mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x, bad)
+        assert f"fp8 checkpoint_scale {bad.dtype} {tuple(bad.shape)}; expected fp32 (3, 4, 64)" in reason
     c64 = Mamba2ReplayCache.allocate(3, 4, 64, 64, 2, 16, state_dtype=fp8, act_dtype=torch.bfloat16, device="cpu")
     reason = mc.cuda_shape_unsupported(c64.checkpoint, c64.x_records, c64.B_records, x, c64.checkpoint_scale)
     assert "d_state 64 with an fp8 checkpoint" in reason

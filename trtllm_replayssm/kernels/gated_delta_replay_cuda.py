@@ -42,6 +42,7 @@ from .nvrtc import (
     copyable_rows,
     device_unsupported,
     load_kernel,
+    scale_unsupported,
 )
 
 __all__ = [
@@ -300,9 +301,9 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
     if checkpoint.dtype == torch.float8_e4m3fn:
         if checkpoint.shape[3] != 128:
             return f"head_k_dim {checkpoint.shape[3]} with an fp8 checkpoint; the CUDA step takes fp8 rows of 128"
-        if checkpoint_scale is None or not copyable_rows(checkpoint_scale):
-            scale = "none" if checkpoint_scale is None else f"strides {checkpoint_scale.stride()}"
-            return f"fp8 checkpoint_scale {scale}; the CUDA step copies a unit's row scales as one 16-byte aligned range"
+        reason = scale_unsupported(checkpoint, checkpoint_scale)
+        if reason is not None:
+            return reason
     for name, t in (("q", q), ("k", k), ("v", v), ("d_records", d_records), ("k_records", k_records)):
         if t.dtype != torch.bfloat16:
             return f"{name} {t.dtype}; the CUDA step takes bf16"

@@ -29,7 +29,8 @@ from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
 from .nvrtc import (DTYPE_CODE, REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs,
-                    checkpoint_tensor_maps, compile_program, copyable_rows, device_unsupported, load_kernel)
+                    checkpoint_tensor_maps, compile_program, copyable_rows, device_unsupported, load_kernel,
+                    scale_unsupported)
 
 __all__ = [
     "SOURCE",
@@ -216,9 +217,9 @@ def cuda_shape_unsupported(
     if checkpoint.dtype == torch.float8_e4m3fn:
         if d_state != 128:
             return f"d_state {d_state} with an fp8 checkpoint; the CUDA step takes fp8 rows of 128"
-        if checkpoint_scale is None or not copyable_rows(checkpoint_scale):
-            scale = "none" if checkpoint_scale is None else f"strides {checkpoint_scale.stride()}"
-            return f"fp8 checkpoint_scale {scale}; the CUDA step copies each head's row scales as one 16-byte aligned range"
+        reason = scale_unsupported(checkpoint, checkpoint_scale)
+        if reason is not None:
+            return reason
     L = x_records.shape[2]
     if head_dim % 16 or head_dim > 128:
         return f"head_dim {head_dim}; the CUDA step takes multiples of 16 up to 128"

@@ -40,6 +40,7 @@ __all__ = [
     "tensor_map_key",
     "checkpoint_tensor_maps",
     "copyable_rows",
+    "scale_unsupported",
     "device_unsupported",
     "DTYPE_CODE",
     "KernelArgs",
@@ -379,7 +380,7 @@ def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
     }
     if t.dim() != 4 or t.dtype not in types or t.stride(3) != 1:
         raise ValueError(
-            f"tensor_map_4d: expected a 4-D bf16, fp16 or fp32 tensor with a contiguous last dim; got "
+            f"tensor_map_4d: expected a 4-D bf16, fp16, fp32 or fp8-e4m3 tensor with a contiguous last dim; got "
             f"{tuple(t.shape)} {t.dtype} strides {t.stride()}"
         )
     dims = [driver.cuuint64_t(s) for s in reversed(t.shape)]
@@ -420,6 +421,23 @@ def copyable_rows(t: torch.Tensor) -> bool:
     stride 16-byte multiples."""
     es = t.element_size()
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(t.stride(d) * es % 16 == 0 for d in range(t.dim() - 1))
+
+
+def scale_unsupported(checkpoint: torch.Tensor, checkpoint_scale: Optional[torch.Tensor]) -> Optional[str]:
+    """Why the CUDA steps cannot copy an fp8 ``checkpoint``'s row scales (None: they can): fp32
+    of the checkpoint's shape but its last dim ([slot, heads, rows]), each head's rows one
+    16-byte aligned range (rows dense, base and outer strides 16-byte multiples)."""
+    if checkpoint_scale is None:
+        return "fp8 checkpoint without checkpoint_scale; the CUDA step reads each row's scale"
+    want = tuple(checkpoint.shape[:3])
+    if checkpoint_scale.dtype != torch.float32 or tuple(checkpoint_scale.shape) != want:
+        return f"fp8 checkpoint_scale {checkpoint_scale.dtype} {tuple(checkpoint_scale.shape)}; expected fp32 {want}"
+    if not copyable_rows(checkpoint_scale):
+        return (
+            f"fp8 checkpoint_scale strides {checkpoint_scale.stride()}; the CUDA step copies each head's row scales "
+            "as one 16-byte aligned range"
+        )
+    return None
 
 
 _TENSOR_MAPS: dict = {}

@@ -11,6 +11,9 @@
 #ifndef CKPT_FP8
 #define CKPT_FP8 0
 #endif
+#if CKPT_FP8 && CKPT_F32
+#error "CKPT_FP8 and CKPT_F32 name two checkpoint dtypes"
+#endif
 #define ES (CKPT_F32 ? 4 : (CKPT_FP8 ? 1 : 2))  // checkpoint element bytes
 #define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
 #define NBOX (CKPT_COLS / BOXC)             // boxes of a checkpoint row
@@ -77,15 +80,15 @@ __device__ __forceinline__ void prefetch_first_units(const TensorMap* ckpt_load,
 
 // One 64-column block ``cb`` of a consumer warp's 16 rows r0 .. r0 + 15 of a stage, folded into
 // fp32 accumulators: s[n][2 half + e] = row (r0 + gq + 8 half), column cb 64 + 8 n + 2 tq + e of
-// S = row_decay[half] S0 + sum_{j <= last} wgt_j x_j B_jᵀ (8 n tiles of 8 columns on tensor
-// cores, wgt_j x_j in three bf16 parts over accumulators started from the decayed S0;
-// row_decay[half]: the decay, times the row's scale for fp8 codes). xs: the records' per-row
+// S = decay (row_scale[half] S0) + sum_{j <= last} wgt_j x_j B_jᵀ (8 n tiles of 8 columns on
+// tensor cores, wgt_j x_j in three bf16 parts over accumulators started from the decayed S0;
+// row_scale: 1, or an fp8 row's scale, its codes' values formed first as the reference does). xs: the records' per-row
 // values x_j, [LP][CKPT_ROWS] bf16 in shared memory; b_rows: shared address of the LP records'
 // column rows B_j, REC_PITCH bytes apart; wgt[LP]; records after ``last`` are neither read nor
 // weighted.
 __device__ __forceinline__ void fold_column_block(const unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
-                                                  const float (&row_decay)[2], int last, int r0, int lane, int cb,
-                                                  float (&s)[8][4]) {
+                                                  const float (&row_scale)[2], float decay, int last, int r0, int lane,
+                                                  int cb, float (&s)[8][4]) {
   const int gq = lane >> 2, tq = lane & 3;
   const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
 #pragma unroll
@@ -93,8 +96,8 @@ __device__ __forceinline__ void fold_column_block(const unsigned char* gstage, c
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       load_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
-      s[n][2 * half] *= row_decay[half];
-      s[n][2 * half + 1] *= row_decay[half];
+      s[n][2 * half] = (s[n][2 * half] * row_scale[half]) * decay;
+      s[n][2 * half + 1] = (s[n][2 * half + 1] * row_scale[half]) * decay;
     }
   }
 #pragma unroll
@@ -137,11 +140,11 @@ __device__ __forceinline__ void fold_column_block(const unsigned char* gstage, c
 __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
                                                float decay, int last, int r0, int lane) {
   const int gq = lane >> 2, tq = lane & 3;
-  const float row_decay[2] = {decay, decay};
+  const float unscaled[2] = {1.0f, 1.0f};
 #pragma unroll 1
   for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
     float s[8][4];
-    fold_column_block(gstage, xs, b_rows, wgt, row_decay, last, r0, lane, cb, s);
+    fold_column_block(gstage, xs, b_rows, wgt, unscaled, decay, last, r0, lane, cb, s);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -160,24 +163,24 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
                                                float decay, int last, int r0, int lane, const float* scale,
                                                float* scale_out) {
   const int gq = lane >> 2, tq = lane & 3;
-  const float row_decay[2] = {decay * scale[r0 + gq], decay * scale[r0 + gq + 8]};
+  const float row_scale[2] = {scale[r0 + gq], scale[r0 + gq + 8]};
   float s[CKPT_COLS / 64][8][4];
   float amax[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
-    fold_column_block(gstage, xs, b_rows, wgt, row_decay, last, r0, lane, cb, s[cb]);
+    fold_column_block(gstage, xs, b_rows, wgt, row_scale, decay, last, r0, lane, cb, s[cb]);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) amax[e >> 1] = fmaxf(amax[e >> 1], fabsf(s[cb][n][e]));
     }
   }
-  float row_scale[2];
+  float new_scale[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // a row's columns lie in the 4 lanes of its quad
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 1));
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 2));
-    row_scale[half] = amax[half] > 0.0f ? __fdiv_rn(amax[half], 448.0f) : 1.0f;
+    new_scale[half] = amax[half] > 0.0f ? __fdiv_rn(amax[half], 448.0f) : 1.0f;
   }
 #pragma unroll
   for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
@@ -185,13 +188,13 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, __fdiv_rn(s[cb][n][2 * half], row_scale[half]),
-                   __fdiv_rn(s[cb][n][2 * half + 1], row_scale[half]));
+        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, __fdiv_rn(s[cb][n][2 * half], new_scale[half]),
+                   __fdiv_rn(s[cb][n][2 * half + 1], new_scale[half]));
     }
   }
   if (tq == 0) {
-    scale_out[r0 + gq] = row_scale[0];
-    scale_out[r0 + gq + 8] = row_scale[1];
+    scale_out[r0 + gq] = new_scale[0];
+    scale_out[r0 + gq + 8] = new_scale[1];
   }
 }
 #endif

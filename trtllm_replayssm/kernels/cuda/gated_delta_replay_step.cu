@@ -34,9 +34,9 @@
 //        S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ
 //    in exact fp32 FMAs, rounds it into the stage in the checkpoint dtype and stores its rows
 //    with TMA tensor stores. fp8 (CKPT_FP8): the producer copies the unit's row scales beside its
-//    codes; S0 q̂ and S0 k̂ are formed from the codes and times the row's scale; a flush holds the
-//    lane's half row in registers, takes the row's new scale max |row| / 448 (1 for a zero row)
-//    over both halves and stores codes (value / scale, nearest even) and scales. A unit that does not flush gives its stage back once read. GDN: a
+//    codes; S0 q̂ and S0 k̂ are formed from the codes and times the row's scale; a flush folds the
+//    lane's half row twice: first for the row's new scale max |row| / 448 (1 for a zero row) over
+//    both halves, then to store codes (value / scale, nearest even); lanes 0-15 store the scales. A unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced

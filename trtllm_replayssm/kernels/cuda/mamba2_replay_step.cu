@@ -49,6 +49,9 @@
 // DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16).
 
 #include "mamba2_common.cuh"
+#if CKPT_FP8 && (CKPT_F32 || DSTATE != 128)
+#error "an fp8 checkpoint takes rows of 128 codes (one 128-byte box; the flush holds them in registers)"
+#endif
 
 #define X_BYTES (LP * ROWS * 2)
 #define B_BYTES (LP * REC_PITCH)
@@ -185,8 +188,8 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 
 
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
-    const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [64 cols, ROWS rows]
-    const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [64 cols, 16 rows]
+    const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols (128 bytes), ROWS rows]
+    const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
     const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
     const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
     float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, NHEADS, ROWS], rows dense
