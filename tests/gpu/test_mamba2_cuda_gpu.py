@@ -129,7 +129,7 @@ def test_cuda_step_configs_agree(stages, pdl, coef_warps, small):
 
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
-@pytest.mark.parametrize("form,state", [(f, "bf16") for f in FORMS] + [("c4", "fp8"), ("c16", "fp8")])
+@pytest.mark.parametrize("form,state", [(f, "bf16") for f in FORMS] + [(f, "fp8") for f in ("c4", "c16", "small", "small-b1")])
 def test_cuda_step_graph_equals_eager(L, form, state):
     """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit
     (outputs and every cache tensor: an fp8 checkpoint's codes and row scales too)."""
@@ -330,15 +330,14 @@ FP8_SHAPES = [  # d_state 128: the CUDA step's fp8 rows
 
 @needs_sm90
 @pytest.mark.parametrize("g,L", FP8_SHAPES)
-@pytest.mark.parametrize("coef_warps", [4, 16])
-def test_cuda_step_fp8_long_run_against_oracle(g, L, coef_warps):
-    """An fp8 checkpoint through the two launches: codes and row scales against the float64
-    oracle over many flushes, padding rows and unused slots untouched (drive_replay)."""
-    import dataclasses
-
+@pytest.mark.parametrize("form", ["c4", "c16", "small", "small-b1"])
+def test_cuda_step_fp8_long_run_against_oracle(g, L, form):
+    """An fp8 checkpoint through the two launches and the small kernel: codes and row scales
+    against the float64 oracle over many flushes, padding rows and unused slots untouched
+    (drive_replay)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
-    cfg = dataclasses.replace(cuda_step_config(g.head_dim, g.d_state, L, 256, 1), coef_warps=coef_warps)
+    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, 1), form, g.head_dim, g.d_state, L, 1)
     worst = drive_replay(
         lambda *a: replay_cuda(*a, config=cfg), g, L, torch.float8_e4m3fn, torch.bfloat16, "cuda",
         steps=3 * L + 5, batch=7, num_slots=12, n_padding=2, with_z=True,

@@ -84,10 +84,46 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     fp8 = mc.step_args(maps, coef, B, scale, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
     assert fp8.kinds == args.kinds and widths == ptx_params(_ptx(SHAPES[0], state_bytes=1), "mamba2_replay_step")
     args = mc.small_args(
-        c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
+        c.checkpoint,
+        None,
+        c.x_records,
+        c.dt_records,
+        c.B_records,
+        c.cursor,
+        c.arrivals,
+        x,
+        dt,
+        A,
+        B,
+        B,
+        slots,
+        None,
+        None,
+        None,
+        x,
     )
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == ptx_params(ptx, "mamba2_replay_small")
+    fp8 = mc.small_args(
+        c.checkpoint,
+        scale,
+        c.x_records,
+        c.dt_records,
+        c.B_records,
+        c.cursor,
+        c.arrivals,
+        x,
+        dt,
+        A,
+        B,
+        B,
+        slots,
+        None,
+        None,
+        None,
+        x,
+    )
+    assert fp8.kinds == args.kinds and widths == ptx_params(_ptx(SHAPES[0], state_bytes=1), "mamba2_replay_small")
 
 
 def test_launch_table():
@@ -114,8 +150,10 @@ def test_launch_table():
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
     assert mc.cuda_step_config(64, 128, 16, 256, state_bytes=4).min_ctas == 2  # 2 stages of 40 KiB
     assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
-    # fp8: the two launches at every batch (no small form), 2 CTAs from L = 17 (3 spill the flush)
-    assert mc.cuda_step_config(64, 128, 16, 1, 1) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=16)
+    # fp8: bf16's rules (the small kernel at batch 1-3), 2 CTAs from L = 17 (3 spill the flush)
+    assert mc.cuda_step_config(64, 128, 16, 1, 1) == mc.cuda_step_config(64, 128, 16, 1, 2)
+    assert mc.cuda_step_config(64, 128, 16, 3, 1).small
+    assert mc.cuda_step_config(64, 128, 16, 4, 1) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=16)
     assert mc.cuda_step_config(64, 128, 16, 256, 1).min_ctas == 3 and mc.cuda_step_config(64, 128, 17, 256, 1).min_ctas == 2
     # a stage of codes: 8 KiB less than bf16 rows, plus 256 B of row scales, within the 1 KiB rounding
     assert mc.step_shared_bytes(64, 128, 16, 1, 2) - mc.step_shared_bytes(64, 128, 16, 1, 1) == 8 * 1024
@@ -130,11 +168,12 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, batch):
     """An fp8 checkpoint's kernel: shared memory as the launcher allocates it (the row scales in
     each stage), codes read exactly (e4m3 pairs to f16 pairs), S0 . C in fp32 FMAs (no bf16
     product: the codes are not bf16), the flush's codes rounded to nearest even with
-    saturation, its scales from exact divisions; no small kernel."""
+    saturation, its scales from exact divisions; the small kernel likewise."""
     nheads, ngroups, head_dim, d_state, L = shape
     cfg = mc.cuda_step_config(head_dim, d_state, L, batch, 1)
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 1)
-    assert ".entry mamba2_replay_small(" not in ptx
+    small = ptx_entry(ptx, "mamba2_replay_small")
+    assert "cvt.rn.f16x2.e4m3x2" in small and "cvt.rn.satfinite.e4m3x2.f32" in small and "div.rn.f32" in small
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, 1)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
@@ -280,11 +319,11 @@ def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
     assert step.index("griddepcontrol.launch_dependents") < step.index("ld.global")
 
 
-@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("state_bytes", [2, 4, 1], ids=["bf16", "fp32", "fp8"])
 @pytest.mark.parametrize("rows", [16, 32, 64])
 @pytest.mark.parametrize("early", [False, True], ids=["late", "early"])
 def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early):
-    """The small kernel's cache loads (cursor, checkpoint chunks, B, x and dt records) are
+    """The small kernel's cache loads (cursor, checkpoint chunks (fp8: and the row's scale), B, x and dt records) are
     predicated on the slot, not behind a branch, and all precede the barrier; no return before
     it (session 19: behind the padding-row branch, NVVM sank ~140 instructions of index
     arithmetic between the slot's arrival and these loads)."""
@@ -298,8 +337,9 @@ def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early
     assert ("shfl.sync.down" in body[: body.index("bar.sync")]) == early
     head = body[: body.index("bar.sync")]
     chunks = d_state * state_bytes // 128
-    # cursor + checkpoint chunks + B records (one 16-record round of d_state / 64 chunks) + x + dt
-    assert head.count("@q ld.global") == 1 + chunks + d_state // 64 + 1 + 1
+    # cursor + checkpoint chunks (+ an fp8 row's scale) + B records (one 16-record round of d_state
+    # / 64 chunks) + x + dt
+    assert head.count("@q ld.global") == 1 + chunks + (state_bytes == 1) + d_state // 64 + 1 + 1
     assert "ret;" not in head
 
 

@@ -56,7 +56,7 @@ COEF_WARPS_4_BATCH = 128
 # Up to this batch (by checkpoint element bytes: bf16, fp32) the small one-launch kernel: kernel
 # notes, sessions 18-19 (bf16: 3.57 / 5.07 / 7.39 against the two launches' 5.03 / 5.96 / 8.08 us
 # at batch 1 / 2 / 3; fp32: 4.14 / 6.09 / 9.97 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
-SMALL_MAX_BATCH = {2: 3, 4: 4}
+SMALL_MAX_BATCH = {2: 3, 4: 4, 1: 3}  # fp8 (element bytes 1): as bf16, not timed yet
 # Where its registers cannot be capped at 64 without spills (small_fits_register_cap), the small
 # kernel only up to this batch: at L = 32 from batch 3 (bf16) / 4 (fp32) its uncapped grid runs
 # in two waves, slower than the two launches (8.56 against 9.10 us, 11.33 against 12.90; kernel
@@ -136,13 +136,13 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1-3 bf16, 1-4 fp32;
     up to ``SMALL_MAX_BATCH_UNCAPPED`` where its registers cannot be capped; :func:`small_config`),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it. fp8 checkpoints
-    (``state_bytes`` 1): the two launches at every batch (the small kernel has no fp8 form)."""
+    (``state_bytes`` 1, not timed yet): bf16's rules, 2 CTAs for the two launches from L = 17."""
     ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
                        f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
-    if state_bytes == 1:
+    if state_bytes == 1 and L > 16:
         # fp8 at L > 16: the flush's rows held in registers spill under 3 CTAs' cap (a CPU test
         # compiles the table); 2 CTAs a multiprocessor hold them.
-        return replace(ring, min_ctas=min(ring.min_ctas, 2)) if L > 16 else ring
+        ring = replace(ring, min_ctas=min(ring.min_ctas, 2))
     fits = small_fits_register_cap(head_dim, d_state, L)
     if batch <= (SMALL_MAX_BATCH[state_bytes] if fits else SMALL_MAX_BATCH_UNCAPPED):
         return small_config(head_dim, d_state, L, batch, state_bytes)
@@ -304,15 +304,18 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, 
     )  # fmt: skip
 
 
-def small_args(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> KernelArgs:
-    """Parameters of ``mamba2_replay_small``, in the .cu file's order (an absent D, z or dt_bias
-    is another tensor's pointer, never read)."""
+def small_args(checkpoint, scale, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias,
+               out) -> KernelArgs:
+    """Parameters of ``mamba2_replay_small``, in the .cu file's order (an absent D, z, dt_bias or
+    fp8 ``scale`` is another tensor's pointer, never read)."""
     DD = D if D is not None else A
     zz = z if z is not None else x
     bias = dt_bias if dt_bias is not None else A
+    sc = scale if scale is not None else x_records
     return (
         KernelArgs()
         .tensor(checkpoint, 3)
+        .tensor(sc, 2)
         .tensor(x_records, 2)
         .tensor(dt_records, 2)
         .tensor(B_records, 3)
@@ -391,8 +394,6 @@ def launch_mamba2_replay_step_cuda(
     es = checkpoint.element_size()
     cfg = config or cuda_step_config(head_dim, d_state, L, batch, es)
     small_reason = small_inputs_unsupported(B, C) if cfg.small else None
-    if cfg.small and es == 1:
-        raise ValueError("mamba2_replay_step (CUDA, small): the small kernel reads bf16 or fp32 checkpoints, not fp8")
     if small_reason is not None:
         if config is not None:
             raise ValueError(f"mamba2_replay_step (CUDA, small): {small_reason}")
@@ -404,7 +405,8 @@ def launch_mamba2_replay_step_cuda(
     if cfg.small:
         small = load_kernel(SOURCE, "mamba2_replay_small", defines, device, 0)
         args = small_args(
-            checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
+            checkpoint, checkpoint_scale, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z,
+            dt_bias, out,
         )
         small.launch((nheads * head_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out

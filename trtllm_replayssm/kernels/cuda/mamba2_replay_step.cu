@@ -1,5 +1,5 @@
 // ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16, fp32 (CKPT_F32) or fp8-e4m3
-// (CKPT_FP8: codes with one fp32 scale per row, the two launches only) checkpoints:
+// (CKPT_FP8: codes with one fp32 scale per row, d_state 128) checkpoints:
 // two launches (1 and 2 below), or for small batches one (3), compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX.
@@ -419,7 +419,6 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 }
 
 // ------------------------------------------------------------------ one launch for small batches
-#if !CKPT_FP8  // bf16 and fp32 checkpoints only
 
 // mamba2_replay_small: the whole step in one launch without a pipeline, for batches too small to
 // fill the persistent kernel's ring (kernel notes, sessions 18-19). One CTA of SM_THREADS threads
@@ -439,11 +438,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 // arrivals[slot] (acquire-release, after the barrier that follows every thread's use of its cursor
 // read, before any store); the row's last advances the cursor (0 after a flush, else w + 1) and
 // zeroes the count. Launched programmatically: waits for the previous kernel before any read, and
-// lets the next grid be scheduled at once.
+// lets the next grid be scheduled at once. fp8 (CKPT_FP8): a thread's chunk holds 16 codes; S0 . C
+// from them times the row's scale (read with the chunks); a flush scales the codes, folds, takes
+// the row's new scale max |row| / 448 over its 8 threads and stores codes and scale.
 #define SM_THREADS (SM_ROWS * 8)               // rows x 8 threads
 #define SM_XCH (SM_ROWS / 8)                   // 16-byte x-record chunks per record of the CTA's rows
 #define SM_CPT (DSTATE * ES / 128)             // 16-byte checkpoint chunks per thread (1-8)
-#define SM_EPC (16 / ES)                       // checkpoint elements per chunk (8 bf16, 4 fp32)
+#define SM_EPC (16 / ES)                       // checkpoint elements per chunk (8 bf16, 4 fp32, 16 fp8)
 #define SM_BPT (DSTATE / 64)                   // 16-byte B chunks (8 bf16) per team thread (1-4)
 #define SM_CTAS_PER_HEAD (ROWS / SM_ROWS)
 
@@ -467,6 +468,19 @@ __device__ __forceinline__ SmallRowMath small_row_math(float dtj, float dth, flo
     const uint2 c2 = *(const uint2*)(Crow + (p + 8 * k) * 4);  // C for the chunk's 4 columns
     s0c += __uint_as_float(ck[k].x) * __uint_as_float(c2.x << 16) + __uint_as_float(ck[k].y) * __uint_as_float(c2.x & 0xffff0000u);
     s0c2 += __uint_as_float(ck[k].z) * __uint_as_float(c2.y << 16) + __uint_as_float(ck[k].w) * __uint_as_float(c2.y & 0xffff0000u);
+#elif CKPT_FP8
+    // fp8: the chunk's 16 codes against C's 16 columns (two 16-byte loads), the row scale applied
+    // by the caller.
+    const uint4 c_lo = *(const uint4*)(Crow + (p + 8 * k) * 16), c_hi = *(const uint4*)(Crow + (p + 8 * k) * 16 + 8);
+    const u32 vw[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
+    const u32 cw[8] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w, c_hi.x, c_hi.y, c_hi.z, c_hi.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {  // codes 2e, 2e + 1 of the chunk: C word e
+      float lo, hi;
+      e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), lo, hi);
+      const float d = lo * __uint_as_float(cw[e] << 16) + hi * __uint_as_float(cw[e] & 0xffff0000u);
+      if (e & 1) s0c2 += d; else s0c += d;
+    }
 #else
     const uint4 c4 = cb[k];  // CPT == BPT for bf16: the same chunks
     s0c += dot_bf16x2(ck[k].x, c4.x) + dot_bf16x2(ck[k].y, c4.y);
@@ -481,6 +495,7 @@ __device__ __forceinline__ SmallRowMath small_row_math(float dtj, float dth, flo
 
 extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, NHEADS, ROWS], rows dense
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense (ROWS apart)
     float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
@@ -527,6 +542,10 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   uint4 ck[SM_CPT];  // checkpoint chunks p + 8 k of the row
 #pragma unroll
   for (int k = 0; k < SM_CPT; ++k) ck[k] = load16_if(live, ck_t + 128 * k);
+#if CKPT_FP8
+  float* const scale_t = ckpt_scale + us * ssc_slot + h * ssc_head + row;  // the row's scale
+  const float row_scale = __uint_as_float(load4_if(live, scale_t));
+#endif
   const u16* brec_t = B_records + us * sBr_slot + g * sBr_group + team * sBr_pos + p * 8;  // + 16 m records, + 64 k elements
   uint4 brec[LP / 16][SM_BPT];
 #pragma unroll
@@ -592,7 +611,12 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   }
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) rec += __shfl_xor_sync(0xffffffffu, rec, o);
-  const float y = row_skip(decay * rm.s0c + rec, ri, x_now) * rm.gate;
+#if CKPT_FP8
+  const float s0c = rm.s0c * row_scale;
+#else
+  const float s0c = rm.s0c;
+#endif
+  const float y = row_skip(decay * s0c + rec, ri, x_now) * rm.gate;
   if (!live) return;
   if (p == 0) {
     out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
@@ -614,6 +638,14 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
       s[k][1] = decay * __uint_as_float(ck[k].y);
       s[k][2] = decay * __uint_as_float(ck[k].z);
       s[k][3] = decay * __uint_as_float(ck[k].w);
+#elif CKPT_FP8
+      const u32 vw[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), s[k][2 * e], s[k][2 * e + 1]);
+        s[k][2 * e] = (s[k][2 * e] * row_scale) * decay;  // the codes' values first, as the reference
+        s[k][2 * e + 1] = (s[k][2 * e + 1] * row_scale) * decay;
+      }
 #else
       const u32 wd[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
 #pragma unroll
@@ -637,21 +669,46 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
         s[k][2] += vj * __uint_as_float(bj.y << 16);
         s[k][3] += vj * __uint_as_float(bj.y & 0xffff0000u);
 #else
-        const uint4 bj = *(const uint4*)(&bsj[col]);
-        const u32 wd[4] = {bj.x, bj.y, bj.z, bj.w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[k][2 * e] += vj * __uint_as_float(wd[e] << 16);
-          s[k][2 * e + 1] += vj * __uint_as_float(wd[e] & 0xffff0000u);
+        for (int half = 0; half < SM_EPC / 8; ++half) {  // 8 B columns a 16-byte load (fp8: two)
+          const uint4 bj = *(const uint4*)(&bsj[col + 8 * half]);
+          const u32 wd[4] = {bj.x, bj.y, bj.z, bj.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[k][8 * half + 2 * e] += vj * __uint_as_float(wd[e] << 16);
+            s[k][8 * half + 2 * e + 1] += vj * __uint_as_float(wd[e] & 0xffff0000u);
+          }
         }
 #endif
       }
     }
+#if CKPT_FP8
+    // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes
+    // value / scale to nearest even (reference.rounding.fp8_row_encode's rule); thread 0 of the
+    // row stores the scale.
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < SM_CPT; ++k) {
+#pragma unroll
+      for (int e = 0; e < SM_EPC; ++e) amax = fmaxf(amax, fabsf(s[k][e]));
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float new_scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    if (p == 0) *scale_t = new_scale;
+#endif
 #pragma unroll
     for (int k = 0; k < SM_CPT; ++k) {
 #if CKPT_F32
       *(uint4*)(ck_t + 128 * k) =
           make_uint4(__float_as_uint(s[k][0]), __float_as_uint(s[k][1]), __float_as_uint(s[k][2]), __float_as_uint(s[k][3]));
+#elif CKPT_FP8
+      u32 wd[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        wd[i] = (u32)pack_e4m3x2(__fdiv_rn(s[k][4 * i], new_scale), __fdiv_rn(s[k][4 * i + 1], new_scale)) |
+                ((u32)pack_e4m3x2(__fdiv_rn(s[k][4 * i + 2], new_scale), __fdiv_rn(s[k][4 * i + 3], new_scale)) << 16);
+      *(uint4*)(ck_t + 128 * k) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
 #else
       *(uint4*)(ck_t + 128 * k) = make_uint4(pack_bf16x2(s[k][0], s[k][1]), pack_bf16x2(s[k][2], s[k][3]),
                                              pack_bf16x2(s[k][4], s[k][5]), pack_bf16x2(s[k][6], s[k][7]));
@@ -660,4 +717,3 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   }
   if (t == 0) advance_after_last_arrival(arrived, NHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }
-#endif  // !CKPT_FP8
