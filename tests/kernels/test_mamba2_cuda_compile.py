@@ -83,46 +83,11 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     scale = torch.zeros(6, 128, 64)
     fp8 = mc.step_args(maps, coef, B, scale, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
     assert fp8.kinds == args.kinds and widths == ptx_params(_ptx(SHAPES[0], state_bytes=1), "mamba2_replay_step")
-    args = mc.small_args(
-        c.checkpoint,
-        None,
-        c.x_records,
-        c.dt_records,
-        c.B_records,
-        c.cursor,
-        c.arrivals,
-        x,
-        dt,
-        A,
-        B,
-        B,
-        slots,
-        None,
-        None,
-        None,
-        x,
-    )
+    small_inputs = (c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x)
+    args = mc.small_args(c.checkpoint, None, *small_inputs)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == ptx_params(ptx, "mamba2_replay_small")
-    fp8 = mc.small_args(
-        c.checkpoint,
-        scale,
-        c.x_records,
-        c.dt_records,
-        c.B_records,
-        c.cursor,
-        c.arrivals,
-        x,
-        dt,
-        A,
-        B,
-        B,
-        slots,
-        None,
-        None,
-        None,
-        x,
-    )
+    fp8 = mc.small_args(c.checkpoint, scale, *small_inputs)
     assert fp8.kinds == args.kinds and widths == ptx_params(_ptx(SHAPES[0], state_bytes=1), "mamba2_replay_small")
 
 
