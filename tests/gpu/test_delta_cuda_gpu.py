@@ -157,9 +157,10 @@ FP8_SHAPES = [
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
 @pytest.mark.parametrize("batch", [2, 16, 256])
 def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
-    """An fp8 checkpoint through the step kernel at the table's configuration for ``batch`` (one
-    launch at 2 and 16, the two launches at 256 for GDN): codes and row scales against the float64
-    oracle over many flushes, padding rows and unused slots untouched (drive_replay)."""
+    """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
+    small kernel at 2, one launch at 16, the two launches at 256; KDA: its one launch): codes and
+    row scales against the float64 oracle over many flushes, padding rows and unused slots
+    untouched (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)

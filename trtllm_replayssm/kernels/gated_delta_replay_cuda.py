@@ -210,12 +210,9 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
     warps. fp8 checkpoints (``state_bytes`` 1, not timed yet): the bf16 table (its stages fit: an
-    fp8 stage is smaller), with one launch where bf16 takes the small kernel (GDN, batch <=
-    :data:`SMALL_MAX_BATCH`), and the flush in exact fp32 (its two passes find each row's scale)."""
+    fp8 stage is smaller), the flush in exact fp32 (its two passes find each row's scale)."""
     if state_bytes == 1:
-        small = not (one_launch or per_channel) and batch <= SMALL_MAX_BATCH
-        cfg = delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch or small)
-        return replace(cfg, flush_mma=False)
+        return replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
@@ -344,10 +341,10 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if state_bytes == 1 and (cfg.small or cfg.s0_mma or cfg.flush_mma):
+    if state_bytes == 1 and (cfg.s0_mma or cfg.flush_mma):
         raise ValueError(
-            f"delta_replay_step (CUDA): an fp8 checkpoint takes the step kernel with its exact-fp32 products and flush; got "
-            f"small={cfg.small}, s0_mma={cfg.s0_mma}, flush_mma={cfg.flush_mma}"
+            f"delta_replay_step (CUDA): an fp8 checkpoint takes the exact-fp32 products and flush; got "
+            f"s0_mma={cfg.s0_mma}, flush_mma={cfg.flush_mma}"
         )
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
@@ -396,12 +393,15 @@ def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot
     )  # fmt: skip
 
 
-def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
-               scale) -> KernelArgs:
-    """Parameters of ``delta_replay_small``, in the .cu file's order."""
+def small_args(checkpoint, checkpoint_scale, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out,
+               slot_ids, scale) -> KernelArgs:
+    """Parameters of ``delta_replay_small``, in the .cu file's order (``checkpoint_scale``: an fp8
+    checkpoint's row scales; None: another tensor's pointer, never read)."""
+    sc = checkpoint_scale if checkpoint_scale is not None else g_records
     return (
         KernelArgs()
         .tensor(checkpoint, 3)
+        .tensor(sc, 2)
         .tensor(d_records, 3)
         .tensor(k_records, 3)
         .tensor(g_records, 2)
@@ -473,8 +473,8 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     stream = torch.cuda.current_stream(device).cuda_stream
     if cfg.small:
         small = load_kernel(SOURCE, "delta_replay_small", defines, device, 0)
-        args = small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
-                          scale)
+        args = small_args(checkpoint, checkpoint_scale, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta,
+                          out, slot_ids, scale)
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     one_launch = runs_one_launch(cfg, per_channel)

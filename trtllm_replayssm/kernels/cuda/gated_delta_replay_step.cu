@@ -1,7 +1,7 @@
 // ReplaySSM gated delta-rule decode step for sm_90 (GDN: a log-decay per value head; KDA, with
 // PER_CHANNEL: one per key channel), bf16 activations and records, bf16, fp32 (CKPT_F32) or
-// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128, the step kernel
-// with its exact-fp32 products and flush) checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128, exact-fp32
+// products and flush) checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
 // kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), at small batches
 // launch 2 alone or, smaller still, one kernel without a ring (3); KDA: launch 2 alone, forming its
@@ -1118,7 +1118,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 }
 
 // ------------------------------------------------------------------ one launch for small batches (GDN)
-#if !PER_CHANNEL && !CKPT_FP8  // bf16 and fp32 checkpoints
+#if !PER_CHANNEL
 
 // delta_replay_small: the whole step in one launch without a ring, for batches too small to fill the
 // persistent kernel's. One CTA of SM_THREADS threads per (SM_ROWS value rows of a value head,
@@ -1136,7 +1136,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 // arrivals[slot] (acquire-release, after the barrier that follows every thread's cursor use, before
 // any store); the row's last advances the cursor (0 after a flush, else w + 1) and zeroes the count.
 // Launched programmatically: waits for the previous kernel before any read and lets the next grid
-// be scheduled at once.
+// be scheduled at once. fp8 (CKPT_FP8): a chunk holds 16 codes, the row's scale is read beside the
+// chunks, S0 q and S0 k are the codes' sums times it, and a flush scales the codes, folds, takes
+// the row's new scale over its 8 threads and stores codes and (thread 0 of the row) the scale.
 #define SM_THREADS (SM_ROWS * 8)              // rows x 8 threads
 #define SM_CPT (DK * ES / 128)                // 16-byte checkpoint chunks per thread
 #define SM_KPT (DK / 64)                      // 16-byte k chunks (8 bf16) per thread in the scores
@@ -1153,6 +1155,7 @@ __device__ __forceinline__ float row_sum8(float v) {
 
 extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, VHEADS, DV], rows dense
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
     float* __restrict__ g_records, long long sgr_slot, long long sgr_head,
@@ -1194,6 +1197,12 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
   uint4 ck[SM_CPT];
 #pragma unroll
   for (int m = 0; m < SM_CPT; ++m) ck[m] = load16_if(live, ck_t + 128 * m);
+#if CKPT_FP8
+  float* const scale_t = ckpt_scale + us * ssc_slot + h * ssc_head + row;  // the row's scale
+  const float row_scale = __uint_as_float(load4_if(live, scale_t));
+#else
+  const float row_scale = 1.0f;
+#endif
   u16* const krec = k_records + us * skr_slot + kh * skr_head;
   uint4 kr[LP / 16][SM_KPT];
 #pragma unroll
@@ -1274,7 +1283,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
     const int col = (p + 8 * m) * EPC;
     float x[EPC], qv[EPC], kv[EPC];
     chunk_to_f32(ck[m], x);
-#if CKPT_F32
+#if CKPT_F32 || CKPT_FP8
     load_bf16_chunk(qrow + col, qv);
     load_bf16_chunk(krow + col, kv);
 #else
@@ -1297,8 +1306,8 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
     rq_rec += a * dj;
     rk_rec += c * dj;
   }
-  const float hq = e0 * rq * row_sum8(aq) + row_sum8(rq_rec);
-  const float hk = e0 * rk * row_sum8(ak) + row_sum8(rk_rec);
+  const float hq = e0 * rq * (row_sum8(aq) * row_scale) + row_sum8(rq_rec);  // fp8: the codes' sums times the row scale
+  const float hk = e0 * rk * (row_sum8(ak) * row_scale) + row_sum8(rk_rec);
   const float d = bh * (vr - hk);
   if (!live) return;
   if (p == 0) {
@@ -1318,19 +1327,22 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
       }
     }
   } else {
-    // Flush: the row's chunks S = e0 S0 + d k̂ᵀ + sum_{j<w} (e_j d_j) k̂_jᵀ in fp32, rounded, stored.
+    // Flush: the row's chunks S = e0 S0 + d k̂ᵀ + sum_{j<w} (e_j d_j) k̂_jᵀ in fp32, rounded, stored
+    // (fp8: all of the thread's chunks first, for the row's new scale).
+    float held[SM_CPT][EPC];
 #pragma unroll
     for (int m = 0; m < SM_CPT; ++m) {
       const int col = (p + 8 * m) * EPC;
-      float s[EPC], kc[EPC];
+      float(&s)[EPC] = held[m];
+      float kc[EPC];
       chunk_to_f32(ck[m], s);
-#if CKPT_F32
+#if CKPT_F32 || CKPT_FP8
       load_bf16_chunk(krow + col, kc);
 #else
       unpack8(kb[m], kc);
 #endif
 #pragma unroll
-      for (int e = 0; e < EPC; ++e) s[e] = e0 * s[e] + d * (kc[e] * rk);
+      for (int e = 0; e < EPC; ++e) s[e] = e0 * (s[e] * row_scale) + d * (kc[e] * rk);
 #pragma unroll 4
       for (int j = 0; j < LREC - 1; ++j) {
         const float aj = __shfl_sync(0xffffffffu, ej, j) * bf16_to_f32(ds[j][rl]);
@@ -1339,8 +1351,30 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
 #pragma unroll
         for (int e = 0; e < EPC; ++e) s[e] += aj * kj[e];
       }
+#if !CKPT_FP8
       *(uint4*)(ck_t + 128 * m) = pack_chunk(s);
+#endif
     }
+#if CKPT_FP8
+    // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes value /
+    // scale to nearest even; thread 0 of the row stores the scale.
+    float amax = 0.0f;
+#pragma unroll
+    for (int m = 0; m < SM_CPT; ++m) {
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) amax = fmaxf(amax, fabsf(held[m][e]));
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float new_scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+#pragma unroll
+    for (int m = 0; m < SM_CPT; ++m) {
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) held[m][e] = __fdiv_rn(held[m][e], new_scale);
+      *(uint4*)(ck_t + 128 * m) = pack_chunk(held[m]);
+    }
+    if (p == 0) *scale_t = new_scale;
+#endif
   }
   if (t == 0) advance_after_last_arrival(arrived, VHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }
