@@ -181,6 +181,20 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
     assert worst["ckpt"] < STATE_TOL["fp8"] + ACT_TOL["bf16"], worst
 
 
+@needs_sm90
+@pytest.mark.parametrize(
+    "g,L",
+    [
+        pytest.param(DeltaGeometry(16, 64, 128, 128), 16, id="qwen3.5-122b-L16"),
+        pytest.param(DeltaGeometry(1, 32, 128, 16), 5, id="vpk32-dv16-L5"),
+    ],
+)
+@pytest.mark.parametrize("form", ["small16", "small32"])
+def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
+    """GDN's small kernel with an fp8 checkpoint, 16 and 32 rows a CTA (where they tile)."""
+    check_against_oracle(g, L, "fp8", form)
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """``t``, fp8 codes as their bytes (compared bit for bit)."""
     return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
@@ -189,10 +203,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel):
+@pytest.mark.parametrize("batch", [6, 2])  # GDN: one launch / the small kernel
+def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
-    g, L, batch, slots = DeltaGeometry(16, 64, 128, 128), 8, 6, 9
+    g, L, slots = DeltaGeometry(16, 64, 128, 128), 8, 9
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")
@@ -203,7 +218,7 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel):
     cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
     cache.g_records.uniform_(-0.3, -0.01)
     cache.cursor.copy_(torch.randint(0, L, (slots,), dtype=torch.int32))
-    slot_ids = torch.tensor([3, -1, 0, 7, 5, 1], dtype=torch.int32, device="cuda")
+    slot_ids = torch.tensor([3, -1, 0, 7, 5, 1][:batch], dtype=torch.int32, device="cuda")
     inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=per_channel)
     saved = {k: v.clone() for k, v in vars(cache).items() if isinstance(v, torch.Tensor)}
 

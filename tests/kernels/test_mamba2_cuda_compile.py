@@ -120,6 +120,12 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 3, 1).small
     assert mc.cuda_step_config(64, 128, 16, 4, 1) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=16)
     assert mc.cuda_step_config(64, 128, 16, 256, 1).min_ctas == 3 and mc.cuda_step_config(64, 128, 17, 256, 1).min_ctas == 2
+    # where the small kernel cannot read B or C, the launcher takes the table's two launches, not the
+    # small kernel's register cap (which spilled the step kernel: 416 bytes at head_dim 128, fp8)
+    for es in (1, 2):
+        assert mc.two_launch_config(64, 128, 16, 2, es) == mc.cuda_step_config(64, 128, 16, 4, es)
+        assert not mc.two_launch_config(128, 128, 16, 2, es).small
+    assert mc.two_launch_config(128, 128, 16, 2, 1).min_ctas == mc.cuda_step_config(128, 128, 16, 64, 1).min_ctas
     # a stage of codes: 8 KiB less than bf16 rows, plus 256 B of row scales, within the 1 KiB rounding
     assert mc.step_shared_bytes(64, 128, 16, 1, 2) - mc.step_shared_bytes(64, 128, 16, 1, 1) == 8 * 1024
 

@@ -1,8 +1,8 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
 for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (measured faster
 than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-19), and for
-fp8-e4m3 checkpoints with d_state 128 (the two launches at every batch; their row scales
-``checkpoint_scale`` [slot, nheads, head_dim] fp32, rows dense).
+fp8-e4m3 checkpoints with d_state 128 (their row scales ``checkpoint_scale`` [slot, nheads,
+head_dim] fp32, rows dense; not timed yet).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
 and a persistent step kernel (TMA tensor-map copies of the checkpoint, S0 . C, tensor-core
@@ -36,6 +36,7 @@ __all__ = [
     "SOURCE",
     "CudaStepConfig",
     "cuda_step_config",
+    "two_launch_config",
     "cuda_step_unsupported",
     "small_inputs_unsupported",
     "small_config",
@@ -53,7 +54,7 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 # From this batch on, coefficient CTAs of 4 warps (16 below): kernel notes, sessions 15 and 18
 # (with the programmatic coefficient launch 16 warps are as fast or faster at 64, 4 at 256).
 COEF_WARPS_4_BATCH = 128
-# Up to this batch (by checkpoint element bytes: bf16, fp32) the small one-launch kernel: kernel
+# Up to this batch (by checkpoint element bytes: bf16, fp32; fp8 as bf16) the small one-launch kernel: kernel
 # notes, sessions 18-19 (bf16: 3.57 / 5.07 / 7.39 against the two launches' 5.03 / 5.96 / 8.08 us
 # at batch 1 / 2 / 3; fp32: 4.14 / 6.09 / 9.97 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
 SMALL_MAX_BATCH = {2: 3, 4: 4, 1: 3}  # fp8 (element bytes 1): as bf16, not timed yet
@@ -137,16 +138,19 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     up to ``SMALL_MAX_BATCH_UNCAPPED`` where its registers cannot be capped; :func:`small_config`),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it. fp8 checkpoints
     (``state_bytes`` 1, not timed yet): bf16's rules, 2 CTAs for the two launches from L = 17."""
-    ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
-                       f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
-    if state_bytes == 1 and L > 16:
-        # fp8 at L > 16: the flush's rows held in registers spill under 3 CTAs' cap (a CPU test
-        # compiles the table); 2 CTAs a multiprocessor hold them.
-        ring = replace(ring, min_ctas=min(ring.min_ctas, 2))
     fits = small_fits_register_cap(head_dim, d_state, L)
     if batch <= (SMALL_MAX_BATCH[state_bytes] if fits else SMALL_MAX_BATCH_UNCAPPED):
         return small_config(head_dim, d_state, L, batch, state_bytes)
-    return ring
+    return two_launch_config(head_dim, d_state, L, batch, state_bytes)
+
+
+def two_launch_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int = 2) -> CudaStepConfig:
+    """The table's two launches at any batch (:func:`ring_config`; fp8 at L > 16 with at most 2
+    CTAs a multiprocessor: the flush's rows held in registers spill under 3 CTAs' cap, a CPU test
+    compiles the table). Also where the table's small kernel cannot read the inputs."""
+    ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
+                       f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
+    return replace(ring, min_ctas=min(ring.min_ctas, 2)) if state_bytes == 1 and L > 16 else ring
 
 
 def ring_config(head_dim: int, shared_bytes: int, batch: int, what: str) -> CudaStepConfig:
@@ -398,7 +402,7 @@ def launch_mamba2_replay_step_cuda(
         if config is not None:
             raise ValueError(f"mamba2_replay_step (CUDA, small): {small_reason}")
         # The table's small kernel cannot read these inputs; the two launches can (same results).
-        cfg = replace(cfg, small=False)
+        cfg = two_launch_config(head_dim, d_state, L, batch, es)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, mamba2_input_defines(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
