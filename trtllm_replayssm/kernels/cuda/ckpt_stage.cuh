@@ -180,7 +180,7 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
   for (int half = 0; half < 2; ++half) {  // a row's columns lie in the 4 lanes of its quad
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 1));
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 2));
-    new_scale[half] = amax[half] > 0.0f ? __fdiv_rn(amax[half], 448.0f) : 1.0f;
+    new_scale[half] = fp8_row_scale(amax[half]);
   }
 #pragma unroll
   for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {

@@ -1084,11 +1084,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         for (int c = 0; c < HALF; c += EPC) {
           float s[EPC];
           fold_chunk(half * HALF + c, s);
-#pragma unroll
-          for (int e = 0; e < EPC; ++e) amax = fmaxf(amax, fabsf(s[e]));
+          amax = fmaxf(amax, max_abs<EPC>(s));
         }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16));
-        const float new_scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
 #pragma unroll 1
         for (int c = 0; c < HALF; c += EPC) {
           float s[EPC];
@@ -1358,15 +1356,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
 #if CKPT_FP8
     // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes value /
     // scale to nearest even; thread 0 of the row stores the scale.
-    float amax = 0.0f;
-#pragma unroll
-    for (int m = 0; m < SM_CPT; ++m) {
-#pragma unroll
-      for (int e = 0; e < EPC; ++e) amax = fmaxf(amax, fabsf(held[m][e]));
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float new_scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    const float new_scale = fp8_row_scale(row_max8(max_abs<SM_CPT * EPC>(&held[0][0])));
 #pragma unroll
     for (int m = 0; m < SM_CPT; ++m) {
 #pragma unroll

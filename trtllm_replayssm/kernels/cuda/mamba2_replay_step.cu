@@ -686,15 +686,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
     // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes
     // value / scale to nearest even (reference.rounding.fp8_row_encode's rule); thread 0 of the
     // row stores the scale.
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < SM_CPT; ++k) {
-#pragma unroll
-      for (int e = 0; e < SM_EPC; ++e) amax = fmaxf(amax, fabsf(s[k][e]));
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float new_scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    const float new_scale = fp8_row_scale(row_max8(max_abs<SM_CPT * SM_EPC>(&s[0][0])));
     if (p == 0) *scale_t = new_scale;
 #endif
 #pragma unroll
