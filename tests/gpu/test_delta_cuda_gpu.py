@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step, replay_with_launcher
+from op_checks import bits
 from replay_driver import drive_replay
 
 pytestmark = pytest.mark.gpu
@@ -195,11 +196,6 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
     check_against_oracle(g, L, "fp8", form)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``, fp8 codes as their bytes (compared bit for bit)."""
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-
-
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -253,7 +249,7 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
     for a, b in zip(eager[0], graphed[0]):
         assert torch.equal(a, b)
     for i in range(1, 5):
-        assert torch.equal(_bits(eager[i]), _bits(graphed[i])), i
+        assert torch.equal(bits(eager[i]), bits(graphed[i])), i
     assert torch.equal(eager[2], triton[2])
     rel = lambda a, b: float((a.float() - b.float()).abs().max() / b.float().abs().max())  # noqa: E731
     tol = 1e-2 if state == "f32" else 2e-2  # outputs in bf16: a rounding step apart at most, compounded

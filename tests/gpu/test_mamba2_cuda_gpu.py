@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from op_checks import bits
 from mamba2_cases import (
     ACT_TOL,
     STATE_TOL,
@@ -170,7 +171,7 @@ def test_cuda_step_graph_equals_eager(L, form, state):
         assert torch.equal(out_g, out_e)
     theirs = caches[1].tensors()
     for name, t in caches[0].tensors().items():
-        assert torch.equal(_bits(t), _bits(theirs[name])), name
+        assert torch.equal(bits(t), bits(theirs[name])), name
 
 
 @needs_sm90
@@ -382,11 +383,6 @@ def test_cuda_step_fp8_flush_equals_triton_to_a_code(L):
     step = torch.ldexp(torch.ones_like(ref_codes), torch.frexp(ref_codes.abs().clamp(min=2**-6))[1] - 4)  # e4m3 spacing
     assert ((codes - ref_codes).abs() <= step).all()
     assert (codes != ref_codes).float().mean() < 0.01
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """``t``, fp8 codes as their bytes (compared bit for bit)."""
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
 @needs_sm90
