@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from op_checks import bits
 from mamba2_cases import (
     ACT_TOL,
     STATE_TOL,
@@ -129,30 +130,34 @@ def test_cuda_step_configs_agree(stages, pdl, coef_warps, small):
 
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
-@pytest.mark.parametrize("form", FORMS)
-def test_cuda_step_graph_equals_eager(L, form):
-    """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit."""
+@pytest.mark.parametrize("form,state", [(f, "bf16") for f in FORMS] + [(f, "fp8") for f in ("c4", "c16", "small", "small-b1")])
+def test_cuda_step_graph_equals_eager(L, form, state):
+    """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit
+    (outputs and every cache tensor: an fp8 checkpoint's codes and row scales too)."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
 
-    cfg = form_config(cuda_step_config(64, 128, L, 20), form)
+    dtype = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}[state]
+    cfg = form_config(cuda_step_config(64, 128, L, 20, dtype.itemsize), form)
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
     rows = [7, -1, 2, 0, 5, 16, 11, -1, 3, 9, 14, 1, 4, 6, 8, 10, 12, 13, 15, -1]
     slots = torch.tensor(rows, dtype=torch.int32, device="cuda")
-    caches = []
-    for _ in range(2):
-        c = bf16_cache(g, 17, L)
-        torch.manual_seed(3)
-        c.checkpoint.normal_()
-        c.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
-        caches.append(c)
+    c = Mamba2ReplayCache.allocate(
+        17, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=dtype, act_dtype=torch.bfloat16, device="cuda"
+    )
+    torch.manual_seed(3)
+    c.admit(
+        torch.arange(17, dtype=torch.int32, device="cuda"), torch.randn(17, g.nheads, g.head_dim, g.d_state, device="cuda")
+    )
+    c.cursor.copy_(torch.arange(17, dtype=torch.int32) % L)
+    caches = [c, c.clone()]
     inputs = [make_step(g, len(rows), torch.bfloat16, "cuda", with_z=True) for _ in range(3 * L)]
     static = {k: v.clone() for k, v in inputs[0].items()}
     out_g = torch.full_like(static["x"], 42.0)
     out_e = out_g.clone()
-    warm = caches[0].clone()
-    replay_cuda(warm, static, p, slots, out_g.clone(), config=cfg)
+    replay_cuda(caches[0].clone(), static, p, slots, out_g.clone(), config=cfg)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         replay_cuda(caches[0], static, p, slots, out_g, config=cfg)
@@ -164,8 +169,9 @@ def test_cuda_step_graph_equals_eager(L, form):
         replay_cuda(caches[1], inp, p, slots, out_e, config=cfg)
         torch.cuda.synchronize()
         assert torch.equal(out_g, out_e)
-    for name in ("checkpoint", "x_records", "dt_records", "B_records", "cursor", "arrivals"):
-        assert torch.equal(getattr(caches[0], name), getattr(caches[1], name)), name
+    theirs = caches[1].tensors()
+    for name, t in caches[0].tensors().items():
+        assert torch.equal(bits(t), bits(theirs[name])), name
 
 
 @needs_sm90
@@ -313,3 +319,83 @@ def test_op_routes_fp32_checkpoints_to_cuda_at_every_batch():
     x = torch.empty(64, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda")
     assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "cuda"
     assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x[:1]) == "cuda"
+
+
+FP8_SHAPES = [  # d_state 128: the CUDA step's fp8 rows
+    pytest.param(Geometry(128, 64, 128, 8), 16, id="super-L16"),
+    pytest.param(Geometry(96, 80, 128, 8), 8, id="nano-hd80-L8"),
+    pytest.param(Geometry(96, 80, 128, 8), 32, id="nano-hd80-L32"),
+    pytest.param(Geometry(40, 32, 128, 1), 5, id="ngroups1-40heads-L5"),
+]
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", FP8_SHAPES)
+@pytest.mark.parametrize("form", ["c4", "c16", "small", "small-b1"])
+def test_cuda_step_fp8_long_run_against_oracle(g, L, form):
+    """An fp8 checkpoint through the two launches and the small kernel: codes and row scales
+    against the float64 oracle over many flushes, padding rows and unused slots untouched
+    (drive_replay)."""
+    from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
+
+    cfg = form_config(cuda_step_config(g.head_dim, g.d_state, L, 256, 1), form, g.head_dim, g.d_state, L, 1)
+    worst = drive_replay(
+        lambda *a: replay_cuda(*a, config=cfg), g, L, torch.float8_e4m3fn, torch.bfloat16, "cuda",
+        steps=3 * L + 5, batch=7, num_slots=12, n_padding=2, with_z=True,
+    )  # fmt: skip
+    assert worst["flushes"] >= 7 * ((3 * L + 5) // L) - 7
+    assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["fp8"], worst
+    assert worst["ckpt"] < STATE_TOL["fp8"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("L", [8, 16])
+def test_cuda_step_fp8_flush_equals_triton_to_a_code(L):
+    """One flush from the same fp8 cache by the CUDA and the Triton step: the same row scales (to
+    fp32 rounding of the fold) and codes at most one e4m3 step apart (the two folds' fp32 sums
+    may round a tie the other way); outputs within bf16 rounding."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+
+    g = Geometry(128, 64, 128, 8)
+    p = make_params(g, "cuda")
+    batch = 9
+    c = Mamba2ReplayCache.allocate(
+        batch, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.float8_e4m3fn,
+        act_dtype=torch.bfloat16, device="cuda",
+    )  # fmt: skip
+    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+    c.admit(slots, torch.randn(batch, g.nheads, g.head_dim, g.d_state, device="cuda"))
+    for _ in range(L):  # every row flushes at step L - 1
+        inp = make_step(g, batch, torch.bfloat16, "cuda", with_z=True)
+        ref = c.clone()
+        outs = {}
+        for kernel, cache in (("cuda", c), ("triton", ref)):
+            outs[kernel] = launch_mamba2_replay_step(
+                cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor, cache.arrivals,
+                inp["x"], inp["dt"], p.A, inp["B"], inp["C"], slot_ids=slots, D=p.D, z=inp["z"], dt_bias=p.dt_bias,
+                out=torch.empty_like(inp["x"]), checkpoint_scale=cache.checkpoint_scale, kernel=kernel,
+            )  # fmt: skip
+        torch.testing.assert_close(outs["cuda"].float(), outs["triton"].float(), rtol=1e-2, atol=1e-2)
+        assert torch.equal(c.cursor, ref.cursor)
+    torch.testing.assert_close(c.checkpoint_scale, ref.checkpoint_scale, rtol=1e-5, atol=0)
+    codes, ref_codes = c.checkpoint.float(), ref.checkpoint.float()
+    step = torch.ldexp(torch.ones_like(ref_codes), torch.frexp(ref_codes.abs().clamp(min=2**-6))[1] - 4)  # e4m3 spacing
+    assert ((codes - ref_codes).abs() <= step).all()
+    assert (codes != ref_codes).float().mean() < 0.01
+
+
+@needs_sm90
+def test_op_routes_fp8_checkpoints_to_cuda_and_a_seed_to_triton():
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel
+
+    g = Geometry(128, 64, 128, 8)
+    c = Mamba2ReplayCache.allocate(
+        64, g.nheads, g.head_dim, g.d_state, g.ngroups, 16, state_dtype=torch.float8_e4m3fn, act_dtype=torch.bfloat16,
+        device="cuda",
+    )  # fmt: skip
+    x = torch.empty(64, g.nheads, g.head_dim, dtype=torch.bfloat16, device="cuda")
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x, c.checkpoint_scale) == "cuda"
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x[:1], c.checkpoint_scale) == "cuda"
+    assert replay_step_kernel(c.checkpoint, c.x_records, c.B_records, x) == "triton"  # no scales given

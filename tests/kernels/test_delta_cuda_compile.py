@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from ptx_params import ptx_params
+from ptx_params import ptx_entry, ptx_params
 from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc
 from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
 
@@ -120,6 +120,52 @@ def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, exp
     assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps, cfg.flush_mma) == expected
 
 
+FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16, 64, 256])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
+    """An fp8 checkpoint's kernels at the table's configuration: the bf16 table's (the small kernel,
+    units, stages and CTAs), the flush in exact fp32; shared memory as the launcher allocates it
+    (the row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs), the flush's codes
+    rounded to nearest even with saturation and its scales from exact divisions, in the step and
+    the small kernel; no tensor-core product."""
+    _, _, dk, dv, L = shape
+    cfg, ptx = _ptx(shape, 1, per_channel=per_channel, batch=batch)
+    assert cfg == dataclasses.replace(gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel), flush_mma=False)
+    assert "mma.sync" not in ptx
+    entries = ["delta_replay_step"] + ([] if per_channel else ["delta_replay_small"])
+    for body in (ptx_entry(ptx, e) for e in entries):
+        assert "cvt.rn.f16x2.e4m3x2" in body and "cvt.rn.satfinite.e4m3x2.f32" in body and "div.rn.f32" in body
+    if cfg.small:
+        return  # the small kernel's shared memory is static (no stages)
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    one_launch = gc.runs_one_launch(cfg, per_channel)
+    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, per_channel, one_launch, cfg.coef_warps)
+    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+
+
+def test_fp8_refusals_name_their_reason():
+    c, q, v, g = _cpu_case(state=torch.float8_e4m3fn)
+    unsupported = gc.delta_shape_unsupported
+    assert unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g, c.checkpoint_scale) is None
+    assert "fp8 checkpoint without checkpoint_scale" in unsupported(
+        c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g
+    )
+    spread = torch.zeros(6, 64, 129)[..., 1:]
+    reason = unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g, spread)
+    assert "fp8 checkpoint_scale strides" in reason
+    c64, q64, v64, g64 = _cpu_case(dk=64, state=torch.float8_e4m3fn)
+    reason = unsupported(c64.checkpoint, c64.d_records, c64.k_records, c64.g_records, q64, q64, v64, g64, c64.checkpoint_scale)
+    assert "head_k_dim 64 with an fp8 checkpoint" in reason
+    for change in (dict(s0_mma=True), dict(flush_mma=True)):
+        cfg = dataclasses.replace(gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1), **change)
+        with pytest.raises(ValueError, match="an fp8 checkpoint takes the exact-fp32 products and flush"):
+            gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
+
+
 def test_coefficient_warps_need_one_launch():
     two = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coef_warps=4)
 
@@ -161,10 +207,12 @@ def test_tensor_core_flush_needs_the_step_kernel():
     assert cfg.label().endswith(",fmma")
 
 
-@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("state_bytes", [2, 4, 1], ids=["bf16", "fp32", "fp8"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_small_kernel_compiles_without_local_memory(shape, state_bytes):
     k_heads, v_heads, dk, dv, L = shape
+    if state_bytes == 1 and dk != 128:
+        pytest.skip("fp8 rows of 128 codes only")
     rows = 32 if dv % 32 == 0 else 16
     cfg = dataclasses.replace(gc.delta_cuda_config(dk, dv, L, 1, state_bytes), small=True, small_rows=rows, min_ctas=1)
     ptx = gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes)
@@ -177,11 +225,13 @@ def test_raw_qk_compiles(per_channel):
     assert ".entry delta_replay_step(" in ptx and ".local" not in ptx
 
 
-def _cpu_case(k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16):
+def _cpu_case(
+    k_heads=16, v_heads=64, dk=128, dv=128, L=16, batch=4, slots=6, per_channel=False, act=torch.bfloat16, state=torch.float32
+):
     from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
 
     cls = KDAReplayCache if per_channel else GDNReplayCache
-    c = cls.allocate(slots, k_heads, v_heads, dk, dv, L, state_dtype=torch.float32, record_dtype=act, device="cpu")
+    c = cls.allocate(slots, k_heads, v_heads, dk, dv, L, state_dtype=state, record_dtype=act, device="cpu")
     q = torch.zeros(batch, k_heads, dk, dtype=act)
     v = torch.zeros(batch, v_heads, dv, dtype=act)
     g = torch.zeros((batch, v_heads, dk) if per_channel else (batch, v_heads))
@@ -195,16 +245,27 @@ def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     ptx = _ptx(SHAPES[0], 4, per_channel=per_channel)[1]
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
-    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, c.d_records, c.k_records, c.g_records, v, v, slots,
+    args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, None, c.d_records, c.k_records, c.g_records, v, v, slots,
                         c.cursor, q, q, g, g, c.arrivals, 0.1)  # fmt: skip
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_step")
+    fp8 = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, torch.zeros(6, 64, 128), c.d_records, c.k_records,
+                       c.g_records, v, v, slots, c.cursor, q, q, g, g, c.arrivals, 0.1)  # fmt: skip
+    assert fp8.kinds == args.kinds
+    assert ["64" if k in ("ptr", "i64") else k for k in fp8.kinds] == ptx_params(
+        _ptx(SHAPES[0], 1, per_channel=per_channel)[1], "delta_replay_step"
+    )
     if per_channel:
         return  # no coefficient launch, no small kernel
     args = gc.coefficient_args(coef, coef, c.k_records, c.g_records, c.cursor, q, q, g, g, slots, 0.1)
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_coefficients")
-    args = gc.small_args(c.checkpoint, c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, g, v,
-                         slots, 0.1)  # fmt: skip
+    small_inputs = (c.d_records, c.k_records, c.g_records, c.cursor, c.arrivals, q, q, v, g, g, v, slots, 0.1)
+    args = gc.small_args(c.checkpoint, None, *small_inputs)
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_replay_small")
+    fp8 = gc.small_args(c.checkpoint, torch.zeros(6, 64, 128), *small_inputs)
+    assert fp8.kinds == args.kinds
+    assert ["64" if k in ("ptr", "i64") else k for k in fp8.kinds] == ptx_params(
+        _ptx(SHAPES[0], 1, batch=1)[1], "delta_replay_small"
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import torch
 
 from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry
 from replay_driver import drive_replay
+from trtllm_replayssm.reference.rounding import fp8_row_encode
 
 BF16 = torch.bfloat16
 
@@ -71,8 +72,14 @@ def step_launch(cache, inp, slot_ids, blocks, qk, out, flush_k_term=True):
             w = blk["w"]
             S0 = cache.checkpoint[slot, h].float()
             drec = cache.d_records[slot, h, :w].float()
-            hq = S0 @ (blk["e0"] * q) + blk["sq"] @ drec
-            hk = S0 @ (blk["e0"] * k) + blk["sk"] @ drec
+            if cache.checkpoint_scale is not None:  # fp8: the codes' products, times the row scale
+                row_scale = cache.checkpoint_scale[slot, h]
+                hq = (S0 @ (blk["e0"] * q)) * row_scale + blk["sq"] @ drec
+                hk = (S0 @ (blk["e0"] * k)) * row_scale + blk["sk"] @ drec
+                S0 = S0 * row_scale[:, None]
+            else:
+                hq = S0 @ (blk["e0"] * q) + blk["sq"] @ drec
+                hk = S0 @ (blk["e0"] * k) + blk["sk"] @ drec
             d = blk["beta"] * (inp["v"][b, h].float() - hk)
             out[b, h] = (hq + d * blk["kq"]).to(out.dtype)
             if w < L - 1:
@@ -81,7 +88,10 @@ def step_launch(cache, inp, slot_ids, blocks, qk, out, flush_k_term=True):
                 S = S0 * blk["e0"] + drec.T @ blk["u"]
                 if flush_k_term:
                     S = S + d[:, None] * k[None, :]
-                cache.checkpoint[slot, h] = S.to(cache.checkpoint.dtype)
+                if cache.checkpoint_scale is not None:  # fp8: each row's new scale, codes to nearest even
+                    cache.checkpoint[slot, h], cache.checkpoint_scale[slot, h] = fp8_row_encode(S)
+                else:
+                    cache.checkpoint[slot, h] = S.to(cache.checkpoint.dtype)
         w = blocks[b, 0]["w"]
         cache.cursor[slot] = 0 if w == L - 1 else w + 1
     return out
@@ -103,16 +113,17 @@ CASES = [
 
 # Raw q and k only with an fp32 checkpoint: unnormalised keys (|k|² ~ head_k_dim) make the delta
 # rule's state grow without bound, past what a bf16 checkpoint's rounding can track.
-FORMS = [(torch.float32, True), (BF16, True), (torch.float32, False)]
+FORMS = [(torch.float32, True), (BF16, True), (torch.float8_e4m3fn, True), (torch.float32, False)]
+STATE_NAMES = {torch.float32: "f32", BF16: "bf16", torch.float8_e4m3fn: "fp8"}
 
 
 @pytest.mark.parametrize("g,L,per_channel", CASES)
-@pytest.mark.parametrize("state,l2norm", FORMS, ids=["f32-l2norm", "bf16-l2norm", "f32-raw"])
+@pytest.mark.parametrize("state,l2norm", FORMS, ids=["f32-l2norm", "bf16-l2norm", "fp8-l2norm", "f32-raw"])
 def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L, per_channel, state, l2norm):
     fam = DeltaFamily(g, per_channel=per_channel, use_qk_l2norm=l2norm)
     worst = drive_replay(fam, cuda_model_step, L, state, BF16, "cpu", steps=3 * L + 4, batch=3, num_slots=6, n_padding=1)
     assert worst["flushes"] >= 3
-    s = "f32" if state == torch.float32 else "bf16"
+    s = STATE_NAMES[state]
     assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL[s], worst
     assert worst["ckpt"] < STATE_TOL[s] + ACT_TOL["bf16"], worst
 

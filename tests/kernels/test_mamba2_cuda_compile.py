@@ -77,14 +77,18 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == ptx_params(ptx, "mamba2_replay_coefficients")
     maps = (b"\0" * 128, b"\0" * 128)
-    args = mc.step_args(maps, coef, B, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
+    args = mc.step_args(maps, coef, B, None, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == ptx_params(ptx, "mamba2_replay_step")
-    args = mc.small_args(
-        c.checkpoint, c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x
-    )
+    scale = torch.zeros(6, 128, 64)
+    fp8 = mc.step_args(maps, coef, B, scale, c.x_records, c.B_records, c.cursor, slots, None, None, x, x)
+    assert fp8.kinds == args.kinds and widths == ptx_params(_ptx(SHAPES[0], state_bytes=1), "mamba2_replay_step")
+    small_inputs = (c.x_records, c.dt_records, c.B_records, c.cursor, c.arrivals, x, dt, A, B, B, slots, None, None, None, x)
+    args = mc.small_args(c.checkpoint, None, *small_inputs)
     widths = ["64" if k in ("ptr", "i64") else k for k in args.kinds]
     assert widths == ptx_params(ptx, "mamba2_replay_small")
+    fp8 = mc.small_args(c.checkpoint, scale, *small_inputs)
+    assert fp8.kinds == args.kinds and widths == ptx_params(_ptx(SHAPES[0], state_bytes=1), "mamba2_replay_small")
 
 
 def test_launch_table():
@@ -111,6 +115,45 @@ def test_launch_table():
     assert mc.cuda_step_config(128, 256, 32, 256).min_ctas == 1
     assert mc.cuda_step_config(64, 128, 16, 256, state_bytes=4).min_ctas == 2  # 2 stages of 40 KiB
     assert mc.coefficient_floats(16) == 36 and mc.coefficient_floats(17) == 68
+    # fp8: bf16's rules (the small kernel at batch 1-3), 2 CTAs from L = 17 (3 spill the flush)
+    assert mc.cuda_step_config(64, 128, 16, 1, 1) == mc.cuda_step_config(64, 128, 16, 1, 2)
+    assert mc.cuda_step_config(64, 128, 16, 3, 1).small
+    assert mc.cuda_step_config(64, 128, 16, 4, 1) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=16)
+    assert mc.cuda_step_config(64, 128, 16, 256, 1).min_ctas == 3 and mc.cuda_step_config(64, 128, 17, 256, 1).min_ctas == 2
+    # where the small kernel cannot read B or C, the launcher takes the table's two launches, not the
+    # small kernel's register cap (which spilled the step kernel: 416 bytes at head_dim 128, fp8)
+    for es in (1, 2):
+        assert mc.two_launch_config(64, 128, 16, 2, es) == mc.cuda_step_config(64, 128, 16, 4, es)
+        assert not mc.two_launch_config(128, 128, 16, 2, es).small
+    assert mc.two_launch_config(128, 128, 16, 2, 1).min_ctas == mc.cuda_step_config(128, 128, 16, 64, 1).min_ctas
+    # a stage of codes: 8 KiB less than bf16 rows, plus 256 B of row scales, within the 1 KiB rounding
+    assert mc.step_shared_bytes(64, 128, 16, 1, 2) - mc.step_shared_bytes(64, 128, 16, 1, 1) == 8 * 1024
+
+
+FP8_SHAPES = [s for s in SHAPES if s[3] == 128]
+
+
+@pytest.mark.parametrize("batch", [1, 256], ids=["c16", "c4"])
+@pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_fp8_checkpoints_compile_with_their_scales(shape, batch):
+    """An fp8 checkpoint's kernel: shared memory as the launcher allocates it (the row scales in
+    each stage), codes read exactly (e4m3 pairs to f16 pairs), S0 . C in fp32 FMAs (no bf16
+    product: the codes are not bf16), the flush's codes rounded to nearest even with
+    saturation, its scales from exact divisions; the small kernel likewise."""
+    nheads, ngroups, head_dim, d_state, L = shape
+    cfg = mc.cuda_step_config(head_dim, d_state, L, batch, 1)
+    ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 1)
+    small = ptx_entry(ptx, "mamba2_replay_small")
+    assert "cvt.rn.f16x2.e4m3x2" in small and "cvt.rn.satfinite.e4m3x2.f32" in small and "div.rn.f32" in small
+    compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, 1)
+    assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
+    step = ptx_entry(ptx, "mamba2_replay_step")
+    assert "cvt.rn.f16x2.e4m3x2" in step and "cvt.rn.satfinite.e4m3x2.f32" in step and "div.rn.f32" in step
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step  # the flush's record products
+    # S0 . C takes no bf16 tensor-core product: no A operand loaded from the checkpoint rows
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" not in step
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx_entry(_ptx(shape), "mamba2_replay_step")
 
 
 def test_small_inputs_unsupported_names_the_tensor():
@@ -149,6 +192,24 @@ def test_oversized_stages_are_refused():
     c = Mamba2ReplayCache.allocate(2, 2, 128, 256, 1, 4, state_dtype=torch.float32, act_dtype=torch.bfloat16, device="cpu")
     x = torch.zeros(1, 2, 128, dtype=torch.bfloat16)
     assert "do not fit a multiprocessor" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
+
+
+def test_fp8_refusals_name_their_reason():
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    fp8 = torch.float8_e4m3fn
+    c = Mamba2ReplayCache.allocate(3, 4, 64, 128, 2, 16, state_dtype=fp8, act_dtype=torch.bfloat16, device="cpu")
+    x = torch.zeros(2, 4, 64, dtype=torch.bfloat16)
+    assert mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x, c.checkpoint_scale) is None
+    assert "fp8 checkpoint without checkpoint_scale" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x)
+    spread = torch.zeros(3, 4, 65)[..., 1:]
+    assert "fp8 checkpoint_scale strides" in mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x, spread)
+    for bad in (torch.zeros(3, 4, 64, dtype=torch.bfloat16), torch.zeros(2, 4, 64)):  # dtype; slots
+        reason = mc.cuda_shape_unsupported(c.checkpoint, c.x_records, c.B_records, x, bad)
+        assert f"fp8 checkpoint_scale {bad.dtype} {tuple(bad.shape)}; expected fp32 (3, 4, 64)" in reason
+    c64 = Mamba2ReplayCache.allocate(3, 4, 64, 64, 2, 16, state_dtype=fp8, act_dtype=torch.bfloat16, device="cpu")
+    reason = mc.cuda_shape_unsupported(c64.checkpoint, c64.x_records, c64.B_records, x, c64.checkpoint_scale)
+    assert "d_state 64 with an fp8 checkpoint" in reason
 
 
 def test_misaligned_records_are_refused():
@@ -229,11 +290,11 @@ def test_coefficient_grid_waits_for_the_previous_kernel_before_anything():
     assert step.index("griddepcontrol.launch_dependents") < step.index("ld.global")
 
 
-@pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("state_bytes", [2, 4, 1], ids=["bf16", "fp32", "fp8"])
 @pytest.mark.parametrize("rows", [16, 32, 64])
 @pytest.mark.parametrize("early", [False, True], ids=["late", "early"])
 def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early):
-    """The small kernel's cache loads (cursor, checkpoint chunks, B, x and dt records) are
+    """The small kernel's cache loads (cursor, checkpoint chunks (fp8: and the row's scale), B, x and dt records) are
     predicated on the slot, not behind a branch, and all precede the barrier; no return before
     it (session 19: behind the padding-row branch, NVVM sank ~140 instructions of index
     arithmetic between the slot's arrival and these loads)."""
@@ -247,8 +308,9 @@ def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early
     assert ("shfl.sync.down" in body[: body.index("bar.sync")]) == early
     head = body[: body.index("bar.sync")]
     chunks = d_state * state_bytes // 128
-    # cursor + checkpoint chunks + B records (one 16-record round of d_state / 64 chunks) + x + dt
-    assert head.count("@q ld.global") == 1 + chunks + d_state // 64 + 1 + 1
+    # cursor + checkpoint chunks (+ an fp8 row's scale) + B records (one 16-record round of d_state
+    # / 64 chunks) + x + dt
+    assert head.count("@q ld.global") == 1 + chunks + (state_bytes == 1) + d_state // 64 + 1 + 1
     assert "ret;" not in head
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from mamba2_cases import ACT_TOL, STATE_TOL, Geometry, drive_replay
+from trtllm_replayssm.reference.rounding import fp8_row_encode
 
 BF16 = torch.bfloat16
 
@@ -32,9 +33,12 @@ def tf32(v: torch.Tensor) -> torch.Tensor:
     return (v.contiguous().view(torch.int32) & -8192).view(torch.float32)
 
 
-def s0_dot_c(S0: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """S0 . C as the step kernel forms it: bf16 rows exactly (bf16 products, fp32 sums); fp32
-    rows as TF32 products of their hi and lo parts (C, bf16, is exact in TF32)."""
+def s0_dot_c(S0: torch.Tensor, C: torch.Tensor, scale=None) -> torch.Tensor:
+    """S0 . C as the step kernel forms it: bf16 rows exactly (bf16 products, fp32 sums); fp8 rows
+    as their codes' products, times each row's ``scale``; fp32 rows as TF32 products of their hi
+    and lo parts (C, bf16, is exact in TF32)."""
+    if S0.dtype == torch.float8_e4m3fn:
+        return (S0.float() @ C) * scale
     if S0.dtype == BF16:
         return S0.float() @ C
     hi = tf32(S0)
@@ -80,9 +84,10 @@ def step_launch(cache, inp, p, slot_ids, blocks, L, parts=3):
     hpg = inp["x"].shape[1] // ngroups
     for (b, h), (coef, wgt, decay, w) in blocks.items():
         slot, g = int(slot_ids[b]), h // hpg
-        S0 = cache.checkpoint[slot, h].float()
+        scale = cache.checkpoint_scale[slot, h] if cache.checkpoint_scale is not None else None
+        S0 = cache.checkpoint[slot, h].float() * (scale[:, None] if scale is not None else 1.0)  # fp8: codes x row scale
         X = cache.x_records[slot, h, : w + 1].float()  # [w+1, head_dim]: record w is the step's x
-        y = decay * s0_dot_c(cache.checkpoint[slot, h], inp["C"][b, g].float()) + coef[: w + 1] @ X
+        y = decay * s0_dot_c(cache.checkpoint[slot, h], inp["C"][b, g].float(), scale) + coef[: w + 1] @ X
         D = p.D[h].float()
         y = y + D * X[w]
         if inp["z"] is not None:
@@ -97,7 +102,10 @@ def step_launch(cache, inp, p, slot_ids, blocks, L, parts=3):
             acc = decay * S0
             for part in split3(a)[:parts]:
                 acc = acc + part.T @ Bk
-            cache.checkpoint[slot, h] = acc.to(cache.checkpoint.dtype)
+            if scale is not None:  # fp8: each row's new scale max |row| / 448, codes to nearest even
+                cache.checkpoint[slot, h], cache.checkpoint_scale[slot, h] = fp8_row_encode(acc)
+            else:
+                cache.checkpoint[slot, h] = acc.to(cache.checkpoint.dtype)
         if h == 0:
             cache.cursor[slot] = 0 if w == L - 1 else w + 1
 
@@ -124,9 +132,9 @@ def cuda_model_step(cache, inp, p, slot_ids, out, parts=3):
         pytest.param(Geometry(2, 16, 64, 1), 17, id="L17-two-k-steps"),
     ],
 )
-@pytest.mark.parametrize("state", ["bf16", "f32"])
+@pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 def test_model_of_the_two_launches_tracks_the_float64_oracle(g, L, state):
-    state_dtype = {"bf16": BF16, "f32": torch.float32}[state]
+    state_dtype = {"bf16": BF16, "f32": torch.float32, "fp8": torch.float8_e4m3fn}[state]
     worst = drive_replay(
         cuda_model_step, g, L, state_dtype, BF16, "cpu", steps=2 * L + 3, batch=3, num_slots=6, n_padding=1, with_z=True
     )
@@ -192,3 +200,20 @@ def test_fp32_checkpoint_needs_the_three_part_flush():
     )  # fmt: skip
     assert run(3)["ckpt"] < 1e-6
     assert run(1)["ckpt"] > 10 * STATE_TOL["f32"]
+
+
+def test_fp8_rows_need_their_scale_in_s0_dot_c():
+    """Teeth for the fp8 model: S0 . C from the codes without the row scale (as a kernel that
+    skipped the scale copy would form it) fails the oracle comparison."""
+
+    scaled = s0_dot_c
+
+    def unscaled(S0, C, scale=None):
+        return S0.float() @ C if S0.dtype == torch.float8_e4m3fn else scaled(S0, C, scale)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(globals(), "s0_dot_c", unscaled)
+        worst = drive_replay(
+            cuda_model_step, Geometry(2, 16, 64, 1), 4, torch.float8_e4m3fn, BF16, "cpu", steps=9, batch=2, num_slots=4
+        )
+    assert worst["y"] > 10 * (ACT_TOL["bf16"] + STATE_TOL["fp8"]), worst

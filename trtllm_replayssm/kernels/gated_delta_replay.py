@@ -206,14 +206,15 @@ def replay_constexprs(L: int, head_k_dim: int, per_channel: bool, use_qk_l2norm:
 
 
 def replay_step_kernel(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                       q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> str:
+                       q: Tensor, k: Tensor, v: Tensor, g: Tensor, checkpoint_scale: Optional[Tensor] = None) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
     :func:`~.gated_delta_replay_cuda.delta_cuda_unsupported` finds nothing against it (sm_90, a
-    bf16 or fp32 checkpoint, bf16 activations and records, its sizes and alignment), Triton
+    bf16, fp32 or fp8 (head_k_dim 128, with ``checkpoint_scale``) checkpoint, bf16 activations
+    and records, its sizes and alignment), Triton
     otherwise (every dtype, size and GPU). Measured on the H200, 2026-12-03: docs/kernel-notes.md
     "CUDA gated delta step" and "Session 23" (since GDN's one-launch form at batch 3-16, the CUDA
     step is ahead of the Triton kernel at every measured batch)."""
-    if delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g) is not None:
+    if delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g, checkpoint_scale) is not None:
         return "triton"
     return "cuda"
 
@@ -227,7 +228,7 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
                                    rounding_seed: Optional[int] = None) -> Tensor:
     """Launch the replay step on the cache tensors; arguments already checked by the op
     (``checkpoint_scale``, ``rounding_seed``: as for
-    :func:`~.mamba2_replay.launch_mamba2_replay_step`; both take the Triton kernel).
+    :func:`~.mamba2_replay.launch_mamba2_replay_step`; a seed takes the Triton kernel).
 
     ``kernel``: ``"auto"`` (:func:`replay_step_kernel` chooses; a ``config`` of either kind
     chooses its kernel), ``"triton"`` or ``"cuda"`` (ValueError where the CUDA step does not
@@ -235,13 +236,14 @@ def launch_gated_delta_replay_step(checkpoint: Tensor, d_records: Tensor, k_reco
     :class:`~.gated_delta_replay_cuda.DeltaCudaConfig` for the CUDA one (None: the launch tables)."""
     kernel = resolve_kernel("launch_gated_delta_replay_step", kernel, config, DeltaCudaConfig,
                             lambda: "triton" if rounding_seed is not None else
-                            replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g))
+                            replay_step_kernel(checkpoint, d_records, k_records, g_records, q, k, v, g,
+                                               checkpoint_scale))
     if kernel == "cuda" and rounding_seed is not None:
         raise ValueError("launch_gated_delta_replay_step: rounding_seed given; the CUDA step rounds to nearest only")
     if kernel == "cuda":
         return launch_delta_replay_step_cuda(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g,
                                              beta, slot_ids=slot_ids, scale=scale, use_qk_l2norm=use_qk_l2norm,
-                                             out=out, config=config)
+                                             out=out, config=config, checkpoint_scale=checkpoint_scale)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"launch_gated_delta_replay_step: config is {type(config).__name__}; the Triton kernel takes a LaunchConfig")
     batch, v_heads, head_v_dim = v.shape

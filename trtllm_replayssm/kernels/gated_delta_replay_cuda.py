@@ -1,6 +1,8 @@
 """ReplaySSM gated delta-rule decode step (GDN: a log-decay per value head; KDA: one per key
-channel) in CUDA C++ (``kernels/cuda/gated_delta_replay_step.cu``) for bf16 or fp32 checkpoints,
-bf16 activations and bf16 records on sm_90.
+channel) in CUDA C++ (``kernels/cuda/gated_delta_replay_step.cu``) for bf16, fp32 or fp8-e4m3
+checkpoints (fp8: head_k_dim 128, the row scales ``checkpoint_scale`` [slot, v_heads,
+head_v_dim] fp32 beside them, the step kernel at every batch), bf16 activations and bf16 records
+on sm_90.
 
 GDN: two launches per step on the current stream, a coefficient launch per (batch row, key head)
 (the value heads' record scores and decays, q̂ and k̂, the k̂ and g appends) and a persistent
@@ -40,6 +42,7 @@ from .nvrtc import (
     copyable_rows,
     device_unsupported,
     load_kernel,
+    scale_unsupported,
 )
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
 ]
 
 SOURCE = "gated_delta_replay_step.cu"
+CHECKPOINT_DTYPES = (torch.bfloat16, torch.float32, torch.float8_e4m3fn)  # element sizes 2, 4, 1
 MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 MAX_VALUE_HEADS_PER_KEY_HEAD = 32  # a warp per value head in a coefficient CTA
 # GDN up to this batch: the small one-launch kernel (H200, session 22: Qwen3.5-122B, L = 16, fp32 /
@@ -159,6 +163,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     qk_floats = (4 if per_channel else 2) * head_k_dim
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
     stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + 16
+    stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
     red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
         stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
@@ -204,7 +209,10 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     (no register cap but the launch bounds'). KDA with an fp32 checkpoint where one CTA of the
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
-    warps."""
+    warps. fp8 checkpoints (``state_bytes`` 1, not timed yet): the bf16 table (its stages fit: an
+    fp8 stage is smaller), the flush in exact fp32 (its two passes find each row's scale)."""
+    if state_bytes == 1:
+        return replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
@@ -265,24 +273,34 @@ def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                           q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
+                           q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                           checkpoint_scale: Optional[Tensor] = None) -> Optional[str]:
     """Why the CUDA gated delta-rule step cannot run these tensors (None: it can): an sm_90 GPU and
     :func:`delta_shape_unsupported`."""
-    return device_unsupported(checkpoint) or delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    return device_unsupported(checkpoint) or delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v,
+                                                                     g, checkpoint_scale)
 
 
 def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
-                            q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Optional[str]:
-    """The device-independent part of :func:`delta_cuda_unsupported`: a bf16 or fp32 checkpoint,
-    bf16 q, k, v and d / k records, fp32 g records, head_k_dim a multiple of 64 up to 256,
-    head_v_dim a multiple of 16, L <= 32, at most 32 value heads per key head, two stages fitting
-    a multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases and outer strides,
+                            q: Tensor, k: Tensor, v: Tensor, g: Tensor,
+                            checkpoint_scale: Optional[Tensor] = None) -> Optional[str]:
+    """The device-independent part of :func:`delta_cuda_unsupported`: a bf16, fp32 or fp8
+    checkpoint (fp8: head_k_dim 128 and its ``checkpoint_scale``, value rows dense), bf16 q, k, v
+    and d / k records, fp32 g records, head_k_dim a multiple of 64 up to 256, head_v_dim a
+    multiple of 16, L <= 32, at most 32 value heads per key head, two stages fitting a
+    multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases and outer strides,
     contiguous last dims; KDA's g and g records per channel contiguous too)."""
     per_channel = g.dim() == 3
     if per_channel and not (copyable_rows(g) and copyable_rows(g_records)):
         return f"KDA g strides {g.stride()} / g_records strides {g_records.stride()}; channels contiguous, rows 16-byte aligned"
-    if checkpoint.dtype not in (torch.bfloat16, torch.float32):
-        return f"checkpoint {checkpoint.dtype}; the CUDA step takes bf16 or fp32"
+    if checkpoint.dtype not in CHECKPOINT_DTYPES:
+        return f"checkpoint {checkpoint.dtype}; the CUDA step takes bf16, fp32 or fp8"
+    if checkpoint.dtype == torch.float8_e4m3fn:
+        if checkpoint.shape[3] != 128:
+            return f"head_k_dim {checkpoint.shape[3]} with an fp8 checkpoint; the CUDA step takes fp8 rows of 128"
+        reason = scale_unsupported(checkpoint, checkpoint_scale)
+        if reason is not None:
+            return reason
     for name, t in (("q", q), ("k", k), ("v", v), ("d_records", d_records), ("k_records", k_records)):
         if t.dtype != torch.bfloat16:
             return f"{name} {t.dtype}; the CUDA step takes bf16"
@@ -323,6 +341,11 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if state_bytes == 1 and (cfg.s0_mma or cfg.flush_mma):
+        raise ValueError(
+            f"delta_replay_step (CUDA): an fp8 checkpoint takes the exact-fp32 products and flush; got "
+            f"s0_mma={cfg.s0_mma}, flush_mma={cfg.flush_mma}"
+        )
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -337,7 +360,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             raise ValueError(
                 f"delta_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
             )
-    d = dict(CKPT_F32=int(state_bytes == 4), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
+    d = dict(CKPT_F32=int(state_bytes == 4), CKPT_FP8=int(state_bytes == 1), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
@@ -370,12 +393,15 @@ def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot
     )  # fmt: skip
 
 
-def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
-               scale) -> KernelArgs:
-    """Parameters of ``delta_replay_small``, in the .cu file's order."""
+def small_args(checkpoint, checkpoint_scale, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out,
+               slot_ids, scale) -> KernelArgs:
+    """Parameters of ``delta_replay_small``, in the .cu file's order (``checkpoint_scale``: an fp8
+    checkpoint's row scales; None: another tensor's pointer, never read)."""
+    sc = checkpoint_scale if checkpoint_scale is not None else g_records
     return (
         KernelArgs()
         .tensor(checkpoint, 3)
+        .tensor(sc, 2)
         .tensor(d_records, 3)
         .tensor(k_records, 3)
         .tensor(g_records, 2)
@@ -391,16 +417,19 @@ def small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q,
     )  # fmt: skip
 
 
-def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor, q, k, g, beta, arrivals,
-              scale) -> KernelArgs:
+def step_args(maps, coef, qk, checkpoint_scale, d_records, k_records, g_records, v, out, slot_ids, cursor, q, k, g, beta,
+              arrivals, scale) -> KernelArgs:
     """Parameters of ``delta_replay_step``, in the .cu file's order: the checkpoint's (load, store)
     tensor maps first; ``coef`` and ``qk`` are the coefficient launch's blocks, 0 in one launch,
     where the step reads q, k, g, beta and counts cursor reads in ``arrivals`` (two launches: unused
-    but for q and k with ``s0_mma``)."""
+    but for q and k with ``s0_mma``); ``checkpoint_scale``: an fp8 checkpoint's row scales (None:
+    another tensor's pointer, never read)."""
+    sc = checkpoint_scale if checkpoint_scale is not None else g_records
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
         .ptr(coef).ptr(qk)
+        .tensor(sc, 2)
         .tensor(d_records, 3)
         .tensor(k_records, 3)
         .tensor(g_records, 3)
@@ -418,7 +447,8 @@ def step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids,
 def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                                   cursor: Tensor, arrivals: Tensor, q: Tensor, k: Tensor, v: Tensor, g: Tensor,
                                   beta: Tensor, *, slot_ids: Tensor, scale: float, use_qk_l2norm: bool, out: Tensor,
-                                  config: Optional[DeltaCudaConfig] = None) -> Tensor:
+                                  config: Optional[DeltaCudaConfig] = None,
+                                  checkpoint_scale: Optional[Tensor] = None) -> Tensor:
     """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, the
     step kernel in one launch (KDA; GDN at batch 3-16) each row's unit cursor reads (the last
@@ -428,7 +458,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
     """
-    reason = delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    reason = delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g, checkpoint_scale)
     if reason is not None:
         raise ValueError(f"delta_replay_step (CUDA): {reason}")
     batch, v_heads, head_v_dim = v.shape
@@ -443,8 +473,8 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     stream = torch.cuda.current_stream(device).cuda_stream
     if cfg.small:
         small = load_kernel(SOURCE, "delta_replay_small", defines, device, 0)
-        args = small_args(checkpoint, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta, out, slot_ids,
-                          scale)
+        args = small_args(checkpoint, checkpoint_scale, d_records, k_records, g_records, cursor, arrivals, q, k, v, g, beta,
+                          out, slot_ids, scale)
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     one_launch = runs_one_launch(cfg, per_channel)
@@ -464,6 +494,6 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     step_kernel.launch((grid,), threads, smem, stream,
-                       step_args(maps, coef, qk, d_records, k_records, g_records, v, out, slot_ids, cursor, q, k, g, beta,
-                                 arrivals, scale), pdl=cfg.pdl)
+                       step_args(maps, coef, qk, checkpoint_scale, d_records, k_records, g_records, v, out, slot_ids, cursor,
+                                 q, k, g, beta, arrivals, scale), pdl=cfg.pdl)
     return out

@@ -206,6 +206,8 @@ def delta_verify_shape_unsupported(
     T = q.shape[1]
     if T > MAX_T_CUDA:
         return f"T {T}; the CUDA verify takes T <= {MAX_T_CUDA}"
+    if checkpoint.dtype == torch.float8_e4m3fn:
+        return "fp8 checkpoint; the CUDA verify reads bf16 or fp32 ones"
     reason = delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q[:, 0], k[:, 0], v[:, 0], g[:, 0])
     if reason is not None:
         return reason

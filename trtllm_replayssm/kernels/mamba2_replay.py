@@ -268,13 +268,15 @@ def _mamba2_replay_step_kernel(
     advance_cursor(cursor_ptr, arrivals_ptr, slot, w, L)
 
 
-def replay_step_kernel(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> str:
+def replay_step_kernel(
+    checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor, checkpoint_scale: Optional[Tensor] = None
+) -> str:
     """``"cuda"`` or ``"triton"``: the kernel the op runs for these tensors. CUDA where
     :func:`~.mamba2_replay_cuda.cuda_step_unsupported` finds nothing against it (sm_90, its
-    sizes and alignment: bf16 or fp32 checkpoints, bf16 activations), at every batch (measured
-    faster on the H200 from batch 1, 2026-12-02: docs/kernel-notes.md); Triton otherwise (every
-    dtype, size and GPU)."""
-    if cuda_step_unsupported(checkpoint, x_records, B_records, x) is None:
+    sizes and alignment: bf16, fp32 or fp8 (d_state 128) checkpoints, bf16 activations), at
+    every batch (measured faster on the H200 from batch 1, 2026-12-02: docs/kernel-notes.md);
+    Triton otherwise (every dtype, size and GPU)."""
+    if cuda_step_unsupported(checkpoint, x_records, B_records, x, checkpoint_scale) is None:
         return "cuda"
     return "triton"
 
@@ -298,13 +300,14 @@ def launch_mamba2_replay_step(checkpoint: Tensor, x_records: Tensor, dt_records:
     launch tables)."""
     kernel = resolve_kernel("launch_mamba2_replay_step", kernel, config, CudaStepConfig,
                             lambda: "triton" if rounding_seed is not None else
-                            replay_step_kernel(checkpoint, x_records, B_records, x))
+                            replay_step_kernel(checkpoint, x_records, B_records, x, checkpoint_scale))
     if kernel == "cuda" and rounding_seed is not None:
         raise ValueError("launch_mamba2_replay_step: rounding_seed given; the CUDA step rounds to nearest only")
     if kernel == "cuda":
         return launch_mamba2_replay_step_cuda(
             checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids=slot_ids,
-            D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out, config=config)
+            D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus, out=out, config=config,
+            checkpoint_scale=checkpoint_scale)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"launch_mamba2_replay_step: config is {type(config).__name__}; the Triton kernel takes a LaunchConfig")
     batch, nheads, head_dim = x.shape

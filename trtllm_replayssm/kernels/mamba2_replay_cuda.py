@@ -1,6 +1,8 @@
 """ReplaySSM Mamba-2 decode step in CUDA C++ (``kernels/cuda/mamba2_replay_step.cu``): the route
 for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (measured faster
-than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-19).
+than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-19), and for
+fp8-e4m3 checkpoints with d_state 128 (their row scales ``checkpoint_scale`` [slot, nheads,
+head_dim] fp32, rows dense; not timed yet).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
 and a persistent step kernel (TMA tensor-map copies of the checkpoint, S0 . C, tensor-core
@@ -27,12 +29,14 @@ from torch import Tensor
 
 from .gated_delta_common import multiprocessor_count
 from .nvrtc import (DTYPE_CODE, REGISTERS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, KernelArgs,
-                    checkpoint_tensor_maps, compile_program, copyable_rows, device_unsupported, load_kernel)
+                    checkpoint_tensor_maps, compile_program, copyable_rows, device_unsupported, load_kernel,
+                    scale_unsupported)
 
 __all__ = [
     "SOURCE",
     "CudaStepConfig",
     "cuda_step_config",
+    "two_launch_config",
     "cuda_step_unsupported",
     "cuda_geometry_unsupported",
     "small_inputs_unsupported",
@@ -46,14 +50,15 @@ __all__ = [
 ]
 
 SOURCE = "mamba2_replay_step.cu"
+CHECKPOINT_DTYPES = (torch.bfloat16, torch.float32, torch.float8_e4m3fn)  # element sizes 2, 4, 1
 MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 # From this batch on, coefficient CTAs of 4 warps (16 below): kernel notes, sessions 15 and 18
 # (with the programmatic coefficient launch 16 warps are as fast or faster at 64, 4 at 256).
 COEF_WARPS_4_BATCH = 128
-# Up to this batch (by checkpoint element bytes: bf16, fp32) the small one-launch kernel: kernel
+# Up to this batch (by checkpoint element bytes: bf16, fp32; fp8 as bf16) the small one-launch kernel: kernel
 # notes, sessions 18-19 (bf16: 3.57 / 5.07 / 7.39 against the two launches' 5.03 / 5.96 / 8.08 us
 # at batch 1 / 2 / 3; fp32: 4.14 / 6.09 / 9.97 against 5.43 / 8.36 / 10.86 at batch 1 / 2 / 4).
-SMALL_MAX_BATCH = {2: 3, 4: 4}
+SMALL_MAX_BATCH = {2: 3, 4: 4, 1: 3}  # fp8 (element bytes 1): as bf16, not timed yet
 # Where its registers cannot be capped at 64 without spills (small_fits_register_cap), the small
 # kernel only up to this batch: at L = 32 from batch 3 (bf16) / 4 (fp32) its uncapped grid runs
 # in two waves, slower than the two launches (8.56 against 9.10 us, 11.33 against 12.90; kernel
@@ -109,11 +114,12 @@ def records_padded(L: int) -> int:
 def step_shared_bytes(head_dim: int, d_state: int, L: int, stages: int, state_bytes: int = 2) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, x records, padded B records, C, the
-    coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage. Mirrors the
-    .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    coefficient block, an fp8 checkpoint's row scales, meta), 1 KiB of alignment slack, two
+    mbarriers per stage. Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = records_padded(L)
     coef = coefficient_floats(L) * 4
-    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef + 16
+    scales = head_dim * 4 if state_bytes == 1 else 0
+    stage = head_dim * d_state * state_bytes + LP * head_dim * 2 + LP * (d_state * 2 + 16) + d_state * 2 + coef + scales + 16
     stage = (stage + 1023) // 1024 * 1024
     return stages * stage + 1024 + 16 * stages
 
@@ -131,13 +137,21 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     checkpoint tiles while the coefficient launch runs (a gain at batch 1-64, even from 256 on).
     By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1-3 bf16, 1-4 fp32;
     up to ``SMALL_MAX_BATCH_UNCAPPED`` where its registers cannot be capped; :func:`small_config`),
-    coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it."""
-    ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
-                       f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
+    coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it. fp8 checkpoints
+    (``state_bytes`` 1, not timed yet): bf16's rules, 2 CTAs for the two launches from L = 17."""
     fits = small_fits_register_cap(head_dim, d_state, L)
     if batch <= (SMALL_MAX_BATCH[state_bytes] if fits else SMALL_MAX_BATCH_UNCAPPED):
         return small_config(head_dim, d_state, L, batch, state_bytes)
-    return ring
+    return two_launch_config(head_dim, d_state, L, batch, state_bytes)
+
+
+def two_launch_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int = 2) -> CudaStepConfig:
+    """The table's two launches at any batch (:func:`ring_config`; fp8 at L > 16 with at most 2
+    CTAs a multiprocessor: the flush's rows held in registers spill under 3 CTAs' cap, a CPU test
+    compiles the table). Also where the table's small kernel cannot read the inputs."""
+    ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
+                       f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
+    return replace(ring, min_ctas=min(ring.min_ctas, 2)) if state_bytes == 1 and L > 16 else ring
 
 
 def ring_config(head_dim: int, shared_bytes: int, batch: int, what: str) -> CudaStepConfig:
@@ -186,18 +200,26 @@ def small_inputs_unsupported(B: Tensor, C: Tensor) -> Optional[str]:
     return None
 
 
-def cuda_step_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
-    """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, a bf16 or
-    fp32 checkpoint, bf16 activations, head_dim a multiple of 16 up to 128,
-    d_state a multiple of 64 up to 256, L <= 32, two stages fitting a multiprocessor, and the TMA / bulk-copy alignment: 16-byte aligned bases and slot,
-    head and position strides of the checkpoint and the records, x records' positions dense."""
-    return device_unsupported(checkpoint) or cuda_shape_unsupported(checkpoint, x_records, B_records, x)
+def cuda_step_unsupported(
+    checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor, checkpoint_scale: Optional[Tensor] = None
+) -> Optional[str]:
+    """Why the CUDA step cannot run these tensors (None: it can). Needs an sm_90 GPU, a bf16,
+    fp32 or fp8-e4m3 checkpoint (fp8: d_state 128 and its ``checkpoint_scale``), bf16
+    activations, head_dim a multiple of 16 up to 128, d_state a multiple of 64 up to 256, L <=
+    32, two stages fitting a multiprocessor, and the TMA / bulk-copy alignment: 16-byte aligned
+    bases and slot, head and position strides of the checkpoint, the records and the scales, x
+    records' positions dense."""
+    return device_unsupported(checkpoint) or cuda_shape_unsupported(checkpoint, x_records, B_records, x, checkpoint_scale)
 
 
-def cuda_shape_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor) -> Optional[str]:
+def cuda_shape_unsupported(
+    checkpoint: Tensor, x_records: Tensor, B_records: Tensor, x: Tensor, checkpoint_scale: Optional[Tensor] = None
+) -> Optional[str]:
     """The device-independent part of :func:`cuda_step_unsupported` (dtypes, sizes, alignment)."""
     _, _, head_dim, d_state = checkpoint.shape
     reason = cuda_geometry_unsupported(checkpoint.dtype, x.dtype, head_dim, d_state, x_records.shape[2])
+    if reason is None and checkpoint.dtype == torch.float8_e4m3fn:
+        reason = scale_unsupported(checkpoint, checkpoint_scale)
     if reason is not None:
         return reason
     for name, t in (("checkpoint", checkpoint), ("x_records", x_records), ("B_records", B_records)):
@@ -212,11 +234,13 @@ def cuda_geometry_unsupported(
     state_dtype: torch.dtype, act_dtype: torch.dtype, head_dim: int, d_state: int, L: int
 ) -> Optional[str]:
     """Why the CUDA step cannot take a layer of this geometry and these dtypes (None: it can):
-    the checkpoint bf16 or fp32 and the activations bf16, head_dim a multiple of 16 up to 128,
-    d_state a multiple of 64 up to 256, L <= 32, two stages fitting a multiprocessor. Also the
-    TensorRT AOT export's rule (plugins/mamba2_cuda.py)."""
-    if state_dtype not in (torch.bfloat16, torch.float32) or act_dtype != torch.bfloat16:
-        return f"checkpoint {state_dtype} / activations {act_dtype}; the CUDA step takes bf16 or fp32 / bf16"
+    the checkpoint bf16, fp32 or fp8-e4m3 (fp8: d_state 128) and the activations bf16, head_dim
+    a multiple of 16 up to 128, d_state a multiple of 64 up to 256, L <= 32, two stages fitting
+    a multiprocessor. Also part of the TensorRT AOT export's rule (plugins/mamba2_cuda.py)."""
+    if state_dtype not in CHECKPOINT_DTYPES or act_dtype != torch.bfloat16:
+        return f"checkpoint {state_dtype} / activations {act_dtype}; the CUDA step takes bf16, fp32 or fp8 / bf16"
+    if state_dtype == torch.float8_e4m3fn and d_state != 128:
+        return f"d_state {d_state} with an fp8 checkpoint; the CUDA step takes fp8 rows of 128"
     if head_dim % 16 or head_dim > 128:
         return f"head_dim {head_dim}; the CUDA step takes multiples of 16 up to 128"
     if d_state % 64 or d_state > 256:
@@ -244,12 +268,10 @@ def step_defines(
             f"mamba2_replay_step (CUDA): small_rows {cfg.small_rows}; expected a multiple of 8 from 16 to 128 dividing "
             f"head_dim {head_dim}"
         )
-    base = dict(CKPT_F32=int(state_bytes == 4), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
+    base = dict(CKPT_F32=int(state_bytes == 4), CKPT_FP8=int(state_bytes == 1), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
                 SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math))
     return tuple(sorted({**base, **flags}.items()))
-
-
 
 
 def mamba2_input_defines(dt: Tensor, dt_bias: Optional[Tensor], D: Optional[Tensor], z: Optional[Tensor],
@@ -296,15 +318,18 @@ def coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, 
     )  # fmt: skip
 
 
-def small_args(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out) -> KernelArgs:
-    """Parameters of ``mamba2_replay_small``, in the .cu file's order (an absent D, z or dt_bias
-    is another tensor's pointer, never read)."""
+def small_args(checkpoint, scale, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias,
+               out) -> KernelArgs:
+    """Parameters of ``mamba2_replay_small``, in the .cu file's order (an absent D, z, dt_bias or
+    fp8 ``scale`` is another tensor's pointer, never read)."""
     DD = D if D is not None else A
     zz = z if z is not None else x
     bias = dt_bias if dt_bias is not None else A
+    sc = scale if scale is not None else x_records
     return (
         KernelArgs()
         .tensor(checkpoint, 3)
+        .tensor(sc, 2)
         .tensor(x_records, 2)
         .tensor(dt_records, 2)
         .tensor(B_records, 3)
@@ -321,15 +346,18 @@ def small_args(checkpoint, x_records, dt_records, B_records, cursor, arrivals, x
     )  # fmt: skip
 
 
-def step_args(maps, coef, c_rows, x_records, B_records, cursor, slot_ids, D, z, x, out) -> KernelArgs:
+def step_args(maps, coef, c_rows, scale, x_records, B_records, cursor, slot_ids, D, z, x, out) -> KernelArgs:
     """Parameters of ``mamba2_replay_step``, in the .cu file's order: the checkpoint's (load,
-    store) tensor maps first (an absent D or z is another tensor's pointer, never read)."""
+    store) tensor maps first (an absent D, z or fp8 ``scale`` is another tensor's pointer, never
+    read)."""
     DD = D if D is not None else coef
     zz = z if z is not None else x
+    sc = scale if scale is not None else x_records
     return (
         KernelArgs()
         .tensor_map(maps[0]).tensor_map(maps[1])
         .ptr(coef).ptr(c_rows)
+        .tensor(sc, 2)
         .tensor(x_records, 2)
         .tensor(B_records, 3)
         .tensor(DD, 1)
@@ -359,9 +387,11 @@ def launch_mamba2_replay_step_cuda(
     dt_softplus: bool = True,
     out: Tensor,
     config: Optional[CudaStepConfig] = None,
+    checkpoint_scale: Optional[Tensor] = None,
 ) -> Tensor:
     """The CUDA replay step on the cache tensors; arguments already checked by the op, in the
-    Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there (the
+    Triton launcher's order (``checkpoint_scale``: an fp8 checkpoint's row scales, read and, at a
+    flush, rewritten). ``arrivals``: the small kernel counts each row's CTAs there (the
     last advances the cursor and resets it to zero); the two launches do not use it (their step
     kernel advances the cursor once the coefficient grid is complete).
 
@@ -370,7 +400,7 @@ def launch_mamba2_replay_step_cuda(
             small kernel with inputs it cannot read (:func:`small_inputs_unsupported`; the launch
             table's small kernel takes the two launches then; nothing is launched).
     """
-    reason = cuda_step_unsupported(checkpoint, x_records, B_records, x)
+    reason = cuda_step_unsupported(checkpoint, x_records, B_records, x, checkpoint_scale)
     if reason is not None:
         raise ValueError(f"mamba2_replay_step (CUDA): {reason}")
     batch, nheads, head_dim = x.shape
@@ -382,14 +412,15 @@ def launch_mamba2_replay_step_cuda(
         if config is not None:
             raise ValueError(f"mamba2_replay_step (CUDA, small): {small_reason}")
         # The table's small kernel cannot read these inputs; the two launches can (same results).
-        cfg = replace(cfg, small=False)
+        cfg = two_launch_config(head_dim, d_state, L, batch, es)
     defines = step_defines(nheads, ngroups, head_dim, d_state, L, cfg, mamba2_input_defines(dt, dt_bias, D, z, dt_softplus), es)
     device = x.device
     stream = torch.cuda.current_stream(device).cuda_stream
     if cfg.small:
         small = load_kernel(SOURCE, "mamba2_replay_small", defines, device, 0)
         args = small_args(
-            checkpoint, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z, dt_bias, out
+            checkpoint, checkpoint_scale, x_records, dt_records, B_records, cursor, arrivals, x, dt, A, B, C, slot_ids, D, z,
+            dt_bias, out,
         )
         small.launch((nheads * head_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
@@ -406,6 +437,8 @@ def launch_mamba2_replay_step_cuda(
     load_map, store_map = checkpoint_tensor_maps(checkpoint, head_dim)
     threads = step_threads(head_dim)
     grid = min(batch * nheads, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
-    args = step_args((load_map, store_map), coef, c_rows, x_records, B_records, cursor, slot_ids, D, z, x, out)
+    args = step_args(
+        (load_map, store_map), coef, c_rows, checkpoint_scale, x_records, B_records, cursor, slot_ids, D, z, x, out
+    )
     step_kernel.launch((grid,), threads, smem, stream, args, pdl=cfg.pdl)
     return out

@@ -88,6 +88,8 @@ def cuda_verify_unsupported(checkpoint: Tensor, x_records: Tensor, B_records: Te
     activations, sizes, alignment), B and C rows 16-byte aligned (copied in 16-byte chunks), at most
     :data:`MAX_T_CUDA` window tokens, and two stages of the verify kernel fitting a multiprocessor.
     x: [batch, T, nheads, head_dim]; B, C: [batch, T, ngroups, d_state]."""
+    if checkpoint.dtype == torch.float8_e4m3fn:
+        return "fp8 checkpoint; the CUDA verify reads bf16 or fp32 ones"
     reason = cuda_step_unsupported(checkpoint, x_records, B_records, x[:, 0])
     if reason is not None:
         return reason

@@ -42,6 +42,7 @@ __all__ = [
     "tensor_map_key",
     "checkpoint_tensor_maps",
     "copyable_rows",
+    "scale_unsupported",
     "device_unsupported",
     "DTYPE_CODE",
     "KernelArgs",
@@ -367,17 +368,17 @@ def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], dev
     return kernel
 
 
-_TMA_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_TMA_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)
 
 
 def tensor_map_4d(t: torch.Tensor, box: Tuple[int, int]) -> bytes:
-    """CUtensorMap (128 bytes) of a 4-D bf16, fp16 or fp32 tensor ``t`` (innermost dimension contiguous),
+    """CUtensorMap (128 bytes) of a 4-D bf16, fp16, fp32 or fp8-e4m3 tensor ``t`` (innermost dimension contiguous),
     boxes of ``box`` = (innermost elements, second-dimension rows) and one index of the two
     outer dimensions, 128-byte swizzle. The caller checks the TMA rules (16-byte aligned base
     and strides, box inner bytes <= 128 with the swizzle)."""
     if t.dim() != 4 or t.dtype not in _TMA_DTYPES or t.stride(3) != 1:
         raise ValueError(
-            f"tensor_map_4d: expected a 4-D bf16, fp16 or fp32 tensor with a contiguous last dim; got "
+            f"tensor_map_4d: expected a 4-D bf16, fp16, fp32 or fp8-e4m3 tensor with a contiguous last dim; got "
             f"{tuple(t.shape)} {t.dtype} strides {t.stride()}"
         )
     return encode_tensor_map_4d(t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride(d) for d in (0, 1, 2)), box)
@@ -398,6 +399,7 @@ def encode_tensor_map_4d(
         torch.bfloat16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         torch.float32: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        torch.float8_e4m3fn: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # codes, copied as bytes
     }
     es = torch.empty((), dtype=dtype).element_size()
     dims = [driver.cuuint64_t(s) for s in reversed(shape)]
@@ -445,6 +447,23 @@ def copyable_rows(t: torch.Tensor) -> bool:
     stride 16-byte multiples."""
     es = t.element_size()
     return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(t.stride(d) * es % 16 == 0 for d in range(t.dim() - 1))
+
+
+def scale_unsupported(checkpoint: torch.Tensor, checkpoint_scale: Optional[torch.Tensor]) -> Optional[str]:
+    """Why the CUDA steps cannot copy an fp8 ``checkpoint``'s row scales (None: they can): fp32
+    of the checkpoint's shape but its last dim ([slot, heads, rows]), each head's rows one
+    16-byte aligned range (rows dense, base and outer strides 16-byte multiples)."""
+    if checkpoint_scale is None:
+        return "fp8 checkpoint without checkpoint_scale; the CUDA step reads each row's scale"
+    want = tuple(checkpoint.shape[:3])
+    if checkpoint_scale.dtype != torch.float32 or tuple(checkpoint_scale.shape) != want:
+        return f"fp8 checkpoint_scale {checkpoint_scale.dtype} {tuple(checkpoint_scale.shape)}; expected fp32 {want}"
+    if not copyable_rows(checkpoint_scale):
+        return (
+            f"fp8 checkpoint_scale strides {checkpoint_scale.stride()}; the CUDA step copies each head's row scales "
+            "as one 16-byte aligned range"
+        )
+    return None
 
 
 _TENSOR_MAPS: dict = {}

@@ -3,11 +3,18 @@
 // columns with the 128-byte swizzle, each box [CKPT_ROWS][128 B]; element sizes, offsets, fp32
 // pairs in and out, and a consumer warp's flush fold of records on tensor cores. Needs CKPT_F32
 // (the -D constant), CKPT_ROWS and CKPT_COLS (the including file defines them before including
-// this), and LP for the fold. sm_90.
+// this), and LP for the fold; CKPT_FP8 (default 0) for fp8-e4m3 codes, one fp32 scale per row
+// held by the including kernel (pairs in and out are then codes, unscaled). sm_90.
 
 #include "replay_common.cuh"
 
-#define ES (CKPT_F32 ? 4 : 2)               // checkpoint element bytes
+#ifndef CKPT_FP8
+#define CKPT_FP8 0
+#endif
+#if CKPT_FP8 && CKPT_F32
+#error "CKPT_FP8 and CKPT_F32 name two checkpoint dtypes"
+#endif
+#define ES (CKPT_F32 ? 4 : (CKPT_FP8 ? 1 : 2))  // checkpoint element bytes
 #define BOXC (128 / ES)                     // checkpoint columns per 128-byte box
 #define NBOX (CKPT_COLS / BOXC)             // boxes of a checkpoint row
 #define CKPT_BYTES (CKPT_ROWS * CKPT_COLS * ES)
@@ -20,12 +27,14 @@ __device__ __forceinline__ u32 ckpt_offset(u32 row, u32 col) {
 }
 
 // Checkpoint elements (row, col) and (row, col + 1) of a stage as fp32 (col even), and back,
-// rounded to the checkpoint dtype.
+// rounded to the checkpoint dtype (fp8: the codes, to nearest even, saturating at 448).
 __device__ __forceinline__ void load_pair(const unsigned char* stage, u32 row, u32 col, float& a, float& b) {
 #if CKPT_F32
   const Pair v = *(const Pair*)(stage + ckpt_offset(row, col));
   a = v.x;
   b = v.y;
+#elif CKPT_FP8
+  e4m3x2_to_f32(*(const u16*)(stage + ckpt_offset(row, col)), a, b);
 #else
   const u32 v = *(const u32*)(stage + ckpt_offset(row, col));
   a = bf16_to_f32((u16)(v & 0xffffu));
@@ -39,6 +48,8 @@ __device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 co
   v.x = a;
   v.y = b;
   *(Pair*)(stage + ckpt_offset(row, col)) = v;
+#elif CKPT_FP8
+  *(u16*)(stage + ckpt_offset(row, col)) = pack_e4m3x2(a, b);
 #else
   *(u32*)(stage + ckpt_offset(row, col)) = pack_bf16x2(a, b);
 #endif
@@ -67,60 +78,73 @@ __device__ __forceinline__ void prefetch_first_units(const TensorMap* ckpt_load,
 
 // ------------------------------------------------------------------ the flush fold
 
-// A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place: S = decay S0 + sum_{j <= last}
-// wgt_j x_j B_jᵀ, 64 columns at a time (8 n tiles of 8 columns) on tensor cores, wgt_j x_j in
-// three bf16 parts (24 bits) over fp32 accumulators started from decay S0, rounded to the
-// checkpoint dtype. xs: the records' per-row values x_j, [LP][CKPT_ROWS] bf16 in shared memory;
-// b_rows: shared address of the LP records' column rows B_j, REC_PITCH bytes apart; wgt[LP];
-// records after ``last`` are neither read nor weighted.
+// One 64-column block ``cb`` of a consumer warp's 16 rows r0 .. r0 + 15 of a stage, folded into
+// fp32 accumulators: s[n][2 half + e] = row (r0 + gq + 8 half), column cb 64 + 8 n + 2 tq + e of
+// S = decay (row_scale[half] S0) + sum_{j <= last} wgt_j x_j B_jᵀ (8 n tiles of 8 columns on
+// tensor cores, wgt_j x_j in three bf16 parts over accumulators started from the decayed S0;
+// row_scale: 1, or an fp8 row's scale, its codes' values formed first as the reference does). xs: the records' per-row
+// values x_j, [LP][CKPT_ROWS] bf16 in shared memory; b_rows: shared address of the LP records'
+// column rows B_j, REC_PITCH bytes apart; wgt[LP]; records after ``last`` are neither read nor
+// weighted.
+__device__ __forceinline__ void fold_column_block(const unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
+                                                  const float (&row_scale)[2], float decay, int last, int r0, int lane,
+                                                  int cb, float (&s)[8][4]) {
+  const int gq = lane >> 2, tq = lane & 3;
+  const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      load_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
+      s[n][2 * half] = (s[n][2 * half] * row_scale[half]) * decay;
+      s[n][2 * half + 1] = (s[n][2 * half + 1] * row_scale[half]) * decay;
+    }
+  }
+#pragma unroll
+  for (int k0 = 0; k0 < LP; k0 += 16) {
+    // A: rows (gq, gq + 8) x records (k0 + 2 tq + {0, 1}, + 8), s_j x_j in three parts.
+    u32 ah[4], am[4], al[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int rr = r0 + gq + 8 * (q & 1);
+      const int j = k0 + 2 * tq + 8 * (q >> 1);
+      float v0 = 0.0f, v1 = 0.0f;
+      if (j <= last) v0 = wgt[j] * bf16_to_f32(xs[j * CKPT_ROWS + rr]);
+      if (j + 1 <= last) v1 = wgt[j + 1] * bf16_to_f32(xs[(j + 1) * CKPT_ROWS + rr]);
+      float h0, m0, l0, h1, m1, l1;
+      split3(v0, h0, m0, l0);
+      split3(v1, h1, m1, l1);
+      ah[q] = pack_bf16x2(h0, h1);
+      am[q] = pack_bf16x2(m0, m1);
+      al[q] = pack_bf16x2(l0, l1);
+    }
+    // B: records as rows k (clamped to last: finite values times a zero A), 8 columns a tile.
+    const int k = k0 + kr <= last ? k0 + kr : last;
+#pragma unroll
+    for (int n = 0; n < 8; n += 2) {
+      u32 b0, b1, b2, b3;
+      ldmatrix_x4_trans(b_rows + k * REC_PITCH + (cb * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
+      mma_bf16(s[n], ah[0], ah[1], ah[2], ah[3], b0, b1);
+      mma_bf16(s[n], am[0], am[1], am[2], am[3], b0, b1);
+      mma_bf16(s[n], al[0], al[1], al[2], al[3], b0, b1);
+      mma_bf16(s[n + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);
+      mma_bf16(s[n + 1], am[0], am[1], am[2], am[3], b2, b3);
+      mma_bf16(s[n + 1], al[0], al[1], al[2], al[3], b2, b3);
+    }
+  }
+}
+
+#if !CKPT_FP8
+// A consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place (fold_column_block, one
+// 64-column block at a time), rounded to the checkpoint dtype.
 __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
                                                float decay, int last, int r0, int lane) {
   const int gq = lane >> 2, tq = lane & 3;
-  const int kr = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of B (a record) of this lane
+  const float unscaled[2] = {1.0f, 1.0f};
 #pragma unroll 1
   for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
     float s[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        load_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, s[n][2 * half], s[n][2 * half + 1]);
-        s[n][2 * half] *= decay;
-        s[n][2 * half + 1] *= decay;
-      }
-    }
-#pragma unroll
-    for (int k0 = 0; k0 < LP; k0 += 16) {
-      // A: rows (gq, gq + 8) x records (k0 + 2 tq + {0, 1}, + 8), s_j x_j in three parts.
-      u32 ah[4], am[4], al[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int rr = r0 + gq + 8 * (q & 1);
-        const int j = k0 + 2 * tq + 8 * (q >> 1);
-        float v0 = 0.0f, v1 = 0.0f;
-        if (j <= last) v0 = wgt[j] * bf16_to_f32(xs[j * CKPT_ROWS + rr]);
-        if (j + 1 <= last) v1 = wgt[j + 1] * bf16_to_f32(xs[(j + 1) * CKPT_ROWS + rr]);
-        float h0, m0, l0, h1, m1, l1;
-        split3(v0, h0, m0, l0);
-        split3(v1, h1, m1, l1);
-        ah[q] = pack_bf16x2(h0, h1);
-        am[q] = pack_bf16x2(m0, m1);
-        al[q] = pack_bf16x2(l0, l1);
-      }
-      // B: records as rows k (clamped to last: finite values times a zero A), 8 columns a tile.
-      const int k = k0 + kr <= last ? k0 + kr : last;
-#pragma unroll
-      for (int n = 0; n < 8; n += 2) {
-        u32 b0, b1, b2, b3;
-        ldmatrix_x4_trans(b_rows + k * REC_PITCH + (cb * 64 + n * 8 + (lane >> 4) * 8) * 2, b0, b1, b2, b3);
-        mma_bf16(s[n], ah[0], ah[1], ah[2], ah[3], b0, b1);
-        mma_bf16(s[n], am[0], am[1], am[2], am[3], b0, b1);
-        mma_bf16(s[n], al[0], al[1], al[2], al[3], b0, b1);
-        mma_bf16(s[n + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);
-        mma_bf16(s[n + 1], am[0], am[1], am[2], am[3], b2, b3);
-        mma_bf16(s[n + 1], al[0], al[1], al[2], al[3], b2, b3);
-      }
-    }
+    fold_column_block(gstage, xs, b_rows, wgt, unscaled, decay, last, r0, lane, cb, s);
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
@@ -129,3 +153,48 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
     }
   }
 }
+#else
+// fp8: a consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place from their codes and
+// row scales ``scale`` (the stage's, [CKPT_ROWS] fp32): every column block held in registers,
+// then each row's new scale max |row| / 448 (1 for a zero row) and its codes (the row divided by
+// it, to nearest even: reference.rounding.fp8_row_encode's rule), the scales written to
+// ``scale_out`` (global, the unit's [CKPT_ROWS] row scales) by a lane of each quad.
+__device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
+                                               float decay, int last, int r0, int lane, const float* scale,
+                                               float* scale_out) {
+  const int gq = lane >> 2, tq = lane & 3;
+  const float row_scale[2] = {scale[r0 + gq], scale[r0 + gq + 8]};
+  float s[CKPT_COLS / 64][8][4];
+  float amax[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
+    fold_column_block(gstage, xs, b_rows, wgt, row_scale, decay, last, r0, lane, cb, s[cb]);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) amax[e >> 1] = fmaxf(amax[e >> 1], fabsf(s[cb][n][e]));
+    }
+  }
+  float new_scale[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // a row's columns lie in the 4 lanes of its quad
+    amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 1));
+    amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 2));
+    new_scale[half] = fp8_row_scale(amax[half]);
+  }
+#pragma unroll
+  for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, __fdiv_rn(s[cb][n][2 * half], new_scale[half]),
+                   __fdiv_rn(s[cb][n][2 * half + 1], new_scale[half]));
+    }
+  }
+  if (tq == 0) {
+    scale_out[r0 + gq] = new_scale[0];
+    scale_out[r0 + gq + 8] = new_scale[1];
+  }
+}
+#endif

@@ -1,6 +1,7 @@
 // ReplaySSM gated delta-rule decode step for sm_90 (GDN: a log-decay per value head; KDA, with
-// PER_CHANNEL: one per key channel), bf16 activations and records, bf16 or fp32 (CKPT_F32)
-// checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// PER_CHANNEL: one per key channel), bf16 activations and records, bf16, fp32 (CKPT_F32) or
+// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128, exact-fp32
+// products and flush) checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
 // kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), at small batches
 // launch 2 alone or, smaller still, one kernel without a ring (3); KDA: launch 2 alone, forming its
@@ -32,7 +33,10 @@
 //    o to out, d appended at w (w < L-1). A flush unit (w == L-1) also forms
 //        S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ
 //    in exact fp32 FMAs, rounds it into the stage in the checkpoint dtype and stores its rows
-//    with TMA tensor stores. A unit that does not flush gives its stage back once read. GDN: a
+//    with TMA tensor stores. fp8 (CKPT_FP8): the producer copies the unit's row scales beside its
+//    codes; S0 q̂ and S0 k̂ are formed from the codes and times the row's scale; a flush folds the
+//    lane's half row twice: first for the row's new scale max |row| / 448 (1 for a zero row) over
+//    both halves, then to store codes (value / scale, nearest even); lanes 0-15 store the scales. A unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced
@@ -58,7 +62,7 @@
 //    are formed while the consumers work on the unit before it.
 // 3. delta_replay_small (GDN): the whole step in one launch without a ring (its comment, below).
 //
-// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple
+// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), CKPT_FP8 (1: fp8), KHEADS, VHEADS (a multiple
 // of KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim),
 // ROWS (rows of a unit: a multiple of 16 up to 128 dividing DV), LREC (L, <= 32), LP (L rounded
 // up to 16), STAGES, MIN_CTAS (the step and small kernels' register cap: resident CTAs a multiprocessor),
@@ -97,6 +101,9 @@
 #ifndef FLUSH_MMA
 #define FLUSH_MMA 0
 #endif
+#if CKPT_FP8 && (S0_MMA || FLUSH_MMA || DK != 128)
+#error "an fp8 checkpoint takes the exact-fp32 products and flush, head_k_dim 128"
+#endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -116,7 +123,9 @@
 #define OFF_RED (OFF_IN + IN_BYTES)
 #define FRAG_BYTES (S0_MMA && PER_CHANNEL ? DK * 16 : 0)  // KDA's S0_MMA B fragments [DK / 16][32 lanes][2 u32]
 #define OFF_FRAG (OFF_RED + RED_FLOATS * 4)
-#define OFF_META (OFF_FRAG + FRAG_BYTES)
+#define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
+#define OFF_SCALE (OFF_FRAG + FRAG_BYTES)
+#define OFF_META (OFF_SCALE + SCALE_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 
@@ -137,25 +146,32 @@ __device__ __forceinline__ void unpack8(uint4 c, float* v) {
   unpack_bf16x2(wd, v);
 }
 
-// A 16-byte checkpoint chunk as its EPC elements in fp32.
+// A 16-byte checkpoint chunk as its EPC elements in fp32 (fp8: the codes, unscaled).
 __device__ __forceinline__ void chunk_to_f32(uint4 c, float* v) {
 #if CKPT_F32
   v[0] = __uint_as_float(c.x);
   v[1] = __uint_as_float(c.y);
   v[2] = __uint_as_float(c.z);
   v[3] = __uint_as_float(c.w);
+#elif CKPT_FP8
+  const u32 wd[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e4m3x2_to_f32((u16)(wd[i >> 1] >> (16 * (i & 1))), v[2 * i], v[2 * i + 1]);
 #else
   unpack8(c, v);
 #endif
 }
 
-// EPC bf16 values from p (aligned to their size: 8 or 16 bytes) as fp32: the columns of one
-// checkpoint chunk in a bf16 row (q, k or a k record).
+// EPC bf16 values from p (aligned to their size: 8, 16 or, fp8, 2 x 16 bytes) as fp32: the
+// columns of one checkpoint chunk in a bf16 row (q, k or a k record).
 __device__ __forceinline__ void load_bf16_chunk(const u16* p, float* v) {
 #if CKPT_F32
   const uint2 c2 = *(const uint2*)p;
   const u32 c[2] = {c2.x, c2.y};
   unpack_bf16x2(c, v);
+#elif CKPT_FP8
+  unpack8(*(const uint4*)p, v);
+  unpack8(*(const uint4*)(p + 8), v + 8);
 #else
   unpack8(*(const uint4*)p, v);
 #endif
@@ -171,6 +187,11 @@ __device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, 
 __device__ __forceinline__ uint4 pack_chunk(const float* v) {
 #if CKPT_F32
   return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+#elif CKPT_FP8
+  u32 wd[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) wd[i] = (u32)pack_e4m3x2(v[4 * i], v[4 * i + 1]) | ((u32)pack_e4m3x2(v[4 * i + 2], v[4 * i + 3]) << 16);
+  return make_uint4(wd[0], wd[1], wd[2], wd[3]);
 #else
   return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
 #endif
@@ -739,6 +760,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
     const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS] (one launch: unused)
     const float* __restrict__ qk,                  // [batch, KHEADS, QK_FLOATS] (one launch: unused)
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, VHEADS, DV], rows dense
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
     float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
@@ -851,9 +873,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           mbar_arrive(full);
           if (!COEF_WARPS) mbar_arrive(BAR_RECS(st));
         } else if (COEF_WARPS) {
-          mbar_arrive_expect_tx(full, CKPT_BYTES + rec_bytes);
+          mbar_arrive_expect_tx(full, CKPT_BYTES + SCALE_BYTES + rec_bytes);
         } else {
-          mbar_arrive_expect_tx(full, CKPT_BYTES);
+          mbar_arrive_expect_tx(full, CKPT_BYTES + SCALE_BYTES);
           mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
         }
       }
@@ -864,6 +886,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         const u32 recs = BAR_RECS(st);
         auto copy_checkpoint = [&] {
           if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+          if (CKPT_FP8 && lane == 31)
+            bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
         };
         if (COEF_WARPS) copy_checkpoint();
         if (lane < w) {
@@ -894,7 +918,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           mbar_arrive(full);
         } else {
           const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nd * ROWS * 2 + (k_rows ? (LREC - 1) * DK * 2 : 0) +
-                            V_BYTES + COEF_BYTES + QK_BYTES + (S0_MMA ? DK * 4 : 0);
+                            V_BYTES + COEF_BYTES + QK_BYTES + SCALE_BYTES + (S0_MMA ? DK * 4 : 0);
           mbar_arrive_expect_tx(full, bytes);
         }
       }
@@ -909,6 +933,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + (long long)bh * COEF_FLOATS, COEF_BYTES, full);
         if (lane == 1) bulk_load(stage + OFF_QK, qk + ((long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
         if (lane == 2) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
+        if (CKPT_FP8 && lane == 5)
+          bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
 #if S0_MMA
         if (lane == 3) bulk_load(stage + OFF_IN, q + b * sq_batch + kh * sq_head, DK * 2, full);
         if (lane == 4) bulk_load(stage + OFF_IN + DK * 2, k + b * sk_batch + kh * sk_head, DK * 2, full);
@@ -956,6 +982,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       s0_dots_mma(stage, gstage, r0, lane, sq, sk);
 #else
       s0_dots(gstage, qks, r0, lane, sq, sk);
+#endif
+#if CKPT_FP8
+      const float row_scale = ((const float*)(gstage + OFF_SCALE))[row];  // codes x scale: the row's values
+      sq *= row_scale;
+      sk *= row_scale;
 #endif
       const int w = ((const int*)cf)[3 * LP + 3];  // exact; the producer's read may be one step ahead
 #if !ONE_LAUNCH
@@ -1011,13 +1042,15 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         float a[LREC > 1 ? LREC - 1 : 1];
 #pragma unroll
         for (int j = 0; j < LREC - 1; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + row]);
-#pragma unroll 1
-        for (int c = 0; c < HALF; c += EPC) {
-          const int col = half * HALF + c;
-          float s[EPC];
+        // The folded values of the chunk at column col of the lane's row (fp8: from the codes times
+        // the row's scale).
+        auto fold_chunk = [&](int col, float (&s)[EPC]) {
           load_chunk(gstage, row, col, s);
 #pragma unroll
           for (int e = 0; e < EPC; ++e) {
+#if CKPT_FP8
+            s[e] *= row_scale;
+#endif
 #if PER_CHANNEL
             s[e] = qks[3 * DK + col + e] * s[e] + d * khat[col + e];
 #else
@@ -1039,8 +1072,38 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #pragma unroll
             for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
           }
-          store_chunk(gstage, row, col, s);
+        };
+#if CKPT_FP8
+        // fp8: two passes over the lane's half row, so that no chunk is held in registers: the
+        // row's largest magnitude (both halves, lanes l and l + 16), then the folded values again
+        // (the same arithmetic on the same stage: the same values), divided by the row's new scale
+        // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
+        // (reference.rounding.fp8_row_encode's rule); lanes 0-15 write the scale.
+        float amax = 0.0f;
+#pragma unroll 1
+        for (int c = 0; c < HALF; c += EPC) {
+          float s[EPC];
+          fold_chunk(half * HALF + c, s);
+          amax = fmaxf(amax, max_abs<EPC>(s));
         }
+        const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
+#pragma unroll 1
+        for (int c = 0; c < HALF; c += EPC) {
+          float s[EPC];
+          fold_chunk(half * HALF + c, s);
+#pragma unroll
+          for (int e = 0; e < EPC; ++e) s[e] = __fdiv_rn(s[e], new_scale);
+          store_chunk(gstage, row, half * HALF + c, s);
+        }
+        if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
+#else
+#pragma unroll 1
+        for (int c = 0; c < HALF; c += EPC) {
+          float s[EPC];
+          fold_chunk(half * HALF + c, s);
+          store_chunk(gstage, row, half * HALF + c, s);
+        }
+#endif
 #endif
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
       }
@@ -1071,7 +1134,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 // arrivals[slot] (acquire-release, after the barrier that follows every thread's cursor use, before
 // any store); the row's last advances the cursor (0 after a flush, else w + 1) and zeroes the count.
 // Launched programmatically: waits for the previous kernel before any read and lets the next grid
-// be scheduled at once.
+// be scheduled at once. fp8 (CKPT_FP8): a chunk holds 16 codes, the row's scale is read beside the
+// chunks, S0 q and S0 k are the codes' sums times it, and a flush scales the codes, folds, takes
+// the row's new scale over its 8 threads and stores codes and (thread 0 of the row) the scale.
 #define SM_THREADS (SM_ROWS * 8)              // rows x 8 threads
 #define SM_CPT (DK * ES / 128)                // 16-byte checkpoint chunks per thread
 #define SM_KPT (DK / 64)                      // 16-byte k chunks (8 bf16) per thread in the scores
@@ -1088,6 +1153,7 @@ __device__ __forceinline__ float row_sum8(float v) {
 
 extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, VHEADS, DV], rows dense
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
     float* __restrict__ g_records, long long sgr_slot, long long sgr_head,
@@ -1129,6 +1195,12 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
   uint4 ck[SM_CPT];
 #pragma unroll
   for (int m = 0; m < SM_CPT; ++m) ck[m] = load16_if(live, ck_t + 128 * m);
+#if CKPT_FP8
+  float* const scale_t = ckpt_scale + us * ssc_slot + h * ssc_head + row;  // the row's scale
+  const float row_scale = __uint_as_float(load4_if(live, scale_t));
+#else
+  const float row_scale = 1.0f;
+#endif
   u16* const krec = k_records + us * skr_slot + kh * skr_head;
   uint4 kr[LP / 16][SM_KPT];
 #pragma unroll
@@ -1209,7 +1281,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
     const int col = (p + 8 * m) * EPC;
     float x[EPC], qv[EPC], kv[EPC];
     chunk_to_f32(ck[m], x);
-#if CKPT_F32
+#if CKPT_F32 || CKPT_FP8
     load_bf16_chunk(qrow + col, qv);
     load_bf16_chunk(krow + col, kv);
 #else
@@ -1232,8 +1304,8 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
     rq_rec += a * dj;
     rk_rec += c * dj;
   }
-  const float hq = e0 * rq * row_sum8(aq) + row_sum8(rq_rec);
-  const float hk = e0 * rk * row_sum8(ak) + row_sum8(rk_rec);
+  const float hq = e0 * rq * (row_sum8(aq) * row_scale) + row_sum8(rq_rec);  // fp8: the codes' sums times the row scale
+  const float hk = e0 * rk * (row_sum8(ak) * row_scale) + row_sum8(rk_rec);
   const float d = bh * (vr - hk);
   if (!live) return;
   if (p == 0) {
@@ -1253,19 +1325,22 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
       }
     }
   } else {
-    // Flush: the row's chunks S = e0 S0 + d k̂ᵀ + sum_{j<w} (e_j d_j) k̂_jᵀ in fp32, rounded, stored.
+    // Flush: the row's chunks S = e0 S0 + d k̂ᵀ + sum_{j<w} (e_j d_j) k̂_jᵀ in fp32, rounded, stored
+    // (fp8: all of the thread's chunks first, for the row's new scale).
+    float held[SM_CPT][EPC];
 #pragma unroll
     for (int m = 0; m < SM_CPT; ++m) {
       const int col = (p + 8 * m) * EPC;
-      float s[EPC], kc[EPC];
+      float(&s)[EPC] = held[m];
+      float kc[EPC];
       chunk_to_f32(ck[m], s);
-#if CKPT_F32
+#if CKPT_F32 || CKPT_FP8
       load_bf16_chunk(krow + col, kc);
 #else
       unpack8(kb[m], kc);
 #endif
 #pragma unroll
-      for (int e = 0; e < EPC; ++e) s[e] = e0 * s[e] + d * (kc[e] * rk);
+      for (int e = 0; e < EPC; ++e) s[e] = e0 * (s[e] * row_scale) + d * (kc[e] * rk);
 #pragma unroll 4
       for (int j = 0; j < LREC - 1; ++j) {
         const float aj = __shfl_sync(0xffffffffu, ej, j) * bf16_to_f32(ds[j][rl]);
@@ -1274,8 +1349,22 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
 #pragma unroll
         for (int e = 0; e < EPC; ++e) s[e] += aj * kj[e];
       }
+#if !CKPT_FP8
       *(uint4*)(ck_t + 128 * m) = pack_chunk(s);
+#endif
     }
+#if CKPT_FP8
+    // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes value /
+    // scale to nearest even; thread 0 of the row stores the scale.
+    const float new_scale = fp8_row_scale(row_max8(max_abs<SM_CPT * EPC>(&held[0][0])));
+#pragma unroll
+    for (int m = 0; m < SM_CPT; ++m) {
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) held[m][e] = __fdiv_rn(held[m][e], new_scale);
+      *(uint4*)(ck_t + 128 * m) = pack_chunk(held[m]);
+    }
+    if (p == 0) *scale_t = new_scale;
+#endif
   }
   if (t == 0) advance_after_last_arrival(arrived, VHEADS * SM_CTAS_PER_HEAD, arrivals, cursor, slot, w, LREC);
 }

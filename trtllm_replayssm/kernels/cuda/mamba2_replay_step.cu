@@ -1,4 +1,5 @@
-// ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16 or fp32 (CKPT_F32) checkpoints:
+// ReplaySSM Mamba-2 decode step for sm_90, bf16 activations, bf16, fp32 (CKPT_F32) or fp8-e4m3
+// (CKPT_FP8: codes with one fp32 scale per row, d_state 128; the op's entries) checkpoints:
 // two launches (1 and 2 below), or for small batches one (3), compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched
 // by trtllm_replayssm/kernels/mamba2_replay_cuda.py, which documents the contract. No headers:
 // bf16 is handled as 16-bit integers, conversions and products in inline PTX. Launches 1 and 2
@@ -34,10 +35,14 @@
 //    the exact w from the coefficient block. A flush unit
 //    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
 //    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
-//    the stage and stores its 16 rows with TMA tensor stores (whole sectors).
+//    the stage and stores its 16 rows with TMA tensor stores (whole sectors). fp8 checkpoints
+//    (CKPT_FP8, DSTATE 128): the producer copies the unit's ROWS row scales too; S0 . C in fp32
+//    FMAs from the codes (as fp32 rows), times the row's scale; a flush folds from the scaled
+//    codes, holds the row in registers for its new scale max |row| / 448 and writes codes and
+//    scales (ckpt_stage.cuh).
 // 3. mamba2_replay_small: the whole step in one launch without a ring (its comment, below).
 //
-// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), NHEADS, NGROUPS, ROWS
+// Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), CKPT_FP8 (1: fp8, CKPT_F32 0), NHEADS, NGROUPS, ROWS
 // (head_dim, a multiple of 16, <= 128), DSTATE (a multiple of 64, <= 256), LREC (L, <= 32), LP
 // (L rounded up to 16), STAGES, MIN_CTAS (the step kernel's and the small kernel's register cap:
 // resident CTAs a multiprocessor), COEF_WARPS (1, 2, 4, 8 or 16: a divisor of LP), SM_ROWS (the small kernel's rows a CTA,
@@ -47,6 +52,12 @@
 // launches 1 and 2 and the small kernel; 1, 2: TensorRT's entry of launch 1, of launch 2).
 
 #include "mamba2_common.cuh"
+#if CKPT_FP8 && (CKPT_F32 || DSTATE != 128)
+#error "an fp8 checkpoint takes rows of 128 codes (one 128-byte box; the flush holds them in registers)"
+#endif
+#if CKPT_FP8 && AOT_ENTRIES
+#error "the TensorRT AOT entries take bf16 checkpoints (plugins/mamba2_cuda.py export_unsupported)"
+#endif
 
 #define X_BYTES (LP * ROWS * 2)
 #define B_BYTES (LP * REC_PITCH)
@@ -57,7 +68,9 @@
 #define OFF_B (OFF_X + X_BYTES)
 #define OFF_C (OFF_B + B_BYTES)
 #define OFF_COEF (OFF_C + C_BYTES)
-#define OFF_META (OFF_COEF + COEF_BYTES)
+#define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
+#define OFF_SCALE (OFF_COEF + COEF_BYTES)
+#define OFF_META (OFF_SCALE + SCALE_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
@@ -199,10 +212,11 @@ __device__ __forceinline__ void coefficients(
 // The step kernel's work, for its entries (below: the op's, with strides and the maps as
 // parameters; TensorRT's, dense, with the maps patched in global memory).
 __device__ __forceinline__ void step(
-    const TensorMap* ckpt_load,   // checkpoint, boxes [128 B of columns, ROWS rows]
-    const TensorMap* ckpt_store,  // checkpoint, boxes [128 B of columns, 16 rows]
+    const TensorMap* ckpt_load,   // checkpoint, boxes [BOXC cols (128 bytes), ROWS rows]
+    const TensorMap* ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
     const float* __restrict__ coef,                // [batch, NHEADS, COEF_FLOATS]
     const u16* __restrict__ c_rows,                // [batch, NGROUPS, DSTATE]
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, NHEADS, ROWS], rows dense
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
     const void* __restrict__ D, long long sD_head,
@@ -266,7 +280,7 @@ __device__ __forceinline__ void step(
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nx * ROWS * 2 + COEF_BYTES + C_BYTES +
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + nx * ROWS * 2 + COEF_BYTES + C_BYTES + SCALE_BYTES +
                             (b_rows ? LREC * DSTATE * 2 : 0);
           mbar_arrive_expect_tx(full, bytes);
         }
@@ -283,6 +297,7 @@ __device__ __forceinline__ void step(
           bulk_load(stage + OFF_COEF, coef + (long long)u * COEF_FLOATS, COEF_BYTES, full);
           bulk_load(stage + OFF_C, c_rows + ((long long)b * NGROUPS + g) * DSTATE, C_BYTES, full);
         }
+        if (CKPT_FP8 && lane == 1) bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head, SCALE_BYTES, full);
       }
     }
     return;
@@ -326,6 +341,29 @@ __device__ __forceinline__ void step(
       }
       float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
       s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
+#elif CKPT_FP8
+      // fp8 rows: the codes as fp32 in exact fp32 products, times the row's scale. Lanes 0-15 over
+      // columns [0, DSTATE/2), 16-31 over the rest, 16 columns (one 16-byte chunk) a shared load;
+      // a quarter-warp's 8 rows' same chunk: conflict-free (the swizzle). Four independent sums.
+      float p4[4] = {};
+#pragma unroll
+      for (int q = 0; q < DSTATE / 32; ++q) {
+        const int k = (lane >> 4) * (DSTATE / 2) + 16 * q;
+        const uint4 v = *(const uint4*)(gstage + ckpt_offset(row, k));
+        const uint4 c4a = *(const uint4*)(cs + k), c4b = *(const uint4*)(cs + k + 8);
+        const u32 vw[4] = {v.x, v.y, v.z, v.w};
+        const u32 cw[8] = {c4a.x, c4a.y, c4a.z, c4a.w, c4b.x, c4b.y, c4b.z, c4b.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {  // codes 2e, 2e + 1 of the chunk: C word e
+          float lo, hi;
+          e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), lo, hi);
+          p4[e & 3] += lo * __uint_as_float(cw[e] << 16) + hi * __uint_as_float(cw[e] & 0xffff0000u);
+        }
+      }
+      float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
+      s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
+      const float* row_scales = (const float*)(gstage + OFF_SCALE);
+      s0c_row *= row_scales[row];
 #else
       // bf16 rows on tensor cores: m16n8k16 products, A = the warp's 16 rows by ldmatrix from the
       // swizzled boxes, C as column 0 of the B operand (lanes 0-3 hold it), two independent fp32
@@ -373,14 +411,14 @@ __device__ __forceinline__ void step(
       }
       rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
-#if !CKPT_F32
+#if !CKPT_F32 && !CKPT_FP8
       // Row gq's result sits in lane 4 gq (c0), row gq + 8's in the same lane (c2).
       const int src = 4 * (lane & 7);
       const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
       const float s0c_hi = __shfl_sync(0xffffffffu, acc[2], src);
 #endif
       if (lane < 16) {
-#if CKPT_F32
+#if CKPT_F32 || CKPT_FP8
         float y = decay * s0c_row + rec;
 #else
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
@@ -390,7 +428,12 @@ __device__ __forceinline__ void step(
       }
       if (w == LREC - 1) {
         // Flush: S = decay S0 + sum_{j <= w} s_j x_j B_jᵀ for the warp's rows, rounded into the stage.
+#if CKPT_FP8
+        fold_warp_rows(gstage, xs, stage + OFF_B, cf + LP, decay, w, r0, lane, row_scales,
+                       ckpt_scale + slot * ssc_slot + h * ssc_head);
+#else
         fold_warp_rows(gstage, xs, stage + OFF_B, cf + LP, decay, w, r0, lane);
+#endif
         store_warp_rows(ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, r0, h, slot, lane);
       }
     }
@@ -426,14 +469,15 @@ extern "C" __global__ void __launch_bounds__(COEF_WARPS * 32) mamba2_replay_coef
 extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mamba2_replay_step(
     const __grid_constant__ TensorMap ckpt_load, const __grid_constant__ TensorMap ckpt_store,
     const float* __restrict__ coef, const u16* __restrict__ c_rows,
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
     const void* __restrict__ D, long long sD_head,
     const u16* __restrict__ z, long long sz_batch, long long sz_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch) {
-  step(&ckpt_load, &ckpt_store, coef, c_rows, x_records, sxr_slot, sxr_head, B_records, sBr_slot, sBr_group, sBr_pos, D,
-       sD_head, z, sz_batch, sz_head, out, so_batch, so_head, slot_ids, cursor, batch, 0);
+  step(&ckpt_load, &ckpt_store, coef, c_rows, ckpt_scale, ssc_slot, ssc_head, x_records, sxr_slot, sxr_head, B_records,
+       sBr_slot, sBr_group, sBr_pos, D, sD_head, z, sz_batch, sz_head, out, so_batch, so_head, slot_ids, cursor, batch, 0);
 }
 #else
 // TensorRT AOT plugin entries (plugins/mamba2_cuda.py; sm_90a: tensormap.replace), one a module:
@@ -489,9 +533,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
     u16* __restrict__ out, void* checkpoint, int* __restrict__ cursor, TensorMap* __restrict__ maps) {
   TensorMap* const own = maps + 2 * blockIdx.x;
   patch_checkpoint_maps(map_template, own, checkpoint, num_slots);
-  step(own, own + 1, coef, c_rows, (u16*)x_records, XR_SLOT, LREC * ROWS, (u16*)B_records, BR_SLOT, LREC * DSTATE,
-       DSTATE, D, D_PER_DIM ? ROWS : 1, z, NHEADS * ROWS, ROWS, out, NHEADS * ROWS, ROWS, slot_ids, cursor, batch,
-       num_slots);
+  step(own, own + 1, coef, c_rows, nullptr, 0, 0, (u16*)x_records, XR_SLOT, LREC * ROWS, (u16*)B_records, BR_SLOT,
+       LREC * DSTATE, DSTATE, D, D_PER_DIM ? ROWS : 1, z, NHEADS * ROWS, ROWS, out, NHEADS * ROWS, ROWS, slot_ids, cursor,
+       batch, num_slots);
 }
 #endif  // AOT_ENTRIES == 1
 #endif  // !AOT_ENTRIES
@@ -517,11 +561,13 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 // arrivals[slot] (acquire-release, after the barrier that follows every thread's use of its cursor
 // read, before any store); the row's last advances the cursor (0 after a flush, else w + 1) and
 // zeroes the count. Launched programmatically: waits for the previous kernel before any read, and
-// lets the next grid be scheduled at once.
+// lets the next grid be scheduled at once. fp8 (CKPT_FP8): a thread's chunk holds 16 codes; S0 . C
+// from them times the row's scale (read with the chunks); a flush scales the codes, folds, takes
+// the row's new scale max |row| / 448 over its 8 threads and stores codes and scale.
 #define SM_THREADS (SM_ROWS * 8)               // rows x 8 threads
 #define SM_XCH (SM_ROWS / 8)                   // 16-byte x-record chunks per record of the CTA's rows
 #define SM_CPT (DSTATE * ES / 128)             // 16-byte checkpoint chunks per thread (1-8)
-#define SM_EPC (16 / ES)                       // checkpoint elements per chunk (8 bf16, 4 fp32)
+#define SM_EPC (16 / ES)                       // checkpoint elements per chunk (8 bf16, 4 fp32, 16 fp8)
 #define SM_BPT (DSTATE / 64)                   // 16-byte B chunks (8 bf16) per team thread (1-4)
 #define SM_CTAS_PER_HEAD (ROWS / SM_ROWS)
 
@@ -545,6 +591,19 @@ __device__ __forceinline__ SmallRowMath small_row_math(float dtj, float dth, flo
     const uint2 c2 = *(const uint2*)(Crow + (p + 8 * k) * 4);  // C for the chunk's 4 columns
     s0c += __uint_as_float(ck[k].x) * __uint_as_float(c2.x << 16) + __uint_as_float(ck[k].y) * __uint_as_float(c2.x & 0xffff0000u);
     s0c2 += __uint_as_float(ck[k].z) * __uint_as_float(c2.y << 16) + __uint_as_float(ck[k].w) * __uint_as_float(c2.y & 0xffff0000u);
+#elif CKPT_FP8
+    // fp8: the chunk's 16 codes against C's 16 columns (two 16-byte loads), the row scale applied
+    // by the caller.
+    const uint4 c_lo = *(const uint4*)(Crow + (p + 8 * k) * 16), c_hi = *(const uint4*)(Crow + (p + 8 * k) * 16 + 8);
+    const u32 vw[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
+    const u32 cw[8] = {c_lo.x, c_lo.y, c_lo.z, c_lo.w, c_hi.x, c_hi.y, c_hi.z, c_hi.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {  // codes 2e, 2e + 1 of the chunk: C word e
+      float lo, hi;
+      e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), lo, hi);
+      const float d = lo * __uint_as_float(cw[e] << 16) + hi * __uint_as_float(cw[e] & 0xffff0000u);
+      if (e & 1) s0c2 += d; else s0c += d;
+    }
 #else
     const uint4 c4 = cb[k];  // CPT == BPT for bf16: the same chunks
     s0c += dot_bf16x2(ck[k].x, c4.x) + dot_bf16x2(ck[k].y, c4.y);
@@ -559,6 +618,7 @@ __device__ __forceinline__ SmallRowMath small_row_math(float dtj, float dth, flo
 
 extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay_small(
     unsigned char* __restrict__ ckpt, long long sck_slot, long long sck_head, long long sck_row,  // elements
+    float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, NHEADS, ROWS], rows dense
     u16* __restrict__ x_records, long long sxr_slot, long long sxr_head,  // positions dense (ROWS apart)
     float* __restrict__ dt_records, long long sdtr_slot, long long sdtr_head,
     u16* __restrict__ B_records, long long sBr_slot, long long sBr_group, long long sBr_pos,
@@ -605,6 +665,10 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   uint4 ck[SM_CPT];  // checkpoint chunks p + 8 k of the row
 #pragma unroll
   for (int k = 0; k < SM_CPT; ++k) ck[k] = load16_if(live, ck_t + 128 * k);
+#if CKPT_FP8
+  float* const scale_t = ckpt_scale + us * ssc_slot + h * ssc_head + row;  // the row's scale
+  const float row_scale = __uint_as_float(load4_if(live, scale_t));
+#endif
   const u16* brec_t = B_records + us * sBr_slot + g * sBr_group + team * sBr_pos + p * 8;  // + 16 m records, + 64 k elements
   uint4 brec[LP / 16][SM_BPT];
 #pragma unroll
@@ -670,7 +734,12 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   }
 #pragma unroll
   for (int o = 1; o < 8; o <<= 1) rec += __shfl_xor_sync(0xffffffffu, rec, o);
-  const float y = row_skip(decay * rm.s0c + rec, ri, x_now) * rm.gate;
+#if CKPT_FP8
+  const float s0c = rm.s0c * row_scale;
+#else
+  const float s0c = rm.s0c;
+#endif
+  const float y = row_skip(decay * s0c + rec, ri, x_now) * rm.gate;
   if (!live) return;
   if (p == 0) {
     out[b * so_batch + h * so_head + row] = f32_to_bf16(y);
@@ -692,6 +761,14 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
       s[k][1] = decay * __uint_as_float(ck[k].y);
       s[k][2] = decay * __uint_as_float(ck[k].z);
       s[k][3] = decay * __uint_as_float(ck[k].w);
+#elif CKPT_FP8
+      const u32 vw[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), s[k][2 * e], s[k][2 * e + 1]);
+        s[k][2 * e] = (s[k][2 * e] * row_scale) * decay;  // the codes' values first, as the reference
+        s[k][2 * e + 1] = (s[k][2 * e + 1] * row_scale) * decay;
+      }
 #else
       const u32 wd[4] = {ck[k].x, ck[k].y, ck[k].z, ck[k].w};
 #pragma unroll
@@ -715,21 +792,38 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
         s[k][2] += vj * __uint_as_float(bj.y << 16);
         s[k][3] += vj * __uint_as_float(bj.y & 0xffff0000u);
 #else
-        const uint4 bj = *(const uint4*)(&bsj[col]);
-        const u32 wd[4] = {bj.x, bj.y, bj.z, bj.w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[k][2 * e] += vj * __uint_as_float(wd[e] << 16);
-          s[k][2 * e + 1] += vj * __uint_as_float(wd[e] & 0xffff0000u);
+        for (int half = 0; half < SM_EPC / 8; ++half) {  // 8 B columns a 16-byte load (fp8: two)
+          const uint4 bj = *(const uint4*)(&bsj[col + 8 * half]);
+          const u32 wd[4] = {bj.x, bj.y, bj.z, bj.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[k][8 * half + 2 * e] += vj * __uint_as_float(wd[e] << 16);
+            s[k][8 * half + 2 * e + 1] += vj * __uint_as_float(wd[e] & 0xffff0000u);
+          }
         }
 #endif
       }
     }
+#if CKPT_FP8
+    // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes
+    // value / scale to nearest even (reference.rounding.fp8_row_encode's rule); thread 0 of the
+    // row stores the scale.
+    const float new_scale = fp8_row_scale(row_max8(max_abs<SM_CPT * SM_EPC>(&s[0][0])));
+    if (p == 0) *scale_t = new_scale;
+#endif
 #pragma unroll
     for (int k = 0; k < SM_CPT; ++k) {
 #if CKPT_F32
       *(uint4*)(ck_t + 128 * k) =
           make_uint4(__float_as_uint(s[k][0]), __float_as_uint(s[k][1]), __float_as_uint(s[k][2]), __float_as_uint(s[k][3]));
+#elif CKPT_FP8
+      u32 wd[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        wd[i] = (u32)pack_e4m3x2(__fdiv_rn(s[k][4 * i], new_scale), __fdiv_rn(s[k][4 * i + 1], new_scale)) |
+                ((u32)pack_e4m3x2(__fdiv_rn(s[k][4 * i + 2], new_scale), __fdiv_rn(s[k][4 * i + 3], new_scale)) << 16);
+      *(uint4*)(ck_t + 128 * k) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
 #else
       *(uint4*)(ck_t + 128 * k) = make_uint4(pack_bf16x2(s[k][0], s[k][1]), pack_bf16x2(s[k][2], s[k][3]),
                                              pack_bf16x2(s[k][4], s[k][5]), pack_bf16x2(s[k][6], s[k][7]));

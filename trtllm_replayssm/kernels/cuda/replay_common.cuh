@@ -41,6 +41,41 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// Two fp8-e4m3 codes (lo in bits 0-7) as fp32, exactly (subnormals included).
+__device__ __forceinline__ void e4m3x2_to_f32(u16 v, float& lo, float& hi) {
+  u32 h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
+  lo = f16_to_f32((u16)(h2 & 0xffffu));
+  hi = f16_to_f32((u16)(h2 >> 16));
+}
+
+// Two floats as fp8-e4m3 codes (lo in bits 0-7), to nearest even, magnitudes saturating at 448.
+__device__ __forceinline__ u16 pack_e4m3x2(float lo, float hi) {
+  u16 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// An fp8 row's new scale from its largest magnitude: max |row| / 448 (1 for a zero row), IEEE
+// division (reference.rounding.fp8_row_encode's rule).
+__device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f; }
+
+// The largest magnitude of N values.
+template <int N>
+__device__ __forceinline__ float max_abs(const float* v) {
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) m = fmaxf(m, fabsf(v[i]));
+  return m;
+}
+
+// The max of v over the 8 lanes of a small kernel's row (lanes 8r .. 8r + 7).
+__device__ __forceinline__ float row_max8(float v) {
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // N bf16x2 words as 2N fp32 values (each word's low half first).
 template <int N>
 __device__ __forceinline__ void unpack_bf16x2(const u32 (&c)[N], float* v) {
