@@ -156,6 +156,21 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, batch):
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx_entry(_ptx(shape), "mamba2_replay_step")
 
 
+def test_fp8_checkpoints_have_no_tensorrt_aot_entries():
+    """The AOT entries pass no row scales: the .cu file refuses to compile them for fp8 (the
+    export refuses fp8 before that, plugins/mamba2_cuda.py), while bf16 compiles."""
+    from trtllm_replayssm.kernels.nvrtc import compile_program
+
+    nheads, ngroups, head_dim, d_state, L = FP8_SHAPES[0]
+    cfg = mc.cuda_step_config(head_dim, d_state, L, 256, 1)
+    for entries in (1, 2):
+        fp8 = dict(mc.step_defines(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 1), AOT_ENTRIES=entries)
+        with pytest.raises(RuntimeError, match="AOT entries take bf16 checkpoints"):
+            compile_program(mc.SOURCE, "sm_90a", tuple(sorted(fp8.items())), "ptx")
+        bf16 = dict(mc.step_defines(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 2), AOT_ENTRIES=entries)
+        assert b"_aot" in compile_program(mc.SOURCE, "sm_90a", tuple(sorted(bf16.items())), "ptx")
+
+
 def test_small_inputs_unsupported_names_the_tensor():
     _, _, B = _cpu_case(batch=2)
     assert mc.small_inputs_unsupported(B, B) is None

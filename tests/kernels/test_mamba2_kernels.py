@@ -272,5 +272,15 @@ def test_mamba2_replay_step_kernel_stochastic_rounding_is_reproducible_and_withi
         spacing = 2.0 ** (torch.floor(torch.log2((near / scale).abs().clamp(min=2.0**-6))) - mant) * scale
     else:
         spacing = 2.0 ** (torch.floor(torch.log2(near.abs().clamp(min=2.0**-14))) - mant)
-    assert ((sr - near).abs() <= 1.0001 * spacing).all()
+    ratio = (sr - near).abs() / spacing
+    far = (ratio > 1.0001).nonzero()
+    # Where a value lands beyond a spacing, enough to tell a rounding rule from a fold that
+    # differs between the two compiles (state columns by FOLD_D_STATE chunk, the two scales).
+    assert len(far) == 0, (
+        f"{len(far)} of {ratio.numel()} values beyond one spacing of round-to-nearest (max {float(ratio.max()):.3g} "
+        f"spacings) at [row, head, dim, col] {far[:8].tolist()}; by 32-column chunk "
+        f"{torch.bincount(far[:, 3] // 32, minlength=4).tolist()}; nearest {near[tuple(far[:4].T)].tolist()}, "
+        f"rounded {sr[tuple(far[:4].T)].tolist()}; scales equal: "
+        f"{torch.equal(runs['a'].checkpoint_scale, runs['nearest'].checkpoint_scale) if state == 'fp8' else 'n/a'}"
+    )
     assert 0.1 < float((sr != near).double().mean()) < 0.9
