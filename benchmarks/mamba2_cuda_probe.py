@@ -18,6 +18,10 @@ revision exported by scripts/export_variant.sh: ``variants/main/trtllm_replayssm
 mamba2_replay_step.cu``; same kernel parameters), in the same interleaved rounds, labelled
 ``@base``: a kernel change measured side by side with the kernel it replaces.
 
+``--state fp8``: an fp8-e4m3 checkpoint with its row scales. No conventional step keeps one, so
+the speedup column is against the fp32 conventional step (a second case of the same shape,
+timed in the same rounds), and the check compares the checkpoints' values (codes x scales).
+
 ``--pads 0 64 128`` builds each case again after allocating that many MiB first, so that its
 state pool lands elsewhere (kernel notes, session 20: our conventional bf16 step at batch 1 runs
 ~0.35 µs faster in a process's first case, whatever the pad).
@@ -85,6 +89,7 @@ def check_against_triton(case, cfg: CudaStepConfig) -> float:
     c = case.cache
     saved = c.clone()
     slots = case.slot_sets[0]
+    all_slots = torch.arange(c.checkpoint.shape[0], device=c.checkpoint.device)
     runs = {}
     for name, kw in (("triton", dict(route="replay_triton")), ("cuda", dict(route="replay_step", config=cfg))):
         c.copy_(saved)
@@ -92,7 +97,7 @@ def check_against_triton(case, cfg: CudaStepConfig) -> float:
         for _ in range(2 * case.L + 2):
             case.step(kw["route"], slots, kw.get("config"))
             outs.append(case.out.clone())
-        runs[name] = (outs, c.checkpoint.clone(), c.cursor.clone())
+        runs[name] = (outs, c.checkpoint_values(all_slots).clone(), c.cursor.clone())
     c.copy_(saved)
     (yt, ct, wt), (yc, cc, wc) = runs["triton"], runs["cuda"]
     if not torch.equal(wt, wc):
@@ -108,7 +113,10 @@ def main(argv=None):
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=[])
     ap.add_argument(
-        "--state", default="bf16", choices=["bf16", "f32"], help="checkpoint dtype (f32: the CUDA step only with --configs)"
+        "--state",
+        default="bf16",
+        choices=["bf16", "f32", "fp8"],
+        help="checkpoint dtype (f32: the CUDA step only with --configs; fp8: against the fp32 conventional step)",
     )
     ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
     ap.add_argument(
@@ -132,7 +140,8 @@ def main(argv=None):
         if len(args.pads) > 1:
             print(f"# {pad_mib} MiB allocated before the case")
         case = Mamba2DecodeCase(args.geometry, batch, L, args.state, "bf16")
-        kernel = replay_step_kernel(case.cache.checkpoint, case.cache.x_records, case.cache.B_records, case.x)
+        cache = case.cache
+        kernel = replay_step_kernel(cache.checkpoint, cache.x_records, cache.B_records, case.x, cache.checkpoint_scale)
         if kernel == "cuda":
             kernel += " " + cuda_step_config(args.geometry[1], args.geometry[2], L, batch, case.state.itemsize).label()
         sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
@@ -141,18 +150,20 @@ def main(argv=None):
         for name, (c, src) in configs.items():
             with kernel_source(src, kernels.setdefault(name, {})):
                 checks[name] = check_against_triton(case, c)
-        routes = {
-            r: Route([partial(case.step, r, s) for s in case.slot_sets])
-            for r in ("decode_step", "replay_triton", "replay_step")
-        }
+        # fp8: no conventional step keeps one; the fp32 one of the same shape is the reference.
+        conv_case = Mamba2DecodeCase(args.geometry, batch, L, "f32", "bf16") if args.state == "fp8" else case
+        routes = {"decode_step": Route([partial(conv_case.step, "decode_step", s) for s in conv_case.slot_sets])}
+        routes.update({r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("replay_triton", "replay_step")})
         graphs = {name: capture(r) for name, r in routes.items()}
         for name, (c, src) in configs.items():
             with kernel_source(src, {}):
                 graphs[name] = capture(Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets]))
-        times = time_interleaved(graphs, {n: len(case.slot_sets) for n in graphs})
+        sets = {n: len((conv_case if n == "decode_step" else case).slot_sets) for n in graphs}
+        times = time_interleaved(graphs, sets)
         conv = times["decode_step"][0]
         for name, (t, _) in times.items():
-            label = f"{name} ({kernel})" if name == "replay_step" else name
+            conv_label = "decode_step" if conv_case is case else "decode_step (f32)"
+            label = {"replay_step": f"replay_step ({kernel})", "decode_step": conv_label}.get(name, name)
             check = checks.get(name)
             print(
                 f"{L:>3} {batch:>6} {label:>22} {t * 1e6:9.2f} {conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"
@@ -165,7 +176,7 @@ def main(argv=None):
             smem = 0 if c.small else mc.step_shared_bytes(args.geometry[1], args.geometry[2], L, c.stages, case.state.itemsize)
             ctas = loaded[entry].ctas_per_sm(threads, smem)
             print(f"#   {name}: {regs} registers, {local} local bytes, {ctas} CTAs a multiprocessor")
-        del case, graphs, pad
+        del case, conv_case, graphs, pad
         torch.cuda.empty_cache()
 
 
