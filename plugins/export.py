@@ -106,9 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _cuda_kernel(args) -> bool:
+    """Whether the CUDA step is asked for (``--kernel cuda``: only the mamba2 sub-command has it)."""
+    return getattr(args, "kernel", "triton") == "cuda"
+
+
 def _kernels(args) -> list:
     """[(plugin family or layer, spec)] to export; each has ``compile_kernel(spec, arch)``."""
-    if args.family == "mamba2" and args.kernel == "cuda":
+    if _cuda_kernel(args):
         if args.rounding_seed is not None:
             raise ValueError("--kernel cuda: the CUDA step has no stochastic rounding; drop --rounding-seed")
         reason = mamba2_cuda.export_unsupported(
@@ -196,13 +201,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.state_dtype is None:
-        args.state_dtype = "bf16" if getattr(args, "kernel", "triton") == "cuda" else "f32"
+        args.state_dtype = "bf16" if _cuda_kernel(args) else "f32"
     try:
         kernels = _kernels(args)
         for arch in args.arch:
             for _, spec in kernels:
                 check_arch(spec, arch)
-            if getattr(args, "kernel", "triton") == "cuda" and arch != mamba2_cuda.ARCH:
+            if _cuda_kernel(args) and arch != mamba2_cuda.ARCH:
                 raise ValueError(f"--kernel cuda: --arch {arch}; the CUDA step's export is for sm_{mamba2_cuda.ARCH}a only")
     except (ValueError, TypeError) as e:
         parser.error(str(e))
