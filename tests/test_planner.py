@@ -389,6 +389,52 @@ def test_plan_sets_the_checkpoint_dtypes_side_by_side():
     assert d[0]["traffic_vs_conventional"] == pytest.approx(fp32.traffic.total / p.modes["conventional"].traffic.total)
 
 
+_FP8_NOTE = (
+    "  fp8: no conventional step keeps an fp8 state, so its replay step is measured against the fp32 conventional step "
+    '(H200 2026-12-05, docs/benchmarks.md "Checkpoint dtypes: speed")'
+)
+
+
+@pytest.mark.parametrize(
+    "model, family, ratio, verdict, bf16",
+    [("nemotron-3-super-120b", "mamba2", 3.49, "faster", 3.07), ("qwen3.5-122b-a10b", "gdn", 2.07, "slower", 2.84),
+     ("kimi-linear-48b", "kda", 2.04, "slower", 2.37)],
+)  # fmt: skip
+def test_plan_sets_an_fp8_checkpoint_against_the_fp32_conventional_step_and_the_bf16_replay_step(
+    model, family, ratio, verdict, bf16
+):
+    """No conventional step keeps an fp8 state: the fp8 row's figure is against the fp32
+    conventional step, said in the row and the note under it, with the bf16 replay step of the
+    same run (session 37: fp8 faster on Mamba-2 only)."""
+    p = plan(load_model(model), gpu_mem_bytes=141 * GiB, batch=256)
+    lines = format_plan(p).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Replay checkpoint dtypes"))
+    assert lines[header + 1].endswith("measured replay step vs the conventional step at that dtype (fp8: at fp32)")
+    assert lines[header + 5].startswith("  fp8 ")
+    assert lines[header + 5].endswith(f"  {family} {ratio:.2f}x the fp32 conventional step at batch 256")
+    assert lines[header + 6] == (
+        f"{_FP8_NOTE}; {family} {verdict} than the bf16 replay step of the same run ({ratio:.2f}x against {bf16:.2f}x at batch 256)"
+    )
+    (fp8,) = [a for cp in p.checkpoints if cp.dtype == FP8 for a in cp.advice]
+    assert (fp8.ratio, fp8.conventional_dtype, fp8.bf16_same_run) == (ratio, "fp32", bf16)
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))["checkpoint_dtypes"][3]["route_advice"][0]
+    assert (d["state_dtype"], d["conventional_dtype"], d["ratio"], d["bf16_same_run"]) == ("fp8", "fp32", ratio, bf16)
+
+
+def test_plan_of_another_state_dtype_says_fp8_is_not_measured_against_it():
+    config = PlanConfig(state_dtype=torch.bfloat16)
+    text = format_plan(plan(load_model("qwen3.5-122b-a10b"), config=config, gpu_mem_bytes=141 * GiB, batch=16))
+    assert (
+        f"{_FP8_NOTE}, not the plan's bf16 one (not measured against it); gdn slower than the bf16 replay step of the "
+        "same run (1.48x against 1.92x at batch 16)"
+    ) in text.splitlines()
+    one = format_plan(plan(load_model("nemotron-3-super-120b"), gpu_mem_bytes=141 * GiB, batch=1))
+    assert "; mamba2 as fast as the bf16 replay step of the same run (1.23x against 1.23x at batch 1)" in one
+    # fp8 was timed at L 16 only: elsewhere "not measured", and no note
+    other = format_plan(plan(load_model("qwen3.5-122b-a10b"), config=PlanConfig(buffer_len=8), gpu_mem_bytes=141 * GiB))
+    assert "gdn not measured" in other and "fp8: no conventional step" not in other
+
+
 def test_plan_checkpoint_advice_at_each_dtypes_max_concurrency():
     p = plan(load_model("kimi-linear-48b"), gpu_mem_bytes=141 * GiB, weights_bytes=90 * GiB)
     for cp in p.checkpoints:

@@ -2,6 +2,7 @@
 argument checks, and the data's provenance (every cell cites files and a section that exist, and
 its figure is printed in that section)."""
 
+import json
 import os
 import re
 import warnings
@@ -32,10 +33,12 @@ def test_every_cell_cites_an_existing_doc_section_and_raw_file():
         assert re.fullmatch(r"20\d\d-\d\d-\d\d", s.date) and s.gpu == "NVIDIA H200" and s.command
         assert s.date in s.raw  # the raw file is of that day's run
         assert f"{m.ratio:.2f}" in _section(s.doc, s.section), (m.family, m.route, m.layer, m.L, m.T, m.batch)
+        if m.bf16_same_run is not None:
+            assert f"{m.bf16_same_run:.2f}" in _section(s.doc, s.section), (m.family, m.layer, m.batch)
 
 
 def test_cells_are_unique_and_complete_per_key():
-    keys = [(m.family, m.route, m.layer, m.state_dtype, m.L, m.T, m.batch) for m in MEASUREMENTS]
+    keys = [(m.family, m.route, m.layer, m.state_dtype, m.conventional_dtype, m.L, m.T, m.batch) for m in MEASUREMENTS]
     assert len(keys) == len(set(keys))
     assert {m.route for m in MEASUREMENTS} == {STEP, VERIFY}
     assert all(m.T is None for m in MEASUREMENTS if m.route == STEP)
@@ -173,10 +176,80 @@ def test_verify_slower_than_serial_steps_recommends_them(monkeypatch):
     assert "0.90x 2 serial steps" in a.text and "recommended: serial" in a.text
 
 
-def test_route_advice_for_an_fp8_checkpoint_says_not_measured():
-    a = route_advice("gdn", "replay", state_dtype="fp8", L=16, batch=64)
-    assert (a.ratio, a.recommendation) == (None, None)
-    assert a.text.startswith("gdn replay step L 16, fp8 checkpoint, batch 64: not measured (measured: ")
+@pytest.mark.parametrize(
+    "family, batch, ratio, bf16, route",
+    [("mamba2", 256, 3.49, 3.07, "replay"), ("gdn", 256, 2.07, 2.84, "replay"), ("kda", 256, 2.04, 2.37, "replay"),
+     ("kda", 1, 0.90, 0.96, "conventional")],
+)  # fmt: skip
+def test_an_fp8_checkpoint_is_measured_against_the_fp32_conventional_step(family, batch, ratio, bf16, route):
+    """No conventional step keeps an fp8 state: the fp8 cells (session 37, the CUDA steps) are
+    against the fp32 conventional step, said in the text, with the same run's bf16 replay step."""
+    a = route_advice(family, "replay", state_dtype="fp8", L=16, batch=batch)
+    assert (a.ratio, a.bf16_same_run, a.recommendation, a.conventional_dtype) == (ratio, bf16, route, "fp32")
+    assert a.source.raw == "benchmarks/results/2026-12-05-h200-s37-checkpoint_speed_fp8cuda.json"
+    assert (
+        f"{ratio:.2f}x the fp32 conventional step (no conventional step keeps an fp8 state); "
+        f"the bf16 replay step {bf16:.2f}x it in the same run "
+        '(H200 2026-12-05, docs/benchmarks.md "Checkpoint dtypes: speed")'
+    ) in a.text
+    assert "at that dtype" not in a.text and "x the conventional step" not in a.text
+    assert a.text.endswith("recommended: replay" if route == "replay" else "recommended: conventional (an fp32 state)")
+
+
+def test_other_dtypes_are_against_their_own_conventional_step_and_fp8_is_not_measured_elsewhere():
+    bf16 = route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=256, geometry=(16, 64, 128, 128))
+    assert (bf16.ratio, bf16.conventional_dtype, bf16.bf16_same_run) == (1.46, "bf16", None)
+    assert "1.46x the conventional step (" in bf16.text
+    for kwargs in (dict(mode="replay", L=8), dict(mode="replay_spec", L=16, T=4)):
+        a = route_advice("gdn", state_dtype="fp8", batch=64, **kwargs)
+        assert (a.ratio, a.recommendation, a.conventional_dtype) == (None, None, None)
+        assert "not measured (measured: " in a.text
+    assert (
+        "fp16 at L 16, fp8 at L 16 vs fp32); no recommendation"
+        in route_advice("gdn", "replay", state_dtype="fp8", L=8, batch=64).text
+    )
+
+
+def test_every_cell_is_against_its_dtypes_conventional_step():
+    assert {(m.state_dtype, m.conventional_dtype) for m in MEASUREMENTS} == {
+        ("fp32", "fp32"),
+        ("bf16", "bf16"),
+        ("fp16", "fp16"),
+        ("fp8", "fp32"),
+    }
+    assert all((m.bf16_same_run is not None) == (m.state_dtype == "fp8") for m in MEASUREMENTS)
+
+
+_JSON_STATES = {"f32": "fp32", "f16": "fp16"}  # checkpoint_speed.py's names where they differ
+
+
+def test_checkpoint_speed_cells_are_the_raw_runs_figures():
+    """Each cell from a checkpoint_speed.py run is its JSON's replay row, rounded as printed:
+    against the same dtype's conventional step, or the fp32 one where the cell says so (fp8), and
+    an fp8 cell's bf16 figure that run's bf16 replay row against the fp32 conventional step."""
+    cells = [m for m in MEASUREMENTS if "checkpoint_speed" in m.source.raw]
+    assert {m.state_dtype for m in cells} == {"fp16", "fp8"}
+    runs = {}
+    for m in cells:
+        if m.source.raw not in runs:
+            with open(os.path.join(ROOT, m.source.raw)) as f:
+                run = json.load(f)
+            assert (run["device"], run["date"], run["L"]) == (m.source.gpu, m.source.date, m.L)
+            runs[m.source.raw] = {
+                (r["family"], _JSON_STATES.get(r["state"], r["state"]), r["batch"]): r
+                for r in run["rows"]
+                if r["route"] == "replay"
+            }
+        row = runs[m.source.raw][m.family, m.state_dtype, m.batch]
+        key = (
+            "vs_same_dtype_conventional"
+            if m.conventional_dtype == m.state_dtype
+            else f"vs_{m.conventional_dtype}_conventional"
+        )
+        assert f"{row[key]:.2f}" == f"{m.ratio:.2f}", (m, row[key])
+        if m.bf16_same_run is not None:
+            bf16 = runs[m.source.raw][m.family, "bf16", m.batch]
+            assert f"{bf16['vs_fp32_conventional']:.2f}" == f"{m.bf16_same_run:.2f}", (m, bf16)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,10 @@ Two kinds of cell, each copied from a table of ``docs/benchmarks.md`` and citing
 (:class:`Source`: date, GPU, command, document section and raw result file):
 
 - ``step``: one replay decode step / one conventional decode step, by family, layer geometry,
-  checkpoint dtype, L and batch (> 1: replay is faster);
+  checkpoint dtype, L and batch (> 1: replay is faster). The conventional step keeps a state of
+  the checkpoint's dtype, but for fp8: no conventional step keeps an fp8 state, so an fp8 cell
+  is against the fp32 conventional step (:attr:`Measurement.conventional_dtype`) and carries
+  the bf16 replay step of the same run against that same step, to set the two side by side;
 - ``verify``: one speculative verify + commit step / T serial conventional steps, by family,
   layer geometry, checkpoint dtype, T and batch (history B = 16).
 
@@ -19,10 +22,26 @@ from typing import Dict, Optional, Tuple
 
 from .models import GDN, KDA, MAMBA2
 
-__all__ = ["STEP", "VERIFY", "ROUTES", "Source", "MeasuredLayer", "Measurement", "MEASUREMENTS"]
+__all__ = [
+    "STEP",
+    "VERIFY",
+    "ROUTES",
+    "Source",
+    "MeasuredLayer",
+    "Measurement",
+    "MEASUREMENTS",
+    "conventional_dtype_for",
+]
 
 STEP, VERIFY = "step", "verify"
 ROUTES = (STEP, VERIFY)
+
+
+def conventional_dtype_for(state_dtype: str) -> str:
+    """The state dtype of the conventional step that a replay step with a ``state_dtype``
+    checkpoint is measured against: ``state_dtype`` itself, except ``fp8`` (no conventional
+    step keeps an fp8 state): ``fp32``."""
+    return "fp32" if state_dtype == "fp8" else state_dtype
 
 
 @dataclass(frozen=True)
@@ -72,23 +91,30 @@ class Measurement:
         family: ``mamba2``, ``gdn`` or ``kda``.
         route: :data:`STEP` (vs the conventional step) or :data:`VERIFY` (vs T serial steps).
         layer: the geometry timed.
-        state_dtype: checkpoint dtype, ``fp32``, ``bf16`` or ``fp16``.
+        state_dtype: checkpoint dtype, ``fp32``, ``bf16``, ``fp16`` or ``fp8``.
+        conventional_dtype: the state dtype of the conventional step (verify: of the serial
+            steps) that ``ratio`` is against: :func:`conventional_dtype_for` ``state_dtype``,
+            so ``fp32`` for an ``fp8`` checkpoint and ``state_dtype`` otherwise.
         L: records per slot (step); the history B (verify).
         T: tokens per verify step; None for a step.
         batch: sequences per step.
         ratio: the speedup of the ReplaySSM route (< 1: slower).
         source: where the figure is published.
+        bf16_same_run: fp8 step cells only (None elsewhere): the bf16 replay step of the same
+            run against the same fp32 conventional step, the figure to set ``ratio`` beside.
     """
 
     family: str
     route: str
     layer: MeasuredLayer
     state_dtype: str
+    conventional_dtype: str
     L: int
     T: Optional[int]
     batch: int
     ratio: float
     source: Source
+    bf16_same_run: Optional[float] = None
 
 
 _H200 = "NVIDIA H200"
@@ -246,6 +272,17 @@ _CHECKPOINT_SPEED = Source(
     _RESULTS + "2026-12-04-h200-checkpoint_speed_s33.json",
 )
 
+_CHECKPOINT_SPEED_FP8 = Source(
+    "2026-12-05",
+    _H200,
+    "python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --state f32 bf16 fp8 bf16-sr --batch 1 16 64 256 512",
+    _DOC,
+    "Checkpoint dtypes: speed",
+    "2026-12-05 (session 37), rows fp8, CUDA and bf16 replay: against the fp32 conventional step "
+    "(branch fp8-cuda, merged into main)",
+    _RESULTS + "2026-12-05-h200-s37-checkpoint_speed_fp8cuda.json",
+)
+
 _STEP_BATCHES = (1, 16, 64, 256, 512)
 _VERIFY_BATCHES = (8, 16, 64, 256, 512)
 
@@ -276,6 +313,16 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (MAMBA2, SUPER, "fp16", 16, _CHECKPOINT_SPEED): (0.64, 0.79, 0.96, 1.14, 1.17),
     (GDN, QWEN35_122B, "fp16", 16, _CHECKPOINT_SPEED): (0.72, 0.88, 1.03, 1.17, 1.19),
     (KDA, KIMI, "fp16", 16, _CHECKPOINT_SPEED): (0.39, 0.42, 0.68, 0.86, 0.92),
+}
+
+# fp8 (e4m3, a scale a row) checkpoints on the CUDA steps (rounding to nearest; a rounding seed
+# takes the Triton kernels, not timed here): (family, layer, L, source) -> at _STEP_BATCHES, the
+# fp8 replay step's ratios against the fp32 conventional step (no conventional step keeps an fp8
+# state), then the same run's bf16 replay step's against that same step.
+_FP8_STEP_TABLE: Dict[tuple, Tuple[Tuple[float, ...], Tuple[float, ...]]] = {
+    (MAMBA2, SUPER, 16, _CHECKPOINT_SPEED_FP8): ((1.23, 2.41, 3.20, 3.49, 3.64), (1.23, 2.23, 2.83, 3.07, 3.23)),
+    (GDN, QWEN35_122B, 16, _CHECKPOINT_SPEED_FP8): ((1.23, 1.48, 1.82, 2.07, 2.15), (1.21, 1.92, 2.47, 2.84, 3.02)),
+    (KDA, KIMI, 16, _CHECKPOINT_SPEED_FP8): ((0.90, 1.26, 1.57, 2.04, 2.15), (0.96, 1.52, 1.93, 2.37, 2.49)),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
@@ -333,16 +380,21 @@ _VERIFY_SOURCES = {
 
 def _measurements() -> Tuple[Measurement, ...]:
     rows = [
-        Measurement(family, STEP, layer, dtype, L, None, batch, ratio, source)
+        Measurement(family, STEP, layer, dtype, conventional_dtype_for(dtype), L, None, batch, ratio, source)
         for (family, layer, dtype, L, source), ratios in _STEP_TABLE.items()
         for batch, ratio in zip(_STEP_BATCHES, ratios)
+    ]
+    rows += [
+        Measurement(family, STEP, layer, "fp8", conventional_dtype_for("fp8"), L, None, batch, ratio, source, bf16)
+        for (family, layer, L, source), (ratios, bf16_ratios) in _FP8_STEP_TABLE.items()
+        for batch, ratio, bf16 in zip(_STEP_BATCHES, ratios, bf16_ratios)
     ]
     verify = (
         ("fp32", _VERIFY_BATCHES, _VERIFY_TABLE, _VERIFY_SOURCES),
         ("bf16", _VERIFY_BF16_BATCHES, _VERIFY_BF16_TABLE, _VERIFY_BF16_SOURCES),
     )
     rows += [
-        Measurement(family, VERIFY, layer, dtype, 16, T, batch, ratio, source)
+        Measurement(family, VERIFY, layer, dtype, conventional_dtype_for(dtype), 16, T, batch, ratio, source)
         for dtype, batches, table, sources in verify
         for (family, layer, T), ratios in table.items()
         for batch, ratio, source in zip(batches, ratios, sources[family, T])

@@ -8,7 +8,8 @@ and two KV-token equivalents: the SSM bytes of a sequence, and its SSM traffic p
 divided by the KV bytes one token takes in all attention layers (the context length whose KV
 cache the SSM layers weigh as much as, or whose attention reads move as many bytes as). For
 replay mode it also sets the checkpoint dtypes side by side (:data:`CHECKPOINT_DTYPES`): bytes,
-concurrency, traffic and the measured speed of each.
+concurrency, traffic, and the measured speed and output error of each (fp8's speed against the
+fp32 conventional step, since no conventional step keeps an fp8 state).
 
 :class:`~trtllm_replayssm.pool.ReplayCachePool` allocates exactly :func:`pool_bytes`.
 """
@@ -393,6 +394,7 @@ def _accuracy_dict(cell: Optional[AccuracyCell]) -> Optional[dict]:
         "L": cell.L,
         "record_dtype": cell.record_dtype,
         "conventional": cell.conventional,
+        "conventional_simulated": cell.conventional_simulated,
         "replay": cell.replay,
         "replay_vs_fp32_conventional": cell.replay_vs_fp32,
         "source": vars(cell.source),
@@ -605,7 +607,8 @@ def format_plan(p: Plan) -> str:
         "",
         f"Replay checkpoint dtypes (L {c.buffer_len}, records {names[c.record_dtype]}; vs conv: the conventional "
         f"mode above, state {names[c.state_dtype]})",
-        f"  {'checkpoint':<12}{'SSM':>12}{'max seqs':>10}{'vs conv':>9}{'traffic':>12}{'vs conv':>9}  measured replay step, vs a conventional one at that dtype",
+        f"  {'checkpoint':<12}{'SSM':>12}{'max seqs':>10}{'vs conv':>9}{'traffic':>12}{'vs conv':>9}  "
+        "measured replay step vs the conventional step at that dtype (fp8: at fp32)",
     ]
     for cp in p.checkpoints:
         out.append(
@@ -613,6 +616,7 @@ def format_plan(p: Plan) -> str:
             f"{_fmt_ratio(cp.max_concurrency, conv.max_concurrency):>9}{_size(cp.traffic.total):>12}"
             f"{_fmt_ratio(cp.traffic.total, conv.traffic.total):>9}  {_speed_text(cp.advice)}"
         )
+    out += _fp8_speed_lines(p)
     out.append(
         "  bf16, fp16 and fp8 checkpoints take stochastic rounding at flush (rounding_seed): the same bytes; "
         "fp8 keeps one fp32 scale per row beside its codes (counted above)"
@@ -638,12 +642,41 @@ def _accuracy_lines(p: Plan) -> list:
             f"  output error: not measured for {p.model.name} at L {p.config.buffer_len}, records "
             f"{DTYPE_NAMES[p.config.record_dtype]} (measured: the presets' first SSM layer, {measured_settings()})"
         ]
-    src = cells[0].source
+    cite = cells[0].source.cite()
     head = (
         f"  output error after {STUDY_STEPS:,} decode steps at L {cells[0].L}, records {cells[0].record_dtype}, "
-        f"first SSM layer ({src.cite()}):"
+        f"first SSM layer ({cite}):"
     )
-    return [head] + [f"    {c.text()}" for c in cells]
+    return [head] + [f"    {c.text()}" + ("" if c.source.cite() == cite else f" ({c.source.cite()})") for c in cells]
+
+
+def _fp8_speed_lines(p: Plan) -> list:
+    """The note under the checkpoint table where the fp8 replay step was measured (none where it
+    was not): its figure is against the fp32 conventional step, since no conventional step keeps
+    an fp8 state, and per layer family it was faster or slower than the bf16 replay step of the
+    same run."""
+    fp8 = next(cp for cp in p.checkpoints if cp.dtype == torch.float8_e4m3fn)
+    measured = [a for a in fp8.advice if a.ratio is not None]
+    if not measured:
+        return []
+    state = DTYPE_NAMES[p.config.state_dtype]
+    line = (
+        f"  fp8: no conventional step keeps an fp8 state, so its replay step is measured against the fp32 "
+        f"conventional step ({measured[0].source.cite()})"
+        + ("" if state == "fp32" else f", not the plan's {state} one (not measured against it)")
+    )
+    verdicts = [
+        f"{a.family} {_compared(a.ratio, a.bf16_same_run)} the bf16 replay step of the same run "
+        f"({a.ratio:.2f}x against {a.bf16_same_run:.2f}x at batch {a.measured_batch})"
+        for a in measured
+    ]
+    return [line + "".join(f"; {v}" for v in verdicts)]
+
+
+def _compared(ratio: float, other: float) -> str:
+    """``faster than``, ``slower than`` or ``as fast as``: a speedup ``ratio`` beside ``other``
+    (both against the same step)."""
+    return "faster than" if ratio > other else "slower than" if ratio < other else "as fast as"
 
 
 def _fmt_ratio(a: float, b: float) -> str:
@@ -651,10 +684,17 @@ def _fmt_ratio(a: float, b: float) -> str:
 
 
 def _speed_text(advice: Tuple[Advice, ...]) -> str:
-    """Each advice's family and ratio at its measured batch, or 'not measured'; '-' for none."""
+    """Each advice's family and ratio at its measured batch, naming the conventional step's
+    dtype where it is not the checkpoint's (fp8), or 'not measured'; '-' for none."""
     if not advice:
         return "-"
-    return "; ".join(
-        f"{a.family} {a.ratio:.2f}x at batch {a.measured_batch}" if a.ratio is not None else f"{a.family} not measured"
-        for a in advice
-    )
+    return "; ".join(_ratio_text(a) for a in advice)
+
+
+def _ratio_text(a: Advice) -> str:
+    """``mamba2 1.78x at batch 512``, ``mamba2 3.49x the fp32 conventional step at batch 256`` (a
+    ratio against another dtype's conventional step) or ``mamba2 not measured``."""
+    if a.ratio is None:
+        return f"{a.family} not measured"
+    against = "" if a.conventional_dtype == a.state_dtype else f" the {a.conventional_dtype} conventional step"
+    return f"{a.family} {a.ratio:.2f}x{against} at batch {a.measured_batch}"

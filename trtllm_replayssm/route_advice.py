@@ -10,7 +10,10 @@ Advice only: nothing here switches a route. ``plan`` prints it; the hooks warn w
 How a setting finds its cell, each step said in the text:
 
 - checkpoint dtype, L (the history B in ``replay_spec``) and T must match a measured cell
-  exactly; otherwise the answer is "not measured" and there is no recommendation;
+  exactly; otherwise the answer is "not measured" and there is no recommendation. The
+  alternative is the conventional step (serial steps) at the checkpoint's dtype, but for an fp8
+  checkpoint, which no conventional step keeps: there the fp32 conventional step, said in the
+  text (:func:`~trtllm_replayssm.measured_speeds.conventional_dtype_for`);
 - the layer: the measured layer of the same geometry when there is one, else the measured layer
   of the family with the lowest ratio at that batch ("measured on ..., not this layer");
 - the batch: the measured batch itself, else the nearest measured batch (the smaller on a tie).
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from .checks import check_positive_int
-from .measured_speeds import MEASUREMENTS, STEP, VERIFY, Measurement, Source
+from .measured_speeds import MEASUREMENTS, STEP, VERIFY, Measurement, Source, conventional_dtype_for
 from .models import HybridModel
 from .registry import is_ssm, kinds
 
@@ -36,6 +39,7 @@ MODES = ("replay", "replay_spec")
 _ROUTE = {"replay": STEP, "replay_spec": VERIFY}
 _ALTERNATIVE = {"replay": "conventional", "replay_spec": "serial"}
 _AGAINST = {"replay": "the conventional step", "replay_spec": "{T} serial steps"}
+_AGAINST_DTYPE = {"replay": "the {dtype} conventional step", "replay_spec": "{T} serial {dtype} steps"}
 _STATE_DTYPES = ("fp32", "bf16", "fp16", "fp64", "fp8")
 
 
@@ -55,6 +59,10 @@ class Advice:
         text: one line with the figure, where it was measured and what it recommends.
         measured_batch: the batch of the cell used (differs from ``batch`` when nearest).
         source: the cell's source; None when not measured.
+        conventional_dtype: the state dtype of the conventional (serial) steps that ``ratio`` is
+            against: ``state_dtype``, but fp32 for an fp8 checkpoint; None when not measured.
+        bf16_same_run: an fp8 checkpoint's cell only: the bf16 replay step of the same run
+            against the same fp32 conventional step (None elsewhere).
     """
 
     family: str
@@ -68,6 +76,8 @@ class Advice:
     text: str
     measured_batch: Optional[int] = None
     source: Optional[Source] = None
+    conventional_dtype: Optional[str] = None
+    bf16_same_run: Optional[float] = None
 
     @property
     def slower(self) -> bool:
@@ -112,16 +122,28 @@ def _setting(family, mode, state_dtype, L, T, batch) -> str:
 
 
 def _measured_keys(rows: Sequence[Measurement], mode: str) -> str:
-    """What was measured of a family, per checkpoint dtype: ``fp32 at L 8/16/32, bf16 at L 16``."""
+    """What was measured of a family, per checkpoint dtype: ``fp32 at L 8/16/32, bf16 at L 16``
+    (a dtype measured against another dtype's conventional step: ``fp8 at L 16 vs fp32``)."""
     parts = []
     for dtype in dict.fromkeys(r.state_dtype for r in rows):
         mine = [r for r in rows if r.state_dtype == dtype]
         Ls = "/".join(str(L) for L in sorted({r.L for r in mine}))
+        against = conventional_dtype_for(dtype)
+        vs = "" if against == dtype else f" vs {against}"
         if mode == "replay":
-            parts.append(f"{dtype} at L {Ls}")
+            parts.append(f"{dtype} at L {Ls}{vs}")
         else:
-            parts.append(f"{dtype} at B {Ls}, T {'/'.join(str(T) for T in sorted({r.T for r in mine}))}")
+            parts.append(f"{dtype} at B {Ls}, T {'/'.join(str(T) for T in sorted({r.T for r in mine}))}{vs}")
     return "measured: " + ", ".join(parts)
+
+
+def _against(mode: str, T: Optional[int], state_dtype: str) -> str:
+    """What a ratio is against: ``the conventional step`` / ``4 serial steps`` at the checkpoint's
+    dtype, or, for a dtype that no conventional step keeps (fp8), the fp32 steps, named."""
+    against = conventional_dtype_for(state_dtype)
+    if against == state_dtype:
+        return _AGAINST[mode].format(T=T)
+    return f"{_AGAINST_DTYPE[mode].format(T=T, dtype=against)} (no conventional step keeps an {state_dtype} state)"
 
 
 def route_advice(
@@ -139,7 +161,8 @@ def route_advice(
     Args:
         family: a registered SSM layer family (``mamba2``, ``gdn``, ``kda`` were measured).
         mode: ``replay`` (vs the conventional step) or ``replay_spec`` (verify vs T serial steps).
-        state_dtype: checkpoint dtype name: fp32, bf16, fp16, fp64 or fp8.
+        state_dtype: checkpoint dtype name: fp32, bf16, fp16, fp64 or fp8 (measured against the
+            fp32 conventional step: no conventional step keeps an fp8 state).
         L: records per slot; the history B in ``replay_spec``.
         batch: sequences per step.
         T: tokens per verify step (``replay_spec`` only).
@@ -164,12 +187,28 @@ def route_advice(
     if not same_layer:
         where.append(f"measured on {cell.layer}{', not this layer' if geometry is not None else ''}")
     recommendation = _ALTERNATIVE[mode] if cell.ratio < 1.0 else "replay"
-    against = _AGAINST[mode].format(T=T)
+    bf16 = "" if cell.bf16_same_run is None else f"; the bf16 replay step {cell.bf16_same_run:.2f}x it in the same run"
+    other_state = recommendation != "replay" and cell.conventional_dtype != state_dtype
     text = (
-        f"{setting}: {'; '.join(where + [''])}{cell.ratio:.2f}x {against} ({cell.source.cite()}); "
-        f"recommended: {recommendation}"
+        f"{setting}: {'; '.join(where + [''])}{cell.ratio:.2f}x {_against(mode, T, state_dtype)}{bf16} "
+        f"({cell.source.cite()}); recommended: {recommendation}"
+        + (f" (an {cell.conventional_dtype} state)" if other_state else "")
     )
-    return Advice(family, mode, state_dtype, L, T, batch, cell.ratio, recommendation, text, measured_batch, cell.source)
+    return Advice(
+        family,
+        mode,
+        state_dtype,
+        L,
+        T,
+        batch,
+        cell.ratio,
+        recommendation,
+        text,
+        measured_batch,
+        cell.source,
+        cell.conventional_dtype,
+        cell.bf16_same_run,
+    )
 
 
 def model_advice(
