@@ -9,6 +9,11 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
 
     python benchmarks/delta_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
     python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
+    python benchmarks/delta_cuda_probe.py --state fp8 --batch 64 256 --configs table 64,4,2
+
+``--state fp8``: an fp8-e4m3 checkpoint with its row scales (head_k_dim 128). No conventional step
+keeps one, so its speedup column is against the fp32 conventional step (a second case of the same
+shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
 fold on tensor cores) or
@@ -88,7 +93,7 @@ def main(argv=None):
     )
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256, 512])
     ap.add_argument("--L", type=int, nargs="+", default=[16])
-    ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32"])
+    ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32", "fp8"])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -106,19 +111,25 @@ def main(argv=None):
             cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
             configs[f"cuda {cfg.label()}"] = cfg
         checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
-        routes = {r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("decode_step", "replay_triton")}
+        # fp8: no conventional step keeps one; the fp32 one of the same shape is the reference.
+        conv_case = GatedDeltaDecodeCase(args.family, geometry, batch, L, "f32", "bf16") if state == "fp8" else case
+        routes = {
+            "decode_step": Route([partial(conv_case.step, "decode_step", s) for s in conv_case.slot_sets]),
+            "replay_triton": Route([partial(case.step, "replay_triton", s) for s in case.slot_sets]),
+        }
         graphs = {name: capture(r) for name, r in routes.items()}
         for name, cfg in configs.items():
             graphs[name] = capture(Route([partial(case.step, "replay_step", s, cfg) for s in case.slot_sets]))
-        times = time_interleaved(graphs, {n: len(case.slot_sets) for n in graphs})
+        times = time_interleaved(graphs, {n: len((conv_case if n == "decode_step" else case).slot_sets) for n in graphs})
         conv = times["decode_step"][0]
         for name, (t, _) in times.items():
             check = checks.get(name)
+            label = "decode_step (f32)" if name == "decode_step" and conv_case is not case else name
             print(
-                f"{state:>5} {L:>3} {batch:>6} {name:>24} {t * 1e6:9.2f} {conv / t:8.3f} "
+                f"{state:>5} {L:>3} {batch:>6} {label:>24} {t * 1e6:9.2f} {conv / t:8.3f} "
                 f"{'-' if check is None else f'{check:9.1e}':>9}"
             )
-        del case, graphs
+        del case, conv_case, graphs
         torch.cuda.empty_cache()
 
 
