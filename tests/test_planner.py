@@ -435,6 +435,29 @@ def test_plan_of_another_state_dtype_says_fp8_is_not_measured_against_it():
     assert "gdn not measured" in other and "fp8: no conventional step" not in other
 
 
+def test_plan_checkpoint_rows_name_the_layer_timed_when_it_is_another():
+    """A checkpoint dtype timed only on another layer of the family (fp16 and fp8: Qwen3.5-122B's
+    GDN layer) says so in its row, where the model's own layer was timed (fp32, bf16) it does not;
+    the advice carries the layer."""
+    p = plan(load_model("qwen3.5-4b"), gpu_mem_bytes=141 * GiB, batch=256)
+    rows = {cp.dtype: line for cp, line in zip(p.checkpoints, _checkpoint_rows(format_plan(p)))}
+    other = ", measured on Qwen3.5-122B-A10B GDN (16, 64, 128, 128)"
+    assert rows[torch.float16].endswith(other) and rows[FP8].endswith(other)
+    assert "measured on" not in rows[torch.float32] and "measured on" not in rows[torch.bfloat16]
+    by_dtype = {cp.dtype: cp.advice[0] for cp in p.checkpoints}
+    assert by_dtype[FP8].measured_layer == "Qwen3.5-122B-A10B GDN (16, 64, 128, 128)"
+    assert by_dtype[torch.float32].measured_layer is None
+    own = plan(load_model("qwen3.5-122b-a10b"), gpu_mem_bytes=141 * GiB, batch=256)
+    assert "measured on" not in "".join(_checkpoint_rows(format_plan(own)))
+
+
+def _checkpoint_rows(text: str) -> list:
+    """The four dtype rows of a plan's "Replay checkpoint dtypes" table (fp32, bf16, fp16, fp8)."""
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Replay checkpoint dtypes"))
+    return lines[header + 2 : header + 6]
+
+
 def test_plan_checkpoint_advice_at_each_dtypes_max_concurrency():
     p = plan(load_model("kimi-linear-48b"), gpu_mem_bytes=141 * GiB, weights_bytes=90 * GiB)
     for cp in p.checkpoints:

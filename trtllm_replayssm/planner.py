@@ -693,8 +693,10 @@ def _speed_text(advice: Tuple[Advice, ...]) -> str:
 
 def _ratio_text(a: Advice) -> str:
     """``mamba2 1.78x at batch 512``, ``mamba2 3.49x the fp32 conventional step at batch 256`` (a
-    ratio against another dtype's conventional step) or ``mamba2 not measured``."""
+    ratio against another dtype's conventional step), either with ``, measured on LAYER`` where
+    the layer timed is not this one, or ``mamba2 not measured``."""
     if a.ratio is None:
         return f"{a.family} not measured"
     against = "" if a.conventional_dtype == a.state_dtype else f" the {a.conventional_dtype} conventional step"
-    return f"{a.family} {a.ratio:.2f}x{against} at batch {a.measured_batch}"
+    on = "" if a.measured_layer is None else f", measured on {a.measured_layer}"
+    return f"{a.family} {a.ratio:.2f}x{against} at batch {a.measured_batch}{on}"

@@ -63,6 +63,8 @@ class Advice:
             against: ``state_dtype``, but fp32 for an fp8 checkpoint; None when not measured.
         bf16_same_run: an fp8 checkpoint's cell only: the bf16 replay step of the same run
             against the same fp32 conventional step (None elsewhere).
+        measured_layer: the layer timed (``name (dims)``) where it is not the one asked about (or
+            none was given); None when it is, or when not measured.
     """
 
     family: str
@@ -78,6 +80,7 @@ class Advice:
     source: Optional[Source] = None
     conventional_dtype: Optional[str] = None
     bf16_same_run: Optional[float] = None
+    measured_layer: Optional[str] = None
 
     @property
     def slower(self) -> bool:
@@ -208,6 +211,7 @@ def route_advice(
         cell.source,
         cell.conventional_dtype,
         cell.bf16_same_run,
+        None if same_layer else str(cell.layer),
     )
 
 
