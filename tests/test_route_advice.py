@@ -1,6 +1,6 @@
-"""Measured route advice: the lookup (measured, nearest batch, other layer, not measured), its
-argument checks, and the data's provenance (every cell cites files and a section that exist, and
-its figure is printed in that section)."""
+"""Measured route advice: the lookup (measured, nearest batch, other layer, not measured, other
+records than those timed), its argument checks, and the data's provenance (every cell cites
+files and a section that exist, and its figure is printed in that section)."""
 
 import json
 import os
@@ -8,6 +8,7 @@ import re
 import warnings
 
 import pytest
+import torch
 
 from trtllm_replayssm.measured_speeds import MEASUREMENTS, STEP, VERIFY
 from trtllm_replayssm.models import DeltaRuleGeometry, load_model
@@ -38,7 +39,10 @@ def test_every_cell_cites_an_existing_doc_section_and_raw_file():
 
 
 def test_cells_are_unique_and_complete_per_key():
-    keys = [(m.family, m.route, m.layer, m.state_dtype, m.conventional_dtype, m.L, m.T, m.batch) for m in MEASUREMENTS]
+    keys = [
+        (m.family, m.route, m.layer, m.state_dtype, m.conventional_dtype, m.record_dtype, m.L, m.T, m.batch)
+        for m in MEASUREMENTS
+    ]
     assert len(keys) == len(set(keys))
     assert {m.route for m in MEASUREMENTS} == {STEP, VERIFY}
     assert all(m.T is None for m in MEASUREMENTS if m.route == STEP)
@@ -258,6 +262,16 @@ def test_checkpoint_speed_cells_are_the_raw_runs_figures():
         (("mamba1", "replay"), dict(state_dtype="fp32", L=16, batch=1), "family is 'mamba1'; expected a registered SSM"),
         (("gdn", "conventional"), dict(state_dtype="fp32", L=16, batch=1), "mode is 'conventional'; expected one of replay"),
         (("gdn", "replay"), dict(state_dtype="int8", L=16, batch=1), "state_dtype is 'int8'; expected one of fp32"),
+        (
+            ("gdn", "replay"),
+            dict(state_dtype="fp32", L=16, batch=1, record_dtype="fp8"),
+            "route_advice: record_dtype is 'fp8'; expected one of fp32, bf16, fp16, fp64",
+        ),
+        (
+            ("gdn", "replay"),
+            dict(state_dtype="fp32", L=16, batch=1, record_dtype=torch.float32),
+            "route_advice: record_dtype is torch.float32; expected one of fp32, bf16, fp16, fp64",
+        ),
         (("gdn", "replay"), dict(state_dtype="fp32", L=0, batch=1), "L is 0; expected a positive int"),
         (("gdn", "replay"), dict(state_dtype="fp32", L=16, batch=0), "batch is 0; expected a positive int"),
         (("gdn", "replay_spec"), dict(state_dtype="fp32", L=16, batch=1), "T is None; expected a positive int"),
@@ -273,6 +287,8 @@ def test_model_advice_one_per_layer_geometry():
     model = load_model("kimi-linear-48b")
     advice = model_advice(model, "replay", state_dtype="bf16", L=16, batch=16)
     assert [a.family for a in advice] == ["kda"] and advice[0].ratio == 0.82
+    (fp32,) = model_advice(model, "replay", state_dtype="bf16", L=16, batch=16, record_dtype="fp32")
+    assert (fp32.record_dtype, fp32.ratio) == ("fp32", None) and "fp32 records, batch 16: not measured" in fp32.text
     assert geometry_dims(DeltaRuleGeometry(32, 32, 128, 128, d_conv=4)) == KIMI
     assert geometry_dims(object()) is None
 
@@ -288,3 +304,60 @@ def test_warn_if_slower_warns_once_and_only_when_slower():
     message = str(caught[0].message)
     assert message.startswith("host: ReplaySSM runs in a setting measured slower") and "route is unchanged" in message
     assert message.count("0.82x") == 2 and "1.24x" not in message
+
+
+def test_every_cell_was_timed_with_bf16_activations_and_records():
+    """Each source's method in docs/benchmarks.md: bf16 activations and records."""
+    assert {(m.record_dtype, m.activation_dtype) for m in MEASUREMENTS} == {("bf16", "bf16")}
+
+
+@pytest.mark.parametrize("records", ["fp32", "fp16", "fp64"])
+@pytest.mark.parametrize(
+    "family, kwargs, what",
+    [
+        ("gdn", dict(mode="replay", state_dtype="fp32", L=16, batch=256),
+         "fp32 at L 8/16/32, bf16 at L 8/16/32, fp16 at L 16, fp8 at L 16 vs fp32"),
+        ("kda", dict(mode="replay", state_dtype="bf16", L=16, batch=16),
+         "fp32 at L 8/16/32, bf16 at L 8/16/32, fp16 at L 16, fp8 at L 16 vs fp32"),
+        ("mamba2", dict(mode="replay_spec", state_dtype="fp32", L=16, T=4, batch=64),
+         "fp32 at B 16, T 2/4/8, bf16 at B 16, T 2/4/8"),
+    ],
+)  # fmt: skip
+def test_other_records_than_the_timed_ones_are_not_measured(family, kwargs, what, records):
+    """Every cell was timed with bf16 records: a setting measured with them (a figure at the
+    default) gets no figure with other records, and the text names the records measured."""
+    assert route_advice(family, **kwargs).ratio is not None
+    assert route_advice(family, **kwargs, record_dtype="bf16") == route_advice(family, **kwargs)
+    a = route_advice(family, **kwargs, record_dtype=records)
+    assert (a.ratio, a.recommendation, a.source, a.measured_batch, a.slower) == (None, None, None, None, False)
+    assert a.record_dtype == records and a.to_dict()["record_dtype"] == records
+    assert f"checkpoint, {records} records, batch {kwargs['batch']}: not measured" in a.text
+    assert a.text.endswith(f"(measured with bf16 records only: {what}); no recommendation")
+
+
+def test_a_cell_matches_only_with_its_own_records(monkeypatch):
+    """Two cells of one setting that differ in their records alone: each record dtype finds its
+    own, and the other's text names both record dtypes measured."""
+    import dataclasses
+
+    import trtllm_replayssm.route_advice as advice
+
+    fp32_records = [
+        dataclasses.replace(m, record_dtype="fp32", activation_dtype="bf16", ratio=0.5)
+        for m in MEASUREMENTS
+        if (m.family, m.route, m.state_dtype, m.L) == ("gdn", STEP, "fp32", 16)
+    ]
+    monkeypatch.setattr(advice, "MEASUREMENTS", MEASUREMENTS + tuple(fp32_records))
+    kw = dict(state_dtype="fp32", L=16, batch=256, geometry=(16, 64, 128, 128))
+    assert route_advice("gdn", "replay", **kw).ratio == 1.69
+    fp32 = route_advice("gdn", "replay", record_dtype="fp32", **kw)
+    assert (fp32.ratio, fp32.recommendation) == (0.5, "conventional")
+    assert fp32.text.startswith("gdn replay step L 16, fp32 checkpoint, fp32 records, batch 256: 0.50x")
+    fp16 = route_advice("gdn", "replay", record_dtype="fp16", **kw)
+    assert "(measured with bf16 records: fp32 at L 8/16/32, bf16 at L 8/16/32" in fp16.text
+    assert "; with fp32 records: fp32 at L 16); no recommendation" in fp16.text
+    # fp32 records at L 8: only the fp32 records' cells are listed, as for any other miss
+    assert (
+        "(measured: fp32 at L 16); no recommendation"
+        in route_advice("gdn", "replay", **{**kw, "L": 8}, record_dtype="fp32").text
+    )

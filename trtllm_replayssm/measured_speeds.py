@@ -11,6 +11,12 @@ Two kinds of cell, each copied from a table of ``docs/benchmarks.md`` and citing
 - ``verify``: one speculative verify + commit step / T serial conventional steps, by family,
   layer geometry, checkpoint dtype, T and batch (history B = 16).
 
+Every cell was timed with bf16 activations and bf16 records (Mamba-2's x / B records are its
+activations' dtype; GDN / KDA's d and k records were bf16), as each source's method in
+``docs/benchmarks.md`` says: :attr:`Measurement.record_dtype` and
+:attr:`Measurement.activation_dtype` carry it, and the advice matches a setting's record dtype
+(other records take other kernels: fp32 ones the Triton route, for one).
+
 Nothing here is interpolated: a cell that no table holds is absent. Every ratio was timed on
 one NVIDIA H200; :mod:`trtllm_replayssm.route_advice` looks cells up.
 """
@@ -100,6 +106,14 @@ class Measurement:
         batch: sequences per step.
         ratio: the speedup of the ReplaySSM route (< 1: slower).
         source: where the figure is published.
+        record_dtype: the dtype of the records the replay route was timed with (Mamba-2's x and
+            B, GDN / KDA's d and k; dt and g records are fp32 whatever this says): ``bf16`` in
+            every cell so far. The advice matches it: other records take other kernels (fp32
+            records: the Triton route), never timed for this table.
+        activation_dtype: the dtype of the layer's inputs in the same run: ``bf16`` in every
+            cell so far. Not matched by the advice: where the hooks keep bf16 records their
+            activations are bf16 too (Mamba-2's records are its activations; GDN / KDA's are
+            the activations' dtype or fp32), so the record dtype tells the settings apart.
         bf16_same_run: fp8 step cells only (None elsewhere): the bf16 replay step of the same
             run against the same fp32 conventional step, the figure to set ``ratio`` beside.
     """
@@ -114,6 +128,8 @@ class Measurement:
     batch: int
     ratio: float
     source: Source
+    record_dtype: str
+    activation_dtype: str
     bf16_same_run: Optional[float] = None
 
 
@@ -283,6 +299,10 @@ _CHECKPOINT_SPEED_FP8 = Source(
     _RESULTS + "2026-12-05-h200-s37-checkpoint_speed_fp8cuda.json",
 )
 
+# The record and activation dtype of every table below: each source's method in docs/benchmarks.md
+# says "bf16 activations and records" (checkpoint_speed.py: "bf16 activations, bf16 records").
+_RECORDS = _ACTIVATIONS = "bf16"
+
 _STEP_BATCHES = (1, 16, 64, 256, 512)
 _VERIFY_BATCHES = (8, 16, 64, 256, 512)
 
@@ -380,12 +400,28 @@ _VERIFY_SOURCES = {
 
 def _measurements() -> Tuple[Measurement, ...]:
     rows = [
-        Measurement(family, STEP, layer, dtype, conventional_dtype_for(dtype), L, None, batch, ratio, source)
+        Measurement(
+            family, STEP, layer, dtype, conventional_dtype_for(dtype), L, None, batch, ratio, source, _RECORDS, _ACTIVATIONS
+        )
         for (family, layer, dtype, L, source), ratios in _STEP_TABLE.items()
         for batch, ratio in zip(_STEP_BATCHES, ratios)
     ]
     rows += [
-        Measurement(family, STEP, layer, "fp8", conventional_dtype_for("fp8"), L, None, batch, ratio, source, bf16)
+        Measurement(
+            family,
+            STEP,
+            layer,
+            "fp8",
+            conventional_dtype_for("fp8"),
+            L,
+            None,
+            batch,
+            ratio,
+            source,
+            _RECORDS,
+            _ACTIVATIONS,
+            bf16,
+        )
         for (family, layer, L, source), (ratios, bf16_ratios) in _FP8_STEP_TABLE.items()
         for batch, ratio, bf16 in zip(_STEP_BATCHES, ratios, bf16_ratios)
     ]
@@ -394,7 +430,9 @@ def _measurements() -> Tuple[Measurement, ...]:
         ("bf16", _VERIFY_BF16_BATCHES, _VERIFY_BF16_TABLE, _VERIFY_BF16_SOURCES),
     )
     rows += [
-        Measurement(family, VERIFY, layer, dtype, conventional_dtype_for(dtype), 16, T, batch, ratio, source)
+        Measurement(
+            family, VERIFY, layer, dtype, conventional_dtype_for(dtype), 16, T, batch, ratio, source, _RECORDS, _ACTIVATIONS
+        )
         for dtype, batches, table, sources in verify
         for (family, layer, T), ratios in table.items()
         for batch, ratio, source in zip(batches, ratios, sources[family, T])
