@@ -532,6 +532,16 @@ def test_plan_prints_the_measured_route_advice(capsys):
     ) in out
 
 
+def test_plan_with_fp32_records_prints_no_figure_of_bf16_records(capsys):
+    assert main(["plan", "--model", "qwen3.5-122b-a10b", "--record-dtype", "fp32", "--batch", "16"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  gdn replay step L 16, fp32 checkpoint, fp32 records, batch 16: not measured (measured with bf16 records "
+        "only: fp32 at L 8/16/32, bf16 at L 8/16/32, fp16 at L 16, fp8 at L 16 vs fp32); no recommendation"
+    ) in out
+    assert "x the conventional step" not in out and "recommended:" not in out
+
+
 def test_plan_route_advice_defaults_to_max_seqs_and_reaches_json(capsys):
     assert main(["plan", "--model", "nemotron-3-super-120b", "--weights-gib", "90", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

@@ -20,6 +20,7 @@ from trtllm_replayssm.memory import (
 from trtllm_replayssm.models import GDN, KDA, MAMBA2, from_hf_config, load_model
 from trtllm_replayssm.planner import (
     CHECKPOINT_DTYPES,
+    DTYPE_NAMES,
     Budget,
     format_plan,
     PlanConfig,
@@ -351,6 +352,36 @@ def test_plan_route_advice_at_max_concurrency_and_at_a_batch():
     d = json.loads(json.dumps(at16.to_dict()))
     assert d["advice_batch"] == 16 and d["route_advice"][0]["ratio"] == 1.09
     assert d["route_advice"][0]["source"]["doc"] == "docs/benchmarks.md"
+
+
+@pytest.mark.parametrize("records", [torch.float32, torch.float16])
+def test_plan_with_other_records_than_those_timed_says_not_measured(records):
+    """Every cell was timed with bf16 records: a plan with fp32 (the Triton kernels) or fp16
+    records gets no figure, neither in its advice (which names the records measured) nor in the
+    checkpoint table, where the bf16 records' plan has one in each."""
+    model = load_model("qwen3.5-122b-a10b")
+    bf16 = plan(model, gpu_mem_bytes=141 * GiB)
+    p = plan(model, config=PlanConfig(record_dtype=records), gpu_mem_bytes=141 * GiB)
+    name = DTYPE_NAMES[records]
+    assert all(a.ratio is not None for a in bf16.advice) and all(cp.advice[0].ratio for cp in bf16.checkpoints)
+    replay, spec = p.advice
+    for a in (replay, spec, *(a for cp in p.checkpoints for a in cp.advice)):
+        assert (a.record_dtype, a.ratio, a.recommendation) == (name, None, None)
+    batch = p.modes["replay"].max_concurrency
+    assert replay.text == (
+        f"gdn replay step L 16, fp32 checkpoint, {name} records, batch {batch}: not measured (measured with bf16 "
+        "records only: fp32 at L 8/16/32, bf16 at L 8/16/32, fp16 at L 16, fp8 at L 16 vs fp32); no recommendation"
+    )
+    assert spec.text.endswith(
+        f"{name} records, batch {p.modes['replay_spec'].max_concurrency}: not measured (measured with bf16 records "
+        "only: fp32 at B 16, T 2/4/8, bf16 at B 16, T 2/4/8); no recommendation"
+    )
+    text = format_plan(p)
+    assert f"  {replay.text}" in text and f"  {spec.text}" in text
+    assert all(row.endswith("  gdn not measured") for row in _checkpoint_rows(text))
+    assert "fp8: no conventional step" not in text  # the fp8 note is of bf16 records' figures
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
+    assert [(a["record_dtype"], a["ratio"]) for a in d["route_advice"]] == [(name, None), (name, None)]
 
 
 def test_plan_route_advice_rejects_a_bad_batch():

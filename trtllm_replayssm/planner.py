@@ -268,8 +268,8 @@ class CheckpointPlan:
         ssm_bytes: SSM bytes per sequence, all layers.
         max_concurrency: the most sequences that fit (KV included, as in the modes).
         traffic: SSM HBM traffic per decode step per sequence.
-        advice: the measured replay-step advice at the plan's batch or, when None, at
-            ``max_concurrency`` (none when no sequence fits).
+        advice: the measured replay-step advice, with the plan's record dtype, at the plan's
+            batch or, when None, at ``max_concurrency`` (none when no sequence fits).
         accuracy: the measured output error over a long decode of this model's first SSM layer
             (:mod:`~trtllm_replayssm.measured_accuracy`), or None where none was measured.
     """
@@ -481,8 +481,13 @@ def plan(
             rank, "replay", c, cache_bytes=budget.cache_bytes, max_seq_len=max_seq_len, num_padding_slots=num_padding_slots
         )
         at = batch if batch is not None else fits
-        advice = model_advice(rank, "replay", state_dtype=DTYPE_NAMES[dtype], L=c.buffer_len, batch=at) if at >= 1 else ()
-        measured = accuracy(model.name, DTYPE_NAMES[dtype], L=c.buffer_len, record_dtype=DTYPE_NAMES[c.record_dtype])
+        records = DTYPE_NAMES[c.record_dtype]
+        advice = (
+            model_advice(rank, "replay", state_dtype=DTYPE_NAMES[dtype], L=c.buffer_len, batch=at, record_dtype=records)
+            if at >= 1
+            else ()
+        )
+        measured = accuracy(model.name, DTYPE_NAMES[dtype], L=c.buffer_len, record_dtype=records)
         checkpoints.append(
             CheckpointPlan(
                 dtype, sequence_ssm_bytes(rank, "replay", c), fits, step_traffic(rank, "replay", c), advice, measured
@@ -506,14 +511,23 @@ def plan_advice(
     model: HybridModel, config: PlanConfig, modes: Dict[str, ModePlan], batch: Optional[int]
 ) -> Tuple[Advice, ...]:
     """The measured route advice (:func:`~trtllm_replayssm.route_advice.model_advice`) of
-    ``model`` (rank-local) in modes replay, then replay_spec, at ``batch`` or, when None, at that
-    mode's max concurrency; a mode in which no sequence fits gets none."""
+    ``model`` (rank-local) in modes replay, then replay_spec, with ``config``'s checkpoint and
+    record dtypes, at ``batch`` or, when None, at that mode's max concurrency; a mode in which no
+    sequence fits gets none."""
     out = []
     for mode in (m for m in ADVICE_MODES if m in modes):
         at = batch if batch is not None else modes[mode].max_concurrency
         if at >= 1:
             T = config.spec_tokens if mode == "replay_spec" else None
-            out += model_advice(model, mode, state_dtype=DTYPE_NAMES[config.state_dtype], L=config.buffer_len, batch=at, T=T)
+            out += model_advice(
+                model,
+                mode,
+                state_dtype=DTYPE_NAMES[config.state_dtype],
+                L=config.buffer_len,
+                batch=at,
+                T=T,
+                record_dtype=DTYPE_NAMES[config.record_dtype],
+            )
     return tuple(out)
 
 

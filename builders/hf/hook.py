@@ -191,7 +191,7 @@ class ReplaySSMHook:
             }
             return _Session(batch, slot_ids, stores)
         if advice_applies(device):
-            self._advise(batch, state_dtype)
+            self._advise(batch, state_dtype, act_dtype)
         pool = ReplayCachePool(
             self.hybrid_model(),
             batch,
@@ -204,15 +204,22 @@ class ReplaySSMHook:
         )
         return _Session(batch, slot_ids, {l.index: pool.cache(l.index) for l in self.layers})
 
-    def _advise(self, batch: int, state_dtype: torch.dtype) -> None:
-        """Once per (batch, checkpoint dtype), on a CUDA device: a SlowRouteWarning when the hooked
-        layers' replay step was measured (H200) slower than the conventional step there (the
-        route stays). A CPU run (the PyTorch reference) gets none: the figures are the GPU kernels'."""
-        if (batch, state_dtype) in self._advised:
+    def _advise(self, batch: int, state_dtype: torch.dtype, record_dtype: torch.dtype) -> None:
+        """Once per (batch, checkpoint dtype, record dtype), on a CUDA device: a SlowRouteWarning
+        when the hooked layers' replay step was measured (H200) slower than the conventional step
+        there (the route stays). ``record_dtype``: the records' dtype, which :meth:`_allocate`
+        makes the activations' (an fp32 or fp16 model's records were never timed: no warning).
+        A CPU run (the PyTorch reference) gets none: the figures are the GPU kernels'."""
+        if (batch, state_dtype, record_dtype) in self._advised:
             return
-        self._advised.add((batch, state_dtype))
+        self._advised.add((batch, state_dtype, record_dtype))
         advice = model_advice(
-            self.hybrid_model(), "replay", state_dtype=DTYPE_NAMES[state_dtype], L=self.buffer_len, batch=batch
+            self.hybrid_model(),
+            "replay",
+            state_dtype=DTYPE_NAMES[state_dtype],
+            L=self.buffer_len,
+            batch=batch,
+            record_dtype=DTYPE_NAMES[record_dtype],
         )
         warn_if_slower(advice, f"enable_replayssm on {self.model_name}", stacklevel=4)
 
@@ -453,10 +460,11 @@ def enable_replayssm(
     No silent fallback: a decode step that would bypass the op (the host passing its cache under
     a name the hook does not know, or a cache without the fields it reads) raises. A transformers
     release outside :data:`~.compat.TESTED_TRANSFORMERS` warns (UserWarning). When the first host
-    cache of a batch size is admitted (the batch and checkpoint dtype are known then), a
-    setting whose replay step was measured slower than the conventional step on the H200
-    (:func:`trtllm_replayssm.route_advice.route_advice`) warns once (``SlowRouteWarning``, with
-    the figure and its source); the route is never changed.
+    cache of a batch size is admitted (the batch, checkpoint dtype and activation dtype are known
+    then), a setting whose replay step was measured slower than the conventional step on the H200
+    (:func:`trtllm_replayssm.route_advice.route_advice`, with records of the activations' dtype,
+    as the hook keeps them; every figure is of bf16 records, so an fp32 or fp16 model gets none)
+    warns once (``SlowRouteWarning``, with the figure and its source); the route is never changed.
 
     Args:
         model (nn.Module): a ``transformers`` model (e.g. ``NemotronHForCausalLM``); modified in

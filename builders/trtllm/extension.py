@@ -23,9 +23,9 @@ from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 import torch
 
 from trtllm_replayssm.memory import CURSOR_BYTES
-from trtllm_replayssm.models import HybridModel, Layer
 from trtllm_replayssm.planner import DTYPE_NAMES
-from trtllm_replayssm.route_advice import Advice, model_advice
+from trtllm_replayssm.route_advice import Advice, geometry_dims
+from trtllm_replayssm.route_advice import route_advice as measured_advice
 
 from .config import ReplaySSMConfig
 from .layout import RecordField, rank_geometry, record_dtype_for, record_field_names, record_fields
@@ -102,6 +102,7 @@ class ReplayRecordsFeature:
         names = sorted({f"replayssm_{name}" for kind in set(self.layers.values()) for name in record_field_names(kind)})
         self._roles = {name: make_role(name) for name in names}
         self.store: Optional[ReplayRecordStore] = None
+        self._record_dtypes: Dict[int, torch.dtype] = {}
         self._observed = None
 
     # ------------------------------------------------------------------ description
@@ -194,21 +195,34 @@ class ReplayRecordsFeature:
         self.store = ReplayRecordStore(
             geometries, self.config.buffer_len, slots, state_dtype=context.ssm_state_dtype, device=device, record_views=views
         )
+        self._record_dtypes = {layer_id: record_dtype for layer_id, (_, _, record_dtype) in geometries.items()}
         self._observe(manager.get_state_update_strategy())
 
     def route_advice(self, batch: int) -> Tuple[Advice, ...]:
         """The measured speed of the bound layers' replay step against the conventional step at
-        ``batch`` sequences (:func:`trtllm_replayssm.route_advice.model_advice`); empty when this
-        manager bound no hooked layer. Advice only: the route stays ReplaySSM."""
+        ``batch`` sequences (:func:`trtllm_replayssm.route_advice.route_advice`), one per distinct
+        (family, geometry, record dtype) in layer order; empty when this manager bound no hooked
+        layer. Each layer is looked up with the records it was bound with
+        (:func:`~.layout.record_dtype_for`: the conv state's dtype, i.e. the activations', or
+        fp32 for GDN / KDA with ``delta_rule_records="float32"``), so fp32 or fp16 records get
+        "not measured" rather than the bf16 records' figures. Advice only: the route stays
+        ReplaySSM."""
         if self.store is None:
             return ()
-        layers = tuple(Layer(i, self.store.layer(i).kind, self.store.layer(i).geometry) for i in self.store.layer_ids)
-        return model_advice(
-            HybridModel(name="ReplaySSM hooked layers", family="trtllm", layers=layers),
-            "replay",
-            state_dtype=DTYPE_NAMES[self.store.state_dtype],
-            L=self.config.buffer_len,
-            batch=batch,
+        groups = dict.fromkeys(
+            (self.store.layer(i).kind, self.store.layer(i).geometry, self._record_dtypes[i]) for i in self.store.layer_ids
+        )
+        return tuple(
+            measured_advice(
+                kind,
+                "replay",
+                state_dtype=DTYPE_NAMES[self.store.state_dtype],
+                L=self.config.buffer_len,
+                batch=batch,
+                geometry=geometry_dims(geometry),
+                record_dtype=DTYPE_NAMES[record_dtype],
+            )
+            for kind, geometry, record_dtype in groups
         )
 
     def _observe(self, strategy) -> None:
@@ -257,3 +271,4 @@ class ReplayRecordsFeature:
                 self._observed.__dict__.pop(name, None)
             self._observed = None
         self.store = None
+        self._record_dtypes = {}

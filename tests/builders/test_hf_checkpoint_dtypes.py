@@ -283,4 +283,4 @@ def test_fp8_route_advice_does_not_break_the_hook(monkeypatch):
         _generate(model, *_prompts(lengths=(7, 7)), 3)
     assert hook.decode_steps == {layer.index: 2 for layer in hook.layers}
     assert all("fp8 checkpoint" in str(w.message) for w in caught if w.category is SlowRouteWarning)
-    assert hook._advised == {(2, FP8)}
+    assert hook._advised == {(2, FP8, torch.float32)}  # (batch, checkpoint, records: the fp32 activations)

@@ -1,7 +1,8 @@
 """The Hugging Face hook's route advice: one SlowRouteWarning when its setting was measured
-slower than the conventional step, none where it was measured faster or not at all; the route
-stays replay_step either way (tiny random Mamba-2 model, CPU; the advice, which speaks for CUDA
-devices only, is made to apply here except in the CPU test)."""
+slower than the conventional step, none where it was measured faster or not at all (an fp32
+model's records among them: every cell was timed with bf16 records); the route stays
+replay_step either way (tiny random Mamba-2 model, bf16 unless said, CPU; the advice, which
+speaks for CUDA devices only, is made to apply here except in the CPU test)."""
 
 import warnings
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from trtllm_replayssm.measured_speeds import MEASUREMENTS, STEP
-from trtllm_replayssm.route_advice import SlowRouteWarning
+from trtllm_replayssm.route_advice import SlowRouteWarning, warn_if_slower
 from trtllm_replayssm_builders.hf import disable_replayssm, enable_replayssm
 from trtllm_replayssm_builders.hf import hook as hook_module
 from trtllm_replayssm_builders.hf.random_models import build_random_model
@@ -32,8 +33,8 @@ def advice_on_cpu(monkeypatch):
     monkeypatch.setattr(hook_module, "advice_applies", lambda device: True)
 
 
-def _advice_warnings(L, route="replay_step", batch=BATCH, state_dtype=None):
-    model = build_random_model("mamba2")
+def _advice_warnings(L, route="replay_step", batch=BATCH, state_dtype=None, model_dtype=torch.bfloat16):
+    model = build_random_model("mamba2", dtype=model_dtype)
     ids, mask = _prompts(lengths=(7,) * batch)
     hook = enable_replayssm(model, buffer_len=L, route=route, state_dtype=state_dtype)
     with warnings.catch_warnings(record=True) as caught:
@@ -68,3 +69,21 @@ def test_conventional_route_is_not_advised(advice_on_cpu):
 def test_no_advice_for_a_cpu_run():
     # the slow cell of the first test, on the CPU: the H200 figures do not speak for it
     assert _advice_warnings(16, batch=SLOW_BATCH, state_dtype=torch.bfloat16) == []
+
+
+def test_fp32_activations_get_no_figure_of_bf16_records(advice_on_cpu, monkeypatch):
+    """An fp32 model keeps fp32 records (the activations' dtype), never timed: the advice for the
+    slow cell of the first test is "not measured", names the bf16 records measured, and warns
+    nothing (were records ignored, the bf16 records' figure, below 1.0x, would warn)."""
+    seen = []
+
+    def capture(advice, host, **kw):
+        seen.extend(advice)
+        return warn_if_slower(advice, host, **kw)
+
+    monkeypatch.setattr(hook_module, "warn_if_slower", capture)
+    assert _advice_warnings(16, batch=SLOW_BATCH, state_dtype=torch.bfloat16, model_dtype=torch.float32) == []
+    (a,) = seen
+    assert (a.record_dtype, a.ratio, a.recommendation, a.source) == ("fp32", None, None, None)
+    assert "mamba2 replay step L 16, bf16 checkpoint, fp32 records, batch 2: not measured" in a.text
+    assert "(measured with bf16 records only: " in a.text and a.text.endswith("no recommendation")

@@ -171,6 +171,36 @@ def test_bind_takes_pool_views_and_observes_strategy():
     assert manager.strategy.calls[-1] == ("reset", [0])
 
 
+@pytest.mark.parametrize(
+    "conv_dtype, records, record_dtype",
+    [
+        (torch.bfloat16, "activation", "bf16"),
+        (torch.bfloat16, "float32", "fp32"),
+        (torch.float32, "activation", "fp32"),
+        (torch.float16, "activation", "fp16"),
+    ],
+)
+def test_route_advice_takes_the_bound_layers_records(conv_dtype, records, record_dtype):
+    """route_advice looks the bound layers up with their records' dtype (the activations', or
+    fp32 with delta_rule_records="float32"): only bf16 records, the ones timed, get a figure."""
+    model, ctx = context_for("qwen3.5-122b-a10b", slot_capacity=4, conv_state_dtype=conv_dtype)
+    ctx.mamba_pp_layers = ctx.mamba_pp_layers[:2]
+    f = feature({l.index: l.kind for l in model.ssm_layers}, delta_rule_records=records)
+    f.bind(ctx, Manager({i: 10 + i for i in ctx.mamba_pp_layers}, 4))
+    (a,) = f.route_advice(16)
+    assert (a.family, a.state_dtype, a.record_dtype, a.L, a.batch) == ("gdn", "fp32", record_dtype, 16, 16)
+    if record_dtype == "bf16":
+        assert a.ratio == 1.29 and a.text.startswith("gdn replay step L 16, fp32 checkpoint, batch 16: 1.29x")
+    else:
+        assert (a.ratio, a.recommendation) == (None, None)
+        assert a.text.startswith(
+            f"gdn replay step L 16, fp32 checkpoint, {record_dtype} records, batch 16: not measured "
+            "(measured with bf16 records only: fp32 at L 8/16/32"
+        )
+    f.shutdown()
+    assert f.route_advice(16) == ()
+
+
 def test_bind_without_local_hooked_layers_and_without_capacity():
     model, ctx = context_for("nemotron-3-nano-4b", slot_capacity=4)
     ctx.mamba_pp_layers = ()

@@ -1,7 +1,8 @@
 """The TensorRT-LLM hook's route advice: a V2 Mamba cache manager whose hooked layers' replay
 step was measured slower than the conventional step at its max_batch_size warns once
-(SlowRouteWarning, with the figure); a faster or unmeasured setting does not; the records are
-bound either way (behavioural stand-in of TensorRT-LLM, CPU)."""
+(SlowRouteWarning, with the figure); a faster or unmeasured setting does not, fp32 activations
+(so fp32 Mamba-2 records, never timed) among them; the records are bound either way
+(behavioural stand-in of TensorRT-LLM, CPU)."""
 
 import types
 import warnings
@@ -27,12 +28,14 @@ def hooks():
     assert adapter.uninstall()
 
 
-def _manager_warnings(max_batch_size, state_dtype):
+def _manager_warnings(max_batch_size, state_dtype, conv_dtype=torch.bfloat16):
+    """SlowRouteWarning messages of a manager whose conv states (the activations, so the Mamba-2
+    records) are ``conv_dtype``."""
     ft.Mamba2Mixer(nheads=4, head_dim=8, d_state=16, n_groups=2, layer_idx=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mgr = ft.MambaHybridCacheManagerV2(
-            16, 4, 4, 2, 8, 1, [True], torch.float32, state_dtype, KV, None, max_batch_size=max_batch_size, mapping=MAPPING
+            16, 4, 4, 2, 8, 1, [True], conv_dtype, state_dtype, KV, None, max_batch_size=max_batch_size, mapping=MAPPING
         )
     assert mgr.get_aux_cache_extension("replayssm_records").store is not None
     return [str(w.message) for w in caught if w.category is SlowRouteWarning]
@@ -49,6 +52,11 @@ def test_slow_setting_warns_once_with_the_figure(hooks):
     assert f"{ratio:.2f}x the conventional step" in message and "recommended: conventional" in message
 
 
-@pytest.mark.parametrize("batch, dtype", [(64, torch.float32), (4, torch.float64)], ids=["fast", "not-measured"])
-def test_fast_or_unmeasured_setting_does_not_warn(hooks, batch, dtype):
-    assert _manager_warnings(batch, dtype) == []
+@pytest.mark.parametrize(
+    "batch, dtype, conv_dtype",
+    [(64, torch.float32, torch.bfloat16), (4, torch.float64, torch.bfloat16), (2, torch.bfloat16, torch.float32)],
+    ids=["fast", "not-measured", "fp32-records"],
+)
+def test_fast_or_unmeasured_setting_does_not_warn(hooks, batch, dtype, conv_dtype):
+    # fp32-records: the slow setting above, but with fp32 activations, whose records were never timed
+    assert _manager_warnings(batch, dtype, conv_dtype) == []
