@@ -111,6 +111,34 @@ def _cuda_kernel(args) -> bool:
     return getattr(args, "kernel", "triton") == "cuda"
 
 
+def _mamba2_geometry(args) -> tuple:
+    """(nheads, head_dim, d_state, ngroups, L) of the mamba2 sub-command."""
+    return args.nheads, args.head_dim, args.d_state, args.ngroups, args.L
+
+
+def _mamba2_layer_args(args) -> dict:
+    """The ``for_layer`` keywords both Mamba-2 exports (Triton, CUDA) take from the sub-command."""
+    return dict(
+        state_dtype=args.state_dtype,
+        has_D=args.has_D,
+        has_z=args.has_z,
+        has_dt_bias=args.has_dt_bias,
+        dt_softplus=args.dt_softplus,
+        batch_hint=args.batch_hint,
+    )
+
+
+def _mamba2_tensor_args(args) -> dict:
+    """The ``tensor_infos`` keywords both Mamba-2 exports take from the sub-command (dt in the
+    activations' dtype unless given)."""
+    return dict(
+        state_dtype=args.state_dtype,
+        dt_dtype=args.dt_dtype or args.act_dtype,
+        param_dtype=args.param_dtype,
+        d_per_dim=args.D_per_dim,
+    )
+
+
 def _kernels(args) -> list:
     """[(plugin family or layer, spec)] to export; each has ``compile_kernel(spec, arch)``."""
     if _cuda_kernel(args):
@@ -122,54 +150,19 @@ def _kernels(args) -> list:
         if reason is not None:
             raise ValueError(f"--kernel cuda: {reason}")
         attrs = mamba2_cuda.Mamba2CudaAttrs.for_layer(
-            args.nheads,
-            args.head_dim,
-            args.d_state,
-            args.ngroups,
-            args.L,
-            state_dtype=args.state_dtype,
-            has_D=args.has_D,
-            has_z=args.has_z,
-            has_dt_bias=args.has_dt_bias,
-            dt_softplus=args.dt_softplus,
-            batch_hint=args.batch_hint,
-            multiprocessors=args.multiprocessors,
+            *_mamba2_geometry(args), **_mamba2_layer_args(args), multiprocessors=args.multiprocessors
         )
         out = []
         for layer in (mamba2_cuda.COEFFICIENTS, mamba2_cuda.STEP):
-            infos = layer.tensor_infos(
-                attrs,
-                state_dtype=args.state_dtype,
-                dt_dtype=args.dt_dtype or args.act_dtype,
-                param_dtype=args.param_dtype,
-                d_per_dim=args.D_per_dim,
-            )
+            infos = layer.tensor_infos(attrs, **_mamba2_tensor_args(args))
             layer.check_inputs(attrs, infos)
             out.append((layer, layer.kernel_spec(attrs, infos)))
         return out
     if args.family == "mamba2":
         attrs = mamba2.Mamba2ReplayAttrs.for_layer(
-            args.nheads,
-            args.head_dim,
-            args.d_state,
-            args.ngroups,
-            args.L,
-            state_dtype=args.state_dtype,
-            has_D=args.has_D,
-            has_z=args.has_z,
-            has_dt_bias=args.has_dt_bias,
-            dt_softplus=args.dt_softplus,
-            batch_hint=args.batch_hint,
-            rounding_seed=args.rounding_seed,
+            *_mamba2_geometry(args), **_mamba2_layer_args(args), rounding_seed=args.rounding_seed
         )
-        infos = mamba2.tensor_infos(
-            attrs,
-            state_dtype=args.state_dtype,
-            act_dtype=args.act_dtype,
-            dt_dtype=args.dt_dtype or args.act_dtype,
-            param_dtype=args.param_dtype,
-            d_per_dim=args.D_per_dim,
-        )
+        infos = mamba2.tensor_infos(attrs, act_dtype=args.act_dtype, **_mamba2_tensor_args(args))
         family = mamba2
     else:
         attrs = gated_delta.GatedDeltaReplayAttrs.for_layer(
