@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from triton_mode import INTERPRET
-from op_checks import assert_fp8_flush_matches
+from op_checks import assert_fp8_flush_matches, e4m3_spacing
 from mamba2_cases import (
     ACT_TOL,
     DTYPES,
@@ -266,11 +266,11 @@ def test_mamba2_replay_step_kernel_stochastic_rounding_is_reproducible_and_withi
     flushed, others = torch.tensor([0, 2], device=DEVICE), torch.tensor([1, 3], device=DEVICE)
     near, sr = runs["nearest"].checkpoint_values(flushed).double(), runs["a"].checkpoint_values(flushed).double()
     assert torch.equal(runs["a"].checkpoint[others].view(torch.uint8), runs["nearest"].checkpoint[others].view(torch.uint8))
-    mant = {"bf16": 7, "f16": 10, "fp8": 3}[state]
     if state == "fp8":  # spacing on the row's scaled grid
         scale = runs["nearest"].checkpoint_scale[flushed].double()[..., None]
-        spacing = 2.0 ** (torch.floor(torch.log2((near / scale).abs().clamp(min=2.0**-6))) - mant) * scale
+        spacing = e4m3_spacing(near / scale).double() * scale
     else:
+        mant = {"bf16": 7, "f16": 10}[state]
         spacing = 2.0 ** (torch.floor(torch.log2(near.abs().clamp(min=2.0**-14))) - mant)
     ratio = (sr - near).abs() / spacing
     far = (ratio > 1.0001).nonzero()
