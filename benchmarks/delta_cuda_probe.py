@@ -22,6 +22,11 @@ fold on tensor cores) or
 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
+
+``--baseline CU`` times every configuration with another copy of the kernel source too (e.g. a
+revision exported by scripts/export_variant.sh: ``variants/base/trtllm_replayssm/kernels/cuda/
+gated_delta_replay_step.cu``; same kernel parameters), in the same interleaved rounds, labelled
+``@base``: a kernel change measured side by side with the kernel it replaces.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
+from harness import kernel_source  # noqa: E402
 from mamba2_cuda_probe import check_against_triton  # noqa: E402
 from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import GatedDeltaDecodeCase  # noqa: E402
+from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig, delta_cuda_config  # noqa: E402
 from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
@@ -95,6 +102,7 @@ def main(argv=None):
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32", "fp8"])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
+    ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_probe: needs a CUDA GPU")
@@ -103,14 +111,18 @@ def main(argv=None):
     print(
         f"# delta_cuda_probe | {torch.cuda.get_device_name()} | {args.family} {geometry} | bf16 act | NVRTC {nvrtc_version()}"
     )
-    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>24} {'us/step':>9} {'speedup':>8} {'check':>9}")
+    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>30} {'us/step':>9} {'speedup':>8} {'check':>9}")
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
+        sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
         configs = {}
         for c in args.configs:
             cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
-            configs[f"cuda {cfg.label()}"] = cfg
-        checks = {name: check_against_triton(case, cfg) for name, cfg in configs.items()}
+            configs.update({f"cuda {cfg.label()}{tag}": (cfg, src) for tag, src in sources.items()})
+        checks = {}
+        for name, (cfg, src) in configs.items():
+            with kernel_source(gc, src, {}):
+                checks[name] = check_against_triton(case, cfg)
         # fp8: no conventional step keeps one; the fp32 one of the same shape is the reference.
         conv_case = GatedDeltaDecodeCase(args.family, geometry, batch, L, "f32", "bf16") if state == "fp8" else case
         routes = {
@@ -118,15 +130,16 @@ def main(argv=None):
             "replay_triton": Route([partial(case.step, "replay_triton", s) for s in case.slot_sets]),
         }
         graphs = {name: capture(r) for name, r in routes.items()}
-        for name, cfg in configs.items():
-            graphs[name] = capture(Route([partial(case.step, "replay_step", s, cfg) for s in case.slot_sets]))
+        for name, (cfg, src) in configs.items():
+            with kernel_source(gc, src, {}):
+                graphs[name] = capture(Route([partial(case.step, "replay_step", s, cfg) for s in case.slot_sets]))
         times = time_interleaved(graphs, {n: len((conv_case if n == "decode_step" else case).slot_sets) for n in graphs})
         conv = times["decode_step"][0]
         for name, (t, _) in times.items():
             check = checks.get(name)
             label = "decode_step (f32)" if name == "decode_step" and conv_case is not case else name
             print(
-                f"{state:>5} {L:>3} {batch:>6} {label:>24} {t * 1e6:9.2f} {conv / t:8.3f} "
+                f"{state:>5} {L:>3} {batch:>6} {label:>30} {t * 1e6:9.2f} {conv / t:8.3f} "
                 f"{'-' if check is None else f'{check:9.1e}':>9}"
             )
         del case, conv_case, graphs

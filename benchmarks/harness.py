@@ -5,6 +5,8 @@ and are imported from there. Every figure is a median; ratios are taken within o
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 
 from dataclasses import replace
 
@@ -41,6 +43,7 @@ __all__ = [
     "add_max_registers_argument",
     "add_sweep_arguments",
     "run_sweep",
+    "kernel_source",
 ]
 
 
@@ -176,3 +179,22 @@ def run_sweep(make_case, args) -> None:
             )
             del case
             torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def kernel_source(launcher_module, path, loaded: dict):
+    """Inside: the CUDA launcher module ``launcher_module`` (kernels.mamba2_replay_cuda or
+    kernels.gated_delta_replay_cuda) loads its kernels from the source file at ``path`` (None: its
+    own; e.g. a revision exported by scripts/export_variant.sh, with the same kernel parameters);
+    ``loaded`` maps each entry loaded to its kernel. The headers stay the working tree's."""
+    real = launcher_module.load_kernel
+
+    def load(name, entry, defines, device, smem):
+        loaded[entry] = real(name if path is None else os.path.abspath(path), entry, defines, device, smem)
+        return loaded[entry]
+
+    launcher_module.load_kernel = load
+    try:
+        yield
+    finally:
+        launcher_module.load_kernel = real

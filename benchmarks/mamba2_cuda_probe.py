@@ -30,7 +30,6 @@ state pool lands elsewhere (kernel notes, session 20: our conventional bf16 step
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import os
 import sys
@@ -42,6 +41,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
+from harness import kernel_source  # noqa: E402
 from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel  # noqa: E402
@@ -64,23 +64,6 @@ def parse_config(text: str) -> CudaStepConfig:
         )
     stages, min_ctas, pdl, coef = parts
     return CudaStepConfig(stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]))
-
-
-@contextlib.contextmanager
-def kernel_source(path, loaded: dict):
-    """Inside: the CUDA launcher loads its kernels from the source file at ``path`` (None: its
-    own); ``loaded`` maps each entry loaded to its kernel."""
-    real = mc.load_kernel
-
-    def load(name, entry, defines, device, smem):
-        loaded[entry] = real(name if path is None else os.path.abspath(path), entry, defines, device, smem)
-        return loaded[entry]
-
-    mc.load_kernel = load
-    try:
-        yield
-    finally:
-        mc.load_kernel = real
 
 
 def check_against_triton(case, cfg: CudaStepConfig) -> float:
@@ -148,7 +131,7 @@ def main(argv=None):
         configs = {f"cuda {c.label()}{tag}": (c, src) for c in args.configs for tag, src in sources.items()}
         checks, kernels = {}, {}
         for name, (c, src) in configs.items():
-            with kernel_source(src, kernels.setdefault(name, {})):
+            with kernel_source(mc, src, kernels.setdefault(name, {})):
                 checks[name] = check_against_triton(case, c)
         # fp8: no conventional step keeps one; the fp32 one of the same shape is the reference.
         conv_case = Mamba2DecodeCase(args.geometry, batch, L, "f32", "bf16") if args.state == "fp8" else case
@@ -156,7 +139,7 @@ def main(argv=None):
         routes.update({r: Route([partial(case.step, r, s) for s in case.slot_sets]) for r in ("replay_triton", "replay_step")})
         graphs = {name: capture(r) for name, r in routes.items()}
         for name, (c, src) in configs.items():
-            with kernel_source(src, {}):
+            with kernel_source(mc, src, {}):
                 graphs[name] = capture(Route([partial(case.step, "replay_step", s, c) for s in case.slot_sets]))
         sets = {n: len((conv_case if n == "decode_step" else case).slot_sets) for n in graphs}
         times = time_interleaved(graphs, sets)
