@@ -183,6 +183,46 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
 
 
 @needs_sm90
+@pytest.mark.parametrize("use_qk_l2norm", [True, False], ids=["l2norm", "raw"])
+@pytest.mark.parametrize("form", ["gdn-two", "gdn-one", "kda"])
+def test_cuda_delta_fp8_takes_q_k_of_any_magnitude(use_qk_l2norm, form):
+    """With an fp8 checkpoint, GDN's two launches form S0 q̂ and S0 k̂ on tensor cores from q and k
+    as f16 times a power of two per (row, key head), the one launch (GDN, KDA) in exact fp32: q
+    and k far above f16's range (2^24 x) and far below it (2^-24 x) give the Triton step's outputs
+    (fp32 products) to bf16 rounding, with and without the L2 norm (unscaled f16 q, k would
+    overflow at 2^24 and vanish at 2^-24)."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig
+
+    per_channel = form == "kda"
+    g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
+    L, batch = 16, 32
+    fam = DeltaFamily(g, per_channel=per_channel, use_qk_l2norm=use_qk_l2norm)
+    p = fam.make_params("cuda")
+    cache = fam.allocate(batch, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
+    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
+    cache.checkpoint_scale.uniform_(0.5, 2.0)
+    torch.nn.init.normal_(cache.d_records)
+    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
+    cache.g_records.uniform_(-0.3, -0.01)
+    cache.cursor.copy_(torch.arange(batch, dtype=torch.int32) % (L - 1))  # no flush
+    slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
+    inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=per_channel)
+    cuda_config = DeltaCudaConfig(rows=64, stages=2, min_ctas=1, one_launch=form != "gdn-two")
+    for factor in (2.0**24, 2.0**-24):
+        scaled = dict(inp, q=inp["q"] * factor, k=inp["k"] * factor)  # powers of two: exact in bf16
+        outs = {}
+        for kernel, cfg in (("cuda", cuda_config), ("triton", None)):
+            c = fam.allocate(batch, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
+            for name, t in vars(cache).items():
+                if isinstance(t, torch.Tensor):
+                    getattr(c, name).copy_(t)
+            outs[kernel] = replay_with_launcher(c, scaled, p, slot_ids, torch.zeros_like(inp["v"]), kernel=kernel,
+                                                config=cfg).float()  # fmt: skip
+        err = float((outs["cuda"] - outs["triton"]).abs().max() / outs["triton"].abs().max())
+        assert err < 2e-2, (factor, err)
+
+
+@needs_sm90
 @pytest.mark.parametrize(
     "g,L",
     [

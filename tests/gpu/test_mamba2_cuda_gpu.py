@@ -382,6 +382,44 @@ def test_cuda_step_fp8_flush_equals_triton_to_a_code(L):
 
 
 @needs_sm90
+@pytest.mark.parametrize("batch", [2, 64], ids=["small", "two-launch"])
+def test_cuda_step_fp8_takes_C_of_any_magnitude(batch):
+    """The two launches' S0 . C multiplies the codes (as f16) by C as f16 times a power of two
+    chosen per (row, group): C far above f16's range (2^20 x), far below it (2^-20 x) and zero
+    gives the Triton step's outputs (fp32 products) to bf16 rounding. Without D, every output
+    scales with C, so the small magnitudes are compared at their own scale (unscaled f16 C would
+    overflow at 2^20 and lose most bits at 2^-20)."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
+
+    g, L = Geometry(128, 64, 128, 8), 16
+    p = make_params(g, "cuda", has_D=False)
+    c = Mamba2ReplayCache.allocate(
+        batch, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.float8_e4m3fn,
+        act_dtype=torch.bfloat16, device="cuda",
+    )  # fmt: skip
+    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+    c.admit(slots, torch.randn(batch, g.nheads, g.head_dim, g.d_state, device="cuda"))
+    c.x_records.normal_(), c.B_records.normal_(), c.dt_records.uniform_(0.01, 0.05)
+    c.cursor.copy_(torch.arange(batch, dtype=torch.int32) % (L - 1))  # no flush: every step reads the same S0
+    inp = make_step(g, batch, torch.bfloat16, "cuda")
+    for factor in (2.0**20, 2.0**-20, 0.0):
+        scaled = dict(inp, C=inp["C"] * factor)  # powers of two: exact in bf16
+        outs = {}
+        for kernel in ("cuda", "triton"):
+            cache = c.clone()
+            outs[kernel] = launch_mamba2_replay_step(
+                cache.checkpoint, cache.x_records, cache.dt_records, cache.B_records, cache.cursor, cache.arrivals,
+                scaled["x"], scaled["dt"], p.A, scaled["B"], scaled["C"], slot_ids=slots, dt_bias=p.dt_bias,
+                out=torch.empty_like(inp["x"]), checkpoint_scale=cache.checkpoint_scale, kernel=kernel,
+            ).float()  # fmt: skip
+        if factor == 0.0:
+            assert not outs["cuda"].any() and not outs["triton"].any()
+            continue
+        torch.testing.assert_close(outs["cuda"] / factor, outs["triton"] / factor, rtol=2e-2, atol=2e-2)
+
+
+@needs_sm90
 def test_op_routes_fp8_checkpoints_to_cuda_and_a_seed_to_triton():
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel

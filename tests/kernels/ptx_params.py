@@ -2,6 +2,10 @@
 
 import re
 
+# An fp8 kernel's conversions: codes to f16 pairs, values to codes (nearest even, saturating), a
+# row scale's division, and the reciprocal behind the flush's quotients (Markstein's division).
+FP8_PTX = ("cvt.rn.f16x2.e4m3x2", "cvt.rn.satfinite.e4m3x2.f32", "div.rn.f32", "rcp.rn.f32")
+
 
 def ptx_params(ptx: str, entry: str) -> list:
     """Parameter kinds of entry ``entry`` in order: "map" (a 128-byte tensor map), "64", "i32", "f32"."""

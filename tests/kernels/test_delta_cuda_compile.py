@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from ptx_params import ptx_entry, ptx_params
+from ptx_params import FP8_PTX, ptx_entry, ptx_params
 from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc
 from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
 
@@ -128,17 +128,29 @@ FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     """An fp8 checkpoint's kernels at the table's configuration: the bf16 table's (the small kernel,
-    units, stages and CTAs), the flush in exact fp32; shared memory as the launcher allocates it
-    (the row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs), the flush's codes
-    rounded to nearest even with saturation and its scales from exact divisions, in the step and
-    the small kernel; no tensor-core product."""
+    units, stages and CTAs) except GDN's two launches, which take the standard units (not the wide
+    ones) at three CTAs; the flush in exact fp32; shared memory as the launcher allocates it (the
+    row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs), the flush's codes
+    rounded to nearest even with saturation, its scales from exact divisions and its quotients
+    from a correctly rounded reciprocal (rcp.rn, Markstein's correction), in the step and
+    the small kernel; S0 q̂ and S0 k̂ as f16 tensor-core products in GDN's two launches (the
+    coefficient launch writes q and k as f16), no tensor-core product elsewhere."""
     _, _, dk, dv, L = shape
     cfg, ptx = _ptx(shape, 1, per_channel=per_channel, batch=batch)
-    assert cfg == dataclasses.replace(gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel), flush_mma=False)
-    assert "mma.sync" not in ptx
+    bf16 = dataclasses.replace(gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel), flush_mma=False)
+    if bf16.rows == gc.unit_rows(dv) or bf16.small or gc.runs_one_launch(bf16, per_channel):
+        assert cfg == bf16
+    else:  # GDN's two launches: the standard units, not the wide ones
+        assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), 2, 3) and not cfg.one_launch
+    two_launches = not gc.runs_one_launch(cfg, per_channel)  # the step kernel's build (also beside the small one)
+    step = ptx_entry(ptx, "delta_replay_step")
+    assert ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in step) == two_launches
+    assert "bf16.bf16" not in step and "mma.sync" not in ptx.replace(step, "")
+    if two_launches:
+        assert "cvt.rn.f16.f32" in ptx_entry(ptx, "delta_replay_coefficients")
     entries = ["delta_replay_step"] + ([] if per_channel else ["delta_replay_small"])
     for body in (ptx_entry(ptx, e) for e in entries):
-        assert "cvt.rn.f16x2.e4m3x2" in body and "cvt.rn.satfinite.e4m3x2.f32" in body and "div.rn.f32" in body
+        assert all(op in body for op in FP8_PTX), [op for op in FP8_PTX if op not in body]
     if cfg.small:
         return  # the small kernel's shared memory is static (no stages)
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
@@ -162,7 +174,7 @@ def test_fp8_refusals_name_their_reason():
     assert "head_k_dim 64 with an fp8 checkpoint" in reason
     for change in (dict(s0_mma=True), dict(flush_mma=True)):
         cfg = dataclasses.replace(gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1), **change)
-        with pytest.raises(ValueError, match="an fp8 checkpoint takes the exact-fp32 products and flush"):
+        with pytest.raises(ValueError, match="an fp8 checkpoint takes its own S0 products and the exact-fp32 flush"):
             gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from ptx_params import ptx_entry, ptx_params
+from ptx_params import FP8_PTX, ptx_entry, ptx_params
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc
 from trtllm_replayssm.kernels.nvrtc import tensor_map_key
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step, replay_step_kernel
@@ -120,6 +120,12 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 3, 1).small
     assert mc.cuda_step_config(64, 128, 16, 4, 1) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=16)
     assert mc.cuda_step_config(64, 128, 16, 256, 1).min_ctas == 3 and mc.cuda_step_config(64, 128, 17, 256, 1).min_ctas == 2
+    # fp8 from FP8_DEEP_RING_BATCH: four stages where they fit as many CTAs as two
+    deep = mc.FP8_DEEP_RING_BATCH
+    assert mc.cuda_step_config(64, 128, 16, deep - 1, 1).stages == 2 and mc.cuda_step_config(64, 128, 16, deep, 1).stages == 4
+    assert mc.cuda_step_config(64, 128, 32, deep, 1) == mc.CudaStepConfig(stages=4, min_ctas=2, pdl=True, coef_warps=4)
+    assert mc.cuda_step_config(128, 128, 32, deep, 1) == mc.CudaStepConfig(stages=4, min_ctas=1, pdl=True, coef_warps=4)
+    assert mc.cuda_step_config(64, 128, 16, deep, 2).stages == 2
     # where the small kernel cannot read B or C, the launcher takes the table's two launches, not the
     # small kernel's register cap (which spilled the step kernel: 416 bytes at head_dim 128, fp8)
     for es in (1, 2):
@@ -137,22 +143,27 @@ FP8_SHAPES = [s for s in SHAPES if s[3] == 128]
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_fp8_checkpoints_compile_with_their_scales(shape, batch):
     """An fp8 checkpoint's kernel: shared memory as the launcher allocates it (the row scales in
-    each stage), codes read exactly (e4m3 pairs to f16 pairs), S0 . C in fp32 FMAs (no bf16
-    product: the codes are not bf16), the flush's codes rounded to nearest even with
-    saturation, its scales from exact divisions; the small kernel likewise."""
+    each stage), codes read exactly (e4m3 pairs to f16 pairs), the step kernel's S0 . C as f16
+    tensor-core products (no bf16 product from the checkpoint rows: the codes are not bf16), the
+    flush's codes rounded to nearest even with saturation, its scales from exact divisions and its
+    quotients from a correctly rounded reciprocal (rcp.rn, Markstein's correction); the
+    small kernel likewise (its S0 . C in fp32 FMAs). C reaches the step kernel as f16 times a
+    power of two that the coefficient launch chooses."""
     nheads, ngroups, head_dim, d_state, L = shape
     cfg = mc.cuda_step_config(head_dim, d_state, L, batch, 1)
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, 1)
     small = ptx_entry(ptx, "mamba2_replay_small")
-    assert "cvt.rn.f16x2.e4m3x2" in small and "cvt.rn.satfinite.e4m3x2.f32" in small and "div.rn.f32" in small
+    assert all(op in small for op in FP8_PTX), [op for op in FP8_PTX if op not in small]
     compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == mc.step_shared_bytes(head_dim, d_state, L, cfg.stages, 1)
     assert (compiled + mc.SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= mc.SMEM_PER_SM
     step = ptx_entry(ptx, "mamba2_replay_step")
-    assert "cvt.rn.f16x2.e4m3x2" in step and "cvt.rn.satfinite.e4m3x2.f32" in step and "div.rn.f32" in step
+    assert all(op in step for op in FP8_PTX), [op for op in FP8_PTX if op not in step]
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step  # the flush's record products
     # S0 . C takes no bf16 tensor-core product: no A operand loaded from the checkpoint rows
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" not in step
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in step
+    assert "cvt.rn.f16.f32" in ptx_entry(ptx, "mamba2_replay_coefficients")
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx_entry(_ptx(shape), "mamba2_replay_step")
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "SOURCE",
     "DeltaCudaConfig",
     "delta_cuda_config",
+    "delta_qk_floats",
     "runs_one_launch",
     "delta_cuda_unsupported",
     "delta_shape_unsupported",
@@ -160,7 +161,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
-    qk_floats = (4 if per_channel else 2) * head_k_dim
+    qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
     stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + 16
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
@@ -175,6 +176,18 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     stage = (stage + 1023) // 1024 * 1024
     barriers = 3 if one_launch or per_channel else 2  # full, empty; one launch: ready (coef_warps) or recs
     return stages * stage + 1024 + 8 * barriers * stages
+
+
+def delta_qk_floats(head_k_dim: int, state_bytes: int, per_channel: bool, one_launch: bool) -> int:
+    """Floats of a (row, key head) qk block, the .cu file's QK_FLOATS: GDN's q̂, k̂ (fp32), in two
+    launches with an fp8 checkpoint then the step's q and k as f16 (head_k_dim + 16 values apart)
+    and four floats (the factors rq 2^-eq, rk 2^-ek and pad) for the step's tensor-core products;
+    KDA (one launch, per-channel decays): e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0."""
+    if per_channel:
+        return 4 * head_k_dim
+    if state_bytes == 1 and not one_launch:
+        return 2 * head_k_dim + (head_k_dim + 16) + 4
+    return 2 * head_k_dim
 
 
 def _threads(rows: int, coef_warps: int = 0) -> int:
@@ -209,10 +222,18 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     (no register cap but the launch bounds'). KDA with an fp32 checkpoint where one CTA of the
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
-    warps. fp8 checkpoints (``state_bytes`` 1, not timed yet): the bf16 table (its stages fit: an
-    fp8 stage is smaller), the flush in exact fp32 (its two passes find each row's scale)."""
+    warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
+    smaller) but GDN's two launches without wide units (the standard units at as many CTAs as fit,
+    session 39: Qwen3.5-122B, L = 16, us, 64-row units at 3 CTAs / the bf16 table's 128-row units
+    at 1: batch 64 59.80 / 71.88, 256 213.70 / 259.78, 512 406.99 / 490.94), the flush in exact
+    fp32 (its two passes find each row's scale)."""
     if state_bytes == 1:
-        return replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
+        table = replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
+        if table.small or runs_one_launch(table, per_channel) or table.rows == unit_rows(head_v_dim):
+            return table
+        narrow = replace(table, rows=unit_rows(head_v_dim))
+        ctas = min(3, delta_ctas_that_fit(narrow, head_k_dim, L, 1), REGISTERS_PER_SM // (_threads(narrow.rows) * 128))
+        return replace(narrow, min_ctas=ctas)
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
@@ -343,7 +364,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
     if state_bytes == 1 and (cfg.s0_mma or cfg.flush_mma):
         raise ValueError(
-            f"delta_replay_step (CUDA): an fp8 checkpoint takes the exact-fp32 products and flush; got "
+            f"delta_replay_step (CUDA): an fp8 checkpoint takes its own S0 products and the exact-fp32 flush; got "
             f"s0_mma={cfg.s0_mma}, flush_mma={cfg.flush_mma}"
         )
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
@@ -485,7 +506,8 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     if not one_launch:
         coef_kernel = load_kernel(SOURCE, "delta_replay_coefficients", defines, device, 0)
         coef = torch.empty(batch * v_heads * delta_coefficient_floats(L, cfg.s0_mma), dtype=torch.float32, device=device)
-        qk = torch.empty(batch * k_heads * 2 * head_k_dim, dtype=torch.float32, device=device)
+        qk = torch.empty(batch * k_heads * delta_qk_floats(head_k_dim, es, per_channel, one_launch), dtype=torch.float32,
+                         device=device)
         coef_kernel.launch((k_heads, batch), 32 * (v_heads // k_heads), 0, stream,
                            coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale),
                            pdl=cfg.pdl)

@@ -2,7 +2,8 @@
 for bf16 or fp32 checkpoints and bf16 activations on sm_90, at every batch (measured faster
 than the Triton kernel: docs/kernel-notes.md, "CUDA step, rebuilt" and sessions 15-19), and for
 fp8-e4m3 checkpoints with d_state 128 (their row scales ``checkpoint_scale`` [slot, nheads,
-head_dim] fp32, rows dense; not timed yet).
+head_dim] fp32, rows dense; measured faster than the Triton kernel at batch 64-512, sessions
+37-39; the small kernel's batches not timed yet).
 
 Two launches per step on the current stream: a coefficient launch per (row, group, 16 heads)
 and a persistent step kernel (TMA tensor-map copies of the checkpoint, S0 . C, tensor-core
@@ -64,6 +65,12 @@ SMALL_MAX_BATCH = {2: 3, 4: 4, 1: 3}  # fp8 (element bytes 1): as bf16, not time
 # in two waves, slower than the two launches (8.56 against 9.10 us, 11.33 against 12.90; kernel
 # notes, session 19).
 SMALL_MAX_BATCH_UNCAPPED = 2
+
+
+# fp8 checkpoints from this batch: four stages a CTA instead of two (H200, session 39,
+# Nemotron-3-Super, L = 16, three CTAs, us, two / four stages: batch 64 41.09 / 41.63, 256
+# 136.45 / 129.68, 512 255.90 / 243.14; kernel notes "fp8 S0 products on tensor cores").
+FP8_DEEP_RING_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,8 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
     By batch: the small one-launch kernel up to ``SMALL_MAX_BATCH`` (batch 1-3 bf16, 1-4 fp32;
     up to ``SMALL_MAX_BATCH_UNCAPPED`` where its registers cannot be capped; :func:`small_config`),
     coefficient CTAs of 16 warps below ``COEF_WARPS_4_BATCH``, of 4 from it. fp8 checkpoints
-    (``state_bytes`` 1, not timed yet): bf16's rules, 2 CTAs for the two launches from L = 17."""
+    (``state_bytes`` 1): bf16's rules, 2 CTAs for the two launches from L = 17, four stages from
+    :data:`FP8_DEEP_RING_BATCH` (:func:`two_launch_config`)."""
     fits = small_fits_register_cap(head_dim, d_state, L)
     if batch <= (SMALL_MAX_BATCH[state_bytes] if fits else SMALL_MAX_BATCH_UNCAPPED):
         return small_config(head_dim, d_state, L, batch, state_bytes)
@@ -148,10 +156,17 @@ def cuda_step_config(head_dim: int, d_state: int, L: int, batch: int, state_byte
 def two_launch_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int = 2) -> CudaStepConfig:
     """The table's two launches at any batch (:func:`ring_config`; fp8 at L > 16 with at most 2
     CTAs a multiprocessor: the flush's rows held in registers spill under 3 CTAs' cap, a CPU test
-    compiles the table). Also where the table's small kernel cannot read the inputs."""
+    compiles the table; fp8 from :data:`FP8_DEEP_RING_BATCH` four stages where they fit as many
+    CTAs). Also where the table's small kernel cannot read the inputs."""
     ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
                        f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
-    return replace(ring, min_ctas=min(ring.min_ctas, 2)) if state_bytes == 1 and L > 16 else ring
+    if state_bytes != 1:
+        return ring
+    ring = replace(ring, min_ctas=min(ring.min_ctas, 2)) if L > 16 else ring
+    deep = step_shared_bytes(head_dim, d_state, L, 4, state_bytes) + SMEM_RESERVED_PER_CTA
+    if batch >= FP8_DEEP_RING_BATCH and SMEM_PER_SM // deep >= ring.min_ctas:
+        ring = replace(ring, stages=4)
+    return ring
 
 
 def ring_config(head_dim: int, shared_bytes: int, batch: int, what: str) -> CudaStepConfig:
@@ -428,7 +443,9 @@ def launch_mamba2_replay_step_cuda(
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
     coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
-    c_rows = torch.empty(batch * ngroups * d_state, dtype=torch.bfloat16, device=device)
+    # C per (row, group) for the step kernel: bf16, or for fp8 checkpoints f16 times a power of two.
+    c_dtype = torch.float16 if checkpoint.dtype == torch.float8_e4m3fn else torch.bfloat16
+    c_rows = torch.empty(batch * ngroups * d_state, dtype=c_dtype, device=device)
     coef_args = coefficient_args(coef, c_rows, x_records, dt_records, B_records, cursor, x, dt, A, B, C, slot_ids, dt_bias)
     coef_grid = (ngroups * coefficient_split(nheads // ngroups), batch)
     # Programmatic too: its CTAs may be scheduled while the previous step kernel drains (it

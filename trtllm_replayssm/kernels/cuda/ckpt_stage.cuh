@@ -76,6 +76,48 @@ __device__ __forceinline__ void prefetch_first_units(const TensorMap* ckpt_load,
   }
 }
 
+#if CKPT_FP8
+// ------------------------------------------------------------------ fp8 rows times f16 vectors
+
+// A consumer warp's 16 fp8 rows r0 .. r0 + 15 of a stage (CKPT_COLS 128) times the 8 columns of
+// an f16 operand B on tensor cores: m16n8k16 products of the codes widened exactly to f16
+// (cvt.rn.f16x2.e4m3x2) into two fp32 accumulators (even and odd k tiles), summed into d. Lane
+// (gq, tq) = (lane / 4, lane % 4) reads columns 32 tq .. 32 tq + 31 of rows r0 + gq and r0 + gq + 8
+// as 16-byte chunks 2 tq and 2 tq + 1 (under the swizzle a quarter-warp's rows 2q and 2q + 1 read
+// even and odd chunks: conflict-free); k tile t takes columns 4t .. 4t + 3 of every lane's range
+// (the products sum the columns in another order, the same for both operands). ``b``: the lane's
+// 32 f16 values of column gq of B, at columns 32 tq .. 32 tq + 31 (shared memory, 16-byte
+// aligned). Out: d[0], d[1] = rows r0 + gq, columns 2 tq and 2 tq + 1 of the product; d[2], d[3]
+// the same for row r0 + gq + 8 (the m16n8k16 accumulator layout). Codes, not values: the caller
+// applies the row scales.
+__device__ __forceinline__ void fp8_rows_times_f16(const unsigned char* gstage, int r0, int lane, const u16* b,
+                                                   float (&d)[4]) {
+  const int gq = lane >> 2, tq = lane & 3;
+  u32 code[2][8];  // rows r0 + gq, r0 + gq + 8: four codes a word, the lane's 32 columns
+#pragma unroll
+  for (int rh = 0; rh < 2; ++rh) {
+#pragma unroll
+    for (int ch = 0; ch < 2; ++ch) {
+      const uint4 v = *(const uint4*)(gstage + ckpt_offset(r0 + gq + 8 * rh, 32 * tq + 16 * ch));
+      code[rh][4 * ch] = v.x, code[rh][4 * ch + 1] = v.y, code[rh][4 * ch + 2] = v.z, code[rh][4 * ch + 3] = v.w;
+    }
+  }
+  u32 bw[16];  // f16 pairs of the lane's 32 columns of B
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 v = ((const uint4*)b)[q];
+    bw[4 * q] = v.x, bw[4 * q + 1] = v.y, bw[4 * q + 2] = v.z, bw[4 * q + 3] = v.w;
+  }
+  float part[2][4] = {};
+#pragma unroll
+  for (int t = 0; t < 8; ++t)
+    mma_f16(part[t & 1], e4m3x2_to_f16x2((u16)code[0][t]), e4m3x2_to_f16x2((u16)code[1][t]),
+            e4m3x2_to_f16x2((u16)(code[0][t] >> 16)), e4m3x2_to_f16x2((u16)(code[1][t] >> 16)), bw[2 * t], bw[2 * t + 1]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) d[i] = part[0][i] + part[1][i];
+}
+#endif
+
 // ------------------------------------------------------------------ the flush fold
 
 // One 64-column block ``cb`` of a consumer warp's 16 rows r0 .. r0 + 15 of a stage, folded into
@@ -157,7 +199,7 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
 // fp8: a consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place from their codes and
 // row scales ``scale`` (the stage's, [CKPT_ROWS] fp32): every column block held in registers,
 // then each row's new scale max |row| / 448 (1 for a zero row) and its codes (the row divided by
-// it, to nearest even: reference.rounding.fp8_row_encode's rule), the scales written to
+// it, to nearest even: reference.rounding.fp8_row_encode's rule; div_by_reciprocal), the scales written to
 // ``scale_out`` (global, the unit's [CKPT_ROWS] row scales) by a lane of each quad.
 __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
                                                float decay, int last, int r0, int lane, const float* scale,
@@ -175,12 +217,13 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
       for (int e = 0; e < 4; ++e) amax[e >> 1] = fmaxf(amax[e >> 1], fabsf(s[cb][n][e]));
     }
   }
-  float new_scale[2];
+  float new_scale[2], inverse[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {  // a row's columns lie in the 4 lanes of its quad
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 1));
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 2));
     new_scale[half] = fp8_row_scale(amax[half]);
+    inverse[half] = __frcp_rn(new_scale[half]);
   }
 #pragma unroll
   for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
@@ -188,8 +231,9 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq, __fdiv_rn(s[cb][n][2 * half], new_scale[half]),
-                   __fdiv_rn(s[cb][n][2 * half + 1], new_scale[half]));
+        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq,
+                   div_by_reciprocal(s[cb][n][2 * half], new_scale[half], inverse[half]),
+                   div_by_reciprocal(s[cb][n][2 * half + 1], new_scale[half], inverse[half]));
     }
   }
   if (tq == 0) {

@@ -18,7 +18,8 @@
 //        sk[LP]   e_j (k̂_j . k̂) for j < w, 0 after
 //        e[LP]    e_j for j < w, 0 after                 (the flush's record weights)
 //        e0, kq = k̂ . q̂, beta, w (int)
-//    and per (row, key head) q̂ and k̂ in fp32 (the qk block, warp 0). For w < L-1 it appends g at
+//    and per (row, key head) q̂ and k̂ in fp32 (the qk block, warp 0; fp8 checkpoints: then q and
+//    k as f16 for the step's tensor-core products, FP8_MMA below). For w < L-1 it appends g at
 //    w (every warp) and k̂ at w (warp 0), rounded to the record dtype. Padding rows (slot < 0)
 //    read and write nothing. The cursor is only read here: the step kernel advances it.
 // 2. delta_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being ROWS
@@ -34,7 +35,9 @@
 //        S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ
 //    in exact fp32 FMAs, rounds it into the stage in the checkpoint dtype and stores its rows
 //    with TMA tensor stores. fp8 (CKPT_FP8): the producer copies the unit's row scales beside its
-//    codes; S0 q̂ and S0 k̂ are formed from the codes and times the row's scale; a flush folds the
+//    codes; S0 q̂ and S0 k̂ are formed from the codes (in two launches on tensor cores, the codes
+//    widened to f16 and the step's raw q and k as f16 times powers of two, which launch 1 appends
+//    to the qk block, FP8_MMA below) and times the row's scale; a flush folds the
 //    lane's half row twice: first for the row's new scale max |row| / 448 (1 for a zero row) over
 //    both halves, then to store codes (value / scale, nearest even); lanes 0-15 store the scales. A unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
@@ -90,11 +93,22 @@
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
-#define QK_FLOATS ((PER_CHANNEL ? 4 : 2) * DK)  // GDN: q̂, k̂; KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0
-#define QK_BYTES (QK_FLOATS * 4)
 #ifndef S0_MMA
 #define S0_MMA 0
 #endif
+// fp8 in two launches (GDN): S0 q̂ and S0 k̂ on tensor cores (s0_dots_fp8) from the step's raw q
+// and k (bf16: exact in f16 within its range) as f16 times powers of two, which launch 1 appends
+// to the qk block: q, then k (QK_F16_STRIDE u16 apart: a quarter-warp's reads of the two are at
+// most 2-way bank conflicts), then the factors rq 2^-eq, rk 2^-ek (q̂ = rq q, k̂ = rk k) and 2
+// pad. One launch (KDA; GDN at small batches) keeps the exact fp32 products: there the f16 vectors
+// would be formed per unit, and KDA's step was 3-4% slower so (kernel notes, session 39).
+#define FP8_MMA (CKPT_FP8 && !ONE_LAUNCH)
+#define QK_F16_STRIDE (DK + 16)
+#define QK_F16 (2 * DK)                              // float offset of the f16 q in the qk block
+#define QK_FACTORS (QK_F16 + QK_F16_STRIDE)          // float offset of rq 2^-eq, rk 2^-ek
+// GDN: q̂, k̂ (FP8_MMA: then the vectors and factors above); KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0.
+#define QK_FLOATS (FP8_MMA ? QK_FACTORS + 4 : (PER_CHANNEL ? 4 : 2) * DK)
+#define QK_BYTES (QK_FLOATS * 4)
 #if S0_MMA && CKPT_F32
 #error "S0_MMA takes a bf16 checkpoint"
 #endif
@@ -102,7 +116,7 @@
 #define FLUSH_MMA 0
 #endif
 #if CKPT_FP8 && (S0_MMA || FLUSH_MMA || DK != 128)
-#error "an fp8 checkpoint takes the exact-fp32 products and flush, head_k_dim 128"
+#error "an fp8 checkpoint takes its own S0 products and the exact-fp32 flush, head_k_dim 128"
 #endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
@@ -274,6 +288,22 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   const float gh = load_f32<G_CODE>(g, b * sg_batch + h * sg_head);
   const float bh = load_f32<BETA_CODE>(beta, b * sb_batch + h * sb_head);
   const int w = cursor[slot];
+#if FP8_MMA
+  // The step kernel's S0 q̂ and S0 k̂ on tensor cores take the raw q and k (bf16: exact in f16
+  // within its range) as f16 times the powers of two that put their largest magnitudes in f16's
+  // top binade; the factors rq 2^-eq, rk 2^-ek follow below.
+  float q_inverse = 1.0f, k_inverse = 1.0f;
+  if (warp == 0) {
+    const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), q_inverse);
+    const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), k_inverse);
+    u16* qf = (u16*)(qk_out + ((long long)b * KHEADS + kh) * QK_FLOATS + QK_F16) + lane * PER_LANE;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      qf[i] = f32_to_f16(qv[i] * q_scale);
+      qf[QK_F16_STRIDE + i] = f32_to_f16(kv[i] * k_scale);
+    }
+  }
+#endif
 #if L2NORM
   float nq = 0.0f, nk = 0.0f;
 #pragma unroll
@@ -339,6 +369,12 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
       qk[i] = qv[i];
       qk[DK + i] = kv[i];
     }
+#if FP8_MMA
+    if (lane == 0) {
+      qk[QK_FACTORS] = rq * q_inverse;
+      qk[QK_FACTORS + 1] = rk * k_inverse;
+    }
+#endif
     if (w < LREC - 1) {
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) krec[w * skr_pos + lane * PER_LANE + i] = f32_to_bf16(kv[i]);
@@ -380,6 +416,24 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
   sq += __shfl_xor_sync(0xffffffffu, sq, 16);
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
+
+#if FP8_MMA
+// fp8 in two launches: S0 q̂ and S0 k̂ of the warp's row r0 + (lane & 15), returned in every lane,
+// in codes (the caller applies the row's scale): the codes times the qk block's f16 q and k
+// (fp8_rows_times_f16; B column n is q for even n, k for odd n), then the factors rq 2^-eq and
+// rk 2^-ek. Lane (g, t) of the product holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]:
+// lanes t = 0 hold q (column 0) and k (column 1) of rows g and g + 8.
+__device__ __forceinline__ void s0_dots_fp8(const unsigned char* gstage, int r0, int lane, float& sq, float& sk) {
+  const float* qks = (const float*)(gstage + OFF_QK);
+  float d[4];
+  fp8_rows_times_f16(gstage, r0, lane, (const u16*)(qks + QK_F16) + ((lane >> 2) & 1) * QK_F16_STRIDE + 32 * (lane & 3), d);
+  const int r = lane & 15, src = (r & 7) * 4;
+  const float ql = __shfl_sync(0xffffffffu, d[0], src), qh = __shfl_sync(0xffffffffu, d[2], src);
+  const float kl = __shfl_sync(0xffffffffu, d[1], src), kh = __shfl_sync(0xffffffffu, d[3], src);
+  sq = (r < 8 ? ql : qh) * qks[QK_FACTORS];
+  sk = (r < 8 ? kl : kh) * qks[QK_FACTORS + 1];
+}
+#endif
 
 #if S0_MMA
 // S0_MMA: S0 q̂ and S0 k̂ on tensor cores (bf16 checkpoint): the warp's 16 rows are the A operand
@@ -976,10 +1030,13 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const float* cf = (const float*)(gstage + OFF_COEF);
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
-      // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, exact fp32 products.
+      // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane: exact fp32 products, or on tensor
+      // cores (S0_MMA, FP8_MMA).
       float sq, sk;
 #if S0_MMA
       s0_dots_mma(stage, gstage, r0, lane, sq, sk);
+#elif FP8_MMA
+      s0_dots_fp8(gstage, r0, lane, sq, sk);
 #else
       s0_dots(gstage, qks, r0, lane, sq, sk);
 #endif
@@ -1087,12 +1144,13 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           amax = fmaxf(amax, max_abs<EPC>(s));
         }
         const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
+        const float inverse = __frcp_rn(new_scale);
 #pragma unroll 1
         for (int c = 0; c < HALF; c += EPC) {
           float s[EPC];
           fold_chunk(half * HALF + c, s);
 #pragma unroll
-          for (int e = 0; e < EPC; ++e) s[e] = __fdiv_rn(s[e], new_scale);
+          for (int e = 0; e < EPC; ++e) s[e] = div_by_reciprocal(s[e], new_scale, inverse);
           store_chunk(gstage, row, half * HALF + c, s);
         }
         if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
@@ -1357,10 +1415,11 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
     // The row's new scale max |row| / 448 (1 for a zero row) over its 8 threads, the codes value /
     // scale to nearest even; thread 0 of the row stores the scale.
     const float new_scale = fp8_row_scale(row_max8(max_abs<SM_CPT * EPC>(&held[0][0])));
+    const float inverse = __frcp_rn(new_scale);
 #pragma unroll
     for (int m = 0; m < SM_CPT; ++m) {
 #pragma unroll
-      for (int e = 0; e < EPC; ++e) held[m][e] = __fdiv_rn(held[m][e], new_scale);
+      for (int e = 0; e < EPC; ++e) held[m][e] = div_by_reciprocal(held[m][e], new_scale, inverse);
       *(uint4*)(ck_t + 128 * m) = pack_chunk(held[m]);
     }
     if (p == 0) *scale_t = new_scale;

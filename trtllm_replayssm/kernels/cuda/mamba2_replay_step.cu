@@ -13,9 +13,10 @@
 //    records; writes per (row, head) a coefficient block
 //        coef[LP]  coef_j = s_j (B_j . C) for j < w, dt (B . C) at j = w, 0 after
 //        wgt[LP]   s_j for j < w, dt at j = w, 0 after        (the flush's record weights)
-//        decay     exp(A (sum_{j<w} dt_j + dt)),   w
+//        decay     exp(A (sum_{j<w} dt_j + dt)),   w,   fp8 checkpoints: 2^-e (C's scale, below)
 //    with s_j = dt_j exp(A (dt + sum_{j<i<w} dt_i)) (suffix sums, no subtraction); per
-//    (row, group) C as a dense row; appends the step's record (x, dt, B) at w, for every w
+//    (row, group) C as a dense row (fp8 checkpoints: f16 times the power of two 2^e that puts
+//    its largest magnitude in [2^14, 2^15)); appends the step's record (x, dt, B) at w, for every w
 //    (at w == L-1 the fold below reads it as record L-1). Padding rows (slot < 0) read and write
 //    nothing. The cursor is only read here: the step kernel advances it.
 // 2. mamba2_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being
@@ -36,10 +37,11 @@
 //    (w == L-1) forms S = decay S0 + sum_{j<=w} s_j x_j B_jᵀ on tensor cores (s_j x_j in three
 //    bf16 parts: 24 bits; fp32 accumulators from decay S0), rounds it to the checkpoint dtype in
 //    the stage and stores its 16 rows with TMA tensor stores (whole sectors). fp8 checkpoints
-//    (CKPT_FP8, DSTATE 128): the producer copies the unit's ROWS row scales too; S0 . C in fp32
-//    FMAs from the codes (as fp32 rows), times the row's scale; a flush folds from the scaled
-//    codes, holds the row in registers for its new scale max |row| / 448 and writes codes and
-//    scales (ckpt_stage.cuh).
+//    (CKPT_FP8, DSTATE 128): the producer copies the unit's ROWS row scales too; S0 . C on tensor
+//    cores from the codes widened to f16 (exact) and C as f16 times a power of two (launch 1
+//    writes it so, and the power's inverse in the coefficient block), times the row's scale; a
+//    flush folds from the scaled codes, holds the row in registers for its new scale
+//    max |row| / 448 and writes codes and scales (ckpt_stage.cuh).
 // 3. mamba2_replay_small: the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), CKPT_FP8 (1: fp8, CKPT_F32 0), NHEADS, NGROUPS, ROWS
@@ -62,7 +64,7 @@
 #define X_BYTES (LP * ROWS * 2)
 #define B_BYTES (LP * REC_PITCH)
 #define C_BYTES (DSTATE * 2)
-#define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), 2 pad
+#define COEF_FLOATS (2 * LP + 4)            // coef[LP], wgt[LP], decay, w (int), fp8: C's inverse scale, pad
 #define COEF_BYTES (COEF_FLOATS * 4)
 #define OFF_X CKPT_BYTES
 #define OFF_B (OFF_X + X_BYTES)
@@ -172,11 +174,21 @@ __device__ __forceinline__ void coefficients(
     const float v = warp_sum(j < w ? part[r] : (j == w ? now : 0.0f));
     if (lane == 0) bc_shared[j] = v;
   }
+#if CKPT_FP8
+  // The step kernel's S0 . C takes C as f16 times 2^e (its tensor-core products on the codes,
+  // widened to f16): the power of two that puts C's largest magnitude in f16's top binade.
+  float c_inverse;
+  const float c_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(c)), c_inverse);
+#endif
   if (warp == 0 && split == 0) {  // the step's C for the step kernel and its B as record w
     u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;
     u16* brow = Brec + w * sBr_pos;
     for (int k = lane; k < DSTATE; k += 32) {
+#if CKPT_FP8
+      crow[k] = f32_to_f16(bf16_to_f32(Crow[k]) * c_scale);
+#else
       crow[k] = Crow[k];
+#endif
       brow[k] = Bnow[k];
     }
   }
@@ -197,6 +209,9 @@ __device__ __forceinline__ void coefficients(
     if (lane == 0) {
       blk[2 * LP] = __expf(ah[q] * (total + dth[q]));
       ((int*)blk)[2 * LP + 1] = w;
+#if CKPT_FP8
+      blk[2 * LP + 2] = c_inverse;
+#endif
       dt_records[slot * sdtr_slot + h * sdtr_head + w] = dth[q];
     }
     u16* xrec = x_records + slot * sxr_slot + h * sxr_head + w * sxr_pos;
@@ -342,28 +357,12 @@ __device__ __forceinline__ void step(
       float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
       s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
 #elif CKPT_FP8
-      // fp8 rows: the codes as fp32 in exact fp32 products, times the row's scale. Lanes 0-15 over
-      // columns [0, DSTATE/2), 16-31 over the rest, 16 columns (one 16-byte chunk) a shared load;
-      // a quarter-warp's 8 rows' same chunk: conflict-free (the swizzle). Four independent sums.
-      float p4[4] = {};
-#pragma unroll
-      for (int q = 0; q < DSTATE / 32; ++q) {
-        const int k = (lane >> 4) * (DSTATE / 2) + 16 * q;
-        const uint4 v = *(const uint4*)(gstage + ckpt_offset(row, k));
-        const uint4 c4a = *(const uint4*)(cs + k), c4b = *(const uint4*)(cs + k + 8);
-        const u32 vw[4] = {v.x, v.y, v.z, v.w};
-        const u32 cw[8] = {c4a.x, c4a.y, c4a.z, c4a.w, c4b.x, c4b.y, c4b.z, c4b.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {  // codes 2e, 2e + 1 of the chunk: C word e
-          float lo, hi;
-          e4m3x2_to_f32((u16)(vw[e >> 1] >> (16 * (e & 1))), lo, hi);
-          p4[e & 3] += lo * __uint_as_float(cw[e] << 16) + hi * __uint_as_float(cw[e] & 0xffff0000u);
-        }
-      }
-      float s0c_row = (p4[0] + p4[1]) + (p4[2] + p4[3]);
-      s0c_row += __shfl_xor_sync(0xffffffffu, s0c_row, 16);
+      // fp8 rows on tensor cores (fp8_rows_times_f16): C as f16 times 2^e (the coefficient
+      // launch: c_rows, 2^-e in the coefficient block) in every column of B, so every column of
+      // the accumulators holds S0 . C (in codes: times the row's scale below).
+      float acc[4];
+      fp8_rows_times_f16(gstage, r0, lane, cs + 32 * tq, acc);
       const float* row_scales = (const float*)(gstage + OFF_SCALE);
-      s0c_row *= row_scales[row];
 #else
       // bf16 rows on tensor cores: m16n8k16 products, A = the warp's 16 rows by ldmatrix from the
       // swizzled boxes, C as column 0 of the B operand (lanes 0-3 hold it), two independent fp32
@@ -391,6 +390,10 @@ __device__ __forceinline__ void step(
       // completed (its block is in this stage).
       if (h == 0 && warp == 0 && lane == 0) cursor[slot] = w == LREC - 1 ? 0 : w + 1;
       const float decay = cf[2 * LP];
+#if CKPT_FP8
+      // The row's code scale times C's inverse power of two, read before the stage is released.
+      const float s0c_factor = row_scales[row] * cf[2 * LP + 2];
+#endif
       // Records term for row r0 + (lane & 15): lanes 0-15 take even j, 16-31 odd j, in two
       // independent sums, a fixed trip count (predicated by w) so that the shared-memory reads
       // are issued together.
@@ -411,14 +414,17 @@ __device__ __forceinline__ void step(
       }
       rec += rec2;
       rec += __shfl_xor_sync(0xffffffffu, rec, 16);
-#if !CKPT_F32 && !CKPT_FP8
+#if !CKPT_F32
       // Row gq's result sits in lane 4 gq (c0), row gq + 8's in the same lane (c2).
       const int src = 4 * (lane & 7);
       const float s0c_lo = __shfl_sync(0xffffffffu, acc[0], src);
       const float s0c_hi = __shfl_sync(0xffffffffu, acc[2], src);
 #endif
       if (lane < 16) {
-#if CKPT_F32 || CKPT_FP8
+#if CKPT_F32
+        float y = decay * s0c_row + rec;
+#elif CKPT_FP8
+        const float s0c_row = ((lane & 8) ? s0c_hi : s0c_lo) * s0c_factor;
         float y = decay * s0c_row + rec;
 #else
         float y = decay * ((lane & 8) ? s0c_hi : s0c_lo) + rec;
@@ -810,6 +816,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
     // value / scale to nearest even (reference.rounding.fp8_row_encode's rule); thread 0 of the
     // row stores the scale.
     const float new_scale = fp8_row_scale(row_max8(max_abs<SM_CPT * SM_EPC>(&s[0][0])));
+    const float inverse = __frcp_rn(new_scale);
     if (p == 0) *scale_t = new_scale;
 #endif
 #pragma unroll
@@ -821,8 +828,10 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
       u32 wd[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        wd[i] = (u32)pack_e4m3x2(__fdiv_rn(s[k][4 * i], new_scale), __fdiv_rn(s[k][4 * i + 1], new_scale)) |
-                ((u32)pack_e4m3x2(__fdiv_rn(s[k][4 * i + 2], new_scale), __fdiv_rn(s[k][4 * i + 3], new_scale)) << 16);
+        wd[i] = (u32)pack_e4m3x2(div_by_reciprocal(s[k][4 * i], new_scale, inverse),
+                                 div_by_reciprocal(s[k][4 * i + 1], new_scale, inverse)) |
+                ((u32)pack_e4m3x2(div_by_reciprocal(s[k][4 * i + 2], new_scale, inverse),
+                                  div_by_reciprocal(s[k][4 * i + 3], new_scale, inverse)) << 16);
       *(uint4*)(ck_t + 128 * k) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
 #else
       *(uint4*)(ck_t + 128 * k) = make_uint4(pack_bf16x2(s[k][0], s[k][1]), pack_bf16x2(s[k][2], s[k][3]),

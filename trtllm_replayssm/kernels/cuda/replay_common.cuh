@@ -41,12 +41,36 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
   return r;
 }
 
-// Two fp8-e4m3 codes (lo in bits 0-7) as fp32, exactly (subnormals included).
-__device__ __forceinline__ void e4m3x2_to_f32(u16 v, float& lo, float& hi) {
+// Two fp8-e4m3 codes (lo in bits 0-7) as f16x2 (lo in bits 0-15), exactly (subnormals included:
+// every e4m3 value is an f16 normal or zero).
+__device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
   u32 h2;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
+  return h2;
+}
+
+// Two fp8-e4m3 codes (lo in bits 0-7) as fp32, exactly (subnormals included).
+__device__ __forceinline__ void e4m3x2_to_f32(u16 v, float& lo, float& hi) {
+  const u32 h2 = e4m3x2_to_f16x2(v);
   lo = f16_to_f32((u16)(h2 & 0xffffu));
   hi = f16_to_f32((u16)(h2 >> 16));
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+  u16 v;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
+  return v;
+}
+
+// The power of two 2^e that takes a vector of largest magnitude ``amax`` (>= 0) into [2^14, 2^15),
+// f16's top binade below 65504 (e clamped to [-126, 126]: a zero or tiny vector gets 2^126, a
+// non-finite one stays non-finite), and its inverse 2^-e, both exact. A bf16 value times it is an
+// f16 value exactly unless it falls below 2^-14 (f16 subnormals: at most 2^-25 off, 2^-39 of
+// amax 2^e).
+__device__ __forceinline__ float f16_range_scale(float amax, float& inverse) {
+  const int e = min(126, max(-126, 14 - (int)((__float_as_uint(amax) >> 23) & 0xffu) + 127));
+  inverse = __uint_as_float((u32)(127 - e) << 23);
+  return __uint_as_float((u32)(127 + e) << 23);
 }
 
 // Two floats as fp8-e4m3 codes (lo in bits 0-7), to nearest even, magnitudes saturating at 448.
@@ -59,6 +83,17 @@ __device__ __forceinline__ u16 pack_e4m3x2(float lo, float hi) {
 // An fp8 row's new scale from its largest magnitude: max |row| / 448 (1 for a zero row), IEEE
 // division (reference.rounding.fp8_row_encode's rule).
 __device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f; }
+
+// x / s to nearest (what IEEE division gives) from r = 1 / s to nearest (__frcp_rn), by
+// Markstein's correction: q = x r to nearest is within an ulp of x / s, so e = x - q s is exact
+// (one FMA) and q + e r to nearest is x / s to nearest. Valid where no step overflows or falls
+// below fp32's normal range: the fp8 encoders divide by a row's scale max |row| / 448, so
+// |x / s| <= 448, and a quotient below 2^-126 rounds to a zero code either way. Three
+// instructions against IEEE division's ~10 and its slow-path branch.
+__device__ __forceinline__ float div_by_reciprocal(float x, float s, float r) {
+  const float q = __fmul_rn(x, r);
+  return __fmaf_rn(__fmaf_rn(-q, s, x), r, q);
+}
 
 // The largest magnitude of N values.
 template <int N>
@@ -194,6 +229,15 @@ __device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// d += a b, m16n8k16, f16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_f16(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // x as a TF32 high part and the fp32 remainder (x = hi + lo; the MMA reads lo's top 19 bits).
 __device__ __forceinline__ void tf32_split(float x, u32& hi, u32& lo) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
@@ -220,6 +264,13 @@ __device__ __forceinline__ void split3(float v, float& hi, float& mid, float& lo
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Max over the warp, every lane gets it.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
