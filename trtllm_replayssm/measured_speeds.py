@@ -288,6 +288,16 @@ _CHECKPOINT_SPEED = Source(
     _RESULTS + "2026-12-04-h200-checkpoint_speed_s33.json",
 )
 
+_CHECKPOINT_SPEED_FP8_S39 = Source(
+    "2026-12-05",
+    _H200,
+    "python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --state f32 bf16 fp8 --batch 64 256 512",
+    _DOC,
+    "Checkpoint dtypes: speed",
+    "2026-12-05 (session 39), fp8 on the CUDA steps with tensor-core S0 products",
+    _RESULTS + "2026-12-05-h200-s39-call3-checkpoint_speed.json",
+)
+
 _CHECKPOINT_SPEED_FP8 = Source(
     "2026-12-05",
     _H200,
@@ -336,13 +346,14 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
 }
 
 # fp8 (e4m3, a scale a row) checkpoints on the CUDA steps (rounding to nearest; a rounding seed
-# takes the Triton kernels, not timed here): (family, layer, L, source) -> at _STEP_BATCHES, the
-# fp8 replay step's ratios against the fp32 conventional step (no conventional step keeps an fp8
-# state), then the same run's bf16 replay step's against that same step.
-_FP8_STEP_TABLE: Dict[tuple, Tuple[Tuple[float, ...], Tuple[float, ...]]] = {
-    (MAMBA2, SUPER, 16, _CHECKPOINT_SPEED_FP8): ((1.23, 2.41, 3.20, 3.49, 3.64), (1.23, 2.23, 2.83, 3.07, 3.23)),
-    (GDN, QWEN35_122B, 16, _CHECKPOINT_SPEED_FP8): ((1.23, 1.48, 1.82, 2.07, 2.15), (1.21, 1.92, 2.47, 2.84, 3.02)),
-    (KDA, KIMI, 16, _CHECKPOINT_SPEED_FP8): ((0.90, 1.26, 1.57, 2.04, 2.15), (0.96, 1.52, 1.93, 2.37, 2.49)),
+# takes the Triton kernels, not timed here): (family, layer, L) -> at _STEP_BATCHES, the fp8
+# replay step's ratios against the fp32 conventional step (no conventional step keeps an fp8
+# state), the same run's bf16 replay step's against that same step, and each batch's source.
+_FP8_SOURCES = (_CHECKPOINT_SPEED_FP8,) * 2 + (_CHECKPOINT_SPEED_FP8_S39,) * 3
+_FP8_STEP_TABLE: Dict[tuple, Tuple[Tuple[float, ...], Tuple[float, ...], Tuple[Source, ...]]] = {
+    (MAMBA2, SUPER, 16): ((1.23, 2.41, 3.88, 4.71, 4.94), (1.23, 2.23, 2.86, 3.12, 3.27), _FP8_SOURCES),
+    (GDN, QWEN35_122B, 16): ((1.23, 1.48, 2.32, 2.64, 2.67), (1.21, 1.92, 2.47, 2.86, 3.05), _FP8_SOURCES),
+    (KDA, KIMI, 16): ((0.90, 1.26, 1.68, 2.16, 2.29), (0.96, 1.52, 1.93, 2.40, 2.54), _FP8_SOURCES),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
@@ -422,8 +433,8 @@ def _measurements() -> Tuple[Measurement, ...]:
             _ACTIVATIONS,
             bf16,
         )
-        for (family, layer, L, source), (ratios, bf16_ratios) in _FP8_STEP_TABLE.items()
-        for batch, ratio, bf16 in zip(_STEP_BATCHES, ratios, bf16_ratios)
+        for (family, layer, L), (ratios, bf16_ratios, sources) in _FP8_STEP_TABLE.items()
+        for batch, ratio, bf16, source in zip(_STEP_BATCHES, ratios, bf16_ratios, sources)
     ]
     verify = (
         ("fp32", _VERIFY_BATCHES, _VERIFY_TABLE, _VERIFY_SOURCES),
