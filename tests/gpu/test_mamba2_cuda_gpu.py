@@ -329,6 +329,19 @@ FP8_SHAPES = [  # d_state 128: the CUDA step's fp8 rows
 ]
 
 
+def admitted_fp8_cache(g, batch: int, L: int):
+    """An fp8 cache of ``batch`` slots, each admitted with an N(0, 1) state, and the slot ids."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    c = Mamba2ReplayCache.allocate(
+        batch, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.float8_e4m3fn,
+        act_dtype=torch.bfloat16, device="cuda",
+    )  # fmt: skip
+    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+    c.admit(slots, torch.randn(batch, g.nheads, g.head_dim, g.d_state, device="cuda"))
+    return c, slots
+
+
 @needs_sm90
 @pytest.mark.parametrize("g,L", FP8_SHAPES)
 @pytest.mark.parametrize("form", ["c4", "c16", "small", "small-b1"])
@@ -354,18 +367,12 @@ def test_cuda_step_fp8_flush_equals_triton_to_a_code(L):
     """One flush from the same fp8 cache by the CUDA and the Triton step: the same row scales (to
     fp32 rounding of the fold) and codes at most one e4m3 step apart (the two folds' fp32 sums
     may round a tie the other way); outputs within bf16 rounding."""
-    from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
 
     g = Geometry(128, 64, 128, 8)
     p = make_params(g, "cuda")
     batch = 9
-    c = Mamba2ReplayCache.allocate(
-        batch, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.float8_e4m3fn,
-        act_dtype=torch.bfloat16, device="cuda",
-    )  # fmt: skip
-    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
-    c.admit(slots, torch.randn(batch, g.nheads, g.head_dim, g.d_state, device="cuda"))
+    c, slots = admitted_fp8_cache(g, batch, L)
     for _ in range(L):  # every row flushes at step L - 1
         inp = make_step(g, batch, torch.bfloat16, "cuda", with_z=True)
         ref = c.clone()
@@ -389,17 +396,11 @@ def test_cuda_step_fp8_takes_C_of_any_magnitude(batch):
     gives the Triton step's outputs (fp32 products) to bf16 rounding. Without D, every output
     scales with C, so the small magnitudes are compared at their own scale (unscaled f16 C would
     overflow at 2^20 and lose most bits at 2^-20)."""
-    from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step
 
     g, L = Geometry(128, 64, 128, 8), 16
     p = make_params(g, "cuda", has_D=False)
-    c = Mamba2ReplayCache.allocate(
-        batch, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=torch.float8_e4m3fn,
-        act_dtype=torch.bfloat16, device="cuda",
-    )  # fmt: skip
-    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
-    c.admit(slots, torch.randn(batch, g.nheads, g.head_dim, g.d_state, device="cuda"))
+    c, slots = admitted_fp8_cache(g, batch, L)
     c.x_records.normal_(), c.B_records.normal_(), c.dt_records.uniform_(0.01, 0.05)
     c.cursor.copy_(torch.arange(batch, dtype=torch.int32) % (L - 1))  # no flush: every step reads the same S0
     inp = make_step(g, batch, torch.bfloat16, "cuda")
