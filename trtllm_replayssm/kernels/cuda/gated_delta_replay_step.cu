@@ -101,7 +101,7 @@
 // to the qk block: q, then k (QK_F16_STRIDE u16 apart: a quarter-warp's reads of the two are at
 // most 2-way bank conflicts), then the factors rq 2^-eq, rk 2^-ek (q̂ = rq q, k̂ = rk k) and 2
 // pad. One launch (KDA; GDN at small batches) keeps the exact fp32 products: there the f16 vectors
-// would be formed per unit, and KDA's step was 3-4% slower so (kernel notes, session 39).
+// would be formed per unit, and KDA's step was 3-7% slower so (kernel notes, session 39).
 #define FP8_MMA (CKPT_FP8 && !ONE_LAUNCH)
 #define QK_F16_STRIDE (DK + 16)
 #define QK_F16 (2 * DK)                              // float offset of the f16 q in the qk block
