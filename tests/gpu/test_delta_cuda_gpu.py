@@ -145,6 +145,17 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
     check_against_oracle(g, 16, state, form, per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
 
 
+def fill_randomly(cache) -> None:
+    """A delta-rule cache's checkpoint N(0, 1) in its dtype (fp8: codes of N(0, 1) times row scales
+    in [0.5, 2]), d records N(0, 1), k records unit rows, g records in [-0.3, -0.01]."""
+    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
+    if cache.checkpoint_scale is not None:
+        cache.checkpoint_scale.uniform_(0.5, 2.0)
+    torch.nn.init.normal_(cache.d_records)
+    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
+    cache.g_records.uniform_(-0.3, -0.01)
+
+
 FP8_SHAPES = [
     pytest.param(DeltaGeometry(16, 64, 128, 128), 16, False, id="qwen3.5-122b-L16"),
     pytest.param(DeltaGeometry(16, 32, 128, 128), 32, False, id="qwen3.5-4b-L32"),
@@ -199,11 +210,7 @@ def test_cuda_delta_fp8_takes_q_k_of_any_magnitude(use_qk_l2norm, form):
     fam = DeltaFamily(g, per_channel=per_channel, use_qk_l2norm=use_qk_l2norm)
     p = fam.make_params("cuda")
     cache = fam.allocate(batch, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
-    cache.checkpoint_scale.uniform_(0.5, 2.0)
-    torch.nn.init.normal_(cache.d_records)
-    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
-    cache.g_records.uniform_(-0.3, -0.01)
+    fill_randomly(cache)
     cache.cursor.copy_(torch.arange(batch, dtype=torch.int32) % (L - 1))  # no flush
     slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
     inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=per_channel)
@@ -212,11 +219,7 @@ def test_cuda_delta_fp8_takes_q_k_of_any_magnitude(use_qk_l2norm, form):
         scaled = dict(inp, q=inp["q"] * factor, k=inp["k"] * factor)  # powers of two: exact in bf16
         outs = {}
         for kernel, cfg in (("cuda", cuda_config), ("triton", None)):
-            c = fam.allocate(batch, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
-            for name, t in vars(cache).items():
-                if isinstance(t, torch.Tensor):
-                    getattr(c, name).copy_(t)
-            outs[kernel] = replay_with_launcher(c, scaled, p, slot_ids, torch.zeros_like(inp["v"]), kernel=kernel,
+            outs[kernel] = replay_with_launcher(cache.clone(), scaled, p, slot_ids, torch.zeros_like(inp["v"]), kernel=kernel,
                                                 config=cfg).float()  # fmt: skip
         err = float((outs["cuda"] - outs["triton"]).abs().max() / outs["triton"].abs().max())
         assert err < 2e-2, (factor, err)
@@ -247,12 +250,7 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
-    if cache.checkpoint_scale is not None:  # fp8: codes of N(0, 1) times row scales
-        cache.checkpoint_scale.uniform_(0.5, 2.0)
-    torch.nn.init.normal_(cache.d_records)
-    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
-    cache.g_records.uniform_(-0.3, -0.01)
+    fill_randomly(cache)
     cache.cursor.copy_(torch.randint(0, L, (slots,), dtype=torch.int32))
     slot_ids = torch.tensor([3, -1, 0, 7, 5, 1][:batch], dtype=torch.int32, device="cuda")
     inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=per_channel)

@@ -232,8 +232,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
         if table.small or runs_one_launch(table, per_channel) or table.rows == unit_rows(head_v_dim):
             return table
         narrow = replace(table, rows=unit_rows(head_v_dim))
-        ctas = min(3, delta_ctas_that_fit(narrow, head_k_dim, L, 1), REGISTERS_PER_SM // (_threads(narrow.rows) * 128))
-        return replace(narrow, min_ctas=ctas)
+        return replace(narrow, min_ctas=_resident_ctas(narrow, head_k_dim, L, 1, per_channel))
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
@@ -261,12 +260,20 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
         rows = unit_rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
     cfg = DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps,
                           flush_mma=flush_mma)
-    ctas = min(3, delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel))
-    if not coef_warps:
-        ctas = min(ctas, REGISTERS_PER_SM // (_threads(rows) * 128))
+    ctas = _resident_ctas(cfg, head_k_dim, L, state_bytes, per_channel)
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
     return replace(cfg, min_ctas=ctas)
+
+
+def _resident_ctas(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int, per_channel: bool) -> int:
+    """CTAs of ``cfg``'s step kernel a multiprocessor holds under the table's rule: as many as
+    shared memory allows, at most 3, and without coefficient warps as many as a 128-register cap
+    allows (0: not even one fits)."""
+    ctas = min(3, delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel))
+    if not cfg.coef_warps:
+        ctas = min(ctas, REGISTERS_PER_SM // (_threads(cfg.rows) * 128))
+    return ctas
 
 
 def _wide_units_pay(head_k_dim: int, head_v_dim: int, L: int, state_bytes: int) -> bool:
