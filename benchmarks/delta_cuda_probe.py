@@ -27,6 +27,11 @@ multiprocessor).
 revision exported by scripts/export_variant.sh: ``variants/base/trtllm_replayssm/kernels/cuda/
 gated_delta_replay_step.cu``; same kernel parameters), in the same interleaved rounds, labelled
 ``@base``: a kernel change measured side by side with the kernel it replaces.
+``--baseline-configs`` names the configurations timed with it instead of all of them (those the
+older source can build):
+
+    python benchmarks/delta_cuda_probe.py --state fp8 --configs table table,fmma --baseline-configs table \
+        --baseline variants/main/trtllm_replayssm/kernels/cuda/gated_delta_replay_step.cu
 """
 
 from __future__ import annotations
@@ -103,7 +108,16 @@ def main(argv=None):
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32", "fp8"])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
     ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
+    ap.add_argument(
+        "--baseline-configs",
+        type=parse_config,
+        nargs="+",
+        default=None,
+        help="the configs timed with --baseline (default: all)",
+    )
     args = ap.parse_args(argv)
+    if args.baseline_configs is not None and args.baseline is None:
+        ap.error("--baseline-configs needs --baseline")
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_probe: needs a CUDA GPU")
     geometry = args.geometry or ((32, 32, 128, 128) if args.family == "kda" else (16, 64, 128, 128))
@@ -114,11 +128,13 @@ def main(argv=None):
     print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>30} {'us/step':>9} {'speedup':>8} {'check':>9}")
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
-        sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
         configs = {}
         for c in args.configs:
             cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
-            configs.update({f"cuda {cfg.label()}{tag}": (cfg, src) for tag, src in sources.items()})
+            configs[f"cuda {cfg.label()}"] = (cfg, None)
+        for c in (args.baseline_configs or args.configs) if args.baseline else ():
+            cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
+            configs[f"cuda {cfg.label()} @base"] = (cfg, args.baseline)
         checks = {}
         for name, (cfg, src) in configs.items():
             with kernel_source(gc, src, {}):
