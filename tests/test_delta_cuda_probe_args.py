@@ -1,0 +1,57 @@
+"""``benchmarks/delta_cuda_probe.py``'s arguments, without a GPU: configuration strings to launch
+configurations (and their refusals), the table's configuration with the flush on tensor cores, and
+``--baseline-configs`` refused without ``--baseline`` before anything runs."""
+
+import argparse
+import dataclasses
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import delta_cuda_probe  # noqa: E402
+from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig, delta_cuda_config  # noqa: E402
+
+QWEN_122B = (16, 64, 128, 128)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("table", "table"),
+        ("table,fmma", "table,fmma"),
+        ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
+        (
+            "128,3,1,one,cw4,fmma",
+            DeltaCudaConfig(rows=128, stages=3, min_ctas=1, one_launch=True, coef_warps=4, flush_mma=True),
+        ),
+        ("64,2,3,mma", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, s0_mma=True)),
+        ("small,32,m3", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, small=True, small_rows=32)),
+    ],
+)
+def test_config_strings_name_their_launch(text, expected):
+    assert delta_cuda_probe.parse_config(text) == expected
+
+
+@pytest.mark.parametrize("text", ["64,2", "table,mma", "64,2,4,xx", "64,2,4,cw4,cw2", "small,32", "small,32,3"])
+def test_malformed_config_strings_are_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"config {text!r}"):
+        delta_cuda_probe.parse_config(text)
+
+
+@pytest.mark.parametrize("state_bytes", [1, 2, 4])
+def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
+    table = delta_cuda_config(128, 128, 16, 256, state_bytes)
+    got = delta_cuda_probe.case_config("table,fmma", QWEN_122B, 16, 256, state_bytes, per_channel=False)
+    assert got == dataclasses.replace(table, flush_mma=True)
+    assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
+
+
+def test_baseline_configs_need_a_baseline(capsys):
+    with pytest.raises(SystemExit) as e:
+        delta_cuda_probe.main(["--configs", "table", "table,fmma", "--baseline-configs", "table"])
+    assert e.value.code == 2
+    assert "--baseline-configs needs --baseline" in capsys.readouterr().err
