@@ -128,13 +128,13 @@ def main(argv=None):
     print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>30} {'us/step':>9} {'speedup':>8} {'check':>9}")
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
+        runs = [(c, "", None) for c in args.configs]
+        if args.baseline:
+            runs += [(c, " @base", args.baseline) for c in args.baseline_configs or args.configs]
         configs = {}
-        for c in args.configs:
+        for c, tag, src in runs:
             cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
-            configs[f"cuda {cfg.label()}"] = (cfg, None)
-        for c in (args.baseline_configs or args.configs) if args.baseline else ():
-            cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)
-            configs[f"cuda {cfg.label()} @base"] = (cfg, args.baseline)
+            configs[f"cuda {cfg.label()}{tag}"] = (cfg, src)
         checks = {}
         for name, (cfg, src) in configs.items():
             with kernel_source(gc, src, {}):
