@@ -1130,8 +1130,31 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
             for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
           }
         };
-#if CKPT_FP8
-        // fp8: two passes over the lane's half row, so that no chunk is held in registers: the
+#if CKPT_FP8 && !PER_CHANNEL
+        // fp8, GDN: the lane's half row folded once and held in registers (HALF / EPC chunks; the
+        // 64-row units' build stays at 128 registers without spills), the row's largest magnitude
+        // over both halves (lanes l and l + 16), then the values divided by the row's new scale
+        // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
+        // (reference.rounding.fp8_row_encode's rule); lanes 0-15 write the scale.
+        float held[HALF / EPC][EPC];
+        float amax = 0.0f;
+#pragma unroll
+        for (int c = 0; c < HALF / EPC; ++c) {
+          fold_chunk(half * HALF + c * EPC, held[c]);
+          amax = fmaxf(amax, max_abs<EPC>(held[c]));
+        }
+        const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
+        const float inverse = __frcp_rn(new_scale);
+#pragma unroll
+        for (int c = 0; c < HALF / EPC; ++c) {
+#pragma unroll
+          for (int e = 0; e < EPC; ++e) held[c][e] = div_by_reciprocal(held[c][e], new_scale, inverse);
+          store_chunk(gstage, row, half * HALF + c * EPC, held[c]);
+        }
+        if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
+#elif CKPT_FP8
+        // fp8, KDA: two passes over the lane's half row, so that no chunk is held in registers
+        // (its coefficient warps' build is capped at 72 registers; held chunks spilled): the
         // row's largest magnitude (both halves, lanes l and l + 16), then the folded values again
         // (the same arithmetic on the same stage: the same values), divided by the row's new scale
         // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
