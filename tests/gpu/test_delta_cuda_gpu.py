@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step, replay_with_launcher
-from op_checks import bits
+from op_checks import assert_fp8_flush_matches, bits
 from replay_driver import drive_replay
 
 pytestmark = pytest.mark.gpu
@@ -191,6 +191,69 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
     assert worst["flushes"] >= 5
     assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["fp8"], worst
     assert worst["ckpt"] < STATE_TOL["fp8"] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L,per_channel", [s for s in FP8_SHAPES if not s.values[2]])
+@pytest.mark.parametrize("batch", [16, 256])  # GDN: one launch, the two launches
+def test_cuda_gdn_fp8_flush_on_tensor_cores_long_run_against_oracle(g, L, per_channel, batch):
+    """GDN's fp8 flush folded on tensor cores (``flush_mma``: two bf16 parts of e_j d_j against the
+    k̂ records, the rows held for their new scales) at the table's configuration otherwise: codes
+    and row scales against the float64 oracle over many flushes, padding rows and unused slots
+    untouched; then batch 64 at Qwen3.5-122B, tens of units a CTA."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
+
+    cfg = dataclasses.replace(delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel), flush_mma=True)
+    runs = [dict(g=g, steps=max(3 * L + 3, 40), batch=5, num_slots=11, flushes=5)]
+    if batch == 256 and g == DeltaGeometry(16, 64, 128, 128):
+        runs.append(dict(g=g, steps=40, batch=64, num_slots=70, flushes=64))
+    for run in runs:
+        worst = drive_replay(
+            DeltaFamily(run["g"]),
+            partial(replay_cuda, config=cfg),
+            L,
+            torch.float8_e4m3fn,
+            torch.bfloat16,
+            "cuda",
+            steps=run["steps"],
+            batch=run["batch"],
+            num_slots=run["num_slots"],
+            n_padding=2,
+        )
+        assert worst["flushes"] >= run["flushes"]
+        assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["fp8"], worst
+        assert worst["ckpt"] < STATE_TOL["fp8"] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("batch", [16, 64])  # GDN: one launch, the two launches
+def test_cuda_gdn_fp8_flush_on_tensor_cores_matches_the_fma_fold(batch):
+    """Every row flushing, once with the fold on tensor cores and once in fp32 FMAs (Qwen3.5-122B,
+    L = 16): the same outputs bit for bit (formed before the fold), the same row scales to fp32
+    rounding and codes within one e4m3 spacing of the FMA fold's, few of them other (two bf16
+    parts of e_j d_j carry 16 bits: a code moves only next to a rounding boundary)."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
+
+    g, L = DeltaGeometry(16, 64, 128, 128), 16
+    fam = DeltaFamily(g)
+    p = fam.make_params("cuda")
+    cache = fam.allocate(batch + 3, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
+    fill_randomly(cache)
+    cache.cursor.fill_(L - 1)
+    slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
+    inp = make_step(g, batch, torch.bfloat16, "cuda")
+    table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1)
+    runs = {}
+    for flush_mma in (False, True):
+        c = cache.clone()
+        out = replay_with_launcher(c, inp, p, slot_ids, torch.zeros_like(inp["v"]), kernel="cuda",
+                                   config=dataclasses.replace(table, flush_mma=flush_mma))  # fmt: skip
+        runs[flush_mma] = (out, c)
+    torch.cuda.synchronize()
+    (out_fma, fma), (out_mma, mma) = runs[False], runs[True]
+    assert torch.equal(out_mma, out_fma)
+    assert torch.equal(mma.cursor, fma.cursor) and not torch.equal(bits(mma.checkpoint), bits(cache.checkpoint))
+    assert_fp8_flush_matches(mma.checkpoint, mma.checkpoint_scale, fma.checkpoint, fma.checkpoint_scale, exact=False)
 
 
 @needs_sm90

@@ -159,6 +159,22 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
 
 
+@pytest.mark.parametrize("batch", [16, 256])  # GDN: one launch, the two launches
+@pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_fp8_flush_on_tensor_cores_compiles(shape, batch):
+    """GDN's fp8 flush folded on tensor cores (``flush_mma``) at the table's configuration
+    otherwise: bf16 products in the step kernel beside its f16 S0 products (two launches), the
+    codes' and scales' conversions, the shared memory the launcher allocates."""
+    _, _, dk, dv, L = shape
+    cfg, ptx = _ptx(shape, 1, batch=batch, flush_mma=True)
+    step = ptx_entry(ptx, "delta_replay_step")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step
+    assert ("f32.f16.f16.f32" in step) == (not gc.runs_one_launch(cfg, False))
+    assert all(op in step for op in FP8_PTX), [op for op in FP8_PTX if op not in step]
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, False, gc.runs_one_launch(cfg, False))
+
+
 def test_fp8_refusals_name_their_reason():
     c, q, v, g = _cpu_case(state=torch.float8_e4m3fn)
     unsupported = gc.delta_shape_unsupported
@@ -172,10 +188,9 @@ def test_fp8_refusals_name_their_reason():
     c64, q64, v64, g64 = _cpu_case(dk=64, state=torch.float8_e4m3fn)
     reason = unsupported(c64.checkpoint, c64.d_records, c64.k_records, c64.g_records, q64, q64, v64, g64, c64.checkpoint_scale)
     assert "head_k_dim 64 with an fp8 checkpoint" in reason
-    for change in (dict(s0_mma=True), dict(flush_mma=True)):
-        cfg = dataclasses.replace(gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1), **change)
-        with pytest.raises(ValueError, match="an fp8 checkpoint takes its own S0 products and the exact-fp32 flush"):
-            gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
+    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, s0_mma=True)
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint and the step kernel; got 1-byte"):
+        gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
 
 
 def test_coefficient_warps_need_one_launch():

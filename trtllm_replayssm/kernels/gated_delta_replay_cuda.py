@@ -108,7 +108,8 @@ class DeltaCudaConfig:
     as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (the step kernel): a flush unit's
     fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
     parts of e_j d_j against the bf16 k̂ records; three parts for an fp32 checkpoint, two for a
-    bf16 one) instead of fp32 FMAs."""
+    bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
+    FMAs."""
 
     rows: int
     stages: int
@@ -369,11 +370,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if state_bytes == 1 and (cfg.s0_mma or cfg.flush_mma):
-        raise ValueError(
-            f"delta_replay_step (CUDA): an fp8 checkpoint takes its own S0 products and the exact-fp32 flush; got "
-            f"s0_mma={cfg.s0_mma}, flush_mma={cfg.flush_mma}"
-        )
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "

@@ -37,9 +37,11 @@
 //    with TMA tensor stores. fp8 (CKPT_FP8): the producer copies the unit's row scales beside its
 //    codes; S0 q̂ and S0 k̂ are formed from the codes (in two launches on tensor cores, the codes
 //    widened to f16 and the step's raw q and k as f16 times powers of two, which launch 1 appends
-//    to the qk block, FP8_MMA below) and times the row's scale; a flush folds the
-//    lane's half row twice: first for the row's new scale max |row| / 448 (1 for a zero row) over
-//    both halves, then to store codes (value / scale, nearest even); lanes 0-15 store the scales. A unit that does not flush gives its stage back once read. GDN: a
+//    to the qk block, FP8_MMA below) and times the row's scale; a flush finds the row's new
+//    scale max |row| / 448 (1 for a zero row) over both halves, then stores codes (value / scale,
+//    nearest even) and the scales: GDN folds the lane's half row once and holds it, KDA folds it
+//    twice (first for the scale), and with FLUSH_MMA the warp's 16 rows are folded on tensor cores
+//    and held as accumulator tiles. A unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced
@@ -115,8 +117,8 @@
 #ifndef FLUSH_MMA
 #define FLUSH_MMA 0
 #endif
-#if CKPT_FP8 && (S0_MMA || FLUSH_MMA || DK != 128)
-#error "an fp8 checkpoint takes its own S0 products and the exact-fp32 flush, head_k_dim 128"
+#if CKPT_FP8 && (S0_MMA || DK != 128)
+#error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
@@ -515,14 +517,17 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
 // into fp32 accumulators (records from w on are zero in both operands), then d k̂ᵀ and the decayed
 // checkpoint added in fp32 FMAs and the rows rounded into the stage in place. The operand that is
 // not bf16 goes in FLUSH_PARTS bf16 parts (split3: exact to 24 bits with three, the fp32
-// checkpoint; to 16 bits with two, the bf16 one), smallest part first:
+// checkpoint; to 16 bits with two, the bf16 and fp8 ones), smallest part first:
 //   KDA: S = S0 Diag(e0) + D Uᵀ + d k̂ᵀ, A = the d records (bf16, exact), B = U's parts (fp32 U_j,
 //        written over the g records by unit_coefficients);
 //   GDN: S = e0 S0 + A K̂ + d k̂ᵀ, A = the parts of e_j d_j (e_j from the coefficient block),
 //        B = the k̂ records (bf16, exact).
 // d: the new record of row r0 + (lane & 15), in every lane. Lane (g = lane / 4, t = lane % 4)
 // holds rows r0 + g and r0 + g + 8, columns 2t and 2t + 1 of a tile: it reads and writes only
-// those elements of the stage.
+// those elements of the stage. fp8 (CKPT_FP8): the decayed checkpoint from the codes times the
+// stage's row scales; every tile's sums held in registers, then stored as codes with each row's
+// new scale (store_warp_rows_fp8), the scales to ``scale_out`` (the unit's [ROWS] row scales,
+// global; unused otherwise).
 #define FLUSH_PARTS (CKPT_F32 ? 3 : 2)
 #define FLUSH_A (PER_CHANNEL ? 1 : FLUSH_PARTS)  // A operands (parts) a record block
 // Records j and j + 1 of a bf16 [LP][stride] block at column col as one bf16x2 word, zero from w on.
@@ -538,7 +543,7 @@ __device__ __forceinline__ void flush_parts(float v, float (&p)[3]) {
   if (FLUSH_PARTS == 2) p[1] += p[2];
 }
 
-__device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d) {
+__device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d, float* scale_out) {
   const u16* ds = (const u16*)(gstage + OFF_D);
   const float* qks = (const float*)(gstage + OFF_QK);
   const int g = lane >> 2, t = lane & 3;
@@ -575,7 +580,14 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
   const float* khat = qks + DK;
   const float e0 = ((const float*)(gstage + OFF_COEF))[3 * LP];
 #endif
+#if CKPT_FP8
+  const float* old_scale = (const float*)(gstage + OFF_SCALE);
+  const float row_scale[2] = {old_scale[r0 + g], old_scale[r0 + g + 8]};
+  float held[DK / 8][4];
+#pragma unroll
+#else
 #pragma unroll 1
+#endif
   for (int n0 = 0; n0 < DK; n0 += 8) {
     float acc[4] = {};
 #pragma unroll
@@ -612,6 +624,11 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 #if CKPT_F32
       const float2 s0 = *(const float2*)at;
       *(float2*)at = make_float2(fmaf(e0a, s0.x, fmaf(dr, ka, acc[2 * h])), fmaf(e0b, s0.y, fmaf(dr, kb, acc[2 * h + 1])));
+#elif CKPT_FP8
+      float c0, c1;
+      e4m3x2_to_f32(*(const u16*)at, c0, c1);
+      held[n0 / 8][2 * h] = fmaf(e0a, c0 * row_scale[h], fmaf(dr, ka, acc[2 * h]));
+      held[n0 / 8][2 * h + 1] = fmaf(e0b, c1 * row_scale[h], fmaf(dr, kb, acc[2 * h + 1]));
 #else
       const u32 s0 = *(const u32*)at;
       *(u32*)at = pack_bf16x2(fmaf(e0a, __uint_as_float(s0 << 16), fmaf(dr, ka, acc[2 * h])),
@@ -619,6 +636,9 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 #endif
     }
   }
+#if CKPT_FP8
+  store_warp_rows_fp8(gstage, r0, lane, held, scale_out);
+#endif
 }
 #endif
 
@@ -1087,7 +1107,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
         // by unit_coefficients.
 #if FLUSH_MMA
-        flush_fold_mma(gstage, r0, lane, w, d);
+        flush_fold_mma(gstage, r0, lane, w, d, CKPT_FP8 ? ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS : nullptr);
 #else
         const u16* ks = (const u16*)(gstage + OFF_K);
 #if PER_CHANNEL
