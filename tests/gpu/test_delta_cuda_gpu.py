@@ -168,14 +168,20 @@ FP8_SHAPES = [
 @needs_sm90
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
 @pytest.mark.parametrize("batch", [2, 16, 256])
-def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
+@pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
+def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
-    small kernel at 2, one launch at 16, the two launches at 256; KDA: its one launch): codes and
-    row scales against the float64 oracle over many flushes, padding rows and unused slots
-    untouched (drive_replay)."""
+    small kernel at 2, one launch at 16, the two launches at 256; KDA: its one launch), and GDN's
+    step kernel with the flush folded on tensor cores (``flush_mma``): codes and row scales
+    against the float64 oracle over many flushes, padding rows and unused slots untouched
+    (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
+    if flush_mma:
+        if per_channel or cfg.small:
+            pytest.skip("the fp8 flush on tensor cores: GDN's step kernel")
+        cfg = dataclasses.replace(cfg, flush_mma=True)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
         partial(replay_cuda, config=cfg),
@@ -191,38 +197,6 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
     assert worst["flushes"] >= 5
     assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["fp8"], worst
     assert worst["ckpt"] < STATE_TOL["fp8"] + ACT_TOL["bf16"], worst
-
-
-@needs_sm90
-@pytest.mark.parametrize("g,L,per_channel", [s for s in FP8_SHAPES if not s.values[2]])
-@pytest.mark.parametrize("batch", [16, 256])  # GDN: one launch, the two launches
-def test_cuda_gdn_fp8_flush_on_tensor_cores_long_run_against_oracle(g, L, per_channel, batch):
-    """GDN's fp8 flush folded on tensor cores (``flush_mma``: two bf16 parts of e_j d_j against the
-    k̂ records, the rows held for their new scales) at the table's configuration otherwise: codes
-    and row scales against the float64 oracle over many flushes, padding rows and unused slots
-    untouched; then batch 64 at Qwen3.5-122B, tens of units a CTA."""
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
-
-    cfg = dataclasses.replace(delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel), flush_mma=True)
-    runs = [dict(g=g, steps=max(3 * L + 3, 40), batch=5, num_slots=11, flushes=5)]
-    if batch == 256 and g == DeltaGeometry(16, 64, 128, 128):
-        runs.append(dict(g=g, steps=40, batch=64, num_slots=70, flushes=64))
-    for run in runs:
-        worst = drive_replay(
-            DeltaFamily(run["g"]),
-            partial(replay_cuda, config=cfg),
-            L,
-            torch.float8_e4m3fn,
-            torch.bfloat16,
-            "cuda",
-            steps=run["steps"],
-            batch=run["batch"],
-            num_slots=run["num_slots"],
-            n_padding=2,
-        )
-        assert worst["flushes"] >= run["flushes"]
-        assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["fp8"], worst
-        assert worst["ckpt"] < STATE_TOL["fp8"] + ACT_TOL["bf16"], worst
 
 
 @needs_sm90
