@@ -1,7 +1,7 @@
 // ReplaySSM gated delta-rule decode step for sm_90 (GDN: a log-decay per value head; KDA, with
 // PER_CHANNEL: one per key channel), bf16 activations and records, bf16, fp32 (CKPT_F32) or
-// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128, exact-fp32
-// products and flush) checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128) checkpoints,
+// compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
 // kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), at small batches
 // launch 2 alone or, smaller still, one kernel without a ring (3); KDA: launch 2 alone, forming its
