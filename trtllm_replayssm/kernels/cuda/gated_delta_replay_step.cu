@@ -39,8 +39,8 @@
 //    widened to f16 and the step's raw q and k as f16 times powers of two, which launch 1 appends
 //    to the qk block, FP8_MMA below) and times the row's scale; a flush finds the row's new
 //    scale max |row| / 448 (1 for a zero row) over both halves, then stores codes (value / scale,
-//    nearest even) and the scales: GDN folds the lane's half row once and holds it, KDA folds it
-//    twice (first for the scale), and with FLUSH_MMA the warp's 16 rows are folded on tensor cores
+//    nearest even) and the scales: the lane's half row folded once and held (GDN; KDA at one CTA
+//    a multiprocessor) or twice (first for the scale), and with FLUSH_MMA the warp's 16 rows are folded on tensor cores
 //    and held as accumulator tiles. A unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
@@ -1150,9 +1150,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
             for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
           }
         };
-#if CKPT_FP8 && !PER_CHANNEL
-        // fp8, GDN: the lane's half row folded once and held in registers (HALF / EPC chunks; the
-        // 64-row units' build stays at 128 registers without spills), the row's largest magnitude
+        // fp8: one pass where the registers allow it (GDN; KDA at one CTA a multiprocessor), else
+        // two (KDA's two-CTA coefficient-warp build, capped at 72 registers, spilled the held row).
+#if CKPT_FP8 && (!PER_CHANNEL || MIN_CTAS == 1)
+        // One pass: the lane's half row folded once and held in registers (HALF / EPC chunks; GDN's
+        // 64-row units at 128 registers, KDA's 128-row units at 127-128, without spills), the row's largest magnitude
         // over both halves (lanes l and l + 16), then the values divided by the row's new scale
         // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
         // (reference.rounding.fp8_row_encode's rule); lanes 0-15 write the scale.
@@ -1173,8 +1175,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         }
         if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
 #elif CKPT_FP8
-        // fp8, KDA: two passes over the lane's half row, so that no chunk is held in registers
-        // (its coefficient warps' build is capped at 72 registers; held chunks spilled): the
+        // Two passes over the lane's half row, so that no chunk is held in registers: the
         // row's largest magnitude (both halves, lanes l and l + 16), then the folded values again
         // (the same arithmetic on the same stage: the same values), divided by the row's new scale
         // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
