@@ -203,9 +203,10 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_
 @pytest.mark.parametrize("batch", [16, 64])  # GDN: one launch, the two launches
 def test_cuda_gdn_fp8_flush_on_tensor_cores_matches_the_fma_fold(batch):
     """Every row flushing, once with the fold on tensor cores and once in fp32 FMAs (Qwen3.5-122B,
-    L = 16): the same outputs bit for bit (formed before the fold), the same row scales to fp32
-    rounding and codes within one e4m3 spacing of the FMA fold's, few of them other (two bf16
-    parts of e_j d_j carry 16 bits: a code moves only next to a rounding boundary)."""
+    L = 16): the same outputs to bf16 rounding (formed before the fold, by two builds), the same
+    row scales to fp32 rounding and codes within one e4m3 spacing of the FMA fold's, few of them
+    other (two bf16 parts of e_j d_j carry 16 bits: a code moves only next to a rounding
+    boundary)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     g, L = DeltaGeometry(16, 64, 128, 128), 16
@@ -225,7 +226,7 @@ def test_cuda_gdn_fp8_flush_on_tensor_cores_matches_the_fma_fold(batch):
         runs[flush_mma] = (out, c)
     torch.cuda.synchronize()
     (out_fma, fma), (out_mma, mma) = runs[False], runs[True]
-    assert torch.equal(out_mma, out_fma)
+    torch.testing.assert_close(out_mma.float(), out_fma.float(), rtol=2**-7, atol=0.0)
     assert torch.equal(mma.cursor, fma.cursor) and not torch.equal(bits(mma.checkpoint), bits(cache.checkpoint))
     assert_fp8_flush_matches(mma.checkpoint, mma.checkpoint_scale, fma.checkpoint, fma.checkpoint_scale, exact=False)
 
