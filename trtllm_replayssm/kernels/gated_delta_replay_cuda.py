@@ -227,7 +227,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     smaller) but GDN's two launches without wide units (the standard units at as many CTAs as fit,
     session 39: Qwen3.5-122B, L = 16, us, 64-row units at 3 CTAs / the bf16 table's 128-row units
     at 1: batch 64 59.80 / 71.88, 256 213.70 / 259.78, 512 406.99 / 490.94), the flush in exact
-    fp32 FMAs (a row folded once and held for its new scale; KDA's two-CTA build folds it twice)."""
+    fp32 FMAs (a row folded once, over four lanes, and held for its new scale)."""
     if state_bytes == 1:
         table = replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
         if table.small or runs_one_launch(table, per_channel) or table.rows == unit_rows(head_v_dim):

@@ -37,11 +37,11 @@
 //    with TMA tensor stores. fp8 (CKPT_FP8): the producer copies the unit's row scales beside its
 //    codes; S0 q̂ and S0 k̂ are formed from the codes (in two launches on tensor cores, the codes
 //    widened to f16 and the step's raw q and k as f16 times powers of two, which launch 1 appends
-//    to the qk block, FP8_MMA below) and times the row's scale; a flush finds the row's new
-//    scale max |row| / 448 (1 for a zero row) over both halves, then stores codes (value / scale,
-//    nearest even) and the scales: the lane's half row folded once and held (GDN; KDA at one CTA
-//    a multiprocessor) or twice (first for the scale), and with FLUSH_MMA the warp's 16 rows are folded on tensor cores
-//    and held as accumulator tiles. A unit that does not flush gives its stage back once read. GDN: a
+//    to the qk block, FP8_MMA below) and times the row's scale; a flush folds each row once and
+//    holds it (a row over four lanes, eight rows of the warp at a time; with FLUSH_MMA the warp's
+//    16 rows on tensor cores, held as accumulator tiles), takes the row's new scale max |row| /
+//    448 (1 for a zero row), then stores codes (value / scale, nearest even) and the scales. A
+//    unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced
@@ -92,6 +92,9 @@
 #include "ckpt_stage.cuh"
 #define EPC (16 / ES)                       // checkpoint elements per 16-byte chunk
 #define HALF (DK / 2)                       // columns of a lane (lanes 0-15: the first half)
+#define FQ (DK / 4)                         // columns of a lane in the fp8 flush (a row over four lanes)
+#define FOLD_RECS (LREC - 1)                // records a flush folds (w = L - 1)
+#define FOLD_A (FOLD_RECS > 0 ? FOLD_RECS : 1)  // length of a row's record-weight array
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
@@ -1116,26 +1119,26 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #else
         const float* khat = qks + DK;
 #endif
-        float a[LREC > 1 ? LREC - 1 : 1];
+        // Row rr's weights of the records: GDN e_j d_j, KDA d_j (U_j carries the decays).
+        auto record_weights = [&](int rr, float (&a)[FOLD_A]) {
 #pragma unroll
-        for (int j = 0; j < LREC - 1; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + row]);
-        // The folded values of the chunk at column col of the lane's row (fp8: from the codes times
-        // the row's scale).
-        auto fold_chunk = [&](int col, float (&s)[EPC]) {
-          load_chunk(gstage, row, col, s);
+          for (int j = 0; j < FOLD_RECS; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + rr]);
+        };
+        // The folded values of the chunk at column col of row rr (a: its record weights, dr: its new
+        // record d; fp8: sc, its old scale, the codes' factor).
+        auto fold_chunk = [&](int rr, const float (&a)[FOLD_A], float dr, float sc, int col, float (&s)[EPC]) {
+          load_chunk(gstage, rr, col, s);
 #pragma unroll
           for (int e = 0; e < EPC; ++e) {
-#if CKPT_FP8
-            s[e] *= row_scale;
-#endif
+            if (CKPT_FP8) s[e] *= sc;
 #if PER_CHANNEL
-            s[e] = qks[3 * DK + col + e] * s[e] + d * khat[col + e];
+            s[e] = qks[3 * DK + col + e] * s[e] + dr * khat[col + e];
 #else
-            s[e] = e0 * s[e] + d * khat[col + e];
+            s[e] = e0 * s[e] + dr * khat[col + e];
 #endif
           }
 #pragma unroll
-          for (int j = 0; j < LREC - 1; ++j) {
+          for (int j = 0; j < FOLD_RECS; ++j) {
             float kc[EPC];
 #if PER_CHANNEL
 #pragma unroll
@@ -1150,59 +1153,49 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
             for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
           }
         };
-        // fp8: one pass where the registers allow it (GDN; KDA at one CTA a multiprocessor), else
-        // two (KDA's two-CTA coefficient-warp build, capped at 72 registers, spilled the held row).
-#if CKPT_FP8 && (!PER_CHANNEL || MIN_CTAS == 1)
-        // One pass: the lane's half row folded once and held in registers (HALF / EPC chunks; GDN's
-        // 64-row units at 128 registers, KDA's 128-row units at 127-128, without spills), the row's largest magnitude
-        // over both halves (lanes l and l + 16), then the values divided by the row's new scale
-        // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
-        // (reference.rounding.fp8_row_encode's rule); lanes 0-15 write the scale.
-        float held[HALF / EPC][EPC];
-        float amax = 0.0f;
-#pragma unroll
-        for (int c = 0; c < HALF / EPC; ++c) {
-          fold_chunk(half * HALF + c * EPC, held[c]);
-          amax = fmaxf(amax, max_abs<EPC>(held[c]));
-        }
-        const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
-        const float inverse = __frcp_rn(new_scale);
-#pragma unroll
-        for (int c = 0; c < HALF / EPC; ++c) {
-#pragma unroll
-          for (int e = 0; e < EPC; ++e) held[c][e] = div_by_reciprocal(held[c][e], new_scale, inverse);
-          store_chunk(gstage, row, half * HALF + c * EPC, held[c]);
-        }
-        if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
-#elif CKPT_FP8
-        // Two passes over the lane's half row, so that no chunk is held in registers: the
-        // row's largest magnitude (both halves, lanes l and l + 16), then the folded values again
-        // (the same arithmetic on the same stage: the same values), divided by the row's new scale
-        // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
-        // (reference.rounding.fp8_row_encode's rule); lanes 0-15 write the scale.
-        float amax = 0.0f;
+#if CKPT_FP8
+        // fp8: the row's new scale max |row| / 448 (1 for a zero row) needs the whole folded row
+        // before any code is stored, so the warp folds its 16 rows in two groups of 8, a row over
+        // four lanes (lane l: row l % 8 of the group, columns FQ (l / 8) .. FQ (l / 8) + FQ - 1),
+        // each lane's FQ values folded once and held (32 registers: fits the 72-register two-CTA
+        // builds), the largest magnitude over the row's four lanes (l, l ^ 8, l ^ 16, l ^ 24), then
+        // the values divided by the new scale and stored as codes to nearest even
+        // (reference.rounding.fp8_row_encode's rule); lanes 0-7 write the group's scales. A lane
+        // of a phase of 8 reads one column range of the U_j / k̂ records (a broadcast) and 8 rows'
+        // same checkpoint chunk (8 bank groups under the swizzle).
+        const float* old_scale = (const float*)(gstage + OFF_SCALE);
+        const int col0 = (lane >> 3) * FQ;
 #pragma unroll 1
-        for (int c = 0; c < HALF; c += EPC) {
-          float s[EPC];
-          fold_chunk(half * HALF + c, s);
-          amax = fmaxf(amax, max_abs<EPC>(s));
-        }
-        const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
-        const float inverse = __frcp_rn(new_scale);
-#pragma unroll 1
-        for (int c = 0; c < HALF; c += EPC) {
-          float s[EPC];
-          fold_chunk(half * HALF + c, s);
+        for (int g8 = 0; g8 < 16; g8 += 8) {
+          const int rr = r0 + g8 + (lane & 7);
+          const float dr = __shfl_sync(0xffffffffu, d, g8 + (lane & 7));  // lane i < 16 holds row r0 + i's d
+          float a[FOLD_A];
+          record_weights(rr, a);
+          float held[FQ / EPC][EPC];
+          float amax = 0.0f;
 #pragma unroll
-          for (int e = 0; e < EPC; ++e) s[e] = div_by_reciprocal(s[e], new_scale, inverse);
-          store_chunk(gstage, row, half * HALF + c, s);
+          for (int c = 0; c < FQ / EPC; ++c) {
+            fold_chunk(rr, a, dr, old_scale[rr], col0 + c * EPC, held[c]);
+            amax = fmaxf(amax, max_abs<EPC>(held[c]));
+          }
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+          const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
+          const float inverse = __frcp_rn(new_scale);
+#pragma unroll
+          for (int c = 0; c < FQ / EPC; ++c) {
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) held[c][e] = div_by_reciprocal(held[c][e], new_scale, inverse);
+            store_chunk(gstage, rr, col0 + c * EPC, held[c]);
+          }
+          if (lane < 8) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + rr] = new_scale;
         }
-        if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
 #else
+        float a[FOLD_A];
+        record_weights(row, a);
 #pragma unroll 1
         for (int c = 0; c < HALF; c += EPC) {
           float s[EPC];
-          fold_chunk(half * HALF + c, s);
+          fold_chunk(row, a, d, 1.0f, half * HALF + c, s);
           store_chunk(gstage, row, half * HALF + c, s);
         }
 #endif
