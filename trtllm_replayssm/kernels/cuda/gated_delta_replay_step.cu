@@ -147,6 +147,13 @@
 #define OFF_META (OFF_SCALE + SCALE_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
+__host__ __device__ constexpr int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+#define SCORE_RECS pow2_at_least((LP + VPK - 1) / VPK)  // records a warp of the coefficient launch scores
+#define SCORE_CHUNK (SCORE_RECS < 16 ? SCORE_RECS : 16)  // records a reduce-scatter of their 2 x scores
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
@@ -275,14 +282,18 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   const long long slot = slot_ids[b];
   if (slot < 0) return;
   // Everything but the cursor's uses needs only the slot: loaded first (one round trip).
-  float qv[PER_LANE], kv[PER_LANE], kr[LP][PER_LANE];
+  // The key head's records are split over its value heads' warps for the scores (SCORE_RECS a
+  // warp, from record j0: a power of two covering LP over the VPK warps); a warp past the last
+  // record loads none.
+  const int j0 = warp * SCORE_RECS;
+  float qv[PER_LANE], kv[PER_LANE], kr[SCORE_RECS][PER_LANE];
   load_lane_bf16(q + b * sq_batch + kh * sq_head + lane * PER_LANE, qv);
   load_lane_bf16(k + b * sk_batch + kh * sk_head + lane * PER_LANE, kv);
   u16* const krec = k_records + slot * skr_slot + kh * skr_head;
 #pragma unroll
-  for (int j = 0; j < LP; ++j) {
-    if (j < LREC) {
-      load_lane_bf16(krec + j * skr_pos + lane * PER_LANE, kr[j]);
+  for (int j = 0; j < SCORE_RECS; ++j) {
+    if (j0 + j < LREC) {
+      load_lane_bf16(krec + (j0 + j) * skr_pos + lane * PER_LANE, kr[j]);
     } else {
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) kr[j][i] = 0.0f;
@@ -297,10 +308,11 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   // The step kernel's S0 q̂ and S0 k̂ on tensor cores take the raw q and k (bf16: exact in f16
   // within its range) as f16 times the powers of two that put their largest magnitudes in f16's
   // top binade; the factors rq 2^-eq, rk 2^-ek follow below.
-  float q_inverse = 1.0f, k_inverse = 1.0f;
+  // Every warp forms the factors (its shuffles outside a branch on the warp), warp 0 stores.
+  float q_inverse, k_inverse;
+  const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), q_inverse);
+  const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), k_inverse);
   if (warp == 0) {
-    const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), q_inverse);
-    const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), k_inverse);
     u16* qf = (u16*)(qk_out + ((long long)b * KHEADS + kh) * QK_FLOATS + QK_F16) + lane * PER_LANE;
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
@@ -328,32 +340,33 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     kq += qv[i] * kv[i];
   }
   kq = warp_sum(kq);
-  // k̂_j . q̂ and k̂_j . k̂ of every record, reduce-scattered: lane j gets
-  // record j's (records at j >= w selected out before the sums: they may hold NaN).
-  float pq = 0.0f, pk = 0.0f;
+  // k̂_j . q̂ and k̂_j . k̂ of the warp's records (records at j >= w selected out before the sums:
+  // they may hold NaN), SCORE_CHUNK at a time reduce-scattered (lane l < 2 SCORE_CHUNK holds value
+  // l: the q scores, then the k scores), into the CTA's shared block; lane j < LP then takes
+  // record j's two scores. The key head's q̂ . k̂_j do not depend on the value head: each record's
+  // are formed once a CTA, not once a warp.
+  __shared__ float scores[2 * LP];  // q scores [LP], k scores [LP]
 #pragma unroll
-  for (int c = 0; c < LP; c += 16) {
-    float part[32];
+  for (int c = 0; c < SCORE_RECS; c += SCORE_CHUNK) {
+    float part[2 * SCORE_CHUNK];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < SCORE_CHUNK; ++j) {
       float a = 0.0f, s = 0.0f;
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) {
         a += kr[c + j][i] * qv[i];
         s += kr[c + j][i] * kv[i];
       }
-      part[j] = c + j < w ? a : 0.0f;
-      part[16 + j] = c + j < w ? s : 0.0f;
+      const bool valid = j0 + c + j < w;
+      part[j] = valid ? a : 0.0f;
+      part[SCORE_CHUNK + j] = valid ? s : 0.0f;
     }
-    // Lane l < 16 holds record c + l's q score, lane 16 + l its k score; lane j of the chunk
-    // (j = c + (lane & 15)) takes both.
-    const float r = warp_reduce_scatter32(part, lane);
-    const float vq = __shfl_sync(0xffffffffu, r, lane & 15), vk = __shfl_sync(0xffffffffu, r, 16 + (lane & 15));
-    if ((lane >> 4) == (c >> 4)) {
-      pq = vq;
-      pk = vk;
-    }
+    const float r = warp_reduce_scatter<2 * SCORE_CHUNK>(part, lane);
+    const int i = lane & (SCORE_CHUNK - 1), record = j0 + c + i;
+    if (lane < 2 * SCORE_CHUNK && record < LP) scores[(lane < SCORE_CHUNK ? 0 : LP) + record] = r;
   }
+  __syncthreads();
+  const float pq = lane < LP ? scores[lane] : 0.0f, pk = lane < LP ? scores[LP + lane] : 0.0f;
   float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
   float e0;
   const float ej = record_decays(gj, w, gh, lane, e0);
@@ -727,7 +740,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
       v[j] = pq[c0 + j];
       v[16 + j] = pk[c0 + j];
     }
-    const float r = warp_reduce_scatter32(v, lane);
+    const float r = warp_reduce_scatter<32>(v, lane);
     red[warp * 2 * LP + (lane < 16 ? c0 + lane : LP + c0 + lane - 16)] = r;
   }
   nq = warp_sum(nq);
