@@ -280,11 +280,21 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("batch", [6, 2])  # GDN: one launch / the small kernel
-def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch):
+# GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
+# (the table's from batch 17), forced at batch 6.
+@pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
+def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, runs_one_launch
+
     g, L, slots = DeltaGeometry(16, 64, 128, 128), 8, 9
+    cuda = {}
+    if two_launches:
+        if per_channel:
+            pytest.skip("KDA runs one launch")
+        cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize)
+        assert not runs_one_launch(cuda["config"], False)
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")
@@ -302,7 +312,8 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
         restore()
         out = torch.zeros_like(inp["v"])
         outs = []
-        call = lambda: replay_with_launcher(cache, inp, p, slot_ids, out, kernel=kernel)  # noqa: E731
+        launch = dict(kernel=kernel, **(cuda if kernel == "cuda" else {}))
+        call = lambda: replay_with_launcher(cache, inp, p, slot_ids, out, **launch)  # noqa: E731
         if graph:
             call()  # compile and load outside the capture
             restore()
