@@ -210,13 +210,13 @@ def test_cuda_gdn_fp8_flush_on_tensor_cores_matches_the_fma_fold(batch):
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     g, L = DeltaGeometry(16, 64, 128, 128), 16
-    fam = DeltaFamily(g)
+    fam = DeltaFamily(g, per_channel=False)
     p = fam.make_params("cuda")
     cache = fam.allocate(batch + 3, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
     fill_randomly(cache)
     cache.cursor.fill_(L - 1)
     slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
-    inp = make_step(g, batch, torch.bfloat16, "cuda")
+    inp = fam.make_step(batch, torch.bfloat16, "cuda")
     table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1)
     runs = {}
     for flush_mma in (False, True):
