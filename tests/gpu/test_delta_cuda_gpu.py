@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step, replay_with_launcher
-from op_checks import bits
+from op_checks import assert_fp8_flush_matches, bits
 from replay_driver import drive_replay
 
 pytestmark = pytest.mark.gpu
@@ -168,14 +168,20 @@ FP8_SHAPES = [
 @needs_sm90
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
 @pytest.mark.parametrize("batch", [2, 16, 256])
-def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
+@pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
+def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
-    small kernel at 2, one launch at 16, the two launches at 256; KDA: its one launch): codes and
-    row scales against the float64 oracle over many flushes, padding rows and unused slots
-    untouched (drive_replay)."""
+    small kernel at 2, one launch at 16, the two launches at 256; KDA: its one launch), and GDN's
+    step kernel with the flush folded on tensor cores (``flush_mma``): codes and row scales
+    against the float64 oracle over many flushes, padding rows and unused slots untouched
+    (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
+    if flush_mma:
+        if per_channel or cfg.small:
+            pytest.skip("the fp8 flush on tensor cores: GDN's step kernel")
+        cfg = dataclasses.replace(cfg, flush_mma=True)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
         partial(replay_cuda, config=cfg),
@@ -191,6 +197,38 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch):
     assert worst["flushes"] >= 5
     assert worst["y"] < ACT_TOL["bf16"] + STATE_TOL["fp8"], worst
     assert worst["ckpt"] < STATE_TOL["fp8"] + ACT_TOL["bf16"], worst
+
+
+@needs_sm90
+@pytest.mark.parametrize("batch", [16, 64])  # GDN: one launch, the two launches
+def test_cuda_gdn_fp8_flush_on_tensor_cores_matches_the_fma_fold(batch):
+    """Every row flushing, once with the fold on tensor cores and once in fp32 FMAs (Qwen3.5-122B,
+    L = 16): the same outputs to bf16 rounding (formed before the fold, by two builds), the same
+    row scales to fp32 rounding and codes within one e4m3 spacing of the FMA fold's, few of them
+    other (two bf16 parts of e_j d_j carry 16 bits: a code moves only next to a rounding
+    boundary)."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
+
+    g, L = DeltaGeometry(16, 64, 128, 128), 16
+    fam = DeltaFamily(g, per_channel=False)
+    p = fam.make_params("cuda")
+    cache = fam.allocate(batch + 3, L, torch.float8_e4m3fn, torch.bfloat16, "cuda")
+    fill_randomly(cache)
+    cache.cursor.fill_(L - 1)
+    slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
+    inp = fam.make_step(batch, torch.bfloat16, "cuda")
+    table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1)
+    runs = {}
+    for flush_mma in (False, True):
+        c = cache.clone()
+        out = replay_with_launcher(c, inp, p, slot_ids, torch.zeros_like(inp["v"]), kernel="cuda",
+                                   config=dataclasses.replace(table, flush_mma=flush_mma))  # fmt: skip
+        runs[flush_mma] = (out, c)
+    torch.cuda.synchronize()
+    (out_fma, fma), (out_mma, mma) = runs[False], runs[True]
+    torch.testing.assert_close(out_mma.float(), out_fma.float(), rtol=2**-7, atol=0.0)
+    assert torch.equal(mma.cursor, fma.cursor) and not torch.equal(bits(mma.checkpoint), bits(cache.checkpoint))
+    assert_fp8_flush_matches(mma.checkpoint, mma.checkpoint_scale, fma.checkpoint, fma.checkpoint_scale, exact=False)
 
 
 @needs_sm90
@@ -242,11 +280,21 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("batch", [6, 2])  # GDN: one launch / the small kernel
-def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch):
+# GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
+# (the table's from batch 17), forced at batch 6.
+@pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
+def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, runs_one_launch
+
     g, L, slots = DeltaGeometry(16, 64, 128, 128), 8, 9
+    cuda = {}
+    if two_launches:
+        if per_channel:
+            pytest.skip("KDA runs one launch")
+        cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize)
+        assert not runs_one_launch(cuda["config"], False)
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")
@@ -264,7 +312,8 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
         restore()
         out = torch.zeros_like(inp["v"])
         outs = []
-        call = lambda: replay_with_launcher(cache, inp, p, slot_ids, out, kernel=kernel)  # noqa: E731
+        launch = dict(kernel=kernel, **(cuda if kernel == "cuda" else {}))
+        call = lambda: replay_with_launcher(cache, inp, p, slot_ids, out, **launch)  # noqa: E731
         if graph:
             call()  # compile and load outside the capture
             restore()

@@ -32,10 +32,11 @@ def _ptx(
     one_launch=False,
     coef_warps=None,
     s0_mma=False,
-    flush_mma=False,
+    flush_mma=None,
 ):
     """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's;
-    ``s0_mma``: the S0 products on tensor cores; ``flush_mma``: the flush's fold on them)."""
+    ``s0_mma``: the S0 products on tensor cores; ``flush_mma``: the flush's fold on them or not,
+    instead of the table's)."""
     k_heads, v_heads, dk, dv, L = shape
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     if coef_warps is not None:
@@ -45,7 +46,8 @@ def _ptx(
         cfg = dataclasses.replace(
             cfg, min_ctas=min(cfg.min_ctas, gc.delta_ctas_that_fit(cfg, dk, L, state_bytes, per_channel))
         )
-    cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
+    if flush_mma is not None:
+        cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
     return cfg, gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, cfg, state_bytes, l2norm, per_channel)
 
 
@@ -113,6 +115,13 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (True, 4, 24, 16, (128, 2, 1, 4, False)),
         (True, 4, 32, 512, (128, 2, 1, 4, False)),
         (False, 4, 32, 512, (64, 2, 2, 0, False)),
+        # fp8 checkpoints (session 43): GDN's flush on tensor cores from batch 8, its two
+        # launches with 64-row units at 4 stages, 2 CTAs up to batch 64 and 3, 3 above; KDA as bf16
+        (False, 1, 16, 4, (64, 2, 3, 0, False)),
+        (False, 1, 16, 8, (64, 2, 3, 0, True)),
+        (False, 1, 16, 64, (64, 4, 2, 0, True)),
+        (False, 1, 16, 256, (64, 3, 3, 0, True)),
+        (True, 1, 16, 256, (128, 2, 2, 4, False)),
     ],
 )
 def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, expected):
@@ -129,7 +138,9 @@ FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
 def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     """An fp8 checkpoint's kernels at the table's configuration: the bf16 table's (the small kernel,
     units, stages and CTAs) except GDN's two launches, which take the standard units (not the wide
-    ones) at three CTAs; the flush in exact fp32; shared memory as the launcher allocates it (the
+    ones) at the stages and CTAs of :data:`FP8_MMA_RINGS`, and GDN's flush fold, in exact fp32 below
+    :data:`FP8_FLUSH_MMA_MIN_BATCH` (the small kernel, batch 4) and on tensor cores from it (its
+    products' PTX: test_fp8_flush_on_tensor_cores_compiles); shared memory as the launcher allocates it (the
     row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs), the flush's codes
     rounded to nearest even with saturation, its scales from exact divisions and its quotients
     from a correctly rounded reciprocal (rcp.rn, Markstein's correction), in the step and
@@ -137,15 +148,18 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     coefficient launch writes q and k as f16), no tensor-core product elsewhere."""
     _, _, dk, dv, L = shape
     cfg, ptx = _ptx(shape, 1, per_channel=per_channel, batch=batch)
-    bf16 = dataclasses.replace(gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel), flush_mma=False)
-    if bf16.rows == gc.unit_rows(dv) or bf16.small or gc.runs_one_launch(bf16, per_channel):
-        assert cfg == bf16
+    bf16 = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel)
+    fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
+    if bf16.small or gc.runs_one_launch(bf16, per_channel):
+        assert cfg == dataclasses.replace(bf16, flush_mma=fmma)
     else:  # GDN's two launches: the standard units, not the wide ones
-        assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), 2, 3) and not cfg.one_launch
+        ring = gc.FP8_MMA_RINGS[batch <= gc.DEEP_RING_MAX_BATCH][0]
+        assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), *ring) and not cfg.one_launch
+    assert cfg.flush_mma == fmma
     two_launches = not gc.runs_one_launch(cfg, per_channel)  # the step kernel's build (also beside the small one)
     step = ptx_entry(ptx, "delta_replay_step")
     assert ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in step) == two_launches
-    assert "bf16.bf16" not in step and "mma.sync" not in ptx.replace(step, "")
+    assert ("bf16.bf16" in step) == fmma and "mma.sync" not in ptx.replace(step, "")
     if two_launches:
         assert "cvt.rn.f16.f32" in ptx_entry(ptx, "delta_replay_coefficients")
     entries = ["delta_replay_step"] + ([] if per_channel else ["delta_replay_small"])
@@ -157,6 +171,22 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     one_launch = gc.runs_one_launch(cfg, per_channel)
     assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, per_channel, one_launch, cfg.coef_warps)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+
+
+@pytest.mark.parametrize("batch", [16, 256])  # GDN: one launch, the two launches
+@pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_fp8_flush_on_tensor_cores_compiles(shape, batch):
+    """GDN's fp8 flush folded on tensor cores (``flush_mma``) at the table's configuration
+    otherwise: bf16 products in the step kernel beside its f16 S0 products (two launches), the
+    codes' and scales' conversions, the shared memory the launcher allocates."""
+    _, _, dk, dv, L = shape
+    cfg, ptx = _ptx(shape, 1, batch=batch, flush_mma=True)
+    step = ptx_entry(ptx, "delta_replay_step")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in step
+    assert ("f32.f16.f16.f32" in step) == (not gc.runs_one_launch(cfg, False))
+    assert all(op in step for op in FP8_PTX), [op for op in FP8_PTX if op not in step]
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, False, gc.runs_one_launch(cfg, False))
 
 
 def test_fp8_refusals_name_their_reason():
@@ -172,10 +202,9 @@ def test_fp8_refusals_name_their_reason():
     c64, q64, v64, g64 = _cpu_case(dk=64, state=torch.float8_e4m3fn)
     reason = unsupported(c64.checkpoint, c64.d_records, c64.k_records, c64.g_records, q64, q64, v64, g64, c64.checkpoint_scale)
     assert "head_k_dim 64 with an fp8 checkpoint" in reason
-    for change in (dict(s0_mma=True), dict(flush_mma=True)):
-        cfg = dataclasses.replace(gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1), **change)
-        with pytest.raises(ValueError, match="an fp8 checkpoint takes its own S0 products and the exact-fp32 flush"):
-            gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
+    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, s0_mma=True)
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint and the step kernel; got 1-byte"):
+        gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
 
 
 def test_coefficient_warps_need_one_launch():

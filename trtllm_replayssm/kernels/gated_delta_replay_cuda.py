@@ -88,6 +88,15 @@ DEEP_RING_MAX_BATCH = 64
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
 # 18.93; Qwen3.5-4B 8 7.85 / 8.33, 16 12.32 / 12.59).
 COEF_WARPS = 4
+# GDN with an fp8 checkpoint folds its flush on tensor cores from this batch (H100, session 43,
+# Qwen3.5-122B, L = 16, us, one launch, FMA fold / tensor cores: batch 4 7.55 / 7.98, 8 12.47 /
+# 11.67, 16 20.69 / 19.26; two launches at 64 units: 64 53.08 / 46.02, 256 175.56 / 160.82).
+FP8_FLUSH_MMA_MIN_BATCH = 8
+# GDN's two launches with an fp8 checkpoint and its flush on tensor cores, 64-row units, (stages,
+# CTAs an SM) in order of preference, up to DEEP_RING_MAX_BATCH and above it (H100, session 43,
+# Qwen3.5-122B, L = 16, us, two rounds alike to 1%, 2,3 / 3,3 / 4,3 / 4,2: batch 64 46.41 / 46.00 /
+# 47.64 / 44.43, 256 160.32 / 155.28 / 155.26 / 165.05, 512 315.26 / 305.54 / 306.91 / 325.41).
+FP8_MMA_RINGS = {True: ((4, 2), (3, 3), (2, 3)), False: ((3, 3), (2, 3))}
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,8 @@ class DeltaCudaConfig:
     as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (the step kernel): a flush unit's
     fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
     parts of e_j d_j against the bf16 k̂ records; three parts for an fp32 checkpoint, two for a
-    bf16 one) instead of fp32 FMAs."""
+    bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
+    FMAs."""
 
     rows: int
     stages: int
@@ -225,14 +235,23 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
     smaller) but GDN's two launches without wide units (the standard units at as many CTAs as fit,
     session 39: Qwen3.5-122B, L = 16, us, 64-row units at 3 CTAs / the bf16 table's 128-row units
-    at 1: batch 64 59.80 / 71.88, 256 213.70 / 259.78, 512 406.99 / 490.94), the flush in exact
-    fp32 (its two passes find each row's scale)."""
+    at 1: batch 64 59.80 / 71.88, 256 213.70 / 259.78, 512 406.99 / 490.94); the flush in exact
+    fp32 FMAs (a row folded once, over four lanes, and held for its new scale), except GDN's step
+    kernel from :data:`FP8_FLUSH_MMA_MIN_BATCH`, which folds it on tensor cores (``flush_mma``),
+    in two launches with the first of :data:`FP8_MMA_RINGS` (stages, CTAs) that fits."""
     if state_bytes == 1:
         table = replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
-        if table.small or runs_one_launch(table, per_channel) or table.rows == unit_rows(head_v_dim):
+        if table.small or per_channel:
             return table
-        narrow = replace(table, rows=unit_rows(head_v_dim))
-        return replace(narrow, min_ctas=_resident_ctas(narrow, head_k_dim, L, 1, per_channel))
+        table = replace(table, flush_mma=batch >= FP8_FLUSH_MMA_MIN_BATCH)
+        if table.one_launch:
+            return table
+        table = replace(table, rows=unit_rows(head_v_dim))
+        rings = FP8_MMA_RINGS[batch <= DEEP_RING_MAX_BATCH] if table.flush_mma else ()
+        for stages, ctas in rings:
+            if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
+                return replace(table, stages=stages, min_ctas=ctas)
+        return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
     one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
@@ -369,11 +388,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if state_bytes == 1 and (cfg.s0_mma or cfg.flush_mma):
-        raise ValueError(
-            f"delta_replay_step (CUDA): an fp8 checkpoint takes its own S0 products and the exact-fp32 flush; got "
-            f"s0_mma={cfg.s0_mma}, flush_mma={cfg.flush_mma}"
-        )
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "

@@ -196,49 +196,55 @@ __device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16*
   }
 }
 #else
-// fp8: a consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place from their codes and
-// row scales ``scale`` (the stage's, [CKPT_ROWS] fp32): every column block held in registers,
-// then each row's new scale max |row| / 448 (1 for a zero row) and its codes (the row divided by
-// it, to nearest even: reference.rounding.fp8_row_encode's rule; div_by_reciprocal), the scales written to
-// ``scale_out`` (global, the unit's [CKPT_ROWS] row scales) by a lane of each quad.
-__device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
-                                               float decay, int last, int r0, int lane, const float* scale,
-                                               float* scale_out) {
+// fp8: a consumer warp's 16 rows r0 .. r0 + 15 of folded fp32 values held as CKPT_COLS / 8 m16n8
+// accumulator tiles (lane (gq, tq) = (lane / 4, lane % 4): s[n][0..1] row r0 + gq, s[n][2..3] row
+// r0 + gq + 8, columns 8 n + 2 tq and 8 n + 2 tq + 1) stored into the stage as codes: each row's
+// new scale max |row| / 448 (1 for a zero row; a row's columns lie in the 4 lanes of its quad),
+// the row divided by it to nearest even (reference.rounding.fp8_row_encode's rule;
+// div_by_reciprocal); the scales written to ``scale_out`` (global, the unit's [CKPT_ROWS] row
+// scales) by lane tq == 0 of each quad.
+__device__ __forceinline__ void store_warp_rows_fp8(unsigned char* gstage, int r0, int lane, const float (&s)[CKPT_COLS / 8][4],
+                                                    float* scale_out) {
   const int gq = lane >> 2, tq = lane & 3;
-  const float row_scale[2] = {scale[r0 + gq], scale[r0 + gq + 8]};
-  float s[CKPT_COLS / 64][8][4];
   float amax[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
-    fold_column_block(gstage, xs, b_rows, wgt, row_scale, decay, last, r0, lane, cb, s[cb]);
+  for (int n = 0; n < CKPT_COLS / 8; ++n) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) amax[e >> 1] = fmaxf(amax[e >> 1], fabsf(s[cb][n][e]));
-    }
+    for (int e = 0; e < 4; ++e) amax[e >> 1] = fmaxf(amax[e >> 1], fabsf(s[n][e]));
   }
   float new_scale[2], inverse[2];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {  // a row's columns lie in the 4 lanes of its quad
+  for (int half = 0; half < 2; ++half) {
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 1));
     amax[half] = fmaxf(amax[half], __shfl_xor_sync(0xffffffffu, amax[half], 2));
     new_scale[half] = fp8_row_scale(amax[half]);
     inverse[half] = __frcp_rn(new_scale[half]);
   }
 #pragma unroll
-  for (int cb = 0; cb < CKPT_COLS / 64; ++cb) {
+  for (int n = 0; n < CKPT_COLS / 8; ++n) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        store_pair(gstage, r0 + gq + 8 * half, cb * 64 + n * 8 + 2 * tq,
-                   div_by_reciprocal(s[cb][n][2 * half], new_scale[half], inverse[half]),
-                   div_by_reciprocal(s[cb][n][2 * half + 1], new_scale[half], inverse[half]));
-    }
+    for (int half = 0; half < 2; ++half)
+      store_pair(gstage, r0 + gq + 8 * half, n * 8 + 2 * tq, div_by_reciprocal(s[n][2 * half], new_scale[half], inverse[half]),
+                 div_by_reciprocal(s[n][2 * half + 1], new_scale[half], inverse[half]));
   }
   if (tq == 0) {
     scale_out[r0 + gq] = new_scale[0];
     scale_out[r0 + gq + 8] = new_scale[1];
   }
+}
+
+// fp8: a consumer warp's 16 rows r0 .. r0 + 15 of a stage folded in place from their codes and
+// row scales ``scale`` (the stage's, [CKPT_ROWS] fp32), every column block held in registers,
+// then stored as codes with new row scales (store_warp_rows_fp8).
+__device__ __forceinline__ void fold_warp_rows(unsigned char* gstage, const u16* xs, u32 b_rows, const float* wgt,
+                                               float decay, int last, int r0, int lane, const float* scale,
+                                               float* scale_out) {
+  const int gq = lane >> 2;
+  const float row_scale[2] = {scale[r0 + gq], scale[r0 + gq + 8]};
+  float s[CKPT_COLS / 8][4];
+#pragma unroll
+  for (int cb = 0; cb < CKPT_COLS / 64; ++cb)
+    fold_column_block(gstage, xs, b_rows, wgt, row_scale, decay, last, r0, lane, cb, *reinterpret_cast<float(*)[8][4]>(s + 8 * cb));
+  store_warp_rows_fp8(gstage, r0, lane, s, scale_out);
 }
 #endif

@@ -1,7 +1,7 @@
 // ReplaySSM gated delta-rule decode step for sm_90 (GDN: a log-decay per value head; KDA, with
 // PER_CHANNEL: one per key channel), bf16 activations and records, bf16, fp32 (CKPT_F32) or
-// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128, exact-fp32
-// products and flush) checkpoints, compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
+// fp8-e4m3 (CKPT_FP8: codes with one fp32 scale per value row; head_k_dim 128) checkpoints,
+// compiled at run time by NVRTC (trtllm_replayssm/kernels/nvrtc.py) and launched by
 // trtllm_replayssm/kernels/gated_delta_replay_cuda.py, which documents the contract (the Triton
 // kernel's, kernels/gated_delta_replay.py). GDN: two launches (1 and 2 below), at small batches
 // launch 2 alone or, smaller still, one kernel without a ring (3); KDA: launch 2 alone, forming its
@@ -37,9 +37,11 @@
 //    with TMA tensor stores. fp8 (CKPT_FP8): the producer copies the unit's row scales beside its
 //    codes; S0 q̂ and S0 k̂ are formed from the codes (in two launches on tensor cores, the codes
 //    widened to f16 and the step's raw q and k as f16 times powers of two, which launch 1 appends
-//    to the qk block, FP8_MMA below) and times the row's scale; a flush folds the
-//    lane's half row twice: first for the row's new scale max |row| / 448 (1 for a zero row) over
-//    both halves, then to store codes (value / scale, nearest even); lanes 0-15 store the scales. A unit that does not flush gives its stage back once read. GDN: a
+//    to the qk block, FP8_MMA below) and times the row's scale; a flush folds each row once and
+//    holds it (a row over four lanes, eight rows of the warp at a time; with FLUSH_MMA the warp's
+//    16 rows on tensor cores, held as accumulator tiles), takes the row's new scale max |row| /
+//    448 (1 for a zero row), then stores codes (value / scale, nearest even) and the scales. A
+//    unit that does not flush gives its stage back once read. GDN: a
 //    consumer of a row's (head 0, part 0) unit writes the new cursor (0 after a flush, else w+1):
 //    its stage holds the coefficient block, so the coefficient grid, the cursor's only other
 //    reader, is complete. The producer reads each unit's cursor itself and may see it advanced
@@ -90,6 +92,9 @@
 #include "ckpt_stage.cuh"
 #define EPC (16 / ES)                       // checkpoint elements per 16-byte chunk
 #define HALF (DK / 2)                       // columns of a lane (lanes 0-15: the first half)
+#define FQ (DK / 4)                         // columns of a lane in the fp8 flush (a row over four lanes)
+#define FOLD_RECS (LREC - 1)                // records a flush folds (w = L - 1)
+#define FOLD_A (FOLD_RECS > 0 ? FOLD_RECS : 1)  // length of a row's record-weight array
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
@@ -115,8 +120,8 @@
 #ifndef FLUSH_MMA
 #define FLUSH_MMA 0
 #endif
-#if CKPT_FP8 && (S0_MMA || FLUSH_MMA || DK != 128)
-#error "an fp8 checkpoint takes its own S0 products and the exact-fp32 flush, head_k_dim 128"
+#if CKPT_FP8 && (S0_MMA || DK != 128)
+#error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
@@ -142,6 +147,13 @@
 #define OFF_META (OFF_SCALE + SCALE_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
+__host__ __device__ constexpr int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+#define SCORE_RECS pow2_at_least((LP + VPK - 1) / VPK)  // records a warp of the coefficient launch scores
+#define SCORE_CHUNK (SCORE_RECS < 16 ? SCORE_RECS : 16)  // records a reduce-scatter of their 2 x scores
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
@@ -270,14 +282,18 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   const long long slot = slot_ids[b];
   if (slot < 0) return;
   // Everything but the cursor's uses needs only the slot: loaded first (one round trip).
-  float qv[PER_LANE], kv[PER_LANE], kr[LP][PER_LANE];
+  // The key head's records are split over its value heads' warps for the scores (SCORE_RECS a
+  // warp, from record j0: a power of two covering LP over the VPK warps); a warp past the last
+  // record loads none.
+  const int j0 = warp * SCORE_RECS;
+  float qv[PER_LANE], kv[PER_LANE], kr[SCORE_RECS][PER_LANE];
   load_lane_bf16(q + b * sq_batch + kh * sq_head + lane * PER_LANE, qv);
   load_lane_bf16(k + b * sk_batch + kh * sk_head + lane * PER_LANE, kv);
   u16* const krec = k_records + slot * skr_slot + kh * skr_head;
 #pragma unroll
-  for (int j = 0; j < LP; ++j) {
-    if (j < LREC) {
-      load_lane_bf16(krec + j * skr_pos + lane * PER_LANE, kr[j]);
+  for (int j = 0; j < SCORE_RECS; ++j) {
+    if (j0 + j < LREC) {
+      load_lane_bf16(krec + (j0 + j) * skr_pos + lane * PER_LANE, kr[j]);
     } else {
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) kr[j][i] = 0.0f;
@@ -292,10 +308,11 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   // The step kernel's S0 q̂ and S0 k̂ on tensor cores take the raw q and k (bf16: exact in f16
   // within its range) as f16 times the powers of two that put their largest magnitudes in f16's
   // top binade; the factors rq 2^-eq, rk 2^-ek follow below.
-  float q_inverse = 1.0f, k_inverse = 1.0f;
+  // Every warp forms the factors (its shuffles outside a branch on the warp), warp 0 stores.
+  float q_inverse, k_inverse;
+  const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), q_inverse);
+  const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), k_inverse);
   if (warp == 0) {
-    const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), q_inverse);
-    const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), k_inverse);
     u16* qf = (u16*)(qk_out + ((long long)b * KHEADS + kh) * QK_FLOATS + QK_F16) + lane * PER_LANE;
 #pragma unroll
     for (int i = 0; i < PER_LANE; ++i) {
@@ -323,32 +340,33 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
     kq += qv[i] * kv[i];
   }
   kq = warp_sum(kq);
-  // k̂_j . q̂ and k̂_j . k̂ of every record, reduce-scattered: lane j gets
-  // record j's (records at j >= w selected out before the sums: they may hold NaN).
-  float pq = 0.0f, pk = 0.0f;
+  // k̂_j . q̂ and k̂_j . k̂ of the warp's records (records at j >= w selected out before the sums:
+  // they may hold NaN), SCORE_CHUNK at a time reduce-scattered (lane l < 2 SCORE_CHUNK holds value
+  // l: the q scores, then the k scores), into the CTA's shared block; lane j < LP then takes
+  // record j's two scores. The key head's q̂ . k̂_j do not depend on the value head: each record's
+  // are formed once a CTA, not once a warp.
+  __shared__ float scores[2 * LP];  // q scores [LP], k scores [LP]
 #pragma unroll
-  for (int c = 0; c < LP; c += 16) {
-    float part[32];
+  for (int c = 0; c < SCORE_RECS; c += SCORE_CHUNK) {
+    float part[2 * SCORE_CHUNK];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < SCORE_CHUNK; ++j) {
       float a = 0.0f, s = 0.0f;
 #pragma unroll
       for (int i = 0; i < PER_LANE; ++i) {
         a += kr[c + j][i] * qv[i];
         s += kr[c + j][i] * kv[i];
       }
-      part[j] = c + j < w ? a : 0.0f;
-      part[16 + j] = c + j < w ? s : 0.0f;
+      const bool valid = j0 + c + j < w;
+      part[j] = valid ? a : 0.0f;
+      part[SCORE_CHUNK + j] = valid ? s : 0.0f;
     }
-    // Lane l < 16 holds record c + l's q score, lane 16 + l its k score; lane j of the chunk
-    // (j = c + (lane & 15)) takes both.
-    const float r = warp_reduce_scatter32(part, lane);
-    const float vq = __shfl_sync(0xffffffffu, r, lane & 15), vk = __shfl_sync(0xffffffffu, r, 16 + (lane & 15));
-    if ((lane >> 4) == (c >> 4)) {
-      pq = vq;
-      pk = vk;
-    }
+    const float r = warp_reduce_scatter<2 * SCORE_CHUNK>(part, lane);
+    const int i = lane & (SCORE_CHUNK - 1), record = j0 + c + i;
+    if (lane < 2 * SCORE_CHUNK && record < LP) scores[(lane < SCORE_CHUNK ? 0 : LP) + record] = r;
   }
+  __syncthreads();
+  const float pq = lane < LP ? scores[lane] : 0.0f, pk = lane < LP ? scores[LP + lane] : 0.0f;
   float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
   float e0;
   const float ej = record_decays(gj, w, gh, lane, e0);
@@ -515,14 +533,17 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
 // into fp32 accumulators (records from w on are zero in both operands), then d k̂ᵀ and the decayed
 // checkpoint added in fp32 FMAs and the rows rounded into the stage in place. The operand that is
 // not bf16 goes in FLUSH_PARTS bf16 parts (split3: exact to 24 bits with three, the fp32
-// checkpoint; to 16 bits with two, the bf16 one), smallest part first:
+// checkpoint; to 16 bits with two, the bf16 and fp8 ones), smallest part first:
 //   KDA: S = S0 Diag(e0) + D Uᵀ + d k̂ᵀ, A = the d records (bf16, exact), B = U's parts (fp32 U_j,
 //        written over the g records by unit_coefficients);
 //   GDN: S = e0 S0 + A K̂ + d k̂ᵀ, A = the parts of e_j d_j (e_j from the coefficient block),
 //        B = the k̂ records (bf16, exact).
 // d: the new record of row r0 + (lane & 15), in every lane. Lane (g = lane / 4, t = lane % 4)
 // holds rows r0 + g and r0 + g + 8, columns 2t and 2t + 1 of a tile: it reads and writes only
-// those elements of the stage.
+// those elements of the stage. fp8 (CKPT_FP8): the decayed checkpoint from the codes times the
+// stage's row scales; every tile's sums held in registers, then stored as codes with each row's
+// new scale (store_warp_rows_fp8), the scales to ``scale_out`` (the unit's [ROWS] row scales,
+// global; unused otherwise).
 #define FLUSH_PARTS (CKPT_F32 ? 3 : 2)
 #define FLUSH_A (PER_CHANNEL ? 1 : FLUSH_PARTS)  // A operands (parts) a record block
 // Records j and j + 1 of a bf16 [LP][stride] block at column col as one bf16x2 word, zero from w on.
@@ -538,7 +559,7 @@ __device__ __forceinline__ void flush_parts(float v, float (&p)[3]) {
   if (FLUSH_PARTS == 2) p[1] += p[2];
 }
 
-__device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d) {
+__device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d, float* scale_out) {
   const u16* ds = (const u16*)(gstage + OFF_D);
   const float* qks = (const float*)(gstage + OFF_QK);
   const int g = lane >> 2, t = lane & 3;
@@ -575,7 +596,14 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
   const float* khat = qks + DK;
   const float e0 = ((const float*)(gstage + OFF_COEF))[3 * LP];
 #endif
+#if CKPT_FP8
+  const float* old_scale = (const float*)(gstage + OFF_SCALE);
+  const float row_scale[2] = {old_scale[r0 + g], old_scale[r0 + g + 8]};
+  float held[DK / 8][4];
+#pragma unroll
+#else
 #pragma unroll 1
+#endif
   for (int n0 = 0; n0 < DK; n0 += 8) {
     float acc[4] = {};
 #pragma unroll
@@ -612,6 +640,11 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 #if CKPT_F32
       const float2 s0 = *(const float2*)at;
       *(float2*)at = make_float2(fmaf(e0a, s0.x, fmaf(dr, ka, acc[2 * h])), fmaf(e0b, s0.y, fmaf(dr, kb, acc[2 * h + 1])));
+#elif CKPT_FP8
+      float c0, c1;
+      e4m3x2_to_f32(*(const u16*)at, c0, c1);
+      held[n0 / 8][2 * h] = fmaf(e0a, c0 * row_scale[h], fmaf(dr, ka, acc[2 * h]));
+      held[n0 / 8][2 * h + 1] = fmaf(e0b, c1 * row_scale[h], fmaf(dr, kb, acc[2 * h + 1]));
 #else
       const u32 s0 = *(const u32*)at;
       *(u32*)at = pack_bf16x2(fmaf(e0a, __uint_as_float(s0 << 16), fmaf(dr, ka, acc[2 * h])),
@@ -619,6 +652,9 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 #endif
     }
   }
+#if CKPT_FP8
+  store_warp_rows_fp8(gstage, r0, lane, held, scale_out);
+#endif
 }
 #endif
 
@@ -704,7 +740,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
       v[j] = pq[c0 + j];
       v[16 + j] = pk[c0 + j];
     }
-    const float r = warp_reduce_scatter32(v, lane);
+    const float r = warp_reduce_scatter<32>(v, lane);
     red[warp * 2 * LP + (lane < 16 ? c0 + lane : LP + c0 + lane - 16)] = r;
   }
   nq = warp_sum(nq);
@@ -1087,7 +1123,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
         // by unit_coefficients.
 #if FLUSH_MMA
-        flush_fold_mma(gstage, r0, lane, w, d);
+        flush_fold_mma(gstage, r0, lane, w, d, CKPT_FP8 ? ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS : nullptr);
 #else
         const u16* ks = (const u16*)(gstage + OFF_K);
 #if PER_CHANNEL
@@ -1096,26 +1132,26 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #else
         const float* khat = qks + DK;
 #endif
-        float a[LREC > 1 ? LREC - 1 : 1];
+        // Row rr's weights of the records: GDN e_j d_j, KDA d_j (U_j carries the decays).
+        auto record_weights = [&](int rr, float (&a)[FOLD_A]) {
 #pragma unroll
-        for (int j = 0; j < LREC - 1; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + row]);
-        // The folded values of the chunk at column col of the lane's row (fp8: from the codes times
-        // the row's scale).
-        auto fold_chunk = [&](int col, float (&s)[EPC]) {
-          load_chunk(gstage, row, col, s);
+          for (int j = 0; j < FOLD_RECS; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + rr]);
+        };
+        // The folded values of the chunk at column col of row rr (a: its record weights, dr: its new
+        // record d; fp8: sc, its old scale, the codes' factor).
+        auto fold_chunk = [&](int rr, const float (&a)[FOLD_A], float dr, float sc, int col, float (&s)[EPC]) {
+          load_chunk(gstage, rr, col, s);
 #pragma unroll
           for (int e = 0; e < EPC; ++e) {
-#if CKPT_FP8
-            s[e] *= row_scale;
-#endif
+            if (CKPT_FP8) s[e] *= sc;
 #if PER_CHANNEL
-            s[e] = qks[3 * DK + col + e] * s[e] + d * khat[col + e];
+            s[e] = qks[3 * DK + col + e] * s[e] + dr * khat[col + e];
 #else
-            s[e] = e0 * s[e] + d * khat[col + e];
+            s[e] = e0 * s[e] + dr * khat[col + e];
 #endif
           }
 #pragma unroll
-          for (int j = 0; j < LREC - 1; ++j) {
+          for (int j = 0; j < FOLD_RECS; ++j) {
             float kc[EPC];
 #if PER_CHANNEL
 #pragma unroll
@@ -1131,34 +1167,48 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           }
         };
 #if CKPT_FP8
-        // fp8: two passes over the lane's half row, so that no chunk is held in registers: the
-        // row's largest magnitude (both halves, lanes l and l + 16), then the folded values again
-        // (the same arithmetic on the same stage: the same values), divided by the row's new scale
-        // max |row| / 448 (1 for a zero row) and stored as codes to nearest even
-        // (reference.rounding.fp8_row_encode's rule); lanes 0-15 write the scale.
-        float amax = 0.0f;
+        // fp8: the row's new scale max |row| / 448 (1 for a zero row) needs the whole folded row
+        // before any code is stored, so the warp folds its 16 rows in two groups of 8, a row over
+        // four lanes (lane l: row l % 8 of the group, columns FQ (l / 8) .. FQ (l / 8) + FQ - 1),
+        // each lane's FQ values folded once and held (32 registers: fits the 72-register two-CTA
+        // builds), the largest magnitude over the row's four lanes (l, l ^ 8, l ^ 16, l ^ 24), then
+        // the values divided by the new scale and stored as codes to nearest even
+        // (reference.rounding.fp8_row_encode's rule); lanes 0-7 write the group's scales. A lane
+        // of a phase of 8 reads one column range of the U_j / k̂ records (a broadcast) and 8 rows'
+        // same checkpoint chunk (8 bank groups under the swizzle).
+        const float* old_scale = (const float*)(gstage + OFF_SCALE);
+        const int col0 = (lane >> 3) * FQ;
 #pragma unroll 1
-        for (int c = 0; c < HALF; c += EPC) {
-          float s[EPC];
-          fold_chunk(half * HALF + c, s);
-          amax = fmaxf(amax, max_abs<EPC>(s));
-        }
-        const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
-        const float inverse = __frcp_rn(new_scale);
-#pragma unroll 1
-        for (int c = 0; c < HALF; c += EPC) {
-          float s[EPC];
-          fold_chunk(half * HALF + c, s);
+        for (int g8 = 0; g8 < 16; g8 += 8) {
+          const int rr = r0 + g8 + (lane & 7);
+          const float dr = __shfl_sync(0xffffffffu, d, g8 + (lane & 7));  // lane i < 16 holds row r0 + i's d
+          float a[FOLD_A];
+          record_weights(rr, a);
+          float held[FQ / EPC][EPC];
+          float amax = 0.0f;
 #pragma unroll
-          for (int e = 0; e < EPC; ++e) s[e] = div_by_reciprocal(s[e], new_scale, inverse);
-          store_chunk(gstage, row, half * HALF + c, s);
+          for (int c = 0; c < FQ / EPC; ++c) {
+            fold_chunk(rr, a, dr, old_scale[rr], col0 + c * EPC, held[c]);
+            amax = fmaxf(amax, max_abs<EPC>(held[c]));
+          }
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
+          const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
+          const float inverse = __frcp_rn(new_scale);
+#pragma unroll
+          for (int c = 0; c < FQ / EPC; ++c) {
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) held[c][e] = div_by_reciprocal(held[c][e], new_scale, inverse);
+            store_chunk(gstage, rr, col0 + c * EPC, held[c]);
+          }
+          if (lane < 8) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + rr] = new_scale;
         }
-        if (lane < 16) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + row] = new_scale;
 #else
+        float a[FOLD_A];
+        record_weights(row, a);
 #pragma unroll 1
         for (int c = 0; c < HALF; c += EPC) {
           float s[EPC];
-          fold_chunk(half * HALF + c, s);
+          fold_chunk(row, a, d, 1.0f, half * HALF + c, s);
           store_chunk(gstage, row, half * HALF + c, s);
         }
 #endif

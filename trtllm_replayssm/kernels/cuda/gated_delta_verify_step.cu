@@ -351,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     float part[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) part[i] = ch * 32 + i < NRED ? kda_partial(ch * 32 + i, ks, qs, gw) : 0.0f;
-    red[warp][ch * 32 + lane] = warp_reduce_scatter32(part, lane);
+    red[warp][ch * 32 + lane] = warp_reduce_scatter<32>(part, lane);
   }
   __syncthreads();
   // The history's sums: each warp over its 32 channels, then (after a barrier: hred takes U's
@@ -517,7 +517,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
 #pragma unroll
       for (int c = 0; c < NVP; ++c) part[i * NVP + c] = c < NV && ch * RG + i < w ? lane_dot(kr, uv[c < NV ? c : 0]) : 0.0f;
     }
-    const float r = warp_reduce_scatter32(part, lane);
+    const float r = warp_reduce_scatter<32>(part, lane);
     if (lane % NVP < NV) hraw[ch * RG + lane / NVP][lane % NVP] = r;
     if (flush) {
 #pragma unroll
@@ -545,7 +545,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
       for (int c = a; c < NV; ++c, ++e)
         if (e >= ch * 32 && e < ch * 32 + 32) part[e - ch * 32] = lane_dot(uv[a], uv[c]);
     }
-    const float r = warp_reduce_scatter32(part, lane);
+    const float r = warp_reduce_scatter<32>(part, lane);
     e = 0;
 #pragma unroll
     for (int a = 0; a < NV; ++a) {

@@ -295,7 +295,7 @@ __device__ __forceinline__ float select_f32(u32 c, float a, float b) {
   return r;
 }
 
-// One butterfly step of warp_reduce_scatter32: lanes with bit N clear keep v[0, N), the others
+// One butterfly step of warp_reduce_scatter: lanes with bit N clear keep v[0, N), the others
 // v[N, 2N) (moved down to v[0, N)), each adding its partner's copy of the half it keeps.
 template <int N>
 __device__ __forceinline__ void reduce_scatter_step(float* v, int lane) {
@@ -308,15 +308,21 @@ __device__ __forceinline__ void reduce_scatter_step(float* v, int lane) {
   }
 }
 
-// Butterfly reduce-scatter of 32 values over the warp: returns, in lane l, the sum over all lanes
-// of v[l] (31 shuffles for 32 sums, against 160 for 32 warp_sums). v is consumed.
-__device__ __forceinline__ float warp_reduce_scatter32(float* v, int lane) {
-  reduce_scatter_step<16>(v, lane);
-  reduce_scatter_step<8>(v, lane);
-  reduce_scatter_step<4>(v, lane);
-  reduce_scatter_step<2>(v, lane);
-  reduce_scatter_step<1>(v, lane);
-  return v[0];
+// Butterfly reduce-scatter of N values (a power of two up to 32) over the warp: returns, in lane
+// l, the sum over all lanes of v[l % N] (N - 1 + 5 - log2 N shuffles: 31 for 32 sums, against 160
+// for 32 warp_sums). v is consumed.
+template <int N>
+__device__ __forceinline__ float warp_reduce_scatter(float* v, int lane) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N: a power of two up to 32");
+  if constexpr (N >= 32) reduce_scatter_step<16>(v, lane);
+  if constexpr (N >= 16) reduce_scatter_step<8>(v, lane);
+  if constexpr (N >= 8) reduce_scatter_step<4>(v, lane);
+  if constexpr (N >= 4) reduce_scatter_step<2>(v, lane);
+  if constexpr (N >= 2) reduce_scatter_step<1>(v, lane);
+  float r = v[0];
+#pragma unroll
+  for (int o = N; o < 32; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  return r;
 }
 
 // ------------------------------------------------------------------ the persistent step kernels' ring
