@@ -186,7 +186,8 @@ def kernel_source(launcher_module, path, loaded: dict):
     """Inside: the CUDA launcher module ``launcher_module`` (kernels.mamba2_replay_cuda or
     kernels.gated_delta_replay_cuda) loads its kernels from the source file at ``path`` (None: its
     own; e.g. a revision exported by scripts/export_variant.sh, with the same kernel parameters);
-    ``loaded`` maps each entry loaded to its kernel. The headers stay the working tree's."""
+    ``loaded`` maps each entry loaded to its kernel. The source compiles with the headers beside
+    it (an exported revision's own)."""
     real = launcher_module.load_kernel
 
     def load(name, entry, defines, device, smem):

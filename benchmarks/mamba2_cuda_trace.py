@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 
@@ -33,7 +34,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
-from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import cuda_headers, cuda_source  # noqa: E402
 
 STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i done, 52 end
 UNITS_TRACED = 16  # units per CTA with their own words
@@ -165,10 +166,13 @@ def traced_source(text: str) -> str:
 
 
 def write_traced_source(directory: str) -> str:
-    """Path of the traced copy of the step kernel's source, written into ``directory``."""
+    """Path of the traced copy of the step kernel's source, written into ``directory`` with copies
+    of the headers it includes (a program's headers are those beside it)."""
     path = os.path.join(directory, "mamba2_replay_step_traced.cu")
     with open(path, "w", encoding="utf-8") as f:
         f.write(traced_source(cuda_source(mc.SOURCE)))
+    for header in cuda_headers(mc.SOURCE):
+        shutil.copy(header, directory)
     return path
 
 

@@ -91,3 +91,22 @@ def test_an_unwritable_directory_warns_once_and_compiles(sources, tmp_path, monk
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert b".entry k(" in _compile(value=2)  # warned once per directory
+
+
+def test_a_program_by_path_compiles_with_the_headers_beside_it(sources, tmp_path, monkeypatch):
+    """An exported revision's source (an absolute path) includes its own headers, not the package's
+    of the same name, and is kept under its own key: p[0] = 1 + twice(3) is 7 with the package's
+    header and 10 with the revision's."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TRTLLM_REPLAYSSM_CACHE_DIR", str(cache))
+    other = tmp_path / "revision"
+    other.mkdir()
+    (other / "k.cu").write_text(KERNEL)
+    (other / "common.cuh").write_text(HEADER.replace("2.0f", "3.0f"))
+    assert nvrtc.cuda_headers(str(other / "k.cu")) == (str(other / "common.cuh"),)
+    ptx = _compile()
+    nvrtc.compile_program.cache_clear()
+    revision = nvrtc.compile_program(str(other / "k.cu"), "sm_90", (("VALUE", 1), ("X", 3)), "ptx")
+    assert b" 1088421888;" in ptx and b" 1092616192;" not in ptx  # the bits of 7.0f
+    assert b" 1092616192;" in revision and b" 1088421888;" not in revision  # 10.0f
+    assert len(_entries(cache)) == 2

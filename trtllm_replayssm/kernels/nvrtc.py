@@ -89,14 +89,17 @@ def nvrtc_version() -> str:
 
 
 def cuda_source(name: str) -> str:
-    """Text of ``kernels/cuda/<name>``."""
+    """Text of ``kernels/cuda/<name>`` (``name`` absolute: that file)."""
     with open(os.path.join(_SOURCE_DIR, name), encoding="utf-8") as f:
         return f.read()
 
 
-def cuda_headers() -> Tuple[str, ...]:
-    """Names of the headers in ``kernels/cuda`` (``*.cuh``), which every program may include."""
-    return tuple(sorted(n for n in os.listdir(_SOURCE_DIR) if n.endswith(".cuh")))
+def cuda_headers(name: str = "") -> Tuple[str, ...]:
+    """Paths of the headers (``*.cuh``) the program ``name`` may include by their file names: those
+    in its directory (``kernels/cuda`` for a plain name; for an absolute path, such as an older
+    revision's source exported beside its own headers, that path's directory)."""
+    directory = os.path.dirname(os.path.join(_SOURCE_DIR, name))
+    return tuple(os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.endswith(".cuh"))
 
 
 def compile_cache_dir() -> Optional[str]:
@@ -119,8 +122,8 @@ def _compile_key(name: str, options: list, output: str) -> str:
     output kind, the source and every header (names and texts)."""
     h = hashlib.sha256()
     parts = [nvrtc_version(), output, *options, name, cuda_source(name)]
-    for header in cuda_headers():
-        parts += [header, cuda_source(header)]
+    for header in cuda_headers(name):
+        parts += [os.path.basename(header), cuda_source(header)]
     for part in parts:
         h.update(part.encode())
         h.update(b"\0")
@@ -154,7 +157,7 @@ def _store(directory: str, key: str, data: bytes) -> None:
 @functools.lru_cache(maxsize=None)
 def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], output: str = "cubin") -> bytes:
     """NVRTC compile of ``kernels/cuda/<name>`` for ``arch`` (e.g. ``"sm_90"``) with ``-D`` defines,
-    the headers of :func:`cuda_headers` includable by name.
+    the headers of :func:`cuda_headers` includable by their file names.
 
     Args:
         output: ``"cubin"`` (machine code, what :func:`load_kernel` loads) or ``"ptx"``.
@@ -177,10 +180,11 @@ def compile_program(name: str, arch: str, defines: Tuple[Tuple[str, int], ...], 
         except OSError:
             pass  # not compiled on this machine yet (or unreadable): compile it
     _, nvrtc = _bindings()
-    names = cuda_headers()
+    headers = cuda_headers(name)
     prog = _check(
-        nvrtc.nvrtcCreateProgram(cuda_source(name).encode(), name.encode(), len(names),
-                                 [cuda_source(h).encode() for h in names], [h.encode() for h in names]),
+        nvrtc.nvrtcCreateProgram(cuda_source(name).encode(), name.encode(), len(headers),
+                                 [cuda_source(h).encode() for h in headers],
+                                 [os.path.basename(h).encode() for h in headers]),
         "nvrtcCreateProgram",
     )
     try:
