@@ -247,8 +247,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
         if table.one_launch:
             return table
         table = replace(table, rows=unit_rows(head_v_dim))
-        rings = FP8_MMA_RINGS[batch <= DEEP_RING_MAX_BATCH] if table.flush_mma else ()
-        for stages, ctas in rings:
+        for stages, ctas in FP8_MMA_RINGS[batch <= DEEP_RING_MAX_BATCH]:  # two launches: batch > 16, flush_mma
             if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
