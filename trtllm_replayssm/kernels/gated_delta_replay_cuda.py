@@ -164,11 +164,11 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
-    meta), 1 KiB of alignment slack, two mbarriers per stage (three in one launch: the records' or,
-    with ``coef_warps``, the coefficient warps'). With ``coef_warps`` the partial sums are those
-    warps' instead of the consumers'; with ``s0_mma`` the stage also holds the step's q and k in
-    two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim column). Mirrors the
-    .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    meta), 1 KiB of alignment slack, two mbarriers per stage (in one launch a third, the
+    records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
+    partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
+    the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
+    column). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
@@ -184,7 +184,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
         stage += head_k_dim * 4
     stage += head_k_dim * 16 if s0_mma and per_channel else 0
     stage = (stage + 1023) // 1024 * 1024
-    barriers = 3 if one_launch or per_channel else 2  # full, empty; one launch: ready (coef_warps) or recs
+    barriers = 2 + (one_launch or per_channel) + bool(coef_warps)  # full, empty; one launch: recs; ready (coef_warps)
     return stages * stage + 1024 + 8 * barriers * stages
 
 

@@ -157,13 +157,13 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
 
 // Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
 // the stages): the launcher's step_shared_bytes must equal it (a CPU test reads this from the PTX).
-// mbarriers a stage: full, empty and, in one launch, a third: with COEF_WARPS ready (the
-// coefficient warps are done), without them recs (the records, the step's inputs and the meta,
-// which full then leaves out: the consumers form the coefficients while the checkpoint is on
-// its way). BAR_RECS is full where there is no recs barrier.
-#define NBARS (ONE_LAUNCH ? 3 : 2)
-#define BAR_READY(st) (bars + 8 * (2 * STAGES + (st)))
-#define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH && !COEF_WARPS ? 2 * STAGES + (st) : (st)))
+// mbarriers a stage: full, empty and, in one launch, recs (the records, the step's inputs and
+// the meta, which full then leaves out: the coefficients are formed while the checkpoint is on
+// its way) and with COEF_WARPS a fourth, ready (the coefficient warps are done). BAR_RECS is full
+// in two launches.
+#define NBARS (ONE_LAUNCH ? (COEF_WARPS ? 4 : 3) : 2)
+#define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH ? 2 * STAGES + (st) : (st)))
+#define BAR_READY(st) (bars + 8 * (3 * STAGES + (st)))
 extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
 // The 8 bf16 values of a 16-byte chunk as fp32.
@@ -867,15 +867,15 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (one launch: ready or recs[STAGES])
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (one launch: recs[STAGES], ready[STAGES])
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * VHEADS * PARTS;
   // The next grid (launched programmatically) may be scheduled now; it waits for this grid's
   // completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
 #if ONE_LAUNCH
-  if (threadIdx.x == 0) {  // ready: the coefficient warps' arrival; recs: the producer's and the records' bytes
-    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * (2 * STAGES + s), 1);
+  if (threadIdx.x == 0) {  // recs: the producer's arrival and the records' bytes; ready: the coefficient warps'
+    for (int s = 2 * STAGES; s < NBARS * STAGES; ++s) mbar_init(bars + 8 * s, 1);
   }
 #endif
   ring_init(bars, STAGES, CONSUMERS);
@@ -888,7 +888,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
-      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // with coefficient warps the full barrier: records and checkpoint
+      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way
       const int slot = ((const int*)(gstage + OFF_META))[0];
       const int bh = u / PARTS;
       if (slot >= 0)
@@ -961,9 +961,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 4 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
-          if (!COEF_WARPS) mbar_arrive(BAR_RECS(st));
-        } else if (COEF_WARPS) {
-          mbar_arrive_expect_tx(full, CKPT_BYTES + SCALE_BYTES + rec_bytes);
+          mbar_arrive(BAR_RECS(st));
         } else {
           mbar_arrive_expect_tx(full, CKPT_BYTES + SCALE_BYTES);
           mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
@@ -971,15 +969,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       }
       __syncwarp();
       if (slot >= 0) {
-        // Without coefficient warps the records and inputs first (the consumers form the
-        // coefficients from them), then the checkpoint; with them the checkpoint first.
+        // The records and inputs first (the coefficients are formed from them), then the checkpoint.
         const u32 recs = BAR_RECS(st);
-        auto copy_checkpoint = [&] {
-          if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
-          if (CKPT_FP8 && lane == 31)
-            bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
-        };
-        if (COEF_WARPS) copy_checkpoint();
         if (lane < w) {
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, recs);
@@ -994,7 +985,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if PER_CHANNEL
         if (lane == 3) bulk_load(stage + OFF_IN + DK * 4, (const unsigned char*)g + (b * sg_batch + h * sg_head) * G_SIZE, DK * G_SIZE, recs);
 #endif
-        if (!COEF_WARPS) copy_checkpoint();
+        if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+        if (CKPT_FP8 && lane == 31)
+          bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
       if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
 #else
