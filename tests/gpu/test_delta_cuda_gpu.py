@@ -167,21 +167,20 @@ FP8_SHAPES = [
 
 @needs_sm90
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
-@pytest.mark.parametrize("batch", [2, 16, 256])
+@pytest.mark.parametrize("batch", [2, 4, 8, 16, 256])
 @pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
 def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
-    small kernel at 2, one launch at 16, the two launches at 256; KDA: its one launch), and GDN's
-    step kernel with the flush folded on tensor cores (``flush_mma``): codes and row scales
-    against the float64 oracle over many flushes, padding rows and unused slots untouched
-    (drive_replay)."""
+    small kernel at 2, one launch at 4 and 8, the two launches at 16 and 256 with their rings;
+    KDA: its one launch), the flush folded in exact fp32 (``fma``) or, in GDN's step kernel, on
+    tensor cores (``fmma``): codes and row scales against the float64 oracle over many flushes,
+    padding rows and unused slots untouched (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
-    if flush_mma:
-        if per_channel or cfg.small:
-            pytest.skip("the fp8 flush on tensor cores: GDN's step kernel")
-        cfg = dataclasses.replace(cfg, flush_mma=True)
+    if flush_mma and (per_channel or cfg.small):
+        pytest.skip("the fp8 flush on tensor cores: GDN's step kernel")
+    cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
         partial(replay_cuda, config=cfg),

@@ -132,14 +132,15 @@ def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, exp
 FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
 
 
-@pytest.mark.parametrize("batch", [1, 4, 16, 64, 256])
+@pytest.mark.parametrize("batch", [1, 4, 8, 16, 64, 256])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     """An fp8 checkpoint's kernels at the table's configuration: the bf16 table's (the small kernel,
-    units, stages and CTAs) except GDN's two launches, which take the standard units (not the wide
-    ones) at the stages and CTAs of :data:`FP8_MMA_RINGS`, and GDN's flush fold, in exact fp32 below
-    :data:`FP8_FLUSH_MMA_MIN_BATCH` (the small kernel, batch 4) and on tensor cores from it (its
+    units, stages and CTAs) except GDN's two launches (from above :data:`FP8_ONE_LAUNCH_MAX_BATCH`),
+    which take the standard units (not the wide ones) at the stages and CTAs of
+    :func:`fp8_mma_rings`, and GDN's flush fold, in exact fp32 below
+    :data:`FP8_FLUSH_MMA_MIN_BATCH` (batch 1 and 4) and on tensor cores from it (its
     products' PTX: test_fp8_flush_on_tensor_cores_compiles); shared memory as the launcher allocates it (the
     row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs), the flush's codes
     rounded to nearest even with saturation, its scales from exact divisions and its quotients
@@ -150,10 +151,11 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     cfg, ptx = _ptx(shape, 1, per_channel=per_channel, batch=batch)
     bf16 = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel)
     fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
-    if bf16.small or gc.runs_one_launch(bf16, per_channel):
+    bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
+    if bf16_route:
         assert cfg == dataclasses.replace(bf16, flush_mma=fmma)
     else:  # GDN's two launches: the standard units, not the wide ones
-        ring = gc.FP8_MMA_RINGS[batch <= gc.DEEP_RING_MAX_BATCH][0]
+        ring = gc.fp8_mma_rings(batch)[0]
         assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), *ring) and not cfg.one_launch
     assert cfg.flush_mma == fmma
     two_launches = not gc.runs_one_launch(cfg, per_channel)  # the step kernel's build (also beside the small one)

@@ -88,15 +88,24 @@ DEEP_RING_MAX_BATCH = 64
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
 # 18.93; Qwen3.5-4B 8 7.85 / 8.33, 16 12.32 / 12.59).
 COEF_WARPS = 4
-# GDN with an fp8 checkpoint folds its flush on tensor cores from this batch (H100, session 43,
-# Qwen3.5-122B, L = 16, us, one launch, FMA fold / tensor cores: batch 4 7.55 / 7.98, 8 12.47 /
-# 11.67, 16 20.69 / 19.26; two launches at 64 units: 64 53.08 / 46.02, 256 175.56 / 160.82).
-FP8_FLUSH_MMA_MIN_BATCH = 8
+# GDN with an fp8 checkpoint folds its flush on tensor cores from this batch (H100, sessions 43 and
+# 44, Qwen3.5-122B, L = 16, us, one launch, FMA fold / tensor cores: batch 4 7.57 / 7.98, 5 10.08 /
+# 8.68, 6 11.18 / 9.25, 7 12.01 / 11.01, 8 12.47 / 11.67, 16 20.69 / 19.26; two launches at 64
+# units: 64 53.08 / 46.02, 256 175.56 / 160.82).
+FP8_FLUSH_MMA_MIN_BATCH = 5
+# GDN with an fp8 checkpoint: one launch up to this batch (above SMALL_MAX_BATCH), two launches above
+# it (H100, session 44, Qwen3.5-122B, L = 16, us, both folding on tensor cores, one launch / two at
+# 3 stages and 3 CTAs: batch 8 11.57 / 12.07, 12 14.90 / 14.86, 13 16.43 / 15.24, 14 17.42 /
+# 16.09, 16 19.11 / 17.16).
+FP8_ONE_LAUNCH_MAX_BATCH = 12
 # GDN's two launches with an fp8 checkpoint and its flush on tensor cores, 64-row units, (stages,
-# CTAs an SM) in order of preference, up to DEEP_RING_MAX_BATCH and above it (H100, session 43,
-# Qwen3.5-122B, L = 16, us, two rounds alike to 1%, 2,3 / 3,3 / 4,3 / 4,2: batch 64 46.41 / 46.00 /
-# 47.64 / 44.43, 256 160.32 / 155.28 / 155.26 / 165.05, 512 315.26 / 305.54 / 306.91 / 325.41).
+# CTAs an SM) in order of preference, from FP8_DEEP_RING_MIN_BATCH to DEEP_RING_MAX_BATCH (True)
+# and elsewhere (False) (H100, sessions 43 and 44, Qwen3.5-122B, L = 16, us, two rounds alike to
+# 1%, 2,3 / 3,3 / 4,3 / 4,2: batch 64 46.41 / 46.00 / 47.64 / 44.43, 256 160.32 / 155.28 / 155.26 /
+# 165.05, 512 315.26 / 305.54 / 306.91 / 325.41; 3,3 / 4,2: batch 13 15.24 / 15.91, 16 17.16 /
+# 17.64, 24 21.77 / 22.17, 32 26.87 / 26.58).
 FP8_MMA_RINGS = {True: ((4, 2), (3, 3), (2, 3)), False: ((3, 3), (2, 3))}
+FP8_DEEP_RING_MIN_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -233,21 +242,22 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
     warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
-    smaller) but GDN's two launches without wide units (the standard units at as many CTAs as fit,
+    smaller) but GDN in two launches above :data:`FP8_ONE_LAUNCH_MAX_BATCH` (unless ``one_launch``),
+    without wide units (the standard units at as many CTAs as fit,
     session 39: Qwen3.5-122B, L = 16, us, 64-row units at 3 CTAs / the bf16 table's 128-row units
     at 1: batch 64 59.80 / 71.88, 256 213.70 / 259.78, 512 406.99 / 490.94); the flush in exact
     fp32 FMAs (a row folded once, over four lanes, and held for its new scale), except GDN's step
     kernel from :data:`FP8_FLUSH_MMA_MIN_BATCH`, which folds it on tensor cores (``flush_mma``),
-    in two launches with the first of :data:`FP8_MMA_RINGS` (stages, CTAs) that fits."""
+    in two launches with the first of :func:`fp8_mma_rings` (stages, CTAs) that fits."""
     if state_bytes == 1:
         table = replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
         if table.small or per_channel:
             return table
         table = replace(table, flush_mma=batch >= FP8_FLUSH_MMA_MIN_BATCH)
-        if table.one_launch:
+        if table.one_launch and (one_launch or batch <= FP8_ONE_LAUNCH_MAX_BATCH):
             return table
-        table = replace(table, rows=unit_rows(head_v_dim))
-        for stages, ctas in FP8_MMA_RINGS[batch <= DEEP_RING_MAX_BATCH]:  # two launches: batch > 16, flush_mma
+        table = replace(table, rows=unit_rows(head_v_dim), one_launch=False)
+        for stages, ctas in fp8_mma_rings(batch):  # two launches, flush_mma
             if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
@@ -282,6 +292,12 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
     return replace(cfg, min_ctas=ctas)
+
+
+def fp8_mma_rings(batch: int) -> tuple[tuple[int, int], ...]:
+    """GDN's two launches with an fp8 checkpoint at ``batch``: the (stages, CTAs an SM) of
+    :data:`FP8_MMA_RINGS` in order of preference (the table takes the first that fits)."""
+    return FP8_MMA_RINGS[FP8_DEEP_RING_MIN_BATCH <= batch <= DEEP_RING_MAX_BATCH]
 
 
 def _resident_ctas(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int, per_channel: bool) -> int:
