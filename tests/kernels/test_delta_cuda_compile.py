@@ -127,6 +127,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 1, 16, 256, (64, 3, 3, 0, True)),
         (True, 1, 16, 64, (128, 4, 1, 4, False)),
         (True, 1, 16, 256, (128, 3, 2, 4, False)),
+        (True, 1, 32, 256, (128, 2, 1, 4, False)),  # one CTA: the bf16 table's ring (not measured deeper)
     ],
 )
 def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, expected):
