@@ -146,14 +146,13 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     units, stages and CTAs) except KDA's deeper rings above :data:`DEEP_RING_MAX_BATCH` and GDN's
     two launches (above :data:`FP8_ONE_LAUNCH_MAX_BATCH`), which take the standard units (not
     the wide ones) at the stages and CTAs of :func:`fp8_mma_rings`, and GDN's flush fold, in
-    exact fp32 below
-    :data:`FP8_FLUSH_MMA_MIN_BATCH` (batch 1 and 4) and on tensor cores from it (its
-    products' PTX: test_fp8_flush_on_tensor_cores_compiles); shared memory as the launcher allocates it (the
-    row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs), the flush's codes
-    rounded to nearest even with saturation, its scales from exact divisions and its quotients
-    from a correctly rounded reciprocal (rcp.rn, Markstein's correction), in the step and
-    the small kernel; S0 q̂ and S0 k̂ as f16 tensor-core products in GDN's two launches (the
-    coefficient launch writes q and k as f16), no tensor-core product elsewhere."""
+    exact fp32 below :data:`FP8_FLUSH_MMA_MIN_BATCH` (batch 1 and 4) and on tensor cores from it
+    (its products' PTX: test_fp8_flush_on_tensor_cores_compiles); shared memory as the launcher
+    allocates it (the row scales in each stage), codes read exactly (e4m3 pairs to f16 pairs),
+    the flush's codes rounded to nearest even with saturation, its scales from exact divisions
+    and its quotients from a correctly rounded reciprocal (rcp.rn, Markstein's correction), in
+    the step and the small kernel; S0 q̂ and S0 k̂ as f16 tensor-core products in GDN's two
+    launches (the coefficient launch writes q and k as f16), no tensor-core product elsewhere."""
     _, _, dk, dv, L = shape
     cfg, ptx = _ptx(shape, 1, per_channel=per_channel, batch=batch)
     bf16 = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel)

@@ -107,12 +107,13 @@ FP8_ONE_LAUNCH_MAX_BATCH = 12
 FP8_MMA_RINGS = {True: ((4, 2), (3, 3), (2, 3)), False: ((3, 3), (2, 3))}
 FP8_DEEP_RING_MIN_BATCH = 32
 # KDA with an fp8 checkpoint above DEEP_RING_MAX_BATCH: this many stages at the bf16 table's CTAs
-# an SM where they fit, if those are two or more (Kimi Linear at L = 16: two) (H100, session 44, Kimi Linear, L = 16, us,
-# 128-row units, 2 stages / 3: batch 128 71.34 / 68.34, 256 127.55 / 120.64, 512 235.84 / 221.34;
-# at 64 and below the bf16 table's one CTA of 4 stages, 3 stages at 2 CTAs: 16 15.42 / 16.64, 32
-# 24.90 / 25.92, 64 41.73 / 41.04). ncu at 256 (2 stages): the consumers wait 18% of their samples
-# for the coefficient warps, which wait 40% of theirs for records the two-stage ring has not yet
-# let in. Not measured at one CTA an SM (Kimi Linear at L = 32), which keeps the bf16 table's ring.
+# an SM where they fit, if those are two or more (H100, session 44, Kimi Linear, L = 16: two CTAs,
+# us, 128-row units, 2 stages / 3: batch 128 71.34 / 68.34, 256 127.55 / 120.64, 512 235.84 /
+# 221.34; at 64 and below the bf16 table's one CTA of 4 stages, 3 stages at 2 CTAs: 16 15.42 /
+# 16.64, 32 24.90 / 25.92, 64 41.73 / 41.04). ncu at 256 (2 stages): the consumers wait 18% of
+# their samples for the coefficient warps, which wait 40% of theirs for records the two-stage ring
+# has not yet let in. Not measured at one CTA an SM (Kimi Linear at L = 32), which keeps the bf16
+# table's ring.
 KDA_FP8_STAGES = 3
 
 
