@@ -117,7 +117,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 4, 32, 512, (64, 2, 2, 0, False)),
         # fp8 checkpoints (sessions 43, 44): GDN's flush on tensor cores from batch 5, one launch
         # up to 12, then two launches with 64-row units at 3 stages, 3 CTAs, but 4 stages, 2 CTAs
-        # at batch 32-64; KDA as bf16 with a third stage above batch 64
+        # at batch 32-64; KDA as bf16 below batch 64, from it three stages at as many CTAs as fit
         (False, 1, 16, 4, (64, 2, 3, 0, False)),
         (False, 1, 16, 5, (64, 2, 3, 0, True)),
         (False, 1, 16, 12, (64, 2, 3, 0, True)),
@@ -125,9 +125,10 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 1, 16, 32, (64, 4, 2, 0, True)),
         (False, 1, 16, 64, (64, 4, 2, 0, True)),
         (False, 1, 16, 256, (64, 3, 3, 0, True)),
-        (True, 1, 16, 64, (128, 4, 1, 4, False)),
+        (True, 1, 16, 32, (128, 4, 1, 4, False)),
+        (True, 1, 16, 64, (128, 3, 2, 4, False)),
         (True, 1, 16, 256, (128, 3, 2, 4, False)),
-        (True, 1, 32, 256, (128, 2, 1, 4, False)),  # one CTA: the bf16 table's ring (not measured deeper)
+        (True, 1, 32, 256, (128, 3, 1, 4, False)),  # one CTA fits
     ],
 )
 def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, expected):
@@ -143,7 +144,7 @@ FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
 @pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     """An fp8 checkpoint's kernels at the table's configuration: the bf16 table's (the small kernel,
-    units, stages and CTAs) except KDA's deeper rings above :data:`DEEP_RING_MAX_BATCH` and GDN's
+    units, stages and CTAs) except KDA's deeper rings from :data:`KDA_FP8_RING_MIN_BATCH` and GDN's
     two launches (above :data:`FP8_ONE_LAUNCH_MAX_BATCH`), which take the standard units (not
     the wide ones) at the stages and CTAs of :func:`fp8_mma_rings`, and GDN's flush fold, in
     exact fp32 below :data:`FP8_FLUSH_MMA_MIN_BATCH` (batch 1 and 4) and on tensor cores from it
@@ -158,8 +159,9 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     bf16 = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel)
     fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
-    if per_channel and cfg.stages != bf16.stages:  # a deeper ring at the bf16 table's CTAs
-        assert batch > gc.DEEP_RING_MAX_BATCH and cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES)
+    if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
+        assert cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas) and cfg.min_ctas >= 1
+        assert gc.delta_ctas_that_fit(cfg, dk, L, 1, True) >= cfg.min_ctas
     elif bf16_route:
         assert cfg == dataclasses.replace(bf16, flush_mma=fmma)
     else:  # GDN's two launches: the standard units, not the wide ones

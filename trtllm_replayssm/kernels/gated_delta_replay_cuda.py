@@ -106,15 +106,16 @@ FP8_ONE_LAUNCH_MAX_BATCH = 12
 # 17.64, 24 21.77 / 22.17, 32 26.87 / 26.58).
 FP8_MMA_RINGS = {True: ((4, 2), (3, 3), (2, 3)), False: ((3, 3), (2, 3))}
 FP8_DEEP_RING_MIN_BATCH = 32
-# KDA with an fp8 checkpoint above DEEP_RING_MAX_BATCH: this many stages at the bf16 table's CTAs
-# an SM where they fit, if those are two or more (H100, session 44, Kimi Linear, L = 16: two CTAs,
-# us, 128-row units, 2 stages / 3: batch 128 71.34 / 68.34, 256 127.55 / 120.64, 512 235.84 /
-# 221.34; at 64 and below the bf16 table's one CTA of 4 stages, 3 stages at 2 CTAs: 16 15.42 /
-# 16.64, 32 24.90 / 25.92, 64 41.73 / 41.04). ncu at 256 (2 stages): the consumers wait 18% of
-# their samples for the coefficient warps, which wait 40% of theirs for records the two-stage ring
-# has not yet let in. Not measured at one CTA an SM (Kimi Linear at L = 32), which keeps the bf16
-# table's ring.
+# KDA with an fp8 checkpoint from KDA_FP8_RING_MIN_BATCH: rings this many stages deep at as many
+# CTAs an SM as fit (H100, sessions 44 and 45, Kimi Linear, us, 128-row units. L = 16, the bf16
+# table's ring / 3 stages at 2 CTAs: batch 16 15.42 / 16.64 (4 stages, 1 CTA), 32 24.90 / 25.92
+# (4, 1), 64 41.73 / 41.04 and 41.56 / 40.93 (4, 1), 128 71.34 / 68.34, 256 127.55 / 120.64, 512
+# 235.84 / 221.34 (2 stages, 2 CTAs). L = 32, one CTA, 2 stages / 3: 128 120.56 / 108.30, 256
+# 226.90 / 202.62, 512 435.84 / 387.66). ncu at 256 (2 stages): the consumers wait 18% of their
+# samples for the coefficient warps, which wait 40% of theirs for records the two-stage ring has
+# not yet let in.
 KDA_FP8_STAGES = 3
+KDA_FP8_RING_MIN_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -255,8 +256,8 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     ``one_launch``) without wide units (the standard units at as many CTAs as fit; session 39,
     Qwen3.5-122B, L = 16, us, 64-row units at 3 CTAs / the bf16 table's 128-row units at 1:
     batch 64 59.80 / 71.88, 256 213.70 / 259.78, 512 406.99 / 490.94), and KDA's rings
-    :data:`KDA_FP8_STAGES` deep above :data:`DEEP_RING_MAX_BATCH` where they fit at two CTAs or
-    more; the flush in exact fp32 FMAs (a row folded once, over four lanes, and held for its new
+    :data:`KDA_FP8_STAGES` deep from :data:`KDA_FP8_RING_MIN_BATCH` at as many CTAs as fit (at
+    most 3); the flush in exact fp32 FMAs (a row folded once, over four lanes, and held for its new
     scale), except GDN's step kernel from :data:`FP8_FLUSH_MMA_MIN_BATCH`, which folds it on
     tensor cores (``flush_mma``), in two launches with the first of :func:`fp8_mma_rings`
     (stages, CTAs) that fits."""
@@ -264,11 +265,10 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
         table = replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
         if table.small:
             return table
-        if per_channel:  # above DEEP_RING_MAX_BATCH a deeper ring at the bf16 table's CTAs (two or more)
+        if per_channel:  # from KDA_FP8_RING_MIN_BATCH a deeper ring at as many CTAs as fit
             deeper = replace(table, stages=KDA_FP8_STAGES)
-            ctas = table.min_ctas
-            fits = batch > DEEP_RING_MAX_BATCH and ctas >= 2 and delta_ctas_that_fit(deeper, head_k_dim, L, 1, True) >= ctas
-            return deeper if fits else table
+            ctas = _resident_ctas(deeper, head_k_dim, L, 1, True)
+            return replace(deeper, min_ctas=ctas) if batch >= KDA_FP8_RING_MIN_BATCH and ctas >= 1 else table
         table = replace(table, flush_mma=batch >= FP8_FLUSH_MMA_MIN_BATCH)
         if table.one_launch and (one_launch or batch <= FP8_ONE_LAUNCH_MAX_BATCH):
             return table
