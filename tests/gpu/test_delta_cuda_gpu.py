@@ -41,8 +41,10 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
 # with 128-row units; GDN's one-launch form; one launch with four coefficient warps and three
 # stages; both with the S0 products on tensor cores (bf16 checkpoints); the small kernel with 16
-# and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores.
-FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "small16", "small32"]
+# and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
+# bf16 at batch 12-64 runs cw-fmma).
+FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
+FORMS += ["small16", "small32"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma"]
 
 

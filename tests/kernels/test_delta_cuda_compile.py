@@ -79,9 +79,11 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
-    if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16)
+    if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16),
+        # GDN with a bf16 checkpoint at batch 12-64
         wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16
-        assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel else 0)
+        gdn = not per_channel and state_bytes == 2 and gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.DEEP_RING_MAX_BATCH
+        assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel or gdn else 0)
     assert ".entry delta_replay_step(" in ptx
     # Two launches only: the coefficient launch (one launch forms the coefficients in the step);
     # GDN only: the small kernel
@@ -101,12 +103,15 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     [
         # (rows, stages, min_ctas, coef_warps, flush_mma); Qwen3.5-122B / Kimi Linear heads
         (False, 2, 16, 4, (64, 2, 3, 0, True)),
-        (False, 2, 16, 16, (64, 2, 3, 0, True)),
+        (False, 2, 16, 8, (64, 2, 3, 0, True)),
+        (False, 2, 16, 16, (128, 4, 1, 4, True)),  # GDN bf16 at 12-64: one launch, coefficient warps
+        (False, 2, 16, 64, (128, 4, 1, 4, True)),
         (False, 2, 16, 256, (128, 2, 1, 0, True)),
         (False, 4, 16, 256, (64, 2, 2, 0, False)),
         (True, 2, 16, 1, (32, 2, 3, 4, False)),
         (True, 2, 16, 64, (128, 4, 1, 4, False)),
         (True, 2, 16, 256, (128, 2, 2, 4, False)),
+        (True, 2, 32, 256, (128, 3, 1, 4, False)),  # one CTA of two stages: the deep ring
         (True, 4, 16, 256, (64, 2, 2, 0, False)),
         # KDA fp32 where one CTA of 64-row units fits (L > 16): 128-row units with coefficient
         # warps from batch 2

@@ -80,9 +80,18 @@ WIDE_UNITS_BATCH = 64
 # A bf16 checkpoint with coefficient warps up to this batch: one CTA an SM with as many stages as
 # fit, up to 4 (H200, session 24, Kimi Linear, L = 16, us, coefficient warps / without: batch 1
 # (32-row units) 4.73 / 5.21, 16 (128-row units, 4 stages) 13.65 / 15.53, 64 37.76 / 40.56); above
-# it two stages and two CTAs an SM (session 26, us, two CTAs / one CTA, 4 stages / no coefficient
-# warps, 2 CTAs: batch 64 37.99 / 37.42 / -, 256 115.70 / - / 125.40, 512 216.35 / - / 236.16).
+# it two stages at as many CTAs as fit where those are two or more (session 26, us, two CTAs / one
+# CTA, 4 stages / no coefficient warps, 2 CTAs: batch 64 37.99 / 37.42 / -, 256 115.70 / - /
+# 125.40, 512 216.35 / - / 236.16), else the deep ring at one CTA (H100, session 45, Kimi Linear,
+# L = 32, us, 2 stages / 3: batch 128 109.79 / 97.60, 256 209.75 / 184.65, 512 404.10 / 353.95).
 DEEP_RING_MAX_BATCH = 64
+# GDN with a bf16 checkpoint from this batch to DEEP_RING_MAX_BATCH: one launch, COEF_WARPS
+# coefficient warps and the deep ring of 128-row units (H100, sessions 44 and 45, Qwen3.5-122B, L =
+# 16, us, the table / 128,4,1,one,cw4,fmma: batch 4 7.84 / 8.56, 8 12.89 / 12.85, 12 17.43 / 17.04,
+# 16 21.91 / 21.30 and 22.14 / 21.31, 24 30.63 / 29.31, 32 40.51 / 36.92, 64 67.19 / 66.61 and
+# 66.39 / 66.01; the table: 64-row units at 3 CTAs, one launch up to 16, then two, 128-row units
+# from 64).
+GDN_COEF_WARPS_MIN_BATCH = 12
 # KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
 # flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
@@ -243,12 +252,14 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
-    flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint: :data:`COEF_WARPS`
-    coefficient warps; at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
-    registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
-    what counts), from batch 2 to :data:`DEEP_RING_MAX_BATCH` 128-row units (as wide units) and
-    one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
-    (no register cap but the launch bounds'). KDA with an fp32 checkpoint where one CTA of the
+    flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, and GDN's from
+    :data:`GDN_COEF_WARPS_MIN_BATCH` to :data:`DEEP_RING_MAX_BATCH` (in one launch):
+    :data:`COEF_WARPS` coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile
+    head_v_dim) and registers capped for as many CTAs as shared memory allows (at most 3: a unit a
+    CTA, the cap is what counts), from batch 2 to :data:`DEEP_RING_MAX_BATCH` 128-row units (as
+    wide units) and one CTA an SM with as many stages as fit, up to 4, above it two stages and as
+    many CTAs as fit (no register cap but the launch bounds') where those are two or more, else
+    the deep ring at one CTA. KDA with an fp32 checkpoint where one CTA of the
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
     warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
@@ -270,6 +281,9 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
             ctas = _resident_ctas(deeper, head_k_dim, L, 1, True)
             return replace(deeper, min_ctas=ctas) if batch >= KDA_FP8_RING_MIN_BATCH and ctas >= 1 else table
         table = replace(table, flush_mma=batch >= FP8_FLUSH_MMA_MIN_BATCH)
+        if table.coef_warps:  # GDN's bf16 coefficient warps are not timed with fp8: the standard units
+            table = replace(table, rows=unit_rows(head_v_dim), stages=2, coef_warps=0)
+            table = replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 2, False))
         if table.one_launch and (one_launch or batch <= FP8_ONE_LAUNCH_MAX_BATCH):
             return table
         table = replace(table, rows=unit_rows(head_v_dim), one_launch=False)
@@ -277,22 +291,26 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
             if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
-    one_launch = one_launch or per_channel or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
+    gdn_warps = state_bytes == 2 and not per_channel and GDN_COEF_WARPS_MIN_BATCH <= batch <= DEEP_RING_MAX_BATCH
+    one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
-    coef_warps = COEF_WARPS if state_bytes == 2 and per_channel else 0
+    coef_warps = COEF_WARPS if state_bytes == 2 and (per_channel or gdn_warps) else 0
     # GDN with a bf16 checkpoint folds the flush on tensor cores at every batch of the step kernel
     # (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
     # 16 18.94 / 19.91, 64 55.02 / 57.61, 256 186.85 / 193.82, 512 348.14 / 357.41); an fp32
     # checkpoint gains nothing (256: 313.09 / 313.39) and KDA lost (bf16 256: 175.28 / 125.36, one
     # CTA an SM where the table's build fit two).
     flush_mma = state_bytes == 2 and not per_channel
-    if coef_warps and 1 < batch <= DEEP_RING_MAX_BATCH:
+    if coef_warps and batch > 1:
+        two = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
+                              coef_warps=coef_warps, flush_mma=flush_mma)
+        ctas = _resident_ctas(two, head_k_dim, L, state_bytes, per_channel)
+        if batch > DEEP_RING_MAX_BATCH and ctas >= 2:
+            return replace(two, min_ctas=ctas)
         for stages in (4, 3, 2):
-            cfg = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=stages, min_ctas=1, one_launch=one_launch,
-                                  coef_warps=coef_warps, flush_mma=flush_mma)
-            if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
-                return cfg
+            if delta_ctas_that_fit(replace(two, stages=stages), head_k_dim, L, state_bytes, per_channel) >= 1:
+                return replace(two, stages=stages)
     if per_channel and not coef_warps and batch > 1 and _wide_units_pay(head_k_dim, head_v_dim, L, state_bytes):
         cfg = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
                               coef_warps=COEF_WARPS)
