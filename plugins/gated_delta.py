@@ -8,7 +8,8 @@ when the checkpoint is fp8; absent, slot_ids takes its place):
     0 checkpoint  [num_slots, v_heads, head_v_dim, head_k_dim]   f32 | bf16 | f16 | fp8 (e4m3)
     1 d_records   [num_slots, v_heads, L, head_v_dim]            record dtype (f32 | bf16 | f16)
     2 k_records   [num_slots, k_heads, L, head_k_dim]            record dtype
-    3 g_records   [num_slots, v_heads, L] (GDN) | [num_slots, v_heads, L, head_k_dim] (KDA)  f32
+    3 g_records   [num_slots, v_heads, L] (GDN) | [num_slots, v_heads, L, head_k_dim] (KDA)  f32;
+                  f16 for KDA with bf16 | f16 records (:func:`g_records_dtype`)
     4 cursor      [num_slots]                                     i32
     5 arrivals    [num_slots]                                     i32, zero between launches
     6 q           [batch, k_heads, head_k_dim]                    act (f32 | bf16 | f16), raw
@@ -43,7 +44,7 @@ import triton
 
 import trtllm_replayssm.ops  # noqa: F401 - registers torch.ops.replayssm.* (run_op)
 
-from trtllm_replayssm.cache import MAX_L
+from trtllm_replayssm.cache import MAX_L, GDNReplayCache, KDAReplayCache
 from trtllm_replayssm.kernels.common import LaunchConfig
 from trtllm_replayssm.kernels.gated_delta_common import H200_MULTIPROCESSORS, gated_delta_launch_config
 from trtllm_replayssm.kernels.gated_delta_replay import replay_constexprs
@@ -82,6 +83,7 @@ __all__ = [
     "GatedDeltaReplayAttrs",
     "check_inputs",
     "compile_kernel",
+    "g_records_dtype",
     "kernel_spec",
     "layer_attrs",
     "plugin_inputs",
@@ -297,17 +299,39 @@ def _layouts(a: GatedDeltaReplayAttrs, fp8: bool) -> Tuple[Tuple[str, tuple], ..
     )
 
 
+# The plugin's name of each torch dtype a g record may have (TORCH_DTYPES reversed).
+_DTYPE_NAMES_OF_TORCH = {t: n for n, t in TORCH_DTYPES.items()}
+
+
+def g_records_dtype(per_channel: bool, *, state_dtype: str, record_dtype: str) -> str:
+    """The g_records dtype name of a layer, by the caches' own rule
+    (:meth:`trtllm_replayssm.cache.KDAReplayCache.g_record_dtype`, so that the plugin takes the
+    caches the core allocates): "f16" for KDA's per-channel log-decays
+    ([num_slots, v_heads, L, head_k_dim]) beside bf16 or f16 d / k records, "f32" otherwise (GDN's
+    [num_slots, v_heads, L]; KDA with f32 records).
+
+    Args:
+        per_channel: a KDA layer (:attr:`GatedDeltaReplayAttrs.per_channel`).
+        state_dtype: the checkpoint's, one of :data:`STATE_DTYPES` (never fp64, the one checkpoint
+            dtype that changes the rule).
+        record_dtype: d_records' and k_records', one of :data:`FLOATS`.
+    """
+    cache = KDAReplayCache if per_channel else GDNReplayCache
+    return _DTYPE_NAMES_OF_TORCH[cache.g_record_dtype(TORCH_DTYPES[state_dtype], TORCH_DTYPES[record_dtype])]
+
+
 def tensor_infos(
     a: GatedDeltaReplayAttrs, *, state_dtype: str, act_dtype: str, record_dtype: str = None, gate_dtype: str = "f32"
 ) -> Tuple[TensorInfo, ...]:
     """The inputs' :class:`TensorInfo` for a layer (batch and num_slots dynamic; checkpoint_scale
-    present with an fp8 ``state_dtype``, else slot_ids in its place)."""
+    present with an fp8 ``state_dtype``, else slot_ids in its place; g_records in
+    :func:`g_records_dtype`)."""
     rec = record_dtype or act_dtype
     dtypes = dict(
         checkpoint=state_dtype,
         d_records=rec,
         k_records=rec,
-        g_records="f32",
+        g_records=g_records_dtype(a.per_channel, state_dtype=state_dtype, record_dtype=rec),
         cursor="i32",
         arrivals="i32",
         q=act_dtype,
@@ -331,7 +355,7 @@ def check_inputs(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> None:
         ValueError: wrong input count, rank, static dimension, or inconsistent batch / num_slots;
             checkpoint_scale absent with an fp8 checkpoint or given with another; a
             rounding_seed with an f32 checkpoint.
-        TypeError: wrong dtype.
+        TypeError: wrong dtype (g_records: other than :func:`g_records_dtype`).
     """
     if len(infos) != len(INPUTS):
         raise ValueError(f"{PLUGIN}: got {len(infos)} inputs; expected {len(INPUTS)}: {', '.join(INPUTS)}")
@@ -344,7 +368,10 @@ def check_inputs(a: GatedDeltaReplayAttrs, infos: Sequence[TensorInfo]) -> None:
         check_rank_and_dims(PLUGIN, name, info, layout, dims, symbols)
     check_dtype(PLUGIN, "d_records", by["d_records"], FLOATS)
     check_dtype(PLUGIN, "k_records", by["k_records"], (by["d_records"].dtype,))
-    check_dtype(PLUGIN, "g_records", by["g_records"], ("f32",))
+    rec = by["d_records"].dtype
+    want_g = g_records_dtype(a.per_channel, state_dtype=by["checkpoint"].dtype, record_dtype=rec)
+    why = f"the caches' g record dtype for {'KDA' if a.per_channel else 'GDN'} with {rec} records"
+    check_dtype(PLUGIN, "g_records", by["g_records"], (want_g,), why=why)
     check_dtype(PLUGIN, "q", by["q"], FLOATS)
     for name in ("k", "v"):
         check_dtype(PLUGIN, name, by[name], (by["q"].dtype,))

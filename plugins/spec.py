@@ -240,9 +240,12 @@ class TensorInfo:
     dims: Optional[Tuple[Optional[int], ...]] = None
 
 
-def check_dtype(plugin: str, name: str, info: TensorInfo, allowed: Sequence[str]) -> None:
+def check_dtype(plugin: str, name: str, info: TensorInfo, allowed: Sequence[str], why: str = "") -> None:
+    """TypeError naming ``plugin``, the input ``name``, its dtype and the ``allowed`` ones (with
+    ``why`` in parentheses, where a rule picks them) unless ``info.dtype`` is among them."""
     if info.dtype not in allowed:
-        raise TypeError(f"{plugin}: {name} is {info.dtype}; expected {' | '.join(allowed)}")
+        reason = f" ({why})" if why else ""
+        raise TypeError(f"{plugin}: {name} is {info.dtype}; expected {' | '.join(allowed)}{reason}")
 
 
 def check_rank_and_dims(

@@ -106,8 +106,10 @@ def test_record_bytes_by_family():
     g = load_model("qwen3.5-4b").ssm_layers[0].geometry
     gdn = record_bytes(GDN, g, torch.bfloat16, torch.float32)
     assert gdn == 32 * 128 * 2 + 16 * 128 * 2 + 32 * 4
-    # KDA keeps one log-decay per key channel: g [v_heads, head_k_dim].
-    assert record_bytes(KDA, g, torch.bfloat16, torch.float32) == gdn + 32 * 127 * 4
+    # KDA keeps one log-decay per key channel: g [v_heads, head_k_dim], fp16 beside 16-bit records,
+    # fp32 beside fp32 ones.
+    assert record_bytes(KDA, g, torch.bfloat16, torch.float32) == gdn - 32 * 4 + 32 * 128 * 2
+    assert record_bytes(KDA, g, torch.float32, torch.float32) == (32 * 128 + 16 * 128 + 32 * 128) * 4
     # fp64 checkpoints keep fp64 gates, as the caches do.
     assert record_bytes(GDN, g, torch.float64, torch.float64) == (32 * 128 + 16 * 128 + 32) * 8
 

@@ -343,9 +343,10 @@ class _DeltaRuleReplayCache(_ReplayCache):
             with d the window is a plain decayed sum of outer products d_j k_jᵀ).
         k_records: [num_slots, k_heads, L, head_k_dim], record dtype: their keys after the
             L2 normalisation, once per key head.
-        g_records: fp32 (fp64 with a fp64 checkpoint) log-decays of those tokens,
-            [num_slots, v_heads, L] (GDN, one per value head) or
-            [num_slots, v_heads, L, head_k_dim] (KDA, one per key channel).
+        g_records: log-decays of those tokens, [num_slots, v_heads, L] (GDN, one per value
+            head) or [num_slots, v_heads, L, head_k_dim] (KDA, one per key channel), in
+            :meth:`g_record_dtype`: fp32 (fp64 with a fp64 checkpoint), but KDA's in fp16 beside
+            16-bit d and k records.
         cursor: [num_slots] int32 in [0, L): records held. A step with cursor L-1 flushes;
             standard decode never writes record position L-1.
         arrivals: [num_slots] int32, zero between launches (the replay kernel's per-row counter
@@ -401,8 +402,20 @@ class _DeltaRuleReplayCache(_ReplayCache):
             raise TypeError(
                 f"{owner}: k_records is {self.k_records.dtype}; expected {self.d_records.dtype} (the d_records dtype)"
             )
-        want_g = torch.float64 if self.checkpoint.dtype == torch.float64 else torch.float32
+        want_g = self.g_record_dtype(self.checkpoint.dtype, self.d_records.dtype)
         check_dtype(owner, "g_records", self.g_records.dtype, (want_g,))
+
+    @classmethod
+    def g_record_dtype(cls, state_dtype: torch.dtype, record_dtype: torch.dtype) -> torch.dtype:
+        """dtype of the g records: fp64 with a fp64 checkpoint; KDA's per-channel log-decays in
+        fp16 beside 16-bit d and k records (half of a record's bytes otherwise; the rounding moves a
+        window's decay exp(G) by at most e^-1 2^-11 of the state's scale, a tenth of a bf16
+        checkpoint's own rounding: docs/kernel-notes.md, "Session 44"); fp32 otherwise."""
+        if state_dtype == torch.float64:
+            return torch.float64
+        if cls.PER_CHANNEL_GATE and record_dtype.itemsize == 2:
+            return torch.float16
+        return torch.float32
 
     @classmethod
     def allocate(
@@ -429,7 +442,7 @@ class _DeltaRuleReplayCache(_ReplayCache):
         )
         if v_heads % k_heads:
             raise ValueError(f"{owner}: k_heads = {k_heads} must divide v_heads = {v_heads}")
-        g_dtype = torch.float64 if state_dtype == torch.float64 else torch.float32
+        g_dtype = cls.g_record_dtype(state_dtype, record_dtype)
         g_shape = (num_slots, v_heads, L) + ((head_k_dim,) if cls.PER_CHANNEL_GATE else ())
         kw = dict(device=device)
         return cls(

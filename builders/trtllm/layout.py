@@ -163,8 +163,10 @@ def record_fields(
     Mamba-2: ``x_records [nheads, L, head_dim]``, ``dt_records [nheads, L]`` fp32,
     ``B_records [ngroups, L, d_state]``. GDN: ``d_records [v_heads, L, head_v_dim]``,
     ``k_records [k_heads, L, head_k_dim]``, ``g_records [v_heads, L]`` fp32; KDA:
-    ``g_records [v_heads, L, head_k_dim]``. The checkpoint and the counters are not among them
-    (the checkpoint is TensorRT-LLM's SSM state; counters see :data:`COUNTER_FIELDS`).
+    ``g_records [v_heads, L, head_k_dim]``, fp16 beside bf16 or fp16 d / k records, else fp32
+    (both g layouts in the core's ``g_record_dtype``; fp64 with an fp64 state). Shapes and dtypes
+    come from the core cache class. The checkpoint and the counters are not among them (the
+    checkpoint is TensorRT-LLM's SSM state; counters see :data:`COUNTER_FIELDS`).
     """
     template = cache_template(kind, geometry, L, state_dtype=state_dtype, record_dtype=record_dtype)
     return tuple(

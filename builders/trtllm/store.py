@@ -103,8 +103,9 @@ class ReplayRecordStore:
             the record dtype is that of the x / B / d / k records (:func:`~.layout.record_dtype_for`).
         L: records per slot.
         num_slots: TensorRT-LLM's state slots (live and padding).
-        state_dtype: dtype of the engine's SSM state (the checkpoint); sets the gate records'
-            dtype (fp32, fp64 with fp64).
+        state_dtype: dtype of the engine's SSM state (the checkpoint); with the record dtype it
+            sets the gate records' (the core caches' rule: fp32; fp16 for KDA's per-channel
+            g_records beside bf16 or fp16 records; fp64 with fp64).
         device: where counters (and owned records) live.
         record_views: layer index -> field name -> view, when the records live elsewhere (the V2
             pool); None allocates dense zeroed records here.

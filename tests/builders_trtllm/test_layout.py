@@ -128,6 +128,25 @@ def test_record_fields_kda_gate_per_channel():
     assert got == {"d_records": (32, 16, 128), "k_records": (32, 16, 128), "g_records": (32, 16, 128)}
 
 
+@pytest.mark.parametrize(
+    "kind,record_dtype,state_dtype,g_dtype",
+    [
+        (KDA, torch.bfloat16, torch.float32, torch.float16),
+        (KDA, torch.float16, torch.bfloat16, torch.float16),
+        (KDA, torch.float32, torch.float32, torch.float32),
+        (GDN, torch.bfloat16, torch.float32, torch.float32),
+        (GDN, torch.float16, torch.bfloat16, torch.float32),
+    ],
+    ids=["kda-bf16", "kda-f16", "kda-f32", "gdn-bf16", "gdn-f16"],
+)
+def test_record_fields_g_records_dtype_follows_the_caches(kind, record_dtype, state_dtype, g_dtype):
+    """KDA's per-channel g records are fp16 beside 16-bit d / k records and fp32 beside fp32 ones;
+    GDN's are fp32 always; d and k records stay in the record dtype."""
+    g = load_model("kimi-linear-48b" if kind == KDA else "qwen3.5-122b-a10b").ssm_layers[0].geometry
+    got = {f.name: f.dtype for f in record_fields(kind, g, 16, record_dtype=record_dtype, state_dtype=state_dtype)}
+    assert got == {"d_records": record_dtype, "k_records": record_dtype, "g_records": g_dtype}
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 @pytest.mark.parametrize("L", [1, 16, 64])
 @pytest.mark.parametrize(

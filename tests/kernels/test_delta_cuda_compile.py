@@ -362,6 +362,16 @@ def test_small_kernel_refuses_kda():
         gc.delta_step_defines(32, 32, 128, 128, 16, cfg, 4, True, torch.float32, torch.float32, per_channel=True)
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_g_records_in_another_dtype_are_refused(per_channel):
+    """The step takes the caches' g records: KDA's in fp16 (beside bf16 records), GDN's in fp32."""
+    c, q, v, g = _cpu_case(k_heads=32, v_heads=32, per_channel=per_channel)
+    assert gc.delta_shape_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
+    other = c.g_records.float() if per_channel else c.g_records.half()
+    got = gc.delta_shape_unsupported(c.checkpoint, c.d_records, c.k_records, other, q, q, v, g)
+    assert got is not None and f"the CUDA step takes {torch.float16 if per_channel else torch.float32}" in got, got
+
+
 def test_kda_with_strided_channels_is_refused():
     c, q, v, g = _cpu_case(per_channel=True)
     g = torch.zeros(4, 128, 64).transpose(1, 2)

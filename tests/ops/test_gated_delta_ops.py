@@ -180,6 +180,32 @@ def test_gated_delta_cache_allocate_and_admit(family):
 
 
 @pytest.mark.parametrize(
+    "family, state, records, g",
+    [
+        ("kda", torch.float32, torch.bfloat16, torch.float16),  # KDA's g in fp16 beside 16-bit records
+        ("kda", torch.bfloat16, torch.float16, torch.float16),
+        ("kda", torch.float8_e4m3fn, torch.bfloat16, torch.float16),
+        ("kda", torch.bfloat16, torch.float32, torch.float32),  # fp32 beside fp32 records
+        ("kda", torch.float64, torch.float64, torch.float64),
+        ("gdn", torch.bfloat16, torch.bfloat16, torch.float32),  # GDN's scalar g: always fp32
+        ("gdn", torch.float64, torch.float64, torch.float64),
+    ],
+)
+def test_gated_delta_cache_g_record_dtype(family, state, records, g):
+    """KDA's per-channel g records are fp16 beside 16-bit d and k records (half a record's bytes
+    otherwise), fp32 beside fp32 ones; GDN's are fp32; both fp64 with a fp64 checkpoint. A cache
+    built with the other dtype is refused, naming g_records and the dtype it expects."""
+    cls = FAMILIES[family][0]
+    assert cls.g_record_dtype(state, records) == g
+    c = cls.allocate(3, 2, 4, 16, 16, 4, state_dtype=state, record_dtype=records)
+    assert c.g_records.dtype == g
+    wrong = torch.float32 if g != torch.float32 else torch.float16
+    fields = {f: getattr(c, f) for f in ("checkpoint", "d_records", "k_records", "cursor", "arrivals", "checkpoint_scale")}
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}: g_records .*{str(g).split('.')[-1]}"):
+        cls(g_records=c.g_records.to(wrong), **fields)
+
+
+@pytest.mark.parametrize(
     "kw, exc, name",
     [({"v_heads": 5}, ValueError, "k_heads"), ({"L": 65}, ValueError, "L"), ({"head_k_dim": 0}, ValueError, "head_k_dim")],
 )

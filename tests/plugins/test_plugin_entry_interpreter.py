@@ -64,6 +64,11 @@ FP8_SR_CASES = [
         id="kda-f16-sr",
     ),
 ]
+# KDA with bf16 d / k records: its per-channel g records are f16 (the caches' g_record_dtype), and
+# the entry kernel reads and writes them through f16 pointers.
+RECORD_CASES = [
+    pytest.param(GatedDeltaCase, CASES[3].values[1], dict(records=torch.bfloat16), id="kda-bf16-records"),
+]
 
 
 def _launch_entry(case, a, inputs, out, args=None, outputs=None):
@@ -76,9 +81,10 @@ def _launch_entry(case, a, inputs, out, args=None, outputs=None):
     return spec
 
 
-def _layer(case, a, num_slots, seed, state=torch.float32, **kw):
+def _layer(case, a, num_slots, seed, state=torch.float32, records=torch.float32, **kw):
+    """A layer's cache (records in ``records``: the cases' act_dtype) and its clone."""
     g = torch.Generator().manual_seed(seed)
-    layer = case.layer(a, num_slots=num_slots, state_dtype=state, act_dtype=torch.float32, device="cpu", generator=g, **kw)
+    layer = case.layer(a, num_slots=num_slots, state_dtype=state, act_dtype=records, device="cpu", generator=g, **kw)
     return layer, {k: v.clone() for k, v in layer.items()}, g
 
 
@@ -86,7 +92,7 @@ def _bits(t):
     return t.view(torch.uint8) if t.dtype == FP8 else t
 
 
-@pytest.mark.parametrize("case,a,kw", CASES + FP8_SR_CASES)
+@pytest.mark.parametrize("case,a,kw", CASES + FP8_SR_CASES + RECORD_CASES)
 def test_replay_step_plugin_entry_equals_launcher(case, a, kw):
     layer, ref, g = _layer(case, a, 7, 1, **kw)
     slot_ids = torch.tensor([5, -1, 0, 3], dtype=torch.int32)
@@ -99,6 +105,7 @@ def test_replay_step_plugin_entry_equals_launcher(case, a, kw):
         out_r = out_p.clone()
         flushes += int((layer["cursor"][slot_ids[slot_ids >= 0].long()] == a.L - 1).sum())
         inputs = case.inputs(layer, step, slot_ids)
+        case.family().check_inputs(a, [info_of(t) for t in inputs])  # the plugin takes the core's caches
         outputs = output_buffers(case.family(), inputs, out_p)
         spec = _launch_entry(case, a, inputs, out_p, outputs=outputs)
         case.launch_kernel(a, ref, step, slot_ids, out_r)

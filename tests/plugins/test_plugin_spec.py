@@ -7,9 +7,11 @@ import pytest
 import torch
 
 import plugin_cases  # noqa: F401  (makes trtllm_replayssm_plugins importable)
+from plugin_cases import TORCH_NAMES
+from trtllm_replayssm.cache import GDNReplayCache, KDAReplayCache
 from trtllm_replayssm.kernels.common import mamba2_launch_config
 from trtllm_replayssm_plugins import gated_delta, mamba2
-from trtllm_replayssm_plugins.spec import InputDim, TensorInfo, specialize_scalar
+from trtllm_replayssm_plugins.spec import DTYPE_NAMES, TORCH_DTYPES, InputDim, TensorInfo, specialize_scalar
 from trtllm_replayssm_plugins.spec import aliased_outputs as spec_aliases
 
 NEMOTRON = mamba2.Mamba2ReplayAttrs.for_layer(128, 64, 128, 8, 16, batch_hint=256)  # Nemotron-3-Super, TP=1
@@ -289,6 +291,44 @@ def test_gated_delta_check_inputs_refuses(name, change, exc, words):
         change.get("dtype", infos[i].dtype), change.get("rank", infos[i].rank), change.get("dims", infos[i].dims)
     )
     with pytest.raises(exc, match=words):
+        gated_delta.check_inputs(a, infos)
+
+
+@pytest.mark.parametrize(
+    "per_channel,state,records,want",
+    [
+        (False, "f32", "bf16", "f32"),
+        (False, "bf16", "f16", "f32"),
+        (False, "f32", "f32", "f32"),
+        (True, "f32", "bf16", "f16"),
+        (True, "fp8", "f16", "f16"),
+        (True, "bf16", "f32", "f32"),
+    ],
+    ids=["gdn-bf16", "gdn-f16", "gdn-f32", "kda-bf16", "kda-fp8-f16", "kda-f32"],
+)
+def test_gated_delta_g_records_dtype_follows_the_caches(per_channel, state, records, want):
+    """g_records is f16 for KDA's per-channel log-decays beside bf16 / f16 d and k records, f32
+    otherwise (GDN always, KDA with f32 records): the dtype the core caches allocate, which
+    tensor_infos declares, the entry kernel's pointers take and check_inputs accepts, alone."""
+    cache_cls = KDAReplayCache if per_channel else GDNReplayCache
+    cache = cache_cls.allocate(1, 1, 1, 16, 16, 2, state_dtype=TORCH_DTYPES[state], record_dtype=TORCH_DTYPES[records])
+    assert TORCH_NAMES[cache.g_records.dtype] == want
+    assert gated_delta.g_records_dtype(per_channel, state_dtype=state, record_dtype=records) == want
+    a = gated_delta.GatedDeltaReplayAttrs.for_layer(**QWEN, per_channel=per_channel, state_dtype=state)
+    infos = list(gated_delta.tensor_infos(a, state_dtype=state, act_dtype="bf16", record_dtype=records))
+    i = gated_delta.INPUTS.index("g_records")
+    assert infos[i].dtype == want
+    gated_delta.check_inputs(a, infos)
+    gated_delta.check_inputs(a, [TensorInfo(x.dtype, x.rank) for x in infos])  # dtype pass
+    spec = gated_delta.kernel_spec(a, infos)
+    assert spec.signature["g_records_in"] == spec.signature["g_records_ptr"] == "*" + DTYPE_NAMES[want]
+    other = "f32" if want == "f16" else "f16"
+    infos[i] = dataclasses.replace(infos[i], dtype=other)
+    words = (
+        rf"^gated_delta_replay_step: g_records is {other}; expected {want} "
+        rf"\(the caches' g record dtype for {'KDA' if per_channel else 'GDN'} with {records} records\)$"
+    )
+    with pytest.raises(TypeError, match=words):
         gated_delta.check_inputs(a, infos)
 
 

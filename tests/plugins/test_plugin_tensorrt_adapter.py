@@ -336,6 +336,33 @@ def test_network_refuses_bad_combinations(fresh, state, given, seed, words):
     assert net.layers == []
 
 
+@pytest.mark.parametrize(
+    "per_channel,records,want",
+    [(True, "bf16", "f16"), (True, "f16", "f16"), (True, "f32", "f32"), (False, "bf16", "f32")],
+    ids=["kda-bf16", "kda-f16", "kda-f32", "gdn-bf16"],
+)
+def test_network_takes_g_records_in_the_caches_dtype(fresh, per_channel, records, want):
+    """add_kda_replay_step / add_gdn_replay_step take g_records in the caches' dtype (f16 for KDA
+    beside 16-bit d / k records, else f32), aliased through its output; the other dtype is refused
+    when the layer is added."""
+    fake_tensorrt.install(fresh)
+    trt_names = {"f16": "HALF", "f32": "FLOAT"}
+    net = fake_tensorrt.Network()
+    a = gated_delta.GatedDeltaReplayAttrs.for_layer(2, 4, 16, 16, 4, per_channel=per_channel)
+    t = _itensors(gated_delta, a, "f32", record_dtype=records)
+    add = network.add_kda_replay_step if per_channel else network.add_gdn_replay_step
+    tensors = [t[n] for n in gated_delta.INPUTS[:11]]
+    g_in = gated_delta.INPUTS.index("g_records")
+    call = add(net, *tensors, slot_ids=t["slot_ids"]).call
+    g_out = call.outputs[gated_delta.OUTPUTS.index("g_records")]
+    assert tensors[g_in].dtype == g_out.dtype == trt_names[want] and g_out.aliased_to is not None
+    other = "f32" if want == "f16" else "f16"
+    tensors[g_in] = fake_tensorrt.ITensor(trt_names[other], t["g_records"].shape)
+    with pytest.raises(TypeError, match=f"gated_delta_replay_step: g_records is {other}; expected {want} "):
+        add(net, *tensors, slot_ids=t["slot_ids"])
+    assert len(net.layers) == 1
+
+
 _M_SMALL = mamba2.Mamba2ReplayAttrs(4, 8, 6, 2, 3, True, False, True, True, 8, 1, 1, 1)
 _KDA_SMALL = gated_delta.GatedDeltaReplayAttrs(1, 2, 8, 6, 3, True, True, 0.5, 16, 1, 1, 1)
 _GDN_SMALL = gated_delta.GatedDeltaReplayAttrs(2, 2, 8, 6, 3, False, False, 0.5, 16, 1, 1, 1)

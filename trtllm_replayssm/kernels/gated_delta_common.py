@@ -70,7 +70,8 @@ def decay_columns(b_s, decay, PER_CHANNEL: tl.constexpr):
 @triton.jit
 def record_decays(p_gr, stride_gr_pos, o_l, o_k, m_k, w, g_after, PER_CHANNEL: tl.constexpr):
     """Decays of a row's w records and of its checkpoint to the point after them, from the g
-    records at ``p_gr`` (fp32, [L] for GDN, [L, head_k_dim] for KDA) and ``g_after``, the
+    records at ``p_gr`` ([L] for GDN, [L, head_k_dim] for KDA; fp32, KDA's fp16 beside 16-bit
+    records) and ``g_after``, the
     log-decay applied after the last record (the step's own g, or 0.0).
 
     Returns (e, e0): e_j = exp(Σ_{j<i<w} g_i + g_after) for the records, zero at j >= w
@@ -82,12 +83,12 @@ def record_decays(p_gr, stride_gr_pos, o_l, o_k, m_k, w, g_after, PER_CHANNEL: t
     m_next = (o_l + 1) < w
     if PER_CHANNEL:
         b_gn = tl.load(p_gr + (o_l[:, None] + 1) * stride_gr_pos + o_k[None, :],
-                       mask=m_next[:, None] & m_k[None, :], other=0.0)
-        g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0)
+                       mask=m_next[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        g0 = tl.load(p_gr + o_k, mask=m_k & (w > 0), other=0.0).to(tl.float32)
         e = tl.where(m_l[:, None], tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g_after[None, :]), 0.0)
     else:
-        b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0)
-        g0 = tl.load(p_gr, mask=w > 0, other=0.0)
+        b_gn = tl.load(p_gr + (o_l + 1) * stride_gr_pos, mask=m_next, other=0.0).to(tl.float32)
+        g0 = tl.load(p_gr, mask=w > 0, other=0.0).to(tl.float32)
         e = tl.where(m_l, tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + g_after), 0.0)
     return e, tl.exp(tl.sum(b_gn, axis=0) + g0 + g_after)
 

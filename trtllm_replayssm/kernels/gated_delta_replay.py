@@ -66,7 +66,7 @@ def _gated_delta_replay_step_kernel(
     # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
     dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
-    # g_records fp32 [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA)
+    # g_records [slot, v_heads, L] (GDN, fp32) or [slot, v_heads, L, head_k_dim] (KDA, fp16 or fp32)
     gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
     # cursor, arrivals [slot] int32
     cursor_ptr, arrivals_ptr,

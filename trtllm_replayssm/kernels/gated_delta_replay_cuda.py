@@ -382,7 +382,7 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
                             checkpoint_scale: Optional[Tensor] = None) -> Optional[str]:
     """The device-independent part of :func:`delta_cuda_unsupported`: a bf16, fp32 or fp8
     checkpoint (fp8: head_k_dim 128 and its ``checkpoint_scale``, value rows dense), bf16 q, k, v
-    and d / k records, fp32 g records, head_k_dim a multiple of 64 up to 256, head_v_dim a
+    and d / k records, g records in fp32 (GDN) or fp16 (KDA), head_k_dim a multiple of 64 up to 256, head_v_dim a
     multiple of 16, L <= 32, at most 32 value heads per key head, two stages fitting a
     multiprocessor, and the TMA / bulk-copy alignment (16-byte aligned bases and outer strides,
     contiguous last dims; KDA's g and g records per channel contiguous too)."""
@@ -400,8 +400,9 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
     for name, t in (("q", q), ("k", k), ("v", v), ("d_records", d_records), ("k_records", k_records)):
         if t.dtype != torch.bfloat16:
             return f"{name} {t.dtype}; the CUDA step takes bf16"
-    if g_records.dtype != torch.float32 or g_records.stride(-1) != 1:
-        return f"g_records {g_records.dtype} strides {g_records.stride()}; the CUDA step takes fp32, positions dense"
+    want_g = torch.float16 if per_channel else torch.float32  # the caches' g_record_dtype beside bf16 records
+    if g_records.dtype != want_g or g_records.stride(-1) != 1:
+        return f"g_records {g_records.dtype} strides {g_records.stride()}; the CUDA step takes {want_g}, positions dense"
     _, v_heads, head_v_dim, head_k_dim = checkpoint.shape
     k_heads, L = q.shape[1], d_records.shape[2]
     if head_k_dim % 64 or head_k_dim > 256:

@@ -274,7 +274,7 @@ def _history_weights(U1, p_kr, stride_kr_pos, p_gr, stride_gr_pos, o_k, m_k, w, 
         c = BLOCK_L // _HISTORY_CHUNK - 1 - i
         o_j = c * _HISTORY_CHUNK + o_r
         m_j = o_j < w
-        b_gn = tl.load(p_gr + (o_j + 1) * stride_gr_pos, mask=(o_j + 1) < w, other=0.0)
+        b_gn = tl.load(p_gr + (o_j + 1) * stride_gr_pos, mask=(o_j + 1) < w, other=0.0).to(tl.float32)
         b_k = tl.load(p_kr + o_j[:, None] * stride_kr_pos + o_k[None, :],
                       mask=m_j[:, None] & m_k[None, :], other=0.0).to(tl.float32)
         b_k = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + later)[:, None]
@@ -284,7 +284,7 @@ def _history_weights(U1, p_kr, stride_kr_pos, p_gr, stride_gr_pos, o_k, m_k, w, 
         h = tl.dot(k_lo, tl.trans(u_hi), acc=h, input_precision="tf32")
         h = tl.dot(k_hi, tl.trans(u_hi), acc=h, input_precision="tf32")
         hist = tl.where((o_c == c)[:, None, None], h[None, :, :], hist)
-    g0 = tl.load(p_gr, mask=w > 0, other=0.0)
+    g0 = tl.load(p_gr, mask=w > 0, other=0.0).to(tl.float32)
     return tl.reshape(hist, [BLOCK_L, U1.shape[0]]), tl.exp(later + g0)
 
 
@@ -304,7 +304,7 @@ def _store_window_tile(z, p_dr, stride_dr_pos, p_o, stride_o_tok, o_u, o_v, m_v,
 
 @triton.jit
 def _window_key_gate_records_kernel(
-    # k_records [slot, k_heads, L, head_k_dim]; g_records fp32 [slot, v_heads, L(, head_k_dim)]
+    # k_records [slot, k_heads, L, head_k_dim]; g_records [slot, v_heads, L(, head_k_dim)]: fp32, KDA's fp16 beside 16-bit records
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
     gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
     # cursor [slot] int32
@@ -362,7 +362,7 @@ def _gated_delta_replay_verify_kernel(
     # d_records [slot, v_heads, L, head_v_dim]; k_records [slot, k_heads, L, head_k_dim]
     dr_ptr, stride_dr_slot, stride_dr_head, stride_dr_pos,
     kr_ptr, stride_kr_slot, stride_kr_head, stride_kr_pos,
-    # g_records fp32 [slot, v_heads, L] (GDN) or [slot, v_heads, L, head_k_dim] (KDA)
+    # g_records [slot, v_heads, L] (GDN, fp32) or [slot, v_heads, L, head_k_dim] (KDA, fp16 or fp32)
     gr_ptr, stride_gr_slot, stride_gr_head, stride_gr_pos,
     # cursor, pending [slot] int32
     cursor_ptr, pending_ptr,
@@ -508,7 +508,7 @@ def _gated_delta_replay_verify_kernel(
                     held = j < w
                     b_dj = tl.load(p_dr + j * stride_dr_pos + o_v, mask=m_v & held, other=0.0).to(tl.float32)
                     b_kj = tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
-                    b_gj = tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0)
+                    b_gj = tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
                     b_s = b_s * tl.exp(b_gj)[None, :] + b_dj[:, None] * b_kj[None, :]
             else:
                 b_dt = tl.load(p_dr + o_l[None, :] * stride_dr_pos + o_v[:, None],
@@ -544,9 +544,9 @@ def _gated_delta_replay_verify_kernel(
                 e_j = hdec * tl.load(p_kr + j * stride_kr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32)
                 GT += tl.where((o_l == j)[:, None], tl.sum(U1 * e_j[None, :], axis=1)[None, :], 0.0)
                 if PER_CHANNEL:
-                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0))
+                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos + o_k, mask=m_k & held, other=0.0).to(tl.float32))
                 else:
-                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0))
+                    hdec = hdec * tl.exp(tl.load(p_gr + j * stride_gr_pos, mask=held, other=0.0).to(tl.float32))
         U_hi, U_lo = tf32_split(decay_columns(U1, hdec, PER_CHANNEL))
         GT_hi, GT_lo = tf32_split(GT)
         for c in tl.range(0, SPAN_V // BLOCK_V, num_stages=NUM_STAGES):

@@ -131,11 +131,25 @@
 #define OFF_QK (OFF_K + K_BYTES)
 #define OFF_COEF (OFF_QK + QK_BYTES)
 #define OFF_V (OFF_COEF + COEF_BYTES)
-// One launch only: the g records (KDA: [LP][DK], then a flush's U_j = e_j ⊙ k̂_j; GDN: [LP]), the
-// step's q, k (bf16; also with S0_MMA) and KDA's g (G_CODE), the consumer warps' partial sums.
+// One launch only: the g records (KDA: [LP] slots of 4 DK bytes, record j's fp16 g in the upper
+// half of slot j, then a flush's U_j = e_j ⊙ k̂_j in fp32 over the slot, its columns in u_index
+// order; GDN: [LP] fp32), the step's q, k (bf16; also with S0_MMA) and KDA's g (G_CODE), the
+// consumer warps' partial sums.
 #define G_BYTES (ONE_LAUNCH ? (PER_CHANNEL ? LP * DK * 4 : LP * 4) : 0)
 #define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
 #define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
+// The g records: KDA's per-channel log-decays in fp16 (the launcher's g_record_dtype with bf16 d
+// and k records), GDN's scalar ones in fp32.
+#if PER_CHANNEL
+typedef u16 grec_t;
+// Float index of column c in a flush's U_j: of each 32 columns (a warp's in unit_coefficients) the
+// first 16 in the slot's lower half, which holds no g, the last 16 in its upper half, over the g
+// of the same 32 columns (the float of column 32 i + 16 + m over the fp16 g of columns 32 i + 2m,
+// 2m + 1). Runs of 16 columns stay contiguous: the fold reads them as float4.
+__device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (c >> 5) * 16 + (c & 15); }
+#else
+typedef float grec_t;
+#endif
 #define IN_BYTES (ONE_LAUNCH || S0_MMA ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)  // (GDN's S0_MMA: q, k too)
 #define OFF_IN (OFF_G + G_BYTES)
 #define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + 4) : 0)
@@ -205,6 +219,14 @@ __device__ __forceinline__ void load_bf16_chunk(const u16* p, float* v) {
 
 // The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32, and
 // back, rounded to the checkpoint dtype.
+// Four floats of shared memory at a 16-byte aligned p in one load (NVVM splits a float4 load into
+// four whose address it cannot prove aligned: a flush's U reads at u_index).
+__device__ __forceinline__ float4 lds_float4(const float* p) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_u32(p)));
+  return v;
+}
+
 __device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, u32 col, float* v) {
   chunk_to_f32(*(const uint4*)(stage + ckpt_offset(row, col)), v);
 }
@@ -535,7 +557,7 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
 // not bf16 goes in FLUSH_PARTS bf16 parts (split3: exact to 24 bits with three, the fp32
 // checkpoint; to 16 bits with two, the bf16 and fp8 ones), smallest part first:
 //   KDA: S = S0 Diag(e0) + D Uᵀ + d k̂ᵀ, A = the d records (bf16, exact), B = U's parts (fp32 U_j,
-//        written over the g records by unit_coefficients);
+//        written over the g records by unit_coefficients, columns at u_index);
 //   GDN: S = e0 S0 + A K̂ + d k̂ᵀ, A = the parts of e_j d_j (e_j from the coefficient block),
 //        B = the k̂ records (bf16, exact).
 // d: the new record of row r0 + (lane & 15), in every lane. Lane (g = lane / 4, t = lane % 4)
@@ -614,7 +636,7 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
       const int js[4] = {j, j + 1, j + 8, j + 9};
       float p[4][3];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) flush_parts(js[e] < w ? us[js[e] * DK + n0 + g] : 0.0f, p[e]);
+      for (int e = 0; e < 4; ++e) flush_parts(js[e] < w ? us[js[e] * DK + u_index(n0 + g)] : 0.0f, p[e]);
 #pragma unroll
       for (int k = FLUSH_PARTS - 1; k >= 0; --k)
         mma_bf16(acc, a[s][0][0], a[s][0][1], a[s][0][2], a[s][0][3], pack_bf16x2(p[0][k], p[1][k]),
@@ -658,31 +680,66 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 }
 #endif
 
+#if ONE_LAUNCH && PER_CHANNEL
+// KDA: column c's suffix scan over records w-1 .. 0 (unit_coefficients): u_j = e_j k̂_j[c] with
+// e_j = exp(gc + sum_{j<i<w} g_i), added into the scores' partial sums pq[j] += u_j qc, pk[j] +=
+// u_j kc; returns sum_{i<w} g_i. FLUSH (w == L-1): u_j also stored at U_j's u_index(c) over slot
+// j, once the warp has read g_j (__syncwarp; whole warps: DK is a multiple of 32). Two builds, so
+// that the steps that do not flush run the loop without the warp barriers.
+template <bool FLUSH>
+__device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c, float gc, float qc, float kc,
+                                             float (&pq)[LP], float (&pk)[LP]) {
+  const u16* gs = (const u16*)(gstage + OFF_G);
+  const u16* ks = (const u16*)(gstage + OFF_K);
+  float* us = (float*)(gstage + OFF_G);
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = LP - 1; j >= 0; --j) {
+    if (j < w) {
+      const float gj = f16_to_f32(gs[(2 * j + 1) * DK + c]);  // the upper half of slot j
+      const float u = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
+      if (FLUSH) {
+        __syncwarp();
+        us[j * DK + u_index(c)] = u;
+      }
+      pq[j] += u * qc;
+      pk[j] += u * kc;
+      acc += gj;
+    }
+  }
+  return acc;
+}
+#endif
+
 #if ONE_LAUNCH
 // One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
 // consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
 // from the stage the producer filled: the step's q, k
-// (bf16; KDA: g, G_CODE) at OFF_IN, records 0..w-1 of k̂ (OFF_K) and g (OFF_G, fp32; GDN: a
-// scalar each). q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM). One pass, a thread a column c, on
-// the raw q and k (the norms are scalars, applied once the pass's sums are in):
+// (bf16; KDA: g, G_CODE) at OFF_IN, records 0..w-1 of k̂ (OFF_K) and g (OFF_G; KDA fp16, GDN a
+// scalar each in fp32). q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM). One pass, a thread a
+// column c, on the raw q and k (the norms are scalars, applied once the pass's sums are in):
 //   KDA: e_j = exp(g + sum_{j<i<w} g_i) for j < w from a suffix scan over the column's g records
 //        (exact sums, no prefix subtraction), e0 = exp(g + sum_{i<w} g_i), U_j = e_j ⊙ k̂_j
-//        (written over g record j for a flush, w == L-1); scores sq_j = U_j . q̂, sk_j = U_j . k̂;
-//        the qk block e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in the coefficient block.
+//        (a flush, w == L-1, writes it over slot j at u_index: lanes 0-15 to the slot's lower
+//        half, which holds no g; lanes 16-31 over the g of two lanes of the same warp, once the
+//        warp has read them: __syncwarp);
+//        scores sq_j = U_j . q̂, sk_j = U_j . k̂; the qk block e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in
+//        the coefficient block.
 //   GDN: scores k̂_j . q̂ and k̂_j . k̂, then times e_j (warp 0: suffix sums of the g records, a
 //        lane a record); the qk block q̂, k̂; e_j and e0 in the coefficient block.
 // The scores and |q|², |k|², q . k are per-warp sums (a butterfly reduce-scatter for the scores)
 // added over the warps in a fixed order after the first barrier; each thread then scales its own
 // columns of the qk block; the second barrier publishes the blocks. Writes the stage's coefficient
-// block (as launch 1 does) and qk block; appends g (part 0 of the head) and k̂ (part 0 of the key
-// head's first value head) at w below L-1 (records 0..w-1, the only ones read, are not written).
+// block (as launch 1 does) and qk block; appends g (part 0 of the head; KDA's rounded to fp16) and
+// k̂ (part 0 of the key head's first value head) at w below L-1 (records 0..w-1, the only ones read,
+// are not written).
 __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, int tid, float beta, float gh,
-                                                  float scale, float* grec_w, u16* krec_w) {
+                                                  float scale, grec_t* grec_w, u16* krec_w) {
   const int lane = tid & 31, warp = tid >> 5;
   const u16* qin = (const u16*)(gstage + OFF_IN);
   const u16* kin = qin + DK;
   const u16* ks = (const u16*)(gstage + OFF_K);
-  float* gs = (float*)(gstage + OFF_G);
+  const grec_t* gs = (const grec_t*)(gstage + OFF_G);
   float* qks = (float*)(gstage + OFF_QK);
   float* cf = (float*)(gstage + OFF_COEF);
   float* red = (float*)(gstage + OFF_RED);  // [CWARPS][2 LP] scores, then [CWARPS][4] norms
@@ -699,25 +756,14 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     nqk += qc * kc;
 #if PER_CHANNEL
     const float gc = load_f32<G_CODE>(qin + 2 * DK, c);
-    const bool flush = w == LREC - 1;
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = LP - 1; j >= 0; --j) {
-      if (j < w) {
-        const float gj = gs[j * DK + c];
-        const float u = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
-        if (flush) gs[j * DK + c] = u;
-        pq[j] += u * qc;
-        pk[j] += u * kc;
-        acc += gj;
-      }
-    }
+    const float acc = w == LREC - 1 ? scan_column<true>(gstage, w, c, gc, qc, kc, pq, pk)
+                                    : scan_column<false>(gstage, w, c, gc, qc, kc, pq, pk);
     const float e0 = __expf(acc + gc);
     qks[c] = e0 * qc;
     qks[DK + c] = e0 * kc;
     qks[2 * DK + c] = kc;
     qks[3 * DK + c] = e0;
-    if (grec_w && append) grec_w[c] = gc;
+    if (grec_w && append) grec_w[c] = f32_to_f16(gc);
 #else
 #pragma unroll
     for (int j = 0; j < LP; ++j) {
@@ -808,12 +854,12 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 // beta and GDN's g from the stage's meta and the append positions: g at part 0, k̂ at part 0 of the
 // key head's first value head.
 __device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int slot, int h, int part, int tid, float scale,
-                                                   float* g_records, long long sgr_slot, long long sgr_head,
+                                                   grec_t* g_records, long long sgr_slot, long long sgr_head,
                                                    long long sgr_pos, u16* k_records, long long skr_slot,
                                                    long long skr_head, long long skr_pos) {
   const int* meta = (const int*)(gstage + OFF_META);
   const int w = meta[1];
-  float* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
+  grec_t* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
   u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
   unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
 }
@@ -853,7 +899,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     float* __restrict__ ckpt_scale, long long ssc_slot, long long ssc_head,  // fp8: [slot, VHEADS, DV], rows dense
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
-    float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
+    grec_t* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     const u16* __restrict__ v, long long sv_batch, long long sv_head,
     u16* __restrict__ out, long long so_batch, long long so_head,
     const int* __restrict__ slot_ids, int* __restrict__ cursor, int batch,
@@ -958,7 +1004,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         meta[1] = w;
         ((float*)meta)[2] = bt;
         ((float*)meta)[3] = gt;
-        const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 4 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
+        const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
           mbar_arrive(BAR_RECS(st));
@@ -976,7 +1022,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
                     ROWS * 2, recs);
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, recs);
 #if PER_CHANNEL
-          bulk_load(stage + OFF_G + lane * (DK * 4), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 4, recs);
+          bulk_load(stage + OFF_G + lane * (DK * 4) + DK * 2, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 2,
+                    recs);  // fp16, the upper half of slot j
 #endif
         }
         if (lane == 0) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, recs);
@@ -1120,7 +1167,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #else
         const u16* ks = (const u16*)(gstage + OFF_K);
 #if PER_CHANNEL
-        const float* us = (const float*)(gstage + OFF_G);  // U_j, rows j < w
+        const float* us = (const float*)(gstage + OFF_G);  // U_j, rows j < w, columns at u_index
         const float* khat = qks + 2 * DK;
 #else
         const float* khat = qks + DK;
@@ -1134,11 +1181,19 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // record d; fp8: sc, its old scale, the codes' factor).
         auto fold_chunk = [&](int rr, const float (&a)[FOLD_A], float dr, float sc, int col, float (&s)[EPC]) {
           load_chunk(gstage, rr, col, s);
+#if PER_CHANNEL
+          float e0c[EPC], kc0[EPC];  // e0 and k̂ at the chunk's columns, 16-byte loads
+#pragma unroll
+          for (int e = 0; e < EPC; e += 4) {
+            *(float4*)(e0c + e) = lds_float4(qks + 3 * DK + col + e);
+            *(float4*)(kc0 + e) = lds_float4(khat + col + e);
+          }
+#endif
 #pragma unroll
           for (int e = 0; e < EPC; ++e) {
             if (CKPT_FP8) s[e] *= sc;
 #if PER_CHANNEL
-            s[e] = qks[3 * DK + col + e] * s[e] + dr * khat[col + e];
+            s[e] = e0c[e] * s[e] + dr * kc0[e];
 #else
             s[e] = e0 * s[e] + dr * khat[col + e];
 #endif
@@ -1148,8 +1203,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
             float kc[EPC];
 #if PER_CHANNEL
 #pragma unroll
-            for (int e = 0; e < EPC; e += 4) {
-              const float4 u4 = *(const float4*)(us + j * DK + col + e);
+            for (int e = 0; e < EPC; e += 4) {  // 4 columns, contiguous at u_index
+              const float4 u4 = lds_float4(us + j * DK + u_index(col + e));
               kc[e] = u4.x, kc[e + 1] = u4.y, kc[e + 2] = u4.z, kc[e + 3] = u4.w;
             }
 #else

@@ -95,6 +95,17 @@
 #if PER_CHANNEL && VHEADS != KHEADS
 #error "the KDA verify takes one value head per key head"
 #endif
+// The g records: KDA's per-channel log-decays in fp16 (the caches' g_record_dtype beside bf16 d and
+// k records), GDN's scalar ones in fp32.
+#if PER_CHANNEL
+typedef u16 grec_t;
+__device__ __forceinline__ float grec_load(const grec_t* p) { return f16_to_f32(*p); }
+__device__ __forceinline__ grec_t grec_value(float g) { return f32_to_f16(g); }
+#else
+typedef float grec_t;
+__device__ __forceinline__ float grec_load(const grec_t* p) { return *p; }
+__device__ __forceinline__ grec_t grec_value(float g) { return g; }
+#endif
 #define U_PARTS (PER_CHANNEL && !CKPT_F32 ? 3 : 1)  // bf16 parts of a u row (KDA's are fp32 values)
 #define NCOL (NV * U_PARTS)                  // u rows: the columns of the tensor-core S0 products
 #define NT ((NCOL + 7) / 8)                  // n tiles of the tensor-core S0 products
@@ -281,7 +292,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     unsigned char* __restrict__ u_out,  // [batch, U_HEADS, NCOL, QK_PITCH bytes]: the u rows, the checkpoint's dtype
     u16* __restrict__ khist,            // [batch, U_HEADS, K_PARTS, LP, DK]: a flush row's history keys (KDA: U_j)
     u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
-    float* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
+    grec_t* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
     int* __restrict__ cursor, int* __restrict__ pending,
     const u16* __restrict__ q, long long sq_batch, long long sq_tok, long long sq_head,
     const u16* __restrict__ k, long long sk_batch, long long sk_tok, long long sk_head,
@@ -315,12 +326,12 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     gw[s] = load_f32<G_CODE>(g, b * sg_batch + s * sg_tok + h * sg_head + c);
   }
   const float bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
-  float* const grec = g_records + slot * sgr_slot + h * sgr_head + c;
+  grec_t* const grec = g_records + slot * sgr_slot + h * sgr_head + c;
   u16* const krec = k_records + slot * skr_slot + kh * skr_head + c;
   float gr[LREC], kr[LREC];
 #pragma unroll
   for (int j = 0; j < LREC; ++j) {
-    gr[j] = grec[j * sgr_pos];
+    gr[j] = grec_load(grec + j * sgr_pos);
     kr[j] = bf16_to_f32(krec[j * skr_pos]);
   }
   const int w = cursor[slot] & (VERIFY_FLUSHED - 1);
@@ -449,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
     if (s < n) {
-      grec[(base + s) * sgr_pos] = gw[s];
+      grec[(base + s) * sgr_pos] = grec_value(gw[s]);
       krec[(base + s) * skr_pos] = f32_to_bf16(rk[s] * ks[s]);
     }
   }
@@ -489,8 +500,8 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     load_words(q + b * sq_batch + s * sq_tok + kh * sq_head + lane * PER_LANE, c);
     unpack_bf16x2(c, uv[VT + s]);
   }
-  float* const grec = g_records + slot * sgr_slot + h * sgr_head;
-  const float gj = lane < LREC ? grec[lane * sgr_pos] : 0.0f;
+  grec_t* const grec = g_records + slot * sgr_slot + h * sgr_head;
+  const float gj = lane < LREC ? grec_load(grec + lane * sgr_pos) : 0.0f;
   const float gs = lane < VT ? load_f32<G_CODE>(g, b * sg_batch + lane * sg_tok + h * sg_head) : 0.0f;
   const float bs = lane < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + lane * sb_tok + h * sb_head) : 0.0f;
   const int w = cursor[slot] & (VERIFY_FLUSHED - 1);  // another CTA of the row may have flagged it
@@ -630,7 +641,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   }
   const int base = flush ? 0 : w;  // the window's first record position
   // The window's g records (lane s; every g record of this value head was read above, by the scan).
-  if (lane < n) grec[(base + lane) * sgr_pos] = gs;
+  if (lane < n) grec[(base + lane) * sgr_pos] = grec_value(gs);
   // The window's u rows for the step kernel (warp c % VPK: row c) and k̂ records (the key head's
   // history records were all read before the barrier above).
 #pragma unroll
