@@ -217,16 +217,16 @@ __device__ __forceinline__ void load_bf16_chunk(const u16* p, float* v) {
 #endif
 }
 
-// The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32, and
-// back, rounded to the checkpoint dtype.
 // Four floats of shared memory at a 16-byte aligned p in one load (NVVM splits a float4 load into
-// four whose address it cannot prove aligned: a flush's U reads at u_index).
+// four where it cannot prove the address aligned: the KDA fold's e0, k̂ and U reads).
 __device__ __forceinline__ float4 lds_float4(const float* p) {
   float4 v;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(smem_u32(p)));
   return v;
 }
 
+// The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32, and
+// back, rounded to the checkpoint dtype.
 __device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, u32 col, float* v) {
   chunk_to_f32(*(const uint4*)(stage + ckpt_offset(row, col)), v);
 }
@@ -720,11 +720,10 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
 // column c, on the raw q and k (the norms are scalars, applied once the pass's sums are in):
 //   KDA: e_j = exp(g + sum_{j<i<w} g_i) for j < w from a suffix scan over the column's g records
 //        (exact sums, no prefix subtraction), e0 = exp(g + sum_{i<w} g_i), U_j = e_j ⊙ k̂_j
-//        (a flush, w == L-1, writes it over slot j at u_index: lanes 0-15 to the slot's lower
-//        half, which holds no g; lanes 16-31 over the g of two lanes of the same warp, once the
-//        warp has read them: __syncwarp);
-//        scores sq_j = U_j . q̂, sk_j = U_j . k̂; the qk block e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in
-//        the coefficient block.
+//        (scan_column; a flush, w == L-1, writes it over slot j at u_index: lanes 0-15 to the
+//        slot's lower half, which holds no g, lanes 16-31 over the g of two lanes of the same
+//        warp once the warp has read them); scores sq_j = U_j . q̂, sk_j = U_j . k̂; the qk block
+//        e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in the coefficient block.
 //   GDN: scores k̂_j . q̂ and k̂_j . k̂, then times e_j (warp 0: suffix sums of the g records, a
 //        lane a record); the qk block q̂, k̂; e_j and e0 in the coefficient block.
 // The scores and |q|², |k|², q . k are per-warp sums (a butterfly reduce-scatter for the scores)
