@@ -90,6 +90,7 @@
 #define CKPT_ROWS ROWS                      // a unit: ROWS value rows of one value head
 #define CKPT_COLS DK
 #include "ckpt_stage.cuh"
+#include "delta_records.cuh"
 #define EPC (16 / ES)                       // checkpoint elements per 16-byte chunk
 #define HALF (DK / 2)                       // columns of a lane (lanes 0-15: the first half)
 #define FQ (DK / 4)                         // columns of a lane in the fp8 flush (a row over four lanes)
@@ -138,17 +139,12 @@
 #define G_BYTES (ONE_LAUNCH ? (PER_CHANNEL ? LP * DK * 4 : LP * 4) : 0)
 #define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
 #define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
-// The g records: KDA's per-channel log-decays in fp16 (the launcher's g_record_dtype with bf16 d
-// and k records), GDN's scalar ones in fp32.
 #if PER_CHANNEL
-typedef u16 grec_t;
 // Float index of column c in a flush's U_j: of each 32 columns (a warp's in unit_coefficients) the
 // first 16 in the slot's lower half, which holds no g, the last 16 in its upper half, over the g
 // of the same 32 columns (the float of column 32 i + 16 + m over the fp16 g of columns 32 i + 2m,
 // 2m + 1). Runs of 16 columns stay contiguous: the fold reads them as float4.
 __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (c >> 5) * 16 + (c & 15); }
-#else
-typedef float grec_t;
 #endif
 #define IN_BYTES (ONE_LAUNCH || S0_MMA ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)  // (GDN's S0_MMA: q, k too)
 #define OFF_IN (OFF_G + G_BYTES)
@@ -689,7 +685,7 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 template <bool FLUSH>
 __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c, float gc, float qc, float kc,
                                              float (&pq)[LP], float (&pk)[LP]) {
-  const u16* gs = (const u16*)(gstage + OFF_G);
+  const grec_t* gs = (const grec_t*)(gstage + OFF_G);
   const u16* ks = (const u16*)(gstage + OFF_K);
   float* us = (float*)(gstage + OFF_G);
   float acc = 0.0f;
@@ -737,8 +733,6 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   const int lane = tid & 31, warp = tid >> 5;
   const u16* qin = (const u16*)(gstage + OFF_IN);
   const u16* kin = qin + DK;
-  const u16* ks = (const u16*)(gstage + OFF_K);
-  const grec_t* gs = (const grec_t*)(gstage + OFF_G);
   float* qks = (float*)(gstage + OFF_QK);
   float* cf = (float*)(gstage + OFF_COEF);
   float* red = (float*)(gstage + OFF_RED);  // [CWARPS][2 LP] scores, then [CWARPS][4] norms
@@ -764,6 +758,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     qks[3 * DK + c] = e0;
     if (grec_w && append) grec_w[c] = f32_to_f16(gc);
 #else
+    const u16* ks = (const u16*)(gstage + OFF_K);
 #pragma unroll
     for (int j = 0; j < LP; ++j) {
       if (j < w) {
@@ -799,6 +794,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 #if !PER_CHANNEL
   if (warp == 0) {
     float e0;
+    const float* gs = (const float*)(gstage + OFF_G);  // GDN's g records
     const float ej = record_decays(lane < w ? gs[lane] : 0.0f, w, gh, lane, e0);
     if (lane < LP) cf[2 * LP + lane] = ej;
     if (lane == 0) {

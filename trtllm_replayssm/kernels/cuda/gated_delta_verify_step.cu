@@ -80,6 +80,7 @@
 #define CKPT_COLS DK
 #include "ckpt_stage.cuh"
 #include "verify_common.cuh"
+#include "delta_records.cuh"
 
 #define PER_LANE (DK / 32)                   // head_k_dim elements a lane in the coefficient launch
 #define NV (2 * VT)                          // window vectors: k_0 .. k_{VT-1}, q_0 .. q_{VT-1}
@@ -94,17 +95,6 @@
 #define S0_FMA (CKPT_F32 && VT < 4)
 #if PER_CHANNEL && VHEADS != KHEADS
 #error "the KDA verify takes one value head per key head"
-#endif
-// The g records: KDA's per-channel log-decays in fp16 (the caches' g_record_dtype beside bf16 d and
-// k records), GDN's scalar ones in fp32.
-#if PER_CHANNEL
-typedef u16 grec_t;
-__device__ __forceinline__ float grec_load(const grec_t* p) { return f16_to_f32(*p); }
-__device__ __forceinline__ grec_t grec_value(float g) { return f32_to_f16(g); }
-#else
-typedef float grec_t;
-__device__ __forceinline__ float grec_load(const grec_t* p) { return *p; }
-__device__ __forceinline__ grec_t grec_value(float g) { return g; }
 #endif
 #define U_PARTS (PER_CHANNEL && !CKPT_F32 ? 3 : 1)  // bf16 parts of a u row (KDA's are fp32 values)
 #define NCOL (NV * U_PARTS)                  // u rows: the columns of the tensor-core S0 products

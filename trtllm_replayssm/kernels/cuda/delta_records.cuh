@@ -1,0 +1,17 @@
+// The g records of the gated delta-rule kernels (GDN / KDA step and verify): KDA's per-channel
+// log-decays in fp16 (the caches' g_record_dtype beside bf16 d and k records; the launcher refuses
+// others), GDN's scalar ones in fp32. Needs PER_CHANNEL (the -D constant).
+
+#pragma once
+
+#include "replay_common.cuh"
+
+#if PER_CHANNEL
+typedef u16 grec_t;
+__device__ __forceinline__ float grec_load(const grec_t* p) { return f16_to_f32(*p); }
+__device__ __forceinline__ grec_t grec_value(float g) { return f32_to_f16(g); }  // rounded to nearest
+#else
+typedef float grec_t;
+__device__ __forceinline__ float grec_load(const grec_t* p) { return *p; }
+__device__ __forceinline__ grec_t grec_value(float g) { return g; }
+#endif
