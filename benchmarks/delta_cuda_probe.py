@@ -16,10 +16,9 @@ keeps one, so its speedup column is against the fp32 conventional step (a second
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
-fold on tensor cores; ``table,cwNgM``: with N coefficient warps in M groups) or
-``rows,stages,min_ctas[,one][,cwN[gM]][,mma][,fmma]`` (``DeltaCudaConfig``; ``one``: GDN in one launch;
-``cwN``: N coefficient warps, one launch only, ``gM`` in M groups each forming every M-th unit
-alone; ``mma``: S0 products on tensor cores, bf16
+fold on tensor cores) or
+``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` (``DeltaCudaConfig``; ``one``: GDN in one launch;
+``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
@@ -41,7 +40,6 @@ import argparse
 import dataclasses
 import itertools
 import os
-import re
 import sys
 
 from functools import partial
@@ -60,52 +58,39 @@ from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig, de
 from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
-def _coef_warps(token: str):
-    """``cwN`` or ``cwNgM`` -> (N, M) coefficient warps and their groups (M = 1 without ``gM``), else None."""
-    m = re.fullmatch(r"cw(\d+)(?:g(\d+))?", token)
-    return (int(m.group(1)), int(m.group(2) or 1)) if m else None
-
-
 def parse_config(text: str):
-    """``table[,fmma][,cwN[gM]]`` -> that string (the launch table's configuration of each case,
-    with ``fmma`` its flush fold on tensor cores, with ``cwN[gM]`` N coefficient warps in M groups);
-    ``rows,stages,min_ctas[,one][,cwN[gM]][,mma][,fmma]`` or ``small,ROWS,mN`` -> DeltaCudaConfig
-    (``one``: GDN in one launch; ``cwN``: N coefficient warps, ``gM`` in M groups; ``mma``: S0
-    products on tensor cores; ``fmma``: the flush's fold on tensor cores)."""
+    """``table`` or ``table,fmma`` -> that string (the launch table's configuration of each case,
+    with ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]``
+    or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient
+    warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor cores)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
-    cw = [c for c in map(_coef_warps, parts[1:]) if c]
-    if parts[0] == "table":
-        if len(parts) != 1 + ("fmma" in parts) + len(cw) or len(cw) > 1:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,cwN[gM]]")
+    if parts in (["table"], ["table", "fmma"]):
         return text
     one, mma, fmma = "one" in parts[3:], "mma" in parts[3:], "fmma" in parts[3:]
+    cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if len(parts) != 3 + one + mma + fmma + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,cwN[gM]], rows,stages,min_ctas[,one][,cwN[gM]][,mma][,fmma] or "
-            "small,ROWS,mN"
+            f"config {text!r}: expected table, rows,stages,min_ctas[,one][,cwN][,mma][,fmma] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
-    cw_n, groups = cw[0] if cw else (0, 1)
-    return DeltaCudaConfig(rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one, coef_warps=cw_n,
-                           coef_groups=groups, s0_mma=mma, flush_mma=fmma)
+    cw_n = int(cw[0][2:]) if cw else 0
+    return DeltaCudaConfig(
+        rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one, coef_warps=cw_n, s0_mma=mma, flush_mma=fmma
+    )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
-    """A :func:`parse_config` result as the DeltaCudaConfig it names for one case (``table...``: the
-    launch table's for this batch, L and checkpoint, with ``fmma`` the flush's fold on tensor cores
-    whatever the table says, with ``cwN[gM]`` its coefficient warps and groups; KDA always in one
-    launch, labelled so)."""
+    """A :func:`parse_config` result as the DeltaCudaConfig it names for one case (``table`` and
+    ``table,fmma``: the launch table's for this batch, L and checkpoint, the second with the flush's
+    fold on tensor cores whatever the table says; KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
-        parts = c.split(",")
-        c = dataclasses.replace(table, flush_mma=table.flush_mma or "fmma" in parts)
-        for cw_n, groups in filter(None, map(_coef_warps, parts[1:])):
-            c = dataclasses.replace(c, coef_warps=cw_n, coef_groups=groups)
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or c.endswith(",fmma"))
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

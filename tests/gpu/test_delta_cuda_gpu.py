@@ -40,13 +40,12 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 
 # The two launches as the table takes them at batch 256 (64-row units, or what tiles head_v_dim) and
 # with 128-row units; GDN's one-launch form; one launch with four coefficient warps and three
-# stages, or with their groups (cwNgM: N warps in M groups, each forming every M-th unit alone; one
-# warp a group synchronises with __syncwarp); both with the S0 products on tensor cores (bf16
-# checkpoints); the small kernel with 16 and 32 rows a CTA. KDA: the forms of its one launch. Both:
-# the flush's fold on tensor cores (GDN bf16 at batch 12-64 runs cw-fmma).
-FORMS = ["table", "r128", "one", "cw", "cw2g2", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
+# stages; both with the S0 products on tensor cores (bf16 checkpoints); the small kernel with 16
+# and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
+# bf16 at batch 12-64 runs cw-fmma).
+FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32"]
-KDA_FORMS = ["table", "r128", "cw", "cw4g2", "cw2g2", "table-mma", "cw-mma", "table-fmma", "cw-fmma"]
+KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma"]
 
 
 KDA_SHAPES = [
@@ -77,10 +76,8 @@ def config(g, L, state, form, per_channel=False):
         return cfg
     if form == "one":
         return dataclasses.replace(cfg, one_launch=True)
-    if form.startswith("cw"):  # three stages where they fit a multiprocessor, else two
-        warps, groups = (4, 1) if form == "cw" else map(int, form[2:].split("g"))
-        forms = [dataclasses.replace(cfg, one_launch=True, coef_warps=warps, coef_groups=groups, stages=s, min_ctas=1)
-                 for s in (3, 2)]
+    if form == "cw":  # three stages where they fit a multiprocessor, else two
+        forms = [dataclasses.replace(cfg, one_launch=True, coef_warps=4, stages=s, min_ctas=1) for s in (3, 2)]
         return next(f for f in forms if delta_ctas_that_fit(f, g.head_k_dim, L, STATES[state].itemsize, per_channel) >= 1)
     if form.startswith("small"):
         rows = int(form[5:])
@@ -174,22 +171,19 @@ FP8_SHAPES = [
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
 @pytest.mark.parametrize("batch", [2, 4, 8, 16, 256])
 @pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
-@pytest.mark.parametrize("coef_groups", [1, 2], ids=["cw", "cwg2"])
-def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma, coef_groups):
+def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
     small kernel at 2, one launch at 4 and 8, the two launches at 16 and 256 with their rings;
     KDA: its one launch), the flush folded in exact fp32 (``fma``) or, in the step kernel, on
-    tensor cores (``fmma``; KDA's is not routed, session 45 prepared its timing), the coefficient
-    warps in the table's one group or in two (``cwg2``: KDA): codes and row scales against the
-    float64 oracle over many flushes, padding rows and unused slots untouched (drive_replay)."""
+    tensor cores (``fmma``; KDA's is not routed, session 45 prepared its timing): codes and row
+    scales against the float64 oracle over many flushes, padding rows and unused slots untouched
+    (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
     if flush_mma and cfg.small:
         pytest.skip("the fp8 flush on tensor cores: the step kernel's")
-    if coef_groups > 1 and not cfg.coef_warps:
-        pytest.skip("coefficient-warp groups: the table has no coefficient warps here")
-    cfg = dataclasses.replace(cfg, flush_mma=flush_mma, coef_groups=coef_groups)
+    cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
         partial(replay_cuda, config=cfg),

@@ -33,16 +33,14 @@ def _ptx(
     coef_warps=None,
     s0_mma=False,
     flush_mma=None,
-    coef_groups=1,
 ):
-    """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's,
-    in ``coef_groups`` groups;
+    """The table's configuration (``coef_warps``: that many coefficient warps instead of the table's;
     ``s0_mma``: the S0 products on tensor cores; ``flush_mma``: the flush's fold on them or not,
     instead of the table's)."""
     k_heads, v_heads, dk, dv, L = shape
     cfg = gc.delta_cuda_config(dk, dv, L, batch, state_bytes, per_channel, one_launch)
     if coef_warps is not None:
-        cfg = dataclasses.replace(cfg, coef_warps=coef_warps, coef_groups=coef_groups)
+        cfg = dataclasses.replace(cfg, coef_warps=coef_warps)
     if s0_mma:  # a larger stage: as many of the table's CTAs as still fit
         cfg = dataclasses.replace(cfg, s0_mma=True)
         cfg = dataclasses.replace(
@@ -55,7 +53,7 @@ def _ptx(
 
 @pytest.mark.parametrize(
     "family",
-    ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-cwg2", "kda-cwg2", "gdn-mma", "gdn-one-mma", "kda-mma"]
+    ["gdn", "gdn-one", "kda", "gdn-cw", "kda-cw", "gdn-mma", "gdn-one-mma", "kda-mma"]
     + ["gdn-fmma", "gdn-one-fmma", "kda-fmma", "kda-cw-fmma"],
 )
 @pytest.mark.parametrize("batch", [16, 256])
@@ -64,7 +62,7 @@ def _ptx(
 def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batch, family):
     _, _, dk, dv, L = shape
     per_channel = family.startswith("kda")
-    coef_warps = (2 if "-cwg2" in family else 4) if "-cw" in family else None  # cwg2: a warp a group
+    coef_warps = 4 if "-cw" in family else None
     s0_mma = family.endswith("-mma")
     flush_mma = family.endswith("-fmma")
     if s0_mma and state_bytes != 2:
@@ -78,7 +76,6 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         coef_warps=coef_warps,
         s0_mma=s0_mma,
         flush_mma=flush_mma,
-        coef_groups=2 if "-cwg2" in family else 1,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
     assert one_launch == (family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
@@ -95,7 +92,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert ".local" not in ptx  # no arrays indexed at run time
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == gc.delta_step_shared_bytes(
-        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps, s0_mma, cfg.coef_groups
+        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps, s0_mma
     )
     assert ("mma.sync.aligned.m16n8k16" in ptx) == (s0_mma or flush_mma)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
@@ -238,12 +235,6 @@ def test_coefficient_warps_need_one_launch():
     with pytest.raises(ValueError, match="coef_warps 9; expected 0 to 8"):
         defines(dataclasses.replace(two, coef_warps=9), per_channel=True)
     assert defines(two, per_channel=True)["COEF_WARPS"] == 4
-    for groups in (3, 5, 0):  # not dividing the warps; more than the stages; none
-        with pytest.raises(ValueError, match=f"coef_groups {groups}; expected 1, or a divisor of coef_warps 4 up to stages 2"):
-            defines(dataclasses.replace(two, coef_groups=groups), per_channel=True)
-    with pytest.raises(ValueError, match="coef_groups 2; expected 1, or a divisor of coef_warps 0"):
-        defines(dataclasses.replace(two, coef_warps=0, coef_groups=2), per_channel=True)
-    assert defines(dataclasses.replace(two, coef_groups=2), per_channel=True)["COEF_GROUPS"] == 2
     assert defines(dataclasses.replace(two, one_launch=True), per_channel=False)["COEF_WARPS"] == 4
 
 

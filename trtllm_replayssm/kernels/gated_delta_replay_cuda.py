@@ -140,8 +140,7 @@ class DeltaCudaConfig:
     coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`).
     ``coef_warps`` (one launch only): that many extra warps form each unit's coefficients as soon as
     its stage is full, while the consumer warps work on the units before it (0: the consumer warps
-    form them first); in ``coef_groups`` groups (dividing ``coef_warps``, at most ``stages``), each
-    forming every ``coef_groups``-th unit of the CTA alone. ``s0_mma`` (a bf16 checkpoint only): the consumers' S0 q̂ and S0 k̂ on tensor
+    form them first). ``s0_mma`` (a bf16 checkpoint only): the consumers' S0 q̂ and S0 k̂ on tensor
     cores (m16n8k16; GDN on the raw bf16 q and k, the norms applied after; KDA's e0 ⊙ q̂ and e0 ⊙ k̂
     as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (the step kernel): a flush unit's
     fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
@@ -157,7 +156,6 @@ class DeltaCudaConfig:
     small_rows: int = 32
     one_launch: bool = False
     coef_warps: int = 0
-    coef_groups: int = 1
     s0_mma: bool = False
     flush_mma: bool = False
 
@@ -166,7 +164,6 @@ class DeltaCudaConfig:
             return f"cuda,small,{self.small_rows},m{self.min_ctas}"
         one = ",one" if self.one_launch else ""
         cw = f",cw{self.coef_warps}" if self.coef_warps else ""
-        cw += f"g{self.coef_groups}" if self.coef_groups > 1 else ""
         mma = ",mma" if self.s0_mma else ""
         fmma = ",fmma" if self.flush_mma else ""
         return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}{fmma}"
@@ -190,15 +187,14 @@ def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
                             per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
-                            s0_mma: bool = False, coef_groups: int = 1) -> int:
+                            s0_mma: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
     meta), 1 KiB of alignment slack, two mbarriers per stage (in one launch a third, the
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
-    partial sums are those of a group of them (``coef_warps / coef_groups`` warps) instead of the
-    consumers'; with ``s0_mma`` the stage also holds
+    partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
     column). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
@@ -207,7 +203,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
     stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + 16
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
-    red = (coef_warps // coef_groups or rows // 16) * (2 * LP + 4) * 4
+    red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
         stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
     elif one_launch:
@@ -368,7 +364,7 @@ def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
     (:func:`delta_step_shared_bytes` of its rows, stages, launch form, coefficient warps and S0
     products, plus the driver's reservation per CTA); ``cfg.min_ctas`` is not read."""
     smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.coef_groups)
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma)
     return SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)
 
 
@@ -451,10 +447,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         raise ValueError("delta_replay_step (CUDA): flush_mma needs the step kernel; got small=True")
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
-    if cfg.coef_groups != 1 and not (1 <= cfg.coef_groups <= cfg.stages and cfg.coef_warps
-                                     and cfg.coef_warps % cfg.coef_groups == 0):
-        raise ValueError(f"delta_replay_step (CUDA): coef_groups {cfg.coef_groups}; expected 1, or a divisor of "
-                         f"coef_warps {cfg.coef_warps} up to stages {cfg.stages}")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
         if rows % 16 or not 16 <= rows <= 128 or head_v_dim % rows:
             raise ValueError(
@@ -463,8 +455,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     d = dict(CKPT_F32=int(state_bytes == 4), CKPT_FP8=int(state_bytes == 1), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
-             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps,
-             COEF_GROUPS=cfg.coef_groups, S0_MMA=int(cfg.s0_mma),
+             ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
@@ -580,7 +571,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         return out
     one_launch = runs_one_launch(cfg, per_channel)
     smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps,
-                                   cfg.s0_mma, cfg.coef_groups)
+                                   cfg.s0_mma)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:

@@ -64,10 +64,7 @@
 //    With COEF_WARPS, that many warps between the consumers and the producer form each unit's
 //    coefficients instead, as soon as its stage is full, and arrive on the stage's third (ready)
 //    barrier; the consumers wait for it and go straight to the products, so one unit's coefficients
-//    are formed while the consumers work on the unit before it. In COEF_GROUPS groups (at most
-//    STAGES), group k forms the coefficients of the CTA's units k, k + COEF_GROUPS, ... alone, so
-//    that the work the warps of a group repeat per unit (the scores' reduce-scatter, the norms)
-//    is done by fewer warps, and several units' coefficients are formed at once.
+//    are formed while the consumers work on the unit before it.
 // 3. delta_replay_small (GDN): the whole step in one launch without a ring (its comment, below).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), CKPT_FP8 (1: fp8), KHEADS, VHEADS (a multiple
@@ -78,8 +75,8 @@
 // PER_CHANNEL (0: GDN, a log-decay per value head; 1: KDA, one per key channel; the small kernel
 // takes GDN only), ONE_LAUNCH (1: the step kernel forms the coefficients itself, always for KDA;
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
-// do), COEF_GROUPS (their groups, 1 by default), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and
-// S0 k̂ on tensor cores, the fp32 vectors as three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), L2NORM
+// do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
+// three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), L2NORM
 // (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #define VPK (VHEADS / KHEADS)               // value heads per key head
@@ -88,14 +85,8 @@
 #ifndef COEF_WARPS
 #define COEF_WARPS 0
 #endif
-#ifndef COEF_GROUPS
-#define COEF_GROUPS 1
-#endif
 #define PRODUCER (CONSUMERS + COEF_WARPS)   // the producer's warp index
-#define CWARPS (COEF_WARPS ? COEF_WARPS / COEF_GROUPS : CONSUMERS)  // warps forming a unit's coefficients (one launch)
-#if COEF_GROUPS < 1 || (COEF_GROUPS > 1 && (!COEF_WARPS || COEF_WARPS % COEF_GROUPS || COEF_GROUPS > STAGES))
-#error "COEF_GROUPS: groups of the coefficient warps, dividing COEF_WARPS, at most STAGES"
-#endif
+#define CWARPS (COEF_WARPS ? COEF_WARPS : CONSUMERS)  // warps forming a unit's coefficients (one launch)
 #define CKPT_ROWS ROWS                      // a unit: ROWS value rows of one value head
 #define CKPT_COLS DK
 #include "ckpt_stage.cuh"
@@ -717,17 +708,8 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
 #endif
 
 #if ONE_LAUNCH
-// One launch: the barrier of the CWARPS warps that form a unit's coefficients together, group
-// ``group`` of them (named barrier 1 + group; one warp: __syncwarp).
-__device__ __forceinline__ void coef_sync(int group) {
-  if (CWARPS == 1)
-    __syncwarp();
-  else
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "n"(CWARPS * 32) : "memory");
-}
-
 // One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
-// consumer warps, or a group of the coefficient warps; tid: 0 .. CWARPS*32-1, coef_sync(group))
+// consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
 // from the stage the producer filled: the step's q, k
 // (bf16; KDA: g, G_CODE) at OFF_IN, records 0..w-1 of k̂ (OFF_K) and g (OFF_G; KDA fp16, GDN a
 // scalar each in fp32). q̂ = scale q / |q|, k̂ = k / |k| (with L2NORM). One pass, a thread a
@@ -746,8 +728,8 @@ __device__ __forceinline__ void coef_sync(int group) {
 // block (as launch 1 does) and qk block; appends g (part 0 of the head; KDA's rounded to fp16) and
 // k̂ (part 0 of the key head's first value head) at w below L-1 (records 0..w-1, the only ones read,
 // are not written).
-__device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, int tid, int group, float beta,
-                                                  float gh, float scale, grec_t* grec_w, u16* krec_w) {
+__device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, int tid, float beta, float gh,
+                                                  float scale, grec_t* grec_w, u16* krec_w) {
   const int lane = tid & 31, warp = tid >> 5;
   const u16* qin = (const u16*)(gstage + OFF_IN);
   const u16* kin = qin + DK;
@@ -821,7 +803,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     }
   }
 #endif
-  coef_sync(group);
+  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
   nq = nk = nqk = 0.0f;
 #pragma unroll
   for (int i = 0; i < CWARPS; ++i) {
@@ -860,14 +842,13 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     if (PER_CHANNEL) cf[3 * LP] = 1.0f;
     coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
   }
-  coef_sync(group);
+  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
 }
 
 // One launch: unit_coefficients for the unit of (slot >= 0, value head h, part) in a stage, with w,
 // beta and GDN's g from the stage's meta and the append positions: g at part 0, k̂ at part 0 of the
 // key head's first value head.
-__device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int slot, int h, int part, int tid, int group,
-                                                   float scale,
+__device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int slot, int h, int part, int tid, float scale,
                                                    grec_t* g_records, long long sgr_slot, long long sgr_head,
                                                    long long sgr_pos, u16* k_records, long long skr_slot,
                                                    long long skr_head, long long skr_pos) {
@@ -875,7 +856,7 @@ __device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int sl
   const int w = meta[1];
   grec_t* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
   u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
-  unit_coefficients(gstage, w, tid, group, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
+  unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
 }
 
 // One launch (GDN): a 4-byte asynchronous copy to shared memory, and the arrival that makes the
@@ -944,20 +925,17 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   if (warp >= CONSUMERS && warp < PRODUCER) {
     // ---------------- coefficient warps: each unit's coefficients, as soon as its stage is full,
     // while the consumers work on the previous units; the stage's ready barrier then lets them in.
-    // Group k takes the CTA's units k, k + COEF_GROUPS, ... (a stage's earlier phases are complete
-    // by then: COEF_GROUPS <= STAGES).
-    const int group = (warp - CONSUMERS) / CWARPS, tid = threadIdx.x - (CONSUMERS + group * CWARPS) * 32;
-    int i = group;
-    for (int u = blockIdx.x + group * gridDim.x; u < units; u += COEF_GROUPS * gridDim.x, i += COEF_GROUPS) {
+    int i = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
       mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way
       const int slot = ((const int*)(gstage + OFF_META))[0];
       const int bh = u / PARTS;
       if (slot >= 0)
-        stage_coefficients(gstage, slot, bh % VHEADS, u - bh * PARTS, tid, group, scale, g_records, sgr_slot, sgr_head,
-                           sgr_pos, k_records, skr_slot, skr_head, skr_pos);
-      if (tid == 0) mbar_arrive(BAR_READY(st));
+        stage_coefficients(gstage, slot, bh % VHEADS, u - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
+                           sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
+      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));
     }
     return;
   }
@@ -1108,8 +1086,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     mbar_wait(BAR_RECS(st), (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
     if (slot >= 0)
-      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, 0, scale, g_records, sgr_slot, sgr_head, sgr_pos,
-                         k_records, skr_slot, skr_head, skr_pos);
+      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
+                         skr_slot, skr_head, skr_pos);
     mbar_wait(full, (i / STAGES) & 1);
 #else
     mbar_wait(full, (i / STAGES) & 1);
