@@ -15,8 +15,8 @@ benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors sprea
 keeps one, so its speedup column is against the fp32 conventional step (a second case of the same
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
-A configuration is ``table`` (the launch table's for each case; ``table,mma``, ``table,fmma``: with
-the S0 products, the flush's fold on tensor cores) or
+A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
+fold on tensor cores) or
 ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]`` (``DeltaCudaConfig``; ``one``: GDN in one launch;
 ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores), or
@@ -59,8 +59,8 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
 def parse_config(text: str):
-    """``table[,mma][,fmma]`` -> that string (the launch table's configuration of each case, with
-    ``mma`` its S0 products, ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]``
+    """``table`` or ``table,fmma`` -> that string (the launch table's configuration of each case,
+    with ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]``
     or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient
     warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor cores)."""
     parts = text.split(",")
@@ -68,7 +68,7 @@ def parse_config(text: str):
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
-    if parts in (["table"], ["table", "fmma"], ["table", "mma"], ["table", "mma", "fmma"]):
+    if parts in (["table"], ["table", "fmma"]):
         return text
     one, mma, fmma = "one" in parts[3:], "mma" in parts[3:], "fmma" in parts[3:]
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
@@ -84,18 +84,13 @@ def parse_config(text: str):
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
-    """A :func:`parse_config` result as the DeltaCudaConfig it names for one case (``table...``: the
-    launch table's for this batch, L and checkpoint, with ``mma`` the S0 products and with ``fmma``
-    the flush's fold on tensor cores whatever the table says, ``mma`` at as many of the table's
-    CTAs as still fit; KDA always in one launch, labelled so)."""
+    """A :func:`parse_config` result as the DeltaCudaConfig it names for one case (``table`` and
+    ``table,fmma``: the launch table's for this batch, L and checkpoint, the second with the flush's
+    fold on tensor cores whatever the table says; KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
-        c = dataclasses.replace(table, flush_mma=table.flush_mma or c.endswith(",fmma"), s0_mma=table.s0_mma or ",mma" in c)
-        # a larger stage with mma: as many of the table's CTAs as still fit
-        c = dataclasses.replace(
-            c, min_ctas=min(c.min_ctas, gc.delta_ctas_that_fit(c, head_k_dim, L, state_bytes, per_channel))
-        )
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or c.endswith(",fmma"))
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

@@ -23,7 +23,6 @@ QWEN_122B = (16, 64, 128, 128)
     [
         ("table", "table"),
         ("table,fmma", "table,fmma"),
-        ("table,mma,fmma", "table,mma,fmma"),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
             "128,3,1,one,cw4,fmma",
@@ -37,9 +36,7 @@ def test_config_strings_name_their_launch(text, expected):
     assert delta_cuda_probe.parse_config(text) == expected
 
 
-@pytest.mark.parametrize(
-    "text", ["64,2", "table,xx", "table,fmma,mma", "64,2,4,xx", "64,2,4,cw4,cw2", "small,32", "small,32,3"]
-)
+@pytest.mark.parametrize("text", ["64,2", "table,mma", "64,2,4,xx", "64,2,4,cw4,cw2", "small,32", "small,32,3"])
 def test_malformed_config_strings_are_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match=f"config {text!r}"):
         delta_cuda_probe.parse_config(text)
@@ -51,13 +48,6 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
     got = delta_cuda_probe.case_config("table,fmma", QWEN_122B, 16, 256, state_bytes, per_channel=False)
     assert got == dataclasses.replace(table, flush_mma=True)
     assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
-
-
-def test_table_mma_is_the_table_with_the_s0_products_on_tensor_cores():
-    kimi = (32, 32, 128, 128)
-    table = delta_cuda_config(128, 128, 16, 256, 1, per_channel=True)
-    got = delta_cuda_probe.case_config("table,mma", kimi, 16, 256, 1, per_channel=True)
-    assert got == dataclasses.replace(table, one_launch=True, s0_mma=True)  # its CTAs still fit
 
 
 def test_baseline_configs_need_a_baseline(capsys):

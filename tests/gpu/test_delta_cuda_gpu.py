@@ -171,23 +171,19 @@ FP8_SHAPES = [
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
 @pytest.mark.parametrize("batch", [2, 4, 8, 16, 256])
 @pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
-@pytest.mark.parametrize("s0_mma", [False, True], ids=["s0-fma", "s0-mma"])
-def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma, s0_mma):
+def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
     small kernel at 2, one launch at 4 and 8, the two launches at 16 and 256 with their rings;
     KDA: its one launch), the flush folded in exact fp32 (``fma``) or, in the step kernel, on
-    tensor cores (``fmma``; KDA's is not routed, session 45 prepared its timing), KDA's S0
-    products in exact fp32 (``s0-fma``) or on tensor cores (``s0-mma``: the codes times f16 parts):
-    codes and row scales against the float64 oracle over many flushes, padding rows and unused
-    slots untouched (drive_replay)."""
+    tensor cores (``fmma``; KDA's is not routed, session 45 prepared its timing): codes and row
+    scales against the float64 oracle over many flushes, padding rows and unused slots untouched
+    (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
     if flush_mma and cfg.small:
         pytest.skip("the fp8 flush on tensor cores: the step kernel's")
-    if s0_mma and not per_channel:
-        pytest.skip("s0_mma with an fp8 checkpoint: KDA's one launch (GDN's two launches always take it)")
-    cfg = dataclasses.replace(cfg, flush_mma=flush_mma, s0_mma=s0_mma)
+    cfg = dataclasses.replace(cfg, flush_mma=flush_mma)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
         partial(replay_cuda, config=cfg),

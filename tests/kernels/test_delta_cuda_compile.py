@@ -206,25 +206,6 @@ def test_fp8_flush_on_tensor_cores_compiles(shape, batch):
     assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, False, gc.runs_one_launch(cfg, False))
 
 
-@pytest.mark.parametrize("batch", [1, 16, 256])
-@pytest.mark.parametrize("shape", FP8_SHAPES, ids=lambda s: "-".join(map(str, s)))
-def test_kda_fp8_s0_products_on_tensor_cores_compile(shape, batch):
-    """KDA's fp8 checkpoint with ``s0_mma`` at the table's configuration otherwise: f16 tensor-core
-    products of the codes in the step kernel, e0 ⊙ q̂ and e0 ⊙ k̂ split into f16 parts there (no
-    bf16 products: the flush folds in fp32 FMAs), the shared memory the launcher allocates, which
-    still fits the table's CTAs."""
-    _, _, dk, dv, L = shape
-    table = gc.delta_cuda_config(dk, dv, L, batch, 1, True)
-    cfg, ptx = _ptx(shape, 1, per_channel=True, batch=batch, s0_mma=True)
-    assert cfg.min_ctas == table.min_ctas
-    step = ptx_entry(ptx, "delta_replay_step")
-    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in step and "bf16.bf16" not in step
-    assert step.count("cvt.rn.f16.f32") >= 4  # two vectors, two parts each
-    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, True, True, cfg.coef_warps, True)
-    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
-
-
 def test_fp8_refusals_name_their_reason():
     c, q, v, g = _cpu_case(state=torch.float8_e4m3fn)
     unsupported = gc.delta_shape_unsupported
@@ -239,14 +220,8 @@ def test_fp8_refusals_name_their_reason():
     reason = unsupported(c64.checkpoint, c64.d_records, c64.k_records, c64.g_records, q64, q64, v64, g64, c64.checkpoint_scale)
     assert "head_k_dim 64 with an fp8 checkpoint" in reason
     cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, s0_mma=True)
-    with pytest.raises(
-        ValueError, match=r"s0_mma needs a bf16 checkpoint \(or KDA's fp8 one\) and the step kernel; got 1-byte"
-    ):
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint and the step kernel; got 1-byte"):
         gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32)
-    assert dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, True, torch.float32, torch.float32, True))["S0_MMA"] == 1
-    narrow = dataclasses.replace(cfg, rows=32)  # two consumer warps form the coefficients: 64 threads
-    with pytest.raises(ValueError, match="needs 32 x 2 coefficient threads >= head_k_dim 128"):
-        gc.delta_step_defines(16, 64, 128, 128, 16, narrow, 1, True, torch.float32, torch.float32, True)
 
 
 def test_coefficient_warps_need_one_launch():
@@ -269,9 +244,7 @@ def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
     def defines(cfg, state_bytes):
         return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32))
 
-    with pytest.raises(
-        ValueError, match=r"s0_mma needs a bf16 checkpoint \(or KDA's fp8 one\) and the step kernel; got 4-byte"
-    ):
+    with pytest.raises(ValueError, match="s0_mma needs a bf16 checkpoint and the step kernel; got 4-byte"):
         defines(two, 4)
     with pytest.raises(ValueError, match="small=True"):
         defines(dataclasses.replace(two, small=True), 2)

@@ -140,10 +140,9 @@ class DeltaCudaConfig:
     coefficients itself (always so for KDA, whatever this says: :func:`runs_one_launch`).
     ``coef_warps`` (one launch only): that many extra warps form each unit's coefficients as soon as
     its stage is full, while the consumer warps work on the units before it (0: the consumer warps
-    form them first). ``s0_mma`` (a bf16 checkpoint, or KDA's fp8 one): the consumers' S0 q̂ and S0 k̂
-    on tensor cores (m16n8k16; GDN on the raw bf16 q and k, the norms applied after; KDA's e0 ⊙ q̂
-    and e0 ⊙ k̂ as three bf16 parts each, or against fp8 codes widened to f16 as a high and a low
-    f16 part times a power of two) instead of fp32 FMAs. ``flush_mma`` (the step kernel): a flush unit's
+    form them first). ``s0_mma`` (a bf16 checkpoint only): the consumers' S0 q̂ and S0 k̂ on tensor
+    cores (m16n8k16; GDN on the raw bf16 q and k, the norms applied after; KDA's e0 ⊙ q̂ and e0 ⊙ k̂
+    as three bf16 parts each) instead of fp32 FMAs. ``flush_mma`` (the step kernel): a flush unit's
     fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
     parts of e_j d_j against the bf16 k̂ records; three parts for an fp32 checkpoint, two for a
     bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
@@ -197,22 +196,21 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
     partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
-    column; with an fp8 checkpoint two more floats of partial sums a warp instead, the f16 parts
-    taking the place of e0 ⊙ q̂ and e0 ⊙ k̂). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    column). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
     stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + 16
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
-    red = (coef_warps or rows // 16) * (2 * LP + (6 if s0_mma and state_bytes == 1 else 4)) * 4
+    red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
         stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
     elif one_launch:
         stage += LP * 4 + head_k_dim * 4 + red
     elif s0_mma:
         stage += head_k_dim * 4
-    stage += head_k_dim * 16 if s0_mma and per_channel and state_bytes == 2 else 0
+    stage += head_k_dim * 16 if s0_mma and per_channel else 0
     stage = (stage + 1023) // 1024 * 1024
     barriers = 2 + (one_launch or per_channel) + bool(coef_warps)  # full, empty; one launch: recs; ready (coef_warps)
     return stages * stage + 1024 + 8 * barriers * stages
@@ -440,15 +438,10 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if cfg.s0_mma and (cfg.small or not (state_bytes == 2 or state_bytes == 1 and per_channel)):
+    if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
-            f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint (or KDA's fp8 one) and the step kernel; got "
-            f"{state_bytes}-byte checkpoint elements, per_channel={per_channel}, small={cfg.small}"
-        )
-    if cfg.s0_mma and state_bytes == 1 and (cfg.coef_warps or cfg.rows // 16) * 32 < head_k_dim:
-        raise ValueError(
-            f"delta_replay_step (CUDA): s0_mma with an fp8 checkpoint forms a head_k_dim column a thread: needs "
-            f"32 x {cfg.coef_warps or cfg.rows // 16} coefficient threads >= head_k_dim {head_k_dim}"
+            f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
+            f"{state_bytes}-byte checkpoint elements, small={cfg.small}"
         )
     if cfg.flush_mma and cfg.small:
         raise ValueError("delta_replay_step (CUDA): flush_mma needs the step kernel; got small=True")

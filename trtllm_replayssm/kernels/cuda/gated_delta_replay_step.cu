@@ -76,8 +76,7 @@
 // takes GDN only), ONE_LAUNCH (1: the step kernel forms the coefficients itself, always for KDA;
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
 // do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
-// three bf16 parts each; KDA's fp8 checkpoint: the codes times two f16 parts, KDA_FP8_MMA below),
-// FLUSH_MMA (a flush's fold of the records on tensor cores), L2NORM
+// three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), L2NORM
 // (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #define VPK (VHEADS / KHEADS)               // value heads per key head
@@ -107,35 +106,25 @@
 // and k (bf16: exact in f16 within its range) as f16 times powers of two, which launch 1 appends
 // to the qk block: q, then k (QK_F16_STRIDE u16 apart: a quarter-warp's reads of the two are at
 // most 2-way bank conflicts), then the factors rq 2^-eq, rk 2^-ek (q̂ = rq q, k̂ = rk k) and 2
-// pad. GDN in one launch keeps the exact fp32 products.
+// pad. One launch (KDA; GDN at small batches) keeps the exact fp32 products: there the f16 vectors
+// would be formed per unit, and KDA's step was 3-7% slower so (kernel notes, session 39).
 #define FP8_MMA (CKPT_FP8 && !ONE_LAUNCH)
-// KDA fp8 with S0_MMA (s0_dots_fp8): the codes times e0 ⊙ q̂ and e0 ⊙ k̂ on tensor cores, each
-// times a power of two (f16_range_scale of its largest magnitude, reduced with the norms) as a
-// high and a low f16 part (exact to ~22 bits of the largest), which unit_coefficients writes over
-// the qk block's first 2 DK floats, [4][DK] u16: q hi, k hi, q lo, k lo; the powers' inverses in
-// the coefficient block after w. Session 39's form, slower, reduced the magnitudes in a round of
-// its own.
-#define KDA_FP8_MMA (S0_MMA && CKPT_FP8)
 #define QK_F16_STRIDE (DK + 16)
 #define QK_F16 (2 * DK)                              // float offset of the f16 q in the qk block
 #define QK_FACTORS (QK_F16 + QK_F16_STRIDE)          // float offset of rq 2^-eq, rk 2^-ek
 // GDN: q̂, k̂ (FP8_MMA: then the vectors and factors above); KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0.
 #define QK_FLOATS (FP8_MMA ? QK_FACTORS + 4 : (PER_CHANNEL ? 4 : 2) * DK)
 #define QK_BYTES (QK_FLOATS * 4)
-#if S0_MMA && (CKPT_F32 || (CKPT_FP8 && !PER_CHANNEL))
-#error "S0_MMA takes a bf16 checkpoint, or KDA's fp8 one"
-#endif
-#if KDA_FP8_MMA && CWARPS * 32 < DK
-#error "KDA_FP8_MMA: a column a thread at most (CWARPS 32 >= head_k_dim)"
+#if S0_MMA && CKPT_F32
+#error "S0_MMA takes a bf16 checkpoint"
 #endif
 #ifndef FLUSH_MMA
 #define FLUSH_MMA 0
 #endif
-#if CKPT_FP8 && DK != 128
-#error "an fp8 checkpoint takes head_k_dim 128"
+#if CKPT_FP8 && (S0_MMA || DK != 128)
+#error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
-// sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k;
-// KDA_FP8_MMA: the f16 parts' factors 2^-eq, 2^-ek), 2 pad
+// sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
 #define COEF_BYTES (COEF_FLOATS * 4)
 #define OFF_D CKPT_BYTES
@@ -159,10 +148,9 @@ __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (
 #endif
 #define IN_BYTES (ONE_LAUNCH || S0_MMA ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)  // (GDN's S0_MMA: q, k too)
 #define OFF_IN (OFF_G + G_BYTES)
-#define RN_FLOATS (KDA_FP8_MMA ? 6 : 4)  // a warp's norms |q|², |k|², q . k, pad (KDA_FP8_MMA: then the largest |e0 q|, |e0 k|)
-#define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + RN_FLOATS) : 0)
+#define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + 4) : 0)
 #define OFF_RED (OFF_IN + IN_BYTES)
-#define FRAG_BYTES (S0_MMA && PER_CHANNEL && !CKPT_FP8 ? DK * 16 : 0)  // KDA's S0_MMA B fragments [DK / 16][32 lanes][2 u32]
+#define FRAG_BYTES (S0_MMA && PER_CHANNEL ? DK * 16 : 0)  // KDA's S0_MMA B fragments [DK / 16][32 lanes][2 u32]
 #define OFF_FRAG (OFF_RED + RED_FLOATS * 4)
 #define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
 #define OFF_SCALE (OFF_FRAG + FRAG_BYTES)
@@ -267,7 +255,7 @@ __device__ __forceinline__ void load_lane_bf16(const u16* p, float* v) {
 }
 
 // A coefficient block's scalars after e0 (written by the caller): kq, beta, w (int); with S0_MMA
-// then rq and rk (q̂ = rq q, k̂ = rk k; KDA_FP8_MMA: the f16 parts' factors 2^-eq, 2^-ek).
+// then rq and rk (q̂ = rq q, k̂ = rk k).
 __device__ __forceinline__ void coef_scalars(float* blk, float kq, float beta, int w, float rq, float rk) {
   blk[3 * LP + 1] = kq;
   blk[3 * LP + 2] = beta;
@@ -465,41 +453,25 @@ __device__ __forceinline__ void s0_dots(const unsigned char* stage, const float*
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
 
-#if FP8_MMA || KDA_FP8_MMA
-// fp8 checkpoints on tensor cores: S0 q̂ and S0 k̂ of the warp's row r0 + (lane & 15), returned in
-// every lane, in codes (the caller applies the row's scale): the codes times f16 columns of B
-// (fp8_rows_times_f16), then two factors.
-//   GDN in two launches: column n of B is the qk block's f16 q for even n, k for odd n; the
-//   factors rq 2^-eq and rk 2^-ek after them.
-//   KDA_FP8_MMA: column n is part n % 4 of [q hi, k hi, q lo, k lo] at the qk block; lanes t = 0
-//   and t = 1 hold the high and the low parts' products, summed over the pair; the factors 2^-eq
-//   and 2^-ek in the coefficient block.
-// Lane (g, t) of the product holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]: then
+#if FP8_MMA
+// fp8 in two launches: S0 q̂ and S0 k̂ of the warp's row r0 + (lane & 15), returned in every lane,
+// in codes (the caller applies the row's scale): the codes times the qk block's f16 q and k
+// (fp8_rows_times_f16; B column n is q for even n, k for odd n), then the factors rq 2^-eq and
+// rk 2^-ek. Lane (g, t) of the product holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]:
 // lanes t = 0 hold q (column 0) and k (column 1) of rows g and g + 8.
 __device__ __forceinline__ void s0_dots_fp8(const unsigned char* gstage, int r0, int lane, float& sq, float& sk) {
   const float* qks = (const float*)(gstage + OFF_QK);
-#if KDA_FP8_MMA
-  const u16* b = (const u16*)qks + ((lane >> 2) & 3) * DK + 32 * (lane & 3);
-  const float* factors = (const float*)(gstage + OFF_COEF) + 3 * LP + 4;
-#else
-  const u16* b = (const u16*)(qks + QK_F16) + ((lane >> 2) & 1) * QK_F16_STRIDE + 32 * (lane & 3);
-  const float* factors = qks + QK_FACTORS;
-#endif
   float d[4];
-  fp8_rows_times_f16(gstage, r0, lane, b, d);
-#if KDA_FP8_MMA
-#pragma unroll
-  for (int i = 0; i < 4; ++i) d[i] += __shfl_xor_sync(0xffffffffu, d[i], 1);
-#endif
+  fp8_rows_times_f16(gstage, r0, lane, (const u16*)(qks + QK_F16) + ((lane >> 2) & 1) * QK_F16_STRIDE + 32 * (lane & 3), d);
   const int r = lane & 15, src = (r & 7) * 4;
   const float ql = __shfl_sync(0xffffffffu, d[0], src), qh = __shfl_sync(0xffffffffu, d[2], src);
   const float kl = __shfl_sync(0xffffffffu, d[1], src), kh = __shfl_sync(0xffffffffu, d[3], src);
-  sq = (r < 8 ? ql : qh) * factors[0];
-  sk = (r < 8 ? kl : kh) * factors[1];
+  sq = (r < 8 ? ql : qh) * qks[QK_FACTORS];
+  sk = (r < 8 ? kl : kh) * qks[QK_FACTORS + 1];
 }
 #endif
 
-#if S0_MMA && !CKPT_FP8
+#if S0_MMA
 // S0_MMA: S0 q̂ and S0 k̂ on tensor cores (bf16 checkpoint): the warp's 16 rows are the A operand
 // of m16n8k16 products (ldmatrix from the swizzled boxes), k tile by k tile, into two fp32
 // accumulators (even and odd tiles). The B operand: GDN, the step's raw q and k (bf16, exact) in
@@ -747,9 +719,7 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
 //        (scan_column; a flush, w == L-1, writes it over slot j at u_index: lanes 0-15 to the
 //        slot's lower half, which holds no g, lanes 16-31 over the g of two lanes of the same
 //        warp once the warp has read them); scores sq_j = U_j . q̂, sk_j = U_j . k̂; the qk block
-//        e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in the coefficient block. KDA_FP8_MMA: instead of the
-//        first two vectors their f16 parts (at their place) and factors; the thread's e0 ⊙ q and
-//        e0 ⊙ k wait in registers for the norms, their largest magnitudes reduced with them.
+//        e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; e0 = 1 in the coefficient block.
 //   GDN: scores k̂_j . q̂ and k̂_j . k̂, then times e_j (warp 0: suffix sums of the g records, a
 //        lane a record); the qk block q̂, k̂; e_j and e0 in the coefficient block.
 // The scores and |q|², |k|², q . k are per-warp sums (a butterfly reduce-scatter for the scores)
@@ -765,16 +735,13 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   const u16* kin = qin + DK;
   float* qks = (float*)(gstage + OFF_QK);
   float* cf = (float*)(gstage + OFF_COEF);
-  float* red = (float*)(gstage + OFF_RED);  // [CWARPS][2 LP] scores, then [CWARPS][RN_FLOATS] norms
+  float* red = (float*)(gstage + OFF_RED);  // [CWARPS][2 LP] scores, then [CWARPS][4] norms
   float* rn = red + CWARPS * 2 * LP;
   const bool append = w < LREC - 1;
   float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
   float pq[LP], pk[LP];
 #pragma unroll
   for (int j = 0; j < LP; ++j) pq[j] = pk[j] = 0.0f;
-#if KDA_FP8_MMA
-  float eq = 0.0f, ek = 0.0f;  // e0 ⊙ q, e0 ⊙ k of the thread's column (at most one: CWARPS 32 >= DK)
-#endif
   for (int c = tid; c < DK; c += CWARPS * 32) {
     const float qc = bf16_to_f32(qin[c]), kc = bf16_to_f32(kin[c]);
     nq += qc * qc;
@@ -785,13 +752,8 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float acc = w == LREC - 1 ? scan_column<true>(gstage, w, c, gc, qc, kc, pq, pk)
                                     : scan_column<false>(gstage, w, c, gc, qc, kc, pq, pk);
     const float e0 = __expf(acc + gc);
-#if KDA_FP8_MMA
-    eq = e0 * qc;
-    ek = e0 * kc;
-#else
     qks[c] = e0 * qc;
     qks[DK + c] = e0 * kc;
-#endif
     qks[2 * DK + c] = kc;
     qks[3 * DK + c] = e0;
     if (grec_w && append) grec_w[c] = f32_to_f16(gc);
@@ -824,17 +786,10 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   nq = warp_sum(nq);
   nk = warp_sum(nk);
   nqk = warp_sum(nqk);
-#if KDA_FP8_MMA
-  const float aq = warp_max(fabsf(eq)), ak = warp_max(fabsf(ek));
-#endif
   if (lane == 0) {
-    rn[warp * RN_FLOATS] = nq;
-    rn[warp * RN_FLOATS + 1] = nk;
-    rn[warp * RN_FLOATS + 2] = nqk;
-#if KDA_FP8_MMA
-    rn[warp * RN_FLOATS + 4] = aq;
-    rn[warp * RN_FLOATS + 5] = ak;
-#endif
+    rn[warp * 4] = nq;
+    rn[warp * 4 + 1] = nk;
+    rn[warp * 4 + 2] = nqk;
   }
 #if !PER_CHANNEL
   if (warp == 0) {
@@ -852,36 +807,19 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   nq = nk = nqk = 0.0f;
 #pragma unroll
   for (int i = 0; i < CWARPS; ++i) {
-    nq += rn[i * RN_FLOATS];
-    nk += rn[i * RN_FLOATS + 1];
-    nqk += rn[i * RN_FLOATS + 2];
+    nq += rn[i * 4];
+    nk += rn[i * 4 + 1];
+    nqk += rn[i * 4 + 2];
   }
 #if L2NORM
   const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
 #else
   const float rq = scale, rk = 1.0f;
 #endif
-#if KDA_FP8_MMA
-  // e0 ⊙ q̂ = (e0 ⊙ q) rq and e0 ⊙ k̂ = (e0 ⊙ k) rk times the powers of two that take their largest
-  // magnitudes to f16's top binade; the inverses go to the coefficient block.
-  float mq = 0.0f, mk = 0.0f, inv_q, inv_k;
-#pragma unroll
-  for (int i = 0; i < CWARPS; ++i) {
-    mq = fmaxf(mq, rn[i * RN_FLOATS + 4]);
-    mk = fmaxf(mk, rn[i * RN_FLOATS + 5]);
-  }
-  const float pq2 = f16_range_scale(mq * fabsf(rq), inv_q), pk2 = f16_range_scale(mk * rk, inv_k);
-  u16* parts = (u16*)qks;  // [4][DK]: q hi, k hi, q lo, k lo
-#endif
   // The thread's own columns of the qk block (written by it above) scaled: q̂ and k̂.
   for (int c = tid; c < DK; c += CWARPS * 32) {
-#if KDA_FP8_MMA
-    f16_hi_lo(eq * rq * pq2, parts[c], parts[2 * DK + c]);
-    f16_hi_lo(ek * rk * pk2, parts[DK + c], parts[3 * DK + c]);
-#else
     qks[c] *= rq;
     qks[DK + c] *= rk;
-#endif
 #if PER_CHANNEL
     const float kh = qks[2 * DK + c] * rk;
     qks[2 * DK + c] = kh;
@@ -889,7 +827,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float kh = qks[DK + c];
 #endif
     if (krec_w && append) krec_w[c] = f32_to_bf16(kh);
-#if S0_MMA && PER_CHANNEL && !CKPT_FP8
+#if S0_MMA && PER_CHANNEL
     frag_column(gstage, c, qks[c], qks[DK + c]);
 #endif
   }
@@ -902,11 +840,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   }
   if (tid == 0) {
     if (PER_CHANNEL) cf[3 * LP] = 1.0f;
-#if KDA_FP8_MMA
-    coef_scalars(cf, nqk * rq * rk, beta, w, inv_q, inv_k);
-#else
     coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
-#endif
   }
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
 }
@@ -1168,12 +1102,12 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
       // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane: exact fp32 products, or on tensor
-      // cores (S0_MMA, FP8_MMA, KDA_FP8_MMA).
+      // cores (S0_MMA, FP8_MMA).
       float sq, sk;
-#if FP8_MMA || KDA_FP8_MMA
-      s0_dots_fp8(gstage, r0, lane, sq, sk);
-#elif S0_MMA
+#if S0_MMA
       s0_dots_mma(stage, gstage, r0, lane, sq, sk);
+#elif FP8_MMA
+      s0_dots_fp8(gstage, r0, lane, sq, sk);
 #else
       s0_dots(gstage, qks, r0, lane, sq, sk);
 #endif

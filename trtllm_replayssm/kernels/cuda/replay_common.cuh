@@ -73,13 +73,6 @@ __device__ __forceinline__ float f16_range_scale(float amax, float& inverse) {
   return __uint_as_float((u32)(127 + e) << 23);
 }
 
-// x as two f16 values, hi = x to nearest and lo = x - hi to nearest (x - hi is exact in fp32):
-// hi + lo within 2^-22 |x| where |x| is in f16's normal range, within 2^-25 below it.
-__device__ __forceinline__ void f16_hi_lo(float x, u16& hi, u16& lo) {
-  hi = f32_to_f16(x);
-  lo = f32_to_f16(x - f16_to_f32(hi));
-}
-
 // Two floats as fp8-e4m3 codes (lo in bits 0-7), to nearest even, magnitudes saturating at 448.
 __device__ __forceinline__ u16 pack_e4m3x2(float lo, float hi) {
   u16 r;
