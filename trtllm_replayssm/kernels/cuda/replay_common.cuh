@@ -164,19 +164,15 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
                : "memory");
 }
 
-// Waits for the phase of parity ``parity`` of mbarrier ``bar`` to complete. Each try_wait may
-// suspend the warp for up to MBAR_SUSPEND_NS nanoseconds (it resumes as soon as the phase
-// completes), so that waiting warps do not take issue slots from working ones by retrying.
-#define MBAR_SUSPEND_NS 100000
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
       "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1, %2;\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT_%=;\n"
       "}\n" ::"r"(bar),
-      "r"(parity), "n"(MBAR_SUSPEND_NS)
+      "r"(parity)
       : "memory");
 }
 
