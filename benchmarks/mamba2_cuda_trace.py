@@ -21,9 +21,7 @@ still matches the kernel and that the traced copy compiles.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import shutil
 import sys
 import tempfile
 
@@ -32,9 +30,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
+import cuda_trace  # noqa: E402
+from cuda_trace import TIMER_HELPERS, apply_patches, percentiles  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
-from trtllm_replayssm.kernels.nvrtc import cuda_headers, cuda_source  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
 
 STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i done, 52 end
 UNITS_TRACED = 16  # units per CTA with their own words
@@ -47,11 +47,7 @@ SMALL_POINTS = ("start", "programmatic wait", "slot", "loads back", "barrier", "
 _PATCHES = (
     (
         '#include "mamba2_common.cuh"\n',
-        '#include "mamba2_common.cuh"\n'
-        '__device__ __forceinline__ u64 gtime() { u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }\n'
-        "// The time once dep is known (the read waits for it).\n"
-        "__device__ __forceinline__ u64 gtime_after(unsigned dep) {\n"
-        '  u64 t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t) : "r"(dep)); return t; }\n',
+        '#include "mamba2_common.cuh"\n' + TIMER_HELPERS,
     ),
     (
         "    const int* __restrict__ slot_ids, int num_slots) {\n  // Launched programmatically",
@@ -157,60 +153,21 @@ _PATCHES = (
 def traced_source(text: str) -> str:
     """The kernel source with the trace points and trace parameters added. Raises ValueError
     naming the anchor when the kernel no longer matches one of them exactly once."""
-    for anchor, replacement in _PATCHES:
-        n = text.count(anchor)
-        if n != 1:
-            raise ValueError(f"traced_source: anchor {anchor[:60]!r} found {n} times; expected once (update _PATCHES)")
-        text = text.replace(anchor, replacement)
-    return text
+    return apply_patches(text, _PATCHES, "traced_source")
 
 
 def write_traced_source(directory: str) -> str:
     """Path of the traced copy of the step kernel's source, written into ``directory`` with copies
-    of the headers it includes (a program's headers are those beside it)."""
-    path = os.path.join(directory, "mamba2_replay_step_traced.cu")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(traced_source(cuda_source(mc.SOURCE)))
-    for header in cuda_headers(mc.SOURCE):
-        shutil.copy(header, directory)
-    return path
+    of the headers it includes."""
+    return cuda_trace.write_traced_source(
+        directory, mc.SOURCE, traced_source(cuda_source(mc.SOURCE)), "mamba2_replay_step_traced.cu"
+    )
 
 
-class _TracedKernel:
-    """A kernel of the traced source: every launch gets the trace buffer as its last parameter."""
-
-    def __init__(self, kernel, trace: torch.Tensor):
-        self.kernel, self.trace = kernel, trace
-
-    def ctas_per_sm(self, threads: int, smem: int) -> int:
-        return self.kernel.ctas_per_sm(threads, smem)
-
-    def launch(self, grid, block, smem, stream, args, pdl=False):
-        self.kernel.launch(grid, block, smem, stream, args.ptr(self.trace), pdl)
-
-
-@contextlib.contextmanager
 def traced_kernels(source: str, trace: torch.Tensor):
     """Inside: the CUDA step's own launcher (``mamba2_replay_cuda``) loads its kernels from the
-    traced ``source`` and passes ``trace`` to each launch, so that a traced step is the op's
-    step, configuration and argument for argument."""
-    real = mc.load_kernel
-    mc.load_kernel = lambda name, entry, defines, device, smem: _TracedKernel(
-        real(source, entry, defines, device, smem), trace
-    )
-    try:
-        yield
-    finally:
-        mc.load_kernel = real
-
-
-def percentiles(values) -> str:
-    """min / p50 / p90 / max of ``values`` (ns) in µs, or '-'."""
-    v = sorted(values)
-    if not v:
-        return "-"
-    at = lambda p: v[min(len(v) - 1, int(p * len(v)))]  # noqa: E731
-    return f"{v[0] / 1e3:7.2f} {at(0.5) / 1e3:7.2f} {at(0.9) / 1e3:7.2f} {v[-1] / 1e3:7.2f}"
+    traced ``source`` and passes ``trace`` to each launch."""
+    return cuda_trace.traced_kernels(mc, source, trace)
 
 
 def report(trace: list, units: int) -> None:

@@ -1,0 +1,215 @@
+"""Per-unit timeline of the CUDA GDN / KDA replay step in one launch with coefficient warps (GPU,
+sm_90): where a unit's time goes between the producer, the coefficient warps and the consumers.
+
+A copy of ``kernels/cuda/gated_delta_replay_step.cu`` with ``%clock64`` reads (the SM's cycles; only
+differences within a CTA are used) at fixed points, each CTA writing its own row of a trace buffer
+(one more kernel parameter). Per unit i of a CTA (the first UNITS_TRACED):
+
+    issued     the producer has its stage (empty passed) and starts the unit's copies
+    w          the unit's cursor (L - 1: the unit flushes)
+    recs       the coefficient warps have the records and inputs (their recs wait passed)
+    ready      the coefficient warps are done (just before their ready arrival)
+    full       consumer warp 0 has the checkpoint (full passed)
+    go         consumer warp 0 has the coefficients (ready passed)
+    released   consumer warp 0 gave the stage back (a unit that does not flush: once read)
+    done       consumer warp 0 is through the unit
+
+One eager step of a slot set that has not been touched for a few steps (the state comes from
+DRAM) with the case's spread, advancing cursors (``--cursors W`` pins them). Printed over the
+traced units from the fourth on (the ring full), flush units apart, as percentiles in µs at the
+device's clock (``--clock-mhz``; the SM clock under load may differ, the cycles do not):
+
+    records     recs - issued        the copies' latency, as the coefficient warps see it
+    coef idle   recs - ready(i-1)    coefficient warps waiting for the records
+    coef        ready - recs         forming the unit's coefficients
+    wait full   full - done(i-1)     consumers waiting for the checkpoint
+    wait coef   go - full            consumers waiting for the coefficients (0 when they were first)
+    consume     done - go            the consumers' own work
+    period      done - done(i-1)     one unit, as the consumers see it
+
+    python benchmarks/delta_cuda_trace.py --family kda --state fp8 --batch 256
+
+Only builds with coefficient warps (KDA's table) reach every point; others leave the coefficient
+words empty. The instrumentation is applied by text (``traced_source``): a CPU test checks that
+every anchor still matches the kernel and that the traced copy compiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]
+
+import cuda_trace  # noqa: E402
+from cuda_trace import TIMER_HELPERS, apply_patches, percentiles  # noqa: E402
+from delta_cuda_probe import case_config, parse_config  # noqa: E402
+from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
+from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
+
+GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122B, Kimi Linear
+SLOTS = 256  # trace words per CTA
+MAX_CTAS = 1024  # the trace buffer's rows (the persistent grid is a few CTAs a multiprocessor)
+UNITS_TRACED = 24
+POINTS = ("issued", "w", "recs", "ready", "full", "go", "released", "done")  # word POINT_BASE + k * 24 + i
+POINT_BASE = 8
+WORD = {name: POINT_BASE + k * UNITS_TRACED for k, name in enumerate(POINTS)}
+
+_T = f"i < {UNITS_TRACED}"
+# (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
+_PATCHES = (
+    ('#include "delta_records.cuh"\n', '#include "delta_records.cuh"\n' + TIMER_HELPERS),
+    (
+        "    int* __restrict__ arrivals, float scale) {\n  extern __shared__ unsigned char smem_raw[];\n",
+        "    int* __restrict__ arrivals, float scale, u64* __restrict__ trace) {\n"
+        f"  u64* tr = trace + blockIdx.x * {SLOTS};\n"
+        "  if (threadIdx.x == 0) tr[0] = clk();\n"
+        "  extern __shared__ unsigned char smem_raw[];\n",
+    ),
+    (
+        "      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way\n",
+        "      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way\n"
+        f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) tr[{WORD['recs']} + i] = clk();\n",
+    ),
+    (
+        "      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));\n",
+        f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) tr[{WORD['ready']} + i] = clk();\n"
+        "      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));\n",
+    ),
+    (
+        "      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);\n",
+        "      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);\n"
+        f"      if (lane == 0 && {_T}) {{ tr[{WORD['issued']} + i] = clk(); tr[{WORD['w']} + i] = (u64)(w + 1); }}\n",
+    ),
+    (
+        "#else\n    mbar_wait(full, (i / STAGES) & 1);\n#if COEF_WARPS\n"
+        "    mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it\n#endif\n",
+        "#else\n    mbar_wait(full, (i / STAGES) & 1);\n"
+        f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['full']} + i] = clk();\n#if COEF_WARPS\n"
+        "    mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it\n"
+        f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['go']} + i] = clk();\n#endif\n",
+    ),
+    (
+        "      if (released) {\n        __syncwarp();\n        if (lane == 0) mbar_arrive(empty);\n      }\n",
+        "      if (released) {\n        __syncwarp();\n        if (lane == 0) mbar_arrive(empty);\n"
+        f"        if (threadIdx.x == 0 && {_T}) tr[{WORD['released']} + i] = clk();\n      }}\n",
+    ),
+    (
+        "    if (!released) {\n      __syncwarp();\n      if (lane == 0) mbar_arrive(empty);\n    }\n  }\n}\n",
+        "    if (!released) {\n      __syncwarp();\n      if (lane == 0) mbar_arrive(empty);\n"
+        f"      if (threadIdx.x == 0 && {_T}) tr[{WORD['released']} + i] = clk();\n    }}\n"
+        f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['done']} + i] = clk();\n  }}\n}}\n",
+    ),
+)
+
+
+def traced_source(text: str) -> str:
+    """The kernel source with the trace points and the trace parameter added. Raises ValueError
+    naming the anchor when the kernel no longer matches one of them exactly once."""
+    return apply_patches(text, _PATCHES, "traced_source")
+
+
+def write_traced_source(directory: str) -> str:
+    """Path of the traced copy of the step kernel's source, written into ``directory`` with copies
+    of the headers it includes."""
+    return cuda_trace.write_traced_source(
+        directory, gc.SOURCE, traced_source(cuda_source(gc.SOURCE)), "gated_delta_replay_step_traced.cu"
+    )
+
+
+def traced_kernels(source: str, trace: torch.Tensor):
+    """Inside: the CUDA step's own launcher (``gated_delta_replay_cuda``) loads its kernels from the
+    traced ``source`` and passes ``trace`` to each launch."""
+    return cuda_trace.traced_kernels(gc, source, trace)
+
+
+def unit_intervals(rows, L: int):
+    """{interval name: ([cycles of units that do not flush], [cycles of flush units])} over the
+    traced units from the fourth on of every CTA row (a list of SLOTS words); an interval is left
+    out where a point it needs was not reached (0)."""
+    spans = {
+        "records": lambda p, i: p["recs"][i] - p["issued"][i],
+        "coef idle": lambda p, i: p["recs"][i] - p["ready"][i - 1],
+        "coef": lambda p, i: p["ready"][i] - p["recs"][i],
+        "wait full": lambda p, i: p["full"][i] - p["done"][i - 1],
+        "wait coef": lambda p, i: max(0, p["go"][i] - p["full"][i]),
+        "consume": lambda p, i: p["done"][i] - p["go"][i],
+        "period": lambda p, i: p["done"][i] - p["done"][i - 1],
+    }
+    needs = {
+        "records": ("recs", "issued"),
+        "coef idle": ("recs", "ready"),
+        "coef": ("ready", "recs"),
+        "wait full": ("full", "done"),
+        "wait coef": ("go", "full"),
+        "consume": ("done", "go"),
+        "period": ("done",),
+    }
+    out = {name: ([], []) for name in spans}
+    for row in rows:
+        p = {name: row[WORD[name] : WORD[name] + UNITS_TRACED] for name in POINTS}
+        for i in range(3, UNITS_TRACED):
+            if not p["w"][i] or not p["done"][i]:
+                continue
+            flush = p["w"][i] - 1 == L - 1
+            for name, f in spans.items():
+                if all(p[k][i] and p[k][i - 1] for k in needs[name]):
+                    out[name][flush].append(f(p, i))
+    return out
+
+
+def report(trace: list, L: int, clock_mhz: float) -> None:
+    """Percentiles and means of each interval (µs at ``clock_mhz``), units that do not flush and
+    flush units apart."""
+    rows = [trace[c : c + SLOTS] for c in range(0, len(trace), SLOTS) if trace[c]]
+    scale = clock_mhz  # cycles per µs
+    print(f"  {len(rows)} CTAs; µs at {clock_mhz:.0f} MHz: min / p50 / p90 / max (mean)")
+    for name, (plain, flush) in unit_intervals(rows, L).items():
+        for label, v in (("", plain), (" (flush)", flush)):
+            if v:
+                print(f"  {name + label:20s} {percentiles(v, scale)}  ({statistics.fmean(v) / scale:6.2f}, n {len(v)})")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", choices=sorted(GEOMETRY), default="kda")
+    ap.add_argument("--batch", type=int, nargs="+", default=[256])
+    ap.add_argument("--L", type=int, default=16)
+    ap.add_argument("--state", default="fp8", choices=list(DT))
+    ap.add_argument("--cursors", type=int, default=None, help="pin every replay cursor to this value")
+    ap.add_argument("--config", type=parse_config, default=None, help="a CUDA launch (default: the launch table's)")
+    ap.add_argument("--clock-mhz", type=float, default=None, help="cycles per µs (default: the device's clock)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("delta_cuda_trace: needs a CUDA GPU")
+    clock = args.clock_mhz or torch.cuda.get_device_properties(0).clock_rate / 1e3
+    geometry = GEOMETRY[args.family]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = write_traced_source(tmp)
+        for batch in args.batch:
+            case = GatedDeltaDecodeCase(args.family, geometry, batch, args.L, args.state, "bf16")
+            cfg = case_config(args.config or "table", geometry, args.L, batch, case.state.itemsize, args.family == "kda")
+            trace = torch.zeros(MAX_CTAS * SLOTS, dtype=torch.int64, device="cuda")
+            with traced_kernels(source, trace):
+                for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest
+                    if args.cursors is not None:
+                        case.cache.cursor.fill_(args.cursors)
+                    trace.zero_()
+                    case.step("replay_step", case.slot_sets[rep % len(case.slot_sets)], cfg)
+                    torch.cuda.synchronize()
+            print(
+                f"== {args.family} {args.state} batch {batch} L {args.L} {cfg.label()}"
+                f"{'' if args.cursors is None else f' cursors {args.cursors}'}"
+            )
+            report(trace.cpu().tolist(), args.L, clock)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""benchmarks/delta_cuda_trace.py's instrumented copy of the CUDA gated delta step (CPU: NVRTC to
+PTX): every anchor still matches the kernel once, the copy of a build with coefficient warps
+compiles with the trace parameter last and every trace point in it, a kernel edit that moves an
+anchor is named, and the report's intervals come from the right words."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"))
+
+import delta_cuda_trace as trace  # noqa: E402
+from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
+from trtllm_replayssm.kernels.nvrtc import compile_program, cuda_source  # noqa: E402
+
+
+def _ptx(source, cfg, state_bytes):
+    defines = gc.delta_step_defines(32, 32, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32, True)
+    return compile_program(source, "sm_90", defines, "ptx").decode()
+
+
+def _params(ptx: str, entry: str) -> int:
+    return ptx.split(f".entry {entry}(")[1].split(")")[0].count(".param")
+
+
+@pytest.mark.parametrize("state_bytes", [1, 2])
+def test_traced_copy_compiles_with_the_trace_parameter_last(tmp_path, state_bytes):
+    """KDA's table at batch 256 (coefficient warps, one launch): one clock read per point (the
+    producer's two words share one), the step kernel one parameter more."""
+    cfg = gc.delta_cuda_config(128, 128, 16, 256, state_bytes, True)
+    assert cfg.coef_warps and gc.runs_one_launch(cfg, True)
+    ptx = _ptx(trace.write_traced_source(str(tmp_path)), cfg, state_bytes)
+    step = ptx.split(".entry delta_replay_step(")[1]
+    assert step.count("%clock64") >= len(trace.POINTS)
+    assert _params(ptx, "delta_replay_step") == _params(_ptx(gc.SOURCE, cfg, state_bytes), "delta_replay_step") + 1
+
+
+def test_a_moved_anchor_is_named():
+    text = cuda_source(gc.SOURCE).replace("mbar_arrive(BAR_READY(st));", "mbar_arrive(BAR_READY(st)); ")
+    with pytest.raises(ValueError, match=r"CONSUMERS \* 32\) mbar_arrive.*found 0 times"):
+        trace.traced_source(text)
+
+
+def test_unit_intervals_read_each_point_from_its_word():
+    """One CTA row with unit i's points at known cycles: every interval of units 3.. equals its
+    definition, flush units (w = L - 1) apart, and a unit whose points are missing is left out."""
+    L, row = 16, [0] * trace.SLOTS
+    row[0] = 1
+    at = lambda name, i, value: row.__setitem__(trace.WORD[name] + i, value)  # noqa: E731
+    for i in range(trace.UNITS_TRACED - 1):  # the last unit not reached
+        t = 1000 * (i + 1)
+        at("issued", i, t), at("recs", i, t + 100), at("ready", i, t + 300), at("full", i, t + 150)
+        at("go", i, t + 310), at("released", i, t + 320), at("done", i, t + 700)
+        at("w", i, (L - 1 if i % 4 == 3 else i % 4) + 1)
+    out = trace.unit_intervals([row], L)
+    plain, flush = out["coef"]
+    assert plain and flush and set(plain) == set(flush) == {200}
+    assert len(plain) + len(flush) == trace.UNITS_TRACED - 1 - 3
+    assert set(out["records"][0]) == {100}
+    assert set(out["coef idle"][0]) == {1000 + 100 - 300}
+    assert set(out["wait full"][0]) == {1150 - 700}
+    assert set(out["wait coef"][0]) == {160}
+    assert set(out["consume"][0]) == {390}
+    assert set(out["period"][0]) == {1000}
