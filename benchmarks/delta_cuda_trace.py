@@ -13,6 +13,8 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
     go         consumer warp 0 has the coefficients (ready passed)
     released   consumer warp 0 gave the stage back (a unit that does not flush: once read)
     done       consumer warp 0 is through the unit
+    folded     a flush unit: consumer warp 0 has folded its rows (before their store)
+    stored     a flush unit: consumer warp 0's store has read its rows (the stage may be reused)
 
 One eager step of a slot set that has not been touched for a few steps (the state comes from
 DRAM) with the case's spread, advancing cursors (``--cursors W`` pins them). Printed over the
@@ -25,6 +27,8 @@ device's clock (``--clock-mhz``; the SM clock under load may differ, the cycles 
     wait full   full - done(i-1)     consumers waiting for the checkpoint
     wait coef   go - full            consumers waiting for the coefficients (0 when they were first)
     consume     done - go            the consumers' own work
+    fold        folded - go          a flush unit's fold, up to its store
+    store       stored - folded      a flush unit's store: issue, then the wait for its read
     period      done - done(i-1)     one unit, as the consumers see it
 
     python benchmarks/delta_cuda_trace.py --family kda --state fp8 --batch 256
@@ -58,7 +62,7 @@ GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122
 SLOTS = 256  # trace words per CTA
 MAX_CTAS = 1024  # the trace buffer's rows (the persistent grid is a few CTAs a multiprocessor)
 UNITS_TRACED = 24
-POINTS = ("issued", "w", "recs", "ready", "full", "go", "released", "done")  # word POINT_BASE + k * 24 + i
+POINTS = ("issued", "w", "recs", "ready", "full", "go", "released", "done", "folded", "stored")  # word POINT_BASE + k * 24 + i
 POINT_BASE = 8
 WORD = {name: POINT_BASE + k * UNITS_TRACED for k, name in enumerate(POINTS)}
 
@@ -97,6 +101,12 @@ _PATCHES = (
         f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['go']} + i] = clk();\n#endif\n",
     ),
     (
+        "        store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);\n",
+        f"        if (threadIdx.x == 0 && {_T}) tr[{WORD['folded']} + i] = clk();\n"
+        "        store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);\n"
+        f"        if (threadIdx.x == 0 && {_T}) tr[{WORD['stored']} + i] = clk();\n",
+    ),
+    (
         "      if (released) {\n        __syncwarp();\n        if (lane == 0) mbar_arrive(empty);\n      }\n",
         "      if (released) {\n        __syncwarp();\n        if (lane == 0) mbar_arrive(empty);\n"
         f"        if (threadIdx.x == 0 && {_T}) tr[{WORD['released']} + i] = clk();\n      }}\n",
@@ -130,38 +140,35 @@ def traced_kernels(source: str, trace: torch.Tensor):
     return cuda_trace.traced_kernels(gc, source, trace)
 
 
+# (interval, later point, earlier point): a point is (name, unit offset: 0 this unit, -1 the one before)
+INTERVALS = (
+    ("records", ("recs", 0), ("issued", 0)),
+    ("coef idle", ("recs", 0), ("ready", -1)),
+    ("coef", ("ready", 0), ("recs", 0)),
+    ("wait full", ("full", 0), ("done", -1)),
+    ("wait coef", ("go", 0), ("full", 0)),
+    ("consume", ("done", 0), ("go", 0)),
+    ("fold", ("folded", 0), ("go", 0)),
+    ("store", ("stored", 0), ("folded", 0)),
+    ("period", ("done", 0), ("done", -1)),
+)
+
+
 def unit_intervals(rows, L: int):
-    """{interval name: ([cycles of units that do not flush], [cycles of flush units])} over the
-    traced units from the fourth on of every CTA row (a list of SLOTS words); an interval is left
-    out where a point it needs was not reached (0)."""
-    spans = {
-        "records": lambda p, i: p["recs"][i] - p["issued"][i],
-        "coef idle": lambda p, i: p["recs"][i] - p["ready"][i - 1],
-        "coef": lambda p, i: p["ready"][i] - p["recs"][i],
-        "wait full": lambda p, i: p["full"][i] - p["done"][i - 1],
-        "wait coef": lambda p, i: max(0, p["go"][i] - p["full"][i]),
-        "consume": lambda p, i: p["done"][i] - p["go"][i],
-        "period": lambda p, i: p["done"][i] - p["done"][i - 1],
-    }
-    needs = {
-        "records": ("recs", "issued"),
-        "coef idle": ("recs", "ready"),
-        "coef": ("ready", "recs"),
-        "wait full": ("full", "done"),
-        "wait coef": ("go", "full"),
-        "consume": ("done", "go"),
-        "period": ("done",),
-    }
-    out = {name: ([], []) for name in spans}
+    """{interval: ([cycles of units that do not flush], [cycles of flush units])} over the traced
+    units from the fourth on of every CTA row (a list of SLOTS words); an interval is later - earlier
+    (0 where the earlier point came later: wait coef when the coefficients were first), left out
+    where a point it reads was not reached (0)."""
+    out = {name: ([], []) for name, _, _ in INTERVALS}
     for row in rows:
         p = {name: row[WORD[name] : WORD[name] + UNITS_TRACED] for name in POINTS}
         for i in range(3, UNITS_TRACED):
             if not p["w"][i] or not p["done"][i]:
                 continue
             flush = p["w"][i] - 1 == L - 1
-            for name, f in spans.items():
-                if all(p[k][i] and p[k][i - 1] for k in needs[name]):
-                    out[name][flush].append(f(p, i))
+            for name, (a, da), (b, db) in INTERVALS:
+                if p[a][i + da] and p[b][i + db]:
+                    out[name][flush].append(max(0, p[a][i + da] - p[b][i + db]))
     return out
 
 

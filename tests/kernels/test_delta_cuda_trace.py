@@ -53,6 +53,8 @@ def test_unit_intervals_read_each_point_from_its_word():
         t = 1000 * (i + 1)
         at("issued", i, t), at("recs", i, t + 100), at("ready", i, t + 300), at("full", i, t + 150)
         at("go", i, t + 310), at("released", i, t + 320), at("done", i, t + 700)
+        if i % 4 == 3:  # flush units
+            at("folded", i, t + 500), at("stored", i, t + 650)
         at("w", i, (L - 1 if i % 4 == 3 else i % 4) + 1)
     out = trace.unit_intervals([row], L)
     plain, flush = out["coef"]
@@ -64,3 +66,4 @@ def test_unit_intervals_read_each_point_from_its_word():
     assert set(out["wait coef"][0]) == {160}
     assert set(out["consume"][0]) == {390}
     assert set(out["period"][0]) == {1000}
+    assert not out["fold"][0] and set(out["fold"][1]) == {190} and set(out["store"][1]) == {150}
