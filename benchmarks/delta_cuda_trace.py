@@ -15,6 +15,9 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
     done       consumer warp 0 is through the unit
     folded     a flush unit: consumer warp 0 has folded its rows (before their store)
     stored     a flush unit: consumer warp 0's store has read its rows (the stage may be reused)
+    scanned    coefficient thread 0 has scanned its column (records' decays and score sums)
+    reduced    the coefficient warps' first barrier passed (scores reduce-scattered, norms summed)
+    scaled     coefficient thread 0 has scaled its column of the qk block (before the scores' sums)
 
 One eager step of a slot set that has not been touched for a few steps (the state comes from
 DRAM) with the case's spread, advancing cursors (``--cursors W`` pins them). Printed over the
@@ -29,6 +32,10 @@ device's clock (``--clock-mhz``; the SM clock under load may differ, the cycles 
     consume     done - go            the consumers' own work
     fold        folded - go          a flush unit's fold, up to its store
     store       stored - folded      a flush unit's store: issue, then the wait for its read
+    scan        scanned - recs       the coefficients' column pass (thread 0's)
+    reduce      reduced - scanned    reduce-scatter, norms, first barrier
+    scale       scaled - reduced     norms applied, the qk block scaled (thread 0's)
+    finish      ready - scaled       the scores' sums, the block's scalars, second barrier
     period      done - done(i-1)     one unit, as the consumers see it
 
     python benchmarks/delta_cuda_trace.py --family kda --state fp8 --batch 256
@@ -59,17 +66,44 @@ from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
 from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
 
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122B, Kimi Linear
-SLOTS = 256  # trace words per CTA
+SLOTS = 320  # trace words per CTA
 MAX_CTAS = 1024  # the trace buffer's rows (the persistent grid is a few CTAs a multiprocessor)
 UNITS_TRACED = 24
-POINTS = ("issued", "w", "recs", "ready", "full", "go", "released", "done", "folded", "stored")  # word POINT_BASE + k * 24 + i
+POINTS = (
+    "issued",
+    "w",
+    "recs",
+    "ready",
+    "full",
+    "go",
+    "released",
+    "done",
+    "folded",
+    "stored",
+    "scanned",
+    "reduced",
+    "scaled",
+)  # word POINT_BASE + k * 24 + i
 POINT_BASE = 8
 WORD = {name: POINT_BASE + k * UNITS_TRACED for k, name in enumerate(POINTS)}
 
 _T = f"i < {UNITS_TRACED}"
 # (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
 _PATCHES = (
-    ('#include "delta_records.cuh"\n', '#include "delta_records.cuh"\n' + TIMER_HELPERS),
+    (
+        '#include "delta_records.cuh"\n',
+        '#include "delta_records.cuh"\n' + TIMER_HELPERS + "__shared__ u64 coef_phase[3];  // unit_coefficients' points\n",
+    ),
+    (
+        "  // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.\n",
+        "  if (tid == 0) coef_phase[0] = clk();\n"
+        "  // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.\n",
+    ),
+    ("  nq = nk = nqk = 0.0f;\n", "  if (tid == 0) coef_phase[1] = clk();\n  nq = nk = nqk = 0.0f;\n"),
+    (
+        "  for (int t = tid; t < 2 * LP; t += CWARPS * 32) {\n",
+        "  if (tid == 0) coef_phase[2] = clk();\n  for (int t = tid; t < 2 * LP; t += CWARPS * 32) {\n",
+    ),
     (
         "    int* __restrict__ arrivals, float scale) {\n  extern __shared__ unsigned char smem_raw[];\n",
         "    int* __restrict__ arrivals, float scale, u64* __restrict__ trace) {\n"
@@ -84,7 +118,9 @@ _PATCHES = (
     ),
     (
         "      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));\n",
-        f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) tr[{WORD['ready']} + i] = clk();\n"
+        f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) {{ tr[{WORD['ready']} + i] = clk();"
+        f" if (slot >= 0) {{ tr[{WORD['scanned']} + i] = coef_phase[0]; tr[{WORD['reduced']} + i] = coef_phase[1];"
+        f" tr[{WORD['scaled']} + i] = coef_phase[2]; }} }}\n"
         "      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));\n",
     ),
     (
@@ -145,6 +181,10 @@ INTERVALS = (
     ("records", ("recs", 0), ("issued", 0)),
     ("coef idle", ("recs", 0), ("ready", -1)),
     ("coef", ("ready", 0), ("recs", 0)),
+    ("scan", ("scanned", 0), ("recs", 0)),
+    ("reduce", ("reduced", 0), ("scanned", 0)),
+    ("scale", ("scaled", 0), ("reduced", 0)),
+    ("finish", ("ready", 0), ("scaled", 0)),
     ("wait full", ("full", 0), ("done", -1)),
     ("wait coef", ("go", 0), ("full", 0)),
     ("consume", ("done", 0), ("go", 0)),
