@@ -678,12 +678,12 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 
 #if ONE_LAUNCH && PER_CHANNEL
 // KDA: column c's suffix scan over records w-1 .. 0 (unit_coefficients): u_j = e_j k̂_j[c] with
-// e_j = exp(gc + sum_{j<i<w} g_i), added into the scores' partial sums pq[j] += u_j qc, pk[j] +=
+// e_j = exp(gc + sum_{j<i<w} g_i) (exp2_ftz of fma(sum, LOG2E, gc2), gc2 = gc LOG2E), added into the scores' partial sums pq[j] += u_j qc, pk[j] +=
 // u_j kc; returns sum_{i<w} g_i. FLUSH (w == L-1): u_j also stored at U_j's u_index(c) over slot
 // j, once the warp has read g_j (__syncwarp; whole warps: DK is a multiple of 32). Two builds, so
 // that the steps that do not flush run the loop without the warp barriers.
 template <bool FLUSH>
-__device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c, float gc, float qc, float kc,
+__device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c, float gc2, float qc, float kc,
                                              float (&pq)[LP], float (&pk)[LP]) {
   const grec_t* gs = (const grec_t*)(gstage + OFF_G);
   const u16* ks = (const u16*)(gstage + OFF_K);
@@ -693,7 +693,7 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
   for (int j = LP - 1; j >= 0; --j) {
     if (j < w) {
       const float gj = f16_to_f32(gs[(2 * j + 1) * DK + c]);  // the upper half of slot j
-      const float u = __expf(acc + gc) * bf16_to_f32(ks[j * DK + c]);
+      const float u = exp2_ftz(fmaf(acc, LOG2E, gc2)) * bf16_to_f32(ks[j * DK + c]);
       if (FLUSH) {
         __syncwarp();
         us[j * DK + u_index(c)] = u;
@@ -748,10 +748,10 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     nk += kc * kc;
     nqk += qc * kc;
 #if PER_CHANNEL
-    const float gc = load_f32<G_CODE>(qin + 2 * DK, c);
-    const float acc = w == LREC - 1 ? scan_column<true>(gstage, w, c, gc, qc, kc, pq, pk)
-                                    : scan_column<false>(gstage, w, c, gc, qc, kc, pq, pk);
-    const float e0 = __expf(acc + gc);
+    const float gc = load_f32<G_CODE>(qin + 2 * DK, c), gc2 = gc * LOG2E;
+    const float acc = w == LREC - 1 ? scan_column<true>(gstage, w, c, gc2, qc, kc, pq, pk)
+                                    : scan_column<false>(gstage, w, c, gc2, qc, kc, pq, pk);
+    const float e0 = exp2_ftz(fmaf(acc, LOG2E, gc2));
     qks[c] = e0 * qc;
     qks[DK + c] = e0 * kc;
     qks[2 * DK + c] = kc;

@@ -73,6 +73,15 @@ __device__ __forceinline__ float f16_range_scale(float amax, float& inverse) {
   return __uint_as_float((u32)(127 + e) << 23);
 }
 
+// 2^x by ex2.approx.ftz (MUFU.EX2 alone: results below 2^-126 flush to zero, where __expf
+// rescales them at three instructions an exponential); exp(x) = exp2_ftz(x LOG2E).
+#define LOG2E 1.4426950408889634f
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // Two floats as fp8-e4m3 codes (lo in bits 0-7), to nearest even, magnitudes saturating at 448.
 __device__ __forceinline__ u16 pack_e4m3x2(float lo, float hi) {
   u16 r;
