@@ -678,10 +678,15 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 
 #if ONE_LAUNCH && PER_CHANNEL
 // KDA: column c's suffix scan over records w-1 .. 0 (unit_coefficients): u_j = e_j k̂_j[c] with
-// e_j = exp(gc + sum_{j<i<w} g_i) (exp2_ftz of fma(sum, LOG2E, gc2), gc2 = gc LOG2E), added into the scores' partial sums pq[j] += u_j qc, pk[j] +=
-// u_j kc; returns sum_{i<w} g_i. FLUSH (w == L-1): u_j also stored at U_j's u_index(c) over slot
-// j, once the warp has read g_j (__syncwarp; whole warps: DK is a multiple of 32). Two builds, so
-// that the steps that do not flush run the loop without the warp barriers.
+// e_j = exp(gc + sum_{j<i<w} g_i) (exp2_ftz of fma(sum, LOG2E, gc2), gc2 = gc LOG2E), added into
+// the scores' partial sums pq[j] += u_j qc, pk[j] += u_j kc; returns sum_{i<w} g_i. The records go
+// in blocks of SCAN_BLOCK, from the highest block that holds one below w: a block's g and k̂ are
+// all loaded before its arithmetic (so that no load waits behind the previous record's), then its
+// records scanned without branches, those from w on masked (u and g taken as zero). FLUSH (w ==
+// L-1): u_j also stored at U_j's u_index(c) over slot j, after a __syncwarp once the warp has read
+// the block's g (whole warps: DK is a multiple of 32). Two builds, so that the steps that do not
+// flush run without the warp barriers.
+#define SCAN_BLOCK 4
 template <bool FLUSH>
 __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c, float gc2, float qc, float kc,
                                              float (&pq)[LP], float (&pk)[LP]) {
@@ -690,17 +695,25 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
   float* us = (float*)(gstage + OFF_G);
   float acc = 0.0f;
 #pragma unroll
-  for (int j = LP - 1; j >= 0; --j) {
-    if (j < w) {
-      const float gj = f16_to_f32(gs[(2 * j + 1) * DK + c]);  // the upper half of slot j
-      const float u = exp2_ftz(fmaf(acc, LOG2E, gc2)) * bf16_to_f32(ks[j * DK + c]);
-      if (FLUSH) {
-        __syncwarp();
-        us[j * DK + u_index(c)] = u;
+  for (int j0 = LP - SCAN_BLOCK; j0 >= 0; j0 -= SCAN_BLOCK) {
+    if (j0 < w) {  // the unit's w: the same in every thread
+      float gj[SCAN_BLOCK], kj[SCAN_BLOCK];
+#pragma unroll
+      for (int e = 0; e < SCAN_BLOCK; ++e) {
+        gj[e] = f16_to_f32(gs[(2 * (j0 + e) + 1) * DK + c]);  // the upper half of slot j
+        kj[e] = bf16_to_f32(ks[(j0 + e) * DK + c]);
       }
-      pq[j] += u * qc;
-      pk[j] += u * kc;
-      acc += gj;
+      if (FLUSH) __syncwarp();
+#pragma unroll
+      for (int e = SCAN_BLOCK - 1; e >= 0; --e) {
+        const int j = j0 + e;
+        const bool live = j < w;
+        const float u = live ? exp2_ftz(fmaf(acc, LOG2E, gc2)) * kj[e] : 0.0f;
+        if (FLUSH && live) us[j * DK + u_index(c)] = u;
+        pq[j] += u * qc;
+        pk[j] += u * kc;
+        acc += live ? gj[e] : 0.0f;
+      }
     }
   }
   return acc;
