@@ -11,7 +11,7 @@ import shutil
 
 import torch
 
-from trtllm_replayssm.kernels.nvrtc import cuda_headers
+from trtllm_replayssm.kernels.nvrtc import cuda_headers, cuda_source
 
 # Device helpers the patches call: %globaltimer (ns, one clock for every SM; 32 ns resolution on
 # the H200), the same once ``dep`` is known (the read waits for it), and %clock64 (the SM's own
@@ -81,3 +81,28 @@ def percentiles(values, scale: float = 1e3) -> str:
         return "-"
     at = lambda p: v[min(len(v) - 1, int(p * len(v)))]  # noqa: E731
     return f"{v[0] / scale:7.2f} {at(0.5) / scale:7.2f} {at(0.9) / scale:7.2f} {v[-1] / scale:7.2f}"
+
+
+class Instrumented:
+    """One timeline tool's kernel: ``launcher`` (a kernel module with ``SOURCE`` and
+    ``load_kernel``), its trace ``patches`` ((anchor, replacement) pairs) and the traced copy's
+    file ``name``."""
+
+    def __init__(self, launcher, patches, name: str):
+        self.launcher, self.patches, self.name = launcher, patches, name
+
+    def traced_source(self, text: str) -> str:
+        """The kernel source with the trace points and trace parameters added. Raises ValueError
+        naming the anchor when the kernel no longer matches one of them exactly once."""
+        return apply_patches(text, self.patches, "traced_source")
+
+    def write_traced_source(self, directory: str) -> str:
+        """Path of the traced copy of the kernel's source, written into ``directory`` with copies
+        of the headers it includes."""
+        source = self.launcher.SOURCE
+        return write_traced_source(directory, source, self.traced_source(cuda_source(source)), self.name)
+
+    def traced_kernels(self, source: str, trace: torch.Tensor):
+        """Inside: the launcher loads its kernels from the traced ``source`` and passes ``trace``
+        to each launch (``traced_kernels``)."""
+        return traced_kernels(self.launcher, source, trace)

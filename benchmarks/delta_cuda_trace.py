@@ -59,11 +59,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 import cuda_trace  # noqa: E402
-from cuda_trace import TIMER_HELPERS, apply_patches, percentiles  # noqa: E402
+from cuda_trace import TIMER_HELPERS, percentiles  # noqa: E402
 from delta_cuda_probe import case_config, parse_config  # noqa: E402
 from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
-from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
 
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122B, Kimi Linear
 SLOTS = 320  # trace words per CTA
@@ -156,24 +155,10 @@ _PATCHES = (
 )
 
 
-def traced_source(text: str) -> str:
-    """The kernel source with the trace points and the trace parameter added. Raises ValueError
-    naming the anchor when the kernel no longer matches one of them exactly once."""
-    return apply_patches(text, _PATCHES, "traced_source")
-
-
-def write_traced_source(directory: str) -> str:
-    """Path of the traced copy of the step kernel's source, written into ``directory`` with copies
-    of the headers it includes."""
-    return cuda_trace.write_traced_source(
-        directory, gc.SOURCE, traced_source(cuda_source(gc.SOURCE)), "gated_delta_replay_step_traced.cu"
-    )
-
-
-def traced_kernels(source: str, trace: torch.Tensor):
-    """Inside: the CUDA step's own launcher (``gated_delta_replay_cuda``) loads its kernels from the
-    traced ``source`` and passes ``trace`` to each launch."""
-    return cuda_trace.traced_kernels(gc, source, trace)
+_KERNEL = cuda_trace.Instrumented(gc, _PATCHES, "gated_delta_replay_step_traced.cu")
+traced_source = _KERNEL.traced_source
+write_traced_source = _KERNEL.write_traced_source
+traced_kernels = _KERNEL.traced_kernels
 
 
 # (interval, later point, earlier point): a point is (name, unit offset: 0 this unit, -1 the one before)

@@ -31,10 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 import cuda_trace  # noqa: E402
-from cuda_trace import TIMER_HELPERS, apply_patches, percentiles  # noqa: E402
+from cuda_trace import TIMER_HELPERS, percentiles  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
-from trtllm_replayssm.kernels.nvrtc import cuda_source  # noqa: E402
 
 STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i done, 52 end
 UNITS_TRACED = 16  # units per CTA with their own words
@@ -150,24 +149,10 @@ _PATCHES = (
 )
 
 
-def traced_source(text: str) -> str:
-    """The kernel source with the trace points and trace parameters added. Raises ValueError
-    naming the anchor when the kernel no longer matches one of them exactly once."""
-    return apply_patches(text, _PATCHES, "traced_source")
-
-
-def write_traced_source(directory: str) -> str:
-    """Path of the traced copy of the step kernel's source, written into ``directory`` with copies
-    of the headers it includes."""
-    return cuda_trace.write_traced_source(
-        directory, mc.SOURCE, traced_source(cuda_source(mc.SOURCE)), "mamba2_replay_step_traced.cu"
-    )
-
-
-def traced_kernels(source: str, trace: torch.Tensor):
-    """Inside: the CUDA step's own launcher (``mamba2_replay_cuda``) loads its kernels from the
-    traced ``source`` and passes ``trace`` to each launch."""
-    return cuda_trace.traced_kernels(mc, source, trace)
+_KERNEL = cuda_trace.Instrumented(mc, _PATCHES, "mamba2_replay_step_traced.cu")
+traced_source = _KERNEL.traced_source
+write_traced_source = _KERNEL.write_traced_source
+traced_kernels = _KERNEL.traced_kernels
 
 
 def report(trace: list, units: int) -> None:
