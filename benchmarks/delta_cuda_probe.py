@@ -58,6 +58,10 @@ from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig, de
 from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 
 
+# Each family's default layer: Qwen3.5-122B (GDN), Kimi Linear (KDA).
+GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
+
+
 def parse_config(text: str):
     """``table`` or ``table,fmma`` -> that string (the launch table's configuration of each case,
     with ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma]``
@@ -120,7 +124,7 @@ def main(argv=None):
         ap.error("--baseline-configs needs --baseline")
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_probe: needs a CUDA GPU")
-    geometry = args.geometry or ((32, 32, 128, 128) if args.family == "kda" else (16, 64, 128, 128))
+    geometry = args.geometry or GEOMETRY[args.family]
     per_channel = args.family == "kda"
     print(
         f"# delta_cuda_probe | {torch.cuda.get_device_name()} | {args.family} {geometry} | bf16 act | NVRTC {nvrtc_version()}"

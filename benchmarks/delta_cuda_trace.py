@@ -60,11 +60,10 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 import cuda_trace  # noqa: E402
 from cuda_trace import TIMER_HELPERS, percentiles  # noqa: E402
-from delta_cuda_probe import case_config, parse_config  # noqa: E402
+from delta_cuda_probe import GEOMETRY, case_config, parse_config  # noqa: E402
 from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
 
-GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122B, Kimi Linear
 SLOTS = 320  # trace words per CTA
 MAX_CTAS = 1024  # the trace buffer's rows (the persistent grid is a few CTAs a multiprocessor)
 UNITS_TRACED = 24

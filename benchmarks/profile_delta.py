@@ -24,10 +24,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from delta_cuda_probe import case_config, parse_config  # noqa: E402
+from delta_cuda_probe import GEOMETRY, case_config, parse_config  # noqa: E402
 from trtllm_replayssm.bench import DT, GatedDeltaDecodeCase  # noqa: E402
-
-GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}  # Qwen3.5-122B, Kimi Linear
 
 
 def main(argv=None):
