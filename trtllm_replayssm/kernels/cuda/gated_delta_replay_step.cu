@@ -571,10 +571,14 @@ __device__ __forceinline__ u32 bf16_pair(const u16* p, int stride, int j, int co
 }
 
 // v's FLUSH_PARTS parts, largest first, each rounded to bf16 when packed: hi, mid, lo of split3,
-// or with two parts hi and the remainder mid + lo (exact in fp32: hi + (mid + lo) = v).
+// or with two parts hi and the remainder v - hi (exact in fp32; what split3's mid + lo add up to).
 __device__ __forceinline__ void flush_parts(float v, float (&p)[3]) {
-  split3(v, p[0], p[1], p[2]);
-  if (FLUSH_PARTS == 2) p[1] += p[2];
+  if (FLUSH_PARTS == 2) {
+    p[0] = bf16_to_f32(f32_to_bf16(v));
+    p[1] = v - p[0];
+  } else {
+    split3(v, p[0], p[1], p[2]);
+  }
 }
 
 __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, int lane, int w, float d, float* scale_out) {
