@@ -55,6 +55,35 @@ __device__ __forceinline__ void store_pair(unsigned char* stage, u32 row, u32 co
 #endif
 }
 
+// Checkpoint elements (row, col) .. (row, col + 3) of a stage as fp32 (col a multiple of 4: one
+// load of 16, 8 or 4 bytes inside one 16-byte chunk), and back, rounded as store_pair rounds.
+__device__ __forceinline__ void load_quad(const unsigned char* stage, u32 row, u32 col, float (&v)[4]) {
+  const unsigned char* p = stage + ckpt_offset(row, col);
+#if CKPT_F32
+  const float4 x = *(const float4*)p;
+  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+#elif CKPT_FP8
+  const u32 x = *(const u32*)p;
+  e4m3x2_to_f32((u16)(x & 0xffffu), v[0], v[1]);
+  e4m3x2_to_f32((u16)(x >> 16), v[2], v[3]);
+#else
+  const uint2 x = *(const uint2*)p;
+  const u32 wd[2] = {x.x, x.y};
+  unpack_bf16x2(wd, v);
+#endif
+}
+
+__device__ __forceinline__ void store_quad(unsigned char* stage, u32 row, u32 col, const float (&v)[4]) {
+  unsigned char* p = stage + ckpt_offset(row, col);
+#if CKPT_F32
+  *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
+#elif CKPT_FP8
+  *(u32*)p = (u32)pack_e4m3x2(v[0], v[1]) | ((u32)pack_e4m3x2(v[2], v[3]) << 16);
+#else
+  *(uint2*)p = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+#endif
+}
+
 // ------------------------------------------------------------------ the persistent kernels' producer
 
 // The first ``stages`` units' checkpoint rows of a CTA, requested by the producer warp before it

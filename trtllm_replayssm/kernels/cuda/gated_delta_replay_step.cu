@@ -93,9 +93,7 @@
 #include "delta_records.cuh"
 #define EPC (16 / ES)                       // checkpoint elements per 16-byte chunk
 #define HALF (DK / 2)                       // columns of a lane (lanes 0-15: the first half)
-#define FQ (DK / 4)                         // columns of a lane in the fp8 flush (a row over four lanes)
 #define FOLD_RECS (LREC - 1)                // records a flush folds (w = L - 1)
-#define FOLD_A (FOLD_RECS > 0 ? FOLD_RECS : 1)  // length of a row's record-weight array
 #define D_BYTES (LP * ROWS * 2)
 #define K_BYTES (LP * DK * 2)
 #define V_BYTES (ROWS * 2)
@@ -221,8 +219,7 @@ __device__ __forceinline__ float4 lds_float4(const float* p) {
   return v;
 }
 
-// The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32, and
-// back, rounded to the checkpoint dtype.
+// The EPC checkpoint elements of a stage from (row, col) on (col a multiple of EPC) as fp32.
 __device__ __forceinline__ void load_chunk(const unsigned char* stage, u32 row, u32 col, float* v) {
   chunk_to_f32(*(const uint4*)(stage + ckpt_offset(row, col)), v);
 }
@@ -241,9 +238,6 @@ __device__ __forceinline__ uint4 pack_chunk(const float* v) {
 #endif
 }
 
-__device__ __forceinline__ void store_chunk(unsigned char* stage, u32 row, u32 col, const float* v) {
-  *(uint4*)(stage + ckpt_offset(row, col)) = pack_chunk(v);
-}
 
 // ------------------------------------------------------------------ launch 1: coefficients
 
@@ -677,6 +671,107 @@ __device__ __forceinline__ void flush_fold_mma(unsigned char* gstage, int r0, in
 #if CKPT_FP8
   store_warp_rows_fp8(gstage, r0, lane, held, scale_out);
 #endif
+}
+#endif
+
+#if !FLUSH_MMA
+// A flush's fold in exact fp32 FMAs for the warp's 16 rows r0 .. r0 + 15 (FLUSH_MMA: flush_fold_mma):
+//   GDN: S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ   (k̂_j: the bf16 k records),
+//   KDA: S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ   (U_j = e_j ⊙ k̂_j, fp32, written over the g
+//        records by unit_coefficients, columns at u_index; e0 per column in the qk block),
+// w = L - 1, rounded into the stage in place; the caller stores the rows. A lane holds 8 rows x 4
+// columns (FOLD_LPR lanes a row: 32, or 16 for head_k_dim 64, the warp then taking two sets of 8
+// rows at once), so that each record's operand read from shared memory (4 columns of k̂_j or U_j)
+// serves 8 rows and the 8 rows' weights d_j are one 16-byte broadcast: a record costs the warp 2-5
+// shared-memory wavefronts, where a row a lane (each lane reading every column of a record for its
+// one row) cost it 32. Passes of 8 rows, over column blocks of 128 (head_k_dim 256: two).
+// fp8 (CKPT_FP8, head_k_dim 128: a pass holds whole rows): the decayed checkpoint from the codes
+// times the stage's row scales; each row's new scale max |row| / 448 (1 for a zero row) from a
+// max reduce-scatter of the pass's 8 rows over the warp (lane l: row l % 8), the values divided by
+// it to nearest even (reference.rounding.fp8_row_encode's rule); lanes 0-7 write the pass's scales
+// to ``scale_out`` (the unit's [ROWS] row scales, global; unused otherwise).
+// d: the new record of row r0 + (lane & 15), in lanes lane and lane + 16.
+#define FOLD_COLS 4                                             // columns of a lane
+#define FOLD_LPR (DK / FOLD_COLS < 32 ? DK / FOLD_COLS : 32)  // lanes a row
+#define FOLD_SETS (32 / FOLD_LPR)                               // sets of 8 rows a pass
+__device__ __forceinline__ void flush_fold_fma(unsigned char* gstage, int r0, int lane, float d, float* scale_out) {
+  const u16* ds = (const u16*)(gstage + OFF_D);
+  const float* qks = (const float*)(gstage + OFF_QK);
+#if PER_CHANNEL
+  const float* us = (const float*)(gstage + OFF_G);
+  const float* khat = qks + 2 * DK;
+#else
+  const u16* ks = (const u16*)(gstage + OFF_K);
+  const float* ej = (const float*)(gstage + OFF_COEF) + 2 * LP;  // e_j, then e0
+  const float* khat = qks + DK;
+#endif
+  const int set = lane / FOLD_LPR;
+#pragma unroll 1
+  for (int p = 0; p < 16; p += 8 * FOLD_SETS) {
+    const int rb = r0 + p + 8 * set;  // the lane's rows rb .. rb + 7
+    float dr[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dr[i] = __shfl_sync(0xffffffffu, d, p + 8 * set + i);
+#pragma unroll 1
+    for (int col = FOLD_COLS * (lane % FOLD_LPR); col < DK; col += FOLD_COLS * FOLD_LPR) {
+      float e0c[FOLD_COLS], kc[FOLD_COLS], s[8][FOLD_COLS];
+      *(float4*)kc = lds_float4(khat + col);
+#if PER_CHANNEL
+      *(float4*)e0c = lds_float4(qks + 3 * DK + col);
+#else
+#pragma unroll
+      for (int c = 0; c < FOLD_COLS; ++c) e0c[c] = ej[LP];
+#endif
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        load_quad(gstage, rb + i, col, s[i]);
+#if CKPT_FP8
+        const float sc = ((const float*)(gstage + OFF_SCALE))[rb + i];
+#pragma unroll
+        for (int c = 0; c < FOLD_COLS; ++c) s[i][c] *= sc;
+#endif
+#pragma unroll
+        for (int c = 0; c < FOLD_COLS; ++c) s[i][c] = fmaf(e0c[c], s[i][c], dr[i] * kc[c]);
+      }
+#pragma unroll 16  // all of L = 16's records; L = 32 whole would spill (the fp32 builds' 128 registers)
+      for (int j = 0; j < FOLD_RECS; ++j) {
+        float a[8];  // rows rb .. rb + 7's weights of record j
+        u32 dw[4];
+        load_words(ds + j * ROWS + rb, dw);
+        unpack_bf16x2(dw, a);
+#if PER_CHANNEL
+        *(float4*)kc = lds_float4(us + j * DK + u_index(col));
+#else
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] *= ej[j];
+        u32 kw[2];
+        load_words(ks + j * DK + col, kw);
+        unpack_bf16x2(kw, kc);
+#endif
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+          for (int c = 0; c < FOLD_COLS; ++c) s[i][c] = fmaf(a[i], kc[c], s[i][c]);
+        }
+      }
+#if CKPT_FP8
+      float m[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) m[i] = max_abs<FOLD_COLS>(s[i]);
+      const float new_scale = fp8_row_scale(warp_reduce_scatter<8, MaxOp>(m, lane));  // row rb + lane % 8's
+      const float new_inverse = __frcp_rn(new_scale);
+      if (lane < 8) scale_out[rb + lane] = new_scale;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float sc = __shfl_sync(0xffffffffu, new_scale, i), inverse = __shfl_sync(0xffffffffu, new_inverse, i);
+#pragma unroll
+        for (int c = 0; c < FOLD_COLS; ++c) s[i][c] = div_by_reciprocal(s[i][c], sc, inverse);
+      }
+#endif
+#pragma unroll
+      for (int i = 0; i < 8; ++i) store_quad(gstage, rb + i, col, s[i]);
+    }
+  }
 }
 #endif
 
@@ -1168,110 +1263,13 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (w < LREC - 1) d_records[slot * sdr_slot + h * sdr_head + w * sdr_pos + vrow] = f32_to_bf16(d);
       }
       if (w == LREC - 1) {
-        // Flush (FLUSH_MMA: flush_fold_mma, on tensor cores; otherwise as follows):
-        // S = e0 S0 + sum_{j<w} (e_j d_j) k̂_jᵀ + d k̂ᵀ for the lane's row and half, exact
-        // fp32 FMAs (the record chunks are read by all 16 lanes of a half: broadcasts), rounded
-        // into the stage in place, then the warp's 16 rows stored by TMA. KDA (decays per
-        // column): S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ, U_j = e_j ⊙ k̂_j and e0 formed
-        // by unit_coefficients.
+        // Flush: the warp's 16 rows folded into the stage (on tensor cores with FLUSH_MMA, else in
+        // exact fp32 FMAs), then stored by TMA.
+        float* const scale_out = CKPT_FP8 ? ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS : nullptr;
 #if FLUSH_MMA
-        flush_fold_mma(gstage, r0, lane, w, d, CKPT_FP8 ? ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS : nullptr);
+        flush_fold_mma(gstage, r0, lane, w, d, scale_out);
 #else
-        const u16* ks = (const u16*)(gstage + OFF_K);
-#if PER_CHANNEL
-        const float* us = (const float*)(gstage + OFF_G);  // U_j, rows j < w, columns at u_index
-        const float* khat = qks + 2 * DK;
-#else
-        const float* khat = qks + DK;
-#endif
-        // Row rr's weights of the records: GDN e_j d_j, KDA d_j (U_j carries the decays).
-        auto record_weights = [&](int rr, float (&a)[FOLD_A]) {
-#pragma unroll
-          for (int j = 0; j < FOLD_RECS; ++j) a[j] = (PER_CHANNEL ? 1.0f : cf[2 * LP + j]) * bf16_to_f32(ds[j * ROWS + rr]);
-        };
-        // The folded values of the chunk at column col of row rr (a: its record weights, dr: its new
-        // record d; fp8: sc, its old scale, the codes' factor).
-        auto fold_chunk = [&](int rr, const float (&a)[FOLD_A], float dr, float sc, int col, float (&s)[EPC]) {
-          load_chunk(gstage, rr, col, s);
-#if PER_CHANNEL
-          float e0c[EPC], kc0[EPC];  // e0 and k̂ at the chunk's columns, 16-byte loads
-#pragma unroll
-          for (int e = 0; e < EPC; e += 4) {
-            *(float4*)(e0c + e) = lds_float4(qks + 3 * DK + col + e);
-            *(float4*)(kc0 + e) = lds_float4(khat + col + e);
-          }
-#endif
-#pragma unroll
-          for (int e = 0; e < EPC; ++e) {
-            if (CKPT_FP8) s[e] *= sc;
-#if PER_CHANNEL
-            s[e] = e0c[e] * s[e] + dr * kc0[e];
-#else
-            s[e] = e0 * s[e] + dr * khat[col + e];
-#endif
-          }
-#pragma unroll
-          for (int j = 0; j < FOLD_RECS; ++j) {
-            float kc[EPC];
-#if PER_CHANNEL
-#pragma unroll
-            for (int e = 0; e < EPC; e += 4) {  // 4 columns, contiguous at u_index
-              const float4 u4 = lds_float4(us + j * DK + u_index(col + e));
-              kc[e] = u4.x, kc[e + 1] = u4.y, kc[e + 2] = u4.z, kc[e + 3] = u4.w;
-            }
-#else
-            load_bf16_chunk(ks + j * DK + col, kc);
-#endif
-#pragma unroll
-            for (int e = 0; e < EPC; ++e) s[e] += a[j] * kc[e];
-          }
-        };
-#if CKPT_FP8
-        // fp8: the row's new scale max |row| / 448 (1 for a zero row) needs the whole folded row
-        // before any code is stored, so the warp folds its 16 rows in two groups of 8, a row over
-        // four lanes (lane l: row l % 8 of the group, columns FQ (l / 8) .. FQ (l / 8) + FQ - 1),
-        // each lane's FQ values folded once and held (32 registers: fits the 72-register two-CTA
-        // builds), the largest magnitude over the row's four lanes (l, l ^ 8, l ^ 16, l ^ 24), then
-        // the values divided by the new scale and stored as codes to nearest even
-        // (reference.rounding.fp8_row_encode's rule); lanes 0-7 write the group's scales. A lane
-        // of a phase of 8 reads one column range of the U_j / k̂ records (a broadcast) and 8 rows'
-        // same checkpoint chunk (8 bank groups under the swizzle).
-        const float* old_scale = (const float*)(gstage + OFF_SCALE);
-        const int col0 = (lane >> 3) * FQ;
-#pragma unroll 1
-        for (int g8 = 0; g8 < 16; g8 += 8) {
-          const int rr = r0 + g8 + (lane & 7);
-          const float dr = __shfl_sync(0xffffffffu, d, g8 + (lane & 7));  // lane i < 16 holds row r0 + i's d
-          float a[FOLD_A];
-          record_weights(rr, a);
-          float held[FQ / EPC][EPC];
-          float amax = 0.0f;
-#pragma unroll
-          for (int c = 0; c < FQ / EPC; ++c) {
-            fold_chunk(rr, a, dr, old_scale[rr], col0 + c * EPC, held[c]);
-            amax = fmaxf(amax, max_abs<EPC>(held[c]));
-          }
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 8));
-          const float new_scale = fp8_row_scale(fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 16)));
-          const float inverse = __frcp_rn(new_scale);
-#pragma unroll
-          for (int c = 0; c < FQ / EPC; ++c) {
-#pragma unroll
-            for (int e = 0; e < EPC; ++e) held[c][e] = div_by_reciprocal(held[c][e], new_scale, inverse);
-            store_chunk(gstage, rr, col0 + c * EPC, held[c]);
-          }
-          if (lane < 8) ckpt_scale[slot * ssc_slot + h * ssc_head + part * ROWS + rr] = new_scale;
-        }
-#else
-        float a[FOLD_A];
-        record_weights(row, a);
-#pragma unroll 1
-        for (int c = 0; c < HALF; c += EPC) {
-          float s[EPC];
-          fold_chunk(row, a, d, 1.0f, half * HALF + c, s);
-          store_chunk(gstage, row, half * HALF + c, s);
-        }
-#endif
+        flush_fold_fma(gstage, r0, lane, d, scale_out);
 #endif
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
       }

@@ -304,33 +304,41 @@ __device__ __forceinline__ float select_f32(u32 c, float a, float b) {
   return r;
 }
 
+// The two reductions of warp_reduce_scatter: a sum, a maximum.
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
 // One butterfly step of warp_reduce_scatter: lanes with bit N clear keep v[0, N), the others
-// v[N, 2N) (moved down to v[0, N)), each adding its partner's copy of the half it keeps.
-template <int N>
+// v[N, 2N) (moved down to v[0, N)), each combining it with its partner's copy of the half it keeps.
+template <int N, class Op>
 __device__ __forceinline__ void reduce_scatter_step(float* v, int lane) {
   const u32 upper = lane & N;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const float send = select_f32(upper, v[i], v[i + N]);
     const float keep = select_f32(upper, v[i + N], v[i]);
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, N);
+    v[i] = Op()(keep, __shfl_xor_sync(0xffffffffu, send, N));
   }
 }
 
 // Butterfly reduce-scatter of N values (a power of two up to 32) over the warp: returns, in lane
-// l, the sum over all lanes of v[l % N] (N - 1 + 5 - log2 N shuffles: 31 for 32 sums, against 160
-// for 32 warp_sums). v is consumed.
-template <int N>
+// l, the sum (Op = MaxOp: the maximum) over all lanes of v[l % N] (N - 1 + 5 - log2 N shuffles:
+// 31 for 32 sums, against 160 for 32 warp_sums). v is consumed.
+template <int N, class Op = SumOp>
 __device__ __forceinline__ float warp_reduce_scatter(float* v, int lane) {
   static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N: a power of two up to 32");
-  if constexpr (N >= 32) reduce_scatter_step<16>(v, lane);
-  if constexpr (N >= 16) reduce_scatter_step<8>(v, lane);
-  if constexpr (N >= 8) reduce_scatter_step<4>(v, lane);
-  if constexpr (N >= 4) reduce_scatter_step<2>(v, lane);
-  if constexpr (N >= 2) reduce_scatter_step<1>(v, lane);
+  if constexpr (N >= 32) reduce_scatter_step<16, Op>(v, lane);
+  if constexpr (N >= 16) reduce_scatter_step<8, Op>(v, lane);
+  if constexpr (N >= 8) reduce_scatter_step<4, Op>(v, lane);
+  if constexpr (N >= 4) reduce_scatter_step<2, Op>(v, lane);
+  if constexpr (N >= 2) reduce_scatter_step<1, Op>(v, lane);
   float r = v[0];
 #pragma unroll
-  for (int o = N; o < 32; o <<= 1) r += __shfl_xor_sync(0xffffffffu, r, o);
+  for (int o = N; o < 32; o <<= 1) r = Op()(r, __shfl_xor_sync(0xffffffffu, r, o));
   return r;
 }
 
