@@ -48,20 +48,20 @@ def test_cells_are_unique_and_complete_per_key():
     assert all(m.T is None for m in MEASUREMENTS if m.route == STEP)
 
 
-@pytest.mark.parametrize("batch, ratio", [(1, 0.86), (16, 1.09), (64, 1.35), (256, 1.51), (512, 1.59)])
+@pytest.mark.parametrize("batch, ratio", [(1, 0.97), (16, 1.16), (64, 1.41), (256, 1.57), (512, 1.65)])
 def test_measured_kda_fp32_step(batch, ratio):
     a = route_advice("kda", "replay", state_dtype="fp32", L=16, batch=batch, geometry=KIMI)
     assert (a.ratio, a.measured_batch) == (ratio, batch)
     assert a.recommendation == ("conventional" if ratio < 1 else "replay") and a.slower == (ratio < 1)
     assert f"{ratio:.2f}x the conventional step" in a.text
-    assert 'docs/benchmarks.md "GDN and KDA decode"' in a.text and "2026-12-03" in a.text
+    assert 'docs/benchmarks.md "Checkpoint dtypes: speed"' in a.text and "2026-12-05" in a.text
     assert "nearest" not in a.text and "measured on" not in a.text
 
 
 def test_nearest_measured_batch_is_said():
     a = route_advice("kda", "replay", state_dtype="bf16", L=16, batch=32, geometry=KIMI)
-    assert (a.ratio, a.measured_batch, a.recommendation) == (0.82, 16, "conventional")
-    assert "batch 32: nearest measured batch 16; 0.82x" in a.text
+    assert (a.ratio, a.measured_batch, a.recommendation) == (0.84, 16, "conventional")
+    assert "batch 32: nearest measured batch 16; 0.84x" in a.text
     # a tie takes the smaller batch (ratios grow with the batch)
     assert route_advice("kda", "replay", state_dtype="bf16", L=16, batch=40, geometry=KIMI).measured_batch == 16
 
@@ -69,8 +69,8 @@ def test_nearest_measured_batch_is_said():
 def test_bf16_checkpoint_step_at_batch_16_slower_but_for_the_large_gdn_layer():
     for family, dims, ratio, route in (
         ("gdn", (16, 32, 128, 128), 0.93, "conventional"),
-        ("gdn", (16, 64, 128, 128), 1.05, "replay"),
-        ("kda", KIMI, 0.82, "conventional"),
+        ("gdn", (16, 64, 128, 128), 1.06, "replay"),
+        ("kda", KIMI, 0.84, "conventional"),
     ):
         a = route_advice(family, "replay", state_dtype="bf16", L=16, batch=16, geometry=dims)
         assert (a.ratio, a.recommendation) == (ratio, route)
@@ -91,9 +91,9 @@ def test_fp16_checkpoint_step_recommends_the_conventional_step_where_measured_sl
 
 def test_an_unmeasured_layer_takes_the_slowest_measured_layer_and_says_so():
     a = route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=16, geometry=(8, 32, 128, 128))
-    assert a.ratio == 0.93  # Qwen3.5-4B, not Qwen3.5-122B's 1.05
+    assert a.ratio == 0.93  # Qwen3.5-4B, not Qwen3.5-122B's 1.06
     assert "measured on Qwen3.5-4B GDN (16, 32, 128, 128), not this layer" in a.text
-    assert route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=16, geometry=(16, 64, 128, 128)).ratio == 1.05
+    assert route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=16, geometry=(16, 64, 128, 128)).ratio == 1.06
 
 
 @pytest.mark.parametrize(
@@ -182,17 +182,16 @@ def test_verify_slower_than_serial_steps_recommends_them(monkeypatch):
 
 @pytest.mark.parametrize(
     "family, batch, ratio, bf16, route",
-    [("mamba2", 256, 4.71, 3.12, "replay"), ("gdn", 256, 2.64, 2.86, "replay"), ("kda", 256, 2.16, 2.40, "replay"),
-     ("kda", 1, 0.90, 0.96, "conventional")],
+    [("mamba2", 256, 4.67, 3.08, "replay"), ("gdn", 256, 3.75, 2.93, "replay"), ("kda", 256, 2.57, 2.46, "replay"),
+     ("kda", 1, 0.96, 0.99, "conventional")],
 )  # fmt: skip
 def test_an_fp8_checkpoint_is_measured_against_the_fp32_conventional_step(family, batch, ratio, bf16, route):
-    """No conventional step keeps an fp8 state: the fp8 cells (the CUDA steps; batch 1 and 16 from
-    session 37, 64-512 from session 39's kernels) are against the fp32 conventional step, said in
-    the text, with the same run's bf16 replay step."""
+    """No conventional step keeps an fp8 state: the fp8 cells (the CUDA steps, session 48's H200
+    run) are against the fp32 conventional step, said in the text, with the same run's bf16
+    replay step."""
     a = route_advice(family, "replay", state_dtype="fp8", L=16, batch=batch)
     assert (a.ratio, a.bf16_same_run, a.recommendation, a.conventional_dtype) == (ratio, bf16, route, "fp32")
-    run = "s39-call3-checkpoint_speed" if batch >= 64 else "s37-checkpoint_speed_fp8cuda"
-    assert a.source.raw == f"benchmarks/results/2026-12-05-h200-{run}.json"
+    assert a.source.raw == "benchmarks/results/2026-12-05-h200-s48-callW-checkpoint_speed.json"
     assert (
         f"{ratio:.2f}x the fp32 conventional step (no conventional step keeps an fp8 state); "
         f"the bf16 replay step {bf16:.2f}x it in the same run "
@@ -204,8 +203,8 @@ def test_an_fp8_checkpoint_is_measured_against_the_fp32_conventional_step(family
 
 def test_other_dtypes_are_against_their_own_conventional_step_and_fp8_is_not_measured_elsewhere():
     bf16 = route_advice("gdn", "replay", state_dtype="bf16", L=16, batch=256, geometry=(16, 64, 128, 128))
-    assert (bf16.ratio, bf16.conventional_dtype, bf16.bf16_same_run) == (1.46, "bf16", None)
-    assert "1.46x the conventional step (" in bf16.text
+    assert (bf16.ratio, bf16.conventional_dtype, bf16.bf16_same_run) == (1.52, "bf16", None)
+    assert "1.52x the conventional step (" in bf16.text
     for kwargs in (dict(mode="replay", L=8), dict(mode="replay_spec", L=16, T=4)):
         a = route_advice("gdn", state_dtype="fp8", batch=64, **kwargs)
         assert (a.ratio, a.recommendation, a.conventional_dtype) == (None, None, None)
@@ -234,7 +233,7 @@ def test_checkpoint_speed_cells_are_the_raw_runs_figures():
     against the same dtype's conventional step, or the fp32 one where the cell says so (fp8), and
     an fp8 cell's bf16 figure that run's bf16 replay row against the fp32 conventional step."""
     cells = [m for m in MEASUREMENTS if "checkpoint_speed" in m.source.raw]
-    assert {m.state_dtype for m in cells} == {"fp16", "fp8"}
+    assert {m.state_dtype for m in cells} == {"fp32", "bf16", "fp16", "fp8"}
     runs = {}
     for m in cells:
         if m.source.raw not in runs:
@@ -288,7 +287,7 @@ def test_route_advice_rejects(args, kwargs, message):
 def test_model_advice_one_per_layer_geometry():
     model = load_model("kimi-linear-48b")
     advice = model_advice(model, "replay", state_dtype="bf16", L=16, batch=16)
-    assert [a.family for a in advice] == ["kda"] and advice[0].ratio == 0.82
+    assert [a.family for a in advice] == ["kda"] and advice[0].ratio == 0.84
     (fp32,) = model_advice(model, "replay", state_dtype="bf16", L=16, batch=16, record_dtype="fp32")
     assert (fp32.record_dtype, fp32.ratio) == ("fp32", None) and "fp32 records, batch 16: not measured" in fp32.text
     assert geometry_dims(DeltaRuleGeometry(32, 32, 128, 128, d_conv=4)) == KIMI
@@ -305,7 +304,7 @@ def test_warn_if_slower_warns_once_and_only_when_slower():
     assert len(caught) == 1 and caught[0].category is SlowRouteWarning
     message = str(caught[0].message)
     assert message.startswith("host: ReplaySSM runs in a setting measured slower") and "route is unchanged" in message
-    assert message.count("0.82x") == 2 and "1.24x" not in message
+    assert message.count("0.84x") == 2 and "1.28x" not in message
 
 
 def test_every_cell_was_timed_with_bf16_activations_and_records():
@@ -351,7 +350,7 @@ def test_a_cell_matches_only_with_its_own_records(monkeypatch):
     ]
     monkeypatch.setattr(advice, "MEASUREMENTS", MEASUREMENTS + tuple(fp32_records))
     kw = dict(state_dtype="fp32", L=16, batch=256, geometry=(16, 64, 128, 128))
-    assert route_advice("gdn", "replay", **kw).ratio == 1.69
+    assert route_advice("gdn", "replay", **kw).ratio == 1.72
     fp32 = route_advice("gdn", "replay", record_dtype="fp32", **kw)
     assert (fp32.ratio, fp32.recommendation) == (0.5, "conventional")
     assert fp32.text.startswith("gdn replay step L 16, fp32 checkpoint, fp32 records, batch 256: 0.50x")

@@ -288,25 +288,14 @@ _CHECKPOINT_SPEED = Source(
     _RESULTS + "2026-12-04-h200-checkpoint_speed_s33.json",
 )
 
-_CHECKPOINT_SPEED_FP8_S39 = Source(
+_CHECKPOINT_SPEED_S48 = Source(
     "2026-12-05",
     _H200,
-    "python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --state f32 bf16 fp8 --batch 64 256 512",
+    "python benchmarks/checkpoint_speed.py --family gdn kda mamba2 --state f32 bf16 fp8 --batch 1 16 64 256 512",
     _DOC,
     "Checkpoint dtypes: speed",
-    "2026-12-05 (session 39), fp8 on the CUDA steps with tensor-core S0 products",
-    _RESULTS + "2026-12-05-h200-s39-call3-checkpoint_speed.json",
-)
-
-_CHECKPOINT_SPEED_FP8 = Source(
-    "2026-12-05",
-    _H200,
-    "python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --state f32 bf16 fp8 bf16-sr --batch 1 16 64 256 512",
-    _DOC,
-    "Checkpoint dtypes: speed",
-    "2026-12-05 (session 37), rows fp8, CUDA and bf16 replay: against the fp32 conventional step "
-    "(branch fp8-cuda, merged into main)",
-    _RESULTS + "2026-12-05-h200-s37-checkpoint_speed_fp8cuda.json",
+    "2026-12-05 (session 48, H200): every checkpoint dtype, the first H200 run since session 39",
+    _RESULTS + "2026-12-05-h200-s48-callW-checkpoint_speed.json",
 )
 
 # The record and activation dtype of every table below: each source's method in docs/benchmarks.md
@@ -328,16 +317,16 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.10, 1.15, 1.38, 1.59, 1.67),
     (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.93, 1.09, 1.38, 1.45),
     (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE_L): (1.00, 1.35, 1.53, 1.66, 1.69),
-    (GDN, QWEN35_122B, "fp32", 16, _GDN_DECODE): (1.08, 1.29, 1.51, 1.69, 1.73),
+    (GDN, QWEN35_122B, "fp32", 16, _CHECKPOINT_SPEED_S48): (1.06, 1.31, 1.56, 1.72, 1.76),
     (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE_L): (0.95, 1.25, 1.46, 1.62, 1.65),
     (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L): (1.01, 1.05, 1.32, 1.50, 1.53),
-    (GDN, QWEN35_122B, "bf16", 16, _GDN_DECODE): (1.02, 1.05, 1.29, 1.46, 1.55),
+    (GDN, QWEN35_122B, "bf16", 16, _CHECKPOINT_SPEED_S48): (1.01, 1.06, 1.21, 1.52, 1.60),
     (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
     (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.93, 1.12, 1.38, 1.56, 1.63),
-    (KDA, KIMI, "fp32", 16, _KDA_DECODE): (0.86, 1.09, 1.35, 1.51, 1.59),
+    (KDA, KIMI, "fp32", 16, _CHECKPOINT_SPEED_S48): (0.97, 1.16, 1.41, 1.57, 1.65),
     (KDA, KIMI, "fp32", 32, _KDA_DECODE_L32): (0.71, 0.97, 1.13, 1.21, 1.29),
     (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.32, 1.40),
-    (KDA, KIMI, "bf16", 16, _KDA_DECODE): (0.78, 0.82, 1.02, 1.24, 1.31),
+    (KDA, KIMI, "bf16", 16, _CHECKPOINT_SPEED_S48): (0.79, 0.84, 1.03, 1.28, 1.35),
     (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.70, 0.72),
     # fp16 checkpoints take the Triton kernels (the CUDA steps read bf16 and fp32 only).
     (MAMBA2, SUPER, "fp16", 16, _CHECKPOINT_SPEED): (0.64, 0.79, 0.96, 1.14, 1.17),
@@ -349,11 +338,11 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
 # takes the Triton kernels, not timed here): (family, layer, L) -> at _STEP_BATCHES, the fp8
 # replay step's ratios against the fp32 conventional step (no conventional step keeps an fp8
 # state), the same run's bf16 replay step's against that same step, and each batch's source.
-_FP8_SOURCES = (_CHECKPOINT_SPEED_FP8,) * 2 + (_CHECKPOINT_SPEED_FP8_S39,) * 3
+_FP8_SOURCES = (_CHECKPOINT_SPEED_S48,) * 5
 _FP8_STEP_TABLE: Dict[tuple, Tuple[Tuple[float, ...], Tuple[float, ...], Tuple[Source, ...]]] = {
-    (MAMBA2, SUPER, 16): ((1.23, 2.41, 3.88, 4.71, 4.94), (1.23, 2.23, 2.86, 3.12, 3.27), _FP8_SOURCES),
-    (GDN, QWEN35_122B, 16): ((1.23, 1.48, 2.32, 2.64, 2.67), (1.21, 1.92, 2.47, 2.86, 3.05), _FP8_SOURCES),
-    (KDA, KIMI, 16): ((0.90, 1.26, 1.68, 2.16, 2.29), (0.96, 1.52, 1.93, 2.40, 2.54), _FP8_SOURCES),
+    (MAMBA2, SUPER, 16): ((1.24, 2.64, 3.88, 4.67, 4.91), (1.22, 2.23, 2.83, 3.08, 3.23), _FP8_SOURCES),
+    (GDN, QWEN35_122B, 16): ((1.23, 2.25, 3.08, 3.75, 3.69), (1.20, 1.95, 2.31, 2.93, 3.11), _FP8_SOURCES),
+    (KDA, KIMI, 16): ((0.96, 1.49, 2.08, 2.57, 2.66), (0.99, 1.55, 1.95, 2.46, 2.57), _FP8_SOURCES),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
