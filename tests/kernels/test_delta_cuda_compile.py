@@ -77,8 +77,11 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         s0_mma=s0_mma,
         flush_mma=flush_mma,
     )
-    one_launch = cfg.one_launch  # the table's: KDA, and GDN up to ONE_LAUNCH_MAX_BATCH
-    assert one_launch == (family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.ONE_LAUNCH_MAX_BATCH)
+    one_launch = cfg.one_launch  # the table's: KDA, and GDN up to one_launch_max_batch
+    gdn_warps = state_bytes == 2 and gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.DEEP_RING_MAX_BATCH
+    assert one_launch == (
+        family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.one_launch_max_batch(state_bytes) or gdn_warps
+    )
     if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16),
         # GDN with a bf16 checkpoint at batch 12-64
         wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16

@@ -74,6 +74,10 @@ SMALL_MAX_BATCH = 2
 # 16 21.66 / 22.14; from batch 64 the two launches are faster: fp32 90.32 / 91.12, bf16 57.78 /
 # 65.88, the coefficient launch shared by a key head's value heads and parts).
 ONE_LAUNCH_MAX_BATCH = 16
+# GDN with an fp32 checkpoint: one launch only up to this batch (H100, session 48, Qwen3.5-122B, L =
+# 16, us, one launch / two launches (the table's 64-row units at 2 CTAs), two rounds alike to 0.3%:
+# batch 4 11.15 / 11.64, 6 15.52 / 14.95, 8 19.55 / 18.65, 12 26.89 / 25.36, 16 34.02 / 32.22).
+F32_ONE_LAUNCH_MAX_BATCH = 4
 # bf16 checkpoints from this batch: units of 128 value rows (session 22: batch 64 57.67 against
 # 60.50 us with 64 rows, batch 256 194.59 against 193.95; batch 16 23.21 against 22.03).
 WIDE_UNITS_BATCH = 64
@@ -248,7 +252,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step", "Session 23" and
     "Session 26"): GDN up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where
     they tile head_v_dim (else 16), registers uncapped; otherwise the step kernel, in one launch for
-    KDA, for GDN up to :data:`ONE_LAUNCH_MAX_BATCH` and with ``one_launch``, else after the
+    KDA, for GDN up to :func:`one_launch_max_batch` and with ``one_launch``, else after the
     coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
@@ -292,7 +296,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
     gdn_warps = state_bytes == 2 and not per_channel and GDN_COEF_WARPS_MIN_BATCH <= batch <= DEEP_RING_MAX_BATCH
-    one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= ONE_LAUNCH_MAX_BATCH
+    one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= one_launch_max_batch(state_bytes)
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
     coef_warps = COEF_WARPS if state_bytes == 2 and (per_channel or gdn_warps) else 0
@@ -326,6 +330,13 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if ctas < 1:
         raise ValueError(f"delta_cuda_config: head_k_dim {head_k_dim}, L {L} do not fit a multiprocessor")
     return replace(cfg, min_ctas=ctas)
+
+
+def one_launch_max_batch(state_bytes: int) -> int:
+    """GDN's largest batch that the launch table runs in one launch (above :data:`SMALL_MAX_BATCH`;
+    a bf16 checkpoint's coefficient-warp builds from :data:`GDN_COEF_WARPS_MIN_BATCH` aside):
+    :data:`F32_ONE_LAUNCH_MAX_BATCH` with an fp32 checkpoint, else :data:`ONE_LAUNCH_MAX_BATCH`."""
+    return F32_ONE_LAUNCH_MAX_BATCH if state_bytes == 4 else ONE_LAUNCH_MAX_BATCH
 
 
 def fp8_mma_rings(batch: int) -> tuple[tuple[int, int], ...]:
