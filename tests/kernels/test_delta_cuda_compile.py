@@ -85,7 +85,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16),
         # GDN with a bf16 checkpoint at batch 12-64
         wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16
-        gdn = not per_channel and state_bytes == 2 and gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.DEEP_RING_MAX_BATCH
+        gdn = not per_channel and gdn_warps
         assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel or gdn else 0)
     assert ".entry delta_replay_step(" in ptx
     # Two launches only: the coefficient launch (one launch forms the coefficients in the step);

@@ -238,7 +238,6 @@ __device__ __forceinline__ uint4 pack_chunk(const float* v) {
 #endif
 }
 
-
 // ------------------------------------------------------------------ launch 1: coefficients
 
 // PER_LANE (2, 4 or 8) bf16 values from p (aligned to their size) as fp32, in one load.
@@ -868,7 +867,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     qks[DK + c] = e0 * kc;
     qks[2 * DK + c] = kc;
     qks[3 * DK + c] = e0;
-    if (grec_w && append) grec_w[c] = f32_to_f16(gc);
+    if (grec_w && append) grec_w[c] = grec_value(gc);
 #else
     const u16* ks = (const u16*)(gstage + OFF_K);
 #pragma unroll
