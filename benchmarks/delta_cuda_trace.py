@@ -21,8 +21,9 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
 
 One eager step of a slot set that has not been touched for a few steps (the state comes from
 DRAM) with the case's spread, advancing cursors (``--cursors W`` pins them). Printed over the
-traced units from the fourth on (the ring full), flush units apart, as percentiles in µs at the
-device's clock (``--clock-mhz``; the SM clock under load may differ, the cycles do not):
+traced units from the fourth on (the ring full; ``--first-unit`` moves it), flush units apart, as
+percentiles in µs at the device's clock (``--clock-mhz``; the SM clock under load may differ, the
+cycles do not):
 
     records     recs - issued        the copies' latency, as the coefficient warps see it
     coef idle   recs - ready(i-1)    coefficient warps waiting for the records
@@ -37,6 +38,10 @@ device's clock (``--clock-mhz``; the SM clock under load may differ, the cycles 
     scale       scaled - reduced     norms applied, the qk block scaled (thread 0's)
     finish      ready - scaled       the scores' sums, the block's scalars, second barrier
     period      done - done(i-1)     one unit, as the consumers see it
+
+At small batches a CTA has a few units and the ring never fills: ``--timeline N`` also prints, for
+each of the first N units, when each point came after the CTA's start (its first instruction):
+the chain from the launch to the unit's output.
 
     python benchmarks/delta_cuda_trace.py --family kda --state fp8 --batch 256
 
@@ -178,34 +183,58 @@ INTERVALS = (
 )
 
 
-def unit_intervals(rows, L: int):
+def unit_intervals(rows, L: int, first: int = 3):
     """{interval: ([cycles of units that do not flush], [cycles of flush units])} over the traced
-    units from the fourth on of every CTA row (a list of SLOTS words); an interval is later - earlier
-    (0 where the earlier point came later: wait coef when the coefficients were first), left out
-    where a point it reads was not reached (0)."""
+    units ``first``.. of every CTA row (a list of SLOTS words; by default from the fourth on, the
+    ring full); an interval is later - earlier (0 where the earlier point came later: wait coef when
+    the coefficients were first), left out where a point it reads was not reached (0) or lies
+    before the CTA's first unit."""
     out = {name: ([], []) for name, _, _ in INTERVALS}
     for row in rows:
         p = {name: row[WORD[name] : WORD[name] + UNITS_TRACED] for name in POINTS}
-        for i in range(3, UNITS_TRACED):
+        for i in range(first, UNITS_TRACED):
             if not p["w"][i] or not p["done"][i]:
                 continue
             flush = p["w"][i] - 1 == L - 1
             for name, (a, da), (b, db) in INTERVALS:
-                if p[a][i + da] and p[b][i + db]:
+                if i + db >= 0 and p[a][i + da] and p[b][i + db]:
                     out[name][flush].append(max(0, p[a][i + da] - p[b][i + db]))
     return out
 
 
-def report(trace: list, L: int, clock_mhz: float) -> None:
-    """Percentiles and means of each interval (µs at ``clock_mhz``), units that do not flush and
-    flush units apart."""
+# The points of a CTA's timeline from its start (``since_start``), in the order a unit reaches them.
+TIMELINE_POINTS = ("issued", "recs", "full", "ready", "go", "folded", "done")
+
+
+def since_start(rows, units: int):
+    """{(point, i): [cycles from the CTA's start (word 0) to ``point`` of its unit i]} for i < ``units``
+    over the CTA rows, a point left out where not reached: at small batches, where a CTA has a few
+    units, the chain from the launch to each unit's output."""
+    out = {(name, i): [] for name in TIMELINE_POINTS for i in range(units)}
+    for row in rows:
+        for name in TIMELINE_POINTS:
+            for i in range(units):
+                if row[WORD[name] + i]:
+                    out[name, i].append(row[WORD[name] + i] - row[0])
+    return out
+
+
+def report(trace: list, L: int, clock_mhz: float, first: int = 3, timeline: int = 0) -> None:
+    """Percentiles and means of each interval over units ``first``.. (µs at ``clock_mhz``), units
+    that do not flush and flush units apart; then, for ``timeline`` > 0, each point of the CTAs'
+    first ``timeline`` units from the CTA's start."""
     rows = [trace[c : c + SLOTS] for c in range(0, len(trace), SLOTS) if trace[c]]
     scale = clock_mhz  # cycles per µs
-    print(f"  {len(rows)} CTAs; µs at {clock_mhz:.0f} MHz: min / p50 / p90 / max (mean)")
-    for name, (plain, flush) in unit_intervals(rows, L).items():
+    print(f"  {len(rows)} CTAs; µs at {clock_mhz:.0f} MHz: min / p50 / p90 / max (mean); units {first}..")
+    for name, (plain, flush) in unit_intervals(rows, L, first).items():
         for label, v in (("", plain), (" (flush)", flush)):
             if v:
                 print(f"  {name + label:20s} {percentiles(v, scale)}  ({statistics.fmean(v) / scale:6.2f}, n {len(v)})")
+    if timeline:
+        print("  from the CTA's start, µs: min / p50 / p90 / max (n)")
+        for (name, i), v in since_start(rows, timeline).items():
+            if v:
+                print(f"  unit {i} {name:8s} {percentiles(v, scale)}  (n {len(v)})")
 
 
 def main(argv=None):
@@ -217,6 +246,8 @@ def main(argv=None):
     ap.add_argument("--cursors", type=int, default=None, help="pin every replay cursor to this value")
     ap.add_argument("--config", type=parse_config, default=None, help="a CUDA launch (default: the launch table's)")
     ap.add_argument("--clock-mhz", type=float, default=None, help="cycles per µs (default: the device's clock)")
+    ap.add_argument("--first-unit", type=int, default=3, help="the intervals over each CTA's units from this one on")
+    ap.add_argument("--timeline", type=int, default=0, help="print each CTA's first N units' points from its start")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_trace: needs a CUDA GPU")
@@ -239,7 +270,7 @@ def main(argv=None):
                 f"== {args.family} {args.state} batch {batch} L {args.L} {cfg.label()}"
                 f"{'' if args.cursors is None else f' cursors {args.cursors}'}"
             )
-            report(trace.cpu().tolist(), args.L, clock)
+            report(trace.cpu().tolist(), args.L, clock, args.first_unit, args.timeline)
 
 
 if __name__ == "__main__":

@@ -67,3 +67,22 @@ def test_unit_intervals_read_each_point_from_its_word():
     assert set(out["consume"][0]) == {390}
     assert set(out["period"][0]) == {1000}
     assert not out["fold"][0] and set(out["fold"][1]) == {190} and set(out["store"][1]) == {150}
+
+
+def test_first_unit_and_the_timeline_from_the_cta_start():
+    """``first`` = 0 takes units 0.. (intervals reaching into unit -1 left out); ``since_start``
+    counts each point from the CTA's word 0 and leaves out points not reached."""
+    L, row = 16, [0] * trace.SLOTS
+    row[0] = 500
+    at = lambda name, i, value: row.__setitem__(trace.WORD[name] + i, value)  # noqa: E731
+    for i in range(2):
+        t = 1000 * (i + 1)
+        at("issued", i, t), at("recs", i, t + 100), at("ready", i, t + 300), at("full", i, t + 150)
+        at("go", i, t + 310), at("done", i, t + 700), at("w", i, i + 1)
+    out = trace.unit_intervals([row], L, first=0)
+    assert sorted(out["coef"][0]) == [200, 200]
+    assert out["period"][0] == [1000] and out["coef idle"][0] == [2100 - 1300]  # unit 1 only
+    assert trace.unit_intervals([row], L)["coef"] == ([], [])  # the default skips units 0-2
+    tl = trace.since_start([row], 3)
+    assert tl["issued", 0] == [500] and tl["done", 1] == [2700 - 500]
+    assert tl["folded", 0] == [] and tl["issued", 2] == []
