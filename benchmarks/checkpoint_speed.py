@@ -4,7 +4,8 @@ conventional step at the same dtype, in the same run (GPU).
 Per (family, batch): one case per checkpoint dtype (the package's decode cases: a >= 512 MiB slot
 pool rotated across steps, replay cursors spread over [0, L) and advancing), the conventional
 and the replay step of each captured in CUDA graphs and timed in interleaved rounds
-(benchmarks/peers_mamba2.py's ``time_interleaved``), so every ratio of a row is same-run.
+(benchmarks/peers_mamba2.py's ``time_interleaved``), so every ratio of a row is same-run; each row
+also gives its rounds' spread (max / min - 1).
 bf16 activations; GDN/KDA bf16 records. The states also take ``fp8`` (replay only: there is no
 conventional fp8 step) and ``bf16-sr``, ``f16-sr``, ``fp8-sr`` (the replay step rounding its
 flushes stochastically; "same conv" is the conventional step of the dtype without ``-sr``).
@@ -71,10 +72,15 @@ def group_routes(cases: dict) -> dict:
     }
 
 
+def round_spread(samples: list) -> float | None:
+    """The rounds' spread, max / min - 1 (None with fewer than two rounds)."""
+    return max(samples) / min(samples) - 1.0 if len(samples) > 1 else None
+
+
 def ratio_rows(times: dict, key: dict) -> list:
-    """One row per timed route: seconds, and the speedup over the fp32 conventional step and
-    over the conventional step of the same checkpoint dtype (both from ``times``: same run; None
-    where not timed)."""
+    """One row per timed route: seconds, the rounds' spread (:func:`round_spread`), and the speedup
+    over the fp32 conventional step and over the conventional step of the same checkpoint dtype
+    (both from ``times``: same run; None where not timed)."""
     rows = []
     for name, (seconds, samples) in times.items():
         route, state = name.split()
@@ -87,6 +93,7 @@ def ratio_rows(times: dict, key: dict) -> list:
                 state=state,
                 seconds=seconds,
                 samples_ms=samples,
+                spread=round_spread(samples),
                 vs_fp32_conventional=None if fp32 is None else fp32 / seconds,
                 vs_same_dtype_conventional=None if same is None else same / seconds,
             )
@@ -106,7 +113,10 @@ def main(argv=None):
         sys.exit("checkpoint_speed: needs a CUDA GPU")
     copy_bw = copy_bandwidth()
     print(header("checkpoint_speed", copy_bw))
-    print(f"{'family':>7} {'batch':>6} {'route':>13} {'state':>7} {'us/step':>9} {'x fp32 conv':>11} {'x same conv':>11}")
+    print(
+        f"{'family':>7} {'batch':>6} {'route':>13} {'state':>7} {'us/step':>9} {'spread%':>7} {'x fp32 conv':>11} "
+        f"{'x same conv':>11}"
+    )
     rows = []
     for family in args.family:
         for batch in args.batch:
@@ -119,8 +129,10 @@ def main(argv=None):
                 fp32, same = (
                     "-" if r[k] is None else f"{r[k]:.3f}" for k in ("vs_fp32_conventional", "vs_same_dtype_conventional")
                 )
+                spread = "-" if r["spread"] is None else f"{100 * r['spread']:.2f}"
                 print(
-                    f"{family:>7} {batch:>6} {r['route']:>13} {r['state']:>7} {r['seconds'] * 1e6:9.2f} {fp32:>11} {same:>11}"
+                    f"{family:>7} {batch:>6} {r['route']:>13} {r['state']:>7} {r['seconds'] * 1e6:9.2f} {spread:>7} "
+                    f"{fp32:>11} {same:>11}"
                 )
             del cases, graphs
             torch.cuda.empty_cache()

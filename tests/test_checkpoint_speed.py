@@ -37,6 +37,13 @@ def test_ratio_rows_are_against_fp32_and_the_same_dtype_conventional_step():
     assert all(r["family"] == "mamba2" and r["batch"] == 256 and r["L"] == 16 for r in rows)
 
 
+def test_each_row_carries_its_rounds_spread():
+    rows = cs.ratio_rows({"replay bf16": (1e-4, [0.100, 0.105, 0.101]), "conventional bf16": (2e-4, [0.2])}, {})
+    by = {r["route"]: r for r in rows}
+    assert by["replay"]["spread"] == pytest.approx(0.05)
+    assert by["conventional"]["spread"] is None  # one round: no spread
+
+
 def test_without_an_fp32_case_the_fp32_ratio_is_absent():
     rows = cs.ratio_rows({"conventional bf16": (2e-4, []), "replay bf16": (1e-4, [])}, {})
     assert all(r["vs_fp32_conventional"] is None for r in rows)
