@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from harness import copy_bandwidth, header, results_stem, write_json  # noqa: E402
-from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
+from peers_mamba2 import Route, capture, round_spread, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import GatedDeltaDecodeCase, Mamba2DecodeCase  # noqa: E402
 
 # The preset geometries at TP = 1: Nemotron-3-Super (Mamba-2), Qwen3.5-122B-A10B (GDN), Kimi Linear (KDA).
@@ -70,11 +70,6 @@ def group_routes(cases: dict) -> dict:
         for name, step in ROUTES.items()
         if name == "replay" or has_conventional(state)
     }
-
-
-def round_spread(samples: list) -> float | None:
-    """The rounds' spread, max / min - 1 (None with fewer than two rounds)."""
-    return max(samples) / min(samples) - 1.0 if len(samples) > 1 else None
 
 
 def ratio_rows(times: dict, key: dict) -> list:

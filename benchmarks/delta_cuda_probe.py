@@ -5,7 +5,8 @@ Per (state, L, batch): each CUDA configuration is first checked against the Trit
 2L + 2 steps from the same cache (outputs, checkpoints and cursors), then the conventional step,
 the Triton replay, the op's route and every configuration are captured in CUDA graphs and timed
 in interleaved rounds (benchmarks/peers_mamba2.py's ``time_interleaved``), as
-benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors spread and advancing).
+benchmarks/gated_delta_decode.py times them (state pool out of L2, cursors spread and advancing);
+each row prints the median and the rounds' spread (max / min - 1).
 
     python benchmarks/delta_cuda_probe.py --state f32 bf16 --batch 1 16 64 256 512 --configs table 64,2,2
     python benchmarks/delta_cuda_probe.py --family kda          # Kimi Linear (32, 32, 128, 128)
@@ -51,7 +52,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
 from harness import kernel_source  # noqa: E402
 from mamba2_cuda_probe import check_against_triton  # noqa: E402
-from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
+from peers_mamba2 import Route, capture, round_spread, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import GatedDeltaDecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc  # noqa: E402
 from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig, delta_cuda_config  # noqa: E402
@@ -129,7 +130,7 @@ def main(argv=None):
     print(
         f"# delta_cuda_probe | {torch.cuda.get_device_name()} | {args.family} {geometry} | bf16 act | NVRTC {nvrtc_version()}"
     )
-    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>30} {'us/step':>9} {'speedup':>8} {'check':>9}")
+    print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>30} {'us/step':>9} {'spread%':>7} {'speedup':>8} {'check':>9}")
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
         runs = [(c, "", None) for c in args.configs]
@@ -155,12 +156,13 @@ def main(argv=None):
                 graphs[name] = capture(Route([partial(case.step, "replay_step", s, cfg) for s in case.slot_sets]))
         times = time_interleaved(graphs, {n: len((conv_case if n == "decode_step" else case).slot_sets) for n in graphs})
         conv = times["decode_step"][0]
-        for name, (t, _) in times.items():
+        for name, (t, samples) in times.items():
             check = checks.get(name)
             label = "decode_step (f32)" if name == "decode_step" and conv_case is not case else name
+            spread = round_spread(samples)
             print(
-                f"{state:>5} {L:>3} {batch:>6} {label:>30} {t * 1e6:9.2f} {conv / t:8.3f} "
-                f"{'-' if check is None else f'{check:9.1e}':>9}"
+                f"{state:>5} {L:>3} {batch:>6} {label:>30} {t * 1e6:9.2f} {'-' if spread is None else f'{100 * spread:.2f}':>7} "
+                f"{conv / t:8.3f} {'-' if check is None else f'{check:9.1e}':>9}"
             )
         del case, conv_case, graphs
         torch.cuda.empty_cache()

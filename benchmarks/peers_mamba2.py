@@ -514,6 +514,11 @@ def time_interleaved(graphs: dict, steps: dict, reps: int = 5) -> dict:
     return {name: (statistics.median(s) * 1e-3, s) for name, s in samples.items()}
 
 
+def round_spread(samples: list) -> float | None:
+    """The spread of :func:`time_interleaved`'s rounds, max / min - 1 (None with fewer than two)."""
+    return max(samples) / min(samples) - 1.0 if len(samples) > 1 else None
+
+
 def _fmt(v, spec):
     return format(v, spec) if v is not None else format("-", ">" + spec.split(".")[0].lstrip(">"))
 

@@ -42,6 +42,7 @@ def test_each_row_carries_its_rounds_spread():
     by = {r["route"]: r for r in rows}
     assert by["replay"]["spread"] == pytest.approx(0.05)
     assert by["conventional"]["spread"] is None  # one round: no spread
+    assert cs.round_spread([0.2, 0.2]) == 0.0
 
 
 def test_without_an_fp32_case_the_fp32_ratio_is_absent():
