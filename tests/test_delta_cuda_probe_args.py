@@ -30,13 +30,21 @@ QWEN_122B = (16, 64, 128, 128)
         ),
         ("64,2,3,mma", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, s0_mma=True)),
         ("small,32,m3", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, small=True, small_rows=32)),
+        ("table,cr", "table,cr"),
+        ("table,fmma,cr", "table,fmma,cr"),
+        (
+            "128,4,1,one,cw4,cr",
+            DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, coalesce_recs=True),
+        ),
     ],
 )
 def test_config_strings_name_their_launch(text, expected):
     assert delta_cuda_probe.parse_config(text) == expected
 
 
-@pytest.mark.parametrize("text", ["64,2", "table,mma", "64,2,4,xx", "64,2,4,cw4,cw2", "small,32", "small,32,3"])
+@pytest.mark.parametrize(
+    "text", ["64,2", "table,mma", "table,cr,cr", "64,2,4,xx", "64,2,4,cw4,cw2", "64,2,4,cr,cr", "small,32", "small,32,3"]
+)
 def test_malformed_config_strings_are_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match=f"config {text!r}"):
         delta_cuda_probe.parse_config(text)
@@ -48,6 +56,16 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
     got = delta_cuda_probe.case_config("table,fmma", QWEN_122B, 16, 256, state_bytes, per_channel=False)
     assert got == dataclasses.replace(table, flush_mma=True)
     assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
+
+
+@pytest.mark.parametrize("batch", [1, 16, 256])
+def test_table_cr_is_the_table_with_coalesced_records_except_the_small_kernel(batch):
+    """``table,cr`` coalesces the step kernel's record copies; where the table runs the small
+    kernel (GDN at batch 1) it is the table unchanged (no bulk copies there)."""
+    table = delta_cuda_config(128, 128, 16, batch, 2)
+    got = delta_cuda_probe.case_config("table,cr", QWEN_122B, 16, batch, 2, per_channel=False)
+    assert got == (table if table.small else dataclasses.replace(table, coalesce_recs=True))
+    assert batch > 1 or table.small
 
 
 def test_baseline_configs_need_a_baseline(capsys):

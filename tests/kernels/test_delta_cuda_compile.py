@@ -385,3 +385,40 @@ def test_kda_with_strided_channels_is_refused():
 def test_rows_that_do_not_tile_the_head_are_refused():
     with pytest.raises(ValueError, match="rows 48; expected a multiple of 16 up to 128 dividing head_v_dim 128"):
         gc.delta_step_defines(16, 64, 128, 128, 16, gc.DeltaCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)
+
+
+def test_coalesced_records_need_the_step_kernel_and_contiguous_records():
+    """``coalesce_recs``: the step kernel only (the small kernel has no bulk copies), its define and
+    label; records strided over positions are refused, named."""
+    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coalesce_recs=True)
+
+    def defines(cfg, per_channel=False):
+        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 2, True, torch.float32, torch.float32, per_channel))
+
+    with pytest.raises(ValueError, match="coalesce_recs needs the step kernel; got small=True"):
+        defines(dataclasses.replace(cfg, small=True))
+    assert defines(cfg)["COALESCE_RECS"] == 1 and defines(cfg, per_channel=True)["COALESCE_RECS"] == 1
+    assert defines(dataclasses.replace(cfg, coalesce_recs=False))["COALESCE_RECS"] == 0
+    assert cfg.label().endswith(",cr")
+    c, _, _, _ = _cpu_case()
+    assert gc.coalesce_refusal(cfg, c.d_records, c.k_records) is None
+    padded = torch.zeros(*c.d_records.shape[:3], c.d_records.shape[3] + 8, dtype=c.d_records.dtype)[..., :-8]
+    assert "contiguous over positions" in gc.coalesce_refusal(cfg, padded, c.k_records)
+    assert gc.coalesce_refusal(dataclasses.replace(cfg, coalesce_recs=False), padded, c.k_records) is None
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("rows", [64, 128])
+@pytest.mark.parametrize("batch", [16, 256])
+def test_coalesced_records_compile_with_the_same_shared_memory(per_channel, rows, batch):
+    """The step kernel with ``coalesce_recs`` (one launch and two; 128-row units coalesce the d
+    records too): it compiles, its shared memory is the form's without it (only the producer's
+    copies change), and its code differs from that form's (the define takes effect)."""
+    k_heads, v_heads, dk, dv, L = (32, 32, 128, 128, 16) if per_channel else (16, 64, 128, 128, 16)
+    base = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel)
+    base = gc.DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=base.one_launch and not base.small)
+    ptx = {cr: gc.compile_delta_ptx(k_heads, v_heads, dk, dv, L, dataclasses.replace(base, coalesce_recs=cr), 2,
+                                    per_channel=per_channel) for cr in (False, True)}  # fmt: skip
+    smem = {cr: int(re.search(r"delta_step_shared_bytes = (\d+)", p).group(1)) for cr, p in ptx.items()}
+    assert smem[True] == smem[False]
+    assert ptx_entry(ptx[True], "delta_replay_step") != ptx_entry(ptx[False], "delta_replay_step")

@@ -150,7 +150,9 @@ class DeltaCudaConfig:
     fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
     parts of e_j d_j against the bf16 k̂ records; three parts for an fp32 checkpoint, two for a
     bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
-    FMAs."""
+    FMAs. ``coalesce_recs`` (the step kernel): a unit's k̂ records, and its d records where ``rows``
+    is head_v_dim, copied as one bulk copy each instead of one a record (the records must be
+    contiguous over positions)."""
 
     rows: int
     stages: int
@@ -162,6 +164,7 @@ class DeltaCudaConfig:
     coef_warps: int = 0
     s0_mma: bool = False
     flush_mma: bool = False
+    coalesce_recs: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -170,7 +173,8 @@ class DeltaCudaConfig:
         cw = f",cw{self.coef_warps}" if self.coef_warps else ""
         mma = ",mma" if self.s0_mma else ""
         fmma = ",fmma" if self.flush_mma else ""
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}{fmma}"
+        cr = ",cr" if self.coalesce_recs else ""
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}{fmma}{cr}"
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -434,6 +438,19 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
     return None
 
 
+def coalesce_refusal(cfg: DeltaCudaConfig, d_records: Tensor, k_records: Tensor) -> Optional[str]:
+    """Why ``cfg.coalesce_recs`` cannot copy these records (None: it can, or is not asked): each
+    unit's k̂ records, and its d records where ``cfg.rows`` spans head_v_dim, are one bulk copy
+    each, so ``k_records`` [slot, k_heads, L, head_k_dim] and ``d_records`` [slot, v_heads, L,
+    head_v_dim] must be contiguous over positions (the caches' are)."""
+    if not cfg.coalesce_recs:
+        return None
+    if d_records.stride(2) != d_records.shape[3] or k_records.stride(2) != k_records.shape[3]:
+        return (f"coalesce_recs needs records contiguous over positions; got d_records strides {d_records.stride()}, "
+                f"k_records strides {k_records.stride()}")
+    return None
+
+
 def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: int, L: int, cfg: DeltaCudaConfig,
                        state_bytes: int, use_qk_l2norm: bool, g_dtype: torch.dtype,
                        beta_dtype: torch.dtype, per_channel: bool = False) -> Tuple[Tuple[str, int], ...]:
@@ -454,8 +471,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
             f"{state_bytes}-byte checkpoint elements, small={cfg.small}"
         )
-    if cfg.flush_mma and cfg.small:
-        raise ValueError("delta_replay_step (CUDA): flush_mma needs the step kernel; got small=True")
+    for name in ("flush_mma", "coalesce_recs"):
+        if getattr(cfg, name) and cfg.small:
+            raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel; got small=True")
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
@@ -467,7 +485,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
-             FLUSH_MMA=int(cfg.flush_mma), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -570,6 +588,9 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     es = checkpoint.element_size()
     per_channel = g.dim() == 3
     cfg = config or delta_cuda_config(head_k_dim, head_v_dim, L, batch, es, per_channel)
+    reason = coalesce_refusal(cfg, d_records, k_records)
+    if reason is not None:
+        raise ValueError(f"delta_replay_step (CUDA): {reason}")
     defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype,
                                  per_channel)
     device = v.device

@@ -119,6 +119,13 @@
 #ifndef FLUSH_MMA
 #define FLUSH_MMA 0
 #endif
+// COALESCE_RECS: a unit's k̂ records, and its d records where a unit spans every value row, as one
+// bulk copy each (the host checks that records are contiguous over positions) instead of one a
+// record.
+#ifndef COALESCE_RECS
+#define COALESCE_RECS 0
+#endif
+#define COALESCE_D (COALESCE_RECS && ROWS == DV)
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -1123,10 +1130,20 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       if (slot >= 0) {
         // The records and inputs first (the coefficients are formed from them), then the checkpoint.
         const u32 recs = BAR_RECS(st);
+#if COALESCE_RECS
+        if (w > 0 && lane == 4) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, w * (DK * 2), recs);
+#endif
+#if COALESCE_D
+        if (w > 0 && lane == 5) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, w * (ROWS * 2), recs);
+#endif
         if (lane < w) {
+#if !COALESCE_D
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, recs);
+#endif
+#if !COALESCE_RECS
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, recs);
+#endif
 #if PER_CHANNEL
           bulk_load(stage + OFF_G + lane * (DK * 4) + DK * 2, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 2,
                     recs);  // fp16, the upper half of slot j
@@ -1161,11 +1178,19 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       __syncwarp();
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+#if COALESCE_D
+        if (lane == 6) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, nd * (ROWS * 2), full);
+#else
         if (lane < nd)
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, full);
+#endif
+#if COALESCE_RECS
+        if (k_rows && lane == 7) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, (LREC - 1) * (DK * 2), full);
+#else
         if (k_rows && lane < LREC - 1)
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, full);
+#endif
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + (long long)bh * COEF_FLOATS, COEF_BYTES, full);
         if (lane == 1) bulk_load(stage + OFF_QK, qk + ((long long)b * KHEADS + kh) * QK_FLOATS, QK_BYTES, full);
         if (lane == 2) bulk_load(stage + OFF_V, v + b * sv_batch + h * sv_head + part * ROWS, V_BYTES, full);
