@@ -137,3 +137,63 @@ def test_a_flush_without_the_current_token_fails():
 
     worst = drive_replay(fam, without, 4, torch.float32, BF16, "cpu", steps=16, batch=3, num_slots=6, n_padding=1)
     assert worst["ckpt"] > 10 * (STATE_TOL["f32"] + ACT_TOL["bf16"]), worst
+
+
+def _u_index(c: int, dk: int) -> int:
+    """The kernel's u_index: float index of column c in a flush's U_j over slot j."""
+    return (dk // 2 if c & 16 else 0) + (c >> 5) * 16 + (c & 15)
+
+
+def _scan_overwrites(dk: int, lp: int, w: int, cwarps: int, g_rec, scan_block: int = 4):
+    """KDA's flush scan (scan_column) over the stage's g area, byte by byte, a warp at a time:
+    blocks of ``scan_block`` records from the last one that holds a record below w down, each
+    block's g read by the warp's columns (fp16 at ``g_rec(j)`` DK halves), then its U_j (fp32 at
+    u_index) written. Returns the (warp, record) pairs whose g bytes a warp overwrote before it or
+    another warp read them (empty: the in-place U is safe with that g layout)."""
+    owner = {}  # byte -> (record, column) of the g held there
+    for j in range(w):
+        for c in range(dk):
+            for b in range(2):
+                owner[2 * (g_rec(j) * dk + c) + b] = (j, c)
+    read = set()  # (record, column) pairs read
+    written = {}  # g byte -> warp that wrote U over it
+    bad = set()
+    warps = [[c for c in range(dk) if (c // 32) % cwarps == wp] for wp in range(cwarps)]
+    for wp, cols in enumerate(warps):
+        for j0 in range(lp - scan_block, -1, -scan_block):
+            if j0 >= w:
+                continue
+            for j in range(j0, min(j0 + scan_block, w)):
+                for c in cols:
+                    if any(written.get(2 * (g_rec(j) * dk + c) + b) is not None for b in range(2)):
+                        bad.add((wp, j))
+                    read.add((j, c))
+            for j in range(j0, min(j0 + scan_block, w)):
+                for c in cols:
+                    for b in range(4):
+                        byte = 4 * (j * dk + _u_index(c, dk)) + b
+                        if byte in owner and owner[byte] not in read:
+                            bad.add((wp, owner[byte][0]))
+                        if byte in owner and owner[byte][1] not in cols:
+                            bad.add((wp, owner[byte][0]))  # another warp's column: a race
+                        written[byte] = wp
+    return bad
+
+
+@pytest.mark.parametrize("dk", [64, 128, 256])
+@pytest.mark.parametrize("lp, w", [(16, 15), (32, 31), (8, 4), (32, 17)])
+@pytest.mark.parametrize("cwarps", [2, 4, 8])
+@pytest.mark.parametrize("coalesced", [False, True], ids=["slots", "coalesced"])
+def test_kda_flush_scan_writes_u_only_over_g_already_read(dk, lp, w, cwarps, coalesced):
+    """Both g layouts of the stage (each record's g in the upper half of its slot; with
+    COALESCE_RECS all records contiguous, slot j over records 2j and 2j + 1): a flush's U_j,
+    written in place, lies only over g of the writing warp's own columns that it has read."""
+    g_rec = (lambda j: j) if coalesced else (lambda j: 2 * j + 1)
+    assert not _scan_overwrites(dk, lp, w, cwarps, g_rec)
+
+
+def test_kda_flush_scan_check_has_teeth():
+    """The check above flags a layout whose U lands over g not yet read: the records contiguous in
+    the upper half of the area (record j at half LP + j) put U_j over records 2j - LP, 2j + 1 - LP,
+    below j, which the scan reads later."""
+    assert _scan_overwrites(128, 16, 15, 4, lambda j: 16 + j)

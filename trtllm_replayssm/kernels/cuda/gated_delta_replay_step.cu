@@ -137,18 +137,22 @@
 #define OFF_QK (OFF_K + K_BYTES)
 #define OFF_COEF (OFF_QK + QK_BYTES)
 #define OFF_V (OFF_COEF + COEF_BYTES)
-// One launch only: the g records (KDA: [LP] slots of 4 DK bytes, record j's fp16 g in the upper
-// half of slot j, then a flush's U_j = e_j ⊙ k̂_j in fp32 over the slot, its columns in u_index
-// order; GDN: [LP] fp32), the step's q, k (bf16; also with S0_MMA) and KDA's g (G_CODE), the
-// consumer warps' partial sums.
+// One launch only: the g records (KDA: [LP] slots of 4 DK bytes, record j's fp16 g at G_REC(j) DK
+// halves, then a flush's U_j = e_j ⊙ k̂_j in fp32 over slot j, its columns in u_index order; GDN:
+// [LP] fp32), the step's q, k (bf16; also with S0_MMA) and KDA's g (G_CODE), the consumer warps'
+// partial sums. KDA's g records lie in the upper half of their slots, or with COALESCE_RECS
+// contiguous from the first slot (one bulk copy; slot j then holds records 2j and 2j + 1).
 #define G_BYTES (ONE_LAUNCH ? (PER_CHANNEL ? LP * DK * 4 : LP * 4) : 0)
 #define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
 #define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
+#define G_REC(j) (COALESCE_RECS ? (j) : 2 * (j) + 1)  // KDA: record j's g, in DK halves from OFF_G
 #if PER_CHANNEL
 // Float index of column c in a flush's U_j: of each 32 columns (a warp's in unit_coefficients) the
 // first 16 in the slot's lower half, which holds no g, the last 16 in its upper half, over the g
 // of the same 32 columns (the float of column 32 i + 16 + m over the fp16 g of columns 32 i + 2m,
-// 2m + 1). Runs of 16 columns stay contiguous: the fold reads them as float4.
+// 2m + 1). Runs of 16 columns stay contiguous: the fold reads them as float4. With COALESCE_RECS
+// the slot's halves hold records 2j and 2j + 1, and the floats of a warp's columns lie over those
+// records' g of the same columns, which scan_column (from the last record down) has read first.
 __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (c >> 5) * 16 + (c & 15); }
 #endif
 #define IN_BYTES (ONE_LAUNCH || S0_MMA ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)  // (GDN's S0_MMA: q, k too)
@@ -805,7 +809,7 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
       float gj[SCAN_BLOCK], kj[SCAN_BLOCK];
 #pragma unroll
       for (int e = 0; e < SCAN_BLOCK; ++e) {
-        gj[e] = f16_to_f32(gs[(2 * (j0 + e) + 1) * DK + c]);  // the upper half of slot j
+        gj[e] = f16_to_f32(gs[G_REC(j0 + e) * DK + c]);
         kj[e] = bf16_to_f32(ks[(j0 + e) * DK + c]);
       }
       if (FLUSH) __syncwarp();
@@ -1132,6 +1136,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         const u32 recs = BAR_RECS(st);
 #if COALESCE_RECS
         if (w > 0 && lane == 4) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, w * (DK * 2), recs);
+#if PER_CHANNEL
+        if (w > 0 && lane == 6) bulk_load(stage + OFF_G, g_records + slot * sgr_slot + h * sgr_head, w * (DK * 2), recs);
+#endif
 #endif
 #if COALESCE_D
         if (w > 0 && lane == 5) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, w * (ROWS * 2), recs);
@@ -1144,7 +1151,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if !COALESCE_RECS
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, recs);
 #endif
-#if PER_CHANNEL
+#if PER_CHANNEL && !COALESCE_RECS
           bulk_load(stage + OFF_G + lane * (DK * 4) + DK * 2, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 2,
                     recs);  // fp16, the upper half of slot j
 #endif
