@@ -83,13 +83,18 @@ def parse_config(text: str):
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if len(parts) != 3 + one + mma + fmma + cr + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,cr], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr] or "
-            f"small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,cr], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
     return DeltaCudaConfig(
-        rows=rows, stages=stages, min_ctas=min_ctas, one_launch=one, coef_warps=cw_n, s0_mma=mma, flush_mma=fmma,
+        rows=rows,
+        stages=stages,
+        min_ctas=min_ctas,
+        one_launch=one,
+        coef_warps=cw_n,
+        s0_mma=mma,
+        flush_mma=fmma,
         coalesce_recs=cr,
     )
 
@@ -103,8 +108,11 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
         mods = c.split(",")[1:]
-        c = dataclasses.replace(table, flush_mma=table.flush_mma or "fmma" in mods,
-                                coalesce_recs=table.coalesce_recs or ("cr" in mods and not table.small))
+        c = dataclasses.replace(
+            table,
+            flush_mma=table.flush_mma or "fmma" in mods,
+            coalesce_recs=table.coalesce_recs or ("cr" in mods and not table.small),
+        )
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 
