@@ -42,10 +42,12 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # with 128-row units; GDN's one-launch form; one launch with four coefficient warps and three
 # stages; both with the S0 products on tensor cores (bf16 checkpoints); the small kernel with 16
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
-# bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too).
+# bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
+# ``-dc``: the cursor reads' count deferred (one launch).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
-FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr"]
+FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
+KDA_FORMS += ["table-dc", "cw-cr-dc"]
 
 
 KDA_SHAPES = [
@@ -64,6 +66,8 @@ def config(g, L, state, form, per_channel=False):
     cfg = dataclasses.replace(
         delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel), flush_mma=False
     )
+    if form.endswith("-dc"):  # the cursor reads counted after the first stages' units
+        return dataclasses.replace(config(g, L, state, form[: -len("-dc")], per_channel), defer_count=True)
     if form.endswith("-cr"):  # a unit's records in one bulk copy each
         return dataclasses.replace(config(g, L, state, form[: -len("-cr")], per_channel), coalesce_recs=True)
     if form.endswith("-fmma"):  # the flush's fold on tensor cores

@@ -422,3 +422,22 @@ def test_coalesced_records_compile_with_the_same_shared_memory(per_channel, rows
     smem = {cr: int(re.search(r"delta_step_shared_bytes = (\d+)", p).group(1)) for cr, p in ptx.items()}
     assert smem[True] == smem[False]
     assert ptx_entry(ptx[True], "delta_replay_step") != ptx_entry(ptx[False], "delta_replay_step")
+
+
+def test_deferred_count_needs_one_launch():
+    """``defer_count``: the step kernel in one launch only (the two launches count nothing), its
+    define and label; the compiled code differs from the form without it."""
+    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, one_launch=True, defer_count=True)
+
+    def defines(cfg, per_channel=False):
+        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 2, True, torch.float32, torch.float32, per_channel))
+
+    with pytest.raises(ValueError, match="defer_count needs the step kernel in one launch; got small=False, one_launch=False"):
+        defines(dataclasses.replace(cfg, one_launch=False))
+    with pytest.raises(ValueError, match="defer_count needs the step kernel in one launch; got small=True"):
+        defines(dataclasses.replace(cfg, small=True))
+    assert defines(cfg)["DEFER_COUNT"] == 1 and defines(dataclasses.replace(cfg, one_launch=False), True)["DEFER_COUNT"] == 1
+    assert cfg.label().endswith(",dc")
+    ptx = [ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, 16, dataclasses.replace(cfg, defer_count=dc), 2,
+                                          per_channel=True), "delta_replay_step") for dc in (False, True)]  # fmt: skip
+    assert ptx[0] != ptx[1]

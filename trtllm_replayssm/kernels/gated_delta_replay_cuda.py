@@ -152,7 +152,9 @@ class DeltaCudaConfig:
     bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
     FMAs. ``coalesce_recs`` (the step kernel): a unit's k̂ records, and its d records where ``rows``
     is head_v_dim, copied as one bulk copy each instead of one a record (the records must be
-    contiguous over positions)."""
+    contiguous over positions). ``defer_count`` (the step kernel in one launch): each block of 32
+    units' cursor reads counted once the CTA's first ``stages`` units of it are issued, not after
+    the first."""
 
     rows: int
     stages: int
@@ -165,6 +167,7 @@ class DeltaCudaConfig:
     s0_mma: bool = False
     flush_mma: bool = False
     coalesce_recs: bool = False
+    defer_count: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -174,7 +177,9 @@ class DeltaCudaConfig:
         mma = ",mma" if self.s0_mma else ""
         fmma = ",fmma" if self.flush_mma else ""
         cr = ",cr" if self.coalesce_recs else ""
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}{one}{cw}{mma}{fmma}{cr}"
+        dc = ",dc" if self.defer_count else ""
+        return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
+                f"{one}{cw}{mma}{fmma}{cr}{dc}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -463,6 +468,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     """
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
+    if cfg.defer_count and (cfg.small or not runs_one_launch(cfg, per_channel)):
+        raise ValueError(f"delta_replay_step (CUDA): defer_count needs the step kernel in one launch; "
+                         f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
     if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
                          f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
@@ -485,7 +493,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
-             FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
+             DEFER_COUNT=int(cfg.defer_count), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -126,6 +126,12 @@
 #define COALESCE_RECS 0
 #endif
 #define COALESCE_D (COALESCE_RECS && ROWS == DV)
+// DEFER_COUNT (one launch): a block of 32 units' cursor reads counted once the CTA's first STAGES
+// units of it are issued (or all, where it has fewer), not after the first: the count's atomic
+// round trip then does not hold back the next units' copies.
+#ifndef DEFER_COUNT
+#define DEFER_COUNT 0
+#endif
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -1166,7 +1172,13 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (CKPT_FP8 && lane == 31)
           bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
+#if DEFER_COUNT
+      const int u0 = u - k32 * gridDim.x;  // the block's first unit
+      if (k32 == min(STAGES - 1, (units - 1 - u0) / (int)gridDim.x))
+        count_cursor_read(u0 + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
+#else
       if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
+#endif
 #else
       // For a cursor read w' that may be one step ahead (w + 1, or 0 after a flush): d records
       // 0..w'-1 (0..L-2 at w' = 0), the k records 0..L-2 when the unit may flush (w' = L-1 or 0).
