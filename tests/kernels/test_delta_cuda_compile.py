@@ -255,17 +255,23 @@ def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
     assert gc.delta_coefficient_floats(16, s0_mma=True) == gc.delta_coefficient_floats(16) + 4
 
 
-def test_tensor_core_flush_needs_the_step_kernel():
-    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, flush_mma=True)
+@pytest.mark.parametrize(
+    "field, define, token",
+    [("flush_mma", "FLUSH_MMA", ",fmma"), ("coalesce_recs", "COALESCE_RECS", ",cr")],
+)
+def test_step_kernel_forms_need_the_step_kernel(field, define, token):
+    """The flush's fold on tensor cores and the coalesced record copies: the step kernel only (one
+    launch and two; the small kernel has neither), each its define and label token."""
+    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, **{field: True})
 
     def defines(cfg, per_channel=False):
         return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 4, True, torch.float32, torch.float32, per_channel))
 
-    with pytest.raises(ValueError, match="flush_mma needs the step kernel; got small=True"):
+    with pytest.raises(ValueError, match=f"{field} needs the step kernel; got small=True"):
         defines(dataclasses.replace(cfg, small=True))
-    assert defines(cfg)["FLUSH_MMA"] == 1 and defines(cfg, per_channel=True)["FLUSH_MMA"] == 1
-    assert defines(dataclasses.replace(cfg, flush_mma=False))["FLUSH_MMA"] == 0
-    assert cfg.label().endswith(",fmma")
+    assert defines(cfg)[define] == 1 and defines(cfg, per_channel=True)[define] == 1
+    assert defines(dataclasses.replace(cfg, **{field: False}))[define] == 0
+    assert cfg.label().endswith(token)
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4, 1], ids=["bf16", "fp32", "fp8"])
@@ -387,23 +393,15 @@ def test_rows_that_do_not_tile_the_head_are_refused():
         gc.delta_step_defines(16, 64, 128, 128, 16, gc.DeltaCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)
 
 
-def test_coalesced_records_need_the_step_kernel_and_contiguous_records():
-    """``coalesce_recs``: the step kernel only (the small kernel has no bulk copies), its define and
-    label; records strided over positions are refused, named."""
+def test_coalesced_records_need_records_contiguous_over_positions():
+    """``coalesce_recs`` copies a unit's records as one run: records strided over positions are
+    refused, named; without it they are not."""
     cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coalesce_recs=True)
-
-    def defines(cfg, per_channel=False):
-        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 2, True, torch.float32, torch.float32, per_channel))
-
-    with pytest.raises(ValueError, match="coalesce_recs needs the step kernel; got small=True"):
-        defines(dataclasses.replace(cfg, small=True))
-    assert defines(cfg)["COALESCE_RECS"] == 1 and defines(cfg, per_channel=True)["COALESCE_RECS"] == 1
-    assert defines(dataclasses.replace(cfg, coalesce_recs=False))["COALESCE_RECS"] == 0
-    assert cfg.label().endswith(",cr")
     c, _, _, _ = _cpu_case()
     assert gc.coalesce_refusal(cfg, c.d_records, c.k_records) is None
     padded = torch.zeros(*c.d_records.shape[:3], c.d_records.shape[3] + 8, dtype=c.d_records.dtype)[..., :-8]
     assert "contiguous over positions" in gc.coalesce_refusal(cfg, padded, c.k_records)
+    assert "contiguous over positions" in gc.coalesce_refusal(cfg, c.d_records, padded)
     assert gc.coalesce_refusal(dataclasses.replace(cfg, coalesce_recs=False), padded, c.k_records) is None
 
 
