@@ -397,12 +397,20 @@ def test_coalesced_records_need_records_contiguous_over_positions():
     """``coalesce_recs`` copies a unit's records as one run: records strided over positions are
     refused, named; without it they are not."""
     cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coalesce_recs=True)
-    c, _, _, _ = _cpu_case()
-    assert gc.coalesce_refusal(cfg, c.d_records, c.k_records) is None
-    padded = torch.zeros(*c.d_records.shape[:3], c.d_records.shape[3] + 8, dtype=c.d_records.dtype)[..., :-8]
-    assert "contiguous over positions" in gc.coalesce_refusal(cfg, padded, c.k_records)
-    assert "contiguous over positions" in gc.coalesce_refusal(cfg, c.d_records, padded)
-    assert gc.coalesce_refusal(dataclasses.replace(cfg, coalesce_recs=False), padded, c.k_records) is None
+    c, _, _, _ = _cpu_case(per_channel=True)
+    refusal = gc.coalesce_refusal
+    assert refusal(cfg, c.d_records, c.k_records, c.g_records) is None
+
+    def padded(t):
+        return torch.zeros(*t.shape[:3], t.shape[3] + 8, dtype=t.dtype)[..., :-8]
+
+    assert "d_records strides" in refusal(cfg, padded(c.d_records), c.k_records, c.g_records)
+    assert "k_records strides" in refusal(cfg, c.d_records, padded(c.k_records), c.g_records)
+    assert "g_records strides" in refusal(cfg, c.d_records, c.k_records, padded(c.g_records))
+    gdn = _cpu_case()[0]
+    assert refusal(cfg, gdn.d_records, gdn.k_records, gdn.g_records) is None  # GDN's g records: 4-byte copies
+    off = dataclasses.replace(cfg, coalesce_recs=False)
+    assert refusal(off, padded(c.d_records), c.k_records, c.g_records) is None
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])

@@ -443,16 +443,18 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
     return None
 
 
-def coalesce_refusal(cfg: DeltaCudaConfig, d_records: Tensor, k_records: Tensor) -> Optional[str]:
+def coalesce_refusal(cfg: DeltaCudaConfig, d_records: Tensor, k_records: Tensor, g_records: Tensor) -> Optional[str]:
     """Why ``cfg.coalesce_recs`` cannot copy these records (None: it can, or is not asked): each
-    unit's k̂ records, and its d records where ``cfg.rows`` spans head_v_dim, are one bulk copy
-    each, so ``k_records`` [slot, k_heads, L, head_k_dim] and ``d_records`` [slot, v_heads, L,
-    head_v_dim] must be contiguous over positions (the caches' are)."""
+    unit's k̂ records, its d records where ``cfg.rows`` spans head_v_dim, and KDA's g records
+    (``g_records`` 4-D) are one bulk copy each, so ``k_records`` [slot, k_heads, L, head_k_dim],
+    ``d_records`` [slot, v_heads, L, head_v_dim] and KDA's ``g_records`` [slot, v_heads, L,
+    head_k_dim] must be contiguous over positions (the caches' are)."""
     if not cfg.coalesce_recs:
         return None
-    if d_records.stride(2) != d_records.shape[3] or k_records.stride(2) != k_records.shape[3]:
-        return (f"coalesce_recs needs records contiguous over positions; got d_records strides {d_records.stride()}, "
-                f"k_records strides {k_records.stride()}")
+    runs = [("d_records", d_records), ("k_records", k_records)] + ([("g_records", g_records)] if g_records.dim() == 4 else [])
+    for name, t in runs:
+        if t.stride(2) != t.shape[3]:
+            return f"coalesce_recs needs records contiguous over positions; got {name} strides {t.stride()}"
     return None
 
 
@@ -597,7 +599,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     es = checkpoint.element_size()
     per_channel = g.dim() == 3
     cfg = config or delta_cuda_config(head_k_dim, head_v_dim, L, batch, es, per_channel)
-    reason = coalesce_refusal(cfg, d_records, k_records)
+    reason = coalesce_refusal(cfg, d_records, k_records, g_records)
     if reason is not None:
         raise ValueError(f"delta_replay_step (CUDA): {reason}")
     defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype,

@@ -1198,14 +1198,15 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
 #if COALESCE_D
-        if (lane == 6) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, nd * (ROWS * 2), full);
+        if (nd > 0 && lane == 6) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, nd * (ROWS * 2), full);
 #else
         if (lane < nd)
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, full);
 #endif
 #if COALESCE_RECS
-        if (k_rows && lane == 7) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, (LREC - 1) * (DK * 2), full);
+        if (LREC > 1 && k_rows && lane == 7)
+          bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, (LREC - 1) * (DK * 2), full);
 #else
         if (k_rows && lane < LREC - 1)
           bulk_load(stage + OFF_K + lane * (DK * 2), k_records + slot * skr_slot + kh * skr_head + lane * skr_pos, DK * 2, full);
