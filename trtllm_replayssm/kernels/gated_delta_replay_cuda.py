@@ -150,9 +150,9 @@ class DeltaCudaConfig:
     fold of the records on tensor cores (KDA: the bf16 d records against U's bf16 parts; GDN: the
     parts of e_j d_j against the bf16 k̂ records; three parts for an fp32 checkpoint, two for a
     bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
-    FMAs. ``coalesce_recs`` (the step kernel): a unit's k̂ records, and its d records where ``rows``
-    is head_v_dim, copied as one bulk copy each instead of one a record (the records must be
-    contiguous over positions). ``defer_count`` (the step kernel in one launch): each block of 32
+    FMAs. ``coalesce_recs`` (the step kernel): a unit's k̂ records, its d records where ``rows``
+    is head_v_dim and KDA's g records, copied as one bulk copy each instead of one a record (the
+    records must be contiguous over positions: :func:`coalesce_refusal`). ``defer_count`` (the step kernel in one launch): each block of 32
     units' cursor reads counted once the CTA's first ``stages`` units of it are issued, not after
     the first."""
 
