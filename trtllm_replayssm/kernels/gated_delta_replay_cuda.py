@@ -470,12 +470,10 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     """
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
-    if cfg.defer_count and (cfg.small or not runs_one_launch(cfg, per_channel)):
-        raise ValueError(f"delta_replay_step (CUDA): defer_count needs the step kernel in one launch; "
-                         f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if cfg.coef_warps and (cfg.small or not runs_one_launch(cfg, per_channel)):
-        raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps} needs the step kernel in one launch; "
-                         f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    for name, asked in ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count)):
+        if asked and (cfg.small or not runs_one_launch(cfg, per_channel)):
+            raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
+                             f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
