@@ -17,8 +17,7 @@ keeps one, so its speedup column is against the fp32 conventional step (a second
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
-fold on tensor cores; ``table,cr``: with coalesced record copies; ``table,dc``: with the cursor
-reads' count deferred, where the table runs one launch) or
+fold on tensor cores) or
 ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc]`` (``DeltaCudaConfig``; ``one``: GDN in one
 launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's
@@ -66,9 +65,8 @@ GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
 def parse_config(text: str):
-    """``table[,fmma][,cr][,dc]`` -> that string (the launch table's configuration of each case, with
-    ``fmma`` its flush fold on tensor cores, ``cr`` its records coalesced, ``dc`` its count
-    deferred); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc]`` or ``small,ROWS,mN`` ->
+    """``table[,fmma]`` -> that string (the launch table's configuration of each case, with
+    ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc]`` or ``small,ROWS,mN`` ->
     DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0 products
     on tensor cores; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's records in one
     bulk copy each; ``dc``: the cursor reads counted after the first stages' units)."""
@@ -78,15 +76,14 @@ def parse_config(text: str):
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
-        if len(set(parts[1:])) != len(parts) - 1 or not set(parts[1:]) <= {"fmma", "cr", "dc"}:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,cr][,dc]")
+        if parts[1:] not in ([], ["fmma"]):
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma]")
         return text
     one, mma, fmma, cr, dc = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc"))
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if len(parts) != 3 + one + mma + fmma + cr + dc + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,cr][,dc], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc] "
-            "or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -105,20 +102,12 @@ def parse_config(text: str):
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,cr][,dc]``: the launch table's for this batch, L and checkpoint, with the
-    flush's fold on tensor cores, the records coalesced and the count deferred where asked,
-    whatever the table says; ``cr`` not where the table runs the small kernel, which has no bulk
-    copies, ``dc`` only where it runs one launch); KDA always in one launch, labelled so)."""
+    (``table[,fmma]``: the launch table's for this batch, L and checkpoint, with the flush's fold on
+    tensor cores where asked, whatever the table says); KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
-        mods = c.split(",")[1:]
-        c = dataclasses.replace(
-            table,
-            flush_mma=table.flush_mma or "fmma" in mods,
-            coalesce_recs=table.coalesce_recs or ("cr" in mods and not table.small),
-            defer_count=table.defer_count or ("dc" in mods and gc.runs_one_launch(table, per_channel) and not table.small),
-        )
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or c == "table,fmma")
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

@@ -47,7 +47,7 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
-KDA_FORMS += ["table-dc", "cw-cr-dc"]
+KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc"]
 
 
 KDA_SHAPES = [
@@ -62,9 +62,13 @@ KDA_SHAPES = [
 def config(g, L, state, form, per_channel=False):
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_ctas_that_fit, delta_cuda_config
 
-    # the table's at batch 256, the flush's fold on FMAs unless the form says otherwise
+    # the table's at batch 256, the flush's fold on FMAs and the records copied one at a time unless
+    # the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc)
     cfg = dataclasses.replace(
-        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel), flush_mma=False
+        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel),
+        flush_mma=False,
+        coalesce_recs=False,
+        defer_count=False,
     )
     if form.endswith("-dc"):  # the cursor reads counted after the first stages' units
         return dataclasses.replace(config(g, L, state, form[: -len("-dc")], per_channel), defer_count=True)

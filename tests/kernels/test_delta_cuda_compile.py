@@ -393,24 +393,44 @@ def test_rows_that_do_not_tile_the_head_are_refused():
         gc.delta_step_defines(16, 64, 128, 128, 16, gc.DeltaCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)
 
 
-def test_coalesced_records_need_records_contiguous_over_positions():
-    """``coalesce_recs`` copies a unit's records as one run: records strided over positions are
-    refused, named; without it they are not."""
-    cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, coalesce_recs=True)
-    c, _, _, _ = _cpu_case(per_channel=True)
-    refusal = gc.coalesce_refusal
-    assert refusal(cfg, c.d_records, c.k_records, c.g_records) is None
+def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
+    """The table's step kernel copies a unit's records in one bulk copy each: records strided over
+    positions are refused, named, by the route's check (so the auto route takes Triton); GDN's g
+    records (4-byte copies) are not checked."""
+    c, q, v, g = _cpu_case(per_channel=True)
+    assert gc.records_unsupported(c.d_records, c.k_records, c.g_records) is None
 
     def padded(t):
         return torch.zeros(*t.shape[:3], t.shape[3] + 8, dtype=t.dtype)[..., :-8]
 
-    assert "d_records strides" in refusal(cfg, padded(c.d_records), c.k_records, c.g_records)
-    assert "k_records strides" in refusal(cfg, c.d_records, padded(c.k_records), c.g_records)
-    assert "g_records strides" in refusal(cfg, c.d_records, c.k_records, padded(c.g_records))
-    gdn = _cpu_case()[0]
-    assert refusal(cfg, gdn.d_records, gdn.k_records, gdn.g_records) is None  # GDN's g records: 4-byte copies
-    off = dataclasses.replace(cfg, coalesce_recs=False)
-    assert refusal(off, padded(c.d_records), c.k_records, c.g_records) is None
+    for name, args in (
+        ("d_records", (padded(c.d_records), c.k_records, c.g_records)),
+        ("k_records", (c.d_records, padded(c.k_records), c.g_records)),
+        ("g_records", (c.d_records, c.k_records, padded(c.g_records))),
+    ):
+        got = gc.records_unsupported(*args)
+        assert got is not None and got.startswith(f"{name} strides") and "contiguous over positions" in got, got
+    gdn, gq, gv, gg = _cpu_case()
+    assert gc.records_unsupported(gdn.d_records, gdn.k_records, gdn.g_records) is None
+    monkeypatch.setattr(gc, "device_unsupported", lambda t: None)  # as on an sm_90 GPU
+    assert gc.delta_cuda_unsupported(c.checkpoint, c.d_records, c.k_records, c.g_records, q, q, v, g) is None
+    got = gc.delta_cuda_unsupported(c.checkpoint, c.d_records, padded(c.k_records), c.g_records, q, q, v, g)
+    assert got is not None and got.startswith("k_records strides"), got
+
+
+def test_the_table_coalesces_records_and_defers_the_count_in_one_launch():
+    """Every step-kernel build of the table copies records in bulk, and defers the count exactly
+    where it runs one launch; the small kernel (GDN at batch 1) takes neither."""
+    seen = set()
+    for per_channel in (False, True):
+        for state_bytes in (4, 2, 1):
+            for batch in (1, 2, 4, 8, 16, 32, 64, 256, 512):
+                cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
+                one = gc.runs_one_launch(cfg, per_channel)
+                assert cfg.coalesce_recs == (not cfg.small), cfg
+                assert cfg.defer_count == (one and not cfg.small), cfg
+                seen.add((cfg.small, one))
+    assert seen == {(True, False), (False, False), (False, True)}  # every form met
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])

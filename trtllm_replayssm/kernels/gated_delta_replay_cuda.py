@@ -53,6 +53,7 @@ __all__ = [
     "runs_one_launch",
     "delta_cuda_unsupported",
     "delta_shape_unsupported",
+    "records_unsupported",
     "delta_step_defines",
     "delta_step_shared_bytes",
     "unit_rows",
@@ -152,7 +153,8 @@ class DeltaCudaConfig:
     bf16 or fp8 one; fp8: the folded rows held in registers for their new scales) instead of fp32
     FMAs. ``coalesce_recs`` (the step kernel): a unit's k̂ records, its d records where ``rows``
     is head_v_dim and KDA's g records, copied as one bulk copy each instead of one a record (the
-    records must be contiguous over positions: :func:`coalesce_refusal`). ``defer_count`` (the step kernel in one launch): each block of 32
+    records must be contiguous over positions: :func:`records_unsupported`). ``defer_count`` (the
+    step kernel in one launch): each block of 32
     units' cursor reads counted once the CTA's first ``stages`` units of it are issued, not after
     the first."""
 
@@ -258,8 +260,23 @@ def unit_rows(head_v_dim: int, wide: bool = False) -> int:
 
 def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
                       per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
-    """The launch table (H200, docs/kernel-notes.md "CUDA gated delta step", "Session 23" and
-    "Session 26"): GDN up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where
+    """The launch table: :func:`_table_shape`'s units, ring and launch form, and every step-kernel
+    build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
+    the cursor reads' count deferred (``defer_count``) (H100, session 51, L = 16, us, table without /
+    with both: KDA bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 /
+    11.03, 256 107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 /
+    32.72, 256 432.48 / 432.30; no cell slower beyond its rounds' spread but KDA fp8 512, 191.30 with
+    ``coalesce_recs`` alone / 192.50 with both)."""
+    cfg = _table_shape(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel, one_launch)
+    if cfg.small:
+        return cfg
+    return replace(cfg, coalesce_recs=True, defer_count=runs_one_launch(cfg, per_channel))
+
+
+def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
+                 per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
+    """:func:`delta_cuda_config`'s units, ring and launch form (H200, docs/kernel-notes.md "CUDA
+    gated delta step", "Session 23" and "Session 26"): GDN up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where
     they tile head_v_dim (else 16), registers uncapped; otherwise the step kernel, in one launch for
     KDA, for GDN up to :func:`one_launch_max_batch` and with ``one_launch``, else after the
     coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
@@ -286,7 +303,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     tensor cores (``flush_mma``), in two launches with the first of :func:`fp8_mma_rings`
     (stages, CTAs) that fits."""
     if state_bytes == 1:
-        table = replace(delta_cuda_config(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
+        table = replace(_table_shape(head_k_dim, head_v_dim, L, batch, 2, per_channel, one_launch), flush_mma=False)
         if table.small:
             return table
         if per_channel:  # from KDA_FP8_RING_MIN_BATCH a deeper ring at as many CTAs as fit
@@ -391,10 +408,11 @@ def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
                            q: Tensor, k: Tensor, v: Tensor, g: Tensor,
                            checkpoint_scale: Optional[Tensor] = None) -> Optional[str]:
-    """Why the CUDA gated delta-rule step cannot run these tensors (None: it can): an sm_90 GPU and
-    :func:`delta_shape_unsupported`."""
-    return device_unsupported(checkpoint) or delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v,
-                                                                     g, checkpoint_scale)
+    """Why the CUDA gated delta-rule step cannot run these tensors (None: it can): an sm_90 GPU,
+    :func:`delta_shape_unsupported` and :func:`records_unsupported`."""
+    return (device_unsupported(checkpoint)
+            or delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g, checkpoint_scale)
+            or records_unsupported(d_records, k_records, g_records))
 
 
 def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -443,18 +461,16 @@ def delta_shape_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Te
     return None
 
 
-def coalesce_refusal(cfg: DeltaCudaConfig, d_records: Tensor, k_records: Tensor, g_records: Tensor) -> Optional[str]:
-    """Why ``cfg.coalesce_recs`` cannot copy these records (None: it can, or is not asked): each
-    unit's k̂ records, its d records where ``cfg.rows`` spans head_v_dim, and KDA's g records
-    (``g_records`` 4-D) are one bulk copy each, so ``k_records`` [slot, k_heads, L, head_k_dim],
-    ``d_records`` [slot, v_heads, L, head_v_dim] and KDA's ``g_records`` [slot, v_heads, L,
-    head_k_dim] must be contiguous over positions (the caches' are)."""
-    if not cfg.coalesce_recs:
-        return None
+def records_unsupported(d_records: Tensor, k_records: Tensor, g_records: Tensor) -> Optional[str]:
+    """Why the step kernel cannot copy these records (None: it can): the launch table's step-kernel
+    builds copy a unit's k̂ records, its d records where the unit spans head_v_dim and KDA's g
+    records (``g_records`` 4-D) as one bulk copy each (``coalesce_recs``), so ``k_records`` [slot,
+    k_heads, L, head_k_dim], ``d_records`` [slot, v_heads, L, head_v_dim] and KDA's ``g_records``
+    [slot, v_heads, L, head_k_dim] must be contiguous over positions (the caches' are)."""
     runs = [("d_records", d_records), ("k_records", k_records)] + ([("g_records", g_records)] if g_records.dim() == 4 else [])
     for name, t in runs:
         if t.stride(2) != t.shape[3]:
-            return f"coalesce_recs needs records contiguous over positions; got {name} strides {t.stride()}"
+            return f"{name} strides {t.stride()}; the CUDA step takes records contiguous over positions"
     return None
 
 
@@ -597,9 +613,6 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     es = checkpoint.element_size()
     per_channel = g.dim() == 3
     cfg = config or delta_cuda_config(head_k_dim, head_v_dim, L, batch, es, per_channel)
-    reason = coalesce_refusal(cfg, d_records, k_records, g_records)
-    if reason is not None:
-        raise ValueError(f"delta_replay_step (CUDA): {reason}")
     defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype,
                                  per_channel)
     device = v.device
