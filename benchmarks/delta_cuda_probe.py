@@ -17,11 +17,12 @@ keeps one, so its speedup column is against the fp32 conventional step (a second
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
-fold on tensor cores) or
-``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc]`` (``DeltaCudaConfig``; ``one``: GDN in one
-launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores, bf16
-checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's
-records in one bulk copy each; ``dc``: the cursor reads counted after the first stages' units), or
+fold on tensor cores; ``table,et``: with early checkpoint tiles, where the table runs one launch) or
+``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,et]`` (``DeltaCudaConfig``; ``one``: GDN in
+one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor cores,
+bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's
+records in one bulk copy each; ``dc``: the cursor reads counted after the first stages' units;
+``et``: the first stages' checkpoint rows requested before the cursors are in, one launch only), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
 
@@ -65,25 +66,28 @@ GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
 def parse_config(text: str):
-    """``table[,fmma]`` -> that string (the launch table's configuration of each case, with
-    ``fmma`` its flush fold on tensor cores); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc]`` or ``small,ROWS,mN`` ->
+    """``table[,fmma][,et]`` -> that string (the launch table's configuration of each case, with
+    ``fmma`` its flush fold on tensor cores, ``et`` its early checkpoint tiles);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,et]`` or ``small,ROWS,mN`` ->
     DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0 products
     on tensor cores; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's records in one
-    bulk copy each; ``dc``: the cursor reads counted after the first stages' units)."""
+    bulk copy each; ``dc``: the cursor reads counted after the first stages' units; ``et``: the
+    first stages' checkpoint rows requested before the cursors are in)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
-        if parts[1:] not in ([], ["fmma"]):
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma]")
+        if parts[1:] not in ([], ["fmma"], ["et"], ["fmma", "et"]):
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,et]")
         return text
-    one, mma, fmma, cr, dc = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc"))
+    one, mma, fmma, cr, dc, et = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "et"))
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
-    if len(parts) != 3 + one + mma + fmma + cr + dc + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
+    if len(parts) != 3 + one + mma + fmma + cr + dc + et + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,et], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,et] "
+            "or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -97,17 +101,24 @@ def parse_config(text: str):
         flush_mma=fmma,
         coalesce_recs=cr,
         defer_count=dc,
+        early_tiles=et,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma]``: the launch table's for this batch, L and checkpoint, with the flush's fold on
-    tensor cores where asked, whatever the table says); KDA always in one launch, labelled so)."""
+    (``table[,fmma][,et]``: the launch table's for this batch, L and checkpoint, with the flush's
+    fold on tensor cores where asked, whatever the table says, and early checkpoint tiles where
+    asked and the table runs the step kernel in one launch); KDA always in one launch, labelled
+    so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
-        c = dataclasses.replace(table, flush_mma=table.flush_mma or c == "table,fmma")
+        mods = c.split(",")[1:]
+        one = gc.runs_one_launch(table, per_channel) and not table.small
+        c = dataclasses.replace(
+            table, flush_mma=table.flush_mma or "fmma" in mods, early_tiles=table.early_tiles or ("et" in mods and one)
+        )
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

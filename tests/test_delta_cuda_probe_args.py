@@ -23,6 +23,8 @@ QWEN_122B = (16, 64, 128, 128)
     [
         ("table", "table"),
         ("table,fmma", "table,fmma"),
+        ("table,et", "table,et"),
+        ("table,fmma,et", "table,fmma,et"),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
             "128,3,1,one,cw4,fmma",
@@ -33,6 +35,19 @@ QWEN_122B = (16, 64, 128, 128)
         (
             "128,4,1,one,cw4,dc",
             DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, defer_count=True),
+        ),
+        (
+            "128,4,1,one,cw4,cr,dc,et",
+            DeltaCudaConfig(
+                rows=128,
+                stages=4,
+                min_ctas=1,
+                one_launch=True,
+                coef_warps=4,
+                coalesce_recs=True,
+                defer_count=True,
+                early_tiles=True,
+            ),
         ),
         (
             "128,4,1,one,cw4,cr",
@@ -52,6 +67,8 @@ def test_config_strings_name_their_launch(text, expected):
         "table,cr",
         "table,dc",
         "table,fmma,fmma",
+        "table,et,fmma",
+        "64,2,4,et,et",
         "64,2,4,xx",
         "64,2,4,cw4,cw2",
         "64,2,4,cr,cr",
@@ -70,6 +87,19 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
     got = delta_cuda_probe.case_config("table,fmma", QWEN_122B, 16, 256, state_bytes, per_channel=False)
     assert got == dataclasses.replace(table, flush_mma=True)
     assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
+
+
+@pytest.mark.parametrize("batch", [1, 8, 16, 256])
+def test_table_et_requests_early_tiles_only_in_one_launch(batch):
+    """``table,et`` adds early checkpoint tiles where the table runs the step kernel in one launch
+    (GDN bf16 at 3-64, KDA always); elsewhere (the small kernel, the two launches) it is the table."""
+    table = delta_cuda_config(128, 128, 16, batch, 2)
+    got = delta_cuda_probe.case_config("table,et", QWEN_122B, 16, batch, 2, per_channel=False)
+    one = table.one_launch and not table.small
+    assert got == (dataclasses.replace(table, early_tiles=True) if one else table)
+    assert one == (batch in (8, 16))
+    kda = delta_cuda_probe.case_config("table,et", QWEN_122B, 16, batch, 2, per_channel=True)
+    assert kda.early_tiles and kda.one_launch
 
 
 def test_baseline_configs_need_a_baseline(capsys):

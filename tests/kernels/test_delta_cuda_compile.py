@@ -467,3 +467,26 @@ def test_deferred_count_needs_one_launch():
     ptx = [ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, 16, dataclasses.replace(cfg, defer_count=dc), 2,
                                           per_channel=True), "delta_replay_step") for dc in (False, True)]  # fmt: skip
     assert ptx[0] != ptx[1]
+
+
+@pytest.mark.parametrize("state_bytes", [1, 2, 4])
+def test_early_tiles_need_one_launch_and_add_the_first_units_requests(state_bytes):
+    """``early_tiles``: the step kernel in one launch only (the two launches always request the
+    first units' rows early), its define and label; with it the one launch compiles the prefetch
+    loop's tile request beside the unit loop's."""
+    cfg = dataclasses.replace(gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel=True), early_tiles=True)
+
+    def defines(cfg, per_channel=True):
+        return dict(gc.delta_step_defines(32, 32, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32,
+                                          per_channel))  # fmt: skip
+
+    gdn_two = dataclasses.replace(cfg, one_launch=False, coef_warps=0, defer_count=False)
+    with pytest.raises(ValueError, match="early_tiles needs the step kernel in one launch; got small=False, one_launch=False"):
+        defines(gdn_two, per_channel=False)
+    assert defines(cfg)["EARLY_TILES"] == 1 and defines(dataclasses.replace(cfg, early_tiles=False))["EARLY_TILES"] == 0
+    assert cfg.label().endswith(",et")
+    ptx = {et: ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, 16, dataclasses.replace(cfg, early_tiles=et), state_bytes,
+                                              per_channel=True), "delta_replay_step") for et in (False, True)}  # fmt: skip
+    tile_loads = {et: p.count("cp.async.bulk.tensor.4d.shared") for et, p in ptx.items()}  # global -> shared
+    expects = {et: p.count("mbarrier.expect_tx") for et, p in ptx.items()}  # the prefetch's, without an arrival
+    assert (tile_loads, expects) == ({False: 1, True: 2}, {False: 0, True: 1})

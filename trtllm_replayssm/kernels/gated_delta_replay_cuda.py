@@ -156,7 +156,9 @@ class DeltaCudaConfig:
     records must be contiguous over positions: :func:`records_unsupported`). ``defer_count`` (the
     step kernel in one launch): each block of 32
     units' cursor reads counted once the CTA's first ``stages`` units of it are issued, not after
-    the first."""
+    the first. ``early_tiles`` (the step kernel in one launch): the first ``stages`` units'
+    checkpoint rows requested as soon as their slots are read, not after their cursors (the two
+    launches always do so)."""
 
     rows: int
     stages: int
@@ -170,6 +172,7 @@ class DeltaCudaConfig:
     flush_mma: bool = False
     coalesce_recs: bool = False
     defer_count: bool = False
+    early_tiles: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -180,8 +183,9 @@ class DeltaCudaConfig:
         fmma = ",fmma" if self.flush_mma else ""
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
+        et = ",et" if self.early_tiles else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{et}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -486,7 +490,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     """
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
-    for name, asked in ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count)):
+    one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
+                       ("early_tiles", cfg.early_tiles))
+    for name, asked in one_launch_only:
         if asked and (cfg.small or not runs_one_launch(cfg, per_channel)):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
@@ -510,7 +516,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), EARLY_TILES=int(cfg.early_tiles), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

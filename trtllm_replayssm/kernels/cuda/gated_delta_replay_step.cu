@@ -53,9 +53,9 @@
 //    counts each unit's cursor read in arrivals[slot], the row's last read advancing the cursor,
 //    so every unit sees the exact w; it copies records 0..w-1 of d, k̂ and g (KDA: fp32 per
 //    channel; GDN: 4-byte cp.async) and the step's q, k (KDA: g), and puts w and beta (GDN: g) in
-//    the stage; these are copied before the checkpoint and tracked by the stage's recs barrier,
-//    the checkpoint alone by its full barrier (with COEF_WARPS, below, all by full, checkpoint
-//    first). The consumer warps first form the unit's coefficient and qk blocks in the stage
+//    the stage; these are copied before the checkpoint (EARLY_TILES: but the first STAGES units'
+//    checkpoint rows, requested as soon as their slots are read) and tracked by the stage's recs
+//    barrier, the checkpoint alone by its full barrier. The consumer warps first form the unit's coefficient and qk blocks in the stage
 //    together (unit_coefficients; KDA: the scores take the decays inside,
 //    sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0, and a
 //    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, wait for the checkpoint and
@@ -131,6 +131,12 @@
 // round trip then does not hold back the next units' copies.
 #ifndef DEFER_COUNT
 #define DEFER_COUNT 0
+#endif
+// EARLY_TILES (one launch): the first STAGES units' checkpoint rows requested as soon as their
+// slots are read, while the cursor reads are still on their way (the two launches always do so,
+// before the wait for the coefficient grid), instead of with each unit's records.
+#ifndef EARLY_TILES
+#define EARLY_TILES 0
 #endif
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
@@ -1081,6 +1087,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // advances it), its beta (and GDN's g) read beside it.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+#if EARLY_TILES
+    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, VHEADS, PARTS, slot_l, lane);
+#endif
     float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
     float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(blockIdx.x + lane * gridDim.x, units, g, sg_batch, sg_head);
 #else
@@ -1105,7 +1114,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
-      const bool prefetched = !ONE_LAUNCH && i < STAGES;
+      const bool prefetched = (!ONE_LAUNCH || EARLY_TILES) && i < STAGES;  // its checkpoint rows requested
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
 #if ONE_LAUNCH
@@ -1132,7 +1141,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           mbar_arrive(full);
           mbar_arrive(BAR_RECS(st));
         } else {
-          mbar_arrive_expect_tx(full, CKPT_BYTES + SCALE_BYTES);
+          mbar_arrive_expect_tx(full, (prefetched ? 0 : CKPT_BYTES) + SCALE_BYTES);
           mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
         }
       }
@@ -1168,7 +1177,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if PER_CHANNEL
         if (lane == 3) bulk_load(stage + OFF_IN + DK * 4, (const unsigned char*)g + (b * sg_batch + h * sg_head) * G_SIZE, DK * G_SIZE, recs);
 #endif
-        if (lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
+        if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
         if (CKPT_FP8 && lane == 31)
           bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
