@@ -280,10 +280,10 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
 def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
                  per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
     """:func:`delta_cuda_config`'s units, ring and launch form (H200, docs/kernel-notes.md "CUDA
-    gated delta step", "Session 23" and "Session 26"): GDN up to :data:`SMALL_MAX_BATCH` the small one-launch kernel, 32 rows a CTA where
-    they tile head_v_dim (else 16), registers uncapped; otherwise the step kernel, in one launch for
-    KDA, for GDN up to :func:`one_launch_max_batch` and with ``one_launch``, else after the
-    coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
+    gated delta step", "Session 23" and "Session 26"): GDN up to :data:`SMALL_MAX_BATCH` the small
+    one-launch kernel, 32 rows a CTA where they tile head_v_dim (else 16), registers uncapped;
+    otherwise the step kernel, in one launch for KDA, for GDN up to :func:`one_launch_max_batch`
+    and with ``one_launch``, else after the coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, and GDN's from

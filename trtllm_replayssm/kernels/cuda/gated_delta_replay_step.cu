@@ -55,12 +55,12 @@
 //    channel; GDN: 4-byte cp.async) and the step's q, k (KDA: g), and puts w and beta (GDN: g) in
 //    the stage; these are copied before the checkpoint (EARLY_TILES: but the first STAGES units'
 //    checkpoint rows, requested as soon as their slots are read) and tracked by the stage's recs
-//    barrier, the checkpoint alone by its full barrier. The consumer warps first form the unit's coefficient and qk blocks in the stage
-//    together (unit_coefficients; KDA: the scores take the decays inside,
-//    sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0, and a
-//    flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, wait for the checkpoint and
-//    go on as above; a KDA
-//    flush forms S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
+//    barrier, the checkpoint alone by its full barrier. The consumer warps first form the unit's
+//    coefficient and qk blocks in the stage together (unit_coefficients; KDA: the scores take
+//    the decays inside, sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂,
+//    e0 ⊙ k̂, k̂, e0, and a flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, wait
+//    for the checkpoint and go on as above; a KDA flush forms
+//    S = S0 Diag(e0) + sum_{j<w} d_j U_jᵀ + d k̂ᵀ.
 //    With COEF_WARPS, that many warps between the consumers and the producer form each unit's
 //    coefficients instead, as soon as its stage is full, and arrive on the stage's third (ready)
 //    barrier; the consumers wait for it and go straight to the products, so one unit's coefficients
@@ -1083,8 +1083,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if ONE_LAUNCH
     // One launch: the previous grid (the previous step, say) may have written the cursors, the
     // records and the checkpoints, so nothing is read before it completes. Each unit's cursor
-    // read is counted once the first unit of its 32 has been requested (the row's last count
-    // advances it), its beta (and GDN's g) read beside it.
+    // read is counted once the first unit of its 32 has been requested (DEFER_COUNT: its first
+    // STAGES units; the row's last count advances it), its beta (and GDN's g) read beside it.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
 #if EARLY_TILES
