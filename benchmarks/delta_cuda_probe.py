@@ -115,10 +115,8 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
         mods = c.split(",")[1:]
-        one = gc.runs_one_launch(table, per_channel) and not table.small
-        c = dataclasses.replace(
-            table, flush_mma=table.flush_mma or "fmma" in mods, early_tiles=table.early_tiles or ("et" in mods and one)
-        )
+        early = "et" in mods and gc.step_kernel_in_one_launch(table, per_channel)
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or "fmma" in mods, early_tiles=table.early_tiles or early)
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

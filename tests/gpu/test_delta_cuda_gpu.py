@@ -194,12 +194,12 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_
     also with early checkpoint tiles (``et``: the first stages' full barriers then expect the row
     scales alone): codes and row scales against the float64 oracle over many flushes, padding rows
     and unused slots untouched (drive_replay)."""
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, runs_one_launch
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, step_kernel_in_one_launch
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
     if flush_mma and cfg.small:
         pytest.skip("the fp8 flush on tensor cores: the step kernel's")
-    if early_tiles and (cfg.small or not runs_one_launch(cfg, per_channel)):
+    if early_tiles and not step_kernel_in_one_launch(cfg, per_channel):
         pytest.skip("early tiles: the step kernel in one launch")
     cfg = dataclasses.replace(cfg, flush_mma=flush_mma, early_tiles=early_tiles)
     worst = drive_replay(

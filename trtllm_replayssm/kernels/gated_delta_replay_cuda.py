@@ -51,6 +51,7 @@ __all__ = [
     "delta_cuda_config",
     "delta_qk_floats",
     "runs_one_launch",
+    "step_kernel_in_one_launch",
     "delta_cuda_unsupported",
     "delta_shape_unsupported",
     "records_unsupported",
@@ -192,6 +193,12 @@ def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether the step kernel forms the coefficients itself (no coefficient launch): always for
     KDA (``per_channel``), for GDN when ``cfg.one_launch``."""
     return per_channel or cfg.one_launch
+
+
+def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
+    """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
+    may take ``coef_warps``, ``defer_count`` and ``early_tiles``."""
+    return not cfg.small and runs_one_launch(cfg, per_channel)
 
 
 def _records_padded(L: int) -> int:
@@ -493,7 +500,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
                        ("early_tiles", cfg.early_tiles))
     for name, asked in one_launch_only:
-        if asked and (cfg.small or not runs_one_launch(cfg, per_channel)):
+        if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
