@@ -25,6 +25,9 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma", "table,fmma"),
         ("table,et", "table,et"),
         ("table,fmma,et", "table,fmma,et"),
+        ("table,ff", "table,ff"),
+        ("table,fmma,ff", "table,fmma,ff"),
+        ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
             "128,3,1,one,cw4,fmma",
@@ -69,6 +72,9 @@ def test_config_strings_name_their_launch(text, expected):
         "table,fmma,fmma",
         "table,et,fmma",
         "64,2,4,et,et",
+        "table,et,ff",
+        "table,ff,fmma",
+        "64,2,4,ff,ff",
         "64,2,4,xx",
         "64,2,4,cw4,cw2",
         "64,2,4,cr,cr",
@@ -89,17 +95,19 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
     assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
 
 
+@pytest.mark.parametrize("token, field", [("et", "early_tiles"), ("ff", "flush_first")])
 @pytest.mark.parametrize("batch", [1, 8, 16, 256])
-def test_table_et_requests_early_tiles_only_in_one_launch(batch):
-    """``table,et`` adds early checkpoint tiles where the table runs the step kernel in one launch
-    (GDN bf16 at 3-64, KDA always); elsewhere (the small kernel, the two launches) it is the table."""
+def test_table_one_launch_modifiers_apply_only_in_one_launch(batch, token, field):
+    """``table,et`` (early checkpoint tiles) and ``table,ff`` (flushing units first) change the
+    table where it runs the step kernel in one launch (GDN bf16 at 3-64, KDA always); elsewhere (the
+    small kernel, the two launches) they are the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
-    got = delta_cuda_probe.case_config("table,et", QWEN_122B, 16, batch, 2, per_channel=False)
+    got = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
-    assert got == (dataclasses.replace(table, early_tiles=True) if one else table)
+    assert got == (dataclasses.replace(table, **{field: True}) if one else table)
     assert one == (batch in (8, 16))
-    kda = delta_cuda_probe.case_config("table,et", QWEN_122B, 16, batch, 2, per_channel=True)
-    assert kda.early_tiles and kda.one_launch
+    kda = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, 2, per_channel=True)
+    assert getattr(kda, field) and kda.one_launch
 
 
 def test_baseline_configs_need_a_baseline(capsys):

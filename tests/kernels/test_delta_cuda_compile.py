@@ -490,3 +490,37 @@ def test_early_tiles_need_one_launch_and_add_the_first_units_requests(state_byte
     tile_loads = {et: p.count("cp.async.bulk.tensor.4d.shared") for et, p in ptx.items()}  # global -> shared
     expects = {et: p.count("mbarrier.expect_tx") for et, p in ptx.items()}  # the prefetch's, without an arrival
     assert (tile_loads, expects) == ({False: 1, True: 2}, {False: 0, True: 1})
+
+
+@pytest.mark.parametrize("state_bytes", [1, 2, 4])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_flush_first_needs_one_launch_without_early_tiles_and_orders_each_block(state_bytes, per_channel):
+    """``flush_first``: the step kernel in one launch only and not with ``early_tiles`` (whose first
+    tiles follow the units' own order), its define and label, the 32-byte meta in the shared memory
+    the launcher sizes; with it the producer ballots each block's flushing units and each unit's place."""
+    table = gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel=per_channel)
+    cfg = dataclasses.replace(table, one_launch=True, flush_first=True)
+    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
+
+    def defines(cfg, per_channel=per_channel):
+        return dict(gc.delta_step_defines(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, torch.float32,
+                                          torch.float32, per_channel))  # fmt: skip
+
+    if not per_channel:
+        gdn_two = dataclasses.replace(cfg, one_launch=False, coef_warps=0, defer_count=False)
+        with pytest.raises(
+            ValueError, match="flush_first needs the step kernel in one launch; got small=False, one_launch=False"
+        ):
+            defines(gdn_two)
+    with pytest.raises(ValueError, match="flush_first reorders the units whose tiles early_tiles requests"):
+        defines(dataclasses.replace(cfg, early_tiles=True))
+    assert defines(cfg)["FLUSH_FIRST"] == 1 and defines(dataclasses.replace(cfg, flush_first=False))["FLUSH_FIRST"] == 0
+    assert cfg.label().endswith(",ff")
+    ptx = {ff: gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, flush_first=ff), state_bytes,
+                                    per_channel=per_channel) for ff in (False, True)}  # fmt: skip
+    for ff, p in ptx.items():
+        compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", p).group(1))
+        assert compiled == gc.delta_step_shared_bytes(128, cfg.rows, 16, cfg.stages, state_bytes, per_channel, True,
+                                                      cfg.coef_warps, cfg.s0_mma, ff)  # fmt: skip
+    ballots = {ff: ptx_entry(p, "delta_replay_step").count("vote.sync.ballot.b32") for ff, p in ptx.items()}
+    assert ballots[True] >= ballots[False] + 3  # two blocks' orders (the first, the next 32) and each unit's lane

@@ -159,7 +159,9 @@ class DeltaCudaConfig:
     units' cursor reads counted once the CTA's first ``stages`` units of it are issued, not after
     the first. ``early_tiles`` (the step kernel in one launch): the first ``stages`` units'
     checkpoint rows requested as soon as their slots are read, not after their cursors (the two
-    launches always do so)."""
+    launches always do so). ``flush_first`` (the step kernel in one launch, not with
+    ``early_tiles``): each block of 32 units taken with its flushing units first, so that a flush's
+    fold overlaps the other units' coefficients."""
 
     rows: int
     stages: int
@@ -174,6 +176,7 @@ class DeltaCudaConfig:
     coalesce_recs: bool = False
     defer_count: bool = False
     early_tiles: bool = False
+    flush_first: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -185,8 +188,9 @@ class DeltaCudaConfig:
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
         et = ",et" if self.early_tiles else ""
+        ff = ",ff" if self.flush_first else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{et}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{et}{ff}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -197,7 +201,7 @@ def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
 
 def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
-    may take ``coef_warps``, ``defer_count`` and ``early_tiles``."""
+    may take ``coef_warps``, ``defer_count``, ``early_tiles`` and ``flush_first``."""
     return not cfg.small and runs_one_launch(cfg, per_channel)
 
 
@@ -213,7 +217,7 @@ def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
                             per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
-                            s0_mma: bool = False) -> int:
+                            s0_mma: bool = False, flush_first: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
@@ -222,12 +226,13 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
     partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
-    column). Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    column); the meta is 16 bytes, 32 with ``flush_first``. Mirrors the .cu file's STAGE_BYTES (a
+    CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
-    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + 16
+    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + (32 if flush_first else 16)
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
     red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
@@ -412,7 +417,7 @@ def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
     (:func:`delta_step_shared_bytes` of its rows, stages, launch form, coefficient warps and S0
     products, plus the driver's reservation per CTA); ``cfg.min_ctas`` is not read."""
     smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma)
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
     return SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)
 
 
@@ -498,11 +503,14 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
-                       ("early_tiles", cfg.early_tiles))
+                       ("early_tiles", cfg.early_tiles), ("flush_first", cfg.flush_first))
     for name, asked in one_launch_only:
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if cfg.flush_first and cfg.early_tiles:
+        raise ValueError("delta_replay_step (CUDA): flush_first reorders the units whose tiles early_tiles requests "
+                         "in their own order; got both")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -523,7 +531,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), EARLY_TILES=int(cfg.early_tiles), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), EARLY_TILES=int(cfg.early_tiles), FLUSH_FIRST=int(cfg.flush_first), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -638,7 +646,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         return out
     one_launch = runs_one_launch(cfg, per_channel)
     smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps,
-                                   cfg.s0_mma)
+                                   cfg.s0_mma, cfg.flush_first)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:

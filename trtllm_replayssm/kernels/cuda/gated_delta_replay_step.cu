@@ -138,6 +138,15 @@
 #ifndef EARLY_TILES
 #define EARLY_TILES 0
 #endif
+// FLUSH_FIRST (one launch): each block of 32 units taken with its flushing units first, so that a
+// flush's fold overlaps the other units' coefficients instead of following them; each stage's meta
+// then names its unit. Not with EARLY_TILES, whose first tiles follow the units' own order.
+#ifndef FLUSH_FIRST
+#define FLUSH_FIRST 0
+#endif
+#if FLUSH_FIRST && EARLY_TILES
+#error "FLUSH_FIRST takes the units out of the order EARLY_TILES requests their tiles in"
+#endif
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -176,7 +185,13 @@ __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (
 #define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
 #define OFF_SCALE (OFF_FRAG + FRAG_BYTES)
 #define OFF_META (OFF_SCALE + SCALE_BYTES)
-#define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
+#define META_BYTES (FLUSH_FIRST ? 32 : 16)  // slot, w, beta, GDN's g; FLUSH_FIRST: the unit, padding
+#define STAGE_BYTES (((OFF_META + META_BYTES) + 1023) / 1024 * 1024)
+// The unit a consumer's or coefficient warp's stage holds: its i-th unit u, or with FLUSH_FIRST
+// the one the producer put in the meta.
+__device__ __forceinline__ int stage_unit(const unsigned char* gstage, int u) {
+  return FLUSH_FIRST ? ((const int*)(gstage + OFF_META))[4] : u;
+}
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 __host__ __device__ constexpr int pow2_at_least(int n) {
   int p = 1;
@@ -1010,6 +1025,15 @@ __device__ __forceinline__ void count_cursor_read(int u, int units, int slot, in
   advance_after_last_arrival(count_arrival(arrivals, slot), VHEADS * PARTS, arrivals, cursor, slot, w, LREC);
 }
 
+// FLUSH_FIRST: the place in its block's order of the unit of lane ``lane`` (``slot``, cursor ``w``):
+// the flushing units (a slot, w = L-1) first, then the others, each in lane order, so that lanes
+// past the last unit (slot -1) stay last. Every lane of the warp calls it.
+__device__ __forceinline__ int flush_first_place(int slot, int w, int lane) {
+  const u32 flushing = __ballot_sync(0xffffffffu, slot >= 0 && w == LREC - 1);
+  const u32 below = (1u << lane) - 1u;
+  return (flushing >> lane & 1u) ? __popc(flushing & below) : __popc(flushing) + __popc(~flushing & below);
+}
+
 // One launch: element (batch row, value head) of unit u of a [batch, VHEADS] input (beta; GDN's g)
 // in fp32, 0 past the last unit.
 template <int CODE>
@@ -1065,9 +1089,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
       mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way
       const int slot = ((const int*)(gstage + OFF_META))[0];
-      const int bh = u / PARTS;
+      const int unit = stage_unit(gstage, u), bh = unit / PARTS;
       if (slot >= 0)
-        stage_coefficients(gstage, slot, bh % VHEADS, u - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
+        stage_coefficients(gstage, slot, bh % VHEADS, unit - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
                            sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
       if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));
     }
@@ -1092,6 +1116,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #endif
     float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
     float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(blockIdx.x + lane * gridDim.x, units, g, sg_batch, sg_head);
+#if FLUSH_FIRST
+    int place_l = flush_first_place(slot_l, w_l, lane);
+#endif
 #else
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
     // The first STAGES units' checkpoint rows need only the slot: requested before the wait for
@@ -1107,20 +1134,29 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if ONE_LAUNCH
         beta_l = unit_scalar<BETA_CODE>(u + lane * gridDim.x, units, beta, sb_batch, sb_head);
         if (!PER_CHANNEL) g_l = unit_scalar<G_CODE>(u + lane * gridDim.x, units, g, sg_batch, sg_head);
+#if FLUSH_FIRST
+        place_l = flush_first_place(slot_l, w_l, lane);
+#endif
 #endif
       }
-      const int slot = __shfl_sync(0xffffffffu, slot_l, k32);
-      const int w = __shfl_sync(0xffffffffu, w_l, k32);
+#if FLUSH_FIRST
+      const int src = __ffs(__ballot_sync(0xffffffffu, place_l == k32)) - 1;  // the lane whose unit goes k32-th
+#else
+      const int src = k32;
+#endif
+      const int unit = u + (src - k32) * (int)gridDim.x;
+      const int slot = __shfl_sync(0xffffffffu, slot_l, src);
+      const int w = __shfl_sync(0xffffffffu, w_l, src);
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
       const bool prefetched = (!ONE_LAUNCH || EARLY_TILES) && i < STAGES;  // its checkpoint rows requested
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
-      const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
+      const int bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
 #if ONE_LAUNCH
       // The exact cursor (advanced only once every unit of the row has read it): records 0..w-1
       // of d (the unit's rows), k̂ and g, and the step's q, k, v (KDA: g; GDN's g and beta: meta).
-      const float bt = __shfl_sync(0xffffffffu, beta_l, k32), gt = __shfl_sync(0xffffffffu, g_l, k32);
+      const float bt = __shfl_sync(0xffffffffu, beta_l, src), gt = __shfl_sync(0xffffffffu, g_l, src);
 #if !PER_CHANNEL
       // GDN's g records (4 bytes each, too small for a bulk copy): asynchronous copies the full
       // barrier tracks, registered (each lane's pending count +1) before lane 0's arrival.
@@ -1136,6 +1172,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         meta[1] = w;
         ((float*)meta)[2] = bt;
         ((float*)meta)[3] = gt;
+        if (FLUSH_FIRST) meta[4] = unit;
         const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
@@ -1241,7 +1278,6 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   const int row = r0 + (lane & 15), half = lane >> 4;
   int i = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
-    const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
@@ -1250,6 +1286,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // The unit's coefficients from its records and inputs, while its checkpoint may still be copied.
     mbar_wait(BAR_RECS(st), (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
+    const int unit = stage_unit(gstage, u), bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
     if (slot >= 0)
       stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
                          skr_slot, skr_head, skr_pos);
@@ -1260,6 +1297,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it
 #endif
     const int slot = ((const int*)(gstage + OFF_META))[0];
+    const int unit = stage_unit(gstage, u), bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
 #endif
     bool released = false;  // the stage given back to the producer
     if (slot >= 0) {
