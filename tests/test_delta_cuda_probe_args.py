@@ -27,6 +27,12 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma,et", "table,fmma,et"),
         ("table,ff", "table,ff"),
         ("table,fmma,ff", "table,fmma,ff"),
+        ("table,et,ar", "table,et,ar"),
+        ("table,fmma,ar", "table,fmma,ar"),
+        (
+            "64,2,4,one,et,ar",
+            DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, early_tiles=True, all_records=True),
+        ),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
@@ -75,6 +81,9 @@ def test_config_strings_name_their_launch(text, expected):
         "table,et,ff",
         "table,ff,fmma",
         "64,2,4,ff,ff",
+        "table,ff,ar",
+        "table,ar,et",
+        "table,fmma,et,ff",
         "64,2,4,xx",
         "64,2,4,cw4,cw2",
         "64,2,4,cr,cr",
@@ -95,11 +104,11 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
     assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
 
 
-@pytest.mark.parametrize("token, field", [("et", "early_tiles"), ("ff", "flush_first")])
+@pytest.mark.parametrize("token, field", [("et", "early_tiles"), ("ff", "flush_first"), ("ar", "all_records")])
 @pytest.mark.parametrize("batch", [1, 8, 16, 256])
 def test_table_one_launch_modifiers_apply_only_in_one_launch(batch, token, field):
-    """``table,et`` (early checkpoint tiles) and ``table,ff`` (flushing units first) change the
-    table where it runs the step kernel in one launch (GDN bf16 at 3-64, KDA always); elsewhere (the
+    """``table,et`` (early checkpoint tiles), ``table,ff`` (flushing units first) and ``table,ar``
+    (all records copied) change the table where it runs the step kernel in one launch (GDN bf16 at 3-64, KDA always); elsewhere (the
     small kernel, the two launches) they are the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
     got = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, 2, per_channel=False)

@@ -524,3 +524,34 @@ def test_flush_first_needs_one_launch_without_early_tiles_and_orders_each_block(
                                                       cfg.coef_warps, cfg.s0_mma, ff)  # fmt: skip
     ballots = {ff: ptx_entry(p, "delta_replay_step").count("vote.sync.ballot.b32") for ff, p in ptx.items()}
     assert ballots[True] >= ballots[False] + 3  # two blocks' orders (the first, the next 32) and each unit's lane
+
+
+@pytest.mark.parametrize("state_bytes", [1, 2, 4])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_all_records_need_one_launch_without_flush_first_and_arrive_after_the_copies(state_bytes, per_channel):
+    """``all_records``: the step kernel in one launch only and not with ``flush_first`` (which orders
+    the units by the cursors it does not wait for), its define and label; with it the producer
+    expects the records' bytes without arriving, issues the copies, then arrives once the cursor is
+    in the meta."""
+    table = gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel=per_channel)
+    cfg = dataclasses.replace(table, one_launch=True, all_records=True)
+    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
+
+    def defines(cfg):
+        return dict(gc.delta_step_defines(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, torch.float32,
+                                          torch.float32, per_channel))  # fmt: skip
+
+    if not per_channel:
+        gdn_two = dataclasses.replace(cfg, one_launch=False, coef_warps=0, defer_count=False)
+        with pytest.raises(ValueError, match="all_records needs the step kernel in one launch; got small=False"):
+            defines(gdn_two)
+    with pytest.raises(ValueError, match="flush_first orders the units by the cursors all_records does not wait for"):
+        defines(dataclasses.replace(cfg, flush_first=True))
+    assert defines(cfg)["ALL_RECORDS"] == 1 and defines(dataclasses.replace(cfg, all_records=False))["ALL_RECORDS"] == 0
+    assert cfg.label().endswith(",ar")
+    ptx = {ar: ptx_entry(gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, all_records=ar),
+                                              state_bytes, per_channel=per_channel), "delta_replay_step")
+           for ar in (False, True)}  # fmt: skip
+    expects = {ar: p.count("mbarrier.expect_tx") for ar, p in ptx.items()}  # the records', without an arrival
+    arrive_expects = {ar: p.count("mbarrier.arrive.expect_tx") for ar, p in ptx.items()}  # full's, (not ar) recs'
+    assert (expects, arrive_expects) == ({False: 0, True: 1}, {False: 2, True: 1})

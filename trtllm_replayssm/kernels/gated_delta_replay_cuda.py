@@ -161,7 +161,9 @@ class DeltaCudaConfig:
     checkpoint rows requested as soon as their slots are read, not after their cursors (the two
     launches always do so). ``flush_first`` (the step kernel in one launch, not with
     ``early_tiles``): each block of 32 units taken with its flushing units first, so that a flush's
-    fold overlaps the other units' coefficients."""
+    fold overlaps the other units' coefficients. ``all_records`` (the step kernel in one launch, not
+    with ``flush_first``): a unit's records 0..L-2 copied whatever its cursor, so that the copies
+    need not wait for the cursor read, for more record bytes (small batches)."""
 
     rows: int
     stages: int
@@ -177,6 +179,7 @@ class DeltaCudaConfig:
     defer_count: bool = False
     early_tiles: bool = False
     flush_first: bool = False
+    all_records: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -189,8 +192,9 @@ class DeltaCudaConfig:
         dc = ",dc" if self.defer_count else ""
         et = ",et" if self.early_tiles else ""
         ff = ",ff" if self.flush_first else ""
+        ar = ",ar" if self.all_records else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{et}{ff}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{et}{ff}{ar}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -201,7 +205,7 @@ def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
 
 def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
-    may take ``coef_warps``, ``defer_count``, ``early_tiles`` and ``flush_first``."""
+    may take ``coef_warps``, ``defer_count``, ``early_tiles``, ``flush_first`` and ``all_records``."""
     return not cfg.small and runs_one_launch(cfg, per_channel)
 
 
@@ -503,7 +507,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
-                       ("early_tiles", cfg.early_tiles), ("flush_first", cfg.flush_first))
+                       ("early_tiles", cfg.early_tiles), ("flush_first", cfg.flush_first),
+                       ("all_records", cfg.all_records))
     for name, asked in one_launch_only:
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
@@ -511,6 +516,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.flush_first and cfg.early_tiles:
         raise ValueError("delta_replay_step (CUDA): flush_first reorders the units whose tiles early_tiles requests "
                          "in their own order; got both")
+    if cfg.flush_first and cfg.all_records:
+        raise ValueError("delta_replay_step (CUDA): flush_first orders the units by the cursors all_records does not "
+                         "wait for; got both")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -531,7 +539,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), EARLY_TILES=int(cfg.early_tiles), FLUSH_FIRST=int(cfg.flush_first), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), EARLY_TILES=int(cfg.early_tiles), FLUSH_FIRST=int(cfg.flush_first),
+             ALL_RECORDS=int(cfg.all_records), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -147,6 +147,16 @@
 #if FLUSH_FIRST && EARLY_TILES
 #error "FLUSH_FIRST takes the units out of the order EARLY_TILES requests their tiles in"
 #endif
+// ALL_RECORDS (one launch): a unit's records 0..L-2 copied whatever its cursor, as soon as its slot
+// is in, and its cursor put in the meta after the copies are issued: the copies no longer wait
+// for the cursor read (at small batches a dependent global read on the path to the output),
+// for up to L-1-w records' bytes more. Records at and past the cursor are never read.
+#ifndef ALL_RECORDS
+#define ALL_RECORDS 0
+#endif
+#if ALL_RECORDS && FLUSH_FIRST
+#error "FLUSH_FIRST orders the units by their cursors, which ALL_RECORDS does not wait for"
+#endif
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -1034,6 +1044,16 @@ __device__ __forceinline__ int flush_first_place(int slot, int w, int lane) {
   return (flushing >> lane & 1u) ? __popc(flushing & below) : __popc(flushing) + __popc(~flushing & below);
 }
 
+// One launch: a stage's meta, read by the coefficient warps and consumers once its recs barrier
+// completes: the unit's slot, cursor, beta and GDN's g (KDA: 0), with FLUSH_FIRST the unit.
+__device__ __forceinline__ void put_meta(int* meta, int slot, int w, float beta, float g, int unit) {
+  meta[0] = slot;
+  meta[1] = w;
+  ((float*)meta)[2] = beta;
+  ((float*)meta)[3] = g;
+  if (FLUSH_FIRST) meta[4] = unit;
+}
+
 // One launch: element (batch row, value head) of unit u of a [batch, VHEADS] input (beta; GDN's g)
 // in fp32, 0 past the last unit.
 template <int CODE>
@@ -1146,7 +1166,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #endif
       const int unit = u + (src - k32) * (int)gridDim.x;
       const int slot = __shfl_sync(0xffffffffu, slot_l, src);
+#if !(ONE_LAUNCH && ALL_RECORDS)
       const int w = __shfl_sync(0xffffffffu, w_l, src);
+#endif
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
@@ -1155,31 +1177,38 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const int bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
 #if ONE_LAUNCH
       // The exact cursor (advanced only once every unit of the row has read it): records 0..w-1
-      // of d (the unit's rows), k̂ and g, and the step's q, k, v (KDA: g; GDN's g and beta: meta).
+      // of d (the unit's rows), k̂ and g (ALL_RECORDS: 0..L-2), and the step's q, k, v (KDA: g;
+      // GDN's g and beta: meta).
+#if ALL_RECORDS
+      const int nrec = LREC - 1;
+#else
+      const int nrec = w;
+#endif
       const float bt = __shfl_sync(0xffffffffu, beta_l, src), gt = __shfl_sync(0xffffffffu, g_l, src);
 #if !PER_CHANNEL
       // GDN's g records (4 bytes each, too small for a bulk copy): asynchronous copies the full
       // barrier tracks, registered (each lane's pending count +1) before lane 0's arrival.
       if (slot >= 0) {
-        if (lane < w) cp_async4(stage + OFF_G + lane * 4, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos);
+        if (lane < nrec) cp_async4(stage + OFF_G + lane * 4, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos);
         cp_async_mbar_arrive(BAR_RECS(st));
       }
       __syncwarp();
 #endif
+      int* const meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
       if (lane == 0) {
-        int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
-        meta[0] = slot;
-        meta[1] = w;
-        ((float*)meta)[2] = bt;
-        ((float*)meta)[3] = gt;
-        if (FLUSH_FIRST) meta[4] = unit;
-        const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
+        const u32 rec_bytes = nrec * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
+#if !ALL_RECORDS
+        put_meta(meta, slot, w, bt, gt, unit);
+#endif
         if (slot < 0) {
           mbar_arrive(full);
-          mbar_arrive(BAR_RECS(st));
+          if (!ALL_RECORDS) mbar_arrive(BAR_RECS(st));
         } else {
           mbar_arrive_expect_tx(full, (prefetched ? 0 : CKPT_BYTES) + SCALE_BYTES);
-          mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
+          if (ALL_RECORDS)
+            mbar_expect_tx(BAR_RECS(st), rec_bytes);  // the producer arrives once the cursor is in the meta
+          else
+            mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
         }
       }
       __syncwarp();
@@ -1187,15 +1216,15 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // The records and inputs first (the coefficients are formed from them), then the checkpoint.
         const u32 recs = BAR_RECS(st);
 #if COALESCE_RECS
-        if (w > 0 && lane == 4) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, w * (DK * 2), recs);
+        if (nrec > 0 && lane == 4) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, nrec * (DK * 2), recs);
 #if PER_CHANNEL
-        if (w > 0 && lane == 6) bulk_load(stage + OFF_G, g_records + slot * sgr_slot + h * sgr_head, w * (DK * 2), recs);
+        if (nrec > 0 && lane == 6) bulk_load(stage + OFF_G, g_records + slot * sgr_slot + h * sgr_head, nrec * (DK * 2), recs);
 #endif
 #endif
 #if COALESCE_D
-        if (w > 0 && lane == 5) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, w * (ROWS * 2), recs);
+        if (nrec > 0 && lane == 5) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, nrec * (ROWS * 2), recs);
 #endif
-        if (lane < w) {
+        if (lane < nrec) {
 #if !COALESCE_D
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, recs);
@@ -1218,6 +1247,14 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (CKPT_FP8 && lane == 31)
           bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
+#if ALL_RECORDS
+      // The cursor now (the copies did not wait for it), then the producer's arrival on recs.
+      const int w = __shfl_sync(0xffffffffu, w_l, src);
+      if (lane == 0) {
+        put_meta(meta, slot, w, bt, gt, unit);
+        mbar_arrive(BAR_RECS(st));
+      }
+#endif
 #if DEFER_COUNT
       const int u0 = u - k32 * gridDim.x;  // the block's first unit
       if (k32 == min(STAGES - 1, (units - 1 - u0) / (int)gridDim.x))
