@@ -162,8 +162,8 @@ class DeltaCudaConfig:
     launches always do so). ``flush_first`` (the step kernel in one launch, not with
     ``early_tiles``): each block of 32 units taken with its flushing units first, so that a flush's
     fold overlaps the other units' coefficients. ``all_records`` (the step kernel in one launch, not
-    with ``flush_first``): a unit's records 0..L-2 copied whatever its cursor, so that the copies
-    need not wait for the cursor read, for more record bytes (small batches)."""
+    with ``flush_first``): the CTA's first ``stages`` units' records 0..L-2 copied whatever their
+    cursors, so that those copies need not wait for the cursor reads, for more record bytes."""
 
     rows: int
     stages: int

@@ -147,10 +147,11 @@
 #if FLUSH_FIRST && EARLY_TILES
 #error "FLUSH_FIRST takes the units out of the order EARLY_TILES requests their tiles in"
 #endif
-// ALL_RECORDS (one launch): a unit's records 0..L-2 copied whatever its cursor, as soon as its slot
-// is in, and its cursor put in the meta after the copies are issued: the copies no longer wait
-// for the cursor read (at small batches a dependent global read on the path to the output),
-// for up to L-1-w records' bytes more. Records at and past the cursor are never read.
+// ALL_RECORDS (one launch): the CTA's first STAGES units' records 0..L-2 copied whatever their
+// cursors, as soon as their slots are in, and each cursor put in the meta after the copies are
+// issued: those copies no longer wait for the cursor read (at small batches a dependent global
+// read on the path to the output), for up to L-1-w records' bytes more. Later units' cursors were
+// read with their block's, long before. Records at and past the cursor are never read.
 #ifndef ALL_RECORDS
 #define ALL_RECORDS 0
 #endif
@@ -1177,10 +1178,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const int bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
 #if ONE_LAUNCH
       // The exact cursor (advanced only once every unit of the row has read it): records 0..w-1
-      // of d (the unit's rows), k̂ and g (ALL_RECORDS: 0..L-2), and the step's q, k, v (KDA: g;
-      // GDN's g and beta: meta).
+      // of d (the unit's rows), k̂ and g (ALL_RECORDS, the first STAGES units: 0..L-2), and the
+      // step's q, k, v (KDA: g; GDN's g and beta: meta).
 #if ALL_RECORDS
-      const int nrec = LREC - 1;
+      const int nrec = i < STAGES ? LREC - 1 : __shfl_sync(0xffffffffu, w_l, src);
 #else
       const int nrec = w;
 #endif
@@ -1194,12 +1195,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       }
       __syncwarp();
 #endif
-      int* const meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
       if (lane == 0) {
-        const u32 rec_bytes = nrec * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
 #if !ALL_RECORDS
-        put_meta(meta, slot, w, bt, gt, unit);
+        put_meta((int*)(gbase + st * STAGE_BYTES + OFF_META), slot, w, bt, gt, unit);
 #endif
+        const u32 rec_bytes = nrec * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
           if (!ALL_RECORDS) mbar_arrive(BAR_RECS(st));
@@ -1248,10 +1248,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
 #if ALL_RECORDS
-      // The cursor now (the copies did not wait for it), then the producer's arrival on recs.
+      // The cursor now (the first units' copies did not wait for it), then the producer's arrival.
       const int w = __shfl_sync(0xffffffffu, w_l, src);
       if (lane == 0) {
-        put_meta(meta, slot, w, bt, gt, unit);
+        put_meta((int*)(gbase + st * STAGE_BYTES + OFF_META), slot, w, bt, gt, unit);
         mbar_arrive(BAR_RECS(st));
       }
 #endif
