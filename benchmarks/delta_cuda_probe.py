@@ -17,15 +17,12 @@ keeps one, so its speedup column is against the fp32 conventional step (a second
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
-fold on tensor cores; ``table,et``: with early checkpoint tiles, ``table,ff``: with flushing units
-first, ``table,ar``: with all records copied, ``table,et,ar``: both, each where the table runs one
-launch) or ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,et][,ff][,ar]``
+fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch)
+or ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]``
 (``DeltaCudaConfig``; ``one``: GDN in one launch; ``cwN``: N coefficient warps, one launch only;
 ``mma``: S0 products on tensor cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's
 records in one bulk copy each; ``dc``: the cursor reads counted after the first stages' units;
-``et``: the first stages' checkpoint rows requested before the cursors are in, one launch only;
-``ff``: each block of 32 units taken with its flushing units first, one launch only, not with
-``et`` or ``ar``; ``ar``: records 0..L-2 copied whatever the cursor, one launch only), or
+``ff``: each block of 32 units taken with its flushing units first, one launch only), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
 
@@ -69,35 +66,27 @@ GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
 def parse_config(text: str):
-    """``table[,fmma][,et][,ff|,ar]`` (not ``et,ff``) -> that string (the launch table's configuration
-    of each case, with ``fmma`` its flush fold on tensor cores, ``et`` its early checkpoint tiles,
-    ``ff`` its flushing units first, ``ar`` all its records copied);
-    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,et][,ff][,ar]`` or ``small,ROWS,mN`` ->
+    """``table[,fmma][,ff]`` -> that string (the launch table's configuration of each case, with
+    ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]`` or ``small,ROWS,mN`` ->
     DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0 products
     on tensor cores; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's records in one
-    bulk copy each; ``dc``: the cursor reads counted after the first stages' units; ``et``: the
-    first stages' checkpoint rows requested before the cursors are in; ``ff``: flushing units
-    first; ``ar``: records 0..L-2 copied whatever the cursor)."""
+    bulk copy each; ``dc``: the cursor reads counted after the first stages' units; ``ff``:
+    flushing units first)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
-        one_launch_mods = parts[2:] if parts[1:2] == ["fmma"] else parts[1:]
-        if one_launch_mods not in ([], ["et"], ["ff"], ["ar"], ["et", "ar"]):
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,et][,ff|,ar]")
+        if parts[1:] not in ([], ["fmma"], ["ff"], ["fmma", "ff"]):
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff]")
         return text
-    one, mma, fmma, cr, dc, et, ff, ar = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "et", "ff", "ar"))
+    one, mma, fmma, cr, dc, ff = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff"))
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
-    if (
-        len(parts) != 3 + one + mma + fmma + cr + dc + et + ff + ar + len(cw)
-        or len(cw) > 1
-        or not all(p.isdigit() for p in parts[:3])
-    ):
+    if len(parts) != 3 + one + mma + fmma + cr + dc + ff + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,et][,ff|,ar], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,et][,ff][,ar] "
+            f"config {text!r}: expected table[,fmma][,ff], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff] "
             "or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
@@ -112,30 +101,22 @@ def parse_config(text: str):
         flush_mma=fmma,
         coalesce_recs=cr,
         defer_count=dc,
-        early_tiles=et,
         flush_first=ff,
-        all_records=ar,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,et][,ff|,ar]``: the launch table's for this batch, L and checkpoint, with the
-    flush's fold on tensor cores where asked, whatever the table says, and early checkpoint tiles,
-    flushing units first or all records copied where asked and the table runs the step kernel in
-    one launch); KDA always in one launch, labelled so)."""
+    (``table[,fmma][,ff]``: the launch table's for this batch, L and checkpoint, with the flush's
+    fold on tensor cores where asked, whatever the table says, and the flushing units first where
+    asked and the table runs the step kernel in one launch); KDA always in one launch, labelled
+    so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
         mods = c.split(",")[1:]
-        one = gc.step_kernel_in_one_launch(table, per_channel)
-        c = dataclasses.replace(
-            table,
-            flush_mma=table.flush_mma or "fmma" in mods,
-            early_tiles=table.early_tiles or ("et" in mods and one),
-            flush_first=table.flush_first or ("ff" in mods and one),
-            all_records=table.all_records or ("ar" in mods and one),
-        )
+        ff = "ff" in mods and gc.step_kernel_in_one_launch(table, per_channel)
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or "fmma" in mods, flush_first=table.flush_first or ff)
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

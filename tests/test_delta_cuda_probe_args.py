@@ -23,16 +23,8 @@ QWEN_122B = (16, 64, 128, 128)
     [
         ("table", "table"),
         ("table,fmma", "table,fmma"),
-        ("table,et", "table,et"),
-        ("table,fmma,et", "table,fmma,et"),
         ("table,ff", "table,ff"),
         ("table,fmma,ff", "table,fmma,ff"),
-        ("table,et,ar", "table,et,ar"),
-        ("table,fmma,ar", "table,fmma,ar"),
-        (
-            "64,2,4,one,et,ar",
-            DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, early_tiles=True, all_records=True),
-        ),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
@@ -46,7 +38,7 @@ QWEN_122B = (16, 64, 128, 128)
             DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, defer_count=True),
         ),
         (
-            "128,4,1,one,cw4,cr,dc,et",
+            "128,4,1,one,cw4,cr,dc,ff",
             DeltaCudaConfig(
                 rows=128,
                 stages=4,
@@ -55,7 +47,7 @@ QWEN_122B = (16, 64, 128, 128)
                 coef_warps=4,
                 coalesce_recs=True,
                 defer_count=True,
-                early_tiles=True,
+                flush_first=True,
             ),
         ),
         (
@@ -76,14 +68,11 @@ def test_config_strings_name_their_launch(text, expected):
         "table,cr",
         "table,dc",
         "table,fmma,fmma",
-        "table,et,fmma",
-        "64,2,4,et,et",
-        "table,et,ff",
+        "table,et",
+        "table,ff,fmma",
         "table,ff,fmma",
         "64,2,4,ff,ff",
-        "table,ff,ar",
-        "table,ar,et",
-        "table,fmma,et,ff",
+        "64,2,4,ar",
         "64,2,4,xx",
         "64,2,4,cw4,cw2",
         "64,2,4,cr,cr",
@@ -104,19 +93,18 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
     assert delta_cuda_probe.case_config("table", QWEN_122B, 16, 256, state_bytes, per_channel=False) == table
 
 
-@pytest.mark.parametrize("token, field", [("et", "early_tiles"), ("ff", "flush_first"), ("ar", "all_records")])
 @pytest.mark.parametrize("batch", [1, 8, 16, 256])
-def test_table_one_launch_modifiers_apply_only_in_one_launch(batch, token, field):
-    """``table,et`` (early checkpoint tiles), ``table,ff`` (flushing units first) and ``table,ar``
-    (all records copied) change the table where it runs the step kernel in one launch (GDN bf16 at 3-64, KDA always); elsewhere (the
-    small kernel, the two launches) they are the table."""
+def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
+    """``table,ff`` takes each block's flushing units first where the table runs the step kernel in
+    one launch (GDN bf16 at 3-64, KDA always); elsewhere (the small kernel, the two launches) it is
+    the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
-    got = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, 2, per_channel=False)
+    got = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
-    assert got == (dataclasses.replace(table, **{field: True}) if one else table)
+    assert got == (dataclasses.replace(table, flush_first=True) if one else table)
     assert one == (batch in (8, 16))
-    kda = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, 2, per_channel=True)
-    assert getattr(kda, field) and kda.one_launch
+    kda = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=True)
+    assert kda.flush_first and kda.one_launch
 
 
 def test_baseline_configs_need_a_baseline(capsys):

@@ -43,15 +43,13 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # stages; both with the S0 products on tensor cores (bf16 checkpoints); the small kernel with 16
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
 # bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
-# ``-dc``: the cursor reads' count deferred (one launch); ``-et``: the first stages' checkpoint rows
-# requested before the cursors are in (one launch); ``-ff``: each block's flushing units first (one
-# launch); ``-ar``: records 0..L-2 copied whatever the cursor (one launch).
+# ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
+# (one launch).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
-FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-et", "cw-cr-dc-et"]
-FORMS += ["one-ff", "cw-cr-dc-ff", "one-ar", "cw-cr-dc-et-ar"]
+FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
+FORMS += ["cw-cr-dc-ff"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
-KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-et", "table-cr-dc-et", "cw-et", "table-ff", "table-cr-dc-ff"]
-KDA_FORMS += ["cw-ff", "table-ar", "table-cr-dc-et-ar", "cw-ar"]
+KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 
 
 KDA_SHAPES = [
@@ -67,22 +65,17 @@ def config(g, L, state, form, per_channel=False):
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_ctas_that_fit, delta_cuda_config
 
     # the table's at batch 256, the flush's fold on FMAs and the records copied one at a time unless
-    # the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc)
+    # the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at batch 12-63 with
+    # a 16- or 32-bit checkpoint one launch takes -ff too)
     cfg = dataclasses.replace(
         delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel),
         flush_mma=False,
         coalesce_recs=False,
         defer_count=False,
-        early_tiles=False,
         flush_first=False,
-        all_records=False,
     )
-    if form.endswith("-ar"):  # records 0..L-2 copied whatever the cursor
-        return dataclasses.replace(config(g, L, state, form[: -len("-ar")], per_channel), all_records=True)
     if form.endswith("-ff"):  # each block of 32 units taken with its flushing units first
         return dataclasses.replace(config(g, L, state, form[: -len("-ff")], per_channel), flush_first=True)
-    if form.endswith("-et"):  # the first stages' checkpoint rows requested before the cursors are in
-        return dataclasses.replace(config(g, L, state, form[: -len("-et")], per_channel), early_tiles=True)
     if form.endswith("-dc"):  # the cursor reads counted after the first stages' units
         return dataclasses.replace(config(g, L, state, form[: -len("-dc")], per_channel), defer_count=True)
     if form.endswith("-cr"):  # a unit's records in one bulk copy each
@@ -194,23 +187,22 @@ FP8_SHAPES = [
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
 @pytest.mark.parametrize("batch", [2, 4, 8, 16, 256])
 @pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
-@pytest.mark.parametrize("one_launch_form", [None, "early_tiles", "flush_first", "all_records"], ids=["", "et", "ff", "ar"])
-def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma, one_launch_form):
+@pytest.mark.parametrize("flush_first", [False, True], ids=["", "ff"])
+def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma, flush_first):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
     small kernel at 2, one launch at 4 and 8, the two launches at 16 and 256 with their rings;
     KDA: its one launch), the flush folded in exact fp32 (``fma``) or, in the step kernel, on
     tensor cores (``fmma``; KDA's is not routed, session 45 prepared its timing), in one launch
-    also with early checkpoint tiles (``et``: the first stages' full barriers then expect the row
-    scales alone), flushing units first (``ff``) or all records copied (``ar``): codes and row scales against the float64 oracle over many flushes, padding rows
-    and unused slots untouched (drive_replay)."""
+    also with flushing units first (``ff``, not routed for fp8): codes and row scales against the
+    float64 oracle over many flushes, padding rows and unused slots untouched (drive_replay)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, step_kernel_in_one_launch
 
     cfg = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)
     if flush_mma and cfg.small:
         pytest.skip("the fp8 flush on tensor cores: the step kernel's")
-    if one_launch_form and not step_kernel_in_one_launch(cfg, per_channel):
-        pytest.skip(f"{one_launch_form}: the step kernel in one launch")
-    cfg = dataclasses.replace(cfg, flush_mma=flush_mma, **({one_launch_form: True} if one_launch_form else {}))
+    if flush_first and not step_kernel_in_one_launch(cfg, per_channel):
+        pytest.skip("flushing units first: the step kernel in one launch")
+    cfg = dataclasses.replace(cfg, flush_mma=flush_mma, flush_first=flush_first)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
         partial(replay_cuda, config=cfg),

@@ -95,7 +95,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
     assert ".local" not in ptx  # no arrays indexed at run time
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
     assert compiled == gc.delta_step_shared_bytes(
-        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps, s0_mma
+        dk, cfg.rows, L, cfg.stages, state_bytes, per_channel, one_launch, cfg.coef_warps, s0_mma, cfg.flush_first
     )
     assert ("mma.sync.aligned.m16n8k16" in ptx) == (s0_mma or flush_mma)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
@@ -170,8 +170,8 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
         assert cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas) and cfg.min_ctas >= 1
         assert gc.delta_ctas_that_fit(cfg, dk, L, 1, True) >= cfg.min_ctas
-    elif bf16_route:
-        assert cfg == dataclasses.replace(bf16, flush_mma=fmma)
+    elif bf16_route:  # the bf16 table's, without its flushing units first
+        assert cfg == dataclasses.replace(bf16, flush_mma=fmma, flush_first=False)
     else:  # GDN's two launches: the standard units, not the wide ones
         ring = gc.fp8_mma_rings(batch)[0]
         assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), *ring) and not cfg.one_launch
@@ -418,19 +418,22 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
     assert got is not None and got.startswith("k_records strides"), got
 
 
-def test_the_table_coalesces_records_and_defers_the_count_in_one_launch():
+def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk, and defers the count exactly
-    where it runs one launch; the small kernel (GDN at batch 1) takes neither."""
+    where it runs one launch; there, with a 16- or 32-bit checkpoint at batch 12-63, it takes each
+    block's flushing units first. The small kernel (GDN at batch 1) takes none of them."""
     seen = set()
     for per_channel in (False, True):
         for state_bytes in (4, 2, 1):
-            for batch in (1, 2, 4, 8, 16, 32, 64, 256, 512):
+            for batch in (1, 2, 4, 8, 11, 12, 16, 32, 63, 64, 256, 512):
                 cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
-                one = gc.runs_one_launch(cfg, per_channel)
+                one = gc.step_kernel_in_one_launch(cfg, per_channel)
                 assert cfg.coalesce_recs == (not cfg.small), cfg
-                assert cfg.defer_count == (one and not cfg.small), cfg
-                seen.add((cfg.small, one))
-    assert seen == {(True, False), (False, False), (False, True)}  # every form met
+                assert cfg.defer_count == one, cfg
+                assert cfg.flush_first == (one and state_bytes != 1 and 12 <= batch < 64), cfg
+                seen.add((cfg.small, one, cfg.flush_first))
+    # every form met: the small kernel, two launches, one launch with and without flushing units first
+    assert seen == {(True, False, False), (False, False, False), (False, True, False), (False, True, True)}
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -470,34 +473,11 @@ def test_deferred_count_needs_one_launch():
 
 
 @pytest.mark.parametrize("state_bytes", [1, 2, 4])
-def test_early_tiles_need_one_launch_and_add_the_first_units_requests(state_bytes):
-    """``early_tiles``: the step kernel in one launch only (the two launches always request the
-    first units' rows early), its define and label; with it the one launch compiles the prefetch
-    loop's tile request beside the unit loop's."""
-    cfg = dataclasses.replace(gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel=True), early_tiles=True)
-
-    def defines(cfg, per_channel=True):
-        return dict(gc.delta_step_defines(32, 32, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32,
-                                          per_channel))  # fmt: skip
-
-    gdn_two = dataclasses.replace(cfg, one_launch=False, coef_warps=0, defer_count=False)
-    with pytest.raises(ValueError, match="early_tiles needs the step kernel in one launch; got small=False, one_launch=False"):
-        defines(gdn_two, per_channel=False)
-    assert defines(cfg)["EARLY_TILES"] == 1 and defines(dataclasses.replace(cfg, early_tiles=False))["EARLY_TILES"] == 0
-    assert cfg.label().endswith(",et")
-    ptx = {et: ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, 16, dataclasses.replace(cfg, early_tiles=et), state_bytes,
-                                              per_channel=True), "delta_replay_step") for et in (False, True)}  # fmt: skip
-    tile_loads = {et: p.count("cp.async.bulk.tensor.4d.shared") for et, p in ptx.items()}  # global -> shared
-    expects = {et: p.count("mbarrier.expect_tx") for et, p in ptx.items()}  # the prefetch's, without an arrival
-    assert (tile_loads, expects) == ({False: 1, True: 2}, {False: 0, True: 1})
-
-
-@pytest.mark.parametrize("state_bytes", [1, 2, 4])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_flush_first_needs_one_launch_without_early_tiles_and_orders_each_block(state_bytes, per_channel):
-    """``flush_first``: the step kernel in one launch only and not with ``early_tiles`` (whose first
-    tiles follow the units' own order), its define and label, the 32-byte meta in the shared memory
-    the launcher sizes; with it the producer ballots each block's flushing units and each unit's place."""
+def test_flush_first_needs_one_launch_and_orders_each_block(state_bytes, per_channel):
+    """``flush_first``: the step kernel in one launch only, its define and label, the 32-byte meta
+    in the shared memory the launcher sizes; with it the producer ballots each block's flushing
+    units and each unit's place."""
     table = gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel=per_channel)
     cfg = dataclasses.replace(table, one_launch=True, flush_first=True)
     k_heads, v_heads = (32, 32) if per_channel else (16, 64)
@@ -512,8 +492,6 @@ def test_flush_first_needs_one_launch_without_early_tiles_and_orders_each_block(
             ValueError, match="flush_first needs the step kernel in one launch; got small=False, one_launch=False"
         ):
             defines(gdn_two)
-    with pytest.raises(ValueError, match="flush_first reorders the units whose tiles early_tiles requests"):
-        defines(dataclasses.replace(cfg, early_tiles=True))
     assert defines(cfg)["FLUSH_FIRST"] == 1 and defines(dataclasses.replace(cfg, flush_first=False))["FLUSH_FIRST"] == 0
     assert cfg.label().endswith(",ff")
     ptx = {ff: gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, flush_first=ff), state_bytes,
@@ -524,34 +502,3 @@ def test_flush_first_needs_one_launch_without_early_tiles_and_orders_each_block(
                                                       cfg.coef_warps, cfg.s0_mma, ff)  # fmt: skip
     ballots = {ff: ptx_entry(p, "delta_replay_step").count("vote.sync.ballot.b32") for ff, p in ptx.items()}
     assert ballots[True] >= ballots[False] + 3  # two blocks' orders (the first, the next 32) and each unit's lane
-
-
-@pytest.mark.parametrize("state_bytes", [1, 2, 4])
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_all_records_need_one_launch_without_flush_first_and_arrive_after_the_copies(state_bytes, per_channel):
-    """``all_records``: the step kernel in one launch only and not with ``flush_first`` (which orders
-    the units by the cursors it does not wait for), its define and label; with it the producer
-    expects the records' bytes without arriving, issues the copies, then arrives once the cursor is
-    in the meta."""
-    table = gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel=per_channel)
-    cfg = dataclasses.replace(table, one_launch=True, all_records=True)
-    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
-
-    def defines(cfg):
-        return dict(gc.delta_step_defines(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, torch.float32,
-                                          torch.float32, per_channel))  # fmt: skip
-
-    if not per_channel:
-        gdn_two = dataclasses.replace(cfg, one_launch=False, coef_warps=0, defer_count=False)
-        with pytest.raises(ValueError, match="all_records needs the step kernel in one launch; got small=False"):
-            defines(gdn_two)
-    with pytest.raises(ValueError, match="flush_first orders the units by the cursors all_records does not wait for"):
-        defines(dataclasses.replace(cfg, flush_first=True))
-    assert defines(cfg)["ALL_RECORDS"] == 1 and defines(dataclasses.replace(cfg, all_records=False))["ALL_RECORDS"] == 0
-    assert cfg.label().endswith(",ar")
-    ptx = {ar: ptx_entry(gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, all_records=ar),
-                                              state_bytes, per_channel=per_channel), "delta_replay_step")
-           for ar in (False, True)}  # fmt: skip
-    expects = {ar: p.count("mbarrier.expect_tx") for ar, p in ptx.items()}  # the records', without an arrival
-    arrive_expects = {ar: p.count("mbarrier.arrive.expect_tx") for ar, p in ptx.items()}  # full's, (not ar) recs'
-    assert (expects, arrive_expects) == ({False: 0, True: 1}, {False: 2, True: 1})

@@ -131,6 +131,15 @@ FP8_DEEP_RING_MIN_BATCH = 32
 # not yet let in.
 KDA_FP8_STAGES = 3
 KDA_FP8_RING_MIN_BATCH = 64
+# The step kernel in one launch with a 16- or 32-bit checkpoint takes each block's flushing units
+# first (``flush_first``) at FLUSH_FIRST_BATCHES (H100, session 52, us, table without / with it,
+# Kimi Linear KDA bf16 L = 16: batch 1 4.07 / 4.26, 2 4.42 / 4.60, 8 8.13 / 8.07, 12 10.55 /
+# 10.12, 16 12.96 / 12.15, 24 17.41 / 16.65, 32 22.28 / 21.40, 48 32.26 / 31.38, 64 40.42 / 40.31,
+# 256 135.18 / 135.89; L = 8 16 12.53 / 12.06, 64 38.77 / 39.68; L = 32 16 14.75 / 14.48; KDA
+# fp32 16 20.07 / 19.65, 64 64.78 / 65.09; Qwen3.5-122B GDN bf16 12 15.81 / 15.39, 16 20.17 /
+# 19.61, 32 36.38 / 35.85, 64 65.65 / 66.74. An fp8 checkpoint gains nothing: KDA 12-48 0.3-1.2%
+# slower, GDN 12 1.9% slower).
+FLUSH_FIRST_BATCHES = range(12, 64)
 
 
 @dataclass(frozen=True)
@@ -155,15 +164,10 @@ class DeltaCudaConfig:
     FMAs. ``coalesce_recs`` (the step kernel): a unit's k̂ records, its d records where ``rows``
     is head_v_dim and KDA's g records, copied as one bulk copy each instead of one a record (the
     records must be contiguous over positions: :func:`records_unsupported`). ``defer_count`` (the
-    step kernel in one launch): each block of 32
-    units' cursor reads counted once the CTA's first ``stages`` units of it are issued, not after
-    the first. ``early_tiles`` (the step kernel in one launch): the first ``stages`` units'
-    checkpoint rows requested as soon as their slots are read, not after their cursors (the two
-    launches always do so). ``flush_first`` (the step kernel in one launch, not with
-    ``early_tiles``): each block of 32 units taken with its flushing units first, so that a flush's
-    fold overlaps the other units' coefficients. ``all_records`` (the step kernel in one launch, not
-    with ``flush_first``): the CTA's first ``stages`` units' records 0..L-2 copied whatever their
-    cursors, so that those copies need not wait for the cursor reads, for more record bytes."""
+    step kernel in one launch): each block of 32 units' cursor reads counted once the CTA's first
+    ``stages`` units of it are issued, not after the first. ``flush_first`` (the step kernel in one
+    launch): each block of 32 units taken with its flushing units first, so that a flush's fold
+    overlaps the other units' coefficients instead of following them."""
 
     rows: int
     stages: int
@@ -177,9 +181,7 @@ class DeltaCudaConfig:
     flush_mma: bool = False
     coalesce_recs: bool = False
     defer_count: bool = False
-    early_tiles: bool = False
     flush_first: bool = False
-    all_records: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -190,11 +192,9 @@ class DeltaCudaConfig:
         fmma = ",fmma" if self.flush_mma else ""
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
-        et = ",et" if self.early_tiles else ""
         ff = ",ff" if self.flush_first else ""
-        ar = ",ar" if self.all_records else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{et}{ff}{ar}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -205,7 +205,7 @@ def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
 
 def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
-    may take ``coef_warps``, ``defer_count``, ``early_tiles``, ``flush_first`` and ``all_records``."""
+    may take ``coef_warps``, ``defer_count`` and ``flush_first``."""
     return not cfg.small and runs_one_launch(cfg, per_channel)
 
 
@@ -282,15 +282,19 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
                       per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
     """The launch table: :func:`_table_shape`'s units, ring and launch form, and every step-kernel
     build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
-    the cursor reads' count deferred (``defer_count``) (H100, session 51, L = 16, us, table without /
-    with both: KDA bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 /
-    11.03, 256 107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 /
-    32.72, 256 432.48 / 432.30; no cell slower beyond its rounds' spread but KDA fp8 512, 191.30 with
-    ``coalesce_recs`` alone / 192.50 with both)."""
+    the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
+    FLUSH_FIRST_BATCHES, the flushing units first (``flush_first``; figures beside the constant).
+    H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
+    bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
+    107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 / 32.72, 256
+    432.48 / 432.30; no cell slower beyond its rounds' spread but KDA fp8 512, 191.30 with
+    ``coalesce_recs`` alone / 192.50 with both."""
     cfg = _table_shape(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel, one_launch)
     if cfg.small:
         return cfg
-    return replace(cfg, coalesce_recs=True, defer_count=runs_one_launch(cfg, per_channel))
+    one = runs_one_launch(cfg, per_channel)
+    flush_first = one and state_bytes != 1 and batch in FLUSH_FIRST_BATCHES
+    return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first)
 
 
 def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
@@ -507,18 +511,11 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
-                       ("early_tiles", cfg.early_tiles), ("flush_first", cfg.flush_first),
-                       ("all_records", cfg.all_records))
+                       ("flush_first", cfg.flush_first))
     for name, asked in one_launch_only:
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if cfg.flush_first and cfg.early_tiles:
-        raise ValueError("delta_replay_step (CUDA): flush_first reorders the units whose tiles early_tiles requests "
-                         "in their own order; got both")
-    if cfg.flush_first and cfg.all_records:
-        raise ValueError("delta_replay_step (CUDA): flush_first orders the units by the cursors all_records does not "
-                         "wait for; got both")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -539,8 +536,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), EARLY_TILES=int(cfg.early_tiles), FLUSH_FIRST=int(cfg.flush_first),
-             ALL_RECORDS=int(cfg.all_records), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

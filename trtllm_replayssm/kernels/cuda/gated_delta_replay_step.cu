@@ -53,9 +53,8 @@
 //    counts each unit's cursor read in arrivals[slot], the row's last read advancing the cursor,
 //    so every unit sees the exact w; it copies records 0..w-1 of d, k̂ and g (KDA: fp32 per
 //    channel; GDN: 4-byte cp.async) and the step's q, k (KDA: g), and puts w and beta (GDN: g) in
-//    the stage; these are copied before the checkpoint (EARLY_TILES: but the first STAGES units'
-//    checkpoint rows, requested as soon as their slots are read) and tracked by the stage's recs
-//    barrier, the checkpoint alone by its full barrier. The consumer warps first form the unit's
+//    the stage; these are copied before the checkpoint and tracked by the stage's recs barrier,
+//    the checkpoint alone by its full barrier. The consumer warps first form the unit's
 //    coefficient and qk blocks in the stage together (unit_coefficients; KDA: the scores take
 //    the decays inside, sq_j = (e_j ⊙ k̂_j) . q̂, e0 = 1 in the block, the qk block is e0 ⊙ q̂,
 //    e0 ⊙ k̂, k̂, e0, and a flush's U_j = e_j ⊙ k̂_j replace its g records), append g and k̂, wait
@@ -132,31 +131,11 @@
 #ifndef DEFER_COUNT
 #define DEFER_COUNT 0
 #endif
-// EARLY_TILES (one launch): the first STAGES units' checkpoint rows requested as soon as their
-// slots are read, while the cursor reads are still on their way (the two launches always do so,
-// before the wait for the coefficient grid), instead of with each unit's records.
-#ifndef EARLY_TILES
-#define EARLY_TILES 0
-#endif
 // FLUSH_FIRST (one launch): each block of 32 units taken with its flushing units first, so that a
 // flush's fold overlaps the other units' coefficients instead of following them; each stage's meta
-// then names its unit. Not with EARLY_TILES, whose first tiles follow the units' own order.
+// then names its unit.
 #ifndef FLUSH_FIRST
 #define FLUSH_FIRST 0
-#endif
-#if FLUSH_FIRST && EARLY_TILES
-#error "FLUSH_FIRST takes the units out of the order EARLY_TILES requests their tiles in"
-#endif
-// ALL_RECORDS (one launch): the CTA's first STAGES units' records 0..L-2 copied whatever their
-// cursors, as soon as their slots are in, and each cursor put in the meta after the copies are
-// issued: those copies no longer wait for the cursor read (at small batches a dependent global
-// read on the path to the output), for up to L-1-w records' bytes more. Later units' cursors were
-// read with their block's, long before. Records at and past the cursor are never read.
-#ifndef ALL_RECORDS
-#define ALL_RECORDS 0
-#endif
-#if ALL_RECORDS && FLUSH_FIRST
-#error "FLUSH_FIRST orders the units by their cursors, which ALL_RECORDS does not wait for"
 #endif
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
@@ -1045,16 +1024,6 @@ __device__ __forceinline__ int flush_first_place(int slot, int w, int lane) {
   return (flushing >> lane & 1u) ? __popc(flushing & below) : __popc(flushing) + __popc(~flushing & below);
 }
 
-// One launch: a stage's meta, read by the coefficient warps and consumers once its recs barrier
-// completes: the unit's slot, cursor, beta and GDN's g (KDA: 0), with FLUSH_FIRST the unit.
-__device__ __forceinline__ void put_meta(int* meta, int slot, int w, float beta, float g, int unit) {
-  meta[0] = slot;
-  meta[1] = w;
-  ((float*)meta)[2] = beta;
-  ((float*)meta)[3] = g;
-  if (FLUSH_FIRST) meta[4] = unit;
-}
-
 // One launch: element (batch row, value head) of unit u of a [batch, VHEADS] input (beta; GDN's g)
 // in fp32, 0 past the last unit.
 template <int CODE>
@@ -1132,9 +1101,6 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // STAGES units; the row's last count advances it), its beta (and GDN's g) read beside it.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
-#if EARLY_TILES
-    prefetch_first_units(&ckpt_load, base, bars, STAGE_BYTES, STAGES, units, VHEADS, PARTS, slot_l, lane);
-#endif
     float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
     float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(blockIdx.x + lane * gridDim.x, units, g, sg_batch, sg_head);
 #if FLUSH_FIRST
@@ -1167,48 +1133,40 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #endif
       const int unit = u + (src - k32) * (int)gridDim.x;
       const int slot = __shfl_sync(0xffffffffu, slot_l, src);
-#if !(ONE_LAUNCH && ALL_RECORDS)
       const int w = __shfl_sync(0xffffffffu, w_l, src);
-#endif
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
-      const bool prefetched = (!ONE_LAUNCH || EARLY_TILES) && i < STAGES;  // its checkpoint rows requested
+      const bool prefetched = !ONE_LAUNCH && i < STAGES;
       if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);
       const int bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
 #if ONE_LAUNCH
       // The exact cursor (advanced only once every unit of the row has read it): records 0..w-1
-      // of d (the unit's rows), k̂ and g (ALL_RECORDS, the first STAGES units: 0..L-2), and the
-      // step's q, k, v (KDA: g; GDN's g and beta: meta).
-#if ALL_RECORDS
-      const int nrec = i < STAGES ? LREC - 1 : __shfl_sync(0xffffffffu, w_l, src);
-#else
-      const int nrec = w;
-#endif
+      // of d (the unit's rows), k̂ and g, and the step's q, k, v (KDA: g; GDN's g and beta: meta).
       const float bt = __shfl_sync(0xffffffffu, beta_l, src), gt = __shfl_sync(0xffffffffu, g_l, src);
 #if !PER_CHANNEL
       // GDN's g records (4 bytes each, too small for a bulk copy): asynchronous copies the full
       // barrier tracks, registered (each lane's pending count +1) before lane 0's arrival.
       if (slot >= 0) {
-        if (lane < nrec) cp_async4(stage + OFF_G + lane * 4, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos);
+        if (lane < w) cp_async4(stage + OFF_G + lane * 4, g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos);
         cp_async_mbar_arrive(BAR_RECS(st));
       }
       __syncwarp();
 #endif
       if (lane == 0) {
-#if !ALL_RECORDS
-        put_meta((int*)(gbase + st * STAGE_BYTES + OFF_META), slot, w, bt, gt, unit);
-#endif
-        const u32 rec_bytes = nrec * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
+        int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
+        meta[0] = slot;
+        meta[1] = w;
+        ((float*)meta)[2] = bt;
+        ((float*)meta)[3] = gt;
+        if (FLUSH_FIRST) meta[4] = unit;
+        const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
-          if (!ALL_RECORDS) mbar_arrive(BAR_RECS(st));
+          mbar_arrive(BAR_RECS(st));
         } else {
           mbar_arrive_expect_tx(full, (prefetched ? 0 : CKPT_BYTES) + SCALE_BYTES);
-          if (ALL_RECORDS)
-            mbar_expect_tx(BAR_RECS(st), rec_bytes);  // the producer arrives once the cursor is in the meta
-          else
-            mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
+          mbar_arrive_expect_tx(BAR_RECS(st), rec_bytes);
         }
       }
       __syncwarp();
@@ -1216,15 +1174,15 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // The records and inputs first (the coefficients are formed from them), then the checkpoint.
         const u32 recs = BAR_RECS(st);
 #if COALESCE_RECS
-        if (nrec > 0 && lane == 4) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, nrec * (DK * 2), recs);
+        if (w > 0 && lane == 4) bulk_load(stage + OFF_K, k_records + slot * skr_slot + kh * skr_head, w * (DK * 2), recs);
 #if PER_CHANNEL
-        if (nrec > 0 && lane == 6) bulk_load(stage + OFF_G, g_records + slot * sgr_slot + h * sgr_head, nrec * (DK * 2), recs);
+        if (w > 0 && lane == 6) bulk_load(stage + OFF_G, g_records + slot * sgr_slot + h * sgr_head, w * (DK * 2), recs);
 #endif
 #endif
 #if COALESCE_D
-        if (nrec > 0 && lane == 5) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, nrec * (ROWS * 2), recs);
+        if (w > 0 && lane == 5) bulk_load(stage + OFF_D, d_records + slot * sdr_slot + h * sdr_head, w * (ROWS * 2), recs);
 #endif
-        if (lane < nrec) {
+        if (lane < w) {
 #if !COALESCE_D
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, recs);
@@ -1247,14 +1205,6 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         if (CKPT_FP8 && lane == 31)
           bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
-#if ALL_RECORDS
-      // The cursor now (the first units' copies did not wait for it), then the producer's arrival.
-      const int w = __shfl_sync(0xffffffffu, w_l, src);
-      if (lane == 0) {
-        put_meta((int*)(gbase + st * STAGE_BYTES + OFF_META), slot, w, bt, gt, unit);
-        mbar_arrive(BAR_RECS(st));
-      }
-#endif
 #if DEFER_COUNT
       const int u0 = u - k32 * gridDim.x;  // the block's first unit
       if (k32 == min(STAGES - 1, (units - 1 - u0) / (int)gridDim.x))
