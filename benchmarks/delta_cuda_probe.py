@@ -18,11 +18,11 @@ shape, timed in the same rounds); the check compares checkpoint values (codes x 
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
 fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch)
-or ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]``
-(``DeltaCudaConfig``; ``one``: GDN in one launch; ``cwN``: N coefficient warps, one launch only;
-``mma``: S0 products on tensor cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's
-records in one bulk copy each; ``dc``: the cursor reads counted after the first stages' units;
-``ff``: each block of 32 units taken with its flushing units first, one launch only), or
+or ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]`` (``DeltaCudaConfig``; ``one``:
+GDN in one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor
+cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a
+unit's records in one bulk copy each; ``dc``: the cursor reads counted after the first stages'
+units; ``ff``: each block of 32 units taken with its flushing units first, one launch only), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
 

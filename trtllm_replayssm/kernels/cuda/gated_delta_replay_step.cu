@@ -1270,21 +1270,21 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
 #if ONE_LAUNCH && !COEF_WARPS
-    // The unit's coefficients from its records and inputs, while its checkpoint may still be copied.
-    mbar_wait(BAR_RECS(st), (i / STAGES) & 1);
-    const int slot = ((const int*)(gstage + OFF_META))[0];
-    const int unit = stage_unit(gstage, u), bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
-    if (slot >= 0)
-      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
-                         skr_slot, skr_head, skr_pos);
-    mbar_wait(full, (i / STAGES) & 1);
+    mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs, the checkpoint maybe not yet
 #else
     mbar_wait(full, (i / STAGES) & 1);
 #if COEF_WARPS
     mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it
 #endif
+#endif
     const int slot = ((const int*)(gstage + OFF_META))[0];
     const int unit = stage_unit(gstage, u), bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
+#if ONE_LAUNCH && !COEF_WARPS
+    // The unit's coefficients from its records and inputs, while its checkpoint may still be copied.
+    if (slot >= 0)
+      stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
+                         skr_slot, skr_head, skr_pos);
+    mbar_wait(full, (i / STAGES) & 1);
 #endif
     bool released = false;  // the stage given back to the producer
     if (slot >= 0) {
