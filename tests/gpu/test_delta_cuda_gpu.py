@@ -62,13 +62,21 @@ KDA_SHAPES = [
 
 
 def config(g, L, state, form, per_channel=False):
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_ctas_that_fit, delta_cuda_config
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import (
+        GDN_F32_COEF_WARPS_MIN_BATCH,
+        delta_ctas_that_fit,
+        delta_cuda_config,
+    )
 
-    # the table's at batch 256, the flush's fold on FMAs and the records copied one at a time unless
-    # the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at batch 12-63 with
-    # a 16- or 32-bit checkpoint one launch takes -ff too)
+    if form.startswith("at"):  # the table's own configuration at that batch, every flag as routed
+        return delta_cuda_config(g.head_k_dim, g.head_v_dim, L, int(form[2:]), STATES[state].itemsize, per_channel)
+    # the table's at batch 256 (GDN: just below GDN_F32_COEF_WARPS_MIN_BATCH, the two launches in
+    # every dtype), the flush's fold on FMAs and the records copied one at a time unless the form
+    # says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at batch 12-63 with a 16- or
+    # 32-bit checkpoint one launch takes -ff too)
+    batch = 256 if per_channel else GDN_F32_COEF_WARPS_MIN_BATCH - 1
     cfg = dataclasses.replace(
-        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize, per_channel),
+        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, STATES[state].itemsize, per_channel),
         flush_mma=False,
         coalesce_recs=False,
         defer_count=False,
@@ -161,6 +169,19 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
     (the ring wraps many times)."""
     g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
     check_against_oracle(g, 16, state, form, per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
+
+
+@needs_sm90
+@pytest.mark.parametrize("per_channel, state", [(False, "f32"), (True, "bf16")], ids=["gdn-f32", "kda-bf16"])
+def test_cuda_delta_table_at_batch_128(per_channel, state):
+    """The table's own build at batch 128, many units a CTA: GDN fp32 in one launch with
+    coefficient warps and 128-row units (GDN_F32_COEF_WARPS_MIN_BATCH), KDA bf16 at three stages
+    and one CTA (KDA_THREE_STAGE_BATCHES)."""
+    g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
+    cfg = config(g, 16, state, "at128", per_channel)
+    assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps) == (128, 3 if per_channel else 2, 1, 4)
+    assert cfg.one_launch or per_channel
+    check_against_oracle(g, 16, state, "at128", per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
 
 
 def fill_randomly(cache) -> None:
@@ -307,14 +328,19 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
-    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_cuda_config, runs_one_launch
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import (
+        GDN_F32_COEF_WARPS_MIN_BATCH,
+        delta_cuda_config,
+        runs_one_launch,
+    )
 
     g, L, slots = DeltaGeometry(16, 64, 128, 128), 8, 9
     cuda = {}
     if two_launches:
         if per_channel:
             pytest.skip("KDA runs one launch")
-        cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, STATES[state].itemsize)
+        batch_two = GDN_F32_COEF_WARPS_MIN_BATCH - 1  # two launches in every dtype
+        cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch_two, STATES[state].itemsize)
         assert not runs_one_launch(cuda["config"], False)
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")

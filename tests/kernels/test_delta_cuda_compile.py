@@ -78,12 +78,13 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         flush_mma=flush_mma,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to one_launch_max_batch
-    gdn_warps = state_bytes == 2 and gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.DEEP_RING_MAX_BATCH
+    bf16_warps = state_bytes == 2 and gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.DEEP_RING_MAX_BATCH
+    gdn_warps = bf16_warps or (state_bytes == 4 and batch >= gc.GDN_F32_COEF_WARPS_MIN_BATCH)
     assert one_launch == (
         family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.one_launch_max_batch(state_bytes) or gdn_warps
     )
     if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16),
-        # GDN with a bf16 checkpoint at batch 12-64
+        # GDN with a bf16 checkpoint at batch 12-64 and with an fp32 one from batch 128
         wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16
         gdn = not per_channel and gdn_warps
         assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel or gdn else 0)
@@ -110,9 +111,15 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 2, 16, 16, (128, 4, 1, 4, True)),  # GDN bf16 at 12-64: one launch, coefficient warps
         (False, 2, 16, 64, (128, 4, 1, 4, True)),
         (False, 2, 16, 256, (128, 2, 1, 0, True)),
-        (False, 4, 16, 256, (64, 2, 2, 0, False)),
+        # GDN fp32: two launches of 64-row units below GDN_F32_COEF_WARPS_MIN_BATCH, from it one
+        # launch with coefficient warps
+        (False, 4, 16, 96, (64, 2, 2, 0, False)),
+        (False, 4, 16, 128, (128, 2, 1, 4, False)),
+        (False, 4, 16, 256, (128, 2, 1, 4, False)),
         (True, 2, 16, 1, (32, 2, 3, 4, False)),
-        (True, 2, 16, 64, (128, 4, 1, 4, False)),
+        (True, 2, 16, 48, (128, 4, 1, 4, False)),
+        (True, 2, 16, 64, (128, 3, 1, 4, False)),  # KDA_THREE_STAGE_BATCHES
+        (True, 2, 16, 255, (128, 3, 1, 4, False)),
         (True, 2, 16, 256, (128, 2, 2, 4, False)),
         (True, 2, 32, 256, (128, 3, 1, 4, False)),  # one CTA of two stages: the deep ring
         (True, 4, 16, 256, (64, 2, 2, 0, False)),
@@ -122,7 +129,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (True, 4, 32, 2, (128, 2, 1, 4, False)),
         (True, 4, 24, 16, (128, 2, 1, 4, False)),
         (True, 4, 32, 512, (128, 2, 1, 4, False)),
-        (False, 4, 32, 512, (64, 2, 2, 0, False)),
+        (False, 4, 32, 512, (128, 2, 1, 4, False)),
         # fp8 checkpoints (sessions 43, 44): GDN's flush on tensor cores from batch 5, one launch
         # up to 12, then two launches with 64-row units at 3 stages, 3 CTAs, but 4 stages, 2 CTAs
         # at batch 32-64; KDA as bf16 below batch 64, from it three stages at as many CTAs as fit
@@ -309,7 +316,7 @@ def _cpu_case(
 def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
     c, q, v, g = _cpu_case(per_channel=per_channel)
-    ptx = _ptx(SHAPES[0], 4, per_channel=per_channel)[1]
+    ptx = _ptx(SHAPES[0], 4, per_channel=per_channel, batch=64)[1]  # GDN: the table's two launches
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
     args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, None, c.d_records, c.k_records, c.g_records, v, v, slots,
@@ -391,6 +398,26 @@ def test_kda_with_strided_channels_is_refused():
 def test_rows_that_do_not_tile_the_head_are_refused():
     with pytest.raises(ValueError, match="rows 48; expected a multiple of 16 up to 128 dividing head_v_dim 128"):
         gc.delta_step_defines(16, 64, 128, 128, 16, gc.DeltaCudaConfig(48, 2, 2), 4, True, torch.float32, torch.float32)
+
+
+@pytest.mark.parametrize(
+    "per_channel, state_bytes, L, cfg",
+    [
+        (True, 4, 16, gc.DeltaCudaConfig(128, 3, 1, one_launch=True, coef_warps=4)),  # 262,240 bytes
+        (True, 2, 32, gc.DeltaCudaConfig(128, 4, 1, one_launch=True, coef_warps=4)),
+    ],
+    ids=["kda-fp32-three-stages", "kda-bf16-L32-four-stages"],
+)
+def test_stages_beyond_a_ctas_shared_memory_are_refused(per_channel, state_bytes, L, cfg):
+    """A configuration whose stages do not fit an sm_90 CTA's shared memory is refused, named,
+    before anything is compiled or loaded (the driver would fail the attribute call), while one
+    stage fewer is taken."""
+    need = gc.delta_step_shared_bytes(128, cfg.rows, L, cfg.stages, state_bytes, per_channel, True, cfg.coef_warps)
+    assert need > SMEM_PER_SM
+    with pytest.raises(ValueError, match=f"{cfg.label()} needs {need} bytes of shared memory a CTA .* at most {SMEM_PER_SM}"):
+        gc.delta_step_defines(32, 32, 128, 128, L, cfg, state_bytes, True, torch.float16, torch.float32, per_channel)
+    fewer = dataclasses.replace(cfg, stages=cfg.stages - 1)
+    assert gc.delta_step_defines(32, 32, 128, 128, L, fewer, state_bytes, True, torch.float16, torch.float32, per_channel)
 
 
 def test_records_strided_over_positions_are_refused_by_name(monkeypatch):

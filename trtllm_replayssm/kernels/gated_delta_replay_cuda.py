@@ -98,6 +98,13 @@ DEEP_RING_MAX_BATCH = 64
 # 66.39 / 66.01; the table: 64-row units at 3 CTAs, one launch up to 16, then two, 128-row units
 # from 64).
 GDN_COEF_WARPS_MIN_BATCH = 12
+# GDN with an fp32 checkpoint from this batch: one launch, COEF_WARPS coefficient warps, 128-row
+# units, two stages at one CTA (H100, session 53, Qwen3.5-122B, us, the table's two launches of
+# 64-row units at 2 CTAs / 128,2,1,one,cw4: L = 16 batch 64 113.91 / 114.69, 96 163.44 / 163.66,
+# 128 221.26 / 219.74 and 226.54 / 224.45, 192 321.57 / 317.25, 256 422.94 / 415.10 and 433.06
+# / 423.52, 512 829.09 / 809.82 and 851.87 / 828.93; L = 8 128 224.72 / 222.77, 512 850.21 /
+# 830.26; L = 32 48 88.89 / 89.17, 96 171.45 / 167.83, 256 437.25 / 423.46).
+GDN_F32_COEF_WARPS_MIN_BATCH = 128
 # KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
 # flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
@@ -131,6 +138,14 @@ FP8_DEEP_RING_MIN_BATCH = 32
 # not yet let in.
 KDA_FP8_STAGES = 3
 KDA_FP8_RING_MIN_BATCH = 64
+# KDA with a bf16 checkpoint at these batches: three stages at one CTA, instead of four (up to
+# DEEP_RING_MAX_BATCH) or two stages at two CTAs (above it) (H100, session 53, Kimi Linear, us,
+# the table / 128,3,1,one,cw4: L = 16 batch 64 41.01 / 40.18 and 40.54 / 39.66, 96 58.26 / 56.31,
+# 128 74.84 / 72.82 and 73.39 / 71.80, 160 90.14 / 87.99, 192 106.35 / 105.49, 256 137.82 /
+# 137.07 and 134.89 / 134.55, 512 263.50 / 263.46; L = 8 96 55.08 / 53.19, 192 100.58 / 99.01,
+# 256 130.94 / 128.64; at 48 three stages win too (31.49 / 30.69 with flushing units first), but
+# an fp8 checkpoint, which takes the bf16 table below KDA_FP8_RING_MIN_BATCH, loses 4% there).
+KDA_THREE_STAGE_BATCHES = range(64, 256)
 # The step kernel in one launch with a 16- or 32-bit checkpoint takes each block's flushing units
 # first (``flush_first``) at FLUSH_FIRST_BATCHES (H100, session 52, us, table without / with it,
 # Kimi Linear KDA bf16 L = 16: batch 1 4.07 / 4.26, 2 4.42 / 4.60, 8 8.13 / 8.07, 12 10.55 /
@@ -306,14 +321,16 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     and with ``one_launch``, else after the coefficient launch: units of 64 value rows (128 for a bf16 checkpoint from
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
-    flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, and GDN's from
-    :data:`GDN_COEF_WARPS_MIN_BATCH` to :data:`DEEP_RING_MAX_BATCH` (in one launch):
-    :data:`COEF_WARPS` coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile
-    head_v_dim) and registers capped for as many CTAs as shared memory allows (at most 3: a unit a
-    CTA, the cap is what counts), from batch 2 to :data:`DEEP_RING_MAX_BATCH` 128-row units (as
-    wide units) and one CTA an SM with as many stages as fit, up to 4, above it two stages and as
-    many CTAs as fit (no register cap but the launch bounds') where those are two or more, else
-    the deep ring at one CTA. KDA with an fp32 checkpoint where one CTA of the
+    flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
+    :data:`GDN_COEF_WARPS_MIN_BATCH` to :data:`DEEP_RING_MAX_BATCH` and GDN with an fp32
+    checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch): :data:`COEF_WARPS`
+    coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
+    registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
+    what counts), from batch 2 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
+    one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
+    (no register cap but the launch bounds') where those are two or more, else the deep ring at
+    one CTA; KDA at :data:`KDA_THREE_STAGE_BATCHES` three stages at one CTA where they fit (GDN's
+    coefficient-warp builds as KDA's from batch 2). KDA with an fp32 checkpoint where one CTA of the
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
     warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
@@ -345,11 +362,12 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
             if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
-    gdn_warps = state_bytes == 2 and not per_channel and GDN_COEF_WARPS_MIN_BATCH <= batch <= DEEP_RING_MAX_BATCH
+    gdn_warps = not per_channel and ((state_bytes == 2 and GDN_COEF_WARPS_MIN_BATCH <= batch <= DEEP_RING_MAX_BATCH)
+                                     or (state_bytes == 4 and batch >= GDN_F32_COEF_WARPS_MIN_BATCH))
     one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= one_launch_max_batch(state_bytes)
     if not one_launch and batch <= SMALL_MAX_BATCH:
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
-    coef_warps = COEF_WARPS if state_bytes == 2 and (per_channel or gdn_warps) else 0
+    coef_warps = COEF_WARPS if gdn_warps or (per_channel and state_bytes == 2) else 0
     # GDN with a bf16 checkpoint folds the flush on tensor cores at every batch of the step kernel
     # (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
     # 16 18.94 / 19.91, 64 55.02 / 57.61, 256 186.85 / 193.82, 512 348.14 / 357.41); an fp32
@@ -360,9 +378,10 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
         two = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
                               coef_warps=coef_warps, flush_mma=flush_mma)
         ctas = _resident_ctas(two, head_k_dim, L, state_bytes, per_channel)
-        if batch > DEEP_RING_MAX_BATCH and ctas >= 2:
+        three = per_channel and batch in KDA_THREE_STAGE_BATCHES
+        if batch > DEEP_RING_MAX_BATCH and ctas >= 2 and not three:
             return replace(two, min_ctas=ctas)
-        for stages in (4, 3, 2):
+        for stages in (3, 2) if three else (4, 3, 2):
             if delta_ctas_that_fit(replace(two, stages=stages), head_k_dim, L, state_bytes, per_channel) >= 1:
                 return replace(two, stages=stages)
     if per_channel and not coef_warps and batch > 1 and _wide_units_pay(head_k_dim, head_v_dim, L, state_bytes):
@@ -507,6 +526,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.small`` with ``per_channel`` (the small kernel takes GDN only).
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
+        ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
+            (:data:`SMEM_PER_SM`).
     """
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
@@ -531,6 +552,13 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             raise ValueError(
                 f"delta_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
             )
+    if not cfg.small:
+        smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
+                                       runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
+        if smem > SMEM_PER_SM:
+            raise ValueError(f"delta_replay_step (CUDA): {cfg.label()} needs {smem} bytes of shared memory a CTA "
+                             f"({state_bytes}-byte checkpoint elements, head_k_dim {head_k_dim}, L {L}); an sm_90 CTA "
+                             f"takes at most {SMEM_PER_SM}")
     d = dict(CKPT_F32=int(state_bytes == 4), CKPT_FP8=int(state_bytes == 1), KHEADS=k_heads, VHEADS=v_heads, DK=head_k_dim, DV=head_v_dim,
              ROWS=cfg.small_rows if cfg.small else cfg.rows, SM_ROWS=cfg.small_rows if cfg.small else cfg.rows, LREC=L, LP=_records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas,
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
