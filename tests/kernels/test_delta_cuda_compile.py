@@ -529,3 +529,45 @@ def test_flush_first_needs_one_launch_and_orders_each_block(state_bytes, per_cha
                                                       cfg.coef_warps, cfg.s0_mma, ff)  # fmt: skip
     ballots = {ff: ptx_entry(p, "delta_replay_step").count("vote.sync.ballot.b32") for ff, p in ptx.items()}
     assert ballots[True] >= ballots[False] + 3  # two blocks' orders (the first, the next 32) and each unit's lane
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4])
+@pytest.mark.parametrize("k_heads, v_heads", [(16, 64), (16, 32), (1, 32)], ids=["vpk4", "vpk2", "vpk32"])
+def test_kh_groups_take_a_key_heads_units_together(state_bytes, k_heads, v_heads):
+    """``kh_groups``: its define and label, the group block (2 LP + 2 head_k_dim + 4 floats) in the
+    shared memory the launcher sizes; with it the coefficient warps take one of two paths a unit (a
+    group's first unit forms the scores, its later units read them: one more named barrier
+    sequence)."""
+    table = gc.delta_cuda_config(128, 128, 16, 16 if state_bytes == 2 else 256, state_bytes)
+    assert table.one_launch and table.coef_warps  # GDN bf16 at 12-64, fp32 from 128: coefficient warps
+    cfg = dataclasses.replace(table, kh_groups=True)
+    defines = dict(gc.delta_step_defines(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, torch.float32,
+                                         torch.float32))  # fmt: skip
+    assert defines["KH_GROUPS"] == 1 and cfg.label().endswith(",kg")
+    ptx = {kg: ptx_entry(gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, kh_groups=kg),
+                                              state_bytes), "delta_replay_step") for kg in (False, True)}  # fmt: skip
+    full = gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, cfg, state_bytes)
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", full).group(1))
+    assert compiled == gc.config_shared_bytes(cfg, 128, 16, state_bytes, False)
+    assert compiled == gc.config_shared_bytes(table, 128, 16, state_bytes, False) + (2 * 16 + 2 * 128 + 4) * 4
+    assert ptx[True].count("bar.sync") >= ptx[False].count("bar.sync") + 2  # the later units' two barriers
+
+
+@pytest.mark.parametrize(
+    "per_channel, change, v_heads, rows, dv, reason",
+    [
+        (True, {}, 16, 128, 128, "per_channel=True"),
+        (False, dict(one_launch=False, coef_warps=0, defer_count=False, flush_first=False), 64, 128, 128, "one_launch=False"),
+        (False, dict(coef_warps=0), 64, 128, 128, "coef_warps=0"),
+        (False, {}, 48, 128, 128, "3 value heads a key head, rows 128 of head_v_dim 128"),
+        (False, {}, 64, 32, 96, "4 value heads a key head, rows 32 of head_v_dim 96"),  # 12 units a key head
+    ],
+    ids=["kda", "two-launches", "no-coef-warps", "vpk3", "parts3"],
+)
+def test_kh_groups_outside_their_form_are_refused(per_channel, change, v_heads, rows, dv, reason):
+    table = gc.delta_cuda_config(128, 128, 16, 16, 2, per_channel)
+    cfg = dataclasses.replace(table, kh_groups=True, rows=rows, **change)
+    with pytest.raises(ValueError, match=f"kh_groups needs GDN's step kernel in one launch .*{reason}"):
+        gc.delta_step_defines(16, v_heads, 128, dv, 16, cfg, 2, True, torch.float32, torch.float32, per_channel)
+    gc.delta_step_defines(16, 64, 128, 128, 16, dataclasses.replace(table, kh_groups=not per_channel), 2, True,
+                          torch.float32, torch.float32, per_channel)  # fmt: skip
