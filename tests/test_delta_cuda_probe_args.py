@@ -25,9 +25,6 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma", "table,fmma"),
         ("table,ff", "table,ff"),
         ("table,fmma,ff", "table,fmma,ff"),
-        ("table,kg", "table,kg"),
-        ("table,fmma,ff,kg", "table,fmma,ff,kg"),
-        ("128,4,1,one,cw4,kg", DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, kh_groups=True)),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
@@ -73,9 +70,7 @@ def test_config_strings_name_their_launch(text, expected):
         "table,fmma,fmma",
         "table,et",
         "table,ff,fmma",
-        "table,kg,ff",
-        "table,kg,kg",
-        "64,2,4,kg,kg",
+        "table,ff,fmma",
         "64,2,4,ff,ff",
         "64,2,4,ar",
         "64,2,4,xx",
@@ -110,20 +105,6 @@ def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
     assert one == (batch in (8, 16))
     kda = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=True)
     assert kda.flush_first and kda.one_launch
-
-
-@pytest.mark.parametrize("batch, state_bytes", [(8, 2), (16, 2), (64, 2), (256, 2), (64, 4), (256, 4)])
-def test_table_kg_groups_key_heads_only_with_gdn_coefficient_warps(batch, state_bytes):
-    """``table,kg`` takes a key head's units together where the table runs GDN's step kernel in one
-    launch with coefficient warps (bf16 at 12-64, fp32 from 128); elsewhere, and for KDA, it is the
-    table."""
-    table = delta_cuda_config(128, 128, 16, batch, state_bytes)
-    got = delta_cuda_probe.case_config("table,kg", QWEN_122B, 16, batch, state_bytes, per_channel=False)
-    grouped = (batch, state_bytes) in ((16, 2), (64, 2), (256, 4))
-    assert got == (dataclasses.replace(table, kh_groups=True) if grouped else table)
-    assert grouped == (table.one_launch and table.coef_warps > 0 and not table.small)
-    kda = delta_cuda_probe.case_config("table,kg", QWEN_122B, 16, batch, state_bytes, per_channel=True)
-    assert not kda.kh_groups
 
 
 def test_baseline_configs_need_a_baseline(capsys):

@@ -182,11 +182,7 @@ class DeltaCudaConfig:
     step kernel in one launch): each block of 32 units' cursor reads counted once the CTA's first
     ``stages`` units of it are issued, not after the first. ``flush_first`` (the step kernel in one
     launch): each block of 32 units taken with its flushing units first, so that a flush's fold
-    overlaps the other units' coefficients instead of following them. ``kh_groups`` (GDN's step
-    kernel in one launch with coefficient warps): a CTA takes a key head's units (its value heads'
-    parts) one after another, and the coefficient warps form the key head's scores, q̂ and k̂ once,
-    at its first unit, the later units only their decays (value heads a key head times parts
-    must divide 32)."""
+    overlaps the other units' coefficients instead of following them."""
 
     rows: int
     stages: int
@@ -201,7 +197,6 @@ class DeltaCudaConfig:
     coalesce_recs: bool = False
     defer_count: bool = False
     flush_first: bool = False
-    kh_groups: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -213,9 +208,8 @@ class DeltaCudaConfig:
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
-        kg = ",kg" if self.kh_groups else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{kg}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -242,7 +236,7 @@ def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
                             per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
-                            s0_mma: bool = False, flush_first: bool = False, kh_groups: bool = False) -> int:
+                            s0_mma: bool = False, flush_first: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
@@ -251,9 +245,8 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
     partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
-    column); the meta is 16 bytes, 32 with ``flush_first``; ``kh_groups`` adds the group block
-    after the barriers (2 LP + 2 head_k_dim + 4 floats). Mirrors the .cu file's STAGE_BYTES (a CPU
-    test reads the compiled value)."""
+    column); the meta is 16 bytes, 32 with ``flush_first``. Mirrors the .cu file's STAGE_BYTES (a
+    CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
@@ -270,15 +263,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     stage += head_k_dim * 16 if s0_mma and per_channel else 0
     stage = (stage + 1023) // 1024 * 1024
     barriers = 2 + (one_launch or per_channel) + bool(coef_warps)  # full, empty; one launch: recs; ready (coef_warps)
-    group = (2 * LP + 2 * head_k_dim + 4) * 4 if kh_groups else 0
-    return stages * stage + 1024 + 8 * barriers * stages + group
-
-
-def config_shared_bytes(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int, per_channel: bool) -> int:
-    """:func:`delta_step_shared_bytes` of ``cfg``'s step kernel (not the small kernel)."""
-    return delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first,
-                                   cfg.kh_groups)
+    return stages * stage + 1024 + 8 * barriers * stages
 
 
 def delta_qk_floats(head_k_dim: int, state_bytes: int, per_channel: bool, one_launch: bool) -> int:
@@ -458,7 +443,9 @@ def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
     """How many CTAs of ``cfg``'s step kernel the shared memory of one sm_90 multiprocessor holds
     (:func:`delta_step_shared_bytes` of its rows, stages, launch form, coefficient warps and S0
     products, plus the driver's reservation per CTA); ``cfg.min_ctas`` is not read."""
-    return SMEM_PER_SM // (config_shared_bytes(cfg, head_k_dim, L, state_bytes, per_channel) + SMEM_RESERVED_PER_CTA)
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
+    return SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -539,8 +526,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.small`` with ``per_channel`` (the small kernel takes GDN only).
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
-        ValueError: ``cfg.kh_groups`` outside GDN's step kernel in one launch with coefficient warps,
-            or with value heads a key head times parts not dividing 32.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -567,17 +552,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             raise ValueError(
                 f"delta_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
             )
-    if cfg.kh_groups:
-        group = v_heads // k_heads * (head_v_dim // cfg.rows)
-        if per_channel or not step_kernel_in_one_launch(cfg, per_channel) or not cfg.coef_warps or 32 % group:
-            raise ValueError(
-                f"delta_replay_step (CUDA): kh_groups needs GDN's step kernel in one launch with coefficient warps "
-                f"and value heads a key head times parts dividing 32; got per_channel={per_channel}, small={cfg.small}, "
-                f"one_launch={cfg.one_launch}, coef_warps={cfg.coef_warps}, {v_heads // k_heads} value heads a key "
-                f"head, rows {cfg.rows} of head_v_dim {head_v_dim}"
-            )
     if not cfg.small:
-        smem = config_shared_bytes(cfg, head_k_dim, L, state_bytes, per_channel)
+        smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
+                                       runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
         if smem > SMEM_PER_SM:
             raise ValueError(f"delta_replay_step (CUDA): {cfg.label()} needs {smem} bytes of shared memory a CTA "
                              f"({state_bytes}-byte checkpoint elements, head_k_dim {head_k_dim}, L {L}); an sm_90 CTA "
@@ -587,7 +564,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), KH_GROUPS=int(cfg.kh_groups), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -701,7 +678,8 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     one_launch = runs_one_launch(cfg, per_channel)
-    smem = config_shared_bytes(cfg, head_k_dim, L, es, per_channel)
+    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps,
+                                   cfg.s0_mma, cfg.flush_first)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:

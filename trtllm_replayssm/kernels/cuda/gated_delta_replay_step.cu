@@ -22,9 +22,8 @@
 //    k as f16 for the step's tensor-core products, FP8_MMA below). For w < L-1 it appends g at
 //    w (every warp) and k̂ at w (warp 0), rounded to the record dtype. Padding rows (slot < 0)
 //    read and write nothing. The cursor is only read here: the step kernel advances it.
-// 2. delta_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ... (KH_GROUPS: a key
-//    head's units together, cta_unit), a unit being ROWS value rows (a part) of one value head
-//    of one batch row, u = (b VHEADS + h) PARTS + part.
+// 2. delta_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being ROWS
+//    value rows (a part) of one value head of one batch row, u = (b VHEADS + h) PARTS + part.
 //    Warp PRODUCER (the last) is the producer: per unit it waits for a free stage and fills it
 //    with one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
 //    bulk copy per d record position 0..w-1 (the part's ROWS values), one per k record 0..L-2
@@ -138,20 +137,6 @@
 #ifndef FLUSH_FIRST
 #define FLUSH_FIRST 0
 #endif
-// KH_GROUPS (GDN in one launch with COEF_WARPS): a CTA takes the GROUP units of a (batch row, key
-// head), its VPK value heads' PARTS parts, one after another, and the coefficient warps form the
-// scores k̂_j . q̂, k̂_j . k̂, q̂, k̂ and k̂ . q̂ once a group, at its first unit, into the CTA's
-// group block (GROUP_FLOATS after the barriers); the group's later units take them from there
-// and form only their own decays (group_unit_coefficients). GROUP divides 32 (the host checks),
-// so that a block of 32 units holds whole groups and FLUSH_FIRST's order keeps each group's
-// units together, first unit first (they share the slot and the cursor).
-#ifndef KH_GROUPS
-#define KH_GROUPS 0
-#endif
-#if KH_GROUPS && (PER_CHANNEL || !ONE_LAUNCH || !COEF_WARPS)
-#error "KH_GROUPS takes GDN in one launch with coefficient warps"
-#endif
-#define GROUP (KH_GROUPS ? VPK * PARTS : 1)
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -197,20 +182,6 @@ __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (
 __device__ __forceinline__ int stage_unit(const unsigned char* gstage, int u) {
   return FLUSH_FIRST ? ((const int*)(gstage + OFF_META))[4] : u;
 }
-// The unit a CTA takes i-th: every gridDim.x-th unit from blockIdx.x, or with KH_GROUPS every
-// gridDim.x-th group's GROUP units from group blockIdx.x.
-__device__ __forceinline__ int cta_unit(int i) {
-  return KH_GROUPS ? (blockIdx.x + (i / GROUP) * gridDim.x) * GROUP + i % GROUP : blockIdx.x + i * gridDim.x;
-}
-// The unit a CTA takes after unit u, its i-th.
-__device__ __forceinline__ int next_unit(int u, int i) { return KH_GROUPS ? cta_unit(i + 1) : u + gridDim.x; }
-// The unit the CTA takes l units after unit u0, its i0-th.
-__device__ __forceinline__ int later_unit(int u0, int i0, int l) { return KH_GROUPS ? cta_unit(i0 + l) : u0 + l * gridDim.x; }
-// How many units of ``units`` the CTA takes after unit u0, its i0-th.
-__device__ __forceinline__ int units_after(int u0, int i0, int units) {
-  return KH_GROUPS ? GROUP * ((units / GROUP - 1 - (int)blockIdx.x) / (int)gridDim.x + 1) - 1 - i0
-                   : (units - 1 - u0) / (int)gridDim.x;
-}
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 __host__ __device__ constexpr int pow2_at_least(int n) {
   int p = 1;
@@ -229,12 +200,7 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
 #define NBARS (ONE_LAUNCH ? (COEF_WARPS ? 4 : 3) : 2)
 #define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH ? 2 * STAGES + (st) : (st)))
 #define BAR_READY(st) (bars + 8 * (3 * STAGES + (st)))
-// KH_GROUPS: the group block, after the barriers: the scores k̂_j . q̂ rq [LP], k̂_j . k̂ rk [LP],
-// q̂ [DK], k̂ [DK], then k̂ . q̂, rq, rk and a pad.
-#define GROUP_FLOATS (KH_GROUPS ? 2 * LP + 2 * DK + 4 : 0)
-#define OFF_GROUP (STAGES * STAGE_BYTES + 8 * NBARS * STAGES)  // from the first stage
-extern "C" __device__ unsigned int delta_step_shared_bytes =
-    STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES + GROUP_FLOATS * 4;
+extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
 // The 8 bf16 values of a 16-byte chunk as fp32.
 __device__ __forceinline__ void unpack8(uint4 c, float* v) {
@@ -902,7 +868,7 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
 // k̂ (part 0 of the key head's first value head) at w below L-1 (records 0..w-1, the only ones read,
 // are not written).
 __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, int tid, float beta, float gh,
-                                                  float scale, grec_t* grec_w, u16* krec_w, float* grp) {
+                                                  float scale, grec_t* grec_w, u16* krec_w) {
   const int lane = tid & 31, warp = tid >> 5;
   const u16* qin = (const u16*)(gstage + OFF_IN);
   const u16* kin = qin + DK;
@@ -1000,10 +966,6 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float kh = qks[DK + c];
 #endif
     if (krec_w && append) krec_w[c] = f32_to_bf16(kh);
-#if KH_GROUPS
-    grp[2 * LP + c] = qks[c];
-    grp[2 * LP + DK + c] = kh;
-#endif
 #if S0_MMA && PER_CHANNEL
     frag_column(gstage, c, qks[c], qks[DK + c]);
 #endif
@@ -1013,67 +975,27 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 #pragma unroll
     for (int i = 0; i < CWARPS; ++i) sum += red[i * 2 * LP + t];
     sum *= t < LP ? rq : rk;
-    if (KH_GROUPS) grp[t] = sum;
     cf[t] = PER_CHANNEL ? sum : sum * cf[2 * LP + (t % LP)];
   }
   if (tid == 0) {
     if (PER_CHANNEL) cf[3 * LP] = 1.0f;
     coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
-    if (KH_GROUPS) {
-      grp[2 * LP + 2 * DK] = nqk * rq * rk;
-      grp[2 * LP + 2 * DK + 1] = rq;
-      grp[2 * LP + 2 * DK + 2] = rk;
-    }
   }
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
 }
-
-#if KH_GROUPS
-// KH_GROUPS: the coefficients of a group's later unit from the group block ``grp`` its first unit
-// filled (unit_coefficients; the same slot and w): the qk block copied, the unit's own decays
-// (warp 0, as unit_coefficients forms them) times the group's scores, as unit_coefficients rounds
-// them; g appended as there.
-__device__ __forceinline__ void group_unit_coefficients(unsigned char* gstage, const float* grp, int w, int tid,
-                                                        float beta, float gh, grec_t* grec_w) {
-  const int lane = tid & 31, warp = tid >> 5;
-  float* qks = (float*)(gstage + OFF_QK);
-  float* cf = (float*)(gstage + OFF_COEF);
-  for (int c = tid; c < 2 * DK; c += CWARPS * 32) qks[c] = grp[2 * LP + c];
-  if (warp == 0) {
-    float e0;
-    const float* gs = (const float*)(gstage + OFF_G);  // GDN's g records
-    const float ej = record_decays(lane < w ? gs[lane] : 0.0f, w, gh, lane, e0);
-    if (lane < LP) cf[2 * LP + lane] = ej;
-    if (lane == 0) {
-      cf[3 * LP] = e0;
-      if (grec_w && w < LREC - 1) grec_w[0] = gh;
-    }
-  }
-  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
-  for (int t = tid; t < 2 * LP; t += CWARPS * 32) cf[t] = grp[t] * cf[2 * LP + (t % LP)];
-  if (tid == 0) coef_scalars(cf, grp[2 * LP + 2 * DK], beta, w, grp[2 * LP + 2 * DK + 1], grp[2 * LP + 2 * DK + 2]);
-  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
-}
-#endif
 
 // One launch: unit_coefficients for the unit of (slot >= 0, value head h, part) in a stage, with w,
 // beta and GDN's g from the stage's meta and the append positions: g at part 0, k̂ at part 0 of the
-// key head's first value head; KH_GROUPS: a group's later units from its block ``grp``.
+// key head's first value head.
 __device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int slot, int h, int part, int tid, float scale,
                                                    grec_t* g_records, long long sgr_slot, long long sgr_head,
                                                    long long sgr_pos, u16* k_records, long long skr_slot,
-                                                   long long skr_head, long long skr_pos, float* grp) {
+                                                   long long skr_head, long long skr_pos) {
   const int* meta = (const int*)(gstage + OFF_META);
   const int w = meta[1];
   grec_t* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
-#if KH_GROUPS
-  if (h % VPK != 0 || part != 0) {
-    group_unit_coefficients(gstage, grp, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], grec_w);
-    return;
-  }
-#endif
   u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
-  unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w, grp);
+  unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
 }
 
 // One launch (GDN): a 4-byte asynchronous copy to shared memory, and the arrival that makes the
@@ -1151,9 +1073,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   if (warp >= CONSUMERS && warp < PRODUCER) {
     // ---------------- coefficient warps: each unit's coefficients, as soon as its stage is full,
     // while the consumers work on the previous units; the stage's ready barrier then lets them in.
-    float* const grp = (float*)(gbase + OFF_GROUP);  // KH_GROUPS: the group block
     int i = 0;
-    for (int u = blockIdx.x; u < units; u = next_unit(u, i), ++i) {
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
       mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way
@@ -1161,7 +1082,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const int unit = stage_unit(gstage, u), bh = unit / PARTS;
       if (slot >= 0)
         stage_coefficients(gstage, slot, bh % VHEADS, unit - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
-                           sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos, grp);
+                           sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
       if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));
     }
     return;
@@ -1179,9 +1100,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // read is counted once the first unit of its 32 has been requested (DEFER_COUNT: its first
     // STAGES units; the row's last count advances it), its beta (and GDN's g) read beside it.
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    unit_slot_cursor(cta_unit(lane), units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
-    float beta_l = unit_scalar<BETA_CODE>(cta_unit(lane), units, beta, sb_batch, sb_head);
-    float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(cta_unit(lane), units, g, sg_batch, sg_head);
+    unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+    float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
+    float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(blockIdx.x + lane * gridDim.x, units, g, sg_batch, sg_head);
 #if FLUSH_FIRST
     int place_l = flush_first_place(slot_l, w_l, lane);
 #endif
@@ -1193,13 +1114,13 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     int i = 0;
-    for (int u = blockIdx.x; u < units; u = next_unit(u, i), ++i) {
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k32 = i & 31;
       if (k32 == 0 && i > 0) {
-        unit_slot_cursor(later_unit(u, i, lane), units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+        unit_slot_cursor(u + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
 #if ONE_LAUNCH
-        beta_l = unit_scalar<BETA_CODE>(later_unit(u, i, lane), units, beta, sb_batch, sb_head);
-        if (!PER_CHANNEL) g_l = unit_scalar<G_CODE>(later_unit(u, i, lane), units, g, sg_batch, sg_head);
+        beta_l = unit_scalar<BETA_CODE>(u + lane * gridDim.x, units, beta, sb_batch, sb_head);
+        if (!PER_CHANNEL) g_l = unit_scalar<G_CODE>(u + lane * gridDim.x, units, g, sg_batch, sg_head);
 #if FLUSH_FIRST
         place_l = flush_first_place(slot_l, w_l, lane);
 #endif
@@ -1210,7 +1131,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #else
       const int src = k32;
 #endif
-      const int unit = KH_GROUPS ? cta_unit(i - k32 + src) : u + (src - k32) * (int)gridDim.x;
+      const int unit = u + (src - k32) * (int)gridDim.x;
       const int slot = __shfl_sync(0xffffffffu, slot_l, src);
       const int w = __shfl_sync(0xffffffffu, w_l, src);
       const int st = i % STAGES;
@@ -1285,11 +1206,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
           bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS, SCALE_BYTES, full);
       }
 #if DEFER_COUNT
-      const int u0 = KH_GROUPS ? cta_unit(i - k32) : u - k32 * gridDim.x;  // the block's first unit
-      if (k32 == min(STAGES - 1, units_after(u0, i - k32, units)))
-        count_cursor_read(later_unit(u0, i - k32, lane), units, slot_l, w_l, arrivals, cursor);
+      const int u0 = u - k32 * gridDim.x;  // the block's first unit
+      if (k32 == min(STAGES - 1, (units - 1 - u0) / (int)gridDim.x))
+        count_cursor_read(u0 + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
 #else
-      if (k32 == 0) count_cursor_read(later_unit(u, i, lane), units, slot_l, w_l, arrivals, cursor);
+      if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
 #endif
 #else
       // For a cursor read w' that may be one step ahead (w + 1, or 0 after a flush): d records
@@ -1343,7 +1264,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   const int r0 = warp * 16;
   const int row = r0 + (lane & 15), half = lane >> 4;
   int i = 0;
-  for (int u = blockIdx.x; u < units; u = next_unit(u, i), ++i) {
+  for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
@@ -1362,7 +1283,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // The unit's coefficients from its records and inputs, while its checkpoint may still be copied.
     if (slot >= 0)
       stage_coefficients(gstage, slot, h, part, warp * 32 + lane, scale, g_records, sgr_slot, sgr_head, sgr_pos, k_records,
-                         skr_slot, skr_head, skr_pos, nullptr);
+                         skr_slot, skr_head, skr_pos);
     mbar_wait(full, (i / STAGES) & 1);
 #endif
     bool released = false;  // the stage given back to the producer
