@@ -847,6 +847,25 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
 #endif
 
 #if ONE_LAUNCH
+// GDN with two warps or more forming the coefficients: the first forms the decays after the
+// first barrier, while the others scale the qk block, instead of before it, where the others
+// waited for it at the barrier.
+#define DECAYS_LATE (!PER_CHANNEL && CWARPS > 1)
+
+// GDN (one warp, lane j record j): the decays e_j (0 from w on) and e0 into the coefficient block
+// from the stage's g records; ``grec_w`` (not null) takes this step's g.
+__device__ __forceinline__ void stage_decays(unsigned char* gstage, int w, float gh, int lane, grec_t* grec_w) {
+  float* cf = (float*)(gstage + OFF_COEF);
+  float e0;
+  const float* gs = (const float*)(gstage + OFF_G);  // GDN's g records
+  const float ej = record_decays(lane < w ? gs[lane] : 0.0f, w, gh, lane, e0);
+  if (lane < LP) cf[2 * LP + lane] = ej;
+  if (lane == 0) {
+    cf[3 * LP] = e0;
+    if (grec_w) grec_w[0] = gh;
+  }
+}
+
 // One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
 // consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
 // from the stage the producer filled: the step's q, k
@@ -930,17 +949,8 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     rn[warp * 4 + 1] = nk;
     rn[warp * 4 + 2] = nqk;
   }
-#if !PER_CHANNEL
-  if (warp == 0) {
-    float e0;
-    const float* gs = (const float*)(gstage + OFF_G);  // GDN's g records
-    const float ej = record_decays(lane < w ? gs[lane] : 0.0f, w, gh, lane, e0);
-    if (lane < LP) cf[2 * LP + lane] = ej;
-    if (lane == 0) {
-      cf[3 * LP] = e0;
-      if (grec_w && append) grec_w[0] = gh;
-    }
-  }
+#if !PER_CHANNEL && !DECAYS_LATE
+  if (warp == 0) stage_decays(gstage, w, gh, lane, append ? grec_w : nullptr);
 #endif
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
   nq = nk = nqk = 0.0f;
@@ -955,8 +965,13 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 #else
   const float rq = scale, rk = 1.0f;
 #endif
-  // The thread's own columns of the qk block (written by it above) scaled: q̂ and k̂.
+  // The qk block's columns scaled: q̂ and k̂ (DECAYS_LATE: by the warps but the first, which forms
+  // the decays meanwhile; else each thread its own columns, written by it above).
+#if DECAYS_LATE
+  for (int c = tid - 32; c >= 0 && c < DK; c += (CWARPS - 1) * 32) {
+#else
   for (int c = tid; c < DK; c += CWARPS * 32) {
+#endif
     qks[c] *= rq;
     qks[DK + c] *= rk;
 #if PER_CHANNEL
@@ -970,7 +985,14 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     frag_column(gstage, c, qks[c], qks[DK + c]);
 #endif
   }
+#if DECAYS_LATE
+  // The scores: the first warp, after its decays.
+  if (warp == 0) stage_decays(gstage, w, gh, lane, append ? grec_w : nullptr);
+  __syncwarp();
+  for (int t = warp == 0 ? lane : 2 * LP; t < 2 * LP; t += 32) {
+#else
   for (int t = tid; t < 2 * LP; t += CWARPS * 32) {
+#endif
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < CWARPS; ++i) sum += red[i * 2 * LP + t];
