@@ -17,7 +17,9 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
     stored     a flush unit: consumer warp 0's store has read its rows (the stage may be reused)
     scanned    coefficient thread 0 has scanned its column (records' decays and score sums)
     reduced    the coefficient warps' first barrier passed (scores reduce-scattered, norms summed)
-    scaled     coefficient thread 0 has scaled its column of the qk block (before the scores' sums)
+    scaled     coefficient thread 0 has scaled its column of the qk block (before the scores' sums;
+               GDN with two coefficient warps or more: its warp forms the decays next instead, the
+               others scale)
 
 One eager step of a slot set that has not been touched for a few steps (the state comes from
 DRAM) with the case's spread, advancing cursors (``--cursors W`` pins them). Printed over the
@@ -35,8 +37,10 @@ cycles do not):
     store       stored - folded      a flush unit's store: issue, then the wait for its read
     scan        scanned - recs       the coefficients' column pass (thread 0's)
     reduce      reduced - scanned    reduce-scatter, norms, first barrier
-    scale       scaled - reduced     norms applied, the qk block scaled (thread 0's)
-    finish      ready - scaled       the scores' sums, the block's scalars, second barrier
+    scale       scaled - reduced     norms applied, the qk block scaled (thread 0's; GDN, two
+                                     warps or more: the norms only)
+    finish      ready - scaled       (GDN, two warps or more: the decays,) the scores' sums, the
+                                     block's scalars, second barrier
     period      done - done(i-1)     one unit, as the consumers see it
 
 At small batches a CTA has a few units and the ring never fills: ``--timeline N`` also prints, for
@@ -104,8 +108,8 @@ _PATCHES = (
     ),
     ("  nq = nk = nqk = 0.0f;\n", "  if (tid == 0) coef_phase[1] = clk();\n  nq = nk = nqk = 0.0f;\n"),
     (
-        "  for (int t = tid; t < 2 * LP; t += CWARPS * 32) {\n",
-        "  if (tid == 0) coef_phase[2] = clk();\n  for (int t = tid; t < 2 * LP; t += CWARPS * 32) {\n",
+        "#if DECAYS_LATE\n  // The scores: the first warp, after its decays.\n",
+        "  if (tid == 0) coef_phase[2] = clk();\n#if DECAYS_LATE\n  // The scores: the first warp, after its decays.\n",
     ),
     (
         "    int* __restrict__ arrivals, float scale) {\n  extern __shared__ unsigned char smem_raw[];\n",
