@@ -16,15 +16,13 @@ each row prints the median and the rounds' spread (max / min - 1).
 keeps one, so its speedup column is against the fp32 conventional step (a second case of the same
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
-A configuration is ``table[,fmma][,ff][,sb]`` (the launch table's for each case; ``fmma``: with the
-flush's fold on tensor cores; ``ff``: with flushing units first where the table runs one launch;
-``sb``: with GDN's column pass in blocks where the table runs GDN's step kernel in one launch) or
-``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,sb]`` (``DeltaCudaConfig``; ``one``:
+A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
+fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch)
+or ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]`` (``DeltaCudaConfig``; ``one``:
 GDN in one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor
 cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a
 unit's records in one bulk copy each; ``dc``: the cursor reads counted after the first stages'
-units; ``ff``: each block of 32 units taken with its flushing units first, one launch only;
-``sb``: GDN's coefficient column pass in blocks of four records, one launch only), or
+units; ``ff``: each block of 32 units taken with its flushing units first, one launch only), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N resident CTAs a
 multiprocessor).
 
@@ -68,30 +66,28 @@ GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
 def parse_config(text: str):
-    """``table[,fmma][,ff][,sb]`` -> that string (the launch table's configuration of each case,
-    with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``sb`` GDN's
-    column pass in blocks); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,sb]``
-    or ``small,ROWS,mN`` ->
+    """``table[,fmma][,ff]`` -> that string (the launch table's configuration of each case, with
+    ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]`` or ``small,ROWS,mN`` ->
     DeltaCudaConfig (``one``: GDN in one launch; ``cwN``: N coefficient warps; ``mma``: S0 products
     on tensor cores; ``fmma``: the flush's fold on tensor cores; ``cr``: a unit's records in one
     bulk copy each; ``dc``: the cursor reads counted after the first stages' units; ``ff``:
-    flushing units first; ``sb``: GDN's column pass in blocks)."""
+    flushing units first)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
-        if parts[1:] != [m for m in ("fmma", "ff", "sb") if m in parts[1:]]:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,sb]")
+        if parts[1:] not in ([], ["fmma"], ["ff"], ["fmma", "ff"]):
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff]")
         return text
-    one, mma, fmma, cr, dc, ff, sb = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "sb"))
+    one, mma, fmma, cr, dc, ff = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff"))
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
-    flags = one + mma + fmma + cr + dc + ff + sb
-    if len(parts) != 3 + flags + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
+    if len(parts) != 3 + one + mma + fmma + cr + dc + ff + len(cw) or len(cw) > 1 or not all(p.isdigit() for p in parts[:3]):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,sb], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,sb] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,ff], rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff] "
+            "or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -106,29 +102,21 @@ def parse_config(text: str):
         coalesce_recs=cr,
         defer_count=dc,
         flush_first=ff,
-        scan_blocks=sb,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,sb]``: the launch table's for this batch, L and checkpoint, with the
-    flush's fold on tensor cores where asked, whatever the table says, the flushing units first
-    where asked and the table runs the step kernel in one launch, and GDN's column pass in blocks
-    where asked and the table runs GDN's step kernel in one launch); KDA always in one launch,
-    labelled so)."""
+    (``table[,fmma][,ff]``: the launch table's for this batch, L and checkpoint, with the flush's
+    fold on tensor cores where asked, whatever the table says, and the flushing units first where
+    asked and the table runs the step kernel in one launch); KDA always in one launch, labelled
+    so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
         mods = c.split(",")[1:]
         ff = "ff" in mods and gc.step_kernel_in_one_launch(table, per_channel)
-        sb = "sb" in mods and not per_channel and gc.step_kernel_in_one_launch(table, False)
-        c = dataclasses.replace(
-            table,
-            flush_mma=table.flush_mma or "fmma" in mods,
-            flush_first=table.flush_first or ff,
-            scan_blocks=table.scan_blocks or sb,
-        )
+        c = dataclasses.replace(table, flush_mma=table.flush_mma or "fmma" in mods, flush_first=table.flush_first or ff)
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

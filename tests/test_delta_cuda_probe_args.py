@@ -25,9 +25,6 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma", "table,fmma"),
         ("table,ff", "table,ff"),
         ("table,fmma,ff", "table,fmma,ff"),
-        ("table,sb", "table,sb"),
-        ("table,fmma,ff,sb", "table,fmma,ff,sb"),
-        ("64,2,4,one,sb", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, scan_blocks=True)),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
@@ -73,9 +70,7 @@ def test_config_strings_name_their_launch(text, expected):
         "table,fmma,fmma",
         "table,et",
         "table,ff,fmma",
-        "table,sb,ff",
-        "table,sb,sb",
-        "64,2,4,sb,sb",
+        "table,ff,fmma",
         "64,2,4,ff,ff",
         "64,2,4,ar",
         "64,2,4,xx",
@@ -110,20 +105,6 @@ def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
     assert one == (batch in (8, 16))
     kda = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=True)
     assert kda.flush_first and kda.one_launch
-
-
-@pytest.mark.parametrize("batch, state_bytes", [(2, 2), (8, 2), (64, 2), (256, 2), (4, 4), (16, 4), (256, 4)])
-def test_table_sb_takes_the_column_pass_in_blocks_only_in_gdns_one_launch(batch, state_bytes):
-    """``table,sb`` takes GDN's column pass in blocks where the table runs GDN's step kernel in one
-    launch (bf16 at 3-64, fp32 at 3-4 and from 128); elsewhere (the small kernel, the two launches)
-    and for KDA it is the table."""
-    table = delta_cuda_config(128, 128, 16, batch, state_bytes)
-    got = delta_cuda_probe.case_config("table,sb", QWEN_122B, 16, batch, state_bytes, per_channel=False)
-    one = table.one_launch and not table.small
-    assert got == (dataclasses.replace(table, scan_blocks=True) if one else table)
-    assert one == ((batch, state_bytes) in ((8, 2), (64, 2), (4, 4), (256, 4)))
-    kda = delta_cuda_probe.case_config("table,sb", QWEN_122B, 16, batch, state_bytes, per_channel=True)
-    assert not kda.scan_blocks
 
 
 def test_baseline_configs_need_a_baseline(capsys):

@@ -529,30 +529,3 @@ def test_flush_first_needs_one_launch_and_orders_each_block(state_bytes, per_cha
                                                       cfg.coef_warps, cfg.s0_mma, ff)  # fmt: skip
     ballots = {ff: ptx_entry(p, "delta_replay_step").count("vote.sync.ballot.b32") for ff, p in ptx.items()}
     assert ballots[True] >= ballots[False] + 3  # two blocks' orders (the first, the next 32) and each unit's lane
-
-
-@pytest.mark.parametrize("state_bytes", [1, 2, 4])
-def test_scan_blocks_need_gdns_one_launch_and_load_before_the_arithmetic(state_bytes):
-    """``scan_blocks``: GDN's step kernel in one launch only (KDA's pass always runs in blocks), its
-    define and label; with it the column pass's k̂ loads of a block come before its FMAs (fewer
-    branches between them than records: one a block of four)."""
-    table = gc.delta_cuda_config(128, 128, 16, 8, state_bytes)
-    cfg = dataclasses.replace(table, one_launch=True, small=False, scan_blocks=True, coalesce_recs=True)
-
-    def defines(cfg, per_channel=False):
-        return dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32,
-                                          per_channel))  # fmt: skip
-
-    assert defines(cfg)["SCAN_BLOCKS"] == 1 and defines(dataclasses.replace(cfg, scan_blocks=False))["SCAN_BLOCKS"] == 0
-    assert cfg.label().endswith(",sb")
-    for bad, per_channel, got in (
-        (dataclasses.replace(cfg, one_launch=False, coef_warps=0, defer_count=False, flush_first=False), False,
-         "per_channel=False, small=False, one_launch=False"),
-        (cfg, True, "per_channel=True"),
-    ):  # fmt: skip
-        with pytest.raises(ValueError, match=f"scan_blocks needs GDN's step kernel in one launch .*{got}"):
-            defines(bad, per_channel)
-    ptx = {sb: ptx_entry(gc.compile_delta_ptx(16, 64, 128, 128, 16, dataclasses.replace(cfg, scan_blocks=sb),
-                                              state_bytes), "delta_replay_step") for sb in (False, True)}  # fmt: skip
-    assert ptx[True] != ptx[False]
-    assert ptx[True].count("ld.shared.u16") >= ptx[False].count("ld.shared.u16")

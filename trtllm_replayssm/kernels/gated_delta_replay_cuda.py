@@ -182,9 +182,7 @@ class DeltaCudaConfig:
     step kernel in one launch): each block of 32 units' cursor reads counted once the CTA's first
     ``stages`` units of it are issued, not after the first. ``flush_first`` (the step kernel in one
     launch): each block of 32 units taken with its flushing units first, so that a flush's fold
-    overlaps the other units' coefficients instead of following them. ``scan_blocks`` (GDN's step
-    kernel in one launch): the coefficients' column pass takes the k̂ records in blocks of four,
-    each block's loads before its arithmetic (KDA's pass always does), not one branch a record."""
+    overlaps the other units' coefficients instead of following them."""
 
     rows: int
     stages: int
@@ -199,7 +197,6 @@ class DeltaCudaConfig:
     coalesce_recs: bool = False
     defer_count: bool = False
     flush_first: bool = False
-    scan_blocks: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -211,9 +208,8 @@ class DeltaCudaConfig:
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
-        sb = ",sb" if self.scan_blocks else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{sb}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -530,7 +526,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.small`` with ``per_channel`` (the small kernel takes GDN only).
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
-        ValueError: ``cfg.scan_blocks`` outside GDN's step kernel in one launch.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -552,10 +547,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel; got small=True")
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
-    if cfg.scan_blocks and (per_channel or not step_kernel_in_one_launch(cfg, per_channel)):
-        raise ValueError(f"delta_replay_step (CUDA): scan_blocks needs GDN's step kernel in one launch (KDA's pass "
-                         f"always runs in blocks); got per_channel={per_channel}, small={cfg.small}, "
-                         f"one_launch={cfg.one_launch}")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
         if rows % 16 or not 16 <= rows <= 128 or head_v_dim % rows:
             raise ValueError(
@@ -573,7 +564,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), SCAN_BLOCKS=int(cfg.scan_blocks), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -137,17 +137,6 @@
 #ifndef FLUSH_FIRST
 #define FLUSH_FIRST 0
 #endif
-// SCAN_BLOCKS (GDN in one launch): the coefficients' column pass takes the k̂ records in blocks of
-// SCAN_BLOCK, each block's loads before its arithmetic, those from w on masked, as KDA's scan
-// always does (scan_column), instead of one branch a record, where each record's load waited
-// behind the previous record's arithmetic.
-#ifndef SCAN_BLOCKS
-#define SCAN_BLOCKS 0
-#endif
-#if SCAN_BLOCKS && (PER_CHANNEL || !ONE_LAUNCH)
-#error "SCAN_BLOCKS takes GDN in one launch"
-#endif
-#define SCAN_BLOCK 4  // records a block of the coefficients' column pass (KDA; GDN with SCAN_BLOCKS)
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -823,6 +812,7 @@ __device__ __forceinline__ void flush_fold_fma(unsigned char* gstage, int r0, in
 // L-1): u_j also stored at U_j's u_index(c) over slot j, after a __syncwarp once the warp has read
 // the block's g (whole warps: DK is a multiple of 32). Two builds, so that the steps that do not
 // flush run without the warp barriers.
+#define SCAN_BLOCK 4
 template <bool FLUSH>
 __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c, float gc2, float qc, float kc,
                                              float (&pq)[LP], float (&pk)[LP]) {
@@ -927,22 +917,6 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     if (grec_w && append) grec_w[c] = grec_value(gc);
 #else
     const u16* ks = (const u16*)(gstage + OFF_K);
-#if SCAN_BLOCKS
-#pragma unroll
-    for (int j0 = 0; j0 < LP; j0 += SCAN_BLOCK) {
-      if (j0 < w) {  // the unit's w: the same in every thread
-        float kj[SCAN_BLOCK];
-#pragma unroll
-        for (int e = 0; e < SCAN_BLOCK; ++e) kj[e] = bf16_to_f32(ks[(j0 + e) * DK + c]);
-#pragma unroll
-        for (int e = 0; e < SCAN_BLOCK; ++e) {
-          const float km = j0 + e < w ? kj[e] : 0.0f;
-          pq[j0 + e] += km * qc;
-          pk[j0 + e] += km * kc;
-        }
-      }
-    }
-#else
 #pragma unroll
     for (int j = 0; j < LP; ++j) {
       if (j < w) {
@@ -951,7 +925,6 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
         pk[j] += kj * kc;
       }
     }
-#endif
     qks[c] = qc;
     qks[DK + c] = kc;
 #endif
