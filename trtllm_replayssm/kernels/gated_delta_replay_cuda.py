@@ -266,6 +266,12 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     return stages * stage + 1024 + 8 * barriers * stages
 
 
+def config_shared_bytes(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int, per_channel: bool) -> int:
+    """:func:`delta_step_shared_bytes` of ``cfg``'s step kernel (not the small kernel)."""
+    return delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
+
+
 def delta_qk_floats(head_k_dim: int, state_bytes: int, per_channel: bool, one_launch: bool) -> int:
     """Floats of a (row, key head) qk block, the .cu file's QK_FLOATS: GDN's q̂, k̂ (fp32), in two
     launches with an fp8 checkpoint then the step's q and k as f16 (head_k_dim + 16 values apart)
@@ -443,9 +449,7 @@ def delta_ctas_that_fit(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
     """How many CTAs of ``cfg``'s step kernel the shared memory of one sm_90 multiprocessor holds
     (:func:`delta_step_shared_bytes` of its rows, stages, launch form, coefficient warps and S0
     products, plus the driver's reservation per CTA); ``cfg.min_ctas`` is not read."""
-    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
-    return SMEM_PER_SM // (smem + SMEM_RESERVED_PER_CTA)
+    return SMEM_PER_SM // (config_shared_bytes(cfg, head_k_dim, L, state_bytes, per_channel) + SMEM_RESERVED_PER_CTA)
 
 
 def delta_cuda_unsupported(checkpoint: Tensor, d_records: Tensor, k_records: Tensor, g_records: Tensor,
@@ -553,8 +557,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
                 f"delta_replay_step (CUDA): {name} {rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
             )
     if not cfg.small:
-        smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                       runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
+        smem = config_shared_bytes(cfg, head_k_dim, L, state_bytes, per_channel)
         if smem > SMEM_PER_SM:
             raise ValueError(f"delta_replay_step (CUDA): {cfg.label()} needs {smem} bytes of shared memory a CTA "
                              f"({state_bytes}-byte checkpoint elements, head_k_dim {head_k_dim}, L {L}); an sm_90 CTA "
@@ -678,8 +681,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
     one_launch = runs_one_launch(cfg, per_channel)
-    smem = delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, es, per_channel, one_launch, cfg.coef_warps,
-                                   cfg.s0_mma, cfg.flush_first)
+    smem = config_shared_bytes(cfg, head_k_dim, L, es, per_channel)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:
