@@ -25,6 +25,12 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma", "table,fmma"),
         ("table,ff", "table,ff"),
         ("table,fmma,ff", "table,fmma,ff"),
+        ("table,smma", "table,smma"),
+        ("table,ff,smma", "table,ff,smma"),
+        (
+            "128,4,1,one,cw4,smma",
+            DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, score_mma=True),
+        ),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
@@ -70,7 +76,9 @@ def test_config_strings_name_their_launch(text, expected):
         "table,fmma,fmma",
         "table,et",
         "table,ff,fmma",
-        "table,ff,fmma",
+        "table,smma,ff",
+        "table,smma,smma",
+        "64,2,4,one,smma,smma",
         "64,2,4,ff,ff",
         "64,2,4,ar",
         "64,2,4,xx",
@@ -105,6 +113,19 @@ def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
     assert one == (batch in (8, 16))
     kda = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=True)
     assert kda.flush_first and kda.one_launch
+
+
+@pytest.mark.parametrize("batch", [1, 8, 16, 64, 256])
+def test_table_smma_takes_the_scores_on_tensor_cores_only_in_gdn_one_launch(batch):
+    """``table,smma`` is GDN's table with its coefficient scores on tensor cores where the table runs
+    the step kernel in one launch (GDN bf16 at 3-64); elsewhere, and for KDA, it is the table."""
+    table = delta_cuda_config(128, 128, 16, batch, 2)
+    got = delta_cuda_probe.case_config("table,smma", QWEN_122B, 16, batch, 2, per_channel=False)
+    one = table.one_launch and not table.small
+    assert got == (dataclasses.replace(table, score_mma=True) if one else table)
+    assert one == (batch in (8, 16, 64))
+    kda = delta_cuda_probe.case_config("table,smma", QWEN_122B, 16, batch, 2, per_channel=True)
+    assert not kda.score_mma
 
 
 def test_baseline_configs_need_a_baseline(capsys):
