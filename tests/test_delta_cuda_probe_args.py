@@ -27,6 +27,8 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma,ff", "table,fmma,ff"),
         ("table,smma", "table,smma"),
         ("table,ff,smma", "table,ff,smma"),
+        ("table,rw", "table,rw"),
+        ("64,2,3,one,rw", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True, rec_warps=True)),
         (
             "128,4,1,one,cw4,smma",
             DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, score_mma=True),
@@ -79,6 +81,7 @@ def test_config_strings_name_their_launch(text, expected):
         "table,smma,ff",
         "table,smma,smma",
         "64,2,4,one,smma,smma",
+        "table,rw,smma",
         "64,2,4,ff,ff",
         "64,2,4,ar",
         "64,2,4,xx",
@@ -115,17 +118,19 @@ def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
     assert kda.flush_first and kda.one_launch
 
 
+@pytest.mark.parametrize("mod, field", [("smma", "score_mma"), ("rw", "rec_warps")])
 @pytest.mark.parametrize("batch", [1, 8, 16, 64, 256])
-def test_table_smma_takes_the_scores_on_tensor_cores_only_in_gdn_one_launch(batch):
-    """``table,smma`` is GDN's table with its coefficient scores on tensor cores where the table runs
-    the step kernel in one launch (GDN bf16 at 3-64); elsewhere, and for KDA, it is the table."""
+def test_table_coefficient_forms_apply_only_in_gdn_one_launch(batch, mod, field):
+    """``table,smma`` (``table,rw``) is GDN's table with its coefficient scores on tensor cores (its
+    coefficient warps splitting the records) where the table runs the step kernel in one launch
+    (GDN bf16 at 3-64); elsewhere, and for KDA, it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
-    got = delta_cuda_probe.case_config("table,smma", QWEN_122B, 16, batch, 2, per_channel=False)
+    got = delta_cuda_probe.case_config(f"table,{mod}", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
-    assert got == (dataclasses.replace(table, score_mma=True) if one else table)
+    assert got == (dataclasses.replace(table, **{field: True}) if one else table)
     assert one == (batch in (8, 16, 64))
-    kda = delta_cuda_probe.case_config("table,smma", QWEN_122B, 16, batch, 2, per_channel=True)
-    assert not kda.score_mma
+    kda = delta_cuda_probe.case_config(f"table,{mod}", QWEN_122B, 16, batch, 2, per_channel=True)
+    assert not getattr(kda, field)
 
 
 def test_baseline_configs_need_a_baseline(capsys):

@@ -140,6 +140,14 @@
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
+// REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
+// its columns (records_coefficients).
+#ifndef REC_WARPS
+#define REC_WARPS 0
+#endif
+#if REC_WARPS && (PER_CHANNEL || !ONE_LAUNCH)
+#error "REC_WARPS takes GDN in one launch"
+#endif
 // SCORE_MMA (GDN in one launch): the coefficient pass's scores k̂_j . q and k̂_j . k on tensor
 // cores (score_parts_mma) instead of a thread's FMAs over its columns and a warp reduce-scatter.
 #ifndef SCORE_MMA
@@ -306,6 +314,29 @@ __device__ __forceinline__ float record_decays(float g_lane, int w, float gh, in
   return ej;
 }
 
+// A warp's scores of records j0 + c .. j0 + c + CHUNK - 1 (chunk c of its RECS records, each
+// lane's PER_LANE columns in kr[j]): k̂_j . a and k̂_j . b (the lane's columns of a and b), records
+// at j >= w selected out before the sums (they may hold NaN), reduce-scattered: lane l < 2 CHUNK
+// returns record j0 + c + l % CHUNK's (l < CHUNK: its a score, else its b score).
+template <int RECS, int CHUNK>
+__device__ __forceinline__ float chunk_scores(const float (&kr)[RECS][PER_LANE], const float* a, const float* b, int c,
+                                              int j0, int w, int lane) {
+  float part[2 * CHUNK];
+#pragma unroll
+  for (int j = 0; j < CHUNK; ++j) {
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      sa += kr[c + j][i] * a[i];
+      sb += kr[c + j][i] * b[i];
+    }
+    const bool valid = j0 + c + j < w;
+    part[j] = valid ? sa : 0.0f;
+    part[CHUNK + j] = valid ? sb : 0.0f;
+  }
+  return warp_reduce_scatter<2 * CHUNK>(part, lane);
+}
+
 #if !ONE_LAUNCH
 extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients(
     float* __restrict__ coef_out,    // [batch, VHEADS, COEF_FLOATS]
@@ -395,20 +426,7 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   __shared__ float scores[2 * LP];  // q scores [LP], k scores [LP]
 #pragma unroll
   for (int c = 0; c < SCORE_RECS; c += SCORE_CHUNK) {
-    float part[2 * SCORE_CHUNK];
-#pragma unroll
-    for (int j = 0; j < SCORE_CHUNK; ++j) {
-      float a = 0.0f, s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < PER_LANE; ++i) {
-        a += kr[c + j][i] * qv[i];
-        s += kr[c + j][i] * kv[i];
-      }
-      const bool valid = j0 + c + j < w;
-      part[j] = valid ? a : 0.0f;
-      part[SCORE_CHUNK + j] = valid ? s : 0.0f;
-    }
-    const float r = warp_reduce_scatter<2 * SCORE_CHUNK>(part, lane);
+    const float r = chunk_scores<SCORE_RECS, SCORE_CHUNK>(kr, qv, kv, c, j0, w, lane);
     const int i = lane & (SCORE_CHUNK - 1), record = j0 + c + i;
     if (lane < 2 * SCORE_CHUNK && record < LP) scores[(lane < SCORE_CHUNK ? 0 : LP) + record] = r;
   }
@@ -1067,6 +1085,83 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
 }
 
+#if REC_WARPS
+// GDN, one launch, REC_WARPS: unit_coefficients' blocks with the CWARPS warps splitting the records
+// (REC_RECS a warp, from record warp REC_RECS; every column, PER_LANE a lane) instead of the
+// columns. Each warp sums its records' scores k̂_j . q and k̂_j . k over the whole of head_k_dim
+// itself (one reduce-scatter of 2 REC_CHUNK values a chunk) and forms the norms |q|², |k|², q . k
+// and the decays (a lane a record) itself, so that it writes its records' scores, times rq or rk
+// and e_j, straight into the coefficient block: no partial sums in shared memory and one named
+// barrier instead of two. Warp 0 writes e_j, e0 and the scalars and appends g; lane l of warp
+// l % CWARPS writes its columns of q̂, k̂ and appends k̂.
+#define REC_RECS pow2_at_least((LP + CWARPS - 1) / CWARPS)
+#define REC_CHUNK (REC_RECS < 16 ? REC_RECS : 16)
+__device__ __forceinline__ void records_coefficients(unsigned char* gstage, int w, int tid, float beta, float gh,
+                                                     float scale, grec_t* grec_w, u16* krec_w) {
+  const int lane = tid & 31, warp = tid >> 5, j0 = warp * REC_RECS, c0 = lane * PER_LANE;
+  const u16* qin = (const u16*)(gstage + OFF_IN);
+  const u16* ks = (const u16*)(gstage + OFF_K);
+  const float* gs = (const float*)(gstage + OFF_G);  // GDN's g records
+  float* qks = (float*)(gstage + OFF_QK);
+  float* cf = (float*)(gstage + OFF_COEF);
+  const bool append = w < LREC - 1;
+  float qv[PER_LANE], kv[PER_LANE], kr[REC_RECS][PER_LANE];
+  load_lane_bf16(qin + c0, qv);
+  load_lane_bf16(qin + DK + c0, kv);
+#pragma unroll
+  for (int j = 0; j < REC_RECS; ++j) {
+    if (j0 + j < w) {
+      load_lane_bf16(ks + (j0 + j) * DK + c0, kr[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < PER_LANE; ++i) kr[j][i] = 0.0f;
+    }
+  }
+  const float gj = lane < w ? gs[lane] : 0.0f;
+  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    nq += qv[i] * qv[i];
+    nk += kv[i] * kv[i];
+    nqk += qv[i] * kv[i];
+  }
+  nq = warp_sum(nq);
+  nk = warp_sum(nk);
+  nqk = warp_sum(nqk);
+#if L2NORM
+  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
+#else
+  const float rq = scale, rk = 1.0f;
+#endif
+  float e0;
+  const float ej = record_decays(gj, w, gh, lane, e0);  // lane j: e_j
+#pragma unroll
+  for (int c = 0; c < REC_RECS; c += REC_CHUNK) {
+    const float r = chunk_scores<REC_RECS, REC_CHUNK>(kr, qv, kv, c, j0, w, lane);
+    const int record = j0 + c + (lane & (REC_CHUNK - 1));
+    const float e = __shfl_sync(0xffffffffu, ej, record & 31);
+    if (lane < 2 * REC_CHUNK && record < LP) cf[(lane < REC_CHUNK ? 0 : LP) + record] = r * (lane < REC_CHUNK ? rq : rk) * e;
+  }
+  if (warp == 0) {
+    if (lane < LP) cf[2 * LP + lane] = ej;
+    if (lane == 0) {
+      cf[3 * LP] = e0;
+      coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
+      if (grec_w && append) grec_w[0] = gh;
+    }
+  }
+  if (lane % CWARPS == warp) {
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+      qks[c0 + i] = qv[i] * rq;
+      qks[DK + c0 + i] = kv[i] * rk;
+      if (krec_w && append) krec_w[c0 + i] = f32_to_bf16(kv[i] * rk);
+    }
+  }
+  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
+}
+#endif
+
 // One launch: unit_coefficients for the unit of (slot >= 0, value head h, part) in a stage, with w,
 // beta and GDN's g from the stage's meta and the append positions: g at part 0, k̂ at part 0 of the
 // key head's first value head.
@@ -1078,7 +1173,11 @@ __device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int sl
   const int w = meta[1];
   grec_t* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
   u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
+#if REC_WARPS
+  records_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
+#else
   unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
+#endif
 }
 
 // One launch (GDN): a 4-byte asynchronous copy to shared memory, and the arrival that makes the
