@@ -74,7 +74,7 @@ def config(g, L, state, form, per_channel=False):
     # the table's at batch 256 (GDN: just below GDN_F32_COEF_WARPS_MIN_BATCH, the two launches in
     # every dtype), the flush's fold on FMAs and the records copied one at a time unless the form
     # says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at batch 12-63 with a 16- or
-    # 32-bit checkpoint one launch takes -ff too)
+    # 32-bit checkpoint one launch takes -ff too; GDN's one launch -rw)
     batch = 256 if per_channel else GDN_F32_COEF_WARPS_MIN_BATCH - 1
     cfg = dataclasses.replace(
         delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, STATES[state].itemsize, per_channel),
@@ -82,6 +82,7 @@ def config(g, L, state, form, per_channel=False):
         coalesce_recs=False,
         defer_count=False,
         flush_first=False,
+        rec_warps=False,
     )
     if form.endswith("-rw"):  # GDN's coefficient warps splitting the records
         return dataclasses.replace(config(g, L, state, form[: -len("-rw")], per_channel), rec_warps=True)

@@ -177,8 +177,9 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
         assert cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas) and cfg.min_ctas >= 1
         assert gc.delta_ctas_that_fit(cfg, dk, L, 1, True) >= cfg.min_ctas
-    elif bf16_route:  # the bf16 table's, without its flushing units first
-        assert cfg == dataclasses.replace(bf16, flush_mma=fmma, flush_first=False)
+    elif bf16_route:  # the bf16 table's, without its flushing units first, GDN's one launch with rec_warps
+        rw = not per_channel and gc.step_kernel_in_one_launch(cfg, per_channel)
+        assert cfg == dataclasses.replace(bf16, flush_mma=fmma, flush_first=False, rec_warps=rw)
     else:  # GDN's two launches: the standard units, not the wide ones
         ring = gc.fp8_mma_rings(batch)[0]
         assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), *ring) and not cfg.one_launch
@@ -448,7 +449,9 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk, and defers the count exactly
     where it runs one launch; there, with a 16- or 32-bit checkpoint at batch 12-63, it takes each
-    block's flushing units first. The small kernel (GDN at batch 1) takes none of them."""
+    block's flushing units first, and GDN splits the records over its coefficient warps (but with a
+    bf16 checkpoint and no coefficient warps at batch 4 and 8). The small kernel (GDN at batch 1)
+    takes none of them."""
     seen = set()
     for per_channel in (False, True):
         for state_bytes in (4, 2, 1):
@@ -458,6 +461,8 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                 assert cfg.coalesce_recs == (not cfg.small), cfg
                 assert cfg.defer_count == one, cfg
                 assert cfg.flush_first == (one and state_bytes != 1 and 12 <= batch < 64), cfg
+                losing = state_bytes == 2 and not cfg.coef_warps and batch in gc.REC_WARPS_LOSING_BATCHES
+                assert cfg.rec_warps == (one and not per_channel and not losing), cfg
                 seen.add((cfg.small, one, cfg.flush_first))
     # every form met: the small kernel, two launches, one launch with and without flushing units first
     assert seen == {(True, False, False), (False, False, False), (False, True, False), (False, True, True)}
@@ -520,7 +525,7 @@ def test_flush_first_needs_one_launch_and_orders_each_block(state_bytes, per_cha
         ):
             defines(gdn_two)
     assert defines(cfg)["FLUSH_FIRST"] == 1 and defines(dataclasses.replace(cfg, flush_first=False))["FLUSH_FIRST"] == 0
-    assert cfg.label().endswith(",ff")
+    assert "ff" in cfg.label().split(",")
     ptx = {ff: gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, flush_first=ff), state_bytes,
                                     per_channel=per_channel) for ff in (False, True)}  # fmt: skip
     for ff, p in ptx.items():

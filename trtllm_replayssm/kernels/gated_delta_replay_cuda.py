@@ -155,6 +155,13 @@ KDA_THREE_STAGE_BATCHES = range(64, 256)
 # 19.61, 32 36.38 / 35.85, 64 65.65 / 66.74. An fp8 checkpoint gains nothing: KDA 12-48 0.3-1.2%
 # slower, GDN 12 1.9% slower).
 FLUSH_FIRST_BATCHES = range(12, 64)
+# GDN's step kernel in one launch splits the records over the warps forming the coefficients
+# (``rec_warps``) but with a bf16 checkpoint without coefficient warps at these batches (H100,
+# session 54, Qwen3.5-122B, L = 16, us, table without / with it: batch 3 6.74 / 6.13, 4 7.63 /
+# 8.05 and 7.70 / 8.07, 5 9.92 / 8.85, 6 10.79 / 9.43, 7 11.48 / 11.39, 8 12.04 / 12.27 and 12.14 /
+# 12.30, 9 13.96 / 13.01, 10 15.07 / 14.68, 11 15.95 / 15.43; L = 8 batch 4 8.09 / 8.62, L = 32
+# 9.10 / 8.46).
+REC_WARPS_LOSING_BATCHES = (4, 8)
 
 
 @dataclass(frozen=True)
@@ -319,13 +326,21 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
     107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 / 32.72, 256
     432.48 / 432.30; no cell slower beyond its rounds' spread but KDA fp8 512, 191.30 with
-    ``coalesce_recs`` alone / 192.50 with both."""
+    ``coalesce_recs`` alone / 192.50 with both. GDN's step kernel in one launch takes
+    ``rec_warps`` but at :data:`REC_WARPS_LOSING_BATCHES` with a bf16 checkpoint and no coefficient
+    warps (H100, session 54, Qwen3.5-122B, L = 16, us, without / with: bf16 batch 12 15.29 /
+    15.04, 16 19.45 / 19.02, 32 35.54 / 34.41, 64 65.57 / 64.36; L = 8 64 67.99 / 66.74, L = 32 16
+    20.75 / 19.84, 64 69.73 / 67.29; fp8 3 5.71 / 5.54, 8 10.79 / 10.19, 12 14.14 / 13.26; fp32 4
+    10.60 / 10.26, 256 413.87 / 412.26; Qwen3.5-4B bf16 64 37.57 / 36.77; bf16 3-11 beside the
+    constant)."""
     cfg = _table_shape(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel, one_launch)
     if cfg.small:
         return cfg
     one = runs_one_launch(cfg, per_channel)
     flush_first = one and state_bytes != 1 and batch in FLUSH_FIRST_BATCHES
-    return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first)
+    losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
+    return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first,
+                   rec_warps=one and not per_channel and not losing)
 
 
 def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
