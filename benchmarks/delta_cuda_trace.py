@@ -15,10 +15,10 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
     done       consumer warp 0 is through the unit
     folded     a flush unit: consumer warp 0 has folded its rows (before their store)
     stored     a flush unit: consumer warp 0's store has read its rows (the stage may be reused)
-    scanned    coefficient thread 0 has scanned its column (records' decays and score sums; GDN
-               with score_mma: its column's norm terms only)
-    reduced    the coefficient warps' first barrier passed (scores reduce-scattered, or with
-               score_mma formed on tensor cores; norms summed)
+    scanned    coefficient thread 0 has scanned its column (records' decays and score sums; this
+               point, reduced and scaled are not reached with GDN's rec_warps, the table's form
+               in one launch since session 54: its scan, reduce, scale and finish print nothing)
+    reduced    the coefficient warps' first barrier passed (scores reduce-scattered, norms summed)
     scaled     coefficient thread 0 has scaled its column of the qk block (before the scores' sums;
                GDN with two coefficient warps or more: its warp forms the decays next instead, the
                others scale)
@@ -38,8 +38,7 @@ cycles do not):
     fold        folded - go          a flush unit's fold, up to its store
     store       stored - folded      a flush unit's store: issue, then the wait for its read
     scan        scanned - recs       the coefficients' column pass (thread 0's)
-    reduce      reduced - scanned    reduce-scatter (score_mma: the scores' products), norms,
-                                     first barrier
+    reduce      reduced - scanned    reduce-scatter, norms, first barrier
     scale       scaled - reduced     norms applied, the qk block scaled (thread 0's; GDN, two
                                      warps or more: the norms only)
     finish      ready - scaled       (GDN, two warps or more: the decays,) the scores' sums, the
@@ -105,8 +104,9 @@ _PATCHES = (
         '#include "delta_records.cuh"\n' + TIMER_HELPERS + "__shared__ u64 coef_phase[3];  // unit_coefficients' points\n",
     ),
     (
-        "#if SCORE_MMA\n  score_parts_mma(gstage, w, warp, lane, red);\n",
-        "  if (tid == 0) coef_phase[0] = clk();\n#if SCORE_MMA\n  score_parts_mma(gstage, w, warp, lane, red);\n",
+        "  // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.\n",
+        "  if (tid == 0) coef_phase[0] = clk();\n"
+        "  // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.\n",
     ),
     ("  nq = nk = nqk = 0.0f;\n", "  if (tid == 0) coef_phase[1] = clk();\n  nq = nk = nqk = 0.0f;\n"),
     (

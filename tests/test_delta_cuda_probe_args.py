@@ -25,14 +25,9 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma", "table,fmma"),
         ("table,ff", "table,ff"),
         ("table,fmma,ff", "table,fmma,ff"),
-        ("table,smma", "table,smma"),
-        ("table,ff,smma", "table,ff,smma"),
+        ("table,ff,rw", "table,ff,rw"),
         ("table,rw", "table,rw"),
         ("64,2,3,one,rw", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True, rec_warps=True)),
-        (
-            "128,4,1,one,cw4,smma",
-            DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, score_mma=True),
-        ),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
         (
@@ -78,10 +73,10 @@ def test_config_strings_name_their_launch(text, expected):
         "table,fmma,fmma",
         "table,et",
         "table,ff,fmma",
-        "table,smma,ff",
-        "table,smma,smma",
-        "64,2,4,one,smma,smma",
-        "table,rw,smma",
+        "table,rw,ff",
+        "table,rw,rw",
+        "64,2,4,one,rw,rw",
+        "table,smma",
         "64,2,4,ff,ff",
         "64,2,4,ar",
         "64,2,4,xx",
@@ -118,19 +113,18 @@ def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
     assert kda.flush_first and kda.one_launch
 
 
-@pytest.mark.parametrize("mod, field", [("smma", "score_mma"), ("rw", "rec_warps")])
 @pytest.mark.parametrize("batch", [1, 8, 16, 64, 256])
-def test_table_coefficient_forms_apply_only_in_gdn_one_launch(batch, mod, field):
-    """``table,smma`` (``table,rw``) is GDN's table with its coefficient scores on tensor cores (its
-    coefficient warps splitting the records) where the table runs the step kernel in one launch
-    (GDN bf16 at 3-64); elsewhere, and for KDA, it is the table."""
+def test_table_rw_splits_the_records_only_in_gdn_one_launch(batch):
+    """``table,rw`` is GDN's table with its coefficient warps splitting the records where the table
+    runs the step kernel in one launch (GDN bf16 at 3-64, where the table takes it but at batch 4
+    and 8); elsewhere, and for KDA, it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
-    got = delta_cuda_probe.case_config(f"table,{mod}", QWEN_122B, 16, batch, 2, per_channel=False)
+    got = delta_cuda_probe.case_config("table,rw", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
-    assert got == (dataclasses.replace(table, **{field: True}) if one else table)
-    assert one == (batch in (8, 16, 64))
-    kda = delta_cuda_probe.case_config(f"table,{mod}", QWEN_122B, 16, batch, 2, per_channel=True)
-    assert not getattr(kda, field)
+    assert got == (dataclasses.replace(table, rec_warps=True) if one else table)
+    assert one == (batch in (8, 16, 64)) and table.rec_warps == (batch in (16, 64))
+    kda = delta_cuda_probe.case_config("table,rw", QWEN_122B, 16, batch, 2, per_channel=True)
+    assert not kda.rec_warps
 
 
 def test_baseline_configs_need_a_baseline(capsys):

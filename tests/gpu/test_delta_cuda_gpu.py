@@ -44,11 +44,10 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
 # bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
-# (one launch); ``-smma``: GDN's coefficient scores on tensor cores (one launch); ``-rw``: GDN's
-# coefficient warps (or consumers) splitting the records (one launch).
+# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
-FORMS += ["cw-cr-dc-ff", "one-smma", "cw-cr-dc-ff-smma", "one-rw", "cw-cr-dc-ff-rw"]
+FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 
@@ -86,8 +85,6 @@ def config(g, L, state, form, per_channel=False):
     )
     if form.endswith("-rw"):  # GDN's coefficient warps splitting the records
         return dataclasses.replace(config(g, L, state, form[: -len("-rw")], per_channel), rec_warps=True)
-    if form.endswith("-smma"):  # GDN's coefficient scores on tensor cores
-        return dataclasses.replace(config(g, L, state, form[: -len("-smma")], per_channel), score_mma=True)
     if form.endswith("-ff"):  # each block of 32 units taken with its flushing units first
         return dataclasses.replace(config(g, L, state, form[: -len("-ff")], per_channel), flush_first=True)
     if form.endswith("-dc"):  # the cursor reads counted after the first stages' units

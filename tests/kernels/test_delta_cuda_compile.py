@@ -541,37 +541,10 @@ def test_flush_first_needs_one_launch_and_orders_each_block(state_bytes, per_cha
     gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True),
     gc.DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, flush_mma=True, coalesce_recs=True),
 ], ids=["consumers", "coef-warps"])  # fmt: skip
-def test_score_mma_needs_gdn_in_one_launch_and_forms_the_scores_on_tensor_cores(L, cfg):
-    """``score_mma``: GDN's step kernel in one launch only (KDA's scores take the decays inside, the
-    two launches form them in the coefficient launch), its define and label; with it the step kernel
-    holds a tensor-core product for each tile of 16 records at least, and no warp reduce-scatter of
-    the scores (fewer shuffles)."""
-    smma = dataclasses.replace(cfg, score_mma=True)
-
-    def defines(cfg, per_channel=False):
-        return dict(gc.delta_step_defines(16, 64, 128, 128, L, cfg, 2, True, torch.float32, torch.float32, per_channel))
-
-    with pytest.raises(ValueError, match="score_mma needs GDN's step kernel in one launch; got small=False, one_launch=False"):
-        defines(dataclasses.replace(smma, one_launch=False, coef_warps=0))
-    with pytest.raises(ValueError, match="score_mma needs GDN's step kernel in one launch; .* per_channel=True"):
-        defines(smma, per_channel=True)
-    assert defines(smma)["SCORE_MMA"] == 1 and defines(cfg)["SCORE_MMA"] == 0
-    assert smma.label().endswith(",smma") and not cfg.label().endswith(",smma")
-    ptx = {c: ptx_entry(gc.compile_delta_ptx(16, 64, 128, 128, L, c, 2), "delta_replay_step") for c in (cfg, smma)}
-    mmas = {c: p.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") for c, p in ptx.items()}
-    assert mmas[smma] >= mmas[cfg] + (L + 15) // 16
-    assert ptx[smma].count("shfl.sync") < ptx[cfg].count("shfl.sync")
-
-
-@pytest.mark.parametrize("L", [5, 16, 32])
-@pytest.mark.parametrize("cfg", [
-    gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True),
-    gc.DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, flush_mma=True, coalesce_recs=True),
-], ids=["consumers", "coef-warps"])  # fmt: skip
 def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
-    """``rec_warps``: GDN's step kernel in one launch only, not with ``score_mma``, its define and
-    label; with it the coefficient pass holds one named barrier instead of two, and fewer
-    shuffles (a reduce-scatter of each warp's records instead of 32 values a warp)."""
+    """``rec_warps``: GDN's step kernel in one launch only, its define and label; with it the
+    coefficient pass holds one named barrier instead of two, and fewer shuffles (a reduce-scatter
+    of each warp's records instead of 32 values a warp)."""
     rw = dataclasses.replace(cfg, rec_warps=True)
 
     def defines(cfg, per_channel=False):
@@ -581,8 +554,6 @@ def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
         defines(dataclasses.replace(rw, one_launch=False, coef_warps=0))
     with pytest.raises(ValueError, match="rec_warps needs GDN's step kernel in one launch; .* per_channel=True"):
         defines(rw, per_channel=True)
-    with pytest.raises(ValueError, match="score_mma and rec_warps are two forms of the same scores; got both"):
-        defines(dataclasses.replace(rw, score_mma=True))
     assert defines(rw)["REC_WARPS"] == 1 and defines(cfg)["REC_WARPS"] == 0
     assert rw.label().endswith(",rw") and not cfg.label().endswith(",rw")
     ptx = {c: ptx_entry(gc.compile_delta_ptx(16, 64, 128, 128, L, c, 2), "delta_replay_step") for c in (cfg, rw)}

@@ -189,13 +189,10 @@ class DeltaCudaConfig:
     step kernel in one launch): each block of 32 units' cursor reads counted once the CTA's first
     ``stages`` units of it are issued, not after the first. ``flush_first`` (the step kernel in one
     launch): each block of 32 units taken with its flushing units first, so that a flush's fold
-    overlaps the other units' coefficients instead of following them. ``score_mma`` (GDN, the step
-    kernel in one launch): the coefficient pass's scores k̂_j . q and k̂_j . k on tensor cores
-    (m16n8k16 bf16 products of the k̂ records and the step's raw q and k, fp32 accumulators)
-    instead of fp32 FMAs and a warp reduce-scatter. ``rec_warps`` (GDN, the step kernel in one
-    launch): the warps forming a unit's coefficients split its records instead of its columns, each
-    summing its records' scores, norms and decays itself (one barrier instead of two, no partial
-    sums in shared memory)."""
+    overlaps the other units' coefficients instead of following them. ``rec_warps`` (GDN, the step
+    kernel in one launch): the warps forming a unit's coefficients split its records instead of its
+    columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
+    no partial sums in shared memory)."""
 
     rows: int
     stages: int
@@ -210,7 +207,6 @@ class DeltaCudaConfig:
     coalesce_recs: bool = False
     defer_count: bool = False
     flush_first: bool = False
-    score_mma: bool = False
     rec_warps: bool = False
 
     def label(self) -> str:
@@ -223,10 +219,9 @@ class DeltaCudaConfig:
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
-        smma = ",smma" if self.score_mma else ""
         rw = ",rw" if self.rec_warps else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{smma}{rw}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -555,8 +550,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.small`` with ``per_channel`` (the small kernel takes GDN only).
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
-        ValueError: ``cfg.score_mma`` or ``cfg.rec_warps`` outside GDN's step kernel in one launch,
-            or both.
+        ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -568,12 +562,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    for name in ("score_mma", "rec_warps"):
-        if getattr(cfg, name) and (per_channel or not step_kernel_in_one_launch(cfg, per_channel)):
-            raise ValueError(f"delta_replay_step (CUDA): {name} needs GDN's step kernel in one launch; got "
-                             f"small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if cfg.score_mma and cfg.rec_warps:
-        raise ValueError("delta_replay_step (CUDA): score_mma and rec_warps are two forms of the same scores; got both")
+    if cfg.rec_warps and (per_channel or not step_kernel_in_one_launch(cfg, per_channel)):
+        raise ValueError(f"delta_replay_step (CUDA): rec_warps needs GDN's step kernel in one launch; got "
+                         f"small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -600,7 +591,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), SCORE_MMA=int(cfg.score_mma), REC_WARPS=int(cfg.rec_warps), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

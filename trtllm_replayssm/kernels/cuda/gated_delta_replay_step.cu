@@ -148,14 +148,6 @@
 #if REC_WARPS && (PER_CHANNEL || !ONE_LAUNCH)
 #error "REC_WARPS takes GDN in one launch"
 #endif
-// SCORE_MMA (GDN in one launch): the coefficient pass's scores k̂_j . q and k̂_j . k on tensor
-// cores (score_parts_mma) instead of a thread's FMAs over its columns and a warp reduce-scatter.
-#ifndef SCORE_MMA
-#define SCORE_MMA 0
-#endif
-#if SCORE_MMA && (PER_CHANNEL || !ONE_LAUNCH)
-#error "SCORE_MMA takes GDN in one launch"
-#endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -872,51 +864,6 @@ __device__ __forceinline__ float scan_column(unsigned char* gstage, int w, int c
 }
 #endif
 
-#if SCORE_MMA
-// GDN, one launch: warp ``warp`` of the CWARPS forming a unit's coefficients puts its part of the
-// raw scores k̂_j . q and k̂_j . k (the norms come after) into red[warp][2 LP] (q's LP, then k's),
-// 0 for j >= w. It takes the head_k_dim k-steps of 16 columns kk = warp, warp + CWARPS, ... as
-// m16n8k16 bf16 products with fp32 accumulators: A the stage's k̂ records (16 records a tile, a
-// record a row; rows from w on may hold anything and give only their own, discarded, rows), B
-// the step's raw q (column 0) and k (column 1) from OFF_IN, the other six columns zero. Products
-// of bf16 values are exact in fp32; the sums run in the tensor core's order. Lane (g, t) holds
-// A rows g, g + 8 and columns 2t, 2t + 1, 2t + 8, 2t + 9 of each k-step, and its accumulators
-// rows g, g + 8 of columns 2t, 2t + 1: lanes t = 0 hold the scores.
-__device__ __forceinline__ void score_parts_mma(const unsigned char* gstage, int w, int warp, int lane, float* red) {
-  const u16* ks = (const u16*)(gstage + OFF_K);
-  const u16* x = (const u16*)(gstage + OFF_IN) + ((lane >> 2) == 1 ? DK : 0);  // column g: q (g = 0), k (g = 1)
-  const int g = lane >> 2, t = lane & 3;
-  const bool bcol = g < 2;
-  float acc[LP / 16][4];
-#pragma unroll
-  for (int m = 0; m < LP / 16; ++m) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
-#pragma unroll
-  for (int kk = warp; kk < DK / 16; kk += CWARPS) {
-    const int c = kk * 16 + 2 * t;
-    const u32 b0 = bcol ? *(const u32*)(x + c) : 0u, b1 = bcol ? *(const u32*)(x + c + 8) : 0u;
-#pragma unroll
-    for (int m = 0; m < LP / 16; ++m) {
-      if (m * 16 < w) {  // the same in every lane
-        const u16* a = ks + (m * 16 + g) * DK + c;
-        mma_bf16(acc[m], *(const u32*)a, *(const u32*)(a + 8 * DK), *(const u32*)(a + 8), *(const u32*)(a + 8 * DK + 8),
-                 b0, b1);
-      }
-    }
-  }
-  if (t == 0) {
-    float* r = red + warp * 2 * LP;
-#pragma unroll
-    for (int m = 0; m < LP / 16; ++m) {
-      const int j = m * 16 + g;
-      r[j] = j < w ? acc[m][0] : 0.0f;
-      r[LP + j] = j < w ? acc[m][1] : 0.0f;
-      r[j + 8] = j + 8 < w ? acc[m][2] : 0.0f;
-      r[LP + j + 8] = j + 8 < w ? acc[m][3] : 0.0f;
-    }
-  }
-}
-#endif
-
 #if ONE_LAUNCH
 // GDN with two warps or more forming the coefficients: the first forms the decays after the
 // first barrier, while the others scale the qk block, instead of before it, where the others
@@ -968,11 +915,9 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   float* rn = red + CWARPS * 2 * LP;
   const bool append = w < LREC - 1;
   float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
-#if !SCORE_MMA
   float pq[LP], pk[LP];
 #pragma unroll
   for (int j = 0; j < LP; ++j) pq[j] = pk[j] = 0.0f;
-#endif
   for (int c = tid; c < DK; c += CWARPS * 32) {
     const float qc = bf16_to_f32(qin[c]), kc = bf16_to_f32(kin[c]);
     nq += qc * qc;
@@ -989,7 +934,6 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     qks[3 * DK + c] = e0;
     if (grec_w && append) grec_w[c] = grec_value(gc);
 #else
-#if !SCORE_MMA
     const u16* ks = (const u16*)(gstage + OFF_K);
 #pragma unroll
     for (int j = 0; j < LP; ++j) {
@@ -999,14 +943,10 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
         pk[j] += kj * kc;
       }
     }
-#endif
     qks[c] = qc;
     qks[DK + c] = kc;
 #endif
   }
-#if SCORE_MMA
-  score_parts_mma(gstage, w, warp, lane, red);
-#else
   // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.
 #pragma unroll
   for (int c0 = 0; c0 < LP; c0 += 16) {
@@ -1019,7 +959,6 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     const float r = warp_reduce_scatter<32>(v, lane);
     red[warp * 2 * LP + (lane < 16 ? c0 + lane : LP + c0 + lane - 16)] = r;
   }
-#endif
   nq = warp_sum(nq);
   nk = warp_sum(nk);
   nqk = warp_sum(nqk);
