@@ -102,13 +102,13 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
 @pytest.mark.parametrize("batch", [1, 8, 16, 256])
 def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
     """``table,ff`` takes each block's flushing units first where the table runs the step kernel in
-    one launch (GDN bf16 at 3-64, KDA always); elsewhere (the small kernel, the two launches) it is
+    one launch (GDN bf16 from 3, KDA always); elsewhere (the small kernel, the two launches) it is
     the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
     got = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
     assert got == (dataclasses.replace(table, flush_first=True) if one else table)
-    assert one == (batch in (8, 16))
+    assert one == (batch in (8, 16, 256))
     kda = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=True)
     assert kda.flush_first and kda.one_launch
 
@@ -116,13 +116,13 @@ def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
 @pytest.mark.parametrize("batch", [1, 8, 16, 64, 256])
 def test_table_rw_splits_the_records_only_in_gdn_one_launch(batch):
     """``table,rw`` is GDN's table with its coefficient warps splitting the records where the table
-    runs the step kernel in one launch (GDN bf16 at 3-64, where the table takes it but at batch 4
-    and 8); elsewhere, and for KDA, it is the table."""
+    runs the step kernel in one launch (GDN bf16 from batch 3, where the table takes it but at
+    batch 4 and 8); elsewhere, and for KDA, it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
     got = delta_cuda_probe.case_config("table,rw", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
     assert got == (dataclasses.replace(table, rec_warps=True) if one else table)
-    assert one == (batch in (8, 16, 64)) and table.rec_warps == (batch in (16, 64))
+    assert one == (batch in (8, 16, 64, 256)) and table.rec_warps == (batch in (16, 64, 256))
     kda = delta_cuda_probe.case_config("table,rw", QWEN_122B, 16, batch, 2, per_channel=True)
     assert not kda.rec_warps
 

@@ -63,20 +63,28 @@ KDA_SHAPES = [
 
 def config(g, L, state, form, per_channel=False):
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import (
-        GDN_F32_COEF_WARPS_MIN_BATCH,
+        DeltaCudaConfig,
+        _resident_ctas,
         delta_ctas_that_fit,
         delta_cuda_config,
+        unit_rows,
     )
 
     if form.startswith("at"):  # the table's own configuration at that batch, every flag as routed
         return delta_cuda_config(g.head_k_dim, g.head_v_dim, L, int(form[2:]), STATES[state].itemsize, per_channel)
-    # the table's at batch 256 (GDN: just below GDN_F32_COEF_WARPS_MIN_BATCH, the two launches in
-    # every dtype), the flush's fold on FMAs and the records copied one at a time unless the form
-    # says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at batch 12-63 with a 16- or
-    # 32-bit checkpoint one launch takes -ff too; GDN's one launch -rw)
-    batch = 256 if per_channel else GDN_F32_COEF_WARPS_MIN_BATCH - 1
+    # KDA: the table's at batch 256; GDN: its two launches (the table's with an fp32 checkpoint at
+    # batch 5-63 and fp8 above 12): units of 64 rows (128 with a bf16 checkpoint), two stages, as
+    # many CTAs as the table's rule allows; the flush's fold on FMAs and the records copied one at
+    # a time unless the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at
+    # batch 12-63 with a 16- or 32-bit checkpoint one launch takes -ff too; GDN's one launch -rw)
+    nbytes = STATES[state].itemsize
+    if per_channel:
+        table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, nbytes, per_channel)
+    else:
+        table = DeltaCudaConfig(rows=unit_rows(g.head_v_dim, wide=nbytes == 2), stages=2, min_ctas=1)
+        table = dataclasses.replace(table, min_ctas=max(1, _resident_ctas(table, g.head_k_dim, L, nbytes, False)))
     cfg = dataclasses.replace(
-        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, STATES[state].itemsize, per_channel),
+        table,
         flush_mma=False,
         coalesce_recs=False,
         defer_count=False,
@@ -175,14 +183,16 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
 
 
 @needs_sm90
-@pytest.mark.parametrize("per_channel, state", [(False, "f32"), (True, "bf16")], ids=["gdn-f32", "kda-bf16"])
+@pytest.mark.parametrize(
+    "per_channel, state", [(False, "f32"), (False, "bf16"), (True, "bf16")], ids=["gdn-f32", "gdn-bf16", "kda-bf16"]
+)
 def test_cuda_delta_table_at_batch_128(per_channel, state):
-    """The table's own build at batch 128, many units a CTA: GDN fp32 in one launch with
-    coefficient warps and 128-row units (GDN_F32_COEF_WARPS_MIN_BATCH), KDA bf16 at three stages
-    and one CTA (KDA_THREE_STAGE_BATCHES)."""
+    """The table's own build at batch 128, many units a CTA: GDN in one launch with coefficient
+    warps and 128-row units (fp32: two stages, GDN_F32_COEF_WARPS_MIN_BATCH; bf16: three stages
+    above DEEP_RING_MAX_BATCH), KDA bf16 at three stages and one CTA (KDA_THREE_STAGE_BATCHES)."""
     g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
     cfg = config(g, 16, state, "at128", per_channel)
-    assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps) == (128, 3 if per_channel else 2, 1, 4)
+    assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps) == (128, 2 if state == "f32" else 3, 1, 4)
     assert cfg.one_launch or per_channel
     check_against_oracle(g, 16, state, "at128", per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
 
@@ -326,7 +336,7 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 # GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
-# (the table's from batch 17), forced at batch 6.
+# (the table's with an fp32 checkpoint at 5-63, fp8 above 12), forced at batch 6.
 @pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
 def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay

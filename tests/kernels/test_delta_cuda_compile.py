@@ -78,13 +78,13 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         flush_mma=flush_mma,
     )
     one_launch = cfg.one_launch  # the table's: KDA, and GDN up to one_launch_max_batch
-    bf16_warps = state_bytes == 2 and gc.GDN_COEF_WARPS_MIN_BATCH <= batch <= gc.DEEP_RING_MAX_BATCH
+    bf16_warps = state_bytes == 2 and batch >= gc.GDN_COEF_WARPS_MIN_BATCH
     gdn_warps = bf16_warps or (state_bytes == 4 and batch >= gc.GDN_F32_COEF_WARPS_MIN_BATCH)
     assert one_launch == (
         family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.one_launch_max_batch(state_bytes) or gdn_warps
     )
     if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16),
-        # GDN with a bf16 checkpoint at batch 12-64 and with an fp32 one from batch 128
+        # GDN with a bf16 checkpoint from batch 12 and with an fp32 one from batch 64
         wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16
         gdn = not per_channel and gdn_warps
         assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel or gdn else 0)
@@ -110,10 +110,12 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 2, 16, 8, (64, 2, 3, 0, True)),
         (False, 2, 16, 16, (128, 4, 1, 4, True)),  # GDN bf16 at 12-64: one launch, coefficient warps
         (False, 2, 16, 64, (128, 4, 1, 4, True)),
-        (False, 2, 16, 256, (128, 2, 1, 0, True)),
+        (False, 2, 16, 65, (128, 3, 1, 4, True)),  # above DEEP_RING_MAX_BATCH: three stages
+        (False, 2, 16, 256, (128, 3, 1, 4, True)),
         # GDN fp32: two launches of 64-row units below GDN_F32_COEF_WARPS_MIN_BATCH, from it one
         # launch with coefficient warps
-        (False, 4, 16, 96, (64, 2, 2, 0, False)),
+        (False, 4, 16, 63, (64, 2, 2, 0, False)),
+        (False, 4, 16, 96, (128, 2, 1, 4, False)),
         (False, 4, 16, 128, (128, 2, 1, 4, False)),
         (False, 4, 16, 256, (128, 2, 1, 4, False)),
         (True, 2, 16, 1, (32, 2, 3, 4, False)),
@@ -317,7 +319,7 @@ def _cpu_case(
 def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
     c, q, v, g = _cpu_case(per_channel=per_channel)
-    ptx = _ptx(SHAPES[0], 4, per_channel=per_channel, batch=64)[1]  # GDN: the table's two launches
+    ptx = _ptx(SHAPES[0], 4, per_channel=per_channel, batch=63)[1]  # GDN: the table's two launches
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
     args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, None, c.d_records, c.k_records, c.g_records, v, v, slots,

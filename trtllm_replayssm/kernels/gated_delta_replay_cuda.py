@@ -97,6 +97,11 @@ DEEP_RING_MAX_BATCH = 64
 # 16 21.91 / 21.30 and 22.14 / 21.31, 24 30.63 / 29.31, 32 40.51 / 36.92, 64 67.19 / 66.61 and
 # 66.39 / 66.01; the table: 64-row units at 3 CTAs, one launch up to 16, then two, 128-row units
 # from 64).
+# Above DEEP_RING_MAX_BATCH three stages at one CTA, not the two launches (H100, session 54,
+# Qwen3.5-122B, us, the table's two launches of 128-row units / 128,3,1,one,cw4,fmma,cr,dc,rw:
+# L = 16 batch 128 124.78 / 122.42, 256 244.67 / 236.99, 512 467.87 / 451.81; L = 32 128 135.25 /
+# 128.70, 256 261.73 / 246.69, 512 501.38 / 471.94; with two stages 127.02 / 247.28 / 472.80 at L =
+# 16).
 GDN_COEF_WARPS_MIN_BATCH = 12
 # GDN with an fp32 checkpoint from this batch: one launch, COEF_WARPS coefficient warps, 128-row
 # units, two stages at one CTA (H100, session 53, Qwen3.5-122B, us, the table's two launches of
@@ -104,7 +109,10 @@ GDN_COEF_WARPS_MIN_BATCH = 12
 # 128 221.26 / 219.74 and 226.54 / 224.45, 192 321.57 / 317.25, 256 422.94 / 415.10 and 433.06
 # / 423.52, 512 829.09 / 809.82 and 851.87 / 828.93; L = 8 128 224.72 / 222.77, 512 850.21 /
 # 830.26; L = 32 48 88.89 / 89.17, 96 171.45 / 167.83, 256 437.25 / 423.46).
-GDN_F32_COEF_WARPS_MIN_BATCH = 128
+# With the records split over the coefficient warps (rec_warps) from 64 (session 54, us, two
+# launches / 128,2,1,one,cw4,cr,dc,rw: batch 16 32.66 / 32.99, 64 116.00 / 114.64, 96 166.32 /
+# 163.98).
+GDN_F32_COEF_WARPS_MIN_BATCH = 64
 # KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
 # flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
@@ -348,7 +356,8 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
-    :data:`GDN_COEF_WARPS_MIN_BATCH` to :data:`DEEP_RING_MAX_BATCH` and GDN with an fp32
+    :data:`GDN_COEF_WARPS_MIN_BATCH` (above :data:`DEEP_RING_MAX_BATCH` three stages at one CTA)
+    and GDN with an fp32
     checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch): :data:`COEF_WARPS`
     coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
     registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
@@ -388,7 +397,7 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
             if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
-    gdn_warps = not per_channel and ((state_bytes == 2 and GDN_COEF_WARPS_MIN_BATCH <= batch <= DEEP_RING_MAX_BATCH)
+    gdn_warps = not per_channel and ((state_bytes == 2 and batch >= GDN_COEF_WARPS_MIN_BATCH)
                                      or (state_bytes == 4 and batch >= GDN_F32_COEF_WARPS_MIN_BATCH))
     one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= one_launch_max_batch(state_bytes)
     if not one_launch and batch <= SMALL_MAX_BATCH:
@@ -404,7 +413,7 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
         two = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
                               coef_warps=coef_warps, flush_mma=flush_mma)
         ctas = _resident_ctas(two, head_k_dim, L, state_bytes, per_channel)
-        three = per_channel and batch in KDA_THREE_STAGE_BATCHES
+        three = batch in KDA_THREE_STAGE_BATCHES if per_channel else batch > DEEP_RING_MAX_BATCH
         if batch > DEEP_RING_MAX_BATCH and ctas >= 2 and not three:
             return replace(two, min_ctas=ctas)
         for stages in (3, 2) if three else (4, 3, 2):
