@@ -16,8 +16,9 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
     folded     a flush unit: consumer warp 0 has folded its rows (before their store)
     stored     a flush unit: consumer warp 0's store has read its rows (the stage may be reused)
     scanned    coefficient thread 0 has scanned its column (records' decays and score sums; this
-               point, reduced and scaled are not reached with GDN's rec_warps, the table's form
-               in one launch since session 54: its scan, reduce, scale and finish print nothing)
+               point, reduced and scaled are not reached with rec_warps, GDN's table form in one
+               launch since session 54: they stay 0 and scan, reduce, scale and finish print
+               nothing)
     reduced    the coefficient warps' first barrier passed (scores reduce-scattered, norms summed)
     scaled     coefficient thread 0 has scaled its column of the qk block (before the scores' sums;
                GDN with two coefficient warps or more: its warp forms the decays next instead, the
@@ -117,7 +118,7 @@ _PATCHES = (
         "    int* __restrict__ arrivals, float scale) {\n  extern __shared__ unsigned char smem_raw[];\n",
         "    int* __restrict__ arrivals, float scale, u64* __restrict__ trace) {\n"
         f"  u64* tr = trace + blockIdx.x * {SLOTS};\n"
-        "  if (threadIdx.x == 0) tr[0] = clk();\n"
+        "  if (threadIdx.x == 0) { tr[0] = clk(); coef_phase[0] = coef_phase[1] = coef_phase[2] = 0; }\n"
         "  extern __shared__ unsigned char smem_raw[];\n",
     ),
     (
