@@ -1029,6 +1029,31 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 #if REC_WARPS
 #define REC_RECS pow2_at_least((LP + CWARPS - 1) / CWARPS)
 #define REC_CHUNK (REC_RECS < 16 ? REC_RECS : 16)
+
+// REC_WARPS: from a lane's PER_LANE columns of the raw q and k (the warp holding all of
+// head_k_dim), in every lane: q̂ = rq q, k̂ = rk k (rq = scale / |q|, rk = 1 / |k| with L2NORM,
+// else scale and 1) and q . k.
+__device__ __forceinline__ void norm_factors(const float* qv, const float* kv, float scale, float& rq, float& rk,
+                                             float& nqk) {
+  float nq = 0.0f, nk = 0.0f;
+  nqk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    nq += qv[i] * qv[i];
+    nk += kv[i] * kv[i];
+    nqk += qv[i] * kv[i];
+  }
+  nq = warp_sum(nq);
+  nk = warp_sum(nk);
+  nqk = warp_sum(nqk);
+#if L2NORM
+  rq = rsqrtf(nq + 1e-6f) * scale;
+  rk = rsqrtf(nk + 1e-6f);
+#else
+  rq = scale;
+  rk = 1.0f;
+#endif
+}
 #endif
 
 #if REC_WARPS && PER_CHANNEL
@@ -1089,21 +1114,8 @@ __device__ __forceinline__ void kda_records_coefficients(unsigned char* gstage, 
   }
 #pragma unroll
   for (int e = 0; e < PER_LANE; ++e) sums[warp * DK + c0 + e] = bs[e];
-  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
-#pragma unroll
-  for (int e = 0; e < PER_LANE; ++e) {
-    nq += qv[e] * qv[e];
-    nk += kv[e] * kv[e];
-    nqk += qv[e] * kv[e];
-  }
-  nq = warp_sum(nq);
-  nk = warp_sum(nk);
-  nqk = warp_sum(nqk);
-#if L2NORM
-  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
-#else
-  const float rq = scale, rk = 1.0f;
-#endif
+  float rq, rk, nqk;
+  norm_factors(qv, kv, scale, rq, rk, nqk);
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
   float acc[PER_LANE], total[PER_LANE];  // the sums above the warp's block; over every record
 #pragma unroll
@@ -1197,21 +1209,8 @@ __device__ __forceinline__ void records_coefficients(unsigned char* gstage, int 
     }
   }
   const float gj = lane < w ? gs[lane] : 0.0f;
-  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
-    nq += qv[i] * qv[i];
-    nk += kv[i] * kv[i];
-    nqk += qv[i] * kv[i];
-  }
-  nq = warp_sum(nq);
-  nk = warp_sum(nk);
-  nqk = warp_sum(nqk);
-#if L2NORM
-  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
-#else
-  const float rq = scale, rk = 1.0f;
-#endif
+  float rq, rk, nqk;
+  norm_factors(qv, kv, scale, rq, rk, nqk);
   float e0;
   const float ej = record_decays(gj, w, gh, lane, e0);  // lane j: e_j
 #pragma unroll
