@@ -119,8 +119,7 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
     (``table[,fmma][,ff][,rw]``: the launch table's for this batch, L and checkpoint, with the
     flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
     and the records split over the coefficient warps where asked and the table runs the step
-    kernel in one launch);
-    KDA always in one launch, labelled so)."""
+    kernel in one launch); KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)

@@ -360,9 +360,8 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
     :data:`GDN_COEF_WARPS_MIN_BATCH` (above :data:`DEEP_RING_MAX_BATCH` three stages at one CTA)
-    and GDN with an fp32
-    checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch): :data:`COEF_WARPS`
-    coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
+    and GDN with an fp32 checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch):
+    :data:`COEF_WARPS` coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
     registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
     what counts), from batch 2 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
     one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
@@ -569,14 +568,11 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
-                       ("flush_first", cfg.flush_first))
+                       ("flush_first", cfg.flush_first), ("rec_warps", cfg.rec_warps))
     for name, asked in one_launch_only:
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
-    if cfg.rec_warps and not step_kernel_in_one_launch(cfg, per_channel):
-        raise ValueError(f"delta_replay_step (CUDA): rec_warps needs the step kernel in one launch; got "
-                         f"small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
