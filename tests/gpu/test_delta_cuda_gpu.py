@@ -337,7 +337,8 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 # GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
-# (the table's with an fp32 checkpoint at 5-63, fp8 above 12), forced at batch 6.
+# forced at batch 6 (the table's with an fp32 checkpoint at 5-63, fp8 above 12; bf16 takes one
+# launch at every batch, so its two launches as the oracle tests build them).
 @pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
 def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
@@ -353,8 +354,11 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
     if two_launches:
         if per_channel:
             pytest.skip("KDA runs one launch")
-        batch_two = GDN_F32_COEF_WARPS_MIN_BATCH - 1  # two launches in every dtype
-        cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch_two, STATES[state].itemsize)
+        if state == "bf16":
+            cuda["config"] = config(g, L, state, "table-cr")
+        else:
+            batch_two = GDN_F32_COEF_WARPS_MIN_BATCH - 1  # two launches with fp32 and fp8 checkpoints
+            cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch_two, STATES[state].itemsize)
         assert not runs_one_launch(cuda["config"], False)
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
