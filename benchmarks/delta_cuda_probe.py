@@ -70,13 +70,13 @@ TABLE_MODS = ("fmma", "ff", "rw")
 
 def parse_config(text: str):
     """``table[,fmma][,ff][,rw]`` -> that string (the launch table's configuration of each case,
-    with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` the
+    with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
     coefficient warps splitting the records); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr]
     [,dc][,ff][,rw]`` or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
-    the first stages' units; ``ff``: flushing units first; ``rw``: the coefficient warps splitting
-    the records)."""
+    the first stages' units; ``ff``: flushing units first; ``rw``: GDN's coefficient warps
+    splitting the records)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -118,7 +118,7 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
     (``table[,fmma][,ff][,rw]``: the launch table's for this batch, L and checkpoint, with the
     flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
-    and the records split over the coefficient warps where asked and the table runs the step
+    and GDN's records split over its coefficient warps where asked and the table runs the step
     kernel in one launch); KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
@@ -126,7 +126,7 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         mods = c.split(",")[1:]
         one = gc.step_kernel_in_one_launch(table, per_channel)
         ff = "ff" in mods and one
-        rw = "rw" in mods and one
+        rw = "rw" in mods and one and not per_channel
         c = dataclasses.replace(
             table,
             flush_mma=table.flush_mma or "fmma" in mods,

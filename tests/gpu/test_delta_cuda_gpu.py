@@ -44,13 +44,12 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
 # bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
-# (one launch); ``-rw``: the coefficient warps (or consumers) splitting the records (one launch).
+# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
 FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
-KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff", "table-cr-dc-rw"]
-KDA_FORMS += ["cw-rw", "table-mma-rw"]
+KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 
 
 KDA_SHAPES = [

@@ -538,34 +538,26 @@ def test_flush_first_needs_one_launch_and_orders_each_block(state_bytes, per_cha
 
 @pytest.mark.parametrize("L", [5, 16, 32])
 @pytest.mark.parametrize("cfg", [
-    gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=2, one_launch=True),
-    gc.DeltaCudaConfig(rows=128, stages=2, min_ctas=1, one_launch=True, coef_warps=4, flush_mma=True, coalesce_recs=True),
+    gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True),
+    gc.DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, flush_mma=True, coalesce_recs=True),
 ], ids=["consumers", "coef-warps"])  # fmt: skip
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_rec_warps_need_one_launch_and_shorten_the_pass(L, cfg, per_channel):
-    """``rec_warps``: the step kernel in one launch only, its define and label; with it GDN's
-    coefficient pass holds one named barrier instead of two and KDA's two (the exchange of the
-    warps' block sums, the end), both with fewer shuffles (a reduce-scatter of each warp's records
-    instead of 32 values a warp); KDA's exchange, head_k_dim floats a warp, in the shared memory
-    the launcher sizes."""
+def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
+    """``rec_warps``: GDN's step kernel in one launch only, its define and label; with it the
+    coefficient pass holds one named barrier instead of two, and fewer shuffles (a reduce-scatter
+    of each warp's records instead of 32 values a warp)."""
     rw = dataclasses.replace(cfg, rec_warps=True)
-    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
 
-    def defines(cfg):
-        return dict(gc.delta_step_defines(k_heads, v_heads, 128, 128, L, cfg, 2, True, torch.float32, torch.float32,
-                                          per_channel))  # fmt: skip
+    def defines(cfg, per_channel=False):
+        return dict(gc.delta_step_defines(16, 64, 128, 128, L, cfg, 2, True, torch.float32, torch.float32, per_channel))
 
-    if not per_channel:
-        with pytest.raises(
-            ValueError, match="rec_warps needs the step kernel in one launch; got small=False, one_launch=False"
-        ):
-            defines(dataclasses.replace(rw, one_launch=False, coef_warps=0))
+    with pytest.raises(ValueError, match="rec_warps needs the step kernel in one launch; got small=False, one_launch=False"):
+        defines(dataclasses.replace(rw, one_launch=False, coef_warps=0))
+    with pytest.raises(
+        ValueError, match=r"rec_warps takes GDN only \(KDA's scan runs down the columns\); got per_channel=True"
+    ):
+        defines(rw, per_channel=True)
     assert defines(rw)["REC_WARPS"] == 1 and defines(cfg)["REC_WARPS"] == 0
     assert rw.label().endswith(",rw") and not cfg.label().endswith(",rw")
-    ptx = {c: gc.compile_delta_ptx(k_heads, v_heads, 128, 128, L, c, 2, per_channel=per_channel) for c in (cfg, rw)}
-    step = {c: ptx_entry(p, "delta_replay_step") for c, p in ptx.items()}
-    assert step[cfg].count("bar.sync 1,") == 2 and step[rw].count("bar.sync 1,") == 1 + per_channel
-    assert step[rw].count("shfl.sync") < step[cfg].count("shfl.sync")
-    for c, p in ptx.items():
-        compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", p).group(1))
-        assert compiled == gc.config_shared_bytes(c, 128, L, 2, per_channel)
+    ptx = {c: ptx_entry(gc.compile_delta_ptx(16, 64, 128, 128, L, c, 2), "delta_replay_step") for c in (cfg, rw)}
+    assert ptx[cfg].count("bar.sync 1,") == 2 and ptx[rw].count("bar.sync 1,") == 1
+    assert ptx[rw].count("shfl.sync") < ptx[cfg].count("shfl.sync")

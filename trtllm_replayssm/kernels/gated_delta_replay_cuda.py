@@ -197,11 +197,10 @@ class DeltaCudaConfig:
     step kernel in one launch): each block of 32 units' cursor reads counted once the CTA's first
     ``stages`` units of it are issued, not after the first. ``flush_first`` (the step kernel in one
     launch): each block of 32 units taken with its flushing units first, so that a flush's fold
-    overlaps the other units' coefficients instead of following them. ``rec_warps`` (the step kernel
-    in one launch): the warps forming a unit's coefficients split its records instead of its
-    columns, each summing its records' scores, norms and decays itself (GDN: one barrier instead of
-    two, no partial sums in shared memory; KDA: the warps exchange their blocks' g sums in shared
-    memory instead, and a unit's pass keeps two barriers; routed for GDN only)."""
+    overlaps the other units' coefficients instead of following them. ``rec_warps`` (GDN, the step
+    kernel in one launch): the warps forming a unit's coefficients split its records instead of its
+    columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
+    no partial sums in shared memory)."""
 
     rows: int
     stages: int
@@ -257,15 +256,14 @@ def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
                             per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
-                            s0_mma: bool = False, flush_first: bool = False, rec_warps: bool = False) -> int:
+                            s0_mma: bool = False, flush_first: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
     ``per_channel``) the g records, the step's q, k (and KDA's g), the consumer warps' partial sums;
     meta), 1 KiB of alignment slack, two mbarriers per stage (in one launch a third, the
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
-    partial sums are those warps' instead of the consumers' (KDA with ``rec_warps``: their exchange
-    of head_k_dim block sums each instead); with ``s0_mma`` the stage also holds
+    partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
     column); the meta is 16 bytes, 32 with ``flush_first``. Mirrors the .cu file's STAGE_BYTES (a
     CPU test reads the compiled value)."""
@@ -275,7 +273,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
     stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + (32 if flush_first else 16)
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
-    red = (coef_warps or rows // 16) * (head_k_dim if per_channel and rec_warps else 2 * LP + 4) * 4
+    red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
         stage += LP * head_k_dim * 4 + head_k_dim * 8 + red
     elif one_launch:
@@ -291,8 +289,7 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
 def config_shared_bytes(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int, per_channel: bool) -> int:
     """:func:`delta_step_shared_bytes` of ``cfg``'s step kernel (not the small kernel)."""
     return delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first,
-                                   cfg.rec_warps)
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
 
 
 def delta_qk_floats(head_k_dim: int, state_bytes: int, per_channel: bool, one_launch: bool) -> int:
@@ -561,7 +558,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.small`` with ``per_channel`` (the small kernel takes GDN only).
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
-        ValueError: ``cfg.rec_warps`` outside the step kernel in one launch.
+        ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -573,6 +570,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if cfg.rec_warps and per_channel:
+        raise ValueError("delta_replay_step (CUDA): rec_warps takes GDN only (KDA's scan runs down the columns); "
+                         "got per_channel=True")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "

@@ -141,13 +141,13 @@
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
-// REC_WARPS (one launch): the warps forming a unit's coefficients split its records, not its
-// columns (records_coefficients; KDA: kda_records_coefficients).
+// REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
+// its columns (records_coefficients).
 #ifndef REC_WARPS
 #define REC_WARPS 0
 #endif
-#if REC_WARPS && !ONE_LAUNCH
-#error "REC_WARPS takes the step kernel in one launch"
+#if REC_WARPS && (PER_CHANNEL || !ONE_LAUNCH)
+#error "REC_WARPS takes GDN in one launch"
 #endif
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
@@ -177,8 +177,7 @@ __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (
 #endif
 #define IN_BYTES (ONE_LAUNCH || S0_MMA ? DK * 4 + (PER_CHANNEL ? DK * 4 : 0) : 0)  // (GDN's S0_MMA: q, k too)
 #define OFF_IN (OFF_G + G_BYTES)
-// The warps' partial sums (KDA with REC_WARPS: the exchange of their blocks' g sums, [CWARPS][DK]).
-#define RED_FLOATS (ONE_LAUNCH ? CWARPS * (REC_WARPS && PER_CHANNEL ? DK : 2 * LP + 4) : 0)
+#define RED_FLOATS (ONE_LAUNCH ? CWARPS * (2 * LP + 4) : 0)
 #define OFF_RED (OFF_IN + IN_BYTES)
 #define FRAG_BYTES (S0_MMA && PER_CHANNEL ? DK * 16 : 0)  // KDA's S0_MMA B fragments [DK / 16][32 lanes][2 u32]
 #define OFF_FRAG (OFF_RED + RED_FLOATS * 4)
@@ -1054,131 +1053,7 @@ __device__ __forceinline__ void norm_factors(const float* qv, const float* kv, f
   rk = 1.0f;
 #endif
 }
-#endif
 
-#if REC_WARPS && PER_CHANNEL
-// PER_LANE fp16 values from p (aligned to their size) as fp32.
-__device__ __forceinline__ void load_lane_f16(const u16* p, float* v) {
-  u32 c[PER_LANE / 2];
-  load_words(p, c);
-#pragma unroll
-  for (int i = 0; i < PER_LANE / 2; ++i) {
-    v[2 * i] = f16_to_f32((u16)(c[i] & 0xffffu));
-    v[2 * i + 1] = f16_to_f32((u16)(c[i] >> 16));
-  }
-}
-
-// KDA, one launch, REC_WARPS: unit_coefficients' blocks with the CWARPS warps splitting the records
-// (REC_RECS a warp, from record warp REC_RECS; PER_LANE columns a lane) instead of the columns.
-// Each lane sums, per column, its warp's live g records and puts the sums in the stage's exchange
-// (OFF_RED: [CWARPS][DK] floats); after the first named barrier it adds the sums of the warps
-// above its own (the records above its warp's block) and then scans its warp's records w-1 down:
-// u_j = e_j k̂_j, e_j = exp(g + sum_{j<i<w} g_i), the scores' parts U_j . q and U_j . k, one
-// reduce-scatter of 2 REC_CHUNK values a chunk, written times rq or rk straight into the
-// coefficient block; a flush (w == L-1) writes U_j over slot j at u_index (every g record was
-// read before the barrier). The sums over the blocks give e0 in every warp: lane l of warp
-// l % CWARPS writes its columns of the qk block (e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0; with S0_MMA the
-// fragments) and appends g and k̂; every warp forms the norms itself; a second barrier closes the
-// pass. The sums run in another order than the column scan's (a block's sum, then the blocks'),
-// so e_j and U_j may differ from it in the last bits.
-__device__ __forceinline__ void kda_records_coefficients(unsigned char* gstage, int w, int tid, float beta,
-                                                         float scale, grec_t* grec_w, u16* krec_w) {
-  const int lane = tid & 31, warp = tid >> 5, j0 = warp * REC_RECS, c0 = lane * PER_LANE;
-  const u16* qin = (const u16*)(gstage + OFF_IN);
-  const u16* ks = (const u16*)(gstage + OFF_K);
-  const grec_t* gs = (const grec_t*)(gstage + OFF_G);
-  float* us = (float*)(gstage + OFF_G);
-  float* qks = (float*)(gstage + OFF_QK);
-  float* cf = (float*)(gstage + OFF_COEF);
-  float* sums = (float*)(gstage + OFF_RED);  // [CWARPS][DK]: each warp's block sums of g
-  const bool append = w < LREC - 1;
-  float qv[PER_LANE], kv[PER_LANE], gc[PER_LANE], bs[PER_LANE], g[REC_RECS][PER_LANE], kr[REC_RECS][PER_LANE];
-  load_lane_bf16(qin + c0, qv);
-  load_lane_bf16(qin + DK + c0, kv);
-#pragma unroll
-  for (int e = 0; e < PER_LANE; ++e) {
-    gc[e] = load_f32<G_CODE>(qin + 2 * DK, c0 + e);
-    bs[e] = 0.0f;
-  }
-#pragma unroll
-  for (int r = REC_RECS - 1; r >= 0; --r) {  // the warp's records, w-1 down
-    if (j0 + r < w) {
-      load_lane_f16(gs + G_REC(j0 + r) * DK + c0, g[r]);
-      load_lane_bf16(ks + (j0 + r) * DK + c0, kr[r]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < PER_LANE; ++e) g[r][e] = kr[r][e] = 0.0f;
-    }
-#pragma unroll
-    for (int e = 0; e < PER_LANE; ++e) bs[e] += g[r][e];
-  }
-#pragma unroll
-  for (int e = 0; e < PER_LANE; ++e) sums[warp * DK + c0 + e] = bs[e];
-  float rq, rk, nqk;
-  norm_factors(qv, kv, scale, rq, rk, nqk);
-  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
-  float acc[PER_LANE], total[PER_LANE];  // the sums above the warp's block; over every record
-#pragma unroll
-  for (int e = 0; e < PER_LANE; ++e) acc[e] = total[e] = 0.0f;
-  for (int v = CWARPS - 1; v >= 0; --v) {  // the same order in every warp
-#pragma unroll
-    for (int e = 0; e < PER_LANE; ++e) {
-      const float x = sums[v * DK + c0 + e];
-      total[e] += x;
-      if (v > warp) acc[e] += x;
-    }
-  }
-  float u[REC_RECS][PER_LANE];
-#pragma unroll
-  for (int r = REC_RECS - 1; r >= 0; --r) {
-#pragma unroll
-    for (int e = 0; e < PER_LANE; ++e) {
-      u[r][e] = j0 + r < w ? exp2_ftz(fmaf(acc[e], LOG2E, gc[e] * LOG2E)) * kr[r][e] : 0.0f;
-      acc[e] += g[r][e];
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < REC_RECS; c += REC_CHUNK) {
-    const float r = chunk_scores<REC_RECS, REC_CHUNK>(u, qv, kv, c, j0, w, lane);
-    const int record = j0 + c + (lane & (REC_CHUNK - 1));
-    if (lane < 2 * REC_CHUNK && record < LP) cf[(lane < REC_CHUNK ? 0 : LP) + record] = r * (lane < REC_CHUNK ? rq : rk);
-  }
-  if (w == LREC - 1) {  // a flush: U_j over slot j (every warp read its g records before the barrier)
-#pragma unroll
-    for (int r = 0; r < REC_RECS; ++r) {
-      if (j0 + r < w) {
-#pragma unroll
-        for (int e = 0; e < PER_LANE; ++e) us[(j0 + r) * DK + u_index(c0 + e)] = u[r][e];
-      }
-    }
-  }
-  if (lane % CWARPS == warp) {
-#pragma unroll
-    for (int e = 0; e < PER_LANE; ++e) {
-      const int c = c0 + e;
-      const float e0 = exp2_ftz(fmaf(total[e], LOG2E, gc[e] * LOG2E)), kh = kv[e] * rk;
-      qks[c] = e0 * qv[e] * rq;
-      qks[DK + c] = e0 * kv[e] * rk;
-      qks[2 * DK + c] = kh;
-      qks[3 * DK + c] = e0;
-      if (append) {
-        if (grec_w) grec_w[c] = grec_value(gc[e]);
-        if (krec_w) krec_w[c] = f32_to_bf16(kh);
-      }
-#if S0_MMA
-      frag_column(gstage, c, qks[c], qks[DK + c]);
-#endif
-    }
-  }
-  if (tid == 0) {
-    cf[3 * LP] = 1.0f;
-    coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
-  }
-  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
-}
-#endif
-
-#if REC_WARPS && !PER_CHANNEL
 // GDN, one launch, REC_WARPS: unit_coefficients' blocks with the CWARPS warps splitting the records
 // (REC_RECS a warp, from record warp REC_RECS; every column, PER_LANE a lane) instead of the
 // columns. Each warp sums its records' scores k̂_j . q and k̂_j . k over the whole of head_k_dim
@@ -1251,9 +1126,7 @@ __device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int sl
   const int w = meta[1];
   grec_t* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
   u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
-#if REC_WARPS && PER_CHANNEL
-  kda_records_coefficients(gstage, w, tid, ((const float*)meta)[2], scale, grec_w, krec_w);
-#elif REC_WARPS
+#if REC_WARPS
   records_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
 #else
   unit_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
