@@ -1226,6 +1226,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 
   if (warp == PRODUCER) {
     // ---------------- producer
+    if (lane == 0) prefetch_tensor_maps(&ckpt_load, &ckpt_store);
     // Slots and cursors of the CTA's next 32 units, a lane each, requested before any
     // checkpoint tile (a load issued after the tiles waits behind them).
     int slot_l, w_l;

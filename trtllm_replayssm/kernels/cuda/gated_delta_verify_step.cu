@@ -684,6 +684,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
 
   if (warp == CONSUMERS) {
     // ---------------- producer
+    if (lane == 0) prefetch_tensor_maps(&ckpt_load, &ckpt_store);
     // Slot, committed records and token count of the CTA's next 32 units, a lane each (the
     // coefficient grid may flag a flush row's cursor meanwhile: the flag is taken off).
     int slot_l = -1, w_l = 0, n_l = 0;

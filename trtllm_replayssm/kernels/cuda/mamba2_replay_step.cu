@@ -252,6 +252,7 @@ __device__ __forceinline__ void step(
 
   if (warp == CONSUMERS) {
     // ---------------- producer
+    if (lane == 0) prefetch_tensor_maps(ckpt_load, ckpt_store);
     // Slots and cursors of the CTA's next 32 units, a lane each. The first ones are requested
     // before any checkpoint tile: a load issued after the tiles waits behind them (up to 128 KiB
     // per multiprocessor, microseconds; kernel notes, session 16). A cursor read here may

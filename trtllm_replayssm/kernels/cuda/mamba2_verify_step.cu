@@ -320,6 +320,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) mam
 
   if (warp == CONSUMERS) {
     // ---------------- producer
+    if (lane == 0) prefetch_tensor_maps(&ckpt_load, &ckpt_store);
     // Slot, cursor and token count of the CTA's next 32 units, a lane each. The cursor does not
     // move in this launch before every unit of its row has been copied (a flush row's last unit
     // resets it after all of them counted themselves, each after its stage was full).

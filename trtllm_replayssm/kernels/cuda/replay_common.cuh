@@ -206,6 +206,15 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c
       : "memory");
 }
 
+// Asks this multiprocessor's TMA unit to fetch a checkpoint's load and store tensor maps (the
+// kernel's __grid_constant__ parameters, or maps in global memory once acquired) ahead of their
+// first copies, which otherwise wait for that read; issued before the programmatic wait, the
+// fetch overlaps the previous grid's tail (one thread).
+__device__ __forceinline__ void prefetch_tensor_maps(const TensorMap* load, const TensorMap* store) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(load) : "memory");
+  asm volatile("prefetch.tensormap [%0];" ::"l"(store) : "memory");
+}
+
 __device__ __forceinline__ void tma_store_4d(const TensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(map),
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
