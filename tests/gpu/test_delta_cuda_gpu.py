@@ -188,11 +188,13 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
 )
 def test_cuda_delta_table_at_batch_128(per_channel, state):
     """The table's own build at batch 128, many units a CTA: GDN in one launch with coefficient
-    warps and 128-row units (fp32: two stages, GDN_F32_COEF_WARPS_MIN_BATCH; bf16: three stages
-    above DEEP_RING_MAX_BATCH), KDA bf16 at three stages and one CTA (KDA_THREE_STAGE_BATCHES)."""
+    warps and 128-row units (fp32: two stages, GDN_F32_COEF_WARPS_MIN_BATCH; bf16: four stages,
+    as at every batch from GDN_COEF_WARPS_MIN_BATCH), KDA bf16 at three stages and one CTA
+    (KDA_THREE_STAGE_BATCHES)."""
     g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
     cfg = config(g, 16, state, "at128", per_channel)
-    assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps) == (128, 2 if state == "f32" else 3, 1, 4)
+    stages = 3 if per_channel else {"f32": 2, "bf16": 4}[state]
+    assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps) == (128, stages, 1, 4)
     assert cfg.one_launch or per_channel
     check_against_oracle(g, 16, state, "at128", per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
 

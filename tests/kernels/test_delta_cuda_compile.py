@@ -106,10 +106,11 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         # (rows, stages, min_ctas, coef_warps, flush_mma); Qwen3.5-122B / Kimi Linear heads
         (False, 2, 16, 4, (64, 2, 3, 0, True)),
         (False, 2, 16, 8, (64, 2, 3, 0, True)),
-        (False, 2, 16, 16, (128, 4, 1, 4, True)),  # GDN bf16 at 12-64: one launch, coefficient warps
+        (False, 2, 16, 16, (128, 4, 1, 4, True)),  # GDN bf16 from 12: one launch, coefficient warps
         (False, 2, 16, 64, (128, 4, 1, 4, True)),
-        (False, 2, 16, 65, (128, 3, 1, 4, True)),  # above DEEP_RING_MAX_BATCH: three stages
-        (False, 2, 16, 256, (128, 3, 1, 4, True)),
+        (False, 2, 16, 65, (128, 4, 1, 4, True)),  # above DEEP_RING_MAX_BATCH too: one CTA, four stages
+        (False, 2, 16, 256, (128, 4, 1, 4, True)),
+        (False, 2, 32, 512, (128, 4, 1, 4, True)),
         # GDN fp32: two launches of 64-row units below GDN_F32_COEF_WARPS_MIN_BATCH, from it one
         # launch with coefficient warps
         (False, 4, 16, 63, (64, 2, 2, 0, False)),

@@ -97,11 +97,14 @@ DEEP_RING_MAX_BATCH = 64
 # 16 21.91 / 21.30 and 22.14 / 21.31, 24 30.63 / 29.31, 32 40.51 / 36.92, 64 67.19 / 66.61 and
 # 66.39 / 66.01; the table: 64-row units at 3 CTAs, one launch up to 16, then two, 128-row units
 # from 64).
-# Above DEEP_RING_MAX_BATCH three stages at one CTA, not the two launches (H100, session 54,
-# Qwen3.5-122B, us, the table's two launches of 128-row units / 128,3,1,one,cw4,fmma,cr,dc,rw:
-# L = 16 batch 128 124.78 / 122.42, 256 244.67 / 236.99, 512 467.87 / 451.81; L = 32 128 135.25 /
-# 128.70, 256 261.73 / 246.69, 512 501.38 / 471.94; with two stages 127.02 / 247.28 / 472.80 at L =
-# 16).
+# Above DEEP_RING_MAX_BATCH too, not the two launches (H100, session 54, Qwen3.5-122B, us, the
+# table's two launches of 128-row units / 128,3,1,one,cw4,fmma,cr,dc,rw: L = 16 batch 128 124.78 /
+# 122.42, 256 244.67 / 236.99, 512 467.87 / 451.81; L = 32 128 135.25 / 128.70, 256 261.73 /
+# 246.69, 512 501.38 / 471.94; with two stages 127.02 / 247.28 / 472.80 at L = 16), and at four
+# stages there as below it (session 55, three stages / four, L = 16: batch 80 78.40 / 77.40, 96
+# 93.57 / 92.62, 112 106.34 / 105.78, 256 233.42 / 232.58, 512 443.07 / 443.71; L = 8 128 126.08
+# / 125.94, 256 237.95 / 234.53, 512 453.95 / 445.52; L = 32 128 127.03 / 127.04, 256 243.25 /
+# 243.92, 512 463.76 / 467.10).
 GDN_COEF_WARPS_MIN_BATCH = 12
 # GDN with an fp32 checkpoint from this batch: one launch, COEF_WARPS coefficient warps, 128-row
 # units, two stages at one CTA (H100, session 53, Qwen3.5-122B, us, the table's two launches of
@@ -356,15 +359,14 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
-    :data:`GDN_COEF_WARPS_MIN_BATCH` (above :data:`DEEP_RING_MAX_BATCH` three stages at one CTA)
-    and GDN with an fp32 checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch):
+    :data:`GDN_COEF_WARPS_MIN_BATCH` and GDN with an fp32 checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch):
     :data:`COEF_WARPS` coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
     registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
     what counts), from batch 2 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
     one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
     (no register cap but the launch bounds') where those are two or more, else the deep ring at
     one CTA; KDA at :data:`KDA_THREE_STAGE_BATCHES` three stages at one CTA where they fit (GDN's
-    coefficient-warp builds as KDA's from batch 2). KDA with an fp32 checkpoint where one CTA of the
+    coefficient-warp builds: 128-row units, one CTA, as many stages as fit, up to 4). KDA with an fp32 checkpoint where one CTA of the
     standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
     2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
     warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
@@ -412,8 +414,8 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
         two = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
                               coef_warps=coef_warps, flush_mma=flush_mma)
         ctas = _resident_ctas(two, head_k_dim, L, state_bytes, per_channel)
-        three = batch in KDA_THREE_STAGE_BATCHES if per_channel else batch > DEEP_RING_MAX_BATCH
-        if batch > DEEP_RING_MAX_BATCH and ctas >= 2 and not three:
+        three = per_channel and batch in KDA_THREE_STAGE_BATCHES
+        if per_channel and batch > DEEP_RING_MAX_BATCH and ctas >= 2 and not three:
             return replace(two, min_ctas=ctas)
         for stages in (3, 2) if three else (4, 3, 2):
             if delta_ctas_that_fit(replace(two, stages=stages), head_k_dim, L, state_bytes, per_channel) >= 1:
