@@ -73,7 +73,7 @@ def config(g, L, state, form, per_channel=False):
     if form.startswith("at"):  # the table's own configuration at that batch, every flag as routed
         return delta_cuda_config(g.head_k_dim, g.head_v_dim, L, int(form[2:]), STATES[state].itemsize, per_channel)
     # KDA: the table's at batch 256; GDN: its two launches (the table's with an fp32 checkpoint at
-    # batch 5-63 and fp8 above 12): units of 64 rows (128 with a bf16 checkpoint), two stages, as
+    # batch 5-63 and fp8 above 16): units of 64 rows (128 with a bf16 checkpoint), two stages, as
     # many CTAs as the table's rule allows; the flush's fold on FMAs and the records copied one at
     # a time unless the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at
     # batch 12-63 with a 16- or 32-bit checkpoint one launch takes -ff too; GDN's one launch -rw)
@@ -221,12 +221,12 @@ FP8_SHAPES = [
 
 @needs_sm90
 @pytest.mark.parametrize("g,L,per_channel", FP8_SHAPES)
-@pytest.mark.parametrize("batch", [2, 4, 8, 16, 256])
+@pytest.mark.parametrize("batch", [2, 4, 8, 16, 24, 256])
 @pytest.mark.parametrize("flush_mma", [False, True], ids=["fma", "fmma"])
 @pytest.mark.parametrize("flush_first", [False, True], ids=["", "ff"])
 def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_mma, flush_first):
     """An fp8 checkpoint through the kernels at the table's configuration for ``batch`` (GDN: the
-    small kernel at 2, one launch at 4 and 8, the two launches at 16 and 256 with their rings;
+    small kernel at 2, one launch at 4, 8 and 16, the two launches at 24 and 256 with their rings;
     KDA: its one launch), the flush folded in exact fp32 (``fma``) or, in the step kernel, on
     tensor cores (``fmma``; KDA's is not routed, session 45 prepared its timing), in one launch
     also with flushing units first (``ff``, not routed for fp8): codes and row scales against the
@@ -338,7 +338,7 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 # GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
-# forced at batch 6 (the table's with an fp32 checkpoint at 5-63, fp8 above 12; bf16 takes one
+# forced at batch 6 (the table's with an fp32 checkpoint at 5-63, fp8 above 16; bf16 takes one
 # launch at every batch, so its two launches as the oracle tests build them).
 @pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
 def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):

@@ -129,8 +129,11 @@ FP8_FLUSH_MMA_MIN_BATCH = 5
 # GDN with an fp8 checkpoint: one launch up to this batch (above SMALL_MAX_BATCH), two launches above
 # it (H100, session 44, Qwen3.5-122B, L = 16, us, both folding on tensor cores, one launch / two at
 # 3 stages and 3 CTAs: batch 8 11.57 / 12.07, 12 14.90 / 14.86, 13 16.43 / 15.24, 14 17.42 /
-# 16.09, 16 19.11 / 17.16).
-FP8_ONE_LAUNCH_MAX_BATCH = 12
+# 16.09, 16 19.11 / 17.16). Since the records split over the consumers (rec_warps) and the deferred
+# count, one launch wins to 16 (session 55, two launches / 64,2,3,one,fmma,cr,dc,rw: L = 16 batch
+# 13 15.09 / 14.56, 14 15.91 / 15.45, 15 16.34 / 15.74, 16 17.07 / 16.75, 20 19.44 / 20.07; batch 16
+# at L = 32 18.36 / 18.11, at L = 8 17.35 / 17.67).
+FP8_ONE_LAUNCH_MAX_BATCH = 16
 # GDN's two launches with an fp8 checkpoint and its flush on tensor cores, 64-row units, (stages,
 # CTAs an SM) in order of preference, from FP8_DEEP_RING_MIN_BATCH to DEEP_RING_MAX_BATCH (True)
 # and elsewhere (False) (H100, sessions 43 and 44, Qwen3.5-122B, L = 16, us, two rounds alike to
