@@ -209,8 +209,10 @@ def unit_intervals(rows, L: int, first: int = 3):
     return out
 
 
-# The points of a CTA's timeline from its start (``since_start``), in the order a unit reaches them.
-TIMELINE_POINTS = ("issued", "recs", "full", "ready", "go", "folded", "done")
+# The points of a CTA's timeline from its start (``since_start``), in the order a unit reaches them
+# at batch 1 (the coefficient pass's phases too: at small batches each CTA's first unit is the
+# only one traced past the ring's fill).
+TIMELINE_POINTS = ("issued", "recs", "scanned", "reduced", "scaled", "full", "ready", "go", "folded", "done")
 
 
 def since_start(rows, units: int):

@@ -86,3 +86,6 @@ def test_first_unit_and_the_timeline_from_the_cta_start():
     tl = trace.since_start([row], 3)
     assert tl["issued", 0] == [500] and tl["done", 1] == [2700 - 500]
     assert tl["folded", 0] == [] and tl["issued", 2] == []
+    assert tl["scanned", 0] == []  # the coefficient pass's phases: in the timeline where reached
+    at("scanned", 0, 1180)
+    assert trace.since_start([row], 1)["scanned", 0] == [1180 - 500]
