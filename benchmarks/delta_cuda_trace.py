@@ -122,8 +122,8 @@ _PATCHES = (
         "  extern __shared__ unsigned char smem_raw[];\n",
     ),
     (
-        "      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way\n",
-        "      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way\n"
+        "      mbar_wait(BAR_RECS(st), ((i / STAGES) & 1) ^ warm);  // the records and inputs: the checkpoint may still be on its way\n",
+        "      mbar_wait(BAR_RECS(st), ((i / STAGES) & 1) ^ warm);  // the records and inputs: the checkpoint may still be on its way\n"
         f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) tr[{WORD['recs']} + i] = clk();\n",
     ),
     (
@@ -139,9 +139,9 @@ _PATCHES = (
         f"      if (lane == 0 && {_T}) {{ tr[{WORD['issued']} + i] = clk(); tr[{WORD['w']} + i] = (u64)(w + 1); }}\n",
     ),
     (
-        "#else\n    mbar_wait(full, (i / STAGES) & 1);\n#if COEF_WARPS\n"
+        "#else\n    mbar_wait(full, ((i / STAGES) & 1) ^ warm);\n#if COEF_WARPS\n"
         "    mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it\n#endif\n",
-        "#else\n    mbar_wait(full, (i / STAGES) & 1);\n"
+        "#else\n    mbar_wait(full, ((i / STAGES) & 1) ^ warm);\n"
         f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['full']} + i] = clk();\n#if COEF_WARPS\n"
         "    mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it\n"
         f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['go']} + i] = clk();\n#endif\n",

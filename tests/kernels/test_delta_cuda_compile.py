@@ -269,11 +269,12 @@ def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
 
 @pytest.mark.parametrize(
     "field, define, token",
-    [("flush_mma", "FLUSH_MMA", ",fmma"), ("coalesce_recs", "COALESCE_RECS", ",cr")],
+    [("flush_mma", "FLUSH_MMA", ",fmma"), ("coalesce_recs", "COALESCE_RECS", ",cr"), ("warm_params", "WARM_PARAMS", ",wp")],
 )
 def test_step_kernel_forms_need_the_step_kernel(field, define, token):
-    """The flush's fold on tensor cores and the coalesced record copies: the step kernel only (one
-    launch and two; the small kernel has neither), each its define and label token."""
+    """The flush's fold on tensor cores, the coalesced record copies and the parameters warmed
+    before the waits: the step kernel only (one launch and two; the small kernel has none), each
+    its define and label token."""
     cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, **{field: True})
 
     def defines(cfg, per_channel=False):
@@ -565,3 +566,19 @@ def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
     ptx = {c: ptx_entry(gc.compile_delta_ptx(16, 64, 128, 128, L, c, 2), "delta_replay_step") for c in (cfg, rw)}
     assert ptx[cfg].count("bar.sync 1,") == 2 and ptx[rw].count("bar.sync 1,") == 1
     assert ptx[rw].count("shfl.sync") < ptx[cfg].count("shfl.sync")
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_warm_params_ties_the_first_waits_to_the_parameters(per_channel):
+    """``warm_params``: the coefficient warps' records wait and the consumers' first wait take a
+    parity XORed with a value computed from the parameters they read after them (the sign of their
+    OR: the strides are never negative, so the value is 0); the waits themselves are the same."""
+    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
+    cfg = gc.delta_cuda_config(128, 128, 16, 16, 2, per_channel)
+    assert cfg.coef_warps  # both roles
+    ptx = {wp: ptx_entry(gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, warm_params=wp), 2,
+                                              per_channel=per_channel), "delta_replay_step") for wp in (False, True)}  # fmt: skip
+    # the OR of each role's strides (6 for the coefficient warps, 11 for the consumers): 15 more ORs
+    ors = {wp: body.count("or.b64") for wp, body in ptx.items()}
+    assert ors[True] >= ors[False] + 15, ors
+    assert ptx[True].count("mbarrier.try_wait.parity") == ptx[False].count("mbarrier.try_wait.parity")

@@ -143,6 +143,12 @@
 #endif
 // REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
 // its columns (records_coefficients).
+// WARM_PARAMS: each warp role's first wait takes a zero computed from the kernel parameters it
+// reads after that wait (params_zero), so that their constant-bank loads, cold at each launch,
+// are issued before the wait and miss while it waits instead of after it.
+#ifndef WARM_PARAMS
+#define WARM_PARAMS 0
+#endif
 #ifndef REC_WARPS
 #define REC_WARPS 0
 #endif
@@ -1209,10 +1215,12 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // ---------------- coefficient warps: each unit's coefficients, as soon as its stage is full,
     // while the consumers work on the previous units; the stage's ready barrier then lets them in.
     int i = 0;
+    // The appends' strides (WARM_PARAMS).
+    const u32 warm = WARM_PARAMS ? params_zero(sgr_slot | sgr_head | sgr_pos | skr_slot | skr_head | skr_pos) : 0u;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
-      mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs: the checkpoint may still be on its way
+      mbar_wait(BAR_RECS(st), ((i / STAGES) & 1) ^ warm);  // the records and inputs: the checkpoint may still be on its way
       const int slot = ((const int*)(gstage + OFF_META))[0];
       const int unit = stage_unit(gstage, u), bh = unit / PARTS;
       if (slot >= 0)
@@ -1400,15 +1408,19 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   const int r0 = warp * 16;
   const int row = r0 + (lane & 15), half = lane >> 4;
   int i = 0;
+  // The output's and the d appends' strides (WARM_PARAMS; with the consumers forming the
+  // coefficients, the g and k̂ appends' too).
+  const u32 warm = WARM_PARAMS ? params_zero(so_batch | so_head | sdr_slot | sdr_head | sdr_pos | sgr_slot | sgr_head |
+                                             sgr_pos | skr_slot | skr_head | skr_pos) : 0u;
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
 #if ONE_LAUNCH && !COEF_WARPS
-    mbar_wait(BAR_RECS(st), (i / STAGES) & 1);  // the records and inputs, the checkpoint maybe not yet
+    mbar_wait(BAR_RECS(st), ((i / STAGES) & 1) ^ warm);  // the records and inputs, the checkpoint maybe not yet
 #else
-    mbar_wait(full, (i / STAGES) & 1);
+    mbar_wait(full, ((i / STAGES) & 1) ^ warm);
 #if COEF_WARPS
     mbar_wait(BAR_READY(st), (i / STAGES) & 1);  // the coefficient warps are done with it
 #endif

@@ -206,6 +206,11 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c
       : "memory");
 }
 
+// 0 for ``bits``, an OR of kernel parameters that are never negative (strides): folded into a
+// wait's parity it makes ptxas load those parameters before the wait instead of sinking the
+// loads past it, so that a constant-bank miss (the bank is cold at each launch) overlaps the wait.
+__device__ __forceinline__ u32 params_zero(long long bits) { return bits < 0 ? 1u : 0u; }
+
 // Asks this multiprocessor's TMA unit to fetch a checkpoint's load and store tensor maps (the
 // kernel's __grid_constant__ parameters, or maps in global memory once acquired) ahead of their
 // first copies, which otherwise wait for that read; issued before the programmatic wait, the
