@@ -91,8 +91,8 @@ WIDE_UNITS_BATCH = 64
 # 125.40, 512 216.35 / - / 236.16), else the deep ring at one CTA (H100, session 45, Kimi Linear,
 # L = 32, us, 2 stages / 3: batch 128 109.79 / 97.60, 256 209.75 / 184.65, 512 404.10 / 353.95).
 DEEP_RING_MAX_BATCH = 64
-# GDN with a bf16 checkpoint from this batch to DEEP_RING_MAX_BATCH: one launch, COEF_WARPS
-# coefficient warps and the deep ring of 128-row units (H100, sessions 44 and 45, Qwen3.5-122B, L =
+# GDN with a bf16 checkpoint from this batch: one launch, COEF_WARPS coefficient warps and the deep
+# ring of 128-row units, one CTA of four stages (H100, sessions 44 and 45, Qwen3.5-122B, L =
 # 16, us, the table / 128,4,1,one,cw4,fmma: batch 4 7.84 / 8.56, 8 12.89 / 12.85, 12 17.43 / 17.04,
 # 16 21.91 / 21.30 and 22.14 / 21.31, 24 30.63 / 29.31, 32 40.51 / 36.92, 64 67.19 / 66.61 and
 # 66.39 / 66.01; the table: 64-row units at 3 CTAs, one launch up to 16, then two, 128-row units
