@@ -572,7 +572,8 @@ def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
 def test_warm_params_ties_the_first_waits_to_the_parameters(per_channel):
     """``warm_params``: the coefficient warps' records wait and the consumers' first wait take a
     parity XORed with a value computed from the parameters they read after them (the sign of their
-    OR: the strides are never negative, so the value is 0); the waits themselves are the same."""
+    OR: the strides are never negative, so the value is 0), and the producer (one launch) traps on
+    it before its programmatic wait; the waits themselves are the same."""
     k_heads, v_heads = (32, 32) if per_channel else (16, 64)
     cfg = gc.delta_cuda_config(128, 128, 16, 16, 2, per_channel)
     assert cfg.coef_warps  # both roles
@@ -582,3 +583,4 @@ def test_warm_params_ties_the_first_waits_to_the_parameters(per_channel):
     ors = {wp: body.count("or.b64") for wp, body in ptx.items()}
     assert ors[True] >= ors[False] + 15, ors
     assert ptx[True].count("mbarrier.try_wait.parity") == ptx[False].count("mbarrier.try_wait.parity")
+    assert ptx[True].count("trap;") == ptx[False].count("trap;") + 1

@@ -207,9 +207,9 @@ class DeltaCudaConfig:
     kernel in one launch): the warps forming a unit's coefficients split its records instead of its
     columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
     no partial sums in shared memory). ``warm_params`` (the step kernel; not routed, session 55):
-    the coefficient warps' and the consumers' first waits take a zero computed from the parameters
-    they read after them, so that those constant-bank loads (cold at each launch) are issued before
-    the waits."""
+    the coefficient warps', the consumers' and (one launch) the producer's first waits depend on a
+    zero computed from the parameters they read after them, so that those constant-bank loads
+    (cold at each launch) are issued before the waits."""
 
     rows: int
     stages: int

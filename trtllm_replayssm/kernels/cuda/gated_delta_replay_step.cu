@@ -145,8 +145,9 @@
 // REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
 // its columns (records_coefficients).
 // WARM_PARAMS: each warp role's first wait takes a zero computed from the kernel parameters it
-// reads after that wait (params_zero), so that their constant-bank loads, cold at each launch,
-// are issued before the wait and miss while it waits instead of after it.
+// reads after that wait (params_zero; the coefficient warps and the consumers in its parity, the
+// producer of one launch in a trap before its programmatic wait), so that their constant-bank
+// loads, cold at each launch, are issued before the wait and miss while it waits, not after it.
 #ifndef WARM_PARAMS
 #define WARM_PARAMS 0
 #endif
@@ -1244,6 +1245,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // records and the checkpoints, so nothing is read before it completes. Each unit's cursor
     // read is counted once the first unit of its 32 has been requested (DEFER_COUNT: its first
     // STAGES units; the row's last count advances it), its beta (and GDN's g) read beside it.
+    // WARM_PARAMS: the slot, cursor and beta pointers and the records' strides loaded before the
+    // wait (a trap no parameter can reach keeps ptxas from sinking the loads past it).
+    if (WARM_PARAMS && params_zero((long long)slot_ids | (long long)cursor | (long long)beta | sb_batch | sb_head |
+                                   sdr_slot | sdr_head | skr_slot | skr_head | sgr_slot | sgr_head))
+      __trap();
     asm volatile("griddepcontrol.wait;" ::: "memory");
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
     float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
