@@ -696,7 +696,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                                   checkpoint_scale: Optional[Tensor] = None) -> Tensor:
     """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, the
-    step kernel in one launch (KDA; GDN at batch 3-16) each row's unit cursor reads (the last
+    step kernel in one launch (KDA; GDN where :func:`runs_one_launch`) each row's unit cursor reads (the last
     advances the cursor and resets the count to zero); GDN's two launches do not use it (their step
     kernel advances the cursor once the coefficient grid is complete).
 
