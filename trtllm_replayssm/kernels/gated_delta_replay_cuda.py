@@ -367,16 +367,16 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     :data:`WIDE_UNITS_BATCH`), two stages, as many CTAs per multiprocessor as shared memory and a
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
-    :data:`GDN_COEF_WARPS_MIN_BATCH` and GDN with an fp32 checkpoint from :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch):
-    :data:`COEF_WARPS` coefficient warps; KDA at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and
-    registers capped for as many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is
-    what counts), from batch 2 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
+    :data:`GDN_COEF_WARPS_MIN_BATCH` and GDN with an fp32 checkpoint from
+    :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch): :data:`COEF_WARPS` coefficient warps; KDA
+    at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and registers capped for as
+    many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is what counts), from batch 2 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
     one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
     (no register cap but the launch bounds') where those are two or more, else the deep ring at
     one CTA; KDA at :data:`KDA_THREE_STAGE_BATCHES` three stages at one CTA where they fit (GDN's
-    coefficient-warp builds: 128-row units, one CTA, as many stages as fit, up to 4). KDA with an fp32 checkpoint where one CTA of the
-    standard units fits a multiprocessor (:func:`_wide_units_pay`, session 28): from batch
-    2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
+    coefficient-warp builds: 128-row units, one CTA, as many stages as fit, up to 4). KDA with an
+    fp32 checkpoint where one CTA of the standard units fits a multiprocessor
+    (:func:`_wide_units_pay`, session 28): from batch 2, 128-row units (as wide units), two stages, one CTA, :data:`COEF_WARPS` coefficient
     warps. fp8 checkpoints (``state_bytes`` 1): the bf16 table (its stages fit: an fp8 stage is
     smaller) but GDN in two launches above :data:`FP8_ONE_LAUNCH_MAX_BATCH` (unless
     ``one_launch``) without wide units (the standard units at as many CTAs as fit; session 39,
@@ -696,9 +696,9 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                                   checkpoint_scale: Optional[Tensor] = None) -> Tensor:
     """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, the
-    step kernel in one launch (KDA; GDN where :func:`runs_one_launch`) each row's unit cursor reads (the last
-    advances the cursor and resets the count to zero); GDN's two launches do not use it (their step
-    kernel advances the cursor once the coefficient grid is complete).
+    step kernel in one launch (KDA; GDN where :func:`runs_one_launch`) each row's unit cursor
+    reads (the last advances the cursor and resets the count to zero); GDN's two launches do not
+    use it (their step kernel advances the cursor once the coefficient grid is complete).
 
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).

@@ -206,9 +206,10 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, int c
       : "memory");
 }
 
-// 0 for ``bits``, an OR of kernel parameters that are never negative (strides): folded into a
-// wait's parity it makes ptxas load those parameters before the wait instead of sinking the
-// loads past it, so that a constant-bank miss (the bank is cold at each launch) overlaps the wait.
+// 0 for ``bits``, an OR of kernel parameters that are never negative (pointers, strides): folded
+// into a wait's parity, or tested by a trap before a wait without operands (griddepcontrol.wait),
+// it makes ptxas load those parameters before the wait instead of sinking the loads past it, so
+// that a constant-bank miss (the bank is cold at each launch) overlaps the wait.
 __device__ __forceinline__ u32 params_zero(long long bits) { return bits < 0 ? 1u : 0u; }
 
 // Asks this multiprocessor's TMA unit to fetch a checkpoint's load and store tensor maps (the
