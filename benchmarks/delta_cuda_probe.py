@@ -17,8 +17,7 @@ keeps one, so its speedup column is against the fp32 conventional step (a second
 shape, timed in the same rounds); the check compares checkpoint values (codes x scales).
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
-fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch;
-``table,wp``: with the parameters loaded before the waits where it runs the step kernel)
+fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch)
 or ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff]`` (``DeltaCudaConfig``; ``one``:
 GDN in one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products on tensor
 cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores; ``cr``: a
@@ -66,18 +65,18 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-TABLE_MODS = ("fmma", "ff", "rw", "wp")
+TABLE_MODS = ("fmma", "ff", "rw")
 
 
 def parse_config(text: str):
     """``table[,fmma][,ff][,rw]`` -> that string (the launch table's configuration of each case,
     with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
     coefficient warps splitting the records); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr]
-    [,dc][,ff][,rw][,wp]`` or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
+    [,dc][,ff][,rw]`` or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
     the first stages' units; ``ff``: flushing units first; ``rw``: GDN's coefficient warps
-    splitting the records; ``wp``: the parameters loaded before the waits)."""
+    splitting the records)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -85,18 +84,18 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
         if parts[1:] != [m for m in TABLE_MODS if m in parts[1:]]:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,wp]")
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw]")
         return text
-    one, mma, fmma, cr, dc, ff, rw, wp = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "wp"))
+    one, mma, fmma, cr, dc, ff, rw = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw"))
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if (
-        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + wp + len(cw)
+        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + len(cw)
         or len(cw) > 1
         or not all(p.isdigit() for p in parts[:3])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,rw][,wp], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,wp] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,ff][,rw], "
+            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -112,17 +111,15 @@ def parse_config(text: str):
         defer_count=dc,
         flush_first=ff,
         rec_warps=rw,
-        warm_params=wp,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,rw][,wp]``: the launch table's for this batch, L and checkpoint, with the
+    (``table[,fmma][,ff][,rw]``: the launch table's for this batch, L and checkpoint, with the
     flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
     and GDN's records split over its coefficient warps where asked and the table runs the step
-    kernel in one launch, the parameters loaded before the waits where asked and the table runs
-    the step kernel); KDA always in one launch, labelled so)."""
+    kernel in one launch); KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
@@ -130,13 +127,11 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         one = gc.step_kernel_in_one_launch(table, per_channel)
         ff = "ff" in mods and one
         rw = "rw" in mods and one and not per_channel
-        wp = "wp" in mods and not table.small
         c = dataclasses.replace(
             table,
             flush_mma=table.flush_mma or "fmma" in mods,
             flush_first=table.flush_first or ff,
             rec_warps=table.rec_warps or rw,
-            warm_params=table.warm_params or wp,
         )
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 

@@ -27,9 +27,7 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma,ff", "table,fmma,ff"),
         ("table,ff,rw", "table,ff,rw"),
         ("table,rw", "table,rw"),
-        ("table,wp", "table,wp"),
-        ("table,fmma,ff,rw,wp", "table,fmma,ff,rw,wp"),
-        ("64,2,3,wp", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, warm_params=True)),
+        ("table,fmma,ff,rw", "table,fmma,ff,rw"),
         ("64,2,3,one,rw", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True, rec_warps=True)),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
@@ -78,8 +76,7 @@ def test_config_strings_name_their_launch(text, expected):
         "table,ff,fmma",
         "table,rw,ff",
         "table,rw,rw",
-        "table,wp,rw",
-        "64,2,3,wp,wp",
+        "64,2,3,dc,dc",
         "64,2,4,one,rw,rw",
         "table,smma",
         "64,2,4,ff,ff",
@@ -137,15 +134,3 @@ def test_baseline_configs_need_a_baseline(capsys):
         delta_cuda_probe.main(["--configs", "table", "table,fmma", "--baseline-configs", "table"])
     assert e.value.code == 2
     assert "--baseline-configs needs --baseline" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("batch", [1, 2, 16, 256])
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_table_wp_warms_the_parameters_of_the_step_kernel(batch, per_channel):
-    """``table,wp`` is the table with ``warm_params`` wherever it runs the step kernel (not GDN's
-    small kernel at batch 1-2), and the table alone never takes it."""
-    table = delta_cuda_config(128, 128, 16, batch, 2, per_channel)
-    got = delta_cuda_probe.case_config("table,wp", QWEN_122B, 16, batch, 2, per_channel=per_channel)
-    assert got.warm_params == (not table.small) and not table.warm_params
-    assert dataclasses.replace(got, warm_params=False) == delta_cuda_probe.case_config("table", QWEN_122B, 16, batch, 2,
-                                                                                        per_channel=per_channel)  # fmt: skip

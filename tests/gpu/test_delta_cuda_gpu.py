@@ -44,13 +44,12 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
 # bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
-# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch);
-# ``-wp``: the parameters loaded before the waits (not routed).
+# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
-FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "table-cr-wp", "cw-cr-dc-ff-rw-wp"]
+FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
-KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff", "table-cr-dc-wp", "cw-cr-dc-wp"]
+KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 
 
 KDA_SHAPES = [
@@ -92,8 +91,6 @@ def config(g, L, state, form, per_channel=False):
         flush_first=False,
         rec_warps=False,
     )
-    if form.endswith("-wp"):  # the parameters loaded before the waits
-        return dataclasses.replace(config(g, L, state, form[: -len("-wp")], per_channel), warm_params=True)
     if form.endswith("-rw"):  # GDN's coefficient warps splitting the records
         return dataclasses.replace(config(g, L, state, form[: -len("-rw")], per_channel), rec_warps=True)
     if form.endswith("-ff"):  # each block of 32 units taken with its flushing units first

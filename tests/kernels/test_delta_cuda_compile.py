@@ -268,13 +268,11 @@ def test_tensor_core_s0_needs_bf16_checkpoint_and_the_step_kernel():
 
 
 @pytest.mark.parametrize(
-    "field, define, token",
-    [("flush_mma", "FLUSH_MMA", ",fmma"), ("coalesce_recs", "COALESCE_RECS", ",cr"), ("warm_params", "WARM_PARAMS", ",wp")],
+    "field, define, token", [("flush_mma", "FLUSH_MMA", ",fmma"), ("coalesce_recs", "COALESCE_RECS", ",cr")]
 )
 def test_step_kernel_forms_need_the_step_kernel(field, define, token):
-    """The flush's fold on tensor cores, the coalesced record copies and the parameters warmed
-    before the waits: the step kernel only (one launch and two; the small kernel has none), each
-    its define and label token."""
+    """The flush's fold on tensor cores and the coalesced record copies: the step kernel only (one
+    launch and two; the small kernel has neither), each its define and label token."""
     cfg = gc.DeltaCudaConfig(rows=64, stages=2, min_ctas=1, **{field: True})
 
     def defines(cfg, per_channel=False):
@@ -568,19 +566,32 @@ def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
     assert ptx[rw].count("shfl.sync") < ptx[cfg].count("shfl.sync")
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_warm_params_ties_the_first_waits_to_the_parameters(per_channel):
-    """``warm_params``: the coefficient warps' records wait and the consumers' first wait take a
-    parity XORed with a value computed from the parameters they read after them (the sign of their
-    OR: the strides are never negative, so the value is 0), and the producer (one launch) traps on
-    it before its programmatic wait; the waits themselves are the same."""
+def _waits_parity_xored(body: str) -> int:
+    """How many of the entry's barrier waits take a parity an ``xor.b32`` computed."""
+    xors = set(re.findall(r"xor\.b32\s+(%r\d+),", body))
+    parities = re.findall(r"mbarrier\.try_wait\.parity\S* \w+, \[%r\d+\], (%r\d+);", body)
+    assert parities
+    return sum(p in xors for p in parities)
+
+
+@pytest.mark.parametrize(
+    "per_channel, state_bytes, xored, ors, traps",
+    [(False, 2, 2, 25, 1), (True, 2, 2, 25, 1), (True, 4, 1, 20, 1), (False, 4, 1, 10, 0)],
+    ids=["gdn-cw", "kda-cw", "kda-consumers", "gdn-two-launches"],
+)
+def test_first_waits_are_tied_to_the_parameters(per_channel, state_bytes, xored, ors, traps):
+    """Each warp role's first wait depends on a zero computed from the parameters it reads after
+    it (the sign of their OR: pointers and strides are never negative): the coefficient warps'
+    records wait and the consumers' first wait take their parity XORed with it, and the producer
+    of one launch traps on it before its programmatic wait (the step kernel's only trap). The table
+    at batch 16: GDN and KDA bf16 with coefficient warps (5 + 10 + 10 ORs: their 6 strides, the
+    consumers' 11, the producer's 11 parameters), KDA fp32 with the consumers forming the
+    coefficients (10 + 10), GDN fp32 in two launches (the consumers' 10, no producer trap)."""
     k_heads, v_heads = (32, 32) if per_channel else (16, 64)
-    cfg = gc.delta_cuda_config(128, 128, 16, 16, 2, per_channel)
-    assert cfg.coef_warps  # both roles
-    ptx = {wp: ptx_entry(gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, dataclasses.replace(cfg, warm_params=wp), 2,
-                                              per_channel=per_channel), "delta_replay_step") for wp in (False, True)}  # fmt: skip
-    # the OR of each role's strides (6 for the coefficient warps, 11 for the consumers): 15 more ORs
-    ors = {wp: body.count("or.b64") for wp, body in ptx.items()}
-    assert ors[True] >= ors[False] + 15, ors
-    assert ptx[True].count("mbarrier.try_wait.parity") == ptx[False].count("mbarrier.try_wait.parity")
-    assert ptx[True].count("trap;") == ptx[False].count("trap;") + 1
+    cfg = gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel)
+    assert bool(cfg.coef_warps) == (xored == 2) and gc.step_kernel_in_one_launch(cfg, per_channel) == bool(traps)
+    ptx = gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, per_channel=per_channel)
+    body = ptx_entry(ptx, "delta_replay_step")
+    assert _waits_parity_xored(body) == xored
+    assert body.count("or.b64") >= ors
+    assert body.count("trap;") == traps

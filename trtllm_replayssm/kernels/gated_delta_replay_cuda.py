@@ -206,10 +206,7 @@ class DeltaCudaConfig:
     overlaps the other units' coefficients instead of following them. ``rec_warps`` (GDN, the step
     kernel in one launch): the warps forming a unit's coefficients split its records instead of its
     columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
-    no partial sums in shared memory). ``warm_params`` (the step kernel; not routed, session 55):
-    the coefficient warps', the consumers' and (one launch) the producer's first waits depend on a
-    zero computed from the parameters they read after them, so that those constant-bank loads
-    (cold at each launch) are issued before the waits."""
+    no partial sums in shared memory)."""
 
     rows: int
     stages: int
@@ -225,7 +222,6 @@ class DeltaCudaConfig:
     defer_count: bool = False
     flush_first: bool = False
     rec_warps: bool = False
-    warm_params: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -238,9 +234,8 @@ class DeltaCudaConfig:
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
         rw = ",rw" if self.rec_warps else ""
-        wp = ",wp" if self.warm_params else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{wp}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -588,7 +583,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
             f"{state_bytes}-byte checkpoint elements, small={cfg.small}"
         )
-    for name in ("flush_mma", "coalesce_recs", "warm_params"):
+    for name in ("flush_mma", "coalesce_recs"):
         if getattr(cfg, name) and cfg.small:
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel; got small=True")
     if not 0 <= cfg.coef_warps <= 8:
@@ -609,7 +604,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps), WARM_PARAMS=int(cfg.warm_params), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

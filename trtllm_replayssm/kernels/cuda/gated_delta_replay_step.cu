@@ -76,9 +76,8 @@
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
 // do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
 // three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), the forms
-// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST, REC_WARPS and WARM_PARAMS (each described where it is
-// defined), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16,
-// 2 fp16).
+// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST and REC_WARPS (each described where it is defined),
+// L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #define VPK (VHEADS / KHEADS)               // value heads per key head
 #define PARTS (DV / ROWS)                   // units per (row, value head)
@@ -144,19 +143,17 @@
 #endif
 // REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
 // its columns (records_coefficients).
-// WARM_PARAMS: each warp role's first wait takes a zero computed from the kernel parameters it
-// reads after that wait (params_zero; the coefficient warps and the consumers in its parity, the
-// producer of one launch in a trap before its programmatic wait), so that their constant-bank
-// loads, cold at each launch, are issued before the wait and miss while it waits, not after it.
-#ifndef WARM_PARAMS
-#define WARM_PARAMS 0
-#endif
 #ifndef REC_WARPS
 #define REC_WARPS 0
 #endif
 #if REC_WARPS && (PER_CHANNEL || !ONE_LAUNCH)
 #error "REC_WARPS takes GDN in one launch"
 #endif
+// Each warp role's first wait takes a zero computed from the kernel parameters it reads after that
+// wait (params_zero; the coefficient warps and the consumers in its parity, the producer of one
+// launch in a trap before its programmatic wait), so that their constant-bank loads, cold at each
+// launch, are issued before the wait and miss while it waits, not after it: 1-4% faster at batch
+// 1-4 on an H100, neutral elsewhere (session 56).
 // sq[LP], sk[LP], e[LP], e0, kq, beta, w (int); S0_MMA: then rq, rk (GDN's q̂ = rq q, k̂ = rk k), 2 pad
 #define COEF_FLOATS (3 * LP + (S0_MMA ? 8 : 4))
 #define COEF_BYTES (COEF_FLOATS * 4)
@@ -1217,8 +1214,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // ---------------- coefficient warps: each unit's coefficients, as soon as its stage is full,
     // while the consumers work on the previous units; the stage's ready barrier then lets them in.
     int i = 0;
-    // The appends' strides (WARM_PARAMS).
-    const u32 warm = WARM_PARAMS ? params_zero(sgr_slot | sgr_head | sgr_pos | skr_slot | skr_head | skr_pos) : 0u;
+    // The appends' strides, loaded before the first wait (params_zero).
+    const u32 warm = params_zero(sgr_slot | sgr_head | sgr_pos | skr_slot | skr_head | skr_pos);
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
@@ -1245,10 +1242,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // records and the checkpoints, so nothing is read before it completes. Each unit's cursor
     // read is counted once the first unit of its 32 has been requested (DEFER_COUNT: its first
     // STAGES units; the row's last count advances it), its beta (and GDN's g) read beside it.
-    // WARM_PARAMS: the slot, cursor and beta pointers and the records' strides loaded before the
-    // wait (a trap no parameter can reach keeps ptxas from sinking the loads past it).
-    if (WARM_PARAMS && params_zero((long long)slot_ids | (long long)cursor | (long long)beta | sb_batch | sb_head |
-                                   sdr_slot | sdr_head | skr_slot | skr_head | sgr_slot | sgr_head))
+    // The slot, cursor and beta pointers and the records' strides loaded before the wait (a trap
+    // no parameter can reach keeps ptxas from sinking the loads past it).
+    if (params_zero((long long)slot_ids | (long long)cursor | (long long)beta | sb_batch | sb_head | sdr_slot |
+                    sdr_head | skr_slot | skr_head | sgr_slot | sgr_head))
       __trap();
     asm volatile("griddepcontrol.wait;" ::: "memory");
     unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
@@ -1415,10 +1412,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   const int r0 = warp * 16;
   const int row = r0 + (lane & 15), half = lane >> 4;
   int i = 0;
-  // The output's and the d appends' strides (WARM_PARAMS; with the consumers forming the
-  // coefficients, the g and k̂ appends' too).
-  const u32 warm = WARM_PARAMS ? params_zero(so_batch | so_head | sdr_slot | sdr_head | sdr_pos | sgr_slot | sgr_head |
-                                             sgr_pos | skr_slot | skr_head | skr_pos) : 0u;
+  // The output's and the d appends' strides, loaded before the first wait (params_zero; with the
+  // consumers forming the coefficients, the g and k̂ appends' too).
+  const u32 warm = params_zero(so_batch | so_head | sdr_slot | sdr_head | sdr_pos | sgr_slot | sgr_head | sgr_pos |
+                               skr_slot | skr_head | skr_pos);
   for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
