@@ -642,6 +642,13 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) mamba2_replay
   __shared__ __align__(16) u16 xs[LP][SM_ROWS];  // x records of the CTA's rows (record w: the step's x)
   __shared__ __align__(16) u16 bs[LP][DSTATE];   // B records for a flush (record w: the step's B)
   __shared__ float bc_s[LP];                     // B_j . C (the step's B at w, zero after)
+  // One parameter of each 64-byte line of the parameter bank (42 of 8 bytes from offset 0x210;
+  // tests/kernels/test_mamba2_cuda_compile.py checks the cover) loaded before the wait, which a
+  // trap no parameter can reach keeps them before (params_zero): the bank is cold at each launch,
+  // and its misses then overlap the wait. Kernel notes, session 56 (H100): bf16 batch 1 3.93 ->
+  // 3.60 µs; every parameter loaded there instead held 42 values across the wait, spilled in the
+  // form for four CTAs a multiprocessor and lost 16% at fp32 batch 4.
+  if (params_zero((long long)ckpt | ssc_head | sBr_slot | (long long)dt | (long long)C | (long long)out)) __trap();
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   const int t = threadIdx.x, lane = t & 31, p = t & 7, rl = t >> 3;
