@@ -117,7 +117,9 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 4, 16, 96, (128, 2, 1, 4, False)),
         (False, 4, 16, 128, (128, 2, 1, 4, False)),
         (False, 4, 16, 256, (128, 2, 1, 4, False)),
-        (True, 2, 16, 1, (32, 2, 3, 4, False)),
+        (True, 2, 16, 1, (32, 2, 1, 4, False)),  # KDA_NARROW_MAX_BATCH
+        (True, 2, 16, 2, (32, 2, 1, 4, False)),
+        (True, 2, 16, 3, (128, 4, 1, 4, False)),
         (True, 2, 16, 48, (128, 4, 1, 4, False)),
         (True, 2, 16, 64, (128, 3, 1, 4, False)),  # KDA_THREE_STAGE_BATCHES
         (True, 2, 16, 255, (128, 3, 1, 4, False)),
@@ -126,8 +128,9 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (True, 4, 16, 256, (64, 2, 2, 0, False)),
         # KDA fp32 where one CTA of 64-row units fits (L > 16): 128-row units with coefficient
         # warps from batch 2
-        (True, 4, 32, 1, (64, 2, 1, 0, False)),
-        (True, 4, 32, 2, (128, 2, 1, 4, False)),
+        (True, 4, 32, 1, (32, 2, 1, 4, False)),
+        (True, 4, 32, 3, (128, 2, 1, 4, False)),
+        (True, 4, 16, 3, (64, 2, 2, 0, False)),
         (True, 4, 24, 16, (128, 2, 1, 4, False)),
         (True, 4, 32, 512, (128, 2, 1, 4, False)),
         (False, 4, 32, 512, (128, 2, 1, 4, False)),

@@ -160,6 +160,14 @@ KDA_FP8_RING_MIN_BATCH = 64
 # 256 130.94 / 128.64; at 48 three stages win too (31.49 / 30.69 with flushing units first), but
 # an fp8 checkpoint, which takes the bf16 table below KDA_FP8_RING_MIN_BATCH, loses 4% there).
 KDA_THREE_STAGE_BATCHES = range(64, 256)
+# KDA up to this batch: units of 32 rows (16 where 32 do not tile head_v_dim), COEF_WARPS
+# coefficient warps, two stages, registers uncapped (one CTA's), whatever the checkpoint (H100,
+# session 56, Kimi Linear, L = 16, us, the table before / this form, same rounds: bf16 batch 1
+# 3.86 / 3.62, 2 4.24 / 4.09; fp8 1 3.97 / 3.75, 2 4.17 / 4.07; fp32 1 4.18 / 3.70, 2 5.03 /
+# 4.95; fp8 batch 2 L = 8 4.16 / 4.02, L = 32 4.81 / 4.89; at batch 3 and 4 it loses, bf16 4.78 /
+# 5.41 and 5.20 / 5.78). Batch 1's gain is the register cap the table had for three CTAs (32,2,3
+# 3.87, 32,2,1 3.62 at bf16): a unit a CTA, the cap only lengthened each role's chain.
+KDA_NARROW_MAX_BATCH = 2
 # The step kernel in one launch with a 16- or 32-bit checkpoint takes each block's flushing units
 # first (``flush_first``) at FLUSH_FIRST_BATCHES (H100, session 52, us, table without / with it,
 # Kimi Linear KDA bf16 L = 16: batch 1 4.07 / 4.26, 2 4.42 / 4.60, 8 8.13 / 8.07, 12 10.55 /
@@ -364,8 +372,8 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
     :data:`GDN_COEF_WARPS_MIN_BATCH` and GDN with an fp32 checkpoint from
     :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch): :data:`COEF_WARPS` coefficient warps; KDA
-    at batch 1 units of 32 rows (16 where 32 do not tile head_v_dim) and registers capped for as
-    many CTAs as shared memory allows (at most 3: a unit a CTA, the cap is what counts), from batch 2 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
+    up to :data:`KDA_NARROW_MAX_BATCH` (any checkpoint, where it fits) units of 32 rows (16 where
+    32 do not tile head_v_dim), two stages, one CTA's registers, above it 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
     one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
     (no register cap but the launch bounds') where those are two or more, else the deep ring at
     one CTA; KDA at :data:`KDA_THREE_STAGE_BATCHES` three stages at one CTA where they fit (GDN's
@@ -401,6 +409,11 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
             if _resident_ctas(replace(table, stages=stages), head_k_dim, L, 1, False) >= ctas:
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
+    if per_channel and batch <= KDA_NARROW_MAX_BATCH:
+        narrow = DeltaCudaConfig(rows=32 if head_v_dim % 32 == 0 else 16, stages=2, min_ctas=1, one_launch=True,
+                                 coef_warps=COEF_WARPS)
+        if delta_ctas_that_fit(narrow, head_k_dim, L, state_bytes, per_channel) >= 1:
+            return narrow
     gdn_warps = not per_channel and ((state_bytes == 2 and batch >= GDN_COEF_WARPS_MIN_BATCH)
                                      or (state_bytes == 4 and batch >= GDN_F32_COEF_WARPS_MIN_BATCH))
     one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= one_launch_max_batch(state_bytes)
@@ -428,10 +441,7 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
                               coef_warps=COEF_WARPS)
         if delta_ctas_that_fit(cfg, head_k_dim, L, state_bytes, per_channel) >= 1:
             return cfg
-    if coef_warps and batch == 1:
-        rows = 32 if head_v_dim % 32 == 0 else 16
-    else:
-        rows = unit_rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
+    rows = unit_rows(head_v_dim, wide=state_bytes == 2 and batch >= WIDE_UNITS_BATCH)
     cfg = DeltaCudaConfig(rows=rows, stages=2, min_ctas=1, one_launch=one_launch, coef_warps=coef_warps,
                           flush_mma=flush_mma)
     ctas = _resident_ctas(cfg, head_k_dim, L, state_bytes, per_channel)
