@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from ptx_params import FP8_PTX, ptx_entry, ptx_params
+from ptx_params import FP8_PTX, param_lines, params_ored_before_trap, ptx_entry, ptx_params
 from trtllm_replayssm.kernels import gated_delta_replay_cuda as gc
 from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA
 
@@ -598,3 +598,27 @@ def test_first_waits_are_tied_to_the_parameters(per_channel, state_bytes, xored,
     assert _waits_parity_xored(body) == xored
     assert body.count("or.b64") >= ors
     assert body.count("trap;") == traps
+
+
+@pytest.mark.parametrize("state_bytes", [2, 4, 1], ids=["bf16", "fp32", "fp8"])
+def test_small_kernel_warm_lines_touch_every_parameter_line(state_bytes):
+    """``warm_lines`` (the small kernel, unrouted): one parameter of each 64-byte line of its
+    parameter bank ORed into a trap's condition before its griddepcontrol.wait (params_zero), the
+    trap its only one; without it the small kernel has no trap. The step kernel refuses it."""
+    cfg = gc.delta_cuda_config(128, 128, 16, 1, state_bytes)  # GDN at batch 1: the small kernel
+    assert cfg.small and not cfg.warm_lines
+    warm = dataclasses.replace(cfg, warm_lines=True)
+    assert warm.label() == cfg.label() + ",wl"
+    ptx = {c: gc.compile_delta_ptx(16, 64, 128, 128, 16, c, state_bytes) for c in (cfg, warm)}
+    assert "trap;" not in ptx_entry(ptx[cfg], "delta_replay_small")
+    body = ptx_entry(ptx[warm], "delta_replay_small")
+    assert body[: body.index("griddepcontrol.wait")].count("trap;") == body.count("trap;") == 1
+    kinds = ptx_params(ptx[warm], "delta_replay_small")
+    ored = params_ored_before_trap(ptx[warm], "delta_replay_small")
+    assert param_lines(kinds, ored) == param_lines(kinds, range(len(kinds))), sorted(ored)
+    assert len(ored) == len(param_lines(kinds, ored))
+    step = gc.delta_cuda_config(128, 128, 16, 16, state_bytes)
+    with pytest.raises(ValueError, match="warm_lines needs the small kernel; got small=False"):
+        gc.delta_step_defines(
+            16, 64, 128, 128, 16, dataclasses.replace(step, warm_lines=True), state_bytes, True, torch.float32, torch.float32
+        )

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from ptx_params import FP8_PTX, ptx_entry, ptx_params
+from ptx_params import FP8_PTX, param_lines, params_ored_before_trap, ptx_entry, ptx_params
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc
 from trtllm_replayssm.kernels.nvrtc import tensor_map_key
 from trtllm_replayssm.kernels.mamba2_replay import launch_mamba2_replay_step, replay_step_kernel
@@ -345,22 +345,16 @@ def test_small_kernel_loads_the_cache_before_any_branch(rows, state_bytes, early
 def test_small_kernel_touches_every_parameter_line_before_its_wait(min_ctas, early, state_bytes):
     """Before its griddepcontrol.wait the small kernel ORs one parameter of each 64-byte line of its
     parameter bank into a trap's condition (params_zero), so that the bank's misses overlap the
-    wait (session 56): the parameters in that OR, at their offsets in the bank (from 0x210, every
-    one 8 bytes), cover every line the parameters occupy."""
+    wait (session 56): the parameters in that OR cover every line the parameters occupy."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
     cfg = mc.CudaStepConfig(stages=2, min_ctas=min_ctas, pdl=True, small=True, small_rows=32, early_math=early)
     ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes)
     kinds = ptx_params(ptx, "mamba2_replay_small")
-    assert set(kinds) == {"64"}
-    head = ptx_entry(ptx, "mamba2_replay_small")
-    head = head[: head.index("griddepcontrol.wait")]
-    assert head.count("trap;") == 1
-    head = head[: head.index("trap;")]
-    param_of = {reg: int(k) for reg, k in re.findall(r"ld\.param\.u64\s+(%rd\d+), \[mamba2_replay_small_param_(\d+)\]", head)}
-    ored = {param_of[r] for ops in re.findall(r"or\.b64\s+%rd\d+, (%rd\d+), (%rd\d+);", head) for r in ops if r in param_of}
-    line = lambda k: (0x210 + 8 * k) // 64  # noqa: E731
-    assert {line(k) for k in ored} == {line(k) for k in range(len(kinds))}, sorted(ored)
-    assert len(ored) == len({line(k) for k in ored})  # one a line: the form for four CTAs spills with more
+    body = ptx_entry(ptx, "mamba2_replay_small")
+    assert body[: body.index("griddepcontrol.wait")].count("trap;") == 1
+    ored = params_ored_before_trap(ptx, "mamba2_replay_small")
+    assert param_lines(kinds, ored) == param_lines(kinds, range(len(kinds))), sorted(ored)
+    assert len(ored) == len(param_lines(kinds, ored))  # one a line: the form for four CTAs spills with more
 
 
 @pytest.mark.parametrize("rows,head_dim", [(8, 64), (12, 48), (136, 136), (32, 80), (40, 96)])
