@@ -336,6 +336,12 @@ def unit_rows(head_v_dim: int, wide: bool = False) -> int:
     return max(r for r in range(16, 129, 16) if head_v_dim % r == 0)
 
 
+def narrow_rows(head_v_dim: int) -> int:
+    """Value rows a CTA of the small-batch forms takes (GDN's small kernel, KDA's units up to
+    :data:`KDA_NARROW_MAX_BATCH`): 32 where they tile head_v_dim, else 16."""
+    return 32 if head_v_dim % 32 == 0 else 16
+
+
 def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
                       per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
     """The launch table: :func:`_table_shape`'s units, ring and launch form, and every step-kernel
@@ -413,7 +419,7 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
                 return replace(table, stages=stages, min_ctas=ctas)
         return replace(table, min_ctas=_resident_ctas(table, head_k_dim, L, 1, False))
     if per_channel and batch <= KDA_NARROW_MAX_BATCH:
-        narrow = DeltaCudaConfig(rows=32 if head_v_dim % 32 == 0 else 16, stages=2, min_ctas=1, one_launch=True,
+        narrow = DeltaCudaConfig(rows=narrow_rows(head_v_dim), stages=2, min_ctas=1, one_launch=True,
                                  coef_warps=COEF_WARPS)
         if delta_ctas_that_fit(narrow, head_k_dim, L, state_bytes, per_channel) >= 1:
             return narrow
@@ -421,7 +427,7 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
                                      or (state_bytes == 4 and batch >= GDN_F32_COEF_WARPS_MIN_BATCH))
     one_launch = one_launch or per_channel or gdn_warps or SMALL_MAX_BATCH < batch <= one_launch_max_batch(state_bytes)
     if not one_launch and batch <= SMALL_MAX_BATCH:
-        return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32 if head_v_dim % 32 == 0 else 16)
+        return DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=narrow_rows(head_v_dim))
     coef_warps = COEF_WARPS if gdn_warps or (per_channel and state_bytes == 2) else 0
     # GDN with a bf16 checkpoint folds the flush on tensor cores at every batch of the step kernel
     # (session 26, Qwen3.5-122B, L = 16, us, with / without: batch 4 7.16 / 7.52, 8 11.71 / 12.15,
