@@ -174,14 +174,26 @@ def delta_verify_cuda_config(
     return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
 
 
-def coefficient_min_ctas(T: int, per_channel: bool) -> int:
-    """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA at
-    T <= 2, 6 (80 registers, no spills: a CPU compile test; uncapped it takes 90 and 5 CTAs fit);
-    else 1 (uncapped). Timed side by side on an H200 (Kimi Linear, batch 256, µs, uncapped / 6 / 8
-    with 32-72 bytes of spills; docs/kernel-notes.md "KDA verify in one launch, timed"): fp32 T = 2
-    262.8 / 256.7 / 249.4, T = 4 336.0 / 340.4 / 328.4; bf16 T = 2 202.4 / 197.2, T = 4 273.8 /
-    276.0. KDA at T = 8 takes 166-203 registers and would spill under 80."""
-    return 6 if per_channel and T <= 2 else 1
+COEF_CAPPED_MAX_L = 20  # KDA's coefficient kernel at 64 registers: longer record buffers spill (CPU compile test)
+COEF_CAPPED_MAX_T = 4
+
+
+def coefficient_min_ctas(head_k_dim: int, L: int, T: int, per_channel: bool) -> int:
+    """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA (a CTA
+    of head_k_dim threads) at L <= :data:`COEF_CAPPED_MAX_L` and T <= :data:`COEF_CAPPED_MAX_T`,
+    as many as 64 registers a thread allow (8 at head_k_dim 128; at most 16); else 1 (uncapped:
+    KDA at T = 8 takes 166-203 registers, at L = 32 or head_k_dim 256 it spills under 64). Under
+    the cap T <= 2 compiles without spills, T = 3-4 with 4-8 bytes (CPU compile test).
+
+    Timed on an H100 (session 57, Kimi Linear, fp32 / bf16 checkpoint, µs, the 6-CTA cap at T <= 2
+    and uncapped at T = 4 -> 8 CTAs; docs/kernel-notes.md "Session 57"): fp32 T = 2 batch 16 28.35
+    -> 27.80, 256 313.49 -> 304.64, T = 4 16 33.68 -> 33.92, 256 372.19 -> 363.52; bf16 T = 2 16
+    20.31 -> 19.72, 256 220.03 -> 210.64, T = 4 16 26.20 -> 26.33, 256 288.11 -> 286.74. (Session
+    35 on an H200, uncapped / 6 / 8 with 32-72 bytes of spills then: fp32 T = 2 262.8 / 256.7 /
+    249.4, T = 4 336.0 / 340.4 / 328.4.)"""
+    if not per_channel or L > COEF_CAPPED_MAX_L or T > COEF_CAPPED_MAX_T:
+        return 1
+    return min(16, REGISTERS_PER_SM // (head_k_dim * 64))
 
 
 def delta_verify_cuda_unsupported(
@@ -256,7 +268,7 @@ def delta_verify_defines(
         VT=T,
         STAGES=cfg.stages,
         MIN_CTAS=cfg.min_ctas,
-        COEF_MIN_CTAS=coefficient_min_ctas(T, per_channel),
+        COEF_MIN_CTAS=coefficient_min_ctas(head_k_dim, L, T, per_channel),
         L2NORM=int(bool(use_qk_l2norm)),
         HAS_NUM_TOKENS=int(has_num_tokens),
         G_CODE=DTYPE_CODE[g_dtype],

@@ -300,7 +300,8 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   extern __shared__ float smem_f[];                       // U, V; then the warps' history sums
   float* const su = smem_f;
   float* const sv = smem_f + LP * UPAD;
-  float* const hred = smem_f;  // after the barrier that follows the products
+  float* const hred = sv;  // after the barrier that follows the products; U stays for a flush's parts
+  static_assert((DK / 32) * LP * NT8 <= NT8 * UPAD, "the warps' history sums fit V's place");
   const int h = blockIdx.x, b = blockIdx.y, kh = h;  // one value head per key head
   const int c = threadIdx.x, lane = c & 31, warp = c >> 5;
   const long long slot = slot_ids[b];
@@ -355,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     red[warp][ch * 32 + lane] = warp_reduce_scatter<32>(part, lane);
   }
   __syncthreads();
-  // The history's sums: each warp over its 32 channels, then (after a barrier: hred takes U's
+  // The history's sums: each warp over its 32 channels, then (after a barrier: hred takes V's
   // place) into hred, which the block below adds up.
   float hacc[LP / 16][NT8 / 8][4];
   history_sums_mma(su, sv, hacc, warp, lane);
@@ -460,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     for (int j = 0; j < LREC; ++j) {
       if (j < w) {
         float p[3];
-        split3(uj[j], p[0], p[1], p[2]);
+        split3(su[j * UPAD + c], p[0], p[1], p[2]);  // U_j's channel c, this thread's own (no barrier)
 #pragma unroll
         for (int pp = 0; pp < 3; ++pp) uh[(pp * LP + j) * DK] = f32_to_bf16(p[pp]);
       }
@@ -805,20 +806,22 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
       // it), two fp32 accumulators a tile (even and odd k tiles). Column c of row r sits in lane
       // 4 (r % 8) + (c % 8) / 2, element c % 2 (+ 2 for r >= 8). bf16 rows: m16n8k16, A = the warp's 16
       // rows by ldmatrix from the swizzled boxes; fp32 rows from T = 4: m16n8k8 in three TF32 products
-      // (hi hi + hi lo + lo hi: about fp32), A read element by element (conflict-free under the
-      // swizzle).
+      // (hi hi + hi lo + lo hi: about fp32), A by ldmatrix too (below).
       {
         const unsigned char* us = gstage + OFF_QK;
         const int gq = lane >> 2, tq = lane & 3;
         float acc[NT][2][4] = {};
 #if CKPT_F32
+        // A by ldmatrix: fp32 elements read as b16 pairs, its four 8 x 16-byte matrices (rows 0-7 /
+        // 8-15 of the warp's 16, columns k0 .. k0 + 3 / k0 + 4 .. k0 + 7) are the TF32 fragment's
+        // a0 .. a3, one instruction for four scalar loads.
+        const u32 arow = r0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
         for (int k0 = 0; k0 < DK; k0 += 8) {
-          u32 ah[4], al[4];
-          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq, k0 + tq)), ah[0], al[0]);
-          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq + 8, k0 + tq)), ah[1], al[1]);
-          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq, k0 + tq + 4)), ah[2], al[2]);
-          tf32_split(*(const float*)(gstage + ckpt_offset(r0 + gq + 8, k0 + tq + 4)), ah[3], al[3]);
+          u32 a[4], ah[4], al[4];
+          ldmatrix_x4(stage + ckpt_offset(arow, k0 + (lane >> 4) * 4), a[0], a[1], a[2], a[3]);
+#pragma unroll
+          for (int qq = 0; qq < 4; ++qq) tf32_split(__uint_as_float(a[qq]), ah[qq], al[qq]);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const int c = nt * 8 + gq;

@@ -260,9 +260,14 @@ __device__ __forceinline__ void mma_f16(float* d, u32 a0, u32 a1, u32 a2, u32 a3
 }
 #undef MMA_M16N8K16
 
-// x as a TF32 high part and the fp32 remainder (x = hi + lo; the MMA reads lo's top 19 bits).
+// x as a TF32 high part and the fp32 remainder (x = hi + lo exactly; the MMA reads lo's top 19
+// bits). hi is x rounded to 10 mantissa bits, half away from zero (cvt.rna.tf32.f32's rounding of a
+// finite x), formed on the bit pattern: adding half a TF32 ulp to the magnitude carries into the
+// exponent where it rounds up. Two integer instructions, where NVRTC emits four for cvt.rna (its
+// guard for INF and NaN: here INF stays INF, and a NaN x leaves lo NaN, so the products are NaN
+// either way).
 __device__ __forceinline__ void tf32_split(float x, u32& hi, u32& lo) {
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
