@@ -18,17 +18,15 @@ shape, timed in the same rounds); the check compares checkpoint values (codes x 
 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
 fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch;
-``table,rw``: with GDN's records split over its coefficient warps there; ``table,wl``: with the
-small kernel's parameter lines loaded before its wait where the table runs it), or
+``table,rw``: with GDN's records split over its coefficient warps there), or
 ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw]`` (``DeltaCudaConfig``;
 ``one``: GDN in one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products
 on tensor cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores;
 ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after the first
 stages' units; ``ff``: each block of 32 units taken with its flushing units first, one launch
 only; ``rw``: GDN's records split over the warps forming the coefficients, one launch only), or
-``small,ROWS,mN[,wl]`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N
-resident CTAs a multiprocessor; ``wl``: a parameter of each 64-byte line of its bank loaded
-before its wait).
+``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N
+resident CTAs a multiprocessor).
 
 ``--baseline CU`` times every configuration with another copy of the kernel source too (e.g. a
 revision exported by scripts/export_variant.sh: ``variants/base/trtllm_replayssm/kernels/cuda/
@@ -69,30 +67,26 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-TABLE_MODS = ("fmma", "ff", "rw", "wl")
+TABLE_MODS = ("fmma", "ff", "rw")
 
 
 def parse_config(text: str):
-    """``table[,fmma][,ff][,rw][,wl]`` -> that string (the launch table's configuration of each
-    case, with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw``
-    GDN's coefficient warps splitting the records, ``wl`` the small kernel's parameter lines loaded
-    before its wait); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw]`` or
-    ``small,ROWS,mN[,wl]`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
+    """``table[,fmma][,ff][,rw]`` -> that string (the launch table's configuration of each case,
+    with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
+    coefficient warps splitting the records); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw]``
+    or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
     the first stages' units; ``ff``: flushing units first; ``rw``: GDN's coefficient warps
     splitting the records)."""
     parts = text.split(",")
     if parts[0] == "small":
-        wl = parts[3:] == ["wl"]
-        if len(parts) != 3 + wl or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN[,wl]")
-        return DeltaCudaConfig(
-            rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]), warm_lines=wl
-        )
+        if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected small,ROWS,mN")
+        return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
         if parts[1:] != [m for m in TABLE_MODS if m in parts[1:]]:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,wl]")
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw]")
         return text
     one, mma, fmma, cr, dc, ff, rw = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw"))
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
@@ -102,8 +96,8 @@ def parse_config(text: str):
         or not all(p.isdigit() for p in parts[:3])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,rw][,wl], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw] or small,ROWS,mN[,wl]"
+            f"config {text!r}: expected table[,fmma][,ff][,rw], "
+            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -124,11 +118,10 @@ def parse_config(text: str):
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,rw][,wl]``: the launch table's for this batch, L and checkpoint, with the
-    flush's fold on tensor cores where asked, whatever the table says, the flushing units first
+    (``table[,fmma][,ff][,rw]``: the launch table's for this batch, L and checkpoint, with the
+    flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
     and GDN's records split over its coefficient warps where asked and the table runs the step
-    kernel in one launch, and the parameter lines warmed where asked and it runs the small
-    kernel); KDA always in one launch, labelled so)."""
+    kernel in one launch); KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
@@ -141,7 +134,6 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
             flush_mma=table.flush_mma or "fmma" in mods,
             flush_first=table.flush_first or ff,
             rec_warps=table.rec_warps or rw,
-            warm_lines="wl" in mods and table.small,
         )
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 

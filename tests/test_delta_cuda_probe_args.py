@@ -37,9 +37,6 @@ QWEN_122B = (16, 64, 128, 128)
         ),
         ("64,2,3,mma", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, s0_mma=True)),
         ("small,32,m3", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, small=True, small_rows=32)),
-        ("small,32,m1,wl", DeltaCudaConfig(rows=64, stages=2, min_ctas=1, small=True, small_rows=32, warm_lines=True)),
-        ("table,wl", "table,wl"),
-        ("table,ff,rw,wl", "table,ff,rw,wl"),
         (
             "128,4,1,one,cw4,dc",
             DeltaCudaConfig(rows=128, stages=4, min_ctas=1, one_launch=True, coef_warps=4, defer_count=True),
@@ -89,11 +86,9 @@ def test_config_strings_name_their_launch(text, expected):
         "64,2,4,cr,cr",
         "small,32",
         "small,32,3",
-        "small,32,m1,wl,wl",
-        "small,32,wl",
         "small,32,m1,rw",
-        "64,2,4,wl",
-        "table,wl,ff",
+        "small,32,m1,wl",  # the small kernel's parameter lines are always warmed (session 57)
+        "table,wl",
     ],
 )
 def test_malformed_config_strings_are_refused(text):
@@ -142,12 +137,3 @@ def test_baseline_configs_need_a_baseline(capsys):
         delta_cuda_probe.main(["--configs", "table", "table,fmma", "--baseline-configs", "table"])
     assert e.value.code == 2
     assert "--baseline-configs needs --baseline" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("batch", [1, 2, 16])
-def test_table_wl_warms_only_the_small_kernel(batch):
-    """``table,wl`` is the table with ``warm_lines`` where it runs GDN's small kernel (batch 1-2)
-    and the table itself elsewhere."""
-    table = delta_cuda_config(128, 128, 16, batch, 2)
-    got = delta_cuda_probe.case_config("table,wl", QWEN_122B, 16, batch, 2, per_channel=False)
-    assert got == dataclasses.replace(table, warm_lines=table.small) and table.small == (batch <= 2)

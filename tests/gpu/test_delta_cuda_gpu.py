@@ -44,11 +44,10 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
 # bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
-# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch);
-# ``-wl``: the small kernel's parameter lines loaded before its wait (not routed).
+# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
-FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "small16-wl", "small32-wl"]
+FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 
@@ -98,8 +97,6 @@ def config(g, L, state, form, per_channel=False):
         return dataclasses.replace(config(g, L, state, form[: -len("-ff")], per_channel), flush_first=True)
     if form.endswith("-dc"):  # the cursor reads counted after the first stages' units
         return dataclasses.replace(config(g, L, state, form[: -len("-dc")], per_channel), defer_count=True)
-    if form.endswith("-wl"):  # the small kernel's parameter lines loaded before its wait
-        return dataclasses.replace(config(g, L, state, form[: -len("-wl")], per_channel), warm_lines=True)
     if form.endswith("-cr"):  # a unit's records in one bulk copy each
         return dataclasses.replace(config(g, L, state, form[: -len("-cr")], per_channel), coalesce_recs=True)
     if form.endswith("-fmma"):  # the flush's fold on tensor cores

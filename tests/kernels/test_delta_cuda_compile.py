@@ -601,24 +601,16 @@ def test_first_waits_are_tied_to_the_parameters(per_channel, state_bytes, xored,
 
 
 @pytest.mark.parametrize("state_bytes", [2, 4, 1], ids=["bf16", "fp32", "fp8"])
-def test_small_kernel_warm_lines_touch_every_parameter_line(state_bytes):
-    """``warm_lines`` (the small kernel, unrouted): one parameter of each 64-byte line of its
-    parameter bank ORed into a trap's condition before its griddepcontrol.wait (params_zero), the
-    trap its only one; without it the small kernel has no trap. The step kernel refuses it."""
+def test_small_kernel_touches_every_parameter_line_before_its_wait(state_bytes):
+    """GDN's small kernel ORs one parameter of each 64-byte line of its parameter bank into a trap's
+    condition before its griddepcontrol.wait (params_zero), the trap its only one. Fails with a
+    line dropped from the OR or a second parameter of a line added."""
     cfg = gc.delta_cuda_config(128, 128, 16, 1, state_bytes)  # GDN at batch 1: the small kernel
-    assert cfg.small and not cfg.warm_lines
-    warm = dataclasses.replace(cfg, warm_lines=True)
-    assert warm.label() == cfg.label() + ",wl"
-    ptx = {c: gc.compile_delta_ptx(16, 64, 128, 128, 16, c, state_bytes) for c in (cfg, warm)}
-    assert "trap;" not in ptx_entry(ptx[cfg], "delta_replay_small")
-    body = ptx_entry(ptx[warm], "delta_replay_small")
+    assert cfg.small
+    ptx = gc.compile_delta_ptx(16, 64, 128, 128, 16, cfg, state_bytes)
+    body = ptx_entry(ptx, "delta_replay_small")
     assert body[: body.index("griddepcontrol.wait")].count("trap;") == body.count("trap;") == 1
-    kinds = ptx_params(ptx[warm], "delta_replay_small")
-    ored = params_ored_before_trap(ptx[warm], "delta_replay_small")
+    kinds = ptx_params(ptx, "delta_replay_small")
+    ored = params_ored_before_trap(ptx, "delta_replay_small")
     assert param_lines(kinds, ored) == param_lines(kinds, range(len(kinds))), sorted(ored)
     assert len(ored) == len(param_lines(kinds, ored))
-    step = gc.delta_cuda_config(128, 128, 16, 16, state_bytes)
-    with pytest.raises(ValueError, match="warm_lines needs the small kernel; got small=False"):
-        gc.delta_step_defines(
-            16, 64, 128, 128, 16, dataclasses.replace(step, warm_lines=True), state_bytes, True, torch.float32, torch.float32
-        )

@@ -214,9 +214,7 @@ class DeltaCudaConfig:
     overlaps the other units' coefficients instead of following them. ``rec_warps`` (GDN, the step
     kernel in one launch): the warps forming a unit's coefficients split its records instead of its
     columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
-    no partial sums in shared memory). ``warm_lines`` (the small kernel; not routed, session 56):
-    one parameter of each 64-byte line of its parameter bank loaded before its programmatic wait
-    (Mamba-2's small kernel's form)."""
+    no partial sums in shared memory)."""
 
     rows: int
     stages: int
@@ -232,11 +230,10 @@ class DeltaCudaConfig:
     defer_count: bool = False
     flush_first: bool = False
     rec_warps: bool = False
-    warm_lines: bool = False
 
     def label(self) -> str:
         if self.small:
-            return f"cuda,small,{self.small_rows},m{self.min_ctas}{',wl' if self.warm_lines else ''}"
+            return f"cuda,small,{self.small_rows},m{self.min_ctas}"
         one = ",one" if self.one_launch else ""
         cw = f",cw{self.coef_warps}" if self.coef_warps else ""
         mma = ",mma" if self.s0_mma else ""
@@ -605,8 +602,6 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     for name in ("flush_mma", "coalesce_recs"):
         if getattr(cfg, name) and cfg.small:
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel; got small=True")
-    if cfg.warm_lines and not cfg.small:
-        raise ValueError("delta_replay_step (CUDA): warm_lines needs the small kernel; got small=False")
     if not 0 <= cfg.coef_warps <= 8:
         raise ValueError(f"delta_replay_step (CUDA): coef_warps {cfg.coef_warps}; expected 0 to 8")
     for name, rows in (("small_rows", cfg.small_rows),) if cfg.small else (("rows", cfg.rows),):
@@ -625,7 +620,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps), WARM_LINES=int(cfg.warm_lines), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -76,7 +76,7 @@
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
 // do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
 // three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), the forms
-// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST, REC_WARPS and (the small kernel) WARM_LINES (each
+// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST and REC_WARPS (each
 // described where it is defined), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and
 // beta (0 fp32, 1 bf16, 2 fp16).
 
@@ -1534,14 +1534,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 // be scheduled at once. fp8 (CKPT_FP8): a chunk holds 16 codes, the row's scale is read beside the
 // chunks, S0 q and S0 k are the codes' sums times it, and a flush scales the codes, folds, takes
 // the row's new scale over its 8 threads and stores codes and (thread 0 of the row) the scale.
-// WARM_LINES (unrouted, session 56; not yet run on a GPU): one parameter of each 64-byte line of the
-// small kernel's parameter bank (39 of 8 bytes and a float from offset 0x210) loaded before its
-// wait, which a trap no parameter can reach keeps them before (params_zero): the bank is cold at
-// each launch, and its misses then overlap the wait (Mamba-2's small kernel, where it took bf16
-// batch 1 from 3.93 to 3.60 µs on an H100).
-#ifndef WARM_LINES
-#define WARM_LINES 0
-#endif
+// One parameter of each 64-byte line of the parameter bank (39 of 8 bytes and a float from offset
+// 0x210) is loaded before the wait, which a trap no parameter can reach keeps them before
+// (params_zero): the bank is cold at each launch, and its misses then overlap the wait (H100,
+// session 57, µs, batch 1 / 2: bf16 4.20 -> 3.98 / 7.09 -> 6.93, fp32 4.95 -> 4.73 / 8.27 -> 8.13,
+// fp8 3.92 -> 3.71 / 6.72 -> 6.57).
 #define SM_THREADS (SM_ROWS * 8)              // rows x 8 threads
 #define SM_CPT (DK * ES / 128)                // 16-byte checkpoint chunks per thread
 #define SM_KPT (DK / 64)                      // 16-byte k chunks (8 bf16) per thread in the scores
@@ -1573,7 +1570,7 @@ extern "C" __global__ void __launch_bounds__(SM_THREADS, MIN_CTAS) delta_replay_
   __shared__ __align__(16) u16 ds[LP][SM_ROWS];  // d records of the CTA's rows
   __shared__ __align__(16) u16 ks[LP][DK];       // k records for a flush
   __shared__ float sq_s[LP], sk_s[LP];           // k̂_j . q̂, k̂_j . k̂ (zero from w on)
-  if (WARM_LINES && params_zero((long long)ckpt | ssc_head | skr_pos | sq_head | sg_batch | (long long)slot_ids))
+  if (params_zero((long long)ckpt | ssc_head | skr_pos | sq_head | sg_batch | (long long)slot_ids))
     __trap();
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
