@@ -12,7 +12,7 @@ from functools import partial
 import pytest
 import torch
 
-from ptx_params import ptx_params
+from ptx_params import ptx_entry, ptx_params
 from trtllm_replayssm.kernels import gated_delta_verify_cuda as vc
 from trtllm_replayssm.kernels.gated_delta_verify import gated_delta_verify_kernel, launch_gated_delta_replay_verify
 from trtllm_replayssm.kernels.nvrtc import SMEM_PER_SM, SMEM_RESERVED_PER_CTA, compile_program
@@ -76,6 +76,19 @@ def test_every_shape_compiles_without_spills_and_sizes_match(shape, per_channel,
     for name, regs, stack, _, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
         allowed = CAPPED_COEF_SPILL_BYTES if capped_coef and name == "delta_verify_coefficients" else 0
         assert stack + local <= allowed, (name, regs, stack, local)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_fp32_s0_products_load_a_by_ldmatrix_and_split_in_integer_ops(per_channel):
+    """An fp32 checkpoint from T = 4 (three TF32 products): the checkpoint's A fragments come from
+    one ldmatrix.x4 a k step (head_k_dim / 8 a unit, none else untransposed), and no TF32 split goes
+    through cvt.rna.tf32.f32, which NVRTC compiles to four instructions (kernel notes, session 57)."""
+    shape = KDA_SHAPES[0] if per_channel else SHAPES[0]
+    _, defines = _defines(shape, 4, per_channel=per_channel)
+    ptx = compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
+    step = ptx_entry(ptx, "delta_verify_step")
+    assert step.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == shape[2] // 8
+    assert "cvt.rna.tf32" not in ptx
 
 
 @pytest.mark.parametrize(
