@@ -174,16 +174,17 @@ def delta_verify_cuda_config(
     return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
 
 
-COEF_CAPPED_MAX_L = 20  # KDA's coefficient kernel at 64 registers: longer record buffers spill (CPU compile test)
+COEF_CAPPED_REGISTERS = 64  # a thread of KDA's coefficient kernel, where it is capped
+COEF_CAPPED_MAX_L = 20  # longer record buffers spill under the cap (CPU compile test)
 COEF_CAPPED_MAX_T = 4
 
 
 def coefficient_min_ctas(head_k_dim: int, L: int, T: int, per_channel: bool) -> int:
     """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA (a CTA
     of head_k_dim threads) at L <= :data:`COEF_CAPPED_MAX_L` and T <= :data:`COEF_CAPPED_MAX_T`,
-    as many as 64 registers a thread allow (8 at head_k_dim 128; at most 16); else 1 (uncapped:
+    as many as :data:`COEF_CAPPED_REGISTERS` a thread allow (8 at head_k_dim 128); else 1 (uncapped:
     KDA at T = 8 takes 166-203 registers, at L = 32 or head_k_dim 256 it spills under 64). Under
-    the cap T <= 2 compiles without spills, T = 3-4 with 4-8 bytes (CPU compile test).
+    the cap T <= 2 compiles without spills, T = 3-4 with 8 bytes of stack (CPU compile test).
 
     Timed on an H100 (session 57, Kimi Linear, fp32 / bf16 checkpoint, µs, the 6-CTA cap at T <= 2
     and uncapped at T = 4 -> 8 CTAs; docs/kernel-notes.md "Session 57"): fp32 T = 2 batch 16 28.35
@@ -193,7 +194,7 @@ def coefficient_min_ctas(head_k_dim: int, L: int, T: int, per_channel: bool) -> 
     249.4, T = 4 336.0 / 340.4 / 328.4.)"""
     if not per_channel or L > COEF_CAPPED_MAX_L or T > COEF_CAPPED_MAX_T:
         return 1
-    return min(16, REGISTERS_PER_SM // (head_k_dim * 64))
+    return REGISTERS_PER_SM // (head_k_dim * COEF_CAPPED_REGISTERS)
 
 
 def delta_verify_cuda_unsupported(

@@ -76,9 +76,8 @@
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
 // do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
 // three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), the forms
-// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST and REC_WARPS (each
-// described where it is defined), L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and
-// beta (0 fp32, 1 bf16, 2 fp16).
+// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST and REC_WARPS (each described where it is defined),
+// L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #define VPK (VHEADS / KHEADS)               // value heads per key head
 #define PARTS (DV / ROWS)                   // units per (row, value head)
