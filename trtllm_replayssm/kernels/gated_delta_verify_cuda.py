@@ -183,8 +183,8 @@ def coefficient_min_ctas(head_k_dim: int, L: int, T: int, per_channel: bool) -> 
     """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA (a CTA
     of head_k_dim threads) at L <= :data:`COEF_CAPPED_MAX_L` and T <= :data:`COEF_CAPPED_MAX_T`,
     as many as :data:`COEF_CAPPED_REGISTERS` a thread allow (8 at head_k_dim 128); else 1 (uncapped:
-    KDA at T = 8 takes 166-203 registers, at L = 32 or head_k_dim 256 it spills under 64). Under
-    the cap T <= 2 compiles without spills, T = 3-4 with 8 bytes of stack (CPU compile test).
+    KDA at T = 8 takes 166-203 registers, from L = 21 it spills under 64). Under the cap every
+    window compiles without spills (CPU compile test).
 
     Timed on an H100 (session 57, Kimi Linear, fp32 / bf16 checkpoint, µs, the 6-CTA cap at T <= 2
     and uncapped at T = 4 -> 8 CTAs; docs/kernel-notes.md "Session 57"): fp32 T = 2 batch 16 28.35
@@ -227,9 +227,26 @@ def delta_verify_shape_unsupported(
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
+    if per_channel:
+        for name, t in (("k_records", k_records), ("g_records", g_records)):
+            reason = record_offset_unsupported(name, d_records.shape[2], t.stride(2))
+            if reason is not None:
+                return reason
     _, _, head_v_dim, head_k_dim = checkpoint.shape
     if _ctas(head_k_dim, unit_rows(head_v_dim), d_records.shape[2], T, checkpoint.element_size(), per_channel) < 1:
         return f"two stages of head_k_dim {head_k_dim} {checkpoint.dtype} rows and T {T} do not fit a multiprocessor"
+    return None
+
+
+MAX_RECORD_OFFSET = 2**31 - 1  # KDA's coefficient kernel offsets record positions in 32 bits
+
+
+def record_offset_unsupported(name: str, L: int, position_stride: int) -> Optional[str]:
+    """Why KDA's coefficient kernel cannot index the record tensor ``name`` (None: it can): it
+    offsets position j < L by j x ``position_stride`` elements in a 32-bit int (64-bit strides
+    there spilled its registers under the cap; the caches' stride is head_k_dim)."""
+    if (L - 1) * abs(position_stride) > MAX_RECORD_OFFSET:
+        return f"{name} position stride {position_stride}: {L - 1} positions past a 32-bit offset"
     return None
 
 

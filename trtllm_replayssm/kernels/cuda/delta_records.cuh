@@ -8,7 +8,8 @@
 
 #if PER_CHANNEL
 typedef u16 grec_t;
-__device__ __forceinline__ float grec_load(const grec_t* p) { return f16_to_f32(*p); }
+__device__ __forceinline__ float grec_to_f32(grec_t v) { return f16_to_f32(v); }
+__device__ __forceinline__ float grec_load(const grec_t* p) { return grec_to_f32(*p); }
 __device__ __forceinline__ grec_t grec_value(float g) { return f32_to_f16(g); }  // rounded to nearest
 #else
 typedef float grec_t;

@@ -56,11 +56,11 @@
 // with U_j = e_j ⊙ k̂_j, so the same per-row form holds with per-value-head u rows (E0 ⊙ C_s ⊙ k̂_s
 // and E0 ⊙ C_s ⊙ q̂_s: wk = wq = 1) and per-channel weighted sums for hk, hq, A and Q. Launch 1 is
 // then a CTA of DK threads per (value head, row), a thread a channel: the decays e_j as running
-// sums over the records newest first; the window's sums (norms, products) by warp reduce-scatters
-// and a shared-memory pass, the history's (U_j . C_s k_s, U_j . C_s q_s) as a [records x channels]
-// x [channels x 2 VT] product on tensor cores (three TF32 products: about fp32), each warp over its
-// 32 channels, the warps' parts added in shared memory; it writes E0 into
-// the block, the u rows (fp32 rows; bf16 rows as three bf16 parts each, split3: tensor-core
+// sums over the records before the cursor, newest first (only those are read); the window's sums
+// (norms, products) by warp reduce-scatters and a shared-memory pass, the history's (U_j . C_s k_s,
+// U_j . C_s q_s) as a [records x channels] x [channels x 2 VT] product on tensor cores (three TF32
+// products: about fp32), each warp over its 32 channels, the warps' parts added in shared memory;
+// it writes E0 into the block, the u rows (fp32 rows; bf16 rows as three bf16 parts each, split3: tensor-core
 // operands exact to 24 bits) and a flush row's U_j as three bf16 parts to the scratch buffer. A
 // flush unit folds S_c = S0 Diag(E0) + Σ_{j<w} d_j U_jᵀ (fold_warp_rows_channels: the bf16 d
 // records against U's three parts on tensor cores).
@@ -307,8 +307,8 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   const long long slot = slot_ids[b];
   if (slot < 0) return;
   const int n = window_tokens(num_tokens, b);
-  // Channel c of the window's k, q, g and of every record's g and k̂ (records past the cursor are
-  // selected out below, never multiplied into a kept value).
+  // Channel c of the window's k, q, g and of the records' g and k̂ before the cursor (only those
+  // are read: a window's history is ~w of the L positions, and they are most of this launch's bytes).
   float ks[VT], qs[VT], gw[VT];
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
@@ -319,21 +319,26 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   const float bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
   grec_t* const grec = g_records + slot * sgr_slot + h * sgr_head + c;
   u16* const krec = k_records + slot * skr_slot + kh * skr_head + c;
-  float gr[LREC], kr[LREC];
-#pragma unroll
-  for (int j = 0; j < LREC; ++j) {
-    gr[j] = grec_load(grec + j * sgr_pos);
-    kr[j] = bf16_to_f32(krec[j * skr_pos]);
-  }
   const int w = cursor[slot] & (VERIFY_FLUSHED - 1);
   const bool flush = verify_flushes(w, n);
-  // U_j = e_j k̂_j with e_j = exp(Σ_{j<i<w} g_i), newest first (0 from w on); E0 = exp(Σ_{i<w} g_i).
-  float uj[LREC], later = 0.0f;
+  // Record j's raw g (fp16, low half) and k̂ (bf16, high half) in one register; positions past the
+  // cursor read record w - 1 again (an L1 hit) and are selected out below. Position offsets in 32
+  // bits (the launcher's record_offset_unsupported): with 64-bit ones the capped build spilled.
+  u32 rec[LP];
+  const int last = w > 0 ? w - 1 : 0;
 #pragma unroll
-  for (int j = LREC - 1; j >= 0; --j) {
-    const bool held = j < w;
-    uj[j] = held ? __expf(later) * kr[j] : 0.0f;
-    later += held ? gr[j] : 0.0f;
+  for (int j = 0; j < LP; ++j) {
+    const int jj = j < last ? j : last;
+    rec[j] = j < LREC ? (u32)grec[jj * (int)sgr_pos] | ((u32)krec[jj * (int)skr_pos] << 16) : 0u;
+  }
+  // U[j][c] = e_j k̂_j with e_j = exp(Σ_{j<i<w} g_i), newest first (0 from w on: the history product
+  // and a flush's parts read these rows); E0 = exp(Σ_{i<w} g_i).
+  float later = 0.0f;
+#pragma unroll
+  for (int j = LP - 1; j >= 0; --j) {
+    const bool held = j < w;  // false from LREC on
+    su[j * UPAD + c] = held ? __expf(later) * __uint_as_float(rec[j] & 0xffff0000u) : 0.0f;
+    later += held ? grec_to_f32((grec_t)(rec[j] & 0xffffu)) : 0.0f;
   }
   const float e0 = __expf(later);
   float cum = 0.0f, cs[VT];  // C_s = exp(Σ_{i<=s} g_i)
@@ -342,9 +347,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     cum += gw[s];
     cs[s] = __expf(cum);
   }
-  // The history's operands: U[j][c] and V[v][c] = C_s k_s (v = s < VT) or C_s q_s (v = VT + s).
-#pragma unroll
-  for (int j = 0; j < LP; ++j) su[j * UPAD + c] = j < LREC ? uj[j] : 0.0f;
+  // The history's other operand: V[v][c] = C_s k_s (v = s < VT) or C_s q_s (v = VT + s).
 #pragma unroll
   for (int v = 0; v < NT8; ++v) sv[v * UPAD + c] = v < NV ? cs[v % VT] * (v < VT ? ks[v % VT] : qs[v % VT]) : 0.0f;
   // The window's sums: each warp reduce-scatters 32 at a time, then thread t adds the warps' t-th.
