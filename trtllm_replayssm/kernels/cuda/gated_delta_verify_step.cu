@@ -60,10 +60,10 @@
 // (norms, products) by warp reduce-scatters and a shared-memory pass, the history's (U_j . C_s k_s,
 // U_j . C_s q_s) as a [records x channels] x [channels x 2 VT] product on tensor cores (three TF32
 // products: about fp32), each warp over its 32 channels, the warps' parts added in shared memory;
-// it writes E0 into the block, the u rows (fp32 rows; bf16 rows as three bf16 parts each, split3: tensor-core
-// operands exact to 24 bits) and a flush row's U_j as three bf16 parts to the scratch buffer. A
-// flush unit folds S_c = S0 Diag(E0) + Σ_{j<w} d_j U_jᵀ (fold_warp_rows_channels: the bf16 d
-// records against U's three parts on tensor cores).
+// it writes E0 into the block, the u rows (fp32 rows; bf16 rows as three bf16 parts each, split3:
+// tensor-core operands exact to 24 bits) and a flush row's U_j as three bf16 parts to the scratch
+// buffer. A flush unit folds S_c = S0 Diag(E0) + Σ_{j<w} d_j U_jᵀ (fold_warp_rows_channels: the
+// bf16 d records against U's three parts on tensor cores).
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple of
 // KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim), ROWS
