@@ -21,7 +21,9 @@ from spec_cases import (
     drive_verify_vs_serial,
     make_window,
 )
+from trtllm_replayssm.kernels import gated_delta_verify_cuda as vc
 from trtllm_replayssm.kernels.gated_delta_verify import gated_delta_verify_kernel
+from trtllm_replayssm.reference.spec import VERIFY_FLUSHED
 from trtllm_replayssm.ops import spec_buffer_len
 
 pytestmark = pytest.mark.gpu
@@ -98,16 +100,11 @@ def test_cuda_verify_long_run_against_float64(g, T, B, state, l2norm):
     assert worst["ckpt"] < gd.STATE_TOL[state] + gd.ACT_TOL["bf16"], worst
 
 
-@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-@pytest.mark.parametrize("all_tokens", [False, True], ids=["num_tokens", "every-row-T"])
-@pytest.mark.parametrize("state", ["f32", "bf16"])
-@pytest.mark.parametrize("T", [2, 4, 8])
-def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel):
-    """One verify on two copies of a cache with spread cursors (flush and non-flush rows, a padding
-    row, fewer tokens in some rows, or num_tokens None: every row T): outputs and flushed
-    checkpoints to fp32 rounding, records (k̂ and d to a bf16 rounding step), g records, cursors and
-    pending equal."""
-    fam = DeltaFamily(KIMI, per_channel=True) if per_channel else DeltaFamily(QWEN35_122B, per_channel=False)
+def _two_spread_caches(fam, T, state, all_tokens):
+    """Two equal caches (9 slots, L = 16 + T) with spread cursors (flush and non-flush rows),
+    finite records below each cursor and poison past it, an 8-row window with a padding row and,
+    unless ``all_tokens``, fewer tokens in some rows: (caches, window, params, slot_ids,
+    num_tokens)."""
     L = spec_buffer_len(16, T)
     p = fam.make_params("cuda")
     slots = torch.tensor([7, -1, 2, 0, 5, 3, 8, 1], dtype=torch.int32, device="cuda")
@@ -129,7 +126,20 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel
         c.d_records.copy_(caches[0].d_records)
         c.k_records.copy_(caches[0].k_records)
     n = None if all_tokens else torch.tensor([draw("short", T)[0] for _ in range(8)], dtype=torch.int32, device="cuda")
-    win = make_window(fam, 8, T, torch.bfloat16, "cuda")
+    return caches, make_window(fam, 8, T, torch.bfloat16, "cuda"), p, slots, n
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("all_tokens", [False, True], ids=["num_tokens", "every-row-T"])
+@pytest.mark.parametrize("state", ["f32", "bf16"])
+@pytest.mark.parametrize("T", [2, 4, 8])
+def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel):
+    """One verify on two copies of a cache with spread cursors (flush and non-flush rows, a padding
+    row, fewer tokens in some rows, or num_tokens None: every row T): outputs and flushed
+    checkpoints to fp32 rounding, records (k̂ and d to a bf16 rounding step), g records, cursors and
+    pending equal."""
+    fam = DeltaFamily(KIMI, per_channel=True) if per_channel else DeltaFamily(QWEN35_122B, per_channel=False)
+    caches, win, p, slots, n = _two_spread_caches(fam, T, state, all_tokens)
     outs = [torch.full_like(win["v"], 42.0) for _ in range(2)]
     for c, out, verify in zip(caches, outs, (CUDA, TRITON)):
         verify(c, win, p, slots, n, out)
@@ -148,6 +158,38 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel
     y_scale = outs[1].float().abs().max()
     assert (outs[0].float() - outs[1].float()).abs().max() <= 2e-2 * y_scale
     assert torch.equal(outs[0] == 42.0, outs[1] == 42.0)  # the same outputs untouched
+
+
+@pytest.mark.parametrize("all_tokens", [False, True], ids=["num_tokens", "every-row-T"])
+@pytest.mark.parametrize(
+    "T, state, two_launches",
+    [
+        pytest.param(4, "f32", vc.DeltaVerifyCudaConfig(128, 2, 1), id="T4-f32"),
+        pytest.param(2, "f32", vc.DeltaVerifyCudaConfig(128, 2, 1), id="T2-f32"),
+        pytest.param(4, "bf16", None, id="T4-bf16-64-rows"),  # the rule: two launches of 64-row units
+    ],
+)
+def test_kda_verify_in_one_launch_equals_two_launches(T, state, two_launches, all_tokens):
+    """KDA's verify with the step kernel's own coefficient warps (``fused``, the rule for Kimi
+    Linear's fp32 T <= 4) against the coefficient launch then the step kernel, on two copies of a
+    cache with spread cursors: the same arithmetic, so outputs, flushed checkpoints, records,
+    cursors and pending are equal bit for bit."""
+    fam = DeltaFamily(KIMI, per_channel=True)
+    caches, win, p, slots, n = _two_spread_caches(fam, T, state, all_tokens)
+    fused = vc.DeltaVerifyCudaConfig(128, 2, 1, fused=True)
+    assert fused.fused and not (two_launches or vc.delta_verify_cuda_config(128, 128, 16 + T, T, 2, True)).fused
+    outs = [torch.full_like(win["v"], 42.0) for _ in range(2)]
+    for c, out, cfg in zip(caches, outs, (fused, two_launches)):
+        CUDA(c, win, p, slots, n, out, config=cfg)
+    torch.cuda.synchronize()
+    a, b = caches
+    assert torch.equal(outs[0], outs[1])
+    for name in ("checkpoint", "d_records", "k_records", "g_records", "cursor", "pending"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert torch.equal(
+            x.view(torch.uint8) if x.is_floating_point() else x, y.view(torch.uint8) if y.is_floating_point() else y
+        ), name
+    assert (a.cursor >= VERIFY_FLUSHED).any() and (a.cursor < VERIFY_FLUSHED).any()  # flush and non-flush rows ran
 
 
 @pytest.mark.parametrize(

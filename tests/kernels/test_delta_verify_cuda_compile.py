@@ -59,17 +59,22 @@ def test_every_shape_compiles_without_spills_and_sizes_match(shape, per_channel,
     _, _, dk, dv, L, T = shape
     cfg, defines = _defines(shape, state_bytes, per_channel=per_channel)
     ptx = compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
-    assert ".entry delta_verify_step(" in ptx and ".entry delta_verify_coefficients(" in ptx
+    assert ".entry delta_verify_step(" in ptx
+    assert (".entry delta_verify_coefficients(" in ptx) == (not cfg.fused)  # fused: the step kernel's own warps
     compiled = int(re.search(r"delta_verify_shared_bytes = (\d+)", ptx).group(1))
-    assert compiled == vc.delta_verify_shared_bytes(dk, cfg.rows, L, T, cfg.stages, state_bytes, per_channel)
+    assert compiled == vc.delta_verify_shared_bytes(dk, cfg.rows, L, T, cfg.stages, state_bytes, per_channel, cfg.fused)
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
     floats = int(re.search(r"delta_verify_coefficient_floats = (\d+)", ptx).group(1))
     assert floats == vc.delta_verify_coefficient_floats(L, T, dk, per_channel) and floats % 4 == 0
     assert int(re.search(r"delta_verify_qk_pitch = (\d+)", ptx).group(1)) == vc.delta_verify_qk_pitch(dk, state_bytes)
     coef_smem = re.search(r"delta_verify_coef_shared_bytes = (\d+)", ptx)
     assert int(coef_smem.group(1) if coef_smem else 0) == vc.delta_verify_coef_shared_bytes(dk, L, T, per_channel)
-    for name, regs, stack, _, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
+    for name, regs, stack, static, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
         assert stack + local == 0, (name, regs, stack, local)
+        forms_kda_coefficients = per_channel and name == ("delta_verify_step" if cfg.fused else "delta_verify_coefficients")
+        coef_static = vc.delta_verify_coef_static_bytes(dk, T) if forms_kda_coefficients else 0
+        if name == "delta_verify_step" or per_channel:
+            assert static == SMEM_RESERVED_PER_CTA + coef_static, (name, static)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -142,6 +147,20 @@ def test_launcher_packs_the_kernels_ptx_parameters():
     assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_verify_step")
 
 
+def test_launcher_packs_the_fused_kernels_ptx_parameters():
+    """KDA in one launch: the step kernel's parameters, then the coefficients' (COEF_PARAMS)."""
+    ck, qk, vk, gk, beta = _cpu_case(shape=KDA_SHAPES[0], per_channel=True)
+    cfg, defines = _defines(KDA_SHAPES[0], 4, per_channel=True)
+    assert cfg.fused
+    ptx = compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
+    slots = torch.zeros(4, dtype=torch.int32)
+    args = vc.fused_step_args(
+        (b"\0" * 128, b"\0" * 128), ck.d_records, vk, vk, slots, None, ck.cursor, ck.k_records, ck.g_records, ck.pending,
+        qk, qk, gk, beta, 0.1,
+    )  # fmt: skip
+    assert ["64" if k in ("ptr", "i64") else k for k in args.kinds] == ptx_params(ptx, "delta_verify_step")
+
+
 def test_launch_rule_and_block_sizes():
     assert vc.delta_verify_cuda_config(128, 128, 20, 4, 2) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=3)
     assert vc.delta_verify_cuda_config(128, 128, 20, 4, 4) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=2)
@@ -149,6 +168,16 @@ def test_launch_rule_and_block_sizes():
     assert vc.delta_verify_cuda_config(128, 128, 24, 8, 4) == vc.DeltaVerifyCudaConfig(rows=128, stages=2, min_ctas=1)
     assert vc.delta_verify_cuda_config(128, 128, 24, 8, 2) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=3)
     assert vc.delta_verify_cuda_config(64, 48, 7, 2, 2).rows == 48  # neither 64 nor 128 tiles 48
+    # KDA in one launch where a unit spans every value row, T <= 4 and the scratch fits: Kimi Linear
+    # fp32 at L = 20 (T = 4) and 17 (T = 1); not at L = 32 (U's 31 rows do not fit), T = 8, or bf16
+    # (64-row units)
+    fused = vc.DeltaVerifyCudaConfig(rows=128, stages=2, min_ctas=1, fused=True)
+    assert vc.delta_verify_cuda_config(128, 128, 20, 4, 4, True) == fused
+    assert vc.delta_verify_cuda_config(128, 128, 17, 1, 4, True) == fused
+    assert not vc.delta_verify_cuda_config(128, 128, 32, 4, 4, True).fused
+    assert not vc.delta_verify_cuda_config(128, 128, 24, 8, 4, True).fused
+    assert vc.delta_verify_cuda_config(128, 128, 20, 4, 2, True) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=2)
+    assert not vc.delta_verify_cuda_config(128, 128, 20, 4, 4).fused  # GDN: two launches
     # hk, hq [32][4], A, Q [4][4], wk, wq, beta [4], wgt [32], E0, w, n -> 363, rounded to 364
     assert vc.delta_verify_coefficient_floats(20, 4) == 2 * 128 + 2 * 16 + 12 + 32 + 3 + 1
     assert vc.delta_verify_coefficient_floats(16, 8) == 2 * 128 + 2 * 64 + 24 + 16 + 4

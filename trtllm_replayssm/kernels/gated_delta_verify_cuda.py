@@ -54,9 +54,11 @@ __all__ = [
     "delta_verify_cuda_unsupported",
     "delta_verify_coefficient_floats",
     "delta_verify_coef_shared_bytes",
+    "delta_verify_coef_static_bytes",
     "delta_verify_qk_pitch",
     "delta_verify_shared_bytes",
     "delta_verify_defines",
+    "fused_coefficients_fit",
     "launch_delta_replay_verify_cuda",
 ]
 
@@ -69,15 +71,20 @@ class DeltaVerifyCudaConfig:
     """How the verify's persistent kernel runs: units of ``rows`` value rows (a multiple of 16 up to
     128 dividing head_v_dim), ``stages`` units in flight per CTA (shared-memory ring),
     register-capped for ``min_ctas`` resident CTAs per multiprocessor, both launches programmatic
-    (``pdl``: the coefficient launch after the previous kernel, the step kernel after it)."""
+    (``pdl``: the coefficient launch after the previous kernel, the step kernel after it).
+    ``fused`` (KDA, units of every value row): one launch, the step kernel's own coefficient warps
+    forming each unit's coefficients in its stage (:func:`fused_coefficients_fit`)."""
 
     rows: int
     stages: int
     min_ctas: int
     pdl: bool = True
+    fused: bool = False
 
     def label(self) -> str:
-        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
+        return f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}" + (
+            ",fused" if self.fused else ""
+        )
 
 
 def _tokens_padded(T: int) -> int:
@@ -100,12 +107,22 @@ def delta_verify_qk_pitch(head_k_dim: int, state_bytes: int) -> int:
 
 
 def delta_verify_coef_shared_bytes(head_k_dim: int, L: int, T: int, per_channel: bool) -> int:
-    """Dynamic shared memory of the coefficient launch (bytes): KDA's tensor-core history product
-    operands, U [LP][head_k_dim + 4] and V [2T rounded up to 8][head_k_dim + 4] in fp32 (the .cu
-    file's delta_verify_coef_shared_bytes; a CPU test reads the compiled value); GDN's takes none."""
+    """Dynamic shared scratch of KDA's coefficients for one unit (bytes; the coefficient launch's
+    dynamic shared memory, the fused step kernel's after its stages): the tensor-core history
+    product's operands U [L - 1][head_k_dim + 4] and V [2T rounded up to 8][head_k_dim + 4] in fp32
+    (the .cu file's delta_verify_coef_shared_bytes; a CPU test reads the compiled value); GDN's
+    takes none."""
     if not per_channel:
         return 0
-    return (records_padded(L) + (2 * T + 7) // 8 * 8) * (head_k_dim + 4) * 4
+    return (L - 1 + (2 * T + 7) // 8 * 8) * (head_k_dim + 4) * 4
+
+
+def delta_verify_coef_static_bytes(head_k_dim: int, T: int) -> int:
+    """Static shared memory of KDA's coefficients (bytes): each warp's reduced window sums (2T + T²,
+    rounded up to 32) and their total, rounded up to 16 bytes (cuobjdump reports it beside the
+    driver's per-CTA reservation; a CPU test compares)."""
+    sums = 2 * T + T * T
+    return ((head_k_dim // 32 * ((sums + 31) // 32 * 32) + sums) * 4 + 15) // 16 * 16
 
 
 def _u_parts(state_bytes: int, per_channel: bool) -> int:
@@ -119,13 +136,22 @@ def _key_parts(per_channel: bool) -> int:
 
 
 def delta_verify_shared_bytes(
-    head_k_dim: int, rows: int, L: int, T: int, stages: int, state_bytes: int, per_channel: bool = False
+    head_k_dim: int,
+    rows: int,
+    L: int,
+    T: int,
+    stages: int,
+    state_bytes: int,
+    per_channel: bool = False,
+    fused: bool = False,
 ) -> int:
     """Dynamic shared memory of the verify kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, the history's d records, a flush's key rows
     (padded; KDA: three bf16 parts of U_j), the window's u rows (2T; KDA on a bf16 checkpoint three
-    parts each), the coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage.
-    Mirrors the .cu file's STAGE_BYTES (a CPU test reads the compiled value)."""
+    parts each), the coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage
+    (``fused``: three, 16-byte rounded, then the coefficient scratch,
+    :func:`delta_verify_coef_shared_bytes`). Mirrors the .cu file's delta_verify_shared_bytes (a
+    CPU test reads the compiled value)."""
     LP = records_padded(L)
     stage = (
         rows * head_k_dim * state_bytes
@@ -136,7 +162,11 @@ def delta_verify_shared_bytes(
         + 16
     )
     stage = (stage + 1023) // 1024 * 1024
-    return stages * stage + 1024 + 16 * stages
+    if not fused:
+        return stages * stage + 1024 + 16 * stages
+    return (
+        stages * stage + 1024 + (24 * stages + 15) // 16 * 16 + delta_verify_coef_shared_bytes(head_k_dim, L, T, per_channel)
+    )
 
 
 def _op(per_channel: bool) -> str:
@@ -171,7 +201,23 @@ def delta_verify_cuda_config(
     rows = -rows
     if warps < 1:
         raise ValueError(f"delta_verify_cuda_config: head_k_dim {head_k_dim}, L {L}, T {T} do not fit a multiprocessor")
+    if per_channel and fused_coefficients_fit(head_k_dim, head_v_dim, rows, L, T, state_bytes):
+        return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=1, fused=True)
     return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
+
+
+FUSED_MAX_T = 4  # from T = 5 the consumers need more than the 128 registers a thread of 416 threads
+
+
+def fused_coefficients_fit(head_k_dim: int, head_v_dim: int, rows: int, L: int, T: int, state_bytes: int) -> bool:
+    """Whether KDA's verify can run in one launch with units of ``rows`` rows: a unit spans every
+    value row (its coefficients are then formed once, by the step kernel's head_k_dim coefficient
+    threads, and the window's records appended once), T <= :data:`FUSED_MAX_T` (ptxas gives a CTA
+    of 13 warps 128 registers a thread; the bf16 consumers at T = 8 take 150 and spilled), and one
+    CTA of two stages plus the coefficient scratch fits a multiprocessor's shared memory."""
+    smem = delta_verify_shared_bytes(head_k_dim, rows, L, T, 2, state_bytes, True, fused=True)
+    smem += delta_verify_coef_static_bytes(head_k_dim, T)
+    return rows == head_v_dim and T <= FUSED_MAX_T and smem + SMEM_RESERVED_PER_CTA <= SMEM_PER_SM
 
 
 COEF_CAPPED_REGISTERS = 64  # a thread of KDA's coefficient kernel, where it is capped
@@ -206,7 +252,9 @@ def delta_verify_cuda_unsupported(
     on one token), q, k, v 16-byte aligned in every outer stride, and two stages of the verify
     kernel fitting a multiprocessor. q, k: [batch, T, k_heads, head_k_dim]; v: [batch, T, v_heads,
     head_v_dim]; g: [batch, T, v_heads] (GDN) or [batch, T, v_heads, head_k_dim] (KDA)."""
-    return device_unsupported(checkpoint) or delta_verify_shape_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g)
+    return device_unsupported(checkpoint) or delta_verify_shape_unsupported(
+        checkpoint, d_records, k_records, g_records, q, k, v, g
+    )
 
 
 def delta_verify_shape_unsupported(
@@ -292,8 +340,23 @@ def delta_verify_defines(
         G_CODE=DTYPE_CODE[g_dtype],
         BETA_CODE=DTYPE_CODE[beta_dtype],
         PER_CHANNEL=int(per_channel),
+        FUSED_COEF=int(cfg.fused),
     )
     return tuple(sorted(d.items()))
+
+
+def _coefficient_params(args: KernelArgs, k_records, g_records, pending, q, k, g, beta, scale) -> KernelArgs:
+    """The .cu file's COEF_PARAMS appended to ``args``."""
+    return (
+        args.tensor(k_records, 3)
+        .tensor(g_records, 3)
+        .ptr(pending)
+        .tensor(q, 3)
+        .tensor(k, 3)
+        .tensor(g, 3)
+        .tensor(beta, 3)
+        .f32(scale)
+    )  # fmt: skip
 
 
 def coefficient_args(
@@ -301,29 +364,33 @@ def coefficient_args(
 ) -> KernelArgs:
     """Parameters of ``delta_verify_coefficients``, in the .cu file's order (an absent num_tokens is
     slot_ids' pointer, never read)."""
+    args = KernelArgs().ptr(coef).ptr(u_rows).ptr(khist)
     return (
-        KernelArgs()
-        .ptr(coef).ptr(u_rows).ptr(khist)
-        .tensor(k_records, 3)
-        .tensor(g_records, 3)
-        .ptr(cursor).ptr(pending)
-        .tensor(q, 3)
-        .tensor(k, 3)
-        .tensor(g, 3)
-        .tensor(beta, 3)
-        .ptr(slot_ids).ptr(num_tokens if num_tokens is not None else slot_ids)
-        .f32(scale)
+        _coefficient_params(args, k_records, g_records, pending, q, k, g, beta, scale)
+        .ptr(slot_ids).ptr(num_tokens if num_tokens is not None else slot_ids).ptr(cursor)
     )  # fmt: skip
 
 
 def step_args(maps, coef, u_rows, khist, d_records, v, out, slot_ids, num_tokens, cursor) -> KernelArgs:
-    """Parameters of ``delta_verify_step``, in the .cu file's order: the checkpoint's (load, store)
-    tensor maps first."""
+    """Parameters of ``delta_verify_step`` in two launches, in the .cu file's order: the
+    checkpoint's (load, store) tensor maps first."""
+    args = KernelArgs().tensor_map(maps[0]).tensor_map(maps[1]).ptr(coef).ptr(u_rows).ptr(khist)
+    return _step_tail(args, d_records, v, out, slot_ids, num_tokens, cursor)
+
+
+def fused_step_args(
+    maps, d_records, v, out, slot_ids, num_tokens, cursor, k_records, g_records, pending, q, k, g, beta, scale
+) -> KernelArgs:
+    """Parameters of ``delta_verify_step`` with FUSED_COEF (KDA in one launch), in the .cu file's
+    order."""
+    args = _step_tail(KernelArgs().tensor_map(maps[0]).tensor_map(maps[1]), d_records, v, out, slot_ids, num_tokens, cursor)
+    return _coefficient_params(args, k_records, g_records, pending, q, k, g, beta, scale)
+
+
+def _step_tail(args: KernelArgs, d_records, v, out, slot_ids, num_tokens, cursor) -> KernelArgs:
+    """The step kernel's parameters from d_records to batch, appended to ``args``."""
     return (
-        KernelArgs()
-        .tensor_map(maps[0]).tensor_map(maps[1])
-        .ptr(coef).ptr(u_rows).ptr(khist)
-        .tensor(d_records, 3)
+        args.tensor(d_records, 3)
         .tensor(v, 3)
         .tensor(out, 3)
         .ptr(slot_ids).ptr(num_tokens if num_tokens is not None else slot_ids).ptr(cursor)
@@ -383,8 +450,18 @@ def launch_delta_replay_verify_cuda(
     )
     device = v.device
     stream = torch.cuda.current_stream(device).cuda_stream
-    smem = delta_verify_shared_bytes(head_k_dim, cfg.rows, L, T, cfg.stages, es, per_channel)
+    smem = delta_verify_shared_bytes(head_k_dim, cfg.rows, L, T, cfg.stages, es, per_channel, cfg.fused)
     step_kernel = load_kernel(SOURCE, "delta_verify_step", defines, device, smem)
+    maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
+    threads = step_threads(cfg.rows) + (head_k_dim if cfg.fused else 0)
+    units = batch * v_heads * (head_v_dim // cfg.rows)
+    grid = (min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device)),)
+    if cfg.fused:
+        args = fused_step_args(
+            maps, d_records, v, out, slot_ids, num_tokens, cursor, k_records, g_records, pending, q, k, g, beta, scale
+        )
+        step_kernel.launch(grid, threads, smem, stream, args, pdl=cfg.pdl)
+        return out
     coef_smem = delta_verify_coef_shared_bytes(head_k_dim, L, T, per_channel)
     coef_kernel = load_kernel(SOURCE, "delta_verify_coefficients", defines, device, coef_smem)
     coef = torch.empty(
@@ -401,10 +478,10 @@ def launch_delta_replay_verify_cuda(
     )
     # GDN: a CTA of a warp per value head for each (key head, row); KDA: a CTA of a thread per key
     # channel for each (value head, row).
-    grid, threads = ((v_heads, batch), head_k_dim) if per_channel else ((k_heads, batch), 32 * (v_heads // k_heads))
+    coef_grid, coef_threads = ((v_heads, batch), head_k_dim) if per_channel else ((k_heads, batch), 32 * (v_heads // k_heads))
     coef_kernel.launch(
-        grid,
-        threads,
+        coef_grid,
+        coef_threads,
         coef_smem,
         stream,
         coefficient_args(
@@ -412,12 +489,8 @@ def launch_delta_replay_verify_cuda(
         ),
         pdl=cfg.pdl,
     )
-    maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
-    threads = step_threads(cfg.rows)
-    units = batch * v_heads * (head_v_dim // cfg.rows)
-    grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
     step_kernel.launch(
-        (grid,),
+        grid,
         threads,
         smem,
         stream,

@@ -125,12 +125,49 @@
 #define OFF_COEF (OFF_QK + QK_BYTES)
 #define OFF_META (OFF_COEF + COEF_BYTES)
 #define STAGE_BYTES (((OFF_META + 16) + 1023) / 1024 * 1024)
+#ifndef FUSED_COEF
+#define FUSED_COEF 0
+#endif
+#if FUSED_COEF && !(PER_CHANNEL && PARTS == 1)
+#error "FUSED_COEF takes KDA with units of every value row (one unit a row and value head)"
+#endif
+// The step kernel's threads: the consumer warps, the producer, FUSED_COEF's DK coefficient threads.
+#define STEP_THREADS ((CONSUMERS + 1) * 32 + (FUSED_COEF ? DK : 0))
+// Its mbarriers after the stages, 8 bytes each: full[STAGES], empty[STAGES], FUSED_COEF ready[STAGES]
+// (then, 16-byte aligned, the coefficient scratch).
+#define BARS_BYTES (((FUSED_COEF ? 3 : 2) * 8 * STAGES + 15) / 16 * 16)
+#define READY(s) (bars + 8 * (2 * STAGES + (s)))
 
-// Dynamic shared memory the step kernel indexes (bytes; full and empty mbarriers per stage after
-// the stages), the coefficient block's floats and a u row's pitch: the launcher's
-// verify_shared_bytes, verify_coefficient_floats and qk_pitch must equal them (a CPU test reads
-// them from the PTX).
-extern "C" __device__ unsigned int delta_verify_shared_bytes = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+#if PER_CHANNEL
+// KDA: the window's sums a unit's coefficient threads reduce, index i (compile-time after
+// unrolling): the squared norms (k then q, 2 VT) and the products (VT x VT: entry (j, s) is A's
+// γ_{j,s} k_j k_s for j < s, else Q's γ_{s,j} k_s q_j); raw k, q.
+#define R_WIN (2 * VT)
+#define NRED (R_WIN + VT * VT)
+#define RED_PAD ((NRED + 31) / 32 * 32)  // a warp's reduced window sums, whole chunks of 32
+#define NT8 (((NV + 7) / 8) * 8)   // the history product's columns: V rows, zero past NV
+#define UPAD (DK + 4)              // a row of the U / V operands in shared memory (conflict-free fragments)
+#define UROWS (LREC - 1)           // U's rows: records j < w <= L - 1 (rows past them read as zero)
+// Dynamic shared scratch of a unit's coefficients (floats): U [UROWS][UPAD] and V [NT8][UPAD] in
+// fp32, the history product's operands (each warp's partial history sums, [DK / 32][LP][NT8], take
+// V's place after it); the coefficient launch's dynamic shared memory, the fused step kernel's after
+// its barriers (the window's sums are static: kda_form_coefficients). The launcher's
+// delta_verify_coef_shared_bytes must equal it (a CPU test reads this from the PTX).
+#define SCR_V (UROWS * UPAD)
+#define SCR_FLOATS (SCR_V + NT8 * UPAD)
+#endif
+#if FUSED_COEF
+#define FUSED_SCRATCH_BYTES (SCR_FLOATS * 4)
+#else
+#define FUSED_SCRATCH_BYTES 0
+#endif
+
+// Dynamic shared memory the step kernel indexes (bytes: the stages, 1 KB of alignment slack, the
+// mbarriers, FUSED_COEF's coefficient scratch), the coefficient block's floats and a u row's pitch:
+// the launcher's verify_shared_bytes, verify_coefficient_floats and qk_pitch must equal them (a CPU
+// test reads them from the PTX).
+extern "C" __device__ unsigned int delta_verify_shared_bytes =
+    STAGES * STAGE_BYTES + 1024 + BARS_BYTES + FUSED_SCRATCH_BYTES;
 extern "C" __device__ unsigned int delta_verify_coefficient_floats = COEF_FLOATS;
 extern "C" __device__ unsigned int delta_verify_qk_pitch = QK_PITCH;
 
@@ -144,18 +181,26 @@ __device__ __forceinline__ float lane_dot(const float (&a)[PER_LANE], const floa
 
 // ------------------------------------------------------------------ launch 1: coefficients
 
+// The parameters of the coefficients' work, in both kernels that do it (delta_verify_coefficients;
+// delta_verify_step with FUSED_COEF): the k̂ and g records (strides: slot, head, position), the
+// pending counts, the window's q, k, g and beta (strides: batch, token, head), the query scale.
+#define COEF_PARAMS                                                                    \
+  u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,      \
+  grec_t* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,   \
+  int* __restrict__ pending,                                                                  \
+  const u16* __restrict__ q, long long sq_batch, long long sq_tok, long long sq_head,         \
+  const u16* __restrict__ k, long long sk_batch, long long sk_tok, long long sk_head,         \
+  const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,        \
+  const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,     \
+  float scale
+// KDA: those parameters, the cursors and the token counts as a KdaGlobals.
+#define KDA_GLOBALS                                                                          \
+  {k_records, skr_slot, skr_head, skr_pos, g_records, sgr_slot, sgr_head, sgr_pos, pending,    \
+   q, sq_batch, sq_tok, sq_head, k, sk_batch, sk_tok, sk_head, g, sg_batch, sg_tok, sg_head,   \
+   beta, sb_batch, sb_tok, sb_head, scale, cursor, num_tokens}
+
 #if PER_CHANNEL
-// KDA: the window's sums the CTA reduces, index i (compile-time after unrolling): the squared norms
-// (k then q, 2 VT) and the products (VT x VT: entry (j, s) is A's γ_{j,s} k_j k_s for j < s, else
-// Q's γ_{s,j} k_s q_j); raw k, q.
-#define R_WIN (2 * VT)
-#define NRED (R_WIN + VT * VT)
-#define NT8 (((NV + 7) / 8) * 8)   // the history product's columns: V rows, zero past NV
-#define UPAD (DK + 4)              // a row of the U / V operands in shared memory (conflict-free fragments)
-// Dynamic shared memory of KDA's coefficient launch (bytes): U [LP][UPAD] and V [NT8][UPAD] in fp32,
-// then each warp's partial history sums over them, [DK / 32][LP][NT8]. The launcher's
-// delta_verify_coef_shared_bytes must equal it (a CPU test reads this from the PTX).
-extern "C" __device__ unsigned int delta_verify_coef_shared_bytes = (LP + NT8) * UPAD * 4;
+extern "C" __device__ unsigned int delta_verify_coef_shared_bytes = SCR_FLOATS * 4;
 
 __device__ __forceinline__ float kda_partial(int i, const float (&ks)[VT], const float (&qs)[VT], const float (&gw)[VT]) {
   if (i < VT) return ks[i] * ks[i];
@@ -170,8 +215,8 @@ __device__ __forceinline__ float kda_partial(int i, const float (&ks)[VT], const
   return j < s ? gamma * ks[j] * ks[s] : gamma * ks[s] * qs[j];
 }
 
-// The history's sums over this warp's 32 channels, H[j][v] = Σ_c U[j][c] V[v][c] (U: [LP][UPAD],
-// V: [NT8][UPAD] in shared memory), on tensor cores in three TF32 products (hi hi + hi lo + lo hi:
+// The history's sums over this warp's 32 channels, H[j][v] = Σ_c U[j][c] V[v][c] (U: [UROWS][UPAD],
+// rows from UROWS on zero; V: [NT8][UPAD] in shared memory), on tensor cores in three TF32 products (hi hi + hi lo + lo hi:
 // about fp32 accuracy), into the accumulators acc (lane (g = lane / 4, t = lane % 4) of tile (mt,
 // nt) holds rows 16 mt + g (+ 8), columns 8 nt + 2 t (+ 1)). The lane reads A rows g, g + 8 and B
 // columns g at k t, t + 4: UPAD = DK + 4 puts them in distinct banks.
@@ -192,13 +237,14 @@ __device__ __forceinline__ void history_sums_mma(const float* su, const float* s
       tf32_split(sv[(nt * 8 + gq) * UPAD + k0 + tq + 4], bh[nt][1], bl[nt][1]);
     }
 #pragma unroll
-    for (int mt = 0; mt < LP / 16; ++mt) {
+    for (int mt = 0; mt < (UROWS + 15) / 16; ++mt) {  // tiles past U's rows stay zero
       u32 ah[4], al[4];
-      const float* a = su + (mt * 16 + gq) * UPAD + k0 + tq;
-      tf32_split(a[0], ah[0], al[0]);
-      tf32_split(a[8 * UPAD], ah[1], al[1]);
-      tf32_split(a[4], ah[2], al[2]);
-      tf32_split(a[8 * UPAD + 4], ah[3], al[3]);
+      const int r = mt * 16 + gq;
+      const float* a = su + r * UPAD + k0 + tq;
+      tf32_split(r < UROWS ? a[0] : 0.0f, ah[0], al[0]);
+      tf32_split(r + 8 < UROWS ? a[8 * UPAD] : 0.0f, ah[1], al[1]);
+      tf32_split(r < UROWS ? a[4] : 0.0f, ah[2], al[2]);
+      tf32_split(r + 8 < UROWS ? a[8 * UPAD + 4] : 0.0f, ah[3], al[3]);
 #pragma unroll
       for (int nt = 0; nt < NT8 / 8; ++nt) {
         mma_tf32(acc[mt][nt], al[0], al[1], al[2], al[3], bh[nt][0], bh[nt][1]);
@@ -275,90 +321,111 @@ __device__ __forceinline__ void fold_warp_rows_channels(unsigned char* gstage, c
     }
   }
 }
-#endif  // PER_CHANNEL
 
-extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_MIN_CTAS) delta_verify_coefficients(
-    float* __restrict__ coef_out,       // [batch, VHEADS, COEF_FLOATS]
-    unsigned char* __restrict__ u_out,  // [batch, U_HEADS, NCOL, QK_PITCH bytes]: the u rows, the checkpoint's dtype
-    u16* __restrict__ khist,            // [batch, U_HEADS, K_PARTS, LP, DK]: a flush row's history keys (KDA: U_j)
-    u16* __restrict__ k_records, long long skr_slot, long long skr_head, long long skr_pos,
-    grec_t* __restrict__ g_records, long long sgr_slot, long long sgr_head, long long sgr_pos,
-    int* __restrict__ cursor, int* __restrict__ pending,
-    const u16* __restrict__ q, long long sq_batch, long long sq_tok, long long sq_head,
-    const u16* __restrict__ k, long long sk_batch, long long sk_tok, long long sk_head,
-    const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,
-    const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,
-    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, float scale) {
-  // Programmatic after the previous kernel: wait for it before any read; then the step kernel may
-  // start (it waits for this grid before reading what it writes).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#if PER_CHANNEL
-  // KDA: a CTA of DK threads per (value head, row), a thread a channel.
-  __shared__ float red[DK / 32][(NRED + 31) / 32 * 32];  // each warp's reduced window sums
-  __shared__ float tot[NRED];                             // the CTA's
-  extern __shared__ float smem_f[];                       // U, V; then the warps' history sums
-  float* const su = smem_f;
-  float* const sv = smem_f + LP * UPAD;
-  float* const hred = sv;  // after the barrier that follows the products; U stays for a flush's parts
-  static_assert((DK / 32) * LP * NT8 <= NT8 * UPAD, "the warps' history sums fit V's place");
-  const int h = blockIdx.x, b = blockIdx.y, kh = h;  // one value head per key head
-  const int c = threadIdx.x, lane = c & 31, warp = c >> 5;
-  const long long slot = slot_ids[b];
-  if (slot < 0) return;
-  const int n = window_tokens(num_tokens, b);
-  // Channel c of the window's k, q, g and of the records' g and k̂ before the cursor (only those
-  // are read: a window's history is ~w of the L positions, and they are most of this launch's bytes).
-  float ks[VT], qs[VT], gw[VT];
+// What a KDA unit's coefficients read and write in global memory (the kernel parameters
+// COEF_PARAMS, the slots' cursors and the token counts).
+struct KdaGlobals {
+  u16* k_records;
+  long long skr_slot, skr_head, skr_pos;
+  grec_t* g_records;
+  long long sgr_slot, sgr_head, sgr_pos;
+  int* pending;
+  const u16* q;
+  long long sq_batch, sq_tok, sq_head;
+  const u16* k;
+  long long sk_batch, sk_tok, sk_head;
+  const void* g;
+  long long sg_batch, sg_tok, sg_head;
+  const void* beta;
+  long long sb_batch, sb_tok, sb_head;
+  float scale;
+  int* cursor;
+  const int* num_tokens;
+};
+
+// Channel c of a KDA unit's inputs (row b, value head h, slot >= 0): the window's k, q and g,
+// token c's beta (c < VT), the cursor w (flag off), the tokens n, and record j's raw g (fp16, low
+// half) and k̂ (bf16, high half) in one register for j < LP. Only the records before the cursor are
+// read (a window's history is ~w of the L positions, and they are most of the coefficients'
+// bytes): positions past it read record w - 1 again (an L1 hit) and are selected out by
+// kda_form_coefficients; position offsets in 32 bits (the launcher's record_offset_unsupported:
+// with 64-bit ones the capped coefficient launch spilled).
+struct KdaInputs {
+  float ks[VT], qs[VT], gw[VT], bs;
+  u32 rec[LP];
+  int w, n;
+};
+
+__device__ __forceinline__ void kda_load_inputs(KdaInputs& in, const KdaGlobals& gl, int b, int h, long long slot, int c) {
+  in.n = window_tokens(gl.num_tokens, b);
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
-    ks[s] = bf16_to_f32(k[b * sk_batch + s * sk_tok + kh * sk_head + c]);
-    qs[s] = bf16_to_f32(q[b * sq_batch + s * sq_tok + kh * sq_head + c]);
-    gw[s] = load_f32<G_CODE>(g, b * sg_batch + s * sg_tok + h * sg_head + c);
+    in.ks[s] = bf16_to_f32(gl.k[b * gl.sk_batch + s * gl.sk_tok + h * gl.sk_head + c]);
+    in.qs[s] = bf16_to_f32(gl.q[b * gl.sq_batch + s * gl.sq_tok + h * gl.sq_head + c]);
+    in.gw[s] = load_f32<G_CODE>(gl.g, b * gl.sg_batch + s * gl.sg_tok + h * gl.sg_head + c);
   }
-  const float bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
-  grec_t* const grec = g_records + slot * sgr_slot + h * sgr_head + c;
-  u16* const krec = k_records + slot * skr_slot + kh * skr_head + c;
-  const int w = cursor[slot] & (VERIFY_FLUSHED - 1);
-  const bool flush = verify_flushes(w, n);
-  // Record j's raw g (fp16, low half) and k̂ (bf16, high half) in one register; positions past the
-  // cursor read record w - 1 again (an L1 hit) and are selected out below. Position offsets in 32
-  // bits (the launcher's record_offset_unsupported): with 64-bit ones the capped build spilled.
-  u32 rec[LP];
-  const int last = w > 0 ? w - 1 : 0;
+  in.bs = c < VT ? load_f32<BETA_CODE>(gl.beta, b * gl.sb_batch + c * gl.sb_tok + h * gl.sb_head) : 0.0f;
+  const grec_t* const grec = gl.g_records + slot * gl.sgr_slot + h * gl.sgr_head + c;
+  const u16* const krec = gl.k_records + slot * gl.skr_slot + h * gl.skr_head + c;
+  in.w = gl.cursor[slot] & (VERIFY_FLUSHED - 1);
+  const int last = in.w > 0 ? in.w - 1 : 0;
 #pragma unroll
   for (int j = 0; j < LP; ++j) {
     const int jj = j < last ? j : last;
-    rec[j] = j < LREC ? (u32)grec[jj * (int)sgr_pos] | ((u32)krec[jj * (int)skr_pos] << 16) : 0u;
+    in.rec[j] = j < LREC ? (u32)grec[jj * (int)gl.sgr_pos] | ((u32)krec[jj * (int)gl.skr_pos] << 16) : 0u;
   }
+}
+
+// The DK threads forming a KDA unit's coefficients meet at named barrier 1.
+__device__ __forceinline__ void coef_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DK) : "memory"); }
+
+// A KDA unit's coefficients from its inputs (kda_load_inputs), by DK threads (c: the thread's
+// channel; warp c / 32, lane c % 32) meeting at named barrier 1: the coefficient block ``blk``, the
+// u rows ``urow`` and a flush row's U_j in three bf16 parts (part p of record j at uparts + (p LP +
+// j) upitch, channel c at + c), in global memory for the step kernel (delta_verify_coefficients) or
+// in the unit's stage (FUSED_COEF); the window's g and k̂ records, pending and a flush row's cursor
+// flag. scr: SCR_FLOATS of shared scratch; the caller puts a barrier before its next use.
+__device__ __forceinline__ void kda_form_coefficients(const KdaInputs& in, const KdaGlobals& gl, int h, long long slot, int c,
+                                                      float* scr, float* blk, unsigned char* urow, u16* uparts, int upitch) {
+  const int lane = c & 31, warp = c >> 5, w = in.w, n = in.n;
+  const bool flush = verify_flushes(w, n);
+  float* const su = scr;
+  float* const sv = scr + SCR_V;
+  float* const hred = sv;  // after the barrier that follows the products; U stays for a flush's parts
+  // Each warp's reduced window sums and their total: static, so that their addresses are constants
+  // (carved from the dynamic scratch, the capped coefficient launch spilled 20 bytes).
+  __shared__ float red[DK / 32][RED_PAD];
+  __shared__ float tot[NRED];
+  static_assert((DK / 32) * LP * NT8 <= NT8 * UPAD, "the warps' history sums fit V's place");
   // U[j][c] = e_j k̂_j with e_j = exp(Σ_{j<i<w} g_i), newest first (0 from w on: the history product
   // and a flush's parts read these rows); E0 = exp(Σ_{i<w} g_i).
   float later = 0.0f;
 #pragma unroll
   for (int j = LP - 1; j >= 0; --j) {
-    const bool held = j < w;  // false from LREC on
-    su[j * UPAD + c] = held ? __expf(later) * __uint_as_float(rec[j] & 0xffff0000u) : 0.0f;
-    later += held ? grec_to_f32((grec_t)(rec[j] & 0xffffu)) : 0.0f;
+    const bool held = j < w;  // false from UROWS on
+    if (j < UROWS) su[j * UPAD + c] = held ? __expf(later) * __uint_as_float(in.rec[j] & 0xffff0000u) : 0.0f;
+    later += held ? grec_to_f32((grec_t)(in.rec[j] & 0xffffu)) : 0.0f;
   }
   const float e0 = __expf(later);
   float cum = 0.0f, cs[VT];  // C_s = exp(Σ_{i<=s} g_i)
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
-    cum += gw[s];
+    cum += in.gw[s];
     cs[s] = __expf(cum);
   }
   // The history's other operand: V[v][c] = C_s k_s (v = s < VT) or C_s q_s (v = VT + s).
 #pragma unroll
-  for (int v = 0; v < NT8; ++v) sv[v * UPAD + c] = v < NV ? cs[v % VT] * (v < VT ? ks[v % VT] : qs[v % VT]) : 0.0f;
+  for (int v = 0; v < NT8; ++v)
+    sv[v * UPAD + c] = v < NV ? cs[v % VT] * (v < VT ? in.ks[v % VT] : in.qs[v % VT]) : 0.0f;
   // The window's sums: each warp reduce-scatters 32 at a time, then thread t adds the warps' t-th.
 #pragma unroll
-  for (int ch = 0; ch < (NRED + 31) / 32; ++ch) {
+  for (int ch = 0; ch < RED_PAD / 32; ++ch) {
     float part[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) part[i] = ch * 32 + i < NRED ? kda_partial(ch * 32 + i, ks, qs, gw) : 0.0f;
+    for (int i = 0; i < 32; ++i) part[i] = ch * 32 + i < NRED ? kda_partial(ch * 32 + i, in.ks, in.qs, in.gw) : 0.0f;
     red[warp][ch * 32 + lane] = warp_reduce_scatter<32>(part, lane);
   }
-  __syncthreads();
+  coef_sync();
   // The history's sums: each warp over its 32 channels, then (after a barrier: hred takes V's
   // place) into hred, which the block below adds up.
   float hacc[LP / 16][NT8 / 8][4];
@@ -369,21 +436,20 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     for (int v = 0; v < DK / 32; ++v) t += red[v][i];
     tot[i] = t;
   }
-  __syncthreads();
+  coef_sync();
   store_history_sums(hred + warp * LP * NT8, hacc, lane);
-  __syncthreads();
+  coef_sync();
   float rk[VT], rq[VT];
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
 #if L2NORM
     rk[s] = rsqrtf(tot[s] + 1e-6f);
-    rq[s] = rsqrtf(tot[VT + s] + 1e-6f) * scale;
+    rq[s] = rsqrtf(tot[VT + s] + 1e-6f) * gl.scale;
 #else
     rk[s] = 1.0f;
-    rq[s] = scale;
+    rq[s] = gl.scale;
 #endif
   }
-  float* blk = coef_out + ((long long)b * VHEADS + h) * COEF_FLOATS;
   for (int e = c; e < LP * TP; e += DK) {  // history rows j, tokens s: the warps' sums, normed
     const int j = e / TP, s = e % TP;
     float vk = 0.0f, vq = 0.0f;
@@ -426,7 +492,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   if (c < TP) {
     blk[C_WK + c] = c < VT ? 1.0f : 0.0f;  // E0 ⊙ C_s is in the u rows
     blk[C_WQ + c] = c < VT ? 1.0f : 0.0f;
-    blk[C_BETA + c] = bs;
+    blk[C_BETA + c] = in.bs;
   }
   if (c < LP) blk[C_WGT + c] = 0.0f;  // unused: U_j carries e_j
   if (c == 0) {
@@ -436,11 +502,10 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   }
   blk[C_E0 + c] = e0;
   // The u rows (channel c of each), the window's g and k̂ records, a flush row's U_j parts.
-  unsigned char* const urow = u_out + ((long long)b * VHEADS + h) * QK_BYTES;
 #pragma unroll
   for (int v = 0; v < NV; ++v) {
     const int s = v % VT;
-    const float x = e0 * cs[s] * (v < VT ? rk[s] * ks[s] : rq[s] * qs[s]);
+    const float x = e0 * cs[s] * (v < VT ? rk[s] * in.ks[s] : rq[s] * in.qs[s]);
 #if CKPT_F32
     ((float*)(urow + v * QK_PITCH))[c] = x;
 #else
@@ -450,30 +515,55 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
     for (int pp = 0; pp < 3; ++pp) ((u16*)(urow + (v * 3 + pp) * QK_PITCH))[c] = f32_to_bf16(p[pp]);
 #endif
   }
+  grec_t* const grec = gl.g_records + slot * gl.sgr_slot + h * gl.sgr_head + c;
+  u16* const krec = gl.k_records + slot * gl.skr_slot + h * gl.skr_head + c;
   const int base = flush ? 0 : w;
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
     if (s < n) {
-      grec[(base + s) * sgr_pos] = grec_value(gw[s]);
-      krec[(base + s) * skr_pos] = f32_to_bf16(rk[s] * ks[s]);
+      grec[(base + s) * gl.sgr_pos] = grec_value(in.gw[s]);
+      krec[(base + s) * gl.skr_pos] = f32_to_bf16(rk[s] * in.ks[s]);
     }
   }
   if (flush) {
-    u16* const uh = khist + ((long long)b * VHEADS + h) * 3 * LP * DK + c;
 #pragma unroll
-    for (int j = 0; j < LREC; ++j) {
+    for (int j = 0; j < UROWS; ++j) {
       if (j < w) {
         float p[3];
         split3(su[j * UPAD + c], p[0], p[1], p[2]);  // U_j's channel c, this thread's own (no barrier)
 #pragma unroll
-        for (int pp = 0; pp < 3; ++pp) uh[(pp * LP + j) * DK] = f32_to_bf16(p[pp]);
+        for (int pp = 0; pp < 3; ++pp) uparts[(pp * LP + j) * upitch + c] = f32_to_bf16(p[pp]);
       }
     }
   }
   if (h == 0 && c == 0) {
-    pending[slot] = n;
-    if (flush) cursor[slot] = w + VERIFY_FLUSHED;
+    gl.pending[slot] = n;
+    if (flush) gl.cursor[slot] = w + VERIFY_FLUSHED;
   }
+}
+#endif  // PER_CHANNEL
+
+#if !FUSED_COEF  // FUSED_COEF: the step kernel forms the coefficients itself
+extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_MIN_CTAS) delta_verify_coefficients(
+    float* __restrict__ coef_out,       // [batch, VHEADS, COEF_FLOATS]
+    unsigned char* __restrict__ u_out,  // [batch, U_HEADS, NCOL, QK_PITCH bytes]: the u rows, the checkpoint's dtype
+    u16* __restrict__ khist,            // [batch, U_HEADS, K_PARTS, LP, DK]: a flush row's history keys (KDA: U_j)
+    COEF_PARAMS, const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, int* __restrict__ cursor) {
+  // Programmatic after the previous kernel: wait for it before any read; then the step kernel may
+  // start (it waits for this grid before reading what it writes).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#if PER_CHANNEL
+  // KDA: a CTA of DK threads per (value head, row), a thread a channel.
+  extern __shared__ float scr[];  // SCR_FLOATS
+  const int h = blockIdx.x, b = blockIdx.y, c = threadIdx.x;
+  const long long slot = slot_ids[b];
+  if (slot < 0) return;
+  const KdaGlobals gl = KDA_GLOBALS;
+  KdaInputs in;
+  kda_load_inputs(in, gl, b, h, slot, c);
+  const long long bh = (long long)b * VHEADS + h;
+  kda_form_coefficients(in, gl, h, slot, c, scr, coef_out + bh * COEF_FLOATS, u_out + bh * QK_BYTES, khist + bh * 3 * LP * DK, DK);
 #else
   // GDN: a CTA of VPK warps per (key head, row), a warp a value head.
   __shared__ float gram[NV][NV];  // u_a . u_b
@@ -662,29 +752,73 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   }
 #endif
 }
+#endif  // !FUSED_COEF
 
 // ------------------------------------------------------------------ launch 2: the verify step
 
-extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) delta_verify_step(
+extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verify_step(
     const __grid_constant__ TensorMap ckpt_load,   // checkpoint, boxes [BOXC cols, ROWS rows]
     const __grid_constant__ TensorMap ckpt_store,  // checkpoint, boxes [BOXC cols, 16 rows]
+#if !FUSED_COEF
     const float* __restrict__ coef,                // [batch, VHEADS, COEF_FLOATS]
     const unsigned char* __restrict__ u_rows,      // [batch, U_HEADS, NCOL, QK_PITCH bytes]
     const u16* __restrict__ khist,                 // [batch, U_HEADS, K_PARTS, LP, DK]
+#endif
     u16* __restrict__ d_records, long long sdr_slot, long long sdr_head, long long sdr_pos,
     const u16* __restrict__ v, long long sv_batch, long long sv_tok, long long sv_head,
     u16* __restrict__ out, long long so_batch, long long so_tok, long long so_head,
-    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens, const int* __restrict__ cursor,
-    int batch) {
+    const int* __restrict__ slot_ids, const int* __restrict__ num_tokens,
+    int* __restrict__ cursor,  // written only with FUSED_COEF (a flushing row's flag)
+    int batch
+#if FUSED_COEF
+    , COEF_PARAMS
+#endif
+) {
   extern __shared__ unsigned char smem_raw[];
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (FUSED_COEF: ready[STAGES])
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * VHEADS * PARTS;
   asm volatile("griddepcontrol.launch_dependents;");
+#if FUSED_COEF
+  // One launch: the previous grid may have written every input (cursors, records, checkpoints), so
+  // no thread reads anything before it completes.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(READY(s), 1);  // the coefficient threads' arrival
+  }
+#endif
   ring_init(bars, STAGES, CONSUMERS);
+
+#if FUSED_COEF
+  if (warp > CONSUMERS) {
+    // ---------------- coefficient warps (KDA, a unit a (row, value head)): each unit's coefficient
+    // block, u rows and a flush's U_j parts formed in its stage as soon as the stage is free, while
+    // the consumers work on the units before it; the stage's ready barrier then lets them in. The
+    // unit's inputs are requested before the wait for the stage.
+    const int c = threadIdx.x - (CONSUMERS + 1) * 32;
+    float* const scr = (float*)(gbase + STAGES * STAGE_BYTES + BARS_BYTES);
+    const KdaGlobals gl = KDA_GLOBALS;
+    int i = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+      const int b = u / VHEADS, h = u - b * VHEADS;
+      const int st = i % STAGES;
+      unsigned char* const gstage = gbase + st * STAGE_BYTES;
+      const long long slot = slot_ids[b];
+      KdaInputs in;
+      if (slot >= 0) kda_load_inputs(in, gl, b, h, slot, c);
+      mbar_wait(bars + 8 * (STAGES + st), ((i / STAGES) & 1) ^ 1);  // the stage's empty barrier
+      if (slot >= 0)
+        kda_form_coefficients(in, gl, h, slot, c, scr, (float*)(gstage + OFF_COEF), gstage + OFF_QK, (u16*)(gstage + OFF_K),
+                              REC_PITCH / 2);
+      coef_sync();  // every thread's stage writes before the arrival; the scratch free again
+      if (c == 0) mbar_arrive(READY(st));
+    }
+    return;
+  }
+#endif
 
   if (warp == CONSUMERS) {
     // ---------------- producer
@@ -728,7 +862,8 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         if (slot < 0) {
           mbar_arrive(full);
         } else {
-          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + w * ROWS * 2 + (flush ? K_PARTS * w * DK * 2 : 0) + COEF_BYTES + QK_BYTES;
+          const u32 bytes = (prefetched ? 0 : CKPT_BYTES) + w * ROWS * 2 +
+                            (FUSED_COEF ? 0 : (flush ? K_PARTS * w * DK * 2 : 0) + COEF_BYTES + QK_BYTES);
           mbar_arrive_expect_tx(full, bytes);
         }
       }
@@ -738,6 +873,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         if (lane < w)
           bulk_load(stage + OFF_D + lane * (ROWS * 2), d_records + slot * sdr_slot + h * sdr_head + lane * sdr_pos + part * ROWS,
                     ROWS * 2, full);
+#if !FUSED_COEF
         const long long uh = (long long)b * U_HEADS + (PER_CHANNEL ? h : kh);
         if (flush) {
           for (int e = lane; e < K_PARTS * w; e += 32) {  // part e / w of record e % w
@@ -747,6 +883,7 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
         }
         if (lane == 0) bulk_load(stage + OFF_COEF, coef + ((long long)b * VHEADS + h) * COEF_FLOATS, COEF_BYTES, full);
         if (lane == 1) bulk_load(stage + OFF_QK, u_rows + uh * QK_BYTES, QK_BYTES, full);
+#endif
       }
     }
     return;
@@ -769,6 +906,9 @@ extern "C" __global__ void __launch_bounds__((CONSUMERS + 1) * 32, MIN_CTAS) del
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
     mbar_wait(full, (i / STAGES) & 1);
+#if FUSED_COEF
+    mbar_wait(READY(st), (i / STAGES) & 1);
+#endif
     const int slot = ((const int*)(gstage + OFF_META))[0];
     bool released = false;
     if (slot >= 0) {
