@@ -293,11 +293,12 @@ def cuda_verify_resources(batch: int, T: int, L: int = 16, state_bytes: int = 2)
 
 
 def cuda_delta_verify_resources(family: str, T: int, L: int = 16, state_bytes: int = 2) -> list:
-    """[KernelResources] of the CUDA gated delta verify's two kernels
-    (kernels/cuda/gated_delta_verify_step.cu) at its launch rule's configuration for ``T`` window
-    tokens, history B = ``L`` (records L + T), for the family's geometry (GDN: Qwen3.5-122B; KDA:
-    Kimi Linear); columns as :func:`cuda_step_resources` (the coefficient kernel's shared memory:
-    static plus KDA's dynamic)."""
+    """[KernelResources] of the CUDA gated delta verify's kernels
+    (kernels/cuda/gated_delta_verify_step.cu; KDA in one launch where the rule fuses them) at its
+    launch rule's configuration for ``T`` window tokens, history B = ``L`` (records L + T), for the
+    family's geometry (GDN: Qwen3.5-122B; KDA: Kimi Linear); columns as
+    :func:`cuda_step_resources` (the coefficient kernel's shared memory: static plus KDA's dynamic;
+    the fused step kernel's: its dynamic plus static)."""
     hk, hv, dk, dv = GEOMETRIES[family]
     per_channel = family == KDA
     records = L + T
@@ -306,8 +307,9 @@ def cuda_delta_verify_resources(family: str, T: int, L: int = 16, state_bytes: i
                                    per_channel)  # fmt: skip
     out = []
     for name, regs, stack, static, local in _cubin_resources(compile_program(DELTA_VERIFY_SOURCE, "sm_90", defines)):
-        if name == "delta_verify_step":
-            shared = delta_verify_shared_bytes(dk, cfg.rows, records, T, cfg.stages, state_bytes, per_channel)
+        if name == "delta_verify_step":  # dynamic (with cfg.fused: the coefficient scratch too) plus static
+            dynamic = delta_verify_shared_bytes(dk, cfg.rows, records, T, cfg.stages, state_bytes, per_channel, cfg.fused)
+            shared = dynamic + (static if cfg.fused else 0)
         else:
             shared = static + delta_verify_coef_shared_bytes(dk, records, T, per_channel)
         out.append(KernelResources(f"{name}({cfg.label()})", regs, stack + local, stack + local, shared))
