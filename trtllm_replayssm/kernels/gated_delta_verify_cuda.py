@@ -16,7 +16,10 @@ results up to fp32 rounding, a flushing row's cursor flagged until the commit, n
 padding rows (slot < 0) untouched, capturable in a CUDA graph. KDA's per-channel decays enter the
 S0 vectors (per value head, fp32: three bf16 parts each as tensor-core operands on a bf16
 checkpoint), the history and window weights (per-channel weighted sums, a CTA of head_k_dim threads
-per (row, value head) in the coefficient launch) and the flush fold.
+per (row, value head) in the coefficient launch) and the flush fold. Where a KDA unit spans every
+value row and the scratch fits (:func:`fused_coefficients_fit`: Kimi Linear's fp32 checkpoints at
+T <= 4), the step kernel's own coefficient warps form each unit's coefficients in its stage, and
+the verify is one launch.
 
 :func:`delta_verify_cuda_unsupported` says why a call cannot take this route (None: it can); the
 launcher raises with that reason when asked to run anyway.

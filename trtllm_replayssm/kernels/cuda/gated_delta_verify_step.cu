@@ -64,6 +64,14 @@
 // tensor-core operands exact to 24 bits) and a flush row's U_j as three bf16 parts to the scratch
 // buffer. A flush unit folds S_c = S0 Diag(E0) + Σ_{j<w} d_j U_jᵀ (fold_warp_rows_channels: the
 // bf16 d records against U's three parts on tensor cores).
+// One launch (FUSED_COEF; KDA with a unit a (row, value head), where the launcher's rule finds the
+// stages and the scratch fit): the step kernel alone, with DK coefficient threads (warps CONSUMERS
+// + 1 on) beside the consumers and the producer. For each unit, as soon as its stage is free, they
+// read what launch 1 reads and form launch 1's block, u rows and a flush's U_j parts straight into
+// the stage (kda_form_coefficients, scratch after the mbarriers), append the window's g and k̂
+// records and arrive on the stage's ready barrier, which the consumers wait for after the full
+// one; the producer then copies only the checkpoint rows and the d records. Every thread waits
+// for the previous grid before its first read.
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple of
 // KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim), ROWS
@@ -71,7 +79,7 @@
 // VT (window tokens, 1-8), STAGES, MIN_CTAS and COEF_MIN_CTAS (the step and coefficient kernels'
 // register caps: resident CTAs a multiprocessor), L2NORM (0 / 1), HAS_NUM_TOKENS (0: every row has
 // VT tokens), PER_CHANNEL (0: GDN, 1: KDA, VHEADS == KHEADS) and the dtype codes G_CODE, BETA_CODE of
-// g and beta (0 fp32, 1 bf16, 2 fp16).
+// g and beta (0 fp32, 1 bf16, 2 fp16), FUSED_COEF (0 / 1: one launch, above).
 
 #define VPK (VHEADS / KHEADS)                // value heads per key head: the coefficient CTA's warps
 #define PARTS (DV / ROWS)                    // units per (row, value head)
