@@ -152,7 +152,7 @@ def delta_verify_shared_bytes(
     (checkpoint rows of ``state_bytes`` elements, the history's d records, a flush's key rows
     (padded; KDA: three bf16 parts of U_j), the window's u rows (2T; KDA on a bf16 checkpoint three
     parts each), the coefficient block, meta), 1 KiB of alignment slack, two mbarriers per stage
-    (``fused``: three, 16-byte rounded, then the coefficient scratch,
+    (``fused``: four, then the coefficient scratch,
     :func:`delta_verify_coef_shared_bytes`). Mirrors the .cu file's delta_verify_shared_bytes (a
     CPU test reads the compiled value)."""
     LP = records_padded(L)
@@ -167,9 +167,7 @@ def delta_verify_shared_bytes(
     stage = (stage + 1023) // 1024 * 1024
     if not fused:
         return stages * stage + 1024 + 16 * stages
-    return (
-        stages * stage + 1024 + (24 * stages + 15) // 16 * 16 + delta_verify_coef_shared_bytes(head_k_dim, L, T, per_channel)
-    )
+    return stages * stage + 1024 + 32 * stages + delta_verify_coef_shared_bytes(head_k_dim, L, T, per_channel)
 
 
 def _op(per_channel: bool) -> str:
@@ -252,7 +250,7 @@ def delta_verify_cuda_unsupported(
     """Why the CUDA verify cannot run these tensors (None: it can): an sm_90 GPU, GDN or KDA with
     one value head per key head, at most :data:`MAX_T_CUDA` window tokens, the
     CUDA step's sizes, dtypes and alignment (:func:`~.gated_delta_replay_cuda.delta_shape_unsupported`
-    on one token), q, k, v 16-byte aligned in every outer stride, and two stages of the verify
+    on one token), q, k, v (KDA: g too) 16-byte aligned in every outer stride, and two stages of the verify
     kernel fitting a multiprocessor. q, k: [batch, T, k_heads, head_k_dim]; v: [batch, T, v_heads,
     head_v_dim]; g: [batch, T, v_heads] (GDN) or [batch, T, v_heads, head_k_dim] (KDA)."""
     return device_unsupported(checkpoint) or delta_verify_shape_unsupported(
@@ -275,7 +273,7 @@ def delta_verify_shape_unsupported(
     reason = delta_shape_unsupported(checkpoint, d_records, k_records, g_records, q[:, 0], k[:, 0], v[:, 0], g[:, 0])
     if reason is not None:
         return reason
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    for name, t in (("q", q), ("k", k), ("v", v)) + ((("g", g),) if per_channel else ()):  # KDA: g rows copied too
         if not copyable_rows(t):
             return f"{name} base or strides {t.stride()} not 16-byte aligned with a contiguous last dim"
     if per_channel:

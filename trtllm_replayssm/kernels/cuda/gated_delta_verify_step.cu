@@ -141,10 +141,12 @@
 #endif
 // The step kernel's threads: the consumer warps, the producer, FUSED_COEF's DK coefficient threads.
 #define STEP_THREADS ((CONSUMERS + 1) * 32 + (FUSED_COEF ? DK : 0))
-// Its mbarriers after the stages, 8 bytes each: full[STAGES], empty[STAGES], FUSED_COEF ready[STAGES]
-// (then, 16-byte aligned, the coefficient scratch).
-#define BARS_BYTES (((FUSED_COEF ? 3 : 2) * 8 * STAGES + 15) / 16 * 16)
+// Its mbarriers after the stages, 8 bytes each: full[STAGES], empty[STAGES], with FUSED_COEF then
+// ready[STAGES] (the coefficient threads' arrival) and recs[STAGES] (the producer's copies of the
+// records and the window, below); then, 16-byte aligned, the coefficient scratch.
+#define BARS_BYTES (((FUSED_COEF ? 4 : 2) * 8 * STAGES + 15) / 16 * 16)
 #define READY(s) (bars + 8 * (2 * STAGES + (s)))
+#define RECS(s) (bars + 8 * (3 * STAGES + (s)))
 
 #if PER_CHANNEL
 // KDA: the window's sums a unit's coefficient threads reduce, index i (compile-time after
@@ -166,6 +168,17 @@
 #endif
 #if FUSED_COEF
 #define FUSED_SCRATCH_BYTES (SCR_FLOATS * 4)
+// What the producer copies for the coefficient threads, into regions of the stage they overwrite
+// only after their first barrier: the records before the cursor into the key-row region (g [UROWS]
+// [DK] fp16, then k̂ [UROWS][DK] bf16), the window's q, k (bf16) and g (G_SIZE) rows [VT][DK] into
+// the u-row region.
+#define G_SIZE (G_CODE == 0 ? 4 : 2)  // bytes of a g element
+#define OFF_RAW_G OFF_K
+#define OFF_RAW_K (OFF_K + UROWS * DK * 2)
+#define OFF_WIN_Q OFF_QK
+#define OFF_WIN_K (OFF_QK + VT * DK * 2)
+#define OFF_WIN_G (OFF_QK + VT * DK * 4)
+static_assert(2 * UROWS * DK * 2 <= K_BYTES && VT * DK * (4 + G_SIZE) <= QK_BYTES, "the copies fit their regions");
 #else
 #define FUSED_SCRATCH_BYTES 0
 #endif
@@ -201,11 +214,9 @@ __device__ __forceinline__ float lane_dot(const float (&a)[PER_LANE], const floa
   const void* __restrict__ g, long long sg_batch, long long sg_tok, long long sg_head,        \
   const void* __restrict__ beta, long long sb_batch, long long sb_tok, long long sb_head,     \
   float scale
-// KDA: those parameters, the cursors and the token counts as a KdaGlobals.
-#define KDA_GLOBALS                                                                          \
-  {k_records, skr_slot, skr_head, skr_pos, g_records, sgr_slot, sgr_head, sgr_pos, pending,    \
-   q, sq_batch, sq_tok, sq_head, k, sk_batch, sk_tok, sk_head, g, sg_batch, sg_tok, sg_head,   \
-   beta, sb_batch, sb_tok, sb_head, scale, cursor, num_tokens}
+// KDA: what kda_form_coefficients writes, from those parameters and the cursors.
+#define KDA_GLOBALS \
+  {k_records, skr_slot, skr_head, skr_pos, g_records, sgr_slot, sgr_head, sgr_pos, pending, cursor, scale}
 
 #if PER_CHANNEL
 extern "C" __device__ unsigned int delta_verify_coef_shared_bytes = SCR_FLOATS * 4;
@@ -330,57 +341,52 @@ __device__ __forceinline__ void fold_warp_rows_channels(unsigned char* gstage, c
   }
 }
 
-// What a KDA unit's coefficients read and write in global memory (the kernel parameters
-// COEF_PARAMS, the slots' cursors and the token counts).
+// What a KDA unit's coefficients write in global memory besides their block (the window's g and k̂
+// records, the pending counts, a flushing row's cursor flag), and the query scale.
 struct KdaGlobals {
   u16* k_records;
   long long skr_slot, skr_head, skr_pos;
   grec_t* g_records;
   long long sgr_slot, sgr_head, sgr_pos;
   int* pending;
-  const u16* q;
-  long long sq_batch, sq_tok, sq_head;
-  const u16* k;
-  long long sk_batch, sk_tok, sk_head;
-  const void* g;
-  long long sg_batch, sg_tok, sg_head;
-  const void* beta;
-  long long sb_batch, sb_tok, sb_head;
-  float scale;
   int* cursor;
-  const int* num_tokens;
+  float scale;
 };
 
-// Channel c of a KDA unit's inputs (row b, value head h, slot >= 0): the window's k, q and g,
-// token c's beta (c < VT), the cursor w (flag off), the tokens n, and record j's raw g (fp16, low
-// half) and k̂ (bf16, high half) in one register for j < LP. Only the records before the cursor are
-// read (a window's history is ~w of the L positions, and they are most of the coefficients'
-// bytes): positions past it read record w - 1 again (an L1 hit) and are selected out by
-// kda_form_coefficients; position offsets in 32 bits (the launcher's record_offset_unsupported:
-// with 64-bit ones the capped coefficient launch spilled).
+// Channel c of a KDA unit's inputs: the window's k, q and g, token c's beta (c < VT), the committed
+// records w (the cursor, flag off), the tokens n, and record j's raw g (fp16, low half) and k̂
+// (bf16, high half) in one register for j < LP (kda_read_window, kda_read_records).
 struct KdaInputs {
   float ks[VT], qs[VT], gw[VT], bs;
   u32 rec[LP];
   int w, n;
 };
 
-__device__ __forceinline__ void kda_load_inputs(KdaInputs& in, const KdaGlobals& gl, int b, int h, long long slot, int c) {
-  in.n = window_tokens(gl.num_tokens, b);
+// Channel c of the window's vectors into ``in``, from global memory or from a stage the producer
+// filled: token s's q at q[s qtok], k at k[s ktok], g at element gbase + s gtok of g (G_CODE)
+// (channel c's pointers and base).
+__device__ __forceinline__ void kda_read_window(KdaInputs& in, const u16* q, long long qtok, const u16* k, long long ktok,
+                                                const void* g, long long gbase, long long gtok) {
 #pragma unroll
   for (int s = 0; s < VT; ++s) {
-    in.ks[s] = bf16_to_f32(gl.k[b * gl.sk_batch + s * gl.sk_tok + h * gl.sk_head + c]);
-    in.qs[s] = bf16_to_f32(gl.q[b * gl.sq_batch + s * gl.sq_tok + h * gl.sq_head + c]);
-    in.gw[s] = load_f32<G_CODE>(gl.g, b * gl.sg_batch + s * gl.sg_tok + h * gl.sg_head + c);
+    in.ks[s] = bf16_to_f32(k[s * ktok]);
+    in.qs[s] = bf16_to_f32(q[s * qtok]);
+    in.gw[s] = load_f32<G_CODE>(g, gbase + s * gtok);
   }
-  in.bs = c < VT ? load_f32<BETA_CODE>(gl.beta, b * gl.sb_batch + c * gl.sb_tok + h * gl.sb_head) : 0.0f;
-  const grec_t* const grec = gl.g_records + slot * gl.sgr_slot + h * gl.sgr_head + c;
-  const u16* const krec = gl.k_records + slot * gl.skr_slot + h * gl.skr_head + c;
-  in.w = gl.cursor[slot] & (VERIFY_FLUSHED - 1);
+}
+
+// Channel c of the records before the cursor (in.w) into ``in``: record j's g at grec[j gpos] and
+// k̂ at krec[j kpos] (channel c's pointers; global memory or a stage). Only those are read (a
+// window's history is ~w of the L positions, and they are most of the coefficients' bytes):
+// positions past them read record w - 1 again (an L1 hit, or the stage's copy) and are selected out
+// by kda_form_coefficients; position offsets in 32 bits (the launcher's record_offset_unsupported:
+// with 64-bit ones the capped coefficient launch spilled).
+__device__ __forceinline__ void kda_read_records(KdaInputs& in, const grec_t* grec, int gpos, const u16* krec, int kpos) {
   const int last = in.w > 0 ? in.w - 1 : 0;
 #pragma unroll
   for (int j = 0; j < LP; ++j) {
     const int jj = j < last ? j : last;
-    in.rec[j] = j < LREC ? (u32)grec[jj * (int)gl.sgr_pos] | ((u32)krec[jj * (int)gl.skr_pos] << 16) : 0u;
+    in.rec[j] = j < LREC ? (u32)grec[jj * gpos] | ((u32)krec[jj * kpos] << 16) : 0u;
   }
 }
 
@@ -569,7 +575,13 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
   if (slot < 0) return;
   const KdaGlobals gl = KDA_GLOBALS;
   KdaInputs in;
-  kda_load_inputs(in, gl, b, h, slot, c);
+  in.n = window_tokens(num_tokens, b);
+  kda_read_window(in, q + b * sq_batch + h * sq_head + c, sq_tok, k + b * sk_batch + h * sk_head + c, sk_tok, g,
+                  b * sg_batch + h * sg_head + c, sg_tok);
+  in.bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
+  in.w = cursor[slot] & (VERIFY_FLUSHED - 1);
+  kda_read_records(in, g_records + slot * sgr_slot + h * sgr_head + c, (int)sgr_pos, k_records + slot * skr_slot + h * skr_head + c,
+                   (int)skr_pos);
   const long long bh = (long long)b * VHEADS + h;
   kda_form_coefficients(in, gl, h, slot, c, scr, coef_out + bh * COEF_FLOATS, u_out + bh * QK_BYTES, khist + bh * 3 * LP * DK, DK);
 #else
@@ -795,7 +807,10 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
   // no thread reads anything before it completes.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(READY(s), 1);  // the coefficient threads' arrival
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(READY(s), 1);  // the coefficient threads' arrival
+      mbar_init(RECS(s), 1);   // the producer's arrival and its copies' bytes
+    }
   }
 #endif
   ring_init(bars, STAGES, CONSUMERS);
@@ -803,9 +818,9 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
 #if FUSED_COEF
   if (warp > CONSUMERS) {
     // ---------------- coefficient warps (KDA, a unit a (row, value head)): each unit's coefficient
-    // block, u rows and a flush's U_j parts formed in its stage as soon as the stage is free, while
-    // the consumers work on the units before it; the stage's ready barrier then lets them in. The
-    // unit's inputs are requested before the wait for the stage.
+    // block, u rows and a flush's U_j parts formed in its stage from the records and window rows
+    // the producer copied there (recs barrier), while the consumers work on the units before it;
+    // the stage's ready barrier then lets them in.
     const int c = threadIdx.x - (CONSUMERS + 1) * 32;
     float* const scr = (float*)(gbase + STAGES * STAGE_BYTES + BARS_BYTES);
     const KdaGlobals gl = KDA_GLOBALS;
@@ -814,13 +829,21 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
       const int b = u / VHEADS, h = u - b * VHEADS;
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
-      const long long slot = slot_ids[b];
-      KdaInputs in;
-      if (slot >= 0) kda_load_inputs(in, gl, b, h, slot, c);
-      mbar_wait(bars + 8 * (STAGES + st), ((i / STAGES) & 1) ^ 1);  // the stage's empty barrier
-      if (slot >= 0)
+      const float bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
+      mbar_wait(RECS(st), (i / STAGES) & 1);
+      const int* const meta = (const int*)(gstage + OFF_META);  // slot, w, n (the producer's)
+      const int slot = meta[0];
+      if (slot >= 0) {
+        KdaInputs in;
+        in.w = meta[1];
+        in.n = meta[2];
+        in.bs = bs;
+        kda_read_window(in, (const u16*)(gstage + OFF_WIN_Q) + c, DK, (const u16*)(gstage + OFF_WIN_K) + c, DK,
+                        gstage + OFF_WIN_G, c, DK);
+        kda_read_records(in, (const grec_t*)(gstage + OFF_RAW_G) + c, DK, (const u16*)(gstage + OFF_RAW_K) + c, DK);
         kda_form_coefficients(in, gl, h, slot, c, scr, (float*)(gstage + OFF_COEF), gstage + OFF_QK, (u16*)(gstage + OFF_K),
                               REC_PITCH / 2);
+      }
       coef_sync();  // every thread's stage writes before the arrival; the scratch free again
       if (c == 0) mbar_arrive(READY(st));
     }
@@ -866,7 +889,18 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
       const int bh = u / PARTS, part = u - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS, kh = h / VPK;
       const bool flush = verify_flushes(w, n);
       if (lane == 0) {
-        ((int*)(gbase + st * STAGE_BYTES + OFF_META))[0] = slot;
+        int* const meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
+        meta[0] = slot;
+#if FUSED_COEF
+        // For the coefficient threads: w, n, and the records' and window's copies (below).
+        meta[1] = w;
+        meta[2] = n;
+        if (slot < 0) {
+          mbar_arrive(RECS(st));
+        } else {
+          mbar_arrive_expect_tx(RECS(st), w * (DK * 4) + VT * (DK * (4 + G_SIZE)));
+        }
+#endif
         if (slot < 0) {
           mbar_arrive(full);
         } else {
@@ -876,6 +910,20 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
         }
       }
       __syncwarp();
+#if FUSED_COEF
+      if (slot >= 0) {  // first: the coefficient threads wait for these, the consumers for the checkpoint
+        if (lane < w) {
+          bulk_load(stage + OFF_RAW_G + lane * (DK * 2), g_records + slot * sgr_slot + h * sgr_head + lane * sgr_pos, DK * 2, RECS(st));
+          bulk_load(stage + OFF_RAW_K + lane * (DK * 2), k_records + slot * skr_slot + h * skr_head + lane * skr_pos, DK * 2, RECS(st));
+        }
+        if (lane < VT) {
+          bulk_load(stage + OFF_WIN_Q + lane * (DK * 2), q + b * sq_batch + lane * sq_tok + h * sq_head, DK * 2, RECS(st));
+          bulk_load(stage + OFF_WIN_K + lane * (DK * 2), k + b * sk_batch + lane * sk_tok + h * sk_head, DK * 2, RECS(st));
+          bulk_load(stage + OFF_WIN_G + lane * (DK * G_SIZE),
+                    (const unsigned char*)g + (b * sg_batch + lane * sg_tok + h * sg_head) * G_SIZE, DK * G_SIZE, RECS(st));
+        }
+      }
+#endif
       if (slot >= 0) {
         if (!prefetched && lane < NBOX) tma_load_4d(stage + lane * (ROWS * 128), &ckpt_load, lane * BOXC, part * ROWS, h, slot, full);
         if (lane < w)
