@@ -77,12 +77,31 @@ class UnitKeys(DeltaFamily):
 )
 def test_cuda_verify_long_run_against_float64(g, T, B, state, l2norm):
     """64 verify + commit steps from empty buffers with random acceptance, num_tokens and padding
-    rows (tests/spec_cases.drive_spec checks every step)."""
+    rows (tests/spec_cases.drive_spec checks every step), at the launch rule's configuration (8
+    rows: KDA in two launches)."""
+    _long_run(g, T, B, state, l2norm, CUDA)
+
+
+@pytest.mark.parametrize(
+    "g, T, B, state, rows",
+    [
+        pytest.param(KIMI, 4, 16, "f32", 128, id="kda-kimi-T4-f32"),
+        pytest.param(KIMI, 2, 16, "bf16", 128, id="kda-kimi-T2-bf16"),
+        pytest.param(KDA_ODD, 3, 5, "f32", 48, id="kda-odd-T3-B5-f32"),
+    ],
+)
+def test_kda_one_launch_long_run_against_float64(g, T, B, state, rows):
+    """The same long runs with KDA in one launch (the step kernel's own coefficient warps; the rule
+    takes it from 6 units a multiprocessor, more rows than these runs have)."""
+    _long_run(g, T, B, state, True, partial(CUDA, config=vc.DeltaVerifyCudaConfig(rows, 2, 1, fused=True)))
+
+
+def _long_run(g, T, B, state, l2norm, verify):
     per_channel = g in (KIMI, KDA_ODD)
     family = DeltaFamily(g, per_channel=per_channel) if l2norm else UnitKeys(g, per_channel=per_channel, use_qk_l2norm=False)
     worst = drive_spec(
         family,
-        CUDA,
+        verify,
         commit_with_launcher,
         L=spec_buffer_len(B, T),
         T=T,
@@ -171,7 +190,7 @@ def test_cuda_verify_equals_the_triton_kernels(T, state, all_tokens, per_channel
 )
 def test_kda_verify_in_one_launch_equals_two_launches(T, state, two_launches, all_tokens):
     """KDA's verify with the step kernel's own coefficient warps (``fused``, the rule for Kimi
-    Linear's fp32 T <= 4) against the coefficient launch then the step kernel, on two copies of a
+    Linear's fp32 T <= 4 from batch 25) against the coefficient launch then the step kernel, on two copies of a
     cache with spread cursors: the same arithmetic, so outputs, flushed checkpoints, records,
     cursors and pending are equal bit for bit."""
     fam = DeltaFamily(KIMI, per_channel=True)

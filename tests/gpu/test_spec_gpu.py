@@ -2,6 +2,8 @@
 Qwen3.5; KDA: Kimi Linear): long verify + commit runs with random acceptance against the
 float64 serial oracle, CUDA graphs, baselines, teeth."""
 
+from functools import partial
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from spec_cases import (
     commit_with_op,
     delta_serial_with_op,
     delta_snapshot_verify_with_op,
+    delta_verify_with_launcher,
     delta_verify_with_op,
     draw,
     drive_baseline,
@@ -25,6 +28,7 @@ from spec_cases import (
     no_commit,
     snapshot_commit_with_op,
 )
+from trtllm_replayssm.kernels.gated_delta_verify_cuda import DeltaVerifyCudaConfig
 from trtllm_replayssm.ops import SnapshotCache, replay_commit, spec_buffer_len
 
 pytestmark = pytest.mark.gpu
@@ -136,6 +140,12 @@ GRAPH_CASES = [
     pytest.param(Mamba2Family(SUPER, with_z=True), mamba2_verify_with_op, 4, id="mamba2-super-T4"),
     pytest.param(DeltaFamily(QWEN35_122B, per_channel=False), delta_verify_with_op, 4, id="gdn-qwen3.5-122b-T4"),
     pytest.param(DeltaFamily(KIMI_LINEAR, per_channel=True), delta_verify_with_op, 4, id="kda-kimi-linear-T4"),
+    pytest.param(  # KDA in one launch (the op's rule takes it only from 6 units a multiprocessor)
+        DeltaFamily(KIMI_LINEAR, per_channel=True),
+        partial(delta_verify_with_launcher, kernel="cuda", config=DeltaVerifyCudaConfig(128, 2, 1, fused=True)),
+        4,
+        id="kda-kimi-linear-T4-one-launch",
+    ),
 ]
 
 

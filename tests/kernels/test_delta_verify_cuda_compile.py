@@ -178,6 +178,9 @@ def test_launch_rule_and_block_sizes():
     assert not vc.delta_verify_cuda_config(128, 128, 24, 8, 4, True).fused
     assert vc.delta_verify_cuda_config(128, 128, 20, 4, 2, True) == vc.DeltaVerifyCudaConfig(rows=64, stages=2, min_ctas=2)
     assert not vc.delta_verify_cuda_config(128, 128, 20, 4, 4).fused  # GDN: two launches
+    # ... from 6 units a multiprocessor: Kimi Linear's 32 heads at batch 25 on 132 (batch 16 lost 5%)
+    kimi = partial(vc.delta_verify_cuda_config, 128, 128, 20, 4, 4, True, multiprocessors=132)
+    assert not kimi(heads=24 * 32).fused and kimi(heads=25 * 32).fused and kimi(heads=None).fused
     # hk, hq [32][4], A, Q [4][4], wk, wq, beta [4], wgt [32], E0, w, n -> 363, rounded to 364
     assert vc.delta_verify_coefficient_floats(20, 4) == 2 * 128 + 2 * 16 + 12 + 32 + 3 + 1
     assert vc.delta_verify_coefficient_floats(16, 8) == 2 * 128 + 2 * 64 + 24 + 16 + 4

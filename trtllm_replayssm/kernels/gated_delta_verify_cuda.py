@@ -183,7 +183,14 @@ def _ctas(head_k_dim: int, rows: int, L: int, T: int, state_bytes: int, per_chan
 
 
 def delta_verify_cuda_config(
-    head_k_dim: int, head_v_dim: int, L: int, T: int, state_bytes: int, per_channel: bool = False
+    head_k_dim: int,
+    head_v_dim: int,
+    L: int,
+    T: int,
+    state_bytes: int,
+    per_channel: bool = False,
+    heads: Optional[int] = None,
+    multiprocessors: int = 132,
 ) -> DeltaVerifyCudaConfig:
     """Units of 64 or 128 value rows (where they tile head_v_dim; else
     :func:`~.gated_delta_replay_cuda.unit_rows`), two stages, as many CTAs per multiprocessor as
@@ -194,6 +201,12 @@ def delta_verify_cuda_config(
     warps) batch 256 1057.6 / 879.1 / 1317.1 / 1003.3, batch 512 2081.2 / 1696.2 / 2585.6 / 1934.1;
     T = 4 (two CTAs of 64 rows, one of 128) batch 256 447.4 / 467.3 / 502.8 / 520.6.
 
+    KDA in one launch (``fused``) where :func:`fused_coefficients_fit` and each of the
+    ``multiprocessors`` takes at least :data:`FUSED_MIN_UNITS_PER_SM` of the ``heads`` (batch x
+    value heads) units (None: many). Timed on an H100 (Kimi Linear, fp32, T = 4, session 59, µs,
+    two launches / one): batch 16 31.66 / 33.27, 24 44.45 / 44.33, 32 55.48 / 53.63, 64 100.50 /
+    91.26, 128 182.80 / 162.68, 256 345.09 / 302.94; T = 2: 16 26.47 / 28.43, 256 291.68 / 258.91.
+
     Raises:
         ValueError: one CTA does not fit a multiprocessor.
     """
@@ -202,12 +215,16 @@ def delta_verify_cuda_config(
     rows = -rows
     if warps < 1:
         raise ValueError(f"delta_verify_cuda_config: head_k_dim {head_k_dim}, L {L}, T {T} do not fit a multiprocessor")
-    if per_channel and fused_coefficients_fit(head_k_dim, head_v_dim, rows, L, T, state_bytes):
+    enough = heads is None or heads >= FUSED_MIN_UNITS_PER_SM * multiprocessors
+    if per_channel and enough and fused_coefficients_fit(head_k_dim, head_v_dim, rows, L, T, state_bytes):
         return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=1, fused=True)
     return DeltaVerifyCudaConfig(rows=rows, stages=2, min_ctas=_ctas(head_k_dim, rows, L, T, state_bytes, per_channel))
 
 
 FUSED_MAX_T = 4  # from T = 5 the consumers need more than the 128 registers a thread of 416 threads
+# Below ~6 units a multiprocessor the one launch's per-CTA chain (records, coefficients, then the
+# consumers) costs more than the coefficient launch's parallel CTAs (delta_verify_cuda_config's figures).
+FUSED_MIN_UNITS_PER_SM = 6
 
 
 def fused_coefficients_fit(head_k_dim: int, head_v_dim: int, rows: int, L: int, T: int, state_bytes: int) -> bool:
@@ -433,7 +450,9 @@ def launch_delta_replay_verify_cuda(
     L = d_records.shape[2]
     es = checkpoint.element_size()
     per_channel = g.dim() == 4
-    cfg = config or delta_verify_cuda_config(head_k_dim, head_v_dim, L, T, es, per_channel)
+    cfg = config or delta_verify_cuda_config(
+        head_k_dim, head_v_dim, L, T, es, per_channel, heads=batch * v_heads, multiprocessors=multiprocessor_count(v.device)
+    )
     defines = delta_verify_defines(
         k_heads,
         v_heads,
