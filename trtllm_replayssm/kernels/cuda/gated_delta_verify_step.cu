@@ -66,12 +66,13 @@
 // bf16 d records against U's three parts on tensor cores).
 // One launch (FUSED_COEF; KDA with a unit a (row, value head), where the launcher's rule finds the
 // stages and the scratch fit): the step kernel alone, with DK coefficient threads (warps CONSUMERS
-// + 1 on) beside the consumers and the producer. For each unit, as soon as its stage is free, they
-// read what launch 1 reads and form launch 1's block, u rows and a flush's U_j parts straight into
-// the stage (kda_form_coefficients, scratch after the mbarriers), append the window's g and k̂
-// records and arrive on the stage's ready barrier, which the consumers wait for after the full
-// one; the producer then copies only the checkpoint rows and the d records. Every thread waits
-// for the previous grid before its first read.
+// + 1 on) beside the consumers and the producer. The producer copies into each unit's stage, ahead
+// of its checkpoint rows and d records, what launch 1 reads (the records before the cursor, the
+// window's q, k and g rows; the stage's recs barrier) and puts w and n in its meta; the
+// coefficient threads then form launch 1's block, u rows and a flush's U_j parts straight into the
+// stage (kda_form_coefficients, scratch after the mbarriers), append the window's g and k̂ records
+// and arrive on the stage's ready barrier, which the consumers wait for after the full one. Every
+// thread waits for the previous grid before its first read.
 //
 // Compile-time constants (-D): CKPT_F32 (0: bf16 checkpoint, 1: fp32), KHEADS, VHEADS (a multiple of
 // KHEADS, VHEADS / KHEADS <= 32), DK (head_k_dim: a multiple of 64 up to 256), DV (head_v_dim), ROWS
@@ -235,8 +236,8 @@ __device__ __forceinline__ float kda_partial(int i, const float (&ks)[VT], const
 }
 
 // The history's sums over this warp's 32 channels, H[j][v] = Σ_c U[j][c] V[v][c] (U: [UROWS][UPAD],
-// rows from UROWS on zero; V: [NT8][UPAD] in shared memory), on tensor cores in three TF32 products (hi hi + hi lo + lo hi:
-// about fp32 accuracy), into the accumulators acc (lane (g = lane / 4, t = lane % 4) of tile (mt,
+// rows from UROWS on zero; V: [NT8][UPAD] in shared memory), on tensor cores in three TF32 products
+// (hi hi + hi lo + lo hi: about fp32 accuracy), into the accumulators acc (lane (g = lane / 4, t = lane % 4) of tile (mt,
 // nt) holds rows 16 mt + g (+ 8), columns 8 nt + 2 t (+ 1)). The lane reads A rows g, g + 8 and B
 // columns g at k t, t + 4: UPAD = DK + 4 puts them in distinct banks.
 __device__ __forceinline__ void history_sums_mma(const float* su, const float* sv, float (&acc)[LP / 16][NT8 / 8][4],
