@@ -185,6 +185,16 @@ def test_launch_rule_and_block_sizes():
     assert vc.delta_verify_coefficient_floats(20, 4) == 2 * 128 + 2 * 16 + 12 + 32 + 3 + 1
     assert vc.delta_verify_coefficient_floats(16, 8) == 2 * 128 + 2 * 64 + 24 + 16 + 4
     assert vc.delta_verify_qk_pitch(128, 4) == 528
+    fused = vc.DeltaVerifyCudaConfig(128, 2, 1, fused=True)
+    kw = dict(g_dtype=torch.float32, beta_dtype=torch.float32, has_num_tokens=True)
+    assert ("FUSED_COEF", 1) in vc.delta_verify_defines(32, 32, 128, 128, 20, 4, fused, 4, True, per_channel=True, **kw)
+    for args, per_channel in (
+        ((32, 32, 128, 128, 32, 4), True),
+        ((32, 32, 128, 128, 24, 8), True),
+        ((16, 64, 128, 128, 20, 4), False),
+    ):
+        with pytest.raises(ValueError, match="config fused=True; expected KDA units of every value row"):
+            vc.delta_verify_defines(*args, fused, 4, True, per_channel=per_channel, **kw)
     with pytest.raises(ValueError, match="rows 48; expected a multiple of 16 up to 128 dividing head_v_dim 128"):
         vc.delta_verify_defines(
             16, 64, 128, 128, 20, 4, vc.DeltaVerifyCudaConfig(48, 2, 1), 2, True, torch.float32, torch.float32, True

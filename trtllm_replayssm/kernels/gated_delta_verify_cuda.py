@@ -334,11 +334,17 @@ def delta_verify_defines(
     """The .cu file's -D constants.
 
     Raises:
-        ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim.
+        ValueError: ``cfg.rows`` is not a multiple of 16 up to 128 dividing head_v_dim, or
+            ``cfg.fused`` where :func:`fused_coefficients_fit` finds no room (or for GDN).
     """
     if cfg.rows % 16 or not 16 <= cfg.rows <= 128 or head_v_dim % cfg.rows:
         raise ValueError(
             f"{_op(per_channel)} (CUDA): rows {cfg.rows}; expected a multiple of 16 up to 128 dividing head_v_dim {head_v_dim}"
+        )
+    if cfg.fused and not (per_channel and fused_coefficients_fit(head_k_dim, head_v_dim, cfg.rows, L, T, state_bytes)):
+        raise ValueError(
+            f"{_op(per_channel)} (CUDA): config fused=True; expected KDA units of every value row ({head_v_dim}, got "
+            f"{cfg.rows}), T <= {FUSED_MAX_T} (got {T}) and the stages and scratch fitting shared memory (L {L})"
         )
     d = dict(
         CKPT_F32=int(state_bytes == 4),
