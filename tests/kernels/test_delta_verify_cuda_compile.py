@@ -77,6 +77,27 @@ def test_every_shape_compiles_without_spills_and_sizes_match(shape, per_channel,
             assert static == SMEM_RESERVED_PER_CTA + coef_static, (name, static)
 
 
+@pytest.mark.parametrize(
+    "shape, state_bytes, rows",
+    [
+        ((32, 32, 128, 128, 20, 4), 2, 128),  # bf16 checkpoints take 64-row units by the rule
+        ((32, 32, 128, 128, 18, 2), 2, 128),
+        ((3, 3, 64, 48, 8, 3), 4, 48),
+    ],
+)
+def test_forced_one_launch_configs_compile_without_spills(shape, state_bytes, rows):
+    """KDA in one launch where the GPU tests force it (tests/gpu: long runs, CUDA graphs)."""
+    hk, hv, dk, dv, L, T = shape
+    cfg = vc.DeltaVerifyCudaConfig(rows, 2, 1, fused=True)
+    defines = vc.delta_verify_defines(hk, hv, dk, dv, L, T, cfg, state_bytes, True, torch.float32, torch.bfloat16, True, True)
+    ptx = compile_program(vc.SOURCE, "sm_90", defines, "ptx").decode()
+    compiled = int(re.search(r"delta_verify_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == vc.delta_verify_shared_bytes(dk, rows, L, T, 2, state_bytes, True, True)
+    for name, regs, stack, static, local in _cubin_resources(compile_program(vc.SOURCE, "sm_90", defines)):
+        assert (name, stack + local) == ("delta_verify_step", 0), (name, regs, stack, local)
+        assert static == SMEM_RESERVED_PER_CTA + vc.delta_verify_coef_static_bytes(dk, T)
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_fp32_s0_products_load_a_by_ldmatrix_and_split_in_integer_ops(per_channel):
     """An fp32 checkpoint from T = 4 (three TF32 products): the checkpoint's A fragments come from
