@@ -456,9 +456,8 @@ def launch_delta_replay_verify_cuda(
     L = d_records.shape[2]
     es = checkpoint.element_size()
     per_channel = g.dim() == 4
-    cfg = config or delta_verify_cuda_config(
-        head_k_dim, head_v_dim, L, T, es, per_channel, heads=batch * v_heads, multiprocessors=multiprocessor_count(v.device)
-    )
+    mps = multiprocessor_count(v.device)
+    cfg = config or delta_verify_cuda_config(head_k_dim, head_v_dim, L, T, es, per_channel, heads=batch * v_heads, multiprocessors=mps)
     defines = delta_verify_defines(
         k_heads,
         v_heads,
@@ -481,7 +480,7 @@ def launch_delta_replay_verify_cuda(
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
     threads = step_threads(cfg.rows) + (head_k_dim if cfg.fused else 0)
     units = batch * v_heads * (head_v_dim // cfg.rows)
-    grid = (min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device)),)
+    grid = (min(units, step_kernel.ctas_per_sm(threads, smem) * mps),)
     if cfg.fused:
         args = fused_step_args(
             maps, d_records, v, out, slot_ids, num_tokens, cursor, k_records, g_records, pending, q, k, g, beta, scale

@@ -169,7 +169,6 @@
 // contiguous from the first slot (one bulk copy; slot j then holds records 2j and 2j + 1).
 #define G_BYTES (ONE_LAUNCH ? (PER_CHANNEL ? LP * DK * 4 : LP * 4) : 0)
 #define OFF_G (OFF_V + ((V_BYTES + 15) / 16) * 16)
-#define G_SIZE (G_CODE == 0 ? 4 : 2)             // bytes of a g element
 #define G_REC(j) (COALESCE_RECS ? (j) : 2 * (j) + 1)  // KDA: record j's g, in DK halves from OFF_G
 #if PER_CHANNEL
 // Float index of column c in a flush's U_j: of each 32 columns (a warp's in unit_coefficients) the

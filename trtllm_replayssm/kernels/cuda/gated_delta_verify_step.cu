@@ -173,7 +173,6 @@
 // only after their first barrier: the records before the cursor into the key-row region (g [UROWS]
 // [DK] fp16, then k̂ [UROWS][DK] bf16), the window's q, k (bf16) and g (G_SIZE) rows [VT][DK] into
 // the u-row region.
-#define G_SIZE (G_CODE == 0 ? 4 : 2)  // bytes of a g element
 #define OFF_RAW_G OFF_K
 #define OFF_RAW_K (OFF_K + UROWS * DK * 2)
 #define OFF_WIN_Q OFF_QK
@@ -808,7 +807,7 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
   const u32 raw = smem_u32(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stages 1024-byte aligned (128-byte swizzle)
   unsigned char* const gbase = smem_raw + (base - raw);
-  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (FUSED_COEF: ready[STAGES])
+  const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES] (FUSED_COEF: ready, recs)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * VHEADS * PARTS;
   asm volatile("griddepcontrol.launch_dependents;");
