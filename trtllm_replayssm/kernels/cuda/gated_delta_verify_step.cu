@@ -402,8 +402,8 @@ __device__ __forceinline__ void kda_read_records(KdaInputs& in, const grec_t* gr
 // The DK threads forming a KDA unit's coefficients meet at named barrier 1.
 __device__ __forceinline__ void coef_sync() { asm volatile("bar.sync 1, %0;" ::"n"(DK) : "memory"); }
 
-// A KDA unit's coefficients from its inputs (kda_load_inputs), by DK threads (c: the thread's
-// channel; warp c / 32, lane c % 32) meeting at named barrier 1: the coefficient block ``blk``, the
+// A KDA unit's coefficients from its inputs (kda_read_window, kda_read_records), by DK threads (c:
+// the thread's channel; warp c / 32, lane c % 32) meeting at named barrier 1: the coefficient block ``blk``, the
 // u rows ``urow`` and a flush row's U_j in three bf16 parts (part p of record j at uparts + (p LP +
 // j) upitch, channel c at + c), in global memory for the step kernel (delta_verify_coefficients) or
 // in the unit's stage (FUSED_COEF); the window's g and k̂ records, pending and a flush row's cursor
