@@ -33,7 +33,8 @@ SHAPES = [  # (k_heads, v_heads, head_k_dim, head_v_dim, L, T)
 
 KDA_SHAPES = [  # one value head per key head
     (32, 32, 128, 128, 20, 4),  # Kimi Linear, TP=1, B = 16
-    (32, 32, 128, 128, 24, 8),
+    (32, 32, 128, 128, 24, 8),  # fp32: capped at 128 registers
+    (32, 32, 128, 128, 22, 6),
     (32, 32, 128, 128, 17, 1),
     (32, 32, 128, 128, 18, 2),
     (3, 3, 64, 48, 7, 2),
@@ -112,19 +113,23 @@ def test_fp32_s0_products_load_a_by_ldmatrix_and_split_in_integer_ops(per_channe
 
 
 @pytest.mark.parametrize(
-    "head_k_dim, L, T, per_channel, ctas",
+    "head_k_dim, L, T, per_channel, state_bytes, ctas",
     [
-        (128, 20, 4, True, 8),  # Kimi Linear, B = 16: 64 registers a thread
-        (128, 18, 2, True, 8),
-        (64, 7, 2, True, 16),
-        (256, 19, 3, True, 4),
-        (128, 21, 4, True, 1),  # longer record buffers spill under the cap
-        (128, 24, 8, True, 1),  # T = 8 takes 166-203 registers
-        (128, 20, 4, False, 1),  # GDN's coefficient CTA: a warp a value head, uncapped
+        (128, 20, 4, True, 4, 8),  # Kimi Linear, B = 16: 64 registers a thread
+        (128, 18, 2, True, 2, 8),
+        (64, 7, 2, True, 4, 16),
+        (256, 19, 3, True, 2, 4),
+        (128, 21, 4, True, 4, 4),  # longer record buffers spill under 64: 128 with an fp32 checkpoint
+        (128, 21, 4, True, 2, 1),
+        (128, 24, 8, True, 4, 4),  # T = 8 takes 150-203 registers uncapped
+        (128, 24, 8, True, 2, 1),  # bf16: T = 8 spills under 128
+        (128, 9, 8, True, 4, 1),
+        (64, 24, 8, True, 4, 1),
+        (128, 20, 4, False, 4, 1),  # GDN's coefficient CTA: a warp a value head, uncapped
     ],
 )
-def test_coefficient_register_cap(head_k_dim, L, T, per_channel, ctas):
-    assert vc.coefficient_min_ctas(head_k_dim, L, T, per_channel) == ctas
+def test_coefficient_register_cap(head_k_dim, L, T, per_channel, state_bytes, ctas):
+    assert vc.coefficient_min_ctas(head_k_dim, L, T, per_channel, state_bytes) == ctas
 
 
 def test_kda_compiles_only_with_one_value_head_per_key_head():

@@ -241,24 +241,37 @@ def fused_coefficients_fit(head_k_dim: int, head_v_dim: int, rows: int, L: int, 
 COEF_CAPPED_REGISTERS = 64  # a thread of KDA's coefficient kernel, where it is capped
 COEF_CAPPED_MAX_L = 20  # longer record buffers spill under the cap (CPU compile test)
 COEF_CAPPED_MAX_T = 4
+# Above COEF_CAPPED_MAX_T: KDA with an fp32 checkpoint at head_k_dim 128 and L in this range is
+# capped at COEF_WIDE_REGISTERS (4 CTAs a multiprocessor). Outside it T = 8 spills under the cap
+# (bf16: 8-16 bytes; L = 9 and head_k_dim 64: 8-16; L = 31 at T = 7: 24; CPU compile, session 60).
+COEF_WIDE_REGISTERS = 128
+COEF_WIDE_L = range(16, 25)
 
 
-def coefficient_min_ctas(head_k_dim: int, L: int, T: int, per_channel: bool) -> int:
+def coefficient_min_ctas(head_k_dim: int, L: int, T: int, per_channel: bool, state_bytes: int) -> int:
     """Resident CTAs a multiprocessor the coefficient kernel's registers are capped for: KDA (a CTA
     of head_k_dim threads) at L <= :data:`COEF_CAPPED_MAX_L` and T <= :data:`COEF_CAPPED_MAX_T`,
-    as many as :data:`COEF_CAPPED_REGISTERS` a thread allow (8 at head_k_dim 128); else 1 (uncapped:
-    KDA at T = 8 takes 166-203 registers, from L = 21 it spills under 64). Under the cap every
-    window compiles without spills (CPU compile test).
+    as many as :data:`COEF_CAPPED_REGISTERS` a thread allow (8 at head_k_dim 128); at longer
+    windows with an fp32 checkpoint at head_k_dim 128 and L in :data:`COEF_WIDE_L`, as many as
+    :data:`COEF_WIDE_REGISTERS` allow (4); else 1 (uncapped: KDA at T = 8 takes 150-203
+    registers, from L = 21 it spills under 64). Under a cap every window compiles without spills
+    (CPU compile test).
 
     Timed on an H100 (session 57, Kimi Linear, fp32 / bf16 checkpoint, µs, the 6-CTA cap at T <= 2
     and uncapped at T = 4 -> 8 CTAs; docs/kernel-notes.md "Session 57"): fp32 T = 2 batch 16 28.35
     -> 27.80, 256 313.49 -> 304.64, T = 4 16 33.68 -> 33.92, 256 372.19 -> 363.52; bf16 T = 2 16
     20.31 -> 19.72, 256 220.03 -> 210.64, T = 4 16 26.20 -> 26.33, 256 288.11 -> 286.74. (Session
     35 on an H200, uncapped / 6 / 8 with 32-72 bytes of spills then: fp32 T = 2 262.8 / 256.7 /
-    249.4, T = 4 336.0 / 340.4 / 328.4.)"""
-    if not per_channel or L > COEF_CAPPED_MAX_L or T > COEF_CAPPED_MAX_T:
+    249.4, T = 4 336.0 / 340.4 / 328.4.) Session 60 (ncu, fp32, T = 8, batch 16): uncapped at 160
+    registers, 3 CTAs a multiprocessor, the 512 CTAs took 1.29 waves and 19.81 µs, against 15.10
+    at 127 registers (4 CTAs, one wave) before session 59."""
+    if not per_channel:
         return 1
-    return REGISTERS_PER_SM // (head_k_dim * COEF_CAPPED_REGISTERS)
+    if L <= COEF_CAPPED_MAX_L and T <= COEF_CAPPED_MAX_T:
+        return REGISTERS_PER_SM // (head_k_dim * COEF_CAPPED_REGISTERS)
+    if state_bytes == 4 and head_k_dim == 128 and L in COEF_WIDE_L:
+        return REGISTERS_PER_SM // (head_k_dim * COEF_WIDE_REGISTERS)
+    return 1
 
 
 def delta_verify_cuda_unsupported(
@@ -358,7 +371,7 @@ def delta_verify_defines(
         VT=T,
         STAGES=cfg.stages,
         MIN_CTAS=cfg.min_ctas,
-        COEF_MIN_CTAS=coefficient_min_ctas(head_k_dim, L, T, per_channel),
+        COEF_MIN_CTAS=coefficient_min_ctas(head_k_dim, L, T, per_channel, state_bytes),
         L2NORM=int(bool(use_qk_l2norm)),
         HAS_NUM_TOKENS=int(has_num_tokens),
         G_CODE=DTYPE_CODE[g_dtype],
