@@ -390,10 +390,15 @@ __device__ __forceinline__ u16 load_u16_here(const u16* p) {
 // positions past them read record w - 1 again (an L1 hit, or the stage's copy) and are selected out
 // by kda_form_coefficients; position offsets in 32 bits (the launcher's record_offset_unsupported:
 // with 64-bit ones the capped coefficient launch spilled).
+// NEWEST_FIRST: the loads in the order kda_form_coefficients scans the records (session 60: at T =
+// 8 under a 128-register cap ptxas then keeps 44 of the 47 ahead of the scan, in position order 4;
+// under the 64-register cap that order spills, so that build and the fused step keep position order).
+template <bool NEWEST_FIRST>
 __device__ __forceinline__ void kda_read_records(KdaInputs& in, const grec_t* grec, int gpos, const u16* krec, int kpos) {
   const int last = in.w > 0 ? in.w - 1 : 0;
 #pragma unroll
-  for (int j = 0; j < LP; ++j) {
+  for (int i = 0; i < LP; ++i) {
+    const int j = NEWEST_FIRST ? LP - 1 - i : i;
     const int jj = j < last ? j : last;
     in.rec[j] = j < LREC ? (u32)load_u16_here(grec + jj * gpos) | ((u32)load_u16_here(krec + jj * kpos) << 16) : 0u;
   }
@@ -589,7 +594,7 @@ extern "C" __global__ void __launch_bounds__(PER_CHANNEL ? DK : VPK * 32, COEF_M
                   b * sg_batch + h * sg_head + c, sg_tok);
   in.bs = c < VT ? load_f32<BETA_CODE>(beta, b * sb_batch + c * sb_tok + h * sb_head) : 0.0f;
   in.w = cursor[slot] & (VERIFY_FLUSHED - 1);
-  kda_read_records(in, g_records + slot * sgr_slot + h * sgr_head + c, (int)sgr_pos, k_records + slot * skr_slot + h * skr_head + c,
+  kda_read_records<(COEF_MIN_CTAS * DK * 128 <= 65536)>(in, g_records + slot * sgr_slot + h * sgr_head + c, (int)sgr_pos, k_records + slot * skr_slot + h * skr_head + c,
                    (int)skr_pos);
   const long long bh = (long long)b * VHEADS + h;
   kda_form_coefficients(in, gl, h, slot, c, scr, coef_out + bh * COEF_FLOATS, u_out + bh * QK_BYTES, khist + bh * 3 * LP * DK, DK);
@@ -849,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(STEP_THREADS, MIN_CTAS) delta_verif
         in.bs = bs;
         kda_read_window(in, (const u16*)(gstage + OFF_WIN_Q) + c, DK, (const u16*)(gstage + OFF_WIN_K) + c, DK,
                         gstage + OFF_WIN_G, c, DK);
-        kda_read_records(in, (const grec_t*)(gstage + OFF_RAW_G) + c, DK, (const u16*)(gstage + OFF_RAW_K) + c, DK);
+        kda_read_records<false>(in, (const grec_t*)(gstage + OFF_RAW_G) + c, DK, (const u16*)(gstage + OFF_RAW_K) + c, DK);
         kda_form_coefficients(in, gl, h, slot, c, scr, (float*)(gstage + OFF_COEF), gstage + OFF_QK, (u16*)(gstage + OFF_K),
                               REC_PITCH / 2);
       }
