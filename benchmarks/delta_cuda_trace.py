@@ -8,7 +8,8 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
     issued     the producer has its stage (empty passed) and starts the unit's copies
     w          the unit's cursor (L - 1: the unit flushes)
     recs       the coefficient warps have the records and inputs (their recs wait passed)
-    ready      the coefficient warps are done (just before their ready arrival)
+    ready      coefficient thread 0 is done (just before its ready arrival; each coefficient thread
+               arrives once its own part is written)
     full       consumer warp 0 has the checkpoint (full passed)
     go         consumer warp 0 has the coefficients (ready passed)
     released   consumer warp 0 gave the stage back (a unit that does not flush: once read)
@@ -127,11 +128,11 @@ _PATCHES = (
         f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) tr[{WORD['recs']} + i] = clk();\n",
     ),
     (
-        "      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));\n",
+        "      mbar_arrive(BAR_READY(st));\n",
         f"      if (threadIdx.x == CONSUMERS * 32 && {_T}) {{ tr[{WORD['ready']} + i] = clk();"
         f" if (slot >= 0) {{ tr[{WORD['scanned']} + i] = coef_phase[0]; tr[{WORD['reduced']} + i] = coef_phase[1];"
         f" tr[{WORD['scaled']} + i] = coef_phase[2]; }} }}\n"
-        "      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));\n",
+        "      mbar_arrive(BAR_READY(st));\n",
     ),
     (
         "      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);\n",

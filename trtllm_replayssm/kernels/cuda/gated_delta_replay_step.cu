@@ -213,6 +213,10 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
 #define NBARS (ONE_LAUNCH ? (COEF_WARPS ? 4 : 3) : 2)
 #define BAR_RECS(st) (bars + 8 * (ONE_LAUNCH ? 2 * STAGES + (st) : (st)))
 #define BAR_READY(st) (bars + 8 * (3 * STAGES + (st)))
+// The coefficient warps arrive on ready a thread each, once each thread's part of the blocks is
+// written (no barrier among them after their last writes: a warp goes on to its next unit while
+// the others finish this one); the consumers see every part once the barrier completes.
+#define READY_ARRIVALS (CWARPS * 32)
 extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
 
 // The 8 bf16 values of a 16-byte chunk as fp32.
@@ -1026,7 +1030,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     if (PER_CHANNEL) cf[3 * LP] = 1.0f;
     coef_scalars(cf, nqk * rq * rk, beta, w, rq, rk);
   }
-  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
+  if (!COEF_WARPS) asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");  // else: ready's arrivals
 }
 
 #if REC_WARPS
@@ -1115,7 +1119,7 @@ __device__ __forceinline__ void records_coefficients(unsigned char* gstage, int 
       if (krec_w && append) krec_w[c0 + i] = f32_to_bf16(kv[i] * rk);
     }
   }
-  asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
+  if (!COEF_WARPS) asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");  // else: ready's arrivals
 }
 #endif
 
@@ -1203,7 +1207,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   asm volatile("griddepcontrol.launch_dependents;");
 #if ONE_LAUNCH
   if (threadIdx.x == 0) {  // recs: the producer's arrival and the records' bytes; ready: the coefficient warps'
-    for (int s = 2 * STAGES; s < NBARS * STAGES; ++s) mbar_init(bars + 8 * s, 1);
+    for (int s = 2 * STAGES; s < NBARS * STAGES; ++s) mbar_init(bars + 8 * s, s < 3 * STAGES ? 1 : READY_ARRIVALS);
   }
 #endif
   ring_init(bars, STAGES, CONSUMERS);
@@ -1224,7 +1228,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       if (slot >= 0)
         stage_coefficients(gstage, slot, bh % VHEADS, unit - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
                            sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
-      if (threadIdx.x == CONSUMERS * 32) mbar_arrive(BAR_READY(st));
+      mbar_arrive(BAR_READY(st));
     }
     return;
   }
