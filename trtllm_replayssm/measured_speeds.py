@@ -142,15 +142,6 @@ QWEN35_4B = MeasuredLayer("Qwen3.5-4B GDN", (16, 32, 128, 128))
 QWEN35_122B = MeasuredLayer("Qwen3.5-122B-A10B GDN", (16, 64, 128, 128))
 KIMI = MeasuredLayer("Kimi Linear KDA", (32, 32, 128, 128))
 
-_MAMBA2_DECODE = Source(
-    "2026-12-02",
-    _H200,
-    "python benchmarks/mamba2_decode.py --peers build/peers --batch 1 16 64 256 512 --L 16 --state bf16 f32",
-    _DOC,
-    "Mamba-2 decode",
-    "2026-12-02 (session 19)",
-    _RESULTS + "2026-12-02-h200-mamba2_decode_peers_s19.json",
-)
 _MAMBA2_DECODE_L = Source(
     "2026-12-02",
     _H200,
@@ -187,15 +178,6 @@ _KDA_DECODE = Source(
     "2026-12-03 (session 26, GDN's flush on tensor cores), KDA rows",
     _RESULTS + "2026-12-03-h200-kda_decode_s26.json",
 )
-_MAMBA2_VERIFY = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family mamba2 --T 2 4 8 --batch 8 16 64 256 512",
-    _DOC,
-    "Speculative verify",
-    "session 33, Mamba-2: the CUDA verify, fp32 checkpoint",
-    _RESULTS + "2026-12-04-h200-s33-call4-spec_verify_f32.json",
-)
 _MAMBA2_VERIFY_BF16 = Source(
     "2026-12-04",
     _H200,
@@ -205,15 +187,6 @@ _MAMBA2_VERIFY_BF16 = Source(
     "session 33, Mamba-2: the CUDA verify, bf16 checkpoint",
     _RESULTS + "2026-12-04-h200-s33-call4-spec_verify_bf16.json",
 )
-_GDN_VERIFY_S34 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 8 16 64 256 512 --kernel auto triton",
-    _DOC,
-    "Speculative verify",
-    "session 34, GDN: the CUDA verify, fp32 checkpoint",
-    _RESULTS + "2026-12-04-h200-s34-call4-spec_verify_gdn_f32.json",
-)
 _GDN_VERIFY_BF16_S34 = Source(
     "2026-12-04",
     _H200,
@@ -222,33 +195,6 @@ _GDN_VERIFY_BF16_S34 = Source(
     "Speculative verify",
     "session 34, GDN: the CUDA verify, bf16 checkpoint",
     _RESULTS + "2026-12-04-h200-s34-call2-spec_verify_gdn_bf16.json",
-)
-_GDN_VERIFY_S34_TF32 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family gdn --T 2 4 8 --batch 8 16 64 256 512 --kernel auto",
-    _DOC,
-    "Speculative verify",
-    "session 34, GDN: the CUDA verify, fp32 checkpoint",
-    _RESULTS + "2026-12-04-h200-s34-call8-spec_verify_gdn_f32.json",
-)
-_KDA_VERIFY_S35 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family kda gdn --T 2 3 8 --batch 8 16 64 256 512 --kernel auto triton",
-    _DOC,
-    "Speculative verify",
-    "session 35, KDA: session 34's final forms at T = 2, 3 and 8",
-    _RESULTS + "2026-12-04-h200-s35-call1-spec_verify_kda_gdn_T238_f32.log",
-)
-_KDA_VERIFY_S34 = Source(
-    "2026-12-04",
-    _H200,
-    "python benchmarks/spec_verify.py --family kda --T 2 4 8 --batch 8 16 64 256 512 --kernel auto triton",
-    _DOC,
-    "Speculative verify",
-    "session 34, KDA: the CUDA verify",
-    _RESULTS + "2026-12-04-h200-s34-call8-spec_verify_kda_f32.log",
 )
 _KDA_VERIFY_BF16_S34_FIRST = Source(
     "2026-12-04",
@@ -287,15 +233,32 @@ _CHECKPOINT_SPEED = Source(
     "2026-12-04 (session 33)",
     _RESULTS + "2026-12-04-h200-checkpoint_speed_s33.json",
 )
-
-_CHECKPOINT_SPEED_S48 = Source(
-    "2026-12-05",
+_CHECKPOINT_SPEED_S61 = Source(
+    "2026-12-06",
     _H200,
-    "python benchmarks/checkpoint_speed.py --family gdn kda mamba2 --state f32 bf16 fp8 --batch 1 16 64 256 512",
+    "python benchmarks/checkpoint_speed.py --family mamba2 gdn kda --state f32 bf16 fp8 --batch 1 16 64 256 512",
     _DOC,
     "Checkpoint dtypes: speed",
-    "2026-12-05 (session 48, H200): every checkpoint dtype, the first H200 run since session 39",
-    _RESULTS + "2026-12-05-h200-s48-callW-checkpoint_speed.json",
+    "2026-12-06 (session 61, H200): every checkpoint dtype on the kernels of 637b6e1",
+    _RESULTS + "2026-12-06-h200-s61-callP2-ckpt.log",
+)
+_VERIFY_S61 = Source(
+    "2026-12-06",
+    _H200,
+    "python benchmarks/spec_verify.py --family mamba2 gdn kda --T 2 4 8 --batch 1 4 16 64 256 512",
+    _DOC,
+    "Speculative verify",
+    "2026-12-06 (session 61, H200), fp32 checkpoint",
+    _RESULTS + "2026-12-06-h200-s61-callQ1-spec_f32.log",
+)
+_VERIFY_BF16_S61 = Source(
+    "2026-12-06",
+    _H200,
+    "python benchmarks/spec_verify.py --family mamba2 gdn kda --T 2 4 8 --batch 4 16 256 --state bf16",
+    _DOC,
+    "Speculative verify",
+    "2026-12-06 (session 61, H200), bf16 checkpoint",
+    _RESULTS + "2026-12-06-h200-s61-callQ1-spec_bf16.log",
 )
 
 # The record and activation dtype of every table below: each source's method in docs/benchmarks.md
@@ -303,30 +266,30 @@ _CHECKPOINT_SPEED_S48 = Source(
 _RECORDS = _ACTIVATIONS = "bf16"
 
 _STEP_BATCHES = (1, 16, 64, 256, 512)
-_VERIFY_BATCHES = (8, 16, 64, 256, 512)
+_VERIFY_BATCHES = (1, 4, 16, 64, 256, 512)
 
 # (family, layer, checkpoint dtype, L, source) -> ratios at _STEP_BATCHES.
 _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (MAMBA2, SUPER, "fp32", 8, _MAMBA2_DECODE_L): (1.07, 1.35, 1.55, 1.68, 1.71),
-    (MAMBA2, SUPER, "fp32", 16, _MAMBA2_DECODE): (1.07, 1.40, 1.60, 1.74, 1.78),
+    (MAMBA2, SUPER, "fp32", 16, _CHECKPOINT_SPEED_S61): (1.09, 1.41, 1.60, 1.73, 1.78),
     (MAMBA2, SUPER, "fp32", 32, _MAMBA2_DECODE_L): (1.03, 1.38, 1.60, 1.72, 1.76),
     (MAMBA2, SUPER, "bf16", 8, _MAMBA2_DECODE_L): (0.88, 1.16, 1.43, 1.55, 1.59),
-    (MAMBA2, SUPER, "bf16", 16, _MAMBA2_DECODE): (0.97, 1.21, 1.46, 1.57, 1.64),
+    (MAMBA2, SUPER, "bf16", 16, _CHECKPOINT_SPEED_S61): (1.05, 1.21, 1.47, 1.58, 1.63),
     (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.83, 1.13, 1.40, 1.49, 1.54),
     # The route the op takes: the CUDA step.
     (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.10, 1.15, 1.38, 1.59, 1.67),
     (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.93, 1.09, 1.38, 1.45),
     (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE_L): (1.00, 1.35, 1.53, 1.66, 1.69),
-    (GDN, QWEN35_122B, "fp32", 16, _CHECKPOINT_SPEED_S48): (1.06, 1.31, 1.56, 1.72, 1.76),
+    (GDN, QWEN35_122B, "fp32", 16, _CHECKPOINT_SPEED_S61): (1.11, 1.44, 1.58, 1.75, 1.79),
     (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE_L): (0.95, 1.25, 1.46, 1.62, 1.65),
     (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L): (1.01, 1.05, 1.32, 1.50, 1.53),
-    (GDN, QWEN35_122B, "bf16", 16, _CHECKPOINT_SPEED_S48): (1.01, 1.06, 1.21, 1.52, 1.60),
+    (GDN, QWEN35_122B, "bf16", 16, _CHECKPOINT_SPEED_S61): (1.08, 1.25, 1.36, 1.46, 1.49),
     (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
     (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.93, 1.12, 1.38, 1.56, 1.63),
-    (KDA, KIMI, "fp32", 16, _CHECKPOINT_SPEED_S48): (0.97, 1.16, 1.41, 1.57, 1.65),
+    (KDA, KIMI, "fp32", 16, _CHECKPOINT_SPEED_S61): (1.24, 1.26, 1.44, 1.59, 1.68),
     (KDA, KIMI, "fp32", 32, _KDA_DECODE_L32): (0.71, 0.97, 1.13, 1.21, 1.29),
     (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.32, 1.40),
-    (KDA, KIMI, "bf16", 16, _CHECKPOINT_SPEED_S48): (0.79, 0.84, 1.03, 1.28, 1.35),
+    (KDA, KIMI, "bf16", 16, _CHECKPOINT_SPEED_S61): (0.97, 1.06, 1.15, 1.37, 1.44),
     (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.70, 0.72),
     # fp16 checkpoints take the Triton kernels (the CUDA steps read bf16 and fp32 only).
     (MAMBA2, SUPER, "fp16", 16, _CHECKPOINT_SPEED): (0.64, 0.79, 0.96, 1.14, 1.17),
@@ -338,64 +301,56 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
 # takes the Triton kernels, not timed here): (family, layer, L) -> at _STEP_BATCHES, the fp8
 # replay step's ratios against the fp32 conventional step (no conventional step keeps an fp8
 # state), the same run's bf16 replay step's against that same step, and each batch's source.
-_FP8_SOURCES = (_CHECKPOINT_SPEED_S48,) * 5
+_FP8_SOURCES = (_CHECKPOINT_SPEED_S61,) * 5
 _FP8_STEP_TABLE: Dict[tuple, Tuple[Tuple[float, ...], Tuple[float, ...], Tuple[Source, ...]]] = {
-    (MAMBA2, SUPER, 16): ((1.24, 2.64, 3.88, 4.67, 4.91), (1.22, 2.23, 2.83, 3.08, 3.23), _FP8_SOURCES),
-    (GDN, QWEN35_122B, 16): ((1.23, 2.25, 3.08, 3.75, 3.69), (1.20, 1.95, 2.31, 2.93, 3.11), _FP8_SOURCES),
-    (KDA, KIMI, 16): ((0.96, 1.49, 2.08, 2.57, 2.66), (0.99, 1.55, 1.95, 2.46, 2.57), _FP8_SOURCES),
+    (MAMBA2, SUPER, 16): ((1.34, 2.64, 3.87, 4.66, 4.89), (1.34, 2.23, 2.83, 3.07, 3.22), _FP8_SOURCES),
+    (GDN, QWEN35_122B, 16): ((1.31, 2.22, 3.22, 3.87, 3.88), (1.28, 2.30, 2.61, 2.81, 2.90), _FP8_SOURCES),
+    (KDA, KIMI, 16): ((1.19, 1.93, 2.32, 2.78, 2.87), (1.23, 1.96, 2.19, 2.62, 2.75), _FP8_SOURCES),
 }
 
-# (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES (None: not measured); fp32
-# checkpoint, B = 16.
+# (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.
 _VERIFY_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
-    (MAMBA2, SUPER, 2): (1.74, 2.26, 2.71, 3.01, 3.11),
-    (MAMBA2, SUPER, 4): (2.46, 3.56, 4.23, 4.72, 4.92),
-    (MAMBA2, SUPER, 8): (2.84, 4.13, 4.69, 5.17, 5.17),
-    (GDN, QWEN35_122B, 2): (1.66, 2.21, 2.74, 3.04, 3.11),
-    (GDN, QWEN35_122B, 4): (2.20, 3.39, 4.36, 4.74, 4.77),
-    (GDN, QWEN35_122B, 8): (1.80, 3.21, 4.90, 5.31, 5.50),
-    (KDA, KIMI, 2): (1.07, 1.34, 1.84, 2.10, 2.21),
-    (KDA, KIMI, 4): (1.62, 1.97, 2.89, 3.23, 3.39),
-    (KDA, KIMI, 8): (2.50, 2.61, 3.90, 4.09, 4.18),
+    (MAMBA2, SUPER, 2): (0.82, 1.34, 2.23, 2.71, 3.00, 3.10),
+    (MAMBA2, SUPER, 4): (1.34, 1.95, 3.57, 4.21, 4.71, 4.93),
+    (MAMBA2, SUPER, 8): (1.74, 2.42, 4.13, 4.70, 5.17, 5.20),
+    (GDN, QWEN35_122B, 2): (0.91, 1.34, 2.20, 2.70, 2.99, 3.02),
+    (GDN, QWEN35_122B, 4): (1.30, 1.92, 3.60, 4.45, 4.90, 5.02),
+    (GDN, QWEN35_122B, 8): (1.19, 1.81, 3.47, 5.30, 5.78, 5.99),
+    (KDA, KIMI, 2): (0.76, 0.92, 1.45, 1.97, 2.31, 2.41),
+    (KDA, KIMI, 4): (1.07, 1.32, 2.15, 3.31, 3.81, 4.01),
+    (KDA, KIMI, 8): (1.80, 2.20, 3.07, 4.56, 4.86, 4.93),
 }
 # The same with a bf16 checkpoint, at _VERIFY_BF16_BATCHES.
 _VERIFY_BF16_BATCHES = (4, 16, 32, 64, 256)
 _VERIFY_BF16_TABLE: Dict[tuple, Tuple[Optional[float], ...]] = {
-    (MAMBA2, SUPER, 2): (0.91, 1.48, 1.96, 2.18, 2.51),
-    (MAMBA2, SUPER, 4): (1.36, 2.09, 3.00, 3.26, 3.64),
-    (MAMBA2, SUPER, 8): (1.63, 2.17, 3.04, 3.24, 3.48),
-    (GDN, QWEN35_122B, 2): (0.96, 1.57, 2.09, 2.30, 2.62),
-    (GDN, QWEN35_122B, 4): (1.32, 2.30, 3.35, 3.69, 4.11),
-    (GDN, QWEN35_122B, 8): (1.25, 1.90, 3.21, 3.77, 4.07),
-    (KDA, KIMI, 2): (0.59, 0.91, 1.01, 1.24, 1.42),
-    (KDA, KIMI, 4): (1.01, 1.37, 1.48, 1.90, 2.07),
-    (KDA, KIMI, 8): (1.63, 1.67, 1.67, 2.05, 2.13),
+    (MAMBA2, SUPER, 2): (0.91, 1.48, 1.96, 2.18, 2.50),
+    (MAMBA2, SUPER, 4): (1.36, 2.08, 3.00, 3.26, 3.63),
+    (MAMBA2, SUPER, 8): (1.63, 2.18, 3.04, 3.24, 3.46),
+    (GDN, QWEN35_122B, 2): (0.94, 1.58, 2.09, 2.30, 2.58),
+    (GDN, QWEN35_122B, 4): (1.31, 2.29, 3.35, 3.69, 4.03),
+    (GDN, QWEN35_122B, 8): (1.25, 1.92, 3.21, 3.77, 4.05),
+    (KDA, KIMI, 2): (0.71, 1.00, 1.01, 1.24, 1.67),
+    (KDA, KIMI, 4): (1.00, 1.41, 1.48, 1.90, 2.37),
+    (KDA, KIMI, 8): (1.56, 1.75, 1.67, 2.05, 2.54),
 }
-_MAMBA2_VERIFY_BF16_SOURCES = (_MAMBA2_VERIFY_BF16,) * 5
+
+
+def _bf16_columns(older: Source) -> Tuple[Source, ...]:
+    """The source of each _VERIFY_BF16_BATCHES column: batches 4, 16 and 256 from session 61's
+    run on today's kernels, 32 and 64 from ``older`` (not rerun since)."""
+    return (_VERIFY_BF16_S61, _VERIFY_BF16_S61, older, older, _VERIFY_BF16_S61)
+
+
 _VERIFY_BF16_SOURCES = {
-    **{(MAMBA2, T): _MAMBA2_VERIFY_BF16_SOURCES for T in (2, 4, 8)},
-    **{(GDN, T): (_GDN_VERIFY_BF16_S34,) * 5 for T in (2, 4, 8)},
-    (KDA, 2): (_KDA_VERIFY_BF16_S34,) * 5,
-    (KDA, 4): (_KDA_VERIFY_BF16_S34,) * 5,
-    # KDA T = 8 from batch 32: the first CUDA run's (call 5; call 8 was cut by its time limit there)
-    (KDA, 8): (_KDA_VERIFY_BF16_S34,) * 2 + (_KDA_VERIFY_BF16_S34_FIRST,) * 3,
+    **{(MAMBA2, T): _bf16_columns(_MAMBA2_VERIFY_BF16) for T in (2, 4, 8)},
+    **{(GDN, T): _bf16_columns(_GDN_VERIFY_BF16_S34) for T in (2, 4, 8)},
+    (KDA, 2): _bf16_columns(_KDA_VERIFY_BF16_S34),
+    (KDA, 4): _bf16_columns(_KDA_VERIFY_BF16_S34),
+    # KDA T = 8 at batch 32 and 64: the first CUDA run's (call 5; call 8 was cut by its time limit there)
+    (KDA, 8): _bf16_columns(_KDA_VERIFY_BF16_S34_FIRST),
 }
-# The source of each _VERIFY_BATCHES column, by family and T: GDN T = 2 ran the exact-fp32 S0
-# products in call 4 as it does now, T = 4 and 8 the TF32 ones in call 8; KDA T = 4 is session 34
-# call 8's final kernels, T = 2 and 8 the same kernels in session 35's call 1 (T = 2 before its
-# coefficient register cap, measured 2-3% faster at batch 256 since).
-_MAMBA2_VERIFY_SOURCES = (_MAMBA2_VERIFY,) * 5
-_VERIFY_SOURCES = {
-    (MAMBA2, 2): _MAMBA2_VERIFY_SOURCES,
-    (MAMBA2, 4): _MAMBA2_VERIFY_SOURCES,
-    (MAMBA2, 8): _MAMBA2_VERIFY_SOURCES,
-    (GDN, 2): (_GDN_VERIFY_S34,) * 5,
-    (GDN, 4): (_GDN_VERIFY_S34_TF32,) * 5,
-    (GDN, 8): (_GDN_VERIFY_S34_TF32,) * 5,
-    (KDA, 2): (_KDA_VERIFY_S35,) * 5,
-    (KDA, 4): (_KDA_VERIFY_S34,) * 5,
-    (KDA, 8): (_KDA_VERIFY_S35,) * 5,
-}
+# Every fp32 cell: session 61's one run.
+_VERIFY_SOURCES = {(family, T): (_VERIFY_S61,) * len(_VERIFY_BATCHES) for family, _, T in _VERIFY_TABLE}
 
 
 def _measurements() -> Tuple[Measurement, ...]:
