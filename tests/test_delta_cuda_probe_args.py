@@ -28,6 +28,21 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,ff,rw", "table,ff,rw"),
         ("table,rw", "table,rw"),
         ("table,fmma,ff,rw", "table,fmma,ff,rw"),
+        ("table,cs", "table,cs"),
+        ("table,ff,cs", "table,ff,cs"),
+        (
+            "128,3,1,one,cw4,cr,dc,cs",
+            DeltaCudaConfig(
+                rows=128,
+                stages=3,
+                min_ctas=1,
+                one_launch=True,
+                coef_warps=4,
+                coalesce_recs=True,
+                defer_count=True,
+                consumer_sums=True,
+            ),
+        ),
         ("64,2,3,one,rw", DeltaCudaConfig(rows=64, stages=2, min_ctas=3, one_launch=True, rec_warps=True)),
         ("64,2,4,one,ff", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, one_launch=True, flush_first=True)),
         ("64,2,4,fmma", DeltaCudaConfig(rows=64, stages=2, min_ctas=4, flush_mma=True)),
@@ -76,6 +91,9 @@ def test_config_strings_name_their_launch(text, expected):
         "table,ff,fmma",
         "table,rw,ff",
         "table,rw,rw",
+        "table,cs,ff",
+        "table,cs,cs",
+        "128,3,1,one,cw4,cs,cs",
         "64,2,3,dc,dc",
         "64,2,4,one,rw,rw",
         "table,smma",
@@ -130,6 +148,19 @@ def test_table_rw_splits_the_records_only_in_gdn_one_launch(batch):
     assert one == (batch in (8, 16, 64, 256)) and table.rec_warps == (batch in (16, 64, 256))
     kda = delta_cuda_probe.case_config("table,rw", QWEN_122B, 16, batch, 2, per_channel=True)
     assert not kda.rec_warps
+
+
+@pytest.mark.parametrize("state_bytes, batch", [(2, 1), (2, 64), (2, 256), (1, 256), (4, 16), (4, 256)])
+def test_table_cs_sums_in_the_consumers_only_for_kda_with_coefficient_warps(state_bytes, batch):
+    """``table,cs`` is KDA's table with its consumers summing the coefficient warps' partials where
+    the table has coefficient warps (every bf16 and fp8 build; fp32 at L = 16 only at batch 1-2);
+    elsewhere, and for GDN, it is the table."""
+    table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel=True)
+    got = delta_cuda_probe.case_config("table,cs", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
+    assert got == dataclasses.replace(table, one_launch=True, consumer_sums=table.coef_warps > 0)
+    assert (table.coef_warps > 0) == (state_bytes != 4)
+    gdn = delta_cuda_probe.case_config("table,cs", QWEN_122B, 16, batch, state_bytes, per_channel=False)
+    assert not gdn.consumer_sums
 
 
 def test_baseline_configs_need_a_baseline(capsys):

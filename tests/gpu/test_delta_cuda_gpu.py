@@ -44,12 +44,15 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # and 32 rows a CTA. KDA: the forms of its one launch. Both: the flush's fold on tensor cores (GDN
 # bf16 at batch 12-64 runs cw-fmma). ``-cr``: the record copies coalesced (128-row units: d too);
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
-# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch).
+# (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch);
+# ``-cs``: KDA's consumers summing the coefficient warps' partials (``atN-cs``: the table's build at
+# batch N with it).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
 FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
+KDA_FORMS += ["cw-cs", "cw-cr-dc-ff-cs", "at1-cs", "at64-cs", "at256-cs"]
 
 
 KDA_SHAPES = [
@@ -70,6 +73,11 @@ def config(g, L, state, form, per_channel=False):
         unit_rows,
     )
 
+    if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
+        cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True)
+        if not cfg.coef_warps or cfg.s0_mma:
+            pytest.skip("consumer sums take KDA's coefficient warps and exact S0 products")
+        return cfg
     if form.startswith("at"):  # the table's own configuration at that batch, every flag as routed
         return delta_cuda_config(g.head_k_dim, g.head_v_dim, L, int(form[2:]), STATES[state].itemsize, per_channel)
     # KDA: the table's at batch 256; GDN: its two launches (the table's with an fp32 checkpoint at
@@ -197,6 +205,15 @@ def test_cuda_delta_table_at_batch_128(per_channel, state):
     assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps) == (128, stages, 1, 4)
     assert cfg.one_launch or per_channel
     check_against_oracle(g, 16, state, "at128", per_channel, steps=40, batch=64, num_slots=70, min_flushes=64)
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", [KDA_SHAPES[0], KDA_SHAPES[3]])
+@pytest.mark.parametrize("batch", [1, 16, 64, 256])
+def test_cuda_kda_fp8_consumer_sums_long_run_against_oracle(g, L, batch):
+    """KDA's consumers summing the coefficient warps' partials with an fp8 checkpoint, at the
+    table's build for ``batch`` (narrow units at 1, the rings from 64)."""
+    check_against_oracle(g, L, "fp8", f"at{batch}-cs", per_channel=True)
 
 
 def fill_randomly(cache) -> None:

@@ -571,6 +571,39 @@ def test_rec_warps_need_gdn_in_one_launch_and_take_one_barrier(L, cfg):
     assert ptx[rw].count("shfl.sync") < ptx[cfg].count("shfl.sync")
 
 
+@pytest.mark.parametrize(
+    "state_bytes, batch, L", [(2, 1, 16), (2, 64, 16), (2, 256, 16), (1, 256, 16), (4, 16, 32), (2, 64, 32), (1, 64, 8)]
+)
+def test_consumer_sums_take_kda_with_coefficient_warps_and_drop_the_coefficient_barrier(state_bytes, batch, L):
+    """``consumer_sums``: KDA's step kernel with coefficient warps and exact S0 products only, its
+    define and label; with it the coefficient pass holds no named barrier (the table's build: one),
+    the kernel compiles without local memory, and its consumers shuffle the scores they summed."""
+    table = gc.delta_cuda_config(128, 128, L, batch, state_bytes, per_channel=True)
+    assert table.coef_warps and not table.s0_mma
+    cs = dataclasses.replace(table, consumer_sums=True)
+
+    def defines(cfg, per_channel=True):
+        return dict(
+            gc.delta_step_defines(32, 32, 128, 128, L, cfg, state_bytes, True, torch.float32, torch.float32, per_channel)
+        )
+
+    assert defines(cs)["CONSUMER_SUMS"] == 1 and defines(table)["CONSUMER_SUMS"] == 0
+    assert cs.label().endswith(",cs") and not table.label().endswith(",cs")
+    refused = [(cs, False), (dataclasses.replace(cs, coef_warps=0), True)]
+    if state_bytes == 2:
+        refused.append((dataclasses.replace(cs, s0_mma=True), True))
+    for cfg, per_channel in refused:
+        with pytest.raises(ValueError, match="consumer_sums takes KDA's step kernel with coefficient warps"):
+            defines(cfg, per_channel)
+    ptx = {
+        c: ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, L, c, state_bytes, True, True), "delta_replay_step")
+        for c in (table, cs)
+    }
+    assert ptx[table].count("bar.sync 1,") == 1 and ptx[cs].count("bar.sync 1,") == 0
+    assert ".local" not in ptx[cs]
+    assert ptx[cs].count("shfl.sync") > ptx[table].count("shfl.sync")
+
+
 def _waits_parity_xored(body: str) -> int:
     """How many of the entry's barrier waits take a parity an ``xor.b32`` computed."""
     xors = set(re.findall(r"xor\.b32\s+(%r\d+),", body))

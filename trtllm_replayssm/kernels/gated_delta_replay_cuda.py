@@ -214,7 +214,10 @@ class DeltaCudaConfig:
     overlaps the other units' coefficients instead of following them. ``rec_warps`` (GDN, the step
     kernel in one launch): the warps forming a unit's coefficients split its records instead of its
     columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
-    no partial sums in shared memory)."""
+    no partial sums in shared memory). ``consumer_sums`` (KDA with coefficient warps, exact S0
+    products): the coefficient warps hand over their per-warp partial scores and norms without a
+    barrier, and each consumer warp sums them, normalises and appends k̂ itself (not routed; a
+    probe form, kernel notes "Session 61")."""
 
     rows: int
     stages: int
@@ -230,6 +233,7 @@ class DeltaCudaConfig:
     defer_count: bool = False
     flush_first: bool = False
     rec_warps: bool = False
+    consumer_sums: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -242,8 +246,9 @@ class DeltaCudaConfig:
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
         rw = ",rw" if self.rec_warps else ""
+        cs = ",cs" if self.consumer_sums else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -580,6 +585,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
         ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
+        ValueError: ``cfg.consumer_sums`` outside KDA's step kernel with coefficient warps and
+            exact S0 products.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -594,6 +601,10 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.rec_warps and per_channel:
         raise ValueError("delta_replay_step (CUDA): rec_warps takes GDN only (KDA's scan runs down the columns); "
                          "got per_channel=True")
+    if cfg.consumer_sums and not (per_channel and cfg.coef_warps and not cfg.s0_mma and not cfg.small):
+        raise ValueError("delta_replay_step (CUDA): consumer_sums takes KDA's step kernel with coefficient warps and "
+                         f"exact S0 products; got per_channel={per_channel}, coef_warps={cfg.coef_warps}, "
+                         f"s0_mma={cfg.s0_mma}, small={cfg.small}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -620,7 +631,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps),
+             CONSUMER_SUMS=int(cfg.consumer_sums), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -149,6 +149,18 @@
 #if REC_WARPS && (PER_CHANNEL || !ONE_LAUNCH)
 #error "REC_WARPS takes GDN in one launch"
 #endif
+// CONSUMER_SUMS (KDA with coefficient warps): the coefficient warps hand their per-warp partial
+// scores and norms over as they are (no named barrier, no second pass), with the qk block's
+// vectors unnormalised (e0 ⊙ q, e0 ⊙ k, k, e0); each consumer warp sums the partials itself, forms
+// rq and rk, scales its S0 products, scores and the flush's new record by them, and appends k̂.
+// What it moves: the chain after the coefficient warps' barrier (1.14 of their 2.10 µs a unit at
+// KDA fp8 256, H100, session 60) onto the consumers, who wait for them.
+#ifndef CONSUMER_SUMS
+#define CONSUMER_SUMS 0
+#endif
+#if CONSUMER_SUMS && !(PER_CHANNEL && COEF_WARPS && !S0_MMA)
+#error "CONSUMER_SUMS takes KDA with coefficient warps and its exact S0 products"
+#endif
 // Each warp role's first wait takes a zero computed from the kernel parameters it reads after that
 // wait (params_zero; the coefficient warps and the consumers in its parity, the producer of one
 // launch in a trap before its programmatic wait), so that their constant-bank loads, cold at each
@@ -979,6 +991,15 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 #if !PER_CHANNEL && !DECAYS_LATE
   if (warp == 0) stage_decays(gstage, w, gh, lane, append ? grec_w : nullptr);
 #endif
+#if CONSUMER_SUMS
+  // The partial sums are the hand-off (each thread's writes released by its own arrival on ready);
+  // the consumers form the norms, the scores and the k̂ append (consumer_norms).
+  if (tid == 0) {
+    cf[3 * LP] = 1.0f;
+    coef_scalars(cf, 0.0f, beta, w, 1.0f, 1.0f);  // kq: formed by the consumers
+  }
+  return;
+#endif
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
   nq = nk = nqk = 0.0f;
 #pragma unroll
@@ -1120,6 +1141,46 @@ __device__ __forceinline__ void records_coefficients(unsigned char* gstage, int 
     }
   }
   if (!COEF_WARPS) asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");  // else: ready's arrivals
+}
+#endif
+
+#if CONSUMER_SUMS
+// A consumer warp's share of CONSUMER_SUMS: from the coefficient warps' partial norms (rn) the
+// factors rq = scale / |q| and rk = 1 / |k| (with L2NORM; else scale and 1) and kq = q̂ . k̂, in
+// every lane; from their partial scores (red) score t of lane t and t + 32 (t < 2 LP: q scores,
+// then k scores), times rq or rk, in lo and hi. ``krec_w`` (not null): lane-strided columns of
+// k̂ = rk k appended from the qk block's raw k.
+__device__ __forceinline__ void consumer_norms(const unsigned char* gstage, int lane, float scale, u16* krec_w,
+                                               float& rq, float& rk, float& kq, float& lo, float& hi) {
+  const float* red = (const float*)(gstage + OFF_RED);
+  const float* rn = red + CWARPS * 2 * LP;
+  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < CWARPS; ++i) {  // the coefficient block's fixed order
+    nq += rn[i * 4];
+    nk += rn[i * 4 + 1];
+    nqk += rn[i * 4 + 2];
+  }
+#if L2NORM
+  rq = rsqrtf(nq + 1e-6f) * scale;
+  rk = rsqrtf(nk + 1e-6f);
+#else
+  rq = scale;
+  rk = 1.0f;
+#endif
+  kq = nqk * rq * rk;
+  lo = hi = 0.0f;
+#pragma unroll
+  for (int i = 0; i < CWARPS; ++i) {
+    lo += red[i * 2 * LP + lane];
+    if (2 * LP > 32) hi += red[i * 2 * LP + (32 + lane) % (2 * LP)];
+  }
+  lo *= lane < LP ? rq : rk;
+  hi *= rk;  // 2 LP > 32: t = 32 + lane >= LP
+  if (krec_w) {
+    const float* kraw = (const float*)(gstage + OFF_QK) + 2 * DK;
+    for (int c = lane; c < DK; c += 32) krec_w[c] = f32_to_bf16(kraw[c] * rk);
+  }
 }
 #endif
 
@@ -1462,6 +1523,17 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       sk *= row_scale;
 #endif
       const int w = ((const int*)cf)[3 * LP + 3];  // exact; the producer's read may be one step ahead
+#if CONSUMER_SUMS
+      // The norms and scores from the coefficient warps' partials (consumer_norms); warp 0 of the
+      // unit appends k̂ where unit_coefficients would have.
+      float nrq, nrk, kq, score_lo, score_hi;
+      u16* const krec_w = warp == 0 && part == 0 && h % VPK == 0 && w < LREC - 1
+                              ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos
+                              : nullptr;
+      consumer_norms(gstage, lane, scale, krec_w, nrq, nrk, kq, score_lo, score_hi);
+      sq *= nrq;
+      sk *= nrk;
+#endif
 #if !ONE_LAUNCH
       // The row's cursor advances here, once (head 0, part 0): the coefficient grid that read it
       // has completed (its block is in this stage). One launch: the producers count their reads.
@@ -1471,14 +1543,30 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       float rq = 0.0f, rk = 0.0f;
 #pragma unroll
       for (int j = half; j < LP; j += 2) {
+#if CONSUMER_SUMS
+        // record j's scores, shuffled by every lane: q score t = j, k score t = LP + j (lane t of
+        // lo, lane t - 32 of hi)
+        const float cq = __shfl_sync(0xffffffffu, score_lo, j);
+        const float ck = __shfl_sync(0xffffffffu, LP < 32 ? score_lo : score_hi, (LP + j) & 31);
+        if (j < w) {
+          const float dj = bf16_to_f32(ds[j * ROWS + row]);
+          rq += cq * dj;
+          rk += ck * dj;
+        }
+#else
         if (j < w) {
           const float dj = bf16_to_f32(ds[j * ROWS + row]);
           rq += cf[j] * dj;
           rk += cf[LP + j] * dj;
         }
+#endif
       }
       const float vr = bf16_to_f32(((const u16*)(gstage + OFF_V))[row]);
+#if CONSUMER_SUMS
+      const float e0 = cf[3 * LP], beta = cf[3 * LP + 2];
+#else
       const float e0 = cf[3 * LP], kq = cf[3 * LP + 1], beta = cf[3 * LP + 2];
+#endif
       // A unit that does not flush has read its stage: release it before the arithmetic.
       released = w != LREC - 1;
       if (released) {
@@ -1499,10 +1587,15 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         // Flush: the warp's 16 rows folded into the stage (on tensor cores with FLUSH_MMA, else in
         // exact fp32 FMAs), then stored by TMA.
         float* const scale_out = CKPT_FP8 ? ckpt_scale + slot * ssc_slot + h * ssc_head + part * ROWS : nullptr;
-#if FLUSH_MMA
-        flush_fold_mma(gstage, r0, lane, w, d, scale_out);
+#if CONSUMER_SUMS
+        const float dk = d * nrk;  // the qk block holds the raw k: the new record's k̂ = rk k
 #else
-        flush_fold_fma(gstage, r0, lane, d, scale_out);
+        const float dk = d;
+#endif
+#if FLUSH_MMA
+        flush_fold_mma(gstage, r0, lane, w, dk, scale_out);
+#else
+        flush_fold_fma(gstage, r0, lane, dk, scale_out);
 #endif
         store_warp_rows(&ckpt_store, stage, NBOX, ROWS * 128, BOXC, r0, part * ROWS + r0, h, slot, lane);
       }
