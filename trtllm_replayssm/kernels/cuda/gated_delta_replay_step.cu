@@ -905,6 +905,18 @@ __device__ __forceinline__ void stage_decays(unsigned char* gstage, int w, float
   }
 }
 
+// The norms' factors from |q|² and |k|²: q̂ = rq q, k̂ = rk k with rq = scale / |q|, rk = 1 / |k|
+// (L2NORM; else rq = scale, rk = 1).
+__device__ __forceinline__ void qk_factors(float nq, float nk, float scale, float& rq, float& rk) {
+#if L2NORM
+  rq = rsqrtf(nq + 1e-6f) * scale;
+  rk = rsqrtf(nk + 1e-6f);
+#else
+  rq = scale;
+  rk = 1.0f;
+#endif
+}
+
 // One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
 // consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
 // from the stage the producer filled: the step's q, k
@@ -1008,11 +1020,8 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     nk += rn[i * 4 + 1];
     nqk += rn[i * 4 + 2];
   }
-#if L2NORM
-  const float rq = rsqrtf(nq + 1e-6f) * scale, rk = rsqrtf(nk + 1e-6f);
-#else
-  const float rq = scale, rk = 1.0f;
-#endif
+  float rq, rk;
+  qk_factors(nq, nk, scale, rq, rk);
   // The qk block's columns scaled: q̂ and k̂ (DECAYS_LATE: by the warps but the first, which forms
   // the decays meanwhile; else each thread its own columns, written by it above).
 #if DECAYS_LATE
@@ -1074,13 +1083,7 @@ __device__ __forceinline__ void norm_factors(const float* qv, const float* kv, f
   nq = warp_sum(nq);
   nk = warp_sum(nk);
   nqk = warp_sum(nqk);
-#if L2NORM
-  rq = rsqrtf(nq + 1e-6f) * scale;
-  rk = rsqrtf(nk + 1e-6f);
-#else
-  rq = scale;
-  rk = 1.0f;
-#endif
+  qk_factors(nq, nk, scale, rq, rk);
 }
 
 // GDN, one launch, REC_WARPS: unit_coefficients' blocks with the CWARPS warps splitting the records
@@ -1161,13 +1164,7 @@ __device__ __forceinline__ void consumer_norms(const unsigned char* gstage, int 
     nk += rn[i * 4 + 1];
     nqk += rn[i * 4 + 2];
   }
-#if L2NORM
-  rq = rsqrtf(nq + 1e-6f) * scale;
-  rk = rsqrtf(nk + 1e-6f);
-#else
-  rq = scale;
-  rk = 1.0f;
-#endif
+  qk_factors(nq, nk, scale, rq, rk);
   kq = nqk * rq * rk;
   lo = hi = 0.0f;
 #pragma unroll
