@@ -110,7 +110,10 @@ _PATCHES = (
         "  if (tid == 0) coef_phase[0] = clk();\n"
         "  // Lane l < 16 of chunk c0 holds the warp's part of record c0 + l's q score, lane 16 + l its k score.\n",
     ),
-    ("  nq = nk = nqk = 0.0f;\n", "  if (tid == 0) coef_phase[1] = clk();\n  nq = nk = nqk = 0.0f;\n"),
+    (
+        "  float rq, rk;\n  nqk = summed_norms(rn, scale, rq, rk);\n",
+        "  if (tid == 0) coef_phase[1] = clk();\n  float rq, rk;\n  nqk = summed_norms(rn, scale, rq, rk);\n",
+    ),
     (
         "#if DECAYS_LATE\n  // The scores: the first warp, after its decays.\n",
         "  if (tid == 0) coef_phase[2] = clk();\n#if DECAYS_LATE\n  // The scores: the first warp, after its decays.\n",

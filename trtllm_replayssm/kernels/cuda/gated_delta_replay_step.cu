@@ -917,6 +917,27 @@ __device__ __forceinline__ void qk_factors(float nq, float nk, float scale, floa
 #endif
 }
 
+// The CWARPS warps' partial norms (rn: [CWARPS][4] of |q|², |k|², q . k) summed in a fixed order,
+// their factors (qk_factors) into rq and rk; returns q . k.
+__device__ __forceinline__ float summed_norms(const float* rn, float scale, float& rq, float& rk) {
+  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
+#pragma unroll
+  for (int i = 0; i < CWARPS; ++i) {
+    nq += rn[i * 4];
+    nk += rn[i * 4 + 1];
+    nqk += rn[i * 4 + 2];
+  }
+  qk_factors(nq, nk, scale, rq, rk);
+  return nqk;
+}
+
+// Where a unit appends the step's k̂ (record w of the key head's row, from the kernel's k_records and
+// its strides): part 0 of the key head's first value head, else null. A macro, not a function:
+// written in place it keeps the routed builds' code as it was (as an inline function NVRTC moved
+// the strides' parameter loads).
+#define K_APPEND_AT(slot, h, part, w) \
+  ((part) == 0 && (h) % VPK == 0 ? k_records + (slot) * skr_slot + ((h) / VPK) * skr_head + (w) * skr_pos : nullptr)
+
 // One launch (KDA; GDN when asked): a unit's coefficients, formed by CWARPS warps together (the
 // consumer warps, or the COEF_WARPS coefficient warps; tid: 0 .. CWARPS*32-1, named barrier 1)
 // from the stage the producer filled: the step's q, k
@@ -1013,15 +1034,8 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   return;
 #endif
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
-  nq = nk = nqk = 0.0f;
-#pragma unroll
-  for (int i = 0; i < CWARPS; ++i) {
-    nq += rn[i * 4];
-    nk += rn[i * 4 + 1];
-    nqk += rn[i * 4 + 2];
-  }
   float rq, rk;
-  qk_factors(nq, nk, scale, rq, rk);
+  nqk = summed_norms(rn, scale, rq, rk);
   // The qk block's columns scaled: q̂ and k̂ (DECAYS_LATE: by the warps but the first, which forms
   // the decays meanwhile; else each thread its own columns, written by it above).
 #if DECAYS_LATE
@@ -1156,15 +1170,7 @@ __device__ __forceinline__ void records_coefficients(unsigned char* gstage, int 
 __device__ __forceinline__ void consumer_norms(const unsigned char* gstage, int lane, float scale, u16* krec_w,
                                                float& rq, float& rk, float& kq, float& lo, float& hi) {
   const float* red = (const float*)(gstage + OFF_RED);
-  const float* rn = red + CWARPS * 2 * LP;
-  float nq = 0.0f, nk = 0.0f, nqk = 0.0f;
-#pragma unroll
-  for (int i = 0; i < CWARPS; ++i) {  // the coefficient block's fixed order
-    nq += rn[i * 4];
-    nk += rn[i * 4 + 1];
-    nqk += rn[i * 4 + 2];
-  }
-  qk_factors(nq, nk, scale, rq, rk);
+  const float nqk = summed_norms(red + CWARPS * 2 * LP, scale, rq, rk);
   kq = nqk * rq * rk;
   lo = hi = 0.0f;
 #pragma unroll
@@ -1191,7 +1197,7 @@ __device__ __forceinline__ void stage_coefficients(unsigned char* gstage, int sl
   const int* meta = (const int*)(gstage + OFF_META);
   const int w = meta[1];
   grec_t* grec_w = part == 0 ? g_records + slot * sgr_slot + h * sgr_head + w * sgr_pos : nullptr;
-  u16* krec_w = part == 0 && h % VPK == 0 ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos : nullptr;
+  u16* krec_w = K_APPEND_AT(slot, h, part, w);
 #if REC_WARPS
   records_coefficients(gstage, w, tid, ((const float*)meta)[2], ((const float*)meta)[3], scale, grec_w, krec_w);
 #else
@@ -1524,9 +1530,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       // The norms and scores from the coefficient warps' partials (consumer_norms); warp 0 of the
       // unit appends k̂ where unit_coefficients would have.
       float nrq, nrk, kq, score_lo, score_hi;
-      u16* const krec_w = warp == 0 && part == 0 && h % VPK == 0 && w < LREC - 1
-                              ? k_records + slot * skr_slot + (h / VPK) * skr_head + w * skr_pos
-                              : nullptr;
+      u16* const krec_w = warp == 0 && w < LREC - 1 ? K_APPEND_AT(slot, h, part, w) : nullptr;
       consumer_norms(gstage, lane, scale, krec_w, nrq, nrk, kq, score_lo, score_hi);
       sq *= nrq;
       sk *= nrk;
