@@ -243,15 +243,16 @@ def test_every_cell_is_against_its_dtypes_conventional_step():
 _JSON_STATES = {"f32": "fp32", "f16": "fp16"}  # the benchmarks' names where they differ
 
 
-def _printed_rows(path: str, family_col: int, keys: dict) -> dict:
-    """The replay rows of a benchmark's printed table (a raw ``.log``): {key: {name: value}},
-    the key from the columns ``keys["key"]`` and each named figure from its column, as printed."""
+def _printed_rows(path: str, key_cols: tuple, figure_cols: dict) -> dict:
+    """The replay rows of a benchmark's printed table (a raw ``.log``, the family in its first
+    column): {key: {name: value}}, the key from the columns ``key_cols`` and each named figure
+    from its column in ``figure_cols``, as printed."""
     rows = {}
     for line in open(os.path.join(ROOT, path)):
         cols = line.split()
-        if len(cols) > family_col and cols[family_col] in ("mamba2", "gdn", "kda") and "replay" in cols:
-            key = tuple(_JSON_STATES.get(cols[k], cols[k]) for k in keys["key"])
-            rows[key] = {name: cols[k] for name, k in keys["figures"].items()}
+        if cols and cols[0] in ("mamba2", "gdn", "kda") and "replay" in cols:
+            key = tuple(_JSON_STATES.get(cols[k], cols[k]) for k in key_cols)
+            rows[key] = {name: cols[k] for name, k in figure_cols.items()}
     return rows
 
 
@@ -268,7 +269,7 @@ def _checkpoint_speed_run(m) -> dict:
         assert _log_header(raw)[:3] == ["bench checkpoint_speed", m.source.date, m.source.gpu]
         assert "--L" not in m.source.command and m.L == 16  # the benchmark's default L
         # family batch route state us/step spread% "x fp32 conv" "x same conv"
-        printed = _printed_rows(raw, 0, {"key": (0, 3, 1), "figures": {"fp32": 6, "same": 7}})
+        printed = _printed_rows(raw, (0, 3, 1), {"fp32": 6, "same": 7})
         return {
             (f, st, int(b)): {"vs_fp32_conventional": float(v["fp32"]), "vs_same_dtype_conventional": v["same"]}
             for (f, st, b), v in printed.items()
@@ -285,7 +286,7 @@ def test_checkpoint_speed_cells_are_the_raw_runs_figures():
     """Each cell from a checkpoint_speed.py run is its replay row, rounded as printed: against
     the same dtype's conventional step, or the fp32 one where the cell says so (fp8), and an fp8
     cell's bf16 figure that run's bf16 replay row against the fp32 conventional step."""
-    cells = [m for m in MEASUREMENTS if "checkpoint_speed" in m.source.raw or "ckpt" in m.source.raw]
+    cells = [m for m in MEASUREMENTS if m.source.command.startswith("python benchmarks/checkpoint_speed.py")]
     assert {m.state_dtype for m in cells} == {"fp32", "bf16", "fp16", "fp8"}
     runs = {}
     for m in cells:
@@ -310,7 +311,7 @@ def test_session_61_verify_cells_are_the_raw_runs_figures():
         raw = f"benchmarks/results/2026-12-06-h200-s61-callQ1-{name}.log"
         assert _log_header(raw)[:3] == ["bench spec_verify", "2026-12-06", "NVIDIA H200"]
         # family T batch route us/step GB/s %copy "vs snap" "vs serial" refcheck
-        printed = _printed_rows(raw, 0, {"key": (0, 1, 2), "figures": {"serial": 8}})
+        printed = _printed_rows(raw, (0, 1, 2), {"serial": 8})
         cells = {
             (m.family, str(m.T), str(m.batch)): m.ratio
             for m in MEASUREMENTS
