@@ -90,14 +90,30 @@ class Family:
         step = gdn_decode_step if self.kind == "gdn" else kda_decode_step
         return step(state, *inputs, slot_ids=slot_ids)
 
-    def dense_cache(self, state_dtype):
+    def dense_cache(self, state_dtype, device=None):
         g = self.g
         if self.kind == "mamba2":
             return Mamba2ReplayCache.allocate(
-                NUM_SLOTS, g.nheads, g.head_dim, g.d_state, g.ngroups, L, state_dtype=state_dtype, act_dtype=self.act
+                NUM_SLOTS,
+                g.nheads,
+                g.head_dim,
+                g.d_state,
+                g.ngroups,
+                L,
+                state_dtype=state_dtype,
+                act_dtype=self.act,
+                device=device,
             )
         return CACHES[self.kind].allocate(
-            NUM_SLOTS, g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim, L, state_dtype=state_dtype, record_dtype=self.records
+            NUM_SLOTS,
+            g.k_heads,
+            g.v_heads,
+            g.head_k_dim,
+            g.head_v_dim,
+            L,
+            state_dtype=state_dtype,
+            record_dtype=self.records,
+            device=device,
         )
 
 

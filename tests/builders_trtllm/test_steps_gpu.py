@@ -55,8 +55,7 @@ def test_kernels_on_pool_views_equal_dense_public_ops(kind, act, state, records)
     layer, checkpoint, backing = pooled_layer(fam, state, cursors=[0, 2, 3, 1, 0])
     layer, checkpoint, backing = _to_cuda(layer, checkpoint, backing)
     before = {n: outside(v, backing[n]) for n, v in list(layer.records.items()) + [("checkpoint", checkpoint)]}
-    cache = fam.dense_cache(state)
-    cache = type(cache)(**{f: getattr(cache, f).cuda() for f in cache.__dataclass_fields__})
+    cache = fam.dense_cache(state, device="cuda")
     cache.checkpoint.copy_(checkpoint)
     for name, view in layer.records.items():
         getattr(cache, name).copy_(view)
