@@ -46,10 +46,11 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
 # (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch);
 # ``-cs``: KDA's consumers summing the coefficient warps' partials (``atN-cs``: the table's build at
-# batch N with it).
+# batch N with it). ``at48``: the table's build at batch 48 (fp32: 64-row units at four stages with
+# coefficient warps, GDN_F32_WIDE_UNITS_MIN_BATCH).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
-FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw"]
+FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "at48"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 KDA_FORMS += ["cw-cs", "cw-cr-dc-ff-cs", "at1-cs", "at64-cs", "at256-cs"]
@@ -80,8 +81,8 @@ def config(g, L, state, form, per_channel=False):
         return cfg
     if form.startswith("at"):  # the table's own configuration at that batch, every flag as routed
         return delta_cuda_config(g.head_k_dim, g.head_v_dim, L, int(form[2:]), STATES[state].itemsize, per_channel)
-    # KDA: the table's at batch 256; GDN: its two launches (the table's with an fp32 checkpoint at
-    # batch 5-63 and fp8 above 16): units of 64 rows (128 with a bf16 checkpoint), two stages, as
+    # KDA: the table's at batch 256; GDN: its two launches (the table's with an fp8 checkpoint
+    # above batch 16): units of 64 rows (128 with a bf16 checkpoint), two stages, as
     # many CTAs as the table's rule allows; the flush's fold on FMAs and the records copied one at
     # a time unless the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at
     # batch 12-63 with a 16- or 32-bit checkpoint one launch takes -ff too; GDN's one launch -rw)
@@ -196,7 +197,7 @@ def test_cuda_delta_step_many_units_per_cta(state, per_channel, form):
 )
 def test_cuda_delta_table_at_batch_128(per_channel, state):
     """The table's own build at batch 128, many units a CTA: GDN in one launch with coefficient
-    warps and 128-row units (fp32: two stages, GDN_F32_COEF_WARPS_MIN_BATCH; bf16: four stages,
+    warps and 128-row units (fp32: two stages, GDN_F32_WIDE_UNITS_MIN_BATCH; bf16: four stages,
     as at every batch from GDN_COEF_WARPS_MIN_BATCH), KDA bf16 at three stages and one CTA
     (KDA_THREE_STAGE_BATCHES)."""
     g = DeltaGeometry(32, 32, 128, 128) if per_channel else DeltaGeometry(16, 64, 128, 128)
@@ -355,14 +356,14 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @pytest.mark.parametrize("state", ["bf16", "f32", "fp8"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 # GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
-# forced at batch 6 (the table's with an fp32 checkpoint at 5-63, fp8 above 16; bf16 takes one
-# launch at every batch, so its two launches as the oracle tests build them).
+# forced at batch 6 (the table's with an fp8 checkpoint above 16; bf16 and fp32 take one launch
+# from batch 3, so their two launches as the oracle tests build them).
 @pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
 def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import (
-        GDN_F32_COEF_WARPS_MIN_BATCH,
+        FP8_ONE_LAUNCH_MAX_BATCH,
         delta_cuda_config,
         runs_one_launch,
     )
@@ -372,10 +373,10 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
     if two_launches:
         if per_channel:
             pytest.skip("KDA runs one launch")
-        if state == "bf16":
+        if state != "fp8":
             cuda["config"] = config(g, L, state, "table-cr")
         else:
-            batch_two = GDN_F32_COEF_WARPS_MIN_BATCH - 1  # two launches with fp32 and fp8 checkpoints
+            batch_two = FP8_ONE_LAUNCH_MAX_BATCH + 1  # the table's two launches with an fp8 checkpoint
             cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch_two, STATES[state].itemsize)
         assert not runs_one_launch(cuda["config"], False)
     fam = DeltaFamily(g, per_channel=per_channel)

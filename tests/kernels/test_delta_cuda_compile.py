@@ -111,9 +111,12 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         (False, 2, 16, 65, (128, 4, 1, 4, True)),  # above DEEP_RING_MAX_BATCH too: one CTA, four stages
         (False, 2, 16, 256, (128, 4, 1, 4, True)),
         (False, 2, 32, 512, (128, 4, 1, 4, True)),
-        # GDN fp32: two launches of 64-row units below GDN_F32_COEF_WARPS_MIN_BATCH, from it one
-        # launch with coefficient warps
-        (False, 4, 16, 63, (64, 2, 2, 0, False)),
+        # GDN fp32: from GDN_F32_COEF_WARPS_MIN_BATCH one launch with coefficient warps, 64-row
+        # units at four stages below GDN_F32_WIDE_UNITS_MIN_BATCH, 128-row units at two from it
+        (False, 4, 16, 4, (64, 2, 2, 0, False)),
+        (False, 4, 16, 5, (64, 4, 1, 4, False)),
+        (False, 4, 16, 64, (64, 4, 1, 4, False)),
+        (False, 4, 16, 65, (128, 2, 1, 4, False)),
         (False, 4, 16, 96, (128, 2, 1, 4, False)),
         (False, 4, 16, 128, (128, 2, 1, 4, False)),
         (False, 4, 16, 256, (128, 2, 1, 4, False)),
@@ -323,7 +326,7 @@ def _cpu_case(
 def test_launcher_packs_the_kernels_ptx_parameters(per_channel):
     """Same count and widths, in order: a missing, extra or swapped-width argument fails."""
     c, q, v, g = _cpu_case(per_channel=per_channel)
-    ptx = _ptx(SHAPES[0], 4, per_channel=per_channel, batch=63)[1]  # GDN: the table's two launches
+    ptx = _ptx(SHAPES[0], 1, per_channel=per_channel, batch=63)[1]  # GDN: the table's two launches (fp8)
     slots = torch.zeros(4, dtype=torch.int32)
     coef = torch.zeros(8)
     args = gc.step_args((b"\0" * 128, b"\0" * 128), coef, coef, None, c.d_records, c.k_records, c.g_records, v, v, slots,
@@ -455,9 +458,9 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk, and defers the count exactly
     where it runs one launch; there, with a 16- or 32-bit checkpoint at batch 12-63, it takes each
-    block's flushing units first, and GDN splits the records over its coefficient warps (but with a
-    bf16 checkpoint and no coefficient warps at batch 4 and 8). The small kernel (GDN at batch 1)
-    takes none of them."""
+    block's flushing units first (but GDN's fp32 builds with coefficient warps), and GDN splits the
+    records over its coefficient warps (but with a bf16 checkpoint and no coefficient warps at
+    batch 4 and 8). The small kernel (GDN at batch 1) takes none of them."""
     seen = set()
     for per_channel in (False, True):
         for state_bytes in (4, 2, 1):
@@ -466,7 +469,8 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                 one = gc.step_kernel_in_one_launch(cfg, per_channel)
                 assert cfg.coalesce_recs == (not cfg.small), cfg
                 assert cfg.defer_count == one, cfg
-                assert cfg.flush_first == (one and state_bytes != 1 and 12 <= batch < 64), cfg
+                gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps
+                assert cfg.flush_first == (one and state_bytes != 1 and 12 <= batch < 64 and not gdn_f32_warps), cfg
                 losing = state_bytes == 2 and not cfg.coef_warps and batch in gc.REC_WARPS_LOSING_BATCHES
                 assert cfg.rec_warps == (one and not per_channel and not losing), cfg
                 seen.add((cfg.small, one, cfg.flush_first))
@@ -613,20 +617,27 @@ def _waits_parity_xored(body: str) -> int:
 
 
 @pytest.mark.parametrize(
-    "per_channel, state_bytes, xored, ors, traps",
-    [(False, 2, 2, 25, 1), (True, 2, 2, 25, 1), (True, 4, 1, 20, 1), (False, 4, 1, 10, 0)],
-    ids=["gdn-cw", "kda-cw", "kda-consumers", "gdn-two-launches"],
+    "per_channel, state_bytes, batch, xored, ors, traps",
+    [
+        (False, 2, 16, 2, 25, 1),
+        (False, 4, 16, 2, 25, 1),
+        (True, 2, 16, 2, 25, 1),
+        (True, 4, 16, 1, 20, 1),
+        (False, 1, 63, 1, 10, 0),
+    ],
+    ids=["gdn-cw", "gdn-f32-cw", "kda-cw", "kda-consumers", "gdn-two-launches"],
 )
-def test_first_waits_are_tied_to_the_parameters(per_channel, state_bytes, xored, ors, traps):
+def test_first_waits_are_tied_to_the_parameters(per_channel, state_bytes, batch, xored, ors, traps):
     """Each warp role's first wait depends on a zero computed from the parameters it reads after
     it (the sign of their OR: pointers and strides are never negative): the coefficient warps'
     records wait and the consumers' first wait take their parity XORed with it, and the producer
     of one launch traps on it before its programmatic wait (the step kernel's only trap). The table
-    at batch 16: GDN and KDA bf16 with coefficient warps (5 + 10 + 10 ORs: their 6 strides, the
-    consumers' 11, the producer's 11 parameters), KDA fp32 with the consumers forming the
-    coefficients (10 + 10), GDN fp32 in two launches (the consumers' 10, no producer trap)."""
+    at batch 16: GDN bf16 and fp32 and KDA bf16 with coefficient warps (5 + 10 + 10 ORs: their 6
+    strides, the consumers' 11, the producer's 11 parameters), KDA fp32 with the consumers forming
+    the coefficients (10 + 10); at batch 63 GDN fp8 in two launches (the consumers' 10, no
+    producer trap)."""
     k_heads, v_heads = (32, 32) if per_channel else (16, 64)
-    cfg = gc.delta_cuda_config(128, 128, 16, 16, state_bytes, per_channel)
+    cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
     assert bool(cfg.coef_warps) == (xored == 2) and gc.step_kernel_in_one_launch(cfg, per_channel) == bool(traps)
     ptx = gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, per_channel=per_channel)
     body = ptx_entry(ptx, "delta_replay_step")

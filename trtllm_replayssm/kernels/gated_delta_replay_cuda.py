@@ -114,8 +114,18 @@ GDN_COEF_WARPS_MIN_BATCH = 12
 # 830.26; L = 32 48 88.89 / 89.17, 96 171.45 / 167.83, 256 437.25 / 423.46).
 # With the records split over the coefficient warps (rec_warps) from 64 (session 54, us, two
 # launches / 128,2,1,one,cw4,cr,dc,rw: batch 16 32.66 / 32.99, 64 116.00 / 114.64, 96 166.32 /
-# 163.98).
-GDN_F32_COEF_WARPS_MIN_BATCH = 64
+# 163.98). From F32_ONE_LAUNCH_MAX_BATCH + 1 with 64-row units and four stages below
+# GDN_F32_WIDE_UNITS_MIN_BATCH (H100, session 62, L = 16, us, the table then (two launches of
+# 64-row units at 2 CTAs below 64) / 64,4,1,one,cw4,cr,dc,rw: Qwen3.5-122B batch 5 13.17 / 12.38,
+# 8 18.52 / 18.10, 12 25.39 / 25.33, 16 32.40 / 32.28, 24 44.99 / 45.10, 32 59.82 / 58.62, 48
+# 85.61 / 84.52, 60 104.95 / 103.35, 62 108.14 / 106.68, 64 113.17 / 111.90 (128-row units);
+# Qwen3.5-4B 16 20.24 / 18.52, 64 60.71 / 59.98; not timed on an H200).
+GDN_F32_COEF_WARPS_MIN_BATCH = F32_ONE_LAUNCH_MAX_BATCH + 1
+# GDN with an fp32 checkpoint: 128-row units (two stages) from this batch, 64-row units (as many
+# stages as fit, up to 4) below it (H100, session 62, L = 16, us, 128,2,1 / 64,4,1, both
+# one,cw4,cr,dc,rw: Qwen3.5-122B batch 64 113.17 / 111.90, 66 115.46 / 115.42, 80 136.29 /
+# 136.67, 96 161.58 / 161.60, 112 186.27 / 187.60, 128 217.89 / 217.90, 256 412.27 / 422.43).
+GDN_F32_WIDE_UNITS_MIN_BATCH = 65
 # KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
 # flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
@@ -349,7 +359,8 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     """The launch table: :func:`_table_shape`'s units, ring and launch form, and every step-kernel
     build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
-    FLUSH_FIRST_BATCHES, the flushing units first (``flush_first``; figures beside the constant).
+    FLUSH_FIRST_BATCHES, the flushing units first (``flush_first``; figures beside the constant;
+    not GDN's fp32 builds with coefficient warps, which were timed without it).
     H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
     bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
     107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 / 32.72, 256
@@ -365,7 +376,8 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if cfg.small:
         return cfg
     one = runs_one_launch(cfg, per_channel)
-    flush_first = one and state_bytes != 1 and batch in FLUSH_FIRST_BATCHES
+    gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps  # not timed with flush_first
+    flush_first = one and state_bytes != 1 and batch in FLUSH_FIRST_BATCHES and not gdn_f32_warps
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
     return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first,
                    rec_warps=one and not per_channel and not losing)
@@ -382,7 +394,8 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     128-register cap allow (at most 3), programmatic launches. GDN with a bf16 checkpoint: the
     flush fold on tensor cores (``flush_mma``). KDA with a bf16 checkpoint, GDN's from
     :data:`GDN_COEF_WARPS_MIN_BATCH` and GDN with an fp32 checkpoint from
-    :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch): :data:`COEF_WARPS` coefficient warps; KDA
+    :data:`GDN_F32_COEF_WARPS_MIN_BATCH` (in one launch; 64-row units below
+    :data:`GDN_F32_WIDE_UNITS_MIN_BATCH`): :data:`COEF_WARPS` coefficient warps; KDA
     up to :data:`KDA_NARROW_MAX_BATCH` (any checkpoint, where it fits) units of 32 rows (16 where
     32 do not tile head_v_dim), two stages, one CTA's registers, above it 128-row units (as wide units): up to :data:`DEEP_RING_MAX_BATCH`
     one CTA an SM with as many stages as fit, up to 4, above it two stages and as many CTAs as fit
@@ -438,7 +451,8 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
     # CTA an SM where the table's build fit two).
     flush_mma = state_bytes == 2 and not per_channel
     if coef_warps and batch > 1:
-        two = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=True), stages=2, min_ctas=1, one_launch=True,
+        wide = per_channel or state_bytes != 4 or batch >= GDN_F32_WIDE_UNITS_MIN_BATCH
+        two = DeltaCudaConfig(rows=unit_rows(head_v_dim, wide=wide), stages=2, min_ctas=1, one_launch=True,
                               coef_warps=coef_warps, flush_mma=flush_mma)
         ctas = _resident_ctas(two, head_k_dim, L, state_bytes, per_channel)
         three = per_channel and batch in KDA_THREE_STAGE_BATCHES
