@@ -93,28 +93,10 @@ class Family:
     def dense_cache(self, state_dtype, device=None):
         g = self.g
         if self.kind == "mamba2":
-            return Mamba2ReplayCache.allocate(
-                NUM_SLOTS,
-                g.nheads,
-                g.head_dim,
-                g.d_state,
-                g.ngroups,
-                L,
-                state_dtype=state_dtype,
-                act_dtype=self.act,
-                device=device,
-            )
-        return CACHES[self.kind].allocate(
-            NUM_SLOTS,
-            g.k_heads,
-            g.v_heads,
-            g.head_k_dim,
-            g.head_v_dim,
-            L,
-            state_dtype=state_dtype,
-            record_dtype=self.records,
-            device=device,
-        )
+            dims, kw = (g.nheads, g.head_dim, g.d_state, g.ngroups), dict(act_dtype=self.act)
+        else:
+            dims, kw = (g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim), dict(record_dtype=self.records)
+        return CACHES[self.kind].allocate(NUM_SLOTS, *dims, L, state_dtype=state_dtype, device=device, **kw)
 
 
 def pooled_layer(fam, state_dtype, cursors=None):
