@@ -469,7 +469,7 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                 one = gc.step_kernel_in_one_launch(cfg, per_channel)
                 assert cfg.coalesce_recs == (not cfg.small), cfg
                 assert cfg.defer_count == one, cfg
-                gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps
+                gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps > 0
                 assert cfg.flush_first == (one and state_bytes != 1 and 12 <= batch < 64 and not gdn_f32_warps), cfg
                 losing = state_bytes == 2 and not cfg.coef_warps and batch in gc.REC_WARPS_LOSING_BATCHES
                 assert cfg.rec_warps == (one and not per_channel and not losing), cfg

@@ -376,7 +376,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if cfg.small:
         return cfg
     one = runs_one_launch(cfg, per_channel)
-    gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps  # not timed with flush_first
+    gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps > 0  # not timed with flush_first
     flush_first = one and state_bytes != 1 and batch in FLUSH_FIRST_BATCHES and not gdn_f32_warps
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
     return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first,
