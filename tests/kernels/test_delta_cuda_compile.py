@@ -84,7 +84,7 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         family not in ("gdn", "gdn-mma", "gdn-fmma") or batch <= gc.one_launch_max_batch(state_bytes) or gdn_warps
     )
     if coef_warps is None:  # the table's: KDA with a bf16 checkpoint, or with 128-row units (fp32, L > 16),
-        # GDN with a bf16 checkpoint from batch 12 and with an fp32 one from batch 64
+        # GDN with a bf16 checkpoint from batch 12 and with an fp32 one from batch 5
         wide = per_channel and state_bytes == 4 and cfg.rows == 128 and shape[4] > 16
         gdn = not per_channel and gdn_warps
         assert cfg.coef_warps == (gc.COEF_WARPS if (state_bytes == 2 or wide) and per_channel or gdn else 0)

@@ -76,9 +76,10 @@ SMALL_MAX_BATCH = 2
 # 16 21.66 / 22.14; from batch 64 the two launches are faster: fp32 90.32 / 91.12, bf16 57.78 /
 # 65.88, the coefficient launch shared by a key head's value heads and parts).
 ONE_LAUNCH_MAX_BATCH = 16
-# GDN with an fp32 checkpoint: one launch only up to this batch (H100, session 48, Qwen3.5-122B, L =
-# 16, us, one launch / two launches (the table's 64-row units at 2 CTAs), two rounds alike to 0.3%:
-# batch 4 11.15 / 11.64, 6 15.52 / 14.95, 8 19.55 / 18.65, 12 26.89 / 25.36, 16 34.02 / 32.22).
+# GDN with an fp32 checkpoint: one launch without coefficient warps up to this batch (H100, session
+# 48, Qwen3.5-122B, L = 16, us, one launch / two launches (the table's 64-row units at 2 CTAs), two
+# rounds alike to 0.3%: batch 4 11.15 / 11.64, 6 15.52 / 14.95, 8 19.55 / 18.65, 12 26.89 / 25.36,
+# 16 34.02 / 32.22); above it one launch with them (GDN_F32_COEF_WARPS_MIN_BATCH).
 F32_ONE_LAUNCH_MAX_BATCH = 4
 # bf16 checkpoints from this batch: units of 128 value rows (session 22: batch 64 57.67 against
 # 60.50 us with 64 rows, batch 256 194.59 against 193.95; batch 16 23.21 against 22.03).
@@ -476,8 +477,9 @@ def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_byt
 
 
 def one_launch_max_batch(state_bytes: int) -> int:
-    """GDN's largest batch that the launch table runs in one launch (above :data:`SMALL_MAX_BATCH`;
-    a bf16 checkpoint's coefficient-warp builds from :data:`GDN_COEF_WARPS_MIN_BATCH` aside):
+    """GDN's largest batch that the launch table runs in one launch without coefficient warps (above
+    :data:`SMALL_MAX_BATCH`; the coefficient-warp builds, a bf16 checkpoint's from
+    :data:`GDN_COEF_WARPS_MIN_BATCH` and an fp32 one's from :data:`GDN_F32_COEF_WARPS_MIN_BATCH`, aside):
     :data:`F32_ONE_LAUNCH_MAX_BATCH` with an fp32 checkpoint, else :data:`ONE_LAUNCH_MAX_BATCH`."""
     return F32_ONE_LAUNCH_MAX_BATCH if state_bytes == 4 else ONE_LAUNCH_MAX_BATCH
 
