@@ -9,6 +9,14 @@
 #           "model" = model_decode.py, "ckpt" = checkpoint_speed.py, "cuda" = mamba2_cuda_probe.py
 #           with CUDA_PROBE_ARGS, default "--batch 1 4 8 16 64 256 --configs 2,3,pdl,c16 2,3,pdl,c4";
 #           BENCH=none runs none)
+#           "delta" = delta_cuda_probe.py with DELTA_PROBE_ARGS, default "--family kda --state bf16
+#           fp8 --batch 16 64 256 --configs table"
+#   ARGS_<benchmark>  more arguments for that benchmark, e.g. ARGS_kda="--L 16 8 32"
+#   PEERS   folder of the peer kernels (../shared/peers copied into the checkout and carried):
+#           FlashInfer is unpacked from it into /tmp/fi and put on the path, and mamba2 and gdn
+#           get --peers PEERS
+#   BENCH_GPU  run the benchmarks only where the GPU's name contains this (e.g. H200: the speed
+#           targets are H200 figures, and a call may get an H100); the tests run on any GPU
 #   PART_TIMEOUT  seconds for each test path and each benchmark (default 540)
 #   JOBS    test paths run at once (default 1; the tests' own times are not measurements, so
 #           several can share the GPU: 4 ran the GDN/KDA and spec GPU tests in 330 s instead of
@@ -38,6 +46,16 @@ for t in ${TESTS:-tests}; do
   run_tests "$t" &
 done
 while (( $(jobs -rp | wc -l) > 0 )); do wait -n || status=1; done
+if [[ -n "${BENCH_GPU:-}" ]] && ! grep -q -- "$BENCH_GPU" "$OUT/gpu.txt"; then
+  echo "benchmarks skipped: the GPU is not an $BENCH_GPU"
+  exit $status
+fi
+if [[ -n "${PEERS:-}" ]]; then  # FlashInfer's prebuilt modules (peers_mamba2.py imports it)
+  mkdir -p /tmp/fi && tar xJf "$PEERS"/flashinfer/flashinfer-*.tar.xz -C /tmp/fi \
+    && python3 -m pip install -q --no-deps --target /tmp/fi "$PEERS"/flashinfer/apache_tvm_ffi-*.whl \
+    || { echo "PEERS=$PEERS: FlashInfer could not be unpacked"; exit 1; }
+  export PYTHONPATH="$PYTHONPATH:/tmp/fi" FLASHINFER_DISABLE_JIT=1 LD_PRELOAD=libcuda.so.1
+fi
 for b in ${BENCH:-mamba2 gdn kda}; do
   case $b in
     none) continue ;;
@@ -48,16 +66,21 @@ for b in ${BENCH:-mamba2 gdn kda}; do
     ckpt) cmd=(benchmarks/checkpoint_speed.py) ;;
     cuda) read -ra probe <<< "${CUDA_PROBE_ARGS:---batch 1 4 8 16 64 256 --configs 2,3,pdl,c16 2,3,pdl,c4}"
           cmd=(benchmarks/mamba2_cuda_probe.py "${probe[@]}") ;;
+    delta) read -ra probe <<< "${DELTA_PROBE_ARGS:---family kda --state bf16 fp8 --batch 16 64 256 --configs table}"
+           cmd=(benchmarks/delta_cuda_probe.py "${probe[@]}") ;;
     *) echo "unknown benchmark $b"; status=1; continue ;;
   esac
-  if [[ "${1:-}" == "--sweep" && "$b" != "model" && "$b" != "ckpt" && "$b" != "cuda" ]]; then
+  if [[ "${1:-}" == "--sweep" && "$b" != "model" && "$b" != "ckpt" && "$b" != "cuda" && "$b" != "delta" ]]; then
     sweep=(--sweep --batch 1 16 64 256 --L 16)
     [[ "$b" == "spec" ]] && sweep=(--sweep --T 4 --batch 16 256)
     timeout "$LIMIT" python3 "${cmd[@]}" "${sweep[@]}" > "$OUT/sweep_$b.log" 2>&1 || status=1
   fi
+  extra_name="ARGS_$b"
+  read -ra extra <<< "${!extra_name:-}"
+  [[ -n "${PEERS:-}" && ( "$b" == mamba2 || "$b" == gdn ) ]] && extra+=(--peers "$PEERS")
   out=(--out-dir "$OUT")
-  [[ "$b" == "cuda" ]] && out=()  # the probe prints only
-  timeout "$LIMIT" python3 "${cmd[@]}" "${out[@]}" > "$OUT/bench_$b.log" 2>&1 || status=1
+  [[ "$b" == "cuda" || "$b" == "delta" ]] && out=()  # the probes print only
+  timeout "$LIMIT" python3 "${cmd[@]}" "${extra[@]}" "${out[@]}" > "$OUT/bench_$b.log" 2>&1 || status=1
   grep -v "^#" "$OUT/bench_$b.log" | tail -40
 done
 exit $status
