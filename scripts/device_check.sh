@@ -13,8 +13,8 @@
 #           fp8 --batch 16 64 256 --configs table"
 #   ARGS_<benchmark>  more arguments for that benchmark, e.g. ARGS_kda="--L 16 8 32"
 #   PEERS   folder of the peer kernels (../shared/peers copied into the checkout and carried):
-#           FlashInfer is unpacked from it into /tmp/fi and put on the path, and mamba2 and gdn
-#           get --peers PEERS
+#           FlashInfer is unpacked from it into /tmp/fi (where peers_mamba2.py imports it from),
+#           and mamba2 and gdn get --peers PEERS
 #   BENCH_GPU  run the benchmarks only where the GPU's name contains this (e.g. H200: the speed
 #           targets are H200 figures, and a call may get an H100); the tests run on any GPU
 #   PART_TIMEOUT  seconds for each test path and each benchmark (default 540)
@@ -50,11 +50,12 @@ if [[ -n "${BENCH_GPU:-}" ]] && ! grep -q -- "$BENCH_GPU" "$OUT/gpu.txt"; then
   echo "benchmarks skipped: the GPU is not an $BENCH_GPU"
   exit $status
 fi
-if [[ -n "${PEERS:-}" ]]; then  # FlashInfer's prebuilt modules (peers_mamba2.py imports it)
+if [[ -n "${PEERS:-}" ]]; then  # FlashInfer's prebuilt modules, where peers_mamba2.py looks for them
+  # (its FI_DIR; it puts the folder on sys.path and turns FlashInfer's JIT off itself)
   mkdir -p /tmp/fi && tar xJf "$PEERS"/flashinfer/flashinfer-*.tar.xz -C /tmp/fi \
     && python3 -m pip install -q --no-deps --target /tmp/fi "$PEERS"/flashinfer/apache_tvm_ffi-*.whl \
     || { echo "PEERS=$PEERS: FlashInfer could not be unpacked"; exit 1; }
-  export PYTHONPATH="$PYTHONPATH:/tmp/fi" FLASHINFER_DISABLE_JIT=1 LD_PRELOAD=libcuda.so.1
+  export LD_PRELOAD=libcuda.so.1
 fi
 for b in ${BENCH:-mamba2 gdn kda}; do
   case $b in

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,15 +36,17 @@ def test_bench_gpu_skips_the_benchmarks_on_another_gpu(tmp_path):
     assert not list(out.glob("bench_*.log"))
 
 
-@pytest.mark.parametrize("gpu,ran", [("NVIDIA H200", True), ("NVIDIA H100 80GB HBM3", False)])
-def test_delta_probe_and_benchmark_args_reach_the_benchmarks(tmp_path, gpu, ran):
+def test_delta_probe_and_benchmark_args_reach_the_benchmarks(tmp_path):
     done, out = run_script(
-        tmp_path, gpu, TESTS="none", BENCH="delta kda", BENCH_GPU="H200", DELTA_PROBE_ARGS="--help", ARGS_kda="--help"
+        tmp_path,
+        "NVIDIA H200",
+        TESTS="none",
+        BENCH="delta kda",
+        BENCH_GPU="H200",
+        DELTA_PROBE_ARGS="--help",
+        ARGS_kda="--help",
     )
     assert done.returncode == 0, done.stderr
-    if not ran:
-        assert not (out / "bench_delta.log").exists()
-        return
     assert "usage: delta_cuda_probe.py" in (out / "bench_delta.log").read_text()
     assert "usage: gated_delta_decode.py" in (out / "bench_kda.log").read_text()
 
