@@ -70,19 +70,21 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-TABLE_MODS = ("fmma", "ff", "rw", "cs")
+TABLE_MODS = ("fmma", "ff", "rw", "cs", "qg")
 
 
 def parse_config(text: str):
-    """``table[,fmma][,ff][,rw][,cs]`` -> that string (the launch table's configuration of each case,
-    with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
+    """``table[,fmma][,ff][,rw][,cs][,qg]`` -> that string (the launch table's configuration of each
+    case, with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
     coefficient warps splitting the records, ``cs`` KDA's consumers summing the coefficient warps'
-    partials); ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs]``
+    partials, ``qg`` KDA fp8's S0 products as fp8 wgmma products);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg]``
     or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
     the first stages' units; ``ff``: flushing units first; ``rw``: GDN's coefficient warps
-    splitting the records; ``cs``: KDA's consumers summing the coefficient warps' partials)."""
+    splitting the records; ``cs``: KDA's consumers summing the coefficient warps' partials; ``qg``:
+    KDA fp8's S0 products as fp8 wgmma products)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -90,18 +92,20 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
         if parts[1:] != [m for m in TABLE_MODS if m in parts[1:]]:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,cs]")
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg]")
         return text
-    one, mma, fmma, cr, dc, ff, rw, cs = (t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "cs"))
+    one, mma, fmma, cr, dc, ff, rw, cs, qg = (
+        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "cs", "qg")
+    )
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if (
-        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + cs + len(cw)
+        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + cs + qg + len(cw)
         or len(cw) > 1
         or not all(p.isdigit() for p in parts[:3])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,rw][,cs], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg], "
+            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -118,16 +122,18 @@ def parse_config(text: str):
         flush_first=ff,
         rec_warps=rw,
         consumer_sums=cs,
+        s0_qgmma=qg,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,rw][,cs]``: the launch table's for this batch, L and checkpoint, with the
+    (``table[,fmma][,ff][,rw][,cs][,qg]``: the launch table's for this batch, L and checkpoint, with the
     flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
     and GDN's records split over its coefficient warps where asked and the table runs the step
     kernel in one launch, and KDA's consumers summing the partials where asked and the table has
-    coefficient warps; KDA always in one launch, labelled so)."""
+    coefficient warps, and KDA fp8's S0 products as fp8 wgmma products where asked and the table's
+    units are 64 or 128 rows; KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
@@ -136,12 +142,14 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         ff = "ff" in mods and one
         rw = "rw" in mods and one and not per_channel
         cs = "cs" in mods and per_channel and table.coef_warps > 0 and not table.s0_mma
+        qg = "qg" in mods and per_channel and state_bytes == 1 and not table.small and table.rows % 64 == 0
         c = dataclasses.replace(
             table,
             flush_mma=table.flush_mma or "fmma" in mods,
             flush_first=table.flush_first or ff,
             rec_warps=table.rec_warps or rw,
             consumer_sums=table.consumer_sums or cs,
+            s0_qgmma=table.s0_qgmma or qg,
         )
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 

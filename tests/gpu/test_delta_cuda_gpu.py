@@ -74,6 +74,11 @@ def config(g, L, state, form, per_channel=False):
         unit_rows,
     )
 
+    if form.endswith("-qg"):  # KDA fp8's S0 products as fp8 wgmma products
+        cfg = dataclasses.replace(config(g, L, state, form[: -len("-qg")], per_channel), s0_qgmma=True)
+        if state != "fp8" or not per_channel or cfg.small or cfg.rows % 64:
+            pytest.skip("the fp8 wgmma S0 products take KDA's fp8 step kernel in 64- or 128-row units")
+        return cfg
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True)
         if not cfg.coef_warps or cfg.s0_mma:
@@ -215,6 +220,24 @@ def test_cuda_kda_fp8_consumer_sums_long_run_against_oracle(g, L, batch):
     """KDA's consumers summing the coefficient warps' partials with an fp8 checkpoint, at the
     table's build for ``batch`` (narrow units at 1, the rings from 64)."""
     check_against_oracle(g, L, "fp8", f"at{batch}-cs", per_channel=True)
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", [KDA_SHAPES[0], KDA_SHAPES[3], KDA_SHAPES[4]])
+@pytest.mark.parametrize("form", ["at16-qg", "at64-qg", "at256-qg", "table-qg", "table-fmma-qg", "table-ff-qg"])
+def test_cuda_kda_fp8_qgmma_long_run_against_oracle(g, L, form):
+    """KDA's S0 products as fp8 wgmma products (``s0_qgmma``) with an fp8 checkpoint: the table's
+    builds at 16 / 64 / 256 (64- and 128-row units), and with the flush on tensor cores or
+    flushing units first, over many steps and flushes against the float64 oracle."""
+    check_against_oracle(g, L, "fp8", form, per_channel=True)
+
+
+@needs_sm90
+def test_cuda_kda_fp8_qgmma_many_units_per_cta():
+    """Batch 64 at Kimi Linear with ``s0_qgmma``: thousands of units, the ring wrapping many times
+    (each unit's B tile rewritten in the stage it reuses)."""
+    check_against_oracle(DeltaGeometry(32, 32, 128, 128), 16, "fp8", "at64-qg", True, steps=40, batch=64, num_slots=70,
+                         min_flushes=64)
 
 
 def fill_randomly(cache) -> None:

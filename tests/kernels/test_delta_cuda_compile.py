@@ -660,3 +660,37 @@ def test_small_kernel_touches_every_parameter_line_before_its_wait(state_bytes):
     ored = params_ored_before_trap(ptx, "delta_replay_small")
     assert param_lines(kinds, ored) == param_lines(kinds, range(len(kinds))), sorted(ored)
     assert len(ored) == len(param_lines(kinds, ored))
+
+
+@pytest.mark.parametrize("L, batch", [(16, 256), (16, 64), (32, 256)])
+def test_fp8_qgmma_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90a(L, batch):
+    """``s0_qgmma``: KDA's step kernel with an fp8 checkpoint, L2-normalised q and k, 64- or 128-row
+    units and no consumer sums, its define and label; its PTX targets sm_90a and holds the four
+    wgmma products of a warpgroup and the consumers' barrier over the B tile, without local memory
+    in the PTX."""
+    table = gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True)
+    qg = dataclasses.replace(table, s0_qgmma=True)
+
+    def defines(cfg, per_channel=True, state_bytes=1, l2norm=True):
+        return dict(
+            gc.delta_step_defines(32, 32, 128, 128, L, cfg, state_bytes, l2norm, torch.float32, torch.float32, per_channel)
+        )
+
+    assert defines(qg)["S0_QGMMA"] == 1 and defines(table)["S0_QGMMA"] == 0
+    assert qg.label().endswith(",qg") and not table.label().endswith(",qg")
+    refusals = [
+        dict(cfg=qg, per_channel=False),
+        dict(cfg=qg, state_bytes=2),
+        dict(cfg=qg, l2norm=False),
+        dict(cfg=dataclasses.replace(qg, rows=32)),
+        dict(cfg=dataclasses.replace(qg, consumer_sums=True)),
+    ]
+    for kwargs in refusals:
+        with pytest.raises(ValueError, match="s0_qgmma takes KDA's step kernel with an fp8 checkpoint"):
+            defines(**kwargs)
+    ptx = gc.compile_delta_ptx(32, 32, 128, 128, L, qg, 1, True, True)
+    assert ".target sm_90a" in ptx
+    body = ptx_entry(ptx, "delta_replay_step")
+    assert body.count("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3") == 4
+    assert body.count("bar.sync 2,") == 1 and ".local" not in body
+    assert "wgmma" not in ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step")

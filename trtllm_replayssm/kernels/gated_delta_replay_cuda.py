@@ -228,7 +228,11 @@ class DeltaCudaConfig:
     no partial sums in shared memory). ``consumer_sums`` (KDA with coefficient warps, exact S0
     products): the coefficient warps hand over their per-warp partial scores and norms without a
     barrier, and each consumer warp sums them, normalises and appends k̂ itself (not routed; a
-    probe form, kernel notes "Session 61")."""
+    probe form, kernel notes "Session 61"). ``s0_qgmma`` (KDA, an fp8 checkpoint, L2-normalised q
+    and k, ``rows`` 64 or 128, the step kernel; compiled for sm_90a): the consumers' S0 q̂ and S0 k̂
+    as fp8 products on tensor cores (wgmma m64n8k32 on the codes as they lie in the stage, the
+    vectors as four e4m3 parts each) instead of fp32 FMAs on the widened codes (a probe form, kernel
+    notes "Session 64")."""
 
     rows: int
     stages: int
@@ -245,6 +249,7 @@ class DeltaCudaConfig:
     flush_first: bool = False
     rec_warps: bool = False
     consumer_sums: bool = False
+    s0_qgmma: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -258,8 +263,9 @@ class DeltaCudaConfig:
         ff = ",ff" if self.flush_first else ""
         rw = ",rw" if self.rec_warps else ""
         cs = ",cs" if self.consumer_sums else ""
+        qg = ",qg" if self.s0_qgmma else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}{qg}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -603,6 +609,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
         ValueError: ``cfg.consumer_sums`` outside KDA's step kernel with coefficient warps and
             exact S0 products.
+        ValueError: ``cfg.s0_qgmma`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
+            q and k, 64 or 128 rows a unit and no ``consumer_sums``.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -621,6 +629,13 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         raise ValueError("delta_replay_step (CUDA): consumer_sums takes KDA's step kernel with coefficient warps and "
                          f"exact S0 products; got per_channel={per_channel}, coef_warps={cfg.coef_warps}, "
                          f"s0_mma={cfg.s0_mma}, small={cfg.small}")
+    if cfg.s0_qgmma and not (per_channel and state_bytes == 1 and use_qk_l2norm and not cfg.small and cfg.rows % 64 == 0
+                             and not cfg.consumer_sums):
+        raise ValueError("delta_replay_step (CUDA): s0_qgmma takes KDA's step kernel with an fp8 checkpoint, "
+                         "L2-normalised q and k, 64 or 128 rows a unit and no consumer_sums; got "
+                         f"per_channel={per_channel}, {state_bytes}-byte checkpoint elements, "
+                         f"use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, rows={cfg.rows}, "
+                         f"consumer_sums={cfg.consumer_sums}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -648,7 +663,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
              DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps),
-             CONSUMER_SUMS=int(cfg.consumer_sums), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             CONSUMER_SUMS=int(cfg.consumer_sums), S0_QGMMA=int(cfg.s0_qgmma), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 
@@ -657,7 +672,7 @@ def compile_delta_ptx(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: i
     """PTX of the source's entries for a shape, for sm_90 (CPU: no GPU needed), for tests."""
     defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, state_bytes, use_qk_l2norm,
                                  torch.float32, torch.float32, per_channel)
-    return compile_program(SOURCE, "sm_90", defines, "ptx").decode()
+    return compile_program(SOURCE, "sm_90a" if cfg.s0_qgmma else "sm_90", defines, "ptx").decode()
 
 
 def coefficient_args(coef, qk, k_records, g_records, cursor, q, k, g, beta, slot_ids, scale) -> KernelArgs:
@@ -763,7 +778,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
         return out
     one_launch = runs_one_launch(cfg, per_channel)
     smem = config_shared_bytes(cfg, head_k_dim, L, es, per_channel)
-    step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem)
+    step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem, arch_specific=cfg.s0_qgmma)
     coef = qk = 0  # one launch: formed in the step kernel
     if not one_launch:
         coef_kernel = load_kernel(SOURCE, "delta_replay_coefficients", defines, device, 0)

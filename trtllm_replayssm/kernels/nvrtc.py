@@ -350,21 +350,23 @@ _KERNELS: Dict[tuple, CudaKernel] = {}
 _MODULES: Dict[tuple, object] = {}
 
 
-def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], device: torch.device, max_dynamic_smem: int) -> CudaKernel:
+def load_kernel(name: str, entry: str, defines: Tuple[Tuple[str, int], ...], device: torch.device, max_dynamic_smem: int,
+                arch_specific: bool = False) -> CudaKernel:
     """``entry`` of ``kernels/cuda/<name>`` compiled for ``device``'s architecture with
     ``defines``, loaded once per (device, source, defines) with ``max_dynamic_smem`` bytes of
-    dynamic shared memory allowed."""
+    dynamic shared memory allowed. ``arch_specific``: for the architecture's own features (e.g.
+    ``sm_90a``: wgmma), which run on that architecture only."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (index, name, entry, defines, max_dynamic_smem)
+    key = (index, name, entry, defines, max_dynamic_smem, arch_specific)
     kernel = _KERNELS.get(key)
     if kernel is None:
         driver, _ = _bindings()
         major, minor = torch.cuda.get_device_capability(index)
         _current_context(torch.device("cuda", index))
-        module = _MODULES.get((index, name, defines))
+        module = _MODULES.get((index, name, defines, arch_specific))
         if module is None:
-            cubin = compile_program(name, f"sm_{major}{minor}", defines)
-            module = _MODULES[(index, name, defines)] = _check(driver.cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
+            cubin = compile_program(name, f"sm_{major}{minor}{'a' if arch_specific else ''}", defines)
+            module = _MODULES[(index, name, defines, arch_specific)] = _check(driver.cuModuleLoadData(cubin), f"cuModuleLoadData({name})")
         function = _check(driver.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check(driver.cuFuncSetAttribute(function, attr, max_dynamic_smem), "cuFuncSetAttribute")

@@ -141,6 +141,14 @@
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
+// S0_QGMMA (KDA, fp8 checkpoint, L2NORM, whole warpgroups of consumers; sm_90a): S0 q̂ and S0 k̂ on
+// tensor cores in fp8 (s0_dots_qgmma) instead of fp32 FMAs on the widened codes.
+#ifndef S0_QGMMA
+#define S0_QGMMA 0
+#endif
+#if S0_QGMMA && !(CKPT_FP8 && PER_CHANNEL && L2NORM && ROWS % 64 == 0 && !CONSUMER_SUMS)
+#error "S0_QGMMA takes KDA with an fp8 checkpoint, L2NORM, 64 or 128 rows a unit and normalised vectors"
+#endif
 // REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
 // its columns (records_coefficients).
 #ifndef REC_WARPS
@@ -602,6 +610,83 @@ __device__ __forceinline__ void s0_dots_mma(u32 stage, const unsigned char* gsta
   const float kl = __shfl_sync(0xffffffffu, klo, src), kh = __shfl_sync(0xffffffffu, khi, src);
   sq = (r < 8 ? ql : qh) * scale_q;
   sk = (r < 8 ? kl : kh) * scale_k;
+}
+#endif
+
+#if S0_QGMMA
+// S0_QGMMA: S0 q̂ and S0 k̂ of the warp's row r0 + (lane & 15), returned in every lane, in codes
+// (the caller applies the row's scale), as fp8 products on tensor cores: each warpgroup of
+// consumers (64 rows) takes its rows of the stage's codes as the A operand of four
+// wgmma m64n8k32 e4m3 products (k steps of 32 columns), straight from the checkpoint box (K-major,
+// 128-byte swizzle: what TMA wrote). B is [8][DK] e4m3 (K-major, the same swizzle), formed by the
+// consumers in the stage's k̂-record area, which KDA's consumers never read and which is free once
+// the coefficient warps are done (ready): rows 0-3 the parts of X = fq (e0 ⊙ q̂), rows 4-7 those of
+// X = fk (e0 ⊙ k̂), part p = e4m3(r_p) with r_0 = X, r_{p+1} = 16 (r_p - part p) (exact in fp32),
+// so X = sum_p 16^-p part_p to within 2^-16 |X| plus e4m3's subnormal step at the last part.
+// fq = 16 / 2^ceil(log2 scale) and fk = 16 keep |X| <= 16 e0 (|q̂| <= scale, |k̂| <= 1 with
+// L2NORM), far below e4m3's 448 while e0 <= 1 (g <= 0). The tensor cores sum the fp8 products
+// in fp32 with ~14 bits kept (Hopper's fp8 accumulation), ~2^-14 of sum |S0 X| against the exact
+// products' 2^-24: far below the fp8 codes' own 2^-4 and the bf16 output's 2^-8.
+#define QG_PARTS 4
+static_assert(OFF_K % 1024 == 0 && K_BYTES >= 8 * DK, "S0_QGMMA's B tile: 1024-aligned in the k̂-record area");
+
+// The wgmma shared-memory descriptor of a K-major e4m3 tile in the 128-byte swizzle whose 8-row
+// groups lie 1024 bytes apart, from its shared address (a group's start, or + 32 bytes a k step
+// inside the 128-byte rows): start >> 4 (bits 0-13), leading byte offset 16 (unused in a swizzled
+// K-major tile), stride byte offset 1024 (bits 32-45), layout 1 = 128-byte swizzle (bits 62-63).
+__device__ __forceinline__ unsigned long long sw128_desc(u32 addr) {
+  return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// B for the unit in the stage (every consumer thread, tid 0 .. CONSUMERS * 32 - 1, 128 of them
+// working: a vector and two columns each), then visible to the tensor cores (async proxy) and to
+// every consumer (named barrier 2).
+__device__ __forceinline__ void qgmma_b_tile(unsigned char* gstage, int tid, float fq) {
+  if (tid < DK) {
+    const int v = tid / (DK / 2), c = 2 * (tid % (DK / 2));
+    const float f = v ? 16.0f : fq;
+    const float2 x = *(const float2*)((const float*)(gstage + OFF_QK) + v * DK + c);
+    float r0 = x.x * f, r1 = x.y * f;
+#pragma unroll
+    for (int p = 0; p < QG_PARTS; ++p) {
+      const u16 code = pack_e4m3x2(r0, r1);
+      *(u16*)(gstage + OFF_K + swizzle128(4 * v + p, c)) = code;
+      float a, b;
+      e4m3x2_to_f32(code, a, b);
+      r0 = (r0 - a) * 16.0f;
+      r1 = (r1 - b) * 16.0f;
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("bar.sync 2, %0;" ::"n"(CONSUMERS * 32) : "memory");
+}
+
+__device__ __forceinline__ void s0_dots_qgmma(u32 stage, int warp, int lane, float fq, float& sq, float& sk) {
+  const u32 a = stage + (warp >> 2) * (64 * 128), b = stage + OFF_K;
+  float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.eq.b32 p, 0, 0;\n wgmma.fence.sync.aligned;\n"
+      " wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %8, p, 1, 1;\n"
+      " wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %5, %9, p, 1, 1;\n"
+      " wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %6, %10, p, 1, 1;\n"
+      " wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %7, %11, p, 1, 1;\n"
+      " wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n}"
+      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+      : "l"(sw128_desc(a)), "l"(sw128_desc(a + 32)), "l"(sw128_desc(a + 64)), "l"(sw128_desc(a + 96)),
+        "l"(sw128_desc(b)), "l"(sw128_desc(b + 32)), "l"(sw128_desc(b + 64)), "l"(sw128_desc(b + 96))
+      : "memory");
+  // Lane (g, t) holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1] of the warp's 16 rows:
+  // parts 2t % 4 and 2t % 4 + 1 of q (t < 2) or k (t >= 2); the pair of lanes t, t ^ 1 sums them.
+  const int t = lane & 3;
+  const float w0 = (t & 1) ? 1.0f / 256.0f : 1.0f, w1 = w0 * (1.0f / 16.0f), f = (t < 2 ? 1.0f / fq : 1.0f / 16.0f);
+  float lo = (d0 * w0 + d1 * w1) * f, hi = (d2 * w0 + d3 * w1) * f;
+  lo += __shfl_xor_sync(0xffffffffu, lo, 1);
+  hi += __shfl_xor_sync(0xffffffffu, hi, 1);
+  const int r = lane & 15, src = (r & 7) * 4;
+  const float ql = __shfl_sync(0xffffffffu, lo, src), qh = __shfl_sync(0xffffffffu, hi, src);
+  const float kl = __shfl_sync(0xffffffffu, lo, src + 2), kh = __shfl_sync(0xffffffffu, hi, src + 2);
+  sq = r < 8 ? ql : qh;
+  sk = r < 8 ? kl : kh;
 }
 #endif
 
@@ -1478,6 +1563,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   // row over columns [half HALF, (half + 1) HALF)
   const int r0 = warp * 16;
   const int row = r0 + (lane & 15), half = lane >> 4;
+#if S0_QGMMA
+  int scale_exp;
+  frexpf(scale, &scale_exp);
+  const float fq = ldexpf(16.0f, -scale_exp);  // 16 / 2^ceil(log2 scale) or less: qgmma_b_tile
+#endif
   int i = 0;
   // The output's and the d appends' strides, loaded before the first wait (params_zero; with the
   // consumers forming the coefficients, the g and k̂ appends' too).
@@ -1515,6 +1605,9 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       float sq, sk;
 #if S0_MMA
       s0_dots_mma(stage, gstage, r0, lane, sq, sk);
+#elif S0_QGMMA
+      qgmma_b_tile(gstage, warp * 32 + lane, fq);
+      s0_dots_qgmma(stage, warp, lane, fq, sq, sk);
 #elif FP8_MMA
       s0_dots_fp8(gstage, r0, lane, sq, sk);
 #else
