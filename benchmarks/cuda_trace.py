@@ -65,8 +65,8 @@ def traced_kernels(launcher, source: str, trace: torch.Tensor):
     """Inside: ``launcher`` (a kernel module with ``load_kernel``, e.g. ``mamba2_replay_cuda``) loads
     its kernels from the traced ``source`` and passes ``trace`` to each launch."""
     real = launcher.load_kernel
-    launcher.load_kernel = lambda name, entry, defines, device, smem: TracedKernel(
-        real(source, entry, defines, device, smem), trace
+    launcher.load_kernel = lambda name, entry, defines, device, smem, **kwargs: TracedKernel(
+        real(source, entry, defines, device, smem, **kwargs), trace
     )
     try:
         yield

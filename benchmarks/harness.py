@@ -190,8 +190,8 @@ def kernel_source(launcher_module, path, loaded: dict):
     it (an exported revision's own)."""
     real = launcher_module.load_kernel
 
-    def load(name, entry, defines, device, smem):
-        loaded[entry] = real(name if path is None else os.path.abspath(path), entry, defines, device, smem)
+    def load(name, entry, defines, device, smem, **kwargs):
+        loaded[entry] = real(name if path is None else os.path.abspath(path), entry, defines, device, smem, **kwargs)
         return loaded[entry]
 
     launcher_module.load_kernel = load
