@@ -236,8 +236,9 @@ def test_cuda_kda_fp8_qgmma_long_run_against_oracle(g, L, form):
 def test_cuda_kda_fp8_qgmma_many_units_per_cta():
     """Batch 64 at Kimi Linear with ``s0_qgmma``: thousands of units, the ring wrapping many times
     (each unit's B tile rewritten in the stage it reuses)."""
-    check_against_oracle(DeltaGeometry(32, 32, 128, 128), 16, "fp8", "at64-qg", True, steps=40, batch=64, num_slots=70,
-                         min_flushes=64)
+    check_against_oracle(
+        DeltaGeometry(32, 32, 128, 128), 16, "fp8", "at64-qg", True, steps=40, batch=64, num_slots=70, min_flushes=64
+    )
 
 
 def fill_randomly(cache) -> None:
