@@ -30,6 +30,11 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma,ff,rw", "table,fmma,ff,rw"),
         ("table,cs", "table,cs"),
         ("table,ff,cs", "table,ff,cs"),
+        ("table,fmma,qg", "table,fmma,qg"),
+        (
+            "128,3,2,one,cw4,qg",
+            DeltaCudaConfig(rows=128, stages=3, min_ctas=2, one_launch=True, coef_warps=4, s0_qgmma=True),
+        ),
         (
             "128,3,1,one,cw4,cr,dc,cs",
             DeltaCudaConfig(
@@ -161,6 +166,20 @@ def test_table_cs_sums_in_the_consumers_only_for_kda_with_coefficient_warps(stat
     assert (table.coef_warps > 0) == (state_bytes != 4)
     gdn = delta_cuda_probe.case_config("table,cs", QWEN_122B, 16, batch, state_bytes, per_channel=False)
     assert not gdn.consumer_sums
+
+
+@pytest.mark.parametrize("state_bytes, batch", [(1, 1), (1, 64), (1, 256), (2, 256), (4, 256)])
+def test_table_qg_takes_fp8_wgmma_products_only_for_kda_fp8_in_wide_units(state_bytes, batch):
+    """``table,qg`` is KDA's fp8 table with its S0 products as fp8 wgmma products where the table's
+    units are 64 or 128 rows of the step kernel; elsewhere (narrow units at batch 1, 16- and 32-bit
+    checkpoints, GDN) it is the table."""
+    table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel=True)
+    got = delta_cuda_probe.case_config("table,qg", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
+    wide = state_bytes == 1 and not table.small and table.rows % 64 == 0
+    assert got == dataclasses.replace(table, one_launch=True, s0_qgmma=wide)
+    assert wide == (state_bytes == 1 and batch >= 64)
+    gdn = delta_cuda_probe.case_config("table,qg", QWEN_122B, 16, batch, state_bytes, per_channel=False)
+    assert not gdn.s0_qgmma
 
 
 def test_baseline_configs_need_a_baseline(capsys):
