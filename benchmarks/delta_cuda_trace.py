@@ -28,8 +28,9 @@ differences within a CTA are used) at fixed points, each CTA writing its own row
 One eager step of a slot set that has not been touched for a few steps (the state comes from
 DRAM) with the case's spread, advancing cursors (``--cursors W`` pins them). Printed over the
 traced units from the fourth on (the ring full; ``--first-unit`` moves it), flush units apart, as
-percentiles in µs at the device's clock (``--clock-mhz``; the SM clock under load may differ, the
-cycles do not):
+percentiles in µs at the SM clock the launch ran at (its cycles over the %globaltimer across each
+CTA's run, printed first; ``--clock-mhz`` sets another: a kernel with tensor-core instructions
+ran at ~1.80 GHz on an H100 where one without ran at ~1.95, kernel notes "Session 64"):
 
     records     recs - issued        the copies' latency, as the coefficient warps see it
     coef idle   recs - ready(i-1)    coefficient warps waiting for the records
@@ -122,7 +123,7 @@ _PATCHES = (
         "    int* __restrict__ arrivals, float scale) {\n  extern __shared__ unsigned char smem_raw[];\n",
         "    int* __restrict__ arrivals, float scale, u64* __restrict__ trace) {\n"
         f"  u64* tr = trace + blockIdx.x * {SLOTS};\n"
-        "  if (threadIdx.x == 0) { tr[0] = clk(); coef_phase[0] = coef_phase[1] = coef_phase[2] = 0; }\n"
+        "  if (threadIdx.x == 0) { tr[0] = clk(); tr[1] = gtime(); coef_phase[0] = coef_phase[1] = coef_phase[2] = 0; }\n"
         "  extern __shared__ unsigned char smem_raw[];\n",
     ),
     (
@@ -165,7 +166,8 @@ _PATCHES = (
         "    if (!released) {\n      __syncwarp();\n      if (lane == 0) mbar_arrive(empty);\n    }\n  }\n}\n",
         "    if (!released) {\n      __syncwarp();\n      if (lane == 0) mbar_arrive(empty);\n"
         f"      if (threadIdx.x == 0 && {_T}) tr[{WORD['released']} + i] = clk();\n    }}\n"
-        f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['done']} + i] = clk();\n  }}\n}}\n",
+        f"    if (threadIdx.x == 0 && {_T}) tr[{WORD['done']} + i] = clk();\n  }}\n"
+        "  if (threadIdx.x == 0) { tr[2] = clk(); tr[3] = gtime(); }\n}\n",
     ),
 )
 
@@ -232,13 +234,29 @@ def since_start(rows, units: int):
     return out
 
 
+def measured_clock_mhz(rows) -> float:
+    """The SM clock the traced launch ran at, in MHz: the cycles over the %globaltimer nanoseconds
+    of every CTA's run (words 0 and 2: its first and last clock reads; 1 and 3: the timer beside
+    them), summed over the CTA rows (0: no CTA has both). The timer ticks coarsely (~1 µs on some
+    GPUs): a CTA's run is tens of µs, and the sums average the ticks out."""
+    cycles = sum(r[2] - r[0] for r in rows if r[2] and r[3])
+    ns = sum(r[3] - r[1] for r in rows if r[2] and r[3])
+    return 1e3 * cycles / ns if ns > 0 else 0.0
+
+
 def report(trace: list, L: int, clock_mhz: float, first: int = 3, timeline: int = 0) -> None:
-    """Percentiles and means of each interval over units ``first``.. (µs at ``clock_mhz``), units
-    that do not flush and flush units apart; then, for ``timeline`` > 0, each point of the CTAs'
-    first ``timeline`` units from the CTA's start."""
+    """Percentiles and means of each interval over units ``first``.. (µs at ``clock_mhz``; 0: at the
+    clock the launch ran at, :func:`measured_clock_mhz`), units that do not flush and flush units
+    apart; then, for ``timeline`` > 0, each point of the CTAs' first ``timeline`` units from the
+    CTA's start."""
     rows = [trace[c : c + SLOTS] for c in range(0, len(trace), SLOTS) if trace[c]]
+    measured = measured_clock_mhz(rows)
+    clock_mhz = clock_mhz or measured
+    if not clock_mhz:
+        raise ValueError("delta_cuda_trace.report: no CTA recorded its run's clock and timer; pass clock_mhz")
     scale = clock_mhz  # cycles per µs
-    print(f"  {len(rows)} CTAs; µs at {clock_mhz:.0f} MHz: min / p50 / p90 / max (mean); units {first}..")
+    print(f"  {len(rows)} CTAs; the SM clock measured over their runs: {measured:.0f} MHz")
+    print(f"  µs at {clock_mhz:.0f} MHz: min / p50 / p90 / max (mean); units {first}..")
     for name, (plain, flush) in unit_intervals(rows, L, first).items():
         for label, v in (("", plain), (" (flush)", flush)):
             if v:
@@ -258,13 +276,14 @@ def main(argv=None):
     ap.add_argument("--state", default="fp8", choices=list(DT))
     ap.add_argument("--cursors", type=int, default=None, help="pin every replay cursor to this value")
     ap.add_argument("--config", type=parse_config, default=None, help="a CUDA launch (default: the launch table's)")
-    ap.add_argument("--clock-mhz", type=float, default=None, help="cycles per µs (default: the device's clock)")
+    ap.add_argument(
+        "--clock-mhz", type=float, default=0.0, help="cycles per µs (default: the clock the launch ran at, measured)"
+    )
     ap.add_argument("--first-unit", type=int, default=3, help="the intervals over each CTA's units from this one on")
     ap.add_argument("--timeline", type=int, default=0, help="print each CTA's first N units' points from its start")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_trace: needs a CUDA GPU")
-    clock = args.clock_mhz or torch.cuda.get_device_properties(0).clock_rate / 1e3
     geometry = GEOMETRY[args.family]
     with tempfile.TemporaryDirectory() as tmp:
         source = write_traced_source(tmp)
@@ -283,7 +302,7 @@ def main(argv=None):
                 f"== {args.family} {args.state} batch {batch} L {args.L} {cfg.label()}"
                 f"{'' if args.cursors is None else f' cursors {args.cursors}'}"
             )
-            report(trace.cpu().tolist(), args.L, clock, args.first_unit, args.timeline)
+            report(trace.cpu().tolist(), args.L, args.clock_mhz, args.first_unit, args.timeline)
 
 
 if __name__ == "__main__":

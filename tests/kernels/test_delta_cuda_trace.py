@@ -89,3 +89,28 @@ def test_first_unit_and_the_timeline_from_the_cta_start():
     assert tl["scanned", 0] == []  # the coefficient pass's phases: in the timeline where reached
     at("scanned", 0, 1180)
     assert trace.since_start([row], 1)["scanned", 0] == [1180 - 500]
+
+
+def test_the_clock_is_measured_over_each_cta_run_and_converts_the_report(capsys):
+    """Words 0 / 2 hold a CTA's first and last cycle counts, 1 / 3 the timer beside them: the
+    measured clock is the summed cycles over the summed nanoseconds (rows without both left out),
+    and the report converts its intervals at it unless told another clock."""
+    rows = []
+    for start, cycles, ns in ((100, 18_000, 10_000), (50, 36_000, 20_000), (7, 0, 0)):
+        row = [0] * trace.SLOTS
+        row[0], row[1], row[2], row[3] = start, 1_000, start + cycles, 1_000 + ns if ns else 0
+        rows.append(row)
+    assert trace.measured_clock_mhz(rows) == pytest.approx(1800.0)
+    assert trace.measured_clock_mhz([[1] + [0] * (trace.SLOTS - 1)]) == 0.0
+    L, row = 16, rows[0]
+    for i in range(5):
+        row[trace.WORD["w"] + i], row[trace.WORD["done"] + i] = 1, 10_000 + 3_600 * i
+    trace.report([w for r in rows for w in r], L, 0.0)
+    out = capsys.readouterr().out
+    assert "measured over their runs: 1800 MHz" in out and "µs at 1800 MHz" in out
+    period = next(line for line in out.splitlines() if line.strip().startswith("period"))
+    assert "2.00" in period  # 3,600 cycles at 1,800 MHz
+    trace.report([w for r in rows for w in r], L, 3600.0)
+    assert "µs at 3600 MHz" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no CTA recorded its run's clock"):
+        trace.report([1] + [0] * (trace.SLOTS - 1), L, 0.0)
