@@ -27,5 +27,5 @@ for c in ${CASES:-gdn:64:f32}; do
         --section WarpStateStats --section SourceCounters --page source --print-source sass --csv \
         python3 benchmarks/profile_delta.py "${args[@]}" > "$(dirname "$log")/$(basename "${log/ncu_delta_/ncu_src_}" .txt).csv" 2>&1
   fi
-  echo "== $c"; grep -E "delta_replay_|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Mem Busy|Max Bandwidth" "$log" | head -20
+  echo "== $c"; grep -E "delta_replay_|Duration|SM Frequency|Elapsed Cycles|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Mem Busy|Max Bandwidth" "$log" | head -28
 done

@@ -15,5 +15,5 @@ for c in ${CASES:-replay_step:256:f32}; do
   log="$OUT/ncu_${LABEL:-}${route}_${batch}_${state}${cursors:+_c$cursors}${config:+_${config//,/-}}.txt"
   ncu --clock-control none --launch-skip 3 --launch-count 1 -k "regex:$kernel" "${SECTIONS[@]}" \
       python3 "${ROOT:-.}/benchmarks/profile_mamba2.py" "${args[@]}" > "$log" 2>&1
-  echo "== $c"; grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Executed Instructions |Issue Slots Busy|L2 Hit|Mem Busy|Max Bandwidth" "$log" | head -14
+  echo "== $c"; grep -E "Duration|SM Frequency|Elapsed Cycles|DRAM Throughput|Achieved Occupancy|Registers Per|Theoretical Occ|Executed Instructions |Issue Slots Busy|L2 Hit|Mem Busy|Max Bandwidth" "$log" | head -18
 done

@@ -20,5 +20,5 @@ for c in ${CASES:-kda:16:4}; do
   LD_PRELOAD=libcuda.so.1 ncu --profile-from-start off --clock-control none --launch-count 40 -k "$filter" "${SECTIONS[@]}" \
       python3 "${ROOT:-.}/benchmarks/profile_verify.py" --family "$family" --batch "$batch" --T "$T" --route "$route" --kernel "$kernel" \
       --steps 2 > "$log" 2>&1
-  echo "== $c"; grep -E "  [_a-z0-9]+(verify|commit|records|decode_step)[_a-z0-9]*|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy" "$log" | tail -24
+  echo "== $c"; grep -E "  [_a-z0-9]+(verify|commit|records|decode_step)[_a-z0-9]*|Duration|SM Frequency|Elapsed Cycles|DRAM Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy" "$log" | tail -32
 done
