@@ -71,12 +71,13 @@ def config(g, L, state, form, per_channel=False):
         _resident_ctas,
         delta_ctas_that_fit,
         delta_cuda_config,
+        s0_qgmma_fits,
         unit_rows,
     )
 
     if form.endswith("-qg"):  # KDA fp8's S0 products as fp8 wgmma products
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-qg")], per_channel), s0_qgmma=True)
-        if state != "fp8" or not per_channel or cfg.small or cfg.rows % 64:
+        if not s0_qgmma_fits(cfg, STATES[state].itemsize, per_channel):
             pytest.skip("the fp8 wgmma S0 products take KDA's fp8 step kernel in 64- or 128-row units")
         return cfg
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials

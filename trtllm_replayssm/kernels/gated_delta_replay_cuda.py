@@ -51,6 +51,7 @@ __all__ = [
     "delta_cuda_config",
     "delta_qk_floats",
     "runs_one_launch",
+    "s0_qgmma_fits",
     "step_kernel_in_one_launch",
     "delta_cuda_unsupported",
     "delta_shape_unsupported",
@@ -278,6 +279,13 @@ def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
     may take ``coef_warps``, ``defer_count`` and ``flush_first``."""
     return not cfg.small and runs_one_launch(cfg, per_channel)
+
+
+def s0_qgmma_fits(cfg: DeltaCudaConfig, state_bytes: int, per_channel: bool) -> bool:
+    """Whether ``cfg``'s build can take ``s0_qgmma`` (with L2-normalised q and k, which the launch
+    names): KDA's step kernel with an fp8 checkpoint, whole warpgroups of consumers (64 or 128
+    rows a unit) and no ``consumer_sums``."""
+    return per_channel and state_bytes == 1 and not cfg.small and cfg.rows % 64 == 0 and not cfg.consumer_sums
 
 
 def _records_padded(L: int) -> int:
@@ -629,8 +637,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         raise ValueError("delta_replay_step (CUDA): consumer_sums takes KDA's step kernel with coefficient warps and "
                          f"exact S0 products; got per_channel={per_channel}, coef_warps={cfg.coef_warps}, "
                          f"s0_mma={cfg.s0_mma}, small={cfg.small}")
-    if cfg.s0_qgmma and not (per_channel and state_bytes == 1 and use_qk_l2norm and not cfg.small and cfg.rows % 64 == 0
-                             and not cfg.consumer_sums):
+    if cfg.s0_qgmma and not (use_qk_l2norm and s0_qgmma_fits(cfg, state_bytes, per_channel)):
         raise ValueError("delta_replay_step (CUDA): s0_qgmma takes KDA's step kernel with an fp8 checkpoint, "
                          "L2-normalised q and k, 64 or 128 rows a unit and no consumer_sums; got "
                          f"per_channel={per_channel}, {state_bytes}-byte checkpoint elements, "
