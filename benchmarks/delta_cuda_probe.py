@@ -19,15 +19,17 @@ shape, timed in the same rounds); the check compares checkpoint values (codes x 
 A configuration is ``table`` (the launch table's for each case; ``table,fmma``: with the flush's
 fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch;
 ``table,rw``: with GDN's records split over its coefficient warps there; ``table,cs``: with KDA's
-consumers summing the coefficient warps' partials where the table has coefficient warps), or
-``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs]`` (``DeltaCudaConfig``;
+consumers summing the coefficient warps' partials where the table has coefficient warps;
+``table,qg`` / ``table,h2``: KDA fp8's S0 products as fp8 wgmma products / f16x2 FMAs), or
+``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2]`` (``DeltaCudaConfig``;
 ``one``: GDN in one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products
 on tensor cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores;
 ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after the first
 stages' units; ``ff``: each block of 32 units taken with its flushing units first, one launch
 only; ``rw``: GDN's records split over the warps forming the coefficients, one launch only;
 ``cs``: KDA's consumers summing the coefficient warps' partial scores and norms, coefficient
-warps only), or
+warps only; ``qg``, ``h2``: KDA fp8's S0 products as fp8 wgmma products (64- or 128-row units) or
+as f16x2 FMAs, L2-normalised q and k), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N
 resident CTAs a multiprocessor).
 
@@ -70,21 +72,21 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-TABLE_MODS = ("fmma", "ff", "rw", "cs", "qg")
+TABLE_MODS = ("fmma", "ff", "rw", "cs", "qg", "h2")
 
 
 def parse_config(text: str):
-    """``table[,fmma][,ff][,rw][,cs][,qg]`` -> that string (the launch table's configuration of each
+    """``table[,fmma][,ff][,rw][,cs][,qg][,h2]`` -> that string (the launch table's configuration of each
     case, with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
     coefficient warps splitting the records, ``cs`` KDA's consumers summing the coefficient warps'
-    partials, ``qg`` KDA fp8's S0 products as fp8 wgmma products);
-    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg]``
+    partials, ``qg`` KDA fp8's S0 products as fp8 wgmma products, ``h2`` as f16x2 FMAs);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2]``
     or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
     the first stages' units; ``ff``: flushing units first; ``rw``: GDN's coefficient warps
     splitting the records; ``cs``: KDA's consumers summing the coefficient warps' partials; ``qg``:
-    KDA fp8's S0 products as fp8 wgmma products)."""
+    KDA fp8's S0 products as fp8 wgmma products; ``h2``: as f16x2 FMAs)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -92,20 +94,20 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
         if parts[1:] != [m for m in TABLE_MODS if m in parts[1:]]:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg]")
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg][,h2]")
         return text
-    one, mma, fmma, cr, dc, ff, rw, cs, qg = (
-        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "cs", "qg")
+    one, mma, fmma, cr, dc, ff, rw, cs, qg, h2 = (
+        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "cs", "qg", "h2")
     )
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if (
-        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + cs + qg + len(cw)
+        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + cs + qg + h2 + len(cw)
         or len(cw) > 1
         or not all(p.isdigit() for p in parts[:3])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg][,h2], "
+            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -123,17 +125,18 @@ def parse_config(text: str):
         rec_warps=rw,
         consumer_sums=cs,
         s0_qgmma=qg,
+        s0_hfma2=h2,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,rw][,cs][,qg]``: the launch table's for this batch, L and checkpoint, with the
+    (``table[,fmma][,ff][,rw][,cs][,qg][,h2]``: the launch table's for this batch, L and checkpoint, with the
     flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
     and GDN's records split over its coefficient warps where asked and the table runs the step
     kernel in one launch, and KDA's consumers summing the partials where asked and the table has
     coefficient warps, and KDA fp8's S0 products as fp8 wgmma products where asked and the table's
-    units are 64 or 128 rows; KDA always in one launch, labelled so)."""
+    units are 64 or 128 rows, or as f16x2 FMAs where asked; KDA always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
@@ -151,6 +154,8 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
             consumer_sums=table.consumer_sums or cs,
             s0_qgmma=table.s0_qgmma or qg,
         )
+        if "h2" in mods and gc.s0_hfma2_fits(c, state_bytes, per_channel):
+            c = dataclasses.replace(c, s0_hfma2=True)
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

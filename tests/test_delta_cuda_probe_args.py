@@ -31,6 +31,20 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,cs", "table,cs"),
         ("table,ff,cs", "table,ff,cs"),
         ("table,fmma,qg", "table,fmma,qg"),
+        ("table,ff,h2", "table,ff,h2"),
+        (
+            "128,3,2,one,cw4,cr,dc,h2",
+            DeltaCudaConfig(
+                rows=128,
+                stages=3,
+                min_ctas=2,
+                one_launch=True,
+                coef_warps=4,
+                coalesce_recs=True,
+                defer_count=True,
+                s0_hfma2=True,
+            ),
+        ),
         (
             "128,3,2,one,cw4,qg",
             DeltaCudaConfig(rows=128, stages=3, min_ctas=2, one_launch=True, coef_warps=4, s0_qgmma=True),
@@ -168,18 +182,18 @@ def test_table_cs_sums_in_the_consumers_only_for_kda_with_coefficient_warps(stat
     assert not gdn.consumer_sums
 
 
+@pytest.mark.parametrize("token, field", [("qg", "s0_qgmma"), ("h2", "s0_hfma2")])
 @pytest.mark.parametrize("state_bytes, batch", [(1, 1), (1, 64), (1, 256), (2, 256), (4, 256)])
-def test_table_qg_takes_fp8_wgmma_products_only_for_kda_fp8_in_wide_units(state_bytes, batch):
-    """``table,qg`` is KDA's fp8 table with its S0 products as fp8 wgmma products where the table's
-    units are 64 or 128 rows of the step kernel; elsewhere (narrow units at batch 1, 16- and 32-bit
-    checkpoints, GDN) it is the table."""
+def test_table_s0_forms_only_for_kda_fp8(token, field, state_bytes, batch):
+    """``table,qg`` / ``table,h2`` is KDA's fp8 table with its S0 products as fp8 wgmma products
+    (where the table's units are 64 or 128 rows: from batch 64) / f16x2 FMAs (every batch);
+    elsewhere (16- and 32-bit checkpoints, GDN, qg's narrow units at batch 1) it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel=True)
-    got = delta_cuda_probe.case_config("table,qg", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
-    wide = state_bytes == 1 and not table.small and table.rows % 64 == 0
-    assert got == dataclasses.replace(table, one_launch=True, s0_qgmma=wide)
-    assert wide == (state_bytes == 1 and batch >= 64)
-    gdn = delta_cuda_probe.case_config("table,qg", QWEN_122B, 16, batch, state_bytes, per_channel=False)
-    assert not gdn.s0_qgmma
+    got = delta_cuda_probe.case_config(f"table,{token}", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
+    takes = state_bytes == 1 and (token == "h2" or batch >= 64)
+    assert got == dataclasses.replace(table, one_launch=True, **{field: takes})
+    gdn = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, state_bytes, per_channel=False)
+    assert not getattr(gdn, field)
 
 
 def test_baseline_configs_need_a_baseline(capsys):

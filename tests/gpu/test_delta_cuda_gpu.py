@@ -71,15 +71,18 @@ def config(g, L, state, form, per_channel=False):
         _resident_ctas,
         delta_ctas_that_fit,
         delta_cuda_config,
+        s0_hfma2_fits,
         s0_qgmma_fits,
         unit_rows,
     )
 
-    if form.endswith("-qg"):  # KDA fp8's S0 products as fp8 wgmma products
-        cfg = dataclasses.replace(config(g, L, state, form[: -len("-qg")], per_channel), s0_qgmma=True)
-        if not s0_qgmma_fits(cfg, STATES[state].itemsize, per_channel):
-            pytest.skip("the fp8 wgmma S0 products take KDA's fp8 step kernel in 64- or 128-row units")
-        return cfg
+    # KDA fp8's S0 products as fp8 wgmma products (-qg) or f16x2 FMAs (-h2)
+    for suffix, field, fits in (("-qg", "s0_qgmma", s0_qgmma_fits), ("-h2", "s0_hfma2", s0_hfma2_fits)):
+        if form.endswith(suffix):
+            cfg = dataclasses.replace(config(g, L, state, form[: -len(suffix)], per_channel), **{field: True})
+            if not fits(cfg, STATES[state].itemsize, per_channel):
+                pytest.skip(f"{field} does not fit this build of KDA's fp8 step kernel")
+            return cfg
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True)
         if not cfg.coef_warps or cfg.s0_mma:
@@ -225,20 +228,23 @@ def test_cuda_kda_fp8_consumer_sums_long_run_against_oracle(g, L, batch):
 
 @needs_sm90
 @pytest.mark.parametrize("g,L", [KDA_SHAPES[0], KDA_SHAPES[3], KDA_SHAPES[4]])
-@pytest.mark.parametrize("form", ["at16-qg", "at64-qg", "at256-qg", "table-qg", "table-fmma-qg", "table-ff-qg"])
-def test_cuda_kda_fp8_qgmma_long_run_against_oracle(g, L, form):
-    """KDA's S0 products as fp8 wgmma products (``s0_qgmma``) with an fp8 checkpoint: the table's
-    builds at 16 / 64 / 256 (64- and 128-row units), and with the flush on tensor cores or
-    flushing units first, over many steps and flushes against the float64 oracle."""
-    check_against_oracle(g, L, "fp8", form, per_channel=True)
+@pytest.mark.parametrize("form", ["at1", "at16", "at64", "at256", "table", "table-fmma", "table-ff"])
+@pytest.mark.parametrize("s0", ["qg", "h2"])
+def test_cuda_kda_fp8_s0_forms_long_run_against_oracle(g, L, form, s0):
+    """KDA's S0 products as fp8 wgmma products (``s0_qgmma``, 64- and 128-row units) or f16x2 FMAs
+    (``s0_hfma2``) with an fp8 checkpoint: the table's builds at 1 / 16 / 64 / 256, and with the
+    flush on tensor cores or flushing units first, over many steps and flushes against the float64
+    oracle."""
+    check_against_oracle(g, L, "fp8", f"{form}-{s0}", per_channel=True)
 
 
 @needs_sm90
-def test_cuda_kda_fp8_qgmma_many_units_per_cta():
-    """Batch 64 at Kimi Linear with ``s0_qgmma``: thousands of units, the ring wrapping many times
-    (each unit's B tile rewritten in the stage it reuses)."""
+@pytest.mark.parametrize("s0", ["qg", "h2"])
+def test_cuda_kda_fp8_s0_forms_many_units_per_cta(s0):
+    """Batch 64 at Kimi Linear with ``s0_qgmma`` or ``s0_hfma2``: thousands of units, the ring
+    wrapping many times (each unit's B tile or f16 vectors rewritten in the stage it reuses)."""
     check_against_oracle(
-        DeltaGeometry(32, 32, 128, 128), 16, "fp8", "at64-qg", True, steps=40, batch=64, num_slots=70, min_flushes=64
+        DeltaGeometry(32, 32, 128, 128), 16, "fp8", f"at64-{s0}", True, steps=40, batch=64, num_slots=70, min_flushes=64
     )
 
 

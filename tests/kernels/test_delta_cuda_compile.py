@@ -694,3 +694,40 @@ def test_fp8_qgmma_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90a
     assert body.count("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3") == 4
     assert body.count("bar.sync 2,") == 1 and ".local" not in body
     assert "wgmma" not in ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step")
+
+
+@pytest.mark.parametrize("L, batch", [(16, 256), (16, 64), (16, 1), (32, 256)])
+def test_fp8_hfma2_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90(L, batch):
+    """``s0_hfma2``: KDA's step kernel with an fp8 checkpoint, L2-normalised q and k, no consumer
+    sums and no fp8 wgmma products, its define and label; its PTX targets sm_90 and holds the
+    consumers' 64 f16x2 FMAs (a lane's 64 columns, two vectors) and no tensor-core instruction,
+    without local memory."""
+    table = gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True)
+    h2 = dataclasses.replace(table, s0_hfma2=True)
+
+    def defines(cfg, per_channel=True, state_bytes=1, l2norm=True):
+        return dict(
+            gc.delta_step_defines(32, 32, 128, 128, L, cfg, state_bytes, l2norm, torch.float32, torch.float32, per_channel)
+        )
+
+    assert defines(h2)["S0_HFMA2"] == 1 and defines(table)["S0_HFMA2"] == 0
+    assert h2.label().endswith(",h2") and not table.label().endswith(",h2")
+    refusals = [
+        dict(cfg=h2, per_channel=False),
+        dict(cfg=h2, state_bytes=2),
+        dict(cfg=h2, state_bytes=4),
+        dict(cfg=h2, l2norm=False),
+        dict(cfg=dataclasses.replace(h2, consumer_sums=True, coef_warps=4)),
+        dict(cfg=dataclasses.replace(h2, s0_qgmma=True, rows=128)),
+    ]
+    for kwargs in refusals:
+        with pytest.raises(ValueError, match="s0_hfma2 takes KDA's step kernel with an fp8 checkpoint"):
+            defines(**kwargs)
+    ptx = gc.compile_delta_ptx(32, 32, 128, 128, L, h2, 1, True, True)
+    assert ".target sm_90\n" in ptx
+    body = ptx_entry(ptx, "delta_replay_step")
+    assert body.count("fma.rn.f16x2") == 64 and ".local" not in body
+    assert "wgmma" not in body and "mma.sync" not in body
+    assert "fma.rn.f16x2" not in ptx_entry(
+        gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step"
+    )

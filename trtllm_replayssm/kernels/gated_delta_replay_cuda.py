@@ -51,6 +51,7 @@ __all__ = [
     "delta_cuda_config",
     "delta_qk_floats",
     "runs_one_launch",
+    "s0_hfma2_fits",
     "s0_qgmma_fits",
     "step_kernel_in_one_launch",
     "delta_cuda_unsupported",
@@ -233,7 +234,10 @@ class DeltaCudaConfig:
     and k, ``rows`` 64 or 128, the step kernel; compiled for sm_90a): the consumers' S0 q̂ and S0 k̂
     as fp8 products on tensor cores (wgmma m64n8k32 on the codes as they lie in the stage, the
     vectors as four e4m3 parts each) instead of fp32 FMAs on the widened codes (a probe form, kernel
-    notes "Session 64")."""
+    notes "Session 64"). ``s0_hfma2`` (KDA, an fp8 checkpoint, L2-normalised q and k, the step
+    kernel): the consumers' S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA cores (the codes as f16 pairs
+    against e0 ⊙ q̂ and e0 ⊙ k̂ in f16, which the coefficient warps write; sums of 16 products in
+    f16, then fp32) instead of fp32 FMAs on the codes widened to fp32 (kernel notes "Session 65")."""
 
     rows: int
     stages: int
@@ -251,6 +255,7 @@ class DeltaCudaConfig:
     rec_warps: bool = False
     consumer_sums: bool = False
     s0_qgmma: bool = False
+    s0_hfma2: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -265,8 +270,9 @@ class DeltaCudaConfig:
         rw = ",rw" if self.rec_warps else ""
         cs = ",cs" if self.consumer_sums else ""
         qg = ",qg" if self.s0_qgmma else ""
+        h2 = ",h2" if self.s0_hfma2 else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}{qg}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}{qg}{h2}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -286,6 +292,12 @@ def s0_qgmma_fits(cfg: DeltaCudaConfig, state_bytes: int, per_channel: bool) -> 
     names): KDA's step kernel with an fp8 checkpoint, whole warpgroups of consumers (64 or 128
     rows a unit) and no ``consumer_sums``."""
     return per_channel and state_bytes == 1 and not cfg.small and cfg.rows % 64 == 0 and not cfg.consumer_sums
+
+
+def s0_hfma2_fits(cfg: DeltaCudaConfig, state_bytes: int, per_channel: bool) -> bool:
+    """Whether ``cfg``'s build can take ``s0_hfma2`` (with L2-normalised q and k, which the launch
+    names): KDA's step kernel with an fp8 checkpoint, without ``consumer_sums`` or ``s0_qgmma``."""
+    return per_channel and state_bytes == 1 and not cfg.small and not cfg.consumer_sums and not cfg.s0_qgmma
 
 
 def _records_padded(L: int) -> int:
@@ -619,6 +631,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             exact S0 products.
         ValueError: ``cfg.s0_qgmma`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
             q and k, 64 or 128 rows a unit and no ``consumer_sums``.
+        ValueError: ``cfg.s0_hfma2`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
+            q and k, no ``consumer_sums`` and no ``s0_qgmma``.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -643,6 +657,12 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
                          f"per_channel={per_channel}, {state_bytes}-byte checkpoint elements, "
                          f"use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, rows={cfg.rows}, "
                          f"consumer_sums={cfg.consumer_sums}")
+    if cfg.s0_hfma2 and not (use_qk_l2norm and s0_hfma2_fits(cfg, state_bytes, per_channel)):
+        raise ValueError("delta_replay_step (CUDA): s0_hfma2 takes KDA's step kernel with an fp8 checkpoint, "
+                         "L2-normalised q and k, no consumer_sums and no s0_qgmma; got "
+                         f"per_channel={per_channel}, {state_bytes}-byte checkpoint elements, "
+                         f"use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, "
+                         f"consumer_sums={cfg.consumer_sums}, s0_qgmma={cfg.s0_qgmma}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
@@ -670,7 +690,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
              DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps),
-             CONSUMER_SUMS=int(cfg.consumer_sums), S0_QGMMA=int(cfg.s0_qgmma), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
+             CONSUMER_SUMS=int(cfg.consumer_sums), S0_QGMMA=int(cfg.s0_qgmma), S0_HFMA2=int(cfg.s0_hfma2), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
 

@@ -149,6 +149,15 @@
 #if S0_QGMMA && !(CKPT_FP8 && PER_CHANNEL && L2NORM && ROWS % 64 == 0 && !CONSUMER_SUMS)
 #error "S0_QGMMA takes KDA with an fp8 checkpoint, L2NORM, 64 or 128 rows a unit and normalised vectors"
 #endif
+// S0_HFMA2 (KDA, fp8 checkpoint, L2NORM): S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA cores (s0_dots_hfma2)
+// instead of fp32 FMAs on the codes widened to fp32: no tensor core (whose use lowers the SM clock,
+// kernel notes "Session 64"), half the arithmetic instructions.
+#ifndef S0_HFMA2
+#define S0_HFMA2 0
+#endif
+#if S0_HFMA2 && !(CKPT_FP8 && PER_CHANNEL && L2NORM && !CONSUMER_SUMS && !S0_QGMMA)
+#error "S0_HFMA2 takes KDA with an fp8 checkpoint, L2NORM and normalised vectors, in place of S0_QGMMA"
+#endif
 // REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
 // its columns (records_coefficients).
 #ifndef REC_WARPS
@@ -690,6 +699,73 @@ __device__ __forceinline__ void s0_dots_qgmma(u32 stage, int warp, int lane, flo
 }
 #endif
 
+#if S0_HFMA2
+// S0_HFMA2: the vectors X = fq (e0 ⊙ q̂) and fk (e0 ⊙ k̂) in f16, written by unit_coefficients into
+// the stage's k̂-record area once its scan has read the records (KDA's consumers never read that
+// area), at H2_INDEX(vector, column): each half of head_k_dim padded to HALF + 8 halves, so that
+// the two halves a warp's lanes read (lanes 0-15, 16-31) lie in other banks. fq = 2^-e for scale in
+// [2^e, 2^(e+1)) and fk = 2 keep |X| < 2 (|q̂| <= scale, |k̂| <= 1 with L2NORM; e0 <= 1, g <= 0).
+// A code times an element of X is then below 896 in magnitude, and a sum of 16 of them below 14336,
+// within f16's 65504. Each f16 FMA rounds to 11 bits: a chain's 16 roundings leave at most ~2^-7 of
+// sum |S0 X| (~2^-9 typically), against the exact products' 2^-24 and the codes' own 2^-4.
+#define H2_HALF (HALF + 8)
+#define H2_INDEX(v, c) ((v) * 2 * H2_HALF + ((c) / HALF) * H2_HALF + (c) % HALF)
+static_assert(K_BYTES >= 4 * H2_HALF * 2, "S0_HFMA2's vectors: in the k̂-record area");
+
+// fq = 2^-e, or its inverse 2^e, for scale in [2^e, 2^(e+1)) (e clamped to [-125, 125]), exact.
+__device__ __forceinline__ float hfma2_q_factor(float scale, bool inverse) {
+  const int e = min(125, max(-125, (int)((__float_as_uint(scale) >> 23) & 0xffu) - 127));
+  return __uint_as_float((u32)(127 + (inverse ? e : -e)) << 23);
+}
+
+__device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ u32 hadd2(u32 a, u32 b) {
+  u32 d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// The two halves of an f16x2 summed in fp32.
+__device__ __forceinline__ float f16x2_sum(u32 v) {
+  return f16_to_f32((u16)(v & 0xffffu)) + f16_to_f32((u16)(v >> 16));
+}
+
+// S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, in codes (the caller applies the row's
+// scale): a lane's half row of codes, a 16-byte chunk at a time as f16x2 pairs, times X's f16 pairs
+// in f16x2 FMAs into two accumulators a vector (chunks 0, 2 and 1, 3: chains of 16 products a half),
+// then summed in fp32 over the halves and the lane pair, times 1 / fq and 1 / fk.
+__device__ __forceinline__ void s0_dots_hfma2(const unsigned char* stage, int r0, int lane, float scale, float& sq, float& sk) {
+  const int row = r0 + (lane & 15), half = lane >> 4;
+  const u16* x = (const u16*)(stage + OFF_K) + half * H2_HALF;
+  u32 aq[2] = {0u, 0u}, ak[2] = {0u, 0u};
+#pragma unroll
+  for (int c = 0; c < HALF; c += 16) {
+    const uint4 ch = *(const uint4*)(stage + ckpt_offset(row, half * HALF + c));
+    const uint4 q0 = *(const uint4*)(x + c), q1 = *(const uint4*)(x + c + 8);
+    const uint4 k0 = *(const uint4*)(x + 2 * H2_HALF + c), k1 = *(const uint4*)(x + 2 * H2_HALF + c + 8);
+    const u32 wd[4] = {ch.x, ch.y, ch.z, ch.w};
+    const u32 qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const u32 kw[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+    const int a = (c / 16) & 1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const u32 s2 = e4m3x2_to_f16x2((u16)(wd[i >> 1] >> (16 * (i & 1))));
+      aq[a] = hfma2(s2, qw[i], aq[a]);
+      ak[a] = hfma2(s2, kw[i], ak[a]);
+    }
+  }
+  sq = f16x2_sum(hadd2(aq[0], aq[1])) * hfma2_q_factor(scale, true);
+  sk = f16x2_sum(hadd2(ak[0], ak[1])) * 0.5f;
+  sq += __shfl_xor_sync(0xffffffffu, sq, 16);
+  sk += __shfl_xor_sync(0xffffffffu, sk, 16);
+}
+#endif
+
 #if FLUSH_MMA
 // A flush's fold of the records on tensor cores, for the warp's 16 rows r0 .. r0 + 15: the records
 // term as m16n8k16 products [16 rows][LP records] x [LP records][8 columns], an n tile at a time
@@ -1121,6 +1197,9 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   asm volatile("bar.sync 1, %0;" ::"n"(CWARPS * 32) : "memory");
   float rq, rk;
   nqk = summed_norms(rn, scale, rq, rk);
+#if S0_HFMA2
+  const float fq = hfma2_q_factor(scale, false);
+#endif
   // The qk block's columns scaled: q̂ and k̂ (DECAYS_LATE: by the warps but the first, which forms
   // the decays meanwhile; else each thread its own columns, written by it above).
 #if DECAYS_LATE
@@ -1139,6 +1218,11 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
     if (krec_w && append) krec_w[c] = f32_to_bf16(kh);
 #if S0_MMA && PER_CHANNEL
     frag_column(gstage, c, qks[c], qks[DK + c]);
+#endif
+#if S0_HFMA2
+    u16* const x = (u16*)(gstage + OFF_K);  // the scan has read the k̂ records (the first barrier)
+    x[H2_INDEX(0, c)] = f32_to_f16(qks[c] * fq);
+    x[H2_INDEX(1, c)] = f32_to_f16(qks[DK + c] * 2.0f);
 #endif
   }
 #if DECAYS_LATE
@@ -1600,14 +1684,16 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const float* cf = (const float*)(gstage + OFF_COEF);
       const float* qks = (const float*)(gstage + OFF_QK);
       const u16* ds = (const u16*)(gstage + OFF_D);
-      // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane: exact fp32 products, or on tensor
-      // cores (S0_MMA, FP8_MMA).
+      // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane: exact fp32 products, on tensor
+      // cores (S0_MMA, S0_QGMMA, FP8_MMA) or in f16x2 FMAs (S0_HFMA2).
       float sq, sk;
 #if S0_MMA
       s0_dots_mma(stage, gstage, r0, lane, sq, sk);
 #elif S0_QGMMA
       qgmma_b_tile(gstage, warp * 32 + lane, fq);
       s0_dots_qgmma(stage, warp, lane, fq, sq, sk);
+#elif S0_HFMA2
+      s0_dots_hfma2(gstage, r0, lane, scale, sq, sk);
 #elif FP8_MMA
       s0_dots_fp8(gstage, r0, lane, sq, sk);
 #else
