@@ -20,8 +20,9 @@ A configuration is ``table`` (the launch table's for each case; ``table,fmma``: 
 fold on tensor cores; ``table,ff``: with flushing units first where the table runs one launch;
 ``table,rw``: with GDN's records split over its coefficient warps there; ``table,cs``: with KDA's
 consumers summing the coefficient warps' partials where the table has coefficient warps;
-``table,qg`` / ``table,h2``: KDA fp8's S0 products as fp8 wgmma products / f16x2 FMAs), or
-``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2]`` (``DeltaCudaConfig``;
+``table,qg`` / ``table,h2``: KDA fp8's S0 products as fp8 wgmma products / f16x2 FMAs;
+``table,eg``: the step kernel on the even grid), or
+``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2][,eg]`` (``DeltaCudaConfig``;
 ``one``: GDN in one launch; ``cwN``: N coefficient warps, one launch only; ``mma``: S0 products
 on tensor cores, bf16 checkpoints in one launch only; ``fmma``: the flush's fold on tensor cores;
 ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after the first
@@ -29,7 +30,8 @@ stages' units; ``ff``: each block of 32 units taken with its flushing units firs
 only; ``rw``: GDN's records split over the warps forming the coefficients, one launch only;
 ``cs``: KDA's consumers summing the coefficient warps' partial scores and norms, coefficient
 warps only; ``qg``, ``h2``: KDA fp8's S0 products as fp8 wgmma products (64- or 128-row units) or
-as f16x2 FMAs, L2-normalised q and k), or
+as f16x2 FMAs, L2-normalised q and k; ``eg``: the fewest CTAs that take the units in as many
+rounds as the most that fit), or
 ``small,ROWS,mN`` (the one-launch kernel, ROWS value rows a CTA, registers capped for N
 resident CTAs a multiprocessor).
 
@@ -72,21 +74,23 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-TABLE_MODS = ("fmma", "ff", "rw", "cs", "qg", "h2")
+TABLE_MODS = ("fmma", "ff", "rw", "cs", "qg", "h2", "eg")
 
 
 def parse_config(text: str):
-    """``table[,fmma][,ff][,rw][,cs][,qg][,h2]`` -> that string (the launch table's configuration of each
+    """``table[,fmma][,ff][,rw][,cs][,qg][,h2][,eg]`` -> that string (the launch table's configuration of each
     case, with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``rw`` GDN's
     coefficient warps splitting the records, ``cs`` KDA's consumers summing the coefficient warps'
-    partials, ``qg`` KDA fp8's S0 products as fp8 wgmma products, ``h2`` as f16x2 FMAs);
-    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2]``
+    partials, ``qg`` KDA fp8's S0 products as fp8 wgmma products, ``h2`` as f16x2 FMAs, ``eg`` the
+    even grid);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2][,eg]``
     or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
     the first stages' units; ``ff``: flushing units first; ``rw``: GDN's coefficient warps
     splitting the records; ``cs``: KDA's consumers summing the coefficient warps' partials; ``qg``:
-    KDA fp8's S0 products as fp8 wgmma products; ``h2``: as f16x2 FMAs)."""
+    KDA fp8's S0 products as fp8 wgmma products; ``h2``: as f16x2 FMAs; ``eg``: the fewest CTAs
+    that take the units in as many rounds)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -94,20 +98,20 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
         if parts[1:] != [m for m in TABLE_MODS if m in parts[1:]]:
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg][,h2]")
+            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg][,h2][,eg]")
         return text
-    one, mma, fmma, cr, dc, ff, rw, cs, qg, h2 = (
-        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "cs", "qg", "h2")
+    one, mma, fmma, cr, dc, ff, rw, cs, qg, h2, eg = (
+        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "rw", "cs", "qg", "h2", "eg")
     )
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if (
-        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + cs + qg + h2 + len(cw)
+        len(parts) != 3 + one + mma + fmma + cr + dc + ff + rw + cs + qg + h2 + eg + len(cw)
         or len(cw) > 1
         or not all(p.isdigit() for p in parts[:3])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg][,h2], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,ff][,rw][,cs][,qg][,h2][,eg], "
+            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,rw][,cs][,qg][,h2][,eg] or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -126,17 +130,20 @@ def parse_config(text: str):
         consumer_sums=cs,
         s0_qgmma=qg,
         s0_hfma2=h2,
+        even_grid=eg,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,rw][,cs][,qg][,h2]``: the launch table's for this batch, L and checkpoint, with the
+    (``table[,fmma][,ff][,rw][,cs][,qg][,h2][,eg]``: the launch table's for this batch, L and checkpoint, with the
     flush's fold on tensor cores where asked, whatever the table says, and the flushing units first
     and GDN's records split over its coefficient warps where asked and the table runs the step
     kernel in one launch, and KDA's consumers summing the partials where asked and the table has
     coefficient warps, and KDA fp8's S0 products as fp8 wgmma products where asked and the table's
-    units are 64 or 128 rows, or as f16x2 FMAs where asked; KDA always in one launch, labelled so)."""
+    units are 64 or 128 rows, or as f16x2 FMAs where asked (the table's own since session 65; ``cs``
+    and ``qg`` replace them), and the even grid where asked and the table runs the step kernel; KDA
+    always in one launch, labelled so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
@@ -145,7 +152,7 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         ff = "ff" in mods and one
         rw = "rw" in mods and one and not per_channel
         cs = "cs" in mods and per_channel and table.coef_warps > 0 and not table.s0_mma
-        qg = "qg" in mods and gc.s0_qgmma_fits(table, state_bytes, per_channel)
+        qg = "qg" in mods and gc.s0_qgmma_fits(dataclasses.replace(table, consumer_sums=False), state_bytes, per_channel)
         c = dataclasses.replace(
             table,
             flush_mma=table.flush_mma or "fmma" in mods,
@@ -153,9 +160,12 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
             rec_warps=table.rec_warps or rw,
             consumer_sums=table.consumer_sums or cs,
             s0_qgmma=table.s0_qgmma or qg,
+            s0_hfma2=table.s0_hfma2 and not (cs or qg),  # the table's f16x2 S0 products give way to cs, qg
         )
         if "h2" in mods and gc.s0_hfma2_fits(c, state_bytes, per_channel):
             c = dataclasses.replace(c, s0_hfma2=True)
+        if "eg" in mods and not c.small:
+            c = dataclasses.replace(c, even_grid=True)
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

@@ -169,14 +169,15 @@ def test_table_rw_splits_the_records_only_in_gdn_one_launch(batch):
     assert not kda.rec_warps
 
 
-@pytest.mark.parametrize("state_bytes, batch", [(2, 1), (2, 64), (2, 256), (1, 256), (4, 16), (4, 256)])
+@pytest.mark.parametrize("state_bytes, batch", [(2, 1), (2, 64), (2, 256), (1, 1), (1, 256), (4, 16), (4, 256)])
 def test_table_cs_sums_in_the_consumers_only_for_kda_with_coefficient_warps(state_bytes, batch):
     """``table,cs`` is KDA's table with its consumers summing the coefficient warps' partials where
-    the table has coefficient warps (every bf16 and fp8 build; fp32 at L = 16 only at batch 1-2);
-    elsewhere, and for GDN, it is the table."""
+    the table has coefficient warps (every bf16 and fp8 build, fp8 then with exact S0 products;
+    fp32 at L = 16 only at batch 1-2); elsewhere, and for GDN, it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel=True)
     got = delta_cuda_probe.case_config("table,cs", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
-    assert got == dataclasses.replace(table, one_launch=True, consumer_sums=table.coef_warps > 0)
+    cs = table.coef_warps > 0
+    assert got == dataclasses.replace(table, one_launch=True, consumer_sums=cs, s0_hfma2=table.s0_hfma2 and not cs)
     assert (table.coef_warps > 0) == (state_bytes != 4)
     gdn = delta_cuda_probe.case_config("table,cs", QWEN_122B, 16, batch, state_bytes, per_channel=False)
     assert not gdn.consumer_sums
@@ -191,7 +192,8 @@ def test_table_s0_forms_only_for_kda_fp8(token, field, state_bytes, batch):
     table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel=True)
     got = delta_cuda_probe.case_config(f"table,{token}", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
     takes = state_bytes == 1 and (token == "h2" or batch >= 64)
-    assert got == dataclasses.replace(table, one_launch=True, **{field: takes})
+    h2 = table.s0_hfma2 and not (token == "qg" and takes)  # the table's f16x2 products give way to qg
+    assert got == dataclasses.replace(dataclasses.replace(table, one_launch=True, s0_hfma2=h2), **{field: takes})
     gdn = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, state_bytes, per_channel=False)
     assert not getattr(gdn, field)
 

@@ -46,11 +46,12 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 # ``-dc``: the cursor reads' count deferred (one launch); ``-ff``: each block's flushing units first
 # (one launch); ``-rw``: GDN's coefficient warps (or consumers) splitting the records (one launch);
 # ``-cs``: KDA's consumers summing the coefficient warps' partials (``atN-cs``: the table's build at
-# batch N with it). ``at48``: the table's build at batch 48 (fp32: 64-row units at four stages with
-# coefficient warps, GDN_F32_WIDE_UNITS_MIN_BATCH).
+# batch N with it). ``at24`` / ``at48`` / ``at64``: the table's build at that batch (fp32: 64-row
+# units at four stages with coefficient warps below GDN_F32_WIDE_UNITS_MIN_BATCH, 128-row units with
+# flushing units first from it).
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
-FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "at48"]
+FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "at24", "at48", "at64"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 KDA_FORMS += ["cw-cs", "cw-cr-dc-ff-cs", "at1-cs", "at64-cs", "at256-cs"]
@@ -108,6 +109,8 @@ def config(g, L, state, form, per_channel=False):
         defer_count=False,
         flush_first=False,
         rec_warps=False,
+        consumer_sums=False,
+        s0_hfma2=False,
     )
     if form.endswith("-rw"):  # GDN's coefficient warps splitting the records
         return dataclasses.replace(config(g, L, state, form[: -len("-rw")], per_channel), rec_warps=True)

@@ -115,8 +115,9 @@ def test_every_shape_compiles_and_shared_memory_matches(shape, state_bytes, batc
         # units at four stages below GDN_F32_WIDE_UNITS_MIN_BATCH, 128-row units at two from it
         (False, 4, 16, 4, (64, 2, 2, 0, False)),
         (False, 4, 16, 5, (64, 4, 1, 4, False)),
-        (False, 4, 16, 64, (64, 4, 1, 4, False)),
-        (False, 4, 16, 65, (128, 2, 1, 4, False)),
+        (False, 4, 16, 32, (64, 4, 1, 4, False)),
+        (False, 4, 16, 33, (128, 2, 1, 4, False)),
+        (False, 4, 16, 64, (128, 2, 1, 4, False)),
         (False, 4, 16, 96, (128, 2, 1, 4, False)),
         (False, 4, 16, 128, (128, 2, 1, 4, False)),
         (False, 4, 16, 256, (128, 2, 1, 4, False)),
@@ -182,14 +183,16 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
     if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
-        assert cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas) and cfg.min_ctas >= 1
+        assert cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas, flush_first=False,
+                                          consumer_sums=False, s0_hfma2=True) and cfg.min_ctas >= 1
         assert gc.delta_ctas_that_fit(cfg, dk, L, 1, True) >= cfg.min_ctas
     elif bf16_route:  # the bf16 table's, without its flushing units first, GDN's one launch with rec_warps
         rw = not per_channel and gc.step_kernel_in_one_launch(cfg, per_channel)
         if bf16.coef_warps and not per_channel:  # GDN's coefficient-warp builds: the standard units, two stages
             bf16 = dataclasses.replace(bf16, rows=gc.unit_rows(dv), stages=2, coef_warps=0, min_ctas=cfg.min_ctas)
             assert gc.delta_ctas_that_fit(cfg, dk, L, 1, False) >= cfg.min_ctas >= 1
-        assert cfg == dataclasses.replace(bf16, flush_mma=fmma, flush_first=False, rec_warps=rw)
+        assert cfg == dataclasses.replace(bf16, flush_mma=fmma, flush_first=False, rec_warps=rw, consumer_sums=False,
+                                          s0_hfma2=per_channel)
     else:  # GDN's two launches: the standard units, not the wide ones
         ring = gc.fp8_mma_rings(batch)[0]
         assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), *ring) and not cfg.one_launch
@@ -457,20 +460,34 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk, and defers the count exactly
-    where it runs one launch; there, with a 16- or 32-bit checkpoint at batch 12-63, it takes each
-    block's flushing units first (but GDN's fp32 builds with coefficient warps), and GDN splits the
-    records over its coefficient warps (but with a bf16 checkpoint and no coefficient warps at
-    batch 4 and 8). The small kernel (GDN at batch 1) takes none of them."""
+    where it runs one launch; there it takes each block's flushing units first with a 16- or 32-bit
+    checkpoint at batch 12-63, KDA bf16 from 12 on, GDN fp32 with coefficient warps at 33-96 only
+    (its 128-row units); KDA bf16 has its consumers sum the partials at 48-255, KDA fp8 its S0
+    products in f16x2 FMAs with L2-normalised q and k; GDN splits the records over its coefficient
+    warps (but with a bf16 checkpoint and no coefficient warps at batch 4 and 8). The small kernel
+    (GDN at batch 1) takes none of them."""
     seen = set()
     for per_channel in (False, True):
         for state_bytes in (4, 2, 1):
-            for batch in (1, 2, 4, 8, 11, 12, 16, 32, 63, 64, 256, 512):
+            for batch in (1, 2, 4, 8, 11, 12, 16, 32, 33, 47, 48, 63, 64, 96, 97, 255, 256, 512):
                 cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
                 one = gc.step_kernel_in_one_launch(cfg, per_channel)
                 assert cfg.coalesce_recs == (not cfg.small), cfg
                 assert cfg.defer_count == one, cfg
-                gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps > 0
-                assert cfg.flush_first == (one and state_bytes != 1 and 12 <= batch < 64 and not gdn_f32_warps), cfg
+                kda_bf16 = per_channel and state_bytes == 2
+                if state_bytes == 1:
+                    first = False
+                elif kda_bf16:
+                    first = batch >= 12
+                elif not per_channel and state_bytes == 4 and cfg.coef_warps > 0:
+                    first = 33 <= batch <= 96
+                else:
+                    first = 12 <= batch < 64
+                assert cfg.flush_first == (one and first), cfg
+                assert cfg.consumer_sums == (kda_bf16 and 48 <= batch < 256), cfg
+                assert cfg.s0_hfma2 == (per_channel and state_bytes == 1), cfg
+                raw = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel, use_qk_l2norm=False)
+                assert raw == dataclasses.replace(cfg, s0_hfma2=False), raw
                 losing = state_bytes == 2 and not cfg.coef_warps and batch in gc.REC_WARPS_LOSING_BATCHES
                 assert cfg.rec_warps == (one and not per_channel and not losing), cfg
                 seen.add((cfg.small, one, cfg.flush_first))
@@ -583,6 +600,7 @@ def test_consumer_sums_take_kda_with_coefficient_warps_and_drop_the_coefficient_
     define and label; with it the coefficient pass holds no named barrier (the table's build: one),
     the kernel compiles without local memory, and its consumers shuffle the scores they summed."""
     table = gc.delta_cuda_config(128, 128, L, batch, state_bytes, per_channel=True)
+    table = dataclasses.replace(table, consumer_sums=False, s0_hfma2=False)  # the exact S0 products' coefficient pass
     assert table.coef_warps and not table.s0_mma
     cs = dataclasses.replace(table, consumer_sums=True)
 
@@ -668,7 +686,7 @@ def test_fp8_qgmma_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90a
     units and no consumer sums, its define and label; its PTX targets sm_90a and holds the four
     wgmma products of a warpgroup and the consumers' barrier over the B tile, without local memory
     in the PTX."""
-    table = gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True)
+    table = dataclasses.replace(gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True), s0_hfma2=False)
     qg = dataclasses.replace(table, s0_qgmma=True)
 
     def defines(cfg, per_channel=True, state_bytes=1, l2norm=True):
@@ -702,7 +720,7 @@ def test_fp8_hfma2_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90(
     sums and no fp8 wgmma products, its define and label; its PTX targets sm_90 and holds the
     consumers' 64 f16x2 FMAs (a lane's 64 columns, two vectors) and no tensor-core instruction,
     without local memory."""
-    table = gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True)
+    table = dataclasses.replace(gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True), s0_hfma2=False)
     h2 = dataclasses.replace(table, s0_hfma2=True)
 
     def defines(cfg, per_channel=True, state_bytes=1, l2norm=True):

@@ -122,13 +122,18 @@ GDN_COEF_WARPS_MIN_BATCH = 12
 # 64-row units at 2 CTAs below 64) / 64,4,1,one,cw4,cr,dc,rw: Qwen3.5-122B batch 5 13.17 / 12.38,
 # 8 18.52 / 18.10, 12 25.39 / 25.33, 16 32.40 / 32.28, 24 44.99 / 45.10, 32 59.82 / 58.62, 48
 # 85.61 / 84.52, 60 104.95 / 103.35, 62 108.14 / 106.68, 64 113.17 / 111.90 (128-row units);
-# Qwen3.5-4B 16 20.24 / 18.52, 64 60.71 / 59.98; not timed on an H200).
+# Qwen3.5-4B 16 20.24 / 18.52, 64 60.71 / 59.98; on an H200 see GDN_F32_WIDE_UNITS_MIN_BATCH).
 GDN_F32_COEF_WARPS_MIN_BATCH = F32_ONE_LAUNCH_MAX_BATCH + 1
 # GDN with an fp32 checkpoint: 128-row units (two stages) from this batch, 64-row units (as many
 # stages as fit, up to 4) below it (H100, session 62, L = 16, us, 128,2,1 / 64,4,1, both
 # one,cw4,cr,dc,rw: Qwen3.5-122B batch 64 113.17 / 111.90, 66 115.46 / 115.42, 80 136.29 /
 # 136.67, 96 161.58 / 161.60, 112 186.27 / 187.60, 128 217.89 / 217.90, 256 412.27 / 422.43).
-GDN_F32_WIDE_UNITS_MIN_BATCH = 65
+# On the H200 128-row units win from batch 40, more so with flush_first (session 65, Qwen3.5-122B,
+# L = 16, us, 64,4,1 / 128,2,1 / 128,2,1 with flush_first, all one,cw4,cr,dc,rw: batch 16 25.46 /
+# 26.30 / -, 24 35.80 / 36.18 / 35.61, 32 45.78 / 46.82 / 45.82, 40 56.58 / 55.82 / 54.95, 48
+# 67.27 / 66.07 / -, 64 88.03 / 86.43 / 85.35; another call: 48 - / 65.80 / 65.43, 64 - / 86.40 /
+# 85.52): the issue-23 figures are the H200's, so 128-row units from 33.
+GDN_F32_WIDE_UNITS_MIN_BATCH = 33
 # KDA with a bf16 checkpoint: this many coefficient warps at every batch. GDN takes none since its
 # flush fold went onto tensor cores (session 26, us, 64 rows, 3 CTAs / 128 rows, 4 stages, 4
 # coefficient warps, both folding on tensor cores: Qwen3.5-122B batch 8 11.61 / 11.74, 16 18.96 /
@@ -190,6 +195,26 @@ KDA_NARROW_MAX_BATCH = 2
 # 19.61, 32 36.38 / 35.85, 64 65.65 / 66.74. An fp8 checkpoint gains nothing: KDA 12-48 0.3-1.2%
 # slower, GDN 12 1.9% slower).
 FLUSH_FIRST_BATCHES = range(12, 64)
+# KDA with a bf16 checkpoint takes flush_first from this batch on, and its consumers sum the
+# coefficient warps' partials (``consumer_sums``) at KDA_CONSUMER_SUMS_BATCHES (H200, session 65,
+# Kimi Linear, L = 16, us, the table (flush_first up to 63) / with flush_first / consumer_sums /
+# both: batch 16 - / 10.62 / - / 10.73, 32 - / 17.65 / - / 17.59, 48 - / 24.72 / - / 24.25, 64
+# 32.91 / 31.88 / 32.39 / 31.36, 96 45.80 / 44.80 / 44.92 / 44.20, 128 58.93 / 57.37 / 57.72 /
+# 56.56, 256 104.83 / 103.34 / 104.44 / 103.58 and 104.95 / 103.57 / - / 103.60, 512 197.50 /
+# 197.36 / 196.54 / 196.99 and 197.06 / 196.48 / - / 196.16 (512: the rounds spread 1-7%)).
+KDA_BF16_FLUSH_FIRST_BATCHES = range(12, 1 << 31)
+KDA_CONSUMER_SUMS_BATCHES = range(48, 256)
+# GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
+# these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
+# with it: batch 24 36.18 / 35.61, 32 46.82 / 45.82, 40 55.82 / 54.95, 48 65.80 / 65.43, 64 86.43
+# / 85.35 and 86.40 / 85.52, 96 122.18 / 121.92, 128 163.90 / 163.94, 256 307.39 / 308.05; its
+# 64-row units below GDN_F32_WIDE_UNITS_MIN_BATCH were not timed with it).
+GDN_F32_FLUSH_FIRST_BATCHES = range(GDN_F32_WIDE_UNITS_MIN_BATCH, 97)
+# KDA with an fp8 checkpoint and L2-normalised q and k takes its S0 products in f16x2 FMAs
+# (``s0_hfma2``) at every batch (H200, session 65, Kimi Linear, L = 16, us, the table without /
+# with it: batch 1 3.63 / 3.47, 4 4.72 / 4.58, 8 6.78 / 6.57, 16 10.78 / 10.32, 32 18.41 / 17.47,
+# 64 30.73 / 29.23 and 30.56 / 29.05, 128 54.00 / 51.17, 256 98.70 / 92.68 and 98.81 / 92.64, 512
+# 188.98 / 176.41 and 188.72 / 176.44; ncu at 256: 191,624 / 180,161 cycles at 1.94 / 1.93 GHz).
 # GDN's step kernel in one launch splits the records over the warps forming the coefficients
 # (``rec_warps``) but with a bf16 checkpoint without coefficient warps at these batches (H100,
 # session 54, Qwen3.5-122B, L = 16, us, table without / with it: batch 3 6.74 / 6.13, 4 7.63 /
@@ -237,7 +262,9 @@ class DeltaCudaConfig:
     notes "Session 64"). ``s0_hfma2`` (KDA, an fp8 checkpoint, L2-normalised q and k, the step
     kernel): the consumers' S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA cores (the codes as f16 pairs
     against e0 ⊙ q̂ and e0 ⊙ k̂ in f16, which the coefficient warps write; sums of 16 products in
-    f16, then fp32) instead of fp32 FMAs on the codes widened to fp32 (kernel notes "Session 65")."""
+    f16, then fp32) instead of fp32 FMAs on the codes widened to fp32 (kernel notes "Session 65").
+    ``even_grid`` (the step kernel): as few CTAs as take the units in as many rounds as the most that
+    fit would (every CTA the same number of units), instead of the most that fit."""
 
     rows: int
     stages: int
@@ -256,6 +283,7 @@ class DeltaCudaConfig:
     consumer_sums: bool = False
     s0_qgmma: bool = False
     s0_hfma2: bool = False
+    even_grid: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -271,8 +299,9 @@ class DeltaCudaConfig:
         cs = ",cs" if self.consumer_sums else ""
         qg = ",qg" if self.s0_qgmma else ""
         h2 = ",h2" if self.s0_hfma2 else ""
+        eg = ",eg" if self.even_grid else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}{qg}{h2}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}{qg}{h2}{eg}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -298,6 +327,18 @@ def s0_hfma2_fits(cfg: DeltaCudaConfig, state_bytes: int, per_channel: bool) -> 
     """Whether ``cfg``'s build can take ``s0_hfma2`` (with L2-normalised q and k, which the launch
     names): KDA's step kernel with an fp8 checkpoint, without ``consumer_sums`` or ``s0_qgmma``."""
     return per_channel and state_bytes == 1 and not cfg.small and not cfg.consumer_sums and not cfg.s0_qgmma
+
+
+def step_grid(units: int, resident: int, even: bool) -> int:
+    """The persistent step kernel's CTAs for ``units`` units and ``resident`` CTAs that fit the
+    device at once: ``min(units, resident)``, or with ``even`` the fewest CTAs that take the units
+    in the same number of rounds, ceil(units / rounds) (e.g. 4,096 units on 132 SMs: 128 CTAs of 32
+    units each instead of 4 CTAs with a 32nd unit)."""
+    grid = min(units, resident)
+    if not even:
+        return grid
+    rounds = -(-units // grid)
+    return -(-units // rounds)
 
 
 def _records_padded(L: int) -> int:
@@ -382,12 +423,14 @@ def narrow_rows(head_v_dim: int) -> int:
 
 
 def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
-                      per_channel: bool = False, one_launch: bool = False) -> DeltaCudaConfig:
+                      per_channel: bool = False, one_launch: bool = False,
+                      use_qk_l2norm: bool = True) -> DeltaCudaConfig:
     """The launch table: :func:`_table_shape`'s units, ring and launch form, and every step-kernel
     build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
-    FLUSH_FIRST_BATCHES, the flushing units first (``flush_first``; figures beside the constant;
-    not GDN's fp32 builds with coefficient warps, which were timed without it).
+    :func:`flush_first_batches`, the flushing units first (``flush_first``; figures beside the
+    constants); KDA bf16 at KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with
+    ``use_qk_l2norm`` with ``s0_hfma2``.
     H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
     bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
     107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 / 32.72, 256
@@ -403,11 +446,26 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     if cfg.small:
         return cfg
     one = runs_one_launch(cfg, per_channel)
-    gdn_f32_warps = not per_channel and state_bytes == 4 and cfg.coef_warps > 0  # not timed with flush_first
-    flush_first = one and state_bytes != 1 and batch in FLUSH_FIRST_BATCHES and not gdn_f32_warps
+    kda_bf16 = per_channel and state_bytes == 2
+    flush_first = one and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0)
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
     return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first,
-                   rec_warps=one and not per_channel and not losing)
+                   rec_warps=one and not per_channel and not losing,
+                   consumer_sums=kda_bf16 and cfg.coef_warps > 0 and batch in KDA_CONSUMER_SUMS_BATCHES,
+                   s0_hfma2=per_channel and state_bytes == 1 and bool(use_qk_l2norm))
+
+
+def flush_first_batches(state_bytes: int, per_channel: bool, coef_warps: bool) -> range:
+    """The batches at which the step kernel in one launch takes ``flush_first``: KDA with a bf16
+    checkpoint KDA_BF16_FLUSH_FIRST_BATCHES, GDN with an fp32 one and coefficient warps
+    GDN_F32_FLUSH_FIRST_BATCHES, other 16- and 32-bit checkpoints FLUSH_FIRST_BATCHES, fp8 none."""
+    if state_bytes == 1:
+        return range(0)
+    if per_channel and state_bytes == 2:
+        return KDA_BF16_FLUSH_FIRST_BATCHES
+    if not per_channel and state_bytes == 4 and coef_warps:
+        return GDN_F32_FLUSH_FIRST_BATCHES
+    return FLUSH_FIRST_BATCHES
 
 
 def _table_shape(head_k_dim: int, head_v_dim: int, L: int, batch: int, state_bytes: int,
@@ -792,7 +850,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     L = d_records.shape[2]
     es = checkpoint.element_size()
     per_channel = g.dim() == 3
-    cfg = config or delta_cuda_config(head_k_dim, head_v_dim, L, batch, es, per_channel)
+    cfg = config or delta_cuda_config(head_k_dim, head_v_dim, L, batch, es, per_channel, use_qk_l2norm=use_qk_l2norm)
     defines = delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, L, cfg, es, use_qk_l2norm, g.dtype, beta.dtype,
                                  per_channel)
     device = v.device
@@ -818,7 +876,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     maps = checkpoint_tensor_maps(checkpoint, cfg.rows)
     threads = _threads(cfg.rows, cfg.coef_warps)
     units = batch * v_heads * (head_v_dim // cfg.rows)
-    grid = min(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device))
+    grid = step_grid(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device), cfg.even_grid)
     step_kernel.launch((grid,), threads, smem, stream,
                        step_args(maps, coef, qk, checkpoint_scale, d_records, k_records, g_records, v, out, slot_ids, cursor,
                                  q, k, g, beta, arrivals, scale), pdl=cfg.pdl)
