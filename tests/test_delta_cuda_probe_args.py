@@ -32,6 +32,22 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,ff,cs", "table,ff,cs"),
         ("table,fmma,qg", "table,fmma,qg"),
         ("table,ff,h2", "table,ff,h2"),
+        ("table,eg", "table,eg"),
+        (
+            "128,2,1,one,cw4,cr,dc,ff,rw,eg",
+            DeltaCudaConfig(
+                rows=128,
+                stages=2,
+                min_ctas=1,
+                one_launch=True,
+                coef_warps=4,
+                coalesce_recs=True,
+                defer_count=True,
+                flush_first=True,
+                rec_warps=True,
+                even_grid=True,
+            ),
+        ),
         (
             "128,3,2,one,cw4,cr,dc,h2",
             DeltaCudaConfig(
@@ -196,6 +212,18 @@ def test_table_s0_forms_only_for_kda_fp8(token, field, state_bytes, batch):
     assert got == dataclasses.replace(dataclasses.replace(table, one_launch=True, s0_hfma2=h2), **{field: takes})
     gdn = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, state_bytes, per_channel=False)
     assert not getattr(gdn, field)
+
+
+@pytest.mark.parametrize("family, state_bytes, batch", [("gdn", 4, 64), ("gdn", 4, 1), ("kda", 1, 256), ("kda", 2, 64)])
+def test_table_eg_takes_the_even_grid_where_the_table_runs_the_step_kernel(family, state_bytes, batch):
+    """``table,eg`` is the table with the step kernel's even grid; the small kernel (GDN at batch 1)
+    has no persistent grid, so there it is the table."""
+    per_channel = family == "kda"
+    geometry = (32, 32, 128, 128) if per_channel else QWEN_122B
+    table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
+    got = delta_cuda_probe.case_config("table,eg", geometry, 16, batch, state_bytes, per_channel)
+    expected = dataclasses.replace(table, one_launch=True) if per_channel else table
+    assert got == dataclasses.replace(expected, even_grid=not table.small)
 
 
 def test_baseline_configs_need_a_baseline(capsys):

@@ -159,6 +159,31 @@ def test_launch_table_at_measured_points(per_channel, state_bytes, L, batch, exp
     assert (cfg.rows, cfg.stages, cfg.min_ctas, cfg.coef_warps, cfg.flush_mma) == expected
 
 
+@pytest.mark.parametrize(
+    "units, resident, even, expected",
+    [
+        (4096, 132, False, 132),
+        (4096, 132, True, 128),  # 32 rounds either way: 128 CTAs of 32 units, not 4 CTAs with a 32nd
+        (2048, 132, True, 128),
+        (8192, 264, True, 256),
+        (16384, 264, True, 261),  # 63 rounds: 16384 / 63 rounded up
+        (3960, 132, True, 132),  # whole rounds already
+        (100, 132, True, 100),  # fewer units than CTAs: a unit a CTA
+        (100, 132, False, 100),
+        (1, 132, True, 1),
+    ],
+)
+def test_step_grid_keeps_the_rounds_and_balances_the_units(units, resident, even, expected):
+    grid = gc.step_grid(units, resident, even)
+    assert grid == expected
+    rounds = -(-units // min(units, resident))
+    assert -(-units // grid) == rounds  # never a round more
+    if even:  # every CTA within one unit of the others, and no CTA idle
+        assert units - (rounds - 1) * grid >= 1 and grid <= resident
+    label = dataclasses.replace(gc.delta_cuda_config(128, 128, 16, 64, 2), even_grid=even).label()
+    assert label.endswith(",eg") == even
+
+
 FP8_SHAPES = [s for s in SHAPES if s[2] == 128]
 
 
@@ -183,16 +208,22 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
     if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
-        assert cfg == dataclasses.replace(bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas, flush_first=False,
-                                          consumer_sums=False, s0_hfma2=True) and cfg.min_ctas >= 1
+        assert (
+            cfg
+            == dataclasses.replace(
+                bf16, stages=gc.KDA_FP8_STAGES, min_ctas=cfg.min_ctas, flush_first=False, consumer_sums=False, s0_hfma2=True
+            )
+            and cfg.min_ctas >= 1
+        )
         assert gc.delta_ctas_that_fit(cfg, dk, L, 1, True) >= cfg.min_ctas
     elif bf16_route:  # the bf16 table's, without its flushing units first, GDN's one launch with rec_warps
         rw = not per_channel and gc.step_kernel_in_one_launch(cfg, per_channel)
         if bf16.coef_warps and not per_channel:  # GDN's coefficient-warp builds: the standard units, two stages
             bf16 = dataclasses.replace(bf16, rows=gc.unit_rows(dv), stages=2, coef_warps=0, min_ctas=cfg.min_ctas)
             assert gc.delta_ctas_that_fit(cfg, dk, L, 1, False) >= cfg.min_ctas >= 1
-        assert cfg == dataclasses.replace(bf16, flush_mma=fmma, flush_first=False, rec_warps=rw, consumer_sums=False,
-                                          s0_hfma2=per_channel)
+        assert cfg == dataclasses.replace(
+            bf16, flush_mma=fmma, flush_first=False, rec_warps=rw, consumer_sums=False, s0_hfma2=per_channel
+        )
     else:  # GDN's two launches: the standard units, not the wide ones
         ring = gc.fp8_mma_rings(batch)[0]
         assert (cfg.rows, cfg.stages, cfg.min_ctas) == (gc.unit_rows(dv), *ring) and not cfg.one_launch
