@@ -195,8 +195,8 @@ KDA_NARROW_MAX_BATCH = 2
 # 19.61, 32 36.38 / 35.85, 64 65.65 / 66.74. An fp8 checkpoint gains nothing: KDA 12-48 0.3-1.2%
 # slower, GDN 12 1.9% slower).
 FLUSH_FIRST_BATCHES = range(12, 64)
-# KDA with a bf16 checkpoint takes flush_first from this batch on, and its consumers sum the
-# coefficient warps' partials (``consumer_sums``) at KDA_CONSUMER_SUMS_BATCHES (H200, session 65,
+# KDA with a bf16 checkpoint takes flush_first at KDA_BF16_FLUSH_FIRST_BATCHES (from 12 on), and its
+# consumers sum the coefficient warps' partials (``consumer_sums``) at KDA_CONSUMER_SUMS_BATCHES (H200, session 65,
 # Kimi Linear, L = 16, us, the table (flush_first up to 63) / with flush_first / consumer_sums /
 # both: batch 16 - / 10.62 / - / 10.73, 32 - / 17.65 / - / 17.59, 48 - / 24.72 / - / 24.25, 64
 # 32.91 / 31.88 / 32.39 / 31.36, 96 45.80 / 44.80 / 44.92 / 44.20, 128 58.93 / 57.37 / 57.72 /
@@ -262,7 +262,8 @@ class DeltaCudaConfig:
     notes "Session 64"). ``s0_hfma2`` (KDA, an fp8 checkpoint, L2-normalised q and k, the step
     kernel): the consumers' S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA cores (the codes as f16 pairs
     against e0 ⊙ q̂ and e0 ⊙ k̂ in f16, which the coefficient warps write; sums of 16 products in
-    f16, then fp32) instead of fp32 FMAs on the codes widened to fp32 (kernel notes "Session 65").
+    f16, then fp32) instead of fp32 FMAs on the codes widened to fp32 (kernel notes "Session 65"; its
+    f16 range takes e0 <= 1, i.e. log-decays g <= 0, as KDA's gate makes them).
     ``even_grid`` (the step kernel): as few CTAs as take the units in as many rounds as the most that
     fit would (every CTA the same number of units), instead of the most that fit."""
 
