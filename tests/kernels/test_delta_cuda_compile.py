@@ -711,72 +711,49 @@ def test_small_kernel_touches_every_parameter_line_before_its_wait(state_bytes):
     assert len(ored) == len(param_lines(kinds, ored))
 
 
-@pytest.mark.parametrize("L, batch", [(16, 256), (16, 64), (32, 256)])
-def test_fp8_qgmma_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90a(L, batch):
-    """``s0_qgmma``: KDA's step kernel with an fp8 checkpoint, L2-normalised q and k, 64- or 128-row
-    units and no consumer sums, its define and label; its PTX targets sm_90a and holds the four
-    wgmma products of a warpgroup and the consumers' barrier over the B tile, without local memory
-    in the PTX."""
+@pytest.mark.parametrize(
+    "form, L, batch",
+    [("qg", 16, 256), ("qg", 16, 64), ("qg", 32, 256), ("h2", 16, 256), ("h2", 16, 64), ("h2", 16, 1), ("h2", 32, 256)],
+)
+def test_fp8_s0_forms_take_kda_fp8_with_normalised_vectors(form, L, batch):
+    """KDA fp8's S0 product forms, on the table's build without the routed one: ``s0_qgmma`` (64- or
+    128-row units, no consumer sums) and ``s0_hfma2`` (no consumer sums, not with ``s0_qgmma``), each
+    with an fp8 checkpoint and L2-normalised q and k only, its define and label. ``qg``'s PTX targets
+    sm_90a and holds a warpgroup's four wgmma products and the consumers' barrier over the B tile;
+    ``h2``'s targets sm_90 and holds the consumers' 64 f16x2 FMAs (a lane's 64 columns, two
+    vectors) and no tensor-core instruction; neither has local memory, and the table without them
+    has neither."""
+    field = {"qg": "s0_qgmma", "h2": "s0_hfma2"}[form]
     table = dataclasses.replace(gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True), s0_hfma2=False)
-    qg = dataclasses.replace(table, s0_qgmma=True)
+    cfg = dataclasses.replace(table, **{field: True})
 
     def defines(cfg, per_channel=True, state_bytes=1, l2norm=True):
         return dict(
             gc.delta_step_defines(32, 32, 128, 128, L, cfg, state_bytes, l2norm, torch.float32, torch.float32, per_channel)
         )
 
-    assert defines(qg)["S0_QGMMA"] == 1 and defines(table)["S0_QGMMA"] == 0
-    assert qg.label().endswith(",qg") and not table.label().endswith(",qg")
+    assert defines(cfg)[field.upper()] == 1 and defines(table)[field.upper()] == 0
+    assert cfg.label().endswith(f",{form}") and not table.label().endswith(f",{form}")
     refusals = [
-        dict(cfg=qg, per_channel=False),
-        dict(cfg=qg, state_bytes=2),
-        dict(cfg=qg, l2norm=False),
-        dict(cfg=dataclasses.replace(qg, rows=32)),
-        dict(cfg=dataclasses.replace(qg, consumer_sums=True)),
+        dict(cfg=cfg, per_channel=False),
+        dict(cfg=cfg, state_bytes=2),
+        dict(cfg=cfg, state_bytes=4),
+        dict(cfg=cfg, l2norm=False),
+        dict(cfg=dataclasses.replace(cfg, consumer_sums=True)),
+        dict(cfg=dataclasses.replace(cfg, rows=32) if form == "qg" else dataclasses.replace(cfg, s0_qgmma=True, rows=128)),
     ]
     for kwargs in refusals:
-        with pytest.raises(ValueError, match="s0_qgmma takes KDA's step kernel with an fp8 checkpoint"):
+        with pytest.raises(ValueError, match=f"{field} takes KDA's step kernel with an fp8 checkpoint"):
             defines(**kwargs)
-    ptx = gc.compile_delta_ptx(32, 32, 128, 128, L, qg, 1, True, True)
-    assert ".target sm_90a" in ptx
+    ptx = gc.compile_delta_ptx(32, 32, 128, 128, L, cfg, 1, True, True)
     body = ptx_entry(ptx, "delta_replay_step")
-    assert body.count("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3") == 4
-    assert body.count("bar.sync 2,") == 1 and ".local" not in body
-    assert "wgmma" not in ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step")
-
-
-@pytest.mark.parametrize("L, batch", [(16, 256), (16, 64), (16, 1), (32, 256)])
-def test_fp8_hfma2_takes_kda_fp8_with_normalised_vectors_and_compiles_for_sm_90(L, batch):
-    """``s0_hfma2``: KDA's step kernel with an fp8 checkpoint, L2-normalised q and k, no consumer
-    sums and no fp8 wgmma products, its define and label; its PTX targets sm_90 and holds the
-    consumers' 64 f16x2 FMAs (a lane's 64 columns, two vectors) and no tensor-core instruction,
-    without local memory."""
-    table = dataclasses.replace(gc.delta_cuda_config(128, 128, L, batch, 1, per_channel=True), s0_hfma2=False)
-    h2 = dataclasses.replace(table, s0_hfma2=True)
-
-    def defines(cfg, per_channel=True, state_bytes=1, l2norm=True):
-        return dict(
-            gc.delta_step_defines(32, 32, 128, 128, L, cfg, state_bytes, l2norm, torch.float32, torch.float32, per_channel)
-        )
-
-    assert defines(h2)["S0_HFMA2"] == 1 and defines(table)["S0_HFMA2"] == 0
-    assert h2.label().endswith(",h2") and not table.label().endswith(",h2")
-    refusals = [
-        dict(cfg=h2, per_channel=False),
-        dict(cfg=h2, state_bytes=2),
-        dict(cfg=h2, state_bytes=4),
-        dict(cfg=h2, l2norm=False),
-        dict(cfg=dataclasses.replace(h2, consumer_sums=True, coef_warps=4)),
-        dict(cfg=dataclasses.replace(h2, s0_qgmma=True, rows=128)),
-    ]
-    for kwargs in refusals:
-        with pytest.raises(ValueError, match="s0_hfma2 takes KDA's step kernel with an fp8 checkpoint"):
-            defines(**kwargs)
-    ptx = gc.compile_delta_ptx(32, 32, 128, 128, L, h2, 1, True, True)
-    assert ".target sm_90\n" in ptx
-    body = ptx_entry(ptx, "delta_replay_step")
-    assert body.count("fma.rn.f16x2") == 64 and ".local" not in body
-    assert "wgmma" not in body and "mma.sync" not in body
-    assert "fma.rn.f16x2" not in ptx_entry(
-        gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step"
-    )
+    if form == "qg":
+        assert ".target sm_90a" in ptx
+        assert body.count("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3") == 4
+        assert body.count("bar.sync 2,") == 1
+    else:
+        assert ".target sm_90\n" in ptx
+        assert body.count("fma.rn.f16x2") == 64 and "wgmma" not in body and "mma.sync" not in body
+    assert ".local" not in body
+    plain = ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step")
+    assert "wgmma" not in plain and "fma.rn.f16x2" not in plain

@@ -710,18 +710,14 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         raise ValueError("delta_replay_step (CUDA): consumer_sums takes KDA's step kernel with coefficient warps and "
                          f"exact S0 products; got per_channel={per_channel}, coef_warps={cfg.coef_warps}, "
                          f"s0_mma={cfg.s0_mma}, small={cfg.small}")
-    if cfg.s0_qgmma and not (use_qk_l2norm and s0_qgmma_fits(cfg, state_bytes, per_channel)):
-        raise ValueError("delta_replay_step (CUDA): s0_qgmma takes KDA's step kernel with an fp8 checkpoint, "
-                         "L2-normalised q and k, 64 or 128 rows a unit and no consumer_sums; got "
-                         f"per_channel={per_channel}, {state_bytes}-byte checkpoint elements, "
-                         f"use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, rows={cfg.rows}, "
-                         f"consumer_sums={cfg.consumer_sums}")
-    if cfg.s0_hfma2 and not (use_qk_l2norm and s0_hfma2_fits(cfg, state_bytes, per_channel)):
-        raise ValueError("delta_replay_step (CUDA): s0_hfma2 takes KDA's step kernel with an fp8 checkpoint, "
-                         "L2-normalised q and k, no consumer_sums and no s0_qgmma; got "
-                         f"per_channel={per_channel}, {state_bytes}-byte checkpoint elements, "
-                         f"use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, "
-                         f"consumer_sums={cfg.consumer_sums}, s0_qgmma={cfg.s0_qgmma}")
+    s0_forms = (("s0_qgmma", s0_qgmma_fits, "64 or 128 rows a unit and no consumer_sums"),
+                ("s0_hfma2", s0_hfma2_fits, "no consumer_sums and no s0_qgmma"))
+    for name, fits, needs in s0_forms:
+        if getattr(cfg, name) and not (use_qk_l2norm and fits(cfg, state_bytes, per_channel)):
+            raise ValueError(f"delta_replay_step (CUDA): {name} takes KDA's step kernel with an fp8 checkpoint, "
+                             f"L2-normalised q and k, {needs}; got per_channel={per_channel}, {state_bytes}-byte "
+                             f"checkpoint elements, use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, "
+                             f"rows={cfg.rows}, consumer_sums={cfg.consumer_sums}, s0_qgmma={cfg.s0_qgmma}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "
