@@ -152,7 +152,7 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         ff = "ff" in mods and one
         rw = "rw" in mods and one and not per_channel
         cs = "cs" in mods and per_channel and table.coef_warps > 0 and not table.s0_mma
-        qg = "qg" in mods and gc.s0_qgmma_fits(dataclasses.replace(table, consumer_sums=False), state_bytes, per_channel)
+        qg = "qg" in mods and gc.s0_qgmma_fits(table, state_bytes, per_channel)
         c = dataclasses.replace(
             table,
             flush_mma=table.flush_mma or "fmma" in mods,

@@ -704,11 +704,12 @@ __device__ __forceinline__ void s0_dots_qgmma(u32 stage, int warp, int lane, flo
 // the stage's k̂-record area once its scan has read the records (KDA's consumers never read that
 // area), at H2_INDEX(vector, column): each half of head_k_dim padded to HALF + 8 halves, so that
 // the two halves a warp's lanes read (lanes 0-15, 16-31) lie in other banks. fq = 2^-e for scale in
-// [2^e, 2^(e+1)) and fk = 2 keep |X| < 2 (|q̂| <= scale, |k̂| <= 1 with L2NORM; e0 <= 1, g <= 0).
+// [2^e, 2^(e+1)) and fk = H2_FK = 2 keep |X| < 2 (|q̂| <= scale, |k̂| <= 1 with L2NORM; e0 <= 1, g <= 0).
 // A code times an element of X is then below 896 in magnitude, and a sum of 16 of them below 14336,
 // within f16's 65504. Each f16 FMA rounds to 11 bits: a chain's 16 roundings leave at most ~2^-7 of
 // sum |S0 X| (~2^-9 typically), against the exact products' 2^-24 and the codes' own 2^-4.
 #define H2_HALF (HALF + 8)
+#define H2_FK 2.0f
 #define H2_INDEX(v, c) ((v) * 2 * H2_HALF + ((c) / HALF) * H2_HALF + (c) % HALF)
 static_assert(K_BYTES >= 4 * H2_HALF * 2, "S0_HFMA2's vectors: in the k̂-record area");
 
@@ -732,7 +733,9 @@ __device__ __forceinline__ u32 hadd2(u32 a, u32 b) {
 
 // The two halves of an f16x2 summed in fp32.
 __device__ __forceinline__ float f16x2_sum(u32 v) {
-  return f16_to_f32((u16)(v & 0xffffu)) + f16_to_f32((u16)(v >> 16));
+  float lo, hi;
+  f16x2_to_f32(v, lo, hi);
+  return lo + hi;
 }
 
 // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, in codes (the caller applies the row's
@@ -760,7 +763,7 @@ __device__ __forceinline__ void s0_dots_hfma2(const unsigned char* stage, int r0
     }
   }
   sq = f16x2_sum(hadd2(aq[0], aq[1])) * hfma2_q_factor(scale, true);
-  sk = f16x2_sum(hadd2(ak[0], ak[1])) * 0.5f;
+  sk = f16x2_sum(hadd2(ak[0], ak[1])) * (1.0f / H2_FK);
   sq += __shfl_xor_sync(0xffffffffu, sq, 16);
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
@@ -1222,7 +1225,7 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
 #if S0_HFMA2
     u16* const x = (u16*)(gstage + OFF_K);  // the scan has read the k̂ records (the first barrier)
     x[H2_INDEX(0, c)] = f32_to_f16(qks[c] * fq);
-    x[H2_INDEX(1, c)] = f32_to_f16(qks[DK + c] * 2.0f);
+    x[H2_INDEX(1, c)] = f32_to_f16(qks[DK + c] * H2_FK);
 #endif
   }
 #if DECAYS_LATE

@@ -49,12 +49,14 @@ __device__ __forceinline__ u32 e4m3x2_to_f16x2(u16 v) {
   return h2;
 }
 
-// Two fp8-e4m3 codes (lo in bits 0-7) as fp32, exactly (subnormals included).
-__device__ __forceinline__ void e4m3x2_to_f32(u16 v, float& lo, float& hi) {
-  const u32 h2 = e4m3x2_to_f16x2(v);
+// An f16x2 word (lo in bits 0-15) as two fp32 values, exactly.
+__device__ __forceinline__ void f16x2_to_f32(u32 h2, float& lo, float& hi) {
   lo = f16_to_f32((u16)(h2 & 0xffffu));
   hi = f16_to_f32((u16)(h2 >> 16));
 }
+
+// Two fp8-e4m3 codes (lo in bits 0-7) as fp32, exactly (subnormals included).
+__device__ __forceinline__ void e4m3x2_to_f32(u16 v, float& lo, float& hi) { f16x2_to_f32(e4m3x2_to_f16x2(v), lo, hi); }
 
 __device__ __forceinline__ u16 f32_to_f16(float f) {
   u16 v;
