@@ -200,18 +200,20 @@ def test_table_cs_sums_in_the_consumers_only_for_kda_with_coefficient_warps(stat
 
 
 @pytest.mark.parametrize("token, field", [("qg", "s0_qgmma"), ("h2", "s0_hfma2")])
-@pytest.mark.parametrize("state_bytes, batch", [(1, 1), (1, 64), (1, 256), (2, 256), (4, 256)])
-def test_table_s0_forms_only_for_kda_fp8(token, field, state_bytes, batch):
+@pytest.mark.parametrize("state_bytes, batch", [(1, 1), (1, 16), (1, 64), (1, 256), (2, 256), (4, 256)])
+def test_table_s0_forms_only_for_fp8(token, field, state_bytes, batch):
     """``table,qg`` / ``table,h2`` is KDA's fp8 table with its S0 products as fp8 wgmma products
-    (where the table's units are 64 or 128 rows: from batch 64) / f16x2 FMAs (every batch);
-    elsewhere (16- and 32-bit checkpoints, GDN, qg's narrow units at batch 1) it is the table."""
+    (where the table's units are 64 or 128 rows: from batch 16) / f16x2 FMAs (every batch), and
+    ``table,h2`` GDN's fp8 table with them where it runs two launches (from batch 24); elsewhere
+    (16- and 32-bit checkpoints, GDN's qg, GDN's one launch and small kernel, qg's narrow units at
+    batch 1) it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel=True)
     got = delta_cuda_probe.case_config(f"table,{token}", (32, 32, 128, 128), 16, batch, state_bytes, per_channel=True)
-    takes = state_bytes == 1 and (token == "h2" or batch >= 64)
+    takes = state_bytes == 1 and (token == "h2" or table.rows % 64 == 0)
     h2 = table.s0_hfma2 and not (token == "qg" and takes)  # the table's f16x2 products give way to qg
     assert got == dataclasses.replace(dataclasses.replace(table, one_launch=True, s0_hfma2=h2), **{field: takes})
     gdn = delta_cuda_probe.case_config(f"table,{token}", QWEN_122B, 16, batch, state_bytes, per_channel=False)
-    assert not getattr(gdn, field)
+    assert getattr(gdn, field) == (token == "h2" and state_bytes == 1 and batch >= 24)
 
 
 @pytest.mark.parametrize("family, state_bytes, batch", [("gdn", 4, 64), ("gdn", 4, 1), ("kda", 1, 256), ("kda", 2, 64)])

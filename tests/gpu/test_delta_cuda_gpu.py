@@ -77,12 +77,12 @@ def config(g, L, state, form, per_channel=False):
         unit_rows,
     )
 
-    # KDA fp8's S0 products as fp8 wgmma products (-qg) or f16x2 FMAs (-h2)
+    # fp8 S0 products: KDA's as fp8 wgmma products (-qg), KDA's and GDN's as f16x2 FMAs (-h2)
     for suffix, field, fits in (("-qg", "s0_qgmma", s0_qgmma_fits), ("-h2", "s0_hfma2", s0_hfma2_fits)):
         if form.endswith(suffix):
             cfg = dataclasses.replace(config(g, L, state, form[: -len(suffix)], per_channel), **{field: True})
             if not fits(cfg, STATES[state].itemsize, per_channel):
-                pytest.skip(f"{field} does not fit this build of KDA's fp8 step kernel")
+                pytest.skip(f"{field} does not fit this fp8 build")
             return cfg
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True)
@@ -249,6 +249,25 @@ def test_cuda_kda_fp8_s0_forms_many_units_per_cta(s0):
     check_against_oracle(
         DeltaGeometry(32, 32, 128, 128), 16, "fp8", f"at64-{s0}", True, steps=40, batch=64, num_slots=70, min_flushes=64
     )
+
+
+GDN_FP8_SHAPES = [
+    pytest.param(DeltaGeometry(16, 64, 128, 128), 16, id="qwen3.5-122b-L16"),
+    pytest.param(DeltaGeometry(16, 32, 128, 128), 32, id="qwen3.5-4b-L32"),
+    pytest.param(DeltaGeometry(1, 32, 128, 16), 5, id="vpk32-dv16-L5"),
+]
+
+
+@needs_sm90
+@pytest.mark.parametrize("g,L", GDN_FP8_SHAPES)
+@pytest.mark.parametrize("form", ["at24", "at64", "at256", "table", "table-fmma"])
+@pytest.mark.parametrize("l2norm", [True, False], ids=["l2norm", "raw"])
+def test_cuda_gdn_fp8_f16x2_s0_long_run_against_oracle(g, L, form, l2norm):
+    """GDN's S0 products as f16x2 FMAs (``s0_hfma2``) in its two launches with an fp8 checkpoint:
+    the table's builds at 24 / 64 / 256 and the plain two launches with the flush's fold in fp32
+    FMAs or on tensor cores, q and k L2-normalised or raw (launch 1 scales each into [1, 2) in
+    f16), over many steps and flushes against the float64 oracle."""
+    check_against_oracle(g, L, "fp8", f"{form}-h2", l2norm=l2norm)
 
 
 def fill_randomly(cache) -> None:

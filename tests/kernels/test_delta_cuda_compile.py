@@ -757,3 +757,32 @@ def test_fp8_s0_forms_take_kda_fp8_with_normalised_vectors(form, L, batch):
     assert ".local" not in body
     plain = ptx_entry(gc.compile_delta_ptx(32, 32, 128, 128, L, table, 1, True, True), "delta_replay_step")
     assert "wgmma" not in plain and "fma.rn.f16x2" not in plain
+
+
+@pytest.mark.parametrize("batch", [24, 256])
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_gdn_fp8_f16x2_s0_takes_the_two_launches(batch, l2norm):
+    """GDN's ``s0_hfma2``: its two launches with an fp8 checkpoint, q and k normalised or raw; the
+    step kernel's S0 products become a lane's 64 f16x2 FMAs in place of the tensor-core products,
+    and without the flush's fold on tensor cores no tensor-core instruction is left. One launch
+    (the table at batch 16), the small kernel and other checkpoints are refused."""
+    table = gc.delta_cuda_config(128, 128, 16, batch, 1)
+    assert not table.one_launch and not table.small and table.flush_mma and not table.s0_hfma2
+    cfg = dataclasses.replace(table, s0_hfma2=True)
+    assert (
+        gc.s0_hfma2_fits(cfg, 1, False)
+        and dict(gc.delta_step_defines(16, 64, 128, 128, 16, cfg, 1, l2norm, torch.float32, torch.float32))["S0_HFMA2"] == 1
+    )
+    for fold_mma in (True, False):
+        ptx = gc.compile_delta_ptx(16, 64, 128, 128, 16, dataclasses.replace(cfg, flush_mma=fold_mma), 1, l2norm)
+        body = ptx_entry(ptx, "delta_replay_step")
+        assert body.count("fma.rn.f16x2") == 64 and ".local" not in body
+        assert ("mma.sync" in body) == fold_mma
+    plain = ptx_entry(gc.compile_delta_ptx(16, 64, 128, 128, 16, table, 1, l2norm), "delta_replay_step")
+    assert "fma.rn.f16x2" not in plain and "mma.sync" in plain
+    one = dataclasses.replace(gc.delta_cuda_config(128, 128, 16, 16, 1), s0_hfma2=True)
+    small = dataclasses.replace(gc.delta_cuda_config(128, 128, 16, 1, 1), s0_hfma2=True)
+    assert one.one_launch and small.small
+    for cfg_, state_bytes in ((one, 1), (small, 1), (cfg, 2), (cfg, 4)):
+        with pytest.raises(ValueError, match="s0_hfma2 takes .*GDN's in two launches with an fp8 checkpoint"):
+            gc.delta_step_defines(16, 64, 128, 128, 16, cfg_, state_bytes, l2norm, torch.float32, torch.float32)

@@ -263,7 +263,9 @@ class DeltaCudaConfig:
     kernel): the consumers' S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA cores (the codes as f16 pairs
     against e0 ⊙ q̂ and e0 ⊙ k̂ in f16, which the coefficient warps write; sums of 16 products in
     f16, then fp32) instead of fp32 FMAs on the codes widened to fp32 (kernel notes "Session 65"; its
-    f16 range takes e0 <= 1, i.e. log-decays g <= 0, as KDA's gate makes them).
+    f16 range takes e0 <= 1, i.e. log-decays g <= 0, as KDA's gate makes them); GDN in two launches
+    with an fp8 checkpoint: the same products against launch 1's f16 q and k (each times the power of
+    two that puts its largest magnitude in [1, 2)) instead of tensor-core products (session 66).
     ``even_grid`` (the step kernel): as few CTAs as take the units in as many rounds as the most that
     fit would (every CTA the same number of units), instead of the most that fit."""
 
@@ -325,9 +327,14 @@ def s0_qgmma_fits(cfg: DeltaCudaConfig, state_bytes: int, per_channel: bool) -> 
 
 
 def s0_hfma2_fits(cfg: DeltaCudaConfig, state_bytes: int, per_channel: bool) -> bool:
-    """Whether ``cfg``'s build can take ``s0_hfma2`` (with L2-normalised q and k, which the launch
-    names): KDA's step kernel with an fp8 checkpoint, without ``consumer_sums`` or ``s0_qgmma``."""
-    return per_channel and state_bytes == 1 and not cfg.small and not cfg.consumer_sums and not cfg.s0_qgmma
+    """Whether ``cfg``'s build can take ``s0_hfma2``: KDA's step kernel with an fp8 checkpoint,
+    without ``consumer_sums`` or ``s0_qgmma`` (with L2-normalised q and k, which the launch names),
+    or GDN's step kernel in two launches with an fp8 checkpoint."""
+    if state_bytes != 1 or cfg.small:
+        return False
+    if per_channel:
+        return not cfg.consumer_sums and not cfg.s0_qgmma
+    return not cfg.one_launch
 
 
 def step_grid(units: int, resident: int, even: bool) -> int:
@@ -691,7 +698,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.s0_qgmma`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
             q and k, 64 or 128 rows a unit and no ``consumer_sums``.
         ValueError: ``cfg.s0_hfma2`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
-            q and k, no ``consumer_sums`` and no ``s0_qgmma``.
+            q and k, no ``consumer_sums`` and no ``s0_qgmma``, and GDN's in two launches with an fp8
+            checkpoint.
         ValueError: the step kernel's stages need more shared memory than an sm_90 CTA takes
             (:data:`SMEM_PER_SM`).
     """
@@ -710,14 +718,19 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         raise ValueError("delta_replay_step (CUDA): consumer_sums takes KDA's step kernel with coefficient warps and "
                          f"exact S0 products; got per_channel={per_channel}, coef_warps={cfg.coef_warps}, "
                          f"s0_mma={cfg.s0_mma}, small={cfg.small}")
-    s0_forms = (("s0_qgmma", s0_qgmma_fits, "64 or 128 rows a unit and no consumer_sums"),
-                ("s0_hfma2", s0_hfma2_fits, "no consumer_sums and no s0_qgmma"))
+    # KDA's forms scale its normalised vectors e0 ⊙ q̂, e0 ⊙ k̂ by fixed factors; GDN's f16x2 form takes
+    # launch 1's raw q and k with their own powers of two, normalised or not.
+    s0_forms = (("s0_qgmma", s0_qgmma_fits(cfg, state_bytes, per_channel) and use_qk_l2norm,
+                 "64 or 128 rows a unit and no consumer_sums"),
+                ("s0_hfma2", s0_hfma2_fits(cfg, state_bytes, per_channel) and (use_qk_l2norm or not per_channel),
+                 "no consumer_sums and no s0_qgmma, or GDN's in two launches with an fp8 checkpoint"))
     for name, fits, needs in s0_forms:
-        if getattr(cfg, name) and not (use_qk_l2norm and fits(cfg, state_bytes, per_channel)):
+        if getattr(cfg, name) and not fits:
             raise ValueError(f"delta_replay_step (CUDA): {name} takes KDA's step kernel with an fp8 checkpoint, "
                              f"L2-normalised q and k, {needs}; got per_channel={per_channel}, {state_bytes}-byte "
                              f"checkpoint elements, use_qk_l2norm={bool(use_qk_l2norm)}, small={cfg.small}, "
-                             f"rows={cfg.rows}, consumer_sums={cfg.consumer_sums}, s0_qgmma={cfg.s0_qgmma}")
+                             f"one_launch={cfg.one_launch}, rows={cfg.rows}, consumer_sums={cfg.consumer_sums}, "
+                             f"s0_qgmma={cfg.s0_qgmma}")
     if cfg.s0_mma and (cfg.small or state_bytes != 2):
         raise ValueError(
             f"delta_replay_step (CUDA): s0_mma needs a bf16 checkpoint and the step kernel; got "

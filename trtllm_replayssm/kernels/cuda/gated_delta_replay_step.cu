@@ -107,6 +107,9 @@
 // pad. One launch (KDA; GDN at small batches) keeps the exact fp32 products: there the f16 vectors
 // would be formed per unit, and KDA's step was 3-7% slower so (kernel notes, session 39).
 #define FP8_MMA (CKPT_FP8 && !ONE_LAUNCH)
+// The binade launch 1 takes the f16 q and k into: f16's top one for the tensor-core products; [1, 2)
+// for S0_HFMA2's f16 sums (s0_dots_hfma2), so that a sum of 16 products of a code stays in range.
+#define QK_F16_TOP (S0_HFMA2 ? 0 : 14)
 #define QK_F16_STRIDE (DK + 16)
 #define QK_F16 (2 * DK)                              // float offset of the f16 q in the qk block
 #define QK_FACTORS (QK_F16 + QK_F16_STRIDE)          // float offset of rq 2^-eq, rk 2^-ek
@@ -149,14 +152,15 @@
 #if S0_QGMMA && !(CKPT_FP8 && PER_CHANNEL && L2NORM && ROWS % 64 == 0 && !CONSUMER_SUMS)
 #error "S0_QGMMA takes KDA with an fp8 checkpoint, L2NORM, 64 or 128 rows a unit and normalised vectors"
 #endif
-// S0_HFMA2 (KDA, fp8 checkpoint, L2NORM): S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA cores (s0_dots_hfma2)
-// instead of fp32 FMAs on the codes widened to fp32: no tensor core (whose use lowers the SM clock,
-// kernel notes "Session 64"), half the arithmetic instructions.
+// S0_HFMA2 (fp8 checkpoint; KDA: L2NORM; GDN: two launches): S0 q̂ and S0 k̂ as f16x2 FMAs on CUDA
+// cores (s0_dots_hfma2) instead of fp32 FMAs on the codes widened to fp32 (KDA) or tensor-core
+// products (GDN, FP8_MMA): no tensor core (whose use lowers the SM clock, kernel notes "Session
+// 64"), half the arithmetic instructions of the FMA form.
 #ifndef S0_HFMA2
 #define S0_HFMA2 0
 #endif
-#if S0_HFMA2 && !(CKPT_FP8 && PER_CHANNEL && L2NORM && !CONSUMER_SUMS && !S0_QGMMA)
-#error "S0_HFMA2 takes KDA with an fp8 checkpoint, L2NORM and normalised vectors, in place of S0_QGMMA"
+#if S0_HFMA2 && !(CKPT_FP8 && (PER_CHANNEL ? L2NORM && !CONSUMER_SUMS && !S0_QGMMA : !ONE_LAUNCH))
+#error "S0_HFMA2 takes an fp8 checkpoint: KDA with L2NORM and normalised vectors, in place of S0_QGMMA; GDN in two launches"
 #endif
 // REC_WARPS (GDN in one launch): the warps forming a unit's coefficients split its records, not
 // its columns (records_coefficients).
@@ -418,8 +422,8 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
   // top binade; the factors rq 2^-eq, rk 2^-ek follow below.
   // Every warp forms the factors (its shuffles outside a branch on the warp), warp 0 stores.
   float q_inverse, k_inverse;
-  const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), q_inverse);
-  const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), k_inverse);
+  const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), QK_F16_TOP, q_inverse);
+  const float k_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(kv)), QK_F16_TOP, k_inverse);
   if (warp == 0) {
     u16* qf = (u16*)(qk_out + ((long long)b * KHEADS + kh) * QK_FLOATS + QK_F16) + lane * PER_LANE;
 #pragma unroll
@@ -699,8 +703,8 @@ __device__ __forceinline__ void s0_dots_qgmma(u32 stage, int warp, int lane, flo
 }
 #endif
 
-#if S0_HFMA2
-// S0_HFMA2: the vectors X = fq (e0 ⊙ q̂) and fk (e0 ⊙ k̂) in f16, written by unit_coefficients into
+#if S0_HFMA2 && PER_CHANNEL
+// S0_HFMA2, KDA: the vectors X = fq (e0 ⊙ q̂) and fk (e0 ⊙ k̂) in f16, written by unit_coefficients into
 // the stage's k̂-record area once its scan has read the records (KDA's consumers never read that
 // area), at H2_INDEX(vector, column): each half of head_k_dim padded to HALF + 8 halves, so that
 // the two halves a warp's lanes read (lanes 0-15, 16-31) lie in other banks. fq = 2^-e for scale in
@@ -712,7 +716,9 @@ __device__ __forceinline__ void s0_dots_qgmma(u32 stage, int warp, int lane, flo
 #define H2_FK 2.0f
 #define H2_INDEX(v, c) ((v) * 2 * H2_HALF + ((c) / HALF) * H2_HALF + (c) % HALF)
 static_assert(K_BYTES >= 4 * H2_HALF * 2, "S0_HFMA2's vectors: in the k̂-record area");
+#endif
 
+#if S0_HFMA2
 // fq = 2^-e, or its inverse 2^e, for scale in [2^e, 2^(e+1)) (e clamped to [-125, 125]), exact.
 __device__ __forceinline__ float hfma2_q_factor(float scale, bool inverse) {
   const int e = min(125, max(-125, (int)((__float_as_uint(scale) >> 23) & 0xffu) - 127));
@@ -739,18 +745,23 @@ __device__ __forceinline__ float f16x2_sum(u32 v) {
 }
 
 // S0 q̂ and S0 k̂ of row r0 + (lane & 15), in every lane, in codes (the caller applies the row's
-// scale): a lane's half row of codes, a 16-byte chunk at a time as f16x2 pairs, times X's f16 pairs
-// in f16x2 FMAs into two accumulators a vector (chunks 0, 2 and 1, 3: chains of 16 products a half),
-// then summed in fp32 over the halves and the lane pair, times 1 / fq and 1 / fk.
-__device__ __forceinline__ void s0_dots_hfma2(const unsigned char* stage, int r0, int lane, float scale, float& sq, float& sk) {
+// scale): a lane's half row of codes, a 16-byte chunk at a time as f16x2 pairs, times the f16 pairs
+// of the two vectors X (each with |X| < 2) in f16x2 FMAs into two accumulators a vector (chunks 0, 2
+// and 1, 3: chains of 16 products a half), then summed in fp32 over the halves and the lane pair,
+// times the inverse factors ``iq`` and ``ik``. X: the q vector's half h at xq + h hstride halves,
+// the k vector ``vstride`` halves after it (16-byte aligned). KDA: fq (e0 ⊙ q̂) and fk (e0 ⊙ k̂) in
+// the k̂-record area (H2_INDEX); GDN: launch 1's raw q and k times powers of two that put their
+// largest magnitudes in [1, 2) (QK_F16_TOP), in the qk block.
+__device__ __forceinline__ void s0_dots_hfma2(const unsigned char* stage, const u16* xq, int vstride, int hstride, float iq,
+                                              float ik, int r0, int lane, float& sq, float& sk) {
   const int row = r0 + (lane & 15), half = lane >> 4;
-  const u16* x = (const u16*)(stage + OFF_K) + half * H2_HALF;
+  const u16* x = xq + half * hstride;
   u32 aq[2] = {0u, 0u}, ak[2] = {0u, 0u};
 #pragma unroll
   for (int c = 0; c < HALF; c += 16) {
     const uint4 ch = *(const uint4*)(stage + ckpt_offset(row, half * HALF + c));
     const uint4 q0 = *(const uint4*)(x + c), q1 = *(const uint4*)(x + c + 8);
-    const uint4 k0 = *(const uint4*)(x + 2 * H2_HALF + c), k1 = *(const uint4*)(x + 2 * H2_HALF + c + 8);
+    const uint4 k0 = *(const uint4*)(x + vstride + c), k1 = *(const uint4*)(x + vstride + c + 8);
     const u32 wd[4] = {ch.x, ch.y, ch.z, ch.w};
     const u32 qw[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     const u32 kw[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
@@ -762,8 +773,8 @@ __device__ __forceinline__ void s0_dots_hfma2(const unsigned char* stage, int r0
       ak[a] = hfma2(s2, kw[i], ak[a]);
     }
   }
-  sq = f16x2_sum(hadd2(aq[0], aq[1])) * hfma2_q_factor(scale, true);
-  sk = f16x2_sum(hadd2(ak[0], ak[1])) * (1.0f / H2_FK);
+  sq = f16x2_sum(hadd2(aq[0], aq[1])) * iq;
+  sk = f16x2_sum(hadd2(ak[0], ak[1])) * ik;
   sq += __shfl_xor_sync(0xffffffffu, sq, 16);
   sk += __shfl_xor_sync(0xffffffffu, sk, 16);
 }
@@ -1696,7 +1707,13 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       qgmma_b_tile(gstage, warp * 32 + lane, fq);
       s0_dots_qgmma(stage, warp, lane, fq, sq, sk);
 #elif S0_HFMA2
-      s0_dots_hfma2(gstage, r0, lane, scale, sq, sk);
+#if PER_CHANNEL
+      s0_dots_hfma2(gstage, (const u16*)(gstage + OFF_K), 2 * H2_HALF, H2_HALF, hfma2_q_factor(scale, true), 1.0f / H2_FK, r0,
+                    lane, sq, sk);
+#else
+      s0_dots_hfma2(gstage, (const u16*)(qks + QK_F16), QK_F16_STRIDE, HALF, qks[QK_FACTORS], qks[QK_FACTORS + 1], r0, lane,
+                    sq, sk);
+#endif
 #elif FP8_MMA
       s0_dots_fp8(gstage, r0, lane, sq, sk);
 #else

@@ -178,7 +178,7 @@ __device__ __forceinline__ void coefficients(
   // The step kernel's S0 . C takes C as f16 times 2^e (its tensor-core products on the codes,
   // widened to f16): the power of two that puts C's largest magnitude in f16's top binade.
   float c_inverse;
-  const float c_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(c)), c_inverse);
+  const float c_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(c)), 14, c_inverse);
 #endif
   if (warp == 0 && split == 0) {  // the step's C for the step kernel and its B as record w
     u16* crow = c_out + ((long long)b * NGROUPS + g) * DSTATE;

@@ -64,13 +64,13 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
   return v;
 }
 
-// The power of two 2^e that takes a vector of largest magnitude ``amax`` (>= 0) into [2^14, 2^15),
-// f16's top binade below 65504 (e clamped to [-126, 126]: a zero or tiny vector gets 2^126, a
-// non-finite one stays non-finite), and its inverse 2^-e, both exact. A bf16 value times it is an
-// f16 value exactly unless it falls below 2^-14 (f16 subnormals: at most 2^-25 off, 2^-39 of
-// amax 2^e).
-__device__ __forceinline__ float f16_range_scale(float amax, float& inverse) {
-  const int e = min(126, max(-126, 14 - (int)((__float_as_uint(amax) >> 23) & 0xffu) + 127));
+// The power of two 2^e that takes a vector of largest magnitude ``amax`` (>= 0) into [2^top,
+// 2^(top+1)) (top 14: f16's top binade below 65504; top 0: [1, 2), for f16 sums of products; e
+// clamped to [-126, 126]: a zero or tiny vector gets 2^126, a non-finite one stays non-finite), and
+// its inverse 2^-e, both exact. A bf16 value times it is an f16 value exactly unless it falls below
+// 2^-14 (f16 subnormals: at most 2^-25 off, 2^-(39-top) of amax 2^e).
+__device__ __forceinline__ float f16_range_scale(float amax, int top, float& inverse) {
+  const int e = min(126, max(-126, top - (int)((__float_as_uint(amax) >> 23) & 0xffu) + 127));
   inverse = __uint_as_float((u32)(127 - e) << 23);
   return __uint_as_float((u32)(127 + e) << 23);
 }
