@@ -80,12 +80,14 @@ def config(g, L, state, form, per_channel=False):
     # fp8 S0 products: KDA's as fp8 wgmma products (-qg), KDA's and GDN's as f16x2 FMAs (-h2)
     for suffix, field, fits in (("-qg", "s0_qgmma", s0_qgmma_fits), ("-h2", "s0_hfma2", s0_hfma2_fits)):
         if form.endswith(suffix):
-            cfg = dataclasses.replace(config(g, L, state, form[: -len(suffix)], per_channel), **{field: True})
+            # the table's own f16x2 products give way to the form asked for
+            base = dataclasses.replace(config(g, L, state, form[: -len(suffix)], per_channel), s0_hfma2=False)
+            cfg = dataclasses.replace(base, **{field: True})
             if not fits(cfg, STATES[state].itemsize, per_channel):
                 pytest.skip(f"{field} does not fit this fp8 build")
             return cfg
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
-        cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True)
+        cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True, s0_hfma2=False)
         if not cfg.coef_warps or cfg.s0_mma:
             pytest.skip("consumer sums take KDA's coefficient warps and exact S0 products")
         return cfg
@@ -261,13 +263,12 @@ GDN_FP8_SHAPES = [
 @needs_sm90
 @pytest.mark.parametrize("g,L", GDN_FP8_SHAPES)
 @pytest.mark.parametrize("form", ["at24", "at64", "at256", "table", "table-fmma"])
-@pytest.mark.parametrize("l2norm", [True, False], ids=["l2norm", "raw"])
-def test_cuda_gdn_fp8_f16x2_s0_long_run_against_oracle(g, L, form, l2norm):
+def test_cuda_gdn_fp8_f16x2_s0_long_run_against_oracle(g, L, form):
     """GDN's S0 products as f16x2 FMAs (``s0_hfma2``) in its two launches with an fp8 checkpoint:
     the table's builds at 24 / 64 / 256 and the plain two launches with the flush's fold in fp32
-    FMAs or on tensor cores, q and k L2-normalised or raw (launch 1 scales each into [1, 2) in
-    f16), over many steps and flushes against the float64 oracle."""
-    check_against_oracle(g, L, "fp8", f"{form}-h2", l2norm=l2norm)
+    FMAs or on tensor cores, over many steps and flushes against the float64 oracle (raw q and k:
+    test_cuda_delta_fp8_takes_q_k_of_any_magnitude; over many steps they grow without bound)."""
+    check_against_oracle(g, L, "fp8", f"{form}-h2")
 
 
 def fill_randomly(cache) -> None:
@@ -361,13 +362,13 @@ def test_cuda_gdn_fp8_flush_on_tensor_cores_matches_the_fma_fold(batch):
 
 @needs_sm90
 @pytest.mark.parametrize("use_qk_l2norm", [True, False], ids=["l2norm", "raw"])
-@pytest.mark.parametrize("form", ["gdn-two", "gdn-one", "kda"])
+@pytest.mark.parametrize("form", ["gdn-two", "gdn-two-h2", "gdn-one", "kda"])
 def test_cuda_delta_fp8_takes_q_k_of_any_magnitude(use_qk_l2norm, form):
-    """With an fp8 checkpoint, GDN's two launches form S0 q̂ and S0 k̂ on tensor cores from q and k
-    as f16 times a power of two per (row, key head), the one launch (GDN, KDA) in exact fp32: q
-    and k far above f16's range (2^24 x) and far below it (2^-24 x) give the Triton step's outputs
-    (fp32 products) to bf16 rounding, with and without the L2 norm (unscaled f16 q, k would
-    overflow at 2^24 and vanish at 2^-24)."""
+    """With an fp8 checkpoint, GDN's two launches form S0 q̂ and S0 k̂ on tensor cores (or in f16x2
+    FMAs, ``gdn-two-h2``) from q and k as f16 times a power of two per (row, key head), the one
+    launch (GDN, KDA) in exact fp32: q and k far above f16's range (2^24 x) and far below it
+    (2^-24 x) give the Triton step's outputs (fp32 products) to bf16 rounding, with and without the
+    L2 norm (unscaled f16 q, k would overflow at 2^24 and vanish at 2^-24)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import DeltaCudaConfig
 
     per_channel = form == "kda"
@@ -380,7 +381,7 @@ def test_cuda_delta_fp8_takes_q_k_of_any_magnitude(use_qk_l2norm, form):
     cache.cursor.copy_(torch.arange(batch, dtype=torch.int32) % (L - 1))  # no flush
     slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
     inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=per_channel)
-    cuda_config = DeltaCudaConfig(rows=64, stages=2, min_ctas=1, one_launch=form != "gdn-two")
+    cuda_config = DeltaCudaConfig(rows=64, stages=2, min_ctas=1, one_launch=form == "gdn-one", s0_hfma2=form == "gdn-two-h2")
     for factor in (2.0**24, 2.0**-24):
         scaled = dict(inp, q=inp["q"] * factor, k=inp["k"] * factor)  # powers of two: exact in bf16
         outs = {}
@@ -476,13 +477,26 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
         assert torch.equal(bits(eager[i]), bits(graphed[i])), i
     assert torch.equal(eager[2], triton[2])
     rel = lambda a, b: float((a.float() - b.float()).abs().max() / b.float().abs().max())  # noqa: E731
-    tol = 1e-2 if state == "f32" else 2e-2  # outputs in bf16: a rounding step apart at most, compounded
-    assert max(rel(a, b) for a, b in zip(eager[0], triton[0])) < tol
+    # KDA's table with an fp8 checkpoint takes its S0 products in f16x2 FMAs (s0_hfma2): their sums
+    # are off by up to ~1e-3 of sum |S0 X|, and this test repeats one input, so that d = beta (v - S
+    # k̂) becomes a small difference of large terms: outputs ~1-2.5% off the exact products' and a
+    # few codes of the flushed rows two e4m3 steps (64 / 448), row scales ~1e-4 (bit-faithful CPU
+    # emulation, kernel notes "Session 66"; with fresh inputs each step its error against float64
+    # is the exact form's).
+    h2 = (
+        state == "fp8"
+        and (cuda.get("config") or delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 1, per_channel)).s0_hfma2
+    )
+    tol = 1e-2 if state == "f32" else (4e-2 if h2 else 2e-2)  # outputs in bf16: a rounding step apart at most, compounded
+    y_err = max(rel(a, b) for a, b in zip(eager[0], triton[0]))
+    assert y_err < tol, (y_err, h2)
     # fp8: codes one e4m3 step apart at most where the two folds' fp32 sums round a tie the other
-    # way (32 / 448 in the top binade), the row scales to fp32 rounding
-    assert rel(eager[1], triton[1]) < (0.08 if state == "fp8" else tol)
+    # way (32 / 448 in the top binade; two with s0_hfma2), the row scales to fp32 rounding
+    ckpt_err = rel(eager[1], triton[1])
+    assert ckpt_err < (0.15 if h2 else 0.08 if state == "fp8" else tol), (ckpt_err, h2)
     if state == "fp8":
-        assert rel(eager[4], triton[4]) < 1e-5
+        scale_err = rel(eager[4], triton[4])
+        assert scale_err < (2e-3 if h2 else 1e-5), (scale_err, h2)
 
 
 @needs_sm90
