@@ -419,7 +419,7 @@ extern "C" __global__ void __launch_bounds__(VPK * 32) delta_replay_coefficients
 #if FP8_MMA
   // The step kernel's S0 q̂ and S0 k̂ on tensor cores take the raw q and k (bf16: exact in f16
   // within its range) as f16 times the powers of two that put their largest magnitudes in f16's
-  // top binade; the factors rq 2^-eq, rk 2^-ek follow below.
+  // top binade (S0_HFMA2's f16x2 FMAs: in [1, 2)); the factors rq 2^-eq, rk 2^-ek follow below.
   // Every warp forms the factors (its shuffles outside a branch on the warp), warp 0 stores.
   float q_inverse, k_inverse;
   const float q_scale = f16_range_scale(warp_max(max_abs<PER_LANE>(qv)), QK_F16_TOP, q_inverse);
