@@ -36,7 +36,7 @@ import torch
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "tests"), os.path.join(os.path.dirname(__file__), "..")]
 
 import trtllm_replayssm.reference.gated_delta as gated_delta_ref  # noqa: E402
-from gated_delta_cases import DeltaFamily, DeltaGeometry, make_step, replay_with_reference  # noqa: E402
+from gated_delta_cases import DeltaFamily, DeltaGeometry, fill_randomly, make_step, replay_with_reference  # noqa: E402
 
 
 def f16(x: torch.Tensor) -> torch.Tensor:
@@ -87,14 +87,9 @@ def emulated_s0(scale: float):
 
 
 def random_cache(fam: DeltaFamily, slots: int, L: int):
-    """The graph test's cache: codes of N(0, 1), row scales in [0.5, 2], d records N(0, 1), unit k
-    records, g records in [-0.3, -0.01], cursors anywhere."""
+    """The graph test's cache (``fill_randomly``), cursors anywhere."""
     cache = fam.allocate(slots, L, torch.float8_e4m3fn, torch.bfloat16, "cpu")
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
-    cache.checkpoint_scale.uniform_(0.5, 2.0)
-    torch.nn.init.normal_(cache.d_records)
-    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
-    cache.g_records.uniform_(-0.3, -0.01)
+    fill_randomly(cache)
     cache.cursor.copy_(torch.randint(0, L, (slots,), dtype=torch.int32))
     return cache
 

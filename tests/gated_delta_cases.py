@@ -1,4 +1,4 @@
-"""Shared GDN / KDA test helpers: geometry, random step inputs and the float64 oracle."""
+"""Shared GDN / KDA test helpers: geometry, random step inputs and caches, and the float64 oracle."""
 
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def make_step(g: DeltaGeometry, batch: int, act_dtype, device, *, per_channel: b
         g=-(torch.rand(gshape, device=device) * 0.39 + 0.01),
         beta=torch.sigmoid(torch.randn(batch, g.v_heads, device=device)),
     )
+
+
+def fill_randomly(cache) -> None:
+    """A delta-rule cache's checkpoint N(0, 1) in its dtype (fp8: codes of N(0, 1) times row scales
+    in [0.5, 2]), d records N(0, 1), k records unit rows, g records in [-0.3, -0.01]."""
+    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
+    if cache.checkpoint_scale is not None:
+        cache.checkpoint_scale.uniform_(0.5, 2.0)
+    torch.nn.init.normal_(cache.d_records)
+    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
+    cache.g_records.uniform_(-0.3, -0.01)
 
 
 class DeltaFamily:

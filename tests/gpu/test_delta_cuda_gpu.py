@@ -10,7 +10,15 @@ from functools import partial
 import pytest
 import torch
 
-from gated_delta_cases import ACT_TOL, STATE_TOL, DeltaFamily, DeltaGeometry, make_step, replay_with_launcher
+from gated_delta_cases import (
+    ACT_TOL,
+    STATE_TOL,
+    DeltaFamily,
+    DeltaGeometry,
+    fill_randomly,
+    make_step,
+    replay_with_launcher,
+)
 from op_checks import assert_fp8_flush_matches, bits
 from replay_driver import drive_replay
 
@@ -269,17 +277,6 @@ def test_cuda_gdn_fp8_f16x2_s0_long_run_against_oracle(g, L, form):
     FMAs or on tensor cores, over many steps and flushes against the float64 oracle (raw q and k:
     test_cuda_delta_fp8_takes_q_k_of_any_magnitude; over many steps they grow without bound)."""
     check_against_oracle(g, L, "fp8", f"{form}-h2")
-
-
-def fill_randomly(cache) -> None:
-    """A delta-rule cache's checkpoint N(0, 1) in its dtype (fp8: codes of N(0, 1) times row scales
-    in [0.5, 2]), d records N(0, 1), k records unit rows, g records in [-0.3, -0.01]."""
-    cache.checkpoint.copy_(torch.randn_like(cache.checkpoint, dtype=torch.float32).to(cache.checkpoint.dtype))
-    if cache.checkpoint_scale is not None:
-        cache.checkpoint_scale.uniform_(0.5, 2.0)
-    torch.nn.init.normal_(cache.d_records)
-    cache.k_records.copy_(torch.nn.functional.normalize(torch.randn_like(cache.k_records, dtype=torch.float32), dim=-1))
-    cache.g_records.uniform_(-0.3, -0.01)
 
 
 FP8_SHAPES = [
