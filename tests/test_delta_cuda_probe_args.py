@@ -33,6 +33,11 @@ QWEN_122B = (16, 64, 128, 128)
         ("table,fmma,qg", "table,fmma,qg"),
         ("table,ff,h2", "table,ff,h2"),
         ("table,eg", "table,eg"),
+        ("table,du", "table,du"),
+        (
+            "64,2,2,one,cr,du",
+            DeltaCudaConfig(rows=64, stages=2, min_ctas=2, one_launch=True, coalesce_recs=True, dealt_units=True),
+        ),
         (
             "128,2,1,one,cw4,cr,dc,ff,rw,eg",
             DeltaCudaConfig(
@@ -226,6 +231,25 @@ def test_table_eg_takes_the_even_grid_where_the_table_runs_the_step_kernel(famil
     got = delta_cuda_probe.case_config("table,eg", geometry, 16, batch, state_bytes, per_channel)
     expected = dataclasses.replace(table, one_launch=True) if per_channel else table
     assert got == dataclasses.replace(expected, even_grid=not table.small)
+
+
+@pytest.mark.parametrize(
+    "family, state_bytes, batch", [("gdn", 4, 64), ("gdn", 4, 1), ("gdn", 1, 64), ("kda", 1, 64), ("kda", 2, 16)]
+)
+def test_table_du_deals_the_units_where_the_table_runs_the_step_kernel_in_one_launch(family, state_bytes, batch):
+    """``table,du`` is the table with dealt units in place of its flushing units first and deferred
+    count where it runs the step kernel in one launch (KDA always; GDN fp32 at 64, not at 1, the
+    small kernel; GDN fp8 at 64 runs two launches); elsewhere it is the table."""
+    per_channel = family == "kda"
+    geometry = (32, 32, 128, 128) if per_channel else QWEN_122B
+    table = delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
+    got = delta_cuda_probe.case_config("table,du", geometry, 16, batch, state_bytes, per_channel)
+    expected = dataclasses.replace(table, one_launch=True) if per_channel else table
+    one = per_channel or (table.one_launch and not table.small)
+    assert one == (per_channel or (state_bytes, batch) == (4, 64))
+    if one:
+        expected = dataclasses.replace(expected, flush_first=False, defer_count=False, dealt_units=True)
+    assert got == expected
 
 
 def test_baseline_configs_need_a_baseline(capsys):

@@ -60,9 +60,11 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
 FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "at24", "at48", "at64"]
+FORMS += ["one-du", "cw-cr-du-rw", "at64-du"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 KDA_FORMS += ["cw-cs", "cw-cr-dc-ff-cs", "at1-cs", "at64-cs", "at256-cs"]
+KDA_FORMS += ["table-du", "cw-cr-du", "at64-du", "at256-du"]
 
 
 KDA_SHAPES = [
@@ -94,6 +96,11 @@ def config(g, L, state, form, per_channel=False):
             if not fits(cfg, STATES[state].itemsize, per_channel):
                 pytest.skip(f"{field} does not fit this fp8 build")
             return cfg
+    if form.endswith("-du"):  # units dealt from one order of the rows, the flushing ones first
+        base = config(g, L, state, form[: -len("-du")], per_channel)
+        if base.small or not (base.one_launch or per_channel):
+            pytest.skip("dealt units: the step kernel in one launch")
+        return dataclasses.replace(base, dealt_units=True, flush_first=False, defer_count=False)
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True, s0_hfma2=False)
         if not cfg.coef_warps or cfg.s0_mma:
@@ -241,14 +248,58 @@ def test_cuda_kda_fp8_consumer_sums_long_run_against_oracle(g, L, batch):
 
 @needs_sm90
 @pytest.mark.parametrize("g,L", [KDA_SHAPES[0], KDA_SHAPES[3], KDA_SHAPES[4]])
-@pytest.mark.parametrize("form", ["at1", "at16", "at64", "at256", "table", "table-fmma", "table-ff"])
+@pytest.mark.parametrize("form", ["at1", "at16", "at64", "at256", "table", "table-fmma", "table-ff", "at64-du"])
 @pytest.mark.parametrize("s0", ["qg", "h2"])
 def test_cuda_kda_fp8_s0_forms_long_run_against_oracle(g, L, form, s0):
     """KDA's S0 products as fp8 wgmma products (``s0_qgmma``, 64- and 128-row units) or f16x2 FMAs
     (``s0_hfma2``) with an fp8 checkpoint: the table's builds at 1 / 16 / 64 / 256, and with the
-    flush on tensor cores or flushing units first, over many steps and flushes against the float64
-    oracle."""
+    flush on tensor cores, flushing units first or dealt units, over many steps and flushes against
+    the float64 oracle."""
     check_against_oracle(g, L, "fp8", f"{form}-{s0}", per_channel=True)
+
+
+@needs_sm90
+@pytest.mark.parametrize(
+    "g,L,per_channel,state",
+    [
+        (DeltaGeometry(2, 4, 128, 64), 5, True, "fp8"),
+        (DeltaGeometry(2, 4, 64, 96), 5, True, "bf16"),
+        (DeltaGeometry(2, 6, 64, 96), 4, False, "f32"),
+    ],
+    ids=["kda-fp8", "kda-bf16", "gdn-f32"],
+)
+def test_cuda_delta_dealt_units_over_many_rows(g, L, per_channel, state):
+    """``dealt_units`` at batch 300 (more than the 256 rows one round of its order reads, so two
+    rounds; 10 words of flushing bits), with padding rows and unused slots (drive_replay), over
+    many steps and flushes against the float64 oracle."""
+    check_against_oracle(g, L, state, "at300-du", per_channel, steps=3 * L + 3, batch=300, num_slots=310, min_flushes=300)
+
+
+@needs_sm90
+def test_cuda_delta_dealt_units_refuse_more_rows_than_their_order_holds():
+    """Batch 1025 with ``dealt_units``: a ValueError naming the limit, the cache untouched."""
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import DEALT_UNITS_MAX_BATCH, delta_cuda_config
+
+    g, L = DeltaGeometry(1, 2, 64, 32), 4
+    fam = DeltaFamily(g, per_channel=True)
+    p = fam.make_params("cuda")
+    cache = fam.allocate(DEALT_UNITS_MAX_BATCH + 2, L, torch.bfloat16, torch.bfloat16, "cuda")
+    fill_randomly(cache)
+    saved = {k: v.clone() for k, v in vars(cache).items() if isinstance(v, torch.Tensor)}
+    batch = DEALT_UNITS_MAX_BATCH + 1
+    cfg = dataclasses.replace(
+        delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 2, True),
+        dealt_units=True,
+        flush_first=False,
+        defer_count=False,
+    )
+    slot_ids = torch.arange(batch, dtype=torch.int32, device="cuda")
+    inp = make_step(g, batch, torch.bfloat16, "cuda", per_channel=True)
+    with pytest.raises(ValueError, match=f"dealt_units orders at most {DEALT_UNITS_MAX_BATCH} batch rows; got batch {batch}"):
+        replay_with_launcher(cache, inp, p, slot_ids, torch.zeros_like(inp["v"]), kernel="cuda", config=cfg)
+    torch.cuda.synchronize()
+    for k, v in saved.items():
+        assert torch.equal(getattr(cache, k), v), k
 
 
 @needs_sm90
@@ -307,6 +358,8 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_
         pytest.skip("the fp8 flush on tensor cores: the step kernel's")
     if flush_first and not step_kernel_in_one_launch(cfg, per_channel):
         pytest.skip("flushing units first: the step kernel in one launch")
+    if flush_first:  # in place of the table's dealt units (KDA 32-512), with the deferred count
+        cfg = dataclasses.replace(cfg, dealt_units=False, defer_count=True)
     cfg = dataclasses.replace(cfg, flush_mma=flush_mma, flush_first=flush_first)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
@@ -408,9 +461,14 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 # GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
 # forced at batch 6 (the table's with an fp8 checkpoint above 16; bf16 and fp32 take one launch
-# from batch 3, so their two launches as the oracle tests build them).
-@pytest.mark.parametrize("batch,two_launches", [(6, False), (2, False), (6, True)], ids=["6", "2", "6-two"])
-def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches):
+# from batch 3, so their two launches as the oracle tests build them); "6-du": the table's one
+# launch with dealt units (GDN fp8: one launch up to 16).
+@pytest.mark.parametrize(
+    "batch,two_launches,dealt",
+    [(6, False, False), (2, False, False), (6, True, False), (6, False, True)],
+    ids=["6", "2", "6-two", "6-du"],
+)
+def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches, dealt):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import (
@@ -430,6 +488,10 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
             batch_two = FP8_ONE_LAUNCH_MAX_BATCH + 1  # the table's two launches with an fp8 checkpoint
             cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch_two, STATES[state].itemsize)
         assert not runs_one_launch(cuda["config"], False)
+    if dealt:
+        table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, STATES[state].itemsize, per_channel)
+        assert runs_one_launch(table, per_channel) and not table.small
+        cuda["config"] = dataclasses.replace(table, dealt_units=True, flush_first=False, defer_count=False)
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")

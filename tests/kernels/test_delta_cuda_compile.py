@@ -207,6 +207,9 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     bf16 = gc.delta_cuda_config(dk, dv, L, batch, 2, per_channel)
     fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
+    dealt = per_channel and batch in gc.KDA_FP8_DEALT_BATCHES  # (the bf16 table's GDN rows are not KDA's)
+    if dealt:  # dealt units in place of the deferred count
+        bf16 = dataclasses.replace(bf16, defer_count=False, dealt_units=True)
     if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
         assert (
             cfg
@@ -222,7 +225,14 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
             bf16 = dataclasses.replace(bf16, rows=gc.unit_rows(dv), stages=2, coef_warps=0, min_ctas=cfg.min_ctas)
             assert gc.delta_ctas_that_fit(cfg, dk, L, 1, False) >= cfg.min_ctas >= 1
         assert cfg == dataclasses.replace(
-            bf16, flush_mma=fmma, flush_first=False, rec_warps=rw, consumer_sums=False, s0_hfma2=per_channel
+            bf16,
+            flush_mma=fmma,
+            flush_first=False,
+            rec_warps=rw,
+            consumer_sums=False,
+            s0_hfma2=per_channel,
+            defer_count=bf16.defer_count and not dealt,
+            dealt_units=dealt,
         )
     else:  # GDN's two launches: the standard units, not the wide ones
         ring = gc.fp8_mma_rings(batch)[0]
@@ -241,7 +251,9 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
         return  # the small kernel's shared memory is static (no stages)
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
     one_launch = gc.runs_one_launch(cfg, per_channel)
-    assert compiled == gc.delta_step_shared_bytes(dk, cfg.rows, L, cfg.stages, 1, per_channel, one_launch, cfg.coef_warps)
+    assert compiled == gc.delta_step_shared_bytes(
+        dk, cfg.rows, L, cfg.stages, 1, per_channel, one_launch, cfg.coef_warps, dealt_units=cfg.dealt_units
+    )
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
 
 
@@ -490,23 +502,30 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 
 
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
-    """Every step-kernel build of the table copies records in bulk, and defers the count exactly
-    where it runs one launch; there it takes each block's flushing units first with a 16- or 32-bit
-    checkpoint at batch 12-63, KDA bf16 from 12 on, GDN fp32 with coefficient warps at 33-96 only
-    (its 128-row units); KDA bf16 has its consumers sum the partials at 48-255, KDA fp8 its S0
+    """Every step-kernel build of the table copies records in bulk; where it runs one launch it
+    deals its units with KDA fp8 at batch 32-512 and GDN bf16 at 48-256, elsewhere defers the count
+    and takes each block's flushing units first with a 16- or 32-bit checkpoint at batch 12-63, KDA
+    bf16 from 12 on, GDN fp32 with coefficient warps at 33-96 only (its 128-row units); KDA bf16 has its consumers sum the partials at 48-255, KDA fp8 its S0
     products in f16x2 FMAs with L2-normalised q and k; GDN splits the records over its coefficient
     warps (but with a bf16 checkpoint and no coefficient warps at batch 4 and 8). The small kernel
     (GDN at batch 1) takes none of them."""
     seen = set()
     for per_channel in (False, True):
         for state_bytes in (4, 2, 1):
-            for batch in (1, 2, 4, 8, 11, 12, 16, 32, 33, 47, 48, 63, 64, 96, 97, 255, 256, 512):
+            for batch in (1, 2, 4, 8, 11, 12, 16, 31, 32, 33, 47, 48, 63, 64, 96, 97, 255, 256, 257, 512, 513):
                 cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
                 one = gc.step_kernel_in_one_launch(cfg, per_channel)
                 assert cfg.coalesce_recs == (not cfg.small), cfg
-                assert cfg.defer_count == one, cfg
+                dealt = one and (
+                    32 <= batch <= 512
+                    if per_channel and state_bytes == 1
+                    else 48 <= batch <= 256
+                    if not per_channel and state_bytes == 2
+                    else False
+                )
+                assert cfg.dealt_units == dealt and cfg.defer_count == (one and not dealt), cfg
                 kda_bf16 = per_channel and state_bytes == 2
-                if state_bytes == 1:
+                if state_bytes == 1 or dealt:
                     first = False
                 elif kda_bf16:
                     first = batch >= 12
@@ -521,9 +540,16 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                 assert raw == dataclasses.replace(cfg, s0_hfma2=False), raw
                 losing = state_bytes == 2 and not cfg.coef_warps and batch in gc.REC_WARPS_LOSING_BATCHES
                 assert cfg.rec_warps == (one and not per_channel and not losing), cfg
-                seen.add((cfg.small, one, cfg.flush_first))
-    # every form met: the small kernel, two launches, one launch with and without flushing units first
-    assert seen == {(True, False, False), (False, False, False), (False, True, False), (False, True, True)}
+                seen.add((cfg.small, one, cfg.flush_first, cfg.dealt_units))
+    # every form met: the small kernel, two launches, one launch with and without flushing units
+    # first, with dealt units
+    assert seen == {
+        (True, False, False, False),
+        (False, False, False, False),
+        (False, True, False, False),
+        (False, True, True, False),
+        (False, True, False, True),
+    }
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -786,3 +812,53 @@ def test_gdn_fp8_f16x2_s0_takes_the_two_launches(batch, l2norm):
     for cfg_, state_bytes in ((one, 1), (small, 1), (cfg, 2), (cfg, 4)):
         with pytest.raises(ValueError, match="s0_hfma2 takes .*GDN's in two launches with an fp8 checkpoint"):
             gc.delta_step_defines(16, 64, 128, 128, 16, cfg_, state_bytes, l2norm, torch.float32, torch.float32)
+
+
+@pytest.mark.parametrize("per_channel, state_bytes, batch", [(False, 4, 64), (False, 2, 16), (True, 1, 64), (True, 2, 256)])
+def test_dealt_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes, batch):
+    """``dealt_units``: the table's one-launch builds with it (in place of flush_first and
+    defer_count) compile without local memory, their shared memory (the order's 272 bytes after the
+    mbarriers, a 32-byte meta) matching the launcher's and the table's CTAs a multiprocessor still
+    fitting; the two launches, the small kernel and the forms it replaces are refused."""
+    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
+    table = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
+    cfg = dataclasses.replace(table, dealt_units=True, flush_first=False, defer_count=False)
+    assert (
+        dict(
+            gc.delta_step_defines(
+                k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32, per_channel
+            )
+        )["DEALT_UNITS"]
+        == 1
+    )
+    ptx = gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, per_channel)
+    body = ptx_entry(ptx, "delta_replay_step")
+    assert ".local" not in body and "atom.acq_rel.gpu.global.add.s32" in body
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    plain = dataclasses.replace(table, flush_first=False, dealt_units=False)
+    assert compiled == gc.config_shared_bytes(cfg, 128, 16, state_bytes, per_channel)
+    assert compiled - gc.config_shared_bytes(plain, 128, 16, state_bytes, per_channel) in (
+        gc.DEALT_ORDER_BYTES,
+        gc.DEALT_ORDER_BYTES + 1024,
+    )
+    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+    refused = [
+        (dataclasses.replace(cfg, flush_first=True), "dealt_units replaces flush_first and defer_count"),
+        (dataclasses.replace(cfg, defer_count=True), "dealt_units replaces flush_first and defer_count"),
+    ]
+    if not per_channel:
+        refused += [
+            (
+                dataclasses.replace(cfg, one_launch=False, coef_warps=0, rec_warps=False),
+                "dealt_units needs the step kernel in one launch",
+            ),
+            (
+                dataclasses.replace(cfg, small=True, coef_warps=0, rec_warps=False),
+                "dealt_units needs the step kernel in one launch",
+            ),
+        ]
+    for bad, message in refused:
+        with pytest.raises(ValueError, match=message):
+            gc.delta_step_defines(
+                k_heads, v_heads, 128, 128, 16, bad, state_bytes, True, torch.float32, torch.float32, per_channel
+            )

@@ -69,6 +69,8 @@ SOURCE = "gated_delta_replay_step.cu"
 CHECKPOINT_DTYPES = (torch.bfloat16, torch.float32, torch.float8_e4m3fn)  # element sizes 2, 4, 1
 MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 MAX_VALUE_HEADS_PER_KEY_HEAD = 32  # a warp per value head in a coefficient CTA
+DEALT_UNITS_MAX_BATCH = 1024  # dealt_units: the rows its order holds (the .cu file's ORDER_ROWS)
+DEALT_ORDER_BYTES = 272  # dealt_units: 32 words of flushing bits, 33 prefix counts, 16-byte rounded (ORDER_BYTES)
 # GDN up to this batch: the small one-launch kernel (H200, session 22: Qwen3.5-122B, L = 16, fp32 /
 # bf16 batch 1 4.42 / 3.90 us against the two launches' 7.86 / 7.21, batch 2 7.48 / 6.70 against
 # 9.94 / 8.41; from batch 4 the two launches are as fast or faster).
@@ -204,6 +206,17 @@ FLUSH_FIRST_BATCHES = range(12, 64)
 # 197.36 / 196.54 / 196.99 and 197.06 / 196.48 / - / 196.16 (512: the rounds spread 1-7%)).
 KDA_BF16_FLUSH_FIRST_BATCHES = range(12, 1 << 31)
 KDA_CONSUMER_SUMS_BATCHES = range(48, 256)
+# The step kernel in one launch deals its units (``dealt_units``, in place of flush_first and
+# defer_count) with an fp8 KDA checkpoint at KDA_FP8_DEALT_BATCHES and a bf16 GDN one at
+# GDN_BF16_DEALT_BATCHES (H100, session 67, L = 16, us, the table without / with it: Kimi Linear KDA
+# fp8 batch 16 10.56 / 11.07, 32 17.81 / 17.45, 48 24.32 / 23.60, 64 31.73 / 29.31 and 31.88 / 29.35,
+# 96 43.89 / 40.30, 128 54.52 / 51.20, 192 76.34 / 73.05, 256 96.94 / 94.58, 384 139.40 / 136.86, 512
+# 181.89 / 178.53, 768 261.14 / 263.86; Qwen3.5-122B GDN bf16 24 26.75 / 26.90, 32 34.33 / 34.44, 48
+# 49.15 / 48.54, 64 64.63 / 63.01, 96 92.81 / 90.85, 128 121.22 / 118.99, 256 233.76 / 232.51. Not
+# routed: GDN fp32 48 86.14 / 86.93, 64 112.87 / 114.02, 96 162.58 / 163.86, 128 218.85 / 218.40;
+# KDA bf16 16 12.03 / 12.97, 32 21.32 / 22.24, 48-512 within 1%).
+KDA_FP8_DEALT_BATCHES = range(32, 513)
+GDN_BF16_DEALT_BATCHES = range(48, 257)
 # GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
 # these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
 # with it: batch 24 36.18 / 35.61, 32 46.82 / 45.82, 40 55.82 / 54.95, 48 65.80 / 65.43, 64 86.43
@@ -249,7 +262,12 @@ class DeltaCudaConfig:
     step kernel in one launch): each block of 32 units' cursor reads counted once the CTA's first
     ``stages`` units of it are issued, not after the first. ``flush_first`` (the step kernel in one
     launch): each block of 32 units taken with its flushing units first, so that a flush's fold
-    overlaps the other units' coefficients instead of following them. ``rec_warps`` (GDN, the step
+    overlaps the other units' coefficients instead of following them. ``dealt_units`` (the step
+    kernel in one launch, without ``flush_first`` and ``defer_count``, batch up to
+    :data:`DEALT_UNITS_MAX_BATCH`): every CTA reads every row's cursor and takes as many units as
+    the fixed order gives it, of them its even share of the flush units (the first of its units,
+    then evenly spaced), instead of units c, c + grid, ... in row order; each CTA counts itself once
+    and the launch's last count advances every cursor (kernel notes "Session 67"). ``rec_warps`` (GDN, the step
     kernel in one launch): the warps forming a unit's coefficients split its records instead of its
     columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
     no partial sums in shared memory). ``consumer_sums`` (KDA with coefficient warps, exact S0
@@ -282,6 +300,7 @@ class DeltaCudaConfig:
     coalesce_recs: bool = False
     defer_count: bool = False
     flush_first: bool = False
+    dealt_units: bool = False
     rec_warps: bool = False
     consumer_sums: bool = False
     s0_qgmma: bool = False
@@ -298,13 +317,14 @@ class DeltaCudaConfig:
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
+        du = ",du" if self.dealt_units else ""
         rw = ",rw" if self.rec_warps else ""
         cs = ",cs" if self.consumer_sums else ""
         qg = ",qg" if self.s0_qgmma else ""
         h2 = ",h2" if self.s0_hfma2 else ""
         eg = ",eg" if self.even_grid else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{rw}{cs}{qg}{h2}{eg}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{du}{rw}{cs}{qg}{h2}{eg}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -315,7 +335,7 @@ def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
 
 def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
-    may take ``coef_warps``, ``defer_count`` and ``flush_first``."""
+    may take ``coef_warps``, ``defer_count``, ``flush_first`` and ``dealt_units``."""
     return not cfg.small and runs_one_launch(cfg, per_channel)
 
 
@@ -361,7 +381,7 @@ def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
                             per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
-                            s0_mma: bool = False, flush_first: bool = False) -> int:
+                            s0_mma: bool = False, flush_first: bool = False, dealt_units: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
@@ -370,13 +390,14 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
     partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
-    column); the meta is 16 bytes, 32 with ``flush_first``. Mirrors the .cu file's STAGE_BYTES (a
-    CPU test reads the compiled value)."""
+    column); the meta is 16 bytes, 32 with ``flush_first`` or ``dealt_units``; ``dealt_units`` adds
+    the rows' order (:data:`DEALT_ORDER_BYTES`) after the mbarriers. Mirrors the .cu file's
+    STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
-    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + (32 if flush_first else 16)
+    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + (32 if flush_first or dealt_units else 16)
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
     red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
@@ -388,13 +409,14 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     stage += head_k_dim * 16 if s0_mma and per_channel else 0
     stage = (stage + 1023) // 1024 * 1024
     barriers = 2 + (one_launch or per_channel) + bool(coef_warps)  # full, empty; one launch: recs; ready (coef_warps)
-    return stages * stage + 1024 + 8 * barriers * stages
+    return stages * stage + 1024 + 8 * barriers * stages + (DEALT_ORDER_BYTES if dealt_units else 0)
 
 
 def config_shared_bytes(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_bytes: int, per_channel: bool) -> int:
     """:func:`delta_step_shared_bytes` of ``cfg``'s step kernel (not the small kernel)."""
     return delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
-                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first)
+                                   runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first,
+                                   cfg.dealt_units)
 
 
 def delta_qk_floats(head_k_dim: int, state_bytes: int, per_channel: bool, one_launch: bool) -> int:
@@ -437,7 +459,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
     :func:`flush_first_batches`, the flushing units first (``flush_first``; figures beside the
-    constants); KDA bf16 at KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with
+    constants), or at :func:`dealt_units_batches` the units dealt (``dealt_units``); KDA bf16 at KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with
     ``use_qk_l2norm`` with ``s0_hfma2``.
     H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
     bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
@@ -455,12 +477,23 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
         return cfg
     one = runs_one_launch(cfg, per_channel)
     kda_bf16 = per_channel and state_bytes == 2
-    flush_first = one and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0)
+    dealt = one and batch in dealt_units_batches(state_bytes, per_channel)
+    flush_first = one and not dealt and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0)
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
-    return replace(cfg, coalesce_recs=True, defer_count=one, flush_first=flush_first,
+    return replace(cfg, coalesce_recs=True, defer_count=one and not dealt, flush_first=flush_first, dealt_units=dealt,
                    rec_warps=one and not per_channel and not losing,
                    consumer_sums=kda_bf16 and cfg.coef_warps > 0 and batch in KDA_CONSUMER_SUMS_BATCHES,
                    s0_hfma2=per_channel and state_bytes == 1 and bool(use_qk_l2norm))
+
+
+def dealt_units_batches(state_bytes: int, per_channel: bool) -> range:
+    """The batches at which the step kernel in one launch takes ``dealt_units``: KDA with an fp8
+    checkpoint KDA_FP8_DEALT_BATCHES, GDN with a bf16 one GDN_BF16_DEALT_BATCHES, others none."""
+    if per_channel and state_bytes == 1:
+        return KDA_FP8_DEALT_BATCHES
+    if not per_channel and state_bytes == 2:
+        return GDN_BF16_DEALT_BATCHES
+    return range(0)
 
 
 def flush_first_batches(state_bytes: int, per_channel: bool, coef_warps: bool) -> range:
@@ -693,6 +726,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.rows`` (``cfg.small_rows`` for the small kernel) is not a multiple of 16
             up to 128 dividing head_v_dim.
         ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
+        ValueError: ``cfg.dealt_units`` outside the step kernel in one launch, or with
+            ``cfg.flush_first`` or ``cfg.defer_count``.
         ValueError: ``cfg.consumer_sums`` outside KDA's step kernel with coefficient warps and
             exact S0 products.
         ValueError: ``cfg.s0_qgmma`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
@@ -706,11 +741,14 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
-                       ("flush_first", cfg.flush_first), ("rec_warps", cfg.rec_warps))
+                       ("flush_first", cfg.flush_first), ("dealt_units", cfg.dealt_units), ("rec_warps", cfg.rec_warps))
     for name, asked in one_launch_only:
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if cfg.dealt_units and (cfg.flush_first or cfg.defer_count):
+        raise ValueError("delta_replay_step (CUDA): dealt_units replaces flush_first and defer_count; got "
+                         f"flush_first={cfg.flush_first}, defer_count={cfg.defer_count}")
     if cfg.rec_warps and per_channel:
         raise ValueError("delta_replay_step (CUDA): rec_warps takes GDN only (KDA's scan runs down the columns); "
                          "got per_channel=True")
@@ -757,7 +795,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), REC_WARPS=int(cfg.rec_warps),
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), DEALT_UNITS=int(cfg.dealt_units), REC_WARPS=int(cfg.rec_warps),
              CONSUMER_SUMS=int(cfg.consumer_sums), S0_QGMMA=int(cfg.s0_qgmma), S0_HFMA2=int(cfg.s0_hfma2), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
@@ -851,6 +889,7 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
 
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
+        ValueError: ``config.dealt_units`` with a batch above :data:`DEALT_UNITS_MAX_BATCH`.
     """
     reason = delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g, checkpoint_scale)
     if reason is not None:
@@ -871,6 +910,9 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
                           out, slot_ids, scale)
         small.launch((v_heads * head_v_dim // cfg.small_rows, batch), 8 * cfg.small_rows, 0, stream, args, pdl=True)
         return out
+    if cfg.dealt_units and batch > DEALT_UNITS_MAX_BATCH:
+        raise ValueError(f"delta_replay_step (CUDA): dealt_units orders at most {DEALT_UNITS_MAX_BATCH} batch rows; "
+                         f"got batch {batch}")
     one_launch = runs_one_launch(cfg, per_channel)
     smem = config_shared_bytes(cfg, head_k_dim, L, es, per_channel)
     step_kernel = load_kernel(SOURCE, "delta_replay_step", defines, device, smem, arch_specific=cfg.s0_qgmma)

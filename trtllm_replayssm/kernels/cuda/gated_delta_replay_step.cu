@@ -76,7 +76,7 @@
 // 0: GDN's two launches), COEF_WARPS (one launch: 0, the consumers form them; else the warps that
 // do), S0_MMA (bf16 checkpoint, one launch: S0 q̂ and S0 k̂ on tensor cores, the fp32 vectors as
 // three bf16 parts each), FLUSH_MMA (a flush's fold of the records on tensor cores), the forms
-// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST and REC_WARPS (each described where it is defined),
+// COALESCE_RECS, DEFER_COUNT, FLUSH_FIRST, DEALT_UNITS and REC_WARPS (each described where it is defined),
 // L2NORM (0 / 1), and the dtype codes G_CODE, BETA_CODE of g and beta (0 fp32, 1 bf16, 2 fp16).
 
 #define VPK (VHEADS / KHEADS)               // value heads per key head
@@ -141,6 +141,21 @@
 #ifndef FLUSH_FIRST
 #define FLUSH_FIRST 0
 #endif
+// DEALT_UNITS (one launch, batch <= 1024): every CTA's producer reads every row's slot and cursor,
+// marks the flushing rows (dealing_order) and takes its dealt share of the units (dealt_share): as
+// many as the fixed order u = c, c + gridDim.x, ... gives it, of them floor or ceil of F / gridDim.x
+// of the F flush units, spread over its timeline, not as many as the fixed order happens to give it
+// (session 65: 3.30 at the busiest CTA against a mean of 1.94, GDN batch 64). Each CTA then counts
+// itself once, after its last unit, instead of each unit's cursor read (count_launch_reads); each
+// stage's meta names its unit.
+#ifndef DEALT_UNITS
+#define DEALT_UNITS 0
+#endif
+#if DEALT_UNITS && !(ONE_LAUNCH && !FLUSH_FIRST && !DEFER_COUNT)
+#error "DEALT_UNITS takes the step kernel in one launch, without FLUSH_FIRST and DEFER_COUNT"
+#endif
+#define ORDER_ROWS 1024                     // DEALT_UNITS: the batch rows it orders at most
+#define ORDER_BYTES (DEALT_UNITS ? 65 * 4 + 12 : 0)  // 32 words of flushing bits, 33 prefix counts; 16-byte multiple
 #if CKPT_FP8 && (S0_MMA || DK != 128)
 #error "an fp8 checkpoint takes its own S0 products, head_k_dim 128"
 #endif
@@ -221,12 +236,12 @@ __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (
 #define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
 #define OFF_SCALE (OFF_FRAG + FRAG_BYTES)
 #define OFF_META (OFF_SCALE + SCALE_BYTES)
-#define META_BYTES (FLUSH_FIRST ? 32 : 16)  // slot, w, beta, GDN's g; FLUSH_FIRST: the unit, padding
+#define META_BYTES (FLUSH_FIRST || DEALT_UNITS ? 32 : 16)  // slot, w, beta, GDN's g; then the unit, padding
 #define STAGE_BYTES (((OFF_META + META_BYTES) + 1023) / 1024 * 1024)
 // The unit a consumer's or coefficient warp's stage holds: its i-th unit u, or with FLUSH_FIRST
-// the one the producer put in the meta.
+// or DEALT_UNITS the one the producer put in the meta.
 __device__ __forceinline__ int stage_unit(const unsigned char* gstage, int u) {
-  return FLUSH_FIRST ? ((const int*)(gstage + OFF_META))[4] : u;
+  return FLUSH_FIRST || DEALT_UNITS ? ((const int*)(gstage + OFF_META))[4] : u;
 }
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 __host__ __device__ constexpr int pow2_at_least(int n) {
@@ -250,7 +265,8 @@ __host__ __device__ constexpr int pow2_at_least(int n) {
 // written (no barrier among them after their last writes: a warp goes on to its next unit while
 // the others finish this one); the consumers see every part once the barrier completes.
 #define READY_ARRIVALS (CWARPS * 32)
-extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES;
+// DEALT_UNITS: the producer's row order (ORDER_BYTES) after the mbarriers.
+extern "C" __device__ unsigned int delta_step_shared_bytes = STAGES * STAGE_BYTES + 1024 + 8 * NBARS * STAGES + ORDER_BYTES;
 
 // The 8 bf16 values of a 16-byte chunk as fp32.
 __device__ __forceinline__ void unpack8(uint4 c, float* v) {
@@ -719,12 +735,6 @@ static_assert(K_BYTES >= 4 * H2_HALF * 2, "S0_HFMA2's vectors: in the k̂-record
 #endif
 
 #if S0_HFMA2
-// fq = 2^-e, or its inverse 2^e, for scale in [2^e, 2^(e+1)) (e clamped to [-125, 125]), exact.
-__device__ __forceinline__ float hfma2_q_factor(float scale, bool inverse) {
-  const int e = min(125, max(-125, (int)((__float_as_uint(scale) >> 23) & 0xffu) - 127));
-  return __uint_as_float((u32)(127 + (inverse ? e : -e)) << 23);
-}
-
 __device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
   u32 d;
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -1212,7 +1222,8 @@ __device__ __forceinline__ void unit_coefficients(unsigned char* gstage, int w, 
   float rq, rk;
   nqk = summed_norms(rn, scale, rq, rk);
 #if S0_HFMA2
-  const float fq = hfma2_q_factor(scale, false);
+  float fq_inverse;  // (unused here: the consumers form their own)
+  const float fq = f16_range_scale(scale, 0, fq_inverse);  // 2^-e for scale in [2^e, 2^(e+1))
 #endif
   // The qk block's columns scaled: q̂ and k̂ (DECAYS_LATE: by the warps but the first, which forms
   // the decays meanwhile; else each thread its own columns, written by it above).
@@ -1405,6 +1416,108 @@ __device__ __forceinline__ void count_cursor_read(int u, int units, int slot, in
   advance_after_last_arrival(count_arrival(arrivals, slot), VHEADS * PARTS, arrivals, cursor, slot, w, LREC);
 }
 
+#if DEALT_UNITS
+// DEALT_UNITS: the rows' flushing bits (a slot, cursor L-1) in ``order``'s words 0..31 (bit b % 32 of
+// word b / 32), their prefix counts (flush rows below word j) in words 32..64 (64: all of them). Every
+// CTA builds the same order from the same reads: the cursors advance only once every CTA has counted
+// itself (count_launch_reads, after its last unit). Lanes take rows lane, lane + 32, ..., 8 a round
+// (the slot loads, then the cursor loads, in flight together). Returns the slot of the first row
+// that has one (-1: none), in every lane.
+__device__ __forceinline__ int dealing_order(const int* slot_ids, const int* cursor, int batch, u32* order, int lane) {
+  int first = -1;
+  for (int r0 = 0; r0 < batch; r0 += 8 * 32) {
+    int slot[8], w[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) slot[m] = r0 + m * 32 + lane < batch ? slot_ids[r0 + m * 32 + lane] : -1;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) w[m] = slot[m] >= 0 ? cursor[slot[m]] : 0;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const u32 f = __ballot_sync(0xffffffffu, slot[m] >= 0 && w[m] == LREC - 1);
+      if (lane == 0 && r0 + m * 32 < batch) order[r0 / 32 + m] = f;
+      const u32 live = __ballot_sync(0xffffffffu, slot[m] >= 0);
+      const int s = __shfl_sync(0xffffffffu, slot[m], live ? __ffs(live) - 1 : 0);
+      if (first < 0 && live) first = s;
+    }
+  }
+  __syncwarp();
+  const int words = (batch + 31) / 32, n = lane < words ? __popc(order[lane]) : 0;
+  int below = n;  // inclusive scan, then less the lane's own
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, below, o);
+    if (lane >= o) below += t;
+  }
+  order[32 + lane] = below - n;
+  if (lane == 31) order[64] = below;
+  __syncwarp();
+  return first;
+}
+
+// DEALT_UNITS: CTA c's share of the launch's units. The flushing rows' F units (in row order, a
+// row's units b VHEADS PARTS + j consecutive) are dealt c, c + G, ... (G = gridDim.x), the other rows'
+// c2, c2 + G, ... with c2 = (c - F) mod G: as many units as the fixed order gives CTA c, of them
+// floor or ceil of F / G flush units. Its nf flush units lie spread evenly among its n units (its
+// k-th unit flushes where floor((k nf + n - 1) / n) steps: its first, then every n / nf): a flush's
+// longer arithmetic then covers the ring's first copies, and the flushes of a CTA do not follow one
+// another.
+struct DealtShare {
+  int c2, nf, n;
+};
+
+__device__ __forceinline__ DealtShare dealt_share(const u32* order, int units) {
+  const int c = blockIdx.x, grid = gridDim.x, f_units = (int)order[64] * (VHEADS * PARTS);
+  DealtShare d;
+  d.c2 = ((c - f_units) % grid + grid) % grid;
+  d.nf = f_units > c ? (f_units - c - 1) / grid + 1 : 0;
+  d.n = (units - c - 1) / grid + 1;  // the grid is at most the units
+  return d;
+}
+
+// DEALT_UNITS: the CTA's k-th unit and its slot (unit ``units``, slot -1 past its last). Its cursor
+// is read where it is used (no cursor advances before every CTA's last unit).
+__device__ __forceinline__ void dealt_unit(int k, int units, const u32* order, DealtShare d, const int* slot_ids,
+                                           int& unit, int& slot) {
+  unit = units;
+  slot = -1;
+  if (k < d.n) {
+    const int before = (k * d.nf + d.n - 1) / d.n;  // flush units among the CTA's first k
+    const bool flushing = ((k + 1) * d.nf + d.n - 1) / d.n > before;
+    const int p = flushing ? (int)blockIdx.x + before * (int)gridDim.x : d.c2 + (k - before) * (int)gridDim.x;
+    const int r = p / (VHEADS * PARTS);  // the r-th flushing (else other) row
+    int j = 0;                           // its word: the first with more such rows below its end than r
+    while ((flushing ? (int)order[32 + j + 1] : 32 * (j + 1) - (int)order[32 + j + 1]) <= r) ++j;
+    const int below = flushing ? (int)order[32 + j] : 32 * j - (int)order[32 + j];
+    const int b = 32 * j + (int)__fns(flushing ? order[j] : ~order[j], 0, r - below + 1);
+    unit = b * (VHEADS * PARTS) + (p - r * (VHEADS * PARTS));
+    slot = slot_ids[b];
+  }
+}
+
+// DEALT_UNITS: the CTA counted once its producer has issued its last unit (every cursor read of it
+// done), in the arrivals of the launch's first row with a slot (``first``); the launch's last count
+// advances every row's cursor (0 after a flush, else w + 1; 8 rows a lane a round, their loads in
+// flight together) and zeroes that count.
+__device__ __forceinline__ void count_launch_reads(int first, int batch, const int* slot_ids, int* arrivals, int* cursor,
+                                                   int lane) {
+  if (first < 0) return;
+  int arrived = 0;
+  if (lane == 0) arrived = count_arrival(arrivals, first);
+  if (__shfl_sync(0xffffffffu, arrived, 0) != (int)gridDim.x - 1) return;
+  for (int r0 = 0; r0 < batch; r0 += 8 * 32) {
+    int slot[8], w[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) slot[m] = r0 + m * 32 + lane < batch ? slot_ids[r0 + m * 32 + lane] : -1;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) w[m] = slot[m] >= 0 ? cursor[slot[m]] : 0;
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+      if (slot[m] >= 0) cursor[slot[m]] = w[m] == LREC - 1 ? 0 : w[m] + 1;
+  }
+  if (lane == 0) arrivals[first] = 0;
+}
+#endif
+
 // FLUSH_FIRST: the place in its block's order of the unit of lane ``lane`` (``slot``, cursor ``w``):
 // the flushing units (a slot, w = L-1) first, then the others, each in lane order, so that lanes
 // past the last unit (slot -1) stay last. Every lane of the warp calls it.
@@ -1498,9 +1611,20 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
                     sdr_head | skr_slot | skr_head | sgr_slot | sgr_head))
       __trap();
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    unit_slot_cursor(blockIdx.x + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
-    float beta_l = unit_scalar<BETA_CODE>(blockIdx.x + lane * gridDim.x, units, beta, sb_batch, sb_head);
-    float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(blockIdx.x + lane * gridDim.x, units, g, sg_batch, sg_head);
+#if DEALT_UNITS
+    // The rows' flushing bits, the CTA's share, its first 32 units (a lane each).
+    u32* const order = (u32*)(gbase + STAGES * STAGE_BYTES + 8 * NBARS * STAGES);
+    const int first_slot = dealing_order(slot_ids, cursor, batch, order, lane);
+    const DealtShare share = dealt_share(order, units);
+    int unit_l;
+    dealt_unit(lane, units, order, share, slot_ids, unit_l, slot_l);
+    w_l = slot_l >= 0 ? cursor[slot_l] : 0;
+#else
+    int unit_l = blockIdx.x + lane * gridDim.x;
+    unit_slot_cursor(unit_l, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+#endif
+    float beta_l = unit_scalar<BETA_CODE>(unit_l, units, beta, sb_batch, sb_head);
+    float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(unit_l, units, g, sg_batch, sg_head);
 #if FLUSH_FIRST
     int place_l = flush_first_place(slot_l, w_l, lane);
 #endif
@@ -1515,10 +1639,18 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
       const int k32 = i & 31;
       if (k32 == 0 && i > 0) {
+#if DEALT_UNITS
+        dealt_unit(i + lane, units, order, share, slot_ids, unit_l, slot_l);
+        w_l = slot_l >= 0 ? cursor[slot_l] : 0;
+#else
         unit_slot_cursor(u + lane * gridDim.x, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
+#endif
 #if ONE_LAUNCH
-        beta_l = unit_scalar<BETA_CODE>(u + lane * gridDim.x, units, beta, sb_batch, sb_head);
-        if (!PER_CHANNEL) g_l = unit_scalar<G_CODE>(u + lane * gridDim.x, units, g, sg_batch, sg_head);
+#if !DEALT_UNITS
+        unit_l = u + lane * gridDim.x;
+#endif
+        beta_l = unit_scalar<BETA_CODE>(unit_l, units, beta, sb_batch, sb_head);
+        if (!PER_CHANNEL) g_l = unit_scalar<G_CODE>(unit_l, units, g, sg_batch, sg_head);
 #if FLUSH_FIRST
         place_l = flush_first_place(slot_l, w_l, lane);
 #endif
@@ -1529,7 +1661,11 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #else
       const int src = k32;
 #endif
+#if DEALT_UNITS
+      const int unit = __shfl_sync(0xffffffffu, unit_l, src);
+#else
       const int unit = u + (src - k32) * (int)gridDim.x;
+#endif
       const int slot = __shfl_sync(0xffffffffu, slot_l, src);
       const int w = __shfl_sync(0xffffffffu, w_l, src);
       const int st = i % STAGES;
@@ -1557,7 +1693,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         meta[1] = w;
         ((float*)meta)[2] = bt;
         ((float*)meta)[3] = gt;
-        if (FLUSH_FIRST) meta[4] = unit;
+        if (FLUSH_FIRST || DEALT_UNITS) meta[4] = unit;
         const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
@@ -1607,7 +1743,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const int u0 = u - k32 * gridDim.x;  // the block's first unit
       if (k32 == min(STAGES - 1, (units - 1 - u0) / (int)gridDim.x))
         count_cursor_read(u0 + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
-#else
+#elif !DEALT_UNITS
       if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
 #endif
 #else
@@ -1654,6 +1790,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       }
 #endif
     }
+#if DEALT_UNITS
+    __syncwarp();  // every lane's cursor reads used
+    count_launch_reads(first_slot, batch, slot_ids, arrivals, cursor, lane);
+#endif
     return;
   }
 
@@ -1665,6 +1805,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   int scale_exp;
   frexpf(scale, &scale_exp);
   const float fq = ldexpf(16.0f, -scale_exp);  // 16 / 2^ceil(log2 scale) or less: qgmma_b_tile
+#endif
+#if S0_HFMA2 && PER_CHANNEL
+  float fq_inverse;  // 2^e for scale in [2^e, 2^(e+1)): undoes unit_coefficients' fq = 2^-e
+  f16_range_scale(scale, 0, fq_inverse);
 #endif
   int i = 0;
   // The output's and the d appends' strides, loaded before the first wait (params_zero; with the
@@ -1708,7 +1852,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       s0_dots_qgmma(stage, warp, lane, fq, sq, sk);
 #elif S0_HFMA2
 #if PER_CHANNEL
-      s0_dots_hfma2(gstage, (const u16*)(gstage + OFF_K), 2 * H2_HALF, H2_HALF, hfma2_q_factor(scale, true), 1.0f / H2_FK, r0,
+      s0_dots_hfma2(gstage, (const u16*)(gstage + OFF_K), 2 * H2_HALF, H2_HALF, fq_inverse, 1.0f / H2_FK, r0,
                     lane, sq, sk);
 #else
       s0_dots_hfma2(gstage, (const u16*)(qks + QK_F16), QK_F16_STRIDE, HALF, qks[QK_FACTORS], qks[QK_FACTORS + 1], r0, lane,
