@@ -248,8 +248,10 @@ def test_table_du_deals_the_units_where_the_table_runs_the_step_kernel_in_one_la
     one = per_channel or (table.one_launch and not table.small)
     assert one == (per_channel or (state_bytes, batch) == (4, 64))
     if one:
-        expected = dataclasses.replace(expected, flush_first=False, defer_count=False, dealt_units=True)
+        expected = dataclasses.replace(expected, flush_first=False, defer_count=False, dealt_units=True, dealt_spread=False)
     assert got == expected
+    spread = delta_cuda_probe.case_config("table,ds", geometry, 16, batch, state_bytes, per_channel)
+    assert spread == (dataclasses.replace(expected, dealt_spread=True) if one else expected)
 
 
 def test_baseline_configs_need_a_baseline(capsys):

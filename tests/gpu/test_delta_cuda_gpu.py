@@ -60,11 +60,11 @@ def replay_cuda(cache, inp, p, slot_ids, out, config=None):
 FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-fmma", "one-fmma", "cw-fmma"]
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
 FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "at24", "at48", "at64"]
-FORMS += ["one-du", "cw-cr-du-rw", "at64-du"]
+FORMS += ["one-du", "cw-cr-du-rw", "at64-du", "cw-cr-ds-rw", "at48-ds"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 KDA_FORMS += ["cw-cs", "cw-cr-dc-ff-cs", "at1-cs", "at64-cs", "at256-cs"]
-KDA_FORMS += ["table-du", "cw-cr-du", "at64-du", "at256-du"]
+KDA_FORMS += ["table-du", "cw-cr-du", "at64-du", "at256-du", "at256-ds"]
 
 
 KDA_SHAPES = [
@@ -96,11 +96,13 @@ def config(g, L, state, form, per_channel=False):
             if not fits(cfg, STATES[state].itemsize, per_channel):
                 pytest.skip(f"{field} does not fit this fp8 build")
             return cfg
-    if form.endswith("-du"):  # units dealt from one order of the rows, the flushing ones first
-        base = config(g, L, state, form[: -len("-du")], per_channel)
+    if form[-3:] in ("-du", "-ds"):  # dealt units, each CTA its share of the flush units (-ds: spread)
+        base = config(g, L, state, form[:-3], per_channel)
         if base.small or not (base.one_launch or per_channel):
             pytest.skip("dealt units: the step kernel in one launch")
-        return dataclasses.replace(base, dealt_units=True, flush_first=False, defer_count=False)
+        return dataclasses.replace(
+            base, dealt_units=True, dealt_spread=form.endswith("-ds"), flush_first=False, defer_count=False
+        )
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True, s0_hfma2=False)
         if not cfg.coef_warps or cfg.s0_mma:

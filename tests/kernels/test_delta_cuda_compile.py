@@ -503,7 +503,8 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk; where it runs one launch it
-    deals its units with KDA fp8 at batch 32-512 and GDN bf16 at 48-256, elsewhere defers the count
+    deals its units with KDA fp8 at batch 32-512, GDN bf16 at 48-256 and GDN fp32 at 64-128 (there
+    its flush units spread), elsewhere defers the count
     and takes each block's flushing units first with a 16- or 32-bit checkpoint at batch 12-63, KDA
     bf16 from 12 on, GDN fp32 with coefficient warps at 33-96 only (its 128-row units); KDA bf16 has its consumers sum the partials at 48-255, KDA fp8 its S0
     products in f16x2 FMAs with L2-normalised q and k; GDN splits the records over its coefficient
@@ -521,9 +522,10 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                     if per_channel and state_bytes == 1
                     else 48 <= batch <= 256
                     if not per_channel and state_bytes == 2
-                    else False
+                    else 64 <= batch <= 128 and not per_channel and state_bytes == 4
                 )
                 assert cfg.dealt_units == dealt and cfg.defer_count == (one and not dealt), cfg
+                assert cfg.dealt_spread == (dealt and state_bytes == 4), cfg
                 kda_bf16 = per_channel and state_bytes == 2
                 if state_bytes == 1 or dealt:
                     first = False
@@ -819,7 +821,8 @@ def test_dealt_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes
     """``dealt_units``: the table's one-launch builds with it (in place of flush_first and
     defer_count) compile without local memory, their shared memory (the order's 272 bytes after the
     mbarriers, a 32-byte meta) matching the launcher's and the table's CTAs a multiprocessor still
-    fitting; the two launches, the small kernel and the forms it replaces are refused."""
+    fitting (GDN fp32 64: the table's own, its flush units spread); the two launches, the small
+    kernel, the forms it replaces and ``dealt_spread`` without it are refused."""
     k_heads, v_heads = (32, 32) if per_channel else (16, 64)
     table = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
     cfg = dataclasses.replace(table, dealt_units=True, flush_first=False, defer_count=False)
@@ -835,7 +838,7 @@ def test_dealt_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes
     body = ptx_entry(ptx, "delta_replay_step")
     assert ".local" not in body and "atom.acq_rel.gpu.global.add.s32" in body
     compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
-    plain = dataclasses.replace(table, flush_first=False, dealt_units=False)
+    plain = dataclasses.replace(table, flush_first=False, dealt_units=False, dealt_spread=False)
     assert compiled == gc.config_shared_bytes(cfg, 128, 16, state_bytes, per_channel)
     assert compiled - gc.config_shared_bytes(plain, 128, 16, state_bytes, per_channel) in (
         gc.DEALT_ORDER_BYTES,
@@ -843,6 +846,7 @@ def test_dealt_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes
     )
     assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
     refused = [
+        (dataclasses.replace(plain, dealt_spread=True), "dealt_spread places dealt_units' flush units"),
         (dataclasses.replace(cfg, flush_first=True), "dealt_units replaces flush_first and defer_count"),
         (dataclasses.replace(cfg, defer_count=True), "dealt_units replaces flush_first and defer_count"),
     ]

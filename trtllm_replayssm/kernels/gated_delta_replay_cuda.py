@@ -207,16 +207,19 @@ FLUSH_FIRST_BATCHES = range(12, 64)
 KDA_BF16_FLUSH_FIRST_BATCHES = range(12, 1 << 31)
 KDA_CONSUMER_SUMS_BATCHES = range(48, 256)
 # The step kernel in one launch deals its units (``dealt_units``, in place of flush_first and
-# defer_count) with an fp8 KDA checkpoint at KDA_FP8_DEALT_BATCHES and a bf16 GDN one at
-# GDN_BF16_DEALT_BATCHES (H100, session 67, L = 16, us, the table without / with it: Kimi Linear KDA
+# defer_count) with an fp8 KDA checkpoint at KDA_FP8_DEALT_BATCHES, a bf16 GDN one at
+# GDN_BF16_DEALT_BATCHES and an fp32 GDN one, its flush units spread (``dealt_spread``), at
+# GDN_F32_DEALT_BATCHES (H100, session 67, L = 16, us, the table without / with it: Kimi Linear KDA
 # fp8 batch 16 10.56 / 11.07, 32 17.81 / 17.45, 48 24.32 / 23.60, 64 31.73 / 29.31 and 31.88 / 29.35,
 # 96 43.89 / 40.30, 128 54.52 / 51.20, 192 76.34 / 73.05, 256 96.94 / 94.58, 384 139.40 / 136.86, 512
 # 181.89 / 178.53, 768 261.14 / 263.86; Qwen3.5-122B GDN bf16 24 26.75 / 26.90, 32 34.33 / 34.44, 48
-# 49.15 / 48.54, 64 64.63 / 63.01, 96 92.81 / 90.85, 128 121.22 / 118.99, 256 233.76 / 232.51. Not
-# routed: GDN fp32 48 86.14 / 86.93, 64 112.87 / 114.02, 96 162.58 / 163.86, 128 218.85 / 218.40;
-# KDA bf16 16 12.03 / 12.97, 32 21.32 / 22.24, 48-512 within 1%).
+# 49.15 / 48.54, 64 64.63 / 63.01, 96 92.81 / 90.85, 128 121.22 / 118.99, 256 233.76 / 232.51; GDN
+# fp32, the table / dealt_units / with dealt_spread: 48 85.47 / 86.39 / 85.73, 64 112.50 / 113.61 /
+# 111.18, 96 161.68 / 162.64 / 161.26, 128 217.86 / 217.18 / 215.90. Not routed: KDA bf16 16 12.03 /
+# 12.97, 32 21.32 / 22.24, 48-512 within 1%).
 KDA_FP8_DEALT_BATCHES = range(32, 513)
 GDN_BF16_DEALT_BATCHES = range(48, 257)
+GDN_F32_DEALT_BATCHES = range(64, 129)
 # GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
 # these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
 # with it: batch 24 36.18 / 35.61, 32 46.82 / 45.82, 40 55.82 / 54.95, 48 65.80 / 65.43, 64 86.43
@@ -266,8 +269,9 @@ class DeltaCudaConfig:
     kernel in one launch, without ``flush_first`` and ``defer_count``, batch up to
     :data:`DEALT_UNITS_MAX_BATCH`): every CTA reads every row's cursor and takes as many units as
     the fixed order gives it, of them its even share of the flush units (the first of its units,
-    then evenly spaced), instead of units c, c + grid, ... in row order; each CTA counts itself once
-    and the launch's last count advances every cursor (kernel notes "Session 67"). ``rec_warps`` (GDN, the step
+    then evenly spaced; with ``dealt_spread`` evenly spaced from the middle of the first stretch,
+    none first), instead of units c, c + grid, ... in row order; each CTA counts itself once and
+    the launch's last count advances every cursor (kernel notes "Session 67"). ``rec_warps`` (GDN, the step
     kernel in one launch): the warps forming a unit's coefficients split its records instead of its
     columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
     no partial sums in shared memory). ``consumer_sums`` (KDA with coefficient warps, exact S0
@@ -301,6 +305,7 @@ class DeltaCudaConfig:
     defer_count: bool = False
     flush_first: bool = False
     dealt_units: bool = False
+    dealt_spread: bool = False
     rec_warps: bool = False
     consumer_sums: bool = False
     s0_qgmma: bool = False
@@ -317,7 +322,7 @@ class DeltaCudaConfig:
         cr = ",cr" if self.coalesce_recs else ""
         dc = ",dc" if self.defer_count else ""
         ff = ",ff" if self.flush_first else ""
-        du = ",du" if self.dealt_units else ""
+        du = (",ds" if self.dealt_spread else ",du") if self.dealt_units else ""
         rw = ",rw" if self.rec_warps else ""
         cs = ",cs" if self.consumer_sums else ""
         qg = ",qg" if self.s0_qgmma else ""
@@ -481,6 +486,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     flush_first = one and not dealt and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0)
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
     return replace(cfg, coalesce_recs=True, defer_count=one and not dealt, flush_first=flush_first, dealt_units=dealt,
+                   dealt_spread=dealt and state_bytes == 4,
                    rec_warps=one and not per_channel and not losing,
                    consumer_sums=kda_bf16 and cfg.coef_warps > 0 and batch in KDA_CONSUMER_SUMS_BATCHES,
                    s0_hfma2=per_channel and state_bytes == 1 and bool(use_qk_l2norm))
@@ -488,11 +494,14 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
 
 def dealt_units_batches(state_bytes: int, per_channel: bool) -> range:
     """The batches at which the step kernel in one launch takes ``dealt_units``: KDA with an fp8
-    checkpoint KDA_FP8_DEALT_BATCHES, GDN with a bf16 one GDN_BF16_DEALT_BATCHES, others none."""
+    checkpoint KDA_FP8_DEALT_BATCHES, GDN with a bf16 one GDN_BF16_DEALT_BATCHES, with an fp32 one
+    GDN_F32_DEALT_BATCHES (there with ``dealt_spread``), others none."""
     if per_channel and state_bytes == 1:
         return KDA_FP8_DEALT_BATCHES
     if not per_channel and state_bytes == 2:
         return GDN_BF16_DEALT_BATCHES
+    if not per_channel and state_bytes == 4:
+        return GDN_F32_DEALT_BATCHES
     return range(0)
 
 
@@ -727,7 +736,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
             up to 128 dividing head_v_dim.
         ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
         ValueError: ``cfg.dealt_units`` outside the step kernel in one launch, or with
-            ``cfg.flush_first`` or ``cfg.defer_count``.
+            ``cfg.flush_first`` or ``cfg.defer_count``; ``cfg.dealt_spread`` without it.
         ValueError: ``cfg.consumer_sums`` outside KDA's step kernel with coefficient warps and
             exact S0 products.
         ValueError: ``cfg.s0_qgmma`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
@@ -746,6 +755,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
                              f"got small={cfg.small}, one_launch={cfg.one_launch}, per_channel={per_channel}")
+    if cfg.dealt_spread and not cfg.dealt_units:
+        raise ValueError("delta_replay_step (CUDA): dealt_spread places dealt_units' flush units; got dealt_units=False")
     if cfg.dealt_units and (cfg.flush_first or cfg.defer_count):
         raise ValueError("delta_replay_step (CUDA): dealt_units replaces flush_first and defer_count; got "
                          f"flush_first={cfg.flush_first}, defer_count={cfg.defer_count}")
@@ -795,7 +806,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), DEALT_UNITS=int(cfg.dealt_units), REC_WARPS=int(cfg.rec_warps),
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), DEALT_UNITS=int(cfg.dealt_units), DEALT_SPREAD=int(cfg.dealt_spread), REC_WARPS=int(cfg.rec_warps),
              CONSUMER_SUMS=int(cfg.consumer_sums), S0_QGMMA=int(cfg.s0_qgmma), S0_HFMA2=int(cfg.s0_hfma2), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
