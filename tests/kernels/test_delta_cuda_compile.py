@@ -208,8 +208,8 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     fmma = not (per_channel or bf16.small) and batch >= gc.FP8_FLUSH_MMA_MIN_BATCH
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
     dealt = per_channel and batch in gc.KDA_FP8_DEALT_BATCHES  # (the bf16 table's GDN rows are not KDA's)
-    if dealt:  # dealt units in place of the deferred count
-        bf16 = dataclasses.replace(bf16, defer_count=False, dealt_units=True)
+    if per_channel:  # KDA fp8's own dealt units (the bf16 table's, spread, at other batches)
+        bf16 = dataclasses.replace(bf16, defer_count=not dealt, dealt_units=dealt, dealt_spread=False)
     if per_channel and batch >= gc.KDA_FP8_RING_MIN_BATCH:  # a deeper ring at as many CTAs as fit
         assert (
             cfg
@@ -503,8 +503,8 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk; where it runs one launch it
-    deals its units with KDA fp8 at batch 32-512, GDN bf16 at 48-256 and GDN fp32 at 64-128 (there
-    its flush units spread), elsewhere defers the count
+    deals its units with KDA fp8 at batch 32-512, GDN bf16 at 48-256, GDN fp32 at 64-128 and KDA
+    bf16 at 256-512 (these two with their flush units spread), elsewhere defers the count
     and takes each block's flushing units first with a 16- or 32-bit checkpoint at batch 12-63, KDA
     bf16 from 12 on, GDN fp32 with coefficient warps at 33-96 only (its 128-row units); KDA bf16 has its consumers sum the partials at 48-255, KDA fp8 its S0
     products in f16x2 FMAs with L2-normalised q and k; GDN splits the records over its coefficient
@@ -522,10 +522,15 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                     if per_channel and state_bytes == 1
                     else 48 <= batch <= 256
                     if not per_channel and state_bytes == 2
-                    else 64 <= batch <= 128 and not per_channel and state_bytes == 4
+                    else 64 <= batch <= 128
+                    and not per_channel
+                    and state_bytes == 4
+                    or 256 <= batch <= 512
+                    and per_channel
+                    and state_bytes == 2
                 )
                 assert cfg.dealt_units == dealt and cfg.defer_count == (one and not dealt), cfg
-                assert cfg.dealt_spread == (dealt and state_bytes == 4), cfg
+                assert cfg.dealt_spread == (dealt and (state_bytes == 4 or per_channel and state_bytes == 2)), cfg
                 kda_bf16 = per_channel and state_bytes == 2
                 if state_bytes == 1 or dealt:
                     first = False

@@ -208,18 +208,22 @@ KDA_BF16_FLUSH_FIRST_BATCHES = range(12, 1 << 31)
 KDA_CONSUMER_SUMS_BATCHES = range(48, 256)
 # The step kernel in one launch deals its units (``dealt_units``, in place of flush_first and
 # defer_count) with an fp8 KDA checkpoint at KDA_FP8_DEALT_BATCHES, a bf16 GDN one at
-# GDN_BF16_DEALT_BATCHES and an fp32 GDN one, its flush units spread (``dealt_spread``), at
-# GDN_F32_DEALT_BATCHES (H100, session 67, L = 16, us, the table without / with it: Kimi Linear KDA
+# GDN_BF16_DEALT_BATCHES, and with their flush units spread (``dealt_spread``) an fp32 GDN one at
+# GDN_F32_DEALT_BATCHES and a bf16 KDA one at KDA_BF16_DEALT_BATCHES (H100, session 67, L = 16, us, the table without / with it: Kimi Linear KDA
 # fp8 batch 16 10.56 / 11.07, 32 17.81 / 17.45, 48 24.32 / 23.60, 64 31.73 / 29.31 and 31.88 / 29.35,
 # 96 43.89 / 40.30, 128 54.52 / 51.20, 192 76.34 / 73.05, 256 96.94 / 94.58, 384 139.40 / 136.86, 512
 # 181.89 / 178.53, 768 261.14 / 263.86; Qwen3.5-122B GDN bf16 24 26.75 / 26.90, 32 34.33 / 34.44, 48
 # 49.15 / 48.54, 64 64.63 / 63.01, 96 92.81 / 90.85, 128 121.22 / 118.99, 256 233.76 / 232.51; GDN
 # fp32, the table / dealt_units / with dealt_spread: 48 85.47 / 86.39 / 85.73, 64 112.50 / 113.61 /
-# 111.18, 96 161.68 / 162.64 / 161.26, 128 217.86 / 217.18 / 215.90. Not routed: KDA bf16 16 12.03 /
-# 12.97, 32 21.32 / 22.24, 48-512 within 1%).
+# 111.18, 96 161.68 / 162.64 / 161.26, 128 217.86 / 217.18 / 215.90 (again, the table / with
+# dealt_spread: 64 112.46 / 111.25, 96 161.68 / 161.14, 128 216.66 / 215.58); KDA bf16, the table /
+# with dealt_spread: 96 54.01 / 54.56, 128 70.43 / 70.07, 192 101.65 / 101.19, 256 135.23 / 132.70
+# and 135.08 / 132.66, 384 194.05 / 193.02, 512 257.46 / 257.06 (dealt_units alone: 16 12.03 /
+# 12.97, 32 21.32 / 22.24, 48-512 within 1%)).
 KDA_FP8_DEALT_BATCHES = range(32, 513)
 GDN_BF16_DEALT_BATCHES = range(48, 257)
 GDN_F32_DEALT_BATCHES = range(64, 129)
+KDA_BF16_DEALT_BATCHES = range(256, 513)
 # GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
 # these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
 # with it: batch 24 36.18 / 35.61, 32 46.82 / 45.82, 40 55.82 / 54.95, 48 65.80 / 65.43, 64 86.43
@@ -464,7 +468,8 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
     :func:`flush_first_batches`, the flushing units first (``flush_first``; figures beside the
-    constants), or at :func:`dealt_units_batches` the units dealt (``dealt_units``); KDA bf16 at KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with
+    constants), or at :func:`dealt_units_batches` the units dealt (``dealt_units``; their flush
+    units spread, ``dealt_spread``, for GDN fp32 and KDA bf16); KDA bf16 at KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with
     ``use_qk_l2norm`` with ``s0_hfma2``.
     H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
     bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
@@ -486,7 +491,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     flush_first = one and not dealt and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0)
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
     return replace(cfg, coalesce_recs=True, defer_count=one and not dealt, flush_first=flush_first, dealt_units=dealt,
-                   dealt_spread=dealt and state_bytes == 4,
+                   dealt_spread=dealt and (state_bytes == 4 or per_channel and state_bytes == 2),
                    rec_warps=one and not per_channel and not losing,
                    consumer_sums=kda_bf16 and cfg.coef_warps > 0 and batch in KDA_CONSUMER_SUMS_BATCHES,
                    s0_hfma2=per_channel and state_bytes == 1 and bool(use_qk_l2norm))
@@ -494,10 +499,13 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
 
 def dealt_units_batches(state_bytes: int, per_channel: bool) -> range:
     """The batches at which the step kernel in one launch takes ``dealt_units``: KDA with an fp8
-    checkpoint KDA_FP8_DEALT_BATCHES, GDN with a bf16 one GDN_BF16_DEALT_BATCHES, with an fp32 one
-    GDN_F32_DEALT_BATCHES (there with ``dealt_spread``), others none."""
+    checkpoint KDA_FP8_DEALT_BATCHES, GDN with a bf16 one GDN_BF16_DEALT_BATCHES; with
+    ``dealt_spread`` GDN with an fp32 one GDN_F32_DEALT_BATCHES and KDA with a bf16 one
+    KDA_BF16_DEALT_BATCHES; others none."""
     if per_channel and state_bytes == 1:
         return KDA_FP8_DEALT_BATCHES
+    if per_channel and state_bytes == 2:
+        return KDA_BF16_DEALT_BATCHES
     if not per_channel and state_bytes == 2:
         return GDN_BF16_DEALT_BATCHES
     if not per_channel and state_bytes == 4:
