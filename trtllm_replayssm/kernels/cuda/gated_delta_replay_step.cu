@@ -1425,6 +1425,16 @@ __device__ __forceinline__ void count_cursor_read(int u, int units, int slot, in
 }
 
 #if DEALT_UNITS
+// DEALT_UNITS: the slots and cursors of rows r0 + 32 m + lane, m < 8 (slot -1 and cursor 0 past the
+// batch and for a padding row), the slot loads and then the cursor loads in flight together.
+__device__ __forceinline__ void read_rows8(const int* slot_ids, const int* cursor, int batch, int r0, int lane, int (&slot)[8],
+                                           int (&w)[8]) {
+#pragma unroll
+  for (int m = 0; m < 8; ++m) slot[m] = r0 + m * 32 + lane < batch ? slot_ids[r0 + m * 32 + lane] : -1;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) w[m] = slot[m] >= 0 ? cursor[slot[m]] : 0;
+}
+
 // DEALT_UNITS: the rows' flushing bits (a slot, cursor L-1) in ``order``'s words 0..31 (bit b % 32 of
 // word b / 32), their prefix counts (flush rows below word j) in words 32..64 (64: all of them). Every
 // CTA builds the same order from the same reads: the cursors advance only once every CTA has counted
@@ -1435,10 +1445,7 @@ __device__ __forceinline__ int dealing_order(const int* slot_ids, const int* cur
   int first = -1;
   for (int r0 = 0; r0 < batch; r0 += 8 * 32) {
     int slot[8], w[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) slot[m] = r0 + m * 32 + lane < batch ? slot_ids[r0 + m * 32 + lane] : -1;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) w[m] = slot[m] >= 0 ? cursor[slot[m]] : 0;
+    read_rows8(slot_ids, cursor, batch, r0, lane, slot, w);
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       const u32 f = __ballot_sync(0xffffffffu, slot[m] >= 0 && w[m] == LREC - 1);
@@ -1506,8 +1513,8 @@ __device__ __forceinline__ void dealt_unit(int k, int units, const u32* order, D
 
 // DEALT_UNITS: the CTA counted once its producer has issued its last unit (every cursor read of it
 // done), in the arrivals of the launch's first row with a slot (``first``); the launch's last count
-// advances every row's cursor (0 after a flush, else w + 1; 8 rows a lane a round, their loads in
-// flight together) and zeroes that count.
+// advances every row's cursor (0 after a flush, else w + 1; 8 rows a lane a round, read_rows8) and
+// zeroes that count.
 __device__ __forceinline__ void count_launch_reads(int first, int batch, const int* slot_ids, int* arrivals, int* cursor,
                                                    int lane) {
   if (first < 0) return;
@@ -1516,10 +1523,7 @@ __device__ __forceinline__ void count_launch_reads(int first, int batch, const i
   if (__shfl_sync(0xffffffffu, arrived, 0) != (int)gridDim.x - 1) return;
   for (int r0 = 0; r0 < batch; r0 += 8 * 32) {
     int slot[8], w[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) slot[m] = r0 + m * 32 + lane < batch ? slot_ids[r0 + m * 32 + lane] : -1;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) w[m] = slot[m] >= 0 ? cursor[slot[m]] : 0;
+    read_rows8(slot_ids, cursor, batch, r0, lane, slot, w);
 #pragma unroll
     for (int m = 0; m < 8; ++m)
       if (slot[m] >= 0) cursor[slot[m]] = w[m] == LREC - 1 ? 0 : w[m] + 1;
