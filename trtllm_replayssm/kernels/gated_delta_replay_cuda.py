@@ -209,17 +209,17 @@ KDA_CONSUMER_SUMS_BATCHES = range(48, 256)
 # The step kernel in one launch deals its units (``dealt_units``, in place of flush_first and
 # defer_count) with an fp8 KDA checkpoint at KDA_FP8_DEALT_BATCHES, a bf16 GDN one at
 # GDN_BF16_DEALT_BATCHES, and with their flush units spread (``dealt_spread``) an fp32 GDN one at
-# GDN_F32_DEALT_BATCHES and a bf16 KDA one at KDA_BF16_DEALT_BATCHES (H100, session 67, L = 16, us, the table without / with it: Kimi Linear KDA
-# fp8 batch 16 10.56 / 11.07, 32 17.81 / 17.45, 48 24.32 / 23.60, 64 31.73 / 29.31 and 31.88 / 29.35,
-# 96 43.89 / 40.30, 128 54.52 / 51.20, 192 76.34 / 73.05, 256 96.94 / 94.58, 384 139.40 / 136.86, 512
-# 181.89 / 178.53, 768 261.14 / 263.86; Qwen3.5-122B GDN bf16 24 26.75 / 26.90, 32 34.33 / 34.44, 48
-# 49.15 / 48.54, 64 64.63 / 63.01, 96 92.81 / 90.85, 128 121.22 / 118.99, 256 233.76 / 232.51; GDN
-# fp32, the table / dealt_units / with dealt_spread: 48 85.47 / 86.39 / 85.73, 64 112.50 / 113.61 /
-# 111.18, 96 161.68 / 162.64 / 161.26, 128 217.86 / 217.18 / 215.90 (again, the table / with
-# dealt_spread: 64 112.46 / 111.25, 96 161.68 / 161.14, 128 217.50 / 215.58); KDA bf16, the table /
-# with dealt_spread: 96 54.01 / 54.56, 128 70.43 / 70.07, 192 101.65 / 101.19, 256 135.23 / 132.70
-# and 135.08 / 132.66, 384 194.05 / 193.02, 512 257.46 / 257.06 (dealt_units alone: 16 12.03 /
-# 12.97, 32 21.32 / 22.24, 48-512 within 1%)).
+# GDN_F32_DEALT_BATCHES and a bf16 KDA one at KDA_BF16_DEALT_BATCHES (H100, session 67, L = 16, us,
+# the table without / with it: Kimi Linear KDA fp8 batch 16 10.56 / 11.07, 32 17.81 / 17.45, 48
+# 24.32 / 23.60, 64 31.73 / 29.31 and 31.88 / 29.35, 96 43.89 / 40.30, 128 54.52 / 51.20, 192 76.34
+# / 73.05, 256 96.94 / 94.58, 384 139.40 / 136.86, 512 181.89 / 178.53, 768 261.14 / 263.86;
+# Qwen3.5-122B GDN bf16 24 26.75 / 26.90, 32 34.33 / 34.44, 48 49.15 / 48.54, 64 64.63 / 63.01, 96
+# 92.81 / 90.85, 128 121.22 / 118.99, 256 233.76 / 232.51; GDN fp32, the table / dealt_units / with
+# dealt_spread: 48 85.47 / 86.39 / 85.73, 64 112.50 / 113.61 / 111.18, 96 161.68 / 162.64 / 161.26,
+# 128 217.86 / 217.18 / 215.90 (again, the table / with dealt_spread: 64 112.46 / 111.25, 96 161.68
+# / 161.14, 128 217.50 / 215.58); KDA bf16, the table / with dealt_spread: 96 54.01 / 54.56, 128
+# 70.43 / 70.07, 192 101.65 / 101.19, 256 135.23 / 132.70 and 135.08 / 132.66, 384 194.05 / 193.02,
+# 512 257.46 / 257.06 (dealt_units alone: 16 12.03 / 12.97, 32 21.32 / 22.24, 48-512 within 1%)).
 KDA_FP8_DEALT_BATCHES = range(32, 513)
 GDN_BF16_DEALT_BATCHES = range(48, 257)
 GDN_F32_DEALT_BATCHES = range(64, 129)
@@ -274,11 +274,11 @@ class DeltaCudaConfig:
     :data:`DEALT_UNITS_MAX_BATCH`): every CTA reads every row's cursor and takes as many units as
     the fixed order gives it, of them its even share of the flush units (the first of its units,
     then evenly spaced; with ``dealt_spread`` evenly spaced from the middle of the first stretch,
-    none first), instead of units c, c + grid, ... in row order; each CTA counts itself once and
-    the launch's last count advances every cursor (kernel notes "Session 67"). ``rec_warps`` (GDN, the step
-    kernel in one launch): the warps forming a unit's coefficients split its records instead of its
-    columns, each summing its records' scores, norms and decays itself (one barrier instead of two,
-    no partial sums in shared memory). ``consumer_sums`` (KDA with coefficient warps, exact S0
+    none first), instead of units c, c + grid, ... in row order; each CTA counts itself once and the
+    launch's last count advances every cursor (kernel notes "Session 67"). ``rec_warps`` (GDN, the
+    step kernel in one launch): the warps forming a unit's coefficients split its records instead of
+    its columns, each summing its records' scores, norms and decays itself (one barrier instead of
+    two, no partial sums in shared memory). ``consumer_sums`` (KDA with coefficient warps, exact S0
     products): the coefficient warps hand over their per-warp partial scores and norms without a
     barrier, and each consumer warp sums them, normalises and appends k̂ itself (not routed; a
     probe form, kernel notes "Session 61"). ``s0_qgmma`` (KDA, an fp8 checkpoint, L2-normalised q
@@ -469,8 +469,9 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
     :func:`flush_first_batches`, the flushing units first (``flush_first``; figures beside the
     constants), or at :func:`dealt_units_batches` the units dealt (``dealt_units``; their flush
-    units spread, ``dealt_spread``, for GDN fp32 and KDA bf16); KDA bf16 at KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with
-    ``use_qk_l2norm`` with ``s0_hfma2``.
+    units spread, ``dealt_spread``, for GDN fp32 and KDA bf16); KDA bf16 at
+    KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with ``use_qk_l2norm`` with
+    ``s0_hfma2``.
     H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
     bf16 batch 1 4.39 / 4.07, 16 14.24 / 13.02, 256 139.42 / 137.74; KDA fp8 16 13.35 / 11.03, 256
     107.46 / 101.73; GDN bf16 16 21.31 / 20.35, 64 66.43 / 66.04; GDN fp32 16 32.78 / 32.72, 256
@@ -903,8 +904,10 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     """The CUDA gated delta-rule (GDN, KDA) replay step on the cache tensors; arguments already checked by the op, in the
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, the
     step kernel in one launch (KDA; GDN where :func:`runs_one_launch`) each row's unit cursor
-    reads (the last advances the cursor and resets the count to zero); GDN's two launches do not
-    use it (their step kernel advances the cursor once the coefficient grid is complete).
+    reads (the last advances the cursor and resets the count to zero), with ``dealt_units`` each
+    CTA once in the count of the batch's first row with a slot (the last advances every cursor);
+    GDN's two launches do not use it (their step kernel advances the cursor once the coefficient
+    grid is complete).
 
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
