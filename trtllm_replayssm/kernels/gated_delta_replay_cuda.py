@@ -224,6 +224,14 @@ KDA_FP8_DEALT_BATCHES = range(32, 513)
 GDN_BF16_DEALT_BATCHES = range(48, 257)
 GDN_F32_DEALT_BATCHES = range(64, 129)
 KDA_BF16_DEALT_BATCHES = range(256, 513)
+# (per_channel, checkpoint element bytes) -> the batches that take dealt_units, and whether their
+# flush units are spread (dealt_spread); other checkpoints take none.
+DEALT_UNITS_ROUTES = {
+    (True, 1): (KDA_FP8_DEALT_BATCHES, False),
+    (True, 2): (KDA_BF16_DEALT_BATCHES, True),
+    (False, 2): (GDN_BF16_DEALT_BATCHES, False),
+    (False, 4): (GDN_F32_DEALT_BATCHES, True),
+}
 # GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
 # these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
 # with it: batch 24 36.18 / 35.61, 32 46.82 / 45.82, 40 55.82 / 54.95, 48 65.80 / 65.43, 64 86.43
@@ -468,8 +476,8 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     build (not the small kernel) with its records coalesced (``coalesce_recs``) and, in one launch,
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
     :func:`flush_first_batches`, the flushing units first (``flush_first``; figures beside the
-    constants), or at :func:`dealt_units_batches` the units dealt (``dealt_units``; their flush
-    units spread, ``dealt_spread``, for GDN fp32 and KDA bf16); KDA bf16 at
+    constants), or at DEALT_UNITS_ROUTES' batches the units dealt (``dealt_units``; their flush
+    units spread, ``dealt_spread``, where the route says so); KDA bf16 at
     KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with ``use_qk_l2norm`` with
     ``s0_hfma2``.
     H100, session 51, L = 16, us, table without / with ``coalesce_recs`` and ``defer_count``: KDA
@@ -488,30 +496,15 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
         return cfg
     one = runs_one_launch(cfg, per_channel)
     kda_bf16 = per_channel and state_bytes == 2
-    dealt = one and batch in dealt_units_batches(state_bytes, per_channel)
+    dealt_batches, spread = DEALT_UNITS_ROUTES.get((per_channel, state_bytes), (range(0), False))
+    dealt = one and batch in dealt_batches
     flush_first = one and not dealt and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0)
     losing = state_bytes == 2 and not cfg.coef_warps and batch in REC_WARPS_LOSING_BATCHES
     return replace(cfg, coalesce_recs=True, defer_count=one and not dealt, flush_first=flush_first, dealt_units=dealt,
-                   dealt_spread=dealt and (state_bytes == 4 or per_channel and state_bytes == 2),
+                   dealt_spread=dealt and spread,
                    rec_warps=one and not per_channel and not losing,
                    consumer_sums=kda_bf16 and cfg.coef_warps > 0 and batch in KDA_CONSUMER_SUMS_BATCHES,
                    s0_hfma2=per_channel and state_bytes == 1 and bool(use_qk_l2norm))
-
-
-def dealt_units_batches(state_bytes: int, per_channel: bool) -> range:
-    """The batches at which the step kernel in one launch takes ``dealt_units``: KDA with an fp8
-    checkpoint KDA_FP8_DEALT_BATCHES, GDN with a bf16 one GDN_BF16_DEALT_BATCHES; with
-    ``dealt_spread`` GDN with an fp32 one GDN_F32_DEALT_BATCHES and KDA with a bf16 one
-    KDA_BF16_DEALT_BATCHES; others none."""
-    if per_channel and state_bytes == 1:
-        return KDA_FP8_DEALT_BATCHES
-    if per_channel and state_bytes == 2:
-        return KDA_BF16_DEALT_BATCHES
-    if not per_channel and state_bytes == 2:
-        return GDN_BF16_DEALT_BATCHES
-    if not per_channel and state_bytes == 4:
-        return GDN_F32_DEALT_BATCHES
-    return range(0)
 
 
 def flush_first_batches(state_bytes: int, per_channel: bool, coef_warps: bool) -> range:

@@ -1618,7 +1618,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // One launch: the previous grid (the previous step, say) may have written the cursors, the
     // records and the checkpoints, so nothing is read before it completes. Each unit's cursor
     // read is counted once the first unit of its 32 has been requested (DEFER_COUNT: its first
-    // STAGES units; the row's last count advances it), its beta (and GDN's g) read beside it.
+    // STAGES units; the row's last count advances it; DEALT_UNITS: the CTA once, after its last
+    // unit, count_launch_reads), its beta (and GDN's g) read beside it.
     // The slot, cursor and beta pointers and the records' strides loaded before the wait (a trap
     // no parameter can reach keeps ptxas from sinking the loads past it).
     if (params_zero((long long)slot_ids | (long long)cursor | (long long)beta | sb_batch | sb_head | sdr_slot |
