@@ -81,8 +81,8 @@ _PATCHES = (
         '    asm volatile("griddepcontrol.wait;" ::: "memory");\n    if (lane == 0) tr[2] = gtime();\n',
     ),
     (
-        "      const int w = __shfl_sync(0xffffffffu, w_l, k);\n",
-        "      const int w = __shfl_sync(0xffffffffu, w_l, k);\n      if (lane == 0 && i == 0 && w >= 0) tr[3] = gtime();\n",
+        "    auto fill_stage = [&](int i, int u, int slot, int w) {\n",
+        "    auto fill_stage = [&](int i, int u, int slot, int w) {\n      if (lane == 0 && i == 0 && w >= 0) tr[3] = gtime();\n",
     ),
     (
         "      if (!prefetched) mbar_wait(empty, ((i / STAGES) & 1) ^ 1);\n",

@@ -3,6 +3,7 @@ the launcher allocates equals what the kernel indexes, the launcher packs exactl
 PTX parameters, and the route's refusals name their reason. (Running it needs an sm_90 GPU:
 tests/gpu/test_mamba2_cuda_gpu.py.)"""
 
+import dataclasses
 import re
 
 import pytest
@@ -372,3 +373,36 @@ def test_small_rows_any_multiple_of_8_that_tiles_the_head(rows, head_dim):
     ``small-head``), or any multiple of 8 rows that tiles it."""
     cfg = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows)
     assert ("SM_ROWS", rows) in mc.step_defines(8, 1, head_dim, 128, 16, cfg, FLAGS)
+
+
+@pytest.mark.parametrize("state_bytes", [1, 2, 4], ids=["fp8", "bf16", "fp32"])
+def test_claimed_tail_rounds_compile_and_only_they_claim(state_bytes):
+    """``tail_rounds`` (a probe form): the step kernel claims units with global atomics (the count
+    after the coefficient blocks, which the coefficient launch zeroes); the table's kernel claims
+    nothing, and its shared memory is the same either way."""
+    nheads, ngroups, head_dim, d_state, L = SHAPES[0]
+    table = mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes)
+    tail = dataclasses.replace(table, tail_rounds=8)
+    got = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, tail, FLAGS, state_bytes)
+    assert "atom.global.add" in ptx_entry(got, "mamba2_replay_step")
+    assert "atom.global.add" not in ptx_entry(_ptx(SHAPES[0], state_bytes=state_bytes), "mamba2_replay_step")
+    compiled = int(re.search(r"mamba2_step_shared_bytes = (\d+)", got).group(1))
+    assert compiled == mc.step_shared_bytes(head_dim, d_state, L, tail.stages, state_bytes)
+
+
+def test_claimed_tail_rounds_are_refused_where_they_cannot_run():
+    """Negative counts, the small kernel (no ring) and the TensorRT AOT entries (the static order)."""
+    from trtllm_replayssm.kernels.nvrtc import compile_program
+
+    nheads, ngroups, head_dim, d_state, L = SHAPES[0]
+    table = mc.cuda_step_config(head_dim, d_state, L, 256)
+    for bad in (
+        dataclasses.replace(table, tail_rounds=-1),
+        dataclasses.replace(mc.small_config(64, 128, 16, 2, 2), tail_rounds=4),
+    ):
+        with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): tail_rounds"):
+            mc.step_defines(nheads, ngroups, head_dim, d_state, L, bad, FLAGS)
+    aot = dict(mc.step_defines(nheads, ngroups, head_dim, d_state, L, dataclasses.replace(table, tail_rounds=4), FLAGS),
+               AOT_ENTRIES=2)  # fmt: skip
+    with pytest.raises(RuntimeError, match="AOT entries take the static unit order"):
+        compile_program(mc.SOURCE, "sm_90a", tuple(sorted(aot.items())), "ptx")

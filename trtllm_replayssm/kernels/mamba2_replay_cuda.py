@@ -85,7 +85,11 @@ class CudaStepConfig:
     ``mamba2_replay_small`` instead (no ring: a CTA per ``small_rows`` rows of a head and batch
     row, a multiple of 8 from 16 to 128 dividing head_dim; registers capped for ``min_ctas`` resident CTAs; ``early_math``: a thread's own
     arithmetic before the CTA's barrier instead of after it; the other fields unused), the
-    fastest form at small batches (:data:`SMALL_MAX_BATCH`, :func:`small_config`)."""
+    fastest form at small batches (:data:`SMALL_MAX_BATCH`, :func:`small_config`). ``tail_rounds``
+    (the two launches; 0: off): CTA c takes units c, c + grid, ... for all but its last
+    ``tail_rounds`` rounds (at least ``stages``), and the units after those one at a time from a
+    count that every CTA claims from, so that CTAs that stream faster take more of the last units
+    (kernel notes "Session 68"; a probe form, not in the table)."""
 
     stages: int
     min_ctas: int
@@ -94,12 +98,14 @@ class CudaStepConfig:
     small: bool = False
     small_rows: int = 16
     early_math: bool = False
+    tail_rounds: int = 0
 
     def label(self) -> str:
         if self.small:
             rows = "" if self.small_rows == 16 else f",{self.small_rows}"
             return f"cuda,small{rows},m{self.min_ctas}{',early' if self.early_math else ''}"
-        return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}"
+        tail = f",t{self.tail_rounds}" if self.tail_rounds else ""
+        return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}{tail}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -275,17 +281,22 @@ def step_defines(
     optional-input flags.
 
     Raises:
-        ValueError: ``cfg.small_rows`` is not a multiple of 8 from 16 to 128 dividing head_dim (checked before any
-            launch).
+        ValueError: ``cfg.small_rows`` is not a multiple of 8 from 16 to 128 dividing head_dim, or
+            ``cfg.tail_rounds`` is negative or asked of the small kernel (checked before any launch).
     """
     if cfg.small_rows % 8 or not 16 <= cfg.small_rows <= 128 or head_dim % cfg.small_rows:
         raise ValueError(
             f"mamba2_replay_step (CUDA): small_rows {cfg.small_rows}; expected a multiple of 8 from 16 to 128 dividing "
             f"head_dim {head_dim}"
         )
+    if cfg.tail_rounds < 0 or (cfg.tail_rounds and cfg.small):
+        raise ValueError(
+            f"mamba2_replay_step (CUDA): tail_rounds {cfg.tail_rounds}; expected 0, or a positive count for the two "
+            f"launches (small={cfg.small})"
+        )
     base = dict(CKPT_F32=int(state_bytes == 4), CKPT_FP8=int(state_bytes == 1), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
-                SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math))
+                SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math), TAIL_ROUNDS=cfg.tail_rounds)
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -442,7 +453,8 @@ def launch_mamba2_replay_step_cuda(
     smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
-    coef = torch.empty(batch * nheads * coefficient_floats(L), dtype=torch.float32, device=device)
+    # With tail_rounds one more word: the step kernel's claim count (the coefficient launch zeroes it).
+    coef = torch.empty(batch * nheads * coefficient_floats(L) + (cfg.tail_rounds > 0), dtype=torch.float32, device=device)
     # C per (row, group) for the step kernel: bf16, or for fp8 checkpoints f16 times a power of two.
     c_dtype = torch.float16 if checkpoint.dtype == torch.float8_e4m3fn else torch.bfloat16
     c_rows = torch.empty(batch * ngroups * d_state, dtype=c_dtype, device=device)

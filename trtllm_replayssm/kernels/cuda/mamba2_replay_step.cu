@@ -60,6 +60,12 @@
 #if CKPT_FP8 && AOT_ENTRIES
 #error "the TensorRT AOT entries take bf16 checkpoints (plugins/mamba2_cuda.py export_unsupported)"
 #endif
+#ifndef TAIL_ROUNDS
+#define TAIL_ROUNDS 0
+#endif
+#if TAIL_ROUNDS && AOT_ENTRIES
+#error "the TensorRT AOT entries take the static unit order (TAIL_ROUNDS 0)"
+#endif
 
 #define X_BYTES (LP * ROWS * 2)
 #define B_BYTES (LP * REC_PITCH)
@@ -119,6 +125,10 @@ __device__ __forceinline__ void coefficients(
   // previous step's writes, which completed before this wait returned.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
+  // TAIL_ROUNDS: the step kernel's claim count, after the coefficient blocks, zeroed for its launch
+  // (the previous step kernel, its last user, is complete: the wait above).
+  if (TAIL_ROUNDS && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+    ((int*)coef_out)[(long long)gridDim.y * NHEADS * COEF_FLOATS] = 0;
   __shared__ float bc_shared[LP];
   const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
   const int h0 = split * HPC, hn = min(HPG - h0, HPC);  // this CTA's heads of the group: h0 .. h0 + hn - 1
@@ -224,6 +234,53 @@ __device__ __forceinline__ void coefficients(
 // ------------------------------------------------------------------ launch 2: the step
 
 
+#if TAIL_ROUNDS
+// The step kernel's producer after its static units (TAIL_ROUNDS): units pool + n claimed one at a
+// time from the launch's count ``claims`` (n = claims[0]++; the coefficient launch zeroes it),
+// each filled into stage i % STAGES, i = i0, i0 + 1, ..., until a claim is past the last unit;
+// then an end marker (unit -1) for the consumers. Lane 0 requests each claim two units ahead and
+// the claimed unit's slot and exact w (its coefficient block: the coefficient grid is complete)
+// one unit ahead, so that no round trip waits behind the stage copies it follows (kernel notes,
+// session 21: a claim for every unit cost more than the CTAs' end spread it removed).
+template <class Fill>
+__device__ __forceinline__ void fill_claimed_stages(Fill& fill_stage, int i, int pool, int units, int* claims,
+                                                    const float* coef, const int* slot_ids, int lane) {
+  // claims + lane, used by lane 0 only: an atomic at a provably warp-uniform address becomes a
+  // warp-aggregated one whose result is shuffled at once, a wait for the round trip (session 21).
+  int* const claim_at = claims + lane;
+  int u_next = units, slot_next = -1, w_next = 0, claim_a = 0, claim_b = 0;
+  auto read_row = [&](int u) {  // lane 0: the row's slot and w, requested (padding rows: w unused)
+    u_next = u;
+    if (u < units) {
+      slot_next = slot_ids[u / NHEADS];
+      w_next = ((const int*)coef)[(long long)u * COEF_FLOATS + 2 * LP + 1];
+    }
+  };
+  // One unit: the stage filled with the unit whose row was read a unit ago; a claim requested into
+  // ``fresh`` and the row of ``older``, claimed a unit ago, read. Two claim registers taking turns:
+  // a copy of a claim would wait for its round trip where it is copied.
+  auto fill_next = [&](int& fresh, int older) {
+    const int u = __shfl_sync(0xffffffffu, u_next, 0);
+    if (u >= units) return false;
+    const int slot = __shfl_sync(0xffffffffu, slot_next, 0);
+    const int w = __shfl_sync(0xffffffffu, w_next, 0);
+    if (lane == 0) {
+      fresh = atomicAdd(claim_at, 1);
+      read_row(pool + older);
+    }
+    fill_stage(i++, u, slot, slot < 0 ? 0 : w);
+    return true;
+  };
+  if (lane == 0) {
+    read_row(pool + atomicAdd(claim_at, 1));
+    claim_b = atomicAdd(claim_at, 1);
+  }
+  while (fill_next(claim_a, claim_b) && fill_next(claim_b, claim_a)) {
+  }
+  fill_stage(i, -1, -1, 0);
+}
+#endif
+
 // The step kernel's work, for its entries (below: the op's, with strides and the maps as
 // parameters; TensorRT's, dense, with the maps patched in global memory).
 __device__ __forceinline__ void step(
@@ -245,6 +302,9 @@ __device__ __forceinline__ void step(
   const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * NHEADS;
+  // TAIL_ROUNDS: the CTA's units c + i gridDim.x for i < static_rounds (at least the STAGES its
+  // producer requests before the coefficient grid completes), then claimed ones (fill_claimed_stages).
+  const int static_rounds = TAIL_ROUNDS ? max(units / (int)gridDim.x - TAIL_ROUNDS, STAGES) : 0;
   // The next step's coefficient grid (launched programmatically) may be scheduled now, into
   // what this grid leaves free; it waits for this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -252,6 +312,9 @@ __device__ __forceinline__ void step(
 
   if (warp == CONSUMERS) {
     // ---------------- producer
+#if TAIL_ROUNDS
+    int* const claims = (int*)(coef + (long long)units * COEF_FLOATS);  // after the coefficient blocks
+#endif
     if (lane == 0) prefetch_tensor_maps(ckpt_load, ckpt_store);
     // Slots and cursors of the CTA's next 32 units, a lane each. The first ones are requested
     // before any checkpoint tile: a load issued after the tiles waits behind them (up to 128 KiB
@@ -268,17 +331,9 @@ __device__ __forceinline__ void step(
     // dependent launch; a no-op wait otherwise).
     prefetch_first_units(ckpt_load, base, bars, STAGE_BYTES, STAGES, units, NHEADS, 1, slot_l, lane);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    int i = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
-      const int k = i & 31;
-      if (k == 0 && i > 0) {
-        const int uk = u + lane * gridDim.x;
-        slot_l = uk < units ? (int)row_slot(slot_ids[uk / NHEADS], num_slots) : -1;
-        w_l = slot_l >= 0 ? cursor[slot_l] : 0;
-        if (cursor_out_of_range(w_l)) slot_l = -1, w_l = 0;
-      }
-      const int slot = __shfl_sync(0xffffffffu, slot_l, k);
-      const int w = __shfl_sync(0xffffffffu, w_l, k);
+    // Stage i % STAGES filled with unit u of the row in ``slot`` (< 0: a padding row, nothing
+    // copied) at a cursor read ``w``, which may be one step ahead (above).
+    auto fill_stage = [&](int i, int u, int slot, int w) {
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
@@ -293,6 +348,7 @@ __device__ __forceinline__ void step(
         int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
         meta[0] = slot;
         meta[1] = w;
+        if (TAIL_ROUNDS) meta[2] = u;  // the consumers learn a claimed unit here
         if (slot < 0) {
           mbar_arrive(full);
         } else {
@@ -315,25 +371,48 @@ __device__ __forceinline__ void step(
         }
         if (CKPT_FP8 && lane == 1) bulk_load(stage + OFF_SCALE, ckpt_scale + slot * ssc_slot + h * ssc_head, SCALE_BYTES, full);
       }
+    };
+    int i = 0;
+    for (int u = blockIdx.x; u < units && (!TAIL_ROUNDS || i < static_rounds); u += gridDim.x, ++i) {
+      const int k = i & 31;
+      if (k == 0 && i > 0) {
+        const int uk = u + lane * gridDim.x;
+        slot_l = uk < units ? (int)row_slot(slot_ids[uk / NHEADS], num_slots) : -1;
+        w_l = slot_l >= 0 ? cursor[slot_l] : 0;
+        if (cursor_out_of_range(w_l)) slot_l = -1, w_l = 0;
+      }
+      fill_stage(i, u, __shfl_sync(0xffffffffu, slot_l, k), __shfl_sync(0xffffffffu, w_l, k));
     }
+#if TAIL_ROUNDS
+    fill_claimed_stages(fill_stage, i, min(static_rounds * (int)gridDim.x, units), units, claims, coef, slot_ids, lane);
+#endif
     return;
   }
 
   // ---------------- consumers: warp owns rows r0 .. r0 + 15 of each unit
   const int r0 = warp * 16;
   const int gq = lane >> 2, tq = lane & 3;
+  const int row = r0 + (lane & 15);
   int i = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
-    const int b = u / NHEADS, h = u - b * NHEADS;
-    const int row = r0 + (lane & 15);
-    // Inputs that do not depend on the stage, requested before the wait.
-    const RowInputs ri = row_inputs(D, sD_head, z, sz_batch, sz_head, b, h, row);
+  for (int su = blockIdx.x; TAIL_ROUNDS || su < units; su += gridDim.x, ++i) {
+    // The unit: static (su), or with TAIL_ROUNDS after the static ones the one the producer claimed.
+    const bool claimed = TAIL_ROUNDS && (su >= units || i >= static_rounds);
+    int u = su, b = u / NHEADS, h = u - b * NHEADS;
+    // Inputs that do not depend on the stage, requested before the wait (a claimed unit's after it).
+    RowInputs ri;
+    if (!claimed) ri = row_inputs(D, sD_head, z, sz_batch, sz_head, b, h, row);
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
     const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
     mbar_wait(full, (i / STAGES) & 1);
     const int slot = ((const int*)(gstage + OFF_META))[0];
+    if (claimed) {
+      u = ((const int*)(gstage + OFF_META))[2];
+      if (u < 0) break;  // the producer's end marker
+      b = u / NHEADS, h = u - b * NHEADS;
+      ri = row_inputs(D, sD_head, z, sz_batch, sz_head, b, h, row);
+    }
     bool released = false;  // the stage given back to the producer
     if (slot >= 0) {
       const u16* xs = (const u16*)(gstage + OFF_X);
