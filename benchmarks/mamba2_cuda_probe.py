@@ -8,9 +8,9 @@ benchmarks/mamba2_decode.py times them.
 
     python benchmarks/mamba2_cuda_probe.py --batch 1 4 16 64 256 --configs 3,3,pdl,c16 3,3,nopdl,c4 2,2,nopdl,c4
 
-A configuration is ``stages,min_ctas,pdl|nopdl,cW[,tN]`` (``CudaStepConfig``; W: the coefficient
-launch's warps per CTA, 1, 2, 4, 8 or 16; N: ``tail_rounds``, each CTA's last N rounds of units
-claimed) or ``small[,ROWS][,mN][,early]`` (the one-launch
+A configuration is ``stages,min_ctas,pdl|nopdl,cW[,cl]`` (``CudaStepConfig``; W: the coefficient
+launch's warps per CTA, 1, 2, 4, 8 or 16; ``cl``: ``claimed_units``, each CTA's units after its
+first stages claimed) or ``small[,ROWS][,mN][,early]`` (the one-launch
 kernel without a ring, 16 rows a CTA unless given, registers capped for N resident CTAs a
 multiprocessor, the arithmetic before the barrier).
 
@@ -59,20 +59,18 @@ def parse_config(text: str) -> CudaStepConfig:
         if len(parts) - 1 != sum(q.isdigit() or q == "early" or q[:1] == "m" for q in parts[1:]):
             raise argparse.ArgumentTypeError(f"config {text!r}: expected small[,ROWS][,mN][,early]")
         return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows, early_math="early" in parts)
-    tail = parts[4] if len(parts) == 5 else "t0"
     if (
         len(parts) not in (4, 5)
         or parts[2] not in ("pdl", "nopdl")
         or parts[3] not in ("c1", "c2", "c4", "c8", "c16")
-        or tail[:1] != "t"
-        or not tail[1:].isdigit()
+        or parts[4:] not in ([], ["cl"])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c1|c2|c4|c8|c16[,tN] or small[,ROWS][,mN][,early]"
+            f"config {text!r}: expected stages,min_ctas,pdl|nopdl,c1|c2|c4|c8|c16[,cl] or small[,ROWS][,mN][,early]"
         )
     stages, min_ctas, pdl, coef = parts[:4]
     return CudaStepConfig(
-        stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]), tail_rounds=int(tail[1:])
+        stages=int(stages), min_ctas=int(min_ctas), pdl=pdl == "pdl", coef_warps=int(coef[1:]), claimed_units=len(parts) == 5
     )
 
 

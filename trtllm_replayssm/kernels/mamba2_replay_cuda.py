@@ -72,6 +72,14 @@ SMALL_MAX_BATCH_UNCAPPED = 2
 # 136.45 / 129.68, 512 255.90 / 243.14; kernel notes "fp8 S0 products on tensor cores").
 FP8_DEEP_RING_BATCH = 256
 
+# From this batch the two launches' step kernel claims its units after the first stages
+# (``claimed_units``): H100, session 68, Nemotron-3-Super, L = 16, us, table / claimed: fp32 32
+# 59.16 / 58.60, 40 71.59 / 70.77, 64 114.30 / 111.95, 256 426.56 / 417.86, 512 838.54 / 816.85;
+# bf16 32 34.01 / 33.98, 48 48.26 / 47.69, 256 237.81 / 232.83, 512 460.54 / 448.26; fp8 256
+# 147.34 / 142.04; below 32 a claim a unit costs more than it evens out (fp32 16 32.49 / 32.68,
+# bf16 24 26.56 / 27.08).
+CLAIMED_UNITS_BATCH = 40
+
 
 @dataclass(frozen=True)
 class CudaStepConfig:
@@ -85,11 +93,11 @@ class CudaStepConfig:
     ``mamba2_replay_small`` instead (no ring: a CTA per ``small_rows`` rows of a head and batch
     row, a multiple of 8 from 16 to 128 dividing head_dim; registers capped for ``min_ctas`` resident CTAs; ``early_math``: a thread's own
     arithmetic before the CTA's barrier instead of after it; the other fields unused), the
-    fastest form at small batches (:data:`SMALL_MAX_BATCH`, :func:`small_config`). ``tail_rounds``
-    (the two launches; 0: off): CTA c takes units c, c + grid, ... for all but its last
-    ``tail_rounds`` rounds (at least ``stages``), and the units after those one at a time from a
-    count that every CTA claims from, so that CTAs that stream faster take more of the last units
-    (kernel notes "Session 68"; a probe form, not in the table)."""
+    fastest form at small batches (:data:`SMALL_MAX_BATCH`, :func:`small_config`). ``claimed_units``
+    (the two launches): the step kernel's CTA c takes units c, c + grid, ... only for its first
+    ``stages`` units, then units one at a time from a count that every CTA claims from (zeroed by
+    the coefficient launch), so that CTAs that stream faster take more units and all end together
+    (:data:`CLAIMED_UNITS_BATCH`; the TensorRT AOT entries keep the static order)."""
 
     stages: int
     min_ctas: int
@@ -98,14 +106,14 @@ class CudaStepConfig:
     small: bool = False
     small_rows: int = 16
     early_math: bool = False
-    tail_rounds: int = 0
+    claimed_units: bool = False
 
     def label(self) -> str:
         if self.small:
             rows = "" if self.small_rows == 16 else f",{self.small_rows}"
             return f"cuda,small{rows},m{self.min_ctas}{',early' if self.early_math else ''}"
-        tail = f",t{self.tail_rounds}" if self.tail_rounds else ""
-        return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}{tail}"
+        claimed = ",cl" if self.claimed_units else ""
+        return f"cuda,{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'},c{self.coef_warps}{claimed}"
 
 
 def coefficient_split(heads_per_group: int) -> int:
@@ -163,9 +171,11 @@ def two_launch_config(head_dim: int, d_state: int, L: int, batch: int, state_byt
     """The table's two launches at any batch (:func:`ring_config`; fp8 at L > 16 with at most 2
     CTAs a multiprocessor: the flush's rows held in registers spill under 3 CTAs' cap, a CPU test
     compiles the table; fp8 from :data:`FP8_DEEP_RING_BATCH` four stages where they fit as many
-    CTAs). Also where the table's small kernel cannot read the inputs."""
+    CTAs), with claimed units from :data:`CLAIMED_UNITS_BATCH`. Also where the table's small
+    kernel cannot read the inputs."""
     ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
                        f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
+    ring = replace(ring, claimed_units=batch >= CLAIMED_UNITS_BATCH)
     if state_bytes != 1:
         return ring
     ring = replace(ring, min_ctas=min(ring.min_ctas, 2)) if L > 16 else ring
@@ -282,21 +292,18 @@ def step_defines(
 
     Raises:
         ValueError: ``cfg.small_rows`` is not a multiple of 8 from 16 to 128 dividing head_dim, or
-            ``cfg.tail_rounds`` is negative or asked of the small kernel (checked before any launch).
+            ``cfg.claimed_units`` is asked of the small kernel (checked before any launch).
     """
     if cfg.small_rows % 8 or not 16 <= cfg.small_rows <= 128 or head_dim % cfg.small_rows:
         raise ValueError(
             f"mamba2_replay_step (CUDA): small_rows {cfg.small_rows}; expected a multiple of 8 from 16 to 128 dividing "
             f"head_dim {head_dim}"
         )
-    if cfg.tail_rounds < 0 or (cfg.tail_rounds and cfg.small):
-        raise ValueError(
-            f"mamba2_replay_step (CUDA): tail_rounds {cfg.tail_rounds}; expected 0, or a positive count for the two "
-            f"launches (small={cfg.small})"
-        )
+    if cfg.claimed_units and cfg.small:
+        raise ValueError("mamba2_replay_step (CUDA): claimed_units needs the two launches' step kernel; got small=True")
     base = dict(CKPT_F32=int(state_bytes == 4), CKPT_FP8=int(state_bytes == 1), NHEADS=nheads, NGROUPS=ngroups, ROWS=head_dim, DSTATE=d_state,
                 LREC=L, LP=records_padded(L), STAGES=cfg.stages, MIN_CTAS=cfg.min_ctas, COEF_WARPS=cfg.coef_warps,
-                SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math), TAIL_ROUNDS=cfg.tail_rounds)
+                SM_ROWS=cfg.small_rows, SM_EARLY_MATH=int(cfg.early_math), CLAIMED_UNITS=int(cfg.claimed_units))
     return tuple(sorted({**base, **flags}.items()))
 
 
@@ -453,8 +460,8 @@ def launch_mamba2_replay_step_cuda(
     smem = step_shared_bytes(head_dim, d_state, L, cfg.stages, es)
     step_kernel = load_kernel(SOURCE, "mamba2_replay_step", defines, device, smem)
     coef_kernel = load_kernel(SOURCE, "mamba2_replay_coefficients", defines, device, 0)
-    # With tail_rounds one more word: the step kernel's claim count (the coefficient launch zeroes it).
-    coef = torch.empty(batch * nheads * coefficient_floats(L) + (cfg.tail_rounds > 0), dtype=torch.float32, device=device)
+    # With claimed_units one more word: the step kernel's claim count (the coefficient launch zeroes it).
+    coef = torch.empty(batch * nheads * coefficient_floats(L) + cfg.claimed_units, dtype=torch.float32, device=device)
     # C per (row, group) for the step kernel: bf16, or for fp8 checkpoints f16 times a power of two.
     c_dtype = torch.float16 if checkpoint.dtype == torch.float8_e4m3fn else torch.bfloat16
     c_rows = torch.empty(batch * ngroups * d_state, dtype=c_dtype, device=device)

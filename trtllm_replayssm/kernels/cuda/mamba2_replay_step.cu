@@ -19,8 +19,9 @@
 //    its largest magnitude in [2^14, 2^15)); appends the step's record (x, dt, B) at w, for every w
 //    (at w == L-1 the fold below reads it as record L-1). Padding rows (slot < 0) read and write
 //    nothing. The cursor is only read here: the step kernel advances it.
-// 2. mamba2_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ..., a unit being
-//    one head of one batch row, u = b * NHEADS + h, all ROWS = head_dim rows of it. Warp
+// 2. mamba2_replay_step, persistent: CTA c takes units u = c, c + gridDim.x, ... (CLAIMED_UNITS:
+//    only its first STAGES so, then units claimed one at a time from a count, fill_claimed_stages),
+//    a unit being one head of one batch row, u = b * NHEADS + h, all ROWS = head_dim rows of it. Warp
 //    CONSUMERS (the last) is the producer: per unit it waits for a free stage and fills it with
 //    one TMA tensor-map copy per 128-byte box of the checkpoint rows (128-byte swizzle), one
 //    bulk copy of x records 0..w, one per B record row for a flush (all L, padded rows), the
@@ -49,7 +50,8 @@
 // (L rounded up to 16), STAGES, MIN_CTAS (the step kernel's and the small kernel's register cap:
 // resident CTAs a multiprocessor), COEF_WARPS (1, 2, 4, 8 or 16: a divisor of LP), SM_ROWS (the small kernel's rows a CTA,
 // a multiple of 8 from 16 to 128 dividing ROWS), SM_EARLY_MATH (0 / 1: its arithmetic after / before
-// the barrier), HAS_D, D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
+// the barrier), CLAIMED_UNITS (0 / 1: the step kernel's units after each CTA's first STAGES claimed), HAS_D,
+// D_PER_DIM, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, and the dtype codes DT_CODE,
 // DTB_CODE, D_CODE of dt, dt_bias and D (0 fp32, 1 bf16, 2 fp16); AOT_ENTRIES (0: the op's entries of
 // launches 1 and 2 and the small kernel; 1, 2: TensorRT's entry of launch 1, of launch 2).
 
@@ -60,11 +62,11 @@
 #if CKPT_FP8 && AOT_ENTRIES
 #error "the TensorRT AOT entries take bf16 checkpoints (plugins/mamba2_cuda.py export_unsupported)"
 #endif
-#ifndef TAIL_ROUNDS
-#define TAIL_ROUNDS 0
+#ifndef CLAIMED_UNITS
+#define CLAIMED_UNITS 0
 #endif
-#if TAIL_ROUNDS && AOT_ENTRIES
-#error "the TensorRT AOT entries take the static unit order (TAIL_ROUNDS 0)"
+#if CLAIMED_UNITS && AOT_ENTRIES
+#error "the TensorRT AOT entries take the static unit order (CLAIMED_UNITS 0)"
 #endif
 
 #define X_BYTES (LP * ROWS * 2)
@@ -125,9 +127,9 @@ __device__ __forceinline__ void coefficients(
   // previous step's writes, which completed before this wait returned.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
-  // TAIL_ROUNDS: the step kernel's claim count, after the coefficient blocks, zeroed for its launch
-  // (the previous step kernel, its last user, is complete: the wait above).
-  if (TAIL_ROUNDS && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+  // CLAIMED_UNITS: the step kernel's claim count, after the coefficient blocks, zeroed for its
+  // launch (the previous step kernel, its last user, is complete: the wait above).
+  if (CLAIMED_UNITS && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
     ((int*)coef_out)[(long long)gridDim.y * NHEADS * COEF_FLOATS] = 0;
   __shared__ float bc_shared[LP];
   const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
@@ -234,14 +236,15 @@ __device__ __forceinline__ void coefficients(
 // ------------------------------------------------------------------ launch 2: the step
 
 
-#if TAIL_ROUNDS
-// The step kernel's producer after its static units (TAIL_ROUNDS): units pool + n claimed one at a
-// time from the launch's count ``claims`` (n = claims[0]++; the coefficient launch zeroes it),
-// each filled into stage i % STAGES, i = i0, i0 + 1, ..., until a claim is past the last unit;
-// then an end marker (unit -1) for the consumers. Lane 0 requests each claim two units ahead and
-// the claimed unit's slot and exact w (its coefficient block: the coefficient grid is complete)
-// one unit ahead, so that no round trip waits behind the stage copies it follows (kernel notes,
-// session 21: a claim for every unit cost more than the CTAs' end spread it removed).
+#if CLAIMED_UNITS
+// The step kernel's producer after its first STAGES units (CLAIMED_UNITS): units pool + n claimed
+// one at a time from the launch's count ``claims`` (n = claims[0]++; the coefficient launch zeroes
+// it), each filled into stage i % STAGES, i = i0, i0 + 1, ..., until a claim is past the last unit;
+// then an end marker (unit -1) for the consumers. CTAs that stream faster take more units, so
+// that they end together (kernel notes, sessions 21 and 68). Lane 0 requests each claim two units
+// ahead and the claimed unit's slot and exact w (its coefficient block: the coefficient grid is
+// complete) one unit ahead, so that no round trip waits behind the stage copies it follows
+// (session 21's claims, each waited for where it was made, lost).
 template <class Fill>
 __device__ __forceinline__ void fill_claimed_stages(Fill& fill_stage, int i, int pool, int units, int* claims,
                                                     const float* coef, const int* slot_ids, int lane) {
@@ -302,9 +305,6 @@ __device__ __forceinline__ void step(
   const u32 bars = base + STAGES * STAGE_BYTES;  // full[STAGES], empty[STAGES]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int units = batch * NHEADS;
-  // TAIL_ROUNDS: the CTA's units c + i gridDim.x for i < static_rounds (at least the STAGES its
-  // producer requests before the coefficient grid completes), then claimed ones (fill_claimed_stages).
-  const int static_rounds = TAIL_ROUNDS ? max(units / (int)gridDim.x - TAIL_ROUNDS, STAGES) : 0;
   // The next step's coefficient grid (launched programmatically) may be scheduled now, into
   // what this grid leaves free; it waits for this grid's completion before reading anything.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -312,7 +312,7 @@ __device__ __forceinline__ void step(
 
   if (warp == CONSUMERS) {
     // ---------------- producer
-#if TAIL_ROUNDS
+#if CLAIMED_UNITS
     int* const claims = (int*)(coef + (long long)units * COEF_FLOATS);  // after the coefficient blocks
 #endif
     if (lane == 0) prefetch_tensor_maps(ckpt_load, ckpt_store);
@@ -348,7 +348,7 @@ __device__ __forceinline__ void step(
         int* meta = (int*)(gbase + st * STAGE_BYTES + OFF_META);
         meta[0] = slot;
         meta[1] = w;
-        if (TAIL_ROUNDS) meta[2] = u;  // the consumers learn a claimed unit here
+        if (CLAIMED_UNITS) meta[2] = u;  // the consumers learn a claimed unit here
         if (slot < 0) {
           mbar_arrive(full);
         } else {
@@ -373,7 +373,9 @@ __device__ __forceinline__ void step(
       }
     };
     int i = 0;
-    for (int u = blockIdx.x; u < units && (!TAIL_ROUNDS || i < static_rounds); u += gridDim.x, ++i) {
+    // CLAIMED_UNITS: the CTA's units c + i gridDim.x only for the first STAGES (those requested
+    // before the coefficient grid completes), then claimed ones.
+    for (int u = blockIdx.x; u < units && (!CLAIMED_UNITS || i < STAGES); u += gridDim.x, ++i) {
       const int k = i & 31;
       if (k == 0 && i > 0) {
         const int uk = u + lane * gridDim.x;
@@ -383,8 +385,8 @@ __device__ __forceinline__ void step(
       }
       fill_stage(i, u, __shfl_sync(0xffffffffu, slot_l, k), __shfl_sync(0xffffffffu, w_l, k));
     }
-#if TAIL_ROUNDS
-    fill_claimed_stages(fill_stage, i, min(static_rounds * (int)gridDim.x, units), units, claims, coef, slot_ids, lane);
+#if CLAIMED_UNITS
+    fill_claimed_stages(fill_stage, i, min(STAGES * (int)gridDim.x, units), units, claims, coef, slot_ids, lane);
 #endif
     return;
   }
@@ -394,9 +396,9 @@ __device__ __forceinline__ void step(
   const int gq = lane >> 2, tq = lane & 3;
   const int row = r0 + (lane & 15);
   int i = 0;
-  for (int su = blockIdx.x; TAIL_ROUNDS || su < units; su += gridDim.x, ++i) {
-    // The unit: static (su), or with TAIL_ROUNDS after the static ones the one the producer claimed.
-    const bool claimed = TAIL_ROUNDS && (su >= units || i >= static_rounds);
+  for (int su = blockIdx.x; CLAIMED_UNITS || su < units; su += gridDim.x, ++i) {
+    // The unit: su, or with CLAIMED_UNITS after the first STAGES the one the producer claimed.
+    const bool claimed = CLAIMED_UNITS && (su >= units || i >= STAGES);
     int u = su, b = u / NHEADS, h = u - b * NHEADS;
     // Inputs that do not depend on the stage, requested before the wait (a claimed unit's after it).
     RowInputs ri;
