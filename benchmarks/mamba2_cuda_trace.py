@@ -13,6 +13,7 @@ as in a CUDA graph (the host packs the second launch's arguments for tens of µs
 step kernel's own timeline, not the gap between the launches.
 
     python benchmarks/mamba2_cuda_trace.py --state f32 --batch 16 64
+    python benchmarks/mamba2_cuda_trace.py --state f32 --batch 256 --static  # the CTAs' end spread, units in the fixed order
 
 The instrumentation is applied by text (``traced_source``): a CPU test checks that every anchor
 still matches the kernel and that the traced copy compiles.
@@ -21,6 +22,7 @@ still matches the kernel and that the traced copy compiles.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -188,6 +190,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[16])
     ap.add_argument("--L", type=int, default=16)
     ap.add_argument("--state", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument(
+        "--static", action="store_true", help="the table's launch with claimed_units off (units in the fixed order)"
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_trace: needs a CUDA GPU")
@@ -197,6 +202,8 @@ def main(argv=None):
             case = Mamba2DecodeCase(args.geometry, batch, args.L, args.state, "bf16")
             nheads, head_dim, d_state, _ = args.geometry
             cfg = mc.cuda_step_config(head_dim, d_state, args.L, batch, case.state.itemsize)
+            if args.static and not cfg.small:
+                cfg = dataclasses.replace(cfg, claimed_units=False)
             trace = torch.zeros(2 * COEF_OFFSET, dtype=torch.int64, device="cuda")
             with traced_kernels(source, trace):
                 for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest

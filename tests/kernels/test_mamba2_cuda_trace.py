@@ -17,9 +17,10 @@ from trtllm_replayssm.kernels.nvrtc import compile_program, cuda_source  # noqa:
 FLAGS = dict(HAS_D=1, D_PER_DIM=0, HAS_Z=0, HAS_DT_BIAS=1, DT_SOFTPLUS=1, DT_CODE=1, DTB_CODE=0, D_CODE=0)
 
 
-def test_traced_copy_compiles_with_the_trace_parameter_last(tmp_path):
+@pytest.mark.parametrize("claimed", [False, True], ids=["static", "claimed"])
+def test_traced_copy_compiles_with_the_trace_parameter_last(tmp_path, claimed):
     path = trace.write_traced_source(str(tmp_path))
-    cfg = mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True)
+    cfg = mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, claimed_units=claimed)
     ptx = compile_program(path, "sm_90", mc.step_defines(128, 8, 64, 128, 16, cfg, FLAGS), "ptx").decode()
     assert ptx.count("%globaltimer") >= 16
     original = compile_program(mc.SOURCE, "sm_90", mc.step_defines(128, 8, 64, 128, 16, cfg, FLAGS), "ptx").decode()
