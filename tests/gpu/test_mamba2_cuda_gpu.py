@@ -52,7 +52,7 @@ SHAPES = [
 
 
 STATES = {"bf16": torch.bfloat16, "f32": torch.float32}
-FORMS = ["c4", "c16", "c4-static", "small", "small-b1", "small-head"]
+FORMS = ["c4", "c16", "c4-cl", "small", "small-b1", "small-head"]
 
 
 def form_config(table, form: str, head_dim: int = 64, d_state: int = 128, L: int = 16, state_bytes: int = 2):
@@ -60,16 +60,15 @@ def form_config(table, form: str, head_dim: int = 64, d_state: int = 128, L: int
     small one-launch kernel as the launch table takes it from batch 2 (registers capped, the
     arithmetic after the barrier, 64 / 32 / 16 rows a CTA) or at batch 1 (uncapped, the
     arithmetic before the barrier, 32 / 16 rows), or as at batch 1 with a CTA a head (head_dim
-    rows: 16 to 128, multiples of 8 that are not powers of two among them). ``c4`` and ``c16``
-    claim their units after each CTA's first ``stages`` (``claimed_units``, as the table from
-    batch 40); ``c4-static`` takes them in the static order."""
+    rows: 16 to 128, multiples of 8 that are not powers of two among them). ``c4-cl``: ``c4`` with
+    each CTA's units after its first ``stages`` claimed (``claimed_units``, a probe form)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import small_config
 
     if form == "small-head":
         return dataclasses.replace(small_config(head_dim, d_state, L, 1, state_bytes), small_rows=head_dim)
     if form.startswith("small"):
         return small_config(head_dim, d_state, L, 1 if form == "small-b1" else 2, state_bytes)
-    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, claimed_units=form != "c4-static")
+    return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, claimed_units=form == "c4-cl")
 
 
 @needs_sm90
@@ -133,7 +132,7 @@ def test_cuda_step_configs_agree(stages, pdl, coef_warps, small):
 @needs_sm90
 @pytest.mark.parametrize("L", [1, 16, 32])
 @pytest.mark.parametrize(
-    "form,state", [(f, "bf16") for f in FORMS] + [(f, "fp8") for f in ("c4", "c16", "c4-static", "small", "small-b1")]
+    "form,state", [(f, "bf16") for f in FORMS] + [(f, "fp8") for f in ("c4", "c16", "c4-cl", "small", "small-b1")]
 )
 def test_cuda_step_graph_equals_eager(L, form, state):
     """One captured step (both launches) replayed 3L times equals 3L eager steps, bit for bit
@@ -180,11 +179,11 @@ def test_cuda_step_graph_equals_eager(L, form, state):
 
 @needs_sm90
 @pytest.mark.parametrize("state", ["bf16", "f32"])
-@pytest.mark.parametrize("form", ["c4", "c4-static", "small", "small-b1"])
+@pytest.mark.parametrize("form", ["c4", "c4-cl", "small", "small-b1"])
 def test_cuda_steps_in_one_graph_equal_eager(state, form):
     """2L + 3 consecutive steps captured in one graph (each step's coefficient launch then
     follows the previous step kernel inside the graph through a programmatic edge)
-    equal the same steps run eagerly, outputs and caches bit for bit (``c4``: each step's claim
+    equal the same steps run eagerly, outputs and caches bit for bit (``c4-cl``: each step's claim
     count zeroed by its own coefficient launch)."""
     from trtllm_replayssm.cache import Mamba2ReplayCache
     from trtllm_replayssm.kernels.mamba2_replay_cuda import cuda_step_config
@@ -349,7 +348,7 @@ def admitted_fp8_cache(g, batch: int, L: int):
 
 @needs_sm90
 @pytest.mark.parametrize("g,L", FP8_SHAPES)
-@pytest.mark.parametrize("form", ["c4", "c16", "c4-static", "small", "small-b1"])
+@pytest.mark.parametrize("form", ["c4", "c16", "c4-cl", "small", "small-b1"])
 def test_cuda_step_fp8_long_run_against_oracle(g, L, form):
     """An fp8 checkpoint through the two launches and the small kernel: codes and row scales
     against the float64 oracle over many flushes, padding rows and unused slots untouched
