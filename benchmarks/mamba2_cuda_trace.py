@@ -3,10 +3,11 @@
 A copy of ``kernels/cuda/mamba2_replay_step.cu`` with ``%globaltimer`` reads (32 ns resolution on
 the H200) at fixed points, each CTA writing its own row of a trace buffer (one more kernel
 parameter); the step kernel's points: start, slot known, programmatic wait done, first cursor
-known, then per unit the producer's issue and the consumers' stage full and unit done, and
-the end; the coefficient launch's: start, slot, cursor, end; the small kernel's (the table's
-choice at small batches): start, programmatic wait done, slot known, its loads back, barrier
-passed, output known, arrival known, end. One eager step of a slot set that
+known, then per unit the producer's issue and the consumers' stage full and unit done, the
+end, and the number of units the CTA took (with claimed units it differs from CTA to CTA); the
+coefficient launch's: start, slot, cursor, end; the small kernel's (the table's choice at small
+batches): start, programmatic wait done, slot known, its loads back, barrier passed, output
+known, arrival known, end. One eager step of a slot set that
 has not been touched for a few steps (so the checkpoint comes from DRAM) is printed as
 percentiles over the CTAs, in µs from the first CTA's start. Eager: the launches do not overlap
 as in a CUDA graph (the host packs the second launch's arguments for tens of µs), so read the
@@ -37,7 +38,7 @@ from cuda_trace import TIMER_HELPERS, percentiles  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels import mamba2_replay_cuda as mc  # noqa: E402
 
-STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i done, 52 end
+STEP_SLOTS = 64  # trace words per step-kernel CTA: 0-3 prologue, 4+i issue, 20+i full, 36+i done, 52 end, 53 units
 UNITS_TRACED = 16  # units per CTA with their own words
 COEF_SLOTS = 4
 COEF_OFFSET = 65536  # the coefficient CTAs' words start here
@@ -98,7 +99,8 @@ _PATCHES = (
     (
         "      if (lane == 0) mbar_arrive(empty);\n    }\n  }\n}",
         "      if (lane == 0) mbar_arrive(empty);\n    }\n"
-        f"    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[36 + i] = gtime();\n  }}\n  if (threadIdx.x == 0) tr[52] = gtime();\n}}",
+        f"    if (threadIdx.x == 0 && i < {UNITS_TRACED}) tr[36 + i] = gtime();\n  }}\n"
+        "  if (threadIdx.x == 0) tr[52] = gtime(), tr[53] = i;\n}",
     ),
     # The op's entries of launches 1 and 2 pass the trace buffer on to the bodies above.
     (
@@ -173,6 +175,7 @@ def report(trace: list, units: int) -> None:
         for k, name in ((4, "issued"), (20, "full"), (36, "done")):
             print(f"  {f'unit {i}: {name}':28s} {percentiles(rel(r[k + i] for r in step))}")
     print(f"  {'step: end':28s} {percentiles(rel(r[52] for r in step))}")
+    print(f"  {'step: units a CTA':28s} {percentiles([r[53] for r in step], scale=1)}")  # claimed units: uneven
 
 
 def report_small(trace: list) -> None:
