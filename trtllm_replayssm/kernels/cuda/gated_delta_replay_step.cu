@@ -1526,7 +1526,7 @@ __device__ __forceinline__ void count_launch_reads(int first, int batch, const i
     read_rows8(slot_ids, cursor, batch, r0, lane, slot, w);
 #pragma unroll
     for (int m = 0; m < 8; ++m)
-      if (slot[m] >= 0) cursor[slot[m]] = w[m] == LREC - 1 ? 0 : w[m] + 1;
+      if (slot[m] >= 0) cursor[slot[m]] = next_cursor(w[m], LREC);
   }
   if (lane == 0) arrivals[first] = 0;
 }
@@ -1896,7 +1896,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if !ONE_LAUNCH
       // The row's cursor advances here, once (head 0, part 0): the coefficient grid that read it
       // has completed (its block is in this stage). One launch: the producers count their reads.
-      if (h == 0 && part == 0 && warp == 0 && lane == 0) cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+      if (h == 0 && part == 0 && warp == 0 && lane == 0) cursor[slot] = next_cursor(w, LREC);
 #endif
       // Records term: lanes 0-15 take even j, 16-31 odd j (fixed trip count, predicated by w).
       float rq = 0.0f, rk = 0.0f;

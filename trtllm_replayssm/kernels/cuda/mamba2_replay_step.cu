@@ -101,6 +101,12 @@ __device__ __forceinline__ long long row_slot(long long slot, int) { return slot
 __device__ __forceinline__ bool cursor_out_of_range(int) { return false; }
 #endif
 
+// CLAIMED_UNITS: the step kernel's claim count, the word after the coefficient blocks of a launch's
+// ``units`` (batch rows x NHEADS); the coefficient launch zeroes it, the step kernel claims from it.
+__device__ __forceinline__ int* claim_count(const float* coef, int units) {
+  return (int*)(coef + (long long)units * COEF_FLOATS);
+}
+
 // ------------------------------------------------------------------ launch 1: coefficients
 
 
@@ -127,10 +133,10 @@ __device__ __forceinline__ void coefficients(
   // previous step's writes, which completed before this wait returned.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
-  // CLAIMED_UNITS: the step kernel's claim count, after the coefficient blocks, zeroed for its
-  // launch (the previous step kernel, its last user, is complete: the wait above).
+  // CLAIMED_UNITS: the step kernel's claim count zeroed for its launch (the previous step kernel,
+  // its last user, is complete: the wait above).
   if (CLAIMED_UNITS && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
-    ((int*)coef_out)[(long long)gridDim.y * NHEADS * COEF_FLOATS] = 0;
+    *claim_count(coef_out, gridDim.y * NHEADS) = 0;
   __shared__ float bc_shared[LP];
   const int g = blockIdx.x / COEF_SPLIT, split = blockIdx.x - g * COEF_SPLIT, b = blockIdx.y;
   const int h0 = split * HPC, hn = min(HPG - h0, HPC);  // this CTA's heads of the group: h0 .. h0 + hn - 1
@@ -238,19 +244,19 @@ __device__ __forceinline__ void coefficients(
 
 #if CLAIMED_UNITS
 // The step kernel's producer after its first STAGES units (CLAIMED_UNITS): units pool + n claimed
-// one at a time from the launch's count ``claims`` (n = claims[0]++; the coefficient launch zeroes
-// it), each filled into stage i % STAGES, i = i0, i0 + 1, ..., until a claim is past the last unit;
-// then an end marker (unit -1) for the consumers. CTAs that stream faster take more units, so
-// that they end together (kernel notes, sessions 21 and 68). Lane 0 requests each claim two units
-// ahead and the claimed unit's slot and exact w (its coefficient block: the coefficient grid is
-// complete) one unit ahead, so that no round trip waits behind the stage copies it follows
-// (session 21's claims, each waited for where it was made, lost).
+// one at a time from the launch's count (n = count++, claim_count), each filled into stage
+// i % STAGES, i = i0, i0 + 1, ..., until a claim is past the last unit; then an end marker (unit
+// -1) for the consumers. CTAs that stream faster take more units, so that they end together
+// (kernel notes, sessions 21 and 68). Lane 0 requests each claim two units ahead and the claimed
+// unit's slot and exact w (its coefficient block: the coefficient grid is complete) one unit
+// ahead, so that no round trip waits behind the stage copies it follows (session 21's claims,
+// each waited for where it was made, lost).
 template <class Fill>
-__device__ __forceinline__ void fill_claimed_stages(Fill& fill_stage, int i, int pool, int units, int* claims,
-                                                    const float* coef, const int* slot_ids, int lane) {
-  // claims + lane, used by lane 0 only: an atomic at a provably warp-uniform address becomes a
+__device__ __forceinline__ void fill_claimed_stages(Fill& fill_stage, int i, int pool, int units, const float* coef,
+                                                    const int* slot_ids, int lane) {
+  // The count + lane, used by lane 0 only: an atomic at a provably warp-uniform address becomes a
   // warp-aggregated one whose result is shuffled at once, a wait for the round trip (session 21).
-  int* const claim_at = claims + lane;
+  int* const claim_at = claim_count(coef, units) + lane;
   int u_next = units, slot_next = -1, w_next = 0, claim_a = 0, claim_b = 0;
   auto read_row = [&](int u) {  // lane 0: the row's slot and w, requested (padding rows: w unused)
     u_next = u;
@@ -312,9 +318,6 @@ __device__ __forceinline__ void step(
 
   if (warp == CONSUMERS) {
     // ---------------- producer
-#if CLAIMED_UNITS
-    int* const claims = (int*)(coef + (long long)units * COEF_FLOATS);  // after the coefficient blocks
-#endif
     if (lane == 0) prefetch_tensor_maps(ckpt_load, ckpt_store);
     // Slots and cursors of the CTA's next 32 units, a lane each. The first ones are requested
     // before any checkpoint tile: a load issued after the tiles waits behind them (up to 128 KiB
@@ -386,7 +389,7 @@ __device__ __forceinline__ void step(
       fill_stage(i, u, __shfl_sync(0xffffffffu, slot_l, k), __shfl_sync(0xffffffffu, w_l, k));
     }
 #if CLAIMED_UNITS
-    fill_claimed_stages(fill_stage, i, min(STAGES * (int)gridDim.x, units), units, claims, coef, slot_ids, lane);
+    fill_claimed_stages(fill_stage, i, min(STAGES * (int)gridDim.x, units), units, coef, slot_ids, lane);
 #endif
     return;
   }
@@ -470,7 +473,7 @@ __device__ __forceinline__ void step(
       const int w = ((const int*)cf)[2 * LP + 1];  // exact; the producer's read may be one step ahead
       // The row's cursor advances here, once (head 0): the coefficient grid that read it has
       // completed (its block is in this stage).
-      if (h == 0 && warp == 0 && lane == 0) cursor[slot] = w == LREC - 1 ? 0 : w + 1;
+      if (h == 0 && warp == 0 && lane == 0) cursor[slot] = next_cursor(w, LREC);
       const float decay = cf[2 * LP];
 #if CKPT_FP8
       // The row's code scale times C's inverse power of two, read before the stage is released.

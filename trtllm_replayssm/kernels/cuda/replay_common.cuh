@@ -388,12 +388,15 @@ __device__ __forceinline__ int count_arrival(int* arrivals, int slot) {
   return arrived;
 }
 
+// A row's cursor after the step that read it at w: 0 after a flush (w == lrec - 1), else w + 1.
+__device__ __forceinline__ int next_cursor(int w, int lrec) { return w == lrec - 1 ? 0 : w + 1; }
+
 // After the row's last arrival (``arrived``, from count_arrival, == ``expected`` - 1): its cursor
-// advanced (0 after a flush at w == lrec - 1, else w + 1) and its count zeroed for the next step.
+// advanced (next_cursor) and its count zeroed for the next step.
 __device__ __forceinline__ void advance_after_last_arrival(int arrived, int expected, int* arrivals, int* cursor,
                                                            int slot, int w, int lrec) {
   if (arrived == expected - 1) {
-    cursor[slot] = w == lrec - 1 ? 0 : w + 1;
+    cursor[slot] = next_cursor(w, lrec);
     arrivals[slot] = 0;
   }
 }
