@@ -74,18 +74,19 @@ from trtllm_replayssm.kernels.nvrtc import nvrtc_version  # noqa: E402
 GEOMETRY = {"gdn": (16, 64, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-TABLE_MODS = ("fmma", "ff", "du", "ds", "rw", "cs", "qg", "h2", "eg")
+TABLE_MODS = ("fmma", "ff", "du", "ds", "rw", "cs", "qg", "h2", "eg", "cl")
 
 
 def parse_config(text: str):
-    """``table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg]`` -> that string (the launch table's configuration of
+    """``table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl]`` -> that string (the launch table's configuration of
     each case, with ``fmma`` its flush fold on tensor cores, ``ff`` its flushing units first, ``du`` its
     units dealt from one order of the rows (in place of ``ff`` and the deferred count; ``ds``: their
     flush units spread, none first), ``rw`` GDN's
     coefficient warps splitting the records, ``cs`` KDA's consumers summing the coefficient warps'
     partials, ``qg`` KDA fp8's S0 products as fp8 wgmma products, ``h2`` as f16x2 FMAs, ``eg`` the
-    even grid);
-    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg]``
+    even grid, ``cl`` its units claimed after the first stages, in place of ``ff``, ``du`` and the
+    deferred count);
+    ``rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl]``
     or ``small,ROWS,mN`` -> DeltaCudaConfig (``one``: GDN in one launch; ``cwN``:
     N coefficient warps; ``mma``: S0 products on tensor cores; ``fmma``: the flush's fold on tensor
     cores; ``cr``: a unit's records in one bulk copy each; ``dc``: the cursor reads counted after
@@ -93,7 +94,7 @@ def parse_config(text: str):
     flush units spread; ``rw``: GDN's coefficient warps
     splitting the records; ``cs``: KDA's consumers summing the coefficient warps' partials; ``qg``:
     KDA fp8's S0 products as fp8 wgmma products; ``h2``: as f16x2 FMAs; ``eg``: the fewest CTAs
-    that take the units in as many rounds)."""
+    that take the units in as many rounds; ``cl``: units claimed after the first stages)."""
     parts = text.split(",")
     if parts[0] == "small":
         if len(parts) != 3 or not parts[1].isdigit() or parts[2][:1] != "m" or not parts[2][1:].isdigit():
@@ -101,21 +102,24 @@ def parse_config(text: str):
         return DeltaCudaConfig(rows=64, stages=2, min_ctas=int(parts[2][1:]), small=True, small_rows=int(parts[1]))
     if parts[0] == "table":
         if parts[1:] != [m for m in TABLE_MODS if m in parts[1:]] or {"du", "ds"} <= set(parts):
-            raise argparse.ArgumentTypeError(f"config {text!r}: expected table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg]")
+            raise argparse.ArgumentTypeError(
+                f"config {text!r}: expected table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl]"
+            )
         return text
-    one, mma, fmma, cr, dc, ff, du, ds, rw, cs, qg, h2, eg = (
-        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "du", "ds", "rw", "cs", "qg", "h2", "eg")
+    one, mma, fmma, cr, dc, ff, du, ds, rw, cs, qg, h2, eg, cl = (
+        t in parts[3:] for t in ("one", "mma", "fmma", "cr", "dc", "ff", "du", "ds", "rw", "cs", "qg", "h2", "eg", "cl")
     )
     cw = [p for p in parts[3:] if p[:2] == "cw" and p[2:].isdigit()]
     if (
-        len(parts) != 3 + one + mma + fmma + cr + dc + ff + du + ds + rw + cs + qg + h2 + eg + len(cw)
+        len(parts) != 3 + one + mma + fmma + cr + dc + ff + du + ds + rw + cs + qg + h2 + eg + cl + len(cw)
         or du + ds > 1
         or len(cw) > 1
         or not all(p.isdigit() for p in parts[:3])
     ):
         raise argparse.ArgumentTypeError(
-            f"config {text!r}: expected table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg], "
-            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg] or small,ROWS,mN"
+            f"config {text!r}: expected table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl], "
+            "rows,stages,min_ctas[,one][,cwN][,mma][,fmma][,cr][,dc][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl] "
+            "or small,ROWS,mN"
         )
     rows, stages, min_ctas = (int(p) for p in parts[:3])
     cw_n = int(cw[0][2:]) if cw else 0
@@ -137,20 +141,23 @@ def parse_config(text: str):
         s0_qgmma=qg,
         s0_hfma2=h2,
         even_grid=eg,
+        claimed_units=cl,
     )
 
 
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
-    (``table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg]``: the launch table's for this batch, L and checkpoint,
+    (``table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl]``: the launch table's for this batch, L and checkpoint,
     with the flush's fold on tensor cores where asked, whatever the table says, and the flushing units
     first, the dealt units (clearing the flushing units first and the deferred count) and GDN's
     records split over its coefficient warps where asked and the table runs the step
     kernel in one launch, and KDA's consumers summing the partials where asked and the table has
     coefficient warps, and KDA fp8's S0 products as fp8 wgmma products where asked and the table's
     units are 64 or 128 rows, or as f16x2 FMAs where asked (the table's own since session 65; ``cs``
-    and ``qg`` replace them), and the even grid where asked and the table runs the step kernel; KDA
-    always in one launch, labelled so)."""
+    and ``qg`` replace them), and the even grid where asked and the table runs the step kernel, and
+    the units claimed (clearing the flushing units first, the dealt units and the deferred count)
+    where asked and the table runs the step kernel in one launch; KDA always in one launch, labelled
+    so)."""
     if isinstance(c, str):
         _, _, head_k_dim, head_v_dim = geometry
         table = delta_cuda_config(head_k_dim, head_v_dim, L, batch, state_bytes, per_channel)
@@ -175,6 +182,10 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
             c = dataclasses.replace(c, flush_first=False, defer_count=False, dealt_units=True, dealt_spread="ds" in mods)
         if "eg" in mods and not c.small:
             c = dataclasses.replace(c, even_grid=True)
+        if "cl" in mods and one:
+            c = dataclasses.replace(
+                c, flush_first=False, defer_count=False, dealt_units=False, dealt_spread=False, claimed_units=True
+            )
     return dataclasses.replace(c, one_launch=True) if per_channel else c
 
 

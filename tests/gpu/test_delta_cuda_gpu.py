@@ -61,10 +61,12 @@ FORMS = ["table", "r128", "one", "cw", "table-mma", "one-mma", "cw-mma", "table-
 FORMS += ["small16", "small32", "table-cr", "r128-cr", "one-cr", "cw-cr", "one-dc", "cw-cr-dc", "one-ff"]
 FORMS += ["cw-cr-dc-ff", "one-rw", "cw-cr-dc-ff-rw", "at24", "at48", "at64"]
 FORMS += ["one-du", "cw-cr-du-rw", "at64-du", "cw-cr-ds-rw", "at48-ds"]
+FORMS += ["one-cl", "cw-cr-cl-rw", "at64-cl", "at256-cl"]
 KDA_FORMS = ["table", "r128", "cw", "table-mma", "cw-mma", "table-fmma", "cw-fmma", "table-cr", "r128-cr", "cw-cr"]
 KDA_FORMS += ["table-dc", "table-cr-dc", "cw-cr-dc", "table-ff", "table-cr-dc-ff", "cw-ff"]
 KDA_FORMS += ["cw-cs", "cw-cr-dc-ff-cs", "at1-cs", "at64-cs", "at256-cs"]
 KDA_FORMS += ["table-du", "cw-cr-du", "at64-du", "at256-du", "at256-ds"]
+KDA_FORMS += ["table-cl", "cw-cr-cl", "at64-cl", "at256-cl"]
 
 
 KDA_SHAPES = [
@@ -96,12 +98,17 @@ def config(g, L, state, form, per_channel=False):
             if not fits(cfg, STATES[state].itemsize, per_channel):
                 pytest.skip(f"{field} does not fit this fp8 build")
             return cfg
-    if form[-3:] in ("-du", "-ds"):  # dealt units, each CTA its share of the flush units (-ds: spread)
+    if form[-3:] in ("-du", "-ds", "-cl"):  # dealt units (-ds: their flush units spread), claimed units
         base = config(g, L, state, form[:-3], per_channel)
         if base.small or not (base.one_launch or per_channel):
-            pytest.skip("dealt units: the step kernel in one launch")
+            pytest.skip("dealt and claimed units: the step kernel in one launch")
         return dataclasses.replace(
-            base, dealt_units=True, dealt_spread=form.endswith("-ds"), flush_first=False, defer_count=False
+            base,
+            dealt_units=form[-3:] != "-cl",
+            dealt_spread=form.endswith("-ds"),
+            claimed_units=form.endswith("-cl"),
+            flush_first=False,
+            defer_count=False,
         )
     if form.endswith("-cs"):  # KDA's consumers summing the coefficient warps' partials
         cfg = dataclasses.replace(config(g, L, state, form[: -len("-cs")], per_channel), consumer_sums=True, s0_hfma2=False)
@@ -250,13 +257,13 @@ def test_cuda_kda_fp8_consumer_sums_long_run_against_oracle(g, L, batch):
 
 @needs_sm90
 @pytest.mark.parametrize("g,L", [KDA_SHAPES[0], KDA_SHAPES[3], KDA_SHAPES[4]])
-@pytest.mark.parametrize("form", ["at1", "at16", "at64", "at256", "table", "table-fmma", "table-ff", "at64-du"])
+@pytest.mark.parametrize("form", ["at1", "at16", "at64", "at256", "table", "table-fmma", "table-ff", "at64-du", "at64-cl"])
 @pytest.mark.parametrize("s0", ["qg", "h2"])
 def test_cuda_kda_fp8_s0_forms_long_run_against_oracle(g, L, form, s0):
     """KDA's S0 products as fp8 wgmma products (``s0_qgmma``, 64- and 128-row units) or f16x2 FMAs
     (``s0_hfma2``) with an fp8 checkpoint: the table's builds at 1 / 16 / 64 / 256, and with the
-    flush on tensor cores, flushing units first or dealt units, over many steps and flushes against
-    the float64 oracle."""
+    flush on tensor cores, flushing units first, dealt or claimed units, over many steps and flushes
+    against the float64 oracle."""
     check_against_oracle(g, L, "fp8", f"{form}-{s0}", per_channel=True)
 
 
@@ -270,11 +277,14 @@ def test_cuda_kda_fp8_s0_forms_long_run_against_oracle(g, L, form, s0):
     ],
     ids=["kda-fp8", "kda-bf16", "gdn-f32"],
 )
-def test_cuda_delta_dealt_units_over_many_rows(g, L, per_channel, state):
-    """``dealt_units`` at batch 300 (more than the 256 rows one round of its order reads, so two
-    rounds; 10 words of flushing bits), with padding rows and unused slots (drive_replay), over
-    many steps and flushes against the float64 oracle."""
-    check_against_oracle(g, L, state, "at300-du", per_channel, steps=3 * L + 3, batch=300, num_slots=310, min_flushes=300)
+@pytest.mark.parametrize("units", ["du", "cl"])
+def test_cuda_delta_dealt_units_over_many_rows(g, L, per_channel, state, units):
+    """``dealt_units`` (``claimed_units``) at batch 300 (more than the 256 rows one round of the
+    launch's last count reads, so two rounds; dealt units: 10 words of flushing bits), with padding
+    rows and unused slots (drive_replay), over many steps and flushes against the float64 oracle."""
+    check_against_oracle(
+        g, L, state, f"at300-{units}", per_channel, steps=3 * L + 3, batch=300, num_slots=310, min_flushes=300
+    )
 
 
 @needs_sm90
@@ -463,14 +473,14 @@ def test_cuda_gdn_small_fp8_long_run_against_oracle(g, L, form):
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 # GDN at the table's launch: one launch at 6, the small kernel at 2; "6-two": its two launches
 # forced at batch 6 (the table's with an fp8 checkpoint above 16; bf16 and fp32 take one launch
-# from batch 3, so their two launches as the oracle tests build them); "6-du": the table's one
-# launch with dealt units (GDN fp8: one launch up to 16).
+# from batch 3, so their two launches as the oracle tests build them); "6-du" / "6-cl": the table's
+# one launch with dealt / claimed units (GDN fp8: one launch up to 16).
 @pytest.mark.parametrize(
-    "batch,two_launches,dealt",
-    [(6, False, False), (2, False, False), (6, True, False), (6, False, True)],
-    ids=["6", "2", "6-two", "6-du"],
+    "batch,two_launches,units",
+    [(6, False, None), (2, False, None), (6, True, None), (6, False, "du"), (6, False, "cl")],
+    ids=["6", "2", "6-two", "6-du", "6-cl"],
 )
-def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches, dealt):
+def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, batch, two_launches, units):
     """One captured step replayed 2L + 3 times equals as many eager steps bit for bit; both stay
     within fp32 rounding of the Triton kernel (outputs, checkpoints; cursors equal)."""
     from trtllm_replayssm.kernels.gated_delta_replay_cuda import (
@@ -490,10 +500,17 @@ def test_cuda_delta_graph_equals_eager_and_tracks_triton(state, per_channel, bat
             batch_two = FP8_ONE_LAUNCH_MAX_BATCH + 1  # the table's two launches with an fp8 checkpoint
             cuda["config"] = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch_two, STATES[state].itemsize)
         assert not runs_one_launch(cuda["config"], False)
-    if dealt:
+    if units:
         table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, STATES[state].itemsize, per_channel)
         assert runs_one_launch(table, per_channel) and not table.small
-        cuda["config"] = dataclasses.replace(table, dealt_units=True, flush_first=False, defer_count=False)
+        cuda["config"] = dataclasses.replace(
+            table,
+            dealt_units=units == "du",
+            claimed_units=units == "cl",
+            dealt_spread=False,
+            flush_first=False,
+            defer_count=False,
+        )
     fam = DeltaFamily(g, per_channel=per_channel)
     p = fam.make_params("cuda")
     cache = fam.allocate(slots, L, STATES[state], torch.bfloat16, "cuda")

@@ -821,6 +821,62 @@ def test_gdn_fp8_f16x2_s0_takes_the_two_launches(batch, l2norm):
             gc.delta_step_defines(16, 64, 128, 128, 16, cfg_, state_bytes, l2norm, torch.float32, torch.float32)
 
 
+@pytest.mark.parametrize("per_channel, state_bytes, batch", [(False, 4, 256), (False, 2, 256), (True, 1, 64), (True, 4, 256)])
+def test_claimed_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes, batch):
+    """``claimed_units``: the table's one-launch builds with it (in place of flush_first,
+    defer_count and dealt_units) compile without local memory, claim with a plain atomic and count
+    each CTA once as 2^CLAIM_BITS, their shared memory (a 32-byte meta) matching the launcher's and
+    the table's CTAs a multiprocessor still fitting; the two launches, the small kernel and the
+    forms it replaces are refused, and a launch whose claims outgrow CLAIM_BITS too."""
+    k_heads, v_heads = (32, 32) if per_channel else (16, 64)
+    table = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
+    cfg = dataclasses.replace(
+        table, claimed_units=True, flush_first=False, defer_count=False, dealt_units=False, dealt_spread=False
+    )
+    defines = dict(
+        gc.delta_step_defines(
+            k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, torch.float32, torch.float32, per_channel
+        )
+    )
+    assert defines["CLAIMED_UNITS"] == 1 and defines["DEALT_UNITS"] == defines["DEFER_COUNT"] == 0
+    ptx = gc.compile_delta_ptx(k_heads, v_heads, 128, 128, 16, cfg, state_bytes, True, per_channel)
+    body = ptx_entry(ptx, "delta_replay_step")
+    assert ".local" not in body
+    assert re.search(r"atom\.global\.add\.u32", body)  # the claims
+    assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.s32\s+%r\d+, \[%rd\d+\], {1 << gc.CLAIM_BITS};", body)
+    compiled = int(re.search(r"delta_step_shared_bytes = (\d+)", ptx).group(1))
+    assert compiled == gc.config_shared_bytes(cfg, 128, 16, state_bytes, per_channel)
+    assert (compiled + SMEM_RESERVED_PER_CTA) * cfg.min_ctas <= SMEM_PER_SM
+    message = "claimed_units replaces flush_first, defer_count and dealt_units"
+    refused = [
+        (dataclasses.replace(cfg, flush_first=True), message),
+        (dataclasses.replace(cfg, defer_count=True), message),
+        (dataclasses.replace(cfg, dealt_units=True), message),
+    ]
+    if not per_channel:
+        refused += [
+            (
+                dataclasses.replace(cfg, one_launch=False, coef_warps=0, rec_warps=False),
+                "claimed_units needs the step kernel in one launch",
+            ),
+            (
+                dataclasses.replace(cfg, small=True, coef_warps=0, rec_warps=False),
+                "claimed_units needs the step kernel in one launch",
+            ),
+        ]
+    for bad, message in refused:
+        with pytest.raises(ValueError, match=message):
+            gc.delta_step_defines(
+                k_heads, v_heads, 128, 128, 16, bad, state_bytes, True, torch.float32, torch.float32, per_channel
+            )
+    limit = 1 << gc.CLAIM_BITS
+    gc.check_claim_count(limit - 1 - 3 * 264, 264)
+    with pytest.raises(
+        ValueError, match=f"claimed_units counts fewer than 2\\^{gc.CLAIM_BITS} claims; got {limit - 792} units"
+    ):
+        gc.check_claim_count(limit - 3 * 264, 264)
+
+
 @pytest.mark.parametrize("per_channel, state_bytes, batch", [(False, 4, 64), (False, 2, 16), (True, 1, 64), (True, 2, 256)])
 def test_dealt_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes, batch):
     """``dealt_units``: the table's one-launch builds with it (in place of flush_first and

@@ -71,6 +71,7 @@ MAX_L_CUDA = 32  # one record per lane in the coefficient launch's scans
 MAX_VALUE_HEADS_PER_KEY_HEAD = 32  # a warp per value head in a coefficient CTA
 DEALT_UNITS_MAX_BATCH = 1024  # dealt_units: the rows its order holds (the .cu file's ORDER_ROWS)
 DEALT_ORDER_BYTES = 272  # dealt_units: 32 words of flushing bits, 33 prefix counts, 16-byte rounded (ORDER_BYTES)
+CLAIM_BITS = 21  # claimed_units: the launch word's claim bits (the .cu file's CLAIM_BITS); CTAs above them
 # GDN up to this batch: the small one-launch kernel (H200, session 22: Qwen3.5-122B, L = 16, fp32 /
 # bf16 batch 1 4.42 / 3.90 us against the two launches' 7.86 / 7.21, batch 2 7.48 / 6.70 against
 # 9.94 / 8.41; from batch 4 the two launches are as fast or faster).
@@ -301,7 +302,12 @@ class DeltaCudaConfig:
     with an fp8 checkpoint: the same products against launch 1's f16 q and k (each times the power of
     two that puts its largest magnitude in [1, 2)) instead of tensor-core products (session 66).
     ``even_grid`` (the step kernel): as few CTAs as take the units in as many rounds as the most that
-    fit would (every CTA the same number of units), instead of the most that fit."""
+    fit would (every CTA the same number of units), instead of the most that fit. ``claimed_units``
+    (the step kernel in one launch, without ``flush_first``, ``defer_count`` and ``dealt_units``):
+    each CTA takes its first ``stages`` units in the fixed order, then units claimed one at a time
+    from a count kept in the low :data:`CLAIM_BITS` bits of the word where each CTA counts itself
+    once (as with ``dealt_units``), so that CTAs that stream faster take more units (a probe form,
+    kernel notes "Session 69")."""
 
     rows: int
     stages: int
@@ -323,6 +329,7 @@ class DeltaCudaConfig:
     s0_qgmma: bool = False
     s0_hfma2: bool = False
     even_grid: bool = False
+    claimed_units: bool = False
 
     def label(self) -> str:
         if self.small:
@@ -340,8 +347,9 @@ class DeltaCudaConfig:
         qg = ",qg" if self.s0_qgmma else ""
         h2 = ",h2" if self.s0_hfma2 else ""
         eg = ",eg" if self.even_grid else ""
+        cl = ",cl" if self.claimed_units else ""
         return (f"cuda,r{self.rows},{self.stages},{self.min_ctas},{'pdl' if self.pdl else 'nopdl'}"
-                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{du}{rw}{cs}{qg}{h2}{eg}")
+                f"{one}{cw}{mma}{fmma}{cr}{dc}{ff}{du}{rw}{cs}{qg}{h2}{eg}{cl}")
 
 
 def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
@@ -352,7 +360,7 @@ def runs_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
 
 def step_kernel_in_one_launch(cfg: DeltaCudaConfig, per_channel: bool) -> bool:
     """Whether ``cfg`` launches the step kernel (not the small kernel) in one launch: the builds that
-    may take ``coef_warps``, ``defer_count``, ``flush_first`` and ``dealt_units``."""
+    may take ``coef_warps``, ``defer_count``, ``flush_first``, ``dealt_units`` and ``claimed_units``."""
     return not cfg.small and runs_one_launch(cfg, per_channel)
 
 
@@ -390,6 +398,18 @@ def _records_padded(L: int) -> int:
     return (L + 15) // 16 * 16
 
 
+def check_claim_count(units: int, grid: int) -> None:
+    """``claimed_units``' count holds the claims in :data:`CLAIM_BITS` bits: the units past each
+    CTA's first stages and up to three claims a CTA past the last (its pipeline's depth).
+
+    Raises:
+        ValueError: ``units + 3 * grid`` reaches 2^CLAIM_BITS.
+    """
+    if units + 3 * grid >= 1 << CLAIM_BITS:
+        raise ValueError(f"delta_replay_step (CUDA): claimed_units counts fewer than 2^{CLAIM_BITS} claims; got "
+                         f"{units} units and {grid} CTAs")
+
+
 def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
     """Floats of one (row, value head) coefficient block: sq[LP], sk[LP], e[LP], e0, kq, beta, w;
     with ``s0_mma`` then rq, rk (q̂ = rq q, k̂ = rk k) and two floats of padding."""
@@ -398,7 +418,8 @@ def delta_coefficient_floats(L: int, s0_mma: bool = False) -> int:
 
 def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, state_bytes: int,
                             per_channel: bool = False, one_launch: bool = False, coef_warps: int = 0,
-                            s0_mma: bool = False, flush_first: bool = False, dealt_units: bool = False) -> int:
+                            s0_mma: bool = False, flush_first: bool = False, dealt_units: bool = False,
+                            claimed_units: bool = False) -> int:
     """Dynamic shared memory of the step kernel (bytes): ``stages`` stages of 1 KiB-rounded
     (checkpoint rows of ``state_bytes`` elements, d records, k records, the qk block (GDN: q̂, k̂;
     KDA: e0 ⊙ q̂, e0 ⊙ k̂, k̂, e0), the coefficient block, v; in one launch (``one_launch`` or
@@ -407,14 +428,15 @@ def delta_step_shared_bytes(head_k_dim: int, rows: int, L: int, stages: int, sta
     records', and with ``coef_warps`` a fourth, the coefficient warps'). With ``coef_warps`` the
     partial sums are those warps' instead of the consumers'; with ``s0_mma`` the stage also holds
     the step's q and k in two launches, and KDA's tensor-core B fragments (16 bytes a head_k_dim
-    column); the meta is 16 bytes, 32 with ``flush_first`` or ``dealt_units``; ``dealt_units`` adds
+    column); the meta is 16 bytes, 32 with ``flush_first``, ``dealt_units`` or ``claimed_units`` (the
+    unit named); ``dealt_units`` adds
     the rows' order (:data:`DEALT_ORDER_BYTES`) after the mbarriers. Mirrors the .cu file's
     STAGE_BYTES (a CPU test reads the compiled value)."""
     LP = _records_padded(L)
     v_bytes = (rows * 2 + 15) // 16 * 16
     qk_floats = delta_qk_floats(head_k_dim, state_bytes, per_channel, one_launch)
     stage = rows * head_k_dim * state_bytes + LP * rows * 2 + LP * head_k_dim * 2 + qk_floats * 4
-    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + (32 if flush_first or dealt_units else 16)
+    stage += delta_coefficient_floats(L, s0_mma) * 4 + v_bytes + (32 if flush_first or dealt_units or claimed_units else 16)
     stage += rows * 4 if state_bytes == 1 else 0  # an fp8 checkpoint's row scales
     red = (coef_warps or rows // 16) * (2 * LP + 4) * 4
     if per_channel:
@@ -433,7 +455,7 @@ def config_shared_bytes(cfg: DeltaCudaConfig, head_k_dim: int, L: int, state_byt
     """:func:`delta_step_shared_bytes` of ``cfg``'s step kernel (not the small kernel)."""
     return delta_step_shared_bytes(head_k_dim, cfg.rows, L, cfg.stages, state_bytes, per_channel,
                                    runs_one_launch(cfg, per_channel), cfg.coef_warps, cfg.s0_mma, cfg.flush_first,
-                                   cfg.dealt_units)
+                                   cfg.dealt_units, cfg.claimed_units)
 
 
 def delta_qk_floats(head_k_dim: int, state_bytes: int, per_channel: bool, one_launch: bool) -> int:
@@ -739,6 +761,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
         ValueError: ``cfg.rec_warps`` outside GDN's step kernel in one launch.
         ValueError: ``cfg.dealt_units`` outside the step kernel in one launch, or with
             ``cfg.flush_first`` or ``cfg.defer_count``; ``cfg.dealt_spread`` without it.
+        ValueError: ``cfg.claimed_units`` outside the step kernel in one launch, or with
+            ``cfg.flush_first``, ``cfg.defer_count`` or ``cfg.dealt_units``.
         ValueError: ``cfg.consumer_sums`` outside KDA's step kernel with coefficient warps and
             exact S0 products.
         ValueError: ``cfg.s0_qgmma`` outside KDA's step kernel with an fp8 checkpoint, L2-normalised
@@ -752,7 +776,8 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.small and per_channel:
         raise ValueError("delta_replay_step (CUDA): the small kernel takes GDN only (a log-decay per value head)")
     one_launch_only = ((f"coef_warps {cfg.coef_warps}", cfg.coef_warps), ("defer_count", cfg.defer_count),
-                       ("flush_first", cfg.flush_first), ("dealt_units", cfg.dealt_units), ("rec_warps", cfg.rec_warps))
+                       ("flush_first", cfg.flush_first), ("dealt_units", cfg.dealt_units), ("rec_warps", cfg.rec_warps),
+                       ("claimed_units", cfg.claimed_units))
     for name, asked in one_launch_only:
         if asked and not step_kernel_in_one_launch(cfg, per_channel):
             raise ValueError(f"delta_replay_step (CUDA): {name} needs the step kernel in one launch; "
@@ -762,6 +787,9 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
     if cfg.dealt_units and (cfg.flush_first or cfg.defer_count):
         raise ValueError("delta_replay_step (CUDA): dealt_units replaces flush_first and defer_count; got "
                          f"flush_first={cfg.flush_first}, defer_count={cfg.defer_count}")
+    if cfg.claimed_units and (cfg.flush_first or cfg.defer_count or cfg.dealt_units):
+        raise ValueError("delta_replay_step (CUDA): claimed_units replaces flush_first, defer_count and dealt_units; "
+                         f"got flush_first={cfg.flush_first}, defer_count={cfg.defer_count}, dealt_units={cfg.dealt_units}")
     if cfg.rec_warps and per_channel:
         raise ValueError("delta_replay_step (CUDA): rec_warps takes GDN only (KDA's scan runs down the columns); "
                          "got per_channel=True")
@@ -808,7 +836,7 @@ def delta_step_defines(k_heads: int, v_heads: int, head_k_dim: int, head_v_dim: 
              L2NORM=int(bool(use_qk_l2norm)), PER_CHANNEL=int(per_channel),
              ONE_LAUNCH=int(runs_one_launch(cfg, per_channel)), COEF_WARPS=cfg.coef_warps, S0_MMA=int(cfg.s0_mma),
              FLUSH_MMA=int(cfg.flush_mma), COALESCE_RECS=int(cfg.coalesce_recs),
-             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), DEALT_UNITS=int(cfg.dealt_units), DEALT_SPREAD=int(cfg.dealt_spread), REC_WARPS=int(cfg.rec_warps),
+             DEFER_COUNT=int(cfg.defer_count), FLUSH_FIRST=int(cfg.flush_first), DEALT_UNITS=int(cfg.dealt_units), DEALT_SPREAD=int(cfg.dealt_spread), CLAIMED_UNITS=int(cfg.claimed_units), REC_WARPS=int(cfg.rec_warps),
              CONSUMER_SUMS=int(cfg.consumer_sums), S0_QGMMA=int(cfg.s0_qgmma), S0_HFMA2=int(cfg.s0_hfma2), G_CODE=DTYPE_CODE[g_dtype], BETA_CODE=DTYPE_CODE[beta_dtype])
     return tuple(sorted(d.items()))
 
@@ -898,13 +926,16 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     Triton launcher's order. ``arrivals``: the small kernel counts each row's CTAs there, the
     step kernel in one launch (KDA; GDN where :func:`runs_one_launch`) each row's unit cursor
     reads (the last advances the cursor and resets the count to zero), with ``dealt_units`` each
-    CTA once in the count of the batch's first row with a slot (the last advances every cursor);
+    CTA once in the count of the batch's first row with a slot (the last advances every cursor; with
+    ``claimed_units`` the claims count in that word's low :data:`CLAIM_BITS` bits);
     GDN's two launches do not use it (their step kernel advances the cursor once the coefficient
     grid is complete).
 
     Raises:
         ValueError: when :func:`delta_cuda_unsupported` names a reason (nothing is launched).
         ValueError: ``config.dealt_units`` with a batch above :data:`DEALT_UNITS_MAX_BATCH`.
+        ValueError: ``config.claimed_units`` with more units and claims past them (three a CTA) than
+            :data:`CLAIM_BITS` bits count.
     """
     reason = delta_cuda_unsupported(checkpoint, d_records, k_records, g_records, q, k, v, g, checkpoint_scale)
     if reason is not None:
@@ -944,6 +975,8 @@ def launch_delta_replay_step_cuda(checkpoint: Tensor, d_records: Tensor, k_recor
     threads = _threads(cfg.rows, cfg.coef_warps)
     units = batch * v_heads * (head_v_dim // cfg.rows)
     grid = step_grid(units, step_kernel.ctas_per_sm(threads, smem) * multiprocessor_count(device), cfg.even_grid)
+    if cfg.claimed_units:
+        check_claim_count(units, grid)
     step_kernel.launch((grid,), threads, smem, stream,
                        step_args(maps, coef, qk, checkpoint_scale, d_records, k_records, g_records, v, out, slot_ids, cursor,
                                  q, k, g, beta, arrivals, scale), pdl=cfg.pdl)

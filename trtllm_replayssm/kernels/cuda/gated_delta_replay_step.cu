@@ -162,6 +162,22 @@
 #if DEALT_UNITS && !(ONE_LAUNCH && !FLUSH_FIRST && !DEFER_COUNT)
 #error "DEALT_UNITS takes the step kernel in one launch, without FLUSH_FIRST and DEFER_COUNT"
 #endif
+// CLAIMED_UNITS (one launch, without FLUSH_FIRST, DEFER_COUNT and DEALT_UNITS): each CTA takes its
+// first STAGES units in the fixed order u = c, c + gridDim.x, ..., then units claimed one at a time
+// from the launch's count (ClaimedUnits), so that CTAs that stream faster take more units and all
+// end together (the Mamba-2 step's claims, kernel notes "Session 68"); each stage's meta names its
+// unit, and an end marker (unit -1) ends the consumers and the coefficient warps. The count is the
+// low CLAIM_BITS bits of the word where each CTA counts itself once, after its last unit, as with
+// DEALT_UNITS (count_launch_reads: arrivals[the first row's slot]), so the launch's last count,
+// which advances every cursor, also zeroes the claims.
+#ifndef CLAIMED_UNITS
+#define CLAIMED_UNITS 0
+#endif
+#if CLAIMED_UNITS && !(ONE_LAUNCH && !FLUSH_FIRST && !DEFER_COUNT && !DEALT_UNITS)
+#error "CLAIMED_UNITS takes the step kernel in one launch, without FLUSH_FIRST, DEFER_COUNT and DEALT_UNITS"
+#endif
+#define CLAIM_BITS 21                       // CLAIMED_UNITS: the host keeps units + 3 claims a CTA below 2^21
+#define LAUNCH_SHIFT (CLAIMED_UNITS ? CLAIM_BITS : 0)  // count_launch_reads: a CTA counts 1 << LAUNCH_SHIFT
 #define ORDER_ROWS 1024                     // DEALT_UNITS: the batch rows it orders at most
 #define ORDER_BYTES (DEALT_UNITS ? 65 * 4 + 12 : 0)  // 32 words of flushing bits, 33 prefix counts; 16-byte multiple
 #if CKPT_FP8 && (S0_MMA || DK != 128)
@@ -244,12 +260,13 @@ __device__ __forceinline__ int u_index(int c) { return (c & 16 ? DK / 2 : 0) + (
 #define SCALE_BYTES (CKPT_FP8 ? ROWS * 4 : 0)  // fp8: the unit's row scales
 #define OFF_SCALE (OFF_FRAG + FRAG_BYTES)
 #define OFF_META (OFF_SCALE + SCALE_BYTES)
-#define META_BYTES (FLUSH_FIRST || DEALT_UNITS ? 32 : 16)  // slot, w, beta, GDN's g; then the unit, padding
+#define UNIT_IN_META (FLUSH_FIRST || DEALT_UNITS || CLAIMED_UNITS)  // the producer names each stage's unit
+#define META_BYTES (UNIT_IN_META ? 32 : 16)  // slot, w, beta, GDN's g; then the unit, padding
 #define STAGE_BYTES (((OFF_META + META_BYTES) + 1023) / 1024 * 1024)
-// The unit a consumer's or coefficient warp's stage holds: its i-th unit u, or with FLUSH_FIRST
-// or DEALT_UNITS the one the producer put in the meta.
+// The unit a consumer's or coefficient warp's stage holds: its i-th unit u, or with FLUSH_FIRST,
+// DEALT_UNITS or CLAIMED_UNITS the one the producer put in the meta (CLAIMED_UNITS' end marker: -1).
 __device__ __forceinline__ int stage_unit(const unsigned char* gstage, int u) {
-  return FLUSH_FIRST || DEALT_UNITS ? ((const int*)(gstage + OFF_META))[4] : u;
+  return UNIT_IN_META ? ((const int*)(gstage + OFF_META))[4] : u;
 }
 #define PER_LANE (DK / 32)                  // head_k_dim elements per lane in the coefficient launch
 __host__ __device__ constexpr int pow2_at_least(int n) {
@@ -1424,9 +1441,10 @@ __device__ __forceinline__ void count_cursor_read(int u, int units, int slot, in
   advance_after_last_arrival(count_arrival(arrivals, slot), VHEADS * PARTS, arrivals, cursor, slot, w, LREC);
 }
 
-#if DEALT_UNITS
-// DEALT_UNITS: the slots and cursors of rows r0 + 32 m + lane, m < 8 (slot -1 and cursor 0 past the
-// batch and for a padding row), the slot loads and then the cursor loads in flight together.
+#if DEALT_UNITS || CLAIMED_UNITS
+// DEALT_UNITS, CLAIMED_UNITS: the slots and cursors of rows r0 + 32 m + lane, m < 8 (slot -1 and
+// cursor 0 past the batch and for a padding row), the slot loads and then the cursor loads in flight
+// together.
 __device__ __forceinline__ void read_rows8(const int* slot_ids, const int* cursor, int batch, int r0, int lane, int (&slot)[8],
                                            int (&w)[8]) {
 #pragma unroll
@@ -1434,6 +1452,9 @@ __device__ __forceinline__ void read_rows8(const int* slot_ids, const int* curso
 #pragma unroll
   for (int m = 0; m < 8; ++m) w[m] = slot[m] >= 0 ? cursor[slot[m]] : 0;
 }
+#endif
+
+#if DEALT_UNITS
 
 // DEALT_UNITS: the rows' flushing bits (a slot, cursor L-1) in ``order``'s words 0..31 (bit b % 32 of
 // word b / 32), their prefix counts (flush rows below word j) in words 32..64 (64: all of them). Every
@@ -1511,16 +1532,20 @@ __device__ __forceinline__ void dealt_unit(int k, int units, const u32* order, D
   }
 }
 
-// DEALT_UNITS: the CTA counted once its producer has issued its last unit (every cursor read of it
-// done), in the arrivals of the launch's first row with a slot (``first``); the launch's last count
+#endif
+
+#if DEALT_UNITS || CLAIMED_UNITS
+// DEALT_UNITS, CLAIMED_UNITS: the CTA counted once its producer has issued its last unit (every
+// cursor read and claim of it done), 1 << LAUNCH_SHIFT in the arrivals of the launch's first row
+// with a slot (``first``; CLAIMED_UNITS' claims are the bits below); the launch's last count
 // advances every row's cursor (0 after a flush, else w + 1; 8 rows a lane a round, read_rows8) and
-// zeroes that count.
+// zeroes that word.
 __device__ __forceinline__ void count_launch_reads(int first, int batch, const int* slot_ids, int* arrivals, int* cursor,
                                                    int lane) {
   if (first < 0) return;
   int arrived = 0;
-  if (lane == 0) arrived = count_arrival(arrivals, first);
-  if (__shfl_sync(0xffffffffu, arrived, 0) != (int)gridDim.x - 1) return;
+  if (lane == 0) arrived = count_arrival<1 << LAUNCH_SHIFT>(arrivals, first);
+  if (__shfl_sync(0xffffffffu, arrived, 0) >> LAUNCH_SHIFT != (int)gridDim.x - 1) return;
   for (int r0 = 0; r0 < batch; r0 += 8 * 32) {
     int slot[8], w[8];
     read_rows8(slot_ids, cursor, batch, r0, lane, slot, w);
@@ -1549,6 +1574,67 @@ __device__ __forceinline__ float unit_scalar(int u, int units, const void* p, lo
   const int bh = u / PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
   return load_f32<CODE>(p, b * s_batch + h * s_head);
 }
+
+#if CLAIMED_UNITS
+// CLAIMED_UNITS: the slot of the launch's first row that has one (-1: none), in every lane; rows
+// 32 at a time, a lane each.
+__device__ __forceinline__ int first_live_slot(const int* slot_ids, int batch, int lane) {
+  for (int r0 = 0; r0 < batch; r0 += 32) {
+    const int slot = r0 + lane < batch ? slot_ids[r0 + lane] : -1;
+    const u32 live = __ballot_sync(0xffffffffu, slot >= 0);
+    if (live) return __shfl_sync(0xffffffffu, slot, __ffs(live) - 1);
+  }
+  return -1;
+}
+
+// CLAIMED_UNITS: the producer's claimed units, unit pool + n for n the launch word's low CLAIM_BITS
+// bits before each claim's increment. Lane 0 advances a pipeline three units deep after each unit
+// it issues (from its (STAGES - 2)-th), so that no round trip waits behind the stage copies it
+// follows: a claim requested (three units ahead), the row of the claim requested a unit ago read
+// (slot, beta and GDN's g: two ahead), the cursor of the row read a unit ago (one ahead; cursors
+// advance only at the launch's last count). ``at`` is the word + lane: at a provably warp-uniform
+// address ptxas makes a one-lane atomic warp-aggregated, its result shuffled at once, a wait for
+// the round trip (kernel notes, sessions 21 and 68). ``pool`` is ``units`` where there is nothing to
+// claim (no live row, or no unit past the first STAGES rounds): then no claim is requested.
+struct ClaimedUnits {
+  int* at;
+  int pool;
+  int claim;          // requested a unit ago (raw: the word before the increment)
+  int u2, slot2;      // the row read a unit ago
+  float beta2, g2;
+  int u1, slot1, w1;  // the next unit (u1 >= units: none left) and its cursor, read a unit ago
+  float beta1, g1;
+};
+
+__device__ __forceinline__ ClaimedUnits start_claims(int first, int units, int* arrivals, int lane) {
+  ClaimedUnits c;
+  c.pool = first < 0 ? units : min(STAGES * (int)gridDim.x, units);
+  c.at = arrivals + max(first, 0) + lane;
+  c.claim = 0;
+  c.u2 = c.u1 = units;
+  c.slot2 = c.slot1 = -1;
+  c.w1 = 0;
+  c.beta2 = c.g2 = c.beta1 = c.g1 = 0.0f;
+  if (lane == 0 && c.pool < units) c.claim = atomicAdd(c.at, 1);
+  return c;
+}
+
+// Lane 0 only.
+__device__ __forceinline__ void advance_claims(ClaimedUnits& c, int units, const int* slot_ids, const int* cursor,
+                                               const void* beta, long long sb_batch, long long sb_head, const void* g,
+                                               long long sg_batch, long long sg_head) {
+  c.u1 = c.u2;
+  c.slot1 = c.slot2;
+  c.beta1 = c.beta2;
+  c.g1 = c.g2;
+  c.w1 = c.slot1 >= 0 ? cursor[c.slot1] : 0;
+  c.u2 = c.pool + (c.claim & ((1 << CLAIM_BITS) - 1));
+  c.slot2 = c.u2 < units ? slot_ids[c.u2 / (VHEADS * PARTS)] : -1;
+  c.beta2 = unit_scalar<BETA_CODE>(c.u2, units, beta, sb_batch, sb_head);
+  c.g2 = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(c.u2, units, g, sg_batch, sg_head);
+  if (c.pool < units) c.claim = atomicAdd(c.at, 1);
+}
+#endif
 #endif
 
 extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delta_replay_step(
@@ -1593,7 +1679,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     int i = 0;
     // The appends' strides, loaded before the first wait (params_zero).
     const u32 warm = params_zero(sgr_slot | sgr_head | sgr_pos | skr_slot | skr_head | skr_pos);
-    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+    for (int u = blockIdx.x; CLAIMED_UNITS || u < units; u += gridDim.x, ++i) {
       const int st = i % STAGES;
       unsigned char* const gstage = gbase + st * STAGE_BYTES;
       mbar_wait(BAR_RECS(st), ((i / STAGES) & 1) ^ warm);  // the records and inputs: the checkpoint may still be on its way
@@ -1603,6 +1689,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         stage_coefficients(gstage, slot, bh % VHEADS, unit - bh * PARTS, threadIdx.x - CONSUMERS * 32, scale, g_records,
                            sgr_slot, sgr_head, sgr_pos, k_records, skr_slot, skr_head, skr_pos);
       mbar_arrive(BAR_READY(st));
+      if (CLAIMED_UNITS && unit < 0) break;  // the producer's end marker
     }
     return;
   }
@@ -1618,8 +1705,8 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     // One launch: the previous grid (the previous step, say) may have written the cursors, the
     // records and the checkpoints, so nothing is read before it completes. Each unit's cursor
     // read is counted once the first unit of its 32 has been requested (DEFER_COUNT: its first
-    // STAGES units; the row's last count advances it; DEALT_UNITS: the CTA once, after its last
-    // unit, count_launch_reads), its beta (and GDN's g) read beside it.
+    // STAGES units; the row's last count advances it; DEALT_UNITS and CLAIMED_UNITS: the CTA once,
+    // after its last unit, count_launch_reads), its beta (and GDN's g) read beside it.
     // The slot, cursor and beta pointers and the records' strides loaded before the wait (a trap
     // no parameter can reach keeps ptxas from sinking the loads past it).
     if (params_zero((long long)slot_ids | (long long)cursor | (long long)beta | sb_batch | sb_head | sdr_slot |
@@ -1638,6 +1725,12 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     int unit_l = blockIdx.x + lane * gridDim.x;
     unit_slot_cursor(unit_l, units, (VHEADS * PARTS), slot_ids, cursor, slot_l, w_l);
 #endif
+#if CLAIMED_UNITS
+    // The first row's slot (the launch word's) and the first claim, requested with the first
+    // STAGES units' rows.
+    const int first_slot = first_live_slot(slot_ids, batch, lane);
+    ClaimedUnits claims = start_claims(first_slot, units, arrivals, lane);
+#endif
     float beta_l = unit_scalar<BETA_CODE>(unit_l, units, beta, sb_batch, sb_head);
     float g_l = PER_CHANNEL ? 0.0f : unit_scalar<G_CODE>(unit_l, units, g, sg_batch, sg_head);
 #if FLUSH_FIRST
@@ -1651,9 +1744,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     int i = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+    // CLAIMED_UNITS: the loop ends after the end marker's stage.
+    for (int u = blockIdx.x; CLAIMED_UNITS || u < units; u += gridDim.x, ++i) {
       const int k32 = i & 31;
-      if (k32 == 0 && i > 0) {
+      if (!CLAIMED_UNITS && k32 == 0 && i > 0) {
 #if DEALT_UNITS
         dealt_unit(i + lane, units, order, share, slot_ids, unit_l, slot_l);
         w_l = slot_l >= 0 ? cursor[slot_l] : 0;
@@ -1676,6 +1770,17 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #else
       const int src = k32;
 #endif
+#if CLAIMED_UNITS
+      // The first STAGES units in the fixed order, then lane 0's claimed ones; once none is left the
+      // end marker (unit -1, slot -1).
+      const bool claimed = u >= units || i >= STAGES;
+      const int from = claimed ? 0 : src;
+      const int next = __shfl_sync(0xffffffffu, claims.u1, 0);
+      const bool end = claimed && next >= units;
+      const int unit = end ? -1 : claimed ? next : u;
+      const int slot = end ? -1 : __shfl_sync(0xffffffffu, claimed ? claims.slot1 : slot_l, from);
+      const int w = __shfl_sync(0xffffffffu, claimed ? claims.w1 : w_l, from);
+#else
 #if DEALT_UNITS
       const int unit = __shfl_sync(0xffffffffu, unit_l, src);
 #else
@@ -1683,6 +1788,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #endif
       const int slot = __shfl_sync(0xffffffffu, slot_l, src);
       const int w = __shfl_sync(0xffffffffu, w_l, src);
+#endif
       const int st = i % STAGES;
       const u32 stage = base + st * STAGE_BYTES;
       const u32 full = bars + 8 * st, empty = bars + 8 * (STAGES + st);
@@ -1692,7 +1798,12 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #if ONE_LAUNCH
       // The exact cursor (advanced only once every unit of the row has read it): records 0..w-1
       // of d (the unit's rows), k̂ and g, and the step's q, k, v (KDA: g; GDN's g and beta: meta).
+#if CLAIMED_UNITS
+      const float bt = __shfl_sync(0xffffffffu, claimed ? claims.beta1 : beta_l, from);
+      const float gt = __shfl_sync(0xffffffffu, claimed ? claims.g1 : g_l, from);
+#else
       const float bt = __shfl_sync(0xffffffffu, beta_l, src), gt = __shfl_sync(0xffffffffu, g_l, src);
+#endif
 #if !PER_CHANNEL
       // GDN's g records (4 bytes each, too small for a bulk copy): asynchronous copies the full
       // barrier tracks, registered (each lane's pending count +1) before lane 0's arrival.
@@ -1708,7 +1819,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
         meta[1] = w;
         ((float*)meta)[2] = bt;
         ((float*)meta)[3] = gt;
-        if (FLUSH_FIRST || DEALT_UNITS) meta[4] = unit;
+        if (UNIT_IN_META) meta[4] = unit;
         const u32 rec_bytes = w * (ROWS * 2 + DK * 2 + (PER_CHANNEL ? DK * 2 : 0)) + V_BYTES + DK * 4 + (PER_CHANNEL ? DK * G_SIZE : 0);
         if (slot < 0) {
           mbar_arrive(full);
@@ -1758,6 +1869,10 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       const int u0 = u - k32 * gridDim.x;  // the block's first unit
       if (k32 == min(STAGES - 1, (units - 1 - u0) / (int)gridDim.x))
         count_cursor_read(u0 + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
+#elif CLAIMED_UNITS
+      if (end) break;
+      if (lane == 0 && i >= STAGES - 2)
+        advance_claims(claims, units, slot_ids, cursor, beta, sb_batch, sb_head, g, sg_batch, sg_head);
 #elif !DEALT_UNITS
       if (k32 == 0) count_cursor_read(u + lane * gridDim.x, units, slot_l, w_l, arrivals, cursor);
 #endif
@@ -1805,7 +1920,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
       }
 #endif
     }
-#if DEALT_UNITS
+#if DEALT_UNITS || CLAIMED_UNITS
     __syncwarp();  // every lane's cursor reads used
     count_launch_reads(first_slot, batch, slot_ids, arrivals, cursor, lane);
 #endif
@@ -1830,7 +1945,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
   // consumers forming the coefficients, the g and k̂ appends' too).
   const u32 warm = params_zero(so_batch | so_head | sdr_slot | sdr_head | sdr_pos | sgr_slot | sgr_head | sgr_pos |
                                skr_slot | skr_head | skr_pos);
-  for (int u = blockIdx.x; u < units; u += gridDim.x, ++i) {
+  for (int u = blockIdx.x; CLAIMED_UNITS || u < units; u += gridDim.x, ++i) {
     const int st = i % STAGES;
     const u32 stage = base + st * STAGE_BYTES;
     unsigned char* const gstage = gbase + st * STAGE_BYTES;
@@ -1845,6 +1960,7 @@ extern "C" __global__ void __launch_bounds__((PRODUCER + 1) * 32, MIN_CTAS) delt
 #endif
     const int slot = ((const int*)(gstage + OFF_META))[0];
     const int unit = stage_unit(gstage, u), bh = unit / PARTS, part = unit - bh * PARTS, b = bh / VHEADS, h = bh - b * VHEADS;
+    if (CLAIMED_UNITS && unit < 0) break;  // the producer's end marker
 #if ONE_LAUNCH && !COEF_WARPS
     // The unit's coefficients from its records and inputs, while its checkpoint may still be copied.
     if (slot >= 0)

@@ -380,11 +380,12 @@ __device__ __forceinline__ void ring_init(u32 bars, int stages, u32 consumers) {
   __syncthreads();
 }
 
-// A batch row's arrival counted in arrivals[slot] (acquire-release: the caller's reads of the row's
-// cursor are performed before it); returns the count before it.
+// A batch row's arrival counted in arrivals[slot], ADD added (acquire-release: the caller's reads of
+// the row's cursor are performed before it); returns the count before it.
+template <int ADD = 1>
 __device__ __forceinline__ int count_arrival(int* arrivals, int slot) {
   int arrived;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(arrivals + slot) : "memory");
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(arrived) : "l"(arrivals + slot), "n"(ADD) : "memory");
   return arrived;
 }
 
