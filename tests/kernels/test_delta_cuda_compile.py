@@ -821,6 +821,23 @@ def test_gdn_fp8_f16x2_s0_takes_the_two_launches(batch, l2norm):
             gc.delta_step_defines(16, 64, 128, 128, 16, cfg_, state_bytes, l2norm, torch.float32, torch.float32)
 
 
+def _assert_one_launch_forms_refused(cfg, name, refused, k_heads, v_heads, state_bytes, per_channel):
+    """Each (config, message) of ``refused`` raises that ValueError from delta_step_defines, and so
+    do ``cfg`` (a form ``name`` of the step kernel in one launch) in GDN's two launches and in its
+    small kernel."""
+    if not per_channel:
+        outside = f"{name} needs the step kernel in one launch"
+        refused = refused + [
+            (dataclasses.replace(cfg, one_launch=False, coef_warps=0, rec_warps=False), outside),
+            (dataclasses.replace(cfg, small=True, coef_warps=0, rec_warps=False), outside),
+        ]
+    for bad, message in refused:
+        with pytest.raises(ValueError, match=message):
+            gc.delta_step_defines(
+                k_heads, v_heads, 128, 128, 16, bad, state_bytes, True, torch.float32, torch.float32, per_channel
+            )
+
+
 @pytest.mark.parametrize("per_channel, state_bytes, batch", [(False, 4, 256), (False, 2, 256), (True, 1, 64), (True, 4, 256)])
 def test_claimed_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes, batch):
     """``claimed_units``: the table's one-launch builds with it (in place of flush_first,
@@ -853,22 +870,7 @@ def test_claimed_units_take_the_step_kernel_in_one_launch(per_channel, state_byt
         (dataclasses.replace(cfg, defer_count=True), message),
         (dataclasses.replace(cfg, dealt_units=True), message),
     ]
-    if not per_channel:
-        refused += [
-            (
-                dataclasses.replace(cfg, one_launch=False, coef_warps=0, rec_warps=False),
-                "claimed_units needs the step kernel in one launch",
-            ),
-            (
-                dataclasses.replace(cfg, small=True, coef_warps=0, rec_warps=False),
-                "claimed_units needs the step kernel in one launch",
-            ),
-        ]
-    for bad, message in refused:
-        with pytest.raises(ValueError, match=message):
-            gc.delta_step_defines(
-                k_heads, v_heads, 128, 128, 16, bad, state_bytes, True, torch.float32, torch.float32, per_channel
-            )
+    _assert_one_launch_forms_refused(cfg, "claimed_units", refused, k_heads, v_heads, state_bytes, per_channel)
     limit = 1 << gc.CLAIM_BITS
     gc.check_claim_count(limit - 1 - 3 * 264, 264)
     with pytest.raises(
@@ -911,19 +913,4 @@ def test_dealt_units_take_the_step_kernel_in_one_launch(per_channel, state_bytes
         (dataclasses.replace(cfg, flush_first=True), "dealt_units replaces flush_first and defer_count"),
         (dataclasses.replace(cfg, defer_count=True), "dealt_units replaces flush_first and defer_count"),
     ]
-    if not per_channel:
-        refused += [
-            (
-                dataclasses.replace(cfg, one_launch=False, coef_warps=0, rec_warps=False),
-                "dealt_units needs the step kernel in one launch",
-            ),
-            (
-                dataclasses.replace(cfg, small=True, coef_warps=0, rec_warps=False),
-                "dealt_units needs the step kernel in one launch",
-            ),
-        ]
-    for bad, message in refused:
-        with pytest.raises(ValueError, match=message):
-            gc.delta_step_defines(
-                k_heads, v_heads, 128, 128, 16, bad, state_bytes, True, torch.float32, torch.float32, per_channel
-            )
+    _assert_one_launch_forms_refused(cfg, "dealt_units", refused, k_heads, v_heads, state_bytes, per_channel)
