@@ -148,8 +148,9 @@ def parse_config(text: str):
 def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: bool) -> DeltaCudaConfig:
     """A :func:`parse_config` result as the DeltaCudaConfig it names for one case
     (``table[,fmma][,ff][,du|,ds][,rw][,cs][,qg][,h2][,eg][,cl]``: the launch table's for this batch, L and checkpoint,
-    with the flush's fold on tensor cores where asked, whatever the table says, and the flushing units
-    first, the dealt units (clearing the flushing units first and the deferred count) and GDN's
+    with the flush's fold on tensor cores where asked and the table runs the step kernel, and the flushing units
+    first (clearing the table's dealt or claimed units), the dealt units (clearing the flushing
+    units first, the deferred count and the claimed units) and GDN's
     records split over its coefficient warps where asked and the table runs the step
     kernel in one launch, and KDA's consumers summing the partials where asked and the table has
     coefficient warps, and KDA fp8's S0 products as fp8 wgmma products where asked and the table's
@@ -169,7 +170,7 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         qg = "qg" in mods and gc.s0_qgmma_fits(table, state_bytes, per_channel)
         c = dataclasses.replace(
             table,
-            flush_mma=table.flush_mma or "fmma" in mods,
+            flush_mma=table.flush_mma or ("fmma" in mods and not table.small),
             flush_first=table.flush_first or ff,
             rec_warps=table.rec_warps or rw,
             consumer_sums=table.consumer_sums or cs,
@@ -178,8 +179,12 @@ def case_config(c, geometry, L: int, batch: int, state_bytes: int, per_channel: 
         )
         if "h2" in mods and gc.s0_hfma2_fits(c, state_bytes, per_channel):
             c = dataclasses.replace(c, s0_hfma2=True)
+        if ff and (c.dealt_units or c.claimed_units):  # in place of the table's order, with the deferred count
+            c = dataclasses.replace(c, dealt_units=False, dealt_spread=False, claimed_units=False, defer_count=True)
         if ("du" in mods or "ds" in mods) and one:
-            c = dataclasses.replace(c, flush_first=False, defer_count=False, dealt_units=True, dealt_spread="ds" in mods)
+            c = dataclasses.replace(
+                c, flush_first=False, defer_count=False, dealt_units=True, dealt_spread="ds" in mods, claimed_units=False
+            )
         if "eg" in mods and not c.small:
             c = dataclasses.replace(c, even_grid=True)
         if "cl" in mods and one:

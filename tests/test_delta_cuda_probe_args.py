@@ -164,13 +164,15 @@ def test_table_fmma_is_the_table_with_the_flush_on_tensor_cores(state_bytes):
 
 @pytest.mark.parametrize("batch", [1, 8, 16, 256])
 def test_table_ff_takes_flushing_units_first_only_in_one_launch(batch):
-    """``table,ff`` takes each block's flushing units first where the table runs the step kernel in
-    one launch (GDN bf16 from 3, KDA always); elsewhere (the small kernel, the two launches) it is
-    the table."""
+    """``table,ff`` takes each block's flushing units first, with the deferred count in place of
+    the table's dealt units (GDN bf16 at 256), where the table runs the step kernel in one launch
+    (GDN bf16 from 3, KDA always); elsewhere (the small kernel, the two launches) it is the table."""
     table = delta_cuda_config(128, 128, 16, batch, 2)
     got = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=False)
     one = table.one_launch and not table.small
-    assert got == (dataclasses.replace(table, flush_first=True) if one else table)
+    ff = dataclasses.replace(table, flush_first=True, dealt_units=False, dealt_spread=False, defer_count=True)
+    assert got == (ff if one else table)
+    assert table.dealt_units == (batch == 256)
     assert one == (batch in (8, 16, 256))
     kda = delta_cuda_probe.case_config("table,ff", QWEN_122B, 16, batch, 2, per_channel=True)
     assert kda.flush_first and kda.one_launch
@@ -252,6 +254,27 @@ def test_table_du_deals_the_units_where_the_table_runs_the_step_kernel_in_one_la
     assert got == expected
     spread = delta_cuda_probe.case_config("table,ds", geometry, 16, batch, state_bytes, per_channel)
     assert spread == (dataclasses.replace(expected, dealt_spread=True) if one else expected)
+
+
+@pytest.mark.parametrize("family", ["gdn", "kda"])
+@pytest.mark.parametrize("state_bytes", [1, 2, 4])
+@pytest.mark.parametrize("batch", [1, 16, 64, 256, 512])
+def test_every_table_form_is_one_the_launcher_takes(family, state_bytes, batch):
+    """Each ``table`` modifier, alone and with the others it combines with, names a configuration
+    the launcher's checks accept (``delta_step_defines``) wherever the table routes dealt or
+    claimed units: a form that inherits the table's order and adds one that excludes it would be
+    refused on the GPU."""
+    import torch
+
+    from trtllm_replayssm.kernels.gated_delta_replay_cuda import delta_step_defines
+
+    per_channel = family == "kda"
+    geometry = (32, 32, 128, 128) if per_channel else QWEN_122B
+    k_heads, v_heads, head_k_dim, head_v_dim = geometry
+    for text in ("table", "table,ff", "table,du", "table,ds", "table,cl", "table,ff,rw", "table,fmma,ff", "table,ff,cs"):
+        cfg = delta_cuda_probe.case_config(text, geometry, 16, batch, state_bytes, per_channel)
+        delta_step_defines(k_heads, v_heads, head_k_dim, head_v_dim, 16, cfg, state_bytes, True, torch.float32,
+                           torch.float32, per_channel)  # fmt: skip
 
 
 def test_baseline_configs_need_a_baseline(capsys):

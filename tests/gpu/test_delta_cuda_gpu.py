@@ -120,8 +120,9 @@ def config(g, L, state, form, per_channel=False):
     # KDA: the table's at batch 256; GDN: its two launches (the table's with an fp8 checkpoint
     # above batch 16): units of 64 rows (128 with a bf16 checkpoint), two stages, as
     # many CTAs as the table's rule allows; the flush's fold on FMAs and the records copied one at
-    # a time unless the form says otherwise (the table's own: GDN table-cr, KDA table-cr-dc; at
-    # batch 12-63 with a 16- or 32-bit checkpoint one launch takes -ff too; GDN's one launch -rw)
+    # a time and the units in the fixed order unless the form says otherwise (the table's own: GDN
+    # table-cr, KDA table-cr-dc; at batch 12-63 with a 16- or 32-bit checkpoint one launch takes
+    # -ff too; GDN's one launch -rw; KDA's dealt and claimed units at 256: the -du / -ds / -cl forms)
     nbytes = STATES[state].itemsize
     if per_channel:
         table = delta_cuda_config(g.head_k_dim, g.head_v_dim, L, 256, nbytes, per_channel)
@@ -134,6 +135,9 @@ def config(g, L, state, form, per_channel=False):
         coalesce_recs=False,
         defer_count=False,
         flush_first=False,
+        dealt_units=False,
+        dealt_spread=False,
+        claimed_units=False,
         rec_warps=False,
         consumer_sums=False,
         s0_hfma2=False,
@@ -302,6 +306,7 @@ def test_cuda_delta_dealt_units_refuse_more_rows_than_their_order_holds():
     cfg = dataclasses.replace(
         delta_cuda_config(g.head_k_dim, g.head_v_dim, L, batch, 2, True),
         dealt_units=True,
+        claimed_units=False,
         flush_first=False,
         defer_count=False,
     )
@@ -370,8 +375,8 @@ def test_cuda_delta_fp8_long_run_against_oracle(g, L, per_channel, batch, flush_
         pytest.skip("the fp8 flush on tensor cores: the step kernel's")
     if flush_first and not step_kernel_in_one_launch(cfg, per_channel):
         pytest.skip("flushing units first: the step kernel in one launch")
-    if flush_first:  # in place of the table's dealt units (KDA 32-512), with the deferred count
-        cfg = dataclasses.replace(cfg, dealt_units=False, defer_count=True)
+    if flush_first:  # in place of the table's dealt or claimed units (KDA 32-4096), with the deferred count
+        cfg = dataclasses.replace(cfg, dealt_units=False, claimed_units=False, defer_count=True)
     cfg = dataclasses.replace(cfg, flush_mma=flush_mma, flush_first=flush_first)
     worst = drive_replay(
         DeltaFamily(g, per_channel=per_channel),
