@@ -209,7 +209,7 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
     # KDA fp8's own claimed and dealt units (the bf16 table's GDN rows are not KDA's; its dealt
     # units spread, at other batches)
-    claimed = per_channel and batch in gc.CLAIMED_UNITS_ROUTES[(True, 1)]
+    claimed = per_channel and batch in gc.CLAIMED_UNITS_BATCHES
     dealt = per_channel and batch in gc.KDA_FP8_DEALT_BATCHES and not claimed
     if per_channel:
         bf16 = dataclasses.replace(
