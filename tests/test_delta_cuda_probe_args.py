@@ -239,8 +239,8 @@ def test_table_eg_takes_the_even_grid_where_the_table_runs_the_step_kernel(famil
     "family, state_bytes, batch", [("gdn", 4, 64), ("gdn", 4, 1), ("gdn", 1, 64), ("kda", 1, 64), ("kda", 2, 16)]
 )
 def test_table_du_deals_the_units_where_the_table_runs_the_step_kernel_in_one_launch(family, state_bytes, batch):
-    """``table,du`` is the table with dealt units in place of its flushing units first and deferred
-    count where it runs the step kernel in one launch (KDA always; GDN fp32 at 64, not at 1, the
+    """``table,du`` is the table with dealt units in place of its flushing units first, deferred
+    count or claimed units where it runs the step kernel in one launch (KDA always; GDN fp32 at 64, not at 1, the
     small kernel; GDN fp8 at 64 runs two launches); elsewhere it is the table."""
     per_channel = family == "kda"
     geometry = (32, 32, 128, 128) if per_channel else QWEN_122B
@@ -250,7 +250,9 @@ def test_table_du_deals_the_units_where_the_table_runs_the_step_kernel_in_one_la
     one = per_channel or (table.one_launch and not table.small)
     assert one == (per_channel or (state_bytes, batch) == (4, 64))
     if one:
-        expected = dataclasses.replace(expected, flush_first=False, defer_count=False, dealt_units=True, dealt_spread=False)
+        expected = dataclasses.replace(
+            expected, flush_first=False, defer_count=False, dealt_units=True, dealt_spread=False, claimed_units=False
+        )
     assert got == expected
     spread = delta_cuda_probe.case_config("table,ds", geometry, 16, batch, state_bytes, per_channel)
     assert spread == (dataclasses.replace(expected, dealt_spread=True) if one else expected)

@@ -209,7 +209,7 @@ def test_fp8_checkpoints_compile_with_their_scales(shape, per_channel, batch):
     bf16_route = bf16.small or per_channel or (bf16.one_launch and batch <= gc.FP8_ONE_LAUNCH_MAX_BATCH)
     # KDA fp8's own claimed and dealt units (the bf16 table's GDN rows are not KDA's; its dealt
     # units spread, at other batches)
-    claimed = per_channel and batch in gc.CLAIMED_UNITS_BATCHES
+    claimed = per_channel and batch in gc.CLAIMED_UNITS_ROUTES[(True, 1)]
     dealt = per_channel and batch in gc.KDA_FP8_DEALT_BATCHES and not claimed
     if per_channel:
         bf16 = dataclasses.replace(
@@ -508,7 +508,8 @@ def test_records_strided_over_positions_are_refused_by_name(monkeypatch):
 
 def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_first():
     """Every step-kernel build of the table copies records in bulk; where it runs one launch it
-    claims its units from batch 256 to 4096 with KDA (every checkpoint) and GDN fp32, else deals
+    claims its units up to batch 4096 from batch 256 with KDA bf16 and fp8, from 32 with KDA fp32
+    and from 48 with GDN fp32, else deals
     them with KDA fp8 at batch 32-512, GDN bf16 at 48-256, GDN fp32 at 64-128 and KDA
     bf16 at 256-512 (these two with their flush units spread), elsewhere defers the count
     and takes each block's flushing units first with a 16- or 32-bit checkpoint at batch 12-63, KDA
@@ -523,7 +524,8 @@ def test_the_table_coalesces_records_defers_the_count_and_takes_flushing_units_f
                 cfg = gc.delta_cuda_config(128, 128, 16, batch, state_bytes, per_channel)
                 one = gc.step_kernel_in_one_launch(cfg, per_channel)
                 assert cfg.coalesce_recs == (not cfg.small), cfg
-                claimed = one and 256 <= batch <= 4096 and (per_channel or state_bytes == 4)
+                least = {(True, 1): 256, (True, 2): 256, (True, 4): 32, (False, 4): 48}.get((per_channel, state_bytes))
+                claimed = one and least is not None and least <= batch <= 4096
                 assert cfg.claimed_units == claimed, cfg
                 dealt = (
                     one

@@ -234,15 +234,23 @@ DEALT_UNITS_ROUTES = {
     (False, 4): (GDN_F32_DEALT_BATCHES, True),
 }
 # The step kernel in one launch claims its units after each CTA's first stages (``claimed_units``,
-# in place of flush_first, defer_count and dealt_units) at CLAIMED_UNITS_BATCHES with the
-# checkpoints of CLAIMED_UNITS_CHECKPOINTS, (per_channel, element bytes): every KDA one, GDN fp32 (H100,
-# session 70, L = 16, us, the table / with claimed_units: Qwen3.5-122B GDN fp32 256 421.38 / 409.44,
-# 512 825.92 / 805.92; Kimi Linear KDA bf16 256 135.63 / 132.16, 512 263.58 / 253.63; fp8 256 95.34
-# / 93.30, 512 179.25 / 174.51; fp32 256 237.57 / 227.82, 512 455.41 / 438.70; GDN bf16, slower: 256
-# 234.80 / 237.74, 512 453.09 / 463.62). Up to batch 4096, whose units stay inside the claim
-# count's CLAIM_BITS for up to 256 units a batch row (check_claim_count).
-CLAIMED_UNITS_BATCHES = range(256, 4097)
-CLAIMED_UNITS_CHECKPOINTS = {(True, 1), (True, 2), (True, 4), (False, 4)}
+# in place of flush_first, defer_count and dealt_units) at CLAIMED_UNITS_ROUTES' batches, by
+# (per_channel, checkpoint element bytes); other checkpoints (GDN bf16, fp8) claim none. L = 16, us,
+# the table / with claimed_units. H100, session 70: Qwen3.5-122B GDN fp32 256 421.38 / 409.44, 512
+# 825.92 / 805.92; Kimi Linear KDA bf16 256 135.63 / 132.16, 512 263.58 / 253.63; fp8 256 95.34 /
+# 93.30, 512 179.25 / 174.51; fp32 256 237.57 / 227.82, 512 455.41 / 438.70; GDN bf16, slower: 256
+# 234.80 / 237.74, 512 453.09 / 463.62. H200, session 71: GDN fp32 48 65.81 / 63.88, 64 85.73 /
+# 83.69, 96 122.14 / 118.74, 128 162.50 / 160.08; KDA fp32 32 27.92 / 26.53, 64 50.03 / 46.66, 128
+# 91.90 / 86.90, 192 130.75 / 125.26; slower below 256: KDA bf16 32 17.69 / 19.22, 64 31.55 / 33.15,
+# 128 56.91 / 60.82, 192 83.13 / 87.94; KDA fp8 32 17.16 / 18.61, 64 28.23 / 30.68, 128 46.35 /
+# 50.18, 192 66.79 / 70.26. Up to batch 4096, whose units stay inside the claim count's CLAIM_BITS
+# for up to 256 units a batch row (check_claim_count); below the least batch timed, none.
+CLAIMED_UNITS_ROUTES = {
+    (True, 1): range(256, 4097),
+    (True, 2): range(256, 4097),
+    (True, 4): range(32, 4097),
+    (False, 4): range(48, 4097),
+}
 # GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
 # these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
 # with it: batch 24 36.18 / 35.61, 32 46.82 / 45.82, 40 55.82 / 54.95, 48 65.80 / 65.43, 64 86.43
@@ -317,7 +325,7 @@ class DeltaCudaConfig:
     each CTA takes its first ``stages`` units in the fixed order, then units claimed one at a time
     from a count kept in the low :data:`CLAIM_BITS` bits of the word where each CTA counts itself
     once (as with ``dealt_units``), so that CTAs that stream faster take more units
-    (:data:`CLAIMED_UNITS_BATCHES`; kernel notes "Session 69" and "Session 70")."""
+    (:data:`CLAIMED_UNITS_ROUTES`; kernel notes "Session 69" to "Session 71")."""
 
     rows: int
     stages: int
@@ -509,8 +517,8 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     the cursor reads' count deferred (``defer_count``) and, with a 16- or 32-bit checkpoint at
     :func:`flush_first_batches`, the flushing units first (``flush_first``; figures beside the
     constants), or at DEALT_UNITS_ROUTES' batches the units dealt (``dealt_units``; their flush
-    units spread, ``dealt_spread``, where the route says so), or at CLAIMED_UNITS_BATCHES with
-    CLAIMED_UNITS_CHECKPOINTS the units claimed after each CTA's first stages (``claimed_units``);
+    units spread, ``dealt_spread``, where the route says so), or at CLAIMED_UNITS_ROUTES'
+    batches the units claimed after each CTA's first stages (``claimed_units``);
     KDA bf16 at
     KDA_CONSUMER_SUMS_BATCHES with ``consumer_sums``; KDA fp8 with ``use_qk_l2norm`` with
     ``s0_hfma2``.
@@ -531,7 +539,7 @@ def delta_cuda_config(head_k_dim: int, head_v_dim: int, L: int, batch: int, stat
     one = runs_one_launch(cfg, per_channel)
     kda_bf16 = per_channel and state_bytes == 2
     dealt_batches, spread = DEALT_UNITS_ROUTES.get((per_channel, state_bytes), (range(0), False))
-    claimed = one and (per_channel, state_bytes) in CLAIMED_UNITS_CHECKPOINTS and batch in CLAIMED_UNITS_BATCHES
+    claimed = one and batch in CLAIMED_UNITS_ROUTES.get((per_channel, state_bytes), range(0))
     dealt = one and not claimed and batch in dealt_batches
     flush_first = (one and not dealt and not claimed
                    and batch in flush_first_batches(state_bytes, per_channel, cfg.coef_warps > 0))
