@@ -61,7 +61,7 @@ def form_config(table, form: str, head_dim: int = 64, d_state: int = 128, L: int
     arithmetic after the barrier, 64 / 32 / 16 rows a CTA) or at batch 1 (uncapped, the
     arithmetic before the barrier, 32 / 16 rows), or as at batch 1 with a CTA a head (head_dim
     rows: 16 to 128, multiples of 8 that are not powers of two among them). ``c4-cl``: ``c4`` with
-    each CTA's units after its first ``stages`` claimed (``claimed_units``, the table's from batch 40)."""
+    each CTA's units after its first ``stages`` claimed (``claimed_units``, the table's at batch 40-255)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import small_config
 
     if form == "small-head":

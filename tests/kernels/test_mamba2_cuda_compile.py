@@ -93,9 +93,7 @@ def test_launcher_packs_the_kernels_ptx_parameters():
 
 
 def test_launch_table():
-    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(
-        stages=2, min_ctas=3, pdl=True, coef_warps=4, claimed_units=True
-    )
+    assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
     assert mc.cuda_step_config(64, 128, 16, 127).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 128).coef_warps == 4
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
     # The small one-launch kernel at batch 1-3 (bf16) and 1-4 (fp32), 32 rows a CTA where they
@@ -126,7 +124,7 @@ def test_launch_table():
     # fp8 from FP8_DEEP_RING_BATCH: four stages where they fit as many CTAs as two
     deep = mc.FP8_DEEP_RING_BATCH
     assert mc.cuda_step_config(64, 128, 16, deep - 1, 1).stages == 2 and mc.cuda_step_config(64, 128, 16, deep, 1).stages == 4
-    deep_ring = mc.CudaStepConfig(stages=4, min_ctas=2, pdl=True, coef_warps=4, claimed_units=True)
+    deep_ring = mc.CudaStepConfig(stages=4, min_ctas=2, pdl=True, coef_warps=4)
     assert mc.cuda_step_config(64, 128, 32, deep, 1) == deep_ring
     assert mc.cuda_step_config(128, 128, 32, deep, 1) == dataclasses.replace(deep_ring, min_ctas=1)
     assert mc.cuda_step_config(64, 128, 16, deep, 2).stages == 2
@@ -380,11 +378,11 @@ def test_small_rows_any_multiple_of_8_that_tiles_the_head(rows, head_dim):
 
 @pytest.mark.parametrize("state_bytes", [1, 2, 4], ids=["fp8", "bf16", "fp32"])
 def test_claimed_units_compile_and_only_they_claim(state_bytes):
-    """``claimed_units`` (the table's from CLAIMED_UNITS_BATCH): the step kernel claims units with
+    """``claimed_units`` (the table's at CLAIMED_UNITS_BATCHES): the step kernel claims units with
     global atomics (the count after the coefficient blocks, which the coefficient launch zeroes);
     without it the kernel claims nothing; shared memory the same either way."""
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
-    table = mc.cuda_step_config(head_dim, d_state, L, 256, state_bytes)
+    table = mc.cuda_step_config(head_dim, d_state, L, 64, state_bytes)
     assert table.claimed_units
     for cfg, claims in ((table, True), (dataclasses.replace(table, claimed_units=False), False)):
         ptx = mc.compile_step_ptx(nheads, ngroups, head_dim, d_state, L, cfg, FLAGS, state_bytes)
@@ -394,14 +392,14 @@ def test_claimed_units_compile_and_only_they_claim(state_bytes):
 
 
 def test_claimed_units_from_their_batch_and_refused_where_they_cannot_run():
-    """The table claims from CLAIMED_UNITS_BATCH; the small kernel (no ring) and the TensorRT AOT
+    """The table claims at CLAIMED_UNITS_BATCHES (40-255) only; the small kernel (no ring) and the TensorRT AOT
     entries (the static order; the plugin builds its own configuration) refuse claimed units."""
     from trtllm_replayssm.kernels.nvrtc import compile_program
 
     nheads, ngroups, head_dim, d_state, L = SHAPES[0]
     for es in (1, 2, 4):
-        assert not mc.cuda_step_config(head_dim, d_state, L, mc.CLAIMED_UNITS_BATCH - 1, es).claimed_units
-        assert mc.cuda_step_config(head_dim, d_state, L, mc.CLAIMED_UNITS_BATCH, es).claimed_units
+        claims = [mc.cuda_step_config(head_dim, d_state, L, b, es).claimed_units for b in (39, 40, 255, 256, 512)]
+        assert claims == [False, True, True, False, False], (es, claims)
     small = dataclasses.replace(mc.small_config(64, 128, 16, 2, 2), claimed_units=True)
     with pytest.raises(ValueError, match=r"mamba2_replay_step \(CUDA\): claimed_units needs the two launches"):
         mc.step_defines(nheads, ngroups, head_dim, d_state, L, small, FLAGS)

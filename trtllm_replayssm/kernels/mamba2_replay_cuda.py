@@ -72,13 +72,17 @@ SMALL_MAX_BATCH_UNCAPPED = 2
 # 136.45 / 129.68, 512 255.90 / 243.14; kernel notes "fp8 S0 products on tensor cores").
 FP8_DEEP_RING_BATCH = 256
 
-# From this batch the two launches' step kernel claims its units after the first stages
+# At these batches the two launches' step kernel claims its units after the first stages
 # (``claimed_units``): H100, session 68, Nemotron-3-Super, L = 16, us, static / claimed: fp32 32
 # 59.16 / 58.60, 40 71.59 / 70.77, 64 114.30 / 111.95, 256 426.56 / 417.86, 512 838.54 / 816.85;
 # bf16 32 34.01 / 33.98, 48 48.26 / 47.69, 256 237.81 / 232.83, 512 460.54 / 448.26; fp8 256
 # 147.34 / 142.04; below 32 a claim a unit costs more than it evens out (fp32 16 32.49 / 32.68,
-# bf16 24 26.56 / 27.08).
-CLAIMED_UNITS_BATCH = 40
+# bf16 24 26.56 / 27.08). Not from 256: on the H200 (session 71, claimed from 40) the replay step
+# against the conventional one of the same run fell from session 61's static order, fp32 256
+# 1.734x -> 1.702x, 512 1.782x -> 1.740x, bf16 256 1.577x -> 1.511x, 512 1.634x -> 1.552x
+# (conventional steps within 0.2%; at 64 fp32 1.602x -> 1.621x, bf16 1.467x -> 1.454x), and a
+# timeline at fp32 256 put the claimed step 9 us behind the static one (kernel notes "Session 71").
+CLAIMED_UNITS_BATCHES = range(40, 256)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class CudaStepConfig:
     (the two launches): the step kernel's CTA c takes units c, c + grid, ... only for its first
     ``stages`` units, then units one at a time from a count that every CTA claims from (zeroed by
     the coefficient launch), so that CTAs that stream faster take more units and all end together
-    (:data:`CLAIMED_UNITS_BATCH`; the TensorRT AOT entries keep the static order)."""
+    (:data:`CLAIMED_UNITS_BATCHES`; the TensorRT AOT entries keep the static order)."""
 
     stages: int
     min_ctas: int
@@ -171,11 +175,11 @@ def two_launch_config(head_dim: int, d_state: int, L: int, batch: int, state_byt
     """The table's two launches at any batch (:func:`ring_config`; fp8 at L > 16 with at most 2
     CTAs a multiprocessor: the flush's rows held in registers spill under 3 CTAs' cap, a CPU test
     compiles the table; fp8 from :data:`FP8_DEEP_RING_BATCH` four stages where they fit as many
-    CTAs), with claimed units from :data:`CLAIMED_UNITS_BATCH`. Also where the table's small
+    CTAs), with claimed units at :data:`CLAIMED_UNITS_BATCHES`. Also where the table's small
     kernel cannot read the inputs."""
     ring = ring_config(head_dim, step_shared_bytes(head_dim, d_state, L, 2, state_bytes), batch,
                        f"cuda_step_config: head_dim {head_dim}, d_state {d_state}, L {L}")
-    ring = replace(ring, claimed_units=batch >= CLAIMED_UNITS_BATCH)
+    ring = replace(ring, claimed_units=batch in CLAIMED_UNITS_BATCHES)
     if state_bytes != 1:
         return ring
     ring = replace(ring, min_ctas=min(ring.min_ctas, 2)) if L > 16 else ring
