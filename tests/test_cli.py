@@ -524,7 +524,7 @@ def test_plan_prints_the_measured_route_advice(capsys):
     assert "Measured speed of the ReplaySSM routes at batch 16 (advice only: nothing is switched)" in out
     assert (
         "  kda replay step L 16, fp32 checkpoint, batch 16: 1.26x the conventional step "
-        '(H200 2026-12-06, docs/benchmarks.md "Checkpoint dtypes: speed"); recommended: replay'
+        '(H200 2026-12-07, docs/benchmarks.md "Checkpoint dtypes: speed"); recommended: replay'
     ) in out
     assert (
         "  kda verify T 4, B 16, fp32 checkpoint, batch 16: 2.15x 4 serial steps "

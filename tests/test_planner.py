@@ -422,23 +422,26 @@ def test_plan_sets_the_checkpoint_dtypes_side_by_side():
     assert d[0]["traffic_vs_conventional"] == pytest.approx(fp32.traffic.total / p.modes["conventional"].traffic.total)
 
 
-_FP8_NOTE = (
-    "  fp8: no conventional step keeps an fp8 state, so its replay step is measured against the fp32 conventional step "
-    '(H200 2026-12-06, docs/benchmarks.md "Checkpoint dtypes: speed")'
-)
+def _fp8_note(date: str) -> str:
+    return (
+        "  fp8: no conventional step keeps an fp8 state, so its replay step is measured against the fp32 conventional "
+        f'step (H200 {date}, docs/benchmarks.md "Checkpoint dtypes: speed")'
+    )
 
 
 @pytest.mark.parametrize(
-    "model, family, ratio, verdict, bf16",
-    [("nemotron-3-super-120b", "mamba2", 4.66, "faster", 3.07), ("qwen3.5-122b-a10b", "gdn", 3.87, "faster", 2.81),
-     ("kimi-linear-48b", "kda", 2.78, "faster", 2.62)],
+    "model, family, ratio, verdict, bf16, date",
+    [("nemotron-3-super-120b", "mamba2", 4.66, "faster", 3.07, "2026-12-06"),
+     ("qwen3.5-122b-a10b", "gdn", 3.86, "faster", 2.88, "2026-12-07"),
+     ("kimi-linear-48b", "kda", 3.08, "faster", 2.77, "2026-12-07")],
 )  # fmt: skip
 def test_plan_sets_an_fp8_checkpoint_against_the_fp32_conventional_step_and_the_bf16_replay_step(
-    model, family, ratio, verdict, bf16
+    model, family, ratio, verdict, bf16, date
 ):
     """No conventional step keeps an fp8 state: the fp8 row's figure is against the fp32
     conventional step, said in the row and the note under it, with the bf16 replay step of the
-    same run (session 61's H200 run: fp8 faster on all three at batch 256)."""
+    same run (H200, Mamba-2 session 61's run, GDN and KDA session 71's: fp8 faster on all three
+    at batch 256)."""
     p = plan(load_model(model), gpu_mem_bytes=141 * GiB, batch=256)
     lines = format_plan(p).splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("Replay checkpoint dtypes"))
@@ -446,7 +449,7 @@ def test_plan_sets_an_fp8_checkpoint_against_the_fp32_conventional_step_and_the_
     assert lines[header + 5].startswith("  fp8 ")
     assert lines[header + 5].endswith(f"  {family} {ratio:.2f}x the fp32 conventional step at batch 256")
     assert lines[header + 6] == (
-        f"{_FP8_NOTE}; {family} {verdict} than the bf16 replay step of the same run ({ratio:.2f}x against {bf16:.2f}x at batch 256)"
+        f"{_fp8_note(date)}; {family} {verdict} than the bf16 replay step of the same run ({ratio:.2f}x against {bf16:.2f}x at batch 256)"
     )
     (fp8,) = [a for cp in p.checkpoints if cp.dtype == FP8 for a in cp.advice]
     assert (fp8.ratio, fp8.conventional_dtype, fp8.bf16_same_run) == (ratio, "fp32", bf16)
@@ -458,8 +461,8 @@ def test_plan_of_another_state_dtype_says_fp8_is_not_measured_against_it():
     config = PlanConfig(state_dtype=torch.bfloat16)
     text = format_plan(plan(load_model("qwen3.5-122b-a10b"), config=config, gpu_mem_bytes=141 * GiB, batch=16))
     assert (
-        f"{_FP8_NOTE}, not the plan's bf16 one (not measured against it); gdn slower than the bf16 replay step of the "
-        "same run (2.22x against 2.30x at batch 16)"
+        f"{_fp8_note('2026-12-07')}, not the plan's bf16 one (not measured against it); gdn slower than the bf16 "
+        "replay step of the same run (2.21x against 2.28x at batch 16)"
     ) in text.splitlines()
     one = format_plan(plan(load_model("nemotron-3-super-120b"), gpu_mem_bytes=141 * GiB, batch=1))
     assert "; mamba2 as fast as the bf16 replay step of the same run (1.34x against 1.34x at batch 1)" in one

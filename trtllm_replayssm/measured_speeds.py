@@ -160,24 +160,6 @@ _GDN_DECODE = Source(
     "2026-12-03 (session 26, GDN's flush on tensor cores), GDN rows",
     _RESULTS + "2026-12-03-h200-gdn_decode_peers_s26.json",
 )
-_GDN_DECODE_L = Source(
-    "2026-12-03",
-    _H200,
-    "python benchmarks/gated_delta_decode.py --family gdn --geometry 16,64,128,128 --L 8 32",
-    _DOC,
-    "GDN and KDA decode",
-    "2026-12-03 (session 22, CUDA step), L = 8 and 32 rows",
-    _RESULTS + "2026-12-03-h200-gdn_decode_L8_L32_s22.json",
-)
-_KDA_DECODE = Source(
-    "2026-12-03",
-    _H200,
-    "python benchmarks/gated_delta_decode.py --family kda",
-    _DOC,
-    "GDN and KDA decode",
-    "2026-12-03 (session 26, GDN's flush on tensor cores), KDA rows",
-    _RESULTS + "2026-12-03-h200-kda_decode_s26.json",
-)
 _MAMBA2_VERIFY_BF16 = Source(
     "2026-12-04",
     _H200,
@@ -214,15 +196,6 @@ _KDA_VERIFY_BF16_S34 = Source(
     "session 34, KDA: the CUDA verify",
     _RESULTS + "2026-12-04-h200-s34-call8-spec_verify_kda_bf16.log",
 )
-_KDA_DECODE_L32 = Source(
-    "2026-12-03",
-    _H200,
-    "python benchmarks/gated_delta_decode.py --family kda --L 32 --state f32",
-    _DOC,
-    "GDN and KDA decode",
-    "2026-12-03 (session 28, KDA fp32 at L = 32: 128-row units with coefficient warps)",
-    _RESULTS + "2026-12-03-h200-s28-call3-kda_decode_L32.json",
-)
 
 _CHECKPOINT_SPEED = Source(
     "2026-12-04",
@@ -241,6 +214,33 @@ _CHECKPOINT_SPEED_S61 = Source(
     "Checkpoint dtypes: speed",
     "2026-12-06 (session 61, H200): every checkpoint dtype on the kernels of 637b6e1",
     _RESULTS + "2026-12-06-h200-s61-callP2-ckpt.log",
+)
+_CHECKPOINT_SPEED_S71 = Source(
+    "2026-12-07",
+    _H200,
+    "python benchmarks/checkpoint_speed.py --family gdn kda --state f32 bf16 fp8 --batch 1 16 64 256 512",
+    _DOC,
+    "Checkpoint dtypes: speed",
+    "2026-12-07 (session 71, H200): GDN and KDA on the routed table of 3873349",
+    _RESULTS + "2026-12-07-h200-s71-callR37-ckpt.log",
+)
+_GDN_DECODE_L_S71 = Source(
+    "2026-12-07",
+    _H200,
+    "python benchmarks/gated_delta_decode.py --family gdn --L 8 32 --state f32 bf16",
+    _DOC,
+    "GDN and KDA decode",
+    "2026-12-07 (session 71, H200), L = 8 and 32 rows",
+    _RESULTS + "2026-12-07-h200-s71-callR40-gdn_L8_L32.log",
+)
+_KDA_DECODE_L_S71 = Source(
+    "2026-12-07",
+    _H200,
+    "python benchmarks/gated_delta_decode.py --family kda --L 8 32 --state f32 bf16",
+    _DOC,
+    "GDN and KDA decode",
+    "2026-12-07 (session 71, H200), L = 8 and 32 rows",
+    _RESULTS + "2026-12-07-h200-s71-callR41-kda_L8_L32.log",
 )
 _VERIFY_S61 = Source(
     "2026-12-06",
@@ -277,20 +277,24 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
     (MAMBA2, SUPER, "bf16", 16, _CHECKPOINT_SPEED_S61): (1.05, 1.21, 1.47, 1.58, 1.63),
     (MAMBA2, SUPER, "bf16", 32, _MAMBA2_DECODE_L): (0.83, 1.13, 1.40, 1.49, 1.54),
     # The route the op takes: the CUDA step.
+    (GDN, QWEN35_4B, "fp32", 8, _GDN_DECODE_L_S71): (1.04, 1.28, 1.54, 1.66, 1.73),
     (GDN, QWEN35_4B, "fp32", 16, _GDN_DECODE): (1.10, 1.15, 1.38, 1.59, 1.67),
+    (GDN, QWEN35_4B, "fp32", 32, _GDN_DECODE_L_S71): (1.06, 1.11, 1.52, 1.67, 1.75),
+    (GDN, QWEN35_4B, "bf16", 8, _GDN_DECODE_L_S71): (1.17, 1.00, 1.28, 1.41, 1.35),
     (GDN, QWEN35_4B, "bf16", 16, _GDN_DECODE): (1.11, 0.93, 1.09, 1.38, 1.45),
-    (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE_L): (1.00, 1.35, 1.53, 1.66, 1.69),
-    (GDN, QWEN35_122B, "fp32", 16, _CHECKPOINT_SPEED_S61): (1.11, 1.44, 1.58, 1.75, 1.79),
-    (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE_L): (0.95, 1.25, 1.46, 1.62, 1.65),
-    (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L): (1.01, 1.05, 1.32, 1.50, 1.53),
-    (GDN, QWEN35_122B, "bf16", 16, _CHECKPOINT_SPEED_S61): (1.08, 1.25, 1.36, 1.46, 1.49),
-    (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L): (0.97, 0.95, 1.13, 1.28, 1.34),
-    (KDA, KIMI, "fp32", 8, _KDA_DECODE): (0.93, 1.12, 1.38, 1.56, 1.63),
-    (KDA, KIMI, "fp32", 16, _CHECKPOINT_SPEED_S61): (1.24, 1.26, 1.44, 1.59, 1.68),
-    (KDA, KIMI, "fp32", 32, _KDA_DECODE_L32): (0.71, 0.97, 1.13, 1.21, 1.29),
-    (KDA, KIMI, "bf16", 8, _KDA_DECODE): (0.84, 0.88, 1.14, 1.32, 1.40),
-    (KDA, KIMI, "bf16", 16, _CHECKPOINT_SPEED_S61): (0.97, 1.06, 1.15, 1.37, 1.44),
-    (KDA, KIMI, "bf16", 32, _KDA_DECODE): (0.61, 0.63, 0.73, 0.70, 0.72),
+    (GDN, QWEN35_4B, "bf16", 32, _GDN_DECODE_L_S71): (1.16, 1.07, 1.27, 1.41, 1.39),
+    (GDN, QWEN35_122B, "fp32", 8, _GDN_DECODE_L_S71): (1.10, 1.43, 1.60, 1.71, 1.73),
+    (GDN, QWEN35_122B, "fp32", 16, _CHECKPOINT_SPEED_S71): (1.11, 1.44, 1.64, 1.76, 1.78),
+    (GDN, QWEN35_122B, "fp32", 32, _GDN_DECODE_L_S71): (1.09, 1.25, 1.61, 1.73, 1.76),
+    (GDN, QWEN35_122B, "bf16", 8, _GDN_DECODE_L_S71): (1.06, 1.17, 1.35, 1.42, 1.42),
+    (GDN, QWEN35_122B, "bf16", 16, _CHECKPOINT_SPEED_S71): (1.07, 1.25, 1.43, 1.50, 1.48),
+    (GDN, QWEN35_122B, "bf16", 32, _GDN_DECODE_L_S71): (1.02, 1.19, 1.38, 1.48, 1.46),
+    (KDA, KIMI, "fp32", 8, _KDA_DECODE_L_S71): (1.17, 1.26, 1.54, 1.64, 1.69),
+    (KDA, KIMI, "fp32", 16, _CHECKPOINT_SPEED_S71): (1.24, 1.26, 1.54, 1.65, 1.70),
+    (KDA, KIMI, "fp32", 32, _KDA_DECODE_L_S71): (0.93, 1.20, 1.42, 1.55, 1.61),
+    (KDA, KIMI, "bf16", 8, _KDA_DECODE_L_S71): (1.02, 1.08, 1.25, 1.49, 1.52),
+    (KDA, KIMI, "bf16", 16, _CHECKPOINT_SPEED_S71): (0.97, 1.06, 1.21, 1.45, 1.51),
+    (KDA, KIMI, "bf16", 32, _KDA_DECODE_L_S71): (0.80, 0.86, 1.02, 1.07, 1.09),
     # fp16 checkpoints take the Triton kernels (the CUDA steps read bf16 and fp32 only).
     (MAMBA2, SUPER, "fp16", 16, _CHECKPOINT_SPEED): (0.64, 0.79, 0.96, 1.14, 1.17),
     (GDN, QWEN35_122B, "fp16", 16, _CHECKPOINT_SPEED): (0.72, 0.88, 1.03, 1.17, 1.19),
@@ -302,10 +306,11 @@ _STEP_TABLE: Dict[tuple, Tuple[float, ...]] = {
 # replay step's ratios against the fp32 conventional step (no conventional step keeps an fp8
 # state), the same run's bf16 replay step's against that same step, and each batch's source.
 _FP8_SOURCES = (_CHECKPOINT_SPEED_S61,) * 5
+_FP8_SOURCES_S71 = (_CHECKPOINT_SPEED_S71,) * 5
 _FP8_STEP_TABLE: Dict[tuple, Tuple[Tuple[float, ...], Tuple[float, ...], Tuple[Source, ...]]] = {
     (MAMBA2, SUPER, 16): ((1.34, 2.64, 3.87, 4.66, 4.89), (1.34, 2.23, 2.83, 3.07, 3.22), _FP8_SOURCES),
-    (GDN, QWEN35_122B, 16): ((1.31, 2.22, 3.22, 3.87, 3.88), (1.28, 2.30, 2.61, 2.81, 2.90), _FP8_SOURCES),
-    (KDA, KIMI, 16): ((1.19, 1.93, 2.32, 2.78, 2.87), (1.23, 1.96, 2.19, 2.62, 2.75), _FP8_SOURCES),
+    (GDN, QWEN35_122B, 16): ((1.31, 2.21, 3.20, 3.86, 3.84), (1.27, 2.28, 2.73, 2.88, 2.88), _FP8_SOURCES_S71),
+    (KDA, KIMI, 16): ((1.23, 2.01, 2.57, 3.08, 3.20), (1.23, 1.96, 2.29, 2.77, 2.89), _FP8_SOURCES_S71),
 }
 
 # (family, layer, T) -> ratios vs T serial steps at _VERIFY_BATCHES; fp32 checkpoint, B = 16.
