@@ -61,7 +61,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import kernel_source  # noqa: E402
+from harness import add_baseline_arguments, baseline_runs, kernel_source  # noqa: E402
 from mamba2_cuda_probe import check_against_triton  # noqa: E402
 from peers_mamba2 import Route, capture, round_spread, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import GatedDeltaDecodeCase  # noqa: E402
@@ -207,17 +207,9 @@ def main(argv=None):
     ap.add_argument("--L", type=int, nargs="+", default=[16])
     ap.add_argument("--state", nargs="+", default=["f32", "bf16"], choices=["bf16", "f32", "fp8"])
     ap.add_argument("--configs", type=parse_config, nargs="*", default=["table"])
-    ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
-    ap.add_argument(
-        "--baseline-configs",
-        type=parse_config,
-        nargs="+",
-        default=None,
-        help="the configs timed with --baseline (default: all)",
-    )
+    add_baseline_arguments(ap, parse_config)
     args = ap.parse_args(argv)
-    if args.baseline_configs is not None and args.baseline is None:
-        ap.error("--baseline-configs needs --baseline")
+    runs = baseline_runs(ap, args)
     if not torch.cuda.is_available():
         sys.exit("delta_cuda_probe: needs a CUDA GPU")
     geometry = args.geometry or GEOMETRY[args.family]
@@ -228,9 +220,6 @@ def main(argv=None):
     print(f"{'state':>5} {'L':>3} {'batch':>6} {'route':>30} {'us/step':>9} {'spread%':>7} {'speedup':>8} {'check':>9}")
     for state, L, batch in itertools.product(args.state, args.L, args.batch):
         case = GatedDeltaDecodeCase(args.family, geometry, batch, L, state, "bf16")
-        runs = [(c, "", None) for c in args.configs]
-        if args.baseline:
-            runs += [(c, " @base", args.baseline) for c in args.baseline_configs or args.configs]
         configs = {}
         for c, tag, src in runs:
             cfg = case_config(c, geometry, L, batch, case.state.itemsize, per_channel)

@@ -181,6 +181,31 @@ def run_sweep(make_case, args) -> None:
             torch.cuda.empty_cache()
 
 
+def add_baseline_arguments(ap, parse_config) -> None:
+    """The probes' ``--baseline CU`` (another copy of the kernel source, :func:`kernel_source`) and
+    ``--baseline-configs`` (the configurations timed with it; default: all of ``--configs``)."""
+    ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
+    ap.add_argument(
+        "--baseline-configs",
+        type=parse_config,
+        nargs="+",
+        default=None,
+        help="the configs timed with --baseline (default: all)",
+    )
+
+
+def baseline_runs(ap, args) -> list:
+    """[(config, tag, source)]: every ``--configs`` entry with the working tree's kernel (tag "",
+    source None), then the ``--baseline-configs`` (default: all) with ``--baseline``'s, tagged
+    " @base". ``--baseline-configs`` without ``--baseline`` is refused (``ap.error``: exit 2)."""
+    if args.baseline_configs is not None and args.baseline is None:
+        ap.error("--baseline-configs needs --baseline")
+    runs = [(c, "", None) for c in args.configs]
+    if args.baseline:
+        runs += [(c, " @base", args.baseline) for c in args.baseline_configs or args.configs]
+    return runs
+
+
 @contextlib.contextmanager
 def kernel_source(launcher_module, path, loaded: dict):
     """Inside: the CUDA launcher module ``launcher_module`` (kernels.mamba2_replay_cuda or

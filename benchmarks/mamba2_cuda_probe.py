@@ -18,6 +18,7 @@ multiprocessor, the arithmetic before the barrier).
 revision exported by scripts/export_variant.sh: ``variants/main/trtllm_replayssm/kernels/cuda/
 mamba2_replay_step.cu``; same kernel parameters), in the same interleaved rounds, labelled
 ``@base``: a kernel change measured side by side with the kernel it replaces.
+``--baseline-configs`` names the configurations timed with it instead of all of them.
 
 ``--state fp8``: an fp8-e4m3 checkpoint with its row scales. No conventional step keeps one, so
 the speedup column is against the fp32 conventional step (a second case of the same shape,
@@ -42,7 +43,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..")]
 
-from harness import kernel_source  # noqa: E402
+from harness import add_baseline_arguments, baseline_runs, kernel_source  # noqa: E402
 from peers_mamba2 import Route, capture, time_interleaved  # noqa: E402
 from trtllm_replayssm.bench import Mamba2DecodeCase  # noqa: E402
 from trtllm_replayssm.kernels.mamba2_replay import replay_step_kernel  # noqa: E402
@@ -109,7 +110,7 @@ def main(argv=None):
         choices=["bf16", "f32", "fp8"],
         help="checkpoint dtype (f32: the CUDA step only with --configs; fp8: against the fp32 conventional step)",
     )
-    ap.add_argument("--baseline", metavar="CU", default=None, help="another kernel source: each config timed with it too")
+    add_baseline_arguments(ap, parse_config)
     ap.add_argument(
         "--pads",
         type=int,
@@ -119,6 +120,7 @@ def main(argv=None):
         help="each case again after allocating this many MiB first (the state pool placed elsewhere)",
     )
     args = ap.parse_args(argv)
+    runs = baseline_runs(ap, args)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_probe: needs a CUDA GPU")
     print(
@@ -135,8 +137,7 @@ def main(argv=None):
         kernel = replay_step_kernel(cache.checkpoint, cache.x_records, cache.B_records, case.x, cache.checkpoint_scale)
         if kernel == "cuda":
             kernel += " " + cuda_step_config(args.geometry[1], args.geometry[2], L, batch, case.state.itemsize).label()
-        sources = {"": None} if args.baseline is None else {"": None, " @base": args.baseline}
-        configs = {f"cuda {c.label()}{tag}": (c, src) for c in args.configs for tag, src in sources.items()}
+        configs = {f"cuda {c.label()}{tag}": (c, src) for c, tag, src in runs}
         checks, kernels = {}, {}
         for name, (c, src) in configs.items():
             with kernel_source(mc, src, kernels.setdefault(name, {})):

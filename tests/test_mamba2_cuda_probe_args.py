@@ -39,3 +39,25 @@ def test_labels_name_claimed_units_only_when_asked():
 def test_malformed_config_strings_are_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match=f"config {text!r}"):
         mamba2_cuda_probe.parse_config(text)
+
+
+def test_baseline_configs_need_a_baseline(capsys):
+    with pytest.raises(SystemExit) as e:
+        mamba2_cuda_probe.main(["--configs", "2,2,pdl,c4", "--baseline-configs", "2,2,pdl,c4"])
+    assert e.value.code == 2
+    assert "--baseline-configs needs --baseline" in capsys.readouterr().err
+
+
+def test_baseline_runs_time_only_the_named_configs_with_the_baseline():
+    from harness import add_baseline_arguments, baseline_runs
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", type=mamba2_cuda_probe.parse_config, nargs="*", default=[])
+    add_baseline_arguments(ap, mamba2_cuda_probe.parse_config)
+    static, claimed = (mamba2_cuda_probe.parse_config(t) for t in ("2,2,pdl,c4", "2,2,pdl,c4,cl"))
+    configs = ["--configs", "2,2,pdl,c4", "2,2,pdl,c4,cl"]
+    assert baseline_runs(ap, ap.parse_args(configs)) == [(static, "", None), (claimed, "", None)]
+    every = baseline_runs(ap, ap.parse_args(configs + ["--baseline", "b.cu"]))
+    assert every[2:] == [(static, " @base", "b.cu"), (claimed, " @base", "b.cu")]
+    named = baseline_runs(ap, ap.parse_args(configs + ["--baseline", "b.cu", "--baseline-configs", "2,2,pdl,c4,cl"]))
+    assert named[2:] == [(claimed, " @base", "b.cu")]
