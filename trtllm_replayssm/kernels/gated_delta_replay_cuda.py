@@ -243,13 +243,15 @@ DEALT_UNITS_ROUTES = {
 # 83.69, 96 122.14 / 118.74, 128 162.50 / 160.08; KDA fp32 32 27.92 / 26.53, 64 50.03 / 46.66, 128
 # 91.90 / 86.90, 192 130.75 / 125.26; slower below 256: KDA bf16 32 17.69 / 19.22, 64 31.55 / 33.15,
 # 128 56.91 / 60.82, 192 83.13 / 87.94; KDA fp8 32 17.16 / 18.61, 64 28.23 / 30.68, 128 46.35 /
-# 50.18, 192 66.79 / 70.26. Up to batch 4096, whose units stay inside the claim count's CLAIM_BITS
-# for up to 256 units a batch row (check_claim_count); below the least batch timed, none.
+# 50.18, 192 66.79 / 70.26. Up to CLAIMED_UNITS_MAX_BATCH, whose units stay inside the claim
+# count's CLAIM_BITS for up to 256 units a batch row (check_claim_count); below the least batch
+# timed, none.
+CLAIMED_UNITS_MAX_BATCH = 4096
 CLAIMED_UNITS_ROUTES = {
-    (True, 1): range(256, 4097),
-    (True, 2): range(256, 4097),
-    (True, 4): range(32, 4097),
-    (False, 4): range(48, 4097),
+    (True, 1): range(256, CLAIMED_UNITS_MAX_BATCH + 1),
+    (True, 2): range(256, CLAIMED_UNITS_MAX_BATCH + 1),
+    (True, 4): range(32, CLAIMED_UNITS_MAX_BATCH + 1),
+    (False, 4): range(48, CLAIMED_UNITS_MAX_BATCH + 1),
 }
 # GDN with an fp32 checkpoint and coefficient warps takes flush_first only with 128-row units, at
 # these batches (H200, session 65, Qwen3.5-122B, L = 16, us, 128,2,1,one,cw4,cr,dc,rw without /
