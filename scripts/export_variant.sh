@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Export a git revision's code (package, builders, plugins, tests, benchmarks) under variants/NAME,
 # for timing it side by side with the working tree in one device call (scripts/device_compare.sh)
-# or running its GPU tests there (cd variants/NAME && PYTHONPATH=$PWD python3 -m pytest ...). variants/ is kept out of
-# git through .git/info/exclude, so the device tool carries it only when named in `carry`.
+# or running its GPU tests there (cd variants/NAME && PYTHONPATH=$PWD python3 -m pytest ...).
+# variants/ is kept out of git through .git/info/exclude, so the device tool carries it only when
+# named in `carry`.
 #   bash scripts/export_variant.sh main main        # then run(..., carry=["variants"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
