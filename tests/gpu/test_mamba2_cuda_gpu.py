@@ -59,7 +59,7 @@ def form_config(table, form: str, head_dim: int = 64, d_state: int = 128, L: int
     """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, or the
     small one-launch kernel as the launch table takes it from batch 2 (registers capped, the
     arithmetic after the barrier, 32 / 16 rows a CTA) or at batch 1 (the arithmetic before the
-    barrier, 32 / 16 rows uncapped, 40 / 24 capped for two CTAs), or as at batch 1 with a CTA a
+    barrier, 40 / 32 / 24 / 16 rows, capped for two CTAs above 32), or as at batch 1 with a CTA a
     head, uncapped (head_dim rows: 16 to 128, multiples of 8 that are not powers of two among
     them). ``c4-cl``: ``c4`` with
     each CTA's units after its first ``stages`` claimed (``claimed_units``, the table's at batch 40-255)."""

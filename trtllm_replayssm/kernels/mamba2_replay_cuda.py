@@ -204,8 +204,10 @@ def ring_config(head_dim: int, shared_bytes: int, batch: int, what: str) -> Cuda
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
 
 
-# Batch 1: the small kernel's rows a CTA, at most (kernel notes, session 72: Nemotron-3-Nano's
-# head_dim 80 in two CTAs of 40 rows instead of five of 16, fp32 4.78 -> 4.50 us on the H100).
+# Batch 1: the small kernel's rows a CTA, at most (kernel notes, sessions 72-73: Nemotron-3-Nano's
+# head_dim 80 in two CTAs of 40 rows instead of five of 16, H100, us: fp32 4.78 -> 4.60, bf16 3.81
+# -> 3.78, capped for two resident CTAs; uncapped, fp32 4.49 but bf16 5.42, one CTA a multiprocessor
+# at 102 registers, and at L = 32 fp32 and fp8 too, 114 / 123 registers).
 SMALL_MAX_ROWS_BATCH_1 = 40
 
 
