@@ -254,15 +254,16 @@ def _cubin_resources(cubin: bytes) -> list:
     return [(name, int(regs), int(stack), int(static), int(local)) for name, regs, stack, static, local in found]
 
 
-def cuda_step_resources(L: int = 16, state_bytes: int = 2) -> list:
+def cuda_step_resources(L: int = 16, state_bytes: int = 2, geometry: tuple = GEOMETRIES[MAMBA2]) -> list:
     """[KernelResources] of the CUDA Mamba-2 step's kernels (kernels/cuda/mamba2_replay_step.cu: the
     step and the coefficient launch at the launch table's configuration at batch 256, the small
-    one-launch kernel at its batch-1 and batch-2 configurations) for the Mamba-2 geometry, a bf16
+    one-launch kernel at its batch-1 and batch-2 configurations) for ``geometry`` (nheads,
+    head_dim, d_state, ngroups; default Nemotron-3-Super), a bf16
     (``state_bytes`` 2) or fp32 (4) checkpoint, compiled by NVRTC for sm_90 and read with
     Triton's bundled cuobjdump (``shared``: the step kernel's dynamic shared memory, the others'
     static; ``spill_stores`` / ``spill_loads``: both the kernel's local memory and stack bytes,
     where ptxas puts spills)."""
-    H, P, N, G = GEOMETRIES[MAMBA2]
+    H, P, N, G = geometry
     out = []
     for batch, entries in ((256, ("mamba2_replay_step", "mamba2_replay_coefficients")), (1, ("mamba2_replay_small",)),
                            (2, ("mamba2_replay_small",))):  # fmt: skip

@@ -58,14 +58,15 @@ FORMS = ["c4", "c16", "c4-cl", "small", "small-b1", "small-head"]
 def form_config(table, form: str, head_dim: int = 64, d_state: int = 128, L: int = 16, state_bytes: int = 2):
     """``table`` (a CudaStepConfig) in one of FORMS: coefficient CTAs of 4 or 16 warps, or the
     small one-launch kernel as the launch table takes it from batch 2 (registers capped, the
-    arithmetic after the barrier, 64 / 32 / 16 rows a CTA) or at batch 1 (uncapped, the
-    arithmetic before the barrier, 32 / 16 rows), or as at batch 1 with a CTA a head (head_dim
-    rows: 16 to 128, multiples of 8 that are not powers of two among them). ``c4-cl``: ``c4`` with
+    arithmetic after the barrier, 32 / 16 rows a CTA) or at batch 1 (the arithmetic before the
+    barrier, 40 / 32 / 24 / 16 rows, capped for two CTAs above 32), or as at batch 1 with a CTA a
+    head, uncapped (head_dim rows: 16 to 128, multiples of 8 that are not powers of two among
+    them). ``c4-cl``: ``c4`` with
     each CTA's units after its first ``stages`` claimed (``claimed_units``, the table's at batch 40-255)."""
     from trtllm_replayssm.kernels.mamba2_replay_cuda import small_config
 
     if form == "small-head":
-        return dataclasses.replace(small_config(head_dim, d_state, L, 1, state_bytes), small_rows=head_dim)
+        return dataclasses.replace(small_config(head_dim, d_state, L, 1, state_bytes), small_rows=head_dim, min_ctas=1)
     if form.startswith("small"):
         return small_config(head_dim, d_state, L, 1 if form == "small-b1" else 2, state_bytes)
     return dataclasses.replace(table, coef_warps=16 if form == "c16" else 4, claimed_units=form == "c4-cl")

@@ -80,6 +80,20 @@ def test_cuda_step_launch_table_compiles_without_local_memory(L, state_bytes):
     assert small_1.registers <= 255 and small_2.registers <= (64 if L <= 16 else 255), kernels
 
 
+@pytest.mark.parametrize("L", [8, 16, 32])
+@pytest.mark.parametrize("state_bytes", [1, 2, 4], ids=["fp8", "bf16", "fp32"])
+def test_cuda_small_kernel_at_batch_1_keeps_two_nano_ctas_resident(state_bytes, L):
+    """Nemotron-3-Nano (head_dim 80) at batch 1: two CTAs of 40 rows (320 threads) a head, their
+    registers capped for two resident CTAs a multiprocessor without spills, so that a step's 192
+    CTAs run in one wave on 132 (uncapped, bf16 takes 102 registers: one CTA, two waves)."""
+    from kernel_resources import cuda_step_resources
+
+    small_1 = cuda_step_resources(L, state_bytes, (96, 80, 128, 8))[2]
+    assert small_1.kernel == "mamba2_replay_small(cuda,small,40,m2,early)", small_1
+    assert small_1.spill_stores == 0, small_1
+    assert -(-small_1.registers // 8) * 8 * 320 * 2 <= 65536, small_1
+
+
 @pytest.mark.parametrize("T", [1, 2, 4, 8])
 @pytest.mark.parametrize("batch", [16, 256])
 @pytest.mark.parametrize("state_bytes", [2, 4], ids=["bf16", "fp32"])

@@ -96,15 +96,18 @@ def test_launch_table():
     assert mc.cuda_step_config(64, 128, 16, 256) == mc.CudaStepConfig(stages=2, min_ctas=3, pdl=True, coef_warps=4)
     assert mc.cuda_step_config(64, 128, 16, 127).coef_warps == 16 and mc.cuda_step_config(64, 128, 16, 128).coef_warps == 4
     assert [mc.coefficient_split(h) for h in (1, 16, 17, 40, 128)] == [1, 1, 2, 3, 8]
-    # The small one-launch kernel at batch 1-3 (bf16) and 1-4 (fp32), 32 rows a CTA where they
-    # tile head_dim (else 16): batch 1 uncapped with the arithmetic before the barrier; from
-    # batch 2 capped at 64 registers where that does not spill.
+    # The small one-launch kernel at batch 1-3 (bf16) and 1-4 (fp32). Batch 1: the most rows, a
+    # multiple of 8 from 16 to 40, that tile head_dim, with the arithmetic before the barrier,
+    # uncapped up to 32 rows and capped for two CTAs above. From batch 2: 32 rows where they tile
+    # head_dim (else 16), capped at 64 registers where that does not spill.
     for batch, state_bytes, small in ((3, 2, True), (4, 2, False), (1, 4, True), (4, 4, True), (5, 4, False)):
         assert mc.cuda_step_config(64, 128, 16, batch, state_bytes).small == small, (batch, state_bytes)
     small = mc.CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=32, early_math=True)
     assert mc.cuda_step_config(64, 128, 16, 1, 2) == small == mc.cuda_step_config(64, 128, 16, 1, 4)
     for head_dim, batch, state_bytes, rows, ctas in ((64, 2, 2, 32, 4), (64, 4, 4, 32, 4), (96, 3, 2, 32, 4),
-                                                     (80, 1, 2, 16, 1), (80, 2, 4, 16, 1), (48, 2, 2, 16, 1)):  # fmt: skip
+                                                     (80, 1, 2, 40, 2), (80, 1, 4, 40, 2), (80, 1, 1, 40, 2),
+                                                     (48, 1, 2, 24, 1), (112, 1, 4, 16, 1), (128, 1, 2, 32, 1),
+                                                     (80, 2, 4, 16, 1), (48, 2, 2, 16, 1)):  # fmt: skip
         cfg = mc.small_config(head_dim, 128, 16, batch, state_bytes)
         assert (cfg.small_rows, cfg.min_ctas, cfg.early_math) == (rows, ctas, batch == 1), (head_dim, batch, state_bytes)
     assert mc.small_config(64, 128, 32, 2, 2).min_ctas == mc.small_config(64, 256, 16, 2, 2).min_ctas == 1  # would spill

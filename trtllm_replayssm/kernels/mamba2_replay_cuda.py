@@ -204,17 +204,31 @@ def ring_config(head_dim: int, shared_bytes: int, batch: int, what: str) -> Cuda
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, coef_warps=4 if batch >= COEF_WARPS_4_BATCH else 16)
 
 
+# Batch 1: the small kernel's rows a CTA, at most (kernel notes, sessions 72-73: Nemotron-3-Nano's
+# head_dim 80 in two CTAs of 40 rows instead of five of 16, H100, us: fp32 4.78 -> 4.60, bf16 3.81
+# -> 3.78, capped for two resident CTAs; uncapped, fp32 4.49 but bf16 5.42, one CTA a multiprocessor
+# at 102 registers, and at L = 32 fp32 and fp8 too, 114 / 123 registers).
+SMALL_MAX_ROWS_BATCH_1 = 40
+
+
 def small_config(head_dim: int, d_state: int, L: int, batch: int, state_bytes: int) -> CudaStepConfig:
-    """The small kernel's launch (kernel notes, session 19): 32 rows a CTA where they tile
-    head_dim, else 16. Batch 1: registers uncapped, a thread's own arithmetic before the CTA's
-    barrier (one grid of few CTAs: latency decides; bf16 3.57 us against session 18's 4.33).
-    From batch 2: registers capped at 64 so that consecutive steps' grids are resident together
+    """The small kernel's launch (kernel notes, sessions 19 and 72). Batch 1: the most rows a CTA,
+    a multiple of 8 from 16 to :data:`SMALL_MAX_ROWS_BATCH_1`, that tile head_dim (32 for head_dim
+    64 / 96 / 128, 40 for 80: the fewest CTAs, each computing its group's coefficients once),
+    registers uncapped up to 256 threads a CTA and capped for two resident CTAs above (uncapped,
+    40 bf16 rows take 102 registers: one CTA a multiprocessor, Nano's 192 CTAs in two waves), a
+    thread's own arithmetic before the CTA's barrier (one grid of few CTAs: latency decides;
+    bf16 3.57 us against session 18's 4.33). From batch 2: 32 rows where they tile head_dim, else
+    16, registers capped at 64 so that consecutive steps' grids are resident together
     (programmatic launch) where that cap holds the kernel without spills
     (:func:`small_fits_register_cap`), the arithmetic after the barrier (before it, the registers
     live across the barrier spill under the cap)."""
-    rows = 32 if head_dim % 32 == 0 else 16  # head_dim is a multiple of 16 (cuda_shape_unsupported)
     if batch == 1:
-        return CudaStepConfig(stages=2, min_ctas=1, pdl=True, small=True, small_rows=rows, early_math=True)
+        # head_dim is a multiple of 16 (cuda_shape_unsupported): 16 rows always tile it
+        rows = max(r for r in range(16, SMALL_MAX_ROWS_BATCH_1 + 1, 8) if head_dim % r == 0)
+        ctas = 1 if rows <= 32 else 2
+        return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows, early_math=True)
+    rows = 32 if head_dim % 32 == 0 else 16
     ctas = REGISTERS_PER_SM // (64 * 8 * rows) if small_fits_register_cap(head_dim, d_state, L) else 1
     return CudaStepConfig(stages=2, min_ctas=ctas, pdl=True, small=True, small_rows=rows)
 
