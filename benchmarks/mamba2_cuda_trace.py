@@ -15,6 +15,14 @@ step kernel's own timeline, not the gap between the launches.
 
     python benchmarks/mamba2_cuda_trace.py --state f32 --batch 16 64
     python benchmarks/mamba2_cuda_trace.py --state f32 --batch 256 --static  # the CTAs' end spread, units in the fixed order
+    python benchmarks/mamba2_cuda_trace.py --state f32 --batch 256 --graph   # the boundary between two graph-replayed steps
+
+``--graph`` (the two launches' route): two consecutive steps captured in one CUDA graph, as the
+benchmarks replay them (the next step's coefficient grid a programmatic dependent of the step
+kernel before it), each step with its own trace buffer (:class:`StepBuffers`); after a few
+replays the last is printed, both steps from one time origin: where the second step's
+coefficient grid and step kernel start against the first step kernel's end is the fixed cost a
+step pays around its kernel (kernel notes, "Session 74").
 
 The instrumentation is applied by text (``traced_source``): a CPU test checks that every anchor
 still matches the kernel and that the traced copy compiles.
@@ -159,11 +167,34 @@ write_traced_source = _KERNEL.write_traced_source
 traced_kernels = _KERNEL.traced_kernels
 
 
-def report(trace: list, units: int) -> None:
-    """Percentiles of each trace point over the CTAs that ran (those with a start time)."""
+class StepBuffers:
+    """Trace buffers taken in turn by the launches of consecutive steps, two launches a step (the
+    coefficient launch and the step kernel), so that each step of a captured sequence writes its
+    own: passed as the trace argument, whose ``data_ptr`` (read once a launch, when its arguments
+    are packed) names the buffer of the launch's step."""
+
+    def __init__(self, steps: int, words: int, device):
+        self.buffers = [torch.zeros(words, dtype=torch.int64, device=device) for _ in range(steps)]
+        self.launches = 0
+
+    def data_ptr(self) -> int:
+        buffer = self.buffers[(self.launches // 2) % len(self.buffers)]
+        self.launches += 1
+        return buffer.data_ptr()
+
+
+def first_start(trace: list) -> int:
+    """The earliest start word of a step's trace (its coefficient or step-kernel CTAs)."""
+    rows = list(range(0, COEF_OFFSET, STEP_SLOTS)) + list(range(COEF_OFFSET, len(trace), COEF_SLOTS))
+    return min(trace[i] for i in rows if trace[i])
+
+
+def report(trace: list, units: int, t0: int = 0) -> None:
+    """Percentiles of each trace point over the CTAs that ran (those with a start time), from
+    ``t0`` (ns of %globaltimer; 0: the step's own first start)."""
     step = [trace[i : i + STEP_SLOTS] for i in range(0, COEF_OFFSET, STEP_SLOTS) if trace[i]]
     coef = [trace[i : i + COEF_SLOTS] for i in range(COEF_OFFSET, len(trace), COEF_SLOTS) if trace[i]]
-    t0 = min(r[0] for r in step + coef if r[0])
+    t0 = t0 or first_start(trace)
     rel = lambda words: [w - t0 for w in words if w]  # noqa: E731
     print(f"  {'(µs from the first start)':28s} {'min':>7} {'p50':>7} {'p90':>7} {'max':>7}")
     for k, name in enumerate(("coefficients: start", "coefficients: slot", "coefficients: cursor", "coefficients: end")):
@@ -196,6 +227,7 @@ def main(argv=None):
     ap.add_argument(
         "--static", action="store_true", help="the table's launch with claimed_units off (units in the fixed order)"
     )
+    ap.add_argument("--graph", action="store_true", help="two consecutive steps replayed from one CUDA graph")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("mamba2_cuda_trace: needs a CUDA GPU")
@@ -207,6 +239,12 @@ def main(argv=None):
             cfg = mc.cuda_step_config(head_dim, d_state, args.L, batch, case.state.itemsize)
             if args.static and not cfg.small:
                 cfg = dataclasses.replace(cfg, claimed_units=False)
+            if args.graph:
+                if cfg.small:
+                    sys.exit(f"mamba2_cuda_trace: --graph traces the two launches; batch {batch} takes the small kernel")
+                print(f"== {args.state} batch {batch} L {args.L} {cfg.label()}, two steps from one graph")
+                graph_boundary(case, source, cfg, batch * nheads)
+                continue
             trace = torch.zeros(2 * COEF_OFFSET, dtype=torch.int64, device="cuda")
             with traced_kernels(source, trace):
                 for rep in range(len(case.slot_sets) + 1):  # compile, warm; the last set traced is the coldest
@@ -215,6 +253,31 @@ def main(argv=None):
                     torch.cuda.synchronize()
             print(f"== {args.state} batch {batch} L {args.L} {cfg.label()}")
             (report_small(trace.cpu().tolist()) if cfg.small else report(trace.cpu().tolist(), batch * nheads))
+
+
+def graph_boundary(case, source: str, cfg, units: int, replays: int = 4) -> None:
+    """Two consecutive steps of ``case``'s first slot set captured in one CUDA graph, each with its
+    own trace buffer; the last of ``replays`` replays printed from the first step's first start."""
+    buffers = StepBuffers(2, 2 * COEF_OFFSET, "cuda")
+    slots = case.slot_sets[0]
+    with traced_kernels(source, buffers):
+        for _ in range(2):  # compile and warm, eagerly
+            case.step("replay_step", slots, cfg)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(2):
+                case.step("replay_step", slots, cfg)
+    for _ in range(replays):
+        for b in buffers.buffers:
+            b.zero_()
+        graph.replay()
+    torch.cuda.synchronize()
+    traces = [b.cpu().tolist() for b in buffers.buffers]
+    t0 = first_start(traces[0])
+    for k, trace in enumerate(traces):
+        print(f"-- graph step {k + 1} of 2")
+        report(trace, units, t0)
 
 
 if __name__ == "__main__":

@@ -62,3 +62,24 @@ def test_traced_kernels_route_the_launcher_through_the_traced_source(monkeypatch
     assert loaded == [("/tmp/traced.cu", "mamba2_replay_step", (), "dev", 7)]
     assert launched == [["i32", "ptr"]]
     assert mc.load_kernel is real
+
+
+def test_step_buffers_give_each_step_of_a_sequence_its_own_buffer():
+    """``--graph``'s buffers: a step's two launches (coefficients, step kernel) write one buffer,
+    the next step's the next, in turn; a pointer read for any other count would mix two steps."""
+    buffers = trace.StepBuffers(2, 8, "cpu")
+    first, second = (b.data_ptr() for b in buffers.buffers)
+    assert first != second
+    assert [buffers.data_ptr() for _ in range(6)] == [first, first, second, second, first, first]
+
+
+def test_report_times_every_point_from_the_origin_it_is_given(capsys):
+    """Two steps printed from the first's origin: a later step's points are not re-based on its own start."""
+    words = [0] * (trace.COEF_OFFSET + trace.COEF_SLOTS)
+    words[0], words[52], words[53] = 5_000, 9_000, 3  # a step CTA: start, end, units
+    words[trace.COEF_OFFSET] = 4_000  # a coefficient CTA's start
+    trace.report(words, 3, t0=1_000)
+    out = capsys.readouterr().out
+    assert "step: start                     0.00" not in out
+    assert "step: start                     4.00    4.00    4.00    4.00" in out
+    assert "step: end                       8.00" in out
