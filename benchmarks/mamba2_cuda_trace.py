@@ -183,18 +183,24 @@ class StepBuffers:
         return buffer.data_ptr()
 
 
-def first_start(trace: list) -> int:
-    """The earliest start word of a step's trace (its coefficient or step-kernel CTAs)."""
-    rows = list(range(0, COEF_OFFSET, STEP_SLOTS)) + list(range(COEF_OFFSET, len(trace), COEF_SLOTS))
-    return min(trace[i] for i in rows if trace[i])
+def trace_rows(trace: list) -> tuple:
+    """A step's trace as the rows of the CTAs that ran (those with a start time): the step kernel's,
+    then the coefficient launch's."""
+    step = [trace[i : i + STEP_SLOTS] for i in range(0, COEF_OFFSET, STEP_SLOTS) if trace[i]]
+    coef = [trace[i : i + COEF_SLOTS] for i in range(COEF_OFFSET, len(trace), COEF_SLOTS) if trace[i]]
+    return step, coef
+
+
+def first_start(step: list, coef: list) -> int:
+    """The earliest start of a step's CTAs (rows of :func:`trace_rows`)."""
+    return min(r[0] for r in step + coef)
 
 
 def report(trace: list, units: int, t0: int = 0) -> None:
     """Percentiles of each trace point over the CTAs that ran (those with a start time), from
     ``t0`` (ns of %globaltimer; 0: the step's own first start)."""
-    step = [trace[i : i + STEP_SLOTS] for i in range(0, COEF_OFFSET, STEP_SLOTS) if trace[i]]
-    coef = [trace[i : i + COEF_SLOTS] for i in range(COEF_OFFSET, len(trace), COEF_SLOTS) if trace[i]]
-    t0 = t0 or first_start(trace)
+    step, coef = trace_rows(trace)
+    t0 = t0 or first_start(step, coef)
     rel = lambda words: [w - t0 for w in words if w]  # noqa: E731
     print(f"  {'(µs from the first start)':28s} {'min':>7} {'p50':>7} {'p90':>7} {'max':>7}")
     for k, name in enumerate(("coefficients: start", "coefficients: slot", "coefficients: cursor", "coefficients: end")):
@@ -274,7 +280,7 @@ def graph_boundary(case, source: str, cfg, units: int, replays: int = 4) -> None
         graph.replay()
     torch.cuda.synchronize()
     traces = [b.cpu().tolist() for b in buffers.buffers]
-    t0 = first_start(traces[0])
+    t0 = first_start(*trace_rows(traces[0]))
     for k, trace in enumerate(traces):
         print(f"-- graph step {k + 1} of 2")
         report(trace, units, t0)
